@@ -1,0 +1,356 @@
+#include "config_loader.hh"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <initializer_list>
+#include <set>
+#include <sstream>
+#include <string_view>
+
+namespace jakiro {
+
+std::string config_error::to_string() const {
+    std::ostringstream out;
+    out << file;
+    if (line > 0) {
+        out << ':' << line;
+    }
+    out << ": ";
+    if (!field.empty()) {
+        out << field << ": ";
+    }
+    out << message;
+    return out.str();
+}
+
+namespace {
+
+constexpr uint32_t max_vni = (1u << 24) - 1;  // VXLAN VNIs are 24 bits
+constexpr uint32_t min_underlay_mtu = 1280;   // leaves a tenant MTU that IPv4 hosts can live with
+constexpr uint32_t max_underlay_mtu = 9000;   // largest jumbo frame the virtual ports carry
+constexpr std::size_t max_ifname = 15;        // IFNAMSIZ - 1: vNIC names name veth devices
+
+// Walks the YAML tree, converting values and recording errors with their position.
+class checker {
+public:
+    explicit checker(std::string file) : _file(std::move(file)) {}
+
+    void error(const YAML::Node& at, const std::string& field, const std::string& message) {
+        const int line = at.IsDefined() ? at.Mark().line + 1 : 0;
+        _errors.push_back({_file, line > 0 ? line : _last_line, field, message});
+    }
+
+    // Reports every key of `map` not in `allowed`.
+    bool only_keys(const YAML::Node& map, const std::string& field,
+                   std::initializer_list<std::string_view> allowed) {
+        if (!map.IsMap()) {
+            error(map, field, "must be a mapping");
+            return false;
+        }
+        _last_line = map.Mark().line + 1;
+        for (const auto& kv : map) {
+            const auto key = kv.first.as<std::string>("");
+            bool known = false;
+            for (auto name : allowed) {
+                known |= (key == name);
+            }
+            if (!known) {
+                error(kv.first, join(field, key), "unknown key");
+            }
+        }
+        return true;
+    }
+
+    std::optional<std::string> string(const YAML::Node& map, const char* key,
+                                      const std::string& field, bool required = true) {
+        const auto node = map[key];
+        if (!node.IsDefined() || node.IsNull()) {
+            if (required) {
+                error(map, join(field, key), "missing");
+            }
+            return std::nullopt;
+        }
+        if (!node.IsScalar()) {
+            error(node, join(field, key), "must be a scalar");
+            return std::nullopt;
+        }
+        return node.Scalar();
+    }
+
+    std::optional<uint32_t> number(const YAML::Node& map, const char* key,
+                                   const std::string& field, uint32_t low, uint32_t high,
+                                   bool required = true) {
+        const auto text = string(map, key, field, required);
+        if (!text) {
+            return std::nullopt;
+        }
+        uint64_t value = 0;
+        std::size_t used = 0;
+        try {
+            value = std::stoull(*text, &used, 0);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (used == 0 || used != text->size() || value < low || value > high) {
+            error(map[key], join(field, key),
+                  "'" + *text + "' is not a number in [" + std::to_string(low) + ", " +
+                      std::to_string(high) + "]");
+            return std::nullopt;
+        }
+        return static_cast<uint32_t>(value);
+    }
+
+    std::optional<uint32_t> ipv4(const YAML::Node& map, const char* key,
+                                 const std::string& field) {
+        const auto text = string(map, key, field);
+        if (!text) {
+            return std::nullopt;
+        }
+        const auto address = parse_ipv4(*text);
+        if (!address) {
+            error(map[key], join(field, key), "'" + *text + "' is not an IPv4 address");
+        }
+        return address;
+    }
+
+    std::optional<mac_address> mac(const YAML::Node& map, const char* key,
+                                   const std::string& field, bool required = true) {
+        const auto text = string(map, key, field, required);
+        if (!text) {
+            return std::nullopt;
+        }
+        const auto mac = parse_mac(*text);
+        if (!mac) {
+            error(map[key], join(field, key),
+                  "'" + *text + "' is not a MAC address (aa:bb:cc:dd:ee:ff)");
+        } else if ((*mac)[0] & 0x01) {
+            error(map[key], join(field, key), "'" + *text + "' is a multicast MAC");
+            return std::nullopt;
+        }
+        return mac;
+    }
+
+    static std::string join(const std::string& field, std::string_view key) {
+        return field.empty() ? std::string(key) : field + "." + std::string(key);
+    }
+    static std::string index(const char* list, std::size_t i) {
+        return std::string(list) + "[" + std::to_string(i) + "]";
+    }
+
+    std::vector<config_error> take_errors() { return std::move(_errors); }
+
+private:
+    std::string _file;
+    std::vector<config_error> _errors;
+    int _last_line = 0;
+};
+
+void load_host(checker& check, const YAML::Node& root, host_config& config) {
+    const auto host = root["host"];
+    if (!host.IsDefined()) {
+        check.error(root, "host", "missing");
+        return;
+    }
+    if (!check.only_keys(host, "host", {"name", "underlay", "gateway_mac"})) {
+        return;
+    }
+    config.name = check.string(host, "name", "host").value_or("");
+    if (const auto mac = check.mac(host, "gateway_mac", "host", false)) {
+        config.gateway_mac = *mac;
+    }
+    const auto underlay = host["underlay"];
+    if (!underlay.IsDefined()) {
+        check.error(host, "host.underlay", "missing");
+        return;
+    }
+    if (!check.only_keys(underlay, "host.underlay", {"port", "ip", "mtu"})) {
+        return;
+    }
+    config.underlay.port = check.string(underlay, "port", "host.underlay").value_or("");
+    config.underlay.ip = check.ipv4(underlay, "ip", "host.underlay").value_or(0);
+    config.underlay.mtu = check.number(underlay, "mtu", "host.underlay", min_underlay_mtu,
+                                       max_underlay_mtu, false)
+                              .value_or(1500);
+}
+
+void load_vpcs(checker& check, const YAML::Node& root, host_config& config) {
+    const auto vpcs = root["vpcs"];
+    if (!vpcs.IsDefined()) {
+        return;
+    }
+    if (!vpcs.IsSequence()) {
+        check.error(vpcs, "vpcs", "must be a list");
+        return;
+    }
+    std::set<uint32_t> vnis;
+    for (std::size_t i = 0; i < vpcs.size(); ++i) {
+        const auto field = checker::index("vpcs", i);
+        const auto node = vpcs[i];
+        if (!check.only_keys(node, field, {"name", "vni"})) {
+            continue;
+        }
+        vpc_config vpc;
+        vpc.name = check.string(node, "name", field).value_or("");
+        vpc.vni = check.number(node, "vni", field, 1, max_vni).value_or(0);
+        if (!vpc.name.empty() && config.find_vpc(vpc.name)) {
+            check.error(node["name"], field + ".name", "duplicate VPC name '" + vpc.name + "'");
+        }
+        if (vpc.vni != 0 && !vnis.insert(vpc.vni).second) {
+            check.error(node["vni"], field + ".vni",
+                        "VNI " + std::to_string(vpc.vni) + " used by two VPCs");
+        }
+        config.vpcs.push_back(vpc);
+    }
+}
+
+// Address ownership inside a VPC: a (VPC, IPv4) pair may be claimed by one vNIC or peer only.
+using vpc_address = std::pair<std::string, uint32_t>;
+
+void load_vnics(checker& check, const YAML::Node& root, host_config& config,
+                std::set<vpc_address>& claimed) {
+    const auto vnics = root["vnics"];
+    if (!vnics.IsDefined()) {
+        return;
+    }
+    if (!vnics.IsSequence()) {
+        check.error(vnics, "vnics", "must be a list");
+        return;
+    }
+    std::set<std::string> names, ports;
+    std::set<mac_address> macs;
+    for (std::size_t i = 0; i < vnics.size(); ++i) {
+        const auto field = checker::index("vnics", i);
+        const auto node = vnics[i];
+        if (!check.only_keys(node, field, {"name", "vpc", "mac", "ip", "port"})) {
+            continue;
+        }
+        vnic_config vnic;
+        vnic.name = check.string(node, "name", field).value_or("");
+        if (vnic.name.size() > max_ifname) {
+            check.error(node["name"], field + ".name", "longer than 15 characters");
+        } else if (!vnic.name.empty() && !names.insert(vnic.name).second) {
+            check.error(node["name"], field + ".name", "duplicate vNIC name '" + vnic.name + "'");
+        }
+        vnic.vpc = check.string(node, "vpc", field).value_or("");
+        if (!vnic.vpc.empty() && !config.find_vpc(vnic.vpc)) {
+            check.error(node["vpc"], field + ".vpc", "unknown VPC '" + vnic.vpc + "'");
+        }
+        if (const auto mac = check.mac(node, "mac", field)) {
+            vnic.mac = *mac;
+            if (!macs.insert(*mac).second) {
+                check.error(node["mac"], field + ".mac", "MAC used by two vNICs");
+            }
+        }
+        if (const auto text = check.string(node, "ip", field)) {
+            const auto prefix = parse_ipv4_prefix(*text);
+            if (!prefix || prefix->length == 0) {
+                check.error(node["ip"], field + ".ip", "'" + *text + "' is not an IPv4 address/prefix");
+            } else {
+                vnic.ip = *prefix;
+                if (!claimed.insert({vnic.vpc, prefix->address}).second) {
+                    check.error(node["ip"], field + ".ip",
+                                "address " + format_ipv4(prefix->address) + " already used in VPC '" +
+                                    vnic.vpc + "'");
+                }
+            }
+        }
+        vnic.port = check.string(node, "port", field).value_or("");
+        const auto device = vnic.port.substr(0, vnic.port.find(','));
+        if (!device.empty() && !ports.insert(device).second) {
+            check.error(node["port"], field + ".port", "DPDK device '" + device + "' used twice");
+        }
+        config.vnics.push_back(vnic);
+    }
+    const auto uplink = config.underlay.port.substr(0, config.underlay.port.find(','));
+    if (!uplink.empty() && ports.count(uplink)) {
+        check.error(root["host"]["underlay"]["port"], "host.underlay.port",
+                    "DPDK device '" + uplink + "' is also a vNIC port");
+    }
+}
+
+void load_peers(checker& check, const YAML::Node& root, host_config& config,
+                std::set<vpc_address>& claimed) {
+    const auto peers = root["peers"];
+    if (!peers.IsDefined()) {
+        return;
+    }
+    if (!peers.IsSequence()) {
+        check.error(peers, "peers", "must be a list");
+        return;
+    }
+    for (std::size_t i = 0; i < peers.size(); ++i) {
+        const auto field = checker::index("peers", i);
+        const auto node = peers[i];
+        if (!check.only_keys(node, field, {"vpc", "ip", "host", "mac"})) {
+            continue;
+        }
+        peer_config peer;
+        peer.vpc = check.string(node, "vpc", field).value_or("");
+        if (!peer.vpc.empty() && !config.find_vpc(peer.vpc)) {
+            check.error(node["vpc"], field + ".vpc", "unknown VPC '" + peer.vpc + "'");
+        }
+        if (const auto ip = check.ipv4(node, "ip", field)) {
+            peer.ip = *ip;
+            if (!claimed.insert({peer.vpc, *ip}).second) {
+                check.error(node["ip"], field + ".ip",
+                            "address " + format_ipv4(*ip) + " already used in VPC '" + peer.vpc +
+                                "'");
+            }
+        }
+        if (const auto host = check.ipv4(node, "host", field)) {
+            peer.host = *host;
+            if (*host == config.underlay.ip) {
+                check.error(node["host"], field + ".host",
+                            "is this host's own underlay address (local vNICs need no peer entry)");
+            }
+        }
+        peer.mac = check.mac(node, "mac", field, false);
+        config.peers.push_back(peer);
+    }
+}
+
+}  // namespace
+
+config_result load_host_config_text(const std::string& yaml_text, const std::string& file_name) {
+    config_result result;
+    result.config.source_file = file_name;
+    checker check(file_name);
+    YAML::Node root;
+    try {
+        root = YAML::Load(yaml_text);
+    } catch (const YAML::ParserException& e) {
+        result.errors.push_back({file_name, e.mark.line + 1, "", e.msg});
+        return result;
+    }
+    if (!root.IsMap()) {
+        result.errors.push_back({file_name, 1, "", "top level must be a mapping"});
+        return result;
+    }
+    try {
+        check.only_keys(root, "", {"host", "vpcs", "vnics", "peers"});
+        load_host(check, root, result.config);
+        load_vpcs(check, root, result.config);
+        std::set<vpc_address> claimed;
+        load_vnics(check, root, result.config, claimed);
+        load_peers(check, root, result.config, claimed);
+    } catch (const YAML::Exception& e) {
+        check.error(root, "", std::string("unexpected YAML structure: ") + e.what());
+    }
+    result.errors = check.take_errors();
+    return result;
+}
+
+config_result load_host_config_file(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) {
+        config_result result;
+        result.errors.push_back({path, 0, "", "cannot be read"});
+        return result;
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    return load_host_config_text(text.str(), path);
+}
+
+}  // namespace jakiro

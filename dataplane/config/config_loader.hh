@@ -1,0 +1,31 @@
+#pragma once
+// Loads and validates a host YAML file. Every problem is reported with file, line and field.
+
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "host_config.hh"
+
+namespace jakiro {
+
+struct config_error {
+    std::string file;
+    int line = 0;       // 1-based; 0 when the file could not be read at all
+    std::string field;  // path such as "vnics[1].mac"
+    std::string message;
+
+    std::string to_string() const;  // "file:line: field: message"
+};
+
+struct config_result {
+    host_config config;
+    std::vector<config_error> errors;  // empty means the config is valid
+    bool ok() const { return errors.empty(); }
+};
+
+config_result load_host_config_file(const std::string& path);
+// For tests and `jakiroctl apply`: parse YAML text as if it came from `file_name`.
+config_result load_host_config_text(const std::string& yaml_text, const std::string& file_name);
+
+}  // namespace jakiro

@@ -1,0 +1,83 @@
+#include "host_config.hh"
+
+#include <arpa/inet.h>
+
+#include <charconv>
+#include <cstdio>
+
+namespace jakiro {
+
+const vpc_config* host_config::find_vpc(const std::string& vpc_name) const {
+    for (const auto& vpc : vpcs) {
+        if (vpc.name == vpc_name) {
+            return &vpc;
+        }
+    }
+    return nullptr;
+}
+
+std::string format_ipv4(uint32_t host_order) {
+    char text[INET_ADDRSTRLEN];
+    const uint32_t net = htonl(host_order);
+    inet_ntop(AF_INET, &net, text, sizeof(text));
+    return text;
+}
+
+std::string format_mac(const mac_address& mac) {
+    char text[18];
+    std::snprintf(text, sizeof(text), "%02x:%02x:%02x:%02x:%02x:%02x", mac[0], mac[1], mac[2],
+                  mac[3], mac[4], mac[5]);
+    return text;
+}
+
+std::optional<uint32_t> parse_ipv4(const std::string& text) {
+    in_addr addr{};
+    // inet_pton accepts only the dotted-quad form, which is what a config should contain.
+    if (inet_pton(AF_INET, text.c_str(), &addr) != 1) {
+        return std::nullopt;
+    }
+    return ntohl(addr.s_addr);
+}
+
+std::optional<ipv4_prefix> parse_ipv4_prefix(const std::string& text) {
+    const auto slash = text.find('/');
+    ipv4_prefix prefix;
+    const auto address = parse_ipv4(text.substr(0, slash));
+    if (!address) {
+        return std::nullopt;
+    }
+    prefix.address = *address;
+    if (slash != std::string::npos) {
+        const char* first = text.data() + slash + 1;
+        const char* last = text.data() + text.size();
+        unsigned length = 0;
+        auto [end, ec] = std::from_chars(first, last, length);
+        if (ec != std::errc() || end != last || first == last || length > 32) {
+            return std::nullopt;
+        }
+        prefix.length = static_cast<uint8_t>(length);
+    }
+    return prefix;
+}
+
+std::optional<mac_address> parse_mac(const std::string& text) {
+    mac_address mac{};
+    if (text.size() != 17) {
+        return std::nullopt;
+    }
+    for (std::size_t i = 0; i < 6; ++i) {
+        const char* first = text.data() + i * 3;
+        if (i < 5 && first[2] != ':') {
+            return std::nullopt;
+        }
+        unsigned value = 0;
+        auto [end, ec] = std::from_chars(first, first + 2, value, 16);
+        if (ec != std::errc() || end != first + 2) {
+            return std::nullopt;
+        }
+        mac[i] = static_cast<uint8_t>(value);
+    }
+    return mac;
+}
+
+}  // namespace jakiro

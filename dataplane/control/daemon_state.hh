@@ -1,0 +1,36 @@
+#pragma once
+// What the control thread knows about the running daemon: configuration, ports, workers.
+//
+// Thread-safety: built by main() before the control server starts; afterwards only the
+// control thread reads it, and the worker-owned parts it points to (counters, neighbors) are
+// read through their single-writer atomics.
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "../config/host_config.hh"
+#include "../overlay/underlay_neighbors.hh"
+#include "../tables_publisher.hh"
+#include "../worker/worker_context.hh"
+
+namespace jakiro {
+
+struct port_record {
+    std::string role;  // "uplink" or the vNIC name
+    std::string devargs;
+    uint16_t port_id;
+};
+
+struct daemon_state {
+    host_config config;
+    std::string memory_mode;  // "hugepages" or "no-huge": what EAL was started with
+    bool busy_poll = false;
+    std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+    std::vector<port_record> ports;  // ports[0] is the uplink
+    overlay::underlay_neighbors* neighbors = nullptr;
+    tables_publisher* publisher = nullptr;
+    std::vector<const worker_context*> workers;
+};
+
+}  // namespace jakiro

@@ -1,0 +1,15 @@
+#pragma once
+// The replies to `jakiroctl status` and `jakiroctl stats`, as text for people or JSON for tools.
+
+#include <string>
+
+#include "daemon_state.hh"
+
+namespace jakiro {
+
+// Ready means every port has link and every remote host's underlay MAC is resolved.
+bool daemon_ready(const daemon_state& state);
+std::string render_status(const daemon_state& state, bool json);
+std::string render_stats(const daemon_state& state, bool json);
+
+}  // namespace jakiro

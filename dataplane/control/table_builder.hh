@@ -1,0 +1,28 @@
+#pragma once
+// Turns a validated host_config into the datapath snapshot workers read.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../config/host_config.hh"
+#include "../overlay/underlay_neighbors.hh"
+#include "../counters.hh"
+#include "../tables.hh"
+
+namespace jakiro {
+
+struct port_assignment {
+    uint16_t uplink_port = 0;
+    rte_ether_addr uplink_mac{};
+    std::vector<uint16_t> vnic_ports;  // same order as host_config::vnics
+};
+
+// Returns nullptr and sets `error` when DPDK cannot allocate a table or the VLT is full.
+// Registers every remote host in `neighbors` so the worker starts resolving it.
+std::unique_ptr<datapath_tables> build_tables(const host_config& config,
+                                              const port_assignment& ports,
+                                              overlay::underlay_neighbors& neighbors,
+                                              std::string& error);
+
+}  // namespace jakiro

@@ -1,0 +1,49 @@
+#pragma once
+// Per-lcore packet counters. Each worker owns one `lcore_counters` and is its only writer; the
+// control thread sums them when asked. Single-writer relaxed atomics make the reads tear-free
+// without a lock or a locked instruction on the hot path.
+
+#include <rte_common.h>
+
+#include <array>
+#include <cstdint>
+
+#include "drops.hh"
+
+namespace jakiro {
+
+constexpr uint16_t max_vnics = 256;  // vNIC slots per host
+
+class counter {
+public:
+    void add(uint64_t n) { __atomic_store_n(&_value, _value + n, __ATOMIC_RELAXED); }
+    uint64_t read() const { return __atomic_load_n(&_value, __ATOMIC_RELAXED); }
+
+private:
+    uint64_t _value = 0;
+};
+
+struct vnic_counters {
+    counter from_tenant_packets;
+    counter from_tenant_bytes;
+    counter to_tenant_packets;
+    counter to_tenant_bytes;
+    counter drops;
+};
+
+struct alignas(RTE_CACHE_LINE_SIZE) lcore_counters {
+    std::array<counter, drop_reason_count> drops;
+    std::array<vnic_counters, max_vnics> vnics;
+    counter encapsulated;
+    counter decapsulated;
+    counter switched_locally;
+    counter arp_replies_to_tenants;
+    counter arp_replies_on_underlay;
+    counter arp_replies_in_overlay;
+    counter arp_requests_sent;
+    counter ce_marked_on_decap;
+    counter busy_polls;
+    counter idle_sleeps;
+};
+
+}  // namespace jakiro

@@ -1,0 +1,45 @@
+#include "eal_options.hh"
+
+#include <fstream>
+#include <sstream>
+
+namespace jakiro {
+
+namespace {
+// Memory for --no-huge: mbuf pools (≈40 MB at MTU 1500, ≈80 MB for jumbo frames) plus hash
+// tables and DPDK's own heap, with room to spare.
+constexpr const char* no_huge_memory_mb = "256";
+}  // namespace
+
+eal_choice make_eal_args(const std::string& host_name, long free_hugepages,
+                         const std::string& lcores, uint32_t /*underlay_mtu*/) {
+    eal_choice choice;
+    auto& a = choice.args;
+    a = {"jakirod", "--no-pci", "--lcores", lcores, "--file-prefix", "jakiro-" + host_name,
+         "--log-level", "*:notice"};
+    if (free_hugepages > 0) {
+        choice.memory_mode = "hugepages";
+        // --in-memory keeps hugepage files out of /dev/hugepages so a crash leaves nothing.
+        a.push_back("--in-memory");
+    } else {
+        choice.memory_mode = "no-huge";
+        a.insert(a.end(), {"--no-huge", "-m", no_huge_memory_mb});
+    }
+    return choice;
+}
+
+long free_hugepages_now() {
+    std::ifstream meminfo("/proc/meminfo");
+    std::string line;
+    while (std::getline(meminfo, line)) {
+        std::istringstream fields(line);
+        std::string key;
+        long value = 0;
+        if (fields >> key >> value && key == "HugePages_Free:") {
+            return value;
+        }
+    }
+    return 0;
+}
+
+}  // namespace jakiro

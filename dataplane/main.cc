@@ -1,0 +1,196 @@
+// jakirod: the Jakiro vNIC dataplane daemon of one hypervisor host.
+
+#include <rte_eal.h>
+#include <rte_ethdev.h>
+#include <rte_lcore.h>
+#include <rte_mbuf.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "config/config_loader.hh"
+#include "control/control_server.hh"
+#include "control/table_builder.hh"
+#include "eal_options.hh"
+#include "ports.hh"
+#include "worker/lcore_loop.hh"
+
+namespace {
+
+std::atomic<bool> stop_requested{false};
+
+void on_signal(int) { stop_requested = true; }
+
+const char* usage =
+    "usage: jakirod --config HOST.yaml [--busy-poll] [--socket PATH] [--lcores EAL_LCORES]\n"
+    "  --config     host configuration (DESIGN.md §8)\n"
+    "  --busy-poll  never sleep when idle (dedicated cores); default is adaptive polling\n"
+    "  --socket     control socket (default /run/jakiro/<host name>.sock)\n"
+    "  --lcores     EAL --lcores mapping (default: lcore 0 floating over every CPU)\n";
+
+struct options {
+    std::string config;
+    std::string socket;
+    std::string lcores;
+    bool busy_poll = false;
+};
+
+bool parse_options(int argc, char** argv, options& out) {
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        auto value = [&](std::string& target) {
+            if (i + 1 >= argc) {
+                std::cerr << "jakirod: " << arg << " needs a value\n" << usage;
+                return false;
+            }
+            target = argv[++i];
+            return true;
+        };
+        if (arg == "--config") {
+            if (!value(out.config)) return false;
+        } else if (arg == "--socket") {
+            if (!value(out.socket)) return false;
+        } else if (arg == "--lcores") {
+            if (!value(out.lcores)) return false;
+        } else if (arg == "--busy-poll") {
+            out.busy_poll = true;
+        } else if (arg == "--help" || arg == "-h") {
+            std::cout << usage;
+            std::exit(0);
+        } else {
+            std::cerr << "jakirod: unknown argument '" << arg << "'\n" << usage;
+            return false;
+        }
+    }
+    if (out.config.empty()) {
+        std::cerr << "jakirod: --config is required\n" << usage;
+        return false;
+    }
+    return true;
+}
+
+std::string default_lcores() {
+    const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
+    return "0@(0-" + std::to_string(cpus - 1) + ")";
+}
+
+int fail(const std::string& message) {
+    std::cerr << "jakirod: " << message << "\n";
+    return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    using namespace jakiro;
+    options opts;
+    if (!parse_options(argc, argv, opts)) {
+        return 2;
+    }
+    auto loaded = load_host_config_file(opts.config);
+    if (!loaded.ok()) {
+        for (const auto& error : loaded.errors) {
+            std::cerr << error.to_string() << "\n";
+        }
+        return 2;
+    }
+    daemon_state state;
+    state.config = std::move(loaded.config);
+    state.busy_poll = opts.busy_poll;
+    const auto& config = state.config;
+    if (opts.socket.empty()) {
+        opts.socket = "/run/jakiro/" + config.name + ".sock";
+    }
+
+    auto eal = make_eal_args(config.name, free_hugepages_now(),
+                             opts.lcores.empty() ? default_lcores() : opts.lcores,
+                             config.underlay.mtu);
+    state.memory_mode = eal.memory_mode;
+    std::vector<char*> eal_argv;
+    for (auto& arg : eal.args) {
+        eal_argv.push_back(arg.data());
+    }
+    if (rte_eal_init(static_cast<int>(eal_argv.size()), eal_argv.data()) < 0) {
+        return fail(std::string("EAL initialisation failed: ") + rte_strerror(rte_errno));
+    }
+    // Declared first so it runs last: every DPDK object below is freed before EAL goes away.
+    struct eal_cleanup {
+        ~eal_cleanup() { rte_eal_cleanup(); }
+    } eal_cleanup_at_exit;
+    std::signal(SIGINT, on_signal);
+    std::signal(SIGTERM, on_signal);
+
+    // Jumbo underlays need mbufs that hold a whole frame: the parsers expect contiguous headers
+    // and the af_packet and memif PMDs copy each frame into one mbuf when it fits.
+    const uint16_t data_room =
+        config.underlay.mtu > 1500 ? 9216 + RTE_PKTMBUF_HEADROOM : RTE_MBUF_DEFAULT_BUF_SIZE;
+    const unsigned mbufs = config.underlay.mtu > 1500 ? 8191 : 16383;
+    rte_mempool* pool =
+        rte_pktmbuf_pool_create("jakiro_mbufs", mbufs, 256, 0, data_room, rte_socket_id());
+    if (pool == nullptr) {
+        return fail(std::string("cannot create the mbuf pool: ") + rte_strerror(rte_errno));
+    }
+
+    std::string error;
+    port_assignment assignment;
+    auto add_port = [&](const std::string& role, const std::string& devargs) -> bool {
+        const auto port = probe_port(devargs, error);
+        if (!port || !start_port(*port, pool, config.underlay.mtu, error)) {
+            error = role + ": " + error;
+            return false;
+        }
+        state.ports.push_back({role, devargs, *port});
+        return true;
+    };
+    if (!add_port("uplink", config.underlay.port)) {
+        return fail(error);
+    }
+    assignment.uplink_port = state.ports[0].port_id;
+    rte_eth_macaddr_get(assignment.uplink_port, &assignment.uplink_mac);
+    for (const auto& vnic : config.vnics) {
+        if (!add_port(vnic.name, vnic.port)) {
+            return fail(error);
+        }
+        assignment.vnic_ports.push_back(state.ports.back().port_id);
+    }
+
+    auto neighbors = std::make_unique<overlay::underlay_neighbors>();
+    auto tables = build_tables(config, assignment, *neighbors, error);
+    if (!tables) {
+        return fail(error);
+    }
+    constexpr unsigned worker_count = 1;  // one poll loop on the main lcore; see README
+    tables_publisher publisher(worker_count);
+    publisher.publish(std::move(tables));
+
+    auto worker = std::make_unique<worker_context>();
+    worker->neighbors = neighbors.get();
+    worker->pool = pool;
+    state.neighbors = neighbors.get();
+    state.publisher = &publisher;
+    state.workers.push_back(worker.get());
+
+    control_server control(state, opts.socket);
+    if (!control.start(error)) {
+        return fail(error);
+    }
+    std::cout << "jakirod " << config.name << ": " << config.vnics.size() << " vNICs, underlay "
+              << format_ipv4(config.underlay.ip) << ", memory " << state.memory_mode
+              << ", control " << opts.socket << std::endl;
+
+    loop_options loop;
+    loop.busy_poll = opts.busy_poll;
+    run_lcore_loop(publisher, 0, *worker, loop, stop_requested);
+
+    std::cout << "jakirod " << config.name << ": stopping" << std::endl;
+    control.stop();
+    for (const auto& port : state.ports) {
+        stop_port(port.port_id);
+    }
+    return 0;
+}

@@ -1,0 +1,58 @@
+#pragma once
+// VLT — VPC lookup table: (VPC, inner IPv4) -> a local vNIC or the remote host that owns the
+// address. Built on the control thread, then read-only; lookups may run on any worker.
+
+#include <rte_ether.h>
+#include <rte_hash.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace jakiro::overlay {
+
+enum class vlt_kind : uint8_t { local_vnic, remote_host };
+
+struct vlt_entry {
+    vlt_kind kind;
+    uint16_t vnic;      // local_vnic: vNIC slot on this host
+    uint16_t neighbor;  // remote_host: slot in underlay_neighbors
+    rte_be32_t host_ip;  // remote_host: the host's underlay address
+    bool has_inner_mac;
+    rte_ether_addr inner_mac;  // remote_host: inner destination MAC when configured
+};
+
+// Keys are 8 bytes so rte_hash compares them with one 64-bit load.
+struct vlt_key {
+    uint32_t vpc;
+    rte_be32_t ip;
+};
+static_assert(sizeof(vlt_key) == 8);
+
+class vlt {
+public:
+    static constexpr unsigned max_bulk = RTE_HASH_LOOKUP_BULK_MAX;
+
+    // Returns nullptr (and sets `error`) if DPDK cannot allocate the hash.
+    static std::unique_ptr<vlt> create(uint32_t capacity, std::string& error);
+    ~vlt();
+    vlt(const vlt&) = delete;
+    vlt& operator=(const vlt&) = delete;
+
+    // Control thread only, before publication. False if the key exists or the table is full.
+    bool add(uint32_t vpc, rte_be32_t ip, const vlt_entry& entry);
+
+    const vlt_entry* lookup(uint32_t vpc, rte_be32_t ip) const;
+    // Looks up `n` <= max_bulk keys at once; misses yield nullptr.
+    void lookup_bulk(const vlt_key* keys, unsigned n, const vlt_entry** out) const;
+
+    std::size_t size() const { return _entries.size(); }
+
+private:
+    vlt(rte_hash* hash, uint32_t capacity);
+    rte_hash* _hash;
+    std::vector<vlt_entry> _entries;  // reserved at capacity: hash data points into it
+};
+
+}  // namespace jakiro::overlay

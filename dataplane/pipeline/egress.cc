@@ -1,0 +1,153 @@
+#include "egress.hh"
+
+#include <rte_ip.h>
+
+#include "../arp.hh"
+#include "../overlay/vxlan.hh"
+
+namespace jakiro {
+
+namespace {
+
+// Answers "who has X" from a tenant when X is an address of its VPC: every such address is
+// reached through jakirod, so the answer is always the gateway MAC.
+void answer_tenant_arp(worker_context& ctx, const datapath_tables& tables, const vnic_view& vnic,
+                       rte_mbuf* m) {
+    auto* frame = rte_pktmbuf_mtod(m, uint8_t*);
+    const auto arp = parse_arp(frame, rte_pktmbuf_data_len(m));
+    if (!arp || arp->opcode != RTE_ARP_OP_REQUEST || arp->sender_ip != vnic.ip ||
+        arp->target_ip == vnic.ip || tables.vlt->lookup(vnic.vpc, arp->target_ip) == nullptr) {
+        ctx.drop(m, drop_reason::tenant_arp_ignored, vnic.slot);
+        return;
+    }
+    make_arp_reply(frame, tables.gateway_mac, arp->target_ip);
+    ctx.counters.arp_replies_to_tenants.add(1);
+    ctx.tx.enqueue(vnic.port_id, m, ctx.counters);
+}
+
+// Checks an IPv4 frame from a tenant. Returns the IPv4 header, or nullptr after dropping it.
+rte_ipv4_hdr* check_tenant_ipv4(worker_context& ctx, const datapath_tables& tables,
+                                const vnic_view& vnic, rte_mbuf* m) {
+    const uint32_t len = rte_pktmbuf_data_len(m);
+    auto* eth = rte_pktmbuf_mtod(m, rte_ether_hdr*);
+    if (len < sizeof(rte_ether_hdr) + sizeof(rte_ipv4_hdr)) {
+        ctx.drop(m, drop_reason::tenant_truncated, vnic.slot);
+        return nullptr;
+    }
+    auto* ip = reinterpret_cast<rte_ipv4_hdr*>(eth + 1);
+    const uint32_t ihl = (ip->version_ihl & 0x0f) * 4u;
+    const uint32_t ip_len = rte_be_to_cpu_16(ip->total_length);
+    if ((ip->version_ihl >> 4) != 4 || ihl < sizeof(rte_ipv4_hdr) || ip_len < ihl ||
+        ip_len > rte_pktmbuf_pkt_len(m) - sizeof(rte_ether_hdr) || ihl > len - sizeof(*eth)) {
+        ctx.drop(m, drop_reason::tenant_bad_ip_header, vnic.slot);
+        return nullptr;
+    }
+    if (ip->src_addr != vnic.ip || !rte_is_same_ether_addr(&eth->src_addr, &vnic.mac)) {
+        ctx.drop(m, drop_reason::tenant_src_spoofed, vnic.slot);
+        return nullptr;
+    }
+    if (ip_len > tables.tenant_mtu) {
+        ctx.drop(m, drop_reason::tenant_too_big, vnic.slot);
+        return nullptr;
+    }
+    const uint32_t dst = rte_be_to_cpu_32(ip->dst_addr);
+    if (dst == UINT32_MAX || (dst >> 28) == 0xe) {  // limited broadcast or 224.0.0.0/4
+        ctx.drop(m, drop_reason::tenant_not_unicast, vnic.slot);
+        return nullptr;
+    }
+    // Short frames arrive padded to 60 bytes; the padding must not travel in the tunnel.
+    const uint32_t frame_len = sizeof(rte_ether_hdr) + ip_len;
+    if (rte_pktmbuf_pkt_len(m) > frame_len) {
+        rte_pktmbuf_trim(m, rte_pktmbuf_pkt_len(m) - frame_len);
+    }
+    return ip;
+}
+
+}  // namespace
+
+void process_tenant_burst(worker_context& ctx, const datapath_tables& tables, uint16_t vnic_slot,
+                          rte_mbuf** pkts, uint16_t count) {
+    const vnic_view& vnic = tables.vnics[vnic_slot];
+    auto& from_tenant = ctx.counters.vnics[vnic_slot];
+
+    // Stage 1: parse and check the whole burst, collecting VLT keys for what survives.
+    overlay::vlt_key keys[overlay::vlt::max_bulk];
+    rte_mbuf* routed[overlay::vlt::max_bulk];
+    rte_ipv4_hdr* headers[overlay::vlt::max_bulk];
+    unsigned n = 0;
+    for (uint16_t i = 0; i < count; ++i) {
+        rte_mbuf* m = pkts[i];
+        from_tenant.from_tenant_packets.add(1);
+        from_tenant.from_tenant_bytes.add(rte_pktmbuf_pkt_len(m));
+        if (rte_pktmbuf_data_len(m) < sizeof(rte_ether_hdr)) {
+            ctx.drop(m, drop_reason::tenant_truncated, vnic.slot);
+            continue;
+        }
+        const uint16_t type = rte_pktmbuf_mtod(m, rte_ether_hdr*)->ether_type;
+        if (type == rte_cpu_to_be_16(RTE_ETHER_TYPE_ARP)) {
+            answer_tenant_arp(ctx, tables, vnic, m);
+            continue;
+        }
+        if (type != rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4)) {
+            ctx.drop(m, drop_reason::tenant_unsupported_ethertype, vnic.slot);
+            continue;
+        }
+        rte_ipv4_hdr* ip = check_tenant_ipv4(ctx, tables, vnic, m);
+        if (ip == nullptr) {
+            continue;
+        }
+        keys[n] = {vnic.vpc, ip->dst_addr};
+        headers[n] = ip;
+        routed[n++] = m;
+    }
+    if (n == 0) {
+        return;
+    }
+
+    // Stage 2: one bulk VLT lookup for the burst.
+    const overlay::vlt_entry* entries[overlay::vlt::max_bulk];
+    tables.vlt->lookup_bulk(keys, n, entries);
+
+    // Stage 3: switch locally or encapsulate.
+    for (unsigned i = 0; i < n; ++i) {
+        rte_mbuf* m = routed[i];
+        const overlay::vlt_entry* entry = entries[i];
+        if (entry == nullptr) {
+            ctx.drop(m, drop_reason::vlt_miss, vnic.slot);
+            continue;
+        }
+        auto* eth = rte_pktmbuf_mtod(m, rte_ether_hdr*);
+        if (entry->kind == overlay::vlt_kind::local_vnic) {
+            // Intra-host shortcut: port to port, no tunnel.
+            const vnic_view& peer = tables.vnics[entry->vnic];
+            eth->dst_addr = peer.mac;
+            eth->src_addr = tables.gateway_mac;
+            auto& to_peer = ctx.counters.vnics[entry->vnic];
+            to_peer.to_tenant_packets.add(1);
+            to_peer.to_tenant_bytes.add(rte_pktmbuf_pkt_len(m));
+            ctx.counters.switched_locally.add(1);
+            ctx.tx.enqueue(peer.port_id, m, ctx.counters);
+            continue;
+        }
+        const auto remote_mac = ctx.neighbors->mac(entry->neighbor);
+        if (!remote_mac) {
+            ctx.drop(m, drop_reason::underlay_neighbor_unresolved, vnic.slot);
+            continue;
+        }
+        eth->dst_addr = entry->has_inner_mac ? entry->inner_mac : tables.gateway_mac;
+        const overlay::tunnel_endpoints ends{tables.underlay_mac, *remote_mac, tables.underlay_ip,
+                                             entry->host_ip};
+        const rte_ipv4_hdr* ip = headers[i];
+        const uint16_t port = overlay::flow_entropy_port(
+            ip, rte_pktmbuf_data_len(m) - static_cast<uint32_t>(sizeof(rte_ether_hdr)));
+        if (!overlay::encapsulate(m, ends, tables.vni_of_vpc[vnic.vpc], ip->type_of_service,
+                                  port)) {
+            ctx.drop(m, drop_reason::tenant_too_big, vnic.slot);
+            continue;
+        }
+        ctx.counters.encapsulated.add(1);
+        ctx.tx.enqueue(tables.uplink_port, m, ctx.counters);
+    }
+}
+
+}  // namespace jakiro

@@ -1,0 +1,201 @@
+#include "ingress.hh"
+
+#include <rte_ip.h>
+
+#include "../arp.hh"
+#include "../overlay/vxlan.hh"
+
+namespace jakiro {
+
+namespace {
+
+// ARP on the fabric: answer for our underlay address, and learn the MAC of any remote host we
+// tunnel to from both its requests and its replies.
+void handle_underlay_arp(worker_context& ctx, const datapath_tables& tables, rte_mbuf* m) {
+    auto* frame = rte_pktmbuf_mtod(m, uint8_t*);
+    const auto arp = parse_arp(frame, rte_pktmbuf_data_len(m));
+    if (!arp) {
+        ctx.drop(m, drop_reason::underlay_malformed_arp);
+        return;
+    }
+    ctx.neighbors->learn(arp->sender_ip, arp->sender_mac);
+    if (arp->opcode == RTE_ARP_OP_REQUEST && arp->target_ip == tables.underlay_ip) {
+        make_arp_reply(frame, tables.underlay_mac, tables.underlay_ip);
+        ctx.counters.arp_replies_on_underlay.add(1);
+        ctx.tx.enqueue(tables.uplink_port, m, ctx.counters);
+        return;
+    }
+    rte_pktmbuf_free(m);  // other hosts' ARP on a shared fabric is normal, not a drop
+}
+
+// A foreign VTEP (e.g. a Linux vxlan device) floods ARP into the tunnel. Answer for our local
+// vNICs inside the tunnel, back to the VTEP that asked, with the gateway MAC.
+void answer_overlay_arp(worker_context& ctx, const datapath_tables& tables, uint32_t vpc,
+                        const overlay::outer_view& outer, rte_mbuf* m) {
+    auto* frame = rte_pktmbuf_mtod(m, uint8_t*);
+    uint8_t* inner = frame + outer.inner_offset;
+    const auto arp = parse_arp(inner, outer.inner_len);
+    const overlay::vlt_entry* target =
+        arp ? tables.vlt->lookup(vpc, arp->target_ip) : nullptr;
+    const overlay::vlt_entry* sender =
+        arp ? tables.vlt->lookup(vpc, arp->sender_ip) : nullptr;
+    if (!arp || arp->opcode != RTE_ARP_OP_REQUEST || target == nullptr ||
+        target->kind != overlay::vlt_kind::local_vnic || sender == nullptr ||
+        sender->kind != overlay::vlt_kind::remote_host || sender->host_ip != outer.outer_src_ip) {
+        ctx.drop(m, drop_reason::inner_dst_not_local);
+        return;
+    }
+    make_arp_reply(inner, tables.gateway_mac, arp->target_ip);
+    const auto* outer_eth = reinterpret_cast<const rte_ether_hdr*>(frame);
+    const overlay::tunnel_endpoints back{tables.underlay_mac, outer_eth->src_addr,
+                                         tables.underlay_ip, outer.outer_src_ip};
+    // Drop any padding after the inner ARP so the outer lengths describe exactly it.
+    rte_pktmbuf_trim(m, rte_pktmbuf_pkt_len(m) - (outer.inner_offset + arp_frame_bytes));
+    overlay::write_outer_headers(frame, back, tables.vni_of_vpc[vpc], arp_frame_bytes, 0,
+                                 overlay::vxlan_udp_port);
+    ctx.counters.arp_replies_in_overlay.add(1);
+    ctx.tx.enqueue(tables.uplink_port, m, ctx.counters);
+}
+
+// Inner IPv4 checks; returns the inner IPv4 header or nullptr after dropping.
+rte_ipv4_hdr* check_inner_ipv4(worker_context& ctx, const overlay::outer_view& outer,
+                               rte_mbuf* m) {
+    auto* inner_eth =
+        reinterpret_cast<rte_ether_hdr*>(rte_pktmbuf_mtod(m, uint8_t*) + outer.inner_offset);
+    if (outer.inner_len < sizeof(rte_ether_hdr) + sizeof(rte_ipv4_hdr)) {
+        ctx.drop(m, drop_reason::inner_truncated);
+        return nullptr;
+    }
+    auto* ip = reinterpret_cast<rte_ipv4_hdr*>(inner_eth + 1);
+    const uint32_t ihl = (ip->version_ihl & 0x0f) * 4u;
+    const uint32_t ip_len = rte_be_to_cpu_16(ip->total_length);
+    if ((ip->version_ihl >> 4) != 4 || ihl < sizeof(rte_ipv4_hdr) || ip_len < ihl ||
+        ip_len > outer.inner_len - sizeof(rte_ether_hdr)) {
+        ctx.drop(m, drop_reason::inner_bad_ip_header);
+        return nullptr;
+    }
+    return ip;
+}
+
+}  // namespace
+
+void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rte_mbuf** pkts,
+                          uint16_t count) {
+    // Stage 1: outer checks and VNI for the whole burst; collect inner destination and source
+    // keys of what survives. Bursts usually carry one VNI, so the last lookup is cached.
+    overlay::vlt_key dst_keys[overlay::vlt::max_bulk];
+    overlay::vlt_key src_keys[overlay::vlt::max_bulk];
+    overlay::outer_view outers[overlay::vlt::max_bulk];
+    rte_ipv4_hdr* inner_ips[overlay::vlt::max_bulk];
+    rte_mbuf* tunnelled[overlay::vlt::max_bulk];
+    unsigned n = 0;
+    uint32_t cached_vni = UINT32_MAX;
+    uint32_t cached_vpc = no_vpc;
+
+    for (uint16_t i = 0; i < count; ++i) {
+        rte_mbuf* m = pkts[i];
+        const uint32_t len = rte_pktmbuf_data_len(m);
+        if (len < sizeof(rte_ether_hdr)) {
+            ctx.drop(m, drop_reason::outer_truncated);
+            continue;
+        }
+        const auto* eth = rte_pktmbuf_mtod(m, const rte_ether_hdr*);
+        if (eth->ether_type == rte_cpu_to_be_16(RTE_ETHER_TYPE_ARP)) {
+            handle_underlay_arp(ctx, tables, m);
+            continue;
+        }
+        // The fabric floods unknown unicast to every host: not ours is not an error, but it is
+        // counted so a misaddressed underlay is visible.
+        if (!rte_is_same_ether_addr(&eth->dst_addr, &tables.underlay_mac)) {
+            ctx.drop(m, drop_reason::underlay_not_for_us);
+            continue;
+        }
+        if (eth->ether_type != rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4)) {
+            ctx.drop(m, drop_reason::underlay_unsupported_ethertype);
+            continue;
+        }
+        const auto check =
+            overlay::check_outer(rte_pktmbuf_mtod(m, const uint8_t*), len, tables.underlay_ip);
+        if (!check.ok) {
+            ctx.drop(m, check.reason);
+            continue;
+        }
+        if (check.view.vni != cached_vni) {
+            cached_vni = check.view.vni;
+            cached_vpc = tables.vpcs->find(cached_vni);
+        }
+        if (cached_vpc == no_vpc) {
+            ctx.drop(m, drop_reason::vxlan_unknown_vni);
+            continue;
+        }
+        const auto* inner_eth = reinterpret_cast<const rte_ether_hdr*>(
+            rte_pktmbuf_mtod(m, const uint8_t*) + check.view.inner_offset);
+        if (inner_eth->ether_type == rte_cpu_to_be_16(RTE_ETHER_TYPE_ARP)) {
+            answer_overlay_arp(ctx, tables, cached_vpc, check.view, m);
+            continue;
+        }
+        if (inner_eth->ether_type != rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4)) {
+            ctx.drop(m, drop_reason::inner_unsupported_ethertype);
+            continue;
+        }
+        rte_ipv4_hdr* ip = check_inner_ipv4(ctx, check.view, m);
+        if (ip == nullptr) {
+            continue;
+        }
+        dst_keys[n] = {cached_vpc, ip->dst_addr};
+        src_keys[n] = {cached_vpc, ip->src_addr};
+        outers[n] = check.view;
+        inner_ips[n] = ip;
+        tunnelled[n++] = m;
+    }
+    if (n == 0) {
+        return;
+    }
+
+    // Stage 2: bulk VLT lookups for destinations (must be local) and sources (must live on the
+    // host that sent the packet, or a host could inject traffic in another host's name).
+    const overlay::vlt_entry* dsts[overlay::vlt::max_bulk];
+    const overlay::vlt_entry* srcs[overlay::vlt::max_bulk];
+    tables.vlt->lookup_bulk(dst_keys, n, dsts);
+    tables.vlt->lookup_bulk(src_keys, n, srcs);
+
+    // Stage 3: decapsulate and deliver.
+    for (unsigned i = 0; i < n; ++i) {
+        rte_mbuf* m = tunnelled[i];
+        if (dsts[i] == nullptr || dsts[i]->kind != overlay::vlt_kind::local_vnic) {
+            ctx.drop(m, drop_reason::inner_dst_not_local);
+            continue;
+        }
+        const uint16_t slot = dsts[i]->vnic;
+        if (srcs[i] == nullptr || srcs[i]->kind != overlay::vlt_kind::remote_host ||
+            srcs[i]->host_ip != outers[i].outer_src_ip) {
+            ctx.drop(m, drop_reason::inner_src_spoofed, slot);
+            continue;
+        }
+        rte_ipv4_hdr* ip = inner_ips[i];
+        const int ecn = overlay::decapsulated_ecn(outers[i].outer_tos, ip->type_of_service);
+        if (ecn < 0) {
+            ctx.drop(m, drop_reason::inner_ce_on_not_ect, slot);
+            continue;
+        }
+        if (ecn != (ip->type_of_service & 0x03)) {
+            overlay::set_ipv4_ecn(ip, static_cast<uint8_t>(ecn));
+            ctx.counters.ce_marked_on_decap.add(1);
+        }
+        // Strip the tunnel and anything after the inner IPv4 packet (outer padding).
+        rte_pktmbuf_adj(m, static_cast<uint16_t>(outers[i].inner_offset));
+        const uint32_t frame_len = sizeof(rte_ether_hdr) + rte_be_to_cpu_16(ip->total_length);
+        rte_pktmbuf_trim(m, static_cast<uint16_t>(rte_pktmbuf_pkt_len(m) - frame_len));
+        const vnic_view& vnic = tables.vnics[slot];
+        auto* eth = rte_pktmbuf_mtod(m, rte_ether_hdr*);
+        eth->dst_addr = vnic.mac;
+        eth->src_addr = tables.gateway_mac;
+        auto& to_tenant = ctx.counters.vnics[slot];
+        to_tenant.to_tenant_packets.add(1);
+        to_tenant.to_tenant_bytes.add(frame_len);
+        ctx.counters.decapsulated.add(1);
+        ctx.tx.enqueue(vnic.port_id, m, ctx.counters);
+    }
+}
+
+}  // namespace jakiro

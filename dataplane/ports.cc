@@ -1,0 +1,75 @@
+#include "ports.hh"
+
+#include <rte_dev.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace jakiro {
+
+namespace {
+constexpr uint16_t ring_descriptors = 1024;
+}
+
+std::optional<uint16_t> probe_port(const std::string& devargs, std::string& error) {
+    const std::string name = devargs.substr(0, devargs.find(','));
+    // Hot-plug probing, so vNIC ports can also come and go after start-up.
+    const int rc = rte_dev_probe(devargs.c_str());
+    if (rc != 0) {
+        error = "cannot create device '" + devargs + "': " + rte_strerror(-rc);
+        return std::nullopt;
+    }
+    uint16_t port = 0;
+    if (rte_eth_dev_get_port_by_name(name.c_str(), &port) != 0) {
+        error = "device '" + name + "' was created but is not an Ethernet port";
+        return std::nullopt;
+    }
+    return port;
+}
+
+bool start_port(uint16_t port, rte_mempool* pool, uint32_t mtu, std::string& error) {
+    rte_eth_dev_info info{};
+    int rc = rte_eth_dev_info_get(port, &info);
+    if (rc != 0) {
+        error = std::string("cannot query port: ") + rte_strerror(-rc);
+        return false;
+    }
+    rte_eth_conf conf{};
+    conf.rxmode.mtu = std::min<uint32_t>(mtu, info.max_mtu);
+    rc = rte_eth_dev_configure(port, 1, 1, &conf);
+    if (rc != 0) {
+        error = std::string("cannot configure port: ") + rte_strerror(-rc);
+        return false;
+    }
+    uint16_t rx_desc = ring_descriptors;
+    uint16_t tx_desc = ring_descriptors;
+    rte_eth_dev_adjust_nb_rx_tx_desc(port, &rx_desc, &tx_desc);
+    const int socket = rte_eth_dev_socket_id(port);
+    const unsigned queue_socket = socket < 0 ? 0u : static_cast<unsigned>(socket);
+    rc = rte_eth_rx_queue_setup(port, 0, rx_desc, queue_socket, nullptr, pool);
+    if (rc == 0) {
+        rc = rte_eth_tx_queue_setup(port, 0, tx_desc, queue_socket, nullptr);
+    }
+    if (rc != 0) {
+        error = std::string("cannot set up queues: ") + rte_strerror(-rc);
+        return false;
+    }
+    rc = rte_eth_dev_start(port);
+    if (rc != 0) {
+        error = std::string("cannot start port: ") + rte_strerror(-rc);
+        return false;
+    }
+    // The uplink sees the fabric's flooded frames and vNIC ports see tenant frames addressed to
+    // the gateway MAC; neither is the port's own MAC, so listen to everything.
+    rte_eth_promiscuous_enable(port);
+    return true;
+}
+
+void stop_port(uint16_t port) {
+    rte_eth_dev_stop(port);
+    rte_eth_dev_close(port);
+}
+
+}  // namespace jakiro

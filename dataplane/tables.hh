@@ -1,0 +1,59 @@
+#pragma once
+// The immutable snapshot of forwarding state that workers read: vNICs, VPCs and the VLT.
+// Built by the control thread (control/table_builder.cc) and published by pointer swap
+// (tables_publisher.hh); never modified after publication.
+
+#include <rte_ethdev.h>
+#include <rte_ether.h>
+#include <rte_hash.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "overlay/vlt.hh"
+
+namespace jakiro {
+
+constexpr uint16_t no_vnic = UINT16_MAX;
+constexpr uint32_t no_vpc = UINT32_MAX;
+
+struct vnic_view {
+    uint16_t slot;  // its own index in datapath_tables::vnics and in the counters
+    uint16_t port_id;
+    uint32_t vpc;  // index into datapath_tables::vni_of_vpc
+    rte_be32_t ip;
+    rte_ether_addr mac;
+};
+
+// VNI -> VPC index, an rte_hash because VNIs are sparse 24-bit numbers.
+class vni_map {
+public:
+    static std::unique_ptr<vni_map> create(uint32_t capacity, std::string& error);
+    ~vni_map();
+    vni_map(const vni_map&) = delete;
+    vni_map& operator=(const vni_map&) = delete;
+    bool add(uint32_t vni, uint32_t vpc);
+    uint32_t find(uint32_t vni) const;  // no_vpc when unknown
+
+private:
+    explicit vni_map(rte_hash* hash) : _hash(hash) {}
+    rte_hash* _hash;
+};
+
+struct datapath_tables {
+    uint16_t uplink_port = 0;
+    rte_be32_t underlay_ip = 0;
+    rte_ether_addr underlay_mac{};
+    rte_ether_addr gateway_mac{};  // the MAC jakirod answers ARP with, towards tenants
+    uint32_t tenant_mtu = 1450;    // largest inner IPv4 packet carried
+
+    std::vector<vnic_view> vnics;                           // indexed by vNIC slot
+    std::array<uint16_t, RTE_MAX_ETHPORTS> vnic_of_port{};  // no_vnic for the uplink/unused
+    std::vector<uint32_t> vni_of_vpc;
+    std::unique_ptr<vni_map> vpcs;
+    std::unique_ptr<overlay::vlt> vlt;
+};
+
+}  // namespace jakiro

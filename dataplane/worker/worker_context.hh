@@ -1,0 +1,31 @@
+#pragma once
+// Everything one lcore owns while it polls: its counters, its transmit batches and references
+// to the shared, thread-safe pieces it may touch. One per worker, never shared.
+
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+
+#include "../counters.hh"
+#include "../overlay/underlay_neighbors.hh"
+#include "tx_batch.hh"
+
+namespace jakiro {
+
+struct alignas(RTE_CACHE_LINE_SIZE) worker_context {
+    lcore_counters counters;
+    tx_batch tx;
+    overlay::underlay_neighbors* neighbors = nullptr;
+    rte_mempool* pool = nullptr;
+
+    void drop(rte_mbuf* m, drop_reason reason) {
+        counters.drops[static_cast<std::size_t>(reason)].add(1);
+        rte_pktmbuf_free(m);
+    }
+    // A drop charged to a vNIC as well, so `jakiroctl stats` can say whose traffic it was.
+    void drop(rte_mbuf* m, drop_reason reason, uint16_t vnic_slot) {
+        counters.vnics[vnic_slot].drops.add(1);
+        drop(m, reason);
+    }
+};
+
+}  // namespace jakiro
