@@ -15,11 +15,11 @@ namespace jakiro {
 constexpr uint16_t max_vnics = 256;  // vNIC slots per host
 
 class counter {
-public:
+  public:
     void add(uint64_t n) { __atomic_store_n(&_value, _value + n, __ATOMIC_RELAXED); }
     uint64_t read() const { return __atomic_load_n(&_value, __ATOMIC_RELAXED); }
 
-private:
+  private:
     uint64_t _value = 0;
 };
 

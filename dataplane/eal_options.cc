@@ -15,7 +15,7 @@ eal_choice make_eal_args(const std::string& host_name, long free_hugepages,
                          const std::string& lcores, uint32_t /*underlay_mtu*/) {
     eal_choice choice;
     auto& a = choice.args;
-    a = {"jakirod", "--no-pci", "--lcores", lcores, "--file-prefix", "jakiro-" + host_name,
+    a = {"jakirod",     "--no-pci", "--lcores", lcores, "--file-prefix", "jakiro-" + host_name,
          "--log-level", "*:notice"};
     if (free_hugepages > 0) {
         choice.memory_mode = "hugepages";

@@ -24,7 +24,9 @@ namespace {
 
 std::atomic<bool> stop_requested{false};
 
-void on_signal(int) { stop_requested = true; }
+void on_signal(int) {
+    stop_requested = true;
+}
 
 const char* usage =
     "usage: jakirod --config HOST.yaml [--busy-poll] [--socket PATH] [--lcores EAL_LCORES]\n"
@@ -52,11 +54,14 @@ bool parse_options(int argc, char** argv, options& out) {
             return true;
         };
         if (arg == "--config") {
-            if (!value(out.config)) return false;
+            if (!value(out.config))
+                return false;
         } else if (arg == "--socket") {
-            if (!value(out.socket)) return false;
+            if (!value(out.socket))
+                return false;
         } else if (arg == "--lcores") {
-            if (!value(out.lcores)) return false;
+            if (!value(out.lcores))
+                return false;
         } else if (arg == "--busy-poll") {
             out.busy_poll = true;
         } else if (arg == "--help" || arg == "-h") {
@@ -107,9 +112,9 @@ int main(int argc, char** argv) {
         opts.socket = "/run/jakiro/" + config.name + ".sock";
     }
 
-    auto eal = make_eal_args(config.name, free_hugepages_now(),
-                             opts.lcores.empty() ? default_lcores() : opts.lcores,
-                             config.underlay.mtu);
+    auto eal =
+        make_eal_args(config.name, free_hugepages_now(),
+                      opts.lcores.empty() ? default_lcores() : opts.lcores, config.underlay.mtu);
     state.memory_mode = eal.memory_mode;
     std::vector<char*> eal_argv;
     for (auto& arg : eal.args) {
@@ -180,8 +185,8 @@ int main(int argc, char** argv) {
         return fail(error);
     }
     std::cout << "jakirod " << config.name << ": " << config.vnics.size() << " vNICs, underlay "
-              << format_ipv4(config.underlay.ip) << ", memory " << state.memory_mode
-              << ", control " << opts.socket << std::endl;
+              << format_ipv4(config.underlay.ip) << ", memory " << state.memory_mode << ", control "
+              << opts.socket << std::endl;
 
     loop_options loop;
     loop.busy_poll = opts.busy_poll;

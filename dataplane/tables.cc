@@ -25,7 +25,9 @@ std::unique_ptr<vni_map> vni_map::create(uint32_t capacity, std::string& error) 
     return std::unique_ptr<vni_map>(new vni_map(hash));
 }
 
-vni_map::~vni_map() { rte_hash_free(_hash); }
+vni_map::~vni_map() {
+    rte_hash_free(_hash);
+}
 
 bool vni_map::add(uint32_t vni, uint32_t vpc) {
     // The VPC index is stored as the data pointer's value: no separate storage to keep alive.

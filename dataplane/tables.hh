@@ -29,7 +29,7 @@ struct vnic_view {
 
 // VNI -> VPC index, an rte_hash because VNIs are sparse 24-bit numbers.
 class vni_map {
-public:
+  public:
     static std::unique_ptr<vni_map> create(uint32_t capacity, std::string& error);
     ~vni_map();
     vni_map(const vni_map&) = delete;
@@ -37,7 +37,7 @@ public:
     bool add(uint32_t vni, uint32_t vpc);
     uint32_t find(uint32_t vni) const;  // no_vpc when unknown
 
-private:
+  private:
     explicit vni_map(rte_hash* hash) : _hash(hash) {}
     rte_hash* _hash;
 };

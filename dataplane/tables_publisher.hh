@@ -16,7 +16,7 @@
 namespace jakiro {
 
 class tables_publisher {
-public:
+  public:
     explicit tables_publisher(unsigned max_workers);
     ~tables_publisher();
     tables_publisher(const tables_publisher&) = delete;
@@ -31,7 +31,7 @@ public:
     void offline(unsigned id) { rte_rcu_qsbr_thread_offline(_rcu, id); }
     void online(unsigned id) { rte_rcu_qsbr_thread_online(_rcu, id); }
 
-private:
+  private:
     rte_rcu_qsbr* _rcu;
     std::atomic<const datapath_tables*> _current{nullptr};
     std::mutex _publish_mutex;

@@ -33,7 +33,7 @@ constexpr std::size_t max_ifname = 15;        // IFNAMSIZ - 1: vNIC names name v
 
 // Walks the YAML tree, converting values and recording errors with their position.
 class checker {
-public:
+  public:
     explicit checker(std::string file) : _file(std::move(file)) {}
 
     void error(const YAML::Node& at, const std::string& field, const std::string& message) {
@@ -78,9 +78,8 @@ public:
         return node.Scalar();
     }
 
-    std::optional<uint32_t> number(const YAML::Node& map, const char* key,
-                                   const std::string& field, uint32_t low, uint32_t high,
-                                   bool required = true) {
+    std::optional<uint32_t> number(const YAML::Node& map, const char* key, const std::string& field,
+                                   uint32_t low, uint32_t high, bool required = true) {
         const auto text = string(map, key, field, required);
         if (!text) {
             return std::nullopt;
@@ -101,8 +100,7 @@ public:
         return static_cast<uint32_t>(value);
     }
 
-    std::optional<uint32_t> ipv4(const YAML::Node& map, const char* key,
-                                 const std::string& field) {
+    std::optional<uint32_t> ipv4(const YAML::Node& map, const char* key, const std::string& field) {
         const auto text = string(map, key, field);
         if (!text) {
             return std::nullopt;
@@ -114,8 +112,8 @@ public:
         return address;
     }
 
-    std::optional<mac_address> mac(const YAML::Node& map, const char* key,
-                                   const std::string& field, bool required = true) {
+    std::optional<mac_address> mac(const YAML::Node& map, const char* key, const std::string& field,
+                                   bool required = true) {
         const auto text = string(map, key, field, required);
         if (!text) {
             return std::nullopt;
@@ -140,7 +138,7 @@ public:
 
     std::vector<config_error> take_errors() { return std::move(_errors); }
 
-private:
+  private:
     std::string _file;
     std::vector<config_error> _errors;
     int _last_line = 0;
@@ -169,9 +167,9 @@ void load_host(checker& check, const YAML::Node& root, host_config& config) {
     }
     config.underlay.port = check.string(underlay, "port", "host.underlay").value_or("");
     config.underlay.ip = check.ipv4(underlay, "ip", "host.underlay").value_or(0);
-    config.underlay.mtu = check.number(underlay, "mtu", "host.underlay", min_underlay_mtu,
-                                       max_underlay_mtu, false)
-                              .value_or(1500);
+    config.underlay.mtu =
+        check.number(underlay, "mtu", "host.underlay", min_underlay_mtu, max_underlay_mtu, false)
+            .value_or(1500);
 }
 
 void load_vpcs(checker& check, const YAML::Node& root, host_config& config) {
@@ -245,13 +243,14 @@ void load_vnics(checker& check, const YAML::Node& root, host_config& config,
         if (const auto text = check.string(node, "ip", field)) {
             const auto prefix = parse_ipv4_prefix(*text);
             if (!prefix || prefix->length == 0) {
-                check.error(node["ip"], field + ".ip", "'" + *text + "' is not an IPv4 address/prefix");
+                check.error(node["ip"], field + ".ip",
+                            "'" + *text + "' is not an IPv4 address/prefix");
             } else {
                 vnic.ip = *prefix;
                 if (!claimed.insert({vnic.vpc, prefix->address}).second) {
                     check.error(node["ip"], field + ".ip",
-                                "address " + format_ipv4(prefix->address) + " already used in VPC '" +
-                                    vnic.vpc + "'");
+                                "address " + format_ipv4(prefix->address) +
+                                    " already used in VPC '" + vnic.vpc + "'");
                 }
             }
         }
@@ -293,9 +292,9 @@ void load_peers(checker& check, const YAML::Node& root, host_config& config,
         if (const auto ip = check.ipv4(node, "ip", field)) {
             peer.ip = *ip;
             if (!claimed.insert({peer.vpc, *ip}).second) {
-                check.error(node["ip"], field + ".ip",
-                            "address " + format_ipv4(*ip) + " already used in VPC '" + peer.vpc +
-                                "'");
+                check.error(
+                    node["ip"], field + ".ip",
+                    "address " + format_ipv4(*ip) + " already used in VPC '" + peer.vpc + "'");
             }
         }
         if (const auto host = check.ipv4(node, "host", field)) {

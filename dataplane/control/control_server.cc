@@ -29,7 +29,9 @@ std::string directory_of(const std::string& path) {
 control_server::control_server(daemon_state& state, std::string socket_path)
     : _state(state), _path(std::move(socket_path)) {}
 
-control_server::~control_server() { stop(); }
+control_server::~control_server() {
+    stop();
+}
 
 bool control_server::start(std::string& error) {
     if (_path.size() >= sizeof(sockaddr_un::sun_path)) {

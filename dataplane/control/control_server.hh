@@ -11,7 +11,7 @@
 namespace jakiro {
 
 class control_server {
-public:
+  public:
     control_server(daemon_state& state, std::string socket_path);
     ~control_server();
     control_server(const control_server&) = delete;
@@ -24,7 +24,7 @@ public:
     // Exposed for tests: the reply to one command line.
     std::string handle(const std::string& command_line);
 
-private:
+  private:
     void serve();
 
     daemon_state& _state;

@@ -10,7 +10,7 @@
 namespace jakiro {
 
 class json_writer {
-public:
+  public:
     json_writer& begin_object(std::string_view key = {}) { return open(key, '{'); }
     json_writer& end_object() { return close('}'); }
     json_writer& begin_array(std::string_view key = {}) { return open(key, '['); }
@@ -45,7 +45,7 @@ public:
 
     std::string str() const { return _out.str(); }
 
-private:
+  private:
     json_writer& open(std::string_view key, char bracket) {
         prefix(key);
         _out << bracket;

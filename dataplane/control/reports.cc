@@ -47,13 +47,21 @@ struct global_counter {
     const counter& (*get)(const lcore_counters&);
 };
 
-#define JK_GLOBAL(field) {#field, [](const lcore_counters& c) -> const counter& { return c.field; }}
+#define JK_GLOBAL(field)                                                          \
+    {                                                                             \
+#field, [](const lcore_counters& c) -> const counter& { return c.field; } \
+    }
 const global_counter global_counters[] = {
-    JK_GLOBAL(encapsulated),           JK_GLOBAL(decapsulated),
-    JK_GLOBAL(switched_locally),       JK_GLOBAL(arp_replies_to_tenants),
-    JK_GLOBAL(arp_replies_on_underlay), JK_GLOBAL(arp_replies_in_overlay),
-    JK_GLOBAL(arp_requests_sent),      JK_GLOBAL(ce_marked_on_decap),
-    JK_GLOBAL(busy_polls),             JK_GLOBAL(idle_sleeps),
+    JK_GLOBAL(encapsulated),
+    JK_GLOBAL(decapsulated),
+    JK_GLOBAL(switched_locally),
+    JK_GLOBAL(arp_replies_to_tenants),
+    JK_GLOBAL(arp_replies_on_underlay),
+    JK_GLOBAL(arp_replies_in_overlay),
+    JK_GLOBAL(arp_requests_sent),
+    JK_GLOBAL(ce_marked_on_decap),
+    JK_GLOBAL(busy_polls),
+    JK_GLOBAL(idle_sleeps),
 };
 #undef JK_GLOBAL
 
@@ -154,12 +162,13 @@ std::string render_stats(const daemon_state& state, bool json) {
             .end_object();
         char line[160];
         std::snprintf(line, sizeof(line), "  %-10s %12lu %13lu %12lu %13lu %8lu %8lu\n",
-                      port.role.c_str(), stats.ipackets, stats.ibytes, stats.opackets,
-                      stats.obytes, stats.imissed, stats.ierrors + stats.oerrors);
+                      port.role.c_str(), stats.ipackets, stats.ibytes, stats.opackets, stats.obytes,
+                      stats.imissed, stats.ierrors + stats.oerrors);
         text << line;
     }
     out.end_object().begin_object("vnics");
-    text << "vnics      from_tenant_pkts   from_tenant_bytes  to_tenant_pkts   to_tenant_bytes    drops\n";
+    text << "vnics      from_tenant_pkts   from_tenant_bytes  to_tenant_pkts   to_tenant_bytes    "
+            "drops\n";
     for (std::size_t slot = 0; slot < state.config.vnics.size(); ++slot) {
         auto get = [&](auto member) {
             return total(state, [&](const lcore_counters& c) -> const counter& {

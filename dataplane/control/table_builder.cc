@@ -31,8 +31,8 @@ std::unique_ptr<datapath_tables> build_tables(const host_config& config,
     tables->vnic_of_port.fill(no_vnic);
 
     tables->vpcs = vni_map::create(static_cast<uint32_t>(config.vpcs.size()), error);
-    tables->vlt =
-        overlay::vlt::create(static_cast<uint32_t>(config.vnics.size() + config.peers.size()), error);
+    tables->vlt = overlay::vlt::create(
+        static_cast<uint32_t>(config.vnics.size() + config.peers.size()), error);
     if (!tables->vpcs || !tables->vlt) {
         return nullptr;
     }

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "../config/host_config.hh"
-#include "../overlay/underlay_neighbors.hh"
 #include "../counters.hh"
+#include "../overlay/underlay_neighbors.hh"
 #include "../tables.hh"
 
 namespace jakiro {

@@ -15,7 +15,7 @@
 namespace jakiro::overlay {
 
 class underlay_neighbors {
-public:
+  public:
     static constexpr uint16_t capacity = 4096;  // remote hosts one jakirod can tunnel to
     static constexpr uint16_t none = UINT16_MAX;
 
@@ -40,7 +40,7 @@ public:
     // Worker: records what an ARP message from `ip` said; ignores hosts we do not tunnel to.
     void learn(rte_be32_t ip, const rte_ether_addr& mac);
 
-private:
+  private:
     static constexpr uint64_t resolved_bit = uint64_t{1} << 63;
     struct slot {
         rte_be32_t ip = 0;

@@ -33,9 +33,13 @@ std::unique_ptr<vlt> vlt::create(uint32_t capacity, std::string& error) {
     return std::unique_ptr<vlt>(new vlt(hash, capacity));
 }
 
-vlt::vlt(rte_hash* hash, uint32_t capacity) : _hash(hash) { _entries.reserve(capacity); }
+vlt::vlt(rte_hash* hash, uint32_t capacity) : _hash(hash) {
+    _entries.reserve(capacity);
+}
 
-vlt::~vlt() { rte_hash_free(_hash); }
+vlt::~vlt() {
+    rte_hash_free(_hash);
+}
 
 bool vlt::add(uint32_t vpc, rte_be32_t ip, const vlt_entry& entry) {
     if (_entries.size() == _entries.capacity()) {

@@ -16,8 +16,8 @@ enum class vlt_kind : uint8_t { local_vnic, remote_host };
 
 struct vlt_entry {
     vlt_kind kind;
-    uint16_t vnic;      // local_vnic: vNIC slot on this host
-    uint16_t neighbor;  // remote_host: slot in underlay_neighbors
+    uint16_t vnic;       // local_vnic: vNIC slot on this host
+    uint16_t neighbor;   // remote_host: slot in underlay_neighbors
     rte_be32_t host_ip;  // remote_host: the host's underlay address
     bool has_inner_mac;
     rte_ether_addr inner_mac;  // remote_host: inner destination MAC when configured
@@ -31,7 +31,7 @@ struct vlt_key {
 static_assert(sizeof(vlt_key) == 8);
 
 class vlt {
-public:
+  public:
     static constexpr unsigned max_bulk = RTE_HASH_LOOKUP_BULK_MAX;
 
     // Returns nullptr (and sets `error`) if DPDK cannot allocate the hash.
@@ -49,7 +49,7 @@ public:
 
     std::size_t size() const { return _entries.size(); }
 
-private:
+  private:
     vlt(rte_hash* hash, uint32_t capacity);
     rte_hash* _hash;
     std::vector<vlt_entry> _entries;  // reserved at capacity: hash data points into it

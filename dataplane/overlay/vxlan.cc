@@ -93,8 +93,8 @@ outer_check check_outer(const uint8_t* frame, uint32_t len, rte_be32_t local_ip)
         result.reason = drop_reason::outer_bad_ip_checksum;
         return result;
     }
-    if ((ip->fragment_offset &
-         rte_cpu_to_be_16(RTE_IPV4_HDR_MF_FLAG | RTE_IPV4_HDR_OFFSET_MASK)) != 0) {
+    if ((ip->fragment_offset & rte_cpu_to_be_16(RTE_IPV4_HDR_MF_FLAG | RTE_IPV4_HDR_OFFSET_MASK)) !=
+        0) {
         result.reason = drop_reason::outer_fragment;
         return result;
     }

@@ -16,8 +16,8 @@
 namespace jakiro::overlay {
 
 constexpr uint16_t vxlan_udp_port = 4789;  // IANA port for VXLAN
-constexpr uint32_t outer_header_bytes = sizeof(rte_ether_hdr) + sizeof(rte_ipv4_hdr) +
-                                        sizeof(rte_udp_hdr) + sizeof(rte_vxlan_hdr);
+constexpr uint32_t outer_header_bytes =
+    sizeof(rte_ether_hdr) + sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr) + sizeof(rte_vxlan_hdr);
 static_assert(outer_header_bytes == 50);
 constexpr uint8_t vxlan_flag_vni_valid = 0x08;  // the "I" flag, first byte of the header
 constexpr uint8_t outer_ttl = 64;

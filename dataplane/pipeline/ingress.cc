@@ -35,10 +35,8 @@ void answer_overlay_arp(worker_context& ctx, const datapath_tables& tables, uint
     auto* frame = rte_pktmbuf_mtod(m, uint8_t*);
     uint8_t* inner = frame + outer.inner_offset;
     const auto arp = parse_arp(inner, outer.inner_len);
-    const overlay::vlt_entry* target =
-        arp ? tables.vlt->lookup(vpc, arp->target_ip) : nullptr;
-    const overlay::vlt_entry* sender =
-        arp ? tables.vlt->lookup(vpc, arp->sender_ip) : nullptr;
+    const overlay::vlt_entry* target = arp ? tables.vlt->lookup(vpc, arp->target_ip) : nullptr;
+    const overlay::vlt_entry* sender = arp ? tables.vlt->lookup(vpc, arp->sender_ip) : nullptr;
     if (!arp || arp->opcode != RTE_ARP_OP_REQUEST || target == nullptr ||
         target->kind != overlay::vlt_kind::local_vnic || sender == nullptr ||
         sender->kind != overlay::vlt_kind::remote_host || sender->host_ip != outer.outer_src_ip) {
@@ -58,8 +56,7 @@ void answer_overlay_arp(worker_context& ctx, const datapath_tables& tables, uint
 }
 
 // Inner IPv4 checks; returns the inner IPv4 header or nullptr after dropping.
-rte_ipv4_hdr* check_inner_ipv4(worker_context& ctx, const overlay::outer_view& outer,
-                               rte_mbuf* m) {
+rte_ipv4_hdr* check_inner_ipv4(worker_context& ctx, const overlay::outer_view& outer, rte_mbuf* m) {
     auto* inner_eth =
         reinterpret_cast<rte_ether_hdr*>(rte_pktmbuf_mtod(m, uint8_t*) + outer.inner_offset);
     if (outer.inner_len < sizeof(rte_ether_hdr) + sizeof(rte_ipv4_hdr)) {

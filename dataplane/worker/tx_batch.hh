@@ -7,13 +7,14 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 
 #include "../counters.hh"
 
 namespace jakiro {
 
 class tx_batch {
-public:
+  public:
     static constexpr uint16_t capacity = 64;  // two rx bursts' worth, then flush early
 
     void enqueue(uint16_t port, rte_mbuf* m, lcore_counters& counters) {
@@ -34,7 +35,19 @@ public:
         _pending_count = 0;
     }
 
-private:
+    // What is queued for `port` and not yet sent (tests inspect the pipelines' decisions).
+    std::span<rte_mbuf* const> queued(uint16_t port) const {
+        return {_queues[port].pkts, _queues[port].count};
+    }
+    // Forgets the queued packets without sending them; the caller now owns them.
+    void discard_all() {
+        for (uint16_t i = 0; i < _pending_count; ++i) {
+            _queues[_pending_ports[i]].count = 0;
+        }
+        _pending_count = 0;
+    }
+
+  private:
     void flush_port(uint16_t port, lcore_counters& counters) {
         auto& queue = _queues[port];
         uint16_t sent = 0;

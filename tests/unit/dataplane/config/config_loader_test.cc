@@ -1,0 +1,161 @@
+#include "config/config_loader.hh"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace jakiro {
+namespace {
+
+const char* valid_config = R"(host:
+  name: h1
+  underlay: {port: "net_af_packet0,iface=ul0", ip: 198.18.0.1, mtu: 1500}
+vpcs:
+  - {name: blue, vni: 100}
+  - {name: red, vni: 200}
+vnics:
+  - {name: t1, vpc: blue, mac: "02:00:c6:13:01:01", ip: 198.19.1.1/24, port: "net_af_packet1,iface=t1"}
+  - {name: t3, vpc: red, mac: "02:00:c6:13:02:01", ip: 198.19.1.1/24, port: "net_af_packet2,iface=t3"}
+peers:
+  - {vpc: blue, ip: 198.19.1.2, host: 198.18.0.2}
+  - {vpc: blue, ip: 198.19.1.9, host: 198.18.0.9, mac: "02:00:c6:13:01:09"}
+)";
+
+// Replaces the first occurrence of `from` in the valid config.
+std::string with(const std::string& from, const std::string& to) {
+    std::string text = valid_config;
+    const auto at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return text.replace(at, from.size(), to);
+}
+
+// Loads `text` and expects exactly one error naming `line` and `field`.
+void expect_error(const std::string& text, int line, const std::string& field,
+                  const std::string& words) {
+    const auto result = load_host_config_text(text, "h1.yaml");
+    ASSERT_EQ(result.errors.size(), 1u) << text;
+    const auto& error = result.errors[0];
+    EXPECT_EQ(error.file, "h1.yaml");
+    EXPECT_EQ(error.line, line) << error.to_string();
+    EXPECT_EQ(error.field, field) << error.to_string();
+    const auto message = error.to_string();
+    EXPECT_NE(message.find("h1.yaml:" + std::to_string(line) + ": " + field), std::string::npos)
+        << message;
+    EXPECT_NE(message.find(words), std::string::npos) << message;
+}
+
+TEST(ConfigLoader, AcceptsTheDesignExampleAndKeepsEveryValue) {
+    const auto result = load_host_config_text(valid_config, "h1.yaml");
+    ASSERT_TRUE(result.ok()) << result.errors[0].to_string();
+    const auto& c = result.config;
+    EXPECT_EQ(c.name, "h1");
+    EXPECT_EQ(format_ipv4(c.underlay.ip), "198.18.0.1");
+    EXPECT_EQ(c.tenant_mtu(), 1450u);
+    ASSERT_EQ(c.vpcs.size(), 2u);
+    EXPECT_EQ(c.vpcs[1].vni, 200u);
+    ASSERT_EQ(c.vnics.size(), 2u);
+    EXPECT_EQ(format_mac(c.vnics[0].mac), "02:00:c6:13:01:01");
+    EXPECT_EQ(c.vnics[0].ip.length, 24);
+    ASSERT_EQ(c.peers.size(), 2u);
+    EXPECT_FALSE(c.peers[0].mac.has_value());
+    ASSERT_TRUE(c.peers[1].mac.has_value());
+    EXPECT_EQ(format_mac(*c.peers[1].mac), "02:00:c6:13:01:09");
+}
+
+TEST(ConfigLoader, SameAddressInTwoVpcsIsAllowed) {
+    // t1 (blue) and t3 (red) both use 198.19.1.1 in the valid config.
+    EXPECT_TRUE(load_host_config_text(valid_config, "h1.yaml").ok());
+}
+
+TEST(ConfigLoader, UnknownKeyIsAnErrorWithLineAndField) {
+    expect_error(with("{name: red, vni: 200}", "{name: red, vni: 200, colour: red}"), 6,
+                 "vpcs[1].colour", "unknown key");
+}
+
+TEST(ConfigLoader, UnknownTopLevelKeyIsAnError) {
+    expect_error(std::string(valid_config) + "routers: []\n", 13, "routers", "unknown key");
+}
+
+TEST(ConfigLoader, BadMacNamesTheVnicField) {
+    expect_error(with("02:00:c6:13:02:01", "02:00:zz:13:02:01"), 9, "vnics[1].mac",
+                 "not a MAC address");
+}
+
+TEST(ConfigLoader, MulticastMacIsRejected) {
+    expect_error(with("02:00:c6:13:02:01", "01:00:5e:00:00:01"), 9, "vnics[1].mac", "multicast");
+}
+
+TEST(ConfigLoader, BadIpPrefixIsRejected) {
+    expect_error(
+        with("198.19.1.1/24, port: \"net_af_packet2", "198.19.1.1/33, port: \"net_af_packet2"), 9,
+        "vnics[1].ip", "not an IPv4 address/prefix");
+}
+
+TEST(ConfigLoader, VniOutOfRangeIsRejected) {
+    expect_error(with("vni: 200", "vni: 16777216"), 6, "vpcs[1].vni",
+                 "not a number in [1, 16777215]");
+}
+
+TEST(ConfigLoader, DuplicateVniIsRejected) {
+    expect_error(with("vni: 200", "vni: 100"), 6, "vpcs[1].vni", "used by two VPCs");
+}
+
+TEST(ConfigLoader, DuplicateVnicNameIsRejected) {
+    expect_error(with("{name: t3, vpc: red", "{name: t1, vpc: red"), 9, "vnics[1].name",
+                 "duplicate vNIC name");
+}
+
+TEST(ConfigLoader, UnknownVpcOfVnicIsRejected) {
+    expect_error(with("{name: t3, vpc: red", "{name: t3, vpc: green"), 9, "vnics[1].vpc",
+                 "unknown VPC 'green'");
+}
+
+TEST(ConfigLoader, TwoOwnersOfOneAddressInAVpcAreRejected) {
+    expect_error(with("{vpc: blue, ip: 198.19.1.2,", "{vpc: blue, ip: 198.19.1.1,"), 11,
+                 "peers[0].ip", "already used in VPC 'blue'");
+}
+
+TEST(ConfigLoader, PeerOnOurOwnUnderlayAddressIsRejected) {
+    expect_error(with("host: 198.18.0.2}", "host: 198.18.0.1}"), 11, "peers[0].host",
+                 "own underlay address");
+}
+
+TEST(ConfigLoader, MissingFieldNamesTheEntryLine) {
+    expect_error(with("ip: 198.19.1.1/24, port: \"net_af_packet1,iface=t1\"",
+                      "port: \"net_af_packet1,iface=t1\""),
+                 8, "vnics[0].ip", "missing");
+}
+
+TEST(ConfigLoader, MtuOutsideTheSupportedRangeIsRejected) {
+    expect_error(with("mtu: 1500", "mtu: 9200"), 3, "host.underlay.mtu", "not a number");
+}
+
+TEST(ConfigLoader, PortUsedTwiceIsRejected) {
+    expect_error(with("net_af_packet2,iface=t3", "net_af_packet1,iface=t3"), 9, "vnics[1].port",
+                 "used twice");
+}
+
+TEST(ConfigLoader, YamlSyntaxErrorNamesTheLine) {
+    const auto result = load_host_config_text("host:\n  name: [h1\n", "broken.yaml");
+    ASSERT_FALSE(result.ok());
+    EXPECT_EQ(result.errors[0].file, "broken.yaml");
+    EXPECT_GT(result.errors[0].line, 1);
+}
+
+TEST(ConfigLoader, UnreadableFileIsReportedNotThrown) {
+    const auto result = load_host_config_file("/nonexistent/jakiro.yaml");
+    ASSERT_FALSE(result.ok());
+    EXPECT_NE(result.errors[0].to_string().find("/nonexistent/jakiro.yaml"), std::string::npos);
+}
+
+TEST(ConfigLoader, ScalarWhereAListBelongsIsAnError) {
+    const auto result = load_host_config_text(
+        with("vpcs:\n  - {name: blue, vni: 100}\n  - {name: red, vni: 200}\n", "vpcs: blue\n"),
+        "h1.yaml");
+    ASSERT_FALSE(result.ok());
+    // The vNICs and peers then name unknown VPCs too; the first error is the cause.
+    EXPECT_EQ(result.errors[0].to_string(), "h1.yaml:4: vpcs: must be a list");
+}
+
+}  // namespace
+}  // namespace jakiro

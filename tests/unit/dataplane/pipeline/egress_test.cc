@@ -1,0 +1,137 @@
+#include "pipeline_fixture.hh"
+
+namespace jakiro::test {
+namespace {
+
+using Egress = PipelineTest;
+
+TEST_F(Egress, TenantArpForAVpcAddressIsAnsweredWithTheGatewayMac) {
+    from_tenant(slot_t1, arp_request_mbuf(pool, t1_mac, ip("198.19.1.2"), ip("198.19.1.1")));
+    EXPECT_EQ(drops(drop_reason::tenant_arp_ignored), 1u) << "sender IP must be the vNIC's";
+
+    from_tenant(slot_t1, arp_request_mbuf(pool, t1_mac, ip("198.19.1.1"), ip("198.19.1.2")));
+    const auto sent = ctx->tx.queued(port_t1);
+    ASSERT_EQ(sent.size(), 1u);
+    const auto arp = parse_arp(rte_pktmbuf_mtod(sent[0], uint8_t*), rte_pktmbuf_data_len(sent[0]));
+    ASSERT_TRUE(arp);
+    EXPECT_EQ(arp->opcode, RTE_ARP_OP_REPLY);
+    EXPECT_EQ(arp->sender_ip, ip("198.19.1.2"));
+    EXPECT_TRUE(rte_is_same_ether_addr(&arp->sender_mac, &gateway));
+}
+
+TEST_F(Egress, TenantArpForAnUnknownAddressIsNotAnswered) {
+    from_tenant(slot_t1, arp_request_mbuf(pool, t1_mac, ip("198.19.1.1"), ip("198.19.1.77")));
+    EXPECT_TRUE(ctx->tx.queued(port_t1).empty());
+    EXPECT_EQ(drops(drop_reason::tenant_arp_ignored), 1u);
+}
+
+TEST_F(Egress, SameHostDestinationIsSwitchedPortToPortWithoutTunnel) {
+    from_tenant(slot_t1, t1_packet("198.19.1.3"));
+    const auto sent = ctx->tx.queued(port_t5);
+    ASSERT_EQ(sent.size(), 1u);
+    const auto* eth = rte_pktmbuf_mtod(sent[0], const rte_ether_hdr*);
+    EXPECT_TRUE(rte_is_same_ether_addr(&eth->dst_addr, &t5_mac));
+    EXPECT_TRUE(rte_is_same_ether_addr(&eth->src_addr, &gateway));
+    EXPECT_EQ(eth->ether_type, rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4));
+    EXPECT_TRUE(ctx->tx.queued(uplink).empty());
+    EXPECT_EQ(ctx->counters.vnics[slot_t5].to_tenant_packets.read(), 1u);
+}
+
+TEST_F(Egress, RemoteDestinationWaitsForTheUnderlayNeighbour) {
+    from_tenant(slot_t1, t1_packet("198.19.1.2"));
+    EXPECT_EQ(drops(drop_reason::underlay_neighbor_unresolved), 1u);
+    EXPECT_TRUE(ctx->tx.queued(uplink).empty());
+}
+
+TEST_F(Egress, RemoteDestinationIsEncapsulatedWithTheVpcVni) {
+    neighbors.learn(ip("198.18.0.2"), h2_mac);
+    from_tenant(slot_t1, t1_packet("198.19.1.2", 0x02));
+    const auto sent = ctx->tx.queued(uplink);
+    ASSERT_EQ(sent.size(), 1u);
+    const auto* frame = rte_pktmbuf_mtod(sent[0], const uint8_t*);
+    const auto outer = overlay::check_outer(frame, rte_pktmbuf_data_len(sent[0]), ip("198.18.0.2"));
+    ASSERT_TRUE(outer.ok) << name_of(outer.reason);
+    EXPECT_EQ(outer.view.vni, 100u);
+    EXPECT_EQ(outer.view.outer_tos, 0x02) << "ECN copied to the outer header";
+    const auto* eth = reinterpret_cast<const rte_ether_hdr*>(frame);
+    EXPECT_TRUE(rte_is_same_ether_addr(&eth->dst_addr, &h2_mac));
+    EXPECT_EQ(ctx->counters.encapsulated.read(), 1u);
+}
+
+TEST_F(Egress, RedTenantWithTheSameAddressTunnelsInItsOwnVni) {
+    neighbors.learn(ip("198.18.0.2"), h2_mac);
+    ipv4_frame_spec spec{mac("02:00:c6:13:02:01"), gateway, ip("198.19.1.1"), ip("198.19.1.2")};
+    from_tenant(slot_t3, ipv4_mbuf(pool, spec));
+    const auto sent = ctx->tx.queued(uplink);
+    ASSERT_EQ(sent.size(), 1u);
+    const auto outer = overlay::check_outer(rte_pktmbuf_mtod(sent[0], const uint8_t*),
+                                            rte_pktmbuf_data_len(sent[0]), ip("198.18.0.2"));
+    EXPECT_EQ(outer.view.vni, 200u);
+}
+
+TEST_F(Egress, ConfiguredInnerMacIsUsedForForeignVteps) {
+    neighbors.learn(ip("198.18.0.9"), mac("02:00:00:00:00:09"));
+    from_tenant(slot_t1, t1_packet("198.19.1.9"));
+    const auto sent = ctx->tx.queued(uplink);
+    ASSERT_EQ(sent.size(), 1u);
+    const auto* inner = rte_pktmbuf_mtod_offset(sent[0], const rte_ether_hdr*, 50);
+    const auto expected = mac("02:00:c6:13:01:09");
+    EXPECT_TRUE(rte_is_same_ether_addr(&inner->dst_addr, &expected));
+}
+
+TEST_F(Egress, SpoofedSourceAddressIsDroppedAndCharged) {
+    ipv4_frame_spec spec{t1_mac, gateway, ip("198.19.1.3"), ip("198.19.1.2")};
+    from_tenant(slot_t1, ipv4_mbuf(pool, spec));
+    spec.src_ip = ip("198.19.1.1");
+    spec.src_mac = t5_mac;
+    from_tenant(slot_t1, ipv4_mbuf(pool, spec));
+    EXPECT_EQ(drops(drop_reason::tenant_src_spoofed), 2u);
+    EXPECT_EQ(ctx->counters.vnics[slot_t1].drops.read(), 2u);
+}
+
+TEST_F(Egress, AddressOutsideTheVpcIsAVltMiss) {
+    from_tenant(slot_t1, t1_packet("198.19.2.2"));
+    EXPECT_EQ(drops(drop_reason::vlt_miss), 1u);
+}
+
+TEST_F(Egress, BroadcastIpv6AndOversizedFramesAreDroppedWithReasons) {
+    from_tenant(slot_t1, t1_packet("255.255.255.255"));
+    EXPECT_EQ(drops(drop_reason::tenant_not_unicast), 1u);
+
+    rte_mbuf* v6 = t1_packet("198.19.1.2");
+    rte_pktmbuf_mtod(v6, rte_ether_hdr*)->ether_type = rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV6);
+    from_tenant(slot_t1, v6);
+    EXPECT_EQ(drops(drop_reason::tenant_unsupported_ethertype), 1u);
+
+    ipv4_frame_spec big{t1_mac, gateway, ip("198.19.1.1"), ip("198.19.1.2")};
+    big.payload = 1500;
+    from_tenant(slot_t1, ipv4_mbuf(pool, big));
+    EXPECT_EQ(drops(drop_reason::tenant_too_big), 1u);
+}
+
+TEST_F(Egress, TruncatedAndLyingIpHeadersAreDropped) {
+    rte_mbuf* shortened = t1_packet("198.19.1.2");
+    rte_pktmbuf_trim(shortened, rte_pktmbuf_pkt_len(shortened) - 20);
+    from_tenant(slot_t1, shortened);
+    EXPECT_EQ(drops(drop_reason::tenant_truncated), 1u);
+
+    rte_mbuf* lying = t1_packet("198.19.1.2");
+    rte_pktmbuf_mtod_offset(lying, rte_ipv4_hdr*, 14)->total_length = rte_cpu_to_be_16(1400);
+    from_tenant(slot_t1, lying);
+    EXPECT_EQ(drops(drop_reason::tenant_bad_ip_header), 1u);
+}
+
+TEST_F(Egress, EthernetPaddingIsNotCarriedIntoTheTunnel) {
+    neighbors.learn(ip("198.18.0.2"), h2_mac);
+    ipv4_frame_spec spec{t1_mac, gateway, ip("198.19.1.1"), ip("198.19.1.2")};
+    spec.payload = 2;  // 44-byte frame
+    rte_mbuf* m = ipv4_mbuf(pool, spec);
+    std::memset(rte_pktmbuf_append(m, 16), 0, 16);  // padded to 60 as on the wire
+    from_tenant(slot_t1, m);
+    const auto sent = ctx->tx.queued(uplink);
+    ASSERT_EQ(sent.size(), 1u);
+    EXPECT_EQ(rte_pktmbuf_pkt_len(sent[0]), 50u + 14 + 20 + 8 + 2);
+}
+
+}  // namespace
+}  // namespace jakiro::test

@@ -1,0 +1,111 @@
+#include "pipeline_fixture.hh"
+
+namespace jakiro::test {
+namespace {
+
+using Ingress = PipelineTest;
+
+TEST_F(Ingress, TunnelledPacketIsDeliveredToTheVnicOfItsVpc) {
+    from_uplink(tunnelled("198.18.0.2", 100, "198.19.1.2", "198.19.1.1"));
+    from_uplink(tunnelled("198.18.0.2", 200, "198.19.1.2", "198.19.1.1"));
+    const auto blue = ctx->tx.queued(port_t1);
+    const auto red = ctx->tx.queued(port_t3);
+    ASSERT_EQ(blue.size(), 1u);
+    ASSERT_EQ(red.size(), 1u) << "same address, other VPC, other vNIC";
+    const auto* eth = rte_pktmbuf_mtod(blue[0], const rte_ether_hdr*);
+    EXPECT_TRUE(rte_is_same_ether_addr(&eth->dst_addr, &t1_mac));
+    EXPECT_TRUE(rte_is_same_ether_addr(&eth->src_addr, &gateway));
+    EXPECT_EQ(rte_pktmbuf_pkt_len(blue[0]), 14u + 20 + 8 + 64) << "outer headers stripped";
+    EXPECT_EQ(ctx->counters.decapsulated.read(), 2u);
+}
+
+TEST_F(Ingress, UnknownVniIsDropped) {
+    from_uplink(tunnelled("198.18.0.2", 300, "198.19.1.2", "198.19.1.1"));
+    EXPECT_EQ(drops(drop_reason::vxlan_unknown_vni), 1u);
+}
+
+TEST_F(Ingress, InnerSourceFromTheWrongHostIsDroppedAsSpoofed) {
+    // 198.19.1.2 lives on 198.18.0.2; the same claim from 198.18.0.9 is an injection.
+    from_uplink(tunnelled("198.18.0.9", 100, "198.19.1.2", "198.19.1.1"));
+    // A source that is a local vNIC cannot arrive from the fabric either.
+    from_uplink(tunnelled("198.18.0.2", 100, "198.19.1.3", "198.19.1.1"));
+    EXPECT_EQ(drops(drop_reason::inner_src_spoofed), 2u);
+    EXPECT_TRUE(ctx->tx.queued(port_t1).empty());
+}
+
+TEST_F(Ingress, DestinationThatIsNotLocalIsDropped) {
+    from_uplink(tunnelled("198.18.0.2", 100, "198.19.1.2", "198.19.1.9"));
+    EXPECT_EQ(drops(drop_reason::inner_dst_not_local), 1u);
+}
+
+TEST_F(Ingress, FramesForOtherMacsOnTheFabricAreCountedNotDelivered) {
+    rte_mbuf* m = tunnelled("198.18.0.2", 100, "198.19.1.2", "198.19.1.1");
+    rte_pktmbuf_mtod(m, rte_ether_hdr*)->dst_addr = mac("02:00:00:00:00:77");
+    from_uplink(m);
+    EXPECT_EQ(drops(drop_reason::underlay_not_for_us), 1u);
+}
+
+TEST_F(Ingress, OuterCeMarksEctInnerAndDropsNotEct) {
+    from_uplink(tunnelled("198.18.0.2", 100, "198.19.1.2", "198.19.1.1", 0x02, 0x03));
+    const auto sent = ctx->tx.queued(port_t1);
+    ASSERT_EQ(sent.size(), 1u);
+    const auto* iph = rte_pktmbuf_mtod_offset(sent[0], const rte_ipv4_hdr*, 14);
+    EXPECT_EQ(iph->type_of_service & 3, 3);
+    EXPECT_EQ(rte_raw_cksum(iph, 20), 0xffff);
+    from_uplink(tunnelled("198.18.0.2", 100, "198.19.1.2", "198.19.1.1", 0x00, 0x03));
+    EXPECT_EQ(drops(drop_reason::inner_ce_on_not_ect), 1u);
+}
+
+TEST_F(Ingress, UnderlayArpForOurAddressIsAnsweredAndTheAskerLearnt) {
+    from_uplink(arp_request_mbuf(pool, h2_mac, ip("198.18.0.2"), ip("198.18.0.1")));
+    const auto sent = ctx->tx.queued(uplink);
+    ASSERT_EQ(sent.size(), 1u);
+    const auto arp = parse_arp(rte_pktmbuf_mtod(sent[0], uint8_t*), rte_pktmbuf_data_len(sent[0]));
+    ASSERT_TRUE(arp);
+    EXPECT_EQ(arp->opcode, RTE_ARP_OP_REPLY);
+    EXPECT_TRUE(rte_is_same_ether_addr(&arp->sender_mac, &h1_mac));
+    const uint16_t slot = neighbors.slot_for(ip("198.18.0.2"));
+    const auto learnt = neighbors.mac(slot);
+    ASSERT_TRUE(learnt);
+    EXPECT_TRUE(rte_is_same_ether_addr(&*learnt, &h2_mac));
+}
+
+TEST_F(Ingress, UnderlayArpForAnotherAddressIsIgnored) {
+    from_uplink(arp_request_mbuf(pool, h2_mac, ip("198.18.0.2"), ip("198.18.0.5")));
+    EXPECT_TRUE(ctx->tx.queued(uplink).empty());
+}
+
+TEST_F(Ingress, ArpInsideTheTunnelIsAnsweredBackThroughIt) {
+    // A Linux VTEP (198.18.0.9) asks for t1 inside VNI 100.
+    rte_mbuf* m =
+        arp_request_mbuf(pool, mac("02:00:c6:13:01:09"), ip("198.19.1.9"), ip("198.19.1.1"));
+    vxlan_wrap(m, {mac("02:00:00:00:00:09"), h1_mac, ip("198.18.0.9"), ip("198.18.0.1")}, 100);
+    from_uplink(m);
+    const auto sent = ctx->tx.queued(uplink);
+    ASSERT_EQ(sent.size(), 1u);
+    const auto* frame = rte_pktmbuf_mtod(sent[0], const uint8_t*);
+    const auto outer = overlay::check_outer(frame, rte_pktmbuf_data_len(sent[0]), ip("198.18.0.9"));
+    ASSERT_TRUE(outer.ok) << name_of(outer.reason);
+    EXPECT_EQ(outer.view.vni, 100u);
+    const auto arp = parse_arp(frame + 50, outer.view.inner_len);
+    ASSERT_TRUE(arp);
+    EXPECT_EQ(arp->opcode, RTE_ARP_OP_REPLY);
+    EXPECT_EQ(arp->sender_ip, ip("198.19.1.1"));
+}
+
+TEST_F(Ingress, BurstOfMixedPacketsIsSortedOutPacketByPacket) {
+    rte_mbuf* burst[] = {
+        tunnelled("198.18.0.2", 100, "198.19.1.2", "198.19.1.1"),
+        tunnelled("198.18.0.2", 100, "198.19.1.2", "198.19.1.3"),
+        tunnelled("198.18.0.2", 300, "198.19.1.2", "198.19.1.1"),
+        tunnelled("198.18.0.2", 200, "198.19.1.2", "198.19.1.1"),
+    };
+    process_uplink_burst(*ctx, *tables, burst, 4);
+    EXPECT_EQ(ctx->tx.queued(port_t1).size(), 1u);
+    EXPECT_EQ(ctx->tx.queued(port_t5).size(), 1u);
+    EXPECT_EQ(ctx->tx.queued(port_t3).size(), 1u);
+    EXPECT_EQ(drops(drop_reason::vxlan_unknown_vni), 1u);
+}
+
+}  // namespace
+}  // namespace jakiro::test

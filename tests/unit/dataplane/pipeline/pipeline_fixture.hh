@@ -1,0 +1,102 @@
+#pragma once
+// A host like h1 of the test bed, with its tables built from YAML and fake port ids, so the
+// pipelines run without ports: tests read what they queued for transmission.
+
+#include <gtest/gtest.h>
+#include <rte_mbuf.h>
+
+#include <memory>
+
+#include "../../frames.hh"
+#include "config/config_loader.hh"
+#include "control/table_builder.hh"
+#include "pipeline/egress.hh"
+#include "pipeline/ingress.hh"
+
+namespace jakiro::test {
+
+constexpr uint16_t uplink = 0, port_t1 = 1, port_t5 = 2, port_t3 = 3;
+constexpr uint16_t slot_t1 = 0, slot_t5 = 1, slot_t3 = 2;
+
+struct PipelineTest : testing::Test {
+    static inline rte_mempool* pool = nullptr;
+    overlay::underlay_neighbors neighbors;
+    std::unique_ptr<datapath_tables> tables;
+    std::unique_ptr<worker_context> ctx = std::make_unique<worker_context>();
+
+    const rte_ether_addr h1_mac = mac("02:00:00:00:00:01");
+    const rte_ether_addr h2_mac = mac("02:00:00:00:00:02");
+    const rte_ether_addr gateway = mac("02:6a:6b:00:00:01");
+    const rte_ether_addr t1_mac = mac("02:00:c6:13:01:01");
+    const rte_ether_addr t5_mac = mac("02:00:c6:13:01:03");
+
+    static void SetUpTestSuite() {
+        if (pool == nullptr) {
+            pool = rte_pktmbuf_pool_create("pipeline_test", 1023, 0, 0, RTE_MBUF_DEFAULT_BUF_SIZE,
+                                           SOCKET_ID_ANY);
+        }
+    }
+
+    void SetUp() override {
+        ASSERT_NE(pool, nullptr);
+        const auto loaded = load_host_config_text(R"(host:
+  name: h1
+  underlay: {port: "net_null0", ip: 198.18.0.1}
+vpcs: [{name: blue, vni: 100}, {name: red, vni: 200}]
+vnics:
+  - {name: t1, vpc: blue, mac: "02:00:c6:13:01:01", ip: 198.19.1.1/24, port: "net_null1"}
+  - {name: t5, vpc: blue, mac: "02:00:c6:13:01:03", ip: 198.19.1.3/24, port: "net_null2"}
+  - {name: t3, vpc: red, mac: "02:00:c6:13:02:01", ip: 198.19.1.1/24, port: "net_null3"}
+peers:
+  - {vpc: blue, ip: 198.19.1.2, host: 198.18.0.2}
+  - {vpc: red, ip: 198.19.1.2, host: 198.18.0.2}
+  - {vpc: blue, ip: 198.19.1.9, host: 198.18.0.9, mac: "02:00:c6:13:01:09"}
+)",
+                                                  "h1.yaml");
+        ASSERT_TRUE(loaded.ok()) << loaded.errors[0].to_string();
+        port_assignment ports{uplink, h1_mac, {port_t1, port_t5, port_t3}};
+        std::string error;
+        tables = build_tables(loaded.config, ports, neighbors, error);
+        ASSERT_TRUE(tables) << error;
+        ctx->neighbors = &neighbors;
+        ctx->pool = pool;
+    }
+
+    void TearDown() override {
+        for (uint16_t port = 0; port < 4; ++port) {
+            for (rte_mbuf* m : ctx->tx.queued(port)) {
+                rte_pktmbuf_free(m);
+            }
+        }
+        ctx->tx.discard_all();
+        EXPECT_EQ(rte_mempool_in_use_count(pool), 0u) << "every mbuf freed or queued";
+    }
+
+    uint64_t drops(drop_reason reason) const {
+        return ctx->counters.drops[static_cast<std::size_t>(reason)].read();
+    }
+
+    void from_tenant(uint16_t slot, rte_mbuf* m) {
+        process_tenant_burst(*ctx, *tables, slot, &m, 1);
+    }
+    void from_uplink(rte_mbuf* m) { process_uplink_burst(*ctx, *tables, &m, 1); }
+
+    // A frame from tenant t1 (blue) to `dst`.
+    rte_mbuf* t1_packet(const char* dst, uint8_t tos = 0) {
+        ipv4_frame_spec spec{t1_mac, gateway, ip("198.19.1.1"), ip(dst)};
+        spec.tos = tos;
+        return ipv4_mbuf(pool, spec);
+    }
+
+    // A VXLAN frame from host `from_host` carrying `src` -> `dst` in VNI `vni`.
+    rte_mbuf* tunnelled(const char* from_host, uint32_t vni, const char* src, const char* dst,
+                        uint8_t inner_tos = 0, uint8_t outer_tos = 0) {
+        ipv4_frame_spec spec{mac("02:00:c6:13:01:02"), gateway, ip(src), ip(dst)};
+        spec.tos = inner_tos;
+        rte_mbuf* m = ipv4_mbuf(pool, spec);
+        vxlan_wrap(m, {h2_mac, h1_mac, ip(from_host), ip("198.18.0.1")}, vni, outer_tos);
+        return m;
+    }
+};
+
+}  // namespace jakiro::test

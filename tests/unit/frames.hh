@@ -1,0 +1,93 @@
+#pragma once
+// Builds test frames (Ethernet/IPv4/UDP or TCP, ARP, VXLAN around them) into mbufs.
+
+#include <rte_arp.h>
+#include <rte_ether.h>
+#include <rte_ip.h>
+#include <rte_mbuf.h>
+#include <rte_tcp.h>
+#include <rte_udp.h>
+
+#include <cstring>
+#include <string>
+
+#include "arp.hh"
+#include "config/host_config.hh"
+#include "overlay/vxlan.hh"
+
+namespace jakiro::test {
+
+inline rte_be32_t ip(const char* text) {
+    return rte_cpu_to_be_32(*parse_ipv4(text));
+}
+
+inline rte_ether_addr mac(const char* text) {
+    rte_ether_addr out;
+    const auto parsed = *parse_mac(text);
+    std::memcpy(out.addr_bytes, parsed.data(), 6);
+    return out;
+}
+
+struct ipv4_frame_spec {
+    rte_ether_addr src_mac;
+    rte_ether_addr dst_mac;
+    rte_be32_t src_ip;
+    rte_be32_t dst_ip;
+    uint8_t proto = IPPROTO_UDP;
+    uint16_t src_port = 1000;
+    uint16_t dst_port = 2000;
+    uint8_t tos = 0;
+    uint16_t payload = 64;
+};
+
+// Writes an Ethernet + IPv4 + UDP/TCP frame at `out`; returns its length.
+inline uint32_t write_ipv4_frame(uint8_t* out, const ipv4_frame_spec& spec) {
+    auto* eth = reinterpret_cast<rte_ether_hdr*>(out);
+    auto* iph = reinterpret_cast<rte_ipv4_hdr*>(eth + 1);
+    const uint16_t l4 = spec.proto == IPPROTO_TCP ? sizeof(rte_tcp_hdr) : sizeof(rte_udp_hdr);
+    const uint16_t ip_len = sizeof(rte_ipv4_hdr) + l4 + spec.payload;
+    std::memset(out, 0, sizeof(rte_ether_hdr) + ip_len);
+    eth->src_addr = spec.src_mac;
+    eth->dst_addr = spec.dst_mac;
+    eth->ether_type = rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4);
+    iph->version_ihl = RTE_IPV4_VHL_DEF;
+    iph->type_of_service = spec.tos;
+    iph->total_length = rte_cpu_to_be_16(ip_len);
+    iph->time_to_live = 64;
+    iph->next_proto_id = spec.proto;
+    iph->src_addr = spec.src_ip;
+    iph->dst_addr = spec.dst_ip;
+    iph->hdr_checksum = rte_ipv4_cksum(iph);
+    auto* ports = reinterpret_cast<rte_be16_t*>(iph + 1);
+    ports[0] = rte_cpu_to_be_16(spec.src_port);
+    ports[1] = rte_cpu_to_be_16(spec.dst_port);
+    if (spec.proto == IPPROTO_UDP) {
+        ports[2] = rte_cpu_to_be_16(sizeof(rte_udp_hdr) + spec.payload);
+    }
+    return sizeof(rte_ether_hdr) + ip_len;
+}
+
+inline rte_mbuf* mbuf_from(rte_mempool* pool, const uint8_t* bytes, uint32_t len) {
+    rte_mbuf* m = rte_pktmbuf_alloc(pool);
+    std::memcpy(rte_pktmbuf_append(m, static_cast<uint16_t>(len)), bytes, len);
+    return m;
+}
+
+inline rte_mbuf* ipv4_mbuf(rte_mempool* pool, const ipv4_frame_spec& spec) {
+    uint8_t frame[2048];
+    return mbuf_from(pool, frame, write_ipv4_frame(frame, spec));
+}
+
+inline rte_mbuf* arp_request_mbuf(rte_mempool* pool, const rte_ether_addr& sender_mac,
+                                  rte_be32_t sender_ip, rte_be32_t target_ip) {
+    uint8_t frame[64];
+    return mbuf_from(pool, frame, write_arp_request(frame, sender_mac, sender_ip, target_ip));
+}
+
+// Wraps an inner frame (already in `m`) in VXLAN from `from` to `to`.
+inline void vxlan_wrap(rte_mbuf* m, const overlay::tunnel_endpoints& ends, uint32_t vni,
+                       uint8_t outer_tos = 0) {
+    overlay::encapsulate(m, ends, vni, outer_tos, 50000);
+}
+
+}  // namespace jakiro::test
