@@ -1,0 +1,246 @@
+"""Shared helpers for the integration tests: the test bed, commands in namespaces, stats.
+
+The tests run as root with Debian's /usr/bin/python3 (scapy, pytest). The binaries come
+from JAKIROD / JAKIROCTL (meson sets them to the build tree) or from PATH; the sources
+from JAKIRO_SRC (default: this checkout).
+"""
+
+import collections
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SRC = Path(os.environ.get("JAKIRO_SRC") or Path(__file__).resolve().parents[2])
+TESTBED = SRC / "tools" / "testbed"
+RUN_DIR = Path("/run/jakiro/testbed")
+PYTHON = "/usr/bin/python3"  # Debian's, the one that can import scapy
+
+# Test bed plan (DESIGN.md section 9).
+T1, T2, T5 = "jk-h1-t1", "jk-h2-t2", "jk-h1-t5"  # blue, VNI 100
+T3, T4 = "jk-h1-t3", "jk-h2-t4"  # red, VNI 200
+IP = {T1: "198.19.1.1", T2: "198.19.1.2", T5: "198.19.1.3", T3: "198.19.1.1", T4: "198.19.1.2"}
+MAC = {T1: "02:00:c6:13:01:01", T2: "02:00:c6:13:01:02", T5: "02:00:c6:13:01:03",
+       T3: "02:00:c6:13:02:01", T4: "02:00:c6:13:02:02"}
+
+
+def tool(env_name, default):
+    return os.environ.get(env_name) or shutil.which(default) or default
+
+
+JAKIROD = tool("JAKIROD", "jakirod")
+JAKIROCTL = tool("JAKIROCTL", "jakiroctl")
+
+
+def run(*cmd, timeout=30, check=True, text=True, **kw):
+    """Run a command, capture its output; on failure raise with what it printed."""
+    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=text,
+                       timeout=timeout, **kw)
+    if check and r.returncode != 0:
+        raise AssertionError(f"{' '.join(map(str, cmd))} exited {r.returncode}\n"
+                             f"stdout: {r.stdout[-2000:]}\nstderr: {r.stderr[-2000:]}")
+    return r
+
+
+def ns(name, *cmd, timeout=30, check=True, **kw):
+    """Run a command inside network namespace `name`."""
+    return run("ip", "netns", "exec", name, *cmd, timeout=timeout, check=check, **kw)
+
+
+@contextlib.contextmanager
+def ns_bg(name, *cmd, **kw):
+    """Run a command in the background inside `name`; it is killed when the block ends."""
+    kw.setdefault("stdout", subprocess.DEVNULL)
+    kw.setdefault("stderr", subprocess.DEVNULL)
+    p = subprocess.Popen(["ip", "netns", "exec", name, *map(str, cmd)],
+                         stdin=subprocess.DEVNULL, start_new_session=True, **kw)
+    try:
+        yield p
+    finally:
+        stop(p)
+
+
+def stop(p, grace=3):
+    """End a Popen started in its own session: SIGTERM its group, then SIGKILL."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            p.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def wait_until(predicate, timeout, what, interval=0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def wait_listening(name, port, timeout=5):
+    """Wait until something in namespace `name` listens on TCP `port`."""
+    wait_until(lambda: ns(name, "ss", "-Hltn", f"sport = :{port}", timeout=5).stdout.strip(),
+               timeout, f"a TCP listener on port {port} in {name}")
+
+
+@contextlib.contextmanager
+def http_server(name, ip, port, directory):
+    with ns_bg(name, PYTHON, "-m", "http.server", port, "--bind", ip,
+               "--directory", directory) as p:
+        wait_listening(name, port)
+        yield p
+
+
+@contextlib.contextmanager
+def iperf3_server(name, port=5201):
+    with ns_bg(name, "iperf3", "-s", "-1", "-p", port) as p:
+        wait_listening(name, port)
+        yield p
+
+
+def iperf3_gbps(client, server_ip, seconds, port=5201, extra=()):
+    """Run an iperf3 client (a server must listen); return received Gbit/s."""
+    out = ns(client, "iperf3", "-c", server_ip, "-p", port, "-t", seconds, "-J", *extra,
+             timeout=seconds + 30).stdout
+    return json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e9
+
+
+def ping(name, dst, count=3, timeout_s=2):
+    """True when every one of `count` pings is answered."""
+    r = ns(name, "ping", "-c", count, "-i", "0.2", "-W", timeout_s, dst,
+           timeout=count * (timeout_s + 1) + 5, check=False)
+    return r.returncode == 0
+
+
+# ---------------------------------------------------------------- jakiroctl and stats
+
+
+def jakiroctl(host, *args, timeout=10):
+    return run(JAKIROCTL, "--host", host, *args, timeout=timeout)
+
+
+def stats(host):
+    return json.loads(jakiroctl(host, "stats", "--json").stdout)
+
+
+def flatten(obj, path=()):
+    """{path tuple: number} for every number in a JSON tree. List items that carry a
+    "name" are addressed by it, so a vNIC's counters read as ("vnics", "t1", ...)."""
+    out = {}
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out.update(flatten(v, path + (str(k),)))
+    elif isinstance(obj, list):
+        for n, v in enumerate(obj):
+            key = v.get("name", n) if isinstance(v, dict) else n
+            out.update(flatten(v, path + (str(key),)))
+    elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
+        out[path] = obj
+    return out
+
+
+def drops(host):
+    """{reason: count} for every counter below a "drops" key of `stats --json`; the
+    reason is the path below "drops" (summed where several places count the same one)."""
+    out = collections.Counter()
+    for p, v in flatten(stats(host)).items():
+        if "drops" in p:
+            out["/".join(p[p.index("drops") + 1:])] += v
+    return out
+
+
+def drops_matching(host, word):
+    return sum(v for k, v in drops(host).items() if word in k.lower())
+
+
+def vnic_packets(host, vnic):
+    """(rx, tx) packet counters of a vNIC, summed over however stats --json nests them."""
+    rx = tx = 0
+    for p, v in flatten(stats(host)).items():
+        if vnic not in p or "drops" in p:
+            continue
+        leaf = "_".join(p[p.index(vnic) + 1:]).lower()
+        if "packets" in leaf or "pkts" in leaf:
+            # Names seen: rx_/tx_packets, DPDK's i/opackets, from_/to_tenant_packets.
+            rx += v if any(w in leaf for w in ("rx", "ipackets", "from")) else 0
+            tx += v if any(w in leaf for w in ("tx", "opackets", "to_")) else 0
+    return rx, tx
+
+
+def jakirod_pids():
+    """{host: pid} of the daemons the test bed started."""
+    return {p.stem: int(p.read_text()) for p in RUN_DIR.glob("h*.pid")}
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is gone for our purposes.
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+# ---------------------------------------------------------------- fixtures
+
+
+def testbed_down():
+    run(TESTBED, "down", timeout=60, check=False)
+
+
+@pytest.fixture(scope="module")
+def testbed(request):
+    """The test bed, up for one test module and always brought down after it.
+    A module sets TESTBED_ARGS (e.g. ["--kernel-vtep"]) to change how it comes up."""
+    if os.geteuid() != 0:
+        pytest.fail("needs root (network namespaces)")
+    args = getattr(request.module, "TESTBED_ARGS", [])
+    env = dict(os.environ, JAKIROD=JAKIROD, JAKIROCTL=JAKIROCTL)
+    try:
+        r = run(TESTBED, "up", *args, timeout=150, check=False, env=env)
+        sys.stdout.write(r.stdout)
+        if r.returncode != 0:
+            pytest.fail(f"testbed up {' '.join(args)} failed:\n{r.stdout}{r.stderr}")
+        yield
+    finally:
+        testbed_down()
+
+
+# ---------------------------------------------------------------- raw frames
+
+# Sends raw Ethernet frames (hex arguments) on an interface; stdlib only, so it starts fast.
+_SEND_RAW = ("import socket, sys\n"
+             "s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)\n"
+             "s.bind((sys.argv[1], 0))\n"
+             "for h in sys.argv[2:]: s.send(bytes.fromhex(h))\n")
+
+
+def send_frames(name, ifname, frames):
+    """Send raw frames (bytes, e.g. bytes(scapy_packet)) out of `ifname` in namespace `name`."""
+    ns(name, PYTHON, "-c", _SEND_RAW, ifname, *(bytes(f).hex() for f in frames), timeout=15)
+
+
+def neighbor_mac(name, ip):
+    """The MAC the kernel of namespace `name` resolved for `ip` (ping it first)."""
+    out = json.loads(ns(name, "ip", "-j", "neigh", "show", ip, timeout=5).stdout)
+    macs = [n["lladdr"] for n in out if "lladdr" in n]
+    assert macs, f"{name} has no neighbor entry for {ip}"
+    return macs[0]
+
+
+def link_mac(name, ifname):
+    return json.loads(ns(name, "ip", "-j", "link", "show", ifname, timeout=5).stdout)[0]["address"]
