@@ -6,13 +6,14 @@
 namespace jakiro {
 
 namespace {
-// Memory for --no-huge: mbuf pools (≈40 MB at MTU 1500, ≈80 MB for jumbo frames) plus hash
+// Memory for --no-huge: mbuf pools (≈40 MB at MTU 1500, ≈90 MB for jumbo frames) plus hash
 // tables and DPDK's own heap, with room to spare.
 constexpr const char* no_huge_memory_mb = "256";
+constexpr const char* no_huge_memory_mb_jumbo = "512";
 }  // namespace
 
 eal_choice make_eal_args(const std::string& host_name, long free_hugepages,
-                         const std::string& lcores, uint32_t /*underlay_mtu*/) {
+                         const std::string& lcores, uint32_t underlay_mtu) {
     eal_choice choice;
     auto& a = choice.args;
     a = {"jakirod",     "--no-pci", "--lcores", lcores, "--file-prefix", "jakiro-" + host_name,
@@ -23,7 +24,8 @@ eal_choice make_eal_args(const std::string& host_name, long free_hugepages,
         a.push_back("--in-memory");
     } else {
         choice.memory_mode = "no-huge";
-        a.insert(a.end(), {"--no-huge", "-m", no_huge_memory_mb});
+        a.insert(a.end(), {"--no-huge", "-m",
+                           underlay_mtu > 1500 ? no_huge_memory_mb_jumbo : no_huge_memory_mb});
     }
     return choice;
 }

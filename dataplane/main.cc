@@ -132,8 +132,9 @@ int main(int argc, char** argv) {
 
     // Jumbo underlays need mbufs that hold a whole frame: the parsers expect contiguous headers
     // and the af_packet and memif PMDs copy each frame into one mbuf when it fits.
+    // af_packet wants mbufs that hold a whole ring frame (framesz 10240 for jumbo underlays).
     const uint16_t data_room =
-        config.underlay.mtu > 1500 ? 9216 + RTE_PKTMBUF_HEADROOM : RTE_MBUF_DEFAULT_BUF_SIZE;
+        config.underlay.mtu > 1500 ? 10240 + RTE_PKTMBUF_HEADROOM : RTE_MBUF_DEFAULT_BUF_SIZE;
     const unsigned mbufs = config.underlay.mtu > 1500 ? 8191 : 16383;
     rte_mempool* pool =
         rte_pktmbuf_pool_create("jakiro_mbufs", mbufs, 256, 0, data_room, rte_socket_id());

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 namespace jakiro {
 
@@ -36,8 +37,15 @@ bool start_port(uint16_t port, rte_mempool* pool, uint32_t mtu, std::string& err
         error = std::string("cannot query port: ") + rte_strerror(-rc);
         return false;
     }
+    // The virtual PMDs used here (af_packet, memif) report a 1518-byte max_rx_pktlen and then
+    // pass any frame that fits their ring frames (af_packet framesz) or buffer chains (memif),
+    // so the underlay MTU is really set on the kernel interfaces. Ask ethdev for a larger MTU
+    // only where the device says it can take it.
     rte_eth_conf conf{};
-    conf.rxmode.mtu = std::min<uint32_t>(mtu, info.max_mtu);
+    const uint32_t frame = mtu + RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN;
+    if (mtu > RTE_ETHER_MTU && frame <= info.max_rx_pktlen && mtu <= info.max_mtu) {
+        conf.rxmode.mtu = mtu;
+    }
     rc = rte_eth_dev_configure(port, 1, 1, &conf);
     if (rc != 0) {
         error = std::string("cannot configure port: ") + rte_strerror(-rc);

@@ -100,10 +100,10 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
                 request_neighbors(ctx, tables, refresh);
             }
         }
-        ctx.tx.flush(ctx.counters);
+        ctx.tx.flush();
         publisher.quiescent(worker_id);
 
-        if (received > 0 || options.busy_poll) {
+        if (received > 0 || options.busy_poll || !ctx.tx.empty()) {
             ctx.counters.busy_polls.add(1);
             if (received > 0) {
                 last_packet_tsc = now;

@@ -1,12 +1,15 @@
 #pragma once
 // Per-lcore transmit batching: packets are queued per port while a burst is processed and sent
-// with one rte_eth_tx_burst per port at the end of it. What a port refuses is freed and counted.
+// with one rte_eth_tx_burst per port at the end of it. What a port cannot take yet stays queued
+// for the next round (a full memif or af_packet ring drains within microseconds); only a packet
+// that finds its port's queue still full is dropped, and counted.
 
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <span>
 
 #include "../counters.hh"
@@ -15,25 +18,41 @@ namespace jakiro {
 
 class tx_batch {
   public:
-    static constexpr uint16_t capacity = 64;  // two rx bursts' worth, then flush early
+    static constexpr uint16_t capacity = 256;  // per port: several rx bursts of backlog
 
     void enqueue(uint16_t port, rte_mbuf* m, lcore_counters& counters) {
         auto& queue = _queues[port];
         if (queue.count == capacity) {
-            flush_port(port, counters);
+            send(port);
+            if (queue.count == capacity) {
+                counters.drops[static_cast<std::size_t>(drop_reason::tx_queue_full)].add(1);
+                rte_pktmbuf_free(m);
+                return;
+            }
         }
-        if (queue.count == 0) {
+        if (!queue.pending) {
+            queue.pending = true;
             _pending_ports[_pending_count++] = port;
         }
         queue.pkts[queue.count++] = m;
     }
 
-    void flush(lcore_counters& counters) {
+    // Sends what every port takes; ports with leftovers stay pending.
+    void flush() {
+        uint16_t still_pending = 0;
         for (uint16_t i = 0; i < _pending_count; ++i) {
-            flush_port(_pending_ports[i], counters);
+            const uint16_t port = _pending_ports[i];
+            send(port);
+            if (_queues[port].count > 0) {
+                _pending_ports[still_pending++] = port;
+            } else {
+                _queues[port].pending = false;
+            }
         }
-        _pending_count = 0;
+        _pending_count = still_pending;
     }
+
+    bool empty() const { return _pending_count == 0; }
 
     // What is queued for `port` and not yet sent (tests inspect the pipelines' decisions).
     std::span<rte_mbuf* const> queued(uint16_t port) const {
@@ -43,29 +62,24 @@ class tx_batch {
     void discard_all() {
         for (uint16_t i = 0; i < _pending_count; ++i) {
             _queues[_pending_ports[i]].count = 0;
+            _queues[_pending_ports[i]].pending = false;
         }
         _pending_count = 0;
     }
 
   private:
-    void flush_port(uint16_t port, lcore_counters& counters) {
+    void send(uint16_t port) {
         auto& queue = _queues[port];
-        uint16_t sent = 0;
-        // af_packet may accept part of a burst when the socket ring is full; retry a little
-        // before giving up so a momentary stall does not turn into loss.
-        for (int attempt = 0; attempt < 4 && sent < queue.count; ++attempt) {
-            sent += rte_eth_tx_burst(port, 0, queue.pkts + sent, queue.count - sent);
+        const uint16_t sent = rte_eth_tx_burst(port, 0, queue.pkts, queue.count);
+        if (sent > 0 && sent < queue.count) {
+            std::memmove(queue.pkts, queue.pkts + sent, (queue.count - sent) * sizeof(rte_mbuf*));
         }
-        if (sent < queue.count) {
-            counters.drops[static_cast<std::size_t>(drop_reason::tx_queue_full)].add(queue.count -
-                                                                                     sent);
-            rte_pktmbuf_free_bulk(queue.pkts + sent, queue.count - sent);
-        }
-        queue.count = 0;
+        queue.count -= sent;
     }
 
     struct queue {
         uint16_t count = 0;
+        bool pending = false;
         rte_mbuf* pkts[capacity];
     };
     std::array<queue, RTE_MAX_ETHPORTS> _queues{};
