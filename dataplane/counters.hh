@@ -12,7 +12,8 @@
 
 namespace jakiro {
 
-constexpr uint16_t max_vnics = 256;  // vNIC slots per host
+constexpr uint16_t max_vnics = 256;       // vNIC slots per host
+constexpr uint32_t max_rules = 1u << 16;  // security-group rules per host (hit counters)
 
 class counter {
   public:
@@ -29,6 +30,9 @@ struct vnic_counters {
     counter to_tenant_packets;
     counter to_tenant_bytes;
     counter drops;
+    // Security groups, by secgroup::direction: packets let through and refused.
+    counter sg_allowed[2];
+    counter sg_denied[2];
 };
 
 struct alignas(RTE_CACHE_LINE_SIZE) lcore_counters {
@@ -42,6 +46,8 @@ struct alignas(RTE_CACHE_LINE_SIZE) lcore_counters {
     counter arp_replies_in_overlay;
     counter arp_requests_sent;
     counter ce_marked_on_decap;
+    counter flow_misses;                       // packets that needed a full classification
+    std::array<counter, max_rules> rule_hits;  // packets allowed, by rule id
     counter busy_polls;
     counter idle_sleeps;
 };

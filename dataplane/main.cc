@@ -1,5 +1,6 @@
 // jakirod: the Jakiro vNIC dataplane daemon of one hypervisor host.
 
+#include <rte_cycles.h>
 #include <rte_eal.h>
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
@@ -166,7 +167,7 @@ int main(int argc, char** argv) {
     }
 
     auto neighbors = std::make_unique<overlay::underlay_neighbors>();
-    auto tables = build_tables(config, assignment, *neighbors, error);
+    auto tables = build_tables(config, assignment, *neighbors, 1, error);
     if (!tables) {
         return fail(error);
     }
@@ -177,6 +178,11 @@ int main(int argc, char** argv) {
     auto worker = std::make_unique<worker_context>();
     worker->neighbors = neighbors.get();
     worker->pool = pool;
+    worker->flows = secgroup::flow_table::create(
+        config.conntrack.max_flows, config.conntrack.timeouts, rte_get_tsc_hz(), error);
+    if (!worker->flows) {
+        return fail(error);
+    }
     state.neighbors = neighbors.get();
     state.publisher = &publisher;
     state.workers.push_back(worker.get());

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "overlay/vlt.hh"
+#include "secgroup/compiler.hh"
 
 namespace jakiro {
 
@@ -20,7 +21,7 @@ constexpr uint16_t no_vnic = UINT16_MAX;
 constexpr uint32_t no_vpc = UINT32_MAX;
 
 struct vnic_view {
-    uint16_t slot;  // its own index in datapath_tables::vnics and in the counters
+    uint16_t slot;  // index in the counters; stable while the vNIC exists
     uint16_t port_id;
     uint32_t vpc;  // index into datapath_tables::vni_of_vpc
     rte_be32_t ip;
@@ -49,11 +50,20 @@ struct datapath_tables {
     rte_ether_addr gateway_mac{};  // the MAC jakirod answers ARP with, towards tenants
     uint32_t tenant_mtu = 1450;    // largest inner IPv4 packet carried
 
-    std::vector<vnic_view> vnics;                           // indexed by vNIC slot
+    std::vector<vnic_view> vnics;        // indexed by vNIC slot; slots of removed vNICs are holes
+    std::vector<uint16_t> active_slots;  // the slots in use, in config order
     std::array<uint16_t, RTE_MAX_ETHPORTS> vnic_of_port{};  // no_vnic for the uplink/unused
     std::vector<uint32_t> vni_of_vpc;
     std::unique_ptr<vni_map> vpcs;
     std::unique_ptr<overlay::vlt> vlt;
+
+    // Security groups compiled per vNIC slot and direction (index: secgroup::direction).
+    struct vnic_policy {
+        std::unique_ptr<secgroup::acl_table> acl[2];
+    };
+    std::vector<vnic_policy> policies;  // indexed by vNIC slot
+    // Bumped by every policy change; flows checked under an older one are checked again.
+    uint32_t policy_generation = 1;
 };
 
 }  // namespace jakiro

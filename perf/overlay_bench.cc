@@ -2,6 +2,7 @@
 // egress and ingress pipelines on 32-packet bursts (parse, VLT bulk lookup, encap/decap).
 
 #include <benchmark/benchmark.h>
+#include <rte_cycles.h>
 
 #include <memory>
 
@@ -79,17 +80,21 @@ struct host_fixture {
   name: h1
   underlay: {port: "net_null0", ip: 198.18.0.1}
 vpcs: [{name: blue, vni: 100}]
+security_groups:
+  - {name: open, vpc: blue, ingress: [{proto: any, from: 0.0.0.0/0}]}
 vnics:
-  - {name: t1, vpc: blue, mac: "02:00:c6:13:01:01", ip: 198.19.1.1/24, port: "net_null1"}
+  - {name: t1, vpc: blue, mac: "02:00:c6:13:01:01", ip: 198.19.1.1/24, port: "net_null1", security_groups: [open]}
 peers:
   - {vpc: blue, ip: 198.19.1.2, host: 198.18.0.2}
 )",
                                                   "bench.yaml");
         std::string error;
-        tables = build_tables(loaded.config, {0, mac("02:00:00:00:00:01"), {1}}, neighbors, error);
+        tables = build_tables(loaded.config, {0, mac("02:00:00:00:00:01"), {1}, {}}, neighbors, 1,
+                              error);
         neighbors.learn(ip("198.18.0.2"), mac("02:00:00:00:00:02"));
         ctx->neighbors = &neighbors;
         ctx->pool = pool();
+        ctx->flows = secgroup::flow_table::create(65536, {}, rte_get_tsc_hz(), error);
     }
 };
 

@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <charconv>
 #include <fstream>
 #include <initializer_list>
 #include <set>
@@ -35,6 +36,10 @@ constexpr std::size_t max_ifname = 15;        // IFNAMSIZ - 1: vNIC names name v
 class checker {
   public:
     explicit checker(std::string file) : _file(std::move(file)) {}
+
+    void error_at(int line, const std::string& field, const std::string& message) {
+        _errors.push_back({_file, line, field, message});
+    }
 
     void error(const YAML::Node& at, const std::string& field, const std::string& message) {
         const int line = at.IsDefined() ? at.Mark().line + 1 : 0;
@@ -129,6 +134,28 @@ class checker {
         return mac;
     }
 
+    // An optional list of names, e.g. `security_groups: [web, db]`.
+    std::vector<std::string> names(const YAML::Node& map, const char* key,
+                                   const std::string& field) {
+        std::vector<std::string> out;
+        const auto node = map[key];
+        if (!node.IsDefined() || node.IsNull()) {
+            return out;
+        }
+        if (!node.IsSequence()) {
+            error(node, join(field, key), "must be a list of names");
+            return out;
+        }
+        for (std::size_t i = 0; i < node.size(); ++i) {
+            if (!node[i].IsScalar()) {
+                error(node[i], join(field, key) + "[" + std::to_string(i) + "]", "must be a name");
+                continue;
+            }
+            out.push_back(node[i].Scalar());
+        }
+        return out;
+    }
+
     static std::string join(const std::string& field, std::string_view key) {
         return field.empty() ? std::string(key) : field + "." + std::string(key);
     }
@@ -150,8 +177,35 @@ void load_host(checker& check, const YAML::Node& root, host_config& config) {
         check.error(root, "host", "missing");
         return;
     }
-    if (!check.only_keys(host, "host", {"name", "underlay", "gateway_mac"})) {
+    if (!check.only_keys(host, "host", {"name", "underlay", "gateway_mac", "conntrack"})) {
         return;
+    }
+    if (const auto conntrack = host["conntrack"]; conntrack.IsDefined()) {
+        const std::string field = "host.conntrack";
+        if (check.only_keys(conntrack, field,
+                            {"max_flows", "tcp_established_timeout", "tcp_handshake_timeout",
+                             "tcp_closing_timeout", "udp_timeout", "icmp_timeout"})) {
+            auto& ct = config.conntrack;
+            ct.max_flows = check.number(conntrack, "max_flows", field, 64, 1u << 24, false)
+                               .value_or(ct.max_flows);
+            auto timeout = [&](const char* key,
+                               std::initializer_list<secgroup::flow_state> states) {
+                const auto seconds = check.number(conntrack, key, field, 1, 7 * 86400, false);
+                for (auto state : states) {
+                    if (seconds) {
+                        ct.timeouts.idle_s[static_cast<std::size_t>(state)] = *seconds;
+                    }
+                }
+            };
+            using secgroup::flow_state;
+            timeout("tcp_established_timeout", {flow_state::tcp_established});
+            timeout("tcp_handshake_timeout",
+                    {flow_state::tcp_syn_sent, flow_state::tcp_syn_received});
+            timeout("tcp_closing_timeout",
+                    {flow_state::tcp_fin_wait, flow_state::tcp_closing, flow_state::tcp_closed});
+            timeout("udp_timeout", {flow_state::udp, flow_state::other});
+            timeout("icmp_timeout", {flow_state::icmp});
+        }
     }
     config.name = check.string(host, "name", "host").value_or("");
     if (const auto mac = check.mac(host, "gateway_mac", "host", false)) {
@@ -205,6 +259,170 @@ void load_vpcs(checker& check, const YAML::Node& root, host_config& config) {
 // Address ownership inside a VPC: a (VPC, IPv4) pair may be claimed by one vNIC or peer only.
 using vpc_address = std::pair<std::string, uint32_t>;
 
+std::optional<secgroup::port_range> parse_ports(const std::string& text) {
+    auto number = [](const std::string& part) -> std::optional<uint32_t> {
+        uint32_t value = 0;
+        auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
+        if (ec != std::errc() || end != part.data() + part.size() || part.empty()) {
+            return std::nullopt;
+        }
+        return value;
+    };
+    const auto dash = text.find('-');
+    const auto low = number(text.substr(0, dash));
+    const auto high = dash == std::string::npos ? low : number(text.substr(dash + 1));
+    if (!low || !high || *low < 1 || *high > 65535 || *low > *high) {
+        return std::nullopt;
+    }
+    return secgroup::port_range{static_cast<uint16_t>(*low), static_cast<uint16_t>(*high)};
+}
+
+void load_rules(checker& check, const YAML::Node& list, const std::string& field,
+                secgroup::direction dir, std::vector<secgroup::rule>& out) {
+    if (!list.IsSequence()) {
+        check.error(list, field, "must be a list of rules");
+        return;
+    }
+    const bool ingress = dir == secgroup::direction::ingress;
+    const char* cidr_key = ingress ? "from" : "to";
+    const char* group_key = ingress ? "from_group" : "to_group";
+    for (std::size_t i = 0; i < list.size(); ++i) {
+        const auto rule_field = checker::index(field.c_str(), i);
+        const auto node = list[i];
+        if (!check.only_keys(node, rule_field, {"proto", "ports", cidr_key, group_key})) {
+            continue;
+        }
+        secgroup::rule rule;
+        rule.line = node.Mark().line + 1;
+        if (const auto text = check.string(node, "proto", rule_field)) {
+            const auto proto = secgroup::parse_protocol(*text);
+            if (!proto) {
+                check.error(node["proto"], rule_field + ".proto",
+                            "unknown protocol '" + *text + "' (tcp, udp, icmp, rdma or any)");
+                continue;
+            }
+            rule.proto = *proto;
+        } else {
+            continue;
+        }
+        if (const auto text = check.string(node, "ports", rule_field, false)) {
+            const bool has_ports =
+                rule.proto == secgroup::protocol::tcp || rule.proto == secgroup::protocol::udp;
+            const auto ports = parse_ports(*text);
+            if (!has_ports) {
+                check.error(node["ports"], rule_field + ".ports",
+                            std::string("ports apply to tcp and udp only, not ") +
+                                secgroup::to_string(rule.proto));
+            } else if (!ports) {
+                check.error(
+                    node["ports"], rule_field + ".ports",
+                    "'" + *text + "' is not a port or range in 1-65535 (e.g. 8080 or 1000-2000)");
+            } else {
+                rule.ports = *ports;
+            }
+        }
+        const auto cidr_text = check.string(node, cidr_key, rule_field, false);
+        const auto group_name = check.string(node, group_key, rule_field, false);
+        if (cidr_text.has_value() == group_name.has_value()) {
+            check.error(
+                node, rule_field,
+                std::string("needs exactly one of '") + cidr_key + "' and '" + group_key + "'");
+            continue;
+        }
+        if (cidr_text) {
+            const auto prefix = parse_ipv4_prefix(*cidr_text);
+            if (!prefix || cidr_text->find('/') == std::string::npos) {
+                check.error(node[cidr_key], rule_field + "." + cidr_key,
+                            "'" + *cidr_text + "' is not an IPv4 CIDR (e.g. 198.19.0.0/16)");
+                continue;
+            }
+            rule.remote = secgroup::cidr{prefix->address, prefix->length};
+        } else {
+            rule.remote_group = *group_name;
+        }
+        out.push_back(rule);
+    }
+}
+
+void load_security_groups(checker& check, const YAML::Node& root, host_config& config) {
+    const auto groups = root["security_groups"];
+    if (!groups.IsDefined()) {
+        return;
+    }
+    if (!groups.IsSequence()) {
+        check.error(groups, "security_groups", "must be a list");
+        return;
+    }
+    for (std::size_t i = 0; i < groups.size(); ++i) {
+        const auto field = checker::index("security_groups", i);
+        const auto node = groups[i];
+        if (!check.only_keys(node, field, {"name", "vpc", "ingress", "egress"})) {
+            continue;
+        }
+        secgroup::group group;
+        group.name = check.string(node, "name", field).value_or("");
+        group.vpc = check.string(node, "vpc", field).value_or("");
+        if (!group.name.empty() && config.find_group(group.vpc, group.name)) {
+            check.error(node["name"], field + ".name",
+                        "duplicate security group '" + group.name + "' in VPC '" + group.vpc + "'");
+        }
+        if (!group.vpc.empty() && !config.find_vpc(group.vpc)) {
+            check.error(node["vpc"], field + ".vpc", "unknown VPC '" + group.vpc + "'");
+        }
+        if (node["ingress"].IsDefined() && !node["ingress"].IsNull()) {
+            load_rules(check, node["ingress"], field + ".ingress", secgroup::direction::ingress,
+                       group.ingress);
+        }
+        if (node["egress"].IsDefined() && !node["egress"].IsNull()) {
+            load_rules(check, node["egress"], field + ".egress", secgroup::direction::egress,
+                       group.egress);
+        } else {
+            // Cloud default: a group that says nothing about egress allows all of it.
+            secgroup::rule all;
+            all.remote = secgroup::cidr{0, 0};
+            all.line = node.Mark().line + 1;
+            group.egress.push_back(all);
+        }
+        config.security_groups.push_back(std::move(group));
+    }
+    // Remote groups are looked up in the rule's own VPC.
+    for (std::size_t i = 0; i < config.security_groups.size(); ++i) {
+        auto& group = config.security_groups[i];
+        for (auto* rules : {&group.ingress, &group.egress}) {
+            const bool ingress = rules == &group.ingress;
+            for (std::size_t r = 0; r < rules->size(); ++r) {
+                auto& rule = (*rules)[r];
+                if (rule.remote_group.empty()) {
+                    continue;
+                }
+                rule.remote_group_index = config.group_index(group.vpc, rule.remote_group);
+                const auto* remote = config.find_group(group.vpc, rule.remote_group);
+                const std::string rule_field =
+                    checker::index("security_groups", i) + (ingress ? ".ingress" : ".egress") +
+                    "[" + std::to_string(r) + "]." + (ingress ? "from_group" : "to_group");
+                if (remote == nullptr) {
+                    check.error_at(rule.line, rule_field,
+                                   "unknown security group '" + rule.remote_group + "' in VPC '" +
+                                       group.vpc + "'");
+                }
+            }
+        }
+    }
+}
+
+// Each name in `names` must be a group of `vpc`.
+void check_group_names(checker& check, const YAML::Node& node, const std::string& field,
+                       const std::vector<std::string>& names, const std::string& vpc,
+                       const host_config& config) {
+    for (std::size_t i = 0; i < names.size(); ++i) {
+        const auto item = field + "[" + std::to_string(i) + "]";
+        if (config.find_group(vpc, names[i]) == nullptr) {
+            check.error(node[i], item,
+                        "unknown security group '" + names[i] + "' in VPC '" + vpc + "'");
+        }
+    }
+}
+
 void load_vnics(checker& check, const YAML::Node& root, host_config& config,
                 std::set<vpc_address>& claimed) {
     const auto vnics = root["vnics"];
@@ -220,7 +438,8 @@ void load_vnics(checker& check, const YAML::Node& root, host_config& config,
     for (std::size_t i = 0; i < vnics.size(); ++i) {
         const auto field = checker::index("vnics", i);
         const auto node = vnics[i];
-        if (!check.only_keys(node, field, {"name", "vpc", "mac", "ip", "port"})) {
+        if (!check.only_keys(node, field,
+                             {"name", "vpc", "mac", "ip", "port", "security_groups"})) {
             continue;
         }
         vnic_config vnic;
@@ -259,6 +478,9 @@ void load_vnics(checker& check, const YAML::Node& root, host_config& config,
         if (!device.empty() && !ports.insert(device).second) {
             check.error(node["port"], field + ".port", "DPDK device '" + device + "' used twice");
         }
+        vnic.security_groups = check.names(node, "security_groups", field);
+        check_group_names(check, node["security_groups"], field + ".security_groups",
+                          vnic.security_groups, vnic.vpc, config);
         config.vnics.push_back(vnic);
     }
     const auto uplink = config.underlay.port.substr(0, config.underlay.port.find(','));
@@ -281,7 +503,7 @@ void load_peers(checker& check, const YAML::Node& root, host_config& config,
     for (std::size_t i = 0; i < peers.size(); ++i) {
         const auto field = checker::index("peers", i);
         const auto node = peers[i];
-        if (!check.only_keys(node, field, {"vpc", "ip", "host", "mac"})) {
+        if (!check.only_keys(node, field, {"vpc", "ip", "host", "mac", "security_groups"})) {
             continue;
         }
         peer_config peer;
@@ -305,6 +527,9 @@ void load_peers(checker& check, const YAML::Node& root, host_config& config,
             }
         }
         peer.mac = check.mac(node, "mac", field, false);
+        peer.security_groups = check.names(node, "security_groups", field);
+        check_group_names(check, node["security_groups"], field + ".security_groups",
+                          peer.security_groups, peer.vpc, config);
         config.peers.push_back(peer);
     }
 }
@@ -327,9 +552,10 @@ config_result load_host_config_text(const std::string& yaml_text, const std::str
         return result;
     }
     try {
-        check.only_keys(root, "", {"host", "vpcs", "vnics", "peers"});
+        check.only_keys(root, "", {"host", "vpcs", "security_groups", "vnics", "peers"});
         load_host(check, root, result.config);
         load_vpcs(check, root, result.config);
+        load_security_groups(check, root, result.config);
         std::set<vpc_address> claimed;
         load_vnics(check, root, result.config, claimed);
         load_peers(check, root, result.config, claimed);

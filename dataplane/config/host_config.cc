@@ -16,6 +16,21 @@ const vpc_config* host_config::find_vpc(const std::string& vpc_name) const {
     return nullptr;
 }
 
+int host_config::group_index(const std::string& vpc, const std::string& group_name) const {
+    for (std::size_t i = 0; i < security_groups.size(); ++i) {
+        if (security_groups[i].name == group_name && security_groups[i].vpc == vpc) {
+            return static_cast<int>(i);
+        }
+    }
+    return -1;
+}
+
+const secgroup::group* host_config::find_group(const std::string& vpc,
+                                               const std::string& group_name) const {
+    const int index = group_index(vpc, group_name);
+    return index < 0 ? nullptr : &security_groups[index];
+}
+
 std::string format_ipv4(uint32_t host_order) {
     char text[INET_ADDRSTRLEN];
     const uint32_t net = htonl(host_order);

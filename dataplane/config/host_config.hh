@@ -8,6 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "secgroup/flow_table.hh"
+#include "secgroup/rule.hh"
+
 namespace jakiro {
 
 using mac_address = std::array<uint8_t, 6>;
@@ -36,6 +39,7 @@ struct vnic_config {
     mac_address mac{};
     ipv4_prefix ip;
     std::string port;
+    std::vector<std::string> security_groups;  // none: ingress denied, egress denied
 };
 
 // A VLT entry for an address of a VPC that lives on another host.
@@ -46,6 +50,13 @@ struct peer_config {
     // Inner destination MAC for frames to this address. Jakiro hosts rewrite it on delivery,
     // so it only matters for foreign VTEPs (e.g. a Linux vxlan device).
     std::optional<mac_address> mac;
+    // Groups the remote vNIC belongs to: makes it a member for remote-group rules here.
+    std::vector<std::string> security_groups;
+};
+
+struct conntrack_config {
+    uint32_t max_flows = 65536;  // per worker
+    secgroup::flow_timeouts timeouts;
 };
 
 struct host_config {
@@ -56,8 +67,13 @@ struct host_config {
     std::vector<vpc_config> vpcs;
     std::vector<vnic_config> vnics;
     std::vector<peer_config> peers;
+    std::vector<secgroup::group> security_groups;
+    conntrack_config conntrack;
 
     const vpc_config* find_vpc(const std::string& name) const;
+    // Group names are unique within a VPC (every VPC may have its own "default").
+    const secgroup::group* find_group(const std::string& vpc, const std::string& name) const;
+    int group_index(const std::string& vpc, const std::string& name) const;
     // Overlay MTU seen by tenants: the underlay MTU less the 50 bytes of outer headers.
     uint32_t tenant_mtu() const { return underlay.mtu - 50; }
 };

@@ -14,15 +14,77 @@ rte_ether_addr to_ether(const mac_address& mac) {
 }
 }  // namespace
 
+secgroup::membership group_members(const host_config& config) {
+    secgroup::membership members;
+    members.of_group.resize(config.security_groups.size());
+    for (const auto& vnic : config.vnics) {
+        for (const auto& name : vnic.security_groups) {
+            members.of_group[config.group_index(vnic.vpc, name)].push_back(vnic.ip.address);
+        }
+    }
+    for (const auto& peer : config.peers) {
+        for (const auto& name : peer.security_groups) {
+            members.of_group[config.group_index(peer.vpc, name)].push_back(peer.ip);
+        }
+    }
+    return members;
+}
+
+namespace {
+
+// Compiles each vNIC's groups, both directions, into tables->policies.
+bool compile_policies(const host_config& config, const std::vector<uint16_t>& slots,
+                      datapath_tables& tables, std::string& error) {
+    const secgroup::rule_catalog catalog(config.security_groups);
+    if (catalog.size() > max_rules) {
+        error = "more than " + std::to_string(max_rules) + " security group rules";
+        return false;
+    }
+    const auto members = group_members(config);
+    for (std::size_t i = 0; i < config.vnics.size(); ++i) {
+        std::vector<std::size_t> groups;
+        for (const auto& name : config.vnics[i].security_groups) {
+            groups.push_back(
+                static_cast<std::size_t>(config.group_index(config.vnics[i].vpc, name)));
+        }
+        auto& policy = tables.policies[slots[i]];
+        for (auto dir : {secgroup::direction::ingress, secgroup::direction::egress}) {
+            const auto flat =
+                secgroup::expand_rules(config.security_groups, groups, dir, members, catalog);
+            policy.acl[static_cast<int>(dir)] = secgroup::acl_table::build(flat, error);
+            if (!policy.acl[static_cast<int>(dir)]) {
+                error = "vNIC " + config.vnics[i].name + ": " + error;
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+}  // namespace
+
 std::unique_ptr<datapath_tables> build_tables(const host_config& config,
                                               const port_assignment& ports,
                                               overlay::underlay_neighbors& neighbors,
-                                              std::string& error) {
+                                              uint32_t policy_generation, std::string& error) {
     if (config.vnics.size() > max_vnics) {
         error = "more than " + std::to_string(max_vnics) + " vNICs";
         return nullptr;
     }
+    std::vector<uint16_t> slots = ports.vnic_slots;
+    if (slots.empty()) {
+        for (uint16_t i = 0; i < config.vnics.size(); ++i) {
+            slots.push_back(i);
+        }
+    }
+    uint16_t slot_count = 0;
+    for (const uint16_t slot : slots) {
+        slot_count = std::max<uint16_t>(slot_count, slot + 1);
+    }
     auto tables = std::make_unique<datapath_tables>();
+    tables->policy_generation = policy_generation;
+    tables->vnics.resize(slot_count);
+    tables->policies.resize(slot_count);
     tables->uplink_port = ports.uplink_port;
     tables->underlay_ip = rte_cpu_to_be_32(config.underlay.ip);
     tables->underlay_mac = ports.uplink_mac;
@@ -48,15 +110,17 @@ std::unique_ptr<datapath_tables> build_tables(const host_config& config,
         tables->vni_of_vpc.push_back(config.vpcs[i].vni);
         tables->vpcs->add(config.vpcs[i].vni, i);
     }
-    for (uint16_t slot = 0; slot < config.vnics.size(); ++slot) {
-        const auto& vnic = config.vnics[slot];
+    for (std::size_t i = 0; i < config.vnics.size(); ++i) {
+        const auto& vnic = config.vnics[i];
+        const uint16_t slot = slots[i];
         vnic_view view{};
         view.slot = slot;
-        view.port_id = ports.vnic_ports[slot];
+        view.port_id = ports.vnic_ports[i];
         view.vpc = vpc_index(vnic.vpc);
         view.ip = rte_cpu_to_be_32(vnic.ip.address);
         view.mac = to_ether(vnic.mac);
-        tables->vnics.push_back(view);
+        tables->vnics[slot] = view;
+        tables->active_slots.push_back(slot);
         tables->vnic_of_port[view.port_id] = slot;
         overlay::vlt_entry entry{};
         entry.kind = overlay::vlt_kind::local_vnic;
@@ -83,6 +147,9 @@ std::unique_ptr<datapath_tables> build_tables(const host_config& config,
             error = "VLT rejected peer " + format_ipv4(peer.ip);
             return nullptr;
         }
+    }
+    if (!compile_policies(config, slots, *tables, error)) {
+        return nullptr;
     }
     return tables;
 }

@@ -1,5 +1,6 @@
 #pragma once
-// Turns a validated host_config into the datapath snapshot workers read.
+// Turns a validated host_config into the datapath snapshot workers read: vNICs, VPCs, the VLT
+// and every vNIC's security groups compiled to rte_acl.
 
 #include <memory>
 #include <string>
@@ -9,6 +10,7 @@
 #include "../counters.hh"
 #include "../overlay/underlay_neighbors.hh"
 #include "../tables.hh"
+#include "secgroup/compiler.hh"
 
 namespace jakiro {
 
@@ -16,13 +18,17 @@ struct port_assignment {
     uint16_t uplink_port = 0;
     rte_ether_addr uplink_mac{};
     std::vector<uint16_t> vnic_ports;  // same order as host_config::vnics
+    std::vector<uint16_t> vnic_slots;  // same order; empty means slot = position
 };
+
+// Addresses of the members of every group: local vNICs and peers that carry it.
+secgroup::membership group_members(const host_config& config);
 
 // Returns nullptr and sets `error` when DPDK cannot allocate a table or the VLT is full.
 // Registers every remote host in `neighbors` so the worker starts resolving it.
 std::unique_ptr<datapath_tables> build_tables(const host_config& config,
                                               const port_assignment& ports,
                                               overlay::underlay_neighbors& neighbors,
-                                              std::string& error);
+                                              uint32_t policy_generation, std::string& error);
 
 }  // namespace jakiro

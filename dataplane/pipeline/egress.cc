@@ -4,6 +4,9 @@
 
 #include "../arp.hh"
 #include "../overlay/vxlan.hh"
+#include "firewall.hh"
+
+#include <rte_cycles.h>
 
 namespace jakiro {
 
@@ -38,7 +41,7 @@ rte_ipv4_hdr* check_tenant_ipv4(worker_context& ctx, const datapath_tables& tabl
     const uint32_t ihl = (ip->version_ihl & 0x0f) * 4u;
     const uint32_t ip_len = rte_be_to_cpu_16(ip->total_length);
     if ((ip->version_ihl >> 4) != 4 || ihl < sizeof(rte_ipv4_hdr) || ip_len < ihl ||
-        ip_len > rte_pktmbuf_pkt_len(m) - sizeof(rte_ether_hdr) || ihl > len - sizeof(*eth)) {
+        ip_len > len - sizeof(rte_ether_hdr)) {
         ctx.drop(m, drop_reason::tenant_bad_ip_header, vnic.slot);
         return nullptr;
     }
@@ -104,16 +107,59 @@ void process_tenant_burst(worker_context& ctx, const datapath_tables& tables, ui
         return;
     }
 
-    // Stage 2: one bulk VLT lookup for the burst.
+    // Stage 2: one bulk VLT lookup for the burst; misses leave.
+    const overlay::vlt_entry* found[overlay::vlt::max_bulk];
+    tables.vlt->lookup_bulk(keys, n, found);
     const overlay::vlt_entry* entries[overlay::vlt::max_bulk];
-    tables.vlt->lookup_bulk(keys, n, entries);
-
-    // Stage 3: switch locally or encapsulate.
+    firewall_request requests[overlay::vlt::max_bulk];
+    unsigned routed_count = 0;
     for (unsigned i = 0; i < n; ++i) {
+        if (found[i] == nullptr) {
+            ctx.drop(routed[i], drop_reason::vlt_miss, vnic.slot);
+            continue;
+        }
+        const uint32_t ip_len = rte_be_to_cpu_16(headers[i]->total_length);
+        routed[routed_count] = routed[i];
+        entries[routed_count] = found[i];
+        requests[routed_count++] = {vnic.slot, secgroup::direction::egress, headers[i], ip_len};
+    }
+
+    // Stage 3: the sender's security groups (egress); for a destination on this host, the
+    // receiver's too (ingress), as if the packet had crossed the fabric.
+    const uint64_t now = rte_get_tsc_cycles();
+    bool pass[overlay::vlt::max_bulk];
+    drop_reason reasons[overlay::vlt::max_bulk];
+    firewall_burst(ctx, tables, requests, routed_count, now, pass, reasons);
+    firewall_request local_requests[overlay::vlt::max_bulk];
+    unsigned local_index[overlay::vlt::max_bulk];
+    unsigned local_count = 0;
+    for (unsigned i = 0; i < routed_count; ++i) {
+        if (pass[i] && entries[i]->kind == overlay::vlt_kind::local_vnic) {
+            local_requests[local_count] = requests[i];
+            local_requests[local_count].vnic = entries[i]->vnic;
+            local_requests[local_count].dir = secgroup::direction::ingress;
+            local_index[local_count++] = i;
+        }
+    }
+    if (local_count > 0) {
+        bool local_pass[overlay::vlt::max_bulk];
+        drop_reason local_reasons[overlay::vlt::max_bulk];
+        firewall_burst(ctx, tables, local_requests, local_count, now, local_pass, local_reasons);
+        for (unsigned l = 0; l < local_count; ++l) {
+            if (!local_pass[l]) {
+                pass[local_index[l]] = false;
+                reasons[local_index[l]] = local_reasons[l];
+                ctx.counters.vnics[local_requests[l].vnic].drops.add(1);
+            }
+        }
+    }
+
+    // Stage 4: switch locally or encapsulate.
+    for (unsigned i = 0; i < routed_count; ++i) {
         rte_mbuf* m = routed[i];
         const overlay::vlt_entry* entry = entries[i];
-        if (entry == nullptr) {
-            ctx.drop(m, drop_reason::vlt_miss, vnic.slot);
+        if (!pass[i]) {
+            ctx.drop(m, reasons[i], vnic.slot);
             continue;
         }
         auto* eth = rte_pktmbuf_mtod(m, rte_ether_hdr*);
@@ -137,9 +183,8 @@ void process_tenant_burst(worker_context& ctx, const datapath_tables& tables, ui
         eth->dst_addr = entry->has_inner_mac ? entry->inner_mac : tables.gateway_mac;
         const overlay::tunnel_endpoints ends{tables.underlay_mac, *remote_mac, tables.underlay_ip,
                                              entry->host_ip};
-        const rte_ipv4_hdr* ip = headers[i];
-        const uint16_t port = overlay::flow_entropy_port(
-            ip, rte_pktmbuf_data_len(m) - static_cast<uint32_t>(sizeof(rte_ether_hdr)));
+        const rte_ipv4_hdr* ip = requests[i].ip;
+        const uint16_t port = overlay::flow_entropy_port(ip, requests[i].ip_len);
         if (!overlay::encapsulate(m, ends, tables.vni_of_vpc[vnic.vpc], ip->type_of_service,
                                   port)) {
             ctx.drop(m, drop_reason::tenant_too_big, vnic.slot);

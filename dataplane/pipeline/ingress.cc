@@ -4,6 +4,9 @@
 
 #include "../arp.hh"
 #include "../overlay/vxlan.hh"
+#include "firewall.hh"
+
+#include <rte_cycles.h>
 
 namespace jakiro {
 
@@ -156,7 +159,10 @@ void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rt
     tables.vlt->lookup_bulk(dst_keys, n, dsts);
     tables.vlt->lookup_bulk(src_keys, n, srcs);
 
-    // Stage 3: decapsulate and deliver.
+    // Stage 3: the receiving vNIC's security groups (ingress) for what survived.
+    firewall_request requests[overlay::vlt::max_bulk];
+    unsigned checked[overlay::vlt::max_bulk];
+    unsigned checked_count = 0;
     for (unsigned i = 0; i < n; ++i) {
         rte_mbuf* m = tunnelled[i];
         if (dsts[i] == nullptr || dsts[i]->kind != overlay::vlt_kind::local_vnic) {
@@ -167,6 +173,23 @@ void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rt
         if (srcs[i] == nullptr || srcs[i]->kind != overlay::vlt_kind::remote_host ||
             srcs[i]->host_ip != outers[i].outer_src_ip) {
             ctx.drop(m, drop_reason::inner_src_spoofed, slot);
+            continue;
+        }
+        requests[checked_count] = {slot, secgroup::direction::ingress, inner_ips[i],
+                                   rte_be_to_cpu_16(inner_ips[i]->total_length)};
+        checked[checked_count++] = i;
+    }
+    bool pass[overlay::vlt::max_bulk];
+    drop_reason reasons[overlay::vlt::max_bulk];
+    firewall_burst(ctx, tables, requests, checked_count, rte_get_tsc_cycles(), pass, reasons);
+
+    // Stage 4: decapsulate and deliver.
+    for (unsigned c = 0; c < checked_count; ++c) {
+        const unsigned i = checked[c];
+        rte_mbuf* m = tunnelled[i];
+        const uint16_t slot = requests[c].vnic;
+        if (!pass[c]) {
+            ctx.drop(m, reasons[c], slot);
             continue;
         }
         rte_ipv4_hdr* ip = inner_ips[i];

@@ -24,6 +24,9 @@ constexpr uint64_t max_sleep_us = 1000;
 // ARP for remote hosts: retry unresolved ones quickly, refresh resolved ones slowly.
 constexpr uint64_t arp_retry_ms = 250;
 constexpr uint64_t arp_refresh_ms = 30000;
+// Flow aging: every 10 ms look at 1 % of the flow table, so a full sweep takes a second.
+constexpr uint64_t aging_interval_ms = 10;
+constexpr uint32_t aging_sweeps_per_second = 100;
 
 void sleep_us(uint64_t us) {
     timespec ts{0, static_cast<long>(us * 1000)};
@@ -69,6 +72,9 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
     uint64_t next_arp_retry = 0;
     uint64_t next_arp_refresh = last_packet_tsc + hz * arp_refresh_ms / 1000;
     uint64_t sleep = first_sleep_us;
+    uint64_t next_aging = 0;
+    const uint32_t aging_budget =
+        std::max<uint32_t>(64, ctx.flows->capacity() / aging_sweeps_per_second);
     rte_mbuf* pkts[rx_burst_size];
 
     publisher.register_worker(worker_id);
@@ -81,11 +87,11 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
             received += n;
             process_uplink_burst(ctx, tables, pkts, n);
         }
-        for (const vnic_view& vnic : tables.vnics) {
-            n = rte_eth_rx_burst(vnic.port_id, 0, pkts, rx_burst_size);
+        for (const uint16_t slot : tables.active_slots) {
+            n = rte_eth_rx_burst(tables.vnics[slot].port_id, 0, pkts, rx_burst_size);
             if (n > 0) {
                 received += n;
-                process_tenant_burst(ctx, tables, vnic.slot, pkts, n);
+                process_tenant_burst(ctx, tables, slot, pkts, n);
             }
         }
 
@@ -99,6 +105,10 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
             if (refresh || any_unresolved(*ctx.neighbors)) {
                 request_neighbors(ctx, tables, refresh);
             }
+        }
+        if (now >= next_aging) {
+            next_aging = now + hz * aging_interval_ms / 1000;
+            ctx.flows->expire(now, aging_budget);
         }
         ctx.tx.flush();
         publisher.quiescent(worker_id);

@@ -5,8 +5,11 @@
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
 
+#include <memory>
+
 #include "../counters.hh"
 #include "../overlay/underlay_neighbors.hh"
+#include "secgroup/flow_table.hh"
 #include "tx_batch.hh"
 
 namespace jakiro {
@@ -16,6 +19,7 @@ struct alignas(RTE_CACHE_LINE_SIZE) worker_context {
     tx_batch tx;
     overlay::underlay_neighbors* neighbors = nullptr;
     rte_mempool* pool = nullptr;
+    std::unique_ptr<secgroup::flow_table> flows;  // this worker's NFT
 
     void drop(rte_mbuf* m, drop_reason reason) {
         counters.drops[static_cast<std::size_t>(reason)].add(1);

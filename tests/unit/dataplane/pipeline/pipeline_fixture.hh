@@ -3,6 +3,7 @@
 // pipelines run without ports: tests read what they queued for transmission.
 
 #include <gtest/gtest.h>
+#include <rte_cycles.h>
 #include <rte_mbuf.h>
 
 #include <memory>
@@ -43,10 +44,13 @@ struct PipelineTest : testing::Test {
   name: h1
   underlay: {port: "net_null0", ip: 198.18.0.1}
 vpcs: [{name: blue, vni: 100}, {name: red, vni: 200}]
+security_groups:
+  - {name: blue-open, vpc: blue, ingress: [{proto: any, from: 0.0.0.0/0}]}
+  - {name: red-open, vpc: red, ingress: [{proto: any, from: 0.0.0.0/0}]}
 vnics:
-  - {name: t1, vpc: blue, mac: "02:00:c6:13:01:01", ip: 198.19.1.1/24, port: "net_null1"}
-  - {name: t5, vpc: blue, mac: "02:00:c6:13:01:03", ip: 198.19.1.3/24, port: "net_null2"}
-  - {name: t3, vpc: red, mac: "02:00:c6:13:02:01", ip: 198.19.1.1/24, port: "net_null3"}
+  - {name: t1, vpc: blue, mac: "02:00:c6:13:01:01", ip: 198.19.1.1/24, port: "net_null1", security_groups: [blue-open]}
+  - {name: t5, vpc: blue, mac: "02:00:c6:13:01:03", ip: 198.19.1.3/24, port: "net_null2", security_groups: [blue-open]}
+  - {name: t3, vpc: red, mac: "02:00:c6:13:02:01", ip: 198.19.1.1/24, port: "net_null3", security_groups: [red-open]}
 peers:
   - {vpc: blue, ip: 198.19.1.2, host: 198.18.0.2}
   - {vpc: red, ip: 198.19.1.2, host: 198.18.0.2}
@@ -56,10 +60,12 @@ peers:
         ASSERT_TRUE(loaded.ok()) << loaded.errors[0].to_string();
         port_assignment ports{uplink, h1_mac, {port_t1, port_t5, port_t3}};
         std::string error;
-        tables = build_tables(loaded.config, ports, neighbors, error);
+        tables = build_tables(loaded.config, ports, neighbors, 1, error);
         ASSERT_TRUE(tables) << error;
         ctx->neighbors = &neighbors;
         ctx->pool = pool;
+        ctx->flows = secgroup::flow_table::create(1024, {}, rte_get_tsc_hz(), error);
+        ASSERT_TRUE(ctx->flows) << error;
     }
 
     void TearDown() override {

@@ -1,0 +1,245 @@
+#include "firewall.hh"
+
+#include <rte_icmp.h>
+#include <rte_tcp.h>
+#include <rte_udp.h>
+
+#include <cstring>
+
+namespace jakiro {
+
+namespace {
+
+using secgroup::direction;
+using secgroup::flow_entry;
+using secgroup::flow_key;
+using secgroup::flow_state;
+
+constexpr unsigned max_burst = secgroup::flow_table::max_bulk;
+constexpr uint8_t icmp_echo_reply = 0;
+constexpr uint8_t icmp_echo_request = 8;
+
+int dir_index(direction dir) {
+    return static_cast<int>(dir);
+}
+
+// Fills the flow key as the vNIC sees the packet. False (with `reason`) when the packet cannot
+// be judged: fragments carry no ports after the first, truncated headers carry none at all.
+bool make_key(const firewall_request& r, flow_key& key, uint8_t& tcp_flags, drop_reason& reason) {
+    const rte_ipv4_hdr* ip = r.ip;
+    if ((ip->fragment_offset & rte_cpu_to_be_16(RTE_IPV4_HDR_MF_FLAG | RTE_IPV4_HDR_OFFSET_MASK)) !=
+        0) {
+        reason = drop_reason::fragment;
+        return false;
+    }
+    const uint32_t ihl = (ip->version_ihl & 0x0f) * 4u;
+    const uint8_t* l4 = reinterpret_cast<const uint8_t*>(ip) + ihl;
+    const uint32_t l4_len = r.ip_len - ihl;
+    const bool egress = r.dir == direction::egress;
+    key.vnic = r.vnic;
+    key.ip_proto = ip->next_proto_id;
+    key.pad = 0;
+    key.local_ip = egress ? ip->src_addr : ip->dst_addr;
+    key.remote_ip = egress ? ip->dst_addr : ip->src_addr;
+    key.local_port = key.remote_port = 0;
+    tcp_flags = 0;
+    switch (ip->next_proto_id) {
+        case IPPROTO_TCP:
+        case IPPROTO_UDP: {
+            const uint32_t need =
+                ip->next_proto_id == IPPROTO_TCP ? sizeof(rte_tcp_hdr) : sizeof(rte_udp_hdr);
+            if (l4_len < need) {
+                reason = drop_reason::l4_truncated;
+                return false;
+            }
+            rte_be16_t ports[2];
+            std::memcpy(ports, l4, sizeof(ports));
+            key.local_port = egress ? ports[0] : ports[1];
+            key.remote_port = egress ? ports[1] : ports[0];
+            if (ip->next_proto_id == IPPROTO_TCP) {
+                tcp_flags = reinterpret_cast<const rte_tcp_hdr*>(l4)->tcp_flags;
+            }
+            return true;
+        }
+        case IPPROTO_ICMP: {
+            if (l4_len < sizeof(rte_icmp_hdr)) {
+                reason = drop_reason::l4_truncated;
+                return false;
+            }
+            const auto* icmp = reinterpret_cast<const rte_icmp_hdr*>(l4);
+            // Echo request and reply share the identifier, so a ping and its answer are one flow.
+            if (icmp->icmp_type == icmp_echo_request || icmp->icmp_type == icmp_echo_reply) {
+                key.local_port = key.remote_port = icmp->icmp_ident;
+            }
+            return true;
+        }
+        default:
+            return true;
+    }
+}
+
+// The ACL's view of a flow when judged in direction `dir`: the port is the destination port
+// of a packet going that way.
+secgroup::acl_key acl_key_of(const flow_key& key, direction dir) {
+    secgroup::acl_key a{};
+    a.ip_proto = key.ip_proto;
+    a.remote_ip = key.remote_ip;
+    a.dst_port = dir == direction::egress ? key.remote_port : key.local_port;
+    a.src_port = dir == direction::egress ? key.local_port : key.remote_port;
+    return a;
+}
+
+flow_state initial_state(uint8_t ip_proto, uint8_t tcp_flags) {
+    switch (ip_proto) {
+        case IPPROTO_TCP:
+            return secgroup::tcp_initial_state(tcp_flags);
+        case IPPROTO_UDP:
+            return flow_state::udp;
+        case IPPROTO_ICMP:
+            return flow_state::icmp;
+        default:
+            return flow_state::other;
+    }
+}
+
+}  // namespace
+
+void firewall_burst(worker_context& ctx, const datapath_tables& tables,
+                    const firewall_request* requests, unsigned n, uint64_t now, bool* pass,
+                    drop_reason* reasons) {
+    auto& flows = *ctx.flows;
+    const uint32_t generation = tables.policy_generation;
+
+    // 1. Keys for the burst, one bulk NFT lookup.
+    flow_key keys[max_burst];
+    uint8_t flags[max_burst];
+    unsigned valid[max_burst];
+    flow_key valid_keys[max_burst];
+    unsigned valid_count = 0;
+    for (unsigned i = 0; i < n; ++i) {
+        pass[i] = false;
+        if (make_key(requests[i], keys[i], flags[i], reasons[i])) {
+            valid_keys[valid_count] = keys[i];
+            valid[valid_count++] = i;
+        }
+    }
+    flow_entry* found[max_burst];
+    flows.lookup_bulk(valid_keys, valid_count, found);
+
+    // 2. Known flows checked under the current policy pass at once; the rest (new flows, and
+    //    flows whose verdict predates a policy change) are classified in runs of one vNIC and
+    //    direction, which is how bursts arrive.
+    unsigned pending[max_burst];
+    direction judged_as[max_burst];
+    flow_entry* pending_entry[max_burst];
+    unsigned pending_count = 0;
+    for (unsigned v = 0; v < valid_count; ++v) {
+        const unsigned i = valid[v];
+        flow_entry* e = found[v];
+        if (e != nullptr && e->generation == generation) {
+            pass[i] = true;
+            continue;
+        }
+        pending[pending_count] = i;
+        pending_entry[pending_count] = e;
+        // A flow is always judged the way it was opened: a reply is allowed by the rule that
+        // allowed the request.
+        judged_as[pending_count++] = e != nullptr ? e->initiator : requests[i].dir;
+    }
+    uint32_t verdicts[max_burst];
+    for (unsigned start = 0; start < pending_count;) {
+        const uint16_t vnic = requests[pending[start]].vnic;
+        const direction dir = judged_as[start];
+        unsigned end = start + 1;
+        while (end < pending_count && requests[pending[end]].vnic == vnic &&
+               judged_as[end] == dir) {
+            ++end;
+        }
+        secgroup::acl_key acl_keys[max_burst];
+        const secgroup::acl_key* acl_ptrs[max_burst];
+        for (unsigned p = start; p < end; ++p) {
+            acl_keys[p - start] = acl_key_of(keys[pending[p]], dir);
+            acl_ptrs[p - start] = &acl_keys[p - start];
+        }
+        tables.policies[vnic].acl[dir_index(dir)]->classify(acl_ptrs, verdicts + start,
+                                                            end - start);
+        start = end;
+    }
+    for (unsigned p = 0; p < pending_count; ++p) {
+        const unsigned i = pending[p];
+        const firewall_request& r = requests[i];
+        ctx.counters.flow_misses.add(1);
+        flow_entry* e = pending_entry[p];
+        if (verdicts[p] == secgroup::acl_table::no_match) {
+            if (e != nullptr) {
+                flows.erase(e);
+                reasons[i] = drop_reason::sg_revoked;
+            } else {
+                reasons[i] = r.dir == direction::ingress ? drop_reason::sg_denied_ingress
+                                                         : drop_reason::sg_denied_egress;
+            }
+            continue;
+        }
+        if (e == nullptr) {
+            // Two packets of a new flow in one burst: the first one created it.
+            e = flows.lookup(keys[i]);
+        }
+        if (e == nullptr) {
+            e = flows.insert(keys[i], now);
+            if (e == nullptr) {
+                reasons[i] = drop_reason::flow_table_full;
+                continue;
+            }
+            flows.begin_update(*e);
+            e->initiator = r.dir;
+            e->state = initial_state(keys[i].ip_proto, flags[i]);
+            flows.end_update(*e);
+            // The opening packet's flags are in the initial state already.
+            flags[i] = 0;
+        }
+        e->rule = verdicts[p];
+        e->generation = generation;
+        pass[i] = true;
+    }
+
+    // 3. Account every packet that passes on its flow: counters, idle timer, TCP state.
+    //    (Looked up again for flows created above; hits reuse step 1's result.)
+    unsigned v = 0;
+    for (unsigned i = 0; i < n; ++i) {
+        const firewall_request& r = requests[i];
+        auto& vnic_counters = ctx.counters.vnics[r.vnic];
+        if (!pass[i]) {
+            vnic_counters.sg_denied[dir_index(r.dir)].add(1);
+            continue;
+        }
+        while (valid[v] != i) {
+            ++v;
+        }
+        // An insert above may have evicted (and reused) the entry step 1 found.
+        flow_entry* e = found[v];
+        if (e == nullptr || !e->in_use || std::memcmp(&e->key, &keys[i], sizeof(flow_key)) != 0) {
+            e = flows.lookup(keys[i]);
+        }
+        if (e == nullptr) {
+            continue;
+        }
+        vnic_counters.sg_allowed[dir_index(r.dir)].add(1);
+        ctx.counters.rule_hits[e->rule - 1].add(1);
+        e->last_seen = now;
+        e->packets[dir_index(r.dir)] += 1;
+        e->bytes[dir_index(r.dir)] += r.ip_len;
+        if (keys[i].ip_proto == IPPROTO_TCP && flags[i] != 0) {
+            uint8_t fins = e->fins;
+            const flow_state next =
+                secgroup::tcp_advance(e->state, flags[i], r.dir == e->initiator, fins);
+            if (next != e->state || fins != e->fins) {
+                flows.begin_update(*e);
+                e->state = next;
+                e->fins = fins;
+                flows.end_update(*e);
+            }
+        }
+    }
+}
+
+}  // namespace jakiro

@@ -1,0 +1,25 @@
+#pragma once
+// The security-group stage: stateful filtering of a burst for one direction, through the NFT
+// (one hash lookup per packet on a known flow) and the vNIC's rte_acl context on a miss.
+
+#include <rte_ip.h>
+
+#include "../tables.hh"
+#include "../worker/worker_context.hh"
+
+namespace jakiro {
+
+struct firewall_request {
+    uint16_t vnic;            // whose security groups apply
+    secgroup::direction dir;  // ingress: into that vNIC; egress: out of it
+    const rte_ipv4_hdr* ip;   // the IPv4 header, already length-checked
+    uint32_t ip_len;          // bytes from `ip` to the end of the IPv4 packet
+};
+
+// Decides every request; `pass[i]` says whether packet i may go on. Refused packets are only
+// counted here; the caller drops them with the returned reason.
+void firewall_burst(worker_context& ctx, const datapath_tables& tables,
+                    const firewall_request* requests, unsigned n, uint64_t now, bool* pass,
+                    drop_reason* reasons);
+
+}  // namespace jakiro

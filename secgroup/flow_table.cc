@@ -1,0 +1,162 @@
+#include "flow_table.hh"
+
+#include <rte_errno.h>
+#include <rte_hash_crc.h>
+
+namespace jakiro::secgroup {
+
+namespace {
+constexpr uint32_t eviction_sample = 8;  // entries compared to pick the stalest on overflow
+
+std::string next_table_name() {
+    static std::atomic<unsigned> counter{0};
+    return "nft_" + std::to_string(counter.fetch_add(1));
+}
+
+// Single-writer counter bump: the owner is the only writer, readers just load.
+template <typename T>
+void bump(std::atomic<T>& value, T by = 1) {
+    value.store(value.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+}
+}  // namespace
+
+std::unique_ptr<flow_table> flow_table::create(uint32_t capacity, const flow_timeouts& timeouts,
+                                               uint64_t tsc_hz, std::string& error) {
+    const auto name = next_table_name();
+    rte_hash_parameters params{};
+    params.name = name.c_str();
+    params.entries = std::max<uint32_t>(capacity, 8);
+    params.key_len = sizeof(flow_key);
+    params.hash_func = rte_hash_crc;
+    params.socket_id = SOCKET_ID_ANY;
+    // Extendable buckets: inserts succeed until the table really holds `capacity` flows.
+    params.extra_flag = RTE_HASH_EXTRA_FLAGS_EXT_TABLE;
+    rte_hash* hash = rte_hash_create(&params);
+    if (hash == nullptr) {
+        error = std::string("cannot create the flow table: ") + rte_strerror(rte_errno);
+        return nullptr;
+    }
+    return std::unique_ptr<flow_table>(new flow_table(hash, params.entries, timeouts, tsc_hz));
+}
+
+flow_table::flow_table(rte_hash* hash, uint32_t capacity, const flow_timeouts& timeouts,
+                       uint64_t hz)
+    : _hash(hash), _capacity(capacity), _entries(new flow_entry[capacity]()) {
+    for (std::size_t s = 0; s < _timeout_tsc.size(); ++s) {
+        _timeout_tsc[s] = timeouts.idle_s[s] * hz;
+    }
+}
+
+flow_table::~flow_table() {
+    rte_hash_free(_hash);
+}
+
+void flow_table::lookup_bulk(const flow_key* keys, unsigned n, flow_entry** out) {
+    const void* key_ptrs[max_bulk];
+    int32_t positions[max_bulk];
+    for (unsigned i = 0; i < n; ++i) {
+        key_ptrs[i] = &keys[i];
+    }
+    rte_hash_lookup_bulk(_hash, key_ptrs, n, positions);
+    for (unsigned i = 0; i < n; ++i) {
+        out[i] = positions[i] >= 0 ? &_entries[positions[i]] : nullptr;
+    }
+}
+
+flow_entry* flow_table::lookup(const flow_key& key) {
+    const int32_t position = rte_hash_lookup(_hash, &key);
+    return position >= 0 ? &_entries[position] : nullptr;
+}
+
+flow_entry* flow_table::insert(const flow_key& key, uint64_t now) {
+    int32_t position = rte_hash_add_key(_hash, &key);
+    if (position == -ENOSPC) {
+        evict_one();
+        position = rte_hash_add_key(_hash, &key);
+    }
+    if (position < 0) {
+        return nullptr;
+    }
+    flow_entry& e = _entries[position];
+    begin_update(e);
+    e.key = key;
+    e.last_seen = now;
+    e.packets[0] = e.packets[1] = 0;
+    e.bytes[0] = e.bytes[1] = 0;
+    e.rule = 0;
+    e.generation = 0;
+    e.fins = 0;
+    e.in_use = true;
+    end_update(e);
+    bump(_size, 1u);
+    bump(_inserts, uint64_t{1});
+    return &e;
+}
+
+void flow_table::erase(flow_entry* entry) {
+    begin_update(*entry);
+    entry->in_use = false;
+    end_update(*entry);
+    rte_hash_del_key(_hash, &entry->key);
+    bump(_size, static_cast<uint32_t>(-1));
+}
+
+void flow_table::evict_one() {
+    flow_entry* stalest = nullptr;
+    uint32_t seen = 0;
+    // Walk from the cursor until a few live entries were compared (bounded by the capacity).
+    for (uint32_t step = 0; step < _capacity && seen < eviction_sample; ++step) {
+        flow_entry& e = _entries[_evict_cursor];
+        _evict_cursor = (_evict_cursor + 1) % _capacity;
+        if (!e.in_use) {
+            continue;
+        }
+        ++seen;
+        if (stalest == nullptr || e.last_seen < stalest->last_seen) {
+            stalest = &e;
+        }
+    }
+    if (stalest != nullptr) {
+        erase(stalest);
+        bump(_evictions, uint64_t{1});
+    }
+}
+
+void flow_table::expire(uint64_t now, uint32_t budget) {
+    for (uint32_t step = 0; step < budget && step < _capacity; ++step) {
+        flow_entry& e = _entries[_expire_cursor];
+        _expire_cursor = (_expire_cursor + 1) % _capacity;
+        if (e.in_use && expired(e, now)) {
+            erase(&e);
+            bump(_expirations, uint64_t{1});
+        }
+    }
+}
+
+bool flow_table::snapshot(uint32_t i, flow_entry& out) const {
+    const flow_entry& e = _entries[i];
+    for (int attempt = 0; attempt < 8; ++attempt) {
+        const uint32_t before = e.sequence.load(std::memory_order_acquire);
+        if (before & 1) {
+            continue;
+        }
+        out.key = e.key;
+        out.last_seen = e.last_seen;
+        out.packets[0] = e.packets[0];
+        out.packets[1] = e.packets[1];
+        out.bytes[0] = e.bytes[0];
+        out.bytes[1] = e.bytes[1];
+        out.rule = e.rule;
+        out.generation = e.generation;
+        out.state = e.state;
+        out.initiator = e.initiator;
+        out.in_use = e.in_use;
+        std::atomic_thread_fence(std::memory_order_acquire);
+        if (e.sequence.load(std::memory_order_relaxed) == before) {
+            return out.in_use;
+        }
+    }
+    return false;
+}
+
+}  // namespace jakiro::secgroup

@@ -1,0 +1,121 @@
+#pragma once
+// NFT — the network flow table: one entry per (vNIC, 5-tuple) seen from the vNIC's side, so
+// both directions of a connection find the same entry with one rte_hash lookup. An entry holds
+// the conntrack state, which side opened the flow, the rule that allowed it, the policy
+// generation it was checked against, counters and the last time it was seen.
+//
+// Thread-safety: one flow_table per worker; only that worker inserts, updates and erases.
+// The control thread may list entries with snapshot(), which retries around the per-entry
+// sequence counter the worker bumps on insert and erase.
+
+#include <rte_byteorder.h>
+#include <rte_hash.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rule.hh"
+#include "tcp_tracker.hh"
+
+namespace jakiro::secgroup {
+
+struct flow_key {
+    uint16_t vnic;
+    uint8_t ip_proto;
+    uint8_t pad = 0;
+    rte_be32_t local_ip;
+    rte_be32_t remote_ip;
+    rte_be16_t local_port;  // ICMP echo: the identifier, on both sides
+    rte_be16_t remote_port;
+};
+static_assert(sizeof(flow_key) == 16);
+
+struct flow_entry {
+    flow_key key;
+    uint64_t last_seen;   // TSC
+    uint64_t packets[2];  // by direction (ingress, egress)
+    uint64_t bytes[2];
+    uint32_t rule;        // id + 1 of the rule that allowed the opening packet
+    uint32_t generation;  // policy generation the verdict was computed under
+    flow_state state;
+    direction initiator;
+    uint8_t fins;
+    bool in_use;
+    std::atomic<uint32_t> sequence;  // odd while the worker rewrites the entry
+};
+
+struct flow_timeouts {
+    // Seconds of silence after which a flow in each state is forgotten.
+    std::array<uint32_t, static_cast<std::size_t>(flow_state::count_)> idle_s = {
+        30,    // syn_sent
+        30,    // syn_received
+        3600,  // established
+        60,    // fin_wait
+        10,    // closing
+        5,     // closed
+        60,    // udp
+        30,    // icmp
+        60,    // other
+    };
+};
+
+class flow_table {
+  public:
+    static std::unique_ptr<flow_table> create(uint32_t capacity, const flow_timeouts& timeouts,
+                                              uint64_t tsc_hz, std::string& error);
+    ~flow_table();
+    flow_table(const flow_table&) = delete;
+    flow_table& operator=(const flow_table&) = delete;
+
+    static constexpr unsigned max_bulk = RTE_HASH_LOOKUP_BULK_MAX;
+
+    // Entries for `n` <= max_bulk keys; nullptr for misses.
+    void lookup_bulk(const flow_key* keys, unsigned n, flow_entry** out);
+    flow_entry* lookup(const flow_key& key);
+
+    // A new entry; when the table is full the stalest of a few sampled entries is evicted.
+    // nullptr only if even that fails (the caller then forwards without tracking or drops).
+    flow_entry* insert(const flow_key& key, uint64_t now);
+    void erase(flow_entry* entry);
+
+    // Forgets flows idle past their state's timeout, looking at no more than `budget` slots.
+    void expire(uint64_t now, uint32_t budget);
+    bool expired(const flow_entry& entry, uint64_t now) const {
+        return now - entry.last_seen > _timeout_tsc[static_cast<std::size_t>(entry.state)];
+    }
+
+    // Entry changes the control thread must see consistently go through these.
+    void begin_update(flow_entry& e) { e.sequence.fetch_add(1, std::memory_order_acq_rel); }
+    void end_update(flow_entry& e) { e.sequence.fetch_add(1, std::memory_order_release); }
+
+    // Control thread: a consistent copy of slot `i` if it holds a flow.
+    bool snapshot(uint32_t i, flow_entry& out) const;
+
+    uint32_t capacity() const { return _capacity; }
+    uint32_t size() const { return _size.load(std::memory_order_relaxed); }
+    uint64_t inserts() const { return _inserts.load(std::memory_order_relaxed); }
+    uint64_t evictions() const { return _evictions.load(std::memory_order_relaxed); }
+    uint64_t expirations() const { return _expirations.load(std::memory_order_relaxed); }
+
+  private:
+    flow_table(rte_hash* hash, uint32_t capacity, const flow_timeouts& timeouts, uint64_t hz);
+    void evict_one();
+
+    rte_hash* _hash;
+    uint32_t _capacity;
+    std::unique_ptr<flow_entry[]> _entries;  // indexed by the key's rte_hash position
+    std::array<uint64_t, static_cast<std::size_t>(flow_state::count_)> _timeout_tsc{};
+    uint32_t _expire_cursor = 0;
+    uint32_t _evict_cursor = 0;
+    // Written by the owning worker only; atomics so the control thread reads them whole.
+    std::atomic<uint32_t> _size{0};
+    std::atomic<uint64_t> _inserts{0};
+    std::atomic<uint64_t> _evictions{0};
+    std::atomic<uint64_t> _expirations{0};
+};
+
+}  // namespace jakiro::secgroup
