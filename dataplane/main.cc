@@ -16,9 +16,8 @@
 
 #include "config/config_loader.hh"
 #include "control/control_server.hh"
-#include "control/table_builder.hh"
+#include "control/host_manager.hh"
 #include "eal_options.hh"
-#include "ports.hh"
 #include "worker/lcore_loop.hh"
 
 namespace {
@@ -144,36 +143,15 @@ int main(int argc, char** argv) {
     }
 
     std::string error;
-    port_assignment assignment;
-    auto add_port = [&](const std::string& role, const std::string& devargs) -> bool {
-        const auto port = probe_port(devargs, error);
-        if (!port || !start_port(*port, pool, config.underlay.mtu, error)) {
-            error = role + ": " + error;
-            return false;
-        }
-        state.ports.push_back({role, devargs, *port});
-        return true;
-    };
-    if (!add_port("uplink", config.underlay.port)) {
-        return fail(error);
-    }
-    assignment.uplink_port = state.ports[0].port_id;
-    rte_eth_macaddr_get(assignment.uplink_port, &assignment.uplink_mac);
-    for (const auto& vnic : config.vnics) {
-        if (!add_port(vnic.name, vnic.port)) {
-            return fail(error);
-        }
-        assignment.vnic_ports.push_back(state.ports.back().port_id);
-    }
-
     auto neighbors = std::make_unique<overlay::underlay_neighbors>();
-    auto tables = build_tables(config, assignment, *neighbors, 1, error);
-    if (!tables) {
-        return fail(error);
-    }
     constexpr unsigned worker_count = 1;  // one poll loop on the main lcore; see README
     tables_publisher publisher(worker_count);
-    publisher.publish(std::move(tables));
+    state.neighbors = neighbors.get();
+    state.publisher = &publisher;
+    host_manager host(state, pool);
+    if (!host.start(error)) {
+        return fail(error);
+    }
 
     auto worker = std::make_unique<worker_context>();
     worker->neighbors = neighbors.get();
@@ -183,11 +161,9 @@ int main(int argc, char** argv) {
     if (!worker->flows) {
         return fail(error);
     }
-    state.neighbors = neighbors.get();
-    state.publisher = &publisher;
     state.workers.push_back(worker.get());
 
-    control_server control(state, opts.socket);
+    control_server control(state, host, opts.socket);
     if (!control.start(error)) {
         return fail(error);
     }
@@ -201,8 +177,6 @@ int main(int argc, char** argv) {
 
     std::cout << "jakirod " << config.name << ": stopping" << std::endl;
     control.stop();
-    for (const auto& port : state.ports) {
-        stop_port(port.port_id);
-    }
+    host.stop_ports();
     return 0;
 }

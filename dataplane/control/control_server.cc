@@ -6,11 +6,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <sstream>
 #include <vector>
 
+#include "../config/config_loader.hh"
 #include "reports.hh"
 
 namespace jakiro {
@@ -26,8 +28,8 @@ std::string directory_of(const std::string& path) {
 }
 }  // namespace
 
-control_server::control_server(daemon_state& state, std::string socket_path)
-    : _state(state), _path(std::move(socket_path)) {}
+control_server::control_server(daemon_state& state, host_manager& host, std::string socket_path)
+    : _state(state), _host(host), _path(std::move(socket_path)) {}
 
 control_server::~control_server() {
     stop();
@@ -83,25 +85,54 @@ std::string control_server::handle(const std::string& command_line) {
     if (args.empty()) {
         return "ERR empty command\n";
     }
+    const std::string command = args[0];
     bool json = false;
+    std::string vnic;
     std::vector<std::string> rest;
     for (std::size_t i = 1; i < args.size(); ++i) {
         if (args[i] == "--json") {
             json = true;
+        } else if (args[i] == "--vnic" && i + 1 < args.size() && command == "flows") {
+            vnic = args[++i];
         } else {
             rest.push_back(args[i]);
         }
     }
-    if (!rest.empty()) {
-        return "ERR unexpected argument '" + rest[0] + "' for " + args[0] + "\n";
+    if (command == "apply") {
+        if (rest.size() != 1) {
+            return "ERR usage: apply FILE\n";
+        }
+        auto loaded = load_host_config_file(rest[0]);
+        if (!loaded.ok()) {
+            std::string reply = "ERR configuration rejected, nothing changed:";
+            for (const auto& error : loaded.errors) {
+                reply += "\n  " + error.to_string();
+            }
+            return reply + "\n";
+        }
+        std::string summary, error;
+        if (!_host.apply(std::move(loaded.config), summary, error)) {
+            return "ERR " + error + " (nothing changed)\n";
+        }
+        return "OK\n" + summary;
     }
-    if (args[0] == "status") {
+    if (!rest.empty()) {
+        return "ERR unexpected argument '" + rest[0] + "' for " + command + "\n";
+    }
+    if (command == "status") {
         return "OK\n" + render_status(_state, json);
     }
-    if (args[0] == "stats") {
+    if (command == "stats") {
         return "OK\n" + render_stats(_state, json);
     }
-    return "ERR unknown command '" + args[0] + "' (try: status, stats)\n";
+    if (command == "flows") {
+        if (!vnic.empty() && std::find(_state.slot_names.begin(), _state.slot_names.end(), vnic) ==
+                                 _state.slot_names.end()) {
+            return "ERR no vNIC named '" + vnic + "'\n";
+        }
+        return "OK\n" + render_flows(_state, vnic, json);
+    }
+    return "ERR unknown command '" + command + "' (try: status, stats, flows, apply FILE)\n";
 }
 
 void control_server::serve() {

@@ -7,12 +7,13 @@
 #include <thread>
 
 #include "daemon_state.hh"
+#include "host_manager.hh"
 
 namespace jakiro {
 
 class control_server {
   public:
-    control_server(daemon_state& state, std::string socket_path);
+    control_server(daemon_state& state, host_manager& host, std::string socket_path);
     ~control_server();
     control_server(const control_server&) = delete;
     control_server& operator=(const control_server&) = delete;
@@ -28,6 +29,7 @@ class control_server {
     void serve();
 
     daemon_state& _state;
+    host_manager& _host;
     std::string _path;
     int _listen_fd = -1;
     std::atomic<bool> _stopping{false};

@@ -27,7 +27,8 @@ struct daemon_state {
     std::string memory_mode;  // "hugepages" or "no-huge": what EAL was started with
     bool busy_poll = false;
     std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
-    std::vector<port_record> ports;  // ports[0] is the uplink
+    std::vector<port_record> ports;       // ports[0] is the uplink
+    std::vector<std::string> slot_names;  // vNIC name by counter slot ("" once removed)
     overlay::underlay_neighbors* neighbors = nullptr;
     tables_publisher* publisher = nullptr;
     std::vector<const worker_context*> workers;

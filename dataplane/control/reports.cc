@@ -1,5 +1,6 @@
 #include "reports.hh"
 
+#include <rte_cycles.h>
 #include <rte_ethdev.h>
 
 #include <cstdio>
@@ -168,31 +169,123 @@ std::string render_stats(const daemon_state& state, bool json) {
     }
     out.end_object().begin_object("vnics");
     text << "vnics      from_tenant_pkts   from_tenant_bytes  to_tenant_pkts   to_tenant_bytes    "
-            "drops\n";
-    for (std::size_t slot = 0; slot < state.config.vnics.size(); ++slot) {
-        auto get = [&](auto member) {
+            "drops"
+            "   sg_allow_in  sg_deny_in sg_allow_out sg_deny_out\n";
+    for (std::size_t slot = 0; slot < state.slot_names.size(); ++slot) {
+        const auto& name = state.slot_names[slot];
+        if (name.empty()) {
+            continue;
+        }
+        auto sum = [&](auto pick) {
             return total(state, [&](const lcore_counters& c) -> const counter& {
-                return c.vnics[slot].*member;
+                return pick(c.vnics[slot]);
             });
         };
         const uint64_t values[] = {
-            get(&vnic_counters::from_tenant_packets), get(&vnic_counters::from_tenant_bytes),
-            get(&vnic_counters::to_tenant_packets), get(&vnic_counters::to_tenant_bytes),
-            get(&vnic_counters::drops)};
-        const auto& name = state.config.vnics[slot].name;
+            sum([](const vnic_counters& v) -> const counter& { return v.from_tenant_packets; }),
+            sum([](const vnic_counters& v) -> const counter& { return v.from_tenant_bytes; }),
+            sum([](const vnic_counters& v) -> const counter& { return v.to_tenant_packets; }),
+            sum([](const vnic_counters& v) -> const counter& { return v.to_tenant_bytes; }),
+            sum([](const vnic_counters& v) -> const counter& { return v.drops; }),
+            sum([](const vnic_counters& v) -> const counter& { return v.sg_allowed[0]; }),
+            sum([](const vnic_counters& v) -> const counter& { return v.sg_denied[0]; }),
+            sum([](const vnic_counters& v) -> const counter& { return v.sg_allowed[1]; }),
+            sum([](const vnic_counters& v) -> const counter& { return v.sg_denied[1]; })};
         out.begin_object(name)
             .value("from_tenant_packets", values[0])
             .value("from_tenant_bytes", values[1])
             .value("to_tenant_packets", values[2])
             .value("to_tenant_bytes", values[3])
             .value("drops", values[4])
+            .value("sg_allowed_ingress", values[5])
+            .value("sg_denied_ingress", values[6])
+            .value("sg_allowed_egress", values[7])
+            .value("sg_denied_egress", values[8])
             .end_object();
-        char line[160];
-        std::snprintf(line, sizeof(line), "  %-8s %16lu %19lu %15lu %17lu %8lu\n", name.c_str(),
-                      values[0], values[1], values[2], values[3], values[4]);
+        char line[256];
+        std::snprintf(line, sizeof(line),
+                      "  %-8s %16lu %19lu %15lu %17lu %8lu %13lu %11lu %12lu %11lu\n", name.c_str(),
+                      values[0], values[1], values[2], values[3], values[4], values[5], values[6],
+                      values[7], values[8]);
         text << line;
     }
-    out.end_object().begin_object("overlay");
+    out.end_object();
+
+    // Conntrack: the flow tables of all workers.
+    uint64_t flows = 0, capacity = 0, inserts = 0, evictions = 0, expirations = 0;
+    for (const auto* worker : state.workers) {
+        flows += worker->flows->size();
+        capacity += worker->flows->capacity();
+        inserts += worker->flows->inserts();
+        evictions += worker->flows->evictions();
+        expirations += worker->flows->expirations();
+    }
+    const uint64_t misses =
+        total(state, [](const lcore_counters& c) -> const counter& { return c.flow_misses; });
+    out.begin_object("conntrack")
+        .value("flows", flows)
+        .value("capacity", capacity)
+        .value("created", inserts)
+        .value("evicted", evictions)
+        .value("expired", expirations)
+        .value("classifications", misses)
+        .end_object();
+    text << "conntrack: " << flows << "/" << capacity << " flows, " << inserts << " created, "
+         << evictions << " evicted (table full), " << expirations << " expired, " << misses
+         << " full classifications\n";
+
+    // Security-group rules with their hit counts (packets of flows each rule let in or out).
+    out.begin_array("rules");
+    text << "security-group rules                                   hits\n";
+    const secgroup::rule_catalog catalog(state.config.security_groups);
+    for (std::size_t g = 0; g < state.config.security_groups.size(); ++g) {
+        const auto& group = state.config.security_groups[g];
+        for (auto dir : {secgroup::direction::ingress, secgroup::direction::egress}) {
+            const auto& rules = dir == secgroup::direction::ingress ? group.ingress : group.egress;
+            for (std::size_t r = 0; r < rules.size(); ++r) {
+                const uint32_t id = catalog.id(g, dir, r);
+                const uint64_t hits = id < max_rules
+                                          ? total(state,
+                                                  [&](const lcore_counters& c) -> const counter& {
+                                                      return c.rule_hits[id];
+                                                  })
+                                          : 0;
+                const auto& rule = rules[r];
+                std::string remote = rule.remote ? format_ipv4(rule.remote->address) + "/" +
+                                                       std::to_string(rule.remote->length)
+                                                 : "group " + rule.remote_group;
+                const bool has_ports =
+                    rule.proto == secgroup::protocol::tcp || rule.proto == secgroup::protocol::udp;
+                std::string ports =
+                    !has_ports                          ? "-"
+                    : rule.ports.low == rule.ports.high ? std::to_string(rule.ports.low)
+                    : rule.ports.low == 0 && rule.ports.high == 65535
+                        ? "any"
+                        : std::to_string(rule.ports.low) + "-" + std::to_string(rule.ports.high);
+                const char* dir_name = dir == secgroup::direction::ingress ? "ingress" : "egress";
+                out.begin_object()
+                    .value("vpc", group.vpc)
+                    .value("group", group.name)
+                    .value("direction", dir_name)
+                    .value("index", uint64_t{r})
+                    .value("line", uint64_t(rule.line))
+                    .value("proto", secgroup::to_string(rule.proto))
+                    .value("ports", ports)
+                    .value("remote", remote)
+                    .value("hits", hits)
+                    .end_object();
+                char line[256];
+                std::snprintf(
+                    line, sizeof(line), "  %s/%s %s[%zu] %s %s %s %s%*lu\n", group.vpc.c_str(),
+                    group.name.c_str(), dir_name, r, secgroup::to_string(rule.proto), ports.c_str(),
+                    dir == secgroup::direction::ingress ? "from" : "to", remote.c_str(), 8, hits);
+                text << line;
+            }
+        }
+    }
+    out.end_array();
+
+    out.begin_object("overlay");
     text << "overlay\n";
     for (const auto& global : global_counters) {
         const uint64_t value = total(state, global.get);
@@ -211,6 +304,67 @@ std::string render_stats(const daemon_state& state, bool json) {
         }
     }
     out.end_object().end_object();
+    return json ? out.str() + "\n" : text.str();
+}
+
+}  // namespace jakiro
+
+namespace jakiro {
+
+std::string render_flows(const daemon_state& state, const std::string& vnic, bool json) {
+    json_writer out;
+    std::ostringstream text;
+    const double hz = static_cast<double>(rte_get_tsc_hz());
+    const uint64_t now = rte_get_tsc_cycles();
+    out.begin_array();
+    text << "vnic     proto local                 remote                state        opened-by"
+            "     pkts-in    pkts-out  idle-s\n";
+    for (const auto* worker : state.workers) {
+        const auto& table = *worker->flows;
+        secgroup::flow_entry e;
+        for (uint32_t i = 0; i < table.capacity(); ++i) {
+            if (!table.snapshot(i, e) || e.key.vnic >= state.slot_names.size()) {
+                continue;
+            }
+            const auto& name = state.slot_names[e.key.vnic];
+            if (!vnic.empty() && name != vnic) {
+                continue;
+            }
+            const std::string proto = e.key.ip_proto == IPPROTO_TCP   ? "tcp"
+                                      : e.key.ip_proto == IPPROTO_UDP ? "udp"
+                                      : e.key.ip_proto == IPPROTO_ICMP
+                                          ? "icmp"
+                                          : std::to_string(e.key.ip_proto);
+            auto endpoint = [](rte_be32_t ip, rte_be16_t port) {
+                return format_ipv4(rte_be_to_cpu_32(ip)) + ":" +
+                       std::to_string(rte_be_to_cpu_16(port));
+            };
+            const std::string local = endpoint(e.key.local_ip, e.key.local_port);
+            const std::string remote = endpoint(e.key.remote_ip, e.key.remote_port);
+            const char* opened = e.initiator == secgroup::direction::egress ? "egress" : "ingress";
+            const double idle = now > e.last_seen ? (now - e.last_seen) / hz : 0.0;
+            out.begin_object()
+                .value("vnic", name)
+                .value("proto", proto)
+                .value("local", local)
+                .value("remote", remote)
+                .value("state", secgroup::to_string(e.state))
+                .value("opened_by", opened)
+                .value("packets_in", e.packets[0])
+                .value("packets_out", e.packets[1])
+                .value("bytes_in", e.bytes[0])
+                .value("bytes_out", e.bytes[1])
+                .value("idle_s", idle)
+                .end_object();
+            char line[256];
+            std::snprintf(line, sizeof(line),
+                          "%-8s %-5s %-21s %-21s %-12s %-9s %11lu %11lu %7.1f\n", name.c_str(),
+                          proto.c_str(), local.c_str(), remote.c_str(),
+                          secgroup::to_string(e.state), opened, e.packets[0], e.packets[1], idle);
+            text << line;
+        }
+    }
+    out.end_array();
     return json ? out.str() + "\n" : text.str();
 }
 

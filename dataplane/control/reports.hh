@@ -11,5 +11,7 @@ namespace jakiro {
 bool daemon_ready(const daemon_state& state);
 std::string render_status(const daemon_state& state, bool json);
 std::string render_stats(const daemon_state& state, bool json);
+// Tracked flows of every worker, optionally of one vNIC only.
+std::string render_flows(const daemon_state& state, const std::string& vnic, bool json);
 
 }  // namespace jakiro

@@ -110,7 +110,11 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
             next_aging = now + hz * aging_interval_ms / 1000;
             ctx.flows->expire(now, aging_budget);
         }
-        ctx.tx.flush();
+        ctx.tx.flush(
+            [&](uint16_t port) {
+                return port == tables.uplink_port || tables.vnic_of_port[port] != no_vnic;
+            },
+            ctx.counters);
         publisher.quiescent(worker_id);
 
         if (received > 0 || options.busy_poll || !ctx.tx.empty()) {

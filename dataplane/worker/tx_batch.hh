@@ -37,11 +37,23 @@ class tx_batch {
         queue.pkts[queue.count++] = m;
     }
 
-    // Sends what every port takes; ports with leftovers stay pending.
-    void flush() {
+    // Sends what every port takes; ports with leftovers stay pending. `port_live(port)` says
+    // whether a port is still in the current snapshot: packets left for a port that was just
+    // removed are dropped instead of sent to a device that is being closed.
+    template <typename Live>
+    void flush(Live port_live, lcore_counters& counters) {
         uint16_t still_pending = 0;
         for (uint16_t i = 0; i < _pending_count; ++i) {
             const uint16_t port = _pending_ports[i];
+            if (!port_live(port)) {
+                auto& queue = _queues[port];
+                counters.drops[static_cast<std::size_t>(drop_reason::port_removed)].add(
+                    queue.count);
+                rte_pktmbuf_free_bulk(queue.pkts, queue.count);
+                queue.count = 0;
+                queue.pending = false;
+                continue;
+            }
             send(port);
             if (_queues[port].count > 0) {
                 _pending_ports[still_pending++] = port;

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string>
@@ -22,7 +24,9 @@ const char* usage =
     "usage: jakiroctl [--host NAME | --socket PATH] COMMAND [--json]\n"
     "commands:\n"
     "  status   host, ports, link state, underlay neighbours\n"
-    "  stats    per-port, per-vNIC and overlay counters, drops by reason\n"
+    "  stats    per-port, per-vNIC, security-group and conntrack counters, drops by reason\n"
+    "  flows [--vnic NAME]   tracked connections with state, direction and counters\n"
+    "  apply FILE            apply a host YAML live: security groups, rules, peers, vNICs\n"
     "--host NAME talks to /run/jakiro/NAME.sock; without it the only socket there is used.\n";
 
 // The single *.sock in /run/jakiro, or "" when there are none or several.
@@ -58,6 +62,16 @@ int main(int argc, char** argv) {
         } else if (arg == "--host" || arg == "--socket") {
             std::cerr << "jakiroctl: " << arg << " needs a value\n" << usage;
             return 2;
+        } else if (command == "apply" && arg.find('/') != 0) {
+            // jakirod reads the file itself, from its own working directory: send a full path.
+            char* full = realpath(arg.c_str(), nullptr);
+            if (full == nullptr) {
+                std::cerr << "jakiroctl: cannot read " << arg << ": " << std::strerror(errno)
+                          << "\n";
+                return 2;
+            }
+            command += std::string(" ") + full;
+            std::free(full);
         } else {
             command += (command.empty() ? "" : " ") + arg;
         }
