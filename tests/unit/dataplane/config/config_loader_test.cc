@@ -159,3 +159,119 @@ TEST(ConfigLoader, ScalarWhereAListBelongsIsAnError) {
 
 }  // namespace
 }  // namespace jakiro
+
+namespace jakiro {
+namespace {
+
+const char* sg_config = R"(host:
+  name: h1
+  underlay: {port: "net_af_packet0,iface=ul0", ip: 198.18.0.1}
+vpcs: [{name: blue, vni: 100}, {name: red, vni: 200}]
+security_groups:
+  - name: web
+    vpc: blue
+    ingress:
+      - {proto: tcp, ports: 8080, from: 198.19.0.0/16}
+      - {proto: rdma, from_group: web}
+  - {name: default, vpc: red, ingress: [{proto: any, from_group: default}]}
+vnics:
+  - {name: t1, vpc: blue, mac: "02:00:c6:13:01:01", ip: 198.19.1.1/24, port: "net_af_packet1", security_groups: [web]}
+peers:
+  - {vpc: blue, ip: 198.19.1.2, host: 198.18.0.2, security_groups: [web]}
+)";
+
+std::string sg_with(const std::string& from, const std::string& to) {
+    std::string text = sg_config;
+    const auto at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return text.replace(at, from.size(), to);
+}
+
+void expect_sg_error(const std::string& text, int line, const std::string& field,
+                     const std::string& words) {
+    const auto result = load_host_config_text(text, "sg.yaml");
+    ASSERT_EQ(result.errors.size(), 1u)
+        << (result.errors.empty() ? text : result.errors[0].to_string());
+    const auto message = result.errors[0].to_string();
+    EXPECT_NE(message.find("sg.yaml:" + std::to_string(line) + ": " + field + ": "),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find(words), std::string::npos) << message;
+}
+
+TEST(SecurityGroupConfig, ValidGroupsLoadWithImplicitEgressAndResolvedRemoteGroups) {
+    const auto result = load_host_config_text(sg_config, "sg.yaml");
+    ASSERT_TRUE(result.ok()) << result.errors[0].to_string();
+    const auto& groups = result.config.security_groups;
+    ASSERT_EQ(groups.size(), 2u);
+    EXPECT_EQ(groups[0].ingress[0].ports.low, 8080);
+    EXPECT_EQ(groups[0].ingress[0].line, 9);
+    EXPECT_EQ(groups[0].ingress[1].proto, secgroup::protocol::rdma);
+    EXPECT_EQ(groups[0].ingress[1].remote_group_index, 0);
+    ASSERT_EQ(groups[0].egress.size(), 1u) << "no egress list: allow all egress";
+    EXPECT_EQ(groups[0].egress[0].remote->length, 0);
+    EXPECT_EQ(result.config.vnics[0].security_groups, std::vector<std::string>{"web"});
+}
+
+TEST(SecurityGroupConfig, BadCidrNamesTheRule) {
+    expect_sg_error(sg_with("from: 198.19.0.0/16", "from: 198.19.0.0/40"), 9,
+                    "security_groups[0].ingress[0].from", "not an IPv4 CIDR");
+}
+
+TEST(SecurityGroupConfig, PortOutOfRangeIsRejected) {
+    expect_sg_error(sg_with("ports: 8080", "ports: 70000"), 9,
+                    "security_groups[0].ingress[0].ports", "not a port or range");
+}
+
+TEST(SecurityGroupConfig, UnknownProtocolIsRejected) {
+    expect_sg_error(sg_with("proto: tcp", "proto: sctp"), 9, "security_groups[0].ingress[0].proto",
+                    "unknown protocol 'sctp'");
+}
+
+TEST(SecurityGroupConfig, UnknownRemoteGroupIsRejected) {
+    expect_sg_error(sg_with("from_group: web", "from_group: db"), 10,
+                    "security_groups[0].ingress[1].from_group", "unknown security group 'db'");
+}
+
+TEST(SecurityGroupConfig, RemoteGroupOfAnotherVpcIsUnknownHere) {
+    expect_sg_error(sg_with("from_group: web", "from_group: default"), 10,
+                    "security_groups[0].ingress[1].from_group", "in VPC 'blue'");
+}
+
+TEST(SecurityGroupConfig, PortsOnIcmpAreRejected) {
+    expect_sg_error(sg_with("{proto: tcp, ports: 8080", "{proto: icmp, ports: 8080"), 9,
+                    "security_groups[0].ingress[0].ports", "tcp and udp only");
+}
+
+TEST(SecurityGroupConfig, RuleNeedsExactlyOneRemote) {
+    expect_sg_error(sg_with("{proto: rdma, from_group: web}",
+                            "{proto: rdma, from_group: web, from: 0.0.0.0/0}"),
+                    10, "security_groups[0].ingress[1]", "exactly one of 'from' and 'from_group'");
+}
+
+TEST(SecurityGroupConfig, EgressRuleUsesToNotFrom) {
+    const auto result =
+        load_host_config_text(sg_with("      - {proto: rdma, from_group: web}\n",
+                                      "      - {proto: rdma, from_group: web}\n    egress:\n      "
+                                      "- {proto: any, from: 0.0.0.0/0}\n"),
+                              "sg.yaml");
+    ASSERT_FALSE(result.ok());
+    EXPECT_EQ(result.errors[0].to_string(),
+              "sg.yaml:12: security_groups[0].egress[0].from: unknown key");
+}
+
+TEST(SecurityGroupConfig, VnicGroupMustExistInItsVpc) {
+    expect_sg_error(sg_with("security_groups: [web]}\npeers", "security_groups: [default]}\npeers"),
+                    13, "vnics[0].security_groups[0]",
+                    "unknown security group 'default' in VPC 'blue'");
+}
+
+TEST(SecurityGroupConfig, SameGroupNameInTwoVpcsIsFineTwiceInOneIsNot) {
+    const std::string blue_default = "  - {name: default, vpc: blue, ingress: []}\nvnics:";
+    EXPECT_TRUE(load_host_config_text(sg_with("vnics:", blue_default), "sg.yaml").ok());
+    expect_sg_error(sg_with("vnics:", "  - {name: web, vpc: blue}\nvnics:"), 12,
+                    "security_groups[2].name", "duplicate security group 'web' in VPC 'blue'");
+}
+
+}  // namespace
+}  // namespace jakiro

@@ -38,9 +38,9 @@ struct PipelineTest : testing::Test {
         }
     }
 
-    void SetUp() override {
-        ASSERT_NE(pool, nullptr);
-        const auto loaded = load_host_config_text(R"(host:
+    // The host's YAML; tests of the security groups replace it.
+    virtual const char* config_yaml() const {
+        return R"(host:
   name: h1
   underlay: {port: "net_null0", ip: 198.18.0.1}
 vpcs: [{name: blue, vni: 100}, {name: red, vni: 200}]
@@ -55,8 +55,12 @@ peers:
   - {vpc: blue, ip: 198.19.1.2, host: 198.18.0.2}
   - {vpc: red, ip: 198.19.1.2, host: 198.18.0.2}
   - {vpc: blue, ip: 198.19.1.9, host: 198.18.0.9, mac: "02:00:c6:13:01:09"}
-)",
-                                                  "h1.yaml");
+)";
+    }
+
+    void SetUp() override {
+        ASSERT_NE(pool, nullptr);
+        const auto loaded = load_host_config_text(config_yaml(), "h1.yaml");
         ASSERT_TRUE(loaded.ok()) << loaded.errors[0].to_string();
         port_assignment ports{uplink, h1_mac, {port_t1, port_t5, port_t3}};
         std::string error;

@@ -1,0 +1,183 @@
+#include <rte_tcp.h>
+
+#include "pipeline_fixture.hh"
+
+namespace jakiro::test {
+namespace {
+
+// t1 carries "web": HTTP from anywhere in 198.19.0.0/16, ICMP from members of "web", egress
+// only to TCP 443 and to members of "web". t5 carries no group: nothing may open a flow to it.
+const char* firewall_yaml = R"(host:
+  name: h1
+  underlay: {port: "net_null0", ip: 198.18.0.1}
+vpcs: [{name: blue, vni: 100}, {name: red, vni: 200}]
+security_groups:
+  - name: web
+    vpc: blue
+    ingress:
+      - {proto: tcp, ports: 8080, from: 198.19.0.0/16}
+      - {proto: icmp, from_group: web}
+    egress:
+      - {proto: tcp, ports: 443, to: 0.0.0.0/0}
+      - {proto: any, to_group: web}
+  - {name: open, vpc: red, ingress: [{proto: any, from: 0.0.0.0/0}]}
+vnics:
+  - {name: t1, vpc: blue, mac: "02:00:c6:13:01:01", ip: 198.19.1.1/24, port: "net_null1", security_groups: [web]}
+  - {name: t5, vpc: blue, mac: "02:00:c6:13:01:03", ip: 198.19.1.3/24, port: "net_null2"}
+  - {name: t3, vpc: red, mac: "02:00:c6:13:02:01", ip: 198.19.1.1/24, port: "net_null3", security_groups: [open]}
+peers:
+  - {vpc: blue, ip: 198.19.1.2, host: 198.18.0.2, security_groups: [web]}
+  - {vpc: red, ip: 198.19.1.2, host: 198.18.0.2}
+  - {vpc: blue, ip: 198.19.1.9, host: 198.18.0.9}
+)";
+
+struct Firewall : PipelineTest {
+    const char* config_yaml() const override { return firewall_yaml; }
+
+    void SetUp() override {
+        PipelineTest::SetUp();
+        neighbors.learn(ip("198.18.0.2"), h2_mac);
+        neighbors.learn(ip("198.18.0.9"), mac("02:00:00:00:00:09"));
+    }
+
+    static void set_tcp_flags(rte_mbuf* m, uint8_t flags) {
+        rte_pktmbuf_mtod_offset(m, rte_tcp_hdr*, 34)->tcp_flags = flags;
+    }
+    rte_mbuf* t1_tcp(const char* dst, uint16_t sport, uint16_t dport, uint8_t flags) {
+        ipv4_frame_spec spec{t1_mac, gateway, ip("198.19.1.1"), ip(dst), IPPROTO_TCP, sport, dport};
+        rte_mbuf* m = ipv4_mbuf(pool, spec);
+        set_tcp_flags(m, flags);
+        return m;
+    }
+    rte_mbuf* tcp_to_t1(const char* from_host, const char* src, uint16_t sport, uint16_t dport,
+                        uint8_t flags) {
+        ipv4_frame_spec spec{mac("02:00:c6:13:01:02"),
+                             gateway,
+                             ip(src),
+                             ip("198.19.1.1"),
+                             IPPROTO_TCP,
+                             sport,
+                             dport};
+        rte_mbuf* m = ipv4_mbuf(pool, spec);
+        set_tcp_flags(m, flags);
+        vxlan_wrap(m, {h2_mac, h1_mac, ip(from_host), ip("198.18.0.1")}, 100);
+        return m;
+    }
+    std::size_t delivered_to_t1() const { return ctx->tx.queued(port_t1).size(); }
+    std::size_t sent_to_fabric() const { return ctx->tx.queued(uplink).size(); }
+};
+
+TEST_F(Firewall, IngressAllowedPortOpensAFlowAndItsRepliesPass) {
+    from_uplink(tcp_to_t1("198.18.0.2", "198.19.1.2", 40000, 8080, RTE_TCP_SYN_FLAG));
+    EXPECT_EQ(delivered_to_t1(), 1u);
+    // t1's SYN+ACK goes out although egress allows only 443 and members: it is a reply.
+    from_tenant(slot_t1, t1_tcp("198.19.1.9", 8080, 40000, RTE_TCP_SYN_FLAG | RTE_TCP_ACK_FLAG));
+    EXPECT_EQ(drops(drop_reason::sg_denied_egress), 1u) << "198.19.1.9 is another flow: denied";
+    from_tenant(slot_t1, t1_tcp("198.19.1.2", 8080, 40000, RTE_TCP_SYN_FLAG | RTE_TCP_ACK_FLAG));
+    EXPECT_EQ(sent_to_fabric(), 1u);
+    EXPECT_EQ(ctx->flows->size(), 1u);
+    const auto* flow =
+        ctx->flows->lookup({slot_t1, IPPROTO_TCP, 0, ip("198.19.1.1"), ip("198.19.1.2"),
+                            rte_cpu_to_be_16(8080), rte_cpu_to_be_16(40000)});
+    ASSERT_NE(flow, nullptr);
+    EXPECT_EQ(flow->state, secgroup::flow_state::tcp_syn_received);
+    EXPECT_EQ(flow->initiator, secgroup::direction::ingress);
+}
+
+TEST_F(Firewall, UnsolicitedIngressIsDeniedButEgressInitiatedRepliesPass) {
+    from_uplink(tcp_to_t1("198.18.0.2", "198.19.1.2", 40000, 22, RTE_TCP_SYN_FLAG));
+    EXPECT_EQ(delivered_to_t1(), 0u);
+    EXPECT_EQ(drops(drop_reason::sg_denied_ingress), 1u);
+    EXPECT_EQ(ctx->counters.vnics[slot_t1].sg_denied[0].read(), 1u);
+
+    from_tenant(slot_t1, t1_tcp("198.19.1.2", 50000, 443, RTE_TCP_SYN_FLAG));
+    EXPECT_EQ(sent_to_fabric(), 1u) << "egress to 443 allowed";
+    from_uplink(
+        tcp_to_t1("198.18.0.2", "198.19.1.2", 443, 50000, RTE_TCP_SYN_FLAG | RTE_TCP_ACK_FLAG));
+    EXPECT_EQ(delivered_to_t1(), 1u) << "the reply of an allowed flow passes";
+}
+
+TEST_F(Firewall, VnicWithoutGroupsAcceptsNothingNewEvenOnTheSameHost) {
+    from_tenant(slot_t1, t1_tcp("198.19.1.3", 50000, 443, RTE_TCP_SYN_FLAG));
+    EXPECT_EQ(ctx->tx.queued(port_t5).size(), 0u);
+    EXPECT_EQ(drops(drop_reason::sg_denied_ingress), 1u) << "t1 may send, t5 may not receive";
+    EXPECT_EQ(ctx->counters.vnics[slot_t5].sg_denied[0].read(), 1u);
+}
+
+TEST_F(Firewall, RemoteGroupRuleAdmitsMembersOnly) {
+    auto ping_to_t1 = [&](const char* from_host, const char* src) {
+        ipv4_frame_spec spec{mac("02:00:c6:13:01:02"), gateway, ip(src), ip("198.19.1.1"),
+                             IPPROTO_ICMP};
+        rte_mbuf* m = ipv4_mbuf(pool, spec);
+        auto* icmp = rte_pktmbuf_mtod_offset(m, uint8_t*, 34);
+        icmp[0] = 8;  // echo request
+        vxlan_wrap(m, {h2_mac, h1_mac, ip(from_host), ip("198.18.0.1")}, 100);
+        from_uplink(m);
+    };
+    ping_to_t1("198.18.0.2", "198.19.1.2");  // member of web
+    EXPECT_EQ(delivered_to_t1(), 1u);
+    ping_to_t1("198.18.0.9", "198.19.1.9");  // not a member
+    EXPECT_EQ(delivered_to_t1(), 1u);
+    EXPECT_EQ(drops(drop_reason::sg_denied_ingress), 1u);
+}
+
+TEST_F(Firewall, PolicyChangeRevokesFlowsNoLongerAllowed) {
+    from_uplink(tcp_to_t1("198.18.0.2", "198.19.1.2", 40000, 8080, RTE_TCP_SYN_FLAG));
+    ASSERT_EQ(delivered_to_t1(), 1u);
+    // The same configuration without the 8080 rule, as `jakiroctl apply` would publish it.
+    std::string changed = firewall_yaml;
+    changed.erase(changed.find("      - {proto: tcp, ports: 8080"),
+                  std::string("      - {proto: tcp, ports: 8080, from: 198.19.0.0/16}\n").size());
+    const auto loaded = load_host_config_text(changed, "h1.yaml");
+    ASSERT_TRUE(loaded.ok()) << loaded.errors[0].to_string();
+    std::string error;
+    tables = build_tables(loaded.config, {uplink, h1_mac, {port_t1, port_t5, port_t3}, {}},
+                          neighbors, tables->policy_generation + 1, error);
+    ASSERT_TRUE(tables) << error;
+    from_uplink(tcp_to_t1("198.18.0.2", "198.19.1.2", 40000, 8080, RTE_TCP_ACK_FLAG));
+    EXPECT_EQ(delivered_to_t1(), 1u) << "no second delivery";
+    EXPECT_EQ(drops(drop_reason::sg_revoked), 1u);
+    EXPECT_EQ(ctx->flows->size(), 0u);
+}
+
+TEST_F(Firewall, FlowsStillAllowedSurviveAPolicyChange) {
+    from_tenant(slot_t1, t1_tcp("198.19.1.2", 50000, 443, RTE_TCP_SYN_FLAG));
+    std::string error;
+    const auto loaded = load_host_config_text(firewall_yaml, "h1.yaml");
+    tables = build_tables(loaded.config, {uplink, h1_mac, {port_t1, port_t5, port_t3}, {}},
+                          neighbors, tables->policy_generation + 1, error);
+    ASSERT_TRUE(tables) << error;
+    from_tenant(slot_t1, t1_tcp("198.19.1.2", 50000, 443, RTE_TCP_ACK_FLAG));
+    EXPECT_EQ(sent_to_fabric(), 2u);
+    EXPECT_EQ(drops(drop_reason::sg_revoked), 0u);
+}
+
+TEST_F(Firewall, FragmentsAndTruncatedHeadersAreDroppedWithReasons) {
+    rte_mbuf* fragment = t1_tcp("198.19.1.2", 50000, 443, RTE_TCP_SYN_FLAG);
+    auto* iph = rte_pktmbuf_mtod_offset(fragment, rte_ipv4_hdr*, 14);
+    iph->fragment_offset = rte_cpu_to_be_16(RTE_IPV4_HDR_MF_FLAG);
+    from_tenant(slot_t1, fragment);
+    EXPECT_EQ(drops(drop_reason::fragment), 1u);
+
+    ipv4_frame_spec spec{t1_mac, gateway, ip("198.19.1.1"), ip("198.19.1.2"), IPPROTO_TCP};
+    spec.payload = 0;
+    rte_mbuf* shortened = ipv4_mbuf(pool, spec);  // 20-byte TCP header claimed, 8 bytes sent
+    auto* short_ip = rte_pktmbuf_mtod_offset(shortened, rte_ipv4_hdr*, 14);
+    short_ip->total_length = rte_cpu_to_be_16(28);
+    rte_pktmbuf_trim(shortened, 12);
+    from_tenant(slot_t1, shortened);
+    EXPECT_EQ(drops(drop_reason::l4_truncated), 1u);
+}
+
+TEST_F(Firewall, RuleHitsCountPacketsOfTheFlowsARuleAllowed) {
+    for (int i = 0; i < 3; ++i) {
+        from_tenant(slot_t1, t1_tcp("198.19.1.2", 50000, 443, RTE_TCP_ACK_FLAG));
+    }
+    const secgroup::rule_catalog catalog(
+        load_host_config_text(firewall_yaml, "h1.yaml").config.security_groups);
+    EXPECT_EQ(ctx->counters.rule_hits[catalog.id(0, secgroup::direction::egress, 0)].read(), 3u);
+    EXPECT_EQ(ctx->counters.flow_misses.read(), 1u) << "one classification, then NFT hits";
+}
+
+}  // namespace
+}  // namespace jakiro::test
