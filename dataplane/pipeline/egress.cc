@@ -5,6 +5,7 @@
 #include "../arp.hh"
 #include "../overlay/vxlan.hh"
 #include "firewall.hh"
+#include "ipv4_check.hh"
 
 #include <rte_cycles.h>
 
@@ -38,10 +39,8 @@ rte_ipv4_hdr* check_tenant_ipv4(worker_context& ctx, const datapath_tables& tabl
         return nullptr;
     }
     auto* ip = reinterpret_cast<rte_ipv4_hdr*>(eth + 1);
-    const uint32_t ihl = (ip->version_ihl & 0x0f) * 4u;
     const uint32_t ip_len = rte_be_to_cpu_16(ip->total_length);
-    if ((ip->version_ihl >> 4) != 4 || ihl < sizeof(rte_ipv4_hdr) || ip_len < ihl ||
-        ip_len > len - sizeof(rte_ether_hdr)) {
+    if (!ipv4_header_sane(ip, len - sizeof(rte_ether_hdr))) {
         ctx.drop(m, drop_reason::tenant_bad_ip_header, vnic.slot);
         return nullptr;
     }

@@ -5,6 +5,7 @@
 #include "../arp.hh"
 #include "../overlay/vxlan.hh"
 #include "firewall.hh"
+#include "ipv4_check.hh"
 
 #include <rte_cycles.h>
 
@@ -67,10 +68,7 @@ rte_ipv4_hdr* check_inner_ipv4(worker_context& ctx, const overlay::outer_view& o
         return nullptr;
     }
     auto* ip = reinterpret_cast<rte_ipv4_hdr*>(inner_eth + 1);
-    const uint32_t ihl = (ip->version_ihl & 0x0f) * 4u;
-    const uint32_t ip_len = rte_be_to_cpu_16(ip->total_length);
-    if ((ip->version_ihl >> 4) != 4 || ihl < sizeof(rte_ipv4_hdr) || ip_len < ihl ||
-        ip_len > outer.inner_len - sizeof(rte_ether_hdr)) {
+    if (!ipv4_header_sane(ip, outer.inner_len - sizeof(rte_ether_hdr))) {
         ctx.drop(m, drop_reason::inner_bad_ip_header);
         return nullptr;
     }
