@@ -14,6 +14,8 @@ namespace jakiro {
 
 constexpr uint16_t max_vnics = 256;       // vNIC slots per host
 constexpr uint32_t max_rules = 1u << 16;  // security-group rules per host (hit counters)
+// The rule id that stands for "egress allowed" on a vNIC that carries no group.
+constexpr uint32_t implicit_egress_rule = max_rules - 1;
 
 class counter {
   public:

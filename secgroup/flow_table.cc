@@ -3,6 +3,8 @@
 #include <rte_errno.h>
 #include <rte_hash_crc.h>
 
+#include <cstring>
+
 namespace jakiro::secgroup {
 
 namespace {
@@ -68,7 +70,8 @@ flow_entry* flow_table::lookup(const flow_key& key) {
     return position >= 0 ? &_entries[position] : nullptr;
 }
 
-flow_entry* flow_table::insert(const flow_key& key, uint64_t now) {
+flow_entry* flow_table::insert(const flow_key& key, uint64_t now, bool& created) {
+    created = false;
     int32_t position = rte_hash_add_key(_hash, &key);
     if (position == -ENOSPC) {
         evict_one();
@@ -78,6 +81,11 @@ flow_entry* flow_table::insert(const flow_key& key, uint64_t now) {
         return nullptr;
     }
     flow_entry& e = _entries[position];
+    // rte_hash_add_key returns the existing slot for a key it already holds.
+    if (e.in_use && std::memcmp(&e.key, &key, sizeof(key)) == 0) {
+        return &e;
+    }
+    created = true;
     begin_update(e);
     e.key = key;
     e.last_seen = now;
@@ -86,6 +94,7 @@ flow_entry* flow_table::insert(const flow_key& key, uint64_t now) {
     e.rule = 0;
     e.generation = 0;
     e.fins = 0;
+    e.revoked = false;
     e.in_use = true;
     end_update(e);
     bump(_size, 1u);
@@ -151,6 +160,7 @@ bool flow_table::snapshot(uint32_t i, flow_entry& out) const {
         out.state = e.state;
         out.initiator = e.initiator;
         out.in_use = e.in_use;
+        out.revoked = e.revoked;
         std::atomic_thread_fence(std::memory_order_acquire);
         if (e.sequence.load(std::memory_order_relaxed) == before) {
             return out.in_use;

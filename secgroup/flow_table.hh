@@ -45,6 +45,10 @@ struct flow_entry {
     direction initiator;
     uint8_t fins;
     bool in_use;
+    // Refused by a policy change: kept (rather than erased) so both directions stay blocked
+    // until the flow goes idle or a later change allows it again; erasing it would let the
+    // next packet reopen the flow from the other side.
+    bool revoked;
     std::atomic<uint32_t> sequence;  // odd while the worker rewrites the entry
 };
 
@@ -77,9 +81,9 @@ class flow_table {
     void lookup_bulk(const flow_key* keys, unsigned n, flow_entry** out);
     flow_entry* lookup(const flow_key& key);
 
-    // A new entry; when the table is full the stalest of a few sampled entries is evicted.
-    // nullptr only if even that fails (the caller then forwards without tracking or drops).
-    flow_entry* insert(const flow_key& key, uint64_t now);
+    // The entry for `key`, created (and `created` set) if it did not exist; when the table is
+    // full the stalest of a few sampled entries is evicted. nullptr only if even that fails.
+    flow_entry* insert(const flow_key& key, uint64_t now, bool& created);
     void erase(flow_entry* entry);
 
     // Forgets flows idle past their state's timeout, looking at no more than `budget` slots.

@@ -348,7 +348,7 @@ std::string render_flows(const daemon_state& state, const std::string& vnic, boo
                 .value("proto", proto)
                 .value("local", local)
                 .value("remote", remote)
-                .value("state", secgroup::to_string(e.state))
+                .value("state", e.revoked ? "revoked" : secgroup::to_string(e.state))
                 .value("opened_by", opened)
                 .value("packets_in", e.packets[0])
                 .value("packets_out", e.packets[1])
@@ -360,7 +360,8 @@ std::string render_flows(const daemon_state& state, const std::string& vnic, boo
             std::snprintf(line, sizeof(line),
                           "%-8s %-5s %-21s %-21s %-12s %-9s %11lu %11lu %7.1f\n", name.c_str(),
                           proto.c_str(), local.c_str(), remote.c_str(),
-                          secgroup::to_string(e.state), opened, e.packets[0], e.packets[1], idle);
+                          e.revoked ? "revoked" : secgroup::to_string(e.state), opened,
+                          e.packets[0], e.packets[1], idle);
             text << line;
         }
     }

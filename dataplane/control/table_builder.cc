@@ -36,8 +36,8 @@ namespace {
 bool compile_policies(const host_config& config, const std::vector<uint16_t>& slots,
                       datapath_tables& tables, std::string& error) {
     const secgroup::rule_catalog catalog(config.security_groups);
-    if (catalog.size() > max_rules) {
-        error = "more than " + std::to_string(max_rules) + " security group rules";
+    if (catalog.size() >= implicit_egress_rule) {
+        error = "more than " + std::to_string(implicit_egress_rule) + " security group rules";
         return false;
     }
     const auto members = group_members(config);
@@ -49,8 +49,12 @@ bool compile_policies(const host_config& config, const std::vector<uint16_t>& sl
         }
         auto& policy = tables.policies[slots[i]];
         for (auto dir : {secgroup::direction::ingress, secgroup::direction::egress}) {
-            const auto flat =
+            auto flat =
                 secgroup::expand_rules(config.security_groups, groups, dir, members, catalog);
+            if (groups.empty() && dir == secgroup::direction::egress) {
+                // DESIGN §7 default for a vNIC without groups: egress allowed, ingress denied.
+                flat.push_back({implicit_egress_rule, true, 0, {0, 0}, {}});
+            }
             policy.acl[static_cast<int>(dir)] = secgroup::acl_table::build(flat, error);
             if (!policy.acl[static_cast<int>(dir)]) {
                 error = "vNIC " + config.vnics[i].name + ": " + error;

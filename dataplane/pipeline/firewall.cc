@@ -125,23 +125,24 @@ void firewall_burst(worker_context& ctx, const datapath_tables& tables,
     }
     flow_entry* found[max_burst];
     flows.lookup_bulk(valid_keys, valid_count, found);
+    flow_entry* entry_of[max_burst];  // by request index, once known
 
-    // 2. Known flows checked under the current policy pass at once; the rest (new flows, and
-    //    flows whose verdict predates a policy change) are classified in runs of one vNIC and
-    //    direction, which is how bursts arrive.
+    // 2. Known flows checked under the current policy are decided at once; the rest (new
+    //    flows, and flows whose verdict predates a policy change) are classified in runs of one
+    //    vNIC and direction, which is how bursts arrive.
     unsigned pending[max_burst];
     direction judged_as[max_burst];
-    flow_entry* pending_entry[max_burst];
     unsigned pending_count = 0;
     for (unsigned v = 0; v < valid_count; ++v) {
         const unsigned i = valid[v];
         flow_entry* e = found[v];
+        entry_of[i] = e;
         if (e != nullptr && e->generation == generation) {
-            pass[i] = true;
+            pass[i] = !e->revoked;
+            reasons[i] = drop_reason::sg_revoked;
             continue;
         }
         pending[pending_count] = i;
-        pending_entry[pending_count] = e;
         // A flow is always judged the way it was opened: a reply is allowed by the rule that
         // allowed the request.
         judged_as[pending_count++] = e != nullptr ? e->initiator : requests[i].dir;
@@ -169,42 +170,49 @@ void firewall_burst(worker_context& ctx, const datapath_tables& tables,
         const unsigned i = pending[p];
         const firewall_request& r = requests[i];
         ctx.counters.flow_misses.add(1);
-        flow_entry* e = pending_entry[p];
-        if (verdicts[p] == secgroup::acl_table::no_match) {
-            if (e != nullptr) {
-                flows.erase(e);
-                reasons[i] = drop_reason::sg_revoked;
-            } else {
-                reasons[i] = r.dir == direction::ingress ? drop_reason::sg_denied_ingress
-                                                         : drop_reason::sg_denied_egress;
-            }
+        flow_entry* e = entry_of[i];
+        // An insert for an earlier packet of this burst may have evicted and reused the slot.
+        if (e != nullptr && (!e->in_use || std::memcmp(&e->key, &keys[i], sizeof(flow_key)) != 0)) {
+            e = nullptr;
+        }
+        const bool allowed = verdicts[p] != secgroup::acl_table::no_match;
+        if (e == nullptr && !allowed) {
+            reasons[i] = r.dir == direction::ingress ? drop_reason::sg_denied_ingress
+                                                     : drop_reason::sg_denied_egress;
             continue;
         }
         if (e == nullptr) {
-            // Two packets of a new flow in one burst: the first one created it.
-            e = flows.lookup(keys[i]);
-        }
-        if (e == nullptr) {
-            e = flows.insert(keys[i], now);
+            bool created = false;
+            e = flows.insert(keys[i], now, created);
             if (e == nullptr) {
                 reasons[i] = drop_reason::flow_table_full;
                 continue;
             }
+            if (created) {
+                flows.begin_update(*e);
+                e->initiator = r.dir;
+                e->state = initial_state(keys[i].ip_proto, flags[i]);
+                flows.end_update(*e);
+                // The opening packet's flags are in the initial state already.
+                flags[i] = 0;
+            }
+        }
+        entry_of[i] = e;
+        e->generation = generation;
+        if (e->revoked != !allowed) {
             flows.begin_update(*e);
-            e->initiator = r.dir;
-            e->state = initial_state(keys[i].ip_proto, flags[i]);
+            e->revoked = !allowed;
             flows.end_update(*e);
-            // The opening packet's flags are in the initial state already.
-            flags[i] = 0;
+        }
+        if (!allowed) {
+            reasons[i] = drop_reason::sg_revoked;
+            continue;
         }
         e->rule = verdicts[p];
-        e->generation = generation;
         pass[i] = true;
     }
 
     // 3. Account every packet that passes on its flow: counters, idle timer, TCP state.
-    //    (Looked up again for flows created above; hits reuse step 1's result.)
-    unsigned v = 0;
     for (unsigned i = 0; i < n; ++i) {
         const firewall_request& r = requests[i];
         auto& vnic_counters = ctx.counters.vnics[r.vnic];
@@ -212,16 +220,13 @@ void firewall_burst(worker_context& ctx, const datapath_tables& tables,
             vnic_counters.sg_denied[dir_index(r.dir)].add(1);
             continue;
         }
-        while (valid[v] != i) {
-            ++v;
-        }
-        // An insert above may have evicted (and reused) the entry step 1 found.
-        flow_entry* e = found[v];
-        if (e == nullptr || !e->in_use || std::memcmp(&e->key, &keys[i], sizeof(flow_key)) != 0) {
+        // A later insert in step 2 may have evicted (and reused) this packet's entry.
+        flow_entry* e = entry_of[i];
+        if (!e->in_use || std::memcmp(&e->key, &keys[i], sizeof(flow_key)) != 0) {
             e = flows.lookup(keys[i]);
-        }
-        if (e == nullptr) {
-            continue;
+            if (e == nullptr) {
+                continue;
+            }
         }
         vnic_counters.sg_allowed[dir_index(r.dir)].add(1);
         ctx.counters.rule_hits[e->rule - 1].add(1);

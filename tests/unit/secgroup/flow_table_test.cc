@@ -18,6 +18,13 @@ flow_key key(uint16_t port) {
     return k;
 }
 
+flow_entry* add(flow_table& table, const flow_key& k, uint64_t now) {
+    bool created = false;
+    flow_entry* e = table.insert(k, now, created);
+    EXPECT_TRUE(e == nullptr || created);
+    return e;
+}
+
 std::unique_ptr<flow_table> make(uint32_t capacity) {
     std::string error;
     auto table = flow_table::create(capacity, {}, hz, error);
@@ -27,7 +34,7 @@ std::unique_ptr<flow_table> make(uint32_t capacity) {
 
 TEST(FlowTable, InsertedFlowIsFoundAndErasedFlowIsNot) {
     auto table = make(64);
-    flow_entry* e = table->insert(key(1000), 0);
+    flow_entry* e = add(*table, key(1000), 0);
     ASSERT_NE(e, nullptr);
     EXPECT_EQ(table->lookup(key(1000)), e);
     EXPECT_EQ(table->lookup(key(1001)), nullptr);
@@ -37,17 +44,28 @@ TEST(FlowTable, InsertedFlowIsFoundAndErasedFlowIsNot) {
     EXPECT_EQ(table->size(), 0u);
 }
 
+TEST(FlowTable, InsertingAKnownKeyReturnsTheExistingFlowUntouched) {
+    auto table = make(64);
+    flow_entry* e = add(*table, key(1000), 0);
+    e->packets[0] = 5;
+    bool created = true;
+    EXPECT_EQ(table->insert(key(1000), 99, created), e);
+    EXPECT_FALSE(created);
+    EXPECT_EQ(e->packets[0], 5u);
+    EXPECT_EQ(table->size(), 1u);
+}
+
 TEST(FlowTable, FullTableEvictsTheStalestSampledFlow) {
     auto table = make(64);
     const uint32_t capacity = table->capacity();
     for (uint32_t i = 0; i < capacity; ++i) {
-        flow_entry* e = table->insert(key(static_cast<uint16_t>(1000 + i)), 100 + i);
+        flow_entry* e = add(*table, key(static_cast<uint16_t>(1000 + i)), 100 + i);
         ASSERT_NE(e, nullptr) << i;
         e->state = flow_state::tcp_established;
     }
     EXPECT_EQ(table->size(), capacity);
     // The oldest flow (seen at t=100) sits in the first sampled slots.
-    flow_entry* fresh = table->insert(key(5000), 10000);
+    flow_entry* fresh = add(*table, key(5000), 10000);
     ASSERT_NE(fresh, nullptr) << "a full table makes room instead of refusing";
     EXPECT_EQ(table->size(), capacity);
     EXPECT_EQ(table->evictions(), 1u);
@@ -57,9 +75,9 @@ TEST(FlowTable, FullTableEvictsTheStalestSampledFlow) {
 
 TEST(FlowTable, IdleFlowsExpireByStateTimeout) {
     auto table = make(64);
-    flow_entry* syn = table->insert(key(1), 0);
+    flow_entry* syn = add(*table, key(1), 0);
     syn->state = flow_state::tcp_syn_sent;  // 30 s
-    flow_entry* est = table->insert(key(2), 0);
+    flow_entry* est = add(*table, key(2), 0);
     est->state = flow_state::tcp_established;  // 3600 s
     table->expire(31 * hz, table->capacity());
     EXPECT_EQ(table->lookup(key(1)), nullptr);
@@ -71,7 +89,7 @@ TEST(FlowTable, IdleFlowsExpireByStateTimeout) {
 
 TEST(FlowTable, SnapshotSeesLiveEntriesOnly) {
     auto table = make(64);
-    flow_entry* e = table->insert(key(7), 5);
+    flow_entry* e = add(*table, key(7), 5);
     e->state = flow_state::udp;
     unsigned live = 0;
     flow_entry copy;

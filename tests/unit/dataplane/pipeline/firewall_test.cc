@@ -104,6 +104,13 @@ TEST_F(Firewall, VnicWithoutGroupsAcceptsNothingNewEvenOnTheSameHost) {
     EXPECT_EQ(ctx->counters.vnics[slot_t5].sg_denied[0].read(), 1u);
 }
 
+TEST_F(Firewall, VnicWithoutGroupsMayStillOpenFlowsOutward) {
+    ipv4_frame_spec spec{t5_mac, gateway, ip("198.19.1.3"), ip("198.19.1.2"), IPPROTO_UDP, 5000, 53};
+    from_tenant(slot_t5, ipv4_mbuf(pool, spec));
+    EXPECT_EQ(sent_to_fabric(), 1u) << "default: egress allowed";
+    EXPECT_EQ(ctx->counters.rule_hits[implicit_egress_rule].read(), 1u);
+}
+
 TEST_F(Firewall, RemoteGroupRuleAdmitsMembersOnly) {
     auto ping_to_t1 = [&](const char* from_host, const char* src) {
         ipv4_frame_spec spec{mac("02:00:c6:13:01:02"), gateway, ip(src), ip("198.19.1.1"),
@@ -137,7 +144,38 @@ TEST_F(Firewall, PolicyChangeRevokesFlowsNoLongerAllowed) {
     from_uplink(tcp_to_t1("198.18.0.2", "198.19.1.2", 40000, 8080, RTE_TCP_ACK_FLAG));
     EXPECT_EQ(delivered_to_t1(), 1u) << "no second delivery";
     EXPECT_EQ(drops(drop_reason::sg_revoked), 1u);
-    EXPECT_EQ(ctx->flows->size(), 0u);
+    EXPECT_EQ(ctx->flows->size(), 1u) << "kept as revoked so the flow stays closed";
+}
+
+TEST_F(Firewall, RevokedFlowStaysClosedInBothDirectionsAndCountsOnce) {
+    from_uplink(tcp_to_t1("198.18.0.2", "198.19.1.2", 40000, 8080, RTE_TCP_SYN_FLAG));
+    ASSERT_EQ(delivered_to_t1(), 1u);
+    std::string changed = firewall_yaml;
+    changed.erase(changed.find("      - {proto: tcp, ports: 8080"),
+                  std::string("      - {proto: tcp, ports: 8080, from: 198.19.0.0/16}\n").size());
+    // Egress to the client is allowed ("any to members of web"): without a revoked entry the
+    // server's next segment would reopen the flow from its side.
+    std::string error;
+    tables = build_tables(load_host_config_text(changed, "h1.yaml").config,
+                          {uplink, h1_mac, {port_t1, port_t5, port_t3}, {}}, neighbors,
+                          tables->policy_generation + 1, error);
+    ASSERT_TRUE(tables) << error;
+    rte_mbuf* burst[] = {tcp_to_t1("198.18.0.2", "198.19.1.2", 40000, 8080, RTE_TCP_ACK_FLAG),
+                         tcp_to_t1("198.18.0.2", "198.19.1.2", 40000, 8080, RTE_TCP_ACK_FLAG)};
+    process_uplink_burst(*ctx, *tables, burst, 2);
+    from_tenant(slot_t1, t1_tcp("198.19.1.2", 8080, 40000, RTE_TCP_ACK_FLAG));
+    from_uplink(tcp_to_t1("198.18.0.2", "198.19.1.2", 40000, 8080, RTE_TCP_ACK_FLAG));
+    EXPECT_EQ(delivered_to_t1(), 1u);
+    EXPECT_EQ(sent_to_fabric(), 0u) << "the server side cannot reopen a revoked flow";
+    EXPECT_EQ(drops(drop_reason::sg_revoked), 4u);
+    EXPECT_EQ(ctx->flows->size(), 1u) << "one entry, marked revoked, not erased twice";
+
+    // Putting the rule back lets the flow go on.
+    tables = build_tables(load_host_config_text(firewall_yaml, "h1.yaml").config,
+                          {uplink, h1_mac, {port_t1, port_t5, port_t3}, {}}, neighbors,
+                          tables->policy_generation + 1, error);
+    from_uplink(tcp_to_t1("198.18.0.2", "198.19.1.2", 40000, 8080, RTE_TCP_ACK_FLAG));
+    EXPECT_EQ(delivered_to_t1(), 2u);
 }
 
 TEST_F(Firewall, FlowsStillAllowedSurviveAPolicyChange) {

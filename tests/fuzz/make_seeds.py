@@ -1,0 +1,100 @@
+#!/usr/bin/python3
+"""Writes the seed corpus of packet_fuzzer into DIR: valid frames of the fuzzer's h1 (tenant
+frames of t1/t5/t3, VXLAN from h2, ARP) in the input layout packet_fuzzer.cc describes.
+
+  tests/fuzz/make_seeds.py DIR
+"""
+
+import struct
+import sys
+from pathlib import Path
+
+from scapy.layers.inet import ICMP, TCP, UDP, IP
+from scapy.layers.l2 import ARP, Ether
+from scapy.layers.vxlan import VXLAN
+
+GW = "02:6a:6b:00:00:01"
+T1, T5, T3 = ("02:00:c6:13:01:01", "198.19.1.1"), ("02:00:c6:13:01:03", "198.19.1.3"), \
+    ("02:00:c6:13:02:01", "198.19.1.1")
+T2_MAC, T2_IP = "02:00:c6:13:01:02", "198.19.1.2"
+H1 = ("02:00:c6:12:00:01", "198.18.0.1")
+H2 = ("02:00:c6:12:00:02", "198.18.0.2")
+
+# control byte bits (packet_fuzzer.cc): 0-1 slot, 2 policy B, 3-4 VNI, 5 from .9, 6 burst
+SLOT_T1, SLOT_T5, SLOT_T3 = 0, 1, 2
+POLICY_B, VNI_RED, BURST = 0x04, 0x08, 0x40
+
+
+def tenant(who, dst_ip, l4):
+    mac, ip = who
+    return Ether(src=mac, dst=GW) / IP(src=ip, dst=dst_ip) / l4
+
+
+def from_t2(l4, src=T2_IP, dst="198.19.1.1"):
+    return Ether(src=T2_MAC, dst=GW) / IP(src=src, dst=dst) / l4
+
+
+def vxlan_from_h2(inner, vni=100):
+    return (Ether(src=H2[0], dst=H1[0]) / IP(src=H2[1], dst=H1[1]) / UDP(sport=50000, dport=4789)
+            / VXLAN(flags=0x08, vni=vni) / inner)
+
+
+NEW_BURST, NEW_POLICY = 0x4000, 0x8000  # flags of a burst-mode length word
+
+
+def burst(frames, flags=None):
+    """Burst-mode body; flags[i] are ORed into frame i's length word."""
+    flags = flags or [0] * len(frames)
+    return b"".join(struct.pack(">H", len(bytes(f)) | fl) + bytes(f)
+                    for f, fl in zip(frames, flags))
+
+
+def seeds():
+    syn = TCP(sport=40000, dport=8080, flags="S")
+    yield "t1_tcp_syn_to_t2", SLOT_T1, tenant(T1, T2_IP, syn)
+    yield "t1_udp_dns_to_t2", SLOT_T1, tenant(T1, T2_IP, UDP(sport=40001, dport=53) / (b"q" * 12))
+    yield "t1_ping_t5_same_host", SLOT_T1, tenant(T1, T5[1], ICMP(id=7, seq=1))
+    yield "t5_rdma_to_t2", SLOT_T5, tenant(T5, T2_IP, UDP(sport=49152, dport=4791) / (b"\0" * 28))
+    yield "t3_red_udp_to_t2", SLOT_T3, tenant(T3, T2_IP, UDP(sport=1000, dport=5050))
+    yield "t1_arp_for_t2", SLOT_T1, Ether(src=T1[0], dst="ff:ff:ff:ff:ff:ff") / ARP(
+        hwsrc=T1[0], psrc=T1[1], pdst=T2_IP)
+    yield "t1_fragment", SLOT_T1, tenant(T1, T2_IP, UDP(sport=1, dport=53)) / (b"x" * 40)
+    yield "t2_synack_inner", SLOT_T1, from_t2(TCP(sport=8080, dport=40000, flags="SA"))
+    yield "t2_udp_5050_inner", SLOT_T1, from_t2(UDP(sport=5050, dport=5050) / (b"d" * 16))
+    yield "t2_ping_inner", SLOT_T1, from_t2(ICMP(id=9))
+    yield "vxlan_t2_to_t1_tcp", SLOT_T1, vxlan_from_h2(from_t2(TCP(sport=1234, dport=8080,
+                                                                   flags="S")))
+    yield "vxlan_red_t4_to_t3", VNI_RED, vxlan_from_h2(from_t2(UDP(sport=7, dport=7)), vni=200)
+    yield "vxlan_arp_from_h2", SLOT_T1, vxlan_from_h2(Ether(src=T2_MAC, dst="ff:ff:ff:ff:ff:ff")
+                                                      / ARP(psrc=T2_IP, pdst="198.19.1.1"))
+    yield "underlay_arp_request", SLOT_T1, Ether(src=H2[0], dst="ff:ff:ff:ff:ff:ff") / ARP(
+        hwsrc=H2[0], psrc=H2[1], pdst=H1[1])
+    # One flow's packets in a burst, under each policy: known flows get re-checked and revoked.
+    stream = [tenant(T1, T2_IP, TCP(sport=40002, dport=8080, flags="S"))] + \
+        [tenant(T1, T2_IP, TCP(sport=40002, dport=8080, flags="A") / (b"p" * 20))] * 7
+    yield "burst_one_tcp_flow", BURST | SLOT_T1, burst(stream)
+    yield "burst_one_tcp_flow_policy_b", BURST | POLICY_B | SLOT_T1, burst(stream)
+    # The same flow over a live change: known under A, re-checked under B in the next burst.
+    yield "burst_tcp_flow_across_a_change", BURST | SLOT_T1, burst(
+        stream + stream[1:], [0] * len(stream) + [NEW_POLICY] + [0] * (len(stream) - 2))
+    inbound = [from_t2(UDP(sport=5055, dport=5055) / (b"u" * 8))] * 8
+    yield "burst_inbound_udp", BURST | SLOT_T1, burst(inbound)
+    yield "burst_inbound_udp_policy_b", BURST | POLICY_B | SLOT_T1, burst(inbound)
+    yield "burst_many_flows", BURST | SLOT_T5, burst(
+        [tenant(T5, T2_IP, UDP(sport=2000 + i, dport=53)) for i in range(32)])
+
+
+def main():
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    for name, control, frame in seeds():
+        body = frame if isinstance(frame, bytes) else bytes(frame)
+        if name == "t1_fragment":  # MF set after scapy built the header: a first fragment
+            b = bytearray(body)
+            b[20] |= 0x20
+            body = bytes(b)
+        (out / name).write_bytes(bytes([control]) + body)
+
+
+if __name__ == "__main__":
+    main()
