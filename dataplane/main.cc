@@ -18,6 +18,7 @@
 #include "control/control_server.hh"
 #include "control/host_manager.hh"
 #include "eal_options.hh"
+#include "verbs/channel_server.hh"
 #include "worker/lcore_loop.hh"
 
 namespace {
@@ -152,6 +153,11 @@ int main(int argc, char** argv) {
     if (!host.start(error)) {
         return fail(error);
     }
+    // The RDMA face: one verbs socket per vNIC for libjakiro_verbs.so (control side thread).
+    verbs::channel_server verbs_channel(verbs::make_channel_config(config));
+    if (!verbs_channel.start(error)) {
+        return fail(error);
+    }
 
     auto worker = std::make_unique<worker_context>();
     worker->neighbors = neighbors.get();
@@ -177,6 +183,7 @@ int main(int argc, char** argv) {
 
     std::cout << "jakirod " << config.name << ": stopping" << std::endl;
     control.stop();
+    verbs_channel.stop();
     host.stop_ports();
     return 0;
 }

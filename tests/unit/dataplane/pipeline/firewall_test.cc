@@ -105,7 +105,8 @@ TEST_F(Firewall, VnicWithoutGroupsAcceptsNothingNewEvenOnTheSameHost) {
 }
 
 TEST_F(Firewall, VnicWithoutGroupsMayStillOpenFlowsOutward) {
-    ipv4_frame_spec spec{t5_mac, gateway, ip("198.19.1.3"), ip("198.19.1.2"), IPPROTO_UDP, 5000, 53};
+    ipv4_frame_spec spec{t5_mac, gateway, ip("198.19.1.3"), ip("198.19.1.2"), IPPROTO_UDP,
+                         5000,   53};
     from_tenant(slot_t5, ipv4_mbuf(pool, spec));
     EXPECT_EQ(sent_to_fabric(), 1u) << "default: egress allowed";
     EXPECT_EQ(ctx->counters.rule_hits[implicit_egress_rule].read(), 1u);

@@ -1,0 +1,46 @@
+#pragma once
+// What jakirod answers to each shim request: message in, reply out, no I/O. The channel
+// server does the sockets; tests drive this directly with good, truncated and hostile bytes.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "device_model.hh"
+#include "verbs_shim/protocol.hh"
+
+namespace jakiro::verbs {
+
+// Per-connection protocol state. Owned by the channel server thread.
+struct session {
+    uint64_t client_id = 0;
+    bool hello_done = false;
+};
+
+// What the server serves a vNIC's clients from.
+struct device_context {
+    const vnic_identity* vnic = nullptr;
+    std::string host_name;
+    uint32_t tenant_mtu = 0;
+};
+
+struct outcome {
+    enum class action {
+        reply,        // send `reply`, keep the connection
+        reply_close,  // send `reply`, then drop the client (it speaks another version)
+        drop,         // not our protocol: drop the client without a word
+    };
+    action what = action::drop;
+    bool with_async_channel = false;  // the reply must carry the client's async channel fd
+    std::array<std::byte, verbs_proto::max_message_size> reply{};
+    std::size_t reply_size = 0;
+    verbs_proto::parse_error error = verbs_proto::parse_error::none;  // for the counters
+};
+
+// `truncated`: the kernel cut the message (MSG_TRUNC), i.e. it was larger than the buffer.
+outcome handle_request(std::span<const std::byte> message, bool truncated, session& s,
+                       const device_context& device);
+
+}  // namespace jakiro::verbs

@@ -1,0 +1,124 @@
+"""The RDMA face, device discovery: unmodified ibverbs programs run with jakiro-run in a tenant
+namespace see one RoCE v2 device for their vNIC, described by jakirod over its verbs socket;
+verbs the engine does not have yet fail cleanly instead of crashing."""
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import (IP, JAKIROD, MAC, PYTHON, SRC, T1, T2, T3, T5, ns, run, stop,
+                      wait_listening)
+
+pytestmark = pytest.mark.usefixtures("testbed")
+
+JAKIRO_RUN = SRC / "tools" / "jakiro-run"
+VNIC = {T1: "t1", T2: "t2", T3: "t3", T5: "t5"}
+
+
+def shim_env():
+    """The build tree's shim beside the jakirod under test (meson points JAKIROD into the
+    build tree); without one, jakiro-run finds the installed library itself."""
+    env = dict(os.environ)
+    lib = Path(JAKIROD).resolve().parents[1] / "verbs_shim" / "libjakiro_verbs.so"
+    if lib.exists():
+        env["JAKIRO_VERBS_LIB"] = str(lib)
+    return env
+
+
+def jakiro_run(tenant, *cmd, check=True, timeout=30):
+    return ns(tenant, JAKIRO_RUN, "--", *cmd, check=check, timeout=timeout, env=shim_env())
+
+
+def assert_no_crash(r, what):
+    # ip netns exec execs the command, so a signal shows as a negative code (or 128+N from a
+    # shell): a SIGSEGV is 139 / -11, an abort 134 / -6.
+    crashed = {-signal.SIGSEGV, -signal.SIGABRT, -signal.SIGBUS, 128 + signal.SIGSEGV,
+               128 + signal.SIGABRT, 128 + signal.SIGBUS}
+    assert r.returncode not in crashed, f"{what} crashed ({r.returncode}): {r.stderr[-500:]}"
+
+
+def guid_of(mac):
+    """Modified EUI-64 of a MAC, as ibv_devices prints a node GUID."""
+    b = bytes.fromhex(mac.replace(":", ""))
+    return bytes([b[0] ^ 2, b[1], b[2], 0xFF, 0xFE, b[3], b[4], b[5]]).hex()
+
+
+def test_ibv_devices_lists_the_tenants_vnic():
+    out = jakiro_run(T1, "ibv_devices").stdout
+    print(out)
+    assert "jakiro_t1" in out
+    assert guid_of(MAC[T1]) in out
+    assert "jakiro_t2" not in out and "jakiro_t5" not in out
+
+
+@pytest.mark.parametrize("tenant", [T1, T2, T5, T3])
+def test_ibv_devinfo_shows_active_roce_v2_port(tenant):
+    out = jakiro_run(tenant, "ibv_devinfo", "-v").stdout
+    assert f"hca_id:\tjakiro_{VNIC[tenant]}" in out
+    assert "PORT_ACTIVE" in out
+    assert "link_layer:\t\tEthernet" in out
+    # Underlay MTU 1500: tenant MTU 1450, and the largest IB MTU whose packets fit is 1024.
+    assert "active_mtu:\t\t1024 (3)" in out
+    assert f"GID[  0]:\t\t::ffff:{IP[tenant]}, RoCE v2" in out
+    # Limits are what the engine supports, atomics not (yet).
+    assert "atomic_cap:\t\t\tATOMIC_NONE" in out
+    assert "vendor_id:\t\t\t0x02c9" not in out  # not Mellanox: perftest takes generic paths
+
+
+def test_each_tenant_sees_exactly_one_device():
+    for tenant in (T1, T2):
+        out = jakiro_run(tenant, "ibv_devinfo", "-l").stdout
+        assert "1 HCA found:" in out and f"jakiro_{VNIC[tenant]}" in out, out
+
+
+def test_jakiro_run_selects_a_vnic_by_name_from_the_host():
+    # From the test's own namespace, which has no Jakiro eth0: --vnic picks the socket.
+    r = run(JAKIRO_RUN, "--vnic", "t5", "--", "ibv_devinfo", "-v", env=shim_env())
+    assert "hca_id:\tjakiro_t5" in r.stdout
+    assert f"::ffff:{IP[T5]}" in r.stdout
+    r = run(JAKIRO_RUN, "--vnic", "no-such-vnic", "--", "true", check=False, env=shim_env())
+    assert r.returncode == 2 and "no-such-vnic" in r.stderr
+
+
+def test_pyverbs_opens_and_queries_the_device():
+    # pyverbs calls ibv_get_device_index and friends: every call must stay inside the shim.
+    script = ("from pyverbs.device import Context, get_device_list\n"
+              "d = get_device_list()[0]\n"
+              "c = Context(name=d.name.decode())\n"
+              "print(d.name.decode(), c.query_port(1).state, c.query_gid(1, 0))\n")
+    out = jakiro_run(T1, PYTHON, "-c", script).stdout
+    assert out.split()[:2] == ["jakiro_t1", "4"], out
+    assert out.split()[2].endswith("ffff:c613:0101"), out
+
+
+@pytest.mark.parametrize("args,message", [
+    (["ibv_rc_pingpong", "-g", "0"], "Couldn't allocate PD"),
+    (["ibv_rc_pingpong", "-e", "-g", "0"], "Couldn't create completion channel"),
+    (["ibv_ud_pingpong", "-g", "0"], "Couldn't allocate PD"),
+], ids=["rc_pingpong", "rc_pingpong_events", "ud_pingpong"])
+def test_unimplemented_verbs_fail_cleanly(args, message):
+    r = jakiro_run(T1, *args, check=False, timeout=20)
+    assert_no_crash(r, args[0])
+    assert r.returncode != 0
+    assert message in r.stderr, r.stderr
+
+
+def test_perftest_fails_cleanly_on_both_sides():
+    # The server exchanges QP details over TCP first, then fails to build its resources too.
+    srv = subprocess.Popen(["ip", "netns", "exec", T2, str(JAKIRO_RUN), "--", "ib_write_bw",
+                            "-D", "1"], env=shim_env(), text=True, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        wait_listening(T2, 18515, timeout=10)
+        cli = jakiro_run(T1, "ib_write_bw", "-D", "1", IP[T2], check=False, timeout=20)
+        assert_no_crash(cli, "ib_write_bw client")
+        assert cli.returncode != 0
+        assert "Couldn't allocate PD" in cli.stdout + cli.stderr
+        out, err = srv.communicate(timeout=20)
+        assert_no_crash(srv, "ib_write_bw server")
+        assert srv.returncode != 0
+    finally:
+        stop(srv)

@@ -1,0 +1,336 @@
+// The channel server over real sockets: a socketpair adopted as a client, and the per-vNIC
+// path sockets. No EAL, no root: sockets live in a temporary directory.
+
+#include "verbs/channel_server.hh"
+
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+namespace jakiro::verbs {
+namespace {
+
+namespace proto = verbs_proto;
+
+// Waits for `predicate`, for up to two seconds (the server thread runs asynchronously).
+template <typename P>
+bool eventually(P predicate) {
+    for (int i = 0; i < 200; ++i) {
+        if (predicate()) {
+            return true;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return predicate();
+}
+
+struct reply {
+    ssize_t size = -1;
+    std::array<std::byte, proto::max_message_size> bytes{};
+    int fd = -1;  // a descriptor that came with it
+    int status() const {
+        proto::reply_header r{};
+        std::memcpy(&r, bytes.data(), sizeof(r));
+        return r.status;
+    }
+};
+
+// Receives one message (and at most one fd), waiting up to two seconds.
+reply receive(int fd) {
+    reply r;
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 2000) != 1) {
+        return r;
+    }
+    iovec iov{r.bytes.data(), r.bytes.size()};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    r.size = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_type == SCM_RIGHTS) {
+            std::memcpy(&r.fd, CMSG_DATA(c), sizeof(int));
+        }
+    }
+    return r;
+}
+
+template <typename Msg>
+void send_message(int fd, const Msg& m, std::size_t size = sizeof(Msg)) {
+    ASSERT_EQ(send(fd, &m, size, MSG_NOSIGNAL), static_cast<ssize_t>(size));
+}
+
+proto::hello_request hello(uint32_t id = 1) {
+    return proto::make_message<proto::hello_request>(static_cast<uint16_t>(proto::opcode::hello),
+                                                     id);
+}
+
+proto::query_request query(uint32_t id = 2) {
+    auto q =
+        proto::make_message<proto::query_request>(static_cast<uint16_t>(proto::opcode::query), id);
+    q.port_num = 1;
+    return q;
+}
+
+class ChannelServer : public testing::Test {
+  protected:
+    void SetUp() override {
+        char dir[] = "/tmp/jakiro-verbs-test-XXXXXX";
+        ASSERT_NE(mkdtemp(dir), nullptr);
+        config.socket_dir = dir;
+        config.host_name = "h1";
+        config.tenant_mtu = 1450;
+        config.vnics = {{"t1", {0x02, 0x00, 0xc6, 0x13, 0x01, 0x01}, 0xc6130101},
+                        {"t5", {0x02, 0x00, 0xc6, 0x13, 0x01, 0x03}, 0xc6130103}};
+    }
+    void TearDown() override { std::filesystem::remove_all(config.socket_dir); }
+
+    // A client of vNIC `vnic` over a socketpair; returns our end.
+    int adopted_client(channel_server& server, std::size_t vnic = 0) {
+        int pair[2];
+        EXPECT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair), 0);
+        EXPECT_TRUE(server.adopt(pair[1], vnic));
+        return pair[0];
+    }
+
+    channel_config config;
+};
+
+TEST_F(ChannelServer, AnswersHelloWithTheVnicAndAnAsyncChannel) {
+    channel_server server(config);
+    std::string error;
+    ASSERT_TRUE(server.start(error)) << error;
+    const int fd = adopted_client(server, 1);
+    send_message(fd, hello(11));
+    const auto r = receive(fd);
+    ASSERT_EQ(r.size, static_cast<ssize_t>(sizeof(proto::hello_reply)));
+    proto::hello_reply h{};
+    std::memcpy(&h, r.bytes.data(), sizeof(h));
+    EXPECT_EQ(h.rh.status, 0);
+    EXPECT_EQ(h.rh.hdr.request_id, 11u);
+    EXPECT_STREQ(h.vnic_name, "t5");
+    EXPECT_EQ(h.ipv4[3], 3);
+    EXPECT_EQ(h.path_mtu, 1024u);
+    ASSERT_GE(r.fd, 0) << "the async event channel comes with the reply";
+    close(r.fd);
+    close(fd);
+}
+
+TEST_F(ChannelServer, AnswersQueryAndSurvivesBadMessages) {
+    channel_server server(config);
+    std::string error;
+    ASSERT_TRUE(server.start(error)) << error;
+    const int fd = adopted_client(server);
+    send_message(fd, hello());
+    const auto h = receive(fd);
+    ASSERT_GE(h.fd, 0);
+    close(h.fd);
+
+    // Wrong length, reserved opcode, oversized: each an error reply, the connection lives.
+    const auto q = query(3);
+    send_message(fd, q, sizeof(q) - 2);
+    EXPECT_EQ(receive(fd).status(), EBADMSG);
+    auto qp = proto::make_message<proto::query_request>(
+        static_cast<uint16_t>(proto::opcode::create_qp), 4);
+    send_message(fd, qp);
+    EXPECT_EQ(receive(fd).status(), EOPNOTSUPP);
+    std::vector<std::byte> big(proto::max_message_size + 100);
+    std::memcpy(big.data(), &q, sizeof(q));
+    ASSERT_EQ(send(fd, big.data(), big.size(), MSG_NOSIGNAL), static_cast<ssize_t>(big.size()));
+    EXPECT_EQ(receive(fd).status(), EMSGSIZE);
+
+    send_message(fd, query(5));
+    const auto r = receive(fd);
+    ASSERT_EQ(r.size, static_cast<ssize_t>(sizeof(proto::query_reply)));
+    proto::query_reply a{};
+    std::memcpy(&a, r.bytes.data(), sizeof(a));
+    EXPECT_EQ(a.rh.status, 0);
+    EXPECT_EQ(a.port.state, static_cast<uint8_t>(proto::port_state::active));
+    EXPECT_EQ(a.port.gid0[15], 1);
+    EXPECT_GE(server.stats().bad_requests, 3u);
+    close(fd);
+}
+
+TEST_F(ChannelServer, DropsAClientThatIsNotSpeakingTheProtocol) {
+    channel_server server(config);
+    std::string error;
+    ASSERT_TRUE(server.start(error)) << error;
+    const int fd = adopted_client(server);
+    ASSERT_TRUE(eventually([&] { return server.client_count() == 1; }));
+    const char junk[] = "hello";  // shorter than a header
+    send_message(fd, junk);
+    EXPECT_EQ(receive(fd).size, 0) << "connection closed";
+    EXPECT_TRUE(eventually([&] { return server.client_count() == 0; }));
+    close(fd);
+}
+
+TEST_F(ChannelServer, DescriptorsSentByAClientAreClosedNotKept) {
+    channel_server server(config);
+    std::string error;
+    ASSERT_TRUE(server.start(error)) << error;
+    const int fd = adopted_client(server);
+    int probe[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, probe), 0);
+    auto h = hello();
+    iovec iov{&h, sizeof(h)};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &probe[1], sizeof(int));
+    ASSERT_EQ(sendmsg(fd, &msg, 0), static_cast<ssize_t>(sizeof(h)));
+    close(probe[1]);
+    const auto r = receive(fd);
+    EXPECT_EQ(r.status(), 0);
+    close(r.fd);
+    // The server closed its copy: the probe's peer is gone, so reading sees EOF.
+    pollfd p{probe[0], POLLIN, 0};
+    EXPECT_EQ(poll(&p, 1, 2000), 1);
+    char byte;
+    EXPECT_EQ(read(probe[0], &byte, 1), 0);
+    close(probe[0]);
+    close(fd);
+}
+
+TEST_F(ChannelServer, ForgetsAClientThatDisconnects) {
+    channel_server server(config);
+    std::string error;
+    ASSERT_TRUE(server.start(error)) << error;
+    const int fd = adopted_client(server);
+    send_message(fd, hello());
+    const auto h = receive(fd);
+    ASSERT_EQ(server.client_count(), 1u);
+    close(fd);
+    EXPECT_TRUE(eventually([&] { return server.client_count() == 0; }));
+    // Its async channel closes with it.
+    char buf[64];
+    EXPECT_EQ(recv(h.fd, buf, sizeof(buf), 0), 0);
+    close(h.fd);
+    EXPECT_EQ(server.stats().disconnected, 1u);
+}
+
+TEST_F(ChannelServer, StopTellsClientsTheDeviceIsGoneAndRemovesTheSockets) {
+    channel_server server(config);
+    std::string error;
+    ASSERT_TRUE(server.start(error)) << error;
+    const std::string path = server.socket_path(0);
+    const std::string link = config.socket_dir + "/by-name/t1.sock";
+    struct stat st;
+    ASSERT_EQ(stat(path.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISSOCK(st.st_mode));
+    ASSERT_EQ(stat(link.c_str(), &st), 0) << "by-name link resolves to the socket";
+
+    const int fd = adopted_client(server);
+    send_message(fd, hello());
+    const auto h = receive(fd);
+    ASSERT_GE(h.fd, 0);
+    server.stop();
+
+    proto::async_event_message e{};
+    ASSERT_EQ(recv(h.fd, &e, sizeof(e), 0), static_cast<ssize_t>(sizeof(e)));
+    EXPECT_EQ(e.hdr.opcode, static_cast<uint16_t>(proto::opcode::async_event));
+    EXPECT_EQ(e.type, static_cast<uint32_t>(proto::event_type::device_fatal));
+    EXPECT_EQ(recv(h.fd, &e, sizeof(e), 0), 0) << "then EOF";
+    char buf[8];
+    EXPECT_EQ(recv(fd, buf, sizeof(buf), 0), 0) << "the control connection is closed too";
+    EXPECT_NE(access(path.c_str(), F_OK), 0);
+    EXPECT_NE(access(link.c_str(), F_OK), 0);
+    close(h.fd);
+    close(fd);
+}
+
+TEST_F(ChannelServer, ServesEveryVnicOnItsMacSocket) {
+    channel_server server(config);
+    std::string error;
+    ASSERT_TRUE(server.start(error)) << error;
+    EXPECT_EQ(server.socket_path(1), config.socket_dir + "/02:00:c6:13:01:03.sock");
+    for (const char* path : {"02:00:c6:13:01:01.sock", "by-name/t5.sock"}) {
+        const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        sockaddr_un addr{};
+        addr.sun_family = AF_UNIX;
+        std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s/%s", config.socket_dir.c_str(),
+                      path);
+        ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << path;
+        send_message(fd, hello());
+        const auto r = receive(fd);
+        proto::hello_reply h{};
+        std::memcpy(&h, r.bytes.data(), sizeof(h));
+        EXPECT_STREQ(h.vnic_name, std::string(path) == "by-name/t5.sock" ? "t5" : "t1");
+        close(r.fd);
+        close(fd);
+    }
+}
+
+TEST_F(ChannelServer, RefusesToStealALiveSocketButReplacesAStaleOne) {
+    {
+        channel_server first(config);
+        std::string error;
+        ASSERT_TRUE(first.start(error)) << error;
+        channel_server second(config);
+        EXPECT_FALSE(second.start(error));
+        EXPECT_NE(error.find("another jakirod"), std::string::npos) << error;
+    }
+    // A file left behind by a crash (nobody listening) is taken over.
+    const std::string stale = config.socket_dir + "/02:00:c6:13:01:01.sock";
+    std::FILE* f = std::fopen(stale.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fclose(f);
+    channel_server third(config);
+    std::string error;
+    EXPECT_TRUE(third.start(error)) << error;
+}
+
+TEST_F(ChannelServer, RefusesTwoVnicsWithOneMac) {
+    config.vnics[1].mac = config.vnics[0].mac;
+    channel_server server(config);
+    std::string error;
+    EXPECT_FALSE(server.start(error));
+    EXPECT_NE(error.find("share MAC 02:00:c6:13:01:01"), std::string::npos) << error;
+}
+
+TEST_F(ChannelServer, ManyClientsAreServedIndependently) {
+    channel_server server(config);
+    std::string error;
+    ASSERT_TRUE(server.start(error)) << error;
+    std::vector<int> fds;
+    for (int i = 0; i < 50; ++i) {
+        fds.push_back(adopted_client(server, static_cast<std::size_t>(i % 2)));
+    }
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+        send_message(fds[i], hello(static_cast<uint32_t>(100 + i)));
+    }
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+        const auto r = receive(fds[i]);
+        proto::hello_reply h{};
+        std::memcpy(&h, r.bytes.data(), sizeof(h));
+        EXPECT_EQ(h.rh.hdr.request_id, 100 + i);
+        EXPECT_STREQ(h.vnic_name, i % 2 == 0 ? "t1" : "t5");
+        close(r.fd);
+    }
+    EXPECT_EQ(server.client_count(), 50u);
+    for (int fd : fds) {
+        close(fd);
+    }
+    EXPECT_TRUE(eventually([&] { return server.client_count() == 0; }));
+}
+
+}  // namespace
+}  // namespace jakiro::verbs

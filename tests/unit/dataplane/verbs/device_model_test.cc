@@ -1,0 +1,59 @@
+#include "verbs/device_model.hh"
+
+#include <gtest/gtest.h>
+
+namespace jakiro::verbs {
+namespace {
+
+TEST(DeviceModel, PathMtuIsTheLargestIbMtuThatFitsTheTenantMtu) {
+    EXPECT_EQ(path_mtu_for(1450), 1024u) << "underlay 1500";
+    EXPECT_EQ(path_mtu_for(8950), 4096u) << "underlay 9000";
+    EXPECT_EQ(path_mtu_for(1230), 1024u) << "underlay 1280, the smallest allowed";
+    EXPECT_EQ(path_mtu_for(2112), 2048u) << "2048 + 64 bytes of RoCEv2 headers fit exactly";
+    EXPECT_EQ(path_mtu_for(2111), 1024u);
+    EXPECT_EQ(path_mtu_for(200), 0u);
+}
+
+TEST(DeviceModel, NodeGuidIsTheModifiedEui64OfTheMac) {
+    EXPECT_EQ(node_guid_from_mac({0x02, 0x00, 0xc6, 0x13, 0x01, 0x01}), 0x0000c6fffe130101ull);
+    EXPECT_EQ(node_guid_from_mac({0x00, 0x11, 0x22, 0x33, 0x44, 0x55}), 0x021122fffe334455ull);
+}
+
+TEST(DeviceModel, GidIsTheIpv4MappedAddress) {
+    const auto gid = ipv4_mapped_gid(0xc6130101);  // 198.19.1.1
+    const std::array<uint8_t, 16> want = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 198, 19, 1, 1};
+    EXPECT_EQ(gid, want);
+}
+
+TEST(DeviceModel, QueryDescribesOneActiveRoceV2Port) {
+    const vnic_identity vnic{"t1", {0x02, 0x00, 0xc6, 0x13, 0x01, 0x01}, 0xc6130101};
+    verbs_proto::query_reply r{};
+    fill_query(r, vnic, 1450);
+    EXPECT_EQ(r.device.phys_port_cnt, 1);
+    EXPECT_NE(r.device.vendor_id, 0x02c9u) << "not Mellanox: perftest must take generic paths";
+    EXPECT_EQ(r.device.lim.atomics, 0u);
+    EXPECT_EQ(r.device.lim.max_qp, 1024u);
+    EXPECT_EQ(r.port.state, static_cast<uint8_t>(verbs_proto::port_state::active));
+    EXPECT_EQ(r.port.active_mtu, 1024u);
+    EXPECT_EQ(r.port.max_mtu, 4096u);
+    EXPECT_EQ(r.port.gid_tbl_len, 1);
+    EXPECT_EQ(r.port.gid0[12], 198);
+    EXPECT_EQ(r.port.gid0[15], 1);
+}
+
+TEST(DeviceModel, HelloCarriesIdentityAndPathMtu) {
+    const vnic_identity vnic{"t2", {0x02, 0x00, 0xc6, 0x13, 0x01, 0x02}, 0xc6130102};
+    verbs_proto::hello_reply r{};
+    fill_hello(r, vnic, "h2", 8950);
+    EXPECT_STREQ(r.vnic_name, "t2");
+    EXPECT_STREQ(r.host_name, "h2");
+    EXPECT_EQ(r.ipv4[0], 198);
+    EXPECT_EQ(r.ipv4[3], 2);
+    EXPECT_EQ(r.mac[5], 2);
+    EXPECT_EQ(r.tenant_mtu, 8950u);
+    EXPECT_EQ(r.path_mtu, 4096u);
+    EXPECT_EQ(mac_text(vnic.mac), "02:00:c6:13:01:02");
+}
+
+}  // namespace
+}  // namespace jakiro::verbs

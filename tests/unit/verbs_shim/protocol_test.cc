@@ -1,0 +1,220 @@
+// The shim ⇄ jakirod protocol: encoding, and the validation both ends rely on to refuse
+// truncated, oversized, foreign and wrong-version messages.
+
+#include "verbs_shim/protocol.hh"
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <random>
+#include <vector>
+
+namespace jakiro::verbs_proto {
+namespace {
+
+template <typename Msg>
+std::vector<std::byte> bytes(const Msg& m) {
+    const auto b = bytes_of(m);
+    return {b.begin(), b.end()};
+}
+
+hello_request hello(uint32_t id = 7) {
+    return make_message<hello_request>(static_cast<uint16_t>(opcode::hello), id);
+}
+
+parse_error check(const std::vector<std::byte>& m, bool truncated = false) {
+    header h{};
+    return check_request(m, truncated, h);
+}
+
+void set_header(std::vector<std::byte>& m, const header& h) {
+    std::memcpy(m.data(), &h, sizeof(h));
+}
+
+header header_of(const std::vector<std::byte>& m) {
+    header h{};
+    std::memcpy(&h, m.data(), sizeof(h));
+    return h;
+}
+
+TEST(Protocol, MakeMessageFillsTheHeaderAndZeroesTheBody) {
+    const auto m = make_message<query_request>(static_cast<uint16_t>(opcode::query), 42);
+    EXPECT_EQ(m.hdr.magic, magic);
+    EXPECT_EQ(m.hdr.version, version);
+    EXPECT_EQ(m.hdr.opcode, static_cast<uint16_t>(opcode::query));
+    EXPECT_EQ(m.hdr.length, sizeof(query_request));
+    EXPECT_EQ(m.hdr.request_id, 42u);
+    EXPECT_EQ(m.port_num, 0u);
+    EXPECT_EQ(m.flags, 0u);
+}
+
+TEST(Protocol, AcceptsWellFormedHelloAndQuery) {
+    EXPECT_EQ(check(bytes(hello())), parse_error::none);
+    EXPECT_EQ(check(bytes(make_message<query_request>(static_cast<uint16_t>(opcode::query), 1))),
+              parse_error::none);
+}
+
+TEST(Protocol, DecodeRoundTripsAndRefusesOtherSizes) {
+    auto m = hello(9);
+    m.pid = 1234;
+    put_name(m.program, "ibv_devinfo");
+    const auto b = bytes(m);
+    hello_request out{};
+    ASSERT_TRUE(decode(std::span<const std::byte>(b), out));
+    EXPECT_EQ(out.pid, 1234u);
+    EXPECT_STREQ(out.program, "ibv_devinfo");
+    EXPECT_FALSE(decode(std::span<const std::byte>(b).first(b.size() - 1), out));
+}
+
+TEST(Protocol, PutNameTruncatesAndTerminates) {
+    char field[8];
+    put_name(field, "a-very-long-vnic-name");
+    EXPECT_STREQ(field, "a-very-");
+}
+
+TEST(Protocol, RejectsMessagesShorterThanAHeader) {
+    auto b = bytes(hello());
+    for (std::size_t n = 0; n < sizeof(header); ++n) {
+        std::vector<std::byte> cut(b.begin(), b.begin() + static_cast<long>(n));
+        EXPECT_EQ(check(cut), parse_error::truncated) << n << " bytes";
+    }
+    EXPECT_EQ(errno_for(parse_error::truncated), 0) << "no reply: the peer is dropped";
+}
+
+TEST(Protocol, RejectsTruncatedBodies) {
+    // The header claims the full size but fewer bytes arrived.
+    auto b = bytes(hello());
+    b.resize(sizeof(hello_request) - 4);
+    EXPECT_EQ(check(b), parse_error::length_mismatch);
+    // A consistent header that is simply too short for HELLO.
+    auto h = header_of(b);
+    h.length = static_cast<uint32_t>(b.size());
+    set_header(b, h);
+    EXPECT_EQ(check(b), parse_error::bad_size);
+    EXPECT_EQ(errno_for(parse_error::bad_size), EBADMSG);
+}
+
+TEST(Protocol, RejectsOversizedMessages) {
+    std::vector<std::byte> big(max_message_size + 1);
+    auto h = hello().hdr;
+    h.length = static_cast<uint32_t>(big.size());
+    set_header(big, h);
+    EXPECT_EQ(check(big), parse_error::oversized);
+    // What the kernel cut (MSG_TRUNC) is oversized whatever arrived.
+    EXPECT_EQ(check(bytes(hello()), true), parse_error::oversized);
+    // A header that claims more than the limit.
+    auto b = bytes(hello());
+    h = header_of(b);
+    h.length = 1u << 20;
+    set_header(b, h);
+    EXPECT_EQ(check(b), parse_error::oversized);
+    EXPECT_EQ(errno_for(parse_error::oversized), EMSGSIZE);
+}
+
+TEST(Protocol, RejectsForeignMagic) {
+    auto b = bytes(hello());
+    auto h = header_of(b);
+    h.magic = 0x12345678;
+    set_header(b, h);
+    EXPECT_EQ(check(b), parse_error::bad_magic);
+}
+
+TEST(Protocol, RejectsOtherVersions) {
+    for (uint16_t v : {uint16_t{0}, uint16_t{version + 1}, uint16_t{0xffff}}) {
+        auto b = bytes(hello());
+        auto h = header_of(b);
+        h.version = v;
+        set_header(b, h);
+        EXPECT_EQ(check(b), parse_error::bad_version) << v;
+    }
+    EXPECT_EQ(errno_for(parse_error::bad_version), EPROTONOSUPPORT);
+}
+
+TEST(Protocol, AnswersReservedAndUnknownOpcodesWithEopnotsupp) {
+    for (opcode op : {opcode::alloc_pd, opcode::reg_mr, opcode::create_cq, opcode::create_qp,
+                      opcode::modify_qp, opcode::destroy_qp}) {
+        auto m = make_message<query_request>(static_cast<uint16_t>(op), 1);
+        EXPECT_EQ(check(bytes(m)), parse_error::unknown_opcode);
+    }
+    auto m = make_message<query_request>(0x1234, 1);
+    EXPECT_EQ(check(bytes(m)), parse_error::unknown_opcode);
+    EXPECT_EQ(errno_for(parse_error::unknown_opcode), EOPNOTSUPP);
+}
+
+TEST(Protocol, RefusesRepliesAndEventsSentAsRequests) {
+    auto r = make_message<hello_request>(reply_opcode(opcode::hello), 1);
+    EXPECT_EQ(check(bytes(r)), parse_error::not_a_request);
+    auto e = make_message<async_event_message>(static_cast<uint16_t>(opcode::async_event), 0);
+    EXPECT_EQ(check(bytes(e)), parse_error::not_a_request);
+}
+
+TEST(Protocol, ReplyMustAnswerTheRequest) {
+    const auto req = hello(5).hdr;
+    auto ok = make_message<hello_reply>(reply_opcode(opcode::hello), 5);
+    int status = -1;
+    EXPECT_TRUE(check_reply(bytes(ok), false, req, status));
+    EXPECT_EQ(status, 0);
+
+    auto wrong_id = make_message<hello_reply>(reply_opcode(opcode::hello), 6);
+    EXPECT_FALSE(check_reply(bytes(wrong_id), false, req, status));
+    EXPECT_EQ(status, EPROTO);
+
+    auto wrong_op = make_message<hello_reply>(reply_opcode(opcode::query), 5);
+    EXPECT_FALSE(check_reply(bytes(wrong_op), false, req, status));
+
+    // A successful reply must be complete.
+    auto b = bytes(ok);
+    b.resize(sizeof(reply_header));
+    auto h = header_of(b);
+    h.length = sizeof(reply_header);
+    set_header(b, h);
+    EXPECT_FALSE(check_reply(b, false, req, status));
+    EXPECT_EQ(status, EPROTO);
+}
+
+TEST(Protocol, ErrorReplyCarriesItsStatus) {
+    const auto req = hello(5).hdr;
+    auto r = make_message<reply_header>(reply_opcode(opcode::hello), 5);
+    r.status = EOPNOTSUPP;
+    int status = 0;
+    EXPECT_TRUE(check_reply(bytes(r), false, req, status));
+    EXPECT_EQ(status, EOPNOTSUPP);
+    r.status = -3;  // negative statuses do not exist
+    EXPECT_FALSE(check_reply(bytes(r), false, req, status));
+}
+
+TEST(Protocol, VersionMismatchReplyReadsAsEprotonosupport) {
+    const auto req = hello(5).hdr;
+    auto r = make_message<reply_header>(reply_opcode(opcode::hello), 5);
+    r.hdr.version = version + 1;
+    r.status = EPROTONOSUPPORT;
+    int status = 0;
+    EXPECT_TRUE(check_reply(bytes(r), false, req, status));
+    EXPECT_EQ(status, EPROTONOSUPPORT);
+}
+
+TEST(Protocol, RandomBytesAreNeverAcceptedAsARequest) {
+    std::mt19937 rng(4);
+    for (int i = 0; i < 20000; ++i) {
+        std::vector<std::byte> b(rng() % 300);
+        for (auto& x : b) {
+            x = static_cast<std::byte>(rng());
+        }
+        if (b.size() >= sizeof(header) && i % 2 == 0) {
+            // Half keep a valid magic and version so the deeper checks run too.
+            auto h = header_of(b);
+            h.magic = magic;
+            h.version = version;
+            set_header(b, h);
+        }
+        header h{};
+        const auto e = check_request(b, false, h);
+        if (e == parse_error::none) {
+            EXPECT_EQ(b.size(), request_size(h.opcode));
+            EXPECT_EQ(h.length, b.size());
+        }
+    }
+}
+
+}  // namespace
+}  // namespace jakiro::verbs_proto

@@ -1,0 +1,51 @@
+#pragma once
+// The shim's end of one connection to jakirod's verbs socket (protocol.hh). One per device
+// scan and one per open verbs context; closing it is how jakirod learns the context is gone.
+//
+// Thread-safety: call() serialises on a mutex, so a context may be used from many threads;
+// control verbs are rare and never on the data path.
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+
+#include "protocol.hh"
+
+namespace jakiro::shim {
+
+// How long a control verb waits for jakirod before failing with ETIMEDOUT: long enough for a
+// daemon busy in a table rebuild, short enough that a hung one does not hang the program.
+constexpr int reply_timeout_ms = 5000;
+
+class channel {
+  public:
+    channel() = default;
+    ~channel();
+    channel(const channel&) = delete;
+    channel& operator=(const channel&) = delete;
+
+    // Connects to `path`; 0 or an errno.
+    int open(const char* path);
+    void close();
+    int fd() const { return _fd; }
+
+    // Sends `request` (a message from make_message; its request id is assigned here) and
+    // waits for the reply. 0 or an errno: the transport's, EIO when jakirod is gone, EPROTO
+    // for a malformed reply, or the status jakirod answered. On 0, `reply` holds exactly
+    // `reply_size` bytes and, if `fd_out` is given, *fd_out the one descriptor that came with
+    // it (the caller owns it).
+    int call(void* request, std::size_t request_size, void* reply, std::size_t reply_size,
+             int* fd_out = nullptr);
+
+    // HELLO: the vNIC's identity; `async_fd` gets the async event channel.
+    int hello(verbs_proto::hello_reply& out, int& async_fd);
+    // QUERY port 1: device and port attributes as jakirod sees them now.
+    int query(verbs_proto::query_reply& out);
+
+  private:
+    int _fd = -1;
+    uint32_t _next_id = 1;
+    std::mutex _mutex;
+};
+
+}  // namespace jakiro::shim

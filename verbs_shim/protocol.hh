@@ -1,0 +1,404 @@
+#pragma once
+// The shim ⇄ jakirod protocol: versioned POD messages over a SOCK_SEQPACKET Unix socket, one
+// socket per vNIC at /run/jakiro/verbs/<vNIC MAC>.sock. File descriptors (the async event
+// channel now; memfds for rings and eventfds later) travel as SCM_RIGHTS with the message.
+//
+// Both ends are on the same host, so integers are in host byte order; addresses (MAC, IPv4,
+// GID) are byte arrays in wire order. Every message starts with `header`; a reply carries the
+// request's opcode with `reply_flag` set, echoes its request id and adds a status (0 or a
+// positive errno). A reply with a non-zero status is just a `reply_header`.
+//
+// This header is shared by libjakiro_verbs.so and jakirod: plain C++, no verbs.h, no DPDK.
+// Layouts are frozen per `version`: any change to a struct below bumps it.
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <type_traits>
+
+namespace jakiro::verbs_proto {
+
+constexpr uint32_t magic = 0x4256'4b4a;  // "JKVB" in memory on little-endian hosts
+constexpr uint16_t version = 1;
+
+// SOCK_SEQPACKET keeps message boundaries, so a receiver reads into a buffer one byte larger
+// than this and rejects anything that fills it. 4 KiB holds every message with room to grow
+// and is far below the socket buffer, so a reply never blocks the daemon's thread.
+constexpr std::size_t max_message_size = 4096;
+// Most descriptors one message may carry (a QP will need its ring memfd and a doorbell).
+constexpr std::size_t max_fds_per_message = 4;
+constexpr std::size_t name_size = 32;  // vNIC and host names, NUL-terminated
+
+enum class opcode : uint16_t {
+    hello = 1,  // identify the vNIC; reply carries the async event channel fd
+    query = 2,  // device and port attributes (live: port state and GID follow the vNIC)
+
+    // Reserved for the resource verbs of the RoCE engine; jakirod answers EOPNOTSUPP until
+    // they exist, so a newer shim against an older daemon fails cleanly.
+    alloc_pd = 16,
+    dealloc_pd = 17,
+    reg_mr = 18,
+    dereg_mr = 19,
+    create_cq = 20,
+    resize_cq = 21,
+    destroy_cq = 22,
+    create_qp = 23,
+    modify_qp = 24,
+    query_qp = 25,
+    destroy_qp = 26,
+    create_srq = 27,
+    modify_srq = 28,
+    destroy_srq = 29,
+    create_ah = 30,
+    destroy_ah = 31,
+    create_comp_channel = 32,
+    destroy_comp_channel = 33,
+
+    // Daemon → shim, on the async event channel (never a reply).
+    async_event = 64,
+};
+constexpr uint16_t reply_flag = 0x8000;
+
+constexpr uint16_t reply_opcode(opcode op) {
+    return static_cast<uint16_t>(static_cast<uint16_t>(op) | reply_flag);
+}
+
+struct header {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t opcode;      // `opcode`, | reply_flag in replies
+    uint32_t length;      // whole message in bytes, this header included
+    uint32_t request_id;  // chosen by the client, echoed in the reply; 0 in async events
+};
+static_assert(sizeof(header) == 16);
+static_assert(offsetof(header, version) == 4);
+static_assert(offsetof(header, opcode) == 6);
+static_assert(offsetof(header, length) == 8);
+static_assert(offsetof(header, request_id) == 12);
+
+struct reply_header {
+    header hdr;
+    int32_t status;  // 0, or a positive errno that the shim hands to the application
+    uint32_t reserved;
+};
+static_assert(sizeof(reply_header) == 24);
+static_assert(offsetof(reply_header, status) == 16);
+
+// Values are those of the IB spec (and of libibverbs' enums); the shim static_asserts that.
+enum class port_state : uint8_t { down = 1, init = 2, armed = 3, active = 4 };
+enum class event_type : uint32_t {
+    qp_fatal = 1,  // reserved for the engine
+    port_active = 9,
+    port_error = 10,
+    device_fatal = 8,
+};
+
+// Device capability bits, mapped by the shim to ibv_device_cap_flags. Only what the engine
+// implements (or, for the bits marked so, what issue 4 commits it to) is ever set.
+enum device_caps : uint32_t {
+    cap_rc_rnr_nak_gen = 1u << 0,  // responder sends RNR NAKs (engine: RNR with rnr_retry)
+    cap_sys_image_guid = 1u << 1,  // sys_image_guid is meaningful
+};
+// Port capability bits, mapped to ibv_port_cap_flags.
+enum port_caps : uint32_t {
+    cap_ip_based_gids = 1u << 0,  // GIDs are derived from IP addresses (RoCE v2)
+};
+
+// What the engine supports; the shim reports these in ibv_device_attr unchanged.
+struct limits {
+    uint64_t max_mr_size;
+    uint64_t page_size_cap;
+    uint32_t max_qp;
+    uint32_t max_qp_wr;
+    uint32_t max_sge;
+    uint32_t max_sge_rd;
+    uint32_t max_cq;
+    uint32_t max_cqe;
+    uint32_t max_mr;
+    uint32_t max_pd;
+    uint32_t max_qp_rd_atom;
+    uint32_t max_qp_init_rd_atom;
+    uint32_t max_res_rd_atom;
+    uint32_t max_srq;
+    uint32_t max_srq_wr;
+    uint32_t max_srq_sge;
+    uint32_t max_ah;
+    uint32_t max_msg_size;
+    uint32_t max_inline_data;
+    uint32_t atomics;  // 0: none (IBV_ATOMIC_NONE); 1: within this device (IBV_ATOMIC_HCA)
+};
+static_assert(sizeof(limits) == 88);
+static_assert(offsetof(limits, max_qp) == 16);
+static_assert(offsetof(limits, atomics) == 84);
+
+struct device_attrs {
+    char fw_ver[64];  // jakirod's version
+    uint64_t node_guid;
+    uint64_t sys_image_guid;
+    uint32_t vendor_id;
+    uint32_t vendor_part_id;
+    uint32_t hw_ver;
+    uint32_t caps;  // device_caps
+    uint8_t phys_port_cnt;
+    uint8_t local_ca_ack_delay;
+    uint16_t max_pkeys;
+    uint32_t reserved;
+    limits lim;
+};
+static_assert(sizeof(device_attrs) == 192);
+static_assert(offsetof(device_attrs, node_guid) == 64);
+static_assert(offsetof(device_attrs, lim) == 104);
+
+struct port_attrs {
+    uint8_t state;        // port_state
+    uint8_t phys_state;   // 5: LinkUp
+    uint8_t link_layer;   // 2: Ethernet (IBV_LINK_LAYER_ETHERNET)
+    uint8_t max_vl_num;   // 1: one VL
+    uint32_t max_mtu;     // bytes: largest path MTU the engine segments to
+    uint32_t active_mtu;  // bytes: path MTU that fits the tenant MTU
+    uint32_t max_msg_sz;
+    uint32_t caps;  // port_caps
+    uint16_t gid_tbl_len;
+    uint16_t pkey_tbl_len;
+    uint8_t active_width;  // IB encoding (1: 1X)
+    uint8_t active_speed;  // IB encoding (32: 25 Gb/s): nominal, the vNIC has no line rate
+    uint8_t gid0_type;     // 2: RoCE v2 (IBV_GID_TYPE_ROCE_V2)
+    uint8_t reserved0;
+    uint32_t reserved1;
+    uint8_t gid0[16];  // the vNIC's IPv4 address, IPv4-mapped (::ffff:a.b.c.d)
+};
+static_assert(sizeof(port_attrs) == 48);
+static_assert(offsetof(port_attrs, max_mtu) == 4);
+static_assert(offsetof(port_attrs, gid_tbl_len) == 20);
+static_assert(offsetof(port_attrs, gid0) == 32);
+
+struct hello_request {
+    header hdr;
+    uint32_t pid;    // for logs only; jakirod trusts SO_PEERCRED
+    uint32_t flags;  // none defined: must be 0
+    char program[name_size];
+};
+static_assert(sizeof(hello_request) == 56);
+static_assert(offsetof(hello_request, program) == 24);
+
+// Sent with one fd (SCM_RIGHTS): the client's end of its async event channel, a
+// SOCK_SEQPACKET socket that carries `async_event_message`s and reaches EOF when jakirod
+// drops the client or exits.
+struct hello_reply {
+    reply_header rh;
+    char vnic_name[name_size];
+    char host_name[name_size];
+    uint8_t mac[6];
+    uint8_t ipv4[4];
+    uint8_t port_state;  // port_state
+    uint8_t reserved0;
+    uint32_t tenant_mtu;  // bytes: the vNIC's Ethernet MTU (underlay MTU less 50)
+    uint32_t path_mtu;    // bytes: 1024 for a 1500 underlay, 4096 for 9000
+    uint64_t node_guid;   // EUI-64 of the MAC, as a number (the shim stores it big-endian)
+    uint64_t client_id;   // jakirod's name for this connection (logs, jakiroctl)
+    limits lim;
+};
+static_assert(sizeof(hello_reply) == 216);
+static_assert(offsetof(hello_reply, vnic_name) == 24);
+static_assert(offsetof(hello_reply, mac) == 88);
+static_assert(offsetof(hello_reply, tenant_mtu) == 100);
+static_assert(offsetof(hello_reply, node_guid) == 112);
+static_assert(offsetof(hello_reply, lim) == 128);
+
+struct query_request {
+    header hdr;
+    uint32_t port_num;  // must be 1: one port per vNIC
+    uint32_t flags;     // none defined: must be 0
+};
+static_assert(sizeof(query_request) == 24);
+
+struct query_reply {
+    reply_header rh;
+    device_attrs device;
+    port_attrs port;
+};
+static_assert(sizeof(query_reply) == 264);
+static_assert(offsetof(query_reply, device) == 24);
+static_assert(offsetof(query_reply, port) == 216);
+
+struct async_event_message {
+    header hdr;         // opcode::async_event
+    uint32_t type;      // event_type
+    uint32_t port_num;  // port events
+    uint64_t handle;    // QP/CQ/SRQ events (reserved): the object's handle
+};
+static_assert(sizeof(async_event_message) == 32);
+
+static_assert(sizeof(query_reply) <= max_message_size);
+static_assert(std::is_trivially_copyable_v<hello_reply> &&
+              std::is_trivially_copyable_v<query_reply>);
+
+// ---------------------------------------------------------------- validation
+
+enum class parse_error {
+    none,
+    truncated,        // shorter than a header: not our protocol, the receiver drops the peer
+    bad_magic,        // likewise
+    bad_version,      // a shim and jakirod from different builds: reply EPROTONOSUPPORT
+    length_mismatch,  // header.length differs from what arrived: EBADMSG
+    oversized,        // more than max_message_size: EMSGSIZE
+    unknown_opcode,   // EOPNOTSUPP (also every reserved opcode until it is built)
+    bad_size,         // known opcode, wrong struct size: EBADMSG
+    not_a_request,    // a reply or an event sent to the daemon: EBADMSG
+};
+
+// The errno a reply carries for each error; 0 for the two where no reply is possible.
+constexpr int errno_for(parse_error e) {
+    switch (e) {
+        case parse_error::none:
+        case parse_error::truncated:
+        case parse_error::bad_magic:
+            return 0;
+        case parse_error::bad_version:
+            return EPROTONOSUPPORT;
+        case parse_error::length_mismatch:
+        case parse_error::bad_size:
+        case parse_error::not_a_request:
+            return EBADMSG;
+        case parse_error::oversized:
+            return EMSGSIZE;
+        case parse_error::unknown_opcode:
+            return EOPNOTSUPP;
+    }
+    return EBADMSG;
+}
+
+// Exact size of each request of this version, 0 for opcodes that are not (yet) served.
+constexpr std::size_t request_size(uint16_t op) {
+    switch (static_cast<opcode>(op)) {
+        case opcode::hello:
+            return sizeof(hello_request);
+        case opcode::query:
+            return sizeof(query_request);
+        default:
+            return 0;
+    }
+}
+
+// Exact size of a successful reply to each request.
+constexpr std::size_t reply_size(opcode op) {
+    switch (op) {
+        case opcode::hello:
+            return sizeof(hello_reply);
+        case opcode::query:
+            return sizeof(query_reply);
+        default:
+            return sizeof(reply_header);
+    }
+}
+
+// Reads and checks the header of a received message (`received` = bytes that arrived,
+// `truncated` = the kernel had to cut it). The header is copied out: buffers need no
+// alignment.
+inline parse_error check_header(std::span<const std::byte> message, bool truncated, header& out) {
+    if (message.size() < sizeof(header)) {
+        return parse_error::truncated;
+    }
+    std::memcpy(&out, message.data(), sizeof(header));
+    if (out.magic != magic) {
+        return parse_error::bad_magic;
+    }
+    if (out.version != version) {
+        return parse_error::bad_version;
+    }
+    if (truncated || message.size() > max_message_size || out.length > max_message_size) {
+        return parse_error::oversized;
+    }
+    if (out.length != message.size()) {
+        return parse_error::length_mismatch;
+    }
+    return parse_error::none;
+}
+
+// Checks a request as jakirod receives it: header, direction, opcode, exact size.
+inline parse_error check_request(std::span<const std::byte> message, bool truncated, header& out) {
+    if (const auto e = check_header(message, truncated, out); e != parse_error::none) {
+        return e;
+    }
+    if ((out.opcode & reply_flag) != 0 ||
+        out.opcode == static_cast<uint16_t>(opcode::async_event)) {
+        return parse_error::not_a_request;
+    }
+    const std::size_t expected = request_size(out.opcode);
+    if (expected == 0) {
+        return parse_error::unknown_opcode;
+    }
+    if (message.size() != expected) {
+        return parse_error::bad_size;
+    }
+    return parse_error::none;
+}
+
+// Checks a reply as the shim receives it: the answer to `request` (same id, reply opcode),
+// full size on success, at least a reply_header on failure. `status` gets the reply's
+// status; a malformed reply reads as EPROTO.
+inline bool check_reply(std::span<const std::byte> message, bool truncated, const header& request,
+                        int& status) {
+    header hdr{};
+    const auto e = check_header(message, truncated, hdr);
+    if (e == parse_error::bad_version && message.size() >= sizeof(reply_header)) {
+        // jakirod speaks another version: it says so in a short reply with its own version.
+        status = errno_for(e);
+        return true;
+    }
+    if (e != parse_error::none || message.size() < sizeof(reply_header) ||
+        hdr.opcode != (request.opcode | reply_flag) || hdr.request_id != request.request_id) {
+        status = EPROTO;
+        return false;
+    }
+    reply_header rh{};
+    std::memcpy(&rh, message.data(), sizeof(rh));
+    if (rh.status < 0) {
+        status = EPROTO;
+        return false;
+    }
+    if (rh.status == 0 && message.size() != reply_size(static_cast<opcode>(request.opcode))) {
+        status = EPROTO;
+        return false;
+    }
+    status = rh.status;
+    return true;
+}
+
+// A zeroed message of type Msg with its header filled in.
+template <typename Msg>
+Msg make_message(uint16_t op, uint32_t request_id) {
+    static_assert(std::is_trivially_copyable_v<Msg> && std::is_standard_layout_v<Msg>);
+    Msg m;
+    std::memset(&m, 0, sizeof(m));
+    header h{magic, version, op, static_cast<uint32_t>(sizeof(Msg)), request_id};
+    std::memcpy(&m, &h, sizeof(h));
+    return m;
+}
+
+// Copies a checked message out of a receive buffer into its struct.
+template <typename Msg>
+bool decode(std::span<const std::byte> message, Msg& out) {
+    static_assert(std::is_trivially_copyable_v<Msg>);
+    if (message.size() != sizeof(Msg)) {
+        return false;
+    }
+    std::memcpy(&out, message.data(), sizeof(Msg));
+    return true;
+}
+
+template <typename Msg>
+std::span<const std::byte> bytes_of(const Msg& m) {
+    return std::as_bytes(std::span<const Msg, 1>(&m, 1));
+}
+
+// Copies a NUL-terminated name into a fixed field, truncating; the field always ends in NUL.
+template <std::size_t N>
+void put_name(char (&field)[N], const char* text) {
+    std::strncpy(field, text, N - 1);
+    field[N - 1] = '\0';
+}
+
+}  // namespace jakiro::verbs_proto
