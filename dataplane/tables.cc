@@ -1,25 +1,14 @@
 #include "tables.hh"
 
-#include <rte_errno.h>
-#include <rte_hash_crc.h>
-
-#include <atomic>
 #include <string>
+
+#include "lookup_hash.hh"
 
 namespace jakiro {
 
 std::unique_ptr<vni_map> vni_map::create(uint32_t capacity, std::string& error) {
-    static std::atomic<unsigned> counter{0};
-    const auto name = "vni_" + std::to_string(counter.fetch_add(1));
-    rte_hash_parameters params{};
-    params.name = name.c_str();
-    params.entries = std::max<uint32_t>(capacity * 2, 64);
-    params.key_len = sizeof(uint32_t);
-    params.hash_func = rte_hash_crc;
-    params.socket_id = SOCKET_ID_ANY;
-    rte_hash* hash = rte_hash_create(&params);
+    rte_hash* hash = create_lookup_hash("vni", capacity, sizeof(uint32_t), error);
     if (hash == nullptr) {
-        error = std::string("cannot create VNI hash: ") + rte_strerror(rte_errno);
         return nullptr;
     }
     return std::unique_ptr<vni_map>(new vni_map(hash));

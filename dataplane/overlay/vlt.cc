@@ -1,33 +1,12 @@
 #include "vlt.hh"
 
-#include <rte_errno.h>
-#include <rte_hash_crc.h>
-
-#include <atomic>
+#include "../lookup_hash.hh"
 
 namespace jakiro::overlay {
 
-namespace {
-// rte_hash names are global in the process; every table gets a fresh one.
-std::string next_table_name() {
-    static std::atomic<unsigned> counter{0};
-    return "vlt_" + std::to_string(counter.fetch_add(1));
-}
-}  // namespace
-
 std::unique_ptr<vlt> vlt::create(uint32_t capacity, std::string& error) {
-    const auto name = next_table_name();
-    rte_hash_parameters params{};
-    params.name = name.c_str();
-    // rte_hash wants at least 8 entries and rounds up; keep headroom so a full bucket pair
-    // never rejects a key the config allows.
-    params.entries = std::max<uint32_t>(capacity * 2, 64);
-    params.key_len = sizeof(vlt_key);
-    params.hash_func = rte_hash_crc;
-    params.socket_id = SOCKET_ID_ANY;
-    rte_hash* hash = rte_hash_create(&params);
+    rte_hash* hash = create_lookup_hash("vlt", capacity, sizeof(vlt_key), error);
     if (hash == nullptr) {
-        error = std::string("cannot create VLT hash: ") + rte_strerror(rte_errno);
         return nullptr;
     }
     return std::unique_ptr<vlt>(new vlt(hash, capacity));
