@@ -29,13 +29,13 @@ class channel {
     void close();
     int fd() const { return _fd; }
 
-    // Sends `request` (a message from make_message; its request id is assigned here) and
-    // waits for the reply. 0 or an errno: the transport's, EIO when jakirod is gone, EPROTO
-    // for a malformed reply, or the status jakirod answered. On 0, `reply` holds exactly
-    // `reply_size` bytes and, if `fd_out` is given, *fd_out the one descriptor that came with
-    // it (the caller owns it).
+    // Sends `request` (a message from make_message; its request id is assigned here), with
+    // `fd_in` as SCM_RIGHTS unless it is -1, and waits for the reply. 0 or an errno: the
+    // transport's, EIO when jakirod is gone, EPROTO for a malformed reply, or the status
+    // jakirod answered. On 0, `reply` holds exactly `reply_size` bytes and, if `fd_out` is
+    // given, *fd_out the one descriptor that came with it (the caller owns it).
     int call(void* request, std::size_t request_size, void* reply, std::size_t reply_size,
-             int* fd_out = nullptr);
+             int* fd_out = nullptr, int fd_in = -1);
 
     // HELLO: the vNIC's identity; `async_fd` gets the async event channel.
     int hello(verbs_proto::hello_reply& out, int& async_fd);

@@ -11,7 +11,9 @@
 #include <new>
 #include <type_traits>
 
+#include "cq.hh"
 #include "discovery.hh"
+#include "memory_backing.hh"
 
 namespace jakiro::shim {
 
@@ -26,6 +28,7 @@ static_assert(static_cast<int>(proto::event_type::device_fatal) == IBV_EVENT_DEV
 static_assert(static_cast<int>(proto::event_type::port_active) == IBV_EVENT_PORT_ACTIVE);
 static_assert(static_cast<int>(proto::event_type::port_error) == IBV_EVENT_PORT_ERR);
 static_assert(static_cast<int>(proto::event_type::qp_fatal) == IBV_EVENT_QP_FATAL);
+static_assert(static_cast<int>(proto::event_type::cq_err) == IBV_EVENT_CQ_ERR);
 
 namespace {
 
@@ -148,9 +151,11 @@ ibv_context* open_device(ibv_device* device) {
     // for a provider (every op NULL, every field 0) before it fills what it supports.
     auto* c = static_cast<shim_context*>(std::calloc(1, sizeof(shim_context)));
     auto* chan = new (std::nothrow) channel;
-    if (c == nullptr || chan == nullptr) {
+    auto* targets = new (std::nothrow) event_targets;
+    if (c == nullptr || chan == nullptr || targets == nullptr) {
         std::free(c);
         delete chan;
+        delete targets;
         errno = ENOMEM;
         return nullptr;
     }
@@ -161,6 +166,7 @@ ibv_context* open_device(ibv_device* device) {
     }
     if (error != 0) {
         delete chan;
+        delete targets;
         std::free(c);
         errno = error;
         return nullptr;
@@ -168,6 +174,7 @@ ibv_context* open_device(ibv_device* device) {
     c->magic = context_magic;
     c->device = d;
     c->chan = chan;
+    c->targets = targets;
     c->netdev_ifindex = netdev_with_mac(c->hello.mac);
 
     verbs_context& v = c->vctx;
@@ -177,6 +184,8 @@ ibv_context* open_device(ibv_device* device) {
     v.query_device_ex = query_device_ex;
     v.context.ops._compat_query_device = query_device;
     v.context.ops._compat_query_port = compat_query_port;
+    v.context.ops.poll_cq = poll_cq;
+    v.context.ops.req_notify_cq = req_notify_cq;
     v.context.device = device;
     v.context.cmd_fd = chan->fd();
     v.context.async_fd = async_fd;
@@ -197,10 +206,23 @@ int close_device(ibv_context* context) {
         close(c->vctx.context.async_fd);
     }
     delete c->chan;
+    // Objects the program did not destroy are gone in jakirod now; their shim halves leak,
+    // as with libibverbs, but must not be found by a stale event.
+    delete c->targets;
     pthread_mutex_destroy(&c->vctx.context.mutex);
     c->magic = 0;  // a second close or a stale pointer now reads as "not ours"
     std::free(c);
+    // Registered pages the program has unmapped since can leave the MR memfd.
+    memory_backing::process().collect();
     return 0;
+}
+
+int destroy_object(shim_context* c, proto::opcode op, uint32_t handle) {
+    auto req = proto::make_message<proto::destroy_request>(static_cast<uint16_t>(op), 0);
+    req.handle = handle;
+    proto::reply_header reply;
+    const int error = c->chan->call(&req, sizeof(req), &reply, sizeof(reply));
+    return error == EIO ? 0 : error;
 }
 
 int query_device(ibv_context* context, ibv_device_attr* attr) {
@@ -316,46 +338,71 @@ int get_pkey_index(ibv_context* context, uint8_t port_num, __be16 pkey) {
 }
 
 int get_async_event(ibv_context* context, ibv_async_event* event) {
-    if (to_context(context) == nullptr || event == nullptr) {
+    shim_context* c = to_context(context);
+    if (c == nullptr || event == nullptr) {
         errno = EINVAL;
         return -1;
     }
-    proto::async_event_message m;
-    // Blocks unless the application made async_fd non-blocking; EINTR reaches the caller as
-    // with libibverbs' read(), so a signal can interrupt a waiting thread.
-    const ssize_t n = recv(context->async_fd, &m, sizeof(m), 0);
-    if (n < 0) {
-        return -1;
-    }
-    if (n == 0) {
-        errno = EIO;  // jakirod dropped us or exited: the device is gone
-        return -1;
-    }
-    if (static_cast<size_t>(n) != sizeof(m) || m.hdr.magic != proto::magic ||
-        m.hdr.version != proto::version ||
-        m.hdr.opcode != static_cast<uint16_t>(proto::opcode::async_event)) {
-        errno = EPROTO;
-        return -1;
-    }
-    std::memset(event, 0, sizeof(*event));
-    switch (static_cast<proto::event_type>(m.type)) {
-        case proto::event_type::device_fatal:
-            event->event_type = IBV_EVENT_DEVICE_FATAL;
-            return 0;
-        case proto::event_type::port_active:
-        case proto::event_type::port_error:
-            event->event_type = static_cast<ibv_event_type>(m.type);
-            event->element.port_num = static_cast<int>(m.port_num);
-            return 0;
-        default:
-            // QP, CQ and SRQ events need their objects, which come with the engine.
+    for (;;) {
+        proto::async_event_message m;
+        // Blocks unless the application made async_fd non-blocking; EINTR reaches the caller
+        // as with libibverbs' read(), so a signal can interrupt a waiting thread.
+        const ssize_t n = recv(context->async_fd, &m, sizeof(m), 0);
+        if (n < 0) {
+            return -1;
+        }
+        if (n == 0) {
+            errno = EIO;  // jakirod dropped us or exited: the device is gone
+            return -1;
+        }
+        if (static_cast<size_t>(n) != sizeof(m) || m.hdr.magic != proto::magic ||
+            m.hdr.version != proto::version ||
+            m.hdr.opcode != static_cast<uint16_t>(proto::opcode::async_event)) {
             errno = EPROTO;
             return -1;
+        }
+        std::memset(event, 0, sizeof(*event));
+        switch (static_cast<proto::event_type>(m.type)) {
+            case proto::event_type::device_fatal:
+                event->event_type = IBV_EVENT_DEVICE_FATAL;
+                return 0;
+            case proto::event_type::port_active:
+            case proto::event_type::port_error:
+                event->event_type = static_cast<ibv_event_type>(m.type);
+                event->element.port_num = static_cast<int>(m.port_num);
+                return 0;
+            case proto::event_type::cq_err: {
+                const std::lock_guard lock(c->targets->mutex);
+                const auto it = c->targets->cqs.find(static_cast<uint32_t>(m.handle));
+                if (it == c->targets->cqs.end()) {
+                    continue;  // destroyed meanwhile: nobody is left to tell
+                }
+                shim_cq* cq = it->second;
+                pthread_mutex_lock(&cq->cq.mutex);
+                ++cq->async_events_reported;  // ibv_destroy_cq waits for its ack
+                pthread_mutex_unlock(&cq->cq.mutex);
+                event->event_type = IBV_EVENT_CQ_ERR;
+                event->element.cq = &cq->cq;
+                return 0;
+            }
+            default:
+                // QP and SRQ events need their objects, which come with the engine.
+                errno = EPROTO;
+                return -1;
+        }
     }
 }
 
-void ack_async_event(ibv_async_event*) {
-    // Nothing to count yet: acks matter once destroying a QP/CQ/SRQ must wait for them.
+void ack_async_event(ibv_async_event* event) {
+    if (event == nullptr || event->event_type != IBV_EVENT_CQ_ERR) {
+        return;  // device and port events are not counted by anyone
+    }
+    if (shim_cq* cq = to_cq(event->element.cq)) {
+        pthread_mutex_lock(&cq->cq.mutex);
+        ++cq->cq.async_events_completed;
+        pthread_cond_signal(&cq->cq.cond);
+        pthread_mutex_unlock(&cq->cq.mutex);
+    }
 }
 
 }  // namespace jakiro::shim

@@ -11,6 +11,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
+#include <unordered_map>
 
 #include "channel.hh"
 #include "device.hh"
@@ -20,11 +22,21 @@ namespace jakiro::shim {
 
 constexpr uint32_t context_magic = 0x4a4b'4358;  // "XCKJ": a context we made
 
+struct shim_cq;
+
+// The context's objects that jakirod's events name by handle (async events, completion
+// events), so an event can be turned back into the application's pointer.
+struct event_targets {
+    std::mutex mutex;
+    std::unordered_map<uint32_t, shim_cq*> cqs;
+};
+
 struct shim_context {
     verbs_context vctx;  // vctx.context, its last member, is the ibv_context handed out
     uint32_t magic;
     shim_device* device;
     channel* chan;  // this context's connection: jakirod frees its state when it closes
+    event_targets* targets;
     verbs_proto::hello_reply hello;
     int netdev_ifindex;  // the tenant's eth0, reported with the GID
 };
@@ -48,6 +60,12 @@ int get_pkey_index(ibv_context* context, uint8_t port_num, __be16 pkey);
 
 int get_async_event(ibv_context* context, ibv_async_event* event);
 void ack_async_event(ibv_async_event* event);
+
+// Tells jakirod to destroy one of the context's objects (dealloc_pd, dereg_mr, destroy_cq):
+// 0 or an errno (EBUSY while in use). With jakirod gone (EIO) there is nothing left to
+// destroy, so that reads as success, as libibverbs' destroy verbs after a device is
+// disassociated: programs can clean up after IBV_EVENT_DEVICE_FATAL.
+int destroy_object(shim_context* c, verbs_proto::opcode op, uint32_t handle);
 
 // Fills every op of `vctx` that is not built yet with one that fails with EOPNOTSUPP
 // (unsupported.cc, after rdma-core's dummy_ops.c).

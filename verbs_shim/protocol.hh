@@ -1,7 +1,8 @@
 #pragma once
 // The shim ⇄ jakirod protocol: versioned POD messages over a SOCK_SEQPACKET Unix socket, one
 // socket per vNIC at /run/jakiro/verbs/<vNIC MAC>.sock. File descriptors (the async event
-// channel now; memfds for rings and eventfds later) travel as SCM_RIGHTS with the message.
+// channel, MR memfds, CQ ring memfds, completion channel sockets) travel as SCM_RIGHTS with
+// the message.
 //
 // Both ends are on the same host, so integers are in host byte order; addresses (MAC, IPv4,
 // GID) are byte arrays in wire order. Every message starts with `header`; a reply carries the
@@ -21,13 +22,15 @@
 namespace jakiro::verbs_proto {
 
 constexpr uint32_t magic = 0x4256'4b4a;  // "JKVB" in memory on little-endian hosts
-constexpr uint16_t version = 1;
+// 1: HELLO and QUERY. 2: PDs, MRs, CQs and completion channels.
+constexpr uint16_t version = 2;
 
 // SOCK_SEQPACKET keeps message boundaries, so a receiver reads into a buffer one byte larger
 // than this and rejects anything that fills it. 4 KiB holds every message with room to grow
 // and is far below the socket buffer, so a reply never blocks the daemon's thread.
 constexpr std::size_t max_message_size = 4096;
 // Most descriptors one message may carry (a QP will need its ring memfd and a doorbell).
+// A request carries at most one today (reg_mr: the memory; create_cq: the completion channel).
 constexpr std::size_t max_fds_per_message = 4;
 constexpr std::size_t name_size = 32;  // vNIC and host names, NUL-terminated
 
@@ -35,15 +38,18 @@ enum class opcode : uint16_t {
     hello = 1,  // identify the vNIC; reply carries the async event channel fd
     query = 2,  // device and port attributes (live: port state and GID follow the vNIC)
 
-    // Reserved for the resource verbs of the RoCE engine; jakirod answers EOPNOTSUPP until
-    // they exist, so a newer shim against an older daemon fails cleanly.
+    // Resource verbs (version 2).
     alloc_pd = 16,
     dealloc_pd = 17,
-    reg_mr = 18,
+    reg_mr = 18,  // with one fd: the memfd holding the region's pages
     dereg_mr = 19,
-    create_cq = 20,
-    resize_cq = 21,
+    create_cq = 20,  // with zero or one fd: the completion channel; reply: the ring memfd
     destroy_cq = 22,
+
+    // Reserved for the RoCE engine; jakirod answers EOPNOTSUPP until they exist, so a newer
+    // shim against an older daemon fails cleanly. Completion channels need no opcode: they
+    // are shim-side sockets whose far end travels with create_cq.
+    resize_cq = 21,
     create_qp = 23,
     modify_qp = 24,
     query_qp = 25,
@@ -58,6 +64,8 @@ enum class opcode : uint16_t {
 
     // Daemon → shim, on the async event channel (never a reply).
     async_event = 64,
+    // Daemon → shim, on a completion channel (never a reply): an armed CQ got a completion.
+    comp_event = 65,
 };
 constexpr uint16_t reply_flag = 0x8000;
 
@@ -89,6 +97,7 @@ static_assert(offsetof(reply_header, status) == 16);
 // Values are those of the IB spec (and of libibverbs' enums); the shim static_asserts that.
 enum class port_state : uint8_t { down = 1, init = 2, armed = 3, active = 4 };
 enum class event_type : uint32_t {
+    cq_err = 0,    // a CQ overflowed: jakirod refused a completion rather than overwrite one
     qp_fatal = 1,  // reserved for the engine
     port_active = 9,
     port_error = 10,
@@ -231,6 +240,121 @@ struct async_event_message {
 };
 static_assert(sizeof(async_event_message) == 32);
 
+// ---------------------------------------------------------------- resources (version 2)
+//
+// Handles and keys are jakirod's, unique per vNIC (not per connection), and checked against
+// the connection that uses them: a client can only name its own objects. A handle is
+// (slot index << 8) | an 8-bit tag that changes whenever the slot is reused, so a stale or
+// guessed handle rarely names a live object. An MR's handle is its key (lkey == rkey).
+
+// Access rights of a memory region, with the values of ibv_access_flags (the shim asserts
+// it). Remote write and remote atomic need local write, as in the IB spec.
+enum mr_access : uint32_t {
+    access_local_write = 1u << 0,
+    access_remote_write = 1u << 1,
+    access_remote_read = 1u << 2,
+    access_remote_atomic = 1u << 3,
+};
+constexpr uint32_t mr_access_all =
+    access_local_write | access_remote_write | access_remote_read | access_remote_atomic;
+// Rights that let jakirod write into the region (its mapping is read-only without them).
+constexpr uint32_t mr_access_writes =
+    access_local_write | access_remote_write | access_remote_atomic;
+
+// Registrations are in pages of this size (x86-64; the shim refuses to run on anything else).
+constexpr uint64_t mr_page_size = 4096;
+
+struct alloc_pd_request {
+    header hdr;
+    uint32_t flags;  // none defined: must be 0
+    uint32_t reserved;
+};
+static_assert(sizeof(alloc_pd_request) == 24);
+
+struct alloc_pd_reply {
+    reply_header rh;
+    uint32_t pd_handle;
+    uint32_t reserved;
+};
+static_assert(sizeof(alloc_pd_reply) == 32);
+static_assert(offsetof(alloc_pd_reply, pd_handle) == 24);
+
+// dealloc_pd, dereg_mr, destroy_cq: one handle; the reply is a reply_header (EBUSY while
+// other objects still use it, EINVAL for a handle that is not the client's).
+struct destroy_request {
+    header hdr;
+    uint32_t handle;
+    uint32_t flags;  // none defined: must be 0
+};
+static_assert(sizeof(destroy_request) == 24);
+static_assert(offsetof(destroy_request, handle) == 16);
+
+// Sent with one fd: a memfd sealed against shrinking (F_SEAL_SHRINK) whose pages at
+// [fd_offset, fd_offset + span) are the application's pages at [addr - page_offset, ...):
+// the shim remapped them onto it (README "Memory registration"). jakirod maps the same span.
+struct reg_mr_request {
+    header hdr;
+    uint32_t pd_handle;
+    uint32_t access;       // mr_access
+    uint64_t addr;         // the application's address of the first byte (logs, jakiroctl)
+    uint64_t length;       // bytes, at least 1
+    uint64_t iova;         // what peers and work requests call the first byte (addr, usually)
+    uint64_t fd_offset;    // page-aligned offset in the memfd of the page holding `addr`
+    uint32_t page_offset;  // addr's offset in its page (< 4096)
+    uint32_t flags;        // none defined: must be 0
+};
+static_assert(sizeof(reg_mr_request) == 64);
+static_assert(offsetof(reg_mr_request, pd_handle) == 16);
+static_assert(offsetof(reg_mr_request, addr) == 24);
+static_assert(offsetof(reg_mr_request, fd_offset) == 48);
+static_assert(offsetof(reg_mr_request, page_offset) == 56);
+
+struct reg_mr_reply {
+    reply_header rh;
+    uint32_t mr_handle;  // == lkey
+    uint32_t lkey;
+    uint32_t rkey;  // == lkey: one key per MR
+    uint32_t reserved;
+};
+static_assert(sizeof(reg_mr_reply) == 40);
+static_assert(offsetof(reg_mr_reply, lkey) == 28);
+
+enum create_cq_flags : uint32_t {
+    cq_with_channel = 1u << 0,  // one fd comes with the request: the completion channel
+};
+
+// Sent with the far end of the CQ's completion channel when `flags` has cq_with_channel: a
+// connected AF_UNIX SOCK_SEQPACKET socket on which jakirod sends a comp_event_message when an
+// armed CQ gets a completion (never blocking: MSG_DONTWAIT).
+struct create_cq_request {
+    header hdr;
+    uint32_t cqe;          // requested entries, 1..max_cqe
+    uint32_t comp_vector;  // < num_comp_vectors (1)
+    uint32_t flags;        // create_cq_flags
+    uint32_t reserved;
+};
+static_assert(sizeof(create_cq_request) == 32);
+static_assert(offsetof(create_cq_request, cqe) == 16);
+
+// Sent with one fd: the memfd of the CQ ring (rings.hh), created and sealed by jakirod,
+// exactly cq_ring_bytes(capacity) long. The shim maps it shared, read-write.
+struct create_cq_reply {
+    reply_header rh;
+    uint32_t cq_handle;
+    uint32_t capacity;    // slots, a power of two >= cqe: what ibv_cq.cqe reports
+    uint64_t ring_bytes;  // size of the memfd
+};
+static_assert(sizeof(create_cq_reply) == 40);
+static_assert(offsetof(create_cq_reply, cq_handle) == 24);
+static_assert(offsetof(create_cq_reply, ring_bytes) == 32);
+
+struct comp_event_message {
+    header hdr;  // opcode::comp_event, request_id 0
+    uint32_t cq_handle;
+    uint32_t reserved;
+};
+static_assert(sizeof(comp_event_message) == 24);
+
 static_assert(sizeof(query_reply) <= max_message_size);
 static_assert(std::is_trivially_copyable_v<hello_reply> &&
               std::is_trivially_copyable_v<query_reply>);
@@ -277,6 +401,16 @@ constexpr std::size_t request_size(uint16_t op) {
             return sizeof(hello_request);
         case opcode::query:
             return sizeof(query_request);
+        case opcode::alloc_pd:
+            return sizeof(alloc_pd_request);
+        case opcode::dealloc_pd:
+        case opcode::dereg_mr:
+        case opcode::destroy_cq:
+            return sizeof(destroy_request);
+        case opcode::reg_mr:
+            return sizeof(reg_mr_request);
+        case opcode::create_cq:
+            return sizeof(create_cq_request);
         default:
             return 0;
     }
@@ -289,6 +423,12 @@ constexpr std::size_t reply_size(opcode op) {
             return sizeof(hello_reply);
         case opcode::query:
             return sizeof(query_reply);
+        case opcode::alloc_pd:
+            return sizeof(alloc_pd_reply);
+        case opcode::reg_mr:
+            return sizeof(reg_mr_reply);
+        case opcode::create_cq:
+            return sizeof(create_cq_reply);
         default:
             return sizeof(reply_header);
     }
@@ -323,7 +463,8 @@ inline parse_error check_request(std::span<const std::byte> message, bool trunca
         return e;
     }
     if ((out.opcode & reply_flag) != 0 ||
-        out.opcode == static_cast<uint16_t>(opcode::async_event)) {
+        out.opcode == static_cast<uint16_t>(opcode::async_event) ||
+        out.opcode == static_cast<uint16_t>(opcode::comp_event)) {
         return parse_error::not_a_request;
     }
     const std::size_t expected = request_size(out.opcode);

@@ -4,7 +4,8 @@
 // programs' versioned references (ibv_open_device@IBVERBS_1.1).
 //
 // Each one works or fails the way its man page says a failure looks (NULL or -1 with errno,
-// or an errno returned) with EOPNOTSUPP for what the engine does not do yet. None ever calls
+// or an errno returned) with EOPNOTSUPP for what the engine does not do yet, and EINVAL for
+// an object that is not the shim's (or NULL). None ever calls
 // into the real libibverbs: it would take our objects for its own and crash. Everything here
 // is a thin wrapper; internal calls never go through these exported names (the library is
 // linked -Bsymbolic and its internals are hidden), so interposition cannot reroute them.
@@ -25,8 +26,10 @@
 #include <cstring>
 
 #include "context.hh"
+#include "cq.hh"
 #include "device.hh"
 #include "names.hh"
+#include "pd.hh"
 
 // verbs.h turns these into inline wrappers; we define the real symbols.
 #undef ibv_query_port
@@ -58,8 +61,7 @@ int fail_minus_one(int error = EOPNOTSUPP) {
     return -1;
 }
 
-// ibv_fork_init() was called. Nothing needs it yet (no memory is registered); MRs will have
-// to honour it (madvise(MADV_DONTFORK)) once they exist.
+// ibv_fork_init() was called: registered pages are MADV_DONTFORK from then on.
 std::atomic<bool> fork_initialized{false};
 
 // ibv_gid_type_sysfs of rdma-core's driver.h (not installed): the values ibv_devinfo expects.
@@ -192,66 +194,74 @@ JAKIRO_EXPORT int ibv_get_pkey_index(ibv_context* context, uint8_t port_num, __b
 
 // ---------------------------------------------------------------- protection domains, MRs
 
-JAKIRO_EXPORT ibv_pd* ibv_alloc_pd(ibv_context*) {
-    return fail_null<ibv_pd>();
+JAKIRO_EXPORT ibv_pd* ibv_alloc_pd(ibv_context* context) {
+    return alloc_pd(context);
 }
 
-JAKIRO_EXPORT int ibv_dealloc_pd(ibv_pd*) {
-    return fail_errno();
+JAKIRO_EXPORT int ibv_dealloc_pd(ibv_pd* pd) {
+    return dealloc_pd(pd);
 }
 
-JAKIRO_EXPORT ibv_mr* ibv_reg_mr(ibv_pd*, void*, size_t, int) {
-    return fail_null<ibv_mr>();
+JAKIRO_EXPORT ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t length, int access) {
+    return reg_mr(pd, addr, length, reinterpret_cast<uintptr_t>(addr),
+                  static_cast<unsigned>(access));
 }
 
-JAKIRO_EXPORT ibv_mr* ibv_reg_mr_iova(ibv_pd*, void*, size_t, uint64_t, int) {
-    return fail_null<ibv_mr>();
+JAKIRO_EXPORT ibv_mr* ibv_reg_mr_iova(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
+                                      int access) {
+    return reg_mr(pd, addr, length, iova, static_cast<unsigned>(access));
 }
 
-JAKIRO_EXPORT ibv_mr* ibv_reg_mr_iova2(ibv_pd*, void*, size_t, uint64_t, unsigned int) {
-    return fail_null<ibv_mr>();
+JAKIRO_EXPORT ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
+                                       unsigned int access) {
+    return reg_mr(pd, addr, length, iova, access);
 }
 
+// A dma-buf is device memory of another driver; jakirod can only map memfds.
 JAKIRO_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) {
     return fail_null<ibv_mr>();
 }
 
+// Not built yet: the MR stays as it was.
 JAKIRO_EXPORT int ibv_rereg_mr(ibv_mr*, int, ibv_pd*, void*, size_t, int) {
     errno = EOPNOTSUPP;
     return IBV_REREG_MR_ERR_CMD;
 }
 
-JAKIRO_EXPORT int ibv_dereg_mr(ibv_mr*) {
-    return fail_errno();
+JAKIRO_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
+    return dereg_mr(mr);
 }
 
 // ---------------------------------------------------------------- completion queues
 
-JAKIRO_EXPORT ibv_comp_channel* ibv_create_comp_channel(ibv_context*) {
-    return fail_null<ibv_comp_channel>();
+JAKIRO_EXPORT ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
+    return create_comp_channel(context);
 }
 
-JAKIRO_EXPORT int ibv_destroy_comp_channel(ibv_comp_channel*) {
-    return fail_errno();
+JAKIRO_EXPORT int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
+    return destroy_comp_channel(channel);
 }
 
-JAKIRO_EXPORT ibv_cq* ibv_create_cq(ibv_context*, int, void*, ibv_comp_channel*, int) {
-    return fail_null<ibv_cq>();
+JAKIRO_EXPORT ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context,
+                                    ibv_comp_channel* channel, int comp_vector) {
+    return create_cq(context, cqe, cq_context, channel, comp_vector);
 }
 
 JAKIRO_EXPORT int ibv_resize_cq(ibv_cq*, int) {
     return fail_errno();
 }
 
-JAKIRO_EXPORT int ibv_destroy_cq(ibv_cq*) {
-    return fail_errno();
+JAKIRO_EXPORT int ibv_destroy_cq(ibv_cq* cq) {
+    return destroy_cq(cq);
 }
 
-JAKIRO_EXPORT int ibv_get_cq_event(ibv_comp_channel*, ibv_cq**, void**) {
-    return fail_minus_one();
+JAKIRO_EXPORT int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
+    return get_cq_event(channel, cq, cq_context);
 }
 
-JAKIRO_EXPORT void ibv_ack_cq_events(ibv_cq*, unsigned int) {}
+JAKIRO_EXPORT void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {
+    ack_cq_events(cq, nevents);
+}
 
 // ---------------------------------------------------------------- shared receive queues
 
@@ -340,6 +350,7 @@ JAKIRO_EXPORT int ibv_resolve_eth_l2_from_gid(ibv_context*, ibv_ah_attr*, uint8_
 
 JAKIRO_EXPORT int ibv_fork_init(void) {
     fork_initialized = true;
+    enable_fork_protection();
     return 0;
 }
 
@@ -347,7 +358,8 @@ JAKIRO_EXPORT ibv_fork_status ibv_is_fork_initialized(void) {
     return fork_initialized ? IBV_FORK_ENABLED : IBV_FORK_DISABLED;
 }
 
-// Nothing is registered with a kernel, so there are no pinned ranges to protect.
+// Registration applies MADV_DONTFORK itself (after ibv_fork_init); a program's own calls
+// for other ranges change nothing jakirod relies on.
 JAKIRO_EXPORT int ibv_dontfork_range(void*, size_t) {
     return 0;
 }

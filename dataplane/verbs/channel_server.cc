@@ -113,8 +113,13 @@ channel_config make_channel_config(const host_config& config) {
 }
 
 channel_server::channel_server(channel_config config) : _config(std::move(config)) {
+    const cq_error_sink sink{[](void* self, uint64_t client, uint32_t cq) {
+                                 static_cast<channel_server*>(self)->raise_cq_error(client, cq);
+                             },
+                             this};
     for (const auto& vnic : _config.vnics) {
-        _devices.push_back({&vnic, _config.host_name, _config.tenant_mtu});
+        _resources.push_back(std::make_unique<vnic_resources>(engine_limits(), sink));
+        _devices.push_back({&vnic, _config.host_name, _config.tenant_mtu, _resources.back().get()});
     }
 }
 
@@ -281,6 +286,38 @@ void channel_server::take_adopted() {
     }
 }
 
+void channel_server::raise_cq_error(uint64_t client, uint32_t cq_handle) {
+    {
+        const std::lock_guard lock(_adopt_mutex);
+        _pending_events.push_back({client, proto::event_type::cq_err, cq_handle});
+    }
+    if (_wake_fd >= 0) {
+        const uint64_t one = 1;
+        [[maybe_unused]] const ssize_t n = write(_wake_fd, &one, sizeof(one));
+    }
+}
+
+void channel_server::send_pending_events() {
+    std::vector<pending_event> events;
+    {
+        const std::lock_guard lock(_adopt_mutex);
+        events.swap(_pending_events);
+    }
+    for (const auto& e : events) {
+        for (const auto& c : _clients) {
+            if (c.s.client_id != e.client || c.async_fd < 0) {
+                continue;
+            }
+            auto m = proto::make_message<proto::async_event_message>(
+                static_cast<uint16_t>(proto::opcode::async_event), 0);
+            m.type = static_cast<uint32_t>(e.type);
+            m.port_num = 0;
+            m.handle = e.handle;
+            send_with_fd(c.async_fd, &m, sizeof(m), -1);
+        }
+    }
+}
+
 void channel_server::add_client(int fd, std::size_t vnic_index) {
     if (_clients.size() >= max_clients) {
         _refused.fetch_add(1, std::memory_order_relaxed);
@@ -325,15 +362,22 @@ bool channel_server::serve_client(client& c) {
     if (n == 0) {
         return false;  // the client closed its context or exited
     }
-    // No request of this version carries descriptors: close any a client sent, so nobody
-    // can make jakirod hoard files.
+    // Descriptors that came with the request: the handler keeps the ones it asked for and
+    // the rest are closed below, so nobody can make jakirod hoard files. (More than
+    // max_fds_per_message were already dropped by the kernel: MSG_CTRUNC.)
+    std::array<int, proto::max_fds_per_message> fds;
+    std::size_t fd_count = 0;
     for (cmsghdr* cmsg = CMSG_FIRSTHDR(&msg); cmsg != nullptr; cmsg = CMSG_NXTHDR(&msg, cmsg)) {
         if (cmsg->cmsg_level == SOL_SOCKET && cmsg->cmsg_type == SCM_RIGHTS) {
             const std::size_t count = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
             for (std::size_t i = 0; i < count; ++i) {
                 int fd;
                 std::memcpy(&fd, CMSG_DATA(cmsg) + i * sizeof(int), sizeof(int));
-                close(fd);
+                if (fd_count < fds.size()) {
+                    fds[fd_count++] = fd;
+                } else {
+                    close(fd);
+                }
             }
         }
     }
@@ -341,14 +385,19 @@ bool channel_server::serve_client(client& c) {
     const bool truncated = (msg.msg_flags & MSG_TRUNC) != 0;
     auto out =
         handle_request(std::span<const std::byte>(buffer.data(), static_cast<std::size_t>(n)),
-                       truncated, c.s, _devices[c.vnic]);
+                       truncated, std::span<int>(fds.data(), fd_count), c.s, _devices[c.vnic]);
+    for (std::size_t i = 0; i < fd_count; ++i) {
+        if (fds[i] >= 0) {
+            close(fds[i]);
+        }
+    }
     if (out.error != proto::parse_error::none) {
         _bad_requests.fetch_add(1, std::memory_order_relaxed);
     }
     if (out.what == outcome::action::drop) {
         return false;
     }
-    int passed = -1;
+    int passed = out.reply_fd;  // e.g. a CQ ring; ours to close once sent
     if (out.with_async_channel) {
         int pair[2];
         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
@@ -370,6 +419,8 @@ bool channel_server::serve_client(client& c) {
         }
     }
     const bool sent = send_with_fd(c.fd, out.reply.data(), out.reply_size, passed);
+    // A reply that could not be sent (the client left, or does not read) is lost, and the
+    // client is dropped below: whatever the request created goes with it (drop_client).
     if (passed >= 0) {
         close(passed);  // the client has its own copy now (or never will)
     }
@@ -388,8 +439,9 @@ void channel_server::drop_client(client& c, bool device_gone) {
         close(c.async_fd);
         c.async_fd = -1;
     }
-    // Resources the client created (PDs, MRs, CQs, QPs, RCFT entries) are released here once
-    // the engine has them: a process that dies leaves nothing behind.
+    // Everything the client created goes with it (PDs, MRs, CQs; later QPs and RCFT
+    // entries): a process that dies leaves nothing behind.
+    _resources[c.vnic]->release_client(c.s.client_id);
     close(c.fd);
     c.fd = -1;
     _disconnected.fetch_add(1, std::memory_order_relaxed);
@@ -448,6 +500,7 @@ void channel_server::serve() {
         }
         if (fds[0].revents != 0) {
             take_adopted();
+            send_pending_events();
         }
     }
     for (auto& c : _clients) {

@@ -7,11 +7,14 @@
 //
 // Control side only: its own thread, blocking in poll(); it never touches the datapath.
 // Thread-safety: start(), stop() and adopt() are called from one thread (main or a test);
-// everything else runs on the server thread; stats() and client_count() read atomics.
+// everything else runs on the server thread; stats() and client_count() read atomics;
+// resources() hands out the vNIC's objects for the engine (see resources.hh for what may be
+// called from where), and raise_cq_error() may be called from any thread.
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -20,6 +23,7 @@
 #include "config/host_config.hh"
 #include "device_model.hh"
 #include "requests.hh"
+#include "resources.hh"
 
 namespace jakiro::verbs {
 
@@ -45,6 +49,8 @@ struct channel_stats {
 };
 
 class channel_server {
+    using proto_event_type = verbs_proto::event_type;
+
   public:
     // More clients than this are refused (each holds two descriptors in jakirod).
     static constexpr std::size_t max_clients = 4096;
@@ -66,6 +72,11 @@ class channel_server {
     bool adopt(int fd, std::size_t vnic_index);
 
     std::string socket_path(std::size_t vnic_index) const;
+    // The PDs, MRs and CQs of a vNIC (its mr_table is what the engine looks keys up in).
+    vnic_resources& resources(std::size_t vnic_index) { return *_resources.at(vnic_index); }
+    // Queues IBV_EVENT_CQ_ERR for the client that owns `cq_handle`; any thread. CQs call it
+    // when they overflow.
+    void raise_cq_error(uint64_t client, uint32_t cq_handle);
     std::size_t client_count() const { return _client_count.load(std::memory_order_relaxed); }
     channel_stats stats() const;
 
@@ -91,9 +102,11 @@ class channel_server {
     bool serve_client(client& c);  // false: drop it
     void drop_client(client& c, bool device_gone);
     void take_adopted();
+    void send_pending_events();
 
     channel_config _config;
-    std::vector<device_context> _devices;  // one per vNIC, points into _config
+    std::vector<std::unique_ptr<vnic_resources>> _resources;  // one per vNIC
+    std::vector<device_context> _devices;  // one per vNIC, points into _config and _resources
     std::vector<listener> _listeners;
     std::vector<client> _clients;  // server thread only
     uint64_t _next_client_id = 0;  // server thread only
@@ -101,6 +114,12 @@ class channel_server {
 
     std::mutex _adopt_mutex;
     std::vector<std::pair<int, std::size_t>> _adopted;  // guarded by _adopt_mutex
+    struct pending_event {
+        uint64_t client;
+        proto_event_type type;
+        uint64_t handle;
+    };
+    std::vector<pending_event> _pending_events;  // guarded by _adopt_mutex
 
     std::atomic<bool> _stopping{false};
     std::atomic<std::size_t> _client_count{0};

@@ -25,10 +25,15 @@ void put_status(outcome& out, const proto::header& request, int status) {
     put(out, r);
 }
 
+// The one descriptor a request must bring, or -1 (none, or more than one).
+int single_fd(std::span<int> fds) {
+    return fds.size() == 1 ? fds[0] : -1;
+}
+
 }  // namespace
 
-outcome handle_request(std::span<const std::byte> message, bool truncated, session& s,
-                       const device_context& device) {
+outcome handle_request(std::span<const std::byte> message, bool truncated, std::span<int> fds,
+                       session& s, const device_context& device) {
     outcome out;
     proto::header hdr{};
     out.error = proto::check_request(message, truncated, hdr);
@@ -86,6 +91,107 @@ outcome handle_request(std::span<const std::byte> message, bool truncated, sessi
                 proto::reply_opcode(proto::opcode::query), hdr.request_id);
             fill_query(reply, *device.vnic, device.tenant_mtu);
             put(out, reply);
+            return out;
+        }
+        default:
+            break;
+    }
+
+    // Resource verbs: after HELLO, on a device that has resources.
+    if (!s.hello_done) {
+        put_status(out, hdr, EPROTO);
+        return out;
+    }
+    if (device.resources == nullptr) {
+        put_status(out, hdr, EOPNOTSUPP);
+        return out;
+    }
+    vnic_resources& res = *device.resources;
+    switch (static_cast<proto::opcode>(hdr.opcode)) {
+        case proto::opcode::alloc_pd: {
+            proto::alloc_pd_request req;
+            proto::decode(message, req);
+            if (req.flags != 0 || req.reserved != 0) {
+                put_status(out, hdr, EINVAL);
+                return out;
+            }
+            auto reply = proto::make_message<proto::alloc_pd_reply>(
+                proto::reply_opcode(proto::opcode::alloc_pd), hdr.request_id);
+            if (const int error = res.alloc_pd(s.client_id, reply.pd_handle); error != 0) {
+                put_status(out, hdr, error);
+                return out;
+            }
+            put(out, reply);
+            return out;
+        }
+        case proto::opcode::dealloc_pd:
+        case proto::opcode::dereg_mr:
+        case proto::opcode::destroy_cq: {
+            proto::destroy_request req;
+            proto::decode(message, req);
+            int error = EINVAL;
+            if (req.flags == 0) {
+                switch (static_cast<proto::opcode>(hdr.opcode)) {
+                    case proto::opcode::dealloc_pd:
+                        error = res.dealloc_pd(s.client_id, req.handle);
+                        break;
+                    case proto::opcode::dereg_mr:
+                        error = res.dereg_mr(s.client_id, req.handle);
+                        break;
+                    default:
+                        error = res.destroy_cq(s.client_id, req.handle);
+                        break;
+                }
+            }
+            put_status(out, hdr, error);
+            return out;
+        }
+        case proto::opcode::reg_mr: {
+            proto::reg_mr_request req;
+            proto::decode(message, req);
+            const int memfd = single_fd(fds);
+            if (memfd < 0) {
+                put_status(out, hdr, EBADF);  // the region's memfd must come with it, alone
+                return out;
+            }
+            auto reply = proto::make_message<proto::reg_mr_reply>(
+                proto::reply_opcode(proto::opcode::reg_mr), hdr.request_id);
+            uint32_t key = 0;
+            if (const int error = res.reg_mr(s.client_id, req, memfd, key); error != 0) {
+                put_status(out, hdr, error);
+                return out;
+            }
+            reply.mr_handle = key;
+            reply.lkey = key;
+            reply.rkey = key;
+            put(out, reply);
+            return out;
+        }
+        case proto::opcode::create_cq: {
+            proto::create_cq_request req;
+            proto::decode(message, req);
+            const bool with_channel = (req.flags & proto::cq_with_channel) != 0;
+            if (fds.size() != (with_channel ? 1u : 0u)) {
+                put_status(out, hdr, EBADF);
+                return out;
+            }
+            int channel_fd = with_channel ? fds[0] : -1;
+            cq_created created;
+            if (const int error = res.create_cq(s.client_id, req, channel_fd, created);
+                error != 0) {
+                put_status(out, hdr, error);
+                return out;
+            }
+            if (with_channel) {
+                fds[0] = -1;  // the CQ keeps it
+            }
+            auto reply = proto::make_message<proto::create_cq_reply>(
+                proto::reply_opcode(proto::opcode::create_cq), hdr.request_id);
+            reply.cq_handle = created.handle;
+            reply.capacity = created.capacity;
+            reply.ring_bytes = created.ring_bytes;
+            put(out, reply);
+            out.reply_fd = created.ring_fd;
             return out;
         }
         default:

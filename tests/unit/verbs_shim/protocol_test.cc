@@ -130,9 +130,47 @@ TEST(Protocol, RejectsOtherVersions) {
     EXPECT_EQ(errno_for(parse_error::bad_version), EPROTONOSUPPORT);
 }
 
+TEST(Protocol, AcceptsEveryResourceRequestAtItsExactSize) {
+    EXPECT_EQ(
+        check(bytes(make_message<alloc_pd_request>(static_cast<uint16_t>(opcode::alloc_pd), 1))),
+        parse_error::none);
+    for (opcode op : {opcode::dealloc_pd, opcode::dereg_mr, opcode::destroy_cq}) {
+        EXPECT_EQ(check(bytes(make_message<destroy_request>(static_cast<uint16_t>(op), 1))),
+                  parse_error::none);
+        // A destroy request is not a reg_mr, whatever its opcode says.
+        EXPECT_EQ(check(bytes(make_message<reg_mr_request>(static_cast<uint16_t>(op), 1))),
+                  parse_error::bad_size);
+    }
+    EXPECT_EQ(check(bytes(make_message<reg_mr_request>(static_cast<uint16_t>(opcode::reg_mr), 1))),
+              parse_error::none);
+    EXPECT_EQ(
+        check(bytes(make_message<create_cq_request>(static_cast<uint16_t>(opcode::create_cq), 1))),
+        parse_error::none);
+    EXPECT_EQ(
+        check(bytes(make_message<destroy_request>(static_cast<uint16_t>(opcode::create_cq), 1))),
+        parse_error::bad_size);
+}
+
+TEST(Protocol, SuccessfulResourceRepliesMustHaveTheirFullSize) {
+    int status = -1;
+    const auto pd = make_message<alloc_pd_request>(static_cast<uint16_t>(opcode::alloc_pd), 3);
+    EXPECT_TRUE(check_reply(bytes(make_message<alloc_pd_reply>(reply_opcode(opcode::alloc_pd), 3)),
+                            false, pd.hdr, status));
+    EXPECT_EQ(status, 0);
+    const auto cq = make_message<create_cq_request>(static_cast<uint16_t>(opcode::create_cq), 4);
+    auto short_reply = make_message<reply_header>(reply_opcode(opcode::create_cq), 4);
+    EXPECT_FALSE(check_reply(bytes(short_reply), false, cq.hdr, status)) << "status 0, no body";
+    short_reply.status = EBUSY;
+    EXPECT_TRUE(check_reply(bytes(short_reply), false, cq.hdr, status));
+    EXPECT_EQ(status, EBUSY);
+    const auto dereg = make_message<destroy_request>(static_cast<uint16_t>(opcode::dereg_mr), 5);
+    EXPECT_TRUE(check_reply(bytes(make_message<reply_header>(reply_opcode(opcode::dereg_mr), 5)),
+                            false, dereg.hdr, status));
+}
+
 TEST(Protocol, AnswersReservedAndUnknownOpcodesWithEopnotsupp) {
-    for (opcode op : {opcode::alloc_pd, opcode::reg_mr, opcode::create_cq, opcode::create_qp,
-                      opcode::modify_qp, opcode::destroy_qp}) {
+    for (opcode op : {opcode::resize_cq, opcode::create_qp, opcode::modify_qp, opcode::destroy_qp,
+                      opcode::create_srq, opcode::create_ah, opcode::create_comp_channel}) {
         auto m = make_message<query_request>(static_cast<uint16_t>(op), 1);
         EXPECT_EQ(check(bytes(m)), parse_error::unknown_opcode);
     }
@@ -146,6 +184,8 @@ TEST(Protocol, RefusesRepliesAndEventsSentAsRequests) {
     EXPECT_EQ(check(bytes(r)), parse_error::not_a_request);
     auto e = make_message<async_event_message>(static_cast<uint16_t>(opcode::async_event), 0);
     EXPECT_EQ(check(bytes(e)), parse_error::not_a_request);
+    auto c = make_message<comp_event_message>(static_cast<uint16_t>(opcode::comp_event), 0);
+    EXPECT_EQ(check(bytes(c)), parse_error::not_a_request);
 }
 
 TEST(Protocol, ReplyMustAnswerTheRequest) {

@@ -3,8 +3,10 @@
 
 #include "verbs/channel_server.hh"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -15,6 +17,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
+
+#include "maps_helper.hh"
 
 namespace jakiro::verbs {
 namespace {
@@ -70,6 +74,32 @@ reply receive(int fd) {
 template <typename Msg>
 void send_message(int fd, const Msg& m, std::size_t size = sizeof(Msg)) {
     ASSERT_EQ(send(fd, &m, size, MSG_NOSIGNAL), static_cast<ssize_t>(size));
+}
+
+// Sends one message with one descriptor, as the shim does for reg_mr and create_cq.
+template <typename Msg>
+void send_with_fd(int fd, const Msg& m, int passed) {
+    iovec iov{const_cast<Msg*>(&m), sizeof(Msg)};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &passed, sizeof(int));
+    ASSERT_EQ(sendmsg(fd, &msg, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(Msg)));
+}
+
+template <typename Reply>
+Reply decode_reply(const struct reply& r) {
+    Reply out{};
+    EXPECT_EQ(r.size, static_cast<ssize_t>(sizeof(Reply)));
+    std::memcpy(&out, r.bytes.data(), sizeof(out));
+    return out;
 }
 
 proto::hello_request hello(uint32_t id = 1) {
@@ -304,6 +334,96 @@ TEST_F(ChannelServer, RefusesTwoVnicsWithOneMac) {
     std::string error;
     EXPECT_FALSE(server.start(error));
     EXPECT_NE(error.find("share MAC 02:00:c6:13:01:01"), std::string::npos) << error;
+}
+
+TEST_F(ChannelServer, EverythingADisconnectedClientCreatedIsReleased) {
+    channel_server server(config);
+    std::string error;
+    ASSERT_TRUE(server.start(error)) << error;
+    const int fd = adopted_client(server);
+    send_message(fd, hello());
+    const auto h = receive(fd);
+    ASSERT_GE(h.fd, 0);
+
+    send_message(fd, proto::make_message<proto::alloc_pd_request>(
+                         static_cast<uint16_t>(proto::opcode::alloc_pd), 2));
+    const auto pd = decode_reply<proto::alloc_pd_reply>(receive(fd));
+    ASSERT_EQ(pd.rh.status, 0);
+
+    const int memory = memfd_create("client-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    ASSERT_EQ(ftruncate(memory, 8192), 0);
+    ASSERT_EQ(fcntl(memory, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+    auto reg =
+        proto::make_message<proto::reg_mr_request>(static_cast<uint16_t>(proto::opcode::reg_mr), 3);
+    reg.pd_handle = pd.pd_handle;
+    reg.access = proto::access_local_write | proto::access_remote_write;
+    reg.length = 8192;
+    send_with_fd(fd, reg, memory);
+    const auto mr = decode_reply<proto::reg_mr_reply>(receive(fd));
+    ASSERT_EQ(mr.rh.status, 0);
+    EXPECT_EQ(test::mappings_of(memory), 1) << "jakirod mapped the client's memory";
+
+    int channel[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, channel), 0);
+    auto cq = proto::make_message<proto::create_cq_request>(
+        static_cast<uint16_t>(proto::opcode::create_cq), 4);
+    cq.cqe = 32;
+    cq.flags = proto::cq_with_channel;
+    send_with_fd(fd, cq, channel[1]);
+    close(channel[1]);
+    const auto cq_reply = receive(fd);
+    ASSERT_EQ(decode_reply<proto::create_cq_reply>(cq_reply).rh.status, 0);
+    ASSERT_GE(cq_reply.fd, 0) << "the ring comes with the reply";
+    EXPECT_EQ(test::mappings_of(cq_reply.fd), 1);
+    const auto before = server.resources(0).count();
+    EXPECT_EQ(before.pds + before.mrs + before.cqs, 3u);
+
+    close(fd);  // the process died
+    EXPECT_TRUE(eventually([&] {
+        const auto c = server.resources(0).count();
+        return c.pds + c.mrs + c.cqs == 0;
+    }));
+    EXPECT_EQ(test::mappings_of(memory), 0) << "MR unmapped";
+    EXPECT_EQ(test::mappings_of(cq_reply.fd), 0) << "CQ ring unmapped";
+    char byte;
+    EXPECT_EQ(recv(channel[0], &byte, 1, 0), 0) << "jakirod's end of the channel closed";
+    for (int f : {memory, cq_reply.fd, channel[0], h.fd}) {
+        close(f);
+    }
+}
+
+TEST_F(ChannelServer, ACqOverflowReachesItsOwnerAsAnAsyncEvent) {
+    channel_server server(config);
+    std::string error;
+    ASSERT_TRUE(server.start(error)) << error;
+    const int fd = adopted_client(server);
+    send_message(fd, hello());
+    const auto h = receive(fd);
+    ASSERT_GE(h.fd, 0);
+    auto cq = proto::make_message<proto::create_cq_request>(
+        static_cast<uint16_t>(proto::opcode::create_cq), 4);
+    cq.cqe = 1;
+    send_message(fd, cq);
+    const auto r = receive(fd);
+    const auto created = decode_reply<proto::create_cq_reply>(r);
+    ASSERT_EQ(created.rh.status, 0);
+    close(r.fd);
+
+    // The engine completes into it and nobody polls.
+    auto queue = server.resources(0).find_cq(created.cq_handle);
+    ASSERT_NE(queue, nullptr);
+    proto::cqe e{};
+    EXPECT_TRUE(queue->complete(e));
+    EXPECT_FALSE(queue->complete(e)) << "full: refused, not overwritten";
+
+    pollfd p{h.fd, POLLIN, 0};
+    ASSERT_EQ(poll(&p, 1, 2000), 1);
+    proto::async_event_message event{};
+    ASSERT_EQ(recv(h.fd, &event, sizeof(event), 0), static_cast<ssize_t>(sizeof(event)));
+    EXPECT_EQ(event.type, static_cast<uint32_t>(proto::event_type::cq_err));
+    EXPECT_EQ(event.handle, created.cq_handle);
+    close(h.fd);
+    close(fd);
 }
 
 TEST_F(ChannelServer, ManyClientsAreServedIndependently) {

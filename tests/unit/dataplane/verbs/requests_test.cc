@@ -2,7 +2,11 @@
 
 #include "verbs/requests.hh"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <vector>
@@ -19,6 +23,23 @@ class Requests : public testing::Test {
         return handle_request(
             std::span<const std::byte>(reinterpret_cast<const std::byte*>(&m), size), truncated, s,
             device);
+    }
+    template <typename Msg>
+    outcome send_fds(const Msg& m, std::vector<int>& fds) {
+        return handle_request(
+            std::span<const std::byte>(reinterpret_cast<const std::byte*>(&m), sizeof(Msg)), false,
+            std::span<int>(fds), s, device);
+    }
+    template <typename Reply>
+    static Reply reply_of(const outcome& o) {
+        Reply r{};
+        EXPECT_EQ(o.reply_size, sizeof(Reply));
+        std::memcpy(&r, o.reply.data(), sizeof(r));
+        return r;
+    }
+    static proto::alloc_pd_request alloc_pd(uint32_t id = 3) {
+        return proto::make_message<proto::alloc_pd_request>(
+            static_cast<uint16_t>(proto::opcode::alloc_pd), id);
     }
     static int status(const outcome& o) {
         proto::reply_header r{};
@@ -37,7 +58,8 @@ class Requests : public testing::Test {
     }
 
     vnic_identity vnic{"t1", {0x02, 0x00, 0xc6, 0x13, 0x01, 0x01}, 0xc6130101};
-    device_context device{&vnic, "h1", 1450};
+    vnic_resources resources{engine_limits()};
+    device_context device{&vnic, "h1", 1450, &resources};
     session s{.client_id = 17};
 };
 
@@ -121,6 +143,96 @@ TEST_F(Requests, TruncatedAndOversizedGetAnErrorReplyAndTheSessionGoesOn) {
     EXPECT_EQ(status(send(h, sizeof(h) - 1)), EBADMSG);
     EXPECT_EQ(status(send(h, sizeof(h), true)), EMSGSIZE);
     EXPECT_EQ(status(send(h)), 0) << "a good request still works afterwards";
+}
+
+TEST_F(Requests, ResourceVerbsNeedHelloFirst) {
+    EXPECT_EQ(status(send(alloc_pd())), EPROTO);
+    EXPECT_EQ(resources.count().pds, 0u);
+}
+
+TEST_F(Requests, ResourceVerbsWithoutResourcesAreNotSupported) {
+    device.resources = nullptr;
+    send(hello());
+    EXPECT_EQ(status(send(alloc_pd())), EOPNOTSUPP);
+}
+
+TEST_F(Requests, AllocPdAnswersAHandleOwnedByThisSession) {
+    send(hello());
+    const auto o = send(alloc_pd(21));
+    ASSERT_EQ(o.what, outcome::action::reply);
+    const auto r = reply_of<proto::alloc_pd_reply>(o);
+    EXPECT_EQ(r.rh.status, 0);
+    EXPECT_EQ(r.rh.hdr.request_id, 21u);
+    EXPECT_EQ(r.rh.hdr.opcode, proto::reply_opcode(proto::opcode::alloc_pd));
+    EXPECT_NE(r.pd_handle, 0u);
+    EXPECT_EQ(resources.count(17).pds, 1u);
+    auto bad = alloc_pd();
+    bad.flags = 4;
+    EXPECT_EQ(status(send(bad)), EINVAL);
+
+    auto dealloc = proto::make_message<proto::destroy_request>(
+        static_cast<uint16_t>(proto::opcode::dealloc_pd), 22);
+    dealloc.handle = r.pd_handle;
+    session other{.client_id = 18, .hello_done = true};
+    std::swap(s, other);
+    EXPECT_EQ(status(send(dealloc)), EINVAL) << "another session cannot free it";
+    std::swap(s, other);
+    dealloc.flags = 1;
+    EXPECT_EQ(status(send(dealloc)), EINVAL) << "unknown flags";
+    dealloc.flags = 0;
+    EXPECT_EQ(status(send(dealloc)), 0);
+}
+
+TEST_F(Requests, RegMrNeedsExactlyItsMemfd) {
+    send(hello());
+    const uint32_t pd = reply_of<proto::alloc_pd_reply>(send(alloc_pd())).pd_handle;
+    auto req =
+        proto::make_message<proto::reg_mr_request>(static_cast<uint16_t>(proto::opcode::reg_mr), 5);
+    req.pd_handle = pd;
+    req.length = 100;
+    req.access = proto::access_local_write;
+    std::vector<int> none;
+    EXPECT_EQ(status(send_fds(req, none)), EBADF);
+    const int memfd = memfd_create("t", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    ASSERT_EQ(ftruncate(memfd, 4096), 0);
+    ASSERT_EQ(fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+    std::vector<int> two{memfd, memfd};
+    EXPECT_EQ(status(send_fds(req, two)), EBADF);
+    std::vector<int> one{memfd};
+    const auto o = send_fds(req, one);
+    const auto r = reply_of<proto::reg_mr_reply>(o);
+    ASSERT_EQ(r.rh.status, 0);
+    EXPECT_EQ(r.lkey, r.rkey);
+    EXPECT_EQ(r.mr_handle, r.lkey);
+    EXPECT_EQ(one[0], memfd) << "borrowed, not taken: the server closes it after mapping";
+    EXPECT_TRUE(resources.mrs().find(pd, r.lkey, 0, 100, proto::access_local_write));
+    close(memfd);
+}
+
+TEST_F(Requests, CreateCqTakesTheChannelAndRepliesWithTheRing) {
+    send(hello());
+    int pair[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair), 0);
+    auto req = proto::make_message<proto::create_cq_request>(
+        static_cast<uint16_t>(proto::opcode::create_cq), 6);
+    req.cqe = 10;
+    std::vector<int> fds{pair[1]};
+    EXPECT_EQ(status(send_fds(req, fds)), EBADF) << "a descriptor without the channel flag";
+    req.flags = proto::cq_with_channel;
+    const auto o = send_fds(req, fds);
+    const auto r = reply_of<proto::create_cq_reply>(o);
+    ASSERT_EQ(r.rh.status, 0);
+    EXPECT_EQ(r.capacity, 16u);
+    EXPECT_EQ(r.ring_bytes, proto::cq_ring_bytes(16));
+    EXPECT_EQ(fds[0], -1) << "the CQ keeps the channel";
+    ASSERT_GE(o.reply_fd, 0) << "the ring memfd goes with the reply";
+    close(o.reply_fd);
+    auto destroy = proto::make_message<proto::destroy_request>(
+        static_cast<uint16_t>(proto::opcode::destroy_cq), 7);
+    destroy.handle = r.cq_handle;
+    EXPECT_EQ(status(send(destroy)), 0);
+    EXPECT_EQ(status(send(destroy)), EINVAL);
+    close(pair[0]);
 }
 
 TEST_F(Requests, ReservedOpcodesAreNotSupportedYet) {

@@ -2,14 +2,23 @@
 // binary links the shim where a program links libibverbs (and not libibverbs at all), so
 // every ibv_* below, and every inline verb of verbs.h, must land in shim code.
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <thread>
 
+#include "maps_helper.hh"
 #include "verbs/channel_server.hh"
 
 namespace jakiro {
@@ -50,6 +59,28 @@ class ShimEndToEnd : public testing::Test {
         ibv_context* ctx = n == 1 ? ibv_open_device(list[0]) : nullptr;
         ibv_free_device_list(list);
         return ctx;
+    }
+
+    // What the engine would do: a completion into the CQ jakirod knows by this handle.
+    bool complete(ibv_cq* cq, uint64_t wr_id, bool solicited = false) {
+        auto queue = server->resources(0).find_cq(cq->handle);
+        EXPECT_NE(queue, nullptr);
+        verbs_proto::cqe e{};
+        e.wr_id = wr_id;
+        e.status = IBV_WC_SUCCESS;
+        e.opcode = IBV_WC_RECV_RDMA_WITH_IMM;
+        e.byte_len = 4096;
+        e.imm_data = htobe32(0xfeedbeef);
+        e.qp_num = 0x123;
+        e.src_qp = 0x456;
+        e.wc_flags = IBV_WC_WITH_IMM;
+        e.solicited = solicited ? 1 : 0;
+        return queue != nullptr && queue->complete(e);
+    }
+
+    bool readable(int fd, int timeout_ms = 2000) {
+        pollfd p{fd, POLLIN, 0};
+        return poll(&p, 1, timeout_ms) == 1;
     }
 
     verbs::channel_config config;
@@ -141,8 +172,9 @@ TEST_F(ShimEndToEnd, InlineQueryVerbsLandInTheShim) {
 TEST_F(ShimEndToEnd, InlineDataPathVerbsFailCleanly) {
     ibv_context* ctx = open_first();
     ASSERT_NE(ctx, nullptr);
-    // No QP or CQ can exist yet; objects that point at the context stand in for them, as the
-    // inline verbs only follow qp->context / cq->context to the ops.
+    // No QP can exist yet, and these CQs are not the shim's; objects that point at the
+    // context stand in for them, as the inline verbs only follow qp->context / cq->context
+    // to the ops.
     ibv_qp qp{};
     qp.context = ctx;
     ibv_send_wr swr{};
@@ -155,8 +187,8 @@ TEST_F(ShimEndToEnd, InlineDataPathVerbsFailCleanly) {
     ibv_cq cq{};
     cq.context = ctx;
     ibv_wc wc;
-    EXPECT_LT(ibv_poll_cq(&cq, 1, &wc), 0);
-    EXPECT_EQ(ibv_req_notify_cq(&cq, 0), EOPNOTSUPP);
+    EXPECT_LT(ibv_poll_cq(&cq, 1, &wc), 0) << "a CQ that is not ours: an error, no completions";
+    EXPECT_EQ(ibv_req_notify_cq(&cq, 0), EINVAL);
     errno = 0;
     ibv_cq_init_attr_ex cq_attr{};
     cq_attr.cqe = 16;
@@ -170,6 +202,318 @@ TEST_F(ShimEndToEnd, InlineDataPathVerbsFailCleanly) {
     EXPECT_EQ(errno, EOPNOTSUPP);
     ibv_values_ex values{};
     EXPECT_EQ(ibv_query_rt_values_ex(ctx, &values), EOPNOTSUPP);
+    EXPECT_EQ(ibv_close_device(ctx), 0);
+}
+
+TEST_F(ShimEndToEnd, MemoryRegionsAreTheApplicationsOwnPagesInJakirod) {
+    ibv_context* ctx = open_first();
+    ASSERT_NE(ctx, nullptr);
+    ibv_pd* pd = ibv_alloc_pd(ctx);
+    ASSERT_NE(pd, nullptr);
+    EXPECT_EQ(pd->context, ctx);
+    constexpr std::size_t size = 3 * 4096 + 100;
+    auto* buffer = static_cast<char*>(std::aligned_alloc(4096, 4 * 4096));
+    ASSERT_NE(buffer, nullptr);
+    std::memset(buffer, 'a', size);
+    const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    ibv_mr* mr = ibv_reg_mr(pd, buffer + 50, size - 50, access);  // verbs.h inline -> iova2
+    ASSERT_NE(mr, nullptr) << std::strerror(errno);
+    EXPECT_EQ(mr->addr, buffer + 50);
+    EXPECT_EQ(mr->length, size - 50);
+    EXPECT_EQ(mr->pd, pd);
+    EXPECT_EQ(mr->lkey, mr->rkey);
+    EXPECT_NE(mr->lkey, 0u);
+    EXPECT_EQ(buffer[0], 'a') << "contents survive registration";
+
+    // What the engine gets for an RDMA WRITE with this rkey: the program's own bytes.
+    const auto iova = reinterpret_cast<uintptr_t>(buffer + 50);
+    auto r = server->resources(0).mrs().find(pd->handle, mr->rkey, iova + 10, 5,
+                                             verbs_proto::access_remote_write);
+    ASSERT_TRUE(r);
+    std::memcpy(r.bytes.data(), "HELLO", 5);
+    EXPECT_EQ(std::memcmp(buffer + 60, "HELLO", 5), 0) << "no copy between jakirod and us";
+    buffer[70] = '!';
+    EXPECT_EQ(r.bytes[10], std::byte{'!'}) << "and the other way round";
+    EXPECT_EQ(server->resources(0).mrs().find(pd->handle, mr->rkey, iova, size - 49, 0).status,
+              verbs::mr_status::out_of_bounds);
+    r = {};
+
+    // A second MR over part of the same pages shares them.
+    ibv_mr* mr2 = ibv_reg_mr_iova(pd, buffer + 4096, 100, 0, IBV_ACCESS_REMOTE_READ);
+    ASSERT_NE(mr2, nullptr);
+    EXPECT_NE(mr2->lkey, mr->lkey);
+    const auto r2 = server->resources(0).mrs().find(pd->handle, mr2->rkey, 0, 100,
+                                                    verbs_proto::access_remote_read);
+    ASSERT_TRUE(r2) << "iova 0: ibv_reg_mr_iova names the first byte 0";
+    buffer[4096] = 'Z';
+    EXPECT_EQ(r2.bytes[0], std::byte{'Z'});
+    EXPECT_EQ(server->resources(0)
+                  .mrs()
+                  .find(pd->handle, mr2->rkey, 0, 1, verbs_proto::access_remote_write)
+                  .status,
+              verbs::mr_status::no_access);
+
+    EXPECT_EQ(ibv_dealloc_pd(pd), EBUSY) << "MRs still use it";
+    EXPECT_EQ(ibv_dereg_mr(mr2), 0);
+    EXPECT_EQ(ibv_dereg_mr(mr), 0);
+    EXPECT_EQ(server->resources(0).count().mrs, 0u);
+    EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+    EXPECT_EQ(std::memcmp(buffer + 60, "HELLO", 5), 0) << "the memory stays the program's";
+    std::free(buffer);
+    EXPECT_EQ(ibv_close_device(ctx), 0);
+}
+
+TEST_F(ShimEndToEnd, RegistrationRefusesWhatItCannotShareAndSaysWhy) {
+    ibv_context* ctx = open_first();
+    ASSERT_NE(ctx, nullptr);
+    ibv_pd* pd = ibv_alloc_pd(ctx);
+    ASSERT_NE(pd, nullptr);
+    char on_stack[128];
+    setenv("JAKIRO_VERBS_DEBUG", "1", 1);
+    testing::internal::CaptureStderr();
+    errno = 0;
+    EXPECT_EQ(ibv_reg_mr(pd, on_stack, sizeof(on_stack), IBV_ACCESS_LOCAL_WRITE), nullptr);
+    EXPECT_EQ(errno, EOPNOTSUPP);
+    const std::string said = testing::internal::GetCapturedStderr();
+    unsetenv("JAKIRO_VERBS_DEBUG");
+    EXPECT_NE(said.find("a stack"), std::string::npos) << said;
+
+    char path[] = "/tmp/jakiro-e2e-XXXXXX";
+    const int fd = mkstemp(path);
+    ASSERT_GE(fd, 0);
+    unlink(path);
+    ASSERT_EQ(ftruncate(fd, 4096), 0);
+    void* file = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ASSERT_NE(file, MAP_FAILED);
+    errno = 0;
+    EXPECT_EQ(ibv_reg_mr(pd, file, 4096, IBV_ACCESS_LOCAL_WRITE), nullptr);
+    EXPECT_EQ(errno, EOPNOTSUPP) << "a shared file mapping: never silently copied";
+    munmap(file, 4096);
+    close(fd);
+
+    auto* heap = static_cast<char*>(std::malloc(64));
+    errno = 0;
+    EXPECT_EQ(ibv_reg_mr(pd, heap, 64, IBV_ACCESS_REMOTE_WRITE), nullptr);
+    EXPECT_EQ(errno, EINVAL) << "remote write needs local write";
+    EXPECT_EQ(ibv_reg_mr(pd, heap, 64, IBV_ACCESS_ON_DEMAND), nullptr);
+    EXPECT_EQ(errno, EOPNOTSUPP) << "no on-demand paging";
+    EXPECT_EQ(ibv_reg_mr(pd, heap, 0, 0), nullptr);
+    EXPECT_EQ(errno, EINVAL);
+    EXPECT_EQ(ibv_reg_mr(pd, heap, (size_t{1} << 30) + 1, 0), nullptr);
+    EXPECT_EQ(errno, EINVAL) << "beyond max_mr_size";
+    ibv_mr* relaxed =
+        ibv_reg_mr(pd, heap, 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_RELAXED_ORDERING);
+    EXPECT_NE(relaxed, nullptr) << "optional access bits are dropped, not refused";
+    EXPECT_EQ(ibv_dereg_mr(relaxed), 0);
+    std::free(heap);
+    EXPECT_EQ(server->resources(0).count().mrs, 0u);
+    EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+    EXPECT_EQ(ibv_close_device(ctx), 0);
+}
+
+TEST_F(ShimEndToEnd, CompletionsJakirodWritesArePolledFromSharedMemory) {
+    ibv_context* ctx = open_first();
+    ASSERT_NE(ctx, nullptr);
+    int token = 0;
+    ibv_cq* cq = ibv_create_cq(ctx, 100, &token, nullptr, 0);
+    ASSERT_NE(cq, nullptr) << std::strerror(errno);
+    EXPECT_EQ(cq->cqe, 128) << "a power of two at least as large";
+    EXPECT_EQ(cq->cq_context, &token);
+    EXPECT_EQ(cq->context, ctx);
+    ibv_wc wc[8];
+    EXPECT_EQ(ibv_poll_cq(cq, 8, wc), 0) << "empty";
+    for (uint64_t i = 1; i <= 5; ++i) {
+        ASSERT_TRUE(complete(cq, i));
+    }
+    ASSERT_EQ(ibv_poll_cq(cq, 3, wc), 3);  // verbs.h inline -> our poll_cq op
+    EXPECT_EQ(wc[0].wr_id, 1u);
+    EXPECT_EQ(wc[2].wr_id, 3u);
+    EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wc[0].opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+    EXPECT_EQ(wc[0].byte_len, 4096u);
+    EXPECT_EQ(be32toh(wc[0].imm_data), 0xfeedbeefu);
+    EXPECT_EQ(wc[0].qp_num, 0x123u);
+    EXPECT_EQ(wc[0].src_qp, 0x456u);
+    EXPECT_EQ(wc[0].wc_flags, static_cast<unsigned>(IBV_WC_WITH_IMM));
+    ASSERT_EQ(ibv_poll_cq(cq, 8, wc), 2);
+    EXPECT_EQ(wc[1].wr_id, 5u);
+    EXPECT_EQ(ibv_poll_cq(cq, 8, wc), 0);
+    EXPECT_EQ(ibv_destroy_cq(cq), 0);
+    EXPECT_EQ(server->resources(0).count().cqs, 0u);
+    EXPECT_EQ(ibv_close_device(ctx), 0);
+}
+
+TEST_F(ShimEndToEnd, ACqOverflowIsAnAsyncErrorNotACorruption) {
+    ibv_context* ctx = open_first();
+    ASSERT_NE(ctx, nullptr);
+    ibv_cq* cq = ibv_create_cq(ctx, 4, nullptr, nullptr, 0);
+    ASSERT_NE(cq, nullptr);
+    for (uint64_t i = 0; i < 4; ++i) {
+        ASSERT_TRUE(complete(cq, 10 + i));
+    }
+    EXPECT_FALSE(complete(cq, 99));
+    ibv_async_event event;
+    ASSERT_EQ(ibv_get_async_event(ctx, &event), 0);
+    EXPECT_EQ(event.event_type, IBV_EVENT_CQ_ERR);
+    EXPECT_EQ(event.element.cq, cq);
+    ibv_ack_async_event(&event);
+    ibv_wc wc[8];
+    ASSERT_EQ(ibv_poll_cq(cq, 8, wc), 4);
+    EXPECT_EQ(wc[0].wr_id, 10u);
+    EXPECT_EQ(wc[3].wr_id, 13u) << "the oldest completions are intact";
+    EXPECT_EQ(ibv_destroy_cq(cq), 0) << "the event was acknowledged: no wait";
+    EXPECT_EQ(ibv_close_device(ctx), 0);
+}
+
+TEST_F(ShimEndToEnd, CompletionChannelsWakeUpOnArmedCqsOnly) {
+    ibv_context* ctx = open_first();
+    ASSERT_NE(ctx, nullptr);
+    ibv_comp_channel* channel = ibv_create_comp_channel(ctx);
+    ASSERT_NE(channel, nullptr);
+    EXPECT_GE(channel->fd, 0);
+    int token = 7;
+    ibv_cq* cq = ibv_create_cq(ctx, 16, &token, channel, 0);
+    ASSERT_NE(cq, nullptr);
+    EXPECT_EQ(cq->channel, channel);
+    EXPECT_EQ(ibv_destroy_comp_channel(channel), EBUSY) << "a CQ uses it";
+
+    ASSERT_TRUE(complete(cq, 1));
+    EXPECT_FALSE(readable(channel->fd, 50)) << "not armed: no event";
+    ASSERT_EQ(ibv_req_notify_cq(cq, 0), 0);
+    ASSERT_TRUE(complete(cq, 2));
+    ASSERT_TRUE(readable(channel->fd));
+    ibv_cq* ev_cq = nullptr;
+    void* ev_context = nullptr;
+    ASSERT_EQ(ibv_get_cq_event(channel, &ev_cq, &ev_context), 0);
+    EXPECT_EQ(ev_cq, cq);
+    EXPECT_EQ(ev_context, &token);
+    ibv_wc wc[4];
+    EXPECT_EQ(ibv_poll_cq(cq, 4, wc), 2);
+
+    // Solicited-only: an ordinary completion does not wake, a solicited one does.
+    ASSERT_EQ(ibv_req_notify_cq(cq, 1), 0);
+    ASSERT_TRUE(complete(cq, 3, false));
+    EXPECT_FALSE(readable(channel->fd, 50));
+    ASSERT_TRUE(complete(cq, 4, true));
+    ASSERT_TRUE(readable(channel->fd));
+    ASSERT_EQ(ibv_get_cq_event(channel, &ev_cq, &ev_context), 0);
+    ibv_ack_cq_events(cq, 2);
+
+    // Non-blocking channels say EAGAIN when there is nothing, as the kernel's do.
+    fcntl(channel->fd, F_SETFL, fcntl(channel->fd, F_GETFL) | O_NONBLOCK);
+    errno = 0;
+    EXPECT_EQ(ibv_get_cq_event(channel, &ev_cq, &ev_context), -1);
+    EXPECT_EQ(errno, EAGAIN);
+
+    EXPECT_EQ(ibv_destroy_cq(cq), 0);
+    EXPECT_EQ(ibv_destroy_comp_channel(channel), 0);
+    EXPECT_EQ(ibv_close_device(ctx), 0);
+}
+
+TEST_F(ShimEndToEnd, DestroyCqWaitsUntilItsEventsAreAcknowledged) {
+    ibv_context* ctx = open_first();
+    ASSERT_NE(ctx, nullptr);
+    ibv_comp_channel* channel = ibv_create_comp_channel(ctx);
+    ibv_cq* cq = ibv_create_cq(ctx, 16, nullptr, channel, 0);
+    ASSERT_NE(cq, nullptr);
+    ASSERT_EQ(ibv_req_notify_cq(cq, 0), 0);
+    ASSERT_TRUE(complete(cq, 1));
+    ibv_cq* ev_cq = nullptr;
+    void* ev_context = nullptr;
+    ASSERT_EQ(ibv_get_cq_event(channel, &ev_cq, &ev_context), 0);
+    std::atomic<bool> destroyed{false};
+    std::thread destroyer([&] {
+        EXPECT_EQ(ibv_destroy_cq(cq), 0);
+        destroyed = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_FALSE(destroyed) << "libibverbs semantics: one event not acknowledged yet";
+    ibv_ack_cq_events(ev_cq, 1);
+    destroyer.join();
+    EXPECT_TRUE(destroyed);
+    EXPECT_EQ(ibv_destroy_comp_channel(channel), 0);
+    EXPECT_EQ(ibv_close_device(ctx), 0);
+}
+
+TEST_F(ShimEndToEnd, AProcessThatDiesLeavesNothingBehindInJakirod) {
+    // A child makes a PD, an MR, a completion channel and a CQ, says so, and is killed.
+    int ready[2];
+    ASSERT_EQ(pipe2(ready, O_CLOEXEC), 0);
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        ibv_context* ctx = open_first();
+        ibv_pd* pd = ctx != nullptr ? ibv_alloc_pd(ctx) : nullptr;
+        void* buffer =
+            mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        ibv_mr* mr = pd != nullptr ? ibv_reg_mr(pd, buffer, 8192, IBV_ACCESS_LOCAL_WRITE) : nullptr;
+        ibv_comp_channel* channel = ctx != nullptr ? ibv_create_comp_channel(ctx) : nullptr;
+        ibv_cq* cq = channel != nullptr ? ibv_create_cq(ctx, 8, nullptr, channel, 0) : nullptr;
+        const char outcome = mr != nullptr && cq != nullptr ? 'y' : 'n';
+        [[maybe_unused]] const ssize_t n = write(ready[1], &outcome, 1);
+        for (;;) {
+            pause();
+        }
+    }
+    close(ready[1]);
+    char outcome = 0;
+    ASSERT_EQ(read(ready[0], &outcome, 1), 1);
+    close(ready[0]);
+    const auto before = server->resources(0).count();
+    kill(child, SIGKILL);
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_EQ(outcome, 'y') << "the child could not create its objects";
+    EXPECT_EQ(before.pds + before.mrs + before.cqs, 3u);
+    // The server thread, here in the parent, saw the child's connection close.
+    ASSERT_TRUE(clients_become(0));
+    const auto left = server->resources(0).count();
+    EXPECT_EQ(left.pds + left.mrs + left.cqs, 0u);
+}
+
+TEST_F(ShimEndToEnd, QueuePairsAreStillNotSupported) {
+    ibv_context* ctx = open_first();
+    ASSERT_NE(ctx, nullptr);
+    ibv_pd* pd = ibv_alloc_pd(ctx);
+    ibv_cq* cq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
+    ASSERT_NE(pd, nullptr);
+    ASSERT_NE(cq, nullptr);
+    ibv_qp_init_attr attr{};
+    attr.send_cq = cq;
+    attr.recv_cq = cq;
+    attr.qp_type = IBV_QPT_RC;
+    attr.cap.max_send_wr = attr.cap.max_recv_wr = 16;
+    attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+    errno = 0;
+    EXPECT_EQ(ibv_create_qp(pd, &attr), nullptr);
+    EXPECT_EQ(errno, EOPNOTSUPP);
+    ibv_cq_init_attr_ex cq_attr{};
+    cq_attr.cqe = 16;
+    errno = 0;
+    EXPECT_EQ(ibv_create_cq_ex(ctx, &cq_attr), nullptr);
+    EXPECT_EQ(errno, EOPNOTSUPP);
+    EXPECT_EQ(ibv_destroy_cq(cq), 0);
+    EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+    EXPECT_EQ(ibv_close_device(ctx), 0);
+}
+
+TEST_F(ShimEndToEnd, DestroyVerbsSucceedOnceJakirodIsGone) {
+    ibv_context* ctx = open_first();
+    ASSERT_NE(ctx, nullptr);
+    ibv_pd* pd = ibv_alloc_pd(ctx);
+    auto* heap = static_cast<char*>(std::malloc(100));
+    ibv_mr* mr = ibv_reg_mr(pd, heap, 100, IBV_ACCESS_LOCAL_WRITE);
+    ibv_cq* cq = ibv_create_cq(ctx, 8, nullptr, nullptr, 0);
+    ASSERT_TRUE(pd && mr && cq);
+    server->stop();
+    // After IBV_EVENT_DEVICE_FATAL a program cleans up; nothing is left to refuse it.
+    EXPECT_EQ(ibv_destroy_cq(cq), 0);
+    EXPECT_EQ(ibv_dereg_mr(mr), 0);
+    EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+    errno = 0;
+    EXPECT_EQ(ibv_alloc_pd(ctx), nullptr);
+    EXPECT_EQ(errno, EIO);
+    std::free(heap);
     EXPECT_EQ(ibv_close_device(ctx), 0);
 }
 

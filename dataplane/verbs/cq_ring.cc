@@ -1,0 +1,119 @@
+#include "cq_ring.hh"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "verbs_shim/protocol.hh"
+
+namespace jakiro::verbs {
+
+namespace proto = verbs_proto;
+
+int cq_ring::create(uint32_t capacity, std::unique_ptr<cq_ring>& out, int& fd) {
+    if (!proto::is_power_of_two(capacity)) {
+        return EINVAL;
+    }
+    const std::size_t bytes = proto::cq_ring_bytes(capacity);
+    const int memfd = memfd_create("jakiro-cq", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (memfd < 0) {
+        return errno;
+    }
+    void* base = MAP_FAILED;
+    if (ftruncate(memfd, static_cast<off_t>(bytes)) != 0 ||
+        fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0 ||
+        (base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0)) == MAP_FAILED) {
+        const int error = errno;
+        close(memfd);
+        return error;
+    }
+    std::unique_ptr<cq_ring> ring(new cq_ring);
+    ring->_header = static_cast<proto::cq_ring_header*>(base);
+    ring->_bytes = bytes;
+    ring->_capacity = capacity;
+    // A fresh memfd reads as zeros: indices, arm and overflow start at 0. The identity is
+    // written before the fd leaves this process, so the shim sees it complete.
+    ring->_header->magic = proto::cq_ring_magic;
+    ring->_header->version = proto::cq_ring_version;
+    ring->_header->capacity = capacity;
+    ring->_header->slot_size = sizeof(proto::cqe);
+    out = std::move(ring);
+    fd = memfd;
+    return 0;
+}
+
+cq_ring::~cq_ring() {
+    if (_header != nullptr) {
+        munmap(_header, _bytes);
+    }
+}
+
+bool cq_ring::push(const proto::cqe& completion) {
+    const uint32_t consumer = proto::load_consumer_acquire(*_header);
+    // Unsigned distance: a consumer index "ahead" of the producer (a confused or hostile
+    // client) is a huge distance, i.e. full, so nothing unread is ever overwritten.
+    if (_producer - consumer >= _capacity) {
+        proto::mark_overflow(*_header);
+        return false;
+    }
+    proto::cq_slots(_header)[_producer & (_capacity - 1)] = completion;
+    ++_producer;
+    proto::publish_producer(*_header, _producer);
+    _pushed.fetch_add(1, std::memory_order_relaxed);
+    return true;
+}
+
+bool cq_ring::take_arm_after_push(bool solicited) {
+    proto::fence_before_checking_arm();
+    return proto::take_arm(*_header, solicited);
+}
+
+completion_queue::completion_queue(std::unique_ptr<cq_ring> ring, uint32_t handle, uint64_t owner,
+                                   int channel_fd, cq_error_sink sink)
+    : _ring(std::move(ring)),
+      _handle(handle),
+      _owner(owner),
+      _channel_fd(channel_fd),
+      _sink(sink) {}
+
+completion_queue::~completion_queue() {
+    if (_channel_fd >= 0) {
+        close(_channel_fd);
+    }
+}
+
+bool completion_queue::complete(const proto::cqe& completion) {
+    if (!_ring->push(completion)) {
+        if (!_error_raised.exchange(true, std::memory_order_relaxed) && _sink.raise != nullptr) {
+            _sink.raise(_sink.context, _owner, _handle);
+        }
+        return false;
+    }
+    if (_channel_fd >= 0 && _ring->take_arm_after_push(completion.solicited != 0)) {
+        notify();
+    }
+    return true;
+}
+
+void completion_queue::notify() {
+    auto m = proto::make_message<proto::comp_event_message>(
+        static_cast<uint16_t>(proto::opcode::comp_event), 0);
+    m.cq_handle = _handle;
+    // Never block on an application that does not read its channel, never die of SIGPIPE
+    // for one that closed it.
+    if (send(_channel_fd, &m, sizeof(m), MSG_DONTWAIT | MSG_NOSIGNAL) ==
+        static_cast<ssize_t>(sizeof(m))) {
+        _notified.fetch_add(1, std::memory_order_relaxed);
+        return;
+    }
+    // The channel is full (hundreds of unread events) or gone: keep the CQ armed so the next
+    // completion tries again, rather than leave the application asleep for good.
+    _lost.fetch_add(1, std::memory_order_relaxed);
+    proto::arm_and_fence(*_ring->header(), proto::arm_next);
+}
+
+}  // namespace jakiro::verbs

@@ -1,0 +1,114 @@
+#pragma once
+// Completion queues on jakirod's side. A CQ ring lives in a memfd jakirod creates and seals
+// (so a client can neither shrink it under jakirod, which would SIGBUS the daemon, nor grow
+// it), maps, and hands to the shim, which polls it (layout: verbs_shim/rings.hh).
+//
+//  cq_ring           the producer end: push() one completion, or refuse when full
+//  completion_queue  a verbs CQ: its ring, its completion channel, its owner; complete() is
+//                    what the engine calls for every work completion
+//
+// Thread-safety: push()/complete() from one thread at a time, the engine thread that owns
+// the CQ; everything else (creation, destruction, counters) from the control thread.
+// produced(), overflowed() and the ring's shared header may be read from anywhere.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "verbs_shim/rings.hh"
+
+namespace jakiro::verbs {
+
+class cq_ring {
+  public:
+    // A ring of `capacity` slots (a power of two) in a new sealed memfd, mapped here. 0 or an
+    // errno; on 0, `out` is the ring and `fd` the memfd for the shim (the caller closes it
+    // once sent: the mapping keeps the memory).
+    static int create(uint32_t capacity, std::unique_ptr<cq_ring>& out, int& fd);
+
+    ~cq_ring();
+    cq_ring(const cq_ring&) = delete;
+    cq_ring& operator=(const cq_ring&) = delete;
+
+    // Writes one completion and publishes it. When the consumer has not freed a slot (or its
+    // index makes no sense) nothing is written: the ring's overflow flag is set and push
+    // returns false. A full CQ is an error of the CQ, never memory corruption.
+    bool push(const verbs_proto::cqe& completion);
+
+    // After a successful push: whether the CQ was armed for this completion (next, or
+    // solicited and the completion is); if so the arm is consumed and the caller notifies
+    // the completion channel.
+    bool take_arm_after_push(bool solicited);
+
+    uint32_t capacity() const { return _capacity; }
+    uint64_t produced() const { return _pushed.load(std::memory_order_relaxed); }
+    bool overflowed() const { return verbs_proto::overflowed(*_header); }
+    std::size_t bytes() const { return _bytes; }
+    verbs_proto::cq_ring_header* header() const { return _header; }
+
+  private:
+    cq_ring() = default;
+
+    verbs_proto::cq_ring_header* _header = nullptr;  // our mapping of the memfd
+    std::size_t _bytes = 0;
+    uint32_t _capacity = 0;
+    uint32_t _producer = 0;  // ours: never read back from shared memory
+    std::atomic<uint64_t> _pushed{0};
+};
+
+// Who hears that a CQ overflowed: the channel server, which tells the owning client
+// (IBV_EVENT_CQ_ERR on its async channel). Called from the thread that hit the overflow;
+// the callee must only queue the event.
+struct cq_error_sink {
+    void (*raise)(void* context, uint64_t client, uint32_t cq_handle) = nullptr;
+    void* context = nullptr;
+};
+
+class completion_queue {
+  public:
+    // Takes ownership of `channel_fd` (-1: no completion channel).
+    completion_queue(std::unique_ptr<cq_ring> ring, uint32_t handle, uint64_t owner, int channel_fd,
+                     cq_error_sink sink);
+    ~completion_queue();
+    completion_queue(const completion_queue&) = delete;
+    completion_queue& operator=(const completion_queue&) = delete;
+
+    // One work completion: pushed to the ring, then, if the CQ was armed for it, announced on
+    // the completion channel. False when the ring was full: the completion is dropped and the
+    // owner gets IBV_EVENT_CQ_ERR (once per CQ); the engine moves the QPs to the error state.
+    bool complete(const verbs_proto::cqe& completion);
+
+    cq_ring& ring() { return *_ring; }
+    uint32_t handle() const { return _handle; }
+    uint64_t owner() const { return _owner; }
+    bool has_channel() const { return _channel_fd >= 0; }
+    uint64_t notifications() const { return _notified.load(std::memory_order_relaxed); }
+    uint64_t lost_notifications() const { return _lost.load(std::memory_order_relaxed); }
+
+    // QPs that complete into this CQ (control thread): destroy_cq answers EBUSY while any do.
+    uint32_t users = 0;
+
+  private:
+    void notify();
+
+    std::unique_ptr<cq_ring> _ring;
+    uint32_t _handle;
+    uint64_t _owner;
+    int _channel_fd;
+    cq_error_sink _sink;
+    std::atomic<bool> _error_raised{false};
+    std::atomic<uint64_t> _notified{0};
+    std::atomic<uint64_t> _lost{0};
+};
+
+// The smallest power of two >= n (1 for 0), for ring capacities.
+constexpr uint32_t ring_capacity_for(uint32_t n) {
+    uint32_t c = 1;
+    while (c < n && c < (1u << 31)) {
+        c <<= 1;
+    }
+    return c;
+}
+
+}  // namespace jakiro::verbs

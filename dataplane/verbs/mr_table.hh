@@ -1,0 +1,113 @@
+#pragma once
+// The MR table of one vNIC (DESIGN.md §3, "MR"): key → PD, IOVA range, access rights and
+// jakirod's own mapping of the region's pages (the memfd the shim remapped them onto, so the
+// engine reads and writes the application's memory with no copy). The verbs channel server
+// registers and deregisters; the RoCE engine looks keys up with find(), which applies the
+// IB protection checks and returns the bytes to touch, or why not.
+//
+// Thread-safety: insert() and erase() on the control thread (channel server) only; find() and
+// size() from any thread. Slots are std::atomic<std::shared_ptr>: a lookup pins its region,
+// so a deregistration never unmaps memory a worker is still copying (the mapping goes when
+// the last pin does). The engine may later trade this for an rte_rcu_qsbr-reclaimed
+// snapshot like the other tables; the API stays.
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "key_allocator.hh"
+
+namespace jakiro::verbs {
+
+// One registration, immutable once published. Owns jakirod's mapping of the region.
+struct mr_entry {
+    uint32_t key = 0;     // lkey == rkey == handle
+    uint32_t pd = 0;      // PD handle (unique per vNIC)
+    uint64_t owner = 0;   // client id of the connection that registered it
+    uint32_t access = 0;  // verbs_proto::mr_access
+    uint64_t iova = 0;    // what the first byte is called
+    uint64_t length = 0;
+    uint64_t addr = 0;          // the application's address of the first byte (reports only)
+    std::byte* data = nullptr;  // jakirod's address of the first byte
+    void* map_base = nullptr;   // jakirod's mapping (page-aligned span), unmapped on destruction
+    std::size_t map_length = 0;
+
+    mr_entry() = default;
+    mr_entry(const mr_entry&) = delete;
+    mr_entry& operator=(const mr_entry&) = delete;
+    ~mr_entry();
+};
+
+// Why an access is refused, in the order the checks run (IB: key, PD, rights, bounds).
+enum class mr_status {
+    ok,
+    bad_key,        // no such key (never was, deregistered, or stale tag)
+    pd_mismatch,    // the key's MR belongs to another protection domain
+    no_access,      // the MR lacks a right the operation needs
+    out_of_bounds,  // [iova, iova + length) is not inside the MR (wrap-around included)
+};
+
+// Where an access is checked: a local key of the QP's own work request, or a remote key
+// carried by a peer's RETH/AtomicETH.
+enum class mr_side { local, remote };
+
+// The work completion status a refused access surfaces as: a local violation fails the WR
+// with IBV_WC_LOC_PROT_ERR; a remote one is NAKed (remote access error) and surfaces at the
+// requester as IBV_WC_REM_ACCESS_ERR.
+ibv_wc_status wc_status_for(mr_status status, mr_side side);
+
+struct mr_lookup {
+    mr_status status = mr_status::bad_key;
+    std::span<std::byte> bytes;          // the accessed range in jakirod's mapping
+    std::shared_ptr<const mr_entry> mr;  // keeps the mapping alive while `bytes` is used
+    explicit operator bool() const { return status == mr_status::ok; }
+};
+
+class mr_table {
+  public:
+    explicit mr_table(uint32_t capacity);
+    mr_table(const mr_table&) = delete;
+    mr_table& operator=(const mr_table&) = delete;
+
+    // Control thread. Assigns the key (entry->key) and publishes the entry; false when the
+    // table is full (the entry, and its mapping, are then released by the caller's pointer).
+    bool insert(std::shared_ptr<mr_entry> entry);
+    // Control thread. The live entry for `key`, or nullptr.
+    std::shared_ptr<const mr_entry> get(uint32_t key) const;
+    // Control thread. Unpublishes `key`; its mapping goes when the last lookup drops its pin.
+    void erase(uint32_t key);
+    // Control thread. Every MR of one client: unpublished / counted.
+    void erase_owned_by(uint64_t owner);
+    std::size_t count_owned_by(uint64_t owner) const;
+
+    // Any thread. Checks an access of `length` bytes at `iova` needing `access`
+    // (verbs_proto::mr_access bits; 0 = local read, which every MR allows) through `key`
+    // within PD `pd`. A zero-length access only needs a valid key, PD and rights, and an iova
+    // inside the MR or just past its end.
+    mr_lookup find(uint32_t pd, uint32_t key, uint64_t iova, uint64_t length,
+                   uint32_t access) const;
+
+    std::size_t size() const { return _size.load(std::memory_order_relaxed); }
+    uint32_t capacity() const { return _keys.capacity(); }
+
+  private:
+    key_allocator _keys;  // control thread
+    std::unique_ptr<std::atomic<std::shared_ptr<const mr_entry>>[]> _slots;
+    std::atomic<std::size_t> _size{0};
+};
+
+// The bounds check alone, for the engine's scatter/gather walks and the tests: is
+// [iova, iova + length) inside [start, start + size)? Never computes an end that could wrap.
+constexpr bool range_inside(uint64_t start, uint64_t size, uint64_t iova, uint64_t length) {
+    if (iova < start) {
+        return false;
+    }
+    const uint64_t offset = iova - start;
+    return offset <= size && length <= size - offset;
+}
+
+}  // namespace jakiro::verbs

@@ -1,0 +1,259 @@
+#include "resources.hh"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <limits>
+
+namespace jakiro::verbs {
+
+namespace proto = verbs_proto;
+
+namespace {
+
+// The memory of an MR must be a memfd (a regular shmem file) sealed against shrinking: a
+// client that truncated the file under jakirod's mapping would make the engine's next access
+// a SIGBUS that kills the daemon. Growing is harmless, and the shim needs it.
+int check_region_fd(int fd, uint64_t offset, uint64_t span) {
+    struct stat st {};
+    if (fstat(fd, &st) != 0) {
+        return EBADF;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        return EINVAL;
+    }
+    const int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+        return EINVAL;
+    }
+    const auto size = static_cast<uint64_t>(st.st_size);
+    if (offset > size || span > size - offset) {
+        return EINVAL;
+    }
+    return 0;
+}
+
+// A completion channel is the far end of a connected AF_UNIX SOCK_SEQPACKET pair: jakirod
+// sends on it with MSG_DONTWAIT, which no other kind of descriptor lets it do safely (an
+// eventfd a client filled up would block the daemon's write).
+bool is_channel_socket(int fd) {
+    int type = 0, domain = 0;
+    socklen_t len = sizeof(type);
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_SEQPACKET) {
+        return false;
+    }
+    len = sizeof(domain);
+    return getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 && domain == AF_UNIX;
+}
+
+}  // namespace
+
+vnic_resources::vnic_resources(const proto::limits& lim, cq_error_sink sink)
+    : _limits(lim), _sink(sink), _pd_keys(lim.max_pd), _mrs(lim.max_mr), _cq_keys(lim.max_cq) {}
+
+vnic_resources::~vnic_resources() = default;
+
+vnic_resources::pd_object* vnic_resources::owned_pd(uint64_t client, uint32_t pd) {
+    const auto it = _pds.find(pd);
+    return it != _pds.end() && it->second.owner == client ? &it->second : nullptr;
+}
+
+int vnic_resources::alloc_pd(uint64_t client, uint32_t& pd) {
+    const std::lock_guard lock(_mutex);
+    const uint32_t key = _pd_keys.allocate();
+    if (key == 0) {
+        return ENOMEM;  // max_pd reached, as a kernel driver out of PDs says
+    }
+    _pds.emplace(key, pd_object{client, 0});
+    pd = key;
+    return 0;
+}
+
+int vnic_resources::dealloc_pd(uint64_t client, uint32_t pd) {
+    const std::lock_guard lock(_mutex);
+    const pd_object* p = owned_pd(client, pd);
+    if (p == nullptr) {
+        return EINVAL;
+    }
+    if (p->mrs != 0) {
+        return EBUSY;
+    }
+    _pds.erase(pd);
+    _pd_keys.release(pd);
+    return 0;
+}
+
+int vnic_resources::reg_mr(uint64_t client, const proto::reg_mr_request& req, int memfd,
+                           uint32_t& key) {
+    const std::lock_guard lock(_mutex);
+    pd_object* pd = owned_pd(client, req.pd_handle);
+    if (pd == nullptr || req.flags != 0 || (req.access & ~proto::mr_access_all) != 0) {
+        return EINVAL;
+    }
+    // IB spec (and the kernel's ib_check_mr_access): remote write and atomics need local write.
+    if ((req.access & (proto::access_remote_write | proto::access_remote_atomic)) != 0 &&
+        (req.access & proto::access_local_write) == 0) {
+        return EINVAL;
+    }
+    if (req.length == 0 || req.length > _limits.max_mr_size) {
+        return EINVAL;
+    }
+    // The last byte must have an address: iova + length may reach 2^64 but not pass it.
+    if (req.length - 1 > std::numeric_limits<uint64_t>::max() - req.iova) {
+        return EINVAL;
+    }
+    if (req.page_offset >= proto::mr_page_size || req.fd_offset % proto::mr_page_size != 0 ||
+        req.fd_offset > static_cast<uint64_t>(std::numeric_limits<off_t>::max())) {
+        return EINVAL;
+    }
+    if (memfd < 0) {
+        return EBADF;
+    }
+    if (_mrs.size() >= _mrs.capacity()) {
+        return ENOMEM;
+    }
+    // length <= max_mr_size, so this cannot overflow.
+    const uint64_t span = (req.page_offset + req.length + proto::mr_page_size - 1) /
+                          proto::mr_page_size * proto::mr_page_size;
+    if (const int error = check_region_fd(memfd, req.fd_offset, span); error != 0) {
+        return error;
+    }
+    const int prot = PROT_READ | ((req.access & proto::mr_access_writes) != 0 ? PROT_WRITE : 0);
+    void* base = mmap(nullptr, span, prot, MAP_SHARED, memfd, static_cast<off_t>(req.fd_offset));
+    if (base == MAP_FAILED) {
+        return errno;
+    }
+    auto entry = std::make_shared<mr_entry>();
+    entry->map_base = base;  // unmapped by the entry from here on
+    entry->map_length = span;
+    entry->data = static_cast<std::byte*>(base) + req.page_offset;
+    entry->pd = req.pd_handle;
+    entry->owner = client;
+    entry->access = req.access;
+    entry->iova = req.iova;
+    entry->length = req.length;
+    entry->addr = req.addr;
+    if (!_mrs.insert(entry)) {
+        return ENOMEM;
+    }
+    ++pd->mrs;
+    key = entry->key;
+    return 0;
+}
+
+int vnic_resources::dereg_mr(uint64_t client, uint32_t key) {
+    const std::lock_guard lock(_mutex);
+    const auto mr = _mrs.get(key);
+    if (mr == nullptr || mr->owner != client) {
+        return EINVAL;
+    }
+    if (pd_object* pd = owned_pd(client, mr->pd)) {
+        --pd->mrs;
+    }
+    _mrs.erase(key);
+    return 0;
+}
+
+int vnic_resources::create_cq(uint64_t client, const proto::create_cq_request& req, int& channel_fd,
+                              cq_created& out) {
+    const std::lock_guard lock(_mutex);
+    if ((req.flags & ~proto::cq_with_channel) != 0 || req.reserved != 0) {
+        return EINVAL;
+    }
+    // One completion vector (ibv_context.num_comp_vectors), and the advertised max_cqe.
+    if (req.cqe == 0 || req.cqe > _limits.max_cqe || req.comp_vector != 0) {
+        return EINVAL;
+    }
+    const bool with_channel = (req.flags & proto::cq_with_channel) != 0;
+    if (with_channel != (channel_fd >= 0)) {
+        return EBADF;
+    }
+    if (with_channel && !is_channel_socket(channel_fd)) {
+        return EINVAL;
+    }
+    const uint32_t handle = _cq_keys.allocate();
+    if (handle == 0) {
+        return ENOMEM;  // max_cq reached
+    }
+    std::unique_ptr<cq_ring> ring;
+    int ring_fd = -1;
+    if (const int error = cq_ring::create(ring_capacity_for(req.cqe), ring, ring_fd); error != 0) {
+        _cq_keys.release(handle);
+        return error;
+    }
+    out.handle = handle;
+    out.capacity = ring->capacity();
+    out.ring_bytes = ring->bytes();
+    out.ring_fd = ring_fd;
+    _cqs.emplace(handle, std::make_shared<completion_queue>(std::move(ring), handle, client,
+                                                            channel_fd, _sink));
+    channel_fd = -1;
+    return 0;
+}
+
+int vnic_resources::destroy_cq(uint64_t client, uint32_t cq) {
+    const std::lock_guard lock(_mutex);
+    const auto it = _cqs.find(cq);
+    if (it == _cqs.end() || it->second->owner() != client) {
+        return EINVAL;
+    }
+    if (it->second->users != 0) {
+        return EBUSY;
+    }
+    _cqs.erase(it);  // the ring goes with the last reference (an engine thread may hold one)
+    _cq_keys.release(cq);
+    return 0;
+}
+
+void vnic_resources::release_client(uint64_t client) {
+    const std::lock_guard lock(_mutex);
+    // Children before parents (MRs before their PDs), whatever order the client left them in.
+    _mrs.erase_owned_by(client);
+    for (auto it = _cqs.begin(); it != _cqs.end();) {
+        if (it->second->owner() == client) {
+            _cq_keys.release(it->first);
+            it = _cqs.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    for (auto it = _pds.begin(); it != _pds.end();) {
+        if (it->second.owner == client) {
+            _pd_keys.release(it->first);
+            it = _pds.erase(it);
+        } else {
+            ++it;
+        }
+    }
+}
+
+std::shared_ptr<completion_queue> vnic_resources::find_cq(uint32_t handle) const {
+    const std::lock_guard lock(_mutex);
+    const auto it = _cqs.find(handle);
+    return it == _cqs.end() ? nullptr : it->second;
+}
+
+resource_counts vnic_resources::count() const {
+    const std::lock_guard lock(_mutex);
+    return {_pds.size(), _mrs.size(), _cqs.size()};
+}
+
+resource_counts vnic_resources::count(uint64_t client) const {
+    const std::lock_guard lock(_mutex);
+    resource_counts c;
+    for (const auto& [key, pd] : _pds) {
+        c.pds += pd.owner == client ? 1 : 0;
+    }
+    c.mrs = _mrs.count_owned_by(client);
+    for (const auto& [key, cq] : _cqs) {
+        c.cqs += cq->owner() == client ? 1 : 0;
+    }
+    return c;
+}
+
+}  // namespace jakiro::verbs

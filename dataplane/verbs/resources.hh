@@ -1,0 +1,87 @@
+#pragma once
+// The verbs objects of one vNIC in jakirod: protection domains, memory regions (mr_table) and
+// completion queues, each owned by the client connection that created it. Every request is
+// validated here (ownership, access flags, sizes within the limits ibv_devinfo advertises,
+// the descriptors that come with it) and answered with 0 or an errno; destroying an object
+// still in use answers EBUSY as libibverbs does; a client that goes away loses everything it
+// owned (release_client: unmapped, closed).
+//
+// Thread-safety: the verbs (alloc_pd ... release_client) run on the channel server thread.
+// mrs().find() is for any thread (see mr_table.hh); find_cq() and count() take the mutex
+// that the verbs hold while they change the tables, so tests and jakiroctl may call them.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "cq_ring.hh"
+#include "key_allocator.hh"
+#include "mr_table.hh"
+#include "verbs_shim/protocol.hh"
+
+namespace jakiro::verbs {
+
+struct cq_created {
+    uint32_t handle = 0;
+    uint32_t capacity = 0;
+    uint64_t ring_bytes = 0;
+    int ring_fd = -1;  // the memfd for the shim; the caller sends and closes it
+};
+
+struct resource_counts {
+    std::size_t pds = 0;
+    std::size_t mrs = 0;
+    std::size_t cqs = 0;
+};
+
+class vnic_resources {
+  public:
+    // `lim`: what HELLO and QUERY advertise (engine_limits()); every request is held to it.
+    explicit vnic_resources(const verbs_proto::limits& lim, cq_error_sink sink = {});
+    ~vnic_resources();
+    vnic_resources(const vnic_resources&) = delete;
+    vnic_resources& operator=(const vnic_resources&) = delete;
+
+    int alloc_pd(uint64_t client, uint32_t& pd);
+    // EBUSY while MRs (later QPs, SRQs, AHs) use it.
+    int dealloc_pd(uint64_t client, uint32_t pd);
+
+    // `memfd` is borrowed: the region is mapped from it, so the caller closes it afterwards.
+    int reg_mr(uint64_t client, const verbs_proto::reg_mr_request& req, int memfd, uint32_t& key);
+    int dereg_mr(uint64_t client, uint32_t key);
+
+    // On 0 takes `channel_fd` (sets it to -1); -1 means no completion channel.
+    int create_cq(uint64_t client, const verbs_proto::create_cq_request& req, int& channel_fd,
+                  cq_created& out);
+    // EBUSY while QPs complete into it.
+    int destroy_cq(uint64_t client, uint32_t cq);
+
+    // Everything `client` owned, gone: MRs unmapped, CQ rings unmapped, channels closed.
+    void release_client(uint64_t client);
+
+    const mr_table& mrs() const { return _mrs; }
+    std::shared_ptr<completion_queue> find_cq(uint32_t handle) const;
+    resource_counts count() const;
+    resource_counts count(uint64_t client) const;
+
+  private:
+    struct pd_object {
+        uint64_t owner = 0;
+        uint32_t mrs = 0;  // MRs registered in it
+    };
+
+    pd_object* owned_pd(uint64_t client, uint32_t pd);
+
+    verbs_proto::limits _limits;
+    cq_error_sink _sink;
+    mutable std::mutex _mutex;  // guards the tables below against readers on other threads
+    key_allocator _pd_keys;
+    std::unordered_map<uint32_t, pd_object> _pds;
+    mr_table _mrs;
+    key_allocator _cq_keys;
+    std::unordered_map<uint32_t, std::shared_ptr<completion_queue>> _cqs;
+};
+
+}  // namespace jakiro::verbs

@@ -1,0 +1,65 @@
+#pragma once
+// Completion queues and completion channels of a shim context.
+//
+// A CQ's ring is a memfd jakirod creates (layout: rings.hh); the shim maps it and ibv_poll_cq
+// reads completions straight out of it (no system call), ibv_req_notify_cq sets its arm bits.
+// A completion channel is a SOCK_SEQPACKET socketpair made here: the application polls one
+// end (ibv_comp_channel.fd); the other end goes to jakirod with every CQ created on the
+// channel, and jakirod sends {cq handle} on it when an armed CQ gets a completion.
+//
+// Lifetime as in libibverbs: destroying a channel that CQs use is EBUSY; ibv_destroy_cq waits
+// until every completion event and async event it reported has been acknowledged.
+//
+// Thread-safety: poll_cq serialises on the CQ's poll lock (one consumer at a time, as
+// rdma-core providers lock their CQs); the rest follows the libibverbs rules.
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <mutex>
+
+#include "rings.hh"
+
+namespace jakiro::shim {
+
+struct shim_context;
+
+constexpr uint32_t cq_magic = 0x4a4b'4351;       // "QCKJ"
+constexpr uint32_t channel_magic = 0x4a4b'4343;  // "CCKJ"
+
+struct shim_comp_channel {
+    ibv_comp_channel channel;  // first member; channel.fd is the application's end
+    uint32_t magic;
+    int peer_fd;  // jakirod's end: a copy travels with every create_cq on this channel
+};
+
+struct shim_cq {
+    ibv_cq cq;  // first member
+    uint32_t magic;
+    shim_context* context;
+    verbs_proto::cq_ring_header* ring;  // our mapping of jakirod's memfd
+    std::size_t ring_bytes;
+    uint32_t capacity;
+    std::mutex poll_lock;
+    // Events handed to the application, guarded by cq.mutex (what ibv_destroy_cq waits for).
+    uint32_t comp_events_reported;
+    uint32_t async_events_reported;
+};
+
+shim_cq* to_cq(ibv_cq* cq);
+shim_comp_channel* to_channel(ibv_comp_channel* channel);
+
+ibv_comp_channel* create_comp_channel(ibv_context* context);
+int destroy_comp_channel(ibv_comp_channel* channel);
+
+ibv_cq* create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
+                  int comp_vector);
+int destroy_cq(ibv_cq* cq);
+int get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context);
+void ack_cq_events(ibv_cq* cq, unsigned int nevents);
+
+// verbs_context ops (the inline ibv_poll_cq and ibv_req_notify_cq land here).
+int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc);
+int req_notify_cq(ibv_cq* cq, int solicited_only);
+
+}  // namespace jakiro::shim

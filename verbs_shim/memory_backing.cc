@@ -1,0 +1,535 @@
+#include "memory_backing.hh"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <string_view>
+
+#include "debug.hh"
+
+// Moving pages reads them whole, including bytes no allocation owns (under valgrind, its
+// malloc's redzones): tell memcheck that is intended, as rdma-core's providers tell it about
+// memory the hardware writes. A no-op without valgrind.
+#if __has_include(<valgrind/memcheck.h>)
+#include <valgrind/memcheck.h>
+#define JAKIRO_WHOLE_PAGES_BEGIN(p, n) VALGRIND_DISABLE_ADDR_ERROR_REPORTING_IN_RANGE(p, n)
+#define JAKIRO_WHOLE_PAGES_END(p, n) VALGRIND_ENABLE_ADDR_ERROR_REPORTING_IN_RANGE(p, n)
+#else
+#define JAKIRO_WHOLE_PAGES_BEGIN(p, n) ((void)0)
+#define JAKIRO_WHOLE_PAGES_END(p, n) ((void)0)
+#endif
+
+namespace jakiro::shim {
+
+namespace {
+
+// The memfd's name, and how /proc/self/maps shows its mappings ("/memfd:jakiro-mr (deleted)").
+constexpr const char* memfd_name = "jakiro-mr";
+constexpr std::string_view memfd_maps_path = "/memfd:jakiro-mr";
+
+// The memfd's initial size: every user address of a 4-level x86-64 page table (128 TiB).
+// Sparse, so it costs nothing; it grows (sealing allows that) for a 5-level address space.
+constexpr uint64_t initial_memfd_size = uint64_t{1} << 47;
+
+// A run of the registered range that needs one treatment.
+struct piece {
+    uintptr_t start;
+    uintptr_t end;
+    int prot;
+    bool in_place;  // already on the memfd at offset == address: nothing to move
+};
+
+// This thread's stack, which must never be moved: the copy and the remap run on it.
+bool current_stack(uintptr_t& lo, uintptr_t& hi) {
+    pthread_attr_t attr;
+    if (pthread_getattr_np(pthread_self(), &attr) != 0) {
+        return false;
+    }
+    void* base = nullptr;
+    std::size_t size = 0;
+    const bool ok = pthread_attr_getstack(&attr, &base, &size) == 0;
+    pthread_attr_destroy(&attr);
+    lo = reinterpret_cast<uintptr_t>(base);
+    hi = lo + size;
+    return ok;
+}
+
+const char* describe(const vma& v) {
+    if (v.path == "[stack]") {
+        return "a stack";
+    }
+    if (v.shared) {
+        return "shared memory";
+    }
+    if (v.path.starts_with("/anon_hugepage") || v.path.starts_with("/SYSV")) {
+        return "hugetlb or System V shared memory";
+    }
+    if (!v.path.empty() && v.path[0] == '[') {
+        return "a special mapping";
+    }
+    return "a read-only file mapping";
+}
+
+// Copies whole pages, which may include bytes no allocation owns.
+void copy_pages(void* to, const void* from, std::size_t size) {
+    JAKIRO_WHOLE_PAGES_BEGIN(from, size);
+    std::memcpy(to, from, size);
+    JAKIRO_WHOLE_PAGES_END(from, size);
+}
+
+// Copies the pages at [start, start + size) into the memfd at offset `start`, through a
+// scratch mapping of the memfd: one copy, as a pwrite would make, in user space.
+int copy_into_memfd(int fd, uintptr_t start, std::size_t size) {
+    void* scratch =
+        mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(start));
+    if (scratch == MAP_FAILED) {
+        return errno;
+    }
+    copy_pages(scratch, reinterpret_cast<const void*>(start), size);
+    munmap(scratch, size);
+    return 0;
+}
+
+// ---------------------------------------------------------------- fork()
+//
+// Moved pages are MAP_SHARED, so after a plain fork() parent and child would share them: a
+// child's malloc on a moved heap page would corrupt the parent's heap. So, unless
+// ibv_fork_init() kept them out of the child (MADV_DONTFORK), the child turns every mapping
+// of a jakiro-mr memfd back into private memory before fork() returns in it, with no malloc
+// (the heap pages are still shared while it works); the parent's forking thread waits for
+// that, so a single-threaded parent cannot change the pages meanwhile. The child then starts
+// with a fresh backing: its own registrations must never write into the parent's memfd.
+// Every backing operation holds the registration lock, and so does fork(), so no backing is
+// caught half-changed. posix_spawn()/vfork() copy nothing and need none of this.
+
+std::mutex& registration_lock() {
+    static auto* m = new std::mutex;
+    return *m;
+}
+
+std::vector<memory_backing*>& live_backings() {  // guarded by registration_lock()
+    static auto* v = new std::vector<memory_backing*>;
+    return *v;
+}
+
+int fork_done[2] = {-1, -1};  // child -> parent: "your pages are yours again"
+
+// Turns one shared mapping of a memfd into private anonymous memory with the same contents
+// and protection. No malloc.
+void privatize(const vma& v) {
+    const std::size_t len = v.end - v.start;
+    void* tmp = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (tmp == MAP_FAILED) {
+        return;  // out of memory: the pages stay shared (README, "fork")
+    }
+    auto* target = reinterpret_cast<void*>(v.start);
+    if (!v.read) {
+        mprotect(target, len, PROT_READ);
+    }
+    copy_pages(tmp, target, len);
+    const int prot =
+        (v.read ? PROT_READ : 0) | (v.write ? PROT_WRITE : 0) | (v.exec ? PROT_EXEC : 0);
+    if (prot != (PROT_READ | PROT_WRITE)) {
+        mprotect(tmp, len, prot);
+    }
+    if (mremap(tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, target) == MAP_FAILED) {
+        munmap(tmp, len);
+    }
+}
+
+// Every mapping of a jakiro-mr memfd in this (child) process, made private. No malloc: the
+// maps text goes to an mmap()ed buffer and is parsed in place.
+void privatize_memfd_mappings() {
+    std::size_t cap = std::size_t{1} << 20, len = 0;
+    void* mem = mmap(nullptr, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    const int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (mem == MAP_FAILED || fd < 0) {
+        if (mem != MAP_FAILED) {
+            munmap(mem, cap);
+        }
+        if (fd >= 0) {
+            close(fd);
+        }
+        return;
+    }
+    auto* buf = static_cast<char*>(mem);
+    for (;;) {
+        if (len == cap) {
+            void* bigger = mremap(buf, cap, 2 * cap, MREMAP_MAYMOVE);
+            if (bigger == MAP_FAILED) {
+                break;
+            }
+            buf = static_cast<char*>(bigger);
+            cap *= 2;
+        }
+        const ssize_t n = read(fd, buf + len, cap - len);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            break;
+        }
+        len += static_cast<std::size_t>(n);
+    }
+    close(fd);
+    std::string_view rest(buf, len);
+    while (!rest.empty()) {
+        const auto eol = rest.find('\n');
+        const std::string_view line = rest.substr(0, eol);
+        rest.remove_prefix(eol == std::string_view::npos ? rest.size() : eol + 1);
+        vma v;
+        std::string_view path;
+        if (parse_maps_line(line, v, path) && v.shared && path.starts_with(memfd_maps_path)) {
+            privatize(v);
+        }
+    }
+    munmap(buf, cap);
+}
+
+void fork_prepare() {
+    registration_lock().lock();
+    if (pipe2(fork_done, O_CLOEXEC) != 0) {
+        fork_done[0] = fork_done[1] = -1;
+    }
+}
+
+void fork_parent() {
+    if (fork_done[0] >= 0) {
+        close(fork_done[1]);
+        char byte;
+        while (read(fork_done[0], &byte, 1) < 0 && errno == EINTR) {
+        }
+        close(fork_done[0]);
+    }
+    fork_done[0] = fork_done[1] = -1;
+    registration_lock().unlock();
+}
+
+void fork_child() {
+    privatize_memfd_mappings();
+    if (fork_done[1] >= 0) {
+        close(fork_done[0]);
+        [[maybe_unused]] const ssize_t n = write(fork_done[1], "k", 1);
+        close(fork_done[1]);
+    }
+    fork_done[0] = fork_done[1] = -1;
+    // The heap is private again: now the backings may free what they held.
+    for (memory_backing* b : live_backings()) {
+        b->forget_after_fork();
+    }
+    registration_lock().unlock();
+}
+
+}  // namespace
+
+memory_backing::memory_backing() {
+    static std::once_flag handlers;
+    std::call_once(handlers, [] { pthread_atfork(fork_prepare, fork_parent, fork_child); });
+    const std::lock_guard lock(registration_lock());
+    live_backings().push_back(this);
+}
+
+memory_backing::~memory_backing() {
+    {
+        const std::lock_guard lock(registration_lock());
+        auto& live = live_backings();
+        live.erase(std::remove(live.begin(), live.end(), this), live.end());
+    }
+    if (_fd >= 0) {
+        close(_fd);
+    }
+}
+
+void memory_backing::forget_after_fork() {
+    if (_fd >= 0) {
+        close(_fd);  // the parent's memfd: this process must never write into it
+    }
+    _fd = -1;
+    _dev = 0;
+    _ino = 0;
+    _size = 0;
+    _registered = interval_counts();
+    _populated = interval_counts();
+}
+
+memory_backing& memory_backing::process() {
+    static memory_backing* instance = new memory_backing;
+    return *instance;
+}
+
+int memory_backing::fd() const {
+    const std::lock_guard lock(_mutex);
+    return _fd;
+}
+
+std::size_t memory_backing::registered_runs() const {
+    const std::lock_guard lock(_mutex);
+    return _registered.runs();
+}
+
+uint32_t memory_backing::registrations_at(const void* addr) const {
+    const std::lock_guard lock(_mutex);
+    return _registered.at(reinterpret_cast<uintptr_t>(addr));
+}
+
+void memory_backing::set_fork_protection(bool on) {
+    const std::lock_guard lock(_mutex);
+    _fork_protection = on;
+}
+
+bool memory_backing::ours(const vma& v) const {
+    return _fd >= 0 && v.inode == _ino && makedev(v.dev_major, v.dev_minor) == _dev;
+}
+
+int memory_backing::open_memfd(uint64_t needed_size) {
+    const uint64_t wanted = needed_size > initial_memfd_size ? needed_size : initial_memfd_size;
+    if (_fd >= 0 && wanted <= _size) {
+        return 0;
+    }
+    // A finite file size limit would turn the ftruncate below into SIGXFSZ.
+    rlimit fsize{};
+    if (getrlimit(RLIMIT_FSIZE, &fsize) == 0 && fsize.rlim_cur != RLIM_INFINITY &&
+        fsize.rlim_cur < wanted) {
+        debug("memory registration needs RLIMIT_FSIZE unlimited (the MR memfd is sparse)");
+        return EFBIG;
+    }
+    if (_fd < 0) {
+        const int fd = memfd_create(memfd_name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        if (fd < 0) {
+            return errno;
+        }
+        struct stat st {};
+        if (ftruncate(fd, static_cast<off_t>(wanted)) != 0 ||
+            fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0 || fstat(fd, &st) != 0) {
+            const int error = errno;
+            close(fd);
+            return error;
+        }
+        _fd = fd;
+        _dev = st.st_dev;
+        _ino = st.st_ino;
+        _size = wanted;
+        return 0;
+    }
+    if (ftruncate(_fd, static_cast<off_t>(wanted)) != 0) {
+        return errno;
+    }
+    _size = wanted;
+    return 0;
+}
+
+int memory_backing::acquire(const void* addr, std::size_t length, bool writable,
+                            backing_span& out) {
+    if (sysconf(_SC_PAGESIZE) != static_cast<long>(page)) {
+        debug("memory registration needs %llu-byte pages", static_cast<unsigned long long>(page));
+        return EOPNOTSUPP;
+    }
+    const auto first = reinterpret_cast<uintptr_t>(addr);
+    if (length == 0 || first + length < first || first + length > UINTPTR_MAX - page) {
+        return EINVAL;
+    }
+    const uintptr_t start = first & ~(page - 1);
+    const uintptr_t end = (first + length + page - 1) & ~(page - 1);
+
+    try {
+        const std::scoped_lock lock(registration_lock(), _mutex);
+        if (const int error = open_memfd(end); error != 0) {
+            debug("cannot create the MR memfd: %s", std::strerror(error));
+            return error;
+        }
+        std::vector<vma> maps;
+        if (!read_maps(maps)) {
+            return errno != 0 ? errno : EIO;
+        }
+        collect_locked(maps);
+
+        uintptr_t stack_lo = 0, stack_hi = 0;
+        const bool know_stack = current_stack(stack_lo, stack_hi);
+
+        // Classify every page first: nothing moves unless the whole range can be registered.
+        std::vector<piece> pieces;
+        uintptr_t cursor = start;
+        for (const vma& v : maps) {
+            if (v.end <= cursor || cursor >= end) {
+                continue;
+            }
+            if (v.start > cursor) {
+                break;  // a hole: reported below
+            }
+            const piece p{
+                cursor, v.end < end ? v.end : end,
+                (v.read ? PROT_READ : 0) | (v.write ? PROT_WRITE : 0) | (v.exec ? PROT_EXEC : 0),
+                ours(v) && v.offset_of(cursor) == cursor};
+            if (!v.read || (writable && !v.write)) {
+                debug("ibv_reg_mr(%p, %zu): [%#lx, %#lx) is %s", addr, length,
+                      static_cast<unsigned long>(p.start), static_cast<unsigned long>(p.end),
+                      v.read ? "read-only but the MR asks for write access" : "not readable");
+                return EFAULT;
+            }
+            const bool on_stack =
+                v.path == "[stack]" || (know_stack && p.start < stack_hi && stack_lo < p.end);
+            // Pages another backing of this process moved earlier (a test's, say) are the
+            // process's own memory as much as anonymous pages are.
+            const bool movable = ours(v) || v.anonymous_private() || v.private_file_copy() ||
+                                 (v.shared && v.path.starts_with(memfd_maps_path));
+            if (!p.in_place && (on_stack || !movable)) {
+                debug(
+                    "ibv_reg_mr(%p, %zu): [%#lx, %#lx) is %s%s%s, which cannot be shared "
+                    "with jakirod without a copy; register heap or mmap(MAP_PRIVATE | "
+                    "MAP_ANONYMOUS) memory instead",
+                    addr, length, static_cast<unsigned long>(p.start),
+                    static_cast<unsigned long>(p.end), on_stack ? "a stack" : describe(v),
+                    v.path.empty() || on_stack ? "" : " ", on_stack ? "" : v.path.c_str());
+                return EOPNOTSUPP;
+            }
+            pieces.push_back(p);
+            cursor = p.end;
+        }
+        if (cursor < end) {
+            debug("ibv_reg_mr(%p, %zu): [%#lx, %#lx) is not mapped", addr, length,
+                  static_cast<unsigned long>(cursor), static_cast<unsigned long>(end));
+            return EFAULT;
+        }
+        // A moved page lands at file offset == its address. If those file pages are mapped
+        // somewhere else (the application mremap()ed registered memory away), writing them
+        // would change that other memory: refuse.
+        for (const piece& p : pieces) {
+            if (p.in_place) {
+                continue;
+            }
+            for (const vma& w : maps) {
+                if (!ours(w) || w.offset == w.start) {
+                    continue;
+                }
+                const uint64_t f_start = w.offset;
+                const uint64_t f_end = w.offset + (w.end - w.start);
+                if (f_start < p.end && p.start < f_end) {
+                    debug(
+                        "ibv_reg_mr(%p, %zu): its pages' place on the MR memfd is in use at "
+                        "%#lx (memory moved with mremap)",
+                        addr, length, static_cast<unsigned long>(w.start));
+                    return EINVAL;
+                }
+            }
+        }
+
+        // Move the pages: copy, then map the memfd over them. Signals are held off so that a
+        // handler of this thread cannot write into a page between the two.
+        sigset_t all, previous;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &previous);
+        int error = 0;
+        std::size_t touched = 0;  // pieces whose file range may now hold data
+        for (const piece& p : pieces) {
+            ++touched;
+            if (p.in_place) {
+                continue;
+            }
+            const std::size_t size = p.end - p.start;
+            error = copy_into_memfd(_fd, p.start, size);
+            if (error == 0 &&
+                mmap(reinterpret_cast<void*>(p.start), size, p.prot, MAP_SHARED | MAP_FIXED, _fd,
+                     static_cast<off_t>(p.start)) == MAP_FAILED) {
+                error = errno;
+            }
+            if (error != 0) {
+                break;
+            }
+        }
+        pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+        for (std::size_t i = 0; i < touched; ++i) {
+            _populated.set(pieces[i].start, pieces[i].end, 1);
+        }
+        if (error != 0) {
+            debug("ibv_reg_mr(%p, %zu): moving the pages onto the MR memfd failed: %s", addr,
+                  length, std::strerror(error));
+            return error;
+        }
+        if (_fork_protection) {
+            madvise(reinterpret_cast<void*>(start), end - start, MADV_DONTFORK);
+        }
+        _registered.add(start, end, 1);
+        out.fd = _fd;
+        out.fd_offset = start;
+        out.length = end - start;
+        out.page_offset = static_cast<uint32_t>(first - start);
+        return 0;
+    } catch (const std::bad_alloc&) {
+        return ENOMEM;
+    }
+}
+
+void memory_backing::release(const void* addr, std::size_t length) {
+    const auto first = reinterpret_cast<uintptr_t>(addr);
+    if (length == 0 || first + length < first) {
+        return;
+    }
+    const uintptr_t start = first & ~(page - 1);
+    const uintptr_t end = (first + length + page - 1) & ~(page - 1);
+    try {
+        const std::scoped_lock lock(registration_lock(), _mutex);
+        _registered.add(start, end, -1);
+        if (_fork_protection) {
+            // Pages no MR covers any more may be inherited again.
+            uintptr_t cursor = start;
+            _registered.for_each(start, end, [&](uint64_t s, uint64_t e, uint32_t) {
+                if (cursor < s) {
+                    madvise(reinterpret_cast<void*>(cursor), s - cursor, MADV_DOFORK);
+                }
+                cursor = e;
+            });
+            if (cursor < end) {
+                madvise(reinterpret_cast<void*>(cursor), end - cursor, MADV_DOFORK);
+            }
+        }
+        std::vector<vma> maps;
+        if (read_maps(maps)) {
+            collect_locked(maps);
+        }
+    } catch (const std::bad_alloc&) {
+        // The pages stay on the memfd until a later collection: a leak, not a fault.
+    }
+}
+
+void memory_backing::collect() {
+    try {
+        const std::scoped_lock lock(registration_lock(), _mutex);
+        std::vector<vma> maps;
+        if (_fd >= 0 && read_maps(maps)) {
+            collect_locked(maps);
+        }
+    } catch (const std::bad_alloc&) {
+    }
+}
+
+void memory_backing::collect_locked(const std::vector<vma>& maps) {
+    if (_fd < 0 || _populated.empty()) {
+        return;
+    }
+    // Candidates: populated file ranges that no MR covers and no mapping of ours shows.
+    interval_counts idle = _populated;
+    _registered.for_each([&](uint64_t s, uint64_t e, uint32_t) { idle.set(s, e, 0); });
+    for (const vma& v : maps) {
+        if (ours(v)) {
+            idle.set(v.offset, v.offset + (v.end - v.start), 0);
+        }
+    }
+    idle.for_each([&](uint64_t s, uint64_t e, uint32_t) {
+        if (fallocate(_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(s),
+                      static_cast<off_t>(e - s)) == 0) {
+            _populated.set(s, e, 0);
+        }
+    });
+}
+
+}  // namespace jakiro::shim

@@ -1,0 +1,188 @@
+#include "pd.hh"
+
+#include <cerrno>
+#include <cstdlib>
+#include <new>
+#include <type_traits>
+
+#include "context.hh"
+#include "debug.hh"
+#include "protocol.hh"
+
+namespace jakiro::shim {
+
+namespace proto = verbs_proto;
+
+static_assert(std::is_standard_layout_v<shim_pd> && offsetof(shim_pd, pd) == 0);
+static_assert(std::is_standard_layout_v<shim_mr> && offsetof(shim_mr, mr) == 0);
+// The wire's access bits are libibverbs' own.
+static_assert(uint32_t{proto::access_local_write} == uint32_t{IBV_ACCESS_LOCAL_WRITE});
+static_assert(uint32_t{proto::access_remote_write} == uint32_t{IBV_ACCESS_REMOTE_WRITE});
+static_assert(uint32_t{proto::access_remote_read} == uint32_t{IBV_ACCESS_REMOTE_READ});
+static_assert(uint32_t{proto::access_remote_atomic} == uint32_t{IBV_ACCESS_REMOTE_ATOMIC});
+
+namespace {
+
+// Hints that change nothing for this device: memory-window binding (there are no MWs to bind,
+// so the right is moot) and "this is hugetlb memory" (registration checks what it is).
+constexpr unsigned ignored_access = IBV_ACCESS_MW_BIND | IBV_ACCESS_HUGETLB;
+
+// ibv_access_flags -> mr_access, or an errno. Optional bits (IBV_ACCESS_OPTIONAL_RANGE, e.g.
+// relaxed ordering) are dropped as libibverbs drops those a device does not support.
+int translate_access(unsigned access, uint32_t& out) {
+    access &= ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
+    if ((access & (IBV_ACCESS_ON_DEMAND | IBV_ACCESS_ZERO_BASED)) != 0) {
+        debug("ibv_reg_mr: on-demand paging and zero-based MRs are not supported");
+        return EOPNOTSUPP;
+    }
+    if ((access & ~(proto::mr_access_all | ignored_access)) != 0) {
+        return EINVAL;
+    }
+    out = access & proto::mr_access_all;
+    if ((out & (proto::access_remote_write | proto::access_remote_atomic)) != 0 &&
+        (out & proto::access_local_write) == 0) {
+        return EINVAL;  // as the kernel: remote write and atomics need local write
+    }
+    return 0;
+}
+
+}  // namespace
+
+shim_pd* to_pd(ibv_pd* pd) {
+    auto* p = reinterpret_cast<shim_pd*>(pd);
+    return p != nullptr && p->magic == pd_magic ? p : nullptr;
+}
+
+shim_mr* to_mr(ibv_mr* mr) {
+    auto* m = reinterpret_cast<shim_mr*>(mr);
+    return m != nullptr && m->magic == mr_magic ? m : nullptr;
+}
+
+ibv_pd* alloc_pd(ibv_context* context) {
+    shim_context* c = to_context(context);
+    if (c == nullptr) {
+        errno = EINVAL;
+        return nullptr;
+    }
+    auto* p = static_cast<shim_pd*>(std::calloc(1, sizeof(shim_pd)));
+    if (p == nullptr) {
+        errno = ENOMEM;
+        return nullptr;
+    }
+    auto req = proto::make_message<proto::alloc_pd_request>(
+        static_cast<uint16_t>(proto::opcode::alloc_pd), 0);
+    proto::alloc_pd_reply reply;
+    if (const int error = c->chan->call(&req, sizeof(req), &reply, sizeof(reply)); error != 0) {
+        std::free(p);
+        errno = error;
+        return nullptr;
+    }
+    p->pd.context = context;
+    p->pd.handle = reply.pd_handle;
+    p->magic = pd_magic;
+    p->context = c;
+    return &p->pd;
+}
+
+int dealloc_pd(ibv_pd* pd) {
+    shim_pd* p = to_pd(pd);
+    if (p == nullptr) {
+        return EINVAL;
+    }
+    // EBUSY while MRs use it: jakirod keeps the count.
+    if (const int error = destroy_object(p->context, proto::opcode::dealloc_pd, pd->handle);
+        error != 0) {
+        return error;
+    }
+    p->magic = 0;
+    std::free(p);
+    return 0;
+}
+
+ibv_mr* reg_mr(ibv_pd* pd, void* addr, std::size_t length, uint64_t iova, unsigned access) {
+    shim_pd* p = to_pd(pd);
+    if (p == nullptr) {
+        errno = EINVAL;
+        return nullptr;
+    }
+    uint32_t rights = 0;
+    if (const int error = translate_access(access, rights); error != 0) {
+        errno = error;
+        return nullptr;
+    }
+    if (length == 0 || length > p->context->hello.lim.max_mr_size) {
+        debug("ibv_reg_mr(%p, %zu): the length must be 1 to %llu bytes", addr, length,
+              static_cast<unsigned long long>(p->context->hello.lim.max_mr_size));
+        errno = EINVAL;
+        return nullptr;
+    }
+    auto* m = static_cast<shim_mr*>(std::calloc(1, sizeof(shim_mr)));
+    if (m == nullptr) {
+        errno = ENOMEM;
+        return nullptr;
+    }
+    memory_backing& backing = memory_backing::process();
+    backing_span span;
+    if (const int error =
+            backing.acquire(addr, length, (rights & proto::mr_access_writes) != 0, span);
+        error != 0) {
+        std::free(m);
+        errno = error;
+        return nullptr;
+    }
+    auto req =
+        proto::make_message<proto::reg_mr_request>(static_cast<uint16_t>(proto::opcode::reg_mr), 0);
+    req.pd_handle = pd->handle;
+    req.access = rights;
+    req.addr = reinterpret_cast<uintptr_t>(addr);
+    req.length = length;
+    req.iova = iova;
+    req.fd_offset = span.fd_offset;
+    req.page_offset = span.page_offset;
+    proto::reg_mr_reply reply;
+    if (const int error =
+            p->context->chan->call(&req, sizeof(req), &reply, sizeof(reply), nullptr, span.fd);
+        error != 0) {
+        backing.release(addr, length);
+        std::free(m);
+        errno = error;
+        return nullptr;
+    }
+    m->mr.context = pd->context;
+    m->mr.pd = pd;
+    m->mr.addr = addr;
+    m->mr.length = length;
+    m->mr.handle = reply.mr_handle;
+    m->mr.lkey = reply.lkey;
+    m->mr.rkey = reply.rkey;
+    m->magic = mr_magic;
+    m->access = rights;
+    m->iova = iova;
+    return &m->mr;
+}
+
+int dereg_mr(ibv_mr* mr) {
+    shim_mr* m = to_mr(mr);
+    if (m == nullptr) {
+        return EINVAL;
+    }
+    shim_pd* p = to_pd(mr->pd);
+    if (p == nullptr) {
+        return EINVAL;
+    }
+    if (const int error = destroy_object(p->context, proto::opcode::dereg_mr, mr->handle);
+        error != 0) {
+        return error;
+    }
+    // jakirod has unmapped it: the pages may leave the memfd once nothing else uses them.
+    memory_backing::process().release(mr->addr, mr->length);
+    m->magic = 0;
+    std::free(m);
+    return 0;
+}
+
+void enable_fork_protection() {
+    memory_backing::process().set_fork_protection(true);
+}
+
+}  // namespace jakiro::shim

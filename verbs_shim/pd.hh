@@ -1,0 +1,49 @@
+#pragma once
+// Protection domains and memory regions of a shim context. A PD or MR embeds the public
+// object the application holds and is reached back through a typed accessor (rdma-core's
+// to_mpd()/to_mmr() pattern); a magic number tells our objects from anything else.
+//
+// jakirod owns the truth: it allocates the handles and keys, refuses to free a PD that MRs
+// still use (EBUSY), and releases everything when the context's connection closes.
+
+#include <infiniband/verbs.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "memory_backing.hh"
+
+namespace jakiro::shim {
+
+struct shim_context;
+
+constexpr uint32_t pd_magic = 0x4a4b'5044;  // "DPKJ"
+constexpr uint32_t mr_magic = 0x4a4b'4d52;  // "RMKJ"
+
+struct shim_pd {
+    ibv_pd pd;  // first member
+    uint32_t magic;
+    shim_context* context;
+};
+
+struct shim_mr {
+    ibv_mr mr;  // first member
+    uint32_t magic;
+    uint32_t access;  // verbs_proto::mr_access granted
+    uint64_t iova;
+};
+
+shim_pd* to_pd(ibv_pd* pd);
+shim_mr* to_mr(ibv_mr* mr);
+
+ibv_pd* alloc_pd(ibv_context* context);
+int dealloc_pd(ibv_pd* pd);
+
+// Every ibv_reg_mr variant lands here (iova = addr for plain ibv_reg_mr).
+ibv_mr* reg_mr(ibv_pd* pd, void* addr, std::size_t length, uint64_t iova, unsigned access);
+int dereg_mr(ibv_mr* mr);
+
+// ibv_fork_init(): from now on registered pages are MADV_DONTFORK.
+void enable_fork_protection();
+
+}  // namespace jakiro::shim

@@ -1,0 +1,169 @@
+#pragma once
+// Shared-memory rings between libjakiro_verbs.so and jakirod: the layout of a completion
+// queue in its memfd, and the index updates both sides make, each wrapped in a function named
+// for why it orders what it orders (after rdma-core's util/udma_barrier.h). Never `volatile`:
+// the indices are plain integers touched only through std::atomic_ref.
+//
+//  offset   0  line 0: producer index (u32, free-running)   written by jakirod only
+//  offset  64  line 1: consumer index (u32, free-running)   written by the shim only
+//  offset 128  line 2: arm bits (shim sets, jakirod clears), overflow flag (jakirod sets)
+//  offset 192  line 3: magic, version, capacity, slot size  written by jakirod before sharing
+//  offset 256  slots[capacity], 64 bytes each (`cqe`)
+//
+// Indices run freely and wrap at 2^32; slot = index & (capacity - 1), capacity a power of
+// two; the ring is full when producer - consumer == capacity. jakirod never trusts what it
+// reads here: it keeps its own producer index and reads only the consumer index (a value it
+// cannot make sense of reads as "full") and the arm bits.
+//
+// Plain C++, shared by jakirod and the shim: no verbs.h (the shim asserts that the values
+// below are libibverbs').
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace jakiro::verbs_proto {
+
+constexpr uint32_t cq_ring_magic = 0x5143'4b4a;  // "JKCQ"
+constexpr uint32_t cq_ring_version = 1;
+constexpr std::size_t cache_line = 64;
+
+// One completion, as jakirod writes it and ibv_poll_cq copies it into an ibv_wc.
+struct cqe {
+    uint64_t wr_id;
+    uint32_t status;      // ibv_wc_status
+    uint32_t opcode;      // ibv_wc_opcode
+    uint32_t vendor_err;  // 0, or the engine's reason code for an error status
+    uint32_t byte_len;
+    uint32_t imm_data;  // network byte order, as ibv_wc.imm_data (or the invalidated rkey)
+    uint32_t qp_num;
+    uint32_t src_qp;
+    uint32_t wc_flags;  // ibv_wc_flags
+    uint16_t pkey_index;
+    uint16_t slid;
+    uint8_t sl;
+    uint8_t dlid_path_bits;
+    uint8_t solicited;  // the request asked for a solicited event (matters to an armed CQ)
+    uint8_t reserved0;
+    uint32_t reserved[4];
+};
+static_assert(sizeof(cqe) == 64);
+static_assert(offsetof(cqe, status) == 8);
+static_assert(offsetof(cqe, imm_data) == 24);
+static_assert(offsetof(cqe, pkey_index) == 40);
+static_assert(offsetof(cqe, solicited) == 46);
+static_assert(std::is_trivially_copyable_v<cqe>);
+
+// ibv_req_notify_cq: "tell me about the next completion" or "... the next solicited one".
+enum cq_arm : uint32_t {
+    arm_next = 1u << 0,
+    arm_solicited = 1u << 1,
+};
+
+struct cq_ring_header {
+    alignas(cache_line) uint32_t producer;
+    alignas(cache_line) uint32_t consumer;
+    alignas(cache_line) uint32_t arm;  // cq_arm bits
+    uint32_t overflow;                 // 1 once jakirod refused a completion: the CQ is in error
+    alignas(cache_line) uint32_t magic;
+    uint32_t version;
+    uint32_t capacity;
+    uint32_t slot_size;
+};
+static_assert(sizeof(cq_ring_header) == 256);
+static_assert(offsetof(cq_ring_header, consumer) == 64);
+static_assert(offsetof(cq_ring_header, arm) == 128);
+static_assert(offsetof(cq_ring_header, overflow) == 132);
+static_assert(offsetof(cq_ring_header, magic) == 192);
+static_assert(offsetof(cq_ring_header, capacity) == 200);
+static_assert(std::atomic_ref<uint32_t>::is_always_lock_free,
+              "indices are shared between processes: they must not need a lock");
+
+constexpr std::size_t cq_slots_offset = sizeof(cq_ring_header);
+constexpr std::size_t ring_page = 4096;
+
+// Bytes of the memfd for a ring of `capacity` slots: header + slots, rounded to pages.
+constexpr std::size_t cq_ring_bytes(uint32_t capacity) {
+    const std::size_t raw = cq_slots_offset + std::size_t{capacity} * sizeof(cqe);
+    return (raw + ring_page - 1) / ring_page * ring_page;
+}
+
+constexpr bool is_power_of_two(uint32_t v) {
+    return v != 0 && (v & (v - 1)) == 0;
+}
+
+// A shared index viewed atomically. Loads of a const header go through here too: atomic_ref
+// of a const type is not C++20, and a 4-byte atomic load never writes.
+inline std::atomic_ref<uint32_t> shared_index(const uint32_t& index) {
+    return std::atomic_ref<uint32_t>(const_cast<uint32_t&>(index));
+}
+
+inline cqe* cq_slots(cq_ring_header* h) {
+    return reinterpret_cast<cqe*>(reinterpret_cast<std::byte*>(h) + cq_slots_offset);
+}
+
+// ---------------------------------------------------------------- producer side (jakirod)
+
+// The consumer has finished reading every slot below the index it returns: those slots may
+// be overwritten (acquire: its reads of them happened before).
+inline uint32_t load_consumer_acquire(const cq_ring_header& h) {
+    return shared_index(h.consumer).load(std::memory_order_acquire);
+}
+
+// Makes the slots written below `producer` visible to a consumer that acquire-loads it.
+inline void publish_producer(cq_ring_header& h, uint32_t producer) {
+    shared_index(h.producer).store(producer, std::memory_order_release);
+}
+
+// Between publishing a completion and looking at the arm bits: a full fence, so that either
+// jakirod sees an arm request made before the completion, or the shim's poll after arming
+// (fence_after_arming) sees the completion. Without it both could miss each other and the
+// application would sleep on a completion that is already there.
+inline void fence_before_checking_arm() {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+// Consumes the arm request if this completion satisfies it; true means "notify the channel".
+inline bool take_arm(cq_ring_header& h, bool solicited) {
+    auto arm = shared_index(h.arm);
+    const uint32_t bits = arm.load(std::memory_order_relaxed);
+    if ((bits & arm_next) == 0 && !((bits & arm_solicited) != 0 && solicited)) {
+        return false;
+    }
+    return arm.exchange(0, std::memory_order_acq_rel) != 0;
+}
+
+inline void mark_overflow(cq_ring_header& h) {
+    shared_index(h.overflow).store(1, std::memory_order_release);
+}
+
+// ---------------------------------------------------------------- consumer side (the shim)
+
+// Completions below the returned index are fully written (acquire pairs with
+// publish_producer).
+inline uint32_t load_producer_acquire(const cq_ring_header& h) {
+    return shared_index(h.producer).load(std::memory_order_acquire);
+}
+
+// The shim is the consumer index's only writer: reading back its own value needs no order.
+inline uint32_t load_own_consumer(const cq_ring_header& h) {
+    return shared_index(h.consumer).load(std::memory_order_relaxed);
+}
+
+// Hands the slots below `consumer` back to jakirod; release: our reads of them come first.
+inline void release_slots(cq_ring_header& h, uint32_t consumer) {
+    shared_index(h.consumer).store(consumer, std::memory_order_release);
+}
+
+// ibv_req_notify_cq. The fence pairs with fence_before_checking_arm (see there).
+inline void arm_and_fence(cq_ring_header& h, uint32_t bits) {
+    shared_index(h.arm).fetch_or(bits, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+inline bool overflowed(const cq_ring_header& h) {
+    return shared_index(h.overflow).load(std::memory_order_acquire) != 0;
+}
+
+}  // namespace jakiro::verbs_proto
