@@ -1,5 +1,7 @@
 #include "channel.hh"
 
+#include "fd_passing.hh"
+
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -57,26 +59,10 @@ int channel::call(void* request, std::size_t request_size, void* reply, std::siz
     req.request_id = _next_id++;
     std::memcpy(request, &req, sizeof(req));
 
-    {
-        iovec iov{request, request_size};
-        msghdr msg{};
-        msg.msg_iov = &iov;
-        msg.msg_iovlen = 1;
-        alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-        if (fd_in >= 0) {
-            std::memset(control, 0, sizeof(control));
-            msg.msg_control = control;
-            msg.msg_controllen = sizeof(control);
-            cmsghdr* c = CMSG_FIRSTHDR(&msg);
-            c->cmsg_level = SOL_SOCKET;
-            c->cmsg_type = SCM_RIGHTS;
-            c->cmsg_len = CMSG_LEN(sizeof(int));
-            std::memcpy(CMSG_DATA(c), &fd_in, sizeof(int));
-        }
-        // MSG_NOSIGNAL: a vanished jakirod must surface as an error, not kill the program.
-        if (sendmsg(_fd, &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(request_size)) {
-            return errno == EPIPE || errno == ECONNRESET ? EIO : errno;
-        }
+    // MSG_NOSIGNAL: a vanished jakirod must surface as an error, not kill the program.
+    if (proto::send_with_fd(_fd, request, request_size, fd_in, MSG_NOSIGNAL) !=
+        static_cast<ssize_t>(request_size)) {
+        return errno == EPIPE || errno == ECONNRESET ? EIO : errno;
     }
     pollfd p{_fd, POLLIN, 0};
     int ready;

@@ -1,5 +1,7 @@
 #include "channel_server.hh"
 
+#include "verbs_shim/fd_passing.hh"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -80,24 +82,9 @@ void raise_fd_limit(std::size_t wanted) {
 }
 
 bool send_with_fd(int fd, const void* data, std::size_t size, int passed_fd) {
-    iovec iov{const_cast<void*>(data), size};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-    if (passed_fd >= 0) {
-        std::memset(control, 0, sizeof(control));
-        msg.msg_control = control;
-        msg.msg_controllen = sizeof(control);
-        cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-        cmsg->cmsg_level = SOL_SOCKET;
-        cmsg->cmsg_type = SCM_RIGHTS;
-        cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-        std::memcpy(CMSG_DATA(cmsg), &passed_fd, sizeof(int));
-    }
     // Never block on a client that does not read, never die of SIGPIPE for one that left.
-    const ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-    return n == static_cast<ssize_t>(size);
+    return proto::send_with_fd(fd, data, size, passed_fd, MSG_NOSIGNAL | MSG_DONTWAIT) ==
+           static_cast<ssize_t>(size);
 }
 
 }  // namespace
