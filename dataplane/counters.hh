@@ -31,6 +31,11 @@ struct vnic_counters {
     counter from_tenant_bytes;
     counter to_tenant_packets;
     counter to_tenant_bytes;
+    // The RDMA face: RoCEv2 frames the engine sent for this vNIC, and received for it.
+    counter rdma_tx_packets;
+    counter rdma_tx_bytes;
+    counter rdma_rx_packets;
+    counter rdma_rx_bytes;
     counter drops;
     // Security groups, by secgroup::direction: packets let through and refused.
     counter sg_allowed[2];

@@ -18,7 +18,9 @@
 #include "control/control_server.hh"
 #include "control/host_manager.hh"
 #include "eal_options.hh"
+#include "roce/engine.hh"
 #include "verbs/channel_server.hh"
+#include "worker/roce_port.hh"
 #include "worker/lcore_loop.hh"
 
 namespace {
@@ -153,13 +155,20 @@ int main(int argc, char** argv) {
     if (!host.start(error)) {
         return fail(error);
     }
-    // The RDMA face: one verbs socket per vNIC for libjakiro_verbs.so (control side thread).
+    // The RDMA face: one verbs socket per vNIC for libjakiro_verbs.so (control side thread),
+    // whose QPs the worker's RoCE engine runs.
+    auto worker = std::make_unique<worker_context>();
+    roce::engine rdma_engine(static_cast<uint16_t>(config.vnics.size()),
+                             rdma_config::max_rc_qps_limit);
+    roce_port rdma_port(*worker);
+    worker->engine = &rdma_engine;
+    worker->rdma_port = &rdma_port;
     verbs::channel_server verbs_channel(verbs::make_channel_config(config));
+    verbs_channel.enable_qps(&rdma_engine, {});
     if (!verbs_channel.start(error)) {
         return fail(error);
     }
 
-    auto worker = std::make_unique<worker_context>();
     worker->neighbors = neighbors.get();
     worker->pool = pool;
     worker->flows = secgroup::flow_table::create(

@@ -22,8 +22,8 @@
 namespace jakiro::verbs_proto {
 
 constexpr uint32_t magic = 0x4256'4b4a;  // "JKVB" in memory on little-endian hosts
-// 1: HELLO and QUERY. 2: PDs, MRs, CQs and completion channels.
-constexpr uint16_t version = 2;
+// 1: HELLO and QUERY. 2: PDs, MRs, CQs and completion channels. 3: QPs (RC).
+constexpr uint16_t version = 3;
 
 // SOCK_SEQPACKET keeps message boundaries, so a receiver reads into a buffer one byte larger
 // than this and rejects anything that fills it. 4 KiB holds every message with room to grow
@@ -46,14 +46,16 @@ enum class opcode : uint16_t {
     create_cq = 20,  // with zero or one fd: the completion channel; reply: the ring memfd
     destroy_cq = 22,
 
-    // Reserved for the RoCE engine; jakirod answers EOPNOTSUPP until they exist, so a newer
-    // shim against an older daemon fails cleanly. Completion channels need no opcode: they
-    // are shim-side sockets whose far end travels with create_cq.
-    resize_cq = 21,
-    create_qp = 23,
+    // Queue pairs (version 3).
+    create_qp = 23,  // reply: two fds, the QP ring memfd and the engine's doorbell eventfd
     modify_qp = 24,
     query_qp = 25,
     destroy_qp = 26,
+
+    // Reserved; jakirod answers EOPNOTSUPP until they exist, so a newer shim against an
+    // older daemon fails cleanly. Completion channels need no opcode: they are shim-side
+    // sockets whose far end travels with create_cq.
+    resize_cq = 21,
     create_srq = 27,
     modify_srq = 28,
     destroy_srq = 29,
@@ -98,7 +100,11 @@ static_assert(offsetof(reply_header, status) == 16);
 enum class port_state : uint8_t { down = 1, init = 2, armed = 3, active = 4 };
 enum class event_type : uint32_t {
     cq_err = 0,    // a CQ overflowed: jakirod refused a completion rather than overwrite one
-    qp_fatal = 1,  // reserved for the engine
+    qp_fatal = 1,       // the engine moved a QP to ERR on its own (e.g. a CQ overflowed)
+    qp_req_err = 2,     // the responder saw an invalid request (NAK invalid request)
+    qp_access_err = 3,  // the responder saw a protection violation (NAK remote access)
+    comm_est = 4,       // first packet received in RTR
+    sq_drained = 5,
     port_active = 9,
     port_error = 10,
     device_fatal = 8,
@@ -355,6 +361,141 @@ struct comp_event_message {
 };
 static_assert(sizeof(comp_event_message) == 24);
 
+// ---------------------------------------------------------------- queue pairs (version 3)
+//
+// A QP's send and receive queues live in one memfd jakirod creates (rings.hh: qp_ring_header,
+// send_wqe, recv_wqe) and sends with the create_qp reply, followed by the engine's doorbell
+// eventfd (non-blocking; the shim writes 1 to it after posting when the ring says jakirod is
+// asleep). QP attributes travel as `qp_attr_wire`, a POD mirror of ibv_qp_attr with the same
+// meanings and ibv_qp_attr_mask bits; the shim static_asserts the enum values it relies on.
+
+enum qp_type_wire : uint8_t {
+    qpt_rc = 2,  // IBV_QPT_RC
+    qpt_uc = 3,  // IBV_QPT_UC (reserved: EOPNOTSUPP until built)
+    qpt_ud = 4,  // IBV_QPT_UD (reserved: EOPNOTSUPP until built)
+};
+
+struct create_qp_request {
+    header hdr;
+    uint32_t pd_handle;
+    uint32_t send_cq;
+    uint32_t recv_cq;
+    uint32_t srq;  // 0: none (SRQs are not built: anything else is EOPNOTSUPP)
+    uint32_t max_send_wr;
+    uint32_t max_recv_wr;
+    uint32_t max_send_sge;
+    uint32_t max_recv_sge;
+    uint32_t max_inline_data;
+    uint8_t qp_type;     // qp_type_wire
+    uint8_t sq_sig_all;  // 1: every send WR completes signaled
+    uint16_t reserved0;
+    uint32_t flags;  // none defined: must be 0
+    uint32_t reserved1;
+};
+static_assert(sizeof(create_qp_request) == 64);
+static_assert(offsetof(create_qp_request, max_send_wr) == 32);
+static_assert(offsetof(create_qp_request, qp_type) == 52);
+
+// Sent with two fds: the ring memfd (exactly ring_bytes long, sealed) and the doorbell eventfd.
+struct create_qp_reply {
+    reply_header rh;
+    uint32_t qp_handle;  // jakirod's handle for the other QP verbs
+    uint32_t qp_num;     // the 24-bit QPN peers address (BTH DestQP)
+    uint32_t sq_capacity;  // slots, a power of two >= max_send_wr
+    uint32_t rq_capacity;  // slots, a power of two >= max_recv_wr
+    uint32_t max_send_sge;
+    uint32_t max_recv_sge;
+    uint32_t max_inline_data;
+    uint32_t reserved;
+    uint64_t ring_bytes;
+};
+static_assert(sizeof(create_qp_reply) == 64);
+static_assert(offsetof(create_qp_reply, qp_handle) == 24);
+static_assert(offsetof(create_qp_reply, ring_bytes) == 56);
+
+// ibv_ah_attr with its GRH, for RoCE: the remote GID carries the peer's IPv4 address.
+struct ah_attr_wire {
+    uint8_t dgid[16];
+    uint32_t flow_label;
+    uint8_t sgid_index;
+    uint8_t hop_limit;
+    uint8_t traffic_class;
+    uint8_t is_global;
+    uint16_t dlid;
+    uint8_t sl;
+    uint8_t src_path_bits;
+    uint8_t static_rate;
+    uint8_t port_num;
+    uint16_t reserved;
+};
+static_assert(sizeof(ah_attr_wire) == 32);
+
+// ibv_qp_attr, field by field (enums as their integer values).
+struct qp_attr_wire {
+    uint32_t qp_state;
+    uint32_t cur_qp_state;
+    uint32_t path_mtu;  // enum ibv_mtu (1 = 256 ... 5 = 4096)
+    uint32_t path_mig_state;
+    uint32_t qkey;
+    uint32_t rq_psn;
+    uint32_t sq_psn;
+    uint32_t dest_qp_num;
+    uint32_t qp_access_flags;
+    uint32_t max_send_wr;  // cap
+    uint32_t max_recv_wr;
+    uint32_t max_send_sge;
+    uint32_t max_recv_sge;
+    uint32_t max_inline_data;
+    ah_attr_wire ah_attr;
+    ah_attr_wire alt_ah_attr;
+    uint16_t pkey_index;
+    uint16_t alt_pkey_index;
+    uint8_t en_sqd_async_notify;
+    uint8_t sq_draining;
+    uint8_t max_rd_atomic;
+    uint8_t max_dest_rd_atomic;
+    uint8_t min_rnr_timer;
+    uint8_t port_num;
+    uint8_t timeout;
+    uint8_t retry_cnt;
+    uint8_t rnr_retry;
+    uint8_t alt_port_num;
+    uint8_t alt_timeout;
+    uint8_t reserved0;
+    uint32_t rate_limit;
+    uint32_t reserved1;
+};
+static_assert(sizeof(qp_attr_wire) == 144);
+static_assert(offsetof(qp_attr_wire, ah_attr) == 56);
+static_assert(offsetof(qp_attr_wire, pkey_index) == 120);
+static_assert(offsetof(qp_attr_wire, rate_limit) == 136);
+
+struct modify_qp_request {
+    header hdr;
+    uint32_t qp_handle;
+    int32_t attr_mask;  // ibv_qp_attr_mask
+    qp_attr_wire attr;
+};
+static_assert(sizeof(modify_qp_request) == 168);
+
+struct query_qp_request {
+    header hdr;
+    uint32_t qp_handle;
+    int32_t attr_mask;  // what the caller asks for (jakirod fills everything anyway)
+};
+static_assert(sizeof(query_qp_request) == 24);
+
+struct query_qp_reply {
+    reply_header rh;
+    qp_attr_wire attr;  // cap: what the QP really has
+    uint32_t sq_sig_all;
+    uint32_t reserved;
+};
+static_assert(sizeof(query_qp_reply) == 176);
+
+// destroy_qp uses destroy_request. A QP with work requests outstanding is destroyed at once:
+// its in-flight operations are abandoned, as on a real RNIC.
+
 static_assert(sizeof(query_reply) <= max_message_size);
 static_assert(std::is_trivially_copyable_v<hello_reply> &&
               std::is_trivially_copyable_v<query_reply>);
@@ -411,6 +552,14 @@ constexpr std::size_t request_size(uint16_t op) {
             return sizeof(reg_mr_request);
         case opcode::create_cq:
             return sizeof(create_cq_request);
+        case opcode::create_qp:
+            return sizeof(create_qp_request);
+        case opcode::modify_qp:
+            return sizeof(modify_qp_request);
+        case opcode::query_qp:
+            return sizeof(query_qp_request);
+        case opcode::destroy_qp:
+            return sizeof(destroy_request);
         default:
             return 0;
     }
@@ -429,6 +578,10 @@ constexpr std::size_t reply_size(opcode op) {
             return sizeof(reg_mr_reply);
         case opcode::create_cq:
             return sizeof(create_cq_reply);
+        case opcode::create_qp:
+            return sizeof(create_qp_reply);
+        case opcode::query_qp:
+            return sizeof(query_qp_reply);
         default:
             return sizeof(reply_header);
     }

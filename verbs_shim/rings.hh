@@ -166,4 +166,143 @@ inline bool overflowed(const cq_ring_header& h) {
     return shared_index(h.overflow).load(std::memory_order_acquire) != 0;
 }
 
+// ================================================================ QP rings
+//
+// One memfd per QP, created, sized and sealed by jakirod, mapped shared by both:
+//
+//  offset    0  line 0: SQ producer (u32, free-running)   written by the shim only
+//  offset   64  line 1: SQ consumer                      written by jakirod only: slots retired
+//  offset  128  line 2: RQ producer                      written by the shim only
+//  offset  192  line 3: RQ consumer                      written by jakirod only: slots consumed
+//  offset  256  line 4: sleeping (jakirod sets it while its worker sleeps; the shim reads it)
+//  offset  320  line 5: magic "JKQP", version, capacities, slot size, offsets
+//  offset  512  SQ slots[sq_capacity] (send_wqe, 512 bytes), then RQ slots (recv_wqe, 512)
+//
+// The shim writes a WQE into slot producer & (capacity - 1) and publishes producer + 1
+// (release). jakirod copies each WQE out once (it never reads a slot twice, so a program
+// rewriting a posted slot changes nothing) and advances the consumer when it is done with it:
+// for the SQ when the WR has completed (signaled or not), for the RQ when a message landed in
+// it. Full when producer - consumer == capacity. jakirod never trusts the ring: a producer
+// more than `capacity` ahead of its own consumer reads as "nothing new" and moves the QP to ERR.
+//
+// Doorbell: before its worker sleeps, jakirod sets `sleeping` in every QP ring, fences and
+// looks at the producers once more; after publishing, the shim fences and, if `sleeping` is
+// set, writes 1 to the doorbell eventfd (non-blocking: a full counter already means "wake").
+
+constexpr uint32_t qp_ring_magic = 0x5051'4b4a;  // "JKQP"
+constexpr uint32_t qp_ring_version = 1;
+constexpr std::size_t wqe_size = 512;
+constexpr uint32_t wqe_max_sge = 16;
+constexpr std::size_t send_wqe_header_bytes = 96;
+constexpr uint32_t wqe_max_inline = wqe_size - send_wqe_header_bytes;  // 416
+
+struct wqe_sge {
+    uint64_t addr;
+    uint32_t length;
+    uint32_t lkey;
+};
+static_assert(sizeof(wqe_sge) == 16);
+
+struct send_wqe {
+    uint64_t wr_id;
+    uint32_t opcode;      // ibv_wr_opcode
+    uint32_t send_flags;  // ibv_send_flags (IBV_SEND_INLINE: data in `inline_data`)
+    uint32_t num_sge;     // SGEs in `sg` (0..wqe_max_sge); unused when inline
+    uint32_t inline_len;  // bytes in `inline_data` when IBV_SEND_INLINE
+    uint32_t imm_data;    // network order, as ibv_send_wr.imm_data (or invalidate_rkey)
+    uint32_t rkey;        // RDMA and atomics
+    uint64_t remote_addr;
+    uint64_t compare_add;  // atomics
+    uint64_t swap;
+    uint32_t ud_ah;  // UD (reserved): address handle, remote QPN, Q_Key
+    uint32_t ud_remote_qpn;
+    uint32_t ud_remote_qkey;
+    uint32_t reserved[7];
+    union {
+        wqe_sge sg[wqe_max_sge];
+        uint8_t inline_data[wqe_max_inline];
+    };
+};
+static_assert(sizeof(send_wqe) == wqe_size);
+static_assert(offsetof(send_wqe, sg) == send_wqe_header_bytes);
+static_assert(offsetof(send_wqe, remote_addr) == 32);
+static_assert(std::is_trivially_copyable_v<send_wqe>);
+
+struct recv_wqe {
+    uint64_t wr_id;
+    uint32_t num_sge;
+    uint32_t reserved[5];
+    wqe_sge sg[wqe_max_sge];
+    uint8_t unused[wqe_size - 32 - wqe_max_sge * sizeof(wqe_sge)];
+};
+static_assert(sizeof(recv_wqe) == wqe_size);
+static_assert(offsetof(recv_wqe, sg) == 32);
+
+struct qp_ring_header {
+    alignas(cache_line) uint32_t sq_producer;
+    alignas(cache_line) uint32_t sq_consumer;
+    alignas(cache_line) uint32_t rq_producer;
+    alignas(cache_line) uint32_t rq_consumer;
+    alignas(cache_line) uint32_t sleeping;
+    alignas(cache_line) uint32_t magic;
+    uint32_t version;
+    uint32_t sq_capacity;
+    uint32_t rq_capacity;
+    uint32_t slot_size;
+    uint32_t sq_offset;  // bytes from the start of the ring
+    uint32_t rq_offset;
+    uint32_t qp_num;
+    uint8_t reserved[cache_line * 3 - 36];
+};
+static_assert(sizeof(qp_ring_header) == 512);
+static_assert(offsetof(qp_ring_header, sleeping) == 256);
+static_assert(offsetof(qp_ring_header, magic) == 320);
+
+constexpr std::size_t qp_ring_bytes(uint32_t sq_capacity, uint32_t rq_capacity) {
+    const std::size_t raw =
+        sizeof(qp_ring_header) + (std::size_t{sq_capacity} + rq_capacity) * wqe_size;
+    return (raw + ring_page - 1) / ring_page * ring_page;
+}
+
+inline send_wqe* sq_slots(qp_ring_header* h) {
+    return reinterpret_cast<send_wqe*>(reinterpret_cast<std::byte*>(h) + sizeof(qp_ring_header));
+}
+inline recv_wqe* rq_slots(qp_ring_header* h, uint32_t sq_capacity) {
+    return reinterpret_cast<recv_wqe*>(reinterpret_cast<std::byte*>(h) +
+                                       sizeof(qp_ring_header) + std::size_t{sq_capacity} * wqe_size);
+}
+
+// ---- shim side (producer of WQEs)
+
+// Makes the WQEs written below `producer` visible to jakirod (release).
+inline void publish_wqes(uint32_t& producer_index, uint32_t producer) {
+    shared_index(producer_index).store(producer, std::memory_order_release);
+}
+// Slots below the returned index are free again (acquire: jakirod's reads of them are done).
+inline uint32_t load_retired_acquire(const uint32_t& consumer_index) {
+    return shared_index(consumer_index).load(std::memory_order_acquire);
+}
+// After publishing: does jakirod sleep? The fence pairs with fence_before_sleeping, so either
+// jakirod sees the new producer or the shim sees `sleeping` and rings the doorbell.
+inline bool engine_sleeping_after_publish(const qp_ring_header& h) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    return shared_index(h.sleeping).load(std::memory_order_relaxed) != 0;
+}
+
+// ---- jakirod side (consumer of WQEs)
+
+inline uint32_t load_posted_acquire(const uint32_t& producer_index) {
+    return shared_index(producer_index).load(std::memory_order_acquire);
+}
+inline void retire_slots(uint32_t& consumer_index, uint32_t consumer) {
+    shared_index(consumer_index).store(consumer, std::memory_order_release);
+}
+inline void set_sleeping(qp_ring_header& h, bool sleeping) {
+    shared_index(h.sleeping).store(sleeping ? 1 : 0, std::memory_order_relaxed);
+}
+// Between setting `sleeping` and the last look at the producers before sleeping.
+inline void fence_before_sleeping() {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
 }  // namespace jakiro::verbs_proto

@@ -439,7 +439,7 @@ void load_vnics(checker& check, const YAML::Node& root, host_config& config,
         const auto field = checker::index("vnics", i);
         const auto node = vnics[i];
         if (!check.only_keys(node, field,
-                             {"name", "vpc", "mac", "ip", "port", "security_groups"})) {
+                             {"name", "vpc", "mac", "ip", "port", "security_groups", "rdma"})) {
             continue;
         }
         vnic_config vnic;
@@ -481,6 +481,15 @@ void load_vnics(checker& check, const YAML::Node& root, host_config& config,
         vnic.security_groups = check.names(node, "security_groups", field);
         check_group_names(check, node["security_groups"], field + ".security_groups",
                           vnic.security_groups, vnic.vpc, config);
+        if (const auto rdma = node["rdma"]; rdma.IsDefined()) {
+            const std::string rdma_field = field + ".rdma";
+            if (check.only_keys(rdma, rdma_field, {"max_rc_qps"})) {
+                vnic.rdma.max_rc_qps =
+                    check.number(rdma, "max_rc_qps", rdma_field, 0, rdma_config::max_rc_qps_limit,
+                                 false)
+                        .value_or(vnic.rdma.max_rc_qps);
+            }
+        }
         config.vnics.push_back(vnic);
     }
     const auto uplink = config.underlay.port.substr(0, config.underlay.port.find(','));

@@ -33,6 +33,14 @@ struct vpc_config {
     uint32_t vni = 0;
 };
 
+// The RDMA face of a vNIC.
+struct rdma_config {
+    // RC QPs the vNIC's tenants may hold at once (ibv_create_qp beyond: EDQUOT). The RCFT
+    // has one entry per RC QP, so this also bounds the vNIC's share of it.
+    static constexpr uint32_t max_rc_qps_limit = 1024;  // = ibv_device_attr.max_qp
+    uint32_t max_rc_qps = max_rc_qps_limit;
+};
+
 struct vnic_config {
     std::string name;
     std::string vpc;
@@ -40,6 +48,7 @@ struct vnic_config {
     ipv4_prefix ip;
     std::string port;
     std::vector<std::string> security_groups;  // none: ingress denied, egress denied
+    rdma_config rdma;
 };
 
 // A VLT entry for an address of a VPC that lives on another host.

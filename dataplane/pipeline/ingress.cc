@@ -4,6 +4,9 @@
 
 #include "../arp.hh"
 #include "../overlay/vxlan.hh"
+#include "../roce/engine.hh"
+#include "../worker/clock.hh"
+#include "../worker/roce_port.hh"
 #include "firewall.hh"
 #include "ipv4_check.hh"
 
@@ -57,6 +60,18 @@ void answer_overlay_arp(worker_context& ctx, const datapath_tables& tables, uint
                                  overlay::vxlan_udp_port);
     ctx.counters.arp_replies_in_overlay.add(1);
     ctx.tx.enqueue(tables.uplink_port, m, ctx.counters);
+}
+
+// RoCEv2 (UDP to 4791, not a fragment) goes to the RoCE engine instead of the NFT: RC traffic
+// is admitted per connection (RCFT) by the engine itself (DESIGN.md §4).
+bool is_roce(const rte_ipv4_hdr* ip, uint32_t ip_len) {
+    const uint32_t ihl = rte_ipv4_hdr_len(ip);
+    if (ip->next_proto_id != IPPROTO_UDP || ip_len < ihl + sizeof(rte_udp_hdr) ||
+        (rte_be_to_cpu_16(ip->fragment_offset) & (RTE_IPV4_HDR_OFFSET_MASK | RTE_IPV4_HDR_MF_FLAG))) {
+        return false;
+    }
+    const auto* udp = reinterpret_cast<const rte_udp_hdr*>(reinterpret_cast<const uint8_t*>(ip) + ihl);
+    return udp->dst_port == rte_cpu_to_be_16(roce::roce_udp_port);
 }
 
 // Inner IPv4 checks; returns the inner IPv4 header or nullptr after dropping.
@@ -173,8 +188,18 @@ void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rt
             ctx.drop(m, drop_reason::inner_src_spoofed, slot);
             continue;
         }
-        requests[checked_count] = {slot, secgroup::direction::ingress, inner_ips[i],
-                                   rte_be_to_cpu_16(inner_ips[i]->total_length)};
+        const uint32_t ip_len = rte_be_to_cpu_16(inner_ips[i]->total_length);
+        if (ctx.engine != nullptr && is_roce(inner_ips[i], ip_len)) {
+            auto& to_vnic = ctx.counters.vnics[slot];
+            to_vnic.rdma_rx_packets.add(1);
+            to_vnic.rdma_rx_bytes.add(sizeof(rte_ether_hdr) + ip_len);
+            ctx.counters.decapsulated.add(1);
+            ctx.engine->receive(slot, reinterpret_cast<const uint8_t*>(inner_ips[i]), ip_len,
+                                *ctx.rdma_port, now_ns());
+            rte_pktmbuf_free(m);
+            continue;
+        }
+        requests[checked_count] = {slot, secgroup::direction::ingress, inner_ips[i], ip_len};
         checked[checked_count++] = i;
     }
     bool pass[overlay::vlt::max_bulk];

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -93,8 +94,12 @@ channel_config make_channel_config(const host_config& config) {
     channel_config out;
     out.host_name = config.name;
     out.tenant_mtu = config.tenant_mtu();
-    for (const auto& v : config.vnics) {
-        out.vnics.push_back({v.name, v.mac, v.ip.address});
+    // Slots are handed out in configuration order at startup (host_manager), and the
+    // channel server serves the startup vNICs: index == slot.
+    for (std::size_t i = 0; i < config.vnics.size(); ++i) {
+        const auto& v = config.vnics[i];
+        out.vnics.push_back(
+            {v.name, v.mac, v.ip.address, static_cast<uint16_t>(i), v.rdma.max_rc_qps});
     }
     return out;
 }
@@ -273,10 +278,43 @@ void channel_server::take_adopted() {
     }
 }
 
+void channel_server::enable_qps(roce::engine* engine,
+                                std::function<int(uint16_t slot, uint32_t remote_ip_be)> admit) {
+    for (std::size_t i = 0; i < _config.vnics.size(); ++i) {
+        const vnic_identity& v = _config.vnics[i];
+        qp_support support;
+        support.engine = engine;
+        support.local.vnic = v.slot;
+        support.local.mac = v.mac;
+        support.local.ip_be = htonl(v.ip);
+        support.events = {[](void* self, uint64_t client, uint32_t type, uint32_t qp) {
+                              static_cast<channel_server*>(self)->raise_event(
+                                  client, static_cast<proto_event_type>(type), qp);
+                          },
+                          this};
+        const uint32_t path_mtu = path_mtu_for(_config.tenant_mtu);
+        support.limits.max_mtu = path_mtu >= 4096   ? IBV_MTU_4096
+                                 : path_mtu >= 2048 ? IBV_MTU_2048
+                                 : path_mtu >= 1024 ? IBV_MTU_1024
+                                 : path_mtu >= 512  ? IBV_MTU_512
+                                                    : IBV_MTU_256;
+        support.max_rc_qps = v.max_rc_qps;
+        if (admit) {
+            const uint16_t slot = v.slot;
+            support.admit = [admit, slot](uint32_t remote) { return admit(slot, remote); };
+        }
+        _resources[i]->enable_qps(std::move(support));
+    }
+}
+
 void channel_server::raise_cq_error(uint64_t client, uint32_t cq_handle) {
+    raise_event(client, proto::event_type::cq_err, cq_handle);
+}
+
+void channel_server::raise_event(uint64_t client, proto::event_type type, uint64_t handle) {
     {
         const std::lock_guard lock(_adopt_mutex);
-        _pending_events.push_back({client, proto::event_type::cq_err, cq_handle});
+        _pending_events.push_back({client, type, handle});
     }
     if (_wake_fd >= 0) {
         const uint64_t one = 1;
@@ -405,7 +443,16 @@ bool channel_server::serve_client(client& c) {
             fcntl(c.async_fd, F_SETFL, fcntl(c.async_fd, F_GETFL) | O_NONBLOCK);
         }
     }
-    const bool sent = send_with_fd(c.fd, out.reply.data(), out.reply_size, passed);
+    bool sent = false;
+    if (out.reply_fd2 >= 0) {
+        const int both[2] = {passed, out.reply_fd2};
+        sent = proto::send_with_fds(c.fd, out.reply.data(), out.reply_size, both,
+                                    MSG_NOSIGNAL | MSG_DONTWAIT) ==
+               static_cast<ssize_t>(out.reply_size);
+        close(out.reply_fd2);
+    } else {
+        sent = send_with_fd(c.fd, out.reply.data(), out.reply_size, passed);
+    }
     // A reply that could not be sent (the client left, or does not read) is lost, and the
     // client is dropped below: whatever the request created goes with it (drop_client).
     if (passed >= 0) {

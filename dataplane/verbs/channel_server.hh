@@ -12,6 +12,7 @@
 // called from where), and raise_cq_error() may be called from any thread.
 
 #include <atomic>
+#include <functional>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -77,6 +78,12 @@ class channel_server {
     // Queues IBV_EVENT_CQ_ERR for the client that owns `cq_handle`; any thread. CQs call it
     // when they overflow.
     void raise_cq_error(uint64_t client, uint32_t cq_handle);
+    // Queues any async event (QP events from the engine thread) for `client`; any thread.
+    void raise_event(uint64_t client, proto_event_type type, uint64_t handle);
+    // Gives every vNIC's clients QPs run by `engine` (before start()); `admit` is the RTR
+    // security-group check (may be empty: everything admitted).
+    void enable_qps(roce::engine* engine,
+                    std::function<int(uint16_t slot, uint32_t remote_ip_be)> admit);
     std::size_t client_count() const { return _client_count.load(std::memory_order_relaxed); }
     channel_stats stats() const;
 

@@ -194,6 +194,53 @@ outcome handle_request(std::span<const std::byte> message, bool truncated, std::
             out.reply_fd = created.ring_fd;
             return out;
         }
+        case proto::opcode::create_qp: {
+            proto::create_qp_request req;
+            proto::decode(message, req);
+            qp_created created;
+            if (const int error = res.create_qp(s.client_id, req, created); error != 0) {
+                put_status(out, hdr, error);
+                return out;
+            }
+            auto reply = proto::make_message<proto::create_qp_reply>(
+                proto::reply_opcode(proto::opcode::create_qp), hdr.request_id);
+            reply.qp_handle = created.handle;
+            reply.qp_num = created.handle;
+            reply.sq_capacity = created.sq_capacity;
+            reply.rq_capacity = created.rq_capacity;
+            reply.max_send_sge = created.max_send_sge;
+            reply.max_recv_sge = created.max_recv_sge;
+            reply.max_inline_data = created.max_inline;
+            reply.ring_bytes = created.ring_bytes;
+            put(out, reply);
+            out.reply_fd = created.ring_fd;
+            out.reply_fd2 = created.doorbell_fd;
+            return out;
+        }
+        case proto::opcode::modify_qp: {
+            proto::modify_qp_request req;
+            proto::decode(message, req);
+            put_status(out, hdr, res.modify_qp(s.client_id, req.qp_handle, req.attr, req.attr_mask));
+            return out;
+        }
+        case proto::opcode::query_qp: {
+            proto::query_qp_request req;
+            proto::decode(message, req);
+            auto reply = proto::make_message<proto::query_qp_reply>(
+                proto::reply_opcode(proto::opcode::query_qp), hdr.request_id);
+            if (const int error = res.query_qp(s.client_id, req.qp_handle, reply); error != 0) {
+                put_status(out, hdr, error);
+                return out;
+            }
+            put(out, reply);
+            return out;
+        }
+        case proto::opcode::destroy_qp: {
+            proto::destroy_request req;
+            proto::decode(message, req);
+            put_status(out, hdr, req.flags != 0 ? EINVAL : res.destroy_qp(s.client_id, req.handle));
+            return out;
+        }
         default:
             // check_request only lets served opcodes through; keep the switch honest anyway.
             put_status(out, hdr, EOPNOTSUPP);

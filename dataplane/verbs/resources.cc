@@ -54,7 +54,7 @@ bool is_channel_socket(int fd) {
 }  // namespace
 
 vnic_resources::vnic_resources(const proto::limits& lim, cq_error_sink sink)
-    : _limits(lim), _sink(sink), _pd_keys(lim.max_pd), _mrs(lim.max_mr), _cq_keys(lim.max_cq) {}
+    : _limits(lim), _sink(sink), _pd_keys(lim.max_pd), _mrs(lim.max_mr), _cq_keys(lim.max_cq), _qp_keys(lim.max_qp) {}
 
 vnic_resources::~vnic_resources() = default;
 
@@ -80,7 +80,7 @@ int vnic_resources::dealloc_pd(uint64_t client, uint32_t pd) {
     if (p == nullptr) {
         return EINVAL;
     }
-    if (p->mrs != 0) {
+    if (p->mrs != 0 || p->qps != 0) {
         return EBUSY;
     }
     _pds.erase(pd);
@@ -212,7 +212,16 @@ int vnic_resources::destroy_cq(uint64_t client, uint32_t cq) {
 
 void vnic_resources::release_client(uint64_t client) {
     const std::lock_guard lock(_mutex);
-    // Children before parents (MRs before their PDs), whatever order the client left them in.
+    // Children before parents (QPs before the MRs and CQs they use, MRs before their PDs),
+    // whatever order the client left them in.
+    for (auto it = _qps.begin(); it != _qps.end();) {
+        if (it->second.owner == client) {
+            drop_qp(it->first, it->second);
+            it = _qps.erase(it);
+        } else {
+            ++it;
+        }
+    }
     _mrs.erase_owned_by(client);
     for (auto it = _cqs.begin(); it != _cqs.end();) {
         if (it->second->owner() == client) {
@@ -240,7 +249,7 @@ std::shared_ptr<completion_queue> vnic_resources::find_cq(uint32_t handle) const
 
 resource_counts vnic_resources::count() const {
     const std::lock_guard lock(_mutex);
-    return {_pds.size(), _mrs.size(), _cqs.size()};
+    return {_pds.size(), _mrs.size(), _cqs.size(), _qps.size()};
 }
 
 resource_counts vnic_resources::count(uint64_t client) const {
@@ -252,6 +261,9 @@ resource_counts vnic_resources::count(uint64_t client) const {
     c.mrs = _mrs.count_owned_by(client);
     for (const auto& [key, cq] : _cqs) {
         c.cqs += cq->owner() == client ? 1 : 0;
+    }
+    for (const auto& [key, qp] : _qps) {
+        c.qps += qp.owner == client ? 1 : 0;
     }
     return c;
 }

@@ -1,6 +1,6 @@
 #pragma once
 // The verbs objects of one vNIC in jakirod: protection domains, memory regions (mr_table) and
-// completion queues, each owned by the client connection that created it. Every request is
+// completion queues and queue pairs, each owned by the client connection that created it. Every request is
 // validated here (ownership, access flags, sizes within the limits ibv_devinfo advertises,
 // the descriptors that come with it) and answered with 0 or an errno; destroying an object
 // still in use answers EBUSY as libibverbs does; a client that goes away loses everything it
@@ -12,11 +12,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
 
 #include "cq_ring.hh"
+#include "roce/engine.hh"
 #include "key_allocator.hh"
 #include "mr_table.hh"
 #include "verbs_shim/protocol.hh"
@@ -30,10 +32,35 @@ struct cq_created {
     int ring_fd = -1;  // the memfd for the shim; the caller sends and closes it
 };
 
+struct qp_created {
+    uint32_t handle = 0;  // == QPN
+    uint32_t sq_capacity = 0;
+    uint32_t rq_capacity = 0;
+    uint32_t max_send_sge = 0;
+    uint32_t max_recv_sge = 0;
+    uint32_t max_inline = 0;
+    uint64_t ring_bytes = 0;
+    int ring_fd = -1;      // the memfd for the shim; the caller sends and closes it
+    int doorbell_fd = -1;  // a duplicate of the engine's doorbell; likewise
+};
+
 struct resource_counts {
     std::size_t pds = 0;
     std::size_t mrs = 0;
     std::size_t cqs = 0;
+    std::size_t qps = 0;
+};
+
+// What a vNIC needs to have QPs: the engine that runs them and who the vNIC is on the wire.
+struct qp_support {
+    roce::engine* engine = nullptr;
+    roce::qp_endpoint local;
+    roce::qp_event_sink events;
+    roce::qp_device_limits limits;
+    uint32_t max_rc_qps = 0;  // the vNIC's RC QP quota (YAML rdma.max_rc_qps)
+    // Security groups at RTR (DESIGN.md §7): 0, or EACCES when no `rdma` rule lets this vNIC
+    // talk to `remote_ip_be` in both directions. Unset: everything is admitted.
+    std::function<int(uint32_t remote_ip_be)> admit;
 };
 
 class vnic_resources {
@@ -45,7 +72,7 @@ class vnic_resources {
     vnic_resources& operator=(const vnic_resources&) = delete;
 
     int alloc_pd(uint64_t client, uint32_t& pd);
-    // EBUSY while MRs (later QPs, SRQs, AHs) use it.
+    // EBUSY while MRs or QPs use it.
     int dealloc_pd(uint64_t client, uint32_t pd);
 
     // `memfd` is borrowed: the region is mapped from it, so the caller closes it afterwards.
@@ -58,7 +85,15 @@ class vnic_resources {
     // EBUSY while QPs complete into it.
     int destroy_cq(uint64_t client, uint32_t cq);
 
-    // Everything `client` owned, gone: MRs unmapped, CQ rings unmapped, channels closed.
+    // Queue pairs (RC). Without enable_qps() create_qp answers EOPNOTSUPP.
+    void enable_qps(qp_support support);
+    int create_qp(uint64_t client, const verbs_proto::create_qp_request& req, qp_created& out);
+    int modify_qp(uint64_t client, uint32_t qp, const verbs_proto::qp_attr_wire& attr, int mask);
+    int query_qp(uint64_t client, uint32_t qp, verbs_proto::query_qp_reply& out);
+    int destroy_qp(uint64_t client, uint32_t qp);
+
+    // Everything `client` owned, gone: QPs stopped, MRs unmapped, CQ rings unmapped, channels
+    // closed.
     void release_client(uint64_t client);
 
     const mr_table& mrs() const { return _mrs; }
@@ -70,9 +105,18 @@ class vnic_resources {
     struct pd_object {
         uint64_t owner = 0;
         uint32_t mrs = 0;  // MRs registered in it
+        uint32_t qps = 0;  // QPs created in it
+    };
+    struct qp_object {
+        uint64_t owner = 0;
+        uint32_t pd = 0;
+        std::shared_ptr<roce::rc_qp> qp;
+        std::shared_ptr<completion_queue> send_cq;
+        std::shared_ptr<completion_queue> recv_cq;
     };
 
     pd_object* owned_pd(uint64_t client, uint32_t pd);
+    void drop_qp(uint32_t handle, qp_object& q);  // with _mutex held
 
     verbs_proto::limits _limits;
     cq_error_sink _sink;
@@ -82,6 +126,9 @@ class vnic_resources {
     mr_table _mrs;
     key_allocator _cq_keys;
     std::unordered_map<uint32_t, std::shared_ptr<completion_queue>> _cqs;
+    qp_support _qp_support;
+    key_allocator _qp_keys;
+    std::unordered_map<uint32_t, qp_object> _qps;
 };
 
 }  // namespace jakiro::verbs

@@ -3,12 +3,17 @@
 #include <rte_cycles.h>
 #include <rte_ethdev.h>
 
+#include <poll.h>
+
 #include <algorithm>
 #include <ctime>
 
 #include "../arp.hh"
 #include "../pipeline/egress.hh"
 #include "../pipeline/ingress.hh"
+#include "../roce/engine.hh"
+#include "clock.hh"
+#include "roce_port.hh"
 
 namespace jakiro {
 
@@ -29,9 +34,15 @@ constexpr uint64_t arp_refresh_ms = 30000;
 constexpr uint64_t aging_interval_ms = 10;
 constexpr uint32_t aging_sweeps_per_second = 100;
 
-void sleep_us(uint64_t us) {
+// Sleeps `us`, or less if the RoCE engine's doorbell rings (a tenant posted work).
+void sleep_us(uint64_t us, int doorbell) {
     timespec ts{0, static_cast<long>(us * 1000)};
-    nanosleep(&ts, nullptr);
+    if (doorbell < 0) {
+        nanosleep(&ts, nullptr);
+        return;
+    }
+    pollfd p{doorbell, POLLIN, 0};
+    ppoll(&p, 1, &ts, nullptr);
 }
 
 // Sends "who has" for every remote host (unresolved only, unless `all`).
@@ -79,9 +90,15 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
     rte_mbuf* pkts[rx_burst_size];
 
     publisher.register_worker(worker_id);
+    if (ctx.engine != nullptr) {
+        ctx.engine->attach();
+    }
     while (!stop.load(std::memory_order_relaxed)) {
         const datapath_tables& tables = *publisher.current();
         unsigned received = 0;
+        if (ctx.rdma_port != nullptr) {
+            ctx.rdma_port->use(&tables);
+        }
 
         uint16_t n = rte_eth_rx_burst(tables.uplink_port, 0, pkts, rx_burst_size);
         if (n > 0) {
@@ -94,6 +111,13 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
                 received += n;
                 process_tenant_burst(ctx, tables, slot, pkts, n);
             }
+        }
+
+        if (ctx.engine != nullptr) {
+            // Loopback first (intra-host peers' frames), then the QPs' own sending and timers.
+            const uint64_t ns = now_ns();
+            received += ctx.rdma_port->deliver_loopback(*ctx.engine, ns);
+            received += ctx.engine->poll(*ctx.rdma_port, ns);
         }
 
         const uint64_t now = rte_get_tsc_cycles();
@@ -129,11 +153,20 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
         if (now - last_packet_tsc < idle_spin_cycles) {
             continue;
         }
+        if (ctx.engine != nullptr && !ctx.engine->prepare_sleep()) {
+            continue;  // a tenant posted work while we were deciding to sleep
+        }
         ctx.counters.idle_sleeps.add(1);
         publisher.offline(worker_id);
-        sleep_us(sleep);
+        sleep_us(sleep, ctx.engine != nullptr ? ctx.engine->doorbell_fd() : -1);
         publisher.online(worker_id);
+        if (ctx.engine != nullptr) {
+            ctx.engine->after_sleep();
+        }
         sleep = std::min(sleep * 2, max_sleep_us);
+    }
+    if (ctx.engine != nullptr) {
+        ctx.engine->detach();  // control calls run inline from now on: nobody polls
     }
     publisher.offline(worker_id);
 }

@@ -14,12 +14,19 @@
 
 namespace jakiro {
 
+namespace roce {
+class engine;
+}
+class roce_port;
+
 struct alignas(RTE_CACHE_LINE_SIZE) worker_context {
     lcore_counters counters;
     tx_batch tx;
     overlay::underlay_neighbors* neighbors = nullptr;
     rte_mempool* pool = nullptr;
     std::unique_ptr<secgroup::flow_table> flows;  // this worker's NFT
+    roce::engine* engine = nullptr;               // the RDMA face; null: RoCE is dropped
+    roce_port* rdma_port = nullptr;               // where the engine's frames go
 
     void drop(rte_mbuf* m, drop_reason reason) {
         counters.drops[static_cast<std::size_t>(reason)].add(1);

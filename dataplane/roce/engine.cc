@@ -1,0 +1,275 @@
+#include "roce/engine.hh"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "roce/icrc.hh"
+
+namespace jakiro::roce {
+
+namespace {
+
+constexpr auto call_timeout = std::chrono::seconds(5);
+// Packets one QP may send per poll: QPs take turns, none starves the others or the TCP face.
+constexpr unsigned qp_budget = 32;
+
+}  // namespace
+
+const char* engine_drop_name(engine_drop d) {
+    switch (d) {
+#define X(name, text)        \
+    case engine_drop::name: \
+        return #name;
+        JAKIRO_ROCE_DROPS(X)
+#undef X
+        default:
+            return "unknown";
+    }
+}
+
+const char* engine_drop_text(engine_drop d) {
+    switch (d) {
+#define X(name, text)        \
+    case engine_drop::name: \
+        return text;
+        JAKIRO_ROCE_DROPS(X)
+#undef X
+        default:
+            return "unknown";
+    }
+}
+
+engine::engine(uint16_t vnic_slots, uint32_t max_qps_per_vnic)
+    : _max_qps(max_qps_per_vnic), _by_slot(vnic_slots) {
+    _doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+}
+
+engine::~engine() {
+    if (_doorbell >= 0) {
+        close(_doorbell);
+    }
+}
+
+int engine::call(std::function<int()> fn) {
+    std::unique_lock lock(_mutex);
+    if (!_attached.load(std::memory_order_acquire)) {
+        return fn();
+    }
+    auto done = std::make_shared<std::promise<int>>();
+    auto result = done->get_future();
+    _calls.push_back({std::move(fn), done});
+    _calls_pending.store(true, std::memory_order_release);
+    lock.unlock();
+    const uint64_t one = 1;
+    (void)!write(_doorbell, &one, sizeof(one));
+    if (result.wait_for(call_timeout) != std::future_status::ready) {
+        return ETIMEDOUT;
+    }
+    return result.get();
+}
+
+void engine::attach() {
+    std::lock_guard lock(_mutex);
+    _attached.store(true, std::memory_order_release);
+}
+
+void engine::detach() {
+    std::deque<task> calls;
+    {
+        std::lock_guard lock(_mutex);
+        _attached.store(false, std::memory_order_release);
+        calls.swap(_calls);
+        _calls_pending.store(false, std::memory_order_relaxed);
+    }
+    for (auto& t : calls) {
+        t.done->set_value(t.fn());
+    }
+}
+
+void engine::run_calls() {
+    if (!_calls_pending.load(std::memory_order_acquire)) {
+        return;
+    }
+    std::deque<task> calls;
+    {
+        std::lock_guard lock(_mutex);
+        calls.swap(_calls);
+        _calls_pending.store(false, std::memory_order_relaxed);
+    }
+    for (auto& t : calls) {
+        t.done->set_value(t.fn());
+    }
+}
+
+void engine::add_qp(std::shared_ptr<rc_qp> qp) {
+    const uint16_t vnic = qp->vnic();
+    if (vnic >= _by_slot.size()) {
+        _by_slot.resize(vnic + 1);
+    }
+    auto& slots = _by_slot[vnic];
+    const uint32_t slot = qp->qpn() >> 8;
+    if (slot >= slots.size()) {
+        slots.resize(slot + 1, nullptr);
+    }
+    slots[slot] = qp.get();
+    _active.push_back(std::move(qp));
+    std::lock_guard lock(_report_mutex);
+    _reported = _active;
+}
+
+void engine::remove_qp(uint16_t vnic, uint32_t qpn) {
+    if (rc_qp* qp = find(vnic, qpn); qp != nullptr) {
+        _by_slot[vnic][qpn >> 8] = nullptr;
+    }
+    for (auto it = _active.begin(); it != _active.end(); ++it) {
+        if ((*it)->vnic() == vnic && (*it)->qpn() == qpn) {
+            _active.erase(it);
+            break;
+        }
+    }
+    std::lock_guard lock(_report_mutex);
+    _reported = _active;
+}
+
+rc_qp* engine::find(uint16_t vnic, uint32_t qpn) const {
+    if (vnic >= _by_slot.size()) {
+        return nullptr;
+    }
+    const auto& slots = _by_slot[vnic];
+    const uint32_t slot = qpn >> 8;
+    if (slot >= slots.size() || slots[slot] == nullptr || slots[slot]->qpn() != qpn) {
+        return nullptr;
+    }
+    return slots[slot];
+}
+
+unsigned engine::poll(packet_port& port, uint64_t now_ns) {
+    run_calls();
+    unsigned sent = 0;
+    for (const auto& qp : _active) {
+        sent += qp->poll(port, now_ns, qp_budget);
+    }
+    if (sent > 0) {
+        _counters.sent.fetch_add(sent, std::memory_order_relaxed);
+    }
+    return sent;
+}
+
+void engine::receive(uint16_t vnic, const uint8_t* ipv4, uint32_t ip_len, packet_port& port,
+                     uint64_t now_ns) {
+    _counters.received.fetch_add(1, std::memory_order_relaxed);
+    const uint32_t ihl = (ipv4[0] & 0x0F) * 4u;
+    if (ip_len < ihl + 8 + sizeof(bth_hdr) + icrc_bytes) {
+        drop(engine_drop::truncated);
+        return;
+    }
+    const uint8_t* udp = ipv4 + ihl;
+    const uint32_t udp_len = (uint32_t{udp[4]} << 8) | udp[5];
+    if (udp_len != ip_len - ihl) {
+        drop(engine_drop::truncated);
+        return;
+    }
+    const parse_result parsed = parse_roce(udp + 8, udp_len - 8);
+    if (!parsed.ok()) {
+        drop(parsed.error == parse_error::truncated ? engine_drop::truncated
+                                                    : engine_drop::malformed);
+        return;
+    }
+    if (!verify_icrc(ipv4, ip_len)) {
+        drop(engine_drop::bad_icrc);
+        return;
+    }
+    const roce_packet& p = parsed.packet;
+    if (p.info->transport != transport_type::rc) {
+        drop(engine_drop::unsupported_transport);
+        return;
+    }
+    if (p.pkey != default_pkey) {
+        drop(engine_drop::bad_pkey);
+        return;
+    }
+    rc_qp* qp = find(vnic, p.dest_qp);
+    if (qp == nullptr) {
+        drop(engine_drop::unknown_qp);
+        return;
+    }
+    uint32_t src_ip_be;
+    std::memcpy(&src_ip_be, ipv4 + 12, 4);
+    const ibv_qp_state st = qp->state();
+    if (src_ip_be != qp->remote_ip_be() || st == IBV_QPS_RESET || st == IBV_QPS_INIT) {
+        drop(engine_drop::not_connected);
+        return;
+    }
+    qp->receive(p, port, now_ns);
+}
+
+bool engine::prepare_sleep() {
+    if (_calls_pending.load(std::memory_order_acquire)) {
+        return false;
+    }
+    for (const auto& qp : _active) {
+        qp->ring().set_sleeping(true);
+    }
+    verbs_proto::fence_before_sleeping();
+    for (const auto& qp : _active) {
+        if (qp->has_work()) {
+            after_sleep();
+            return false;
+        }
+    }
+    return !_calls_pending.load(std::memory_order_acquire);
+}
+
+void engine::after_sleep() {
+    for (const auto& qp : _active) {
+        qp->ring().set_sleeping(false);
+    }
+    uint64_t value = 0;
+    if (read(_doorbell, &value, sizeof(value)) == sizeof(value)) {
+        _counters.doorbells.fetch_add(1, std::memory_order_relaxed);
+    }
+}
+
+std::vector<qp_report> engine::report() const {
+    std::vector<std::shared_ptr<rc_qp>> qps;
+    {
+        std::lock_guard lock(_report_mutex);
+        qps = _reported;
+    }
+    std::vector<qp_report> out;
+    for (const auto& qp : qps) {
+        const rc_qp_stats& s = qp->stats();
+        qp_report r;
+        r.vnic = qp->vnic();
+        r.qpn = qp->qpn();
+        r.owner = qp->owner();
+        r.remote_ip_be = qp->remote_ip_be();
+        r.remote_qpn = qp->remote_qpn();
+        r.state = s.state.load(std::memory_order_relaxed);
+        r.next_psn = s.next_psn.load(std::memory_order_relaxed);
+        r.una_psn = s.una_psn.load(std::memory_order_relaxed);
+        r.expected_psn = s.expected_psn.load(std::memory_order_relaxed);
+        r.packets_sent = s.packets_sent.load(std::memory_order_relaxed);
+        r.packets_received = s.packets_received.load(std::memory_order_relaxed);
+        r.bytes_sent = s.bytes_sent.load(std::memory_order_relaxed);
+        r.bytes_received = s.bytes_received.load(std::memory_order_relaxed);
+        r.retransmitted = s.retransmitted_packets.load(std::memory_order_relaxed);
+        r.timeouts = s.timeouts.load(std::memory_order_relaxed);
+        r.naks_sent = s.naks_sent.load(std::memory_order_relaxed);
+        r.naks_received = s.naks_received.load(std::memory_order_relaxed);
+        r.rnr_naks_sent = s.rnr_naks_sent.load(std::memory_order_relaxed);
+        r.rnr_naks_received = s.rnr_naks_received.load(std::memory_order_relaxed);
+        r.duplicates = s.duplicates.load(std::memory_order_relaxed);
+        r.out_of_sequence = s.out_of_sequence.load(std::memory_order_relaxed);
+        r.completions = s.completions.load(std::memory_order_relaxed);
+        r.error_completions = s.error_completions.load(std::memory_order_relaxed);
+        out.push_back(r);
+    }
+    return out;
+}
+
+}  // namespace jakiro::roce

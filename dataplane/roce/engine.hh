@@ -1,0 +1,148 @@
+#pragma once
+// The software RNIC of one jakirod worker (DESIGN.md §5): every QP of every vNIC on the host,
+// polled from the worker's loop, fed the RoCEv2 packets the ingress pipeline found for its
+// vNICs, emitting through a packet_port.
+//
+// receive() is where the RCFT check happens (DESIGN.md §3): a packet is executed only if its
+// destination QP exists on that vNIC, is connected (RTR or later) and its source address is
+// the QP's peer; everything else is a counted drop, so no tenant of another VPC or another
+// connection can inject into a QP. The ICRC is verified before anything else is believed.
+//
+// Control-plane changes (create, modify, query, destroy) reach the engine's thread through
+// call(): a small mailbox the loop drains once per iteration; the caller waits (bounded).
+// Until a worker attaches, call() runs the function inline (unit tests, startup).
+//
+// Doorbell: an eventfd the shim writes after posting when the rings say the worker sleeps
+// (verbs_shim/rings.hh); the worker's sleep waits on it.
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "roce/packet_port.hh"
+#include "roce/rc_qp.hh"
+
+namespace jakiro::roce {
+
+// Why the engine refused an inbound packet. One counter each.
+#define JAKIRO_ROCE_DROPS(X)                                                 \
+    X(truncated, "shorter than IPv4 + UDP + BTH + ICRC, or lengths disagree") \
+    X(malformed, "BTH or extension headers do not parse")                    \
+    X(bad_icrc, "ICRC mismatch")                                             \
+    X(unsupported_transport, "UC, UD or CNP: not built")                     \
+    X(unknown_qp, "no such QP on this vNIC (RCFT miss)")                     \
+    X(not_connected, "QP not connected to this source (RCFT mismatch)")      \
+    X(bad_pkey, "P_Key not the default partition")
+
+enum class engine_drop : uint8_t {
+#define X(name, text) name,
+    JAKIRO_ROCE_DROPS(X)
+#undef X
+        count
+};
+const char* engine_drop_name(engine_drop d);
+const char* engine_drop_text(engine_drop d);
+
+struct engine_counters {
+    std::atomic<uint64_t> received{0};
+    std::atomic<uint64_t> sent{0};
+    std::atomic<uint64_t> doorbells{0};
+    std::array<std::atomic<uint64_t>, static_cast<std::size_t>(engine_drop::count)> drops{};
+};
+
+// One row of `jakiroctl qps`.
+struct qp_report {
+    uint16_t vnic = 0;
+    uint32_t qpn = 0;
+    uint64_t owner = 0;
+    uint32_t remote_ip_be = 0;
+    uint32_t remote_qpn = 0;
+    uint32_t state = 0;
+    uint32_t next_psn = 0;
+    uint32_t una_psn = 0;
+    uint32_t expected_psn = 0;
+    uint64_t packets_sent = 0;
+    uint64_t packets_received = 0;
+    uint64_t bytes_sent = 0;
+    uint64_t bytes_received = 0;
+    uint64_t retransmitted = 0;
+    uint64_t timeouts = 0;
+    uint64_t naks_sent = 0;
+    uint64_t naks_received = 0;
+    uint64_t rnr_naks_sent = 0;
+    uint64_t rnr_naks_received = 0;
+    uint64_t duplicates = 0;
+    uint64_t out_of_sequence = 0;
+    uint64_t completions = 0;
+    uint64_t error_completions = 0;
+};
+
+class engine {
+  public:
+    // QP handles are (slot << 8) | tag with slots below `max_qps_per_vnic` + 1.
+    engine(uint16_t vnic_slots, uint32_t max_qps_per_vnic);
+    ~engine();
+    engine(const engine&) = delete;
+    engine& operator=(const engine&) = delete;
+
+    // ---- control thread
+    // Runs `fn` on the engine's thread and returns its result; ETIMEDOUT if the worker does
+    // not answer within 5 s.
+    int call(std::function<int()> fn);
+    // The eventfd the shim rings (a duplicate for each client is the caller's business).
+    int doorbell_fd() const { return _doorbell; }
+    const engine_counters& counters() const { return _counters; }
+    std::vector<qp_report> report() const;
+
+    // ---- engine thread (inside call() for the first two)
+    void add_qp(std::shared_ptr<rc_qp> qp);
+    void remove_qp(uint16_t vnic, uint32_t qpn);
+    // The worker that will poll from now on; call() then goes through the mailbox.
+    void attach();
+    // The worker stopped: call() runs inline again (shutdown releases QPs after the loop).
+    void detach();
+    // Runs queued control calls, then polls every QP. Returns packets sent.
+    unsigned poll(packet_port& port, uint64_t now_ns);
+    // A RoCEv2 packet for local vNIC `vnic`: `ipv4` points at the inner IPv4 header of
+    // `ip_len` bytes (its total length), UDP destination 4791.
+    void receive(uint16_t vnic, const uint8_t* ipv4, uint32_t ip_len, packet_port& port,
+                 uint64_t now_ns);
+    // Before the worker sleeps: tells every QP's shim to ring the doorbell; false (and the
+    // flags cleared again) if work arrived meanwhile, so the worker must not sleep.
+    bool prepare_sleep();
+    // After sleeping: clears the flags and drains the doorbell.
+    void after_sleep();
+    bool has_qps() const { return !_active.empty(); }
+
+  private:
+    void drop(engine_drop reason) {
+        _counters.drops[static_cast<std::size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
+    }
+    void run_calls();
+    rc_qp* find(uint16_t vnic, uint32_t qpn) const;
+
+    struct task {
+        std::function<int()> fn;
+        std::shared_ptr<std::promise<int>> done;
+    };
+
+    uint32_t _max_qps;
+    std::vector<std::vector<rc_qp*>> _by_slot;  // [vnic][qpn >> 8], engine thread
+    std::vector<std::shared_ptr<rc_qp>> _active;  // engine thread; copied into _reported
+    std::atomic<bool> _attached{false};
+    std::atomic<bool> _calls_pending{false};
+    std::mutex _mutex;  // guards _calls; inline calls (no worker) also hold it
+    std::deque<task> _calls;
+    mutable std::mutex _report_mutex;  // guards _reported (the engine thread updates it)
+    std::vector<std::shared_ptr<rc_qp>> _reported;
+    int _doorbell = -1;
+    engine_counters _counters;
+};
+
+}  // namespace jakiro::roce

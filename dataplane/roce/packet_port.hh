@@ -1,0 +1,35 @@
+#pragma once
+// Where the RoCE engine's packets go and how they are framed. The engine writes whole inner
+// frames (Ethernet, IPv4, UDP 4791, BTH and the rest, ICRC); the port decides what happens
+// next: jakirod's datapath looks the destination up in the VLT and tunnels it or hands it to
+// a local vNIC; tests connect two engines back to back, losing and reordering on purpose.
+
+#include <array>
+#include <cstdint>
+
+namespace jakiro::roce {
+
+constexpr uint32_t frame_l2_l4_bytes = 14 + 20 + 8;  // Ethernet, IPv4 (no options), UDP
+
+class packet_port {
+  public:
+    virtual ~packet_port() = default;
+    // A buffer for one frame of `len` bytes, or nullptr when none is free (the engine tries
+    // again on its next poll; nothing is lost).
+    virtual uint8_t* begin_frame(uint32_t len) = 0;
+    // Sends the frame begun last, from local vNIC `vnic` to inner IPv4 `dst_ip_be`.
+    virtual void end_frame(uint16_t vnic, uint32_t dst_ip_be, uint32_t len) = 0;
+};
+
+// Writes Ethernet (destination left zero: the datapath fills it per route), IPv4 (DF,
+// ECN-capable, TTL 64) and UDP (checksum 0, as RoCEv2 allows) for a RoCE packet of
+// `roce_len` bytes (BTH through ICRC).
+void write_frame_headers(uint8_t* frame, const std::array<uint8_t, 6>& src_mac, uint32_t src_ip_be,
+                         uint32_t dst_ip_be, uint16_t udp_src_port, uint8_t traffic_class,
+                         uint32_t roce_len);
+
+// Computes and stores the ICRC of a frame written by write_frame_headers whose RoCE part
+// (ICRC included) is `roce_len` bytes.
+void seal_icrc(uint8_t* frame, uint32_t roce_len);
+
+}  // namespace jakiro::roce

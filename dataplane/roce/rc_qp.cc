@@ -1,0 +1,1134 @@
+#include "roce/rc_qp.hh"
+
+#include <algorithm>
+#include <cstring>
+
+#include "roce/aeth.hh"
+#include "roce/packet_port.hh"
+#include "roce/psn.hh"
+#include "roce/timers.hh"
+
+namespace jakiro::roce {
+
+namespace {
+
+namespace proto = verbs_proto;
+
+// Unacknowledged packets a requester keeps in flight per QP: enough to cover the RTT of a
+// software path, small enough that one QP cannot drain the mbuf pool.
+constexpr uint32_t send_window_packets = 256;
+// The requester asks for an ACK at least this often inside long messages, so the window
+// opens before the message ends.
+constexpr uint32_t ack_request_interval = 64;
+// READs the responder queues beyond max_dest_rd_atomic (re-executed duplicates).
+constexpr std::size_t read_job_slack = 4;
+
+bool gid_is_ipv4_mapped(const uint8_t* gid) {
+    static constexpr uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    return std::memcmp(gid, prefix, sizeof(prefix)) == 0;
+}
+
+// Copies `len` bytes from position `offset` of a gather list into `out`.
+void gather(const std::byte* const* data, const uint32_t* lens, uint8_t n, uint64_t offset,
+            uint8_t* out, uint32_t len) {
+    for (uint8_t i = 0; i < n && len > 0; ++i) {
+        if (offset >= lens[i]) {
+            offset -= lens[i];
+            continue;
+        }
+        const uint32_t chunk = std::min<uint64_t>(len, lens[i] - offset);
+        std::memcpy(out, data[i] + offset, chunk);
+        out += chunk;
+        len -= chunk;
+        offset = 0;
+    }
+}
+
+// Copies `len` bytes into position `offset` of a scatter list.
+void scatter(std::byte* const* data, const uint32_t* lens, uint8_t n, uint64_t offset,
+             const uint8_t* in, uint32_t len) {
+    for (uint8_t i = 0; i < n && len > 0; ++i) {
+        if (offset >= lens[i]) {
+            offset -= lens[i];
+            continue;
+        }
+        const uint32_t chunk = std::min<uint64_t>(len, lens[i] - offset);
+        std::memcpy(data[i] + offset, in, chunk);
+        in += chunk;
+        len -= chunk;
+        offset = 0;
+    }
+}
+
+uint32_t packets_for(uint64_t length, uint32_t mtu) {
+    return length == 0 ? 1 : static_cast<uint32_t>((length + mtu - 1) / mtu);
+}
+
+ibv_wc_opcode wc_opcode_of(uint32_t wr_opcode) {
+    switch (wr_opcode) {
+        case IBV_WR_RDMA_WRITE:
+        case IBV_WR_RDMA_WRITE_WITH_IMM:
+            return IBV_WC_RDMA_WRITE;
+        case IBV_WR_RDMA_READ:
+            return IBV_WC_RDMA_READ;
+        default:
+            return IBV_WC_SEND;
+    }
+}
+
+bool is_read(const proto::send_wqe& w) {
+    return w.opcode == IBV_WR_RDMA_READ;
+}
+
+bool has_imm(const proto::send_wqe& w) {
+    return w.opcode == IBV_WR_SEND_WITH_IMM || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+}
+
+}  // namespace
+
+rc_qp::rc_qp(rc_qp_setup setup)
+    : _s(std::move(setup)), _machine(IBV_QPT_RC, _s.limits), _sends(_s.ring->sq_capacity()) {
+    _reads.reserve(_s.limits.max_qp_rd_atom + read_job_slack);
+}
+
+rc_qp::~rc_qp() = default;
+
+int rc_qp::modify(const ibv_qp_attr& attr, int mask) {
+    if ((mask & IBV_QP_AV) != 0 &&
+        (!attr.ah_attr.is_global || !gid_is_ipv4_mapped(attr.ah_attr.grh.dgid.raw))) {
+        return EINVAL;  // RoCE v2 over IPv4: the peer is an IPv4-mapped GID
+    }
+    const ibv_qp_state before = _machine.state();
+    if (const int error = _machine.modify(attr, mask); error != 0) {
+        return error;
+    }
+    const ibv_qp_attr& a = _machine.attr();
+    if ((mask & IBV_QP_AV) != 0) {
+        std::memcpy(&_remote_ip_be, a.ah_attr.grh.dgid.raw + 12, 4);
+    }
+    if ((mask & IBV_QP_PATH_MTU) != 0) {
+        _mtu = mtu_bytes(a.path_mtu);
+    }
+    if ((mask & IBV_QP_DEST_QPN) != 0) {
+        // Entropy for ECMP on the fabric: stable per connection, in the dynamic range.
+        _udp_src_port = static_cast<uint16_t>(0xC000 | ((_s.qpn ^ a.dest_qp_num) & 0x3FFF));
+    }
+    if ((mask & IBV_QP_RQ_PSN) != 0) {
+        _epsn = a.rq_psn & psn_mask;
+    }
+    if ((mask & IBV_QP_SQ_PSN) != 0) {
+        _psn_cursor = _next_psn = _una = a.sq_psn & psn_mask;
+    }
+    if ((mask & IBV_QP_RETRY_CNT) != 0) {
+        _retries_left = a.retry_cnt;
+    }
+    if ((mask & IBV_QP_RNR_RETRY) != 0) {
+        _rnr_retries_left = a.rnr_retry;
+    }
+    if (_machine.state() == IBV_QPS_RESET && before != IBV_QPS_RESET) {
+        reset();
+    }
+    publish_stats();
+    return 0;
+}
+
+void rc_qp::query(ibv_qp_attr& attr, ibv_qp_cap& cap, bool& sq_sig_all) const {
+    attr = _machine.attr();
+    cap.max_send_wr = _s.ring->sq_capacity();
+    cap.max_recv_wr = _s.ring->rq_capacity();
+    cap.max_send_sge = _s.max_send_sge;
+    cap.max_recv_sge = _s.max_recv_sge;
+    cap.max_inline_data = _s.max_inline;
+    attr.cap = cap;
+    sq_sig_all = _s.sq_sig_all;
+}
+
+bool rc_qp::has_work() const {
+    const ibv_qp_state st = _machine.state();
+    if (_ack_pending || !_reads.empty()) {
+        return true;
+    }
+    if (st == IBV_QPS_ERR) {
+        return _s.ring->send_pending().count > 0 || _s.ring->recv_pending().count > 0;
+    }
+    if (st != IBV_QPS_RTS) {
+        return false;
+    }
+    return _s.ring->send_pending().count > 0 ||
+           (_send_index != _s.ring->send_taken() && _rnr_resume_ns == 0 &&
+            psn_diff(_next_psn, _una) < static_cast<int32_t>(send_window_packets));
+}
+
+unsigned rc_qp::poll(packet_port& port, uint64_t now_ns, unsigned budget) {
+    const ibv_qp_state st = _machine.state();
+    if (st == IBV_QPS_ERR) {
+        flush();
+        publish_stats();
+        return 0;
+    }
+    if (st == IBV_QPS_RESET || st == IBV_QPS_INIT) {
+        return 0;
+    }
+    unsigned sent = 0;
+    if (_ack_pending) {
+        send_ack(port, syndrome_ack(credits_invalid), _ack_psn);
+        _ack_pending = false;
+        ++sent;
+    }
+    sent += send_read_responses(port, budget);
+    if (st == IBV_QPS_RTS && _machine.state() == IBV_QPS_RTS) {
+        fetch_sends(now_ns);
+        retire_sends();  // a WR that failed locally completes as soon as its turn comes
+        run_timers(now_ns);
+        if (_machine.state() == IBV_QPS_RTS && sent < budget) {
+            sent += send_packets(port, now_ns, budget - sent);
+        }
+    }
+    if (_machine.state() == IBV_QPS_ERR) {
+        flush();
+    }
+    publish_stats();
+    return sent;
+}
+
+// ---------------------------------------------------------------- requester
+
+void rc_qp::fetch_sends(uint64_t now_ns) {
+    verbs::qp_ring& ring = *_s.ring;
+    const auto pending = ring.send_pending();
+    if (pending.corrupt) {
+        if (_s.events.raise != nullptr) {
+            _s.events.raise(_s.events.context, _s.owner,
+                            static_cast<uint32_t>(proto::event_type::qp_fatal), _s.qpn);
+        }
+        enter_error();
+        return;
+    }
+    (void)now_ns;
+    const uint32_t mask = ring.sq_capacity() - 1;
+    for (uint32_t i = 0; i < pending.count; ++i) {
+        send_op& op = _sends[ring.send_taken() & mask];
+        ring.take_send(op.wqe);
+        op.done = false;
+        op.read_received = 0;
+        op.local_error = IBV_WC_SUCCESS;
+        op.signaled = _s.sq_sig_all || (op.wqe.send_flags & IBV_SEND_SIGNALED) != 0;
+        op.sges = 0;
+        op.length = 0;
+        switch (op.wqe.opcode) {
+            case IBV_WR_SEND:
+            case IBV_WR_SEND_WITH_IMM:
+            case IBV_WR_RDMA_WRITE:
+            case IBV_WR_RDMA_WRITE_WITH_IMM:
+            case IBV_WR_RDMA_READ:
+                break;
+            default:
+                op.local_error = IBV_WC_LOC_QP_OP_ERR;
+                break;
+        }
+        if (op.local_error == IBV_WC_SUCCESS) {
+            if ((op.wqe.send_flags & IBV_SEND_INLINE) != 0 && !is_read(op.wqe)) {
+                if (op.wqe.inline_len > _s.max_inline) {
+                    op.local_error = IBV_WC_LOC_LEN_ERR;
+                } else {
+                    op.length = op.wqe.inline_len;
+                }
+            } else {
+                check_local_buffers(op);
+            }
+        }
+        op.first_psn = _psn_cursor;
+        op.packets = op.local_error == IBV_WC_SUCCESS ? packets_for(op.length, _mtu) : 0;
+        _psn_cursor = psn_add(_psn_cursor, op.packets);
+    }
+}
+
+void rc_qp::check_local_buffers(send_op& op) {
+    if (op.wqe.num_sge > _s.max_send_sge || op.wqe.num_sge > proto::wqe_max_sge) {
+        op.local_error = IBV_WC_LOC_LEN_ERR;
+        return;
+    }
+    // A READ writes into its local buffers; everything else only reads them.
+    const uint32_t access = is_read(op.wqe) ? uint32_t{proto::access_local_write} : 0u;
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < op.wqe.num_sge; ++i) {
+        const proto::wqe_sge& sge = op.wqe.sg[i];
+        if (sge.length == 0) {
+            continue;
+        }
+        auto found = _s.mrs->find(_s.pd, sge.lkey, sge.addr, sge.length, access);
+        if (!found) {
+            op.local_error = verbs::wc_status_for(found.status, verbs::mr_side::local);
+            return;
+        }
+        op.sge_data[op.sges] = found.bytes.data();
+        op.sge_len[op.sges] = sge.length;
+        op.pins[op.sges] = std::move(found.mr);
+        ++op.sges;
+        total += sge.length;
+    }
+    if (total > (1ull << 31)) {  // max_msg_sz
+        op.local_error = IBV_WC_LOC_LEN_ERR;
+        return;
+    }
+    op.length = static_cast<uint32_t>(total);
+}
+
+unsigned rc_qp::send_packets(packet_port& port, uint64_t now_ns, unsigned budget) {
+    verbs::qp_ring& ring = *_s.ring;
+    const uint32_t mask = ring.sq_capacity() - 1;
+    unsigned sent = 0;
+    while (sent < budget && _send_index != ring.send_taken() && _rnr_resume_ns == 0 &&
+           psn_diff(_next_psn, _una) < static_cast<int32_t>(send_window_packets)) {
+        send_op& op = _sends[_send_index & mask];
+        if (op.local_error != IBV_WC_SUCCESS) {
+            break;  // completes with its error once everything before it has
+        }
+        const auto k = static_cast<uint32_t>(psn_diff(_next_psn, op.first_psn));
+        if (k >= op.packets) {  // nothing of it left to send (a READ resumed at its end)
+            ++_send_index;
+            continue;
+        }
+        if (_una == _next_psn) {
+            _last_progress_ns = now_ns;  // the ACK timer runs from the first packet in flight
+        }
+        if (!emit_request(port, op, k)) {
+            break;
+        }
+        ++sent;
+        if (is_read(op.wqe)) {
+            _next_psn = psn_add(op.first_psn, op.packets);
+            ++_send_index;
+        } else {
+            _next_psn = psn_add(_next_psn, 1);
+            if (k + 1 == op.packets) {
+                ++_send_index;
+            }
+        }
+    }
+    return sent;
+}
+
+bool rc_qp::emit_request(packet_port& port, send_op& op, uint32_t k) {
+    const proto::send_wqe& w = op.wqe;
+    const bool first = k == 0;
+    const bool last = k + 1 == op.packets;
+    const bool imm = has_imm(w);
+    uint8_t code = 0;
+    uint32_t payload = 0;
+    const uint64_t offset = uint64_t{k} * _mtu;
+    if (is_read(w)) {
+        code = opcode::rc_read_request;
+    } else {
+        payload = static_cast<uint32_t>(std::min<uint64_t>(_mtu, op.length - offset));
+        const bool write = w.opcode == IBV_WR_RDMA_WRITE || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+        if (first && last) {
+            code = write ? (imm ? opcode::rc_write_only_imm : opcode::rc_write_only)
+                         : (imm ? opcode::rc_send_only_imm : opcode::rc_send_only);
+        } else if (first) {
+            code = write ? opcode::rc_write_first : opcode::rc_send_first;
+        } else if (last) {
+            code = write ? (imm ? opcode::rc_write_last_imm : opcode::rc_write_last)
+                         : (imm ? opcode::rc_send_last_imm : opcode::rc_send_last);
+        } else {
+            code = write ? opcode::rc_write_middle : opcode::rc_send_middle;
+        }
+    }
+    uint32_t payload_at = 0;
+    uint8_t* frame = begin_packet(port, code, payload, payload_at);
+    if (frame == nullptr) {
+        return false;
+    }
+    if (payload > 0) {
+        if ((w.send_flags & IBV_SEND_INLINE) != 0) {
+            std::memcpy(frame + payload_at, w.inline_data + offset, payload);
+        } else {
+            gather(op.sge_data.data(), op.sge_len.data(), op.sges, offset, frame + payload_at,
+                   payload);
+        }
+    }
+    bth_fields bth;
+    bth.opcode = code;
+    bth.dest_qp = _machine.attr().dest_qp_num;
+    bth.psn = psn_add(op.first_psn, k);
+    bth.ack_req = !is_read(w) && (last || (k + 1) % ack_request_interval == 0);
+    bth.solicited = last && (w.send_flags & IBV_SEND_SOLICITED) != 0;
+    ext_fields ext;
+    ext.imm_be = w.imm_data;
+    ext.va = w.remote_addr + offset;
+    ext.rkey = w.rkey;
+    ext.dma_len = static_cast<uint32_t>(op.length - (is_read(w) ? offset : 0));
+    finish_packet(port, bth, ext, frame, payload);
+    return true;
+}
+
+void rc_qp::on_ack_psn(uint32_t psn, uint64_t now_ns) {
+    if (psn_diff(psn, _una) < 0 || psn_diff(psn, _next_psn) >= 0) {
+        return;  // an old ACK, or one for something never sent
+    }
+    _una = psn_add(psn, 1);
+    _last_progress_ns = now_ns;
+    _retries_left = _machine.attr().retry_cnt;
+    _rewound_for_gap = false;
+    verbs::qp_ring& ring = *_s.ring;
+    const uint32_t mask = ring.sq_capacity() - 1;
+    for (uint32_t i = ring.send_retired(); i != ring.send_taken(); ++i) {
+        send_op& op = _sends[i & mask];
+        if (op.local_error != IBV_WC_SUCCESS || op.done) {
+            if (op.local_error != IBV_WC_SUCCESS) {
+                break;
+            }
+            continue;
+        }
+        const uint32_t last_psn = psn_add(op.first_psn, op.packets - 1);
+        if (!psn_before_eq(last_psn, psn)) {
+            break;
+        }
+        if (is_read(op.wqe)) {
+            // The responder has executed it, yet responses are missing: ask again for the rest.
+            _una = psn_add(op.first_psn, op.read_received);
+            go_back(_una);
+            break;
+        }
+        op.done = true;
+    }
+    retire_sends();
+}
+
+void rc_qp::on_response(const roce_packet& p, packet_port& port, uint64_t now_ns) {
+    (void)port;
+    if (p.info->kind == op_kind::read_response) {
+        on_read_response(p, now_ns);
+        return;
+    }
+    if (p.info->kind != op_kind::acknowledge || p.aeth == nullptr) {
+        return;  // atomic ACKs: atomics are not built
+    }
+    const auto syndrome = decode_syndrome(p.aeth->syndrome);
+    const uint32_t psn = p.psn;
+    if (syndrome.kind == aeth_kind::ack) {
+        on_ack_psn(psn, now_ns);
+        return;
+    }
+    // A NAK names the PSN it refuses; everything before it is acknowledged.
+    if (psn_diff(psn, _una) < 0 || psn_diff(psn, _next_psn) > 0) {
+        return;
+    }
+    if (psn != _una) {
+        on_ack_psn(psn_sub(psn, 1), now_ns);
+        if (_una != psn) {
+            return;  // a READ before it still misses responses: handled by go-back already
+        }
+    }
+    if (syndrome.kind == aeth_kind::rnr_nak) {
+        _stats.rnr_naks_received.fetch_add(1, std::memory_order_relaxed);
+        if (_machine.attr().rnr_retry != rnr_retry_infinite) {
+            if (_rnr_retries_left == 0) {
+                fail_requester(psn, IBV_WC_RNR_RETRY_EXC_ERR);
+                return;
+            }
+            --_rnr_retries_left;
+        }
+        go_back(psn);
+        _rnr_resume_ns = now_ns + uint64_t{rnr_timer_us(syndrome.value)} * 1000;
+        return;
+    }
+    if (syndrome.kind != aeth_kind::nak) {
+        return;
+    }
+    _stats.naks_received.fetch_add(1, std::memory_order_relaxed);
+    switch (static_cast<nak_code>(syndrome.value)) {
+        case nak_code::psn_sequence_error:
+            go_back(psn);
+            _last_progress_ns = now_ns;
+            return;
+        case nak_code::invalid_request:
+            fail_requester(psn, IBV_WC_REM_INV_REQ_ERR);
+            return;
+        case nak_code::remote_access_error:
+            fail_requester(psn, IBV_WC_REM_ACCESS_ERR);
+            return;
+        case nak_code::remote_operational_error:
+            fail_requester(psn, IBV_WC_REM_OP_ERR);
+            return;
+        default:
+            fail_requester(psn, IBV_WC_REM_INV_RD_REQ_ERR);
+            return;
+    }
+}
+
+void rc_qp::on_read_response(const roce_packet& p, uint64_t now_ns) {
+    const uint32_t psn = p.psn;
+    if (psn_diff(psn, _una) < 0 || psn_diff(psn, _next_psn) >= 0) {
+        _stats.duplicates.fetch_add(1, std::memory_order_relaxed);
+        return;
+    }
+    if (psn != _una) {
+        // Earlier responses were lost: ask again from the first missing one, once per gap.
+        _stats.out_of_sequence.fetch_add(1, std::memory_order_relaxed);
+        if (!_rewound_for_gap) {
+            go_back(_una);
+            _rewound_for_gap = true;
+        }
+        return;
+    }
+    verbs::qp_ring& ring = *_s.ring;
+    const uint32_t mask = ring.sq_capacity() - 1;
+    send_op* read = nullptr;
+    for (uint32_t i = ring.send_retired(); i != ring.send_taken(); ++i) {
+        send_op& op = _sends[i & mask];
+        if (op.local_error != IBV_WC_SUCCESS) {
+            return;
+        }
+        if (op.done) {
+            continue;
+        }
+        if (psn_diff(psn, op.first_psn) >= 0 &&
+            psn_diff(psn, psn_add(op.first_psn, op.packets)) < 0) {
+            read = &op;
+            break;
+        }
+        // Responses come in order: every request before this READ has been executed.
+        if (is_read(op.wqe)) {
+            return;
+        }
+        op.done = true;
+    }
+    if (read == nullptr || !is_read(read->wqe)) {
+        return;
+    }
+    const auto k = static_cast<uint32_t>(psn_diff(psn, read->first_psn));
+    const uint64_t offset = uint64_t{k} * _mtu;
+    const uint32_t expected = static_cast<uint32_t>(std::min<uint64_t>(_mtu, read->length - offset));
+    if (k != read->read_received || p.payload.size() != expected) {
+        _stats.out_of_sequence.fetch_add(1, std::memory_order_relaxed);
+        return;
+    }
+    scatter(read->sge_data.data(), read->sge_len.data(), read->sges, offset, p.payload.data(),
+            expected);
+    ++read->read_received;
+    _una = psn_add(psn, 1);
+    _last_progress_ns = now_ns;
+    _retries_left = _machine.attr().retry_cnt;
+    _rewound_for_gap = false;
+    if (read->read_received == read->packets) {
+        read->done = true;
+    }
+    retire_sends();
+}
+
+void rc_qp::go_back(uint32_t psn) {
+    verbs::qp_ring& ring = *_s.ring;
+    const uint32_t mask = ring.sq_capacity() - 1;
+    for (uint32_t i = ring.send_retired(); i != ring.send_taken(); ++i) {
+        const send_op& op = _sends[i & mask];
+        if (op.packets == 0) {
+            continue;
+        }
+        if (psn_diff(psn, op.first_psn) >= 0 &&
+            psn_diff(psn, psn_add(op.first_psn, op.packets)) < 0) {
+            const int32_t rewound = psn_diff(_next_psn, psn);
+            if (rewound > 0) {
+                _stats.retransmitted_packets.fetch_add(rewound, std::memory_order_relaxed);
+            }
+            _send_index = i;
+            _next_psn = psn;
+            return;
+        }
+    }
+}
+
+void rc_qp::retire_sends() {
+    verbs::qp_ring& ring = *_s.ring;
+    const uint32_t mask = ring.sq_capacity() - 1;
+    uint32_t retired = 0;
+    for (uint32_t i = ring.send_retired(); i != ring.send_taken(); ++i) {
+        send_op& op = _sends[i & mask];
+        if (op.local_error != IBV_WC_SUCCESS) {
+            proto::cqe c{};
+            c.wr_id = op.wqe.wr_id;
+            c.status = op.local_error;
+            c.opcode = wc_opcode_of(op.wqe.opcode);
+            c.qp_num = _s.qpn;
+            complete(*_s.send_cq, c);
+            ++retired;
+            enter_error();
+            break;
+        }
+        if (!op.done) {
+            break;
+        }
+        if (op.signaled) {
+            proto::cqe c{};
+            c.wr_id = op.wqe.wr_id;
+            c.status = IBV_WC_SUCCESS;
+            c.opcode = wc_opcode_of(op.wqe.opcode);
+            c.byte_len = op.length;
+            c.qp_num = _s.qpn;
+            complete(*_s.send_cq, c);
+        }
+        for (uint8_t s = 0; s < op.sges; ++s) {
+            op.pins[s].reset();
+        }
+        ++retired;
+    }
+    if (retired > 0) {
+        if (static_cast<int32_t>(_send_index - ring.send_retired()) < static_cast<int32_t>(retired)) {
+            _send_index = ring.send_retired() + retired;
+        }
+        ring.retire_send(retired);
+    }
+}
+
+void rc_qp::run_timers(uint64_t now_ns) {
+    if (_rnr_resume_ns != 0) {
+        if (now_ns < _rnr_resume_ns) {
+            return;
+        }
+        _rnr_resume_ns = 0;
+        _last_progress_ns = now_ns;
+    }
+    if (_una == _next_psn) {
+        return;
+    }
+    const auto timeout = local_ack_timeout_ns(_machine.attr().timeout);
+    if (!timeout || now_ns - _last_progress_ns < *timeout) {
+        return;
+    }
+    _stats.timeouts.fetch_add(1, std::memory_order_relaxed);
+    if (_retries_left == 0) {
+        fail_requester(_una, IBV_WC_RETRY_EXC_ERR);
+        return;
+    }
+    --_retries_left;
+    go_back(_una);
+    _last_progress_ns = now_ns;
+}
+
+void rc_qp::fail_requester(uint32_t psn, ibv_wc_status status) {
+    (void)psn;  // the oldest unfinished WR is the one that failed: WRs complete in order
+    retire_sends();
+    verbs::qp_ring& ring = *_s.ring;
+    if (ring.send_retired() != ring.send_taken()) {
+        send_op& op = _sends[ring.send_retired() & (ring.sq_capacity() - 1)];
+        proto::cqe c{};
+        c.wr_id = op.wqe.wr_id;
+        c.status = status;
+        c.opcode = wc_opcode_of(op.wqe.opcode);
+        c.qp_num = _s.qpn;
+        complete(*_s.send_cq, c);
+        for (uint8_t s = 0; s < op.sges; ++s) {
+            op.pins[s].reset();
+        }
+        ring.retire_send(1);
+    }
+    enter_error();
+}
+
+// ---------------------------------------------------------------- responder
+
+void rc_qp::receive(const roce_packet& p, packet_port& port, uint64_t now_ns) {
+    _stats.packets_received.fetch_add(1, std::memory_order_relaxed);
+    _stats.bytes_received.fetch_add(p.payload.size(), std::memory_order_relaxed);
+    const op_kind kind = p.info->kind;
+    if (kind == op_kind::acknowledge || kind == op_kind::read_response ||
+        kind == op_kind::atomic_acknowledge) {
+        if (_machine.state() == IBV_QPS_RTS || _machine.state() == IBV_QPS_SQD) {
+            on_response(p, port, now_ns);
+        }
+        return;
+    }
+    if (!_machine.accepts_inbound()) {
+        return;
+    }
+    on_request(p, port, now_ns);
+}
+
+void rc_qp::on_request(const roce_packet& p, packet_port& port, uint64_t now_ns) {
+    (void)now_ns;
+    const op_kind kind = p.info->kind;
+    switch (classify_request_psn(p.psn, _epsn)) {
+        case psn_class::ahead:
+            _stats.out_of_sequence.fetch_add(1, std::memory_order_relaxed);
+            if (!_nak_sent) {
+                send_ack(port, syndrome_nak(nak_code::psn_sequence_error), _epsn);
+                _stats.naks_sent.fetch_add(1, std::memory_order_relaxed);
+                _nak_sent = true;
+            }
+            return;
+        case psn_class::duplicate:
+            _stats.duplicates.fetch_add(1, std::memory_order_relaxed);
+            if (kind == op_kind::read_request) {
+                start_read(p, p.psn, true, port);
+            } else {
+                _ack_pending = true;
+                _ack_psn = psn_sub(_epsn, 1);
+            }
+            return;
+        case psn_class::expected:
+            break;
+    }
+    _nak_sent = false;
+    const uint8_t pos = p.info->position;
+    const bool continues = (pos & position::first) == 0;
+    if ((_in_send && !(kind == op_kind::send && continues)) ||
+        (_in_write && !(kind == op_kind::write && continues)) ||
+        (!_in_send && !_in_write && continues && pos != 0)) {
+        responder_error(port, proto::event_type::qp_req_err,
+                        syndrome_nak(nak_code::invalid_request), IBV_WC_REM_INV_REQ_ERR);
+        return;
+    }
+    bool advance = false;
+    switch (kind) {
+        case op_kind::send:
+            advance = execute_send(p, port);
+            break;
+        case op_kind::write:
+            advance = execute_write(p, port);
+            break;
+        case op_kind::read_request:
+            start_read(p, _epsn, false, port);
+            return;
+        default:  // atomics are not built (atomic_cap NONE): an invalid request
+            responder_error(port, proto::event_type::qp_req_err,
+                            syndrome_nak(nak_code::invalid_request), IBV_WC_REM_INV_REQ_ERR);
+            return;
+    }
+    if (!advance) {
+        return;
+    }
+    _epsn = psn_add(_epsn, 1);
+    if (p.ack_req) {
+        _ack_pending = true;
+        _ack_psn = p.psn;
+    }
+}
+
+bool rc_qp::take_recv(recv_op& out) {
+    verbs::qp_ring& ring = *_s.ring;
+    const auto pending = ring.recv_pending();
+    if (pending.corrupt || pending.count == 0) {
+        return false;
+    }
+    proto::recv_wqe w;
+    ring.take_recv(w);
+    out.wr_id = w.wr_id;
+    out.local_error = IBV_WC_SUCCESS;
+    out.sges = 0;
+    out.length = 0;
+    if (w.num_sge > _s.max_recv_sge || w.num_sge > proto::wqe_max_sge) {
+        out.local_error = IBV_WC_LOC_LEN_ERR;
+        return true;
+    }
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < w.num_sge; ++i) {
+        if (w.sg[i].length == 0) {
+            continue;
+        }
+        auto found = _s.mrs->find(_s.pd, w.sg[i].lkey, w.sg[i].addr, w.sg[i].length,
+                                  proto::access_local_write);
+        if (!found) {
+            out.local_error = verbs::wc_status_for(found.status, verbs::mr_side::local);
+            return true;
+        }
+        out.sge_data[out.sges] = found.bytes.data();
+        out.sge_len[out.sges] = w.sg[i].length;
+        out.pins[out.sges] = std::move(found.mr);
+        ++out.sges;
+        total += w.sg[i].length;
+    }
+    out.length = static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX));
+    return true;
+}
+
+bool rc_qp::execute_send(const roce_packet& p, packet_port& port) {
+    const uint8_t pos = p.info->position;
+    const auto payload = static_cast<uint32_t>(p.payload.size());
+    if (payload > _mtu || ((pos & position::last) == 0 && payload != _mtu)) {
+        responder_error(port, proto::event_type::qp_req_err,
+                        syndrome_nak(nak_code::invalid_request), IBV_WC_REM_INV_REQ_ERR);
+        return false;
+    }
+    if ((pos & position::first) != 0) {
+        if (!take_recv(_recv)) {
+            send_ack(port, syndrome_rnr_nak(_machine.attr().min_rnr_timer), p.psn);
+            _stats.rnr_naks_sent.fetch_add(1, std::memory_order_relaxed);
+            return false;
+        }
+        _recv_offset = 0;
+        _in_send = true;
+        if (_recv.local_error != IBV_WC_SUCCESS) {
+            responder_error(port, proto::event_type::qp_fatal,
+                            syndrome_nak(nak_code::remote_operational_error), _recv.local_error);
+            return false;
+        }
+    }
+    if (uint64_t{_recv_offset} + payload > _recv.length) {
+        responder_error(port, proto::event_type::qp_req_err,
+                        syndrome_nak(nak_code::invalid_request), IBV_WC_LOC_LEN_ERR);
+        return false;
+    }
+    scatter(_recv.sge_data.data(), _recv.sge_len.data(), _recv.sges, _recv_offset,
+            p.payload.data(), payload);
+    _recv_offset += payload;
+    if ((pos & position::last) == 0) {
+        return true;
+    }
+    proto::cqe c{};
+    c.wr_id = _recv.wr_id;
+    c.status = IBV_WC_SUCCESS;
+    c.opcode = IBV_WC_RECV;
+    c.byte_len = _recv_offset;
+    c.qp_num = _s.qpn;
+    c.src_qp = _machine.attr().dest_qp_num;
+    c.solicited = p.solicited ? 1 : 0;
+    if (p.immdt != nullptr) {
+        c.imm_data = p.immdt->imm_be();
+        c.wc_flags = IBV_WC_WITH_IMM;
+    }
+    for (uint8_t s = 0; s < _recv.sges; ++s) {
+        _recv.pins[s].reset();
+    }
+    _in_send = false;
+    _msn = psn_add(_msn, 1);
+    _s.ring->retire_recv(1);
+    complete(*_s.recv_cq, c);
+    return true;
+}
+
+bool rc_qp::execute_write(const roce_packet& p, packet_port& port) {
+    const uint8_t pos = p.info->position;
+    const auto payload = static_cast<uint32_t>(p.payload.size());
+    if (payload > _mtu || ((pos & position::last) == 0 && payload != _mtu)) {
+        responder_error(port, proto::event_type::qp_req_err,
+                        syndrome_nak(nak_code::invalid_request), IBV_WC_REM_INV_REQ_ERR);
+        return false;
+    }
+    if ((pos & position::first) != 0) {
+        const uint32_t length = p.reth->dma_len();
+        auto found = _s.mrs->find(_s.pd, p.reth->rkey(), p.reth->va(), length,
+                                  proto::access_remote_write);
+        if (!found) {
+            responder_error(port, proto::event_type::qp_access_err,
+                            syndrome_nak(nak_code::remote_access_error), IBV_WC_REM_ACCESS_ERR);
+            return false;
+        }
+        _write_data = found.bytes.data();
+        _write_length = length;
+        _write_offset = 0;
+        _write_pin = std::move(found.mr);
+    }
+    const bool last = (pos & position::last) != 0;
+    if (uint64_t{_write_offset} + payload > _write_length ||
+        (last && _write_offset + payload != _write_length)) {
+        responder_error(port, proto::event_type::qp_req_err,
+                        syndrome_nak(nak_code::invalid_request), IBV_WC_REM_INV_REQ_ERR);
+        return false;
+    }
+    // WRITE with immediate consumes a receive WQE: check for one before touching memory, so
+    // an RNR NAK leaves nothing half done.
+    recv_op imm_recv;
+    if (last && p.immdt != nullptr && !take_recv(imm_recv)) {
+        if ((pos & position::first) != 0) {
+            _write_pin.reset();  // an ONLY packet: it comes again, RETH and all
+        }
+        send_ack(port, syndrome_rnr_nak(_machine.attr().min_rnr_timer), p.psn);
+        _stats.rnr_naks_sent.fetch_add(1, std::memory_order_relaxed);
+        return false;
+    }
+    if (payload > 0) {
+        std::memcpy(_write_data + _write_offset, p.payload.data(), payload);
+    }
+    _write_offset += payload;
+    if (!last) {
+        _in_write = true;
+        return true;
+    }
+    _in_write = false;
+    _write_pin.reset();
+    _msn = psn_add(_msn, 1);
+    if (p.immdt != nullptr) {
+        proto::cqe c{};
+        c.wr_id = imm_recv.wr_id;
+        c.status = IBV_WC_SUCCESS;
+        c.opcode = IBV_WC_RECV_RDMA_WITH_IMM;
+        c.byte_len = _write_length;
+        c.imm_data = p.immdt->imm_be();
+        c.wc_flags = IBV_WC_WITH_IMM;
+        c.qp_num = _s.qpn;
+        c.src_qp = _machine.attr().dest_qp_num;
+        c.solicited = p.solicited ? 1 : 0;
+        _s.ring->retire_recv(1);
+        complete(*_s.recv_cq, c);
+    }
+    return true;
+}
+
+void rc_qp::start_read(const roce_packet& p, uint32_t psn, bool duplicate, packet_port& port) {
+    const uint32_t length = p.reth->dma_len();
+    const uint32_t packets = packets_for(length, _mtu);
+    if (duplicate && psn_diff(psn_add(psn, packets), _epsn) > 0) {
+        return;  // claims PSNs that were never requested: not a retransmission
+    }
+    auto found =
+        _s.mrs->find(_s.pd, p.reth->rkey(), p.reth->va(), length, proto::access_remote_read);
+    if (!found) {
+        if (!duplicate) {
+            responder_error(port, proto::event_type::qp_access_err,
+                            syndrome_nak(nak_code::remote_access_error), IBV_WC_REM_ACCESS_ERR);
+        }
+        return;
+    }
+    if (_reads.size() >= _s.limits.max_qp_rd_atom + read_job_slack) {
+        if (!duplicate) {
+            responder_error(port, proto::event_type::qp_req_err,
+                            syndrome_nak(nak_code::invalid_request), IBV_WC_REM_INV_REQ_ERR);
+        }
+        return;
+    }
+    read_job job;
+    job.psn = psn;
+    job.remaining_packets = packets;
+    job.total_packets = packets;
+    job.length = length;
+    job.data = found.bytes.data();
+    job.pin = std::move(found.mr);
+    if (!duplicate) {
+        _epsn = psn_add(_epsn, packets);
+        _msn = psn_add(_msn, 1);
+    }
+    job.msn = _msn;
+    _reads.push_back(std::move(job));
+}
+
+unsigned rc_qp::send_read_responses(packet_port& port, unsigned budget) {
+    unsigned sent = 0;
+    while (sent < budget && !_reads.empty()) {
+        read_job& job = _reads.front();
+        const uint32_t k = job.total_packets - job.remaining_packets;
+        const uint64_t offset = uint64_t{k} * _mtu;
+        const uint32_t payload = static_cast<uint32_t>(std::min<uint64_t>(_mtu, job.length - offset));
+        uint8_t code = opcode::rc_read_response_middle;
+        if (job.total_packets == 1) {
+            code = opcode::rc_read_response_only;
+        } else if (k == 0) {
+            code = opcode::rc_read_response_first;
+        } else if (job.remaining_packets == 1) {
+            code = opcode::rc_read_response_last;
+        }
+        uint32_t payload_at = 0;
+        uint8_t* frame = begin_packet(port, code, payload, payload_at);
+        if (frame == nullptr) {
+            break;
+        }
+        if (payload > 0) {
+            std::memcpy(frame + payload_at, job.data + offset, payload);
+        }
+        bth_fields bth;
+        bth.opcode = code;
+        bth.dest_qp = _machine.attr().dest_qp_num;
+        bth.psn = job.psn;
+        ext_fields ext;
+        ext.syndrome = syndrome_ack(credits_invalid);
+        ext.msn = job.msn;
+        finish_packet(port, bth, ext, frame, payload);
+        ++sent;
+        job.psn = psn_add(job.psn, 1);
+        if (--job.remaining_packets == 0) {
+            _reads.erase(_reads.begin());
+        }
+    }
+    return sent;
+}
+
+void rc_qp::send_ack(packet_port& port, uint8_t syndrome, uint32_t psn) {
+    uint32_t payload_at = 0;
+    uint8_t* frame = begin_packet(port, opcode::rc_acknowledge, 0, payload_at);
+    if (frame == nullptr) {
+        return;  // the requester's timer recovers
+    }
+    bth_fields bth;
+    bth.opcode = opcode::rc_acknowledge;
+    bth.dest_qp = _machine.attr().dest_qp_num;
+    bth.psn = psn;
+    ext_fields ext;
+    ext.syndrome = syndrome;
+    ext.msn = _msn;
+    finish_packet(port, bth, ext, frame, 0);
+}
+
+void rc_qp::responder_error(packet_port& port, proto::event_type event, uint8_t syndrome,
+                            ibv_wc_status recv_status) {
+    send_ack(port, syndrome, _epsn);
+    _stats.naks_sent.fetch_add(1, std::memory_order_relaxed);
+    if (_in_send) {
+        proto::cqe c{};
+        c.wr_id = _recv.wr_id;
+        c.status = recv_status == IBV_WC_REM_INV_REQ_ERR || recv_status == IBV_WC_REM_ACCESS_ERR
+                       ? IBV_WC_LOC_QP_OP_ERR
+                       : recv_status;
+        c.opcode = IBV_WC_RECV;
+        c.qp_num = _s.qpn;
+        for (uint8_t s = 0; s < _recv.sges; ++s) {
+            _recv.pins[s].reset();
+        }
+        _in_send = false;
+        _s.ring->retire_recv(1);
+        complete(*_s.recv_cq, c);
+    }
+    if (_s.events.raise != nullptr) {
+        _s.events.raise(_s.events.context, _s.owner, static_cast<uint32_t>(event), _s.qpn);
+    }
+    enter_error();
+}
+
+// ---------------------------------------------------------------- both
+
+bool rc_qp::complete(verbs::completion_queue& cq, const proto::cqe& c) {
+    _stats.completions.fetch_add(1, std::memory_order_relaxed);
+    if (c.status != IBV_WC_SUCCESS) {
+        _stats.error_completions.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (cq.complete(c)) {
+        return true;
+    }
+    // The CQ overflowed (its owner hears IBV_EVENT_CQ_ERR): the QP cannot report any more.
+    if (_machine.state() != IBV_QPS_ERR) {
+        if (_s.events.raise != nullptr) {
+            _s.events.raise(_s.events.context, _s.owner,
+                            static_cast<uint32_t>(proto::event_type::qp_fatal), _s.qpn);
+        }
+        enter_error();
+    }
+    return false;
+}
+
+void rc_qp::enter_error() {
+    _machine.enter_error();
+}
+
+void rc_qp::flush() {
+    verbs::qp_ring& ring = *_s.ring;
+    // Send queue: whatever was taken and not retired, then whatever is still posted.
+    uint32_t retired = 0;
+    const uint32_t mask = ring.sq_capacity() - 1;
+    auto flush_send = [&](send_op& op) {
+        proto::cqe c{};
+        c.wr_id = op.wqe.wr_id;
+        c.status = IBV_WC_WR_FLUSH_ERR;
+        c.opcode = wc_opcode_of(op.wqe.opcode);
+        c.qp_num = _s.qpn;
+        complete(*_s.send_cq, c);
+        for (uint8_t s = 0; s < op.sges; ++s) {
+            op.pins[s].reset();
+        }
+        op.sges = 0;
+    };
+    for (uint32_t i = ring.send_retired(); i != ring.send_taken(); ++i) {
+        flush_send(_sends[i & mask]);
+        ++retired;
+    }
+    if (retired > 0) {
+        ring.retire_send(retired);
+    }
+    const auto sends = ring.send_pending();
+    for (uint32_t i = 0; !sends.corrupt && i < sends.count; ++i) {
+        send_op& op = _sends[ring.send_taken() & mask];
+        ring.take_send(op.wqe);
+        op.sges = 0;
+        flush_send(op);
+        ring.retire_send(1);
+    }
+    _send_index = ring.send_taken();
+    _next_psn = _una = _psn_cursor;
+    // Receive queue: the one in progress, then the posted ones.
+    if (_in_send) {
+        for (uint8_t s = 0; s < _recv.sges; ++s) {
+            _recv.pins[s].reset();
+        }
+        proto::cqe c{};
+        c.wr_id = _recv.wr_id;
+        c.status = IBV_WC_WR_FLUSH_ERR;
+        c.opcode = IBV_WC_RECV;
+        c.qp_num = _s.qpn;
+        complete(*_s.recv_cq, c);
+        ring.retire_recv(1);
+        _in_send = false;
+    }
+    const auto recvs = ring.recv_pending();
+    for (uint32_t i = 0; !recvs.corrupt && i < recvs.count; ++i) {
+        proto::recv_wqe w;
+        ring.take_recv(w);
+        proto::cqe c{};
+        c.wr_id = w.wr_id;
+        c.status = IBV_WC_WR_FLUSH_ERR;
+        c.opcode = IBV_WC_RECV;
+        c.qp_num = _s.qpn;
+        complete(*_s.recv_cq, c);
+        ring.retire_recv(1);
+    }
+    if (sends.corrupt || recvs.corrupt) {
+        ring.discard_all();
+    }
+    _reads.clear();
+    _in_write = false;
+    _write_pin.reset();
+    _ack_pending = false;
+}
+
+void rc_qp::reset() {
+    for (auto& op : _sends) {
+        for (auto& pin : op.pins) {
+            pin.reset();
+        }
+        op.sges = 0;
+    }
+    for (auto& pin : _recv.pins) {
+        pin.reset();
+    }
+    _s.ring->discard_all();
+    _send_index = _s.ring->send_taken();
+    _psn_cursor = _next_psn = _una = 0;
+    _rnr_resume_ns = 0;
+    _rewound_for_gap = false;
+    _epsn = _msn = 0;
+    _nak_sent = _ack_pending = _in_send = _in_write = false;
+    _write_pin.reset();
+    _reads.clear();
+    _comm_established = false;
+}
+
+uint8_t* rc_qp::begin_packet(packet_port& port, uint8_t code, uint32_t payload_len,
+                             uint32_t& payload_offset) {
+    const opcode_info& info = opcode_info_of(code);
+    const uint32_t roce_len = info.header_bytes + payload_len + pad_count(payload_len) + icrc_bytes;
+    payload_offset = frame_l2_l4_bytes + info.header_bytes;
+    return port.begin_frame(frame_l2_l4_bytes + roce_len);
+}
+
+void rc_qp::finish_packet(packet_port& port, const bth_fields& bth_in, const ext_fields& ext,
+                          uint8_t* frame, uint32_t payload_len) {
+    const opcode_info& info = opcode_info_of(bth_in.opcode);
+    const uint8_t pad = pad_count(payload_len);
+    const uint32_t roce_len = info.header_bytes + payload_len + pad + icrc_bytes;
+    bth_fields bth = bth_in;
+    bth.pad = pad;
+    write_frame_headers(frame, _s.local.mac, _s.local.ip_be, _remote_ip_be, _udp_src_port,
+                        _machine.attr().ah_attr.grh.traffic_class, roce_len);
+    build_roce_headers(frame + frame_l2_l4_bytes, info.header_bytes, bth, ext);
+    std::memset(frame + frame_l2_l4_bytes + info.header_bytes + payload_len, 0, pad);
+    seal_icrc(frame, roce_len);
+    port.end_frame(_s.local.vnic, _remote_ip_be, frame_l2_l4_bytes + roce_len);
+    _stats.packets_sent.fetch_add(1, std::memory_order_relaxed);
+    _stats.bytes_sent.fetch_add(payload_len, std::memory_order_relaxed);
+}
+
+void rc_qp::publish_stats() {
+    _stats.state.store(_machine.state(), std::memory_order_relaxed);
+    _stats.next_psn.store(_next_psn, std::memory_order_relaxed);
+    _stats.una_psn.store(_una, std::memory_order_relaxed);
+    _stats.expected_psn.store(_epsn, std::memory_order_relaxed);
+    _stats.msn.store(_msn, std::memory_order_relaxed);
+}
+
+}  // namespace jakiro::roce

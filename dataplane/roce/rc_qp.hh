@@ -1,0 +1,237 @@
+#pragma once
+// One reliable-connected QP of the software RNIC: the requester (send queue → packets, ACKs,
+// retransmission) and the responder (packets → memory and receive completions, ACK/NAK) of
+// IBTA vol. 1 ch. 9, over the rings the shim posts into and the MRs it registered.
+//
+// Requester: WQEs are copied out of the ring once (local keys checked then, pinned), get
+// their PSN range, and are sent up to a window of unacknowledged packets. `una` is the oldest
+// unacknowledged PSN; ACKs and in-order READ responses move it; a NAK, a sequence gap in READ
+// responses or the local ACK timeout rewinds the send pointer to it (go-back-N); RNR NAKs wait
+// out the responder's timer. WRs complete strictly in order.
+// Responder: in-order packets are executed (SEND into the next receive WQE, WRITE and READ
+// through the rkey, checked for PD, rights and bounds), duplicates are re-ACKed (READs are
+// executed again), a gap is NAKed once. ACKs are coalesced: at most one per QP per poll.
+//
+// Thread-safety: everything here runs on the engine's thread (the control thread reaches a
+// QP only through engine::call).
+
+#include <infiniband/verbs.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "roce/headers.hh"
+#include "roce/qp_state.hh"
+#include "verbs_shim/protocol.hh"
+#include "verbs/cq_ring.hh"
+#include "verbs/mr_table.hh"
+#include "verbs/qp_ring.hh"
+
+namespace jakiro::roce {
+
+class packet_port;
+
+// Who hears about a QP's asynchronous errors (IBV_EVENT_QP_*): the channel server.
+struct qp_event_sink {
+    void (*raise)(void* context, uint64_t client, uint32_t type, uint32_t qp_handle) = nullptr;
+    void* context = nullptr;
+};
+
+// Identity of the vNIC a QP belongs to, as its packets show it.
+struct qp_endpoint {
+    uint16_t vnic = 0;  // datapath slot
+    std::array<uint8_t, 6> mac{};
+    uint32_t ip_be = 0;
+};
+
+struct rc_qp_setup {
+    qp_endpoint local;
+    uint32_t qpn = 0;  // == the QP handle
+    uint32_t pd = 0;
+    uint64_t owner = 0;  // client id
+    std::shared_ptr<verbs::completion_queue> send_cq;
+    std::shared_ptr<verbs::completion_queue> recv_cq;
+    std::unique_ptr<verbs::qp_ring> ring;
+    const verbs::mr_table* mrs = nullptr;
+    bool sq_sig_all = false;
+    uint32_t max_send_sge = 0;
+    uint32_t max_recv_sge = 0;
+    uint32_t max_inline = 0;
+    qp_device_limits limits;
+    qp_event_sink events;
+};
+
+// What `jakiroctl qps` shows; written by the engine thread, read anywhere.
+struct rc_qp_stats {
+    std::atomic<uint64_t> packets_sent{0};
+    std::atomic<uint64_t> packets_received{0};
+    std::atomic<uint64_t> bytes_sent{0};
+    std::atomic<uint64_t> bytes_received{0};
+    std::atomic<uint64_t> retransmitted_packets{0};
+    std::atomic<uint64_t> timeouts{0};
+    std::atomic<uint64_t> naks_sent{0};
+    std::atomic<uint64_t> naks_received{0};
+    std::atomic<uint64_t> rnr_naks_sent{0};
+    std::atomic<uint64_t> rnr_naks_received{0};
+    std::atomic<uint64_t> duplicates{0};
+    std::atomic<uint64_t> out_of_sequence{0};
+    std::atomic<uint64_t> completions{0};
+    std::atomic<uint64_t> error_completions{0};
+    // Snapshot of the protocol state.
+    std::atomic<uint32_t> state{IBV_QPS_RESET};
+    std::atomic<uint32_t> next_psn{0};
+    std::atomic<uint32_t> una_psn{0};
+    std::atomic<uint32_t> expected_psn{0};
+    std::atomic<uint32_t> msn{0};
+};
+
+class rc_qp {
+  public:
+    explicit rc_qp(rc_qp_setup setup);
+    ~rc_qp();
+    rc_qp(const rc_qp&) = delete;
+    rc_qp& operator=(const rc_qp&) = delete;
+
+    // ibv_modify_qp: 0 or an errno, all or nothing.
+    int modify(const ibv_qp_attr& attr, int mask);
+    void query(ibv_qp_attr& attr, ibv_qp_cap& cap, bool& sq_sig_all) const;
+
+    // Fetches posted WQEs, sends up to `budget` packets, runs the timers and flushes a
+    // pending ACK. Returns the packets sent (0 = nothing to do).
+    unsigned poll(packet_port& port, uint64_t now_ns, unsigned budget);
+    // One packet addressed to this QP whose ICRC and source (the RCFT check) the engine
+    // has already verified.
+    void receive(const roce_packet& p, packet_port& port, uint64_t now_ns);
+    // Anything posted or owed that poll() would act on right now?
+    bool has_work() const;
+
+    uint32_t qpn() const { return _s.qpn; }
+    uint64_t owner() const { return _s.owner; }
+    uint16_t vnic() const { return _s.local.vnic; }
+    uint32_t remote_ip_be() const { return _remote_ip_be; }
+    uint32_t remote_qpn() const { return _machine.attr().dest_qp_num; }
+    ibv_qp_state state() const { return _machine.state(); }
+    verbs::qp_ring& ring() { return *_s.ring; }
+    const rc_qp_stats& stats() const { return _stats; }
+    const verbs::completion_queue& send_cq() const { return *_s.send_cq; }
+    const verbs::completion_queue& recv_cq() const { return *_s.recv_cq; }
+
+  private:
+    // A send WQE as the engine keeps it: the copy, its local buffers (checked and pinned),
+    // its PSN range and progress.
+    struct send_op {
+        verbs_proto::send_wqe wqe;
+        uint32_t length = 0;
+        uint32_t first_psn = 0;
+        uint32_t packets = 0;  // PSNs it occupies (a READ: its responses)
+        uint32_t read_received = 0;  // READ: response packets landed
+        ibv_wc_status local_error = IBV_WC_SUCCESS;
+        bool done = false;
+        bool signaled = false;
+        uint8_t sges = 0;
+        std::array<std::byte*, verbs_proto::wqe_max_sge> sge_data{};
+        std::array<uint32_t, verbs_proto::wqe_max_sge> sge_len{};
+        std::array<std::shared_ptr<const verbs::mr_entry>, verbs_proto::wqe_max_sge> pins;
+    };
+    struct recv_op {
+        uint64_t wr_id = 0;
+        uint32_t length = 0;
+        ibv_wc_status local_error = IBV_WC_SUCCESS;
+        uint8_t sges = 0;
+        std::array<std::byte*, verbs_proto::wqe_max_sge> sge_data{};
+        std::array<uint32_t, verbs_proto::wqe_max_sge> sge_len{};
+        std::array<std::shared_ptr<const verbs::mr_entry>, verbs_proto::wqe_max_sge> pins;
+    };
+    // A READ the responder still owes responses for (new or re-executed).
+    struct read_job {
+        uint32_t psn = 0;  // of the next response
+        uint32_t remaining_packets = 0;
+        uint32_t first_offset_packets = 0;  // position of `psn` in the whole READ
+        uint32_t total_packets = 0;
+        uint32_t length = 0;
+        uint32_t msn = 0;
+        std::byte* data = nullptr;
+        std::shared_ptr<const verbs::mr_entry> pin;
+    };
+
+    // ---- requester
+    void fetch_sends(uint64_t now_ns);
+    void check_local_buffers(send_op& op);
+    unsigned send_packets(packet_port& port, uint64_t now_ns, unsigned budget);
+    bool emit_request(packet_port& port, send_op& op, uint32_t index_in_op);
+    void on_ack_psn(uint32_t psn, uint64_t now_ns);
+    void on_response(const roce_packet& p, packet_port& port, uint64_t now_ns);
+    void on_read_response(const roce_packet& p, uint64_t now_ns);
+    void go_back(uint32_t psn);
+    void retire_sends();
+    void run_timers(uint64_t now_ns);
+    void fail_requester(uint32_t psn, ibv_wc_status status);
+
+    // ---- responder
+    void on_request(const roce_packet& p, packet_port& port, uint64_t now_ns);
+    bool take_recv(recv_op& out);
+    bool execute_send(const roce_packet& p, packet_port& port);
+    bool execute_write(const roce_packet& p, packet_port& port);
+    void start_read(const roce_packet& p, uint32_t psn, bool duplicate, packet_port& port);
+    unsigned send_read_responses(packet_port& port, unsigned budget);
+    void send_ack(packet_port& port, uint8_t syndrome, uint32_t psn);
+    void responder_error(packet_port& port, verbs_proto::event_type event, uint8_t syndrome,
+                         ibv_wc_status recv_status);
+
+    // ---- both
+    bool complete(verbs::completion_queue& cq, const verbs_proto::cqe& c);
+    void enter_error();
+    void flush();
+    void reset();
+    uint8_t* begin_packet(packet_port& port, uint8_t opcode, uint32_t payload_len,
+                          uint32_t& header_offset);
+    void finish_packet(packet_port& port, const bth_fields& bth, const ext_fields& ext,
+                       uint8_t* frame, uint32_t payload_len);
+    void publish_stats();
+
+    rc_qp_setup _s;
+    qp_state_machine _machine;
+    rc_qp_stats _stats;
+    uint32_t _remote_ip_be = 0;
+    uint16_t _udp_src_port = 0;
+    uint32_t _mtu = 1024;
+
+    // requester
+    std::vector<send_op> _sends;  // indexed by ring index & (sq capacity - 1)
+    uint32_t _send_index = 0;     // next op to transmit from (ring index)
+    uint32_t _psn_cursor = 0;     // first PSN of the next fetched op
+    uint32_t _next_psn = 0;       // PSN of the next packet to transmit
+    uint32_t _una = 0;            // oldest unacknowledged PSN
+    uint64_t _last_progress_ns = 0;
+    uint32_t _retries_left = 0;
+    uint32_t _rnr_retries_left = 0;
+    uint64_t _rnr_resume_ns = 0;  // != 0: waiting out an RNR NAK
+    bool _rewound_for_gap = false;
+
+    // responder
+    uint32_t _epsn = 0;
+    uint32_t _msn = 0;
+    bool _nak_sent = false;
+    bool _ack_pending = false;
+    uint32_t _ack_psn = 0;
+    bool _in_send = false;  // a multi-packet SEND is under way into _recv
+    recv_op _recv;
+    uint32_t _recv_offset = 0;
+    bool _in_write = false;  // a multi-packet WRITE is under way
+    std::byte* _write_data = nullptr;
+    uint32_t _write_length = 0;
+    uint32_t _write_offset = 0;
+    std::shared_ptr<const verbs::mr_entry> _write_pin;
+    std::vector<read_job> _reads;  // FIFO, at most max_dest_rd_atomic + 1
+    bool _comm_established = false;
+};
+
+// ibv_mtu → bytes (IBV_MTU_256 = 1 ... IBV_MTU_4096 = 5).
+constexpr uint32_t mtu_bytes(uint32_t ibv_mtu) {
+    return ibv_mtu >= 1 && ibv_mtu <= 5 ? 128u << ibv_mtu : 0;
+}
+
+}  // namespace jakiro::roce

@@ -1,0 +1,98 @@
+#include "qp_ring.hh"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace jakiro::verbs {
+
+namespace proto = verbs_proto;
+
+int qp_ring::create(uint32_t sq_capacity, uint32_t rq_capacity, uint32_t qp_num,
+                    std::unique_ptr<qp_ring>& out, int& fd) {
+    if (!proto::is_power_of_two(sq_capacity) || !proto::is_power_of_two(rq_capacity)) {
+        return EINVAL;
+    }
+    const std::size_t bytes = proto::qp_ring_bytes(sq_capacity, rq_capacity);
+    const int memfd = memfd_create("jakiro-qp", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (memfd < 0) {
+        return errno;
+    }
+    void* base = MAP_FAILED;
+    if (ftruncate(memfd, static_cast<off_t>(bytes)) != 0 ||
+        fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0 ||
+        (base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0)) == MAP_FAILED) {
+        const int error = errno;
+        close(memfd);
+        return error;
+    }
+    std::unique_ptr<qp_ring> ring(new qp_ring);
+    ring->_header = static_cast<proto::qp_ring_header*>(base);
+    ring->_bytes = bytes;
+    ring->_sq_cap = sq_capacity;
+    ring->_rq_cap = rq_capacity;
+    // A fresh memfd reads as zeros; the identity is complete before the fd leaves.
+    auto& h = *ring->_header;
+    h.magic = proto::qp_ring_magic;
+    h.version = proto::qp_ring_version;
+    h.sq_capacity = sq_capacity;
+    h.rq_capacity = rq_capacity;
+    h.slot_size = proto::wqe_size;
+    h.sq_offset = sizeof(proto::qp_ring_header);
+    h.rq_offset = static_cast<uint32_t>(sizeof(proto::qp_ring_header) +
+                                        std::size_t{sq_capacity} * proto::wqe_size);
+    h.qp_num = qp_num;
+    out = std::move(ring);
+    fd = memfd;
+    return 0;
+}
+
+qp_ring::~qp_ring() {
+    if (_header != nullptr) {
+        munmap(_header, _bytes);
+    }
+}
+
+qp_ring::pending qp_ring::pending_of(const uint32_t& producer, uint32_t taken, uint32_t capacity) {
+    // Unsigned distance from what we took: the shim may be at most one ring ahead of what we
+    // have *retired*, hence of what we took; anything further is a broken or hostile client.
+    const uint32_t posted = proto::load_posted_acquire(producer) - taken;
+    if (posted > capacity) {
+        return {0, true};
+    }
+    return {posted, false};
+}
+
+void qp_ring::take_send(proto::send_wqe& out) {
+    std::memcpy(&out, &proto::sq_slots(_header)[_sq_taken & (_sq_cap - 1)], sizeof(out));
+    ++_sq_taken;
+}
+
+void qp_ring::take_recv(proto::recv_wqe& out) {
+    std::memcpy(&out, &proto::rq_slots(_header, _sq_cap)[_rq_taken & (_rq_cap - 1)], sizeof(out));
+    ++_rq_taken;
+}
+
+void qp_ring::retire_send(uint32_t count) {
+    _sq_retired += count;
+    proto::retire_slots(_header->sq_consumer, _sq_retired);
+}
+
+void qp_ring::retire_recv(uint32_t count) {
+    _rq_retired += count;
+    proto::retire_slots(_header->rq_consumer, _rq_retired);
+}
+
+void qp_ring::discard_all() {
+    _sq_taken = proto::load_posted_acquire(_header->sq_producer);
+    _rq_taken = proto::load_posted_acquire(_header->rq_producer);
+    _sq_retired = _sq_taken;
+    _rq_retired = _rq_taken;
+    proto::retire_slots(_header->sq_consumer, _sq_retired);
+    proto::retire_slots(_header->rq_consumer, _rq_retired);
+}
+
+}  // namespace jakiro::verbs

@@ -1,0 +1,76 @@
+#pragma once
+// A QP's send and receive queues on jakirod's side: the memfd ring the shim posts work
+// requests into (layout: verbs_shim/rings.hh). jakirod creates, sizes and seals it (so a
+// client can neither shrink it under jakirod, which would SIGBUS the daemon, nor grow it),
+// maps it, and hands it to the shim with the create_qp reply.
+//
+// The engine takes each WQE out exactly once, by copy (take_send / take_recv), so a client
+// that rewrites a posted slot changes nothing jakirod acts on; it never trusts a producer
+// index that runs more than a ring ahead of what it has consumed.
+//
+// Thread-safety: one engine thread at a time; create() on the control thread.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "verbs_shim/rings.hh"
+
+namespace jakiro::verbs {
+
+class qp_ring {
+  public:
+    // Capacities are powers of two. 0 or an errno; on 0, `fd` is the memfd for the shim
+    // (the caller closes it once sent: the mapping keeps the memory).
+    static int create(uint32_t sq_capacity, uint32_t rq_capacity, uint32_t qp_num,
+                      std::unique_ptr<qp_ring>& out, int& fd);
+    ~qp_ring();
+    qp_ring(const qp_ring&) = delete;
+    qp_ring& operator=(const qp_ring&) = delete;
+
+    // WQEs posted and not yet taken; a producer index that makes no sense reads as
+    // `corrupt` (the engine moves the QP to ERR).
+    struct pending {
+        uint32_t count = 0;
+        bool corrupt = false;
+    };
+    pending send_pending() const { return pending_of(_header->sq_producer, _sq_taken, _sq_cap); }
+    pending recv_pending() const { return pending_of(_header->rq_producer, _rq_taken, _rq_cap); }
+
+    // Copies the next posted WQE out (callers check *_pending first).
+    void take_send(verbs_proto::send_wqe& out);
+    void take_recv(verbs_proto::recv_wqe& out);
+    // Hands slots back to the shim: `count` more send (receive) WQEs are finished with.
+    void retire_send(uint32_t count);
+    void retire_recv(uint32_t count);
+    // Taken but not retired: bounded by the capacity, so the engine's copies fit in arrays
+    // of `capacity` entries indexed by (index & (capacity - 1)).
+    uint32_t send_taken() const { return _sq_taken; }
+    uint32_t send_retired() const { return _sq_retired; }
+    uint32_t recv_taken() const { return _rq_taken; }
+    uint32_t recv_retired() const { return _rq_retired; }
+    // Forgets everything posted so far (modify to RESET): all of it counts as taken and retired.
+    void discard_all();
+
+    void set_sleeping(bool sleeping) { verbs_proto::set_sleeping(*_header, sleeping); }
+
+    uint32_t sq_capacity() const { return _sq_cap; }
+    uint32_t rq_capacity() const { return _rq_cap; }
+    std::size_t bytes() const { return _bytes; }
+    verbs_proto::qp_ring_header* header() const { return _header; }
+
+  private:
+    qp_ring() = default;
+    static pending pending_of(const uint32_t& producer, uint32_t taken, uint32_t capacity);
+
+    verbs_proto::qp_ring_header* _header = nullptr;
+    std::size_t _bytes = 0;
+    uint32_t _sq_cap = 0;
+    uint32_t _rq_cap = 0;
+    uint32_t _sq_taken = 0;  // ours: never read back from shared memory
+    uint32_t _sq_retired = 0;
+    uint32_t _rq_taken = 0;
+    uint32_t _rq_retired = 0;
+};
+
+}  // namespace jakiro::verbs

@@ -1,0 +1,103 @@
+#include "roce_port.hh"
+
+#include <rte_ip.h>
+
+#include "../overlay/vxlan.hh"
+#include "../roce/engine.hh"
+
+namespace jakiro {
+
+uint8_t* roce_port::begin_frame(uint32_t len) {
+    if (_pending != nullptr) {
+        rte_pktmbuf_free(_pending);  // begun and never ended: not sent
+    }
+    _pending = rte_pktmbuf_alloc(_ctx.pool);
+    if (_pending == nullptr) {
+        return nullptr;
+    }
+    // Leave room in front for the tunnel headers: encapsulation prepends in place.
+    auto* frame = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(_pending, len));
+    if (frame == nullptr) {
+        rte_pktmbuf_free(_pending);
+        _pending = nullptr;
+    }
+    return frame;
+}
+
+void roce_port::end_frame(uint16_t vnic_slot, uint32_t dst_ip_be, uint32_t len) {
+    rte_mbuf* m = _pending;
+    _pending = nullptr;
+    if (m == nullptr || _tables == nullptr || vnic_slot >= _tables->vnics.size()) {
+        if (m != nullptr) {
+            rte_pktmbuf_free(m);
+        }
+        return;
+    }
+    (void)len;
+    const vnic_view& vnic = _tables->vnics[vnic_slot];
+    const overlay::vlt_entry* entry = _tables->vlt->lookup(vnic.vpc, dst_ip_be);
+    if (entry == nullptr) {
+        _ctx.drop(m, drop_reason::vlt_miss, vnic_slot);
+        return;
+    }
+    auto& counters = _ctx.counters.vnics[vnic_slot];
+    counters.rdma_tx_packets.add(1);
+    counters.rdma_tx_bytes.add(rte_pktmbuf_pkt_len(m));
+    if (entry->kind == overlay::vlt_kind::local_vnic) {
+        if (_loopback_count == loopback_capacity) {
+            _ctx.drop(m, drop_reason::tx_queue_full, vnic_slot);
+            return;
+        }
+        _loopback[_loopback_count] = m;
+        _loopback_slot[_loopback_count++] = entry->vnic;
+        _ctx.counters.switched_locally.add(1);
+        return;
+    }
+    const auto remote_mac = _ctx.neighbors->mac(entry->neighbor);
+    if (!remote_mac) {
+        _ctx.drop(m, drop_reason::underlay_neighbor_unresolved, vnic_slot);
+        return;
+    }
+    auto* eth = rte_pktmbuf_mtod(m, rte_ether_hdr*);
+    eth->dst_addr = entry->has_inner_mac ? entry->inner_mac : _tables->gateway_mac;
+    const overlay::tunnel_endpoints ends{_tables->underlay_mac, *remote_mac, _tables->underlay_ip,
+                                         entry->host_ip};
+    const auto* ip = reinterpret_cast<const rte_ipv4_hdr*>(eth + 1);
+    const uint32_t ip_len = rte_be_to_cpu_16(ip->total_length);
+    const uint16_t port = overlay::flow_entropy_port(ip, ip_len);
+    if (!overlay::encapsulate(m, ends, _tables->vni_of_vpc[vnic.vpc], ip->type_of_service, port)) {
+        _ctx.drop(m, drop_reason::tenant_too_big, vnic_slot);
+        return;
+    }
+    _ctx.counters.encapsulated.add(1);
+    _ctx.tx.enqueue(_tables->uplink_port, m, _ctx.counters);
+}
+
+unsigned roce_port::deliver_loopback(roce::engine& engine, uint64_t now_ns) {
+    const unsigned count = _loopback_count;
+    if (count == 0) {
+        return 0;
+    }
+    // Frames the engine emits while receiving these are appended behind them and wait for
+    // the next call.
+    rte_mbuf* batch[loopback_capacity];
+    uint16_t slots[loopback_capacity];
+    for (unsigned i = 0; i < count; ++i) {
+        batch[i] = _loopback[i];
+        slots[i] = _loopback_slot[i];
+    }
+    _loopback_count = 0;
+    for (unsigned i = 0; i < count; ++i) {
+        rte_mbuf* m = batch[i];
+        const auto* ip = rte_pktmbuf_mtod_offset(m, const uint8_t*, sizeof(rte_ether_hdr));
+        const uint32_t ip_len = rte_pktmbuf_pkt_len(m) - sizeof(rte_ether_hdr);
+        auto& counters = _ctx.counters.vnics[slots[i]];
+        counters.rdma_rx_packets.add(1);
+        counters.rdma_rx_bytes.add(rte_pktmbuf_pkt_len(m));
+        engine.receive(slots[i], ip, ip_len, *this, now_ns);
+        rte_pktmbuf_free(m);
+    }
+    return count;
+}
+
+}  // namespace jakiro

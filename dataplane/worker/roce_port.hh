@@ -1,0 +1,43 @@
+#pragma once
+// The RoCE engine's packet_port in jakirod: engine frames become mbufs and take the egress
+// path from the VLT on — RDMA traffic is already admitted per connection (RCFT, checked at
+// RTR), so it skips the NFT. A remote destination is VXLAN-encapsulated to its host; a vNIC
+// on this host gets the frame back through the loopback queue, which the worker hands to the
+// engine on its next iteration (never recursively: an ACK to a local peer must not re-enter
+// the engine while it is sending).
+
+#include <rte_mbuf.h>
+
+#include <cstdint>
+
+#include "../roce/packet_port.hh"
+#include "../tables.hh"
+#include "worker_context.hh"
+
+namespace jakiro {
+
+class roce_port final : public roce::packet_port {
+  public:
+    static constexpr unsigned loopback_capacity = 1024;
+
+    explicit roce_port(worker_context& ctx) : _ctx(ctx) {}
+
+    // The snapshot to route with; set by the worker once per iteration.
+    void use(const datapath_tables* tables) { _tables = tables; }
+
+    uint8_t* begin_frame(uint32_t len) override;
+    void end_frame(uint16_t vnic, uint32_t dst_ip_be, uint32_t len) override;
+
+    // Hands every looped-back frame queued before this call to the engine. Returns how many.
+    unsigned deliver_loopback(roce::engine& engine, uint64_t now_ns);
+
+  private:
+    worker_context& _ctx;
+    const datapath_tables* _tables = nullptr;
+    rte_mbuf* _pending = nullptr;  // the frame begun last
+    rte_mbuf* _loopback[loopback_capacity];
+    uint16_t _loopback_slot[loopback_capacity];
+    unsigned _loopback_count = 0;
+};
+
+}  // namespace jakiro

@@ -1,0 +1,621 @@
+// The RC transport end to end inside one engine: two vNICs' QPs (made through vnic_resources,
+// as the channel server makes them) exchange real RoCEv2 frames over a test wire that can
+// lose, duplicate and reorder them, on a virtual clock. Work requests go into the shared rings
+// and completions come out of the CQ rings exactly as the shim writes and reads them.
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "roce/engine.hh"
+#include "roce/icrc.hh"
+#include "verbs/device_model.hh"
+#include "verbs/qp_attr_wire.hh"
+#include "verbs/resources.hh"
+
+namespace jakiro::roce {
+namespace {
+
+namespace proto = verbs_proto;
+
+constexpr std::size_t region_bytes = 1 << 20;
+constexpr uint64_t region_iova = 0x10000000;
+
+// The fabric between the two vNICs: frames wait here until delivered; a policy may drop,
+// duplicate or hold them back.
+class test_wire final : public packet_port {
+  public:
+    struct frame {
+        uint16_t from;
+        uint32_t dst_ip_be;
+        std::vector<uint8_t> bytes;
+    };
+
+    uint8_t* begin_frame(uint32_t len) override {
+        if (refuse_buffers) {
+            return nullptr;
+        }
+        _building.assign(len, 0xEE);
+        return _building.data();
+    }
+    void end_frame(uint16_t vnic, uint32_t dst_ip_be, uint32_t len) override {
+        EXPECT_EQ(len, _building.size());
+        frames.push_back({vnic, dst_ip_be, _building});
+        ++sent;
+    }
+
+    std::deque<frame> frames;
+    uint64_t sent = 0;
+    bool refuse_buffers = false;
+
+  private:
+    std::vector<uint8_t> _building;
+};
+
+// One side of a connection: a vNIC's resources, a registered region, CQs and a QP, plus the
+// test's own mappings of the region, the QP ring and the CQ rings (the shim's view).
+struct side {
+    uint64_t client = 0;
+    std::unique_ptr<verbs::vnic_resources> res;
+    uint32_t pd = 0, mr = 0, scq = 0, rcq = 0, qp = 0;
+    int region_fd = -1;
+    std::byte* region = nullptr;  // the test's mapping of the MR's pages
+    proto::qp_ring_header* ring = nullptr;
+    std::size_t ring_bytes = 0;
+    proto::cq_ring_header* send_cq = nullptr;
+    proto::cq_ring_header* recv_cq = nullptr;
+    std::size_t send_cq_bytes = 0, recv_cq_bytes = 0;
+    uint32_t cq_capacity = 0;
+    uint32_t sq_posted = 0, rq_posted = 0;
+    uint32_t send_consumed = 0, recv_consumed = 0;
+
+    ~side() {
+        if (res) {
+            res->release_client(client);
+        }
+        munmap(region, region_bytes);
+        munmap(ring, ring_bytes);
+        munmap(send_cq, send_cq_bytes);
+        munmap(recv_cq, recv_cq_bytes);
+        close(region_fd);
+    }
+
+    uint64_t iova(std::size_t offset) const { return region_iova + offset; }
+
+    void post_send(const proto::send_wqe& w) {
+        proto::sq_slots(ring)[sq_posted & (ring->sq_capacity - 1)] = w;
+        proto::publish_wqes(ring->sq_producer, ++sq_posted);
+    }
+    void post_recv(uint64_t wr_id, std::size_t offset, uint32_t length) {
+        proto::recv_wqe w{};
+        w.wr_id = wr_id;
+        w.num_sge = 1;
+        w.sg[0] = {iova(offset), length, mr};
+        proto::rq_slots(ring, ring->sq_capacity)[rq_posted & (ring->rq_capacity - 1)] = w;
+        proto::publish_wqes(ring->rq_producer, ++rq_posted);
+    }
+    bool poll(proto::cq_ring_header* cq, uint32_t& consumed, proto::cqe& out) {
+        if (proto::load_producer_acquire(*cq) == consumed) {
+            return false;
+        }
+        out = proto::cq_slots(cq)[consumed & (cq_capacity - 1)];
+        proto::release_slots(*cq, ++consumed);
+        return true;
+    }
+    bool poll_send(proto::cqe& out) { return poll(send_cq, send_consumed, out); }
+    bool poll_recv(proto::cqe& out) { return poll(recv_cq, recv_consumed, out); }
+};
+
+proto::send_wqe wqe(uint64_t wr_id, ibv_wr_opcode op, uint64_t local, uint32_t length,
+                    uint32_t lkey, uint64_t remote = 0, uint32_t rkey = 0) {
+    proto::send_wqe w{};
+    w.wr_id = wr_id;
+    w.opcode = op;
+    w.send_flags = IBV_SEND_SIGNALED;
+    w.num_sge = 1;
+    w.sg[0] = {local, length, lkey};
+    w.remote_addr = remote;
+    w.rkey = rkey;
+    return w;
+}
+
+class rc_qp_test : public ::testing::Test {
+  protected:
+    static constexpr uint32_t ip_a = 0xC6130101;  // 198.19.1.1
+    static constexpr uint32_t ip_b = 0xC6130102;  // 198.19.1.2
+    static constexpr uint32_t ip_stranger = 0xC6130109;
+
+    void SetUp() override {
+        make_side(a, 0, ip_a, 101);
+        make_side(b, 1, ip_b, 202);
+    }
+
+    void make_side(side& s, uint16_t slot, uint32_t ip, uint64_t client, uint32_t quota = 4) {
+        s.client = client;
+        s.res = std::make_unique<verbs::vnic_resources>(verbs::engine_limits());
+        verbs::qp_support support;
+        support.engine = &eng;
+        support.local.vnic = slot;
+        support.local.mac = {0x02, 0, 0, 0, 0, static_cast<uint8_t>(slot + 1)};
+        support.local.ip_be = htonl(ip);
+        support.limits.max_mtu = IBV_MTU_4096;
+        support.max_rc_qps = quota;
+        support.events = {[](void* self, uint64_t, uint32_t type, uint32_t) {
+                              static_cast<rc_qp_test*>(self)->events.push_back(type);
+                          },
+                          this};
+        s.res->enable_qps(support);
+        ASSERT_EQ(s.res->alloc_pd(client, s.pd), 0);
+        s.region_fd = memfd_create("test-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        ASSERT_EQ(ftruncate(s.region_fd, region_bytes), 0);
+        ASSERT_EQ(fcntl(s.region_fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+        s.region = static_cast<std::byte*>(
+            mmap(nullptr, region_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s.region_fd, 0));
+        auto mr = proto::make_message<proto::reg_mr_request>(
+            static_cast<uint16_t>(proto::opcode::reg_mr), 1);
+        mr.pd_handle = s.pd;
+        mr.access = proto::mr_access_all;
+        mr.addr = region_iova;
+        mr.iova = region_iova;
+        mr.length = region_bytes;
+        ASSERT_EQ(s.res->reg_mr(client, mr, s.region_fd, s.mr), 0);
+        verbs::cq_created scq, rcq;
+        auto cq = proto::make_message<proto::create_cq_request>(
+            static_cast<uint16_t>(proto::opcode::create_cq), 1);
+        cq.cqe = 4096;
+        int no_channel = -1;
+        ASSERT_EQ(s.res->create_cq(client, cq, no_channel, scq), 0);
+        ASSERT_EQ(s.res->create_cq(client, cq, no_channel, rcq), 0);
+        s.scq = scq.handle;
+        s.rcq = rcq.handle;
+        s.cq_capacity = scq.capacity;
+        s.send_cq_bytes = scq.ring_bytes;
+        s.recv_cq_bytes = rcq.ring_bytes;
+        s.send_cq = static_cast<proto::cq_ring_header*>(
+            mmap(nullptr, scq.ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, scq.ring_fd, 0));
+        s.recv_cq = static_cast<proto::cq_ring_header*>(
+            mmap(nullptr, rcq.ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, rcq.ring_fd, 0));
+        close(scq.ring_fd);
+        close(rcq.ring_fd);
+        verbs::qp_created q;
+        ASSERT_EQ(s.res->create_qp(client, qp_request(s), q), 0);
+        s.qp = q.handle;
+        s.ring_bytes = q.ring_bytes;
+        s.ring = static_cast<proto::qp_ring_header*>(
+            mmap(nullptr, q.ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, q.ring_fd, 0));
+        close(q.ring_fd);
+        close(q.doorbell_fd);
+    }
+
+    static proto::create_qp_request qp_request(const side& s) {
+        auto r = proto::make_message<proto::create_qp_request>(
+            static_cast<uint16_t>(proto::opcode::create_qp), 1);
+        r.pd_handle = s.pd;
+        r.send_cq = s.scq;
+        r.recv_cq = s.rcq;
+        r.max_send_wr = 512;
+        r.max_recv_wr = 512;
+        r.max_send_sge = 4;
+        r.max_recv_sge = 4;
+        r.max_inline_data = 64;
+        r.qp_type = proto::qpt_rc;
+        return r;
+    }
+
+    int modify(side& s, const ibv_qp_attr& attr, int mask) {
+        return s.res->modify_qp(s.client, s.qp, verbs::to_wire(attr), mask);
+    }
+
+    // RESET -> INIT -> RTR -> RTS towards `peer` at `peer_ip`, path MTU 1024.
+    void connect(side& s, const side& peer, uint32_t peer_ip, uint8_t retry_cnt = 7,
+                 uint8_t rnr_retry = 7, uint8_t timeout = 14) {
+        ibv_qp_attr attr{};
+        attr.qp_state = IBV_QPS_INIT;
+        attr.port_num = 1;
+        attr.qp_access_flags =
+            IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE;
+        ASSERT_EQ(modify(s, attr,
+                         IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+                  0);
+        attr = {};
+        attr.qp_state = IBV_QPS_RTR;
+        attr.path_mtu = IBV_MTU_1024;
+        attr.dest_qp_num = peer.qp;
+        attr.rq_psn = 0x123456 ^ peer.qp;
+        attr.max_dest_rd_atomic = 16;
+        attr.min_rnr_timer = 1;
+        attr.ah_attr.is_global = 1;
+        attr.ah_attr.port_num = 1;
+        attr.ah_attr.grh.dgid.raw[10] = 0xff;
+        attr.ah_attr.grh.dgid.raw[11] = 0xff;
+        const uint32_t be = htonl(peer_ip);
+        std::memcpy(attr.ah_attr.grh.dgid.raw + 12, &be, 4);
+        ASSERT_EQ(modify(s, attr,
+                         IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                             IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+                  0);
+        attr = {};
+        attr.qp_state = IBV_QPS_RTS;
+        attr.timeout = timeout;
+        attr.retry_cnt = retry_cnt;
+        attr.rnr_retry = rnr_retry;
+        attr.sq_psn = 0x123456 ^ s.qp;
+        attr.max_rd_atomic = 16;
+        ASSERT_EQ(modify(s, attr,
+                         IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                             IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
+                  0);
+    }
+
+    // Fresh sides (a new QP pair) for tests that run several connections.
+    void TearDownSides() {
+        a.~side();
+        new (&a) side();
+        b.~side();
+        new (&b) side();
+    }
+
+    void connect_both() {
+        connect(a, b, ip_b);
+        connect(b, a, ip_a);
+    }
+
+    // Runs the engine and the wire for `steps` iterations of `step_ns` virtual time each;
+    // `keep` decides the fate of each frame (true: deliver).
+    void run(unsigned steps, uint64_t step_ns = 10'000,
+             const std::function<bool(const test_wire::frame&)>& keep = {}) {
+        for (unsigned i = 0; i < steps; ++i) {
+            now += step_ns;
+            eng.poll(wire, now);
+            std::deque<test_wire::frame> batch;
+            batch.swap(wire.frames);
+            if (reorder) {
+                for (std::size_t k = 1; k < batch.size(); k += 3) {
+                    std::swap(batch[k - 1], batch[k]);
+                }
+            }
+            for (auto& f : batch) {
+                if (keep && !keep(f)) {
+                    continue;
+                }
+                const uint16_t to = f.dst_ip_be == htonl(ip_a) ? 0 : 1;
+                const uint8_t* ip = f.bytes.data() + 14;
+                eng.receive(to, ip, static_cast<uint32_t>(f.bytes.size() - 14), wire, now);
+            }
+        }
+    }
+
+    void fill(side& s, std::size_t offset, std::size_t length, uint32_t seed) {
+        std::mt19937 rng(seed);
+        for (std::size_t i = 0; i < length; ++i) {
+            s.region[offset + i] = static_cast<std::byte>(rng());
+        }
+    }
+    bool same(const side& x, std::size_t xo, const side& y, std::size_t yo, std::size_t len) {
+        return std::memcmp(x.region + xo, y.region + yo, len) == 0;
+    }
+
+    engine eng{2, 16};
+    test_wire wire;
+    side a, b;
+    uint64_t now = 1'000'000'000;
+    bool reorder = false;
+    std::vector<uint32_t> events;
+};
+
+TEST_F(rc_qp_test, send_of_every_size_lands_in_the_receive_buffer_with_its_length) {
+    connect_both();
+    const uint32_t sizes[] = {0, 1, 2, 3, 4, 1023, 1024, 1025, 4096, 65536};
+    uint64_t id = 0;
+    for (uint32_t size : sizes) {
+        fill(a, 0, size, size);
+        std::memset(b.region + 0x80000, 0, 65536 + 16);
+        b.post_recv(1000 + id, 0x80000, 65536 + 16);
+        a.post_send(wqe(id, IBV_WR_SEND, a.iova(0), size, a.mr));
+        run(200);
+        proto::cqe c{};
+        for (int d = 0; d < static_cast<int>(engine_drop::count); ++d) {
+            EXPECT_EQ(eng.counters().drops[d].load(), 0u) << engine_drop_name(static_cast<engine_drop>(d));
+        }
+        ASSERT_TRUE(a.poll_send(c)) << size << " sent " << wire.sent;
+        EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+        EXPECT_EQ(c.wr_id, id);
+        EXPECT_EQ(c.opcode, IBV_WC_SEND);
+        ASSERT_TRUE(b.poll_recv(c)) << size;
+        EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+        EXPECT_EQ(c.wr_id, 1000 + id);
+        EXPECT_EQ(c.opcode, IBV_WC_RECV);
+        EXPECT_EQ(c.byte_len, size);
+        EXPECT_EQ(c.qp_num, b.qp);
+        EXPECT_EQ(c.src_qp, a.qp);
+        EXPECT_TRUE(same(a, 0, b, 0x80000, size)) << size;
+        EXPECT_EQ(static_cast<uint8_t>(b.region[0x80000 + size]), 0) << "nothing past the message";
+        ++id;
+    }
+}
+
+TEST_F(rc_qp_test, write_and_read_move_scattered_buffers_and_write_with_imm_completes_a_recv) {
+    connect_both();
+    fill(a, 0, 70000, 7);
+    auto w = wqe(1, IBV_WR_RDMA_WRITE_WITH_IMM, a.iova(0), 30000, a.mr, b.iova(0x10000), b.mr);
+    w.num_sge = 3;
+    w.sg[1] = {a.iova(40000), 20000, a.mr};
+    w.sg[2] = {a.iova(0), 5000, a.mr};
+    w.imm_data = htonl(0xCAFE);
+    b.post_recv(77, 0x90000, 16);
+    a.post_send(w);
+    run(300);
+    proto::cqe c{};
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(c.opcode, IBV_WC_RDMA_WRITE);
+    EXPECT_TRUE(same(a, 0, b, 0x10000, 30000));
+    EXPECT_TRUE(same(a, 40000, b, 0x10000 + 30000, 20000));
+    EXPECT_TRUE(same(a, 0, b, 0x10000 + 50000, 5000));
+    ASSERT_TRUE(b.poll_recv(c));
+    EXPECT_EQ(c.opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+    EXPECT_EQ(c.wr_id, 77u);
+    EXPECT_EQ(c.imm_data, htonl(0xCAFE));
+    EXPECT_NE(c.wc_flags & IBV_WC_WITH_IMM, 0u);
+
+    fill(b, 0x40000, 65536, 9);
+    a.post_send(wqe(2, IBV_WR_RDMA_READ, a.iova(0xA0000), 65536, a.mr, b.iova(0x40000), b.mr));
+    run(300);
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(c.opcode, IBV_WC_RDMA_READ);
+    EXPECT_EQ(c.byte_len, 65536u);
+    EXPECT_TRUE(same(a, 0xA0000, b, 0x40000, 65536));
+}
+
+TEST_F(rc_qp_test, loss_duplication_and_reordering_lose_duplicate_and_corrupt_nothing) {
+    connect_both();
+    reorder = true;
+    std::mt19937 rng(42);
+    uint64_t frames = 0;
+    auto lossy = [&](const test_wire::frame& f) {
+        (void)f;
+        ++frames;
+        return rng() % 100 >= 5;  // 5 % loss, both directions, ACKs included
+    };
+    constexpr int ops = 120;
+    std::uniform_int_distribution<uint32_t> size(1, 20000);
+    std::vector<uint32_t> sizes;
+    for (int i = 0; i < ops; ++i) {
+        sizes.push_back(size(rng));
+    }
+    // Each op has its own 24 KiB window on both sides, so every byte can be checked at the end.
+    for (int i = 0; i < ops; ++i) {
+        const std::size_t off = static_cast<std::size_t>(i % 40) * 24576;
+        fill(a, off, sizes[i], 100 + i);
+        switch (i % 3) {
+            case 0:
+                b.post_recv(i, off, 24576);
+                a.post_send(wqe(i, IBV_WR_SEND, a.iova(off), sizes[i], a.mr));
+                break;
+            case 1:
+                a.post_send(wqe(i, IBV_WR_RDMA_WRITE, a.iova(off), sizes[i], a.mr, b.iova(off), b.mr));
+                break;
+            default:
+                fill(b, off, sizes[i], 500 + i);
+                a.post_send(wqe(i, IBV_WR_RDMA_READ, a.iova(off), sizes[i], a.mr, b.iova(off), b.mr));
+                break;
+        }
+        if (i % 40 == 39 || i == ops - 1) {
+            // Drain before the windows are reused.
+            int expected = i % 40 + 1;
+            int got = 0;
+            for (int round = 0; round < 2000 && got < expected; ++round) {
+                run(10, 100'000, lossy);
+                proto::cqe c{};
+                while (a.poll_send(c)) {
+                    ASSERT_EQ(c.status, IBV_WC_SUCCESS) << "wr " << c.wr_id;
+                    ASSERT_EQ(c.wr_id, static_cast<uint64_t>(i - expected + 1 + got)) << "in order";
+                    ++got;
+                }
+            }
+            ASSERT_EQ(got, expected);
+            for (int j = i - expected + 1; j <= i; ++j) {
+                const std::size_t off = static_cast<std::size_t>(j % 40) * 24576;
+                EXPECT_TRUE(same(a, off, b, off, sizes[j])) << "op " << j;
+            }
+        }
+    }
+    run(200, 100'000, lossy);
+    proto::cqe c{};
+    int recvs = 0;
+    while (b.poll_recv(c)) {
+        EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+        EXPECT_EQ(c.byte_len, sizes[c.wr_id]) << "each SEND delivered exactly once";
+        ++recvs;
+    }
+    EXPECT_EQ(recvs, ops / 3);
+    const auto reports = eng.report();
+    uint64_t retransmitted = 0;
+    for (const auto& r : reports) {
+        retransmitted += r.retransmitted;
+    }
+    EXPECT_GT(retransmitted, 0u);
+}
+
+TEST_F(rc_qp_test, protection_violations_complete_with_the_matching_status_and_touch_nothing) {
+    struct violation {
+        const char* what;
+        std::function<proto::send_wqe(side&, side&)> make;
+        ibv_wc_status expected;
+    };
+    const violation cases[] = {
+        {"bad rkey",
+         [](side& x, side& y) {
+             return wqe(1, IBV_WR_RDMA_WRITE, x.iova(0), 64, x.mr, y.iova(0), y.mr ^ 0x55);
+         },
+         IBV_WC_REM_ACCESS_ERR},
+        {"out of bounds",
+         [](side& x, side& y) {
+             return wqe(1, IBV_WR_RDMA_WRITE, x.iova(0), 64, x.mr, y.iova(region_bytes - 32), y.mr);
+         },
+         IBV_WC_REM_ACCESS_ERR},
+        {"bad lkey",
+         [](side& x, side& y) {
+             return wqe(1, IBV_WR_RDMA_WRITE, x.iova(0), 64, x.mr + 0x100, y.iova(0), y.mr);
+         },
+         IBV_WC_LOC_PROT_ERR},
+    };
+    for (const auto& v : cases) {
+        SCOPED_TRACE(v.what);
+        TearDownSides();
+        make_side(a, 0, ip_a, 101);
+        make_side(b, 1, ip_b, 202);
+        connect_both();
+        fill(a, 0, 64, 1);
+        std::memset(b.region, 0x5A, region_bytes);
+        a.post_send(v.make(a, b));
+        a.post_send(wqe(2, IBV_WR_SEND, a.iova(0), 8, a.mr));
+        run(100);
+        proto::cqe c{};
+        ASSERT_TRUE(a.poll_send(c));
+        EXPECT_EQ(c.wr_id, 1u);
+        EXPECT_EQ(c.status, v.expected);
+        ASSERT_TRUE(a.poll_send(c));
+        EXPECT_EQ(c.wr_id, 2u);
+        EXPECT_EQ(c.status, IBV_WC_WR_FLUSH_ERR) << "the QP is in error: the rest is flushed";
+        for (std::size_t i = 0; i < region_bytes; i += 97) {
+            ASSERT_EQ(static_cast<uint8_t>(b.region[i]), 0x5A) << "responder memory untouched";
+        }
+    }
+}
+
+TEST_F(rc_qp_test, a_write_to_a_region_without_remote_write_access_is_refused) {
+    // b registers a second, read-only region (remote read only) and a targets it.
+    auto mr = proto::make_message<proto::reg_mr_request>(static_cast<uint16_t>(proto::opcode::reg_mr),
+                                                         1);
+    mr.pd_handle = b.pd;
+    mr.access = proto::access_remote_read;
+    mr.addr = mr.iova = region_iova;
+    mr.length = 4096;
+    uint32_t ro = 0;
+    ASSERT_EQ(b.res->reg_mr(b.client, mr, b.region_fd, ro), 0);
+    connect_both();
+    std::memset(b.region, 0x33, 4096);
+    a.post_send(wqe(9, IBV_WR_RDMA_WRITE, a.iova(0), 16, a.mr, b.iova(0), ro));
+    run(100);
+    proto::cqe c{};
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_REM_ACCESS_ERR);
+    EXPECT_EQ(static_cast<uint8_t>(b.region[0]), 0x33);
+    EXPECT_NE(std::find(events.begin(), events.end(),
+                        static_cast<uint32_t>(proto::event_type::qp_access_err)),
+              events.end())
+        << "the responder's owner hears IBV_EVENT_QP_ACCESS_ERR";
+}
+
+TEST_F(rc_qp_test, rnr_naks_wait_for_a_receive_and_give_up_after_rnr_retry) {
+    connect_both();
+    a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 100, a.mr));
+    run(50);
+    proto::cqe c{};
+    EXPECT_FALSE(a.poll_send(c)) << "no receive posted: RNR NAK, retry";
+    b.post_recv(5, 0, 4096);
+    run(50);
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    ASSERT_TRUE(b.poll_recv(c));
+    EXPECT_EQ(c.byte_len, 100u);
+
+    TearDownSides();
+    make_side(a, 0, ip_a, 101);
+    make_side(b, 1, ip_b, 202);
+    connect(a, b, ip_b, 7, /*rnr_retry=*/2);
+    connect(b, a, ip_a);
+    a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 100, a.mr));
+    run(100);
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_RNR_RETRY_EXC_ERR);
+}
+
+TEST_F(rc_qp_test, a_silent_peer_exhausts_retry_cnt_after_the_local_ack_timeout) {
+    connect(a, b, ip_b, /*retry_cnt=*/3, 7, /*timeout=*/8);  // 4.096 µs << 8 ≈ 1 ms
+    connect(b, a, ip_a);
+    a.post_send(wqe(1, IBV_WR_RDMA_WRITE, a.iova(0), 10, a.mr, b.iova(0), b.mr));
+    run(100, 10'000, [](const test_wire::frame&) { return false; });
+    proto::cqe c{};
+    EXPECT_FALSE(a.poll_send(c)) << "1 ms: still retrying";
+    run(1000, 10'000, [](const test_wire::frame&) { return false; });
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_RETRY_EXC_ERR);
+    const auto r = eng.report();
+    EXPECT_GE(r[0].timeouts + r[1].timeouts, 4u);
+}
+
+TEST_F(rc_qp_test, packets_from_anyone_but_the_connected_peer_are_dropped_and_counted) {
+    connect_both();
+    b.post_recv(1, 0, 4096);
+    a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 64, a.mr));
+    eng.poll(wire, now);
+    ASSERT_EQ(wire.frames.size(), 1u);
+    auto forged = wire.frames.front();
+    wire.frames.clear();
+    // The same packet from another address of the VPC: RCFT mismatch.
+    uint8_t* ip = forged.bytes.data() + 14;
+    const uint32_t stranger = htonl(ip_stranger);
+    std::memcpy(ip + 12, &stranger, 4);
+    uint16_t sum = 0;
+    std::memcpy(ip + 10, &sum, 2);
+    store_icrc(ip + forged.bytes.size() - 14 - 4,
+               *compute_icrc(ip, forged.bytes.size() - 14 - 4));
+    eng.receive(1, ip, static_cast<uint32_t>(forged.bytes.size() - 14), wire, now);
+    EXPECT_EQ(eng.counters().drops[static_cast<int>(engine_drop::not_connected)].load(), 1u);
+    // To a QP number that does not exist.
+    ip[20 + 8 + 7] ^= 0x7F;  // BTH DestQP, low byte
+    eng.receive(1, ip, static_cast<uint32_t>(forged.bytes.size() - 14), wire, now);
+    EXPECT_EQ(eng.counters().drops[static_cast<int>(engine_drop::bad_icrc)].load(), 1u)
+        << "the ICRC is checked before anything is believed";
+    store_icrc(ip + forged.bytes.size() - 14 - 4,
+               *compute_icrc(ip, forged.bytes.size() - 14 - 4));
+    eng.receive(1, ip, static_cast<uint32_t>(forged.bytes.size() - 14), wire, now);
+    EXPECT_EQ(eng.counters().drops[static_cast<int>(engine_drop::unknown_qp)].load(), 1u);
+    proto::cqe c{};
+    EXPECT_FALSE(b.poll_recv(c)) << "nothing was delivered";
+}
+
+TEST_F(rc_qp_test, the_rc_qp_quota_refuses_one_more_qp_with_edquot) {
+    verbs::qp_created q;
+    int made = 1;  // SetUp made one
+    while (made < 4) {
+        ASSERT_EQ(a.res->create_qp(a.client, qp_request(a), q), 0);
+        close(q.ring_fd);
+        close(q.doorbell_fd);
+        ++made;
+    }
+    EXPECT_EQ(a.res->create_qp(a.client, qp_request(a), q), EDQUOT);
+    EXPECT_EQ(a.res->destroy_qp(a.client, q.handle), 0);
+    EXPECT_EQ(a.res->create_qp(a.client, qp_request(a), q), 0) << "room again";
+    close(q.ring_fd);
+    close(q.doorbell_fd);
+}
+
+TEST_F(rc_qp_test, a_full_port_delays_packets_without_losing_them) {
+    connect_both();
+    fill(a, 0, 8192, 3);
+    a.post_send(wqe(1, IBV_WR_RDMA_WRITE, a.iova(0), 8192, a.mr, b.iova(0), b.mr));
+    wire.refuse_buffers = true;
+    run(20);
+    wire.refuse_buffers = false;
+    run(100);
+    proto::cqe c{};
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    EXPECT_TRUE(same(a, 0, b, 0, 8192));
+}
+
+}  // namespace
+}  // namespace jakiro::roce
