@@ -20,8 +20,8 @@
 #include "eal_options.hh"
 #include "roce/engine.hh"
 #include "verbs/channel_server.hh"
-#include "worker/roce_port.hh"
 #include "worker/lcore_loop.hh"
+#include "worker/roce_port.hh"
 
 namespace {
 

@@ -484,10 +484,10 @@ void load_vnics(checker& check, const YAML::Node& root, host_config& config,
         if (const auto rdma = node["rdma"]; rdma.IsDefined()) {
             const std::string rdma_field = field + ".rdma";
             if (check.only_keys(rdma, rdma_field, {"max_rc_qps"})) {
-                vnic.rdma.max_rc_qps =
-                    check.number(rdma, "max_rc_qps", rdma_field, 0, rdma_config::max_rc_qps_limit,
-                                 false)
-                        .value_or(vnic.rdma.max_rc_qps);
+                vnic.rdma.max_rc_qps = check
+                                           .number(rdma, "max_rc_qps", rdma_field, 0,
+                                                   rdma_config::max_rc_qps_limit, false)
+                                           .value_or(vnic.rdma.max_rc_qps);
             }
         }
         config.vnics.push_back(vnic);

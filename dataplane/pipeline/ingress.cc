@@ -67,10 +67,12 @@ void answer_overlay_arp(worker_context& ctx, const datapath_tables& tables, uint
 bool is_roce(const rte_ipv4_hdr* ip, uint32_t ip_len) {
     const uint32_t ihl = rte_ipv4_hdr_len(ip);
     if (ip->next_proto_id != IPPROTO_UDP || ip_len < ihl + sizeof(rte_udp_hdr) ||
-        (rte_be_to_cpu_16(ip->fragment_offset) & (RTE_IPV4_HDR_OFFSET_MASK | RTE_IPV4_HDR_MF_FLAG))) {
+        (rte_be_to_cpu_16(ip->fragment_offset) &
+         (RTE_IPV4_HDR_OFFSET_MASK | RTE_IPV4_HDR_MF_FLAG))) {
         return false;
     }
-    const auto* udp = reinterpret_cast<const rte_udp_hdr*>(reinterpret_cast<const uint8_t*>(ip) + ihl);
+    const auto* udp =
+        reinterpret_cast<const rte_udp_hdr*>(reinterpret_cast<const uint8_t*>(ip) + ihl);
     return udp->dst_port == rte_cpu_to_be_16(roce::roce_udp_port);
 }
 

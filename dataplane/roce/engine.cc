@@ -21,7 +21,7 @@ constexpr unsigned qp_budget = 32;
 
 const char* engine_drop_name(engine_drop d) {
     switch (d) {
-#define X(name, text)        \
+#define X(name, text)       \
     case engine_drop::name: \
         return #name;
         JAKIRO_ROCE_DROPS(X)
@@ -33,7 +33,7 @@ const char* engine_drop_name(engine_drop d) {
 
 const char* engine_drop_text(engine_drop d) {
     switch (d) {
-#define X(name, text)        \
+#define X(name, text)       \
     case engine_drop::name: \
         return text;
         JAKIRO_ROCE_DROPS(X)

@@ -31,13 +31,13 @@
 namespace jakiro::roce {
 
 // Why the engine refused an inbound packet. One counter each.
-#define JAKIRO_ROCE_DROPS(X)                                                 \
+#define JAKIRO_ROCE_DROPS(X)                                                  \
     X(truncated, "shorter than IPv4 + UDP + BTH + ICRC, or lengths disagree") \
-    X(malformed, "BTH or extension headers do not parse")                    \
-    X(bad_icrc, "ICRC mismatch")                                             \
-    X(unsupported_transport, "UC, UD or CNP: not built")                     \
-    X(unknown_qp, "no such QP on this vNIC (RCFT miss)")                     \
-    X(not_connected, "QP not connected to this source (RCFT mismatch)")      \
+    X(malformed, "BTH or extension headers do not parse")                     \
+    X(bad_icrc, "ICRC mismatch")                                              \
+    X(unsupported_transport, "UC, UD or CNP: not built")                      \
+    X(unknown_qp, "no such QP on this vNIC (RCFT miss)")                      \
+    X(not_connected, "QP not connected to this source (RCFT mismatch)")       \
     X(bad_pkey, "P_Key not the default partition")
 
 enum class engine_drop : uint8_t {
@@ -133,7 +133,7 @@ class engine {
     };
 
     uint32_t _max_qps;
-    std::vector<std::vector<rc_qp*>> _by_slot;  // [vnic][qpn >> 8], engine thread
+    std::vector<std::vector<rc_qp*>> _by_slot;    // [vnic][qpn >> 8], engine thread
     std::vector<std::shared_ptr<rc_qp>> _active;  // engine thread; copied into _reported
     std::atomic<bool> _attached{false};
     std::atomic<bool> _calls_pending{false};

@@ -117,7 +117,7 @@ int rc_qp::modify(const ibv_qp_attr& attr, int mask) {
         _epsn = a.rq_psn & psn_mask;
     }
     if ((mask & IBV_QP_SQ_PSN) != 0) {
-        _psn_cursor = _next_psn = _una = a.sq_psn & psn_mask;
+        _psn_cursor = _next_psn = _una = _sent_high = a.sq_psn & psn_mask;
     }
     if ((mask & IBV_QP_RETRY_CNT) != 0) {
         _retries_left = a.retry_cnt;
@@ -305,6 +305,9 @@ unsigned rc_qp::send_packets(packet_port& port, uint64_t now_ns, unsigned budget
                 ++_send_index;
             }
         }
+        if (psn_diff(_next_psn, _sent_high) > 0) {
+            _sent_high = _next_psn;
+        }
     }
     return sent;
 }
@@ -362,22 +365,25 @@ bool rc_qp::emit_request(packet_port& port, send_op& op, uint32_t k) {
     return true;
 }
 
+bool rc_qp::psn_sent(uint32_t psn) const {
+    return psn_diff(psn, _una) >= 0 && psn_diff(psn, _sent_high) < 0;
+}
+
 void rc_qp::on_ack_psn(uint32_t psn, uint64_t now_ns) {
-    if (psn_diff(psn, _una) < 0 || psn_diff(psn, _next_psn) >= 0) {
+    if (!psn_sent(psn)) {
         return;  // an old ACK, or one for something never sent
     }
+    const uint32_t old_una = _una;
+    bool rewound_now = false;
     _una = psn_add(psn, 1);
-    _last_progress_ns = now_ns;
-    _retries_left = _machine.attr().retry_cnt;
-    _rewound_for_gap = false;
     verbs::qp_ring& ring = *_s.ring;
     const uint32_t mask = ring.sq_capacity() - 1;
     for (uint32_t i = ring.send_retired(); i != ring.send_taken(); ++i) {
         send_op& op = _sends[i & mask];
-        if (op.local_error != IBV_WC_SUCCESS || op.done) {
-            if (op.local_error != IBV_WC_SUCCESS) {
-                break;
-            }
+        if (op.local_error != IBV_WC_SUCCESS) {
+            break;
+        }
+        if (op.done) {
             continue;
         }
         const uint32_t last_psn = psn_add(op.first_psn, op.packets - 1);
@@ -385,12 +391,24 @@ void rc_qp::on_ack_psn(uint32_t psn, uint64_t now_ns) {
             break;
         }
         if (is_read(op.wqe)) {
-            // The responder has executed it, yet responses are missing: ask again for the rest.
+            // The responder has executed it, yet responses are missing (lost, or still on
+            // the way behind this ACK): ask again for the rest, once until progress.
             _una = psn_add(op.first_psn, op.read_received);
-            go_back(_una);
+            if (!_rewound_for_gap) {
+                go_back(_una);
+                _rewound_for_gap = rewound_now = true;
+            }
             break;
         }
         op.done = true;
+    }
+    if (_una != old_una) {
+        _last_progress_ns = now_ns;
+        _retries_left = _machine.attr().retry_cnt;
+        _rewound_for_gap = rewound_now;
+    }
+    if (psn_diff(_una, _next_psn) > 0) {
+        move_send_pointer(_una);  // the ACK overtook a rewind: do not resend what it covers
     }
     retire_sends();
 }
@@ -411,7 +429,7 @@ void rc_qp::on_response(const roce_packet& p, packet_port& port, uint64_t now_ns
         return;
     }
     // A NAK names the PSN it refuses; everything before it is acknowledged.
-    if (psn_diff(psn, _una) < 0 || psn_diff(psn, _next_psn) > 0) {
+    if (psn_diff(psn, _una) < 0 || psn_diff(psn, _sent_high) > 0) {
         return;
     }
     if (psn != _una) {
@@ -459,7 +477,7 @@ void rc_qp::on_response(const roce_packet& p, packet_port& port, uint64_t now_ns
 
 void rc_qp::on_read_response(const roce_packet& p, uint64_t now_ns) {
     const uint32_t psn = p.psn;
-    if (psn_diff(psn, _una) < 0 || psn_diff(psn, _next_psn) >= 0) {
+    if (!psn_sent(psn)) {
         _stats.duplicates.fetch_add(1, std::memory_order_relaxed);
         return;
     }
@@ -499,7 +517,8 @@ void rc_qp::on_read_response(const roce_packet& p, uint64_t now_ns) {
     }
     const auto k = static_cast<uint32_t>(psn_diff(psn, read->first_psn));
     const uint64_t offset = uint64_t{k} * _mtu;
-    const uint32_t expected = static_cast<uint32_t>(std::min<uint64_t>(_mtu, read->length - offset));
+    const uint32_t expected =
+        static_cast<uint32_t>(std::min<uint64_t>(_mtu, read->length - offset));
     if (k != read->read_received || p.payload.size() != expected) {
         _stats.out_of_sequence.fetch_add(1, std::memory_order_relaxed);
         return;
@@ -514,10 +533,21 @@ void rc_qp::on_read_response(const roce_packet& p, uint64_t now_ns) {
     if (read->read_received == read->packets) {
         read->done = true;
     }
+    if (psn_diff(_una, _next_psn) > 0) {
+        move_send_pointer(_una);
+    }
     retire_sends();
 }
 
 void rc_qp::go_back(uint32_t psn) {
+    const int32_t rewound = psn_diff(_next_psn, psn);
+    if (rewound > 0) {
+        _stats.retransmitted_packets.fetch_add(rewound, std::memory_order_relaxed);
+    }
+    move_send_pointer(psn);
+}
+
+void rc_qp::move_send_pointer(uint32_t psn) {
     verbs::qp_ring& ring = *_s.ring;
     const uint32_t mask = ring.sq_capacity() - 1;
     for (uint32_t i = ring.send_retired(); i != ring.send_taken(); ++i) {
@@ -527,15 +557,14 @@ void rc_qp::go_back(uint32_t psn) {
         }
         if (psn_diff(psn, op.first_psn) >= 0 &&
             psn_diff(psn, psn_add(op.first_psn, op.packets)) < 0) {
-            const int32_t rewound = psn_diff(_next_psn, psn);
-            if (rewound > 0) {
-                _stats.retransmitted_packets.fetch_add(rewound, std::memory_order_relaxed);
-            }
             _send_index = i;
             _next_psn = psn;
             return;
         }
     }
+    // Past every taken op: nothing left to (re)send.
+    _send_index = ring.send_taken();
+    _next_psn = _psn_cursor;
 }
 
 void rc_qp::retire_sends() {
@@ -573,7 +602,8 @@ void rc_qp::retire_sends() {
         ++retired;
     }
     if (retired > 0) {
-        if (static_cast<int32_t>(_send_index - ring.send_retired()) < static_cast<int32_t>(retired)) {
+        if (static_cast<int32_t>(_send_index - ring.send_retired()) <
+            static_cast<int32_t>(retired)) {
             _send_index = ring.send_retired() + retired;
         }
         ring.retire_send(retired);
@@ -768,8 +798,8 @@ bool rc_qp::execute_send(const roce_packet& p, packet_port& port) {
                         syndrome_nak(nak_code::invalid_request), IBV_WC_LOC_LEN_ERR);
         return false;
     }
-    scatter(_recv.sge_data.data(), _recv.sge_len.data(), _recv.sges, _recv_offset,
-            p.payload.data(), payload);
+    scatter(_recv.sge_data.data(), _recv.sge_len.data(), _recv.sges, _recv_offset, p.payload.data(),
+            payload);
     _recv_offset += payload;
     if ((pos & position::last) == 0) {
         return true;
@@ -806,8 +836,8 @@ bool rc_qp::execute_write(const roce_packet& p, packet_port& port) {
     }
     if ((pos & position::first) != 0) {
         const uint32_t length = p.reth->dma_len();
-        auto found = _s.mrs->find(_s.pd, p.reth->rkey(), p.reth->va(), length,
-                                  proto::access_remote_write);
+        auto found =
+            _s.mrs->find(_s.pd, p.reth->rkey(), p.reth->va(), length, proto::access_remote_write);
         if (!found) {
             responder_error(port, proto::event_type::qp_access_err,
                             syndrome_nak(nak_code::remote_access_error), IBV_WC_REM_ACCESS_ERR);
@@ -907,7 +937,8 @@ unsigned rc_qp::send_read_responses(packet_port& port, unsigned budget) {
         read_job& job = _reads.front();
         const uint32_t k = job.total_packets - job.remaining_packets;
         const uint64_t offset = uint64_t{k} * _mtu;
-        const uint32_t payload = static_cast<uint32_t>(std::min<uint64_t>(_mtu, job.length - offset));
+        const uint32_t payload =
+            static_cast<uint32_t>(std::min<uint64_t>(_mtu, job.length - offset));
         uint8_t code = opcode::rc_read_response_middle;
         if (job.total_packets == 1) {
             code = opcode::rc_read_response_only;
@@ -1040,7 +1071,7 @@ void rc_qp::flush() {
         ring.retire_send(1);
     }
     _send_index = ring.send_taken();
-    _next_psn = _una = _psn_cursor;
+    _next_psn = _una = _sent_high = _psn_cursor;
     // Receive queue: the one in progress, then the posted ones.
     if (_in_send) {
         for (uint8_t s = 0; s < _recv.sges; ++s) {
@@ -1088,7 +1119,7 @@ void rc_qp::reset() {
     }
     _s.ring->discard_all();
     _send_index = _s.ring->send_taken();
-    _psn_cursor = _next_psn = _una = 0;
+    _psn_cursor = _next_psn = _una = _sent_high = 0;
     _rnr_resume_ns = 0;
     _rewound_for_gap = false;
     _epsn = _msn = 0;

@@ -25,10 +25,10 @@
 
 #include "roce/headers.hh"
 #include "roce/qp_state.hh"
-#include "verbs_shim/protocol.hh"
 #include "verbs/cq_ring.hh"
 #include "verbs/mr_table.hh"
 #include "verbs/qp_ring.hh"
+#include "verbs_shim/protocol.hh"
 
 namespace jakiro::roce {
 
@@ -126,7 +126,7 @@ class rc_qp {
         verbs_proto::send_wqe wqe;
         uint32_t length = 0;
         uint32_t first_psn = 0;
-        uint32_t packets = 0;  // PSNs it occupies (a READ: its responses)
+        uint32_t packets = 0;        // PSNs it occupies (a READ: its responses)
         uint32_t read_received = 0;  // READ: response packets landed
         ibv_wc_status local_error = IBV_WC_SUCCESS;
         bool done = false;
@@ -166,6 +166,9 @@ class rc_qp {
     void on_response(const roce_packet& p, packet_port& port, uint64_t now_ns);
     void on_read_response(const roce_packet& p, uint64_t now_ns);
     void go_back(uint32_t psn);
+    // Points the send pointer at `psn` (an ACK that overtook a rewind moves it forward).
+    void move_send_pointer(uint32_t psn);
+    bool psn_sent(uint32_t psn) const;  // in [una, sent_high)
     void retire_sends();
     void run_timers(uint64_t now_ns);
     void fail_requester(uint32_t psn, ibv_wc_status status);
@@ -205,6 +208,7 @@ class rc_qp {
     uint32_t _psn_cursor = 0;     // first PSN of the next fetched op
     uint32_t _next_psn = 0;       // PSN of the next packet to transmit
     uint32_t _una = 0;            // oldest unacknowledged PSN
+    uint32_t _sent_high = 0;      // one past the highest PSN ever sent (a rewind keeps it)
     uint64_t _last_progress_ns = 0;
     uint32_t _retries_left = 0;
     uint32_t _rnr_retries_left = 0;

@@ -2,6 +2,7 @@
 
 #include "verbs_shim/fd_passing.hh"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -9,7 +10,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <algorithm>

@@ -12,9 +12,9 @@
 // called from where), and raise_cq_error() may be called from any thread.
 
 #include <atomic>
-#include <functional>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>

@@ -220,7 +220,8 @@ outcome handle_request(std::span<const std::byte> message, bool truncated, std::
         case proto::opcode::modify_qp: {
             proto::modify_qp_request req;
             proto::decode(message, req);
-            put_status(out, hdr, res.modify_qp(s.client_id, req.qp_handle, req.attr, req.attr_mask));
+            put_status(out, hdr,
+                       res.modify_qp(s.client_id, req.qp_handle, req.attr, req.attr_mask));
             return out;
         }
         case proto::opcode::query_qp: {

@@ -37,7 +37,7 @@ struct outcome {
     };
     action what = action::drop;
     bool with_async_channel = false;  // the reply must carry the client's async channel fd
-    int reply_fd = -1;  // a descriptor to send with the reply; the server closes it afterwards
+    int reply_fd = -1;   // a descriptor to send with the reply; the server closes it afterwards
     int reply_fd2 = -1;  // a second one (create_qp: the doorbell), sent after reply_fd
     std::array<std::byte, verbs_proto::max_message_size> reply{};
     std::size_t reply_size = 0;

@@ -54,7 +54,12 @@ bool is_channel_socket(int fd) {
 }  // namespace
 
 vnic_resources::vnic_resources(const proto::limits& lim, cq_error_sink sink)
-    : _limits(lim), _sink(sink), _pd_keys(lim.max_pd), _mrs(lim.max_mr), _cq_keys(lim.max_cq), _qp_keys(lim.max_qp) {}
+    : _limits(lim),
+      _sink(sink),
+      _pd_keys(lim.max_pd),
+      _mrs(lim.max_mr),
+      _cq_keys(lim.max_cq),
+      _qp_keys(lim.max_qp) {}
 
 vnic_resources::~vnic_resources() = default;
 

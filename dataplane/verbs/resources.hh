@@ -1,9 +1,9 @@
 #pragma once
 // The verbs objects of one vNIC in jakirod: protection domains, memory regions (mr_table) and
-// completion queues and queue pairs, each owned by the client connection that created it. Every request is
-// validated here (ownership, access flags, sizes within the limits ibv_devinfo advertises,
-// the descriptors that come with it) and answered with 0 or an errno; destroying an object
-// still in use answers EBUSY as libibverbs does; a client that goes away loses everything it
+// completion queues and queue pairs, each owned by the client connection that created it. Every
+// request is validated here (ownership, access flags, sizes within the limits ibv_devinfo
+// advertises, the descriptors that come with it) and answered with 0 or an errno; destroying an
+// object still in use answers EBUSY as libibverbs does; a client that goes away loses everything it
 // owned (release_client: unmapped, closed).
 //
 // Thread-safety: the verbs (alloc_pd ... release_client) run on the channel server thread.
@@ -18,9 +18,9 @@
 #include <unordered_map>
 
 #include "cq_ring.hh"
-#include "roce/engine.hh"
 #include "key_allocator.hh"
 #include "mr_table.hh"
+#include "roce/engine.hh"
 #include "verbs_shim/protocol.hh"
 
 namespace jakiro::verbs {

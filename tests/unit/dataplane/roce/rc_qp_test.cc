@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -130,6 +131,12 @@ proto::send_wqe wqe(uint64_t wr_id, ibv_wr_opcode op, uint64_t local, uint32_t l
 
 class rc_qp_test : public ::testing::Test {
   protected:
+    // JAKIRO_TEST_SEED reruns the randomised tests with another seed.
+    static uint32_t GetParamSeed() {
+        const char* env = std::getenv("JAKIRO_TEST_SEED");
+        return env != nullptr ? static_cast<uint32_t>(std::strtoul(env, nullptr, 10)) : 42;
+    }
+
     static constexpr uint32_t ip_a = 0xC6130101;  // 198.19.1.1
     static constexpr uint32_t ip_b = 0xC6130102;  // 198.19.1.2
     static constexpr uint32_t ip_stranger = 0xC6130109;
@@ -223,9 +230,9 @@ class rc_qp_test : public ::testing::Test {
         attr.port_num = 1;
         attr.qp_access_flags =
             IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE;
-        ASSERT_EQ(modify(s, attr,
-                         IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
-                  0);
+        ASSERT_EQ(
+            modify(s, attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+            0);
         attr = {};
         attr.qp_state = IBV_QPS_RTR;
         attr.path_mtu = IBV_MTU_1024;
@@ -279,12 +286,23 @@ class rc_qp_test : public ::testing::Test {
             std::deque<test_wire::frame> batch;
             batch.swap(wire.frames);
             if (reorder) {
-                for (std::size_t k = 1; k < batch.size(); k += 3) {
-                    std::swap(batch[k - 1], batch[k]);
+                // netem-style: some frames overtake the one before them.
+                for (std::size_t k = 1; k < batch.size(); ++k) {
+                    if (reorder_rng() % 100 < 10) {
+                        std::swap(batch[k - 1], batch[k]);
+                    }
                 }
             }
             for (auto& f : batch) {
-                if (keep && !keep(f)) {
+                const bool kept = !keep || keep(f);
+                if (std::getenv("JAKIRO_TRACE") != nullptr) {
+                    const uint8_t* bth = f.bytes.data() + 42;
+                    std::printf("%s %u->%s op %02x psn %06x%s\n", kept ? "  " : "XX", f.from,
+                                f.dst_ip_be == htonl(ip_a) ? "a" : "b", bth[0],
+                                (bth[9] << 16) | (bth[10] << 8) | bth[11],
+                                bth[0] == 0x11 ? (bth[12] == 0 ? " ack" : " nak") : "");
+                }
+                if (!kept) {
                     continue;
                 }
                 const uint16_t to = f.dst_ip_be == htonl(ip_a) ? 0 : 1;
@@ -309,6 +327,7 @@ class rc_qp_test : public ::testing::Test {
     side a, b;
     uint64_t now = 1'000'000'000;
     bool reorder = false;
+    std::mt19937 reorder_rng{GetParamSeed() + 1};
     std::vector<uint32_t> events;
 };
 
@@ -324,7 +343,8 @@ TEST_F(rc_qp_test, send_of_every_size_lands_in_the_receive_buffer_with_its_lengt
         run(200);
         proto::cqe c{};
         for (int d = 0; d < static_cast<int>(engine_drop::count); ++d) {
-            EXPECT_EQ(eng.counters().drops[d].load(), 0u) << engine_drop_name(static_cast<engine_drop>(d));
+            EXPECT_EQ(eng.counters().drops[d].load(), 0u)
+                << engine_drop_name(static_cast<engine_drop>(d));
         }
         ASSERT_TRUE(a.poll_send(c)) << size << " sent " << wire.sent;
         EXPECT_EQ(c.status, IBV_WC_SUCCESS);
@@ -380,7 +400,7 @@ TEST_F(rc_qp_test, write_and_read_move_scattered_buffers_and_write_with_imm_comp
 TEST_F(rc_qp_test, loss_duplication_and_reordering_lose_duplicate_and_corrupt_nothing) {
     connect_both();
     reorder = true;
-    std::mt19937 rng(42);
+    std::mt19937 rng(GetParamSeed());
     uint64_t frames = 0;
     auto lossy = [&](const test_wire::frame& f) {
         (void)f;
@@ -403,11 +423,13 @@ TEST_F(rc_qp_test, loss_duplication_and_reordering_lose_duplicate_and_corrupt_no
                 a.post_send(wqe(i, IBV_WR_SEND, a.iova(off), sizes[i], a.mr));
                 break;
             case 1:
-                a.post_send(wqe(i, IBV_WR_RDMA_WRITE, a.iova(off), sizes[i], a.mr, b.iova(off), b.mr));
+                a.post_send(
+                    wqe(i, IBV_WR_RDMA_WRITE, a.iova(off), sizes[i], a.mr, b.iova(off), b.mr));
                 break;
             default:
                 fill(b, off, sizes[i], 500 + i);
-                a.post_send(wqe(i, IBV_WR_RDMA_READ, a.iova(off), sizes[i], a.mr, b.iova(off), b.mr));
+                a.post_send(
+                    wqe(i, IBV_WR_RDMA_READ, a.iova(off), sizes[i], a.mr, b.iova(off), b.mr));
                 break;
         }
         if (i % 40 == 39 || i == ops - 1) {
@@ -421,6 +443,17 @@ TEST_F(rc_qp_test, loss_duplication_and_reordering_lose_duplicate_and_corrupt_no
                     ASSERT_EQ(c.status, IBV_WC_SUCCESS) << "wr " << c.wr_id;
                     ASSERT_EQ(c.wr_id, static_cast<uint64_t>(i - expected + 1 + got)) << "in order";
                     ++got;
+                }
+            }
+            if (got != expected) {
+                for (const auto& r : eng.report()) {
+                    std::printf(
+                        "qp %x state %u next %x una %x epsn %x sent %lu rx %lu rtx %lu to %lu nak "
+                        "%lu/%lu dup %lu oos %lu rnr %lu/%lu\n",
+                        r.qpn, r.state, r.next_psn, r.una_psn, r.expected_psn, r.packets_sent,
+                        r.packets_received, r.retransmitted, r.timeouts, r.naks_sent,
+                        r.naks_received, r.duplicates, r.out_of_sequence, r.rnr_naks_sent,
+                        r.rnr_naks_received);
                 }
             }
             ASSERT_EQ(got, expected);
@@ -496,8 +529,8 @@ TEST_F(rc_qp_test, protection_violations_complete_with_the_matching_status_and_t
 
 TEST_F(rc_qp_test, a_write_to_a_region_without_remote_write_access_is_refused) {
     // b registers a second, read-only region (remote read only) and a targets it.
-    auto mr = proto::make_message<proto::reg_mr_request>(static_cast<uint16_t>(proto::opcode::reg_mr),
-                                                         1);
+    auto mr =
+        proto::make_message<proto::reg_mr_request>(static_cast<uint16_t>(proto::opcode::reg_mr), 1);
     mr.pd_handle = b.pd;
     mr.access = proto::access_remote_read;
     mr.addr = mr.iova = region_iova;
@@ -570,8 +603,7 @@ TEST_F(rc_qp_test, packets_from_anyone_but_the_connected_peer_are_dropped_and_co
     std::memcpy(ip + 12, &stranger, 4);
     uint16_t sum = 0;
     std::memcpy(ip + 10, &sum, 2);
-    store_icrc(ip + forged.bytes.size() - 14 - 4,
-               *compute_icrc(ip, forged.bytes.size() - 14 - 4));
+    store_icrc(ip + forged.bytes.size() - 14 - 4, *compute_icrc(ip, forged.bytes.size() - 14 - 4));
     eng.receive(1, ip, static_cast<uint32_t>(forged.bytes.size() - 14), wire, now);
     EXPECT_EQ(eng.counters().drops[static_cast<int>(engine_drop::not_connected)].load(), 1u);
     // To a QP number that does not exist.
@@ -579,8 +611,7 @@ TEST_F(rc_qp_test, packets_from_anyone_but_the_connected_peer_are_dropped_and_co
     eng.receive(1, ip, static_cast<uint32_t>(forged.bytes.size() - 14), wire, now);
     EXPECT_EQ(eng.counters().drops[static_cast<int>(engine_drop::bad_icrc)].load(), 1u)
         << "the ICRC is checked before anything is believed";
-    store_icrc(ip + forged.bytes.size() - 14 - 4,
-               *compute_icrc(ip, forged.bytes.size() - 14 - 4));
+    store_icrc(ip + forged.bytes.size() - 14 - 4, *compute_icrc(ip, forged.bytes.size() - 14 - 4));
     eng.receive(1, ip, static_cast<uint32_t>(forged.bytes.size() - 14), wire, now);
     EXPECT_EQ(eng.counters().drops[static_cast<int>(engine_drop::unknown_qp)].load(), 1u);
     proto::cqe c{};
