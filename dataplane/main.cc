@@ -177,6 +177,7 @@ int main(int argc, char** argv) {
         return fail(error);
     }
     state.workers.push_back(worker.get());
+    state.engine = &rdma_engine;
 
     control_server control(state, host, opts.socket);
     if (!control.start(error)) {

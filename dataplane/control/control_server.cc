@@ -92,7 +92,7 @@ std::string control_server::handle(const std::string& command_line) {
     for (std::size_t i = 1; i < args.size(); ++i) {
         if (args[i] == "--json") {
             json = true;
-        } else if (args[i] == "--vnic" && i + 1 < args.size() && command == "flows") {
+        } else if (args[i] == "--vnic" && i + 1 < args.size() && (command == "flows" || command == "qps")) {
             vnic = args[++i];
         } else {
             rest.push_back(args[i]);
@@ -125,14 +125,21 @@ std::string control_server::handle(const std::string& command_line) {
     if (command == "stats") {
         return "OK\n" + render_stats(_state, json);
     }
-    if (command == "flows") {
+    if ((command == "flows" || command == "qps")) {
         if (!vnic.empty() && std::find(_state.slot_names.begin(), _state.slot_names.end(), vnic) ==
                                  _state.slot_names.end()) {
             return "ERR no vNIC named '" + vnic + "'\n";
         }
         return "OK\n" + render_flows(_state, vnic, json);
     }
-    return "ERR unknown command '" + command + "' (try: status, stats, flows, apply FILE)\n";
+    if (command == "qps") {
+        if (!vnic.empty() && std::find(_state.slot_names.begin(), _state.slot_names.end(), vnic) ==
+                                 _state.slot_names.end()) {
+            return "ERR no vNIC named '" + vnic + "'\n";
+        }
+        return "OK\n" + render_qps(_state, vnic, json);
+    }
+    return "ERR unknown command '" + command + "' (try: status, stats, flows, qps, apply FILE)\n";
 }
 
 void control_server::serve() {

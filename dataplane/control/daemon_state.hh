@@ -16,6 +16,10 @@
 
 namespace jakiro {
 
+namespace roce {
+class engine;
+}
+
 struct port_record {
     std::string role;  // "uplink" or the vNIC name
     std::string devargs;
@@ -32,6 +36,7 @@ struct daemon_state {
     overlay::underlay_neighbors* neighbors = nullptr;
     tables_publisher* publisher = nullptr;
     std::vector<const worker_context*> workers;
+    const roce::engine* engine = nullptr;  // the RDMA face's QPs (jakiroctl qps)
 };
 
 }  // namespace jakiro

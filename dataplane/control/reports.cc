@@ -1,5 +1,7 @@
 #include "reports.hh"
 
+#include "../roce/engine.hh"
+
 #include <rte_cycles.h>
 #include <rte_ethdev.h>
 
@@ -366,6 +368,83 @@ std::string render_flows(const daemon_state& state, const std::string& vnic, boo
         }
     }
     out.end_array();
+    return json ? out.str() + "\n" : text.str();
+}
+
+std::string render_qps(const daemon_state& state, const std::string& vnic, bool json) {
+    json_writer out;
+    std::ostringstream text;
+    out.begin_object();
+    out.begin_array("qps");
+    text << "vnic     qpn      state remote            rqpn     next-psn una-psn  exp-psn  "
+            "pkts-out   pkts-in    retrans  timeouts naks-in naks-out rnr-in rnr-out\n";
+    static const char* states[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
+    const auto qps = state.engine != nullptr ? state.engine->report() : std::vector<roce::qp_report>{};
+    for (const auto& q : qps) {
+        const std::string name = q.vnic < state.slot_names.size() ? state.slot_names[q.vnic] : "?";
+        if (!vnic.empty() && name != vnic) {
+            continue;
+        }
+        const char* st = q.state < 7 ? states[q.state] : "?";
+        const std::string remote = format_ipv4(rte_be_to_cpu_32(q.remote_ip_be));
+        out.begin_object()
+            .value("vnic", name)
+            .value("qpn", uint64_t{q.qpn})
+            .value("state", st)
+            .value("remote", remote)
+            .value("remote_qpn", uint64_t{q.remote_qpn})
+            .value("next_psn", uint64_t{q.next_psn})
+            .value("una_psn", uint64_t{q.una_psn})
+            .value("expected_psn", uint64_t{q.expected_psn})
+            .value("packets_sent", q.packets_sent)
+            .value("packets_received", q.packets_received)
+            .value("bytes_sent", q.bytes_sent)
+            .value("bytes_received", q.bytes_received)
+            .value("retransmitted", q.retransmitted)
+            .value("timeouts", q.timeouts)
+            .value("naks_received", q.naks_received)
+            .value("naks_sent", q.naks_sent)
+            .value("rnr_naks_received", q.rnr_naks_received)
+            .value("rnr_naks_sent", q.rnr_naks_sent)
+            .value("duplicates", q.duplicates)
+            .value("out_of_sequence", q.out_of_sequence)
+            .value("completions", q.completions)
+            .value("error_completions", q.error_completions)
+            .end_object();
+        char line[320];
+        std::snprintf(line, sizeof(line),
+                      "%-8s 0x%06x %-5s %-17s 0x%06x 0x%06x 0x%06x 0x%06x %10lu %10lu %8lu %8lu "
+                      "%7lu %8lu %6lu %7lu\n",
+                      name.c_str(), q.qpn, st, remote.c_str(), q.remote_qpn, q.next_psn, q.una_psn,
+                      q.expected_psn, q.packets_sent, q.packets_received, q.retransmitted,
+                      q.timeouts, q.naks_received, q.naks_sent, q.rnr_naks_received,
+                      q.rnr_naks_sent);
+        text << line;
+    }
+    out.end_array();
+    out.begin_object("engine");
+    text << "engine:";
+    if (state.engine != nullptr) {
+        const auto& c = state.engine->counters();
+        out.value("received", c.received.load()).value("sent", c.sent.load());
+        out.value("doorbells", c.doorbells.load());
+        text << " received " << c.received.load() << ", sent " << c.sent.load() << ", doorbells "
+             << c.doorbells.load();
+        out.begin_object("drops");
+        for (std::size_t d = 0; d < static_cast<std::size_t>(roce::engine_drop::count); ++d) {
+            const auto reason = static_cast<roce::engine_drop>(d);
+            const uint64_t n = c.drops[d].load();
+            out.value(roce::engine_drop_name(reason), n);
+            if (n > 0) {
+                text << "\n  drop " << roce::engine_drop_name(reason) << ": " << n << " ("
+                     << roce::engine_drop_text(reason) << ")";
+            }
+        }
+        out.end_object();
+    }
+    text << "\n";
+    out.end_object();
+    out.end_object();
     return json ? out.str() + "\n" : text.str();
 }
 

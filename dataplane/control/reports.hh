@@ -13,5 +13,8 @@ std::string render_status(const daemon_state& state, bool json);
 std::string render_stats(const daemon_state& state, bool json);
 // Tracked flows of every worker, optionally of one vNIC only.
 std::string render_flows(const daemon_state& state, const std::string& vnic, bool json);
+// RC QPs per vNIC: state, peer, PSNs, traffic, retransmissions and NAKs; and the engine's
+// drops by reason.
+std::string render_qps(const daemon_state& state, const std::string& vnic, bool json);
 
 }  // namespace jakiro

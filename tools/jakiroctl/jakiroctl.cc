@@ -26,6 +26,7 @@ const char* usage =
     "  status   host, ports, link state, underlay neighbours\n"
     "  stats    per-port, per-vNIC, security-group and conntrack counters, drops by reason\n"
     "  flows [--vnic NAME]   tracked connections with state, direction and counters\n"
+    "  qps [--vnic NAME]     RDMA queue pairs: state, peer, PSNs, retransmits, NAKs\n"
     "  apply FILE            apply a host YAML live: security groups, rules, peers, vNICs\n"
     "--host NAME talks to /run/jakiro/NAME.sock; without it the only socket there is used.\n";
 
