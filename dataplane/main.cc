@@ -17,6 +17,7 @@
 #include "config/config_loader.hh"
 #include "control/control_server.hh"
 #include "control/host_manager.hh"
+#include "control/rdma_admission.hh"
 #include "eal_options.hh"
 #include "roce/engine.hh"
 #include "verbs/channel_server.hh"
@@ -164,7 +165,11 @@ int main(int argc, char** argv) {
     worker->engine = &rdma_engine;
     worker->rdma_port = &rdma_port;
     verbs::channel_server verbs_channel(verbs::make_channel_config(config));
-    verbs_channel.enable_qps(&rdma_engine, {});
+    verbs_channel.enable_qps(&rdma_engine, [&publisher](uint16_t slot, uint32_t remote_ip_be) {
+        return publisher.read_current([&](const datapath_tables& tables) {
+            return admit_rdma_peer(tables, slot, remote_ip_be);
+        });
+    });
     if (!verbs_channel.start(error)) {
         return fail(error);
     }

@@ -24,6 +24,13 @@ class tables_publisher {
 
     void publish(std::unique_ptr<datapath_tables> next);
     const datapath_tables* current() const { return _current.load(std::memory_order_acquire); }
+    // For a control-side reader (not a registered worker): runs `read` on the current
+    // snapshot while no publish() can free it.
+    template <typename F>
+    auto read_current(F&& read) {
+        std::lock_guard lock(_publish_mutex);
+        return read(*current());
+    }
 
     void register_worker(unsigned id);
     void quiescent(unsigned id) { rte_rcu_qsbr_quiescent(_rcu, id); }

@@ -92,7 +92,8 @@ std::string control_server::handle(const std::string& command_line) {
     for (std::size_t i = 1; i < args.size(); ++i) {
         if (args[i] == "--json") {
             json = true;
-        } else if (args[i] == "--vnic" && i + 1 < args.size() && (command == "flows" || command == "qps")) {
+        } else if (args[i] == "--vnic" && i + 1 < args.size() &&
+                   (command == "flows" || command == "qps")) {
             vnic = args[++i];
         } else {
             rest.push_back(args[i]);

@@ -379,7 +379,8 @@ std::string render_qps(const daemon_state& state, const std::string& vnic, bool 
     text << "vnic     qpn      state remote            rqpn     next-psn una-psn  exp-psn  "
             "pkts-out   pkts-in    retrans  timeouts naks-in naks-out rnr-in rnr-out\n";
     static const char* states[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
-    const auto qps = state.engine != nullptr ? state.engine->report() : std::vector<roce::qp_report>{};
+    const auto qps =
+        state.engine != nullptr ? state.engine->report() : std::vector<roce::qp_report>{};
     for (const auto& q : qps) {
         const std::string name = q.vnic < state.slot_names.size() ? state.slot_names[q.vnic] : "?";
         if (!vnic.empty() && name != vnic) {

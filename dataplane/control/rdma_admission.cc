@@ -1,0 +1,37 @@
+#include "rdma_admission.hh"
+
+#include <netinet/in.h>
+
+#include <cerrno>
+
+#include "secgroup/rule.hh"
+
+namespace jakiro {
+
+int admit_rdma_peer(const datapath_tables& tables, uint16_t vnic_slot, uint32_t remote_ip_be) {
+    if (vnic_slot >= tables.vnics.size() || vnic_slot >= tables.policies.size()) {
+        return ENETUNREACH;
+    }
+    const vnic_view& vnic = tables.vnics[vnic_slot];
+    if (remote_ip_be == vnic.ip || tables.vlt->lookup(vnic.vpc, remote_ip_be) == nullptr) {
+        return ENETUNREACH;
+    }
+    secgroup::acl_key key{};
+    key.ip_proto = IPPROTO_UDP;
+    key.remote_ip = remote_ip_be;
+    key.dst_port = rte_cpu_to_be_16(secgroup::rocev2_udp_port);
+    key.src_port = rte_cpu_to_be_16(secgroup::rocev2_udp_port);
+    const secgroup::acl_key* keys[] = {&key};
+    for (const auto& acl : tables.policies[vnic_slot].acl) {
+        uint32_t verdict = secgroup::acl_table::no_match;
+        if (acl != nullptr) {
+            acl->classify(keys, &verdict, 1);
+        }
+        if (verdict == secgroup::acl_table::no_match) {
+            return EACCES;
+        }
+    }
+    return 0;
+}
+
+}  // namespace jakiro
