@@ -48,11 +48,11 @@ void channel::close() {
     }
 }
 
-int channel::call(void* request, std::size_t request_size, void* reply, std::size_t reply_size,
-                  int* fd_out, int fd_in) {
+int channel::call_with_fds(void* request, std::size_t request_size, void* reply,
+                           std::size_t reply_size, std::span<int> fds_out, int fd_in) {
     const std::lock_guard lock(_mutex);
-    if (_fd < 0) {
-        return EIO;
+    if (_fd < 0 || fds_out.size() > proto::max_fds_per_message) {
+        return _fd < 0 ? EIO : EINVAL;
     }
     proto::header req{};
     std::memcpy(&req, request, sizeof(req));
@@ -114,17 +114,15 @@ int channel::call(void* request, std::size_t request_size, void* reply, std::siz
         close_received(0);
         return status;
     }
-    if (message.size() != reply_size || (fd_out != nullptr && fds == 0)) {
+    if (message.size() != reply_size || fds < fds_out.size()) {
         close_received(0);
         return EPROTO;
     }
     std::memcpy(reply, buffer.data(), reply_size);
-    if (fd_out != nullptr) {
-        *fd_out = received[0];
-        close_received(1);
-    } else {
-        close_received(0);
+    for (std::size_t i = 0; i < fds_out.size(); ++i) {
+        fds_out[i] = received[i];
     }
+    close_received(fds_out.size());
     return 0;
 }
 

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <span>
 
 #include "protocol.hh"
 
@@ -31,11 +32,21 @@ class channel {
 
     // Sends `request` (a message from make_message; its request id is assigned here), with
     // `fd_in` as SCM_RIGHTS unless it is -1, and waits for the reply. 0 or an errno: the
-    // transport's, EIO when jakirod is gone, EPROTO for a malformed reply, or the status
-    // jakirod answered. On 0, `reply` holds exactly `reply_size` bytes and, if `fd_out` is
-    // given, *fd_out the one descriptor that came with it (the caller owns it).
+    // transport's, EIO when jakirod is gone, EPROTO for a malformed reply (or one with fewer
+    // descriptors than `fds_out` has room for), or the status jakirod answered. On 0, `reply`
+    // holds exactly `reply_size` bytes and `fds_out` the descriptors that came with it, in
+    // the order they were sent (the caller owns them). Descriptors nobody asked for, and all
+    // of them when the verb fails, are closed here: a reply can never leak one into the
+    // program.
+    int call_with_fds(void* request, std::size_t request_size, void* reply, std::size_t reply_size,
+                      std::span<int> fds_out, int fd_in = -1);
+    // The same with at most one descriptor out (`fd_out`, unless nullptr).
     int call(void* request, std::size_t request_size, void* reply, std::size_t reply_size,
-             int* fd_out = nullptr, int fd_in = -1);
+             int* fd_out = nullptr, int fd_in = -1) {
+        return call_with_fds(request, request_size, reply, reply_size,
+                             fd_out != nullptr ? std::span<int>(fd_out, 1) : std::span<int>(),
+                             fd_in);
+    }
 
     // HELLO: the vNIC's identity; `async_fd` gets the async event channel.
     int hello(verbs_proto::hello_reply& out, int& async_fd);

@@ -14,6 +14,8 @@
 #include "cq.hh"
 #include "discovery.hh"
 #include "memory_backing.hh"
+#include "post.hh"
+#include "qp.hh"
 
 namespace jakiro::shim {
 
@@ -28,6 +30,10 @@ static_assert(static_cast<int>(proto::event_type::device_fatal) == IBV_EVENT_DEV
 static_assert(static_cast<int>(proto::event_type::port_active) == IBV_EVENT_PORT_ACTIVE);
 static_assert(static_cast<int>(proto::event_type::port_error) == IBV_EVENT_PORT_ERR);
 static_assert(static_cast<int>(proto::event_type::qp_fatal) == IBV_EVENT_QP_FATAL);
+static_assert(static_cast<int>(proto::event_type::qp_req_err) == IBV_EVENT_QP_REQ_ERR);
+static_assert(static_cast<int>(proto::event_type::qp_access_err) == IBV_EVENT_QP_ACCESS_ERR);
+static_assert(static_cast<int>(proto::event_type::comm_est) == IBV_EVENT_COMM_EST);
+static_assert(static_cast<int>(proto::event_type::sq_drained) == IBV_EVENT_SQ_DRAINED);
 static_assert(static_cast<int>(proto::event_type::cq_err) == IBV_EVENT_CQ_ERR);
 
 namespace {
@@ -186,6 +192,9 @@ ibv_context* open_device(ibv_device* device) {
     v.context.ops._compat_query_port = compat_query_port;
     v.context.ops.poll_cq = poll_cq;
     v.context.ops.req_notify_cq = req_notify_cq;
+    v.context.ops.post_send = post_send;
+    v.context.ops.post_recv = post_recv;
+    v.create_qp_ex = create_qp_ex;
     v.context.device = device;
     v.context.cmd_fd = chan->fd();
     v.context.async_fd = async_fd;
@@ -385,8 +394,26 @@ int get_async_event(ibv_context* context, ibv_async_event* event) {
                 event->element.cq = &cq->cq;
                 return 0;
             }
+            case proto::event_type::qp_fatal:
+            case proto::event_type::qp_req_err:
+            case proto::event_type::qp_access_err:
+            case proto::event_type::comm_est:
+            case proto::event_type::sq_drained: {
+                const std::lock_guard lock(c->targets->mutex);
+                const auto it = c->targets->qps.find(static_cast<uint32_t>(m.handle));
+                if (it == c->targets->qps.end()) {
+                    continue;  // destroyed meanwhile: nobody is left to tell
+                }
+                shim_qp* qp = it->second;
+                pthread_mutex_lock(&qp->qp.mutex);
+                ++qp->async_events_reported;  // ibv_destroy_qp waits for its ack
+                pthread_mutex_unlock(&qp->qp.mutex);
+                event->event_type = static_cast<ibv_event_type>(m.type);
+                event->element.qp = &qp->qp;
+                return 0;
+            }
             default:
-                // QP and SRQ events need their objects, which come with the engine.
+                // SRQ events need SRQs, which come later.
                 errno = EPROTO;
                 return -1;
         }
@@ -394,14 +421,35 @@ int get_async_event(ibv_context* context, ibv_async_event* event) {
 }
 
 void ack_async_event(ibv_async_event* event) {
-    if (event == nullptr || event->event_type != IBV_EVENT_CQ_ERR) {
-        return;  // device and port events are not counted by anyone
+    if (event == nullptr) {
+        return;
     }
-    if (shim_cq* cq = to_cq(event->element.cq)) {
-        pthread_mutex_lock(&cq->cq.mutex);
-        ++cq->cq.async_events_completed;
-        pthread_cond_signal(&cq->cq.cond);
-        pthread_mutex_unlock(&cq->cq.mutex);
+    switch (event->event_type) {
+        case IBV_EVENT_CQ_ERR:
+            if (shim_cq* cq = to_cq(event->element.cq)) {
+                pthread_mutex_lock(&cq->cq.mutex);
+                ++cq->cq.async_events_completed;
+                pthread_cond_signal(&cq->cq.cond);
+                pthread_mutex_unlock(&cq->cq.mutex);
+            }
+            return;
+        case IBV_EVENT_QP_FATAL:
+        case IBV_EVENT_QP_REQ_ERR:
+        case IBV_EVENT_QP_ACCESS_ERR:
+        case IBV_EVENT_COMM_EST:
+        case IBV_EVENT_SQ_DRAINED:
+        case IBV_EVENT_PATH_MIG:
+        case IBV_EVENT_PATH_MIG_ERR:
+        case IBV_EVENT_QP_LAST_WQE_REACHED:
+            if (shim_qp* qp = to_qp(event->element.qp)) {
+                pthread_mutex_lock(&qp->qp.mutex);
+                ++qp->qp.events_completed;
+                pthread_cond_signal(&qp->qp.cond);
+                pthread_mutex_unlock(&qp->qp.mutex);
+            }
+            return;
+        default:
+            return;  // device and port events are not counted by anyone
     }
 }
 

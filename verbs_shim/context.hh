@@ -23,12 +23,14 @@ namespace jakiro::shim {
 constexpr uint32_t context_magic = 0x4a4b'4358;  // "XCKJ": a context we made
 
 struct shim_cq;
+struct shim_qp;
 
 // The context's objects that jakirod's events name by handle (async events, completion
 // events), so an event can be turned back into the application's pointer.
 struct event_targets {
     std::mutex mutex;
     std::unordered_map<uint32_t, shim_cq*> cqs;
+    std::unordered_map<uint32_t, shim_qp*> qps;
 };
 
 struct shim_context {
@@ -61,7 +63,8 @@ int get_pkey_index(ibv_context* context, uint8_t port_num, __be16 pkey);
 int get_async_event(ibv_context* context, ibv_async_event* event);
 void ack_async_event(ibv_async_event* event);
 
-// Tells jakirod to destroy one of the context's objects (dealloc_pd, dereg_mr, destroy_cq):
+// Tells jakirod to destroy one of the context's objects (dealloc_pd, dereg_mr, destroy_cq,
+// destroy_qp):
 // 0 or an errno (EBUSY while in use). With jakirod gone (EIO) there is nothing left to
 // destroy, so that reads as success, as libibverbs' destroy verbs after a device is
 // disassociated: programs can clean up after IBV_EVENT_DEVICE_FATAL.

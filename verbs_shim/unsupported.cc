@@ -62,18 +62,7 @@ void fill_unsupported_ops(verbs_context& v) {
     ops._compat_query_qp = compat_unsupported;
     ops._compat_modify_qp = compat_unsupported;
     ops._compat_destroy_qp = compat_unsupported;
-    ops.post_send = [](ibv_qp*, ibv_send_wr* wr, ibv_send_wr** bad) {
-        if (bad != nullptr) {
-            *bad = wr;
-        }
-        return EOPNOTSUPP;
-    };
-    ops.post_recv = [](ibv_qp*, ibv_recv_wr* wr, ibv_recv_wr** bad) {
-        if (bad != nullptr) {
-            *bad = wr;
-        }
-        return EOPNOTSUPP;
-    };
+    // post_send and post_recv are built (post.cc): open_device sets them.
     ops._compat_create_ah = compat_unsupported;
     ops._compat_destroy_ah = compat_unsupported;
     ops._compat_attach_mcast = compat_unsupported;
@@ -137,7 +126,7 @@ void fill_unsupported_ops(verbs_context& v) {
     v.ibv_create_flow = [](ibv_qp*, ibv_flow_attr*) { return unsupported_ptr<ibv_flow>(); };
     v.ABI_placeholder1 = nullptr;
     v.open_qp = [](ibv_context*, ibv_qp_open_attr*) { return unsupported_ptr<ibv_qp>(); };
-    v.create_qp_ex = [](ibv_context*, ibv_qp_init_attr_ex*) { return unsupported_ptr<ibv_qp>(); };
+    // create_qp_ex is built (qp.cc): open_device sets it.
     v.get_srq_num = [](ibv_srq*, uint32_t*) { return EOPNOTSUPP; };
     v.create_srq_ex = [](ibv_context*, ibv_srq_init_attr_ex*) {
         return unsupported_ptr<ibv_srq>();

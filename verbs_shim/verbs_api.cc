@@ -30,6 +30,7 @@
 #include "device.hh"
 #include "names.hh"
 #include "pd.hh"
+#include "qp.hh"
 
 // verbs.h turns these into inline wrappers; we define the real symbols.
 #undef ibv_query_port
@@ -283,16 +284,16 @@ JAKIRO_EXPORT int ibv_destroy_srq(ibv_srq*) {
 
 // ---------------------------------------------------------------- queue pairs
 
-JAKIRO_EXPORT ibv_qp* ibv_create_qp(ibv_pd*, ibv_qp_init_attr*) {
-    return fail_null<ibv_qp>();
+JAKIRO_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
+    return create_qp(pd, qp_init_attr);
 }
 
 JAKIRO_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp*) {
     return fail_null<ibv_qp_ex>();
 }
 
-JAKIRO_EXPORT int ibv_modify_qp(ibv_qp*, ibv_qp_attr*, int) {
-    return fail_errno();
+JAKIRO_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
+    return modify_qp(qp, attr, attr_mask);
 }
 
 // 0: no ordering guarantee beyond the IB spec's, the conservative and always-true answer.
@@ -300,12 +301,13 @@ JAKIRO_EXPORT int ibv_query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, uint32_t) {
     return 0;
 }
 
-JAKIRO_EXPORT int ibv_query_qp(ibv_qp*, ibv_qp_attr*, int, ibv_qp_init_attr*) {
-    return fail_errno();
+JAKIRO_EXPORT int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask,
+                               ibv_qp_init_attr* init_attr) {
+    return query_qp(qp, attr, attr_mask, init_attr);
 }
 
-JAKIRO_EXPORT int ibv_destroy_qp(ibv_qp*) {
-    return fail_errno();
+JAKIRO_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
+    return destroy_qp(qp);
 }
 
 JAKIRO_EXPORT int ibv_set_ece(ibv_qp*, ibv_ece*) {

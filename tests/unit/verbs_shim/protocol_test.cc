@@ -168,9 +168,72 @@ TEST(Protocol, SuccessfulResourceRepliesMustHaveTheirFullSize) {
                             false, dereg.hdr, status));
 }
 
+TEST(Protocol, AcceptsEveryQueuePairRequestAtItsExactSize) {
+    EXPECT_EQ(request_size(static_cast<uint16_t>(opcode::create_qp)), 64u);
+    EXPECT_EQ(request_size(static_cast<uint16_t>(opcode::modify_qp)), 168u);
+    EXPECT_EQ(request_size(static_cast<uint16_t>(opcode::query_qp)), 24u);
+    EXPECT_EQ(request_size(static_cast<uint16_t>(opcode::destroy_qp)), 24u);
+    EXPECT_EQ(
+        check(bytes(make_message<create_qp_request>(static_cast<uint16_t>(opcode::create_qp), 1))),
+        parse_error::none);
+    EXPECT_EQ(
+        check(bytes(make_message<modify_qp_request>(static_cast<uint16_t>(opcode::modify_qp), 1))),
+        parse_error::none);
+    EXPECT_EQ(
+        check(bytes(make_message<query_qp_request>(static_cast<uint16_t>(opcode::query_qp), 1))),
+        parse_error::none);
+    EXPECT_EQ(
+        check(bytes(make_message<destroy_request>(static_cast<uint16_t>(opcode::destroy_qp), 1))),
+        parse_error::none);
+    // Each at another's size is refused (query_qp and destroy_qp are both 24 bytes: that
+    // pair cannot be told apart by size, only by opcode).
+    EXPECT_EQ(
+        check(bytes(make_message<create_cq_request>(static_cast<uint16_t>(opcode::create_qp), 1))),
+        parse_error::bad_size);
+    EXPECT_EQ(
+        check(bytes(make_message<create_qp_request>(static_cast<uint16_t>(opcode::modify_qp), 1))),
+        parse_error::bad_size);
+    EXPECT_EQ(
+        check(bytes(make_message<modify_qp_request>(static_cast<uint16_t>(opcode::query_qp), 1))),
+        parse_error::bad_size);
+    EXPECT_EQ(
+        check(bytes(make_message<create_qp_request>(static_cast<uint16_t>(opcode::destroy_qp), 1))),
+        parse_error::bad_size);
+}
+
+TEST(Protocol, QueuePairRepliesHaveTheirSizes) {
+    EXPECT_EQ(reply_size(opcode::create_qp), sizeof(create_qp_reply));
+    EXPECT_EQ(reply_size(opcode::create_qp), 64u);
+    EXPECT_EQ(reply_size(opcode::query_qp), 176u);
+    EXPECT_EQ(reply_size(opcode::modify_qp), sizeof(reply_header));
+    EXPECT_EQ(reply_size(opcode::destroy_qp), sizeof(reply_header));
+    int status = -1;
+    const auto create =
+        make_message<create_qp_request>(static_cast<uint16_t>(opcode::create_qp), 8);
+    EXPECT_TRUE(
+        check_reply(bytes(make_message<create_qp_reply>(reply_opcode(opcode::create_qp), 8)), false,
+                    create.hdr, status));
+    EXPECT_EQ(status, 0);
+    EXPECT_FALSE(check_reply(bytes(make_message<reply_header>(reply_opcode(opcode::create_qp), 8)),
+                             false, create.hdr, status))
+        << "status 0 without the body";
+    const auto query = make_message<query_qp_request>(static_cast<uint16_t>(opcode::query_qp), 9);
+    EXPECT_TRUE(check_reply(bytes(make_message<query_qp_reply>(reply_opcode(opcode::query_qp), 9)),
+                            false, query.hdr, status));
+    const auto modify =
+        make_message<modify_qp_request>(static_cast<uint16_t>(opcode::modify_qp), 10);
+    EXPECT_TRUE(check_reply(bytes(make_message<reply_header>(reply_opcode(opcode::modify_qp), 10)),
+                            false, modify.hdr, status));
+    EXPECT_FALSE(
+        check_reply(bytes(make_message<query_qp_reply>(reply_opcode(opcode::modify_qp), 10)), false,
+                    modify.hdr, status))
+        << "a modify reply is a bare reply_header";
+}
+
 TEST(Protocol, AnswersReservedAndUnknownOpcodesWithEopnotsupp) {
-    for (opcode op : {opcode::resize_cq, opcode::create_qp, opcode::modify_qp, opcode::destroy_qp,
-                      opcode::create_srq, opcode::create_ah, opcode::create_comp_channel}) {
+    for (opcode op : {opcode::resize_cq, opcode::create_srq, opcode::modify_srq,
+                      opcode::destroy_srq, opcode::create_ah, opcode::destroy_ah,
+                      opcode::create_comp_channel, opcode::destroy_comp_channel}) {
         auto m = make_message<query_request>(static_cast<uint16_t>(op), 1);
         EXPECT_EQ(check(bytes(m)), parse_error::unknown_opcode);
     }

@@ -1,0 +1,236 @@
+#include "post.hh"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "qp.hh"
+#include "rings.hh"
+
+namespace jakiro::shim {
+
+namespace proto = verbs_proto;
+
+namespace {
+
+// What the engine executes: no atomics (atomic_cap is NONE), no memory windows, no
+// invalidation, no TSO (RC has none).
+bool supported_opcode(ibv_wr_opcode op) {
+    switch (op) {
+        case IBV_WR_SEND:
+        case IBV_WR_SEND_WITH_IMM:
+        case IBV_WR_RDMA_WRITE:
+        case IBV_WR_RDMA_WRITE_WITH_IMM:
+        case IBV_WR_RDMA_READ:
+            return true;
+        default:
+            return false;
+    }
+}
+
+// IBV_SEND_IP_CSUM is for UD and raw packet QPs only.
+constexpr unsigned rc_send_flags =
+    IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE;
+
+bool has_imm(ibv_wr_opcode op) {
+    return op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE_WITH_IMM;
+}
+
+bool is_rdma(ibv_wr_opcode op) {
+    return op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_RDMA_READ;
+}
+
+// Free slots of a queue: jakirod's consumer is read with acquire, so its reads of the slots
+// it retired are done. A consumer that runs ahead of us, or more than a ring behind, makes no
+// sense: the queue then reads as full rather than letting us overwrite unread slots.
+uint32_t free_slots(uint32_t head, const uint32_t& consumer, uint32_t capacity) {
+    const uint32_t used = head - proto::load_retired_acquire(consumer);
+    return used <= capacity ? capacity - used : 0;
+}
+
+// Checks one send work request against the QP; 0 or an errno. `inline_bytes` gets the total
+// inline length.
+int check_send(const shim_qp& q, const ibv_send_wr& wr, uint64_t& inline_bytes) {
+    if (!supported_opcode(wr.opcode) || (wr.send_flags & ~rc_send_flags) != 0 || wr.num_sge < 0 ||
+        (wr.num_sge > 0 && wr.sg_list == nullptr)) {
+        return EINVAL;
+    }
+    const auto sges = static_cast<uint32_t>(wr.num_sge);
+    const uint32_t most =
+        wr.opcode == IBV_WR_RDMA_READ ? std::min(q.max_send_sge, q.max_sge_rd) : q.max_send_sge;
+    if (sges > most) {
+        return EINVAL;
+    }
+    inline_bytes = 0;
+    if ((wr.send_flags & IBV_SEND_INLINE) != 0) {
+        // Inline data goes out of the WQE: a READ has nothing to send.
+        if (wr.opcode == IBV_WR_RDMA_READ) {
+            return EINVAL;
+        }
+        for (uint32_t i = 0; i < sges; ++i) {
+            inline_bytes += wr.sg_list[i].length;
+        }
+        if (inline_bytes > q.max_inline_data) {
+            return EINVAL;
+        }
+    }
+    return 0;
+}
+
+// Writes one checked send work request into its slot. The data of an inline request is
+// copied now, as hardware copies it into the WQE: the program may reuse its buffer as soon
+// as ibv_post_send returns.
+void write_send(proto::send_wqe& slot, const ibv_send_wr& wr, uint64_t inline_bytes) {
+    std::memset(&slot, 0, proto::send_wqe_header_bytes);
+    slot.wr_id = wr.wr_id;
+    slot.opcode = wr.opcode;
+    slot.send_flags = wr.send_flags;
+    if (has_imm(wr.opcode)) {
+        slot.imm_data = wr.imm_data;  // network order both sides
+    }
+    if (is_rdma(wr.opcode)) {
+        slot.remote_addr = wr.wr.rdma.remote_addr;
+        slot.rkey = wr.wr.rdma.rkey;
+    }
+    const auto sges = static_cast<uint32_t>(wr.num_sge);
+    if ((wr.send_flags & IBV_SEND_INLINE) != 0) {
+        slot.num_sge = 0;
+        slot.inline_len = static_cast<uint32_t>(inline_bytes);
+        std::size_t at = 0;
+        for (uint32_t i = 0; i < sges; ++i) {
+            const ibv_sge& s = wr.sg_list[i];
+            std::memcpy(slot.inline_data + at, reinterpret_cast<const void*>(s.addr), s.length);
+            at += s.length;
+        }
+        return;
+    }
+    slot.num_sge = sges;
+    for (uint32_t i = 0; i < sges; ++i) {
+        slot.sg[i] = {wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey};
+    }
+}
+
+// After publishing: wake jakirod's worker if it sleeps. The eventfd is non-blocking, and a
+// full counter (EAGAIN) already means "wake up"; any other failure leaves the work posted for
+// the worker's next look, so nothing is reported to the program.
+void ring_doorbell_if_sleeping(const shim_qp& q) {
+    if (!proto::engine_sleeping_after_publish(*q.ring)) {
+        return;
+    }
+    const uint64_t one = 1;
+    ssize_t n;
+    do {
+        n = write(q.doorbell_fd, &one, sizeof(one));
+    } while (n < 0 && errno == EINTR);
+}
+
+// States in which each queue accepts work (IB spec 10.8.2 via the rdma-core providers): the
+// send queue from RTS on (SQD and ERR too: the engine holds or flushes), the receive queue
+// from INIT on.
+bool send_queue_open(int state) {
+    return state != IBV_QPS_RESET && state != IBV_QPS_INIT && state != IBV_QPS_RTR;
+}
+bool recv_queue_open(int state) {
+    return state != IBV_QPS_RESET;
+}
+
+}  // namespace
+
+int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+    shim_qp* q = to_qp(qp);
+    int error = 0;
+    ibv_send_wr* failed = nullptr;
+    if (q == nullptr) {
+        error = EINVAL;
+        failed = wr;
+    } else if (wr != nullptr) {
+        const std::lock_guard lock(q->sq_lock);
+        if (!send_queue_open(q->state.load(std::memory_order_relaxed))) {
+            error = EINVAL;
+            failed = wr;
+        } else {
+            uint32_t head = q->sq_head;
+            uint32_t room = 0;  // looked up when needed: jakirod retires slots meanwhile
+            for (; wr != nullptr; wr = wr->next) {
+                if (room == 0) {
+                    room = free_slots(head, q->ring->sq_consumer, q->sq_capacity);
+                }
+                uint64_t inline_bytes = 0;
+                error = room == 0 ? ENOMEM : check_send(*q, *wr, inline_bytes);
+                if (error != 0) {
+                    failed = wr;
+                    break;
+                }
+                write_send(q->sq[head & (q->sq_capacity - 1)], *wr, inline_bytes);
+                ++head;
+                --room;
+            }
+            if (head != q->sq_head) {
+                q->sq_head = head;
+                proto::publish_wqes(q->ring->sq_producer, head);
+                ring_doorbell_if_sleeping(*q);
+            }
+        }
+    }
+    if (error != 0 && bad_wr != nullptr) {
+        *bad_wr = failed;
+    }
+    return error;
+}
+
+int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+    shim_qp* q = to_qp(qp);
+    int error = 0;
+    ibv_recv_wr* failed = nullptr;
+    if (q == nullptr) {
+        error = EINVAL;
+        failed = wr;
+    } else if (wr != nullptr) {
+        const std::lock_guard lock(q->rq_lock);
+        if (!recv_queue_open(q->state.load(std::memory_order_relaxed))) {
+            error = EINVAL;
+            failed = wr;
+        } else {
+            uint32_t head = q->rq_head;
+            uint32_t room = 0;
+            for (; wr != nullptr; wr = wr->next) {
+                if (room == 0) {
+                    room = free_slots(head, q->ring->rq_consumer, q->rq_capacity);
+                }
+                if (room == 0) {
+                    error = ENOMEM;
+                } else if (wr->num_sge < 0 ||
+                           static_cast<uint32_t>(wr->num_sge) > q->max_recv_sge ||
+                           (wr->num_sge > 0 && wr->sg_list == nullptr)) {
+                    error = EINVAL;
+                }
+                if (error != 0) {
+                    failed = wr;
+                    break;
+                }
+                proto::recv_wqe& slot = q->rq[head & (q->rq_capacity - 1)];
+                std::memset(&slot, 0, offsetof(proto::recv_wqe, sg));
+                slot.wr_id = wr->wr_id;
+                slot.num_sge = static_cast<uint32_t>(wr->num_sge);
+                for (int i = 0; i < wr->num_sge; ++i) {
+                    slot.sg[i] = {wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey};
+                }
+                ++head;
+                --room;
+            }
+            if (head != q->rq_head) {
+                q->rq_head = head;
+                proto::publish_wqes(q->ring->rq_producer, head);
+                ring_doorbell_if_sleeping(*q);
+            }
+        }
+    }
+    if (error != 0 && bad_wr != nullptr) {
+        *bad_wr = failed;
+    }
+    return error;
+}
+
+}  // namespace jakiro::shim
