@@ -126,7 +126,7 @@ std::string control_server::handle(const std::string& command_line) {
     if (command == "stats") {
         return "OK\n" + render_stats(_state, json);
     }
-    if ((command == "flows" || command == "qps")) {
+    if (command == "flows") {
         if (!vnic.empty() && std::find(_state.slot_names.begin(), _state.slot_names.end(), vnic) ==
                                  _state.slot_names.end()) {
             return "ERR no vNIC named '" + vnic + "'\n";
