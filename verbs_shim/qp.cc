@@ -49,9 +49,11 @@ int check_type(ibv_qp_type type) {
 }
 
 // The caps asked for, against what the device advertises and what a ring slot can hold.
+// Inline data is bounded by the slot alone (the bytes travel in it), as jakirod's create_qp
+// checks; hello's max_inline_data is not consulted (ibv_device_attr has no such field).
 int check_caps(const ibv_qp_cap& cap, const proto::limits& lim) {
     const uint32_t max_sge = std::min(lim.max_sge, proto::wqe_max_sge);
-    const uint32_t max_inline = std::min(lim.max_inline_data, proto::wqe_max_inline);
+    const uint32_t max_inline = proto::wqe_max_inline;
     if (cap.max_send_wr > lim.max_qp_wr || cap.max_recv_wr > lim.max_qp_wr ||
         cap.max_send_sge > max_sge || cap.max_recv_sge > max_sge ||
         cap.max_inline_data > max_inline) {

@@ -25,7 +25,7 @@
 
 namespace jakiro::shim::testing {
 
-// The device limits the fake reports: those of README's table, with the ring's inline room.
+// The device limits the fake reports: jakirod's (README's table).
 verbs_proto::limits fake_limits();
 
 class fake_jakirod {

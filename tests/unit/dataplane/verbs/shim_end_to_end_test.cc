@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "maps_helper.hh"
+#include "roce/engine.hh"
 #include "verbs/channel_server.hh"
 
 namespace jakiro {
@@ -34,6 +35,11 @@ class ShimEndToEnd : public testing::Test {
         config.tenant_mtu = 1450;
         config.vnics = {{"t1", {0x02, 0x00, 0xc6, 0x13, 0x01, 0x01}, 0xc6130101}};
         server = std::make_unique<verbs::channel_server>(config);
+        if (with_qps) {
+            // No worker attached: the engine runs control calls inline, nobody sends packets.
+            engine = std::make_unique<roce::engine>(1, 16);
+            server->enable_qps(engine.get(), {});
+        }
         std::string error;
         ASSERT_TRUE(server->start(error)) << error;
         setenv("JAKIRO_VERBS_SOCKET", server->socket_path(0).c_str(), 1);
@@ -41,6 +47,7 @@ class ShimEndToEnd : public testing::Test {
     void TearDown() override {
         unsetenv("JAKIRO_VERBS_SOCKET");
         server.reset();
+        engine.reset();
         std::filesystem::remove_all(config.socket_dir);
     }
 
@@ -83,7 +90,9 @@ class ShimEndToEnd : public testing::Test {
         return poll(&p, 1, timeout_ms) == 1;
     }
 
+    bool with_qps = false;  // set by fixtures that need QPs, before SetUp
     verbs::channel_config config;
+    std::unique_ptr<roce::engine> engine;
     std::unique_ptr<verbs::channel_server> server;
 };
 
@@ -172,18 +181,21 @@ TEST_F(ShimEndToEnd, InlineQueryVerbsLandInTheShim) {
 TEST_F(ShimEndToEnd, InlineDataPathVerbsFailCleanly) {
     ibv_context* ctx = open_first();
     ASSERT_NE(ctx, nullptr);
-    // No QP can exist yet, and these CQs are not the shim's; objects that point at the
-    // context stand in for them, as the inline verbs only follow qp->context / cq->context
-    // to the ops.
-    ibv_qp qp{};
+    // A QP and a CQ that are not the shim's (zeroed room as large as a provider's object);
+    // the inline verbs only follow qp->context / cq->context to the ops, which refuse them.
+    struct {
+        alignas(64) unsigned char bytes[1024] = {};
+    } foreign_qp;
+    auto& qp = *reinterpret_cast<ibv_qp*>(foreign_qp.bytes);
     qp.context = ctx;
     ibv_send_wr swr{};
     ibv_send_wr* bad_send = nullptr;
-    EXPECT_EQ(ibv_post_send(&qp, &swr, &bad_send), EOPNOTSUPP);
+    EXPECT_EQ(ibv_post_send(&qp, &swr, &bad_send), EINVAL);
     EXPECT_EQ(bad_send, &swr);
     ibv_recv_wr rwr{};
     ibv_recv_wr* bad_recv = nullptr;
-    EXPECT_EQ(ibv_post_recv(&qp, &rwr, &bad_recv), EOPNOTSUPP);
+    EXPECT_EQ(ibv_post_recv(&qp, &rwr, &bad_recv), EINVAL);
+    EXPECT_EQ(bad_recv, &rwr);
     ibv_cq cq{};
     cq.context = ctx;
     ibv_wc wc;
@@ -471,7 +483,7 @@ TEST_F(ShimEndToEnd, AProcessThatDiesLeavesNothingBehindInJakirod) {
     EXPECT_EQ(left.pds + left.mrs + left.cqs, 0u);
 }
 
-TEST_F(ShimEndToEnd, QueuePairsAreStillNotSupported) {
+TEST_F(ShimEndToEnd, QueuePairsNeedJakirodsEngine) {
     ibv_context* ctx = open_first();
     ASSERT_NE(ctx, nullptr);
     ibv_pd* pd = ibv_alloc_pd(ctx);
@@ -485,7 +497,7 @@ TEST_F(ShimEndToEnd, QueuePairsAreStillNotSupported) {
     attr.cap.max_send_wr = attr.cap.max_recv_wr = 16;
     attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
     errno = 0;
-    EXPECT_EQ(ibv_create_qp(pd, &attr), nullptr);
+    EXPECT_EQ(ibv_create_qp(pd, &attr), nullptr) << "a jakirod without an engine";
     EXPECT_EQ(errno, EOPNOTSUPP);
     ibv_cq_init_attr_ex cq_attr{};
     cq_attr.cqe = 16;
@@ -543,6 +555,209 @@ TEST_F(ShimEndToEnd, ClosingAContextReleasesItInJakirod) {
     EXPECT_EQ(ibv_close_device(a), 0);
     EXPECT_TRUE(clients_become(1));
     EXPECT_EQ(ibv_close_device(b), 0);
+}
+
+// The same server with QPs: jakirod's real create/modify/query/destroy and QP ring behind the
+// shim, run by an engine that no worker polls (its control calls run inline).
+class ShimEndToEndQp : public ShimEndToEnd {
+  protected:
+    ShimEndToEndQp() { with_qps = true; }
+
+    void SetUp() override {
+        ShimEndToEnd::SetUp();
+        ctx = open_first();
+        ASSERT_NE(ctx, nullptr);
+        pd = ibv_alloc_pd(ctx);
+        cq = ibv_create_cq(ctx, 64, nullptr, nullptr, 0);
+        ASSERT_TRUE(pd && cq);
+    }
+
+    ibv_qp* create_rc(uint32_t wr = 16) {
+        ibv_qp_init_attr attr{};
+        attr.qp_context = this;
+        attr.send_cq = cq;
+        attr.recv_cq = cq;
+        attr.qp_type = IBV_QPT_RC;
+        attr.cap.max_send_wr = attr.cap.max_recv_wr = wr;
+        attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+        attr.cap.max_inline_data = 64;
+        ibv_qp* qp = ibv_create_qp(pd, &attr);
+        EXPECT_NE(qp, nullptr) << std::strerror(errno);
+        created_caps = attr.cap;
+        return qp;
+    }
+
+    // RESET -> INIT -> RTR -> RTS towards 198.19.1.2, QPN 0x77, as ibv_rc_pingpong does it.
+    int to_rts(ibv_qp* qp) {
+        ibv_qp_attr a{};
+        a.qp_state = IBV_QPS_INIT;
+        a.pkey_index = 0;
+        a.port_num = 1;
+        a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+        if (const int e = ibv_modify_qp(
+                qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) {
+            return e;
+        }
+        a = {};
+        a.qp_state = IBV_QPS_RTR;
+        a.path_mtu = IBV_MTU_1024;
+        a.dest_qp_num = 0x77;
+        a.rq_psn = 0x1234;
+        a.max_dest_rd_atomic = 1;
+        a.min_rnr_timer = 12;
+        a.ah_attr.is_global = 1;
+        a.ah_attr.port_num = 1;
+        a.ah_attr.grh.hop_limit = 64;
+        const uint8_t peer[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 198, 19, 1, 2};
+        std::memcpy(a.ah_attr.grh.dgid.raw, peer, 16);
+        if (const int e = ibv_modify_qp(qp, &a,
+                                        IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+                                            IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                            IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)) {
+            return e;
+        }
+        a = {};
+        a.qp_state = IBV_QPS_RTS;
+        a.timeout = 14;
+        a.retry_cnt = 7;
+        a.rnr_retry = 7;
+        a.sq_psn = 0x5678;
+        a.max_rd_atomic = 1;
+        return ibv_modify_qp(qp, &a,
+                             IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                 IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+    }
+
+    void finish() {
+        EXPECT_EQ(ibv_destroy_cq(cq), 0);
+        EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+        EXPECT_EQ(ibv_close_device(ctx), 0);
+    }
+
+    ibv_context* ctx = nullptr;
+    ibv_pd* pd = nullptr;
+    ibv_cq* cq = nullptr;
+    ibv_qp_cap created_caps{};
+};
+
+TEST_F(ShimEndToEndQp, AnRcQpGoesToRtsReportsItsAttributesAndIsDestroyed) {
+    ibv_qp* qp = create_rc();
+    ASSERT_NE(qp, nullptr);
+    EXPECT_EQ(server->resources(0).count().qps, 1u);
+    EXPECT_EQ(qp->state, IBV_QPS_RESET);
+    EXPECT_EQ(qp->qp_num, qp->handle) << "jakirod's handle is the QPN";
+    EXPECT_GE(created_caps.max_send_wr, 16u);
+    EXPECT_GE(created_caps.max_inline_data, 64u);
+
+    ibv_qp_attr bad{};
+    bad.qp_state = IBV_QPS_RTS;
+    EXPECT_EQ(ibv_modify_qp(qp, &bad, IBV_QP_STATE), EINVAL) << "RESET -> RTS is no transition";
+    EXPECT_EQ(qp->state, IBV_QPS_RESET);
+    ASSERT_EQ(to_rts(qp), 0);
+    EXPECT_EQ(qp->state, IBV_QPS_RTS);
+
+    ibv_qp_attr attr{};
+    ibv_qp_init_attr init{};
+    ASSERT_EQ(ibv_query_qp(qp, &attr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_DEST_QPN, &init), 0);
+    EXPECT_EQ(attr.qp_state, IBV_QPS_RTS);
+    EXPECT_EQ(attr.path_mtu, IBV_MTU_1024);
+    EXPECT_EQ(attr.dest_qp_num, 0x77u);
+    EXPECT_EQ(attr.rq_psn, 0x1234u);
+    EXPECT_EQ(attr.sq_psn, 0x5678u);
+    EXPECT_EQ(attr.timeout, 14);
+    EXPECT_EQ(attr.retry_cnt, 7);
+    EXPECT_EQ(attr.min_rnr_timer, 12);
+    EXPECT_EQ(attr.qp_access_flags, unsigned{IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ});
+    EXPECT_EQ(attr.ah_attr.grh.dgid.raw[15], 2);
+    EXPECT_EQ(attr.ah_attr.is_global, 1);
+    EXPECT_EQ(attr.cap.max_send_wr, created_caps.max_send_wr);
+    EXPECT_EQ(attr.cap.max_inline_data, created_caps.max_inline_data);
+    EXPECT_EQ(init.send_cq, cq);
+    EXPECT_EQ(init.recv_cq, cq);
+    EXPECT_EQ(init.qp_context, this);
+    EXPECT_EQ(init.qp_type, IBV_QPT_RC);
+    EXPECT_EQ(init.cap.max_recv_wr, created_caps.max_recv_wr);
+
+    // Its PD and CQ are in use while it exists.
+    EXPECT_EQ(ibv_dealloc_pd(pd), EBUSY);
+    EXPECT_EQ(ibv_destroy_cq(cq), EBUSY);
+    EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    EXPECT_EQ(server->resources(0).count().qps, 0u);
+    finish();
+}
+
+TEST_F(ShimEndToEndQp, PostedWorkRingsTheSleepingEnginesDoorbellOnly) {
+    ibv_qp* qp = create_rc();
+    ASSERT_NE(qp, nullptr);
+    ASSERT_EQ(to_rts(qp), 0);
+    auto rung = [this] {
+        pollfd p{engine->doorbell_fd(), POLLIN, 0};
+        return poll(&p, 1, 0) == 1;
+    };
+    char buf[32] = "inline bytes";
+    ibv_sge sge{reinterpret_cast<uintptr_t>(buf), sizeof(buf), 0};
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_send_wr* bad = nullptr;
+    ibv_recv_wr rwr{};
+    ibv_recv_wr* bad_recv = nullptr;
+
+    // Awake: posting costs no system call, the engine finds the work by polling.
+    ASSERT_EQ(ibv_post_send(qp, &wr, &bad), 0);
+    EXPECT_FALSE(rung());
+    EXPECT_FALSE(engine->prepare_sleep()) << "a posted send is work: the engine must not sleep";
+    EXPECT_EQ(ibv_destroy_qp(qp), 0);  // abandons that send: nothing will carry it
+
+    // Asleep: the next post rings, a receive as much as a send.
+    ibv_qp* idle = create_rc();
+    ASSERT_NE(idle, nullptr);
+    ASSERT_EQ(to_rts(idle), 0);
+    ASSERT_TRUE(engine->prepare_sleep());
+    ASSERT_EQ(ibv_post_recv(idle, &rwr, &bad_recv), 0);
+    EXPECT_TRUE(rung());
+    engine->after_sleep();
+    EXPECT_FALSE(rung()) << "after_sleep drains it";
+    ASSERT_TRUE(engine->prepare_sleep()) << "a posted receive waits for a packet: no work";
+    ASSERT_EQ(ibv_post_send(idle, &wr, &bad), 0);
+    EXPECT_TRUE(rung());
+    engine->after_sleep();
+    ASSERT_EQ(ibv_post_recv(idle, &rwr, &bad_recv), 0);
+    EXPECT_FALSE(rung()) << "awake again";
+    EXPECT_EQ(ibv_destroy_qp(idle), 0);
+    finish();
+}
+
+TEST_F(ShimEndToEndQp, QpAsyncEventsNameTheProgramsQp) {
+    ibv_qp* qp = create_rc();
+    ASSERT_NE(qp, nullptr);
+    uint64_t owner = 0;
+    for (const auto& r : engine->report()) {
+        if (r.qpn == qp->qp_num) {
+            owner = r.owner;
+        }
+    }
+    ASSERT_NE(owner, 0u);
+    // What the engine raises when it gives up on a QP (retries exhausted, a CQ overflowed).
+    server->raise_event(owner, verbs_proto::event_type::qp_fatal, qp->handle);
+    ASSERT_TRUE(readable(ctx->async_fd));
+    ibv_async_event event;
+    ASSERT_EQ(ibv_get_async_event(ctx, &event), 0);
+    EXPECT_EQ(event.event_type, IBV_EVENT_QP_FATAL);
+    EXPECT_EQ(event.element.qp, qp);
+    ibv_ack_async_event(&event);
+    EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    finish();
+}
+
+TEST_F(ShimEndToEndQp, DestroyQpSucceedsOnceJakirodIsGone) {
+    ibv_qp* qp = create_rc();
+    ASSERT_NE(qp, nullptr);
+    server->stop();
+    EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    finish();
 }
 
 }  // namespace
