@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import IP, JAKIROD, MAC, PYTHON, SRC, T1, T3, T5, ns, run
+from conftest import IP, JAKIROD, MAC, PYTHON, SRC, T1, T2, T3, T5, ns, run
 
 pytestmark = pytest.mark.usefixtures("testbed")
 
