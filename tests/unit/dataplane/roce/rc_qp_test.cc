@@ -650,3 +650,38 @@ TEST_F(rc_qp_test, a_full_port_delays_packets_without_losing_them) {
 
 }  // namespace
 }  // namespace jakiro::roce
+
+namespace jakiro::roce {
+namespace {
+
+TEST_F(rc_qp_test, a_deep_send_queue_of_large_writes_all_completes) {
+    connect_both();
+    // perftest's ib_write_bw: 128 WRs of 64 KiB posted at once, reposted as they complete;
+    // only every 16th is signaled, and a completion means its slot and those before are free.
+    int completed = 0, posted = 0;
+    for (; posted < 128; ++posted) {
+        auto w = wqe(posted, IBV_WR_RDMA_WRITE, a.iova(0), 65536, a.mr, b.iova(0), b.mr);
+        w.send_flags = posted % 16 == 15 ? IBV_SEND_SIGNALED : 0;
+        a.post_send(w);
+    }
+    for (int round = 0; round < 5000 && completed < 1008; ++round) {
+        run(1);
+        proto::cqe c{};
+        while (a.poll_send(c)) {
+            ASSERT_EQ(c.status, IBV_WC_SUCCESS);
+            ASSERT_GE(proto::load_retired_acquire(a.ring->sq_consumer), c.wr_id + 1)
+                << "a completed WR's slot is free before its completion is visible";
+            completed = static_cast<int>(c.wr_id) + 1;
+            while (posted < 1008 && posted - completed < 128) {
+                auto w = wqe(posted, IBV_WR_RDMA_WRITE, a.iova(0), 65536, a.mr, b.iova(0), b.mr);
+                w.send_flags = posted % 16 == 15 ? IBV_SEND_SIGNALED : 0;
+                a.post_send(w);
+                ++posted;
+            }
+        }
+    }
+    EXPECT_EQ(completed, 1008);
+}
+
+}  // namespace
+}  // namespace jakiro::roce
