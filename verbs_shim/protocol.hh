@@ -47,7 +47,7 @@ enum class opcode : uint16_t {
     destroy_cq = 22,
 
     // Queue pairs (version 3).
-    create_qp = 23,  // reply: two fds, the QP ring memfd and the engine's doorbell eventfd
+    create_qp = 23,  // reply: two fds, the QP ring memfd and the engine's doorbell page
     modify_qp = 24,
     query_qp = 25,
     destroy_qp = 26,
@@ -99,7 +99,7 @@ static_assert(offsetof(reply_header, status) == 16);
 // Values are those of the IB spec (and of libibverbs' enums); the shim static_asserts that.
 enum class port_state : uint8_t { down = 1, init = 2, armed = 3, active = 4 };
 enum class event_type : uint32_t {
-    cq_err = 0,    // a CQ overflowed: jakirod refused a completion rather than overwrite one
+    cq_err = 0,         // a CQ overflowed: jakirod refused a completion rather than overwrite one
     qp_fatal = 1,       // the engine moved a QP to ERR on its own (e.g. a CQ overflowed)
     qp_req_err = 2,     // the responder saw an invalid request (NAK invalid request)
     qp_access_err = 3,  // the responder saw a protection violation (NAK remote access)
@@ -365,9 +365,10 @@ static_assert(sizeof(comp_event_message) == 24);
 //
 // A QP's send and receive queues live in one memfd jakirod creates (rings.hh: qp_ring_header,
 // send_wqe, recv_wqe) and sends with the create_qp reply, followed by the engine's doorbell
-// eventfd (non-blocking; the shim writes 1 to it after posting when the ring says jakirod is
-// asleep). QP attributes travel as `qp_attr_wire`, a POD mirror of ibv_qp_attr with the same
-// meanings and ibv_qp_attr_mask bits; the shim static_asserts the enum values it relies on.
+// page (a sealed memfd of doorbell_bytes; the shim rings it after posting when the ring says
+// jakirod is asleep: rings.hh). QP attributes travel as `qp_attr_wire`, a POD mirror of ibv_qp_attr
+// with the same meanings and ibv_qp_attr_mask bits; the shim static_asserts the enum values it
+// relies on.
 
 enum qp_type_wire : uint8_t {
     qpt_rc = 2,  // IBV_QPT_RC
@@ -396,11 +397,11 @@ static_assert(sizeof(create_qp_request) == 64);
 static_assert(offsetof(create_qp_request, max_send_wr) == 32);
 static_assert(offsetof(create_qp_request, qp_type) == 52);
 
-// Sent with two fds: the ring memfd (exactly ring_bytes long, sealed) and the doorbell eventfd.
+// Sent with two fds: the ring memfd (exactly ring_bytes long, sealed) and the doorbell page.
 struct create_qp_reply {
     reply_header rh;
-    uint32_t qp_handle;  // jakirod's handle for the other QP verbs
-    uint32_t qp_num;     // the 24-bit QPN peers address (BTH DestQP)
+    uint32_t qp_handle;    // jakirod's handle for the other QP verbs
+    uint32_t qp_num;       // the 24-bit QPN peers address (BTH DestQP)
     uint32_t sq_capacity;  // slots, a power of two >= max_send_wr
     uint32_t rq_capacity;  // slots, a power of two >= max_recv_wr
     uint32_t max_send_sge;

@@ -1,5 +1,6 @@
 #include "qp.hh"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -105,12 +106,20 @@ proto::qp_ring_header* map_ring(int fd, const proto::create_qp_reply& reply) {
     return h;
 }
 
-// The doorbell must be a descriptor we can write; an eventfd is an anonymous inode, which
-// fstat reports as neither a file, a directory, a socket nor a FIFO.
-bool usable_doorbell(int fd) {
+// The doorbell is the engine's page: a memfd (a regular file) of exactly one page, sealed so
+// nobody can shrink it under a mapping. Mapped shared; nullptr if it is anything else.
+proto::doorbell_page* map_doorbell(int fd) {
     struct stat st {};
-    return fstat(fd, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode) &&
-           !S_ISSOCK(st.st_mode) && !S_ISFIFO(st.st_mode);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+        static_cast<std::size_t>(st.st_size) != proto::doorbell_bytes) {
+        return nullptr;
+    }
+    const int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+        return nullptr;
+    }
+    void* page = mmap(nullptr, proto::doorbell_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    return page == MAP_FAILED ? nullptr : static_cast<proto::doorbell_page*>(page);
 }
 
 }  // namespace
@@ -165,7 +174,7 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
     req.qp_type = proto::qpt_rc;
     req.sq_sig_all = attr->sq_sig_all != 0 ? 1 : 0;
     proto::create_qp_reply reply;
-    int fds[2] = {-1, -1};  // the ring memfd, then the doorbell eventfd
+    int fds[2] = {-1, -1};  // the ring memfd, then the doorbell page
     if (const int error = c->chan->call_with_fds(&req, sizeof(req), &reply, sizeof(reply), fds);
         error != 0) {
         delete q;
@@ -173,6 +182,7 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
         return nullptr;
     }
     proto::qp_ring_header* ring = nullptr;
+    proto::doorbell_page* doorbell = nullptr;
     int map_error = EPROTO;
     if (!reply_fits(reply, attr->cap, c->hello.lim)) {
         debug(
@@ -181,16 +191,20 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
             reply.qp_handle, reply.sq_capacity, reply.rq_capacity, reply.max_send_sge,
             reply.max_recv_sge, reply.max_inline_data,
             static_cast<unsigned long long>(reply.ring_bytes));
-    } else if (!usable_doorbell(fds[1])) {
-        debug("ibv_create_qp: the doorbell of QP %#x is not an eventfd", reply.qp_handle);
+    } else if ((doorbell = map_doorbell(fds[1])) == nullptr) {
+        debug("ibv_create_qp: the doorbell of QP %#x is not a sealed one-page memfd",
+              reply.qp_handle);
     } else {
         ring = map_ring(fds[0], reply);
         map_error = errno;
     }
-    close(fds[0]);  // the mapping keeps the ring
+    close(fds[0]);  // the mappings keep the ring and the doorbell
+    close(fds[1]);
     if (ring == nullptr) {
         debug("ibv_create_qp: jakirod's ring for QP %#x is not usable", reply.qp_handle);
-        close(fds[1]);
+        if (doorbell != nullptr) {
+            munmap(doorbell, proto::doorbell_bytes);
+        }
         abandon_qp(c, reply.qp_handle);
         delete q;
         errno = map_error;
@@ -200,7 +214,7 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
     q->ring_bytes = reply.ring_bytes;
     q->sq = proto::sq_slots(ring);
     q->rq = proto::rq_slots(ring, reply.sq_capacity);
-    q->doorbell_fd = fds[1];
+    q->doorbell = doorbell;
     q->sq_capacity = reply.sq_capacity;
     q->rq_capacity = reply.rq_capacity;
     q->max_send_sge = reply.max_send_sge;
@@ -339,7 +353,7 @@ int destroy_qp(ibv_qp* qp) {
     }
     pthread_mutex_unlock(&qp->mutex);
     munmap(q->ring, q->ring_bytes);
-    close(q->doorbell_fd);
+    munmap(q->doorbell, proto::doorbell_bytes);
     pthread_cond_destroy(&qp->cond);
     pthread_mutex_destroy(&qp->mutex);
     q->magic = 0;

@@ -4,7 +4,7 @@
 // A QP's send and receive queues are one memfd jakirod creates (layout: rings.hh); the shim
 // maps it, and ibv_post_send / ibv_post_recv (the inline verbs, through our ops) write work
 // requests straight into its slots and publish them with one release store per call, without
-// a system call unless jakirod's worker sleeps: then they write its doorbell eventfd, which
+// a system call unless jakirod's worker sleeps: then they ring its doorbell page, which
 // came with the create_qp reply. Everything else (modify, query, destroy) is a request to
 // jakirod, which runs the QP.
 //
@@ -38,7 +38,8 @@ struct shim_qp {
     std::size_t ring_bytes;
     verbs_proto::send_wqe* sq;
     verbs_proto::recv_wqe* rq;
-    int doorbell_fd;  // jakirod's eventfd: written only when the ring says it sleeps
+    verbs_proto::doorbell_page*
+        doorbell;  // the engine's page: rung only when the ring says it sleeps
     // What the QP really has (jakirod's reply): what the post verbs check work requests against.
     uint32_t sq_capacity;
     uint32_t rq_capacity;

@@ -18,6 +18,11 @@
 // Plain C++, shared by jakirod and the shim: no verbs.h (the shim asserts that the values
 // below are libibverbs').
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -185,9 +190,35 @@ inline bool overflowed(const cq_ring_header& h) {
 // it. Full when producer - consumer == capacity. jakirod never trusts the ring: a producer
 // more than `capacity` ahead of its own consumer reads as "nothing new" and moves the QP to ERR.
 //
-// Doorbell: before its worker sleeps, jakirod sets `sleeping` in every QP ring, fences and
-// looks at the producers once more; after publishing, the shim fences and, if `sleeping` is
-// set, writes 1 to the doorbell eventfd (non-blocking: a full counter already means "wake").
+// Doorbell: before its worker sleeps, jakirod notes the doorbell page's count, sets `sleeping`
+// in every QP ring, fences and looks at the producers once more, then waits on the count (a
+// shared futex, with a timeout); after publishing, the shim fences and, if `sleeping` is set,
+// bumps the count and wakes the futex (ring_doorbell). Not an eventfd: its O_NONBLOCK flag is
+// shared by every holder, so one tenant could make jakirod's read of it block; a futex wait
+// always ends at its timeout, and all a tenant can do to the page is wake jakirod early.
+
+// The engine's doorbell: one page (a sealed memfd) that jakirod and every client with a QP map.
+struct doorbell_page {
+    alignas(cache_line) uint32_t rings;  // bumped by every ring; the futex word
+    uint8_t reserved[ring_page - cache_line];
+};
+static_assert(sizeof(doorbell_page) == ring_page);
+constexpr std::size_t doorbell_bytes = sizeof(doorbell_page);
+
+// Shim: wakes the engine (FUTEX_WAKE on a shared mapping: not FUTEX_PRIVATE_FLAG).
+inline void ring_doorbell(doorbell_page& p) {
+    std::atomic_ref<uint32_t>(p.rings).fetch_add(1, std::memory_order_seq_cst);
+    syscall(SYS_futex, &p.rings, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+// jakirod: the count to wait on, read before the last look at the rings.
+inline uint32_t doorbell_count(const doorbell_page& p) {
+    return std::atomic_ref<uint32_t>(const_cast<uint32_t&>(p.rings))
+        .load(std::memory_order_acquire);
+}
+// jakirod: sleeps until the count moves away from `seen`, a wake, or `timeout`.
+inline void wait_doorbell(doorbell_page& p, uint32_t seen, const timespec& timeout) {
+    syscall(SYS_futex, &p.rings, FUTEX_WAIT, seen, &timeout, nullptr, 0);
+}
 
 constexpr uint32_t qp_ring_magic = 0x5051'4b4a;  // "JKQP"
 constexpr uint32_t qp_ring_version = 1;
@@ -268,8 +299,8 @@ inline send_wqe* sq_slots(qp_ring_header* h) {
     return reinterpret_cast<send_wqe*>(reinterpret_cast<std::byte*>(h) + sizeof(qp_ring_header));
 }
 inline recv_wqe* rq_slots(qp_ring_header* h, uint32_t sq_capacity) {
-    return reinterpret_cast<recv_wqe*>(reinterpret_cast<std::byte*>(h) +
-                                       sizeof(qp_ring_header) + std::size_t{sq_capacity} * wqe_size);
+    return reinterpret_cast<recv_wqe*>(reinterpret_cast<std::byte*>(h) + sizeof(qp_ring_header) +
+                                       std::size_t{sq_capacity} * wqe_size);
 }
 
 // ---- shim side (producer of WQEs)

@@ -1,6 +1,7 @@
 #include "roce/engine.hh"
 
-#include <sys/eventfd.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -45,13 +46,32 @@ const char* engine_drop_text(engine_drop d) {
 
 engine::engine(uint16_t vnic_slots, uint32_t max_qps_per_vnic)
     : _max_qps(max_qps_per_vnic), _by_slot(vnic_slots) {
-    _doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    const int fd = memfd_create("jakiro-doorbell", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    void* page = MAP_FAILED;
+    if (fd >= 0 && ftruncate(fd, verbs_proto::doorbell_bytes) == 0 &&
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0) {
+        page =
+            mmap(nullptr, verbs_proto::doorbell_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    }
+    if (page == MAP_FAILED) {
+        if (fd >= 0) {
+            close(fd);
+        }
+        return;
+    }
+    _doorbell_fd = fd;
+    _doorbell = static_cast<verbs_proto::doorbell_page*>(page);
 }
 
 engine::~engine() {
-    if (_doorbell >= 0) {
-        close(_doorbell);
+    if (_doorbell != nullptr) {
+        munmap(_doorbell, verbs_proto::doorbell_bytes);
+        close(_doorbell_fd);
     }
+}
+
+uint32_t engine::doorbell_count() const {
+    return _doorbell != nullptr ? verbs_proto::doorbell_count(*_doorbell) : 0;
 }
 
 int engine::call(std::function<int()> fn) {
@@ -64,8 +84,9 @@ int engine::call(std::function<int()> fn) {
     _calls.push_back({std::move(fn), done});
     _calls_pending.store(true, std::memory_order_release);
     lock.unlock();
-    const uint64_t one = 1;
-    (void)!write(_doorbell, &one, sizeof(one));
+    if (_doorbell != nullptr) {
+        verbs_proto::ring_doorbell(*_doorbell);
+    }
     if (result.wait_for(call_timeout) != std::future_status::ready) {
         return ETIMEDOUT;
     }
@@ -208,6 +229,7 @@ void engine::receive(uint16_t vnic, const uint8_t* ipv4, uint32_t ip_len, packet
 }
 
 bool engine::prepare_sleep() {
+    _doorbell_seen = doorbell_count();  // before the last look: a ring after it ends the wait
     if (_calls_pending.load(std::memory_order_acquire)) {
         return false;
     }
@@ -224,12 +246,21 @@ bool engine::prepare_sleep() {
     return !_calls_pending.load(std::memory_order_acquire);
 }
 
+void engine::sleep(uint64_t us) {
+    const timespec timeout{static_cast<time_t>(us / 1000000),
+                           static_cast<long>(us % 1000000) * 1000};
+    if (_doorbell == nullptr) {
+        nanosleep(&timeout, nullptr);
+        return;
+    }
+    verbs_proto::wait_doorbell(*_doorbell, _doorbell_seen, timeout);
+}
+
 void engine::after_sleep() {
     for (const auto& qp : _active) {
         qp->ring().set_sleeping(false);
     }
-    uint64_t value = 0;
-    if (read(_doorbell, &value, sizeof(value)) == sizeof(value)) {
+    if (doorbell_count() != _doorbell_seen) {
         _counters.doorbells.fetch_add(1, std::memory_order_relaxed);
     }
 }

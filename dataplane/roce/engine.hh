@@ -12,8 +12,8 @@
 // call(): a small mailbox the loop drains once per iteration; the caller waits (bounded).
 // Until a worker attaches, call() runs the function inline (unit tests, startup).
 //
-// Doorbell: an eventfd the shim writes after posting when the rings say the worker sleeps
-// (verbs_shim/rings.hh); the worker's sleep waits on it.
+// Doorbell: a shared page whose count the shim bumps (and futex-wakes) after posting when the
+// rings say the worker sleeps (verbs_shim/rings.hh); the worker's sleep waits on it.
 
 #include <array>
 #include <atomic>
@@ -95,8 +95,11 @@ class engine {
     // Runs `fn` on the engine's thread and returns its result; ETIMEDOUT if the worker does
     // not answer within 5 s.
     int call(std::function<int()> fn);
-    // The eventfd the shim rings (a duplicate for each client is the caller's business).
-    int doorbell_fd() const { return _doorbell; }
+    // The doorbell page's memfd (a duplicate for each client is the caller's business);
+    // -1 if it could not be created (then the worker only sleeps briefly: see sleep()).
+    int doorbell_fd() const { return _doorbell_fd; }
+    // How often the doorbell has been rung.
+    uint32_t doorbell_count() const;
     const engine_counters& counters() const { return _counters; }
     std::vector<qp_report> report() const;
 
@@ -116,7 +119,9 @@ class engine {
     // Before the worker sleeps: tells every QP's shim to ring the doorbell; false (and the
     // flags cleared again) if work arrived meanwhile, so the worker must not sleep.
     bool prepare_sleep();
-    // After sleeping: clears the flags and drains the doorbell.
+    // Sleeps up to `us` microseconds, less if the doorbell rings (call after prepare_sleep).
+    void sleep(uint64_t us);
+    // After sleeping: clears the flags.
     void after_sleep();
     bool has_qps() const { return !_active.empty(); }
 
@@ -141,7 +146,9 @@ class engine {
     std::deque<task> _calls;
     mutable std::mutex _report_mutex;  // guards _reported (the engine thread updates it)
     std::vector<std::shared_ptr<rc_qp>> _reported;
-    int _doorbell = -1;
+    int _doorbell_fd = -1;
+    verbs_proto::doorbell_page* _doorbell = nullptr;
+    uint32_t _doorbell_seen = 0;  // the count when the worker decided to sleep
     engine_counters _counters;
 };
 

@@ -75,8 +75,8 @@ verbs_proto::limits engine_limits() {
     l.max_srq_wr = 0;
     l.max_srq_sge = 0;
     l.max_ah = 0;
-    l.max_msg_size = 1u << 30;  // a message may span one whole MR
-    l.max_inline_data = 256;    // copied into the SQ slot (README: ring layout)
+    l.max_msg_size = 1u << 30;                        // a message may span one whole MR
+    l.max_inline_data = verbs_proto::wqe_max_inline;  // copied into the SQ slot (rings.hh)
     l.atomics = 0;
     return l;
 }

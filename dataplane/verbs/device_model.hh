@@ -8,6 +8,7 @@
 #include <string>
 
 #include "verbs_shim/protocol.hh"
+#include "verbs_shim/rings.hh"
 
 namespace jakiro::verbs {
 
@@ -16,7 +17,7 @@ namespace jakiro::verbs {
 struct vnic_identity {
     std::string name;
     std::array<uint8_t, 6> mac{};
-    uint32_t ip = 0;  // host byte order, like host_config
+    uint32_t ip = 0;    // host byte order, like host_config
     uint16_t slot = 0;  // the vNIC's datapath slot (its index in the startup configuration)
     uint32_t max_rc_qps = 1024;  // rdma.max_rc_qps
 };

@@ -3,8 +3,6 @@
 #include <rte_cycles.h>
 #include <rte_ethdev.h>
 
-#include <poll.h>
-
 #include <algorithm>
 #include <ctime>
 
@@ -34,15 +32,9 @@ constexpr uint64_t arp_refresh_ms = 30000;
 constexpr uint64_t aging_interval_ms = 10;
 constexpr uint32_t aging_sweeps_per_second = 100;
 
-// Sleeps `us`, or less if the RoCE engine's doorbell rings (a tenant posted work).
-void sleep_us(uint64_t us, int doorbell) {
+void sleep_us(uint64_t us) {
     timespec ts{0, static_cast<long>(us * 1000)};
-    if (doorbell < 0) {
-        nanosleep(&ts, nullptr);
-        return;
-    }
-    pollfd p{doorbell, POLLIN, 0};
-    ppoll(&p, 1, &ts, nullptr);
+    nanosleep(&ts, nullptr);
 }
 
 // Sends "who has" for every remote host (unresolved only, unless `all`).
@@ -158,7 +150,11 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
         }
         ctx.counters.idle_sleeps.add(1);
         publisher.offline(worker_id);
-        sleep_us(sleep, ctx.engine != nullptr ? ctx.engine->doorbell_fd() : -1);
+        if (ctx.engine != nullptr) {
+            ctx.engine->sleep(sleep);  // or less: a tenant's post rings the doorbell
+        } else {
+            sleep_us(sleep);
+        }
         publisher.online(worker_id);
         if (ctx.engine != nullptr) {
             ctx.engine->after_sleep();

@@ -100,6 +100,7 @@ fake_jakirod::~fake_jakirod() {
     stop();
     for (auto& [handle, q] : _qps) {
         munmap(q.ring, q.ring_bytes);
+        munmap(q.doorbell, proto::doorbell_bytes);
         close(q.doorbell_fd);
     }
     for (auto& [p, n] : _cq_rings) {
@@ -366,7 +367,9 @@ void fake_jakirod::create_qp(const proto::create_qp_request& req) {
     rec.request = req;
     rec.ring = h;
     rec.ring_bytes = r.ring_bytes;
-    rec.doorbell_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    rec.doorbell = static_cast<proto::doorbell_page*>(
+        shared_memfd("jakiro-doorbell", proto::doorbell_bytes, rec.doorbell_fd));
+    fcntl(rec.doorbell_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
     qp_tamper tamper;
     {
         const std::lock_guard lock(_mutex);

@@ -1,7 +1,7 @@
 #pragma once
 // A stand-in for jakirod's verbs socket, for testing the shim in-process: one listening path
 // socket, one client connection served on a thread, answering HELLO, PDs, CQs and QPs with
-// real objects (a sealed memfd QP ring and a non-blocking eventfd doorbell, a CQ ring memfd,
+// real objects (a sealed memfd QP ring and a sealed one-page memfd doorbell, a CQ ring memfd,
 // an async event socket) and recording what it was asked. No engine: the test plays it,
 // reading WQEs out of the ring, retiring slots, setting `sleeping`, sending async events.
 //
@@ -34,7 +34,8 @@ class fake_jakirod {
         verbs_proto::create_qp_request request{};
         verbs_proto::qp_ring_header* ring = nullptr;  // the fake's own mapping
         std::size_t ring_bytes = 0;
-        int doorbell_fd = -1;              // the fake's copy: the test reads it
+        int doorbell_fd = -1;                            // the fake's doorbell page (memfd)
+        verbs_proto::doorbell_page* doorbell = nullptr;  // the fake's mapping: the test reads it
         verbs_proto::qp_attr_wire attr{};  // what modify_qp set (masked fields merged)
         bool destroyed = false;
     };

@@ -71,7 +71,7 @@ TEST_F(ShimQp, CreateSendsTheRequestAndWritesBackWhatTheQpReallyHas) {
     EXPECT_EQ(qp->state, IBV_QPS_RESET);
     EXPECT_EQ(qp->qp_type, IBV_QPT_RC);
     EXPECT_EQ(qp->events_completed, 0u);
-    EXPECT_EQ(to_qp(qp)->doorbell_fd >= 0, true);
+    EXPECT_NE(to_qp(qp)->doorbell, nullptr);
 
     EXPECT_EQ(destroy_qp(qp), 0);
     EXPECT_EQ(fake->count(proto::opcode::destroy_qp), 1u);
@@ -179,6 +179,8 @@ TEST_F(ShimQp, CreateRefusesARingThatIsNotWhatWasPromisedAndAbandonsIt) {
         {"more SGEs than a slot", [](auto& r, auto&, auto&) { r.max_recv_sge = 17; }},
         {"inline beyond a slot", [](auto& r, auto&, auto&) { r.max_inline_data = 417; }},
         {"fds swapped", [](auto&, auto&, auto& fds) { std::swap(fds[0], fds[1]); }},
+        {"an eventfd for a doorbell",
+         [](auto&, auto&, auto& fds) { fds[1] = eventfd(0, EFD_CLOEXEC); }},
         {"a socket for a doorbell",
          [](auto&, auto&, auto& fds) {
              int pair[2];
@@ -195,7 +197,7 @@ TEST_F(ShimQp, CreateRefusesARingThatIsNotWhatWasPromisedAndAbandonsIt) {
         EXPECT_EQ(create_qp(pd, &a), nullptr) << name;
         EXPECT_EQ(errno, EPROTO) << name;
         EXPECT_TRUE(fake->qp(fake->last_qp()).destroyed) << name << ": not abandoned";
-        // The fake keeps its eventfd; the shim keeps nothing.
+        // The fake keeps its doorbell page; the shim keeps nothing.
         EXPECT_EQ(fake->idle_fd_count(), before + 1) << name << ": a descriptor leaked";
     }
 }
@@ -207,13 +209,14 @@ TEST_F(ShimQp, CreateWantsBothDescriptorsAndClosesExtraOnes) {
     errno = 0;
     EXPECT_EQ(create_qp(pd, &a), nullptr);
     EXPECT_EQ(errno, EPROTO);
-    EXPECT_EQ(fake->idle_fd_count(), before + 1) << "the fake's eventfd only";
+    EXPECT_EQ(fake->idle_fd_count(), before + 1) << "the fake's doorbell only";
 
     before = fake->idle_fd_count();
     fake->tamper_next_qp([](auto&, auto&, auto& fds) { fds.push_back(eventfd(0, 0)); });
     ibv_qp* qp = make_qp();
     ASSERT_NE(qp, nullptr);
-    EXPECT_EQ(fake->idle_fd_count(), before + 2) << "the fake's eventfd and the shim's doorbell";
+    EXPECT_EQ(fake->idle_fd_count(), before + 1)
+        << "the fake's doorbell; the shim keeps mappings, not descriptors";
     EXPECT_EQ(destroy_qp(qp), 0);
     EXPECT_EQ(fake->idle_fd_count(), before + 1);
 }
