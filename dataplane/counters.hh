@@ -48,6 +48,7 @@ struct alignas(RTE_CACHE_LINE_SIZE) lcore_counters {
     counter encapsulated;
     counter decapsulated;
     counter switched_locally;
+    counter rdma_local_messages;  // RDMA messages moved memory to memory between local vNICs
     counter arp_replies_to_tenants;
     counter arp_replies_on_underlay;
     counter arp_replies_in_overlay;

@@ -58,6 +58,7 @@ const global_counter global_counters[] = {
     JK_GLOBAL(encapsulated),
     JK_GLOBAL(decapsulated),
     JK_GLOBAL(switched_locally),
+    JK_GLOBAL(rdma_local_messages),
     JK_GLOBAL(arp_replies_to_tenants),
     JK_GLOBAL(arp_replies_on_underlay),
     JK_GLOBAL(arp_replies_in_overlay),

@@ -137,6 +137,7 @@ void engine::add_qp(std::shared_ptr<rc_qp> qp) {
         slots.resize(slot + 1, nullptr);
     }
     slots[slot] = qp.get();
+    qp->attach(this);
     _active.push_back(std::move(qp));
     std::lock_guard lock(_report_mutex);
     _reported = _active;

@@ -124,13 +124,14 @@ class engine {
     // After sleeping: clears the flags.
     void after_sleep();
     bool has_qps() const { return !_active.empty(); }
+    // The QP `qpn` of local vNIC `vnic`, or nullptr (engine thread).
+    rc_qp* find(uint16_t vnic, uint32_t qpn) const;
 
   private:
     void drop(engine_drop reason) {
         _counters.drops[static_cast<std::size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
     }
     void run_calls();
-    rc_qp* find(uint16_t vnic, uint32_t qpn) const;
 
     struct task {
         std::function<int()> fn;

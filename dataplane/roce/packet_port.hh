@@ -19,6 +19,20 @@ class packet_port {
     virtual uint8_t* begin_frame(uint32_t len) = 0;
     // Sends the frame begun last, from local vNIC `vnic` to inner IPv4 `dst_ip_be`.
     virtual void end_frame(uint16_t vnic, uint32_t dst_ip_be, uint32_t len) = 0;
+    // The slot of the vNIC on this host that `dst_ip_be` is in `vnic`'s VPC, or no_local_vnic
+    // (remote, or unknown): lets the engine move data memory to memory between local QPs.
+    static constexpr uint16_t no_local_vnic = 0xFFFF;
+    virtual uint16_t local_vnic(uint16_t vnic, uint32_t dst_ip_be) const {
+        (void)vnic;
+        (void)dst_ip_be;
+        return no_local_vnic;
+    }
+    // Counts a message the engine moved memory to memory for `vnic` (traffic accounting).
+    virtual void count_local(uint16_t from_vnic, uint16_t to_vnic, uint64_t bytes) {
+        (void)from_vnic;
+        (void)to_vnic;
+        (void)bytes;
+    }
 };
 
 // Writes Ethernet (destination left zero: the datapath fills it per route), IPv4 (DF,

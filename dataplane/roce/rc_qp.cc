@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "roce/aeth.hh"
+#include "roce/engine.hh"
 #include "roce/packet_port.hh"
 #include "roce/psn.hh"
 #include "roce/timers.hh"
@@ -277,6 +278,16 @@ void rc_qp::check_local_buffers(send_op& op) {
 unsigned rc_qp::send_packets(packet_port& port, uint64_t now_ns, unsigned budget) {
     verbs::qp_ring& ring = *_s.ring;
     const uint32_t mask = ring.sq_capacity() - 1;
+    if (_una == _next_psn && _send_index != ring.send_taken()) {
+        // Intra-host shortcut: nothing in flight as packets, the peer is a QP of this engine.
+        if (rc_qp* peer = local_peer(port); peer != nullptr) {
+            _local_fallback = false;
+            const unsigned moved = send_local(*peer, port, budget);
+            if (!_local_fallback) {
+                return moved;
+            }
+        }
+    }
     unsigned sent = 0;
     while (sent < budget && _send_index != ring.send_taken() && _rnr_resume_ns == 0 &&
            psn_diff(_next_psn, _una) < static_cast<int32_t>(send_window_packets)) {
@@ -363,6 +374,172 @@ bool rc_qp::emit_request(packet_port& port, send_op& op, uint32_t k) {
     ext.dma_len = static_cast<uint32_t>(op.length - (is_read(w) ? offset : 0));
     finish_packet(port, bth, ext, frame, payload);
     return true;
+}
+
+// ---------------------------------------------------------------- intra-host shortcut
+
+namespace {
+
+// Copies `len` bytes from position `offset` of a send WQE's data (inline or its SGEs).
+template <typename Op>
+void gather_op(const Op& op, uint64_t offset, std::byte* out, uint32_t len) {
+    if ((op.wqe.send_flags & IBV_SEND_INLINE) != 0) {
+        std::memcpy(out, op.wqe.inline_data + offset, len);
+    } else {
+        gather(op.sge_data.data(), op.sge_len.data(), op.sges, offset,
+               reinterpret_cast<uint8_t*>(out), len);
+    }
+}
+
+}  // namespace
+
+rc_qp* rc_qp::local_peer(packet_port& port) const {
+    if (_engine == nullptr) {
+        return nullptr;
+    }
+    const uint16_t slot = port.local_vnic(_s.local.vnic, _remote_ip_be);
+    if (slot == packet_port::no_local_vnic) {
+        return nullptr;
+    }
+    rc_qp* peer = _engine->find(slot, _machine.attr().dest_qp_num);
+    // Only a peer connected back to this very QP (RCFT, both ways) and able to receive.
+    if (peer == nullptr || peer == this || peer->_remote_ip_be != _s.local.ip_be ||
+        peer->_machine.attr().dest_qp_num != _s.qpn || !peer->_machine.accepts_inbound()) {
+        return nullptr;
+    }
+    return peer;
+}
+
+unsigned rc_qp::send_local(rc_qp& peer, packet_port& port, unsigned budget) {
+    verbs::qp_ring& ring = *_s.ring;
+    const uint32_t mask = ring.sq_capacity() - 1;
+    unsigned moved = 0;
+    while (moved < budget && _send_index != ring.send_taken()) {
+        send_op& op = _sends[_send_index & mask];
+        if (op.local_error != IBV_WC_SUCCESS) {
+            break;  // completes with its error in retire_sends
+        }
+        // Both sides must be between messages at the same PSN; otherwise packets are (or
+        // were) on the way and the packet path finishes what it started.
+        if (_next_psn != op.first_psn || peer._epsn != op.first_psn || peer._in_send ||
+            peer._in_write || !peer._reads.empty() || peer._ack_pending) {
+            _local_fallback = moved == 0;
+            break;
+        }
+        ibv_wc_status status = IBV_WC_SUCCESS;
+        const local_result r = peer.execute_local(op, *this, status);
+        if (r == local_result::rnr) {
+            _stats.rnr_naks_received.fetch_add(1, std::memory_order_relaxed);
+            break;  // no receive posted yet: the next poll tries again (the RNR wait)
+        }
+        ++moved;
+        if (r == local_result::failed) {
+            fail_requester(op.first_psn, status);
+            return moved;
+        }
+        const uint32_t end = psn_add(op.first_psn, op.packets);
+        peer._epsn = end;
+        peer._msn = psn_add(peer._msn, 1);
+        if (is_read(op.wqe)) {
+            op.read_received = op.packets;
+        }
+        op.done = true;
+        _next_psn = _una = _sent_high = end;
+        ++_send_index;
+        _stats.bytes_sent.fetch_add(op.length, std::memory_order_relaxed);
+        peer._stats.bytes_received.fetch_add(op.length, std::memory_order_relaxed);
+        port.count_local(_s.local.vnic, peer._s.local.vnic, op.length);
+    }
+    retire_sends();
+    return moved;
+}
+
+rc_qp::local_result rc_qp::execute_local(const send_op& op, const rc_qp& requester,
+                                         ibv_wc_status& status) {
+    const proto::send_wqe& w = op.wqe;
+    auto fail = [&](proto::event_type event, ibv_wc_status requester_status) {
+        if (_s.events.raise != nullptr) {
+            _s.events.raise(_s.events.context, _s.owner, static_cast<uint32_t>(event), _s.qpn);
+        }
+        enter_error();
+        status = requester_status;
+        return local_result::failed;
+    };
+    auto complete_recv = [&](const recv_op& r, ibv_wc_status st, uint32_t opcode, uint32_t len) {
+        proto::cqe c{};
+        c.wr_id = r.wr_id;
+        c.status = st;
+        c.opcode = opcode;
+        c.byte_len = len;
+        c.qp_num = _s.qpn;
+        c.src_qp = requester._s.qpn;
+        c.solicited = (w.send_flags & IBV_SEND_SOLICITED) != 0 ? 1 : 0;
+        if (st == IBV_WC_SUCCESS && has_imm(w)) {
+            c.imm_data = w.imm_data;
+            c.wc_flags = IBV_WC_WITH_IMM;
+        }
+        _s.ring->retire_recv(1);
+        complete(*_s.recv_cq, c);
+    };
+    switch (w.opcode) {
+        case IBV_WR_SEND:
+        case IBV_WR_SEND_WITH_IMM: {
+            recv_op r;
+            if (!take_recv(r)) {
+                return local_result::rnr;
+            }
+            if (r.local_error != IBV_WC_SUCCESS) {
+                complete_recv(r, r.local_error, IBV_WC_RECV, 0);
+                return fail(proto::event_type::qp_fatal, IBV_WC_REM_OP_ERR);
+            }
+            if (op.length > r.length) {
+                complete_recv(r, IBV_WC_LOC_LEN_ERR, IBV_WC_RECV, 0);
+                return fail(proto::event_type::qp_req_err, IBV_WC_REM_INV_REQ_ERR);
+            }
+            uint64_t offset = 0;
+            for (uint8_t i = 0; i < r.sges && offset < op.length; ++i) {
+                const uint32_t chunk =
+                    static_cast<uint32_t>(std::min<uint64_t>(r.sge_len[i], op.length - offset));
+                gather_op(op, offset, r.sge_data[i], chunk);
+                offset += chunk;
+            }
+            complete_recv(r, IBV_WC_SUCCESS, IBV_WC_RECV, op.length);
+            return local_result::done;
+        }
+        case IBV_WR_RDMA_WRITE:
+        case IBV_WR_RDMA_WRITE_WITH_IMM: {
+            auto found =
+                _s.mrs->find(_s.pd, w.rkey, w.remote_addr, op.length, proto::access_remote_write);
+            if (!found) {
+                return fail(proto::event_type::qp_access_err, IBV_WC_REM_ACCESS_ERR);
+            }
+            recv_op r;
+            if (has_imm(w) && !take_recv(r)) {
+                return local_result::rnr;
+            }
+            if (op.length > 0) {
+                gather_op(op, 0, found.bytes.data(), op.length);
+            }
+            if (has_imm(w)) {
+                complete_recv(r, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, op.length);
+            }
+            return local_result::done;
+        }
+        case IBV_WR_RDMA_READ: {
+            auto found =
+                _s.mrs->find(_s.pd, w.rkey, w.remote_addr, op.length, proto::access_remote_read);
+            if (!found) {
+                return fail(proto::event_type::qp_access_err, IBV_WC_REM_ACCESS_ERR);
+            }
+            if (op.length > 0) {
+                scatter(op.sge_data.data(), op.sge_len.data(), op.sges, 0,
+                        reinterpret_cast<const uint8_t*>(found.bytes.data()), op.length);
+            }
+            return local_result::done;
+        }
+        default:
+            return fail(proto::event_type::qp_req_err, IBV_WC_REM_INV_REQ_ERR);
+    }
 }
 
 bool rc_qp::psn_sent(uint32_t psn) const {

@@ -33,6 +33,7 @@
 namespace jakiro::roce {
 
 class packet_port;
+class engine;
 
 // Who hears about a QP's asynchronous errors (IBV_EVENT_QP_*): the channel server.
 struct qp_event_sink {
@@ -107,6 +108,8 @@ class rc_qp {
     void receive(const roce_packet& p, packet_port& port, uint64_t now_ns);
     // Anything posted or owed that poll() would act on right now?
     bool has_work() const;
+    // The engine that runs it (for the intra-host shortcut's peer lookup); set by add_qp.
+    void attach(const engine* e) { _engine = e; }
 
     uint32_t qpn() const { return _s.qpn; }
     uint64_t owner() const { return _s.owner; }
@@ -173,6 +176,14 @@ class rc_qp {
     void run_timers(uint64_t now_ns);
     void fail_requester(uint32_t psn, ibv_wc_status status);
 
+    // ---- intra-host shortcut: both QPs in this engine, data memory to memory
+    rc_qp* local_peer(packet_port& port) const;
+    unsigned send_local(rc_qp& peer, packet_port& port, unsigned budget);
+    enum class local_result { done, rnr, failed };
+    // The responder's half: executes `op` of `requester` at once. On `failed`, `status` is what
+    // the requester's WR completes with.
+    local_result execute_local(const send_op& op, const rc_qp& requester, ibv_wc_status& status);
+
     // ---- responder
     void on_request(const roce_packet& p, packet_port& port, uint64_t now_ns);
     bool take_recv(recv_op& out);
@@ -196,6 +207,7 @@ class rc_qp {
     void publish_stats();
 
     rc_qp_setup _s;
+    const engine* _engine = nullptr;
     qp_state_machine _machine;
     rc_qp_stats _stats;
     uint32_t _remote_ip_be = 0;
@@ -214,6 +226,7 @@ class rc_qp {
     uint32_t _rnr_retries_left = 0;
     uint64_t _rnr_resume_ns = 0;  // != 0: waiting out an RNR NAK
     bool _rewound_for_gap = false;
+    bool _local_fallback = false;  // the shortcut met a half-done message: use packets
 
     // responder
     uint32_t _epsn = 0;

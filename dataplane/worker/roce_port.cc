@@ -73,6 +73,22 @@ void roce_port::end_frame(uint16_t vnic_slot, uint32_t dst_ip_be, uint32_t len) 
     _ctx.tx.enqueue(_tables->uplink_port, m, _ctx.counters);
 }
 
+uint16_t roce_port::local_vnic(uint16_t vnic_slot, uint32_t dst_ip_be) const {
+    if (_tables == nullptr || vnic_slot >= _tables->vnics.size()) {
+        return no_local_vnic;
+    }
+    const overlay::vlt_entry* entry =
+        _tables->vlt->lookup(_tables->vnics[vnic_slot].vpc, dst_ip_be);
+    return entry != nullptr && entry->kind == overlay::vlt_kind::local_vnic ? entry->vnic
+                                                                            : no_local_vnic;
+}
+
+void roce_port::count_local(uint16_t from_vnic, uint16_t to_vnic, uint64_t bytes) {
+    _ctx.counters.vnics[from_vnic].rdma_tx_bytes.add(bytes);
+    _ctx.counters.vnics[to_vnic].rdma_rx_bytes.add(bytes);
+    _ctx.counters.rdma_local_messages.add(1);
+}
+
 unsigned roce_port::deliver_loopback(roce::engine& engine, uint64_t now_ns) {
     const unsigned count = _loopback_count;
     if (count == 0) {

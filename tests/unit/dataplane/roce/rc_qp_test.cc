@@ -54,9 +54,21 @@ class test_wire final : public packet_port {
         ++sent;
     }
 
+    uint16_t local_vnic(uint16_t, uint32_t dst_ip_be) const override {
+        if (!same_host) {
+            return no_local_vnic;
+        }
+        return dst_ip_be == htonl(0xC6130101)   ? 0
+               : dst_ip_be == htonl(0xC6130102) ? 1
+                                                : no_local_vnic;
+    }
+    void count_local(uint16_t, uint16_t, uint64_t bytes) override { local_bytes += bytes; }
+
     std::deque<frame> frames;
     uint64_t sent = 0;
+    uint64_t local_bytes = 0;
     bool refuse_buffers = false;
+    bool same_host = false;  // local_vnic() finds the peer: the intra-host shortcut
 
   private:
     std::vector<uint8_t> _building;
@@ -681,6 +693,74 @@ TEST_F(rc_qp_test, a_deep_send_queue_of_large_writes_all_completes) {
         }
     }
     EXPECT_EQ(completed, 1008);
+}
+
+}  // namespace
+}  // namespace jakiro::roce
+
+namespace jakiro::roce {
+namespace {
+
+TEST_F(rc_qp_test, on_one_host_data_moves_memory_to_memory_without_packets) {
+    wire.same_host = true;
+    connect_both();
+    fill(a, 0, 200000, 11);
+    fill(b, 0x60000, 100000, 12);
+    b.post_recv(1, 0x40000, 0x10000);
+    a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 50000, a.mr));
+    auto w = wqe(2, IBV_WR_RDMA_WRITE_WITH_IMM, a.iova(50000), 150000, a.mr, b.iova(0x80000), b.mr);
+    w.imm_data = htonl(7);
+    b.post_recv(2, 0, 0);
+    a.post_send(w);
+    a.post_send(wqe(3, IBV_WR_RDMA_READ, a.iova(0xC0000), 100000, a.mr, b.iova(0x60000), b.mr));
+    run(5);
+    EXPECT_EQ(wire.sent, 0u) << "no frame at all";
+    EXPECT_EQ(wire.local_bytes, 300000u);
+    proto::cqe c{};
+    for (uint64_t id = 1; id <= 3; ++id) {
+        ASSERT_TRUE(a.poll_send(c));
+        EXPECT_EQ(c.wr_id, id);
+        EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    }
+    ASSERT_TRUE(b.poll_recv(c));
+    EXPECT_EQ(c.byte_len, 50000u);
+    EXPECT_EQ(c.src_qp, a.qp);
+    ASSERT_TRUE(b.poll_recv(c));
+    EXPECT_EQ(c.opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+    EXPECT_EQ(c.imm_data, htonl(7));
+    EXPECT_TRUE(same(a, 0, b, 0x40000, 50000));
+    EXPECT_TRUE(same(a, 50000, b, 0x80000, 150000));
+    EXPECT_TRUE(same(b, 0x60000, a, 0xC0000, 100000));
+
+    // The PSNs moved as if packets had: the packet path can take over at any point.
+    wire.same_host = false;
+    fill(a, 0, 5000, 13);
+    a.post_send(wqe(4, IBV_WR_RDMA_WRITE, a.iova(0), 5000, a.mr, b.iova(0), b.mr));
+    run(50);
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    EXPECT_TRUE(same(a, 0, b, 0, 5000));
+    EXPECT_GT(wire.sent, 0u);
+}
+
+TEST_F(rc_qp_test, on_one_host_a_missing_receive_waits_and_a_bad_rkey_fails_as_on_the_wire) {
+    wire.same_host = true;
+    connect_both();
+    a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 10, a.mr));
+    run(5);
+    proto::cqe c{};
+    EXPECT_FALSE(a.poll_send(c)) << "no receive posted: waits (RNR)";
+    b.post_recv(9, 0, 64);
+    run(2);
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    std::memset(b.region, 0x77, 4096);
+    a.post_send(wqe(2, IBV_WR_RDMA_WRITE, a.iova(0), 64, a.mr, b.iova(0), b.mr + 0x300));
+    run(2);
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_REM_ACCESS_ERR);
+    EXPECT_EQ(static_cast<uint8_t>(b.region[0]), 0x77);
+    EXPECT_EQ(wire.sent, 0u);
 }
 
 }  // namespace
