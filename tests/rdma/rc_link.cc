@@ -75,7 +75,9 @@ device::device(const link_options& options) {
     int count = 0;
     ibv_device** list = ibv_get_device_list(&count);
     if (list == nullptr) {
-        verb_failed("ibv_get_device_list");
+        verb_failed(
+            "ibv_get_device_list (no RDMA devices here? run the program with "
+            "jakiro-run in a tenant namespace)");
     }
     ibv_device* chosen = nullptr;
     for (int i = 0; i < count && chosen == nullptr; ++i) {

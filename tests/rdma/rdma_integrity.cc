@@ -158,8 +158,9 @@ struct params {
     int timeout_s = default_timeout_s;
     bool use_inline = true;
     bool verbose = false;
+    bool inject_fault = false;  // corrupt what arrives, once per kind: checks the checker
     // Server: which of ops, seed, max-size were given, to check them against the client's.
-    bool ops_given = false, seed_given = false, max_size_given = false;
+    bool ops_given = false, seed_given = false, max_size_given = false, buffer_given = false;
     link_options link;
 };
 
@@ -169,10 +170,11 @@ struct params {
                  "       %s --connect IP [--port P] [--ops N] [--seed S] [--max-size BYTES]\n"
                  "          [--buffer-size BYTES] [--batch N] [--no-inline]\n"
                  "common: [--device NAME] [--ib-port N] [--gid-index N] [--events]\n"
-                 "        [--timeout SECONDS] [--verbose]\n"
-                 "defaults: port %u, %llu ops, seed 1, max-size %llu, buffer %llu, batch %u,\n"
-                 "          GID index 0, timeout %d s. The client decides ops, seed, sizes and\n"
-                 "          batch; a server given --ops/--seed/--max-size checks they agree.\n",
+                 "        [--timeout SECONDS] [--verbose] [--inject-fault]\n"
+                 "defaults: port %u, %llu ops, seed 1, max-size %llu, buffer %llu (at least\n"
+                 "          4 x max-size), batch %u, GID index 0, timeout %d s.\n"
+                 "          The client decides ops, seed, sizes and batch;\n"
+                 "          a server given --ops/--seed/--max-size checks they agree.\n",
                  program, program, default_port, static_cast<unsigned long long>(default_ops),
                  static_cast<unsigned long long>(default_max_size),
                  static_cast<unsigned long long>(default_buffer), default_batch, default_timeout_s);
@@ -196,6 +198,7 @@ params parse(int argc, char** argv) {
         o_timeout,
         o_no_inline,
         o_verbose,
+        o_inject_fault,
         o_help
     };
     static const option longs[] = {
@@ -214,6 +217,7 @@ params parse(int argc, char** argv) {
         {"timeout", required_argument, nullptr, o_timeout},
         {"no-inline", no_argument, nullptr, o_no_inline},
         {"verbose", no_argument, nullptr, o_verbose},
+        {"inject-fault", no_argument, nullptr, o_inject_fault},
         {"help", no_argument, nullptr, o_help},
         {nullptr, 0, nullptr, 0},
     };
@@ -245,6 +249,7 @@ params parse(int argc, char** argv) {
                     break;
                 case o_buffer:
                     p.buffer_size = parse_u64(v);
+                    p.buffer_given = true;
                     break;
                 case o_batch:
                     p.batch = static_cast<uint32_t>(parse_u64(v));
@@ -270,6 +275,9 @@ params parse(int argc, char** argv) {
                 case o_verbose:
                     p.verbose = true;
                     break;
+                case o_inject_fault:
+                    p.inject_fault = true;
+                    break;
                 case o_help:
                     usage(0);
                 default:
@@ -282,6 +290,9 @@ params parse(int argc, char** argv) {
     }
     if (optind != argc || p.server == !p.connect_ip.empty()) {
         usage(2);
+    }
+    if (!p.buffer_given) {
+        p.buffer_size = std::max(default_buffer, 4 * p.max_size);
     }
     if (p.max_size == 0 || p.max_size > (1u << 30) || p.batch == 0 || p.batch > 1024 ||
         p.timeout_s <= 0 || p.buffer_size < 4 * p.max_size || p.buffer_size > (1ull << 30)) {
@@ -396,6 +407,40 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 // A shorter limit for one wait, so a missing completion is reported before the alarm fires.
 std::chrono::steady_clock::time_point wait_limit() {
     return deadline() - std::chrono::milliseconds(500);
+}
+
+// ---------------------------------------------------------------- --inject-fault
+
+// Flips one byte of what the first WRITE and the first SEND of the run delivered, as a
+// responder that lost or misplaced data would: the checks below must catch both.
+void inject_server_faults(const std::vector<op>& plan, uint8_t* target, uint8_t* slots,
+                          uint64_t slot_size) {
+    static bool write_done = false;
+    static bool send_done = false;
+    for (const op& o : plan) {
+        if (!write_done && o.type == kind::write) {
+            target[o.remote_offset + o.size / 2] ^= 0x01;
+            write_done = true;
+            std::fprintf(stderr, "%s: injected a fault into %s\n", program, o.text().c_str());
+        }
+        if (!send_done && o.type == kind::send) {
+            slots[o.slot * slot_size + o.size / 2] ^= 0x80;
+            send_done = true;
+            std::fprintf(stderr, "%s: injected a fault into %s\n", program, o.text().c_str());
+        }
+    }
+}
+
+// Flips one byte of what the first READ of the run brought.
+void inject_client_fault(const std::vector<op>& plan, uint8_t* local) {
+    static bool done = false;
+    for (const op& o : plan) {
+        if (!done && o.type == kind::read) {
+            local[o.pieces.back().offset + o.pieces.back().length - 1] ^= 0x10;
+            done = true;
+            std::fprintf(stderr, "%s: injected a fault into %s\n", program, o.text().c_str());
+        }
+    }
 }
 
 // ---------------------------------------------------------------- server
@@ -521,6 +566,9 @@ int run_server(params& p) {
         const auto done = tcp.expect("DONE");
         set_phase("polling receive completions");
         const auto wcs = link.poll(link.recv_cq, receives, wait_limit());
+        if (p.inject_fault) {
+            inject_server_faults(plan, target.data(), slots.data(), slot_size);
+        }
         uint64_t failures_before = t.failures;
         std::vector<bool> op_failed(plan.size(), false);
         auto fail = [&](std::size_t i, const std::string& why) {
@@ -688,9 +736,9 @@ int run_client(params& p) {
     const auto rkey = static_cast<uint32_t>(parse_u64(rw[2]));
     const uint64_t remote_size = parse_u64(rw[3]);
     const std::string server_ip = device::mapped_ipv4(remote.gid);
-    std::fprintf(stderr, "%s: client: %s (GID 0 maps %s) -> server QP %#x, GID maps %s, %s\n",
-                 program, dev.name.c_str(), device::mapped_ipv4(dev.gid).c_str(), remote.qpn,
-                 server_ip.c_str(), link.state_text().c_str());
+    std::fprintf(stderr, "%s: client: %s (GID 0 maps %s) -> server QP %#x, GID maps %s\n", program,
+                 dev.name.c_str(), device::mapped_ipv4(dev.gid).c_str(), remote.qpn,
+                 server_ip.c_str());
     if (server_ip != p.connect_ip) {
         std::fprintf(stderr, "%s: warning: the server's GID maps %s, not %s\n", program,
                      server_ip.c_str(), p.connect_ip.c_str());
@@ -857,6 +905,9 @@ int run_client(params& p) {
             break;
         }
         set_phase("checking what READ brought");
+        if (p.inject_fault) {
+            inject_client_fault(plan, local.data());
+        }
         for (const op& o : plan) {
             if (o.type != kind::read) {
                 continue;

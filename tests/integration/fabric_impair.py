@@ -1,0 +1,159 @@
+#!/usr/bin/python3
+"""netem's loss, reordering and delay in user space, for kernels built without sch_netem.
+
+Packets reach it through an iptables NFQUEUE rule (the test sets one up on the fabric bridge
+with bridge-nf-call-iptables); for each one it decides, as `tc qdisc ... netem loss L%
+reorder R% delay D` does: drop with probability L; otherwise send it at once with
+probability R (so it overtakes the ones held back), or hold it for D and send it then.
+
+  fabric_impair.py --queue N [--loss PCT] [--reorder PCT] [--delay-ms MS] [--seed S]
+
+Raw netlink (NETLINK_NETFILTER, nfnetlink_queue), standard library only. Runs until SIGTERM
+or SIGINT, then prints one JSON line of counters on stdout.
+"""
+
+import argparse
+import heapq
+import json
+import random
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+
+NETLINK_NETFILTER = 12
+NFNL_SUBSYS_QUEUE = 3
+NFQNL_MSG_PACKET, NFQNL_MSG_VERDICT, NFQNL_MSG_CONFIG = 0, 1, 2
+NFQA_CFG_CMD, NFQA_CFG_PARAMS, NFQA_CFG_QUEUE_MAXLEN = 1, 2, 3
+NFQNL_CFG_CMD_BIND, NFQNL_CFG_CMD_UNBIND = 1, 2
+NFQNL_COPY_META = 1  # ids only: no packet bytes cross into user space
+NFQA_PACKET_HDR, NFQA_VERDICT_HDR = 1, 2
+NLMSG_ERROR = 2
+NLM_F_REQUEST, NLM_F_ACK = 1, 4
+NF_DROP, NF_ACCEPT = 0, 1
+QUEUE_MAXLEN = 65536  # held packets: 1 ms of a few Gbit/s, far more than the tests send
+
+
+def nlmsg(msg_type, flags, seq, payload):
+    return struct.pack("=IHHII", 16 + len(payload), msg_type, flags, seq, 0) + payload
+
+
+def nfgenmsg(queue):
+    return struct.pack("=BBH", socket.AF_UNSPEC, 0, socket.htons(queue))
+
+
+def nla(attr_type, data):
+    length = 4 + len(data)
+    return struct.pack("=HH", length, attr_type) + data + b"\0" * ((4 - length % 4) % 4)
+
+
+class Queue:
+    def __init__(self, num):
+        self.num = num
+        self.seq = 0
+        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
+        for opt in (33, socket.SO_RCVBUF):  # SO_RCVBUFFORCE (root), else the capped one
+            try:
+                self.sock.setsockopt(socket.SOL_SOCKET, opt, 16 << 20)
+                break
+            except OSError:
+                continue
+        self.sock.bind((0, 0))
+        self.config(nla(NFQA_CFG_CMD, struct.pack("!BxH", NFQNL_CFG_CMD_BIND, 0)))
+        self.config(nla(NFQA_CFG_PARAMS, struct.pack("!IB", 0, NFQNL_COPY_META)) +
+                    nla(NFQA_CFG_QUEUE_MAXLEN, struct.pack("!I", QUEUE_MAXLEN)))
+
+    def config(self, attrs):
+        self.seq += 1
+        msg_type = (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_CONFIG
+        self.sock.send(nlmsg(msg_type, NLM_F_REQUEST | NLM_F_ACK, self.seq,
+                             nfgenmsg(self.num) + attrs))
+        reply = self.sock.recv(65536)
+        length, rtype = struct.unpack_from("=IH", reply)
+        if rtype == NLMSG_ERROR:
+            err = struct.unpack_from("=i", reply, 16)[0]
+            if err != 0:
+                raise OSError(-err, f"nfqueue config of queue {self.num} failed")
+
+    def verdict(self, packet_id, verdict):
+        msg_type = (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_VERDICT
+        self.sock.send(nlmsg(msg_type, NLM_F_REQUEST, 0, nfgenmsg(self.num) +
+                             nla(NFQA_VERDICT_HDR, struct.pack("!II", verdict, packet_id))))
+
+    def packets(self):
+        """Ids of the packets in one recv() worth of netlink messages."""
+        data = self.sock.recv(1 << 20)
+        ids, at = [], 0
+        while at + 16 <= len(data):
+            length, msg_type = struct.unpack_from("=IH", data, at)
+            if length < 16:
+                break
+            if msg_type == (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_PACKET:
+                a = at + 16 + 4  # nlmsghdr, nfgenmsg
+                while a + 4 <= at + length:
+                    alen, atype = struct.unpack_from("=HH", data, a)
+                    if alen < 4:
+                        break
+                    if atype & 0x7FFF == NFQA_PACKET_HDR:
+                        ids.append(struct.unpack_from("!I", data, a + 4)[0])
+                    a += (alen + 3) & ~3
+            at += (length + 3) & ~3
+        return ids
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--queue", type=int, required=True)
+    ap.add_argument("--loss", type=float, default=0.0, help="percent of packets dropped")
+    ap.add_argument("--reorder", type=float, default=100.0,
+                    help="percent sent at once (the rest wait --delay-ms), as netem's reorder")
+    ap.add_argument("--delay-ms", type=float, default=0.0)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+
+    rng = random.Random(args.seed)
+    q = Queue(args.queue)
+    held = []  # (release time, packet id)
+    counts = {"packets": 0, "dropped": 0, "at_once": 0, "delayed": 0}
+    stopping = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stopping.append(1))
+    print("ready", file=sys.stderr, flush=True)
+    while not stopping:
+        now = time.monotonic()
+        while held and held[0][0] <= now:
+            q.verdict(heapq.heappop(held)[1], NF_ACCEPT)
+        wait = max(0.0, held[0][0] - now) if held else 0.2
+        try:
+            readable, _, _ = select.select([q.sock], [], [], wait)
+        except InterruptedError:
+            continue
+        if not readable:
+            continue
+        try:
+            ids = q.packets()
+        except OSError as e:  # ENOBUFS: the kernel dropped some; they count as loss
+            counts["overruns"] = counts.get("overruns", 0) + 1
+            print(f"fabric_impair: {e}", file=sys.stderr)
+            continue
+        now = time.monotonic()
+        for packet_id in ids:
+            counts["packets"] += 1
+            if rng.random() * 100 < args.loss:
+                counts["dropped"] += 1
+                q.verdict(packet_id, NF_DROP)
+            elif args.delay_ms <= 0 or rng.random() * 100 < args.reorder:
+                counts["at_once"] += 1
+                q.verdict(packet_id, NF_ACCEPT)
+            else:
+                counts["delayed"] += 1
+                heapq.heappush(held, (now + args.delay_ms / 1000, packet_id))
+    for _, packet_id in held:  # let nothing stay queued in the kernel
+        q.verdict(packet_id, NF_ACCEPT)
+    print(json.dumps(counts), flush=True)
+
+
+if __name__ == "__main__":
+    main()
