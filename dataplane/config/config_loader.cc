@@ -1,4 +1,5 @@
 #include "config_loader.hh"
+#include "qos_units.hh"
 
 #include <yaml-cpp/yaml.h>
 
@@ -105,6 +106,38 @@ class checker {
         return static_cast<uint32_t>(value);
     }
 
+    // A rate like "5Gbit" (qos_units.hh), in bit/s.
+    std::optional<uint64_t> rate(const YAML::Node& map, const char* key, const std::string& field,
+                                 bool required = false) {
+        const auto text = string(map, key, field, required);
+        if (!text) {
+            return std::nullopt;
+        }
+        const auto value = parse_rate_bps(*text);
+        if (!value || *value == 0) {
+            error(map[key], join(field, key),
+                  "'" + *text + "' is not a rate (e.g. 5Gbit, 500Mbit, 100000000)");
+            return std::nullopt;
+        }
+        return value;
+    }
+
+    // A size like "64KiB" (qos_units.hh), in bytes.
+    std::optional<uint64_t> bytes(const YAML::Node& map, const char* key,
+                                  const std::string& field) {
+        const auto text = string(map, key, field, false);
+        if (!text) {
+            return std::nullopt;
+        }
+        const auto value = parse_bytes(*text);
+        if (!value || *value == 0) {
+            error(map[key], join(field, key),
+                  "'" + *text + "' is not a size (e.g. 64KiB, 1MB, 9000)");
+            return std::nullopt;
+        }
+        return value;
+    }
+
     std::optional<uint32_t> ipv4(const YAML::Node& map, const char* key, const std::string& field) {
         const auto text = string(map, key, field);
         if (!text) {
@@ -177,8 +210,25 @@ void load_host(checker& check, const YAML::Node& root, host_config& config) {
         check.error(root, "host", "missing");
         return;
     }
-    if (!check.only_keys(host, "host", {"name", "underlay", "gateway_mac", "conntrack"})) {
+    if (!check.only_keys(host, "host", {"name", "underlay", "gateway_mac", "conntrack", "qos"})) {
         return;
+    }
+    if (const auto q = host["qos"]; q.IsDefined()) {
+        const std::string field = "host.qos";
+        if (check.only_keys(q, field, {"uplink_rate", "uplink_burst"})) {
+            const auto rate = check.rate(q, "uplink_rate", field, true);
+            const auto burst = check.bytes(q, "uplink_burst", field);
+            if (rate) {
+                qos::uplink_qos u;
+                u.rate_bps = *rate;
+                u.burst_bytes = burst.value_or(qos::default_burst_bytes(*rate));
+                if (const auto problem = qos::validate(u); !problem.empty()) {
+                    check.error(q, field, problem);
+                } else {
+                    config.uplink_qos = u;
+                }
+            }
+        }
     }
     if (const auto conntrack = host["conntrack"]; conntrack.IsDefined()) {
         const std::string field = "host.conntrack";
@@ -344,6 +394,44 @@ void load_rules(checker& check, const YAML::Node& list, const std::string& field
     }
 }
 
+// vnics[].qos: {rate, burst, rdma: {weight, min, max}, tcp: {...}}.
+std::optional<qos::vnic_qos> load_vnic_qos(checker& check, const YAML::Node& node,
+                                           const std::string& field) {
+    if (!check.only_keys(node, field, {"rate", "burst", "rdma", "tcp"})) {
+        return std::nullopt;
+    }
+    const auto rate = check.rate(node, "rate", field, true);
+    if (!rate) {
+        return std::nullopt;
+    }
+    qos::vnic_qos q;
+    q.rate_bps = *rate;
+    q.burst_bytes = check.bytes(node, "burst", field).value_or(qos::default_burst_bytes(*rate));
+    bool ok = true;
+    for (const auto c : qos::all_classes) {
+        const char* name = qos::class_name(c);
+        const auto cls = node[name];
+        if (!cls.IsDefined()) {
+            continue;
+        }
+        const std::string class_field = field + "." + name;
+        if (!check.only_keys(cls, class_field, {"weight", "min", "max"})) {
+            ok = false;
+            continue;
+        }
+        auto& k = q.classes[qos::index_of(c)];
+        const auto weight = check.number(cls, "weight", class_field, 1, qos::max_weight, false);
+        k.weight = weight.value_or(1);
+        k.min_bps = check.rate(cls, "min", class_field).value_or(0);
+        k.max_bps = check.rate(cls, "max", class_field).value_or(0);
+    }
+    if (const auto problem = qos::validate(q); !problem.empty()) {
+        check.error(node, field, problem);
+        return std::nullopt;
+    }
+    return ok ? std::optional<qos::vnic_qos>(q) : std::nullopt;
+}
+
 void load_security_groups(checker& check, const YAML::Node& root, host_config& config) {
     const auto groups = root["security_groups"];
     if (!groups.IsDefined()) {
@@ -438,8 +526,9 @@ void load_vnics(checker& check, const YAML::Node& root, host_config& config,
     for (std::size_t i = 0; i < vnics.size(); ++i) {
         const auto field = checker::index("vnics", i);
         const auto node = vnics[i];
-        if (!check.only_keys(node, field,
-                             {"name", "vpc", "mac", "ip", "port", "security_groups", "rdma"})) {
+        if (!check.only_keys(
+                node, field,
+                {"name", "vpc", "mac", "ip", "port", "security_groups", "rdma", "qos"})) {
             continue;
         }
         vnic_config vnic;
@@ -489,6 +578,9 @@ void load_vnics(checker& check, const YAML::Node& root, host_config& config,
                                                    rdma_config::max_rc_qps_limit, false)
                                            .value_or(vnic.rdma.max_rc_qps);
             }
+        }
+        if (const auto q = node["qos"]; q.IsDefined()) {
+            vnic.qos = load_vnic_qos(check, q, field + ".qos");
         }
         config.vnics.push_back(vnic);
     }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "qos/config.hh"
 #include "secgroup/flow_table.hh"
 #include "secgroup/rule.hh"
 
@@ -49,6 +50,8 @@ struct vnic_config {
     std::string port;
     std::vector<std::string> security_groups;  // none: ingress denied, egress denied
     rdma_config rdma;
+    // DHTB (DESIGN.md §6): rate, burst and the rdma/tcp classes; none = not shaped.
+    std::optional<qos::vnic_qos> qos;
 };
 
 // A VLT entry for an address of a VPC that lives on another host.
@@ -78,6 +81,7 @@ struct host_config {
     std::vector<peer_config> peers;
     std::vector<secgroup::group> security_groups;
     conntrack_config conntrack;
+    std::optional<qos::uplink_qos> uplink_qos;  // host.qos.uplink_rate: all vNICs together
 
     const vpc_config* find_vpc(const std::string& name) const;
     // Group names are unique within a VPC (every VPC may have its own "default").

@@ -1,0 +1,110 @@
+// vnics[].qos, host.qos and vnics[].rdma in the host YAML: units, defaults, validation, and
+// errors that name the file, line and field.
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "config/config_loader.hh"
+#include "config/qos_units.hh"
+
+namespace jakiro {
+namespace {
+
+const char* base = R"(host:
+  name: h1
+  underlay: {port: "net_af_packet0,iface=ul0", ip: 198.18.0.1}
+vpcs:
+  - {name: blue, vni: 100}
+vnics:
+  - name: t1
+    vpc: blue
+    mac: "02:00:c6:13:01:01"
+    ip: 198.19.1.1/24
+    port: "net_af_packet1,iface=t1"
+)";
+
+config_result load(const std::string& extra) {
+    return load_host_config_text(std::string(base) + extra, "h1.yaml");
+}
+
+TEST(QosUnits, RatesAndSizesParseExactlyAndRefuseEverythingElse) {
+    EXPECT_EQ(parse_rate_bps("5Gbit"), 5'000'000'000u);
+    EXPECT_EQ(parse_rate_bps("500mbit"), 500'000'000u);
+    EXPECT_EQ(parse_rate_bps("10gbps"), 10'000'000'000u);
+    EXPECT_EQ(parse_rate_bps("100000"), 100000u);
+    EXPECT_EQ(parse_bytes("64KiB"), 65536u);
+    EXPECT_EQ(parse_bytes("1MB"), 1'000'000u);
+    EXPECT_EQ(parse_bytes("9000"), 9000u);
+    for (const char* bad :
+         {"", "G", "5.5Gbit", "-1Gbit", "5 Gbit", "5Gbyte", "99999999999999999999"}) {
+        EXPECT_FALSE(parse_rate_bps(bad)) << bad;
+    }
+    EXPECT_FALSE(parse_bytes("64KiBit"));
+    EXPECT_FALSE(parse_rate_bps("20000000000Tbit")) << "overflow";
+}
+
+TEST(QosConfig, AVnicRateWithClassWeightsLoadsWithADefaultBurst) {
+    const auto r = load(R"(    qos:
+      rate: 5Gbit
+      rdma: {weight: 3, min: 100Mbit}
+      tcp: {weight: 1, max: 4Gbit}
+)");
+    ASSERT_TRUE(r.ok()) << r.errors[0].to_string();
+    ASSERT_TRUE(r.config.vnics[0].qos);
+    const auto& q = *r.config.vnics[0].qos;
+    EXPECT_EQ(q.rate_bps, 5'000'000'000u);
+    EXPECT_EQ(q.burst_bytes, qos::default_burst_bytes(5'000'000'000u));
+    EXPECT_EQ(q.classes[qos::index_of(qos::traffic_class::rdma)].weight, 3u);
+    EXPECT_EQ(q.classes[qos::index_of(qos::traffic_class::rdma)].min_bps, 100'000'000u);
+    EXPECT_EQ(q.classes[qos::index_of(qos::traffic_class::tcp)].max_bps, 4'000'000'000u);
+}
+
+TEST(QosConfig, WithoutQosAVnicIsNotShapedAndHasTheDefaultRcQpQuota) {
+    const auto r = load("");
+    ASSERT_TRUE(r.ok());
+    EXPECT_FALSE(r.config.vnics[0].qos);
+    EXPECT_EQ(r.config.vnics[0].rdma.max_rc_qps, rdma_config::max_rc_qps_limit);
+}
+
+TEST(QosConfig, ErrorsNameTheLineAndTheField) {
+    struct bad {
+        const char* yaml;
+        int line;
+        const char* field;
+        const char* words;
+    };
+    const bad cases[] = {
+        {"    qos: {rate: fast}\n", 12, "vnics[0].qos.rate", "not a rate"},
+        {"    qos: {rate: 1Gbit, rdma: {weight: 0}}\n", 12, "vnics[0].qos.rdma.weight",
+         "[1, 1000]"},
+        {"    qos: {rate: 1Gbit, udp: {weight: 2}}\n", 12, "vnics[0].qos.udp", "unknown key"},
+        {"    qos: {rate: 1Gbit, burst: lots}\n", 12, "vnics[0].qos.burst", "not a size"},
+        {"    qos: {rate: 1Gbit, rdma: {min: 800Mbit}, tcp: {min: 800Mbit}}\n", 12, "vnics[0].qos",
+         "min"},
+        {"    qos: {burst: 1MB}\n", 12, "vnics[0].qos.rate", "missing"},
+        {"    rdma: {max_rc_qps: 5000}\n", 12, "vnics[0].rdma.max_rc_qps", "[0, 1024]"},
+        {"    rdma: {max_qps: 5}\n", 12, "vnics[0].rdma.max_qps", "unknown key"},
+    };
+    for (const auto& c : cases) {
+        const auto r = load(c.yaml);
+        ASSERT_EQ(r.errors.size(), 1u) << c.yaml;
+        const auto& e = r.errors[0];
+        EXPECT_EQ(e.file, "h1.yaml");
+        EXPECT_EQ(e.line, c.line) << e.to_string();
+        EXPECT_EQ(e.field, c.field) << e.to_string();
+        EXPECT_NE(e.to_string().find(c.words), std::string::npos) << e.to_string();
+    }
+}
+
+TEST(QosConfig, TheUplinkRateIsAHostSetting) {
+    std::string text = base;
+    text.replace(text.find("  name: h1\n"), 11, "  name: h1\n  qos: {uplink_rate: 10Gbit}\n");
+    const auto r = load_host_config_text(text, "h1.yaml");
+    ASSERT_TRUE(r.ok()) << r.errors[0].to_string();
+    ASSERT_TRUE(r.config.uplink_qos);
+    EXPECT_EQ(r.config.uplink_qos->rate_bps, 10'000'000'000u);
+}
+
+}  // namespace
+}  // namespace jakiro
