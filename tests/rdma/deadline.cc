@@ -11,7 +11,7 @@ namespace jakiro::rdma_test {
 namespace {
 
 // Read by the SIGALRM handler: atomics of pointers are lock-free, so async-signal-safe.
-std::atomic<const char*> program_name{"rdma_test"};
+std::atomic<const char*> program_name_{"rdma_test"};
 std::atomic<const char*> current_phase{"starting"};
 std::atomic<int> limit_seconds{0};
 std::chrono::steady_clock::time_point fires_at = std::chrono::steady_clock::time_point::max();
@@ -30,7 +30,7 @@ void on_alarm(int) {
         *--p = static_cast<char>('0' + n % 10);
         n /= 10;
     } while (n > 0 && p > seconds);
-    write_str(program_name.load());
+    write_str(program_name_.load());
     write_str(": error: timed out after ");
     write_str(p);
     write_str(" s while ");
@@ -42,7 +42,7 @@ void on_alarm(int) {
 }  // namespace
 
 void arm_deadline(const char* program, int seconds) {
-    program_name = program;
+    program_name_ = program;
     limit_seconds = seconds;
     fires_at = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
     struct sigaction sa {};
@@ -50,6 +50,10 @@ void arm_deadline(const char* program, int seconds) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGALRM, &sa, nullptr);
     alarm(static_cast<unsigned>(seconds));
+}
+
+const char* program_name() {
+    return program_name_.load();
 }
 
 void set_phase(const char* phase) {

@@ -13,6 +13,9 @@ constexpr int exit_timeout = 3;
 // Arms the limit; `program` prefixes the message. Call once, early in main.
 void arm_deadline(const char* program, int seconds);
 
+// The name given to arm_deadline, for messages.
+const char* program_name();
+
 // What the program is doing now, for the timeout message. `phase` must outlive the call's
 // effect (a string literal).
 void set_phase(const char* phase);

@@ -113,6 +113,8 @@ device::device(const link_options& options) {
 }
 
 device::~device() {
+    report_unwinding_error();
+    set_phase("releasing the PD and closing the device");
     if (pd != nullptr) {
         ibv_dealloc_pd(pd);
     }
@@ -149,6 +151,8 @@ void region::register_with(device& dev) {
 }
 
 region::~region() {
+    report_unwinding_error();
+    set_phase("deregistering memory (ibv_dereg_mr)");
     if (_mr != nullptr) {
         ibv_dereg_mr(_mr);
     }
@@ -204,6 +208,8 @@ rc_link::rc_link(device& dev, const link_options& options, uint32_t psn_seed)
 }
 
 rc_link::~rc_link() {
+    report_unwinding_error();
+    set_phase("destroying the QP, its CQs and completion channel");
     if (qp != nullptr) {
         ibv_destroy_qp(qp);
     }

@@ -427,7 +427,7 @@ int main(int argc, char** argv) {
     try {
         return p.server ? run_server(p) : run_client(p);
     } catch (const test_error& e) {
-        std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+        report_error(e);
         return 1;
     }
 }

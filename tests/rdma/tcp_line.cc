@@ -48,10 +48,6 @@ std::string address_text(const sockaddr_in& a) {
 
 }  // namespace
 
-std::string errno_text(const std::string& what) {
-    return what + ": " + std::strerror(errno);
-}
-
 tcp_line tcp_line::accept_one(uint16_t port) {
     const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (listener < 0) {

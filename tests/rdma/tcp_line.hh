@@ -5,18 +5,12 @@
 // wait is bounded by the program's deadline; failures throw test_error.
 
 #include <cstdint>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "test_error.hh"
+
 namespace jakiro::rdma_test {
-
-struct test_error : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
-
-// "what: strerror(errno)".
-std::string errno_text(const std::string& what);
 
 class tcp_line {
   public:
