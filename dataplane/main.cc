@@ -22,6 +22,8 @@
 #include "roce/engine.hh"
 #include "verbs/channel_server.hh"
 #include "worker/lcore_loop.hh"
+#include "worker/clock.hh"
+#include "worker/egress_shaper.hh"
 #include "worker/roce_port.hh"
 
 namespace {
@@ -162,8 +164,10 @@ int main(int argc, char** argv) {
     roce::engine rdma_engine(static_cast<uint16_t>(config.vnics.size()),
                              rdma_config::max_rc_qps_limit);
     roce_port rdma_port(*worker);
+    egress_shaper shaper(now_ns());
     worker->engine = &rdma_engine;
     worker->rdma_port = &rdma_port;
+    worker->shaper = &shaper;
     verbs::channel_server verbs_channel(verbs::make_channel_config(config));
     verbs_channel.enable_qps(&rdma_engine, [&publisher](uint16_t slot, uint32_t remote_ip_be) {
         return publisher.read_current([&](const datapath_tables& tables) {

@@ -10,9 +10,11 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "overlay/vlt.hh"
+#include "qos/config.hh"
 #include "secgroup/compiler.hh"
 
 namespace jakiro {
@@ -64,6 +66,10 @@ struct datapath_tables {
     std::vector<vnic_policy> policies;  // indexed by vNIC slot
     // Bumped by every policy change; flows checked under an older one are checked again.
     uint32_t policy_generation = 1;
+    // DHTB egress shaping (DESIGN.md §6), by vNIC slot: none = not shaped. Workers apply a
+    // new snapshot's values to their scheduler when they first see it.
+    std::vector<std::optional<qos::vnic_qos>> qos;
+    std::optional<qos::uplink_qos> uplink_qos;
 };
 
 }  // namespace jakiro

@@ -89,6 +89,8 @@ std::unique_ptr<datapath_tables> build_tables(const host_config& config,
     tables->policy_generation = policy_generation;
     tables->vnics.resize(slot_count);
     tables->policies.resize(slot_count);
+    tables->qos.resize(slot_count);
+    tables->uplink_qos = config.uplink_qos;
     tables->uplink_port = ports.uplink_port;
     tables->underlay_ip = rte_cpu_to_be_32(config.underlay.ip);
     tables->underlay_mac = ports.uplink_mac;
@@ -124,6 +126,7 @@ std::unique_ptr<datapath_tables> build_tables(const host_config& config,
         view.ip = rte_cpu_to_be_32(vnic.ip.address);
         view.mac = to_ether(vnic.mac);
         tables->vnics[slot] = view;
+        tables->qos[slot] = vnic.qos;
         tables->active_slots.push_back(slot);
         tables->vnic_of_port[view.port_id] = slot;
         overlay::vlt_entry entry{};

@@ -4,6 +4,7 @@
 
 #include "../arp.hh"
 #include "../overlay/vxlan.hh"
+#include "../worker/egress_shaper.hh"
 #include "firewall.hh"
 #include "ipv4_check.hh"
 
@@ -153,7 +154,16 @@ void process_tenant_burst(worker_context& ctx, const datapath_tables& tables, ui
         }
     }
 
-    // Stage 4: switch locally or encapsulate.
+    // Stage 4: switch locally or encapsulate; a shaped vNIC's frames wait in its tcp class.
+    egress_shaper* shaper =
+        ctx.shaper != nullptr && ctx.shaper->shaped(vnic.slot) ? ctx.shaper : nullptr;
+    auto transmit = [&](uint16_t port, rte_mbuf* m, uint32_t charged) {
+        if (shaper == nullptr) {
+            ctx.tx.enqueue(port, m, ctx.counters);
+        } else if (!shaper->enqueue_tcp(vnic.slot, port, m, charged)) {
+            ctx.drop(m, drop_reason::qos_queue_full, vnic.slot);
+        }
+    };
     for (unsigned i = 0; i < routed_count; ++i) {
         rte_mbuf* m = routed[i];
         const overlay::vlt_entry* entry = entries[i];
@@ -171,7 +181,7 @@ void process_tenant_burst(worker_context& ctx, const datapath_tables& tables, ui
             to_peer.to_tenant_packets.add(1);
             to_peer.to_tenant_bytes.add(rte_pktmbuf_pkt_len(m));
             ctx.counters.switched_locally.add(1);
-            ctx.tx.enqueue(peer.port_id, m, ctx.counters);
+            transmit(peer.port_id, m, qos::charged_bytes(rte_pktmbuf_pkt_len(m)));
             continue;
         }
         const auto remote_mac = ctx.neighbors->mac(entry->neighbor);
@@ -190,7 +200,7 @@ void process_tenant_burst(worker_context& ctx, const datapath_tables& tables, ui
             continue;
         }
         ctx.counters.encapsulated.add(1);
-        ctx.tx.enqueue(tables.uplink_port, m, ctx.counters);
+        transmit(tables.uplink_port, m, rte_pktmbuf_pkt_len(m));  // outer frame: inner + 50
     }
 }
 

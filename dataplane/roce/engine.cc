@@ -157,6 +157,15 @@ void engine::remove_qp(uint16_t vnic, uint32_t qpn) {
     _reported = _active;
 }
 
+bool engine::vnic_wants_to_send(uint16_t vnic) const {
+    for (const auto& qp : _active) {
+        if (qp->vnic() == vnic && qp->has_work()) {
+            return true;
+        }
+    }
+    return false;
+}
+
 rc_qp* engine::find(uint16_t vnic, uint32_t qpn) const {
     if (vnic >= _by_slot.size()) {
         return nullptr;

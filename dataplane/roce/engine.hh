@@ -124,6 +124,8 @@ class engine {
     // After sleeping: clears the flags.
     void after_sleep();
     bool has_qps() const { return !_active.empty(); }
+    // Has any QP of `vnic` something to send right now (the rdma class is backlogged)?
+    bool vnic_wants_to_send(uint16_t vnic) const;
     // The QP `qpn` of local vNIC `vnic`, or nullptr (engine thread).
     rc_qp* find(uint16_t vnic, uint32_t qpn) const;
 

@@ -27,6 +27,13 @@ class packet_port {
         (void)dst_ip_be;
         return no_local_vnic;
     }
+    // QoS (the rdma class is paced, not dropped): may vNIC `vnic` send a frame of `frame_len`
+    // bytes (or a memory-to-memory message of that many) now? False: try again next poll.
+    virtual bool admit(uint16_t vnic, uint32_t frame_len) {
+        (void)vnic;
+        (void)frame_len;
+        return true;
+    }
     // Counts a message the engine moved memory to memory for `vnic` (traffic accounting).
     virtual void count_local(uint16_t from_vnic, uint16_t to_vnic, uint64_t bytes) {
         (void)from_vnic;

@@ -348,6 +348,9 @@ bool rc_qp::emit_request(packet_port& port, send_op& op, uint32_t k) {
             code = write ? opcode::rc_write_middle : opcode::rc_send_middle;
         }
     }
+    if (!port.admit(_s.local.vnic, frame_bytes(code, payload))) {
+        return false;  // the vNIC's rdma share is spent for now: paced, not dropped
+    }
     uint32_t payload_at = 0;
     uint8_t* frame = begin_packet(port, code, payload, payload_at);
     if (frame == nullptr) {
@@ -424,6 +427,15 @@ unsigned rc_qp::send_local(rc_qp& peer, packet_port& port, unsigned budget) {
         if (_next_psn != op.first_psn || peer._epsn != op.first_psn || peer._in_send ||
             peer._in_write || !peer._reads.empty() || peer._ack_pending) {
             _local_fallback = moved == 0;
+            break;
+        }
+        // Charged as the packets it replaces would have been.
+        const uint32_t last_payload =
+            op.length == 0 ? 0 : op.length - (op.packets - 1) * _mtu;
+        const uint64_t charged =
+            uint64_t{op.packets - 1} * frame_bytes(opcode::rc_write_middle, _mtu) +
+            frame_bytes(opcode::rc_write_last, last_payload);
+        if (!port.admit(_s.local.vnic, static_cast<uint32_t>(std::min<uint64_t>(charged, UINT32_MAX)))) {
             break;
         }
         ibv_wc_status status = IBV_WC_SUCCESS;
@@ -1132,6 +1144,9 @@ unsigned rc_qp::send_read_responses(packet_port& port, unsigned budget) {
         } else if (job.remaining_packets == 1) {
             code = opcode::rc_read_response_last;
         }
+        if (!port.admit(_s.local.vnic, frame_bytes(code, payload))) {
+            break;
+        }
         uint32_t payload_at = 0;
         uint8_t* frame = begin_packet(port, code, payload, payload_at);
         if (frame == nullptr) {
@@ -1307,6 +1322,11 @@ void rc_qp::reset() {
     _write_pin.reset();
     _reads.clear();
     _comm_established = false;
+}
+
+uint32_t rc_qp::frame_bytes(uint8_t code, uint32_t payload_len) {
+    return frame_l2_l4_bytes + opcode_info_of(code).header_bytes + payload_len +
+           pad_count(payload_len) + icrc_bytes;
 }
 
 uint8_t* rc_qp::begin_packet(packet_port& port, uint8_t code, uint32_t payload_len,

@@ -200,6 +200,7 @@ class rc_qp {
     void enter_error();
     void flush();
     void reset();
+    static uint32_t frame_bytes(uint8_t opcode, uint32_t payload_len);
     uint8_t* begin_packet(packet_port& port, uint8_t opcode, uint32_t payload_len,
                           uint32_t& header_offset);
     void finish_packet(packet_port& port, const bth_fields& bth, const ext_fields& ext,

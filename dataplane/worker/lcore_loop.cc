@@ -11,6 +11,7 @@
 #include "../pipeline/ingress.hh"
 #include "../roce/engine.hh"
 #include "clock.hh"
+#include "egress_shaper.hh"
 #include "roce_port.hh"
 
 namespace jakiro {
@@ -105,11 +106,20 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
             }
         }
 
+        const uint64_t ns = now_ns();
+        if (ctx.shaper != nullptr) {
+            // DHTB: grants for this iteration; tcp frames within them leave now, the engine
+            // sends rdma within its share below.
+            ctx.shaper->sync(tables, ctx, ns);
+            ctx.shaper->run(ctx, ctx.engine, ns);
+        }
         if (ctx.engine != nullptr) {
             // Loopback first (intra-host peers' frames), then the QPs' own sending and timers.
-            const uint64_t ns = now_ns();
             received += ctx.rdma_port->deliver_loopback(*ctx.engine, ns);
             received += ctx.engine->poll(*ctx.rdma_port, ns);
+        }
+        if (ctx.shaper != nullptr) {
+            ctx.shaper->commit_rdma();
         }
 
         const uint64_t now = rte_get_tsc_cycles();
@@ -134,7 +144,8 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
             ctx.counters);
         publisher.quiescent(worker_id);
 
-        if (received > 0 || options.busy_poll || !ctx.tx.empty()) {
+        const bool throttled = ctx.shaper != nullptr && ctx.shaper->has_queued();
+        if (received > 0 || options.busy_poll || !ctx.tx.empty() || throttled) {
             ctx.counters.busy_polls.add(1);
             if (received > 0) {
                 last_packet_tsc = now;

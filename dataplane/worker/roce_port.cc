@@ -4,6 +4,7 @@
 
 #include "../overlay/vxlan.hh"
 #include "../roce/engine.hh"
+#include "egress_shaper.hh"
 
 namespace jakiro {
 
@@ -81,6 +82,11 @@ uint16_t roce_port::local_vnic(uint16_t vnic_slot, uint32_t dst_ip_be) const {
         _tables->vlt->lookup(_tables->vnics[vnic_slot].vpc, dst_ip_be);
     return entry != nullptr && entry->kind == overlay::vlt_kind::local_vnic ? entry->vnic
                                                                             : no_local_vnic;
+}
+
+bool roce_port::admit(uint16_t vnic_slot, uint32_t frame_len) {
+    return _ctx.shaper == nullptr || !_ctx.shaper->shaped(vnic_slot) ||
+           _ctx.shaper->admit_rdma(vnic_slot, qos::charged_bytes(frame_len));
 }
 
 void roce_port::count_local(uint16_t from_vnic, uint16_t to_vnic, uint64_t bytes) {

@@ -18,6 +18,7 @@ namespace roce {
 class engine;
 }
 class roce_port;
+class egress_shaper;
 
 struct alignas(RTE_CACHE_LINE_SIZE) worker_context {
     lcore_counters counters;
@@ -27,6 +28,7 @@ struct alignas(RTE_CACHE_LINE_SIZE) worker_context {
     std::unique_ptr<secgroup::flow_table> flows;  // this worker's NFT
     roce::engine* engine = nullptr;               // the RDMA face; null: RoCE is dropped
     roce_port* rdma_port = nullptr;               // where the engine's frames go
+    egress_shaper* shaper = nullptr;              // DHTB egress; null: nothing is shaped
 
     void drop(rte_mbuf* m, drop_reason reason) {
         counters.drops[static_cast<std::size_t>(reason)].add(1);

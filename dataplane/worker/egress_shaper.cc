@@ -1,0 +1,175 @@
+#include "egress_shaper.hh"
+
+#include <algorithm>
+
+#include "../roce/engine.hh"
+#include "worker_context.hh"
+
+namespace jakiro {
+
+namespace {
+
+bool same(const qos::vnic_qos& a, const qos::vnic_qos& b) {
+    if (a.rate_bps != b.rate_bps || a.burst_bytes != b.burst_bytes) {
+        return false;
+    }
+    for (std::size_t c = 0; c < qos::class_count; ++c) {
+        if (a.classes[c].weight != b.classes[c].weight ||
+            a.classes[c].min_bps != b.classes[c].min_bps ||
+            a.classes[c].max_bps != b.classes[c].max_bps) {
+            return false;
+        }
+    }
+    return true;
+}
+
+// No uplink limit configured: a bucket that never runs dry.
+qos::uplink_qos unlimited_uplink() {
+    return {qos::max_rate_bps, qos::max_burst_bytes};
+}
+
+constexpr auto rdma = qos::traffic_class::rdma;
+constexpr auto tcp = qos::traffic_class::tcp;
+
+}  // namespace
+
+egress_shaper::egress_shaper(uint64_t now_ns, uint32_t queue_limit)
+    : _sched(std::make_unique<qos::scheduler>(max_vnics, unlimited_uplink(), now_ns)),
+      _queue_limit(std::min(queue_limit, tcp_queue_frames)) {}
+
+egress_shaper::~egress_shaper() {
+    for (auto& v : _vnics) {
+        if (v == nullptr) {
+            continue;
+        }
+        for (uint32_t i = 0; i < v->count; ++i) {
+            rte_pktmbuf_free(v->fifo[(v->head + i) % tcp_queue_frames].m);
+        }
+    }
+}
+
+void egress_shaper::sync(const datapath_tables& tables, worker_context& ctx, uint64_t now_ns) {
+    if (&tables == _seen) {
+        return;
+    }
+    _seen = &tables;
+    _sched->configure_uplink(now_ns, tables.uplink_qos.value_or(unlimited_uplink()));
+    _active.clear();
+    for (uint16_t slot = 0; slot < max_vnics; ++slot) {
+        const std::optional<qos::vnic_qos>* wanted =
+            slot < tables.qos.size() ? &tables.qos[slot] : nullptr;
+        const bool active = wanted != nullptr && wanted->has_value() && slot < tables.vnics.size();
+        if (!active) {
+            if (_vnics[slot] != nullptr) {
+                flush_unshaped(slot, ctx);  // queued frames leave now, unshaped
+                _sched->remove(slot);
+                _vnics[slot].reset();
+                _config[slot].reset();
+            }
+            continue;
+        }
+        if (_vnics[slot] == nullptr) {
+            _vnics[slot] = std::make_unique<vnic_state>();
+        }
+        if (!_config[slot] || !same(*_config[slot], **wanted)) {
+            _sched->configure(now_ns, slot, **wanted);  // live: backlog and counters kept
+            _config[slot] = *wanted;
+        }
+        _active.push_back(slot);
+    }
+}
+
+void egress_shaper::flush_unshaped(uint16_t slot, worker_context& ctx) {
+    vnic_state& v = *_vnics[slot];
+    for (; v.count > 0; --v.count) {
+        const queued_frame& f = v.fifo[v.head];
+        v.head = (v.head + 1) % tcp_queue_frames;
+        ctx.tx.enqueue(f.port, f.m, ctx.counters);
+        --_queued_frames;
+    }
+    v.queued_bytes = 0;
+}
+
+bool egress_shaper::enqueue_tcp(uint16_t slot, uint16_t port, rte_mbuf* m, uint32_t bytes) {
+    vnic_state& v = *_vnics[slot];
+    if (v.count >= _queue_limit) {
+        _counters[slot].tcp_queue_drops.add(1);
+        return false;
+    }
+    v.fifo[(v.head + v.count) % tcp_queue_frames] = {m, port, bytes};
+    ++v.count;
+    v.queued_bytes += bytes;
+    ++_queued_frames;
+    _sched->enqueue(slot, tcp, bytes);
+    return true;
+}
+
+void egress_shaper::run(worker_context& ctx, const roce::engine* engine, uint64_t now_ns) {
+    for (const uint16_t slot : _active) {
+        vnic_state& v = *_vnics[slot];
+        // The rdma class's backlog is what the engine could send now: one burst's worth when
+        // any QP of the vNIC has something, nothing otherwise (its queues are the QPs' rings).
+        const bool rdma_busy = engine != nullptr && engine->vnic_wants_to_send(slot);
+        const uint64_t rdma_backlog = rdma_busy ? _config[slot]->burst_bytes : 0;
+        if (rdma_backlog != v.rdma_reported) {
+            if (v.rdma_reported > 0) {
+                _sched->dequeue_unsent(slot, rdma, v.rdma_reported);
+            }
+            if (rdma_backlog > 0) {
+                _sched->enqueue(slot, rdma, rdma_backlog);
+            }
+            v.rdma_reported = rdma_backlog;
+        }
+        const qos::burst_grant g = _sched->grant(now_ns, slot);
+        // tcp: frames leave while the grant is positive; the last may overshoot.
+        uint64_t sent = 0;
+        uint32_t packets = 0;
+        while (v.count > 0 && sent < g[tcp]) {
+            const queued_frame& f = v.fifo[v.head];
+            v.head = (v.head + 1) % tcp_queue_frames;
+            --v.count;
+            --_queued_frames;
+            v.queued_bytes -= f.bytes;
+            sent += f.bytes;
+            ++packets;
+            ctx.tx.enqueue(f.port, f.m, ctx.counters);
+        }
+        if (packets > 0) {
+            _sched->commit(slot, tcp, sent, packets);
+        }
+        v.rdma_budget = static_cast<int64_t>(g[rdma]);
+        v.rdma_used = 0;
+        v.rdma_packets = 0;
+    }
+}
+
+bool egress_shaper::admit_rdma(uint16_t slot, uint32_t bytes) {
+    if (slot >= max_vnics || _vnics[slot] == nullptr) {
+        return true;  // not shaped
+    }
+    vnic_state& v = *_vnics[slot];
+    if (v.rdma_budget <= 0) {
+        _counters[slot].rdma_waits.add(1);
+        return false;
+    }
+    v.rdma_budget -= bytes;
+    v.rdma_used += bytes;
+    ++v.rdma_packets;
+    return true;
+}
+
+void egress_shaper::commit_rdma() {
+    for (const uint16_t slot : _active) {
+        vnic_state& v = *_vnics[slot];
+        if (v.rdma_packets == 0) {
+            continue;
+        }
+        // The estimate stays the backlog: the engine's rings, not the scheduler, hold the work.
+        _sched->enqueue(slot, rdma, v.rdma_used);
+        _sched->commit(slot, rdma, v.rdma_used, v.rdma_packets);
+        v.rdma_used = 0;
+        v.rdma_packets = 0;
+    }
+}
+
+}  // namespace jakiro

@@ -1,0 +1,95 @@
+#pragma once
+// DHTB on the sending side (DESIGN.md §6), one per worker: the vNIC → {rdma, tcp} scheduler
+// of qos/ driven once per poll iteration. A shaped vNIC's tenant frames (the tcp class: every
+// non-RDMA frame) wait in a per-vNIC FIFO after routing and leave within the class's grant;
+// a full FIFO tail-drops (counted). The RoCE engine's frames are the rdma class: they are
+// never queued or dropped here, the engine asks admit_rdma() before building each packet
+// (or each intra-host message) and simply waits while the grant is spent, so RC is paced,
+// not lost. Unshaped vNICs pass straight through.
+//
+// Thread-safety: the owning worker only, except counters() (relaxed reads).
+
+#include <rte_mbuf.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "../counters.hh"
+#include "../tables.hh"
+#include "qos/scheduler.hh"
+
+namespace jakiro {
+
+namespace roce {
+class engine;
+}
+struct worker_context;
+
+struct shaper_vnic_counters {
+    counter tcp_queue_drops;  // frames tail-dropped: the tcp FIFO was full
+    counter rdma_waits;       // times the engine found the rdma grant spent
+};
+
+class egress_shaper {
+  public:
+    static constexpr uint32_t tcp_queue_frames = 1024;  // the FIFO's room (at most)
+
+    // `queue_limit` (<= tcp_queue_frames): frames a vNIC's tcp FIFO holds before tail drop.
+    explicit egress_shaper(uint64_t now_ns, uint32_t queue_limit = tcp_queue_frames);
+    ~egress_shaper();
+
+    // Applies the QoS settings of a snapshot the first time it is seen: vNICs gain, change
+    // or lose shaping live; frames already queued stay queued (or leave unshaped).
+    void sync(const datapath_tables& tables, worker_context& ctx, uint64_t now_ns);
+    bool shaped(uint16_t slot) const { return slot < max_vnics && _vnics[slot] != nullptr; }
+
+    // A routed frame of shaped vNIC `slot`'s tcp class, for tx port `port`, charged `bytes`
+    // (qos::charged_bytes). False when the FIFO is full: the caller drops it.
+    bool enqueue_tcp(uint16_t slot, uint16_t port, rte_mbuf* m, uint32_t bytes);
+
+    // Once per iteration, before the engine polls: grants every shaped vNIC's classes, moves
+    // tcp frames within their grant to the tx batches and sets the rdma budgets. `rdma_busy`
+    // says whether the engine has sends waiting for that vNIC.
+    void run(worker_context& ctx, const roce::engine* engine, uint64_t now_ns);
+    // The engine wants to send `bytes` (charged) for `slot`: true while its grant lasts (the
+    // last packet may overshoot; the scheduler carries the debt).
+    bool admit_rdma(uint16_t slot, uint32_t bytes);
+    // After the engine polled: charges what it sent.
+    void commit_rdma();
+
+    bool has_queued() const { return _queued_frames > 0; }
+    const qos::scheduler& scheduler() const { return *_sched; }
+    const shaper_vnic_counters& counters(uint16_t slot) const { return _counters[slot]; }
+
+  private:
+    struct queued_frame {
+        rte_mbuf* m;
+        uint16_t port;
+        uint32_t bytes;
+    };
+    struct vnic_state {
+        std::array<queued_frame, tcp_queue_frames> fifo;
+        uint32_t head = 0;
+        uint32_t count = 0;
+        uint64_t queued_bytes = 0;
+        int64_t rdma_budget = 0;
+        uint64_t rdma_used = 0;
+        uint32_t rdma_packets = 0;
+        uint64_t rdma_reported = 0;  // backlog told to the scheduler
+    };
+
+    void flush_unshaped(uint16_t slot, worker_context& ctx);
+
+    std::unique_ptr<qos::scheduler> _sched;
+    const datapath_tables* _seen = nullptr;
+    std::array<std::unique_ptr<vnic_state>, max_vnics> _vnics{};
+    std::array<std::optional<qos::vnic_qos>, max_vnics> _config{};
+    std::vector<uint16_t> _active;  // shaped slots
+    std::array<shaper_vnic_counters, max_vnics> _counters{};
+    uint64_t _queued_frames = 0;
+    uint32_t _queue_limit;
+};
+
+}  // namespace jakiro
