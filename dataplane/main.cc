@@ -187,6 +187,7 @@ int main(int argc, char** argv) {
     }
     state.workers.push_back(worker.get());
     state.engine = &rdma_engine;
+    state.shaper = &shaper;
 
     control_server control(state, host, opts.socket);
     if (!control.start(error)) {

@@ -87,11 +87,14 @@ std::string control_server::handle(const std::string& command_line) {
     }
     const std::string command = args[0];
     bool json = false;
+    bool raw = false;
     std::string vnic;
     std::vector<std::string> rest;
     for (std::size_t i = 1; i < args.size(); ++i) {
         if (args[i] == "--json") {
             json = true;
+        } else if (args[i] == "--raw" && command == "qos") {
+            raw = true;
         } else if (args[i] == "--vnic" && i + 1 < args.size() &&
                    (command == "flows" || command == "qps")) {
             vnic = args[++i];
@@ -140,7 +143,11 @@ std::string control_server::handle(const std::string& command_line) {
         }
         return "OK\n" + render_qps(_state, vnic, json);
     }
-    return "ERR unknown command '" + command + "' (try: status, stats, flows, qps, apply FILE)\n";
+    if (command == "qos") {
+        return "OK\n" + render_qos(_state, json, raw);
+    }
+    return "ERR unknown command '" + command +
+           "' (try: status, stats, flows, qps, qos, apply FILE)\n";
 }
 
 void control_server::serve() {

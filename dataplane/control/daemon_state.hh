@@ -19,6 +19,7 @@ namespace jakiro {
 namespace roce {
 class engine;
 }
+class egress_shaper;
 
 struct port_record {
     std::string role;  // "uplink" or the vNIC name
@@ -37,6 +38,7 @@ struct daemon_state {
     tables_publisher* publisher = nullptr;
     std::vector<const worker_context*> workers;
     const roce::engine* engine = nullptr;  // the RDMA face's QPs (jakiroctl qps)
+    const egress_shaper* shaper = nullptr;  // DHTB egress (jakiroctl qos, top)
 };
 
 }  // namespace jakiro

@@ -1,6 +1,9 @@
 #include "reports.hh"
 
 #include "../roce/engine.hh"
+#include "../worker/egress_shaper.hh"
+
+#include <chrono>
 
 #include <rte_cycles.h>
 #include <rte_ethdev.h>
@@ -447,6 +450,82 @@ std::string render_qps(const daemon_state& state, const std::string& vnic, bool 
     text << "\n";
     out.end_object();
     out.end_object();
+    return json ? out.str() + "\n" : text.str();
+}
+
+std::string render_qos(const daemon_state& state, bool json, bool raw) {
+    json_writer out;
+    std::ostringstream text;
+    std::ostringstream lines;
+    out.begin_array();
+    text << "vnic     rate Mbit/s  class weight share Mbit/s  min Mbit/s  max Mbit/s  sent_bytes      "
+            "sent_pkts  tail_drops rdma_waits\n";
+    const auto now = std::chrono::steady_clock::now().time_since_epoch();
+    lines << "time_ns " << std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()
+          << "\n";
+    for (std::size_t i = 0; i < state.config.vnics.size(); ++i) {
+        const auto& v = state.config.vnics[i];
+        if (!v.qos) {
+            continue;
+        }
+        // The vNIC's slot: slot_names holds every slot ever used, by name.
+        uint16_t slot = 0;
+        while (slot < state.slot_names.size() && state.slot_names[slot] != v.name) {
+            ++slot;
+        }
+        if (slot >= state.slot_names.size()) {
+            continue;
+        }
+        const auto& q = *v.qos;
+        uint32_t weights = 0;
+        for (const auto& c : q.classes) {
+            weights += c.weight;
+        }
+        out.begin_object().value("vnic", v.name).value("rate_bps", q.rate_bps);
+        out.begin_array("classes");
+        lines << v.name << " rate " << q.rate_bps;
+        for (const auto c : qos::all_classes) {
+            const auto& k = q.classes[qos::index_of(c)];
+            qos::class_counters sent{};
+            uint64_t drops = 0, waits = 0;
+            if (state.shaper != nullptr && state.shaper->scheduler().configured(slot)) {
+                sent = state.shaper->scheduler().counters(slot, c);
+                drops = c == qos::traffic_class::tcp
+                            ? state.shaper->counters(slot).tcp_queue_drops.read()
+                            : 0;
+                waits = c == qos::traffic_class::rdma
+                            ? state.shaper->counters(slot).rdma_waits.read()
+                            : 0;
+            }
+            const uint64_t share = q.rate_bps / weights * k.weight;
+            out.begin_object()
+                .value("class", qos::class_name(c))
+                .value("weight", uint64_t{k.weight})
+                .value("share_bps", share)
+                .value("min_bps", k.min_bps)
+                .value("max_bps", k.max_bps)
+                .value("sent_bytes", sent.bytes)
+                .value("sent_packets", sent.packets)
+                .value("tail_drops", drops)
+                .value("rdma_waits", waits)
+                .end_object();
+            lines << " " << qos::class_name(c) << " " << k.weight << " " << sent.bytes << " "
+                  << sent.packets;
+            char line[256];
+            std::snprintf(line, sizeof(line),
+                          "%-8s %12.1f %-5s %6u %12.1f %11.1f %11.1f %14lu %10lu %11lu %10lu\n",
+                          v.name.c_str(), q.rate_bps / 1e6, qos::class_name(c), k.weight,
+                          share / 1e6, k.min_bps / 1e6, k.max_bps / 1e6, sent.bytes, sent.packets,
+                          drops, waits);
+            text << line;
+        }
+        lines << "\n";
+        out.end_array().end_object();
+    }
+    out.end_array();
+    if (raw) {
+        return lines.str();
+    }
     return json ? out.str() + "\n" : text.str();
 }
 

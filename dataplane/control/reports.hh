@@ -16,5 +16,8 @@ std::string render_flows(const daemon_state& state, const std::string& vnic, boo
 // RC QPs per vNIC: state, peer, PSNs, traffic, retransmissions and NAKs; and the engine's
 // drops by reason.
 std::string render_qps(const daemon_state& state, const std::string& vnic, bool json);
+// DHTB per shaped vNIC and class: configured rate and shares, bytes and packets sent, tail
+// drops, rdma waits. `raw`: one line per counter for `jakiroctl top`.
+std::string render_qos(const daemon_state& state, bool json, bool raw);
 
 }  // namespace jakiro

@@ -15,10 +15,12 @@
 #include <string>
 #include <vector>
 
+#include "control_client.hh"
+#include "top.hh"
+
 namespace {
 
 constexpr const char* socket_dir = "/run/jakiro";
-constexpr int reply_timeout_ms = 5000;
 
 const char* usage =
     "usage: jakiroctl [--host NAME | --socket PATH] COMMAND [--json]\n"
@@ -27,6 +29,8 @@ const char* usage =
     "  stats    per-port, per-vNIC, security-group and conntrack counters, drops by reason\n"
     "  flows [--vnic NAME]   tracked connections with state, direction and counters\n"
     "  qps [--vnic NAME]     RDMA queue pairs: state, peer, PSNs, retransmits, NAKs\n"
+    "  qos                   DHTB per shaped vNIC and class: rate, weights, shares, counters\n"
+    "  top [--interval S] [--count N]   live rates per shaped vNIC and class, every S s\n"
     "  apply FILE            apply a host YAML live: security groups, rules, peers, vNICs\n"
     "--host NAME talks to /run/jakiro/NAME.sock; without it the only socket there is used.\n";
 
@@ -89,46 +93,13 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
-    sockaddr_un addr{};
-    if (path.size() >= sizeof(addr.sun_path)) {
-        std::cerr << "jakiroctl: socket path too long\n";
-        return 2;
+    if (command == "top" || command.rfind("top ", 0) == 0) {
+        return run_top(path, command);
     }
-    addr.sun_family = AF_UNIX;
-    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-        std::cerr << "jakiroctl: cannot reach jakirod at " << path << ": " << std::strerror(errno)
-                  << "\n";
-        return 2;
+    std::string body;
+    const int status = ask(path, command, body);
+    if (status == 0) {
+        std::cout << body;
     }
-    command += "\n";
-    if (send(fd, command.data(), command.size(), MSG_NOSIGNAL) !=
-        static_cast<ssize_t>(command.size())) {
-        std::cerr << "jakiroctl: cannot send to " << path << "\n";
-        return 2;
-    }
-    std::string reply;
-    char buffer[4096];
-    for (;;) {
-        pollfd in{fd, POLLIN, 0};
-        if (poll(&in, 1, reply_timeout_ms) <= 0) {
-            std::cerr << "jakiroctl: no reply from " << path << " within 5 s\n";
-            return 2;
-        }
-        const ssize_t n = read(fd, buffer, sizeof(buffer));
-        if (n <= 0) {
-            break;
-        }
-        reply.append(buffer, static_cast<std::size_t>(n));
-    }
-    close(fd);
-    const auto newline = reply.find('\n');
-    const std::string head = reply.substr(0, newline);
-    if (head == "OK") {
-        std::cout << (newline == std::string::npos ? "" : reply.substr(newline + 1));
-        return 0;
-    }
-    std::cerr << "jakiroctl: " << (head.rfind("ERR ", 0) == 0 ? head.substr(4) : head) << "\n";
-    return 1;
+    return status;
 }

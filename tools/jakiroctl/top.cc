@@ -1,0 +1,137 @@
+#include "top.hh"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <vector>
+
+#include "control_client.hh"
+
+namespace {
+
+struct class_sample {
+    std::string name;
+    uint64_t weight = 0;
+    uint64_t bytes = 0;
+    uint64_t packets = 0;
+};
+
+struct vnic_sample {
+    uint64_t rate_bps = 0;
+    std::vector<class_sample> classes;
+};
+
+struct sample {
+    uint64_t time_ns = 0;
+    std::map<std::string, vnic_sample> vnics;
+};
+
+// Lines: "time_ns N", then "VNIC rate BPS CLASS WEIGHT BYTES PACKETS CLASS WEIGHT ...".
+bool parse(const std::string& body, sample& out) {
+    std::istringstream lines(body);
+    std::string line;
+    while (std::getline(lines, line)) {
+        std::istringstream words(line);
+        std::string first, second;
+        words >> first >> second;
+        if (first == "time_ns") {
+            out.time_ns = std::stoull(second);
+            continue;
+        }
+        if (second != "rate") {
+            continue;
+        }
+        vnic_sample v;
+        words >> v.rate_bps;
+        class_sample c;
+        while (words >> c.name >> c.weight >> c.bytes >> c.packets) {
+            v.classes.push_back(c);
+        }
+        out.vnics[first] = v;
+    }
+    return out.time_ns != 0;
+}
+
+}  // namespace
+
+int run_top(const std::string& path, const std::string& command) {
+    double interval = 1.0;
+    long count = -1;  // for ever
+    std::istringstream words(command);
+    std::string word;
+    words >> word;  // "top"
+    while (words >> word) {
+        std::string value;
+        if ((word == "--interval" || word == "--count") && (words >> value)) {
+            try {
+                if (word == "--interval") {
+                    interval = std::stod(value);
+                } else {
+                    count = std::stol(value);
+                }
+            } catch (const std::exception&) {
+                interval = -1;
+            }
+            if (interval <= 0.05 || interval > 3600 || (word == "--count" && count < 1)) {
+                std::cerr << "jakiroctl: top: bad value '" << value << "' for " << word << "\n";
+                return 2;
+            }
+            continue;
+        }
+        std::cerr << "jakiroctl: top: unexpected '" << word
+                  << "' (usage: top [--interval S] [--count N])\n";
+        return 2;
+    }
+    std::string body;
+    sample previous;
+    if (const int status = ask(path, "qos --raw", body); status != 0) {
+        return status;
+    }
+    parse(body, previous);
+    if (previous.vnics.empty()) {
+        std::cout << "no vNIC has a qos rate (vnics[].qos in the host YAML)\n";
+        return 0;
+    }
+    for (long n = 0; count < 0 || n < count; ++n) {
+        usleep(static_cast<useconds_t>(interval * 1e6));
+        sample now;
+        if (const int status = ask(path, "qos --raw", body); status != 0) {
+            return status;
+        }
+        parse(body, now);
+        const double seconds = static_cast<double>(now.time_ns - previous.time_ns) / 1e9;
+        std::printf("%-8s %-5s %12s %12s %8s %12s\n", "vnic", "class", "Mbit/s", "share Mbit/s",
+                    "of rate", "pkts/s");
+        for (const auto& [name, v] : now.vnics) {
+            const auto before = previous.vnics.find(name);
+            uint64_t weights = 0;
+            for (const auto& c : v.classes) {
+                weights += c.weight;
+            }
+            double total = 0;
+            for (std::size_t i = 0; i < v.classes.size(); ++i) {
+                const auto& c = v.classes[i];
+                uint64_t bytes = 0, packets = 0;
+                if (before != previous.vnics.end() && i < before->second.classes.size()) {
+                    bytes = c.bytes - before->second.classes[i].bytes;
+                    packets = c.packets - before->second.classes[i].packets;
+                }
+                const double mbps = seconds > 0 ? bytes * 8 / seconds / 1e6 : 0;
+                total += mbps;
+                const double share = weights > 0 ? v.rate_bps / 1e6 * c.weight / weights : 0;
+                std::printf("%-8s %-5s %12.1f %12.1f %7.1f%% %12.0f\n", name.c_str(),
+                            c.name.c_str(), mbps, share, 100.0 * mbps / (v.rate_bps / 1e6),
+                            seconds > 0 ? packets / seconds : 0);
+            }
+            std::printf("%-8s %-5s %12.1f %12.1f %7.1f%%\n", name.c_str(), "all", total,
+                        v.rate_bps / 1e6, 100.0 * total / (v.rate_bps / 1e6));
+        }
+        std::printf("\n");
+        std::fflush(stdout);
+        previous = now;
+    }
+    return 0;
+}
