@@ -1,9 +1,10 @@
 """The RDMA face, RC queue pairs end to end: unmodified ibverbs programs (ibverbs-utils'
 ibv_rc_pingpong, perftest) and the project's own tests/rdma programs run with jakiro-run in
 tenant namespaces, across hosts (t1 on h1 <-> t2 on h2, over the overlay) and on one host
-(t1 <-> t5). Data integrity also holds over a lossy, reordering fabric, where jakiroctl qps
-shows the retransmissions; protection errors reach the requester; tshark and scapy check the
-packets on the fabric (VXLAN -> RoCEv2 BTH/RETH/AETH, ICRC).
+(t1 <-> t5). Data integrity also holds over a lossy, reordering fabric (tc netem on ul-h2, or
+fabric_impair.py behind NFQUEUE where the kernel has no sch_netem), where jakiroctl qps shows
+the retransmissions; protection errors reach the requester; tshark and scapy check the packets
+on the fabric (VXLAN -> RoCEv2 BTH/RETH/AETH, ICRC).
 
 Servers run in the background in their tenant's namespace and are killed in finally blocks;
 every process has a timeout. The programs find the shim beside the jakirod under test.
@@ -31,7 +32,6 @@ pytestmark = pytest.mark.usefixtures("testbed")
 
 JAKIRO_RUN = SRC / "tools" / "jakiro-run"
 VNIC = {T1: "t1", T2: "t2", T5: "t5"}
-HOST = {T1: "h1", T2: "h2", T5: "h1"}
 
 # (server tenant, client tenant): over the overlay, and between two vNICs of one jakirod.
 PLACEMENTS = {"cross_host": (T2, T1), "intra_host": (T5, T1)}
@@ -129,6 +129,16 @@ def client(tenant, cmd, timeout=CLIENT_TIMEOUT_S):
             text(e.stderr) + f"\n(killed: still running after {timeout}s)")
 
 
+def engine_reports():
+    """Both hosts' `jakiroctl qps` (QPs still there, the engine's drops by reason), to
+    explain a failed run."""
+    text = ""
+    for host in ("h1", "h2"):
+        r = run(JAKIROCTL, "--host", host, "qps", timeout=10, check=False)
+        text += f"\n--- jakiroctl --host {host} qps\n{r.stdout}{r.stderr}"
+    return text
+
+
 def run_pair(placement, server_cmd, client_cmd, port, tmp_path, client_timeout=CLIENT_TIMEOUT_S):
     """Server first, then the client towards the server's tenant IP; both must exit 0.
     Returns (client result, server stdout + stderr)."""
@@ -142,6 +152,8 @@ def run_pair(placement, server_cmd, client_cmd, port, tmp_path, client_timeout=C
             status = f"still running {SERVER_EXIT_S}s after its client (killed)"
         out = srv.output()
         print(f"\n--- client {' '.join(map(str, client_cmd))}\n{cli.stdout}{cli.stderr}{out}")
+        if cli.returncode != 0 or status != 0:
+            out += engine_reports()
         assert cli.returncode == 0, (f"client exited {cli.returncode}:\n{cli.stdout}\n"
                                      f"{cli.stderr}\nserver: {status}{out}")
         assert status == 0, f"server exited {status}: {out}"
@@ -375,16 +387,26 @@ def lossy_fabric(tmp_path, report):
         report["stats"] = json.loads(lines[-1]) if lines else err.read_text()
 
 
+QP_COUNTERS = ("retransmitted", "timeouts", "naks_received", "naks_sent", "duplicates",
+               "out_of_sequence", "error_completions")
+
+
 def test_integrity_survives_loss_and_reordering_by_retransmitting(tmp_path):
     have_qps = qps_command_available()
     impairment = {}
-    with lossy_fabric(tmp_path, impairment):
-        with QpWatcher() as watcher:
+    watcher = QpWatcher()
+    try:
+        with lossy_fabric(tmp_path, impairment), watcher:
             t0 = time.monotonic()
             nbytes = run_integrity("cross_host", tmp_path, ops=200, seed=23, timeout=150,
                                    extra=["--max-size", 65536])
             elapsed = time.monotonic() - t0
-    print(f"impairment: {impairment['how']}\n{impairment.get('stats')}")
+    finally:
+        # Also when the run failed: what the impairment did and what the QPs went through.
+        print(f"impairment: {impairment.get('how')}\n{impairment.get('stats')}")
+        for key, peak in sorted(watcher.peak.items()):
+            print(f"jakiroctl qps {key}: " + ", ".join(f"{c} {peak.get(c, 0)}"
+                                                       for c in QP_COUNTERS))
     print(f"{nbytes} bytes verified in {elapsed:.1f}s over {' '.join(NETEM)}")
     stats = impairment.get("stats")
     if isinstance(stats, dict):
@@ -392,8 +414,7 @@ def test_integrity_survives_loss_and_reordering_by_retransmitting(tmp_path):
     if not have_qps:
         print("TODO: jakiroctl qps is not available: retransmission counters not checked")
         return
-    counters = {c: watcher.total(c) for c in ("retransmitted", "timeouts", "naks_received",
-                                              "naks_sent", "duplicates", "out_of_sequence")}
+    counters = {c: watcher.total(c) for c in QP_COUNTERS}
     print(f"jakiroctl qps (peaks over the run, both hosts): {counters}")
     assert watcher.peak, f"jakiroctl qps never showed a QP ({watcher.error})"
     assert counters["retransmitted"] > 0, "1% loss and reordering, yet no QP retransmitted"
