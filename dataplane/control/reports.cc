@@ -458,7 +458,8 @@ std::string render_qos(const daemon_state& state, bool json, bool raw) {
     std::ostringstream text;
     std::ostringstream lines;
     out.begin_array();
-    text << "vnic     rate Mbit/s  class weight share Mbit/s  min Mbit/s  max Mbit/s  sent_bytes      "
+    text << "vnic     rate Mbit/s  class weight share Mbit/s  min Mbit/s  max Mbit/s  sent_bytes   "
+            "   "
             "sent_pkts  tail_drops rdma_waits\n";
     const auto now = std::chrono::steady_clock::now().time_since_epoch();
     lines << "time_ns " << std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()

@@ -17,6 +17,8 @@ namespace {
 constexpr auto call_timeout = std::chrono::seconds(5);
 // Packets one QP may send per poll: QPs take turns, none starves the others or the TCP face.
 constexpr unsigned qp_budget = 32;
+// Passes per poll: at most 8 × 32 packets per QP before the worker looks at its ports again.
+constexpr unsigned max_passes = 8;
 
 }  // namespace
 
@@ -181,8 +183,17 @@ rc_qp* engine::find(uint16_t vnic, uint32_t qpn) const {
 unsigned engine::poll(packet_port& port, uint64_t now_ns) {
     run_calls();
     unsigned sent = 0;
-    for (const auto& qp : _active) {
-        sent += qp->poll(port, now_ns, qp_budget);
+    // Round robin in passes of qp_budget packets per QP, so QPs take turns, until nobody
+    // has anything more to send now (window, QoS share, buffers) or the poll's cap is reached.
+    for (unsigned pass = 0; pass < max_passes; ++pass) {
+        unsigned this_pass = 0;
+        for (const auto& qp : _active) {
+            this_pass += qp->poll(port, now_ns, qp_budget);
+        }
+        sent += this_pass;
+        if (this_pass == 0) {
+            break;
+        }
     }
     if (sent > 0) {
         _counters.sent.fetch_add(sent, std::memory_order_relaxed);

@@ -19,6 +19,7 @@ namespace jakiro {
 namespace {
 
 constexpr uint16_t rx_burst_size = 32;
+constexpr unsigned max_rx_bursts = 4;
 // Idle back-off: after `idle_spin_us` without a packet the worker sleeps, starting at
 // `first_sleep_us` and doubling up to `max_sleep_us`. 2 ms caps the added latency of the first
 // packet after a pause; each wake costs ~10-20 µs of CPU (syscall, polling every port), so 500
@@ -93,16 +94,30 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
             ctx.rdma_port->use(&tables);
         }
 
-        uint16_t n = rte_eth_rx_burst(tables.uplink_port, 0, pkts, rx_burst_size);
-        if (n > 0) {
-            received += n;
-            process_uplink_burst(ctx, tables, pkts, n);
-        }
-        for (const uint16_t slot : tables.active_slots) {
-            n = rte_eth_rx_burst(tables.vnics[slot].port_id, 0, pkts, rx_burst_size);
+        // A port that fills a burst gets up to max_rx_bursts in a row: on a shared core one
+        // iteration can take a millisecond, and a single burst per port per iteration would
+        // then cap every port at 32 frames per millisecond.
+        for (unsigned b = 0; b < max_rx_bursts; ++b) {
+            const uint16_t n = rte_eth_rx_burst(tables.uplink_port, 0, pkts, rx_burst_size);
             if (n > 0) {
                 received += n;
-                process_tenant_burst(ctx, tables, slot, pkts, n);
+                process_uplink_burst(ctx, tables, pkts, n);
+            }
+            if (n < rx_burst_size) {
+                break;
+            }
+        }
+        for (const uint16_t slot : tables.active_slots) {
+            for (unsigned b = 0; b < max_rx_bursts; ++b) {
+                const uint16_t n =
+                    rte_eth_rx_burst(tables.vnics[slot].port_id, 0, pkts, rx_burst_size);
+                if (n > 0) {
+                    received += n;
+                    process_tenant_burst(ctx, tables, slot, pkts, n);
+                }
+                if (n < rx_burst_size) {
+                    break;
+                }
             }
         }
 

@@ -59,4 +59,3 @@ int ask(const std::string& path, const std::string& command, std::string& body) 
     std::cerr << "jakiroctl: " << (head.rfind("ERR ", 0) == 0 ? head.substr(4) : head) << "\n";
     return 1;
 }
-
