@@ -1,0 +1,159 @@
+"""DHTB egress in the test bed: t1's vNIC shaped to a rate with RDMA:TCP = 3:1, iperf3 (TCP) and
+ib_write_bw (RDMA, unmodified, through jakiro-run) from t1 to t2 at the same time. The shares
+follow the weights and add up to the rate; `jakiroctl apply` to 1:1 takes effect within 2 s
+without breaking either connection; RDMA alone gets the whole rate (work conservation).
+
+The rate is 300 Mbit/s, not the 5 Gbit/s of the issue: on this 2-core machine the overlay
+carries about 2 Gbit/s in total (perf/overlay_throughput), so only a rate well below that is
+actually binding. Shares are read from jakiroctl qos (the scheduler's own byte counters, the
+charged bytes: inner frame + 50 bytes of VXLAN) and cross-checked against iperf3's own report.
+"""
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import IP, JAKIROD, RUN_DIR, SRC, T1, T2, jakiroctl, ns_bg, stop, wait_listening
+
+pytestmark = pytest.mark.usefixtures("testbed")
+
+JAKIRO_RUN = SRC / "tools" / "jakiro-run"
+RATE = 300_000_000
+SAMPLE_S = 4
+
+
+def shim_env():
+    env = dict(os.environ)
+    lib = Path(JAKIROD).resolve().parents[1] / "verbs_shim" / "libjakiro_verbs.so"
+    if lib.exists():
+        env["JAKIRO_VERBS_LIB"] = str(lib)
+    return env
+
+
+def shaped_config(tmp_path, rdma_weight, tcp_weight):
+    """h1's test-bed YAML with t1 shaped; written next to the test's other files."""
+    text = (RUN_DIR / "h1.yaml").read_text()
+    qos = (f"qos: {{rate: {RATE // 1_000_000}Mbit, rdma: {{weight: {rdma_weight}}}, "
+           f"tcp: {{weight: {tcp_weight}}}}}")
+    lines = []
+    for line in text.splitlines():
+        if line.strip().startswith("- {name: t1,"):
+            assert line.rstrip().endswith("}"), line
+            line = line.rstrip()[:-1] + ", " + qos + "}"
+        lines.append(line)
+    path = tmp_path / f"h1-qos-{rdma_weight}-{tcp_weight}.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def class_bytes():
+    """{class: charged bytes sent} of t1, and the time they were read."""
+    out = json.loads(jakiroctl("h1", "qos", "--json").stdout)
+    t1 = next(v for v in out if v["vnic"] == "t1")
+    return time.monotonic(), {c["class"]: c["sent_bytes"] for c in t1["classes"]}
+
+
+def rates(seconds):
+    """Bit/s per class over the next `seconds`."""
+    t0, b0 = class_bytes()
+    time.sleep(seconds)
+    t1, b1 = class_bytes()
+    return {c: (b1[c] - b0[c]) * 8 / (t1 - t0) for c in b1}
+
+
+def start_write_bw(duration):
+    """ib_write_bw server on t2 and client on t1 for `duration` seconds (perftest's -D)."""
+    args = ["ib_write_bw", "-x", "0", "-F", "-s", "65536", "-p", "18600", "-D", str(duration)]
+    server = subprocess.Popen(["ip", "netns", "exec", T2, str(JAKIRO_RUN), "--", *args],
+                              env=shim_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, start_new_session=True)
+    wait_listening(T2, 18600, timeout=15)
+    client = subprocess.Popen(["ip", "netns", "exec", T1, str(JAKIRO_RUN), "--", *args, IP[T2]],
+                              env=shim_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, start_new_session=True)
+    return server, client
+
+
+def finish(p, timeout):
+    out, _ = p.communicate(timeout=timeout)
+    return p.returncode, out
+
+
+@pytest.fixture
+def shaped(tmp_path):
+    jakiroctl("h1", "apply", str(shaped_config(tmp_path, 3, 1)))
+    yield tmp_path
+    # Back to the unshaped test bed for the tests that follow.
+    jakiroctl("h1", "apply", str(RUN_DIR / "h1.yaml"))
+
+
+def test_rdma_and_tcp_share_the_vnic_rate_by_weight_and_follow_a_live_change(shaped):
+    with ns_bg(T2, "iperf3", "-s", "-p", "5301", "-1"):
+        wait_listening(T2, 5301)
+        iperf = subprocess.Popen(["ip", "netns", "exec", T1, "iperf3", "-c", IP[T2], "-p", "5301",
+                                  "-t", "24", "-J"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
+        server, client = start_write_bw(14)
+        try:
+            time.sleep(3)  # both classes backlogged, TCP's window opened
+            r = rates(SAMPLE_S)
+            print(f"3:1 -> rdma {r['rdma'] / 1e6:.1f} Mbit/s, tcp {r['tcp'] / 1e6:.1f} Mbit/s")
+            assert r["rdma"] / r["tcp"] == pytest.approx(3.0, rel=0.10)
+            assert r["rdma"] + r["tcp"] == pytest.approx(RATE, rel=0.10)
+
+            jakiroctl("h1", "apply", str(shaped_config(shaped, 1, 1)))
+            time.sleep(2)  # the issue's bound for shares to follow
+            r = rates(SAMPLE_S)
+            print(f"1:1 -> rdma {r['rdma'] / 1e6:.1f} Mbit/s, tcp {r['tcp'] / 1e6:.1f} Mbit/s")
+            assert r["rdma"] / r["tcp"] == pytest.approx(1.0, rel=0.10)
+            assert r["rdma"] + r["tcp"] == pytest.approx(RATE, rel=0.10)
+
+            code, out = finish(client, 60)
+            assert code == 0, f"ib_write_bw broke: {out[-800:]}"
+            code, out = finish(server, 30)
+            assert code == 0, f"ib_write_bw server: {out[-800:]}"
+
+            # RDMA gone: TCP alone has the whole rate.
+            time.sleep(1)
+            r = rates(3)
+            print(f"tcp alone -> {r['tcp'] / 1e6:.1f} Mbit/s")
+            assert r["tcp"] >= 0.9 * RATE
+            out, err = iperf.communicate(timeout=60)
+            assert iperf.returncode == 0, f"iperf3 broke: {err[-500:]}"
+            received = json.loads(out)["end"]["sum_received"]["bits_per_second"]
+            # Payload over the whole run never beats the rate (charged bytes include headers).
+            assert received < RATE
+        finally:
+            for p in (client, server, iperf):
+                stop(p)
+
+
+def test_rdma_alone_gets_at_least_90_percent_of_the_vnic_rate(shaped):
+    server, client = start_write_bw(8)
+    try:
+        time.sleep(2)
+        r = rates(SAMPLE_S)
+        print(f"rdma alone -> {r['rdma'] / 1e6:.1f} Mbit/s")
+        assert r["rdma"] >= 0.9 * RATE
+        assert r["rdma"] <= 1.1 * RATE
+        code, out = finish(client, 60)
+        assert code == 0, out[-800:]
+        # perftest's own figure (payload MB/s) sits below the charged rate, never above it.
+        m = re.search(r"^\s*65536\s+\d+\s+[\d.]+\s+([\d.]+)", out, re.M)
+        assert m, out[-500:]
+        assert float(m.group(1)) * 8e6 < RATE * 1.05
+    finally:
+        stop(client)
+        stop(server)
+
+
+def test_jakiroctl_top_shows_rates_and_shares(shaped):
+    out = jakiroctl("h1", "top", "--interval", "0.5", "--count", "2", timeout=20).stdout
+    assert "t1" in out and "rdma" in out and "tcp" in out
+    # The configured shares of 300 Mbit/s at 3:1.
+    assert "225.0" in out and "75.0" in out, out
