@@ -53,6 +53,11 @@ class Queue:
     def __init__(self, num):
         self.num = num
         self.seq = 0
+        self.errors = []  # errno of each failed verdict
+        # One receive buffer for the whole run: recv(1 MiB) would allocate (and, under
+        # MALLOC_PERTURB_, which meson sets, fill) a fresh MiB per call, milliseconds each,
+        # and the queue would back up far beyond the delay asked for.
+        self.buffer = bytearray(1 << 20)
         self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
         for opt in (33, socket.SO_RCVBUF):  # SO_RCVBUFFORCE (root), else the capped one
             try:
@@ -83,13 +88,17 @@ class Queue:
                              nla(NFQA_VERDICT_HDR, struct.pack("!II", verdict, packet_id))))
 
     def packets(self):
-        """Ids of the packets in one recv() worth of netlink messages."""
-        data = self.sock.recv(1 << 20)
+        """Ids of the packets in one recv() worth of netlink messages; failed verdicts (the
+        kernel answers them with an error message) are counted in self.errors."""
+        n = self.sock.recv_into(self.buffer)
+        data = memoryview(self.buffer)[:n]
         ids, at = [], 0
         while at + 16 <= len(data):
             length, msg_type = struct.unpack_from("=IH", data, at)
             if length < 16:
                 break
+            if msg_type == NLMSG_ERROR and struct.unpack_from("=i", data, at + 16)[0] != 0:
+                self.errors.append(-struct.unpack_from("=i", data, at + 16)[0])
             if msg_type == (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_PACKET:
                 a = at + 16 + 4  # nlmsghdr, nfgenmsg
                 while a + 4 <= at + length:
@@ -152,6 +161,9 @@ def main():
                 heapq.heappush(held, (now + args.delay_ms / 1000, packet_id))
     for _, packet_id in held:  # let nothing stay queued in the kernel
         q.verdict(packet_id, NF_ACCEPT)
+    if q.errors:
+        counts["verdict_errors"] = len(q.errors)
+        counts["first_verdict_error"] = q.errors[0]
     print(json.dumps(counts), flush=True)
 
 
