@@ -21,9 +21,10 @@
 #include "eal_options.hh"
 #include "roce/engine.hh"
 #include "verbs/channel_server.hh"
-#include "worker/lcore_loop.hh"
 #include "worker/clock.hh"
 #include "worker/egress_shaper.hh"
+#include "worker/ingress_policer.hh"
+#include "worker/lcore_loop.hh"
 #include "worker/roce_port.hh"
 
 namespace {
@@ -165,9 +166,11 @@ int main(int argc, char** argv) {
                              rdma_config::max_rc_qps_limit);
     roce_port rdma_port(*worker);
     egress_shaper shaper(now_ns());
+    ingress_policer policer;
     worker->engine = &rdma_engine;
     worker->rdma_port = &rdma_port;
     worker->shaper = &shaper;
+    worker->policer = &policer;
     verbs::channel_server verbs_channel(verbs::make_channel_config(config));
     verbs_channel.enable_qps(&rdma_engine, [&publisher](uint16_t slot, uint32_t remote_ip_be) {
         return publisher.read_current([&](const datapath_tables& tables) {
@@ -188,6 +191,7 @@ int main(int argc, char** argv) {
     state.workers.push_back(worker.get());
     state.engine = &rdma_engine;
     state.shaper = &shaper;
+    state.policer = &policer;
 
     control_server control(state, host, opts.socket);
     if (!control.start(error)) {

@@ -20,6 +20,7 @@ namespace roce {
 class engine;
 }
 class egress_shaper;
+class ingress_policer;
 
 struct port_record {
     std::string role;  // "uplink" or the vNIC name
@@ -39,6 +40,7 @@ struct daemon_state {
     std::vector<const worker_context*> workers;
     const roce::engine* engine = nullptr;  // the RDMA face's QPs (jakiroctl qps)
     const egress_shaper* shaper = nullptr;  // DHTB egress (jakiroctl qos, top)
+    const ingress_policer* policer = nullptr;  // DHTB ingress (jakiroctl qos)
 };
 
 }  // namespace jakiro

@@ -2,6 +2,7 @@
 
 #include "../roce/engine.hh"
 #include "../worker/egress_shaper.hh"
+#include "../worker/ingress_policer.hh"
 
 #include <chrono>
 
@@ -67,6 +68,7 @@ const global_counter global_counters[] = {
     JK_GLOBAL(arp_replies_in_overlay),
     JK_GLOBAL(arp_requests_sent),
     JK_GLOBAL(ce_marked_on_decap),
+    JK_GLOBAL(qos_ce_marked),
     JK_GLOBAL(busy_polls),
     JK_GLOBAL(idle_sleeps),
 };
@@ -415,6 +417,9 @@ std::string render_qps(const daemon_state& state, const std::string& vnic, bool 
             .value("out_of_sequence", q.out_of_sequence)
             .value("completions", q.completions)
             .value("error_completions", q.error_completions)
+            .value("cnps_sent", q.cnps_sent)
+            .value("cnps_received", q.cnps_received)
+            .value("rate_bps", q.rate_bps)
             .end_object();
         char line[320];
         std::snprintf(line, sizeof(line),
@@ -498,6 +503,12 @@ std::string render_qos(const daemon_state& state, bool json, bool raw) {
                             ? state.shaper->counters(slot).rdma_waits.read()
                             : 0;
             }
+            qos::ingress_class_counters in{};
+            if (state.policer != nullptr) {
+                if (const auto* meter = state.policer->meter(slot)) {
+                    in = meter->counters(c);
+                }
+            }
             const uint64_t share = q.rate_bps / weights * k.weight;
             out.begin_object()
                 .value("class", qos::class_name(c))
@@ -509,15 +520,21 @@ std::string render_qos(const daemon_state& state, bool json, bool raw) {
                 .value("sent_packets", sent.packets)
                 .value("tail_drops", drops)
                 .value("rdma_waits", waits)
+                .value("received_bytes", in.bytes)
+                .value("received_packets", in.packets)
+                .value("ce_marked", in.ce_marked)
+                .value("ingress_dropped", in.dropped)
+                .value("cnps", in.cnps)
                 .end_object();
             lines << " " << qos::class_name(c) << " " << k.weight << " " << sent.bytes << " "
-                  << sent.packets;
+                  << sent.packets << " " << in.bytes;
             char line[256];
             std::snprintf(line, sizeof(line),
-                          "%-8s %12.1f %-5s %6u %12.1f %11.1f %11.1f %14lu %10lu %11lu %10lu\n",
+                          "%-8s %12.1f %-5s %6u %12.1f %11.1f %11.1f %14lu %10lu %11lu %10lu "
+                          "%14lu %10lu %9lu %6lu\n",
                           v.name.c_str(), q.rate_bps / 1e6, qos::class_name(c), k.weight,
                           share / 1e6, k.min_bps / 1e6, k.max_bps / 1e6, sent.bytes, sent.packets,
-                          drops, waits);
+                          drops, waits, in.bytes, in.ce_marked, in.dropped, in.cnps);
             text << line;
         }
         lines << "\n";

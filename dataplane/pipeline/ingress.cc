@@ -6,6 +6,7 @@
 #include "../overlay/vxlan.hh"
 #include "../roce/engine.hh"
 #include "../worker/clock.hh"
+#include "../worker/ingress_policer.hh"
 #include "../worker/roce_port.hh"
 #include "firewall.hh"
 #include "ipv4_check.hh"
@@ -197,7 +198,8 @@ void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rt
             to_vnic.rdma_rx_bytes.add(sizeof(rte_ether_hdr) + ip_len);
             ctx.counters.decapsulated.add(1);
             ctx.engine->receive(slot, reinterpret_cast<const uint8_t*>(inner_ips[i]), ip_len,
-                                *ctx.rdma_port, now_ns());
+                                *ctx.rdma_port, now_ns(),
+                                ctx.policer != nullptr ? ctx.policer->meter(slot) : nullptr);
             rte_pktmbuf_free(m);
             continue;
         }
@@ -208,7 +210,8 @@ void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rt
     drop_reason reasons[overlay::vlt::max_bulk];
     firewall_burst(ctx, tables, requests, checked_count, rte_get_tsc_cycles(), pass, reasons);
 
-    // Stage 4: decapsulate and deliver.
+    // Stage 4: decapsulate, meter and deliver.
+    const uint64_t now = checked_count > 0 && ctx.policer != nullptr ? now_ns() : 0;
     for (unsigned c = 0; c < checked_count; ++c) {
         const unsigned i = checked[c];
         rte_mbuf* m = tunnelled[i];
@@ -226,6 +229,25 @@ void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rt
         if (ecn != (ip->type_of_service & 0x03)) {
             overlay::set_ipv4_ecn(ip, static_cast<uint8_t>(ecn));
             ctx.counters.ce_marked_on_decap.add(1);
+        }
+        // DHTB ingress (tcp class: everything but RoCE): above the vNIC's share, ECN-capable
+        // packets are marked CE and delivered, the others dropped beyond a burst.
+        if (ctx.policer != nullptr) {
+            if (qos::ingress_meter* meter = ctx.policer->meter(slot)) {
+                const uint32_t ip_len = rte_be_to_cpu_16(ip->total_length);
+                const auto verdict =
+                    meter->on_packet(now, qos::traffic_class::tcp,
+                                     qos::charged_bytes(sizeof(rte_ether_hdr) + ip_len),
+                                     static_cast<qos::ecn>(ip->type_of_service & 0x03), nullptr);
+                if (verdict.action == qos::ingress_action::drop) {
+                    ctx.drop(m, drop_reason::qos_ingress_over_share, slot);
+                    continue;
+                }
+                if (verdict.action == qos::ingress_action::mark_ce) {
+                    overlay::set_ipv4_ecn(ip, 0x03);
+                    ctx.counters.qos_ce_marked.add(1);
+                }
+            }
         }
         // Strip the tunnel and anything after the inner IPv4 packet (outer padding).
         rte_pktmbuf_adj(m, static_cast<uint16_t>(outers[i].inner_offset));

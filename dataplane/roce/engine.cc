@@ -202,7 +202,7 @@ unsigned engine::poll(packet_port& port, uint64_t now_ns) {
 }
 
 void engine::receive(uint16_t vnic, const uint8_t* ipv4, uint32_t ip_len, packet_port& port,
-                     uint64_t now_ns) {
+                     uint64_t now_ns, qos::ingress_meter* meter) {
     _counters.received.fetch_add(1, std::memory_order_relaxed);
     const uint32_t ihl = (ipv4[0] & 0x0F) * 4u;
     if (ip_len < ihl + 8 + sizeof(bth_hdr) + icrc_bytes) {
@@ -226,7 +226,8 @@ void engine::receive(uint16_t vnic, const uint8_t* ipv4, uint32_t ip_len, packet
         return;
     }
     const roce_packet& p = parsed.packet;
-    if (p.info->transport != transport_type::rc) {
+    const bool cnp = p.info->transport == transport_type::cnp;
+    if (p.info->transport != transport_type::rc && !cnp) {
         drop(engine_drop::unsupported_transport);
         return;
     }
@@ -245,6 +246,21 @@ void engine::receive(uint16_t vnic, const uint8_t* ipv4, uint32_t ip_len, packet
     if (src_ip_be != qp->remote_ip_be() || st == IBV_QPS_RESET || st == IBV_QPS_INIT) {
         drop(engine_drop::not_connected);
         return;
+    }
+    if (cnp) {
+        qp->on_cnp(now_ns);  // the receiver of our traffic is over its share: slow down
+        return;
+    }
+    if (meter != nullptr) {
+        const auto codepoint = static_cast<qos::ecn>(ipv4[1] & 0x03);
+        const auto verdict =
+            meter->on_packet(now_ns, qos::traffic_class::rdma, qos::charged_bytes(14 + ip_len),
+                             codepoint, &qp->cnp_pacer());
+        if (verdict.send_cnp) {
+            qp->send_cnp(port);
+        }
+        // RC is paced, not dropped (a drop costs a go-back-N retransmission): the CNP is the
+        // signal, and the sender is another jakirod, which honours it.
     }
     qp->receive(p, port, now_ns);
 }
@@ -319,6 +335,9 @@ std::vector<qp_report> engine::report() const {
         r.out_of_sequence = s.out_of_sequence.load(std::memory_order_relaxed);
         r.completions = s.completions.load(std::memory_order_relaxed);
         r.error_completions = s.error_completions.load(std::memory_order_relaxed);
+        r.cnps_sent = s.cnps_sent.load(std::memory_order_relaxed);
+        r.cnps_received = s.cnps_received.load(std::memory_order_relaxed);
+        r.rate_bps = s.rate_bps.load(std::memory_order_relaxed);
         out.push_back(r);
     }
     return out;

@@ -25,6 +25,7 @@
 #include <mutex>
 #include <vector>
 
+#include "qos/ingress_meter.hh"
 #include "roce/packet_port.hh"
 #include "roce/rc_qp.hh"
 
@@ -35,7 +36,7 @@ namespace jakiro::roce {
     X(truncated, "shorter than IPv4 + UDP + BTH + ICRC, or lengths disagree") \
     X(malformed, "BTH or extension headers do not parse")                     \
     X(bad_icrc, "ICRC mismatch")                                              \
-    X(unsupported_transport, "UC, UD or CNP: not built")                      \
+    X(unsupported_transport, "UC or UD: not built")                           \
     X(unknown_qp, "no such QP on this vNIC (RCFT miss)")                      \
     X(not_connected, "QP not connected to this source (RCFT mismatch)")       \
     X(bad_pkey, "P_Key not the default partition")
@@ -81,6 +82,9 @@ struct qp_report {
     uint64_t out_of_sequence = 0;
     uint64_t completions = 0;
     uint64_t error_completions = 0;
+    uint64_t cnps_sent = 0;
+    uint64_t cnps_received = 0;
+    uint64_t rate_bps = 0;
 };
 
 class engine {
@@ -113,9 +117,10 @@ class engine {
     // Runs queued control calls, then polls every QP. Returns packets sent.
     unsigned poll(packet_port& port, uint64_t now_ns);
     // A RoCEv2 packet for local vNIC `vnic`: `ipv4` points at the inner IPv4 header of
-    // `ip_len` bytes (its total length), UDP destination 4791.
+    // `ip_len` bytes (its total length), UDP destination 4791. `meter`: the vNIC's ingress
+    // meter when it is shaped (DHTB: above its rdma share the sending QP gets a CNP).
     void receive(uint16_t vnic, const uint8_t* ipv4, uint32_t ip_len, packet_port& port,
-                 uint64_t now_ns);
+                 uint64_t now_ns, qos::ingress_meter* meter = nullptr);
     // Before the worker sleeps: tells every QP's shim to ring the doorbell; false (and the
     // flags cleared again) if work arrived meanwhile, so the worker must not sleep.
     bool prepare_sleep();

@@ -87,9 +87,77 @@ bool has_imm(const proto::send_wqe& w) {
 
 }  // namespace
 
+namespace {
+// Where DCQCN starts and what it recovers to: above anything one software worker sends, so it
+// never limits a QP that no receiver complains about.
+constexpr uint64_t dcqcn_line_rate_bps = 25'000'000'000;
+// After this long without a CNP a lowered ceiling goes back to the line rate.
+constexpr uint64_t ceiling_restore_ns = 10'000'000;
+
+qos::dcqcn_params dcqcn_defaults() {
+    qos::dcqcn_params p;
+    p.line_rate_bps = dcqcn_line_rate_bps;
+    return p;
+}
+}  // namespace
+
 rc_qp::rc_qp(rc_qp_setup setup)
-    : _s(std::move(setup)), _machine(IBV_QPT_RC, _s.limits), _sends(_s.ring->sq_capacity()) {
+    : _s(std::move(setup)),
+      _machine(IBV_QPT_RC, _s.limits),
+      _sends(_s.ring->sq_capacity()),
+      _rate(dcqcn_defaults(), 0) {
     _reads.reserve(_s.limits.max_qp_rd_atom + read_job_slack);
+}
+
+void rc_qp::on_cnp(uint64_t now_ns) {
+    _stats.cnps_received.fetch_add(1, std::memory_order_relaxed);
+    // DCQCN cuts relative to the current rate, which on hardware is what the QP sends. A
+    // software QP rarely sends at its nominal line rate, so the first cuts would not bite:
+    // bring the ceiling down to a little above what the QP really sends, then cut.
+    if (_measured_bps > 0 && _rate.rate_bps() > _measured_bps + _measured_bps / 4) {
+        _rate.set_line_rate(now_ns, std::max<uint64_t>(_measured_bps + _measured_bps / 4,
+                                                       _rate.params().min_rate_bps));
+        _ceiling_lowered = true;
+    }
+    _rate.on_cnp(now_ns);
+    _last_cnp_ns = now_ns;
+}
+
+bool rc_qp::paced(uint64_t now_ns, uint32_t frame_len) {
+    if (_ceiling_lowered && now_ns - _last_cnp_ns > ceiling_restore_ns) {
+        // Quiet for a while: let recovery climb back towards the nominal line rate.
+        _rate.set_line_rate(now_ns, dcqcn_line_rate_bps);
+        _ceiling_lowered = false;
+    }
+    if (_rate.grant(now_ns) == 0) {
+        return false;
+    }
+    _rate.on_sent(frame_len);
+    // What the QP really sends, averaged over ~100 µs windows (EWMA, 1/4 per window).
+    _window_bytes += frame_len;
+    if (_window_start_ns == 0) {
+        _window_start_ns = now_ns;
+    } else if (now_ns - _window_start_ns >= 100'000) {
+        const uint64_t bps = _window_bytes * 8'000'000'000 / (now_ns - _window_start_ns);
+        _measured_bps = _measured_bps == 0 ? bps : (_measured_bps * 3 + bps) / 4;
+        _window_bytes = 0;
+        _window_start_ns = now_ns;
+    }
+    return true;
+}
+
+void rc_qp::send_cnp(packet_port& port) {
+    uint32_t payload_at = 0;
+    uint8_t* frame = begin_packet(port, opcode::cnp, 0, payload_at);
+    if (frame == nullptr) {
+        return;
+    }
+    bth_fields bth;
+    bth.opcode = opcode::cnp;
+    bth.dest_qp = _machine.attr().dest_qp_num;  // the QP that sends too fast
+    ext_fields ext;
+    finish_packet(port, bth, ext, frame, 0);
+    _stats.cnps_sent.fetch_add(1, std::memory_order_relaxed);
 }
 
 rc_qp::~rc_qp() = default;
@@ -176,7 +244,7 @@ unsigned rc_qp::poll(packet_port& port, uint64_t now_ns, unsigned budget) {
         _ack_pending = false;
         ++sent;
     }
-    sent += send_read_responses(port, budget);
+    sent += send_read_responses(port, now_ns, budget);
     if (st == IBV_QPS_RTS && _machine.state() == IBV_QPS_RTS) {
         fetch_sends(now_ns);
         retire_sends();  // a WR that failed locally completes as soon as its turn comes
@@ -299,6 +367,9 @@ unsigned rc_qp::send_packets(packet_port& port, uint64_t now_ns, unsigned budget
         if (k >= op.packets) {  // nothing of it left to send (a READ resumed at its end)
             ++_send_index;
             continue;
+        }
+        if (!paced(now_ns, _mtu)) {
+            break;  // DCQCN: a CNP slowed this QP down
         }
         if (_una == _next_psn) {
             _last_progress_ns = now_ns;  // the ACK timer runs from the first packet in flight
@@ -430,12 +501,12 @@ unsigned rc_qp::send_local(rc_qp& peer, packet_port& port, unsigned budget) {
             break;
         }
         // Charged as the packets it replaces would have been.
-        const uint32_t last_payload =
-            op.length == 0 ? 0 : op.length - (op.packets - 1) * _mtu;
+        const uint32_t last_payload = op.length == 0 ? 0 : op.length - (op.packets - 1) * _mtu;
         const uint64_t charged =
             uint64_t{op.packets - 1} * frame_bytes(opcode::rc_write_middle, _mtu) +
             frame_bytes(opcode::rc_write_last, last_payload);
-        if (!port.admit(_s.local.vnic, static_cast<uint32_t>(std::min<uint64_t>(charged, UINT32_MAX)))) {
+        if (!port.admit(_s.local.vnic,
+                        static_cast<uint32_t>(std::min<uint64_t>(charged, UINT32_MAX)))) {
             break;
         }
         ibv_wc_status status = IBV_WC_SUCCESS;
@@ -1128,7 +1199,7 @@ void rc_qp::start_read(const roce_packet& p, uint32_t psn, bool duplicate, packe
     _reads.push_back(std::move(job));
 }
 
-unsigned rc_qp::send_read_responses(packet_port& port, unsigned budget) {
+unsigned rc_qp::send_read_responses(packet_port& port, uint64_t now_ns, unsigned budget) {
     unsigned sent = 0;
     while (sent < budget && !_reads.empty()) {
         read_job& job = _reads.front();
@@ -1144,7 +1215,8 @@ unsigned rc_qp::send_read_responses(packet_port& port, unsigned budget) {
         } else if (job.remaining_packets == 1) {
             code = opcode::rc_read_response_last;
         }
-        if (!port.admit(_s.local.vnic, frame_bytes(code, payload))) {
+        if (!port.admit(_s.local.vnic, frame_bytes(code, payload)) ||
+            !paced(now_ns, frame_bytes(code, payload))) {
             break;
         }
         uint32_t payload_at = 0;
@@ -1360,6 +1432,7 @@ void rc_qp::publish_stats() {
     _stats.una_psn.store(_una, std::memory_order_relaxed);
     _stats.expected_psn.store(_epsn, std::memory_order_relaxed);
     _stats.msn.store(_msn, std::memory_order_relaxed);
+    _stats.rate_bps.store(_rate.rate_bps(), std::memory_order_relaxed);
 }
 
 }  // namespace jakiro::roce

@@ -23,6 +23,7 @@
 #include <memory>
 #include <vector>
 
+#include "qos/rate_control.hh"
 #include "roce/headers.hh"
 #include "roce/qp_state.hh"
 #include "verbs/cq_ring.hh"
@@ -81,6 +82,9 @@ struct rc_qp_stats {
     std::atomic<uint64_t> out_of_sequence{0};
     std::atomic<uint64_t> completions{0};
     std::atomic<uint64_t> error_completions{0};
+    std::atomic<uint64_t> cnps_sent{0};
+    std::atomic<uint64_t> cnps_received{0};
+    std::atomic<uint64_t> rate_bps{0};  // DCQCN's current sending rate
     // Snapshot of the protocol state.
     std::atomic<uint32_t> state{IBV_QPS_RESET};
     std::atomic<uint32_t> next_psn{0};
@@ -110,6 +114,13 @@ class rc_qp {
     bool has_work() const;
     // The engine that runs it (for the intra-host shortcut's peer lookup); set by add_qp.
     void attach(const engine* e) { _engine = e; }
+
+    // DCQCN (DESIGN.md §6): the receiver's CNP pacing for this QP, a CNP from the peer (cut
+    // the sending rate), and sending one to the peer.
+    qos::cnp_pacer& cnp_pacer() { return _cnp_pacer; }
+    void on_cnp(uint64_t now_ns);
+    void send_cnp(packet_port& port);
+    uint64_t rate_bps() const { return _rate.rate_bps(); }
 
     uint32_t qpn() const { return _s.qpn; }
     uint64_t owner() const { return _s.owner; }
@@ -190,7 +201,9 @@ class rc_qp {
     bool execute_send(const roce_packet& p, packet_port& port);
     bool execute_write(const roce_packet& p, packet_port& port);
     void start_read(const roce_packet& p, uint32_t psn, bool duplicate, packet_port& port);
-    unsigned send_read_responses(packet_port& port, unsigned budget);
+    unsigned send_read_responses(packet_port& port, uint64_t now_ns, unsigned budget);
+    // DCQCN pacing: may a data packet of `frame_len` bytes leave now? Charges it if so.
+    bool paced(uint64_t now_ns, uint32_t frame_len);
     void send_ack(packet_port& port, uint8_t syndrome, uint32_t psn);
     void responder_error(packet_port& port, verbs_proto::event_type event, uint8_t syndrome,
                          ibv_wc_status recv_status);
@@ -245,6 +258,15 @@ class rc_qp {
     std::shared_ptr<const verbs::mr_entry> _write_pin;
     std::vector<read_job> _reads;  // FIFO, at most max_dest_rd_atomic + 1
     bool _comm_established = false;
+
+    // congestion control
+    qos::dcqcn_rate _rate;
+    qos::cnp_pacer _cnp_pacer;
+    uint64_t _measured_bps = 0;  // what the QP really sends (EWMA)
+    uint64_t _window_start_ns = 0;
+    uint64_t _window_bytes = 0;
+    uint64_t _last_cnp_ns = 0;
+    bool _ceiling_lowered = false;
 };
 
 // ibv_mtu → bytes (IBV_MTU_256 = 1 ... IBV_MTU_4096 = 5).

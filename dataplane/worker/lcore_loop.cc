@@ -12,6 +12,7 @@
 #include "../roce/engine.hh"
 #include "clock.hh"
 #include "egress_shaper.hh"
+#include "ingress_policer.hh"
 #include "roce_port.hh"
 
 namespace jakiro {
@@ -90,6 +91,9 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
     while (!stop.load(std::memory_order_relaxed)) {
         const datapath_tables& tables = *publisher.current();
         unsigned received = 0;
+        if (ctx.policer != nullptr) {
+            ctx.policer->sync(tables, now_ns());  // before any packet meets a meter
+        }
         if (ctx.rdma_port != nullptr) {
             ctx.rdma_port->use(&tables);
         }

@@ -19,6 +19,7 @@ class engine;
 }
 class roce_port;
 class egress_shaper;
+class ingress_policer;
 
 struct alignas(RTE_CACHE_LINE_SIZE) worker_context {
     lcore_counters counters;
@@ -29,6 +30,7 @@ struct alignas(RTE_CACHE_LINE_SIZE) worker_context {
     roce::engine* engine = nullptr;               // the RDMA face; null: RoCE is dropped
     roce_port* rdma_port = nullptr;               // where the engine's frames go
     egress_shaper* shaper = nullptr;              // DHTB egress; null: nothing is shaped
+    ingress_policer* policer = nullptr;           // DHTB ingress; null: nothing is metered
 
     void drop(rte_mbuf* m, drop_reason reason) {
         counters.drops[static_cast<std::size_t>(reason)].add(1);

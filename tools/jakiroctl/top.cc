@@ -17,6 +17,7 @@ struct class_sample {
     uint64_t weight = 0;
     uint64_t bytes = 0;
     uint64_t packets = 0;
+    uint64_t in_bytes = 0;
 };
 
 struct vnic_sample {
@@ -47,7 +48,7 @@ bool parse(const std::string& body, sample& out) {
         vnic_sample v;
         words >> v.rate_bps;
         class_sample c;
-        while (words >> c.name >> c.weight >> c.bytes >> c.packets) {
+        while (words >> c.name >> c.weight >> c.bytes >> c.packets >> c.in_bytes) {
             v.classes.push_back(c);
         }
         out.vnics[first] = v;
@@ -103,8 +104,8 @@ int run_top(const std::string& path, const std::string& command) {
         }
         parse(body, now);
         const double seconds = static_cast<double>(now.time_ns - previous.time_ns) / 1e9;
-        std::printf("%-8s %-5s %12s %12s %8s %12s\n", "vnic", "class", "Mbit/s", "share Mbit/s",
-                    "of rate", "pkts/s");
+        std::printf("%-8s %-5s %12s %12s %8s %12s %12s\n", "vnic", "class", "out Mbit/s",
+                    "share Mbit/s", "of rate", "pkts/s", "in Mbit/s");
         for (const auto& [name, v] : now.vnics) {
             const auto before = previous.vnics.find(name);
             uint64_t weights = 0;
@@ -114,17 +115,19 @@ int run_top(const std::string& path, const std::string& command) {
             double total = 0;
             for (std::size_t i = 0; i < v.classes.size(); ++i) {
                 const auto& c = v.classes[i];
-                uint64_t bytes = 0, packets = 0;
+                uint64_t bytes = 0, packets = 0, in_bytes = 0;
                 if (before != previous.vnics.end() && i < before->second.classes.size()) {
                     bytes = c.bytes - before->second.classes[i].bytes;
                     packets = c.packets - before->second.classes[i].packets;
+                    in_bytes = c.in_bytes - before->second.classes[i].in_bytes;
                 }
                 const double mbps = seconds > 0 ? bytes * 8 / seconds / 1e6 : 0;
                 total += mbps;
                 const double share = weights > 0 ? v.rate_bps / 1e6 * c.weight / weights : 0;
-                std::printf("%-8s %-5s %12.1f %12.1f %7.1f%% %12.0f\n", name.c_str(),
+                std::printf("%-8s %-5s %12.1f %12.1f %7.1f%% %12.0f %12.1f\n", name.c_str(),
                             c.name.c_str(), mbps, share, 100.0 * mbps / (v.rate_bps / 1e6),
-                            seconds > 0 ? packets / seconds : 0);
+                            seconds > 0 ? packets / seconds : 0,
+                            seconds > 0 ? in_bytes * 8 / seconds / 1e6 : 0);
             }
             std::printf("%-8s %-5s %12.1f %12.1f %7.1f%%\n", name.c_str(), "all", total,
                         v.rate_bps / 1e6, 100.0 * total / (v.rate_bps / 1e6));

@@ -1,0 +1,36 @@
+#pragma once
+// DHTB on the receiving side (DESIGN.md §6), one per worker: a qos::ingress_meter per shaped
+// vNIC, kept in step with each snapshot's QoS settings. The ingress pipeline asks it about
+// every IP packet for a shaped vNIC (tcp class: mark CE or drop above the share), the RoCE
+// engine about every RoCEv2 packet (rdma class: a CNP to the sending QP above the share).
+//
+// Thread-safety: the owning worker; counters via the meters (relaxed reads).
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "../counters.hh"
+#include "../tables.hh"
+#include "qos/ingress_meter.hh"
+
+namespace jakiro {
+
+class ingress_policer {
+  public:
+    void sync(const datapath_tables& tables, uint64_t now_ns);
+    // The meter of `slot`, or nullptr when the vNIC is not shaped.
+    qos::ingress_meter* meter(uint16_t slot) {
+        return slot < max_vnics ? _meters[slot].get() : nullptr;
+    }
+    const qos::ingress_meter* meter(uint16_t slot) const {
+        return slot < max_vnics ? _meters[slot].get() : nullptr;
+    }
+
+  private:
+    const datapath_tables* _seen = nullptr;
+    std::array<std::unique_ptr<qos::ingress_meter>, max_vnics> _meters{};
+};
+
+}  // namespace jakiro
