@@ -996,10 +996,19 @@ void rc_qp::on_request(const roce_packet& p, packet_port& port, uint64_t now_ns)
         return;
     }
     _epsn = psn_add(_epsn, 1);
-    if (p.ack_req) {
-        _ack_pending = true;
-        _ack_psn = p.psn;
+    if (!p.ack_req) {
+        return;
     }
+    if ((pos & position::last) != 0) {
+        // A message ended (and may have completed a receive): ACK it now. Deferred to the
+        // next poll, the ACK would be lost if the program destroyed the QP on seeing that
+        // completion, and the requester would retry into a QP that no longer exists.
+        send_ack(port, syndrome_ack(credits_invalid), p.psn);
+        _ack_pending = false;
+        return;
+    }
+    _ack_pending = true;  // mid-message: coalesced, one ACK per poll
+    _ack_psn = p.psn;
 }
 
 bool rc_qp::take_recv(recv_op& out) {

@@ -765,3 +765,28 @@ TEST_F(rc_qp_test, on_one_host_a_missing_receive_waits_and_a_bad_rkey_fails_as_o
 
 }  // namespace
 }  // namespace jakiro::roce
+
+namespace jakiro::roce {
+namespace {
+
+TEST_F(rc_qp_test, a_responder_destroyed_right_after_its_last_completion_has_already_acked) {
+    connect_both();
+    b.post_recv(1, 0, 4096);
+    a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 100, a.mr));
+    eng.poll(wire, now);
+    ASSERT_EQ(wire.frames.size(), 1u);
+    auto send = wire.frames.front();
+    wire.frames.clear();
+    eng.receive(1, send.bytes.data() + 14, static_cast<uint32_t>(send.bytes.size() - 14), wire, now);
+    proto::cqe c{};
+    ASSERT_TRUE(b.poll_recv(c));
+    // The program sees its receive and destroys the QP before the engine polls again.
+    ASSERT_EQ(b.res->destroy_qp(b.client, b.qp), 0);
+    ASSERT_EQ(wire.frames.size(), 1u) << "the ACK left with the completion";
+    run(5);
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+}
+
+}  // namespace
+}  // namespace jakiro::roce
