@@ -18,11 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import IP, JAKIROD, RUN_DIR, SRC, T1, T2, jakiroctl, ns_bg, stop, wait_listening
+from conftest import (IP, JAKIROD, RUN_DIR, SRC, T1, T2, jakiroctl, ns, ns_bg, run, stop,
+                      wait_listening)
 
 pytestmark = pytest.mark.usefixtures("testbed")
 
 JAKIRO_RUN = SRC / "tools" / "jakiro-run"
+TESTBED = SRC / "tools" / "testbed"
+# A third blue tenant on h2 for the incast (built live with `testbed add-tenant`).
+T7, T7_IP, T7_MAC = "jk-h2-t7", "198.19.1.7", "02:00:c6:13:01:07"
 RATE = 300_000_000
 SAMPLE_S = 4
 
@@ -51,19 +55,19 @@ def shaped_config(tmp_path, rdma_weight, tcp_weight):
     return path
 
 
-def class_bytes():
-    """{class: charged bytes sent} of t1, and the time they were read."""
+def class_counters():
+    """{class: counters} of t1 from jakiroctl qos, and the time they were read."""
     out = json.loads(jakiroctl("h1", "qos", "--json").stdout)
     t1 = next(v for v in out if v["vnic"] == "t1")
-    return time.monotonic(), {c["class"]: c["sent_bytes"] for c in t1["classes"]}
+    return time.monotonic(), {c["class"]: c for c in t1["classes"]}
 
 
-def rates(seconds):
-    """Bit/s per class over the next `seconds`."""
-    t0, b0 = class_bytes()
+def rates(seconds, counter="sent_bytes"):
+    """Bit/s per class of `counter` (sent_bytes: egress, received_bytes: ingress)."""
+    t0, c0 = class_counters()
     time.sleep(seconds)
-    t1, b1 = class_bytes()
-    return {c: (b1[c] - b0[c]) * 8 / (t1 - t0) for c in b1}
+    t1, c1 = class_counters()
+    return {c: (c1[c][counter] - c0[c][counter]) * 8 / (t1 - t0) for c in c1}
 
 
 def start_write_bw(duration):
@@ -157,3 +161,59 @@ def test_jakiroctl_top_shows_rates_and_shares(shaped):
     assert "t1" in out and "rdma" in out and "tcp" in out
     # The configured shares of 300 Mbit/s at 3:1.
     assert "225.0" in out and "75.0" in out, out
+
+
+def test_incast_into_a_limited_vnic_is_held_to_its_rate_by_cnps_and_ce_marks(shaped, tmp_path):
+    """t2 (RDMA) and t7 (TCP with ECN), both on h2 and unshaped there, send to t1, whose vNIC
+    is limited to 300 Mbit/s on h1: h1 meters t1's ingress and signals the senders (CNPs to
+    t2's QP, CE marks on t7's segments); t1 receives at its rate."""
+    run(TESTBED, "add-tenant", "t7", "--host", "2", "--vpc", "blue", "--ip", T7_IP,
+        "--mac", T7_MAC)
+    h2 = (RUN_DIR / "h2.yaml").read_text().splitlines()
+    t2_line = next(line for line in h2 if line.strip().startswith("- {name: t2,"))
+    t7_line = (t2_line.replace("t2", "t7").replace("198.19.1.2/", T7_IP + "/")
+               .replace("02:00:c6:13:01:02", T7_MAC)
+               .replace("net_af_packet1,", "net_af_packet9,"))
+    h2.insert(h2.index(t2_line) + 1, t7_line)
+    (tmp_path / "h2.yaml").write_text("\n".join(h2) + "\n")
+    jakiroctl("h2", "apply", str(tmp_path / "h2.yaml"))
+    h1 = shaped_config(shaped, 3, 1).read_text().rstrip("\n") + (
+        f"\n  - {{vpc: blue, ip: {T7_IP}, host: 198.18.0.2, security_groups: [default]}}\n")
+    (tmp_path / "h1.yaml").write_text(h1)
+    jakiroctl("h1", "apply", str(tmp_path / "h1.yaml"))
+    ns(T7, "sysctl", "-q", "-w", "net.ipv4.tcp_ecn=1")
+
+    with ns_bg(T1, "iperf3", "-s", "-p", "5302", "-1"):
+        wait_listening(T1, 5302)
+        args = ["ib_write_bw", "-x", "0", "-F", "-s", "65536", "-p", "18601", "-D", "10"]
+        server = subprocess.Popen(["ip", "netns", "exec", T1, str(JAKIRO_RUN), "--", *args],
+                                  env=shim_env(), stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        wait_listening(T1, 18601, timeout=15)
+        rdma = subprocess.Popen(["ip", "netns", "exec", T2, str(JAKIRO_RUN), "--", *args, IP[T1]],
+                                env=shim_env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        tcp = subprocess.Popen(["ip", "netns", "exec", T7, "iperf3", "-c", IP[T1], "-p", "5302",
+                                "-t", "12"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+        try:
+            time.sleep(3)
+            _, before = class_counters()
+            r = rates(SAMPLE_S, "received_bytes")
+            _, after = class_counters()
+            total = r["rdma"] + r["tcp"]
+            print(f"incast into t1: rdma {r['rdma'] / 1e6:.1f}, tcp {r['tcp'] / 1e6:.1f}, "
+                  f"total {total / 1e6:.1f} Mbit/s of {RATE / 1e6:.0f}")
+            assert total <= RATE * 1.10, "t1 received more than its rate"
+            assert total >= RATE * 0.80, "t1's rate was not used"
+            assert after["rdma"]["cnps"] > before["rdma"]["cnps"], "no CNP was sent"
+            assert after["tcp"]["ce_marked"] > before["tcp"]["ce_marked"], "no CE mark"
+            code, out = finish(rdma, 60)
+            assert code == 0, out[-800:]
+            out, err = tcp.communicate(timeout=60)
+            assert tcp.returncode == 0, err[-500:]
+        finally:
+            for p in (rdma, tcp, server):
+                stop(p)
+            jakiroctl("h2", "apply", str(RUN_DIR / "h2.yaml"))
+            run("ip", "netns", "del", T7, check=False)
