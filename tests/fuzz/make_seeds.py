@@ -20,9 +20,23 @@ T2_MAC, T2_IP = "02:00:c6:13:01:02", "198.19.1.2"
 H1 = ("02:00:c6:12:00:01", "198.18.0.1")
 H2 = ("02:00:c6:12:00:02", "198.18.0.2")
 
-# control byte bits (packet_fuzzer.cc): 0-1 slot, 2 policy B, 3-4 VNI, 5 from .9, 6 burst
+# control byte bits (packet_fuzzer.cc): 0-1 slot, 2 policy B, 3-4 VNI, 5 from .9, 6 burst,
+# 7 aim RoCE at t1's QP
 SLOT_T1, SLOT_T5, SLOT_T3 = 0, 1, 2
-POLICY_B, VNI_RED, BURST = 0x04, 0x08, 0x40
+POLICY_B, VNI_RED, BURST, AIM_QP = 0x04, 0x08, 0x40, 0x80
+
+
+def roce(opcode, psn, ext=b"", payload=b"", ack_req=True):
+    """A RoCEv2 UDP payload: BTH (destination QP rewritten by the harness), extension headers,
+    payload, pad, and an ICRC placeholder (the harness recomputes it under AIM_QP)."""
+    pad = (4 - len(payload) % 4) % 4
+    bth = struct.pack(">BBHI", opcode, pad << 4, 0xFFFF, 0) + struct.pack(
+        ">I", (0x80000000 if ack_req else 0) | (psn & 0xFFFFFF))
+    return UDP(sport=49152, dport=4791, chksum=0) / (bth + ext + payload + b"\0" * pad + b"\0" * 4)
+
+
+def reth(va, rkey, length):
+    return struct.pack(">QII", va, rkey, length)
 
 
 def tenant(who, dst_ip, l4):
@@ -82,6 +96,20 @@ def seeds():
     yield "burst_inbound_udp_policy_b", BURST | POLICY_B | SLOT_T1, burst(inbound)
     yield "burst_many_flows", BURST | SLOT_T5, burst(
         [tenant(T5, T2_IP, UDP(sport=2000 + i, dport=53)) for i in range(32)])
+    # RoCEv2 from t2 into t1's QP (the harness connects it at PSN 0, rkey unknown: a bad
+    # rkey NAK is a path too): SEND only, a SEND in three packets, WRITE, READ, an ACK.
+    yield "roce_send_only", AIM_QP | SLOT_T1, vxlan_from_h2(
+        from_t2(roce(0x04, 0, payload=b"hello rdma")))
+    yield "roce_send_three_packets", AIM_QP | BURST | SLOT_T1, burst([
+        vxlan_from_h2(from_t2(roce(0x00, 0, payload=b"a" * 1024, ack_req=False))),
+        vxlan_from_h2(from_t2(roce(0x01, 1, payload=b"b" * 1024, ack_req=False))),
+        vxlan_from_h2(from_t2(roce(0x02, 2, payload=b"c" * 100)))])
+    yield "roce_write_only", AIM_QP | SLOT_T1, vxlan_from_h2(
+        from_t2(roce(0x0A, 0, reth(0x10000, 0x100, 8), b"12345678")))
+    yield "roce_read_request", AIM_QP | SLOT_T1, vxlan_from_h2(
+        from_t2(roce(0x0C, 0, reth(0x10000, 0x100, 3000), ack_req=False)))
+    yield "roce_ack", AIM_QP | SLOT_T1, vxlan_from_h2(
+        from_t2(roce(0x11, 0, struct.pack(">I", 0x1F000000), ack_req=False)))
 
 
 def main():

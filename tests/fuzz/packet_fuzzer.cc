@@ -3,10 +3,15 @@
 // devices), one NFT that lives across inputs (so flows accumulate, age and get evicted), and two
 // policy generations the input switches between (so known flows are re-checked and revoked).
 //
+// The RoCE engine is in the loop too: t1 has one RC QP in RTS connected to 198.19.1.2 (t2 on
+// h2), with receive buffers posted, so RoCEv2 frames inside the wrapped copy reach the
+// responder and requester. Bit 7 makes them get that far: the BTH's destination QP becomes
+// t1's QP and the ICRC is recomputed, so the fuzzer explores the transport, not the CRC.
+//
 // Input layout:
 //   byte 0   control: bits 0-1 tenant vNIC slot (3 = 0), bit 2 start with policy B instead of
 //            A, bits 3-4 VNI of the wrapped copy (100, 200, 4242, 100), bit 5 wrapped copy
-//            sent from 198.18.0.9 instead of h2, bit 6 burst mode
+//            sent from 198.18.0.9 instead of h2, bit 6 burst mode, bit 7 aim RoCE at t1's QP
 //   rest     one frame; or, in burst mode, up to 128 frames, each a 2-byte big-endian word and
 //            that many bytes: bits 0-13 the length, bit 14 "a new burst starts here", bit 15
 //            "a new burst starts here and the other policy is in force from now on" (a live
@@ -35,6 +40,17 @@
 #include "overlay/vxlan.hh"
 #include "pipeline/egress.hh"
 #include "pipeline/ingress.hh"
+#include "roce/engine.hh"
+#include "roce/icrc.hh"
+#include "verbs/device_model.hh"
+#include "verbs/qp_attr_wire.hh"
+#include "verbs/resources.hh"
+#include "worker/roce_port.hh"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 namespace {
 
@@ -121,6 +137,157 @@ struct harness {
     overlay::underlay_neighbors neighbors;
     std::unique_ptr<datapath_tables> tables[2];
     std::unique_ptr<worker_context> ctx = std::make_unique<worker_context>();
+    roce::engine engine{4, 16};
+    std::unique_ptr<roce_port> rdma_port;
+    std::unique_ptr<verbs::vnic_resources> res;
+    verbs_proto::qp_ring_header* ring = nullptr;
+    uint32_t qpn = 0;
+    uint32_t recvs_posted = 0;
+    uint32_t mr_key = 0;
+    uint64_t now_ns = 1'000'000'000;
+
+    // t1's RDMA side: a PD, a 64 KiB MR, CQs and one RC QP in RTS towards t2 (198.19.1.2).
+    void init_rdma() {
+        namespace proto = verbs_proto;
+        constexpr uint64_t client = 1;
+        res = std::make_unique<verbs::vnic_resources>(verbs::engine_limits());
+        verbs::qp_support support;
+        support.engine = &engine;
+        support.local.vnic = 0;
+        support.local.mac = {0x02, 0x00, 0xc6, 0x13, 0x01, 0x01};
+        support.local.ip_be = htonl(0xC6130101);
+        support.max_rc_qps = 4;
+        res->enable_qps(support);
+        uint32_t pd = 0;
+        res->alloc_pd(client, pd);
+        const int fd = memfd_create("fuzz-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        if (fd < 0 || ftruncate(fd, 65536) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) {
+            fail("cannot make the MR memfd");
+        }
+        auto mr = proto::make_message<proto::reg_mr_request>(
+            static_cast<uint16_t>(proto::opcode::reg_mr), 1);
+        mr.pd_handle = pd;
+        mr.access = proto::mr_access_all;
+        mr.addr = mr.iova = 0x10000;
+        mr.length = 65536;
+        if (res->reg_mr(client, mr, fd, mr_key) != 0) {
+            fail("reg_mr");
+        }
+        close(fd);
+        auto cq = proto::make_message<proto::create_cq_request>(
+            static_cast<uint16_t>(proto::opcode::create_cq), 1);
+        cq.cqe = 65536;  // never overflows within a run of inputs that matter
+        int no_channel = -1;
+        verbs::cq_created scq, rcq;
+        if (res->create_cq(client, cq, no_channel, scq) != 0 ||
+            res->create_cq(client, cq, no_channel, rcq) != 0) {
+            fail("create_cq");
+        }
+        close(scq.ring_fd);
+        close(rcq.ring_fd);
+        auto q = proto::make_message<proto::create_qp_request>(
+            static_cast<uint16_t>(proto::opcode::create_qp), 1);
+        q.pd_handle = pd;
+        q.send_cq = scq.handle;
+        q.recv_cq = rcq.handle;
+        q.max_send_wr = q.max_recv_wr = 64;
+        q.max_send_sge = q.max_recv_sge = 1;
+        q.qp_type = proto::qpt_rc;
+        verbs::qp_created made;
+        if (res->create_qp(client, q, made) != 0) {
+            fail("create_qp");
+        }
+        qpn = made.handle;
+        ring = static_cast<proto::qp_ring_header*>(
+            mmap(nullptr, made.ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, made.ring_fd, 0));
+        close(made.ring_fd);
+        close(made.doorbell_fd);
+        rdma_port = std::make_unique<roce_port>(*ctx);
+        ctx->engine = &engine;
+        ctx->rdma_port = rdma_port.get();
+        connect_qp();
+    }
+
+    // RESET -> INIT -> RTR -> RTS: every input starts from a fresh connection (PSN 0), so a
+    // finding replays alone and an input that broke the QP does not blind the next ones.
+    void connect_qp() {
+        constexpr uint64_t client = 1;
+        ibv_qp_attr a{};
+        a.qp_state = IBV_QPS_RESET;
+        int e = res->modify_qp(client, qpn, verbs::to_wire(a), IBV_QP_STATE);
+        a = {};
+        a.qp_state = IBV_QPS_INIT;
+        a.port_num = 1;
+        a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+        e |= res->modify_qp(client, qpn, verbs::to_wire(a),
+                            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+        a = {};
+        a.qp_state = IBV_QPS_RTR;
+        a.path_mtu = IBV_MTU_1024;
+        a.dest_qp_num = 0x777;
+        a.max_dest_rd_atomic = 16;
+        a.min_rnr_timer = 1;
+        a.ah_attr.is_global = 1;
+        a.ah_attr.port_num = 1;
+        a.ah_attr.grh.dgid.raw[10] = a.ah_attr.grh.dgid.raw[11] = 0xff;
+        const uint32_t t2 = htonl(0xC6130102);
+        std::memcpy(a.ah_attr.grh.dgid.raw + 12, &t2, 4);
+        e |= res->modify_qp(client, qpn, verbs::to_wire(a),
+                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                                IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+        a = {};
+        a.qp_state = IBV_QPS_RTS;
+        a.timeout = 14;
+        a.retry_cnt = 7;
+        a.rnr_retry = 7;
+        a.max_rd_atomic = 16;
+        e |= res->modify_qp(client, qpn, verbs::to_wire(a),
+                            IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+        if (e != 0) {
+            fail("modify_qp");
+        }
+    }
+
+    // Keeps the receive queue full, as a program re-posting its receives would.
+    void post_receives() {
+        namespace proto = verbs_proto;
+        const uint32_t consumed = proto::load_retired_acquire(ring->rq_consumer);
+        while (recvs_posted - consumed < ring->rq_capacity) {
+            proto::recv_wqe& w =
+                proto::rq_slots(ring, ring->sq_capacity)[recvs_posted & (ring->rq_capacity - 1)];
+            std::memset(&w, 0, sizeof(w));
+            w.wr_id = recvs_posted;
+            w.num_sge = 1;
+            w.sg[0] = {0x10000 + (recvs_posted % 16) * 4096, 4096, mr_key};
+            proto::publish_wqes(ring->rq_producer, ++recvs_posted);
+        }
+    }
+
+    // Bit 7: a UDP/4791 inner packet for t1 is pointed at t1's QP and gets a valid ICRC.
+    void aim_at_qp(rte_mbuf* m) {
+        const uint32_t len = rte_pktmbuf_data_len(m);
+        auto* f = rte_pktmbuf_mtod(m, uint8_t*);
+        if (len < 14 + 20 + 8 + 12 + 4 || f[12] != 0x08 || f[13] != 0x00) {
+            return;
+        }
+        uint8_t* ip = f + 14;
+        const uint32_t ihl = (ip[0] & 0x0F) * 4u;
+        const uint32_t ip_len = (uint32_t{ip[2]} << 8) | ip[3];
+        if (ihl < 20 || ip[9] != 17 || ip_len > len - 14 || ip_len < ihl + 8 + 12 + 4) {
+            return;
+        }
+        uint8_t* bth = ip + ihl + 8;
+        if (((uint32_t{ip[ihl + 2]} << 8) | ip[ihl + 3]) != 4791) {
+            return;
+        }
+        bth[5] = static_cast<uint8_t>(qpn >> 16);
+        bth[6] = static_cast<uint8_t>(qpn >> 8);
+        bth[7] = static_cast<uint8_t>(qpn);
+        if (const auto crc = roce::compute_icrc(ip, ip_len - 4)) {
+            roce::store_icrc(ip + ip_len - 4, *crc);
+        }
+    }
 
     void build(int which, const char* yaml, uint32_t generation) {
         const auto loaded = load_host_config_text(yaml, which == 0 ? "a.yaml" : "b.yaml");
@@ -151,6 +318,7 @@ struct harness {
         if (!ctx->flows) {
             fail(error.c_str());
         }
+        init_rdma();
     }
 
     rte_mbuf* mbuf(const uint8_t* bytes, uint32_t len, uint32_t headroom_needed) {
@@ -170,6 +338,9 @@ struct harness {
     rte_mbuf* wrapped(const uint8_t* bytes, uint32_t len, uint8_t control) {
         static constexpr uint32_t vnis[] = {100, 200, 4242, 100};
         rte_mbuf* m = mbuf(bytes, len, overlay::outer_header_bytes);
+        if (control & 0x80) {
+            aim_at_qp(m);
+        }
         const bool from_h9 = control & 0x20;
         const overlay::tunnel_endpoints from{mac_of(from_h9 ? 9 : 2), tables[0]->underlay_mac,
                                              ipv4(198, 18, 0, from_h9 ? 9 : 2),
@@ -185,6 +356,11 @@ struct harness {
     }
 
     void flush() {
+        // What the engine owes (ACKs, NAKs, READ responses) goes out like everything else.
+        rdma_port->use(tables[0].get());
+        now_ns += 50'000;
+        engine.poll(*rdma_port, now_ns);
+        rdma_port->deliver_loopback(engine, now_ns);
         for (uint16_t port = 0; port < port_count; ++port) {
             const auto queued = ctx->tx.queued(port);
             rte_pktmbuf_free_bulk(const_cast<rte_mbuf**>(queued.data()),
@@ -200,6 +376,7 @@ struct harness {
     void process(const datapath_tables& t, uint8_t control, const uint8_t* const* frames,
                  const uint32_t* lengths, unsigned n) {
         const uint16_t slot = (control & 3) == 3 ? 0 : control & 3;
+        rdma_port->use(&t);
         rte_mbuf* burst[max_burst];
         for (unsigned i = 0; i < n; ++i) {
             burst[i] = mbuf(frames[i], lengths[i], 0);
@@ -227,6 +404,8 @@ struct harness {
             return;
         }
         ctx->flows->expire(UINT64_MAX, nft_capacity);  // forget every flow of earlier inputs
+        connect_qp();
+        post_receives();
         const uint8_t control = data[0];
         int policy = (control >> 2) & 1;
         const uint8_t* frames[max_burst];
