@@ -15,8 +15,8 @@ namespace proto = verbs_proto;
 
 namespace {
 
-// What the engine executes: no atomics (atomic_cap is NONE), no memory windows, no
-// invalidation, no TSO (RC has none).
+// What the engine executes: SEND, WRITE, READ (+imm) and the two atomics (atomic_cap HCA);
+// no memory windows, no invalidation, no TSO (RC has none).
 bool supported_opcode(ibv_wr_opcode op) {
     switch (op) {
         case IBV_WR_SEND:
@@ -24,6 +24,8 @@ bool supported_opcode(ibv_wr_opcode op) {
         case IBV_WR_RDMA_WRITE:
         case IBV_WR_RDMA_WRITE_WITH_IMM:
         case IBV_WR_RDMA_READ:
+        case IBV_WR_ATOMIC_CMP_AND_SWP:
+        case IBV_WR_ATOMIC_FETCH_AND_ADD:
             return true;
         default:
             return false;
@@ -36,6 +38,10 @@ constexpr unsigned rc_send_flags =
 
 bool has_imm(ibv_wr_opcode op) {
     return op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE_WITH_IMM;
+}
+
+bool is_atomic(ibv_wr_opcode op) {
+    return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
 }
 
 bool is_rdma(ibv_wr_opcode op) {
@@ -63,10 +69,14 @@ int check_send(const shim_qp& q, const ibv_send_wr& wr, uint64_t& inline_bytes) 
     if (sges > most) {
         return EINVAL;
     }
+    // An atomic returns the original 8 bytes into exactly one 8-byte local buffer.
+    if (is_atomic(wr.opcode) && (sges != 1 || wr.sg_list[0].length != 8)) {
+        return EINVAL;
+    }
     inline_bytes = 0;
     if ((wr.send_flags & IBV_SEND_INLINE) != 0) {
-        // Inline data goes out of the WQE: a READ has nothing to send.
-        if (wr.opcode == IBV_WR_RDMA_READ) {
+        // Inline data goes out of the WQE: a READ or an atomic has nothing to send.
+        if (wr.opcode == IBV_WR_RDMA_READ || is_atomic(wr.opcode)) {
             return EINVAL;
         }
         for (uint32_t i = 0; i < sges; ++i) {
@@ -93,6 +103,12 @@ void write_send(proto::send_wqe& slot, const ibv_send_wr& wr, uint64_t inline_by
     if (is_rdma(wr.opcode)) {
         slot.remote_addr = wr.wr.rdma.remote_addr;
         slot.rkey = wr.wr.rdma.rkey;
+    }
+    if (is_atomic(wr.opcode)) {
+        slot.remote_addr = wr.wr.atomic.remote_addr;
+        slot.rkey = wr.wr.atomic.rkey;
+        slot.compare_add = wr.wr.atomic.compare_add;
+        slot.swap = wr.wr.atomic.swap;
     }
     const auto sges = static_cast<uint32_t>(wr.num_sge);
     if ((wr.send_flags & IBV_SEND_INLINE) != 0) {

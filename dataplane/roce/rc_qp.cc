@@ -1,6 +1,7 @@
 #include "roce/rc_qp.hh"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "roce/aeth.hh"
@@ -72,6 +73,10 @@ ibv_wc_opcode wc_opcode_of(uint32_t wr_opcode) {
             return IBV_WC_RDMA_WRITE;
         case IBV_WR_RDMA_READ:
             return IBV_WC_RDMA_READ;
+        case IBV_WR_ATOMIC_CMP_AND_SWP:
+            return IBV_WC_COMP_SWAP;
+        case IBV_WR_ATOMIC_FETCH_AND_ADD:
+            return IBV_WC_FETCH_ADD;
         default:
             return IBV_WC_SEND;
     }
@@ -79,6 +84,30 @@ ibv_wc_opcode wc_opcode_of(uint32_t wr_opcode) {
 
 bool is_read(const proto::send_wqe& w) {
     return w.opcode == IBV_WR_RDMA_READ;
+}
+
+bool is_atomic(const proto::send_wqe& w) {
+    return w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+// Operations whose completion needs a response from the responder (READ data, atomic ACK):
+// an ACK for a later PSN does not complete them.
+bool needs_response(const proto::send_wqe& w) {
+    return is_read(w) || is_atomic(w);
+}
+
+// Executes one atomic on 8 bytes of registered memory; returns the value found there. The
+// engine thread runs every QP of the host, so atomics are atomic with respect to each other;
+// std::atomic_ref also keeps them atomic with respect to the CPU of a program touching the
+// word at the same time.
+uint64_t execute_atomic(std::byte* at, uint32_t wr_opcode, uint64_t compare_add, uint64_t swap) {
+    std::atomic_ref<uint64_t> word(*reinterpret_cast<uint64_t*>(at));
+    if (wr_opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+        return word.fetch_add(compare_add, std::memory_order_seq_cst);
+    }
+    uint64_t expected = compare_add;
+    word.compare_exchange_strong(expected, swap, std::memory_order_seq_cst);
+    return expected;  // the old value, whether or not it was swapped
 }
 
 bool has_imm(const proto::send_wqe& w) {
@@ -290,13 +319,15 @@ void rc_qp::fetch_sends(uint64_t now_ns) {
             case IBV_WR_RDMA_WRITE:
             case IBV_WR_RDMA_WRITE_WITH_IMM:
             case IBV_WR_RDMA_READ:
+            case IBV_WR_ATOMIC_CMP_AND_SWP:
+            case IBV_WR_ATOMIC_FETCH_AND_ADD:
                 break;
             default:
                 op.local_error = IBV_WC_LOC_QP_OP_ERR;
                 break;
         }
         if (op.local_error == IBV_WC_SUCCESS) {
-            if ((op.wqe.send_flags & IBV_SEND_INLINE) != 0 && !is_read(op.wqe)) {
+            if ((op.wqe.send_flags & IBV_SEND_INLINE) != 0 && !needs_response(op.wqe)) {
                 if (op.wqe.inline_len > _s.max_inline) {
                     op.local_error = IBV_WC_LOC_LEN_ERR;
                 } else {
@@ -306,8 +337,14 @@ void rc_qp::fetch_sends(uint64_t now_ns) {
                 check_local_buffers(op);
             }
         }
+        if (op.local_error == IBV_WC_SUCCESS && is_atomic(op.wqe) && op.length != 8) {
+            op.local_error = IBV_WC_LOC_LEN_ERR;  // the original value needs exactly 8 bytes
+        }
         op.first_psn = _psn_cursor;
         op.packets = op.local_error == IBV_WC_SUCCESS ? packets_for(op.length, _mtu) : 0;
+        if (op.packets > 0 && is_atomic(op.wqe)) {
+            op.packets = 1;
+        }
         _psn_cursor = psn_add(_psn_cursor, op.packets);
     }
 }
@@ -318,7 +355,7 @@ void rc_qp::check_local_buffers(send_op& op) {
         return;
     }
     // A READ writes into its local buffers; everything else only reads them.
-    const uint32_t access = is_read(op.wqe) ? uint32_t{proto::access_local_write} : 0u;
+    const uint32_t access = needs_response(op.wqe) ? uint32_t{proto::access_local_write} : 0u;
     uint64_t total = 0;
     for (uint32_t i = 0; i < op.wqe.num_sge; ++i) {
         const proto::wqe_sge& sge = op.wqe.sg[i];
@@ -404,6 +441,9 @@ bool rc_qp::emit_request(packet_port& port, send_op& op, uint32_t k) {
     const uint64_t offset = uint64_t{k} * _mtu;
     if (is_read(w)) {
         code = opcode::rc_read_request;
+    } else if (is_atomic(w)) {
+        code = w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ? opcode::rc_fetch_add
+                                                       : opcode::rc_compare_swap;
     } else {
         payload = static_cast<uint32_t>(std::min<uint64_t>(_mtu, op.length - offset));
         const bool write = w.opcode == IBV_WR_RDMA_WRITE || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
@@ -439,13 +479,18 @@ bool rc_qp::emit_request(packet_port& port, send_op& op, uint32_t k) {
     bth.opcode = code;
     bth.dest_qp = _machine.attr().dest_qp_num;
     bth.psn = psn_add(op.first_psn, k);
-    bth.ack_req = !is_read(w) && (last || (k + 1) % ack_request_interval == 0);
+    bth.ack_req = !needs_response(w) && (last || (k + 1) % ack_request_interval == 0);
     bth.solicited = last && (w.send_flags & IBV_SEND_SOLICITED) != 0;
     ext_fields ext;
     ext.imm_be = w.imm_data;
     ext.va = w.remote_addr + offset;
     ext.rkey = w.rkey;
     ext.dma_len = static_cast<uint32_t>(op.length - (is_read(w) ? offset : 0));
+    if (is_atomic(w)) {
+        // AtomicETH: FetchAdd carries the addend, CmpSwap the swap value and the compare.
+        ext.swap_add = w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ? w.compare_add : w.swap;
+        ext.compare = w.compare_add;
+    }
     finish_packet(port, bth, ext, frame, payload);
     return true;
 }
@@ -523,7 +568,7 @@ unsigned rc_qp::send_local(rc_qp& peer, packet_port& port, unsigned budget) {
         const uint32_t end = psn_add(op.first_psn, op.packets);
         peer._epsn = end;
         peer._msn = psn_add(peer._msn, 1);
-        if (is_read(op.wqe)) {
+        if (needs_response(op.wqe)) {
             op.read_received = op.packets;
         }
         op.done = true;
@@ -620,6 +665,20 @@ rc_qp::local_result rc_qp::execute_local(const send_op& op, const rc_qp& request
             }
             return local_result::done;
         }
+        case IBV_WR_ATOMIC_CMP_AND_SWP:
+        case IBV_WR_ATOMIC_FETCH_AND_ADD: {
+            if (w.remote_addr % 8 != 0) {
+                return fail(proto::event_type::qp_req_err, IBV_WC_REM_INV_REQ_ERR);
+            }
+            auto found = _s.mrs->find(_s.pd, w.rkey, w.remote_addr, 8, proto::access_remote_atomic);
+            if (!found) {
+                return fail(proto::event_type::qp_access_err, IBV_WC_REM_ACCESS_ERR);
+            }
+            const uint64_t orig = execute_atomic(found.bytes.data(), w.opcode, w.compare_add, w.swap);
+            scatter(op.sge_data.data(), op.sge_len.data(), op.sges, 0,
+                    reinterpret_cast<const uint8_t*>(&orig), sizeof(orig));
+            return local_result::done;
+        }
         default:
             return fail(proto::event_type::qp_req_err, IBV_WC_REM_INV_REQ_ERR);
     }
@@ -650,9 +709,10 @@ void rc_qp::on_ack_psn(uint32_t psn, uint64_t now_ns) {
         if (!psn_before_eq(last_psn, psn)) {
             break;
         }
-        if (is_read(op.wqe)) {
+        if (needs_response(op.wqe)) {
             // The responder has executed it, yet responses are missing (lost, or still on
-            // the way behind this ACK): ask again for the rest, once until progress.
+            // the way behind this ACK): ask again for the rest, once until progress. An
+            // atomic asked again is answered from the responder's cache, never re-executed.
             _una = psn_add(op.first_psn, op.read_received);
             if (!_rewound_for_gap) {
                 go_back(_una);
@@ -679,8 +739,12 @@ void rc_qp::on_response(const roce_packet& p, packet_port& port, uint64_t now_ns
         on_read_response(p, now_ns);
         return;
     }
+    if (p.info->kind == op_kind::atomic_acknowledge) {
+        on_atomic_ack(p, now_ns);
+        return;
+    }
     if (p.info->kind != op_kind::acknowledge || p.aeth == nullptr) {
-        return;  // atomic ACKs: atomics are not built
+        return;
     }
     const auto syndrome = decode_syndrome(p.aeth->syndrome);
     const uint32_t psn = p.psn;
@@ -793,6 +857,50 @@ void rc_qp::on_read_response(const roce_packet& p, uint64_t now_ns) {
     if (read->read_received == read->packets) {
         read->done = true;
     }
+    if (psn_diff(_una, _next_psn) > 0) {
+        move_send_pointer(_una);
+    }
+    retire_sends();
+}
+
+void rc_qp::on_atomic_ack(const roce_packet& p, uint64_t now_ns) {
+    const uint32_t psn = p.psn;
+    if (!psn_sent(psn) || psn != _una || p.atomic_ack_eth == nullptr) {
+        _stats.duplicates.fetch_add(1, std::memory_order_relaxed);
+        return;
+    }
+    verbs::qp_ring& ring = *_s.ring;
+    const uint32_t mask = ring.sq_capacity() - 1;
+    send_op* atomic = nullptr;
+    for (uint32_t i = ring.send_retired(); i != ring.send_taken(); ++i) {
+        send_op& op = _sends[i & mask];
+        if (op.local_error != IBV_WC_SUCCESS) {
+            return;
+        }
+        if (op.done) {
+            continue;
+        }
+        if (op.first_psn == psn) {
+            atomic = &op;
+            break;
+        }
+        if (needs_response(op.wqe)) {
+            return;  // an earlier READ or atomic still owes its response
+        }
+        op.done = true;  // responses come in order: everything before was executed
+    }
+    if (atomic == nullptr || !is_atomic(atomic->wqe)) {
+        return;
+    }
+    // The original value, in the byte order of the memory it came from (this host's).
+    const uint64_t orig = p.atomic_ack_eth->orig();
+    scatter(atomic->sge_data.data(), atomic->sge_len.data(), atomic->sges, 0,
+            reinterpret_cast<const uint8_t*>(&orig), sizeof(orig));
+    atomic->done = true;
+    _una = psn_add(psn, 1);
+    _last_progress_ns = now_ns;
+    _retries_left = _machine.attr().retry_cnt;
+    _rewound_for_gap = false;
     if (psn_diff(_una, _next_psn) > 0) {
         move_send_pointer(_una);
     }
@@ -958,6 +1066,8 @@ void rc_qp::on_request(const roce_packet& p, packet_port& port, uint64_t now_ns)
             _stats.duplicates.fetch_add(1, std::memory_order_relaxed);
             if (kind == op_kind::read_request) {
                 start_read(p, p.psn, true, port);
+            } else if (kind == op_kind::compare_swap || kind == op_kind::fetch_add) {
+                replay_atomic(p, port);
             } else {
                 _ack_pending = true;
                 _ack_psn = psn_sub(_epsn, 1);
@@ -987,7 +1097,11 @@ void rc_qp::on_request(const roce_packet& p, packet_port& port, uint64_t now_ns)
         case op_kind::read_request:
             start_read(p, _epsn, false, port);
             return;
-        default:  // atomics are not built (atomic_cap NONE): an invalid request
+        case op_kind::compare_swap:
+        case op_kind::fetch_add:
+            execute_atomic_request(p, port);
+            return;
+        default:
             responder_error(port, proto::event_type::qp_req_err,
                             syndrome_nak(nak_code::invalid_request), IBV_WC_REM_INV_REQ_ERR);
             return;
@@ -1009,6 +1123,59 @@ void rc_qp::on_request(const roce_packet& p, packet_port& port, uint64_t now_ns)
     }
     _ack_pending = true;  // mid-message: coalesced, one ACK per poll
     _ack_psn = p.psn;
+}
+
+void rc_qp::execute_atomic_request(const roce_packet& p, packet_port& port) {
+    const uint64_t va = p.atomic_eth->va();
+    if (va % 8 != 0) {
+        responder_error(port, proto::event_type::qp_req_err,
+                        syndrome_nak(nak_code::invalid_request), IBV_WC_REM_INV_REQ_ERR);
+        return;
+    }
+    auto found = _s.mrs->find(_s.pd, p.atomic_eth->rkey(), va, 8, proto::access_remote_atomic);
+    if (!found) {
+        responder_error(port, proto::event_type::qp_access_err,
+                        syndrome_nak(nak_code::remote_access_error), IBV_WC_REM_ACCESS_ERR);
+        return;
+    }
+    const uint32_t wr_opcode = p.opcode == opcode::rc_fetch_add ? IBV_WR_ATOMIC_FETCH_AND_ADD
+                                                                : IBV_WR_ATOMIC_CMP_AND_SWP;
+    const uint64_t compare_add =
+        wr_opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ? p.atomic_eth->swap_add() : p.atomic_eth->compare();
+    const uint64_t orig =
+        execute_atomic(found.bytes.data(), wr_opcode, compare_add, p.atomic_eth->swap_add());
+    // Remembered so that a retransmitted request is answered, never executed twice.
+    _atomic_replies[_atomic_next++ % _atomic_replies.size()] = {p.psn, orig, true};
+    _epsn = psn_add(_epsn, 1);
+    _msn = psn_add(_msn, 1);
+    send_atomic_ack(port, p.psn, orig);
+}
+
+void rc_qp::replay_atomic(const roce_packet& p, packet_port& port) {
+    for (const auto& r : _atomic_replies) {
+        if (r.valid && r.psn == p.psn) {
+            send_atomic_ack(port, r.psn, r.orig);
+            return;
+        }
+    }
+    // Older than the cache: the requester has long had this answer.
+}
+
+void rc_qp::send_atomic_ack(packet_port& port, uint32_t psn, uint64_t orig) {
+    uint32_t payload_at = 0;
+    uint8_t* frame = begin_packet(port, opcode::rc_atomic_acknowledge, 0, payload_at);
+    if (frame == nullptr) {
+        return;  // the requester asks again; the cache answers
+    }
+    bth_fields bth;
+    bth.opcode = opcode::rc_atomic_acknowledge;
+    bth.dest_qp = _machine.attr().dest_qp_num;
+    bth.psn = psn;
+    ext_fields ext;
+    ext.syndrome = syndrome_ack(credits_invalid);
+    ext.msn = _msn;
+    ext.orig = orig;
+    finish_packet(port, bth, ext, frame, 0);
 }
 
 bool rc_qp::take_recv(recv_op& out) {

@@ -179,6 +179,7 @@ class rc_qp {
     void on_ack_psn(uint32_t psn, uint64_t now_ns);
     void on_response(const roce_packet& p, packet_port& port, uint64_t now_ns);
     void on_read_response(const roce_packet& p, uint64_t now_ns);
+    void on_atomic_ack(const roce_packet& p, uint64_t now_ns);
     void go_back(uint32_t psn);
     // Points the send pointer at `psn` (an ACK that overtook a rewind moves it forward).
     void move_send_pointer(uint32_t psn);
@@ -205,6 +206,9 @@ class rc_qp {
     // DCQCN pacing: may a data packet of `frame_len` bytes leave now? Charges it if so.
     bool paced(uint64_t now_ns, uint32_t frame_len);
     void send_ack(packet_port& port, uint8_t syndrome, uint32_t psn);
+    void execute_atomic_request(const roce_packet& p, packet_port& port);
+    void replay_atomic(const roce_packet& p, packet_port& port);
+    void send_atomic_ack(packet_port& port, uint32_t psn, uint64_t orig);
     void responder_error(packet_port& port, verbs_proto::event_type event, uint8_t syndrome,
                          ibv_wc_status recv_status);
 
@@ -257,6 +261,14 @@ class rc_qp {
     uint32_t _write_offset = 0;
     std::shared_ptr<const verbs::mr_entry> _write_pin;
     std::vector<read_job> _reads;  // FIFO, at most max_dest_rd_atomic + 1
+    // The last atomics executed, by PSN: a duplicate request is answered from here.
+    struct atomic_reply {
+        uint32_t psn = 0;
+        uint64_t orig = 0;
+        bool valid = false;
+    };
+    std::array<atomic_reply, 32> _atomic_replies{};
+    uint32_t _atomic_next = 0;
     bool _comm_established = false;
 
     // congestion control

@@ -71,13 +71,13 @@ verbs_proto::limits engine_limits() {
     l.max_qp_rd_atom = 16;  // outstanding RDMA READs per QP, both directions
     l.max_qp_init_rd_atom = 16;
     l.max_res_rd_atom = 16 * 1024;  // max_qp_rd_atom for every QP
-    l.max_srq = 0;                  // SRQ, UD address handles and atomics come later
+    l.max_srq = 0;                  // SRQ and UD address handles come later
     l.max_srq_wr = 0;
     l.max_srq_sge = 0;
     l.max_ah = 0;
     l.max_msg_size = 1u << 30;                        // a message may span one whole MR
     l.max_inline_data = verbs_proto::wqe_max_inline;  // copied into the SQ slot (rings.hh)
-    l.atomics = 0;
+    l.atomics = 1;  // IBV_ATOMIC_HCA: atomic with respect to every QP of the vNIC (one engine)
     return l;
 }
 

@@ -61,8 +61,8 @@ def test_ibv_devinfo_shows_active_roce_v2_port(tenant):
     # Underlay MTU 1500: tenant MTU 1450, and the largest IB MTU whose packets fit is 1024.
     assert "active_mtu:\t\t1024 (3)" in out
     assert f"GID[  0]:\t\t::ffff:{IP[tenant]}, RoCE v2" in out
-    # Limits are what the engine supports, atomics not (yet).
-    assert "atomic_cap:\t\t\tATOMIC_NONE" in out
+    # Limits are what the engine supports, atomics included.
+    assert "atomic_cap:\t\t\tATOMIC_HCA" in out
     assert "vendor_id:\t\t\t0x02c9" not in out  # not Mellanox: perftest takes generic paths
 
 

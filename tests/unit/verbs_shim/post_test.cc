@@ -212,8 +212,8 @@ TEST_F(ShimPost, SendRefusesInvalidWorkRequestsAndNamesTheFirst) {
                       sge(reinterpret_cast<uintptr_t>(buf), 32, 0)};
     using change = std::function<void(ibv_send_wr&)>;
     const std::vector<std::pair<const char*, change>> invalid = {
-        {"compare and swap", [](auto& w) { w.opcode = IBV_WR_ATOMIC_CMP_AND_SWP; }},
-        {"fetch and add", [](auto& w) { w.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD; }},
+        {"compare and swap into 13 bytes", [](auto& w) { w.opcode = IBV_WR_ATOMIC_CMP_AND_SWP; }},
+        {"fetch and add into 13 bytes", [](auto& w) { w.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD; }},
         {"local invalidate", [](auto& w) { w.opcode = IBV_WR_LOCAL_INV; }},
         {"bind MW", [](auto& w) { w.opcode = IBV_WR_BIND_MW; }},
         {"send with invalidate", [](auto& w) { w.opcode = IBV_WR_SEND_WITH_INV; }},
@@ -440,7 +440,7 @@ TEST_F(ShimPost, TheDoorbellRingsOnlyWhileTheEngineSleeps) {
     ASSERT_EQ(ibv_post_send(qp, chain, &bad), 0);
     EXPECT_EQ(doorbell(), 1u);
     // Nothing posted, nothing rung.
-    w.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+    w.opcode = IBV_WR_ATOMIC_WRITE;
     EXPECT_EQ(ibv_post_send(qp, &w, &bad), EINVAL);
     EXPECT_EQ(doorbell(), 0u);
 

@@ -790,3 +790,95 @@ TEST_F(rc_qp_test, a_responder_destroyed_right_after_its_last_completion_has_alr
 
 }  // namespace
 }  // namespace jakiro::roce
+
+namespace jakiro::roce {
+namespace {
+
+proto::send_wqe atomic_wqe(uint64_t wr_id, ibv_wr_opcode op, uint64_t local, uint32_t lkey,
+                           uint64_t remote, uint32_t rkey, uint64_t compare_add, uint64_t swap) {
+    auto w = wqe(wr_id, op, local, 8, lkey, remote, rkey);
+    w.compare_add = compare_add;
+    w.swap = swap;
+    return w;
+}
+
+uint64_t word_at(const side& s, std::size_t offset) {
+    uint64_t v;
+    std::memcpy(&v, s.region + offset, sizeof(v));
+    return v;
+}
+
+TEST_F(rc_qp_test, fetch_add_and_compare_swap_return_the_old_value_and_change_memory_once) {
+    connect_both();
+    uint64_t start = 1000;
+    std::memcpy(b.region + 64, &start, 8);
+    a.post_send(atomic_wqe(1, IBV_WR_ATOMIC_FETCH_AND_ADD, a.iova(0), a.mr, b.iova(64), b.mr, 5, 0));
+    a.post_send(atomic_wqe(2, IBV_WR_ATOMIC_CMP_AND_SWP, a.iova(8), a.mr, b.iova(64), b.mr, 1005, 7));
+    a.post_send(atomic_wqe(3, IBV_WR_ATOMIC_CMP_AND_SWP, a.iova(16), a.mr, b.iova(64), b.mr, 1, 9));
+    run(20);
+    proto::cqe c{};
+    for (uint64_t id = 1; id <= 3; ++id) {
+        ASSERT_TRUE(a.poll_send(c));
+        EXPECT_EQ(c.wr_id, id);
+        EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+        EXPECT_EQ(c.opcode, id == 1 ? IBV_WC_FETCH_ADD : IBV_WC_COMP_SWAP);
+        EXPECT_EQ(c.byte_len, 8u);
+    }
+    EXPECT_EQ(word_at(a, 0), 1000u) << "fetch-add returns the value before";
+    EXPECT_EQ(word_at(a, 8), 1005u) << "compare matched: swapped";
+    EXPECT_EQ(word_at(a, 16), 7u) << "compare did not match: returned, not swapped";
+    EXPECT_EQ(word_at(b, 64), 7u);
+}
+
+TEST_F(rc_qp_test, a_lost_atomic_ack_is_answered_from_the_cache_not_executed_twice) {
+    connect(a, b, ip_b, 7, 7, /*timeout=*/8);
+    connect(b, a, ip_a);
+    uint64_t zero = 0;
+    std::memcpy(b.region, &zero, 8);
+    for (int i = 0; i < 20; ++i) {
+        a.post_send(atomic_wqe(i, IBV_WR_ATOMIC_FETCH_AND_ADD, a.iova(8 * i), a.mr, b.iova(0), b.mr, 1, 0));
+    }
+    // Every other atomic ACK is lost at first: the requester asks again after its timeout.
+    int acks = 0;
+    run(2000, 10'000, [&](const test_wire::frame& f) {
+        return !(f.bytes[42] == opcode::rc_atomic_acknowledge && acks++ % 2 == 0 && acks < 20);
+    });
+    proto::cqe c{};
+    int done = 0;
+    while (a.poll_send(c)) {
+        EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+        ++done;
+    }
+    EXPECT_EQ(done, 20);
+    EXPECT_EQ(word_at(b, 0), 20u) << "each FETCH_ADD executed exactly once";
+    for (int i = 0; i < 20; ++i) {
+        EXPECT_EQ(word_at(a, 8 * i), static_cast<uint64_t>(i)) << "old values in order";
+    }
+}
+
+TEST_F(rc_qp_test, atomics_check_alignment_and_rights) {
+    connect_both();
+    a.post_send(atomic_wqe(1, IBV_WR_ATOMIC_FETCH_AND_ADD, a.iova(0), a.mr, b.iova(4), b.mr, 1, 0));
+    run(20);
+    proto::cqe c{};
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_REM_INV_REQ_ERR) << "not 8-byte aligned";
+}
+
+TEST_F(rc_qp_test, on_one_host_atomics_run_memory_to_memory) {
+    wire.same_host = true;
+    connect_both();
+    uint64_t start = 41;
+    std::memcpy(b.region, &start, 8);
+    a.post_send(atomic_wqe(1, IBV_WR_ATOMIC_FETCH_AND_ADD, a.iova(0), a.mr, b.iova(0), b.mr, 1, 0));
+    run(2);
+    proto::cqe c{};
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(word_at(a, 0), 41u);
+    EXPECT_EQ(word_at(b, 0), 42u);
+    EXPECT_EQ(wire.sent, 0u);
+}
+
+}  // namespace
+}  // namespace jakiro::roce

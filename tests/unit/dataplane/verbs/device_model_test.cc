@@ -31,7 +31,7 @@ TEST(DeviceModel, QueryDescribesOneActiveRoceV2Port) {
     fill_query(r, vnic, 1450);
     EXPECT_EQ(r.device.phys_port_cnt, 1);
     EXPECT_NE(r.device.vendor_id, 0x02c9u) << "not Mellanox: perftest must take generic paths";
-    EXPECT_EQ(r.device.lim.atomics, 0u);
+    EXPECT_EQ(r.device.lim.atomics, 1u);
     EXPECT_EQ(r.device.lim.max_qp, 1024u);
     EXPECT_EQ(r.port.state, static_cast<uint8_t>(verbs_proto::port_state::active));
     EXPECT_EQ(r.port.active_mtu, 1024u);

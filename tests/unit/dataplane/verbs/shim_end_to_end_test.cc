@@ -151,7 +151,7 @@ TEST_F(ShimEndToEnd, InlineQueryVerbsLandInTheShim) {
     EXPECT_EQ(ex.orig_attr.max_sge, 16);
     EXPECT_EQ(ex.orig_attr.max_cqe, 65536);
     EXPECT_EQ(ex.orig_attr.max_mr_size, uint64_t{1} << 30);
-    EXPECT_EQ(ex.orig_attr.atomic_cap, IBV_ATOMIC_NONE);
+    EXPECT_EQ(ex.orig_attr.atomic_cap, IBV_ATOMIC_HCA);
     EXPECT_NE(ex.orig_attr.vendor_id, 0x02c9u);
 
     ibv_device_attr attr;
