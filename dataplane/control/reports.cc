@@ -520,6 +520,13 @@ std::string render_qos(const daemon_state& state, bool json, bool raw) {
                 .value("sent_packets", sent.packets)
                 .value("tail_drops", drops)
                 .value("rdma_waits", waits)
+                .value("rdma_granted", c == qos::traffic_class::rdma && state.shaper != nullptr
+                                           ? state.shaper->counters(slot).rdma_granted.read()
+                                           : 0)
+                .value("rdma_busy_grants",
+                       c == qos::traffic_class::rdma && state.shaper != nullptr
+                           ? state.shaper->counters(slot).rdma_busy_grants.read()
+                           : 0)
                 .value("received_bytes", in.bytes)
                 .value("received_packets", in.packets)
                 .value("ce_marked", in.ce_marked)

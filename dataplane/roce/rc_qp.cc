@@ -152,15 +152,16 @@ void rc_qp::on_cnp(uint64_t now_ns) {
     _last_cnp_ns = now_ns;
 }
 
-bool rc_qp::paced(uint64_t now_ns, uint32_t frame_len) {
+bool rc_qp::pacer_open(uint64_t now_ns) {
     if (_ceiling_lowered && now_ns - _last_cnp_ns > ceiling_restore_ns) {
         // Quiet for a while: let recovery climb back towards the nominal line rate.
         _rate.set_line_rate(now_ns, dcqcn_line_rate_bps);
         _ceiling_lowered = false;
     }
-    if (_rate.grant(now_ns) == 0) {
-        return false;
-    }
+    return _rate.grant(now_ns) > 0;
+}
+
+void rc_qp::pacer_charge(uint64_t now_ns, uint32_t frame_len) {
     _rate.on_sent(frame_len);
     // What the QP really sends, averaged over ~100 µs windows (EWMA, 1/4 per window).
     _window_bytes += frame_len;
@@ -172,7 +173,6 @@ bool rc_qp::paced(uint64_t now_ns, uint32_t frame_len) {
         _window_bytes = 0;
         _window_start_ns = now_ns;
     }
-    return true;
 }
 
 void rc_qp::send_cnp(packet_port& port) {
@@ -405,14 +405,18 @@ unsigned rc_qp::send_packets(packet_port& port, uint64_t now_ns, unsigned budget
             ++_send_index;
             continue;
         }
-        if (!paced(now_ns, _mtu)) {
+        if (!pacer_open(now_ns)) {
             break;  // DCQCN: a CNP slowed this QP down
         }
-        if (_una == _next_psn) {
-            _last_progress_ns = now_ns;  // the ACK timer runs from the first packet in flight
-        }
+        const bool was_idle = _una == _next_psn;
+        // Only a packet that really leaves is charged to the pacer: a refusal by the vNIC's
+        // QoS share or a full port must not eat the QP's rate.
         if (!emit_request(port, op, k)) {
             break;
+        }
+        pacer_charge(now_ns, _mtu);
+        if (was_idle) {
+            _last_progress_ns = now_ns;  // the ACK timer runs from the first packet in flight
         }
         ++sent;
         if (is_read(op.wqe)) {
@@ -674,7 +678,8 @@ rc_qp::local_result rc_qp::execute_local(const send_op& op, const rc_qp& request
             if (!found) {
                 return fail(proto::event_type::qp_access_err, IBV_WC_REM_ACCESS_ERR);
             }
-            const uint64_t orig = execute_atomic(found.bytes.data(), w.opcode, w.compare_add, w.swap);
+            const uint64_t orig =
+                execute_atomic(found.bytes.data(), w.opcode, w.compare_add, w.swap);
             scatter(op.sge_data.data(), op.sge_len.data(), op.sges, 0,
                     reinterpret_cast<const uint8_t*>(&orig), sizeof(orig));
             return local_result::done;
@@ -1138,10 +1143,10 @@ void rc_qp::execute_atomic_request(const roce_packet& p, packet_port& port) {
                         syndrome_nak(nak_code::remote_access_error), IBV_WC_REM_ACCESS_ERR);
         return;
     }
-    const uint32_t wr_opcode = p.opcode == opcode::rc_fetch_add ? IBV_WR_ATOMIC_FETCH_AND_ADD
-                                                                : IBV_WR_ATOMIC_CMP_AND_SWP;
-    const uint64_t compare_add =
-        wr_opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ? p.atomic_eth->swap_add() : p.atomic_eth->compare();
+    const uint32_t wr_opcode =
+        p.opcode == opcode::rc_fetch_add ? IBV_WR_ATOMIC_FETCH_AND_ADD : IBV_WR_ATOMIC_CMP_AND_SWP;
+    const uint64_t compare_add = wr_opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ? p.atomic_eth->swap_add()
+                                                                          : p.atomic_eth->compare();
     const uint64_t orig =
         execute_atomic(found.bytes.data(), wr_opcode, compare_add, p.atomic_eth->swap_add());
     // Remembered so that a retransmitted request is answered, never executed twice.
@@ -1353,6 +1358,14 @@ void rc_qp::start_read(const roce_packet& p, uint32_t psn, bool duplicate, packe
         }
         return;
     }
+    if (duplicate) {
+        // The requester went back to P: it asks again for everything from P on, so responses
+        // still queued for P or later would only be duplicates of what is coming.
+        std::erase_if(_reads, [&](const read_job& j) {
+            const uint32_t start = psn_sub(j.psn, j.total_packets - j.remaining_packets);
+            return psn_diff(start, psn) >= 0;
+        });
+    }
     if (_reads.size() >= _s.limits.max_qp_rd_atom + read_job_slack) {
         if (!duplicate) {
             responder_error(port, proto::event_type::qp_req_err,
@@ -1391,10 +1404,10 @@ unsigned rc_qp::send_read_responses(packet_port& port, uint64_t now_ns, unsigned
         } else if (job.remaining_packets == 1) {
             code = opcode::rc_read_response_last;
         }
-        if (!port.admit(_s.local.vnic, frame_bytes(code, payload)) ||
-            !paced(now_ns, frame_bytes(code, payload))) {
+        if (!pacer_open(now_ns) || !port.admit(_s.local.vnic, frame_bytes(code, payload))) {
             break;
         }
+        pacer_charge(now_ns, frame_bytes(code, payload));
         uint32_t payload_at = 0;
         uint8_t* frame = begin_packet(port, code, payload, payload_at);
         if (frame == nullptr) {

@@ -203,8 +203,9 @@ class rc_qp {
     bool execute_write(const roce_packet& p, packet_port& port);
     void start_read(const roce_packet& p, uint32_t psn, bool duplicate, packet_port& port);
     unsigned send_read_responses(packet_port& port, uint64_t now_ns, unsigned budget);
-    // DCQCN pacing: may a data packet of `frame_len` bytes leave now? Charges it if so.
-    bool paced(uint64_t now_ns, uint32_t frame_len);
+    // DCQCN pacing: may a data packet leave now? And charging one that left.
+    bool pacer_open(uint64_t now_ns);
+    void pacer_charge(uint64_t now_ns, uint32_t frame_len);
     void send_ack(packet_port& port, uint8_t syndrome, uint32_t psn);
     void execute_atomic_request(const roce_packet& p, packet_port& port);
     void replay_atomic(const roce_packet& p, packet_port& port);

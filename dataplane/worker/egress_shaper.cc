@@ -29,6 +29,11 @@ qos::uplink_qos unlimited_uplink() {
 }
 
 constexpr auto rdma = qos::traffic_class::rdma;
+
+uint64_t grant_period_ns(uint64_t rate_bps) {
+    const uint64_t ns = uint64_t{4096} * 8'000'000'000 / rate_bps;
+    return std::clamp<uint64_t>(ns, 200, 100'000);
+}
 constexpr auto tcp = qos::traffic_class::tcp;
 
 }  // namespace
@@ -107,6 +112,15 @@ bool egress_shaper::enqueue_tcp(uint16_t slot, uint16_t port, rte_mbuf* m, uint3
 void egress_shaper::run(worker_context& ctx, const roce::engine* engine, uint64_t now_ns) {
     for (const uint16_t slot : _active) {
         vnic_state& v = *_vnics[slot];
+        // Grants come every 4 KiB of the rate (at least every 100 µs), the period the
+        // scheduler's fairness is proven at (tests/unit/qos): granting every microsecond of
+        // a busy loop would hand each class a few bytes, and a positive grant lets a whole
+        // packet start, so shares would follow packet counts instead of bytes.
+        if (now_ns < v.next_grant_ns) {
+            v.rdma_budget = 0;
+            continue;
+        }
+        v.next_grant_ns = now_ns + grant_period_ns(_config[slot]->rate_bps);
         // The rdma class's backlog is what the engine could send now: one burst's worth when
         // any QP of the vNIC has something, nothing otherwise (its queues are the QPs' rings).
         const bool rdma_busy = engine != nullptr && engine->vnic_wants_to_send(slot);
@@ -138,6 +152,8 @@ void egress_shaper::run(worker_context& ctx, const roce::engine* engine, uint64_
             _sched->commit(slot, tcp, sent, packets);
         }
         v.rdma_budget = static_cast<int64_t>(g[rdma]);
+        _counters[slot].rdma_granted.add(g[rdma]);
+        _counters[slot].rdma_busy_grants.add(rdma_busy ? 1 : 0);
         v.rdma_used = 0;
         v.rdma_packets = 0;
     }

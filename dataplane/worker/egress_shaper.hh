@@ -28,8 +28,10 @@ class engine;
 struct worker_context;
 
 struct shaper_vnic_counters {
-    counter tcp_queue_drops;  // frames tail-dropped: the tcp FIFO was full
-    counter rdma_waits;       // times the engine found the rdma grant spent
+    counter tcp_queue_drops;   // frames tail-dropped: the tcp FIFO was full
+    counter rdma_waits;        // times the engine found the rdma grant spent
+    counter rdma_granted;      // bytes the scheduler granted the rdma class
+    counter rdma_busy_grants;  // grants made while the engine had rdma work
 };
 
 class egress_shaper {
@@ -78,6 +80,7 @@ class egress_shaper {
         uint64_t rdma_used = 0;
         uint32_t rdma_packets = 0;
         uint64_t rdma_reported = 0;  // backlog told to the scheduler
+        uint64_t next_grant_ns = 0;
     };
 
     void flush_unshaped(uint16_t slot, worker_context& ctx);
