@@ -19,6 +19,10 @@
 namespace jakiro::shim {
 
 namespace proto = verbs_proto;
+using verbs_proto::from_wire;
+using verbs_proto::known_qp_attr_mask;
+using verbs_proto::masked;
+using verbs_proto::to_wire;
 
 static_assert(std::is_standard_layout_v<shim_qp> && offsetof(shim_qp, qp) == 0);
 static_assert(int{proto::qpt_rc} == int{IBV_QPT_RC} && int{proto::qpt_uc} == int{IBV_QPT_UC} &&

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-namespace jakiro::shim {
+namespace jakiro::verbs_proto {
 
 namespace proto = verbs_proto;
 
@@ -196,4 +196,4 @@ proto::qp_attr_wire masked(const proto::qp_attr_wire& w, int mask) {
     return m;
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_proto

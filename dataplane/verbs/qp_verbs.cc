@@ -6,9 +6,9 @@
 #include <cerrno>
 #include <cstring>
 
-#include "qp_attr_wire.hh"
 #include "qp_ring.hh"
 #include "resources.hh"
+#include "verbs_shim/qp_attr_wire.hh"
 
 namespace jakiro::verbs {
 
@@ -126,7 +126,8 @@ int vnic_resources::modify_qp(uint64_t client, uint32_t handle, const proto::qp_
         admit = _qp_support.admit;
         engine = _qp_support.engine;
     }
-    const ibv_qp_attr attr = from_wire(wire);
+    ibv_qp_attr attr{};
+    verbs_proto::from_wire(wire, attr);
     // The security groups decide at RTR whether this vNIC may talk RDMA to the peer
     // (DESIGN.md §7); afterwards RCFT (the connected QP) is checked per packet.
     if ((mask & IBV_QP_STATE) != 0 && attr.qp_state == IBV_QPS_RTR && (mask & IBV_QP_AV) != 0 &&
@@ -162,7 +163,7 @@ int vnic_resources::query_qp(uint64_t client, uint32_t handle, proto::query_qp_r
     if (error != 0) {
         return error;
     }
-    out.attr = to_wire(*attr);
+    out.attr = verbs_proto::to_wire(*attr);
     out.sq_sig_all = *sig_all ? 1 : 0;
     return 0;
 }

@@ -43,8 +43,8 @@
 #include "roce/engine.hh"
 #include "roce/icrc.hh"
 #include "verbs/device_model.hh"
-#include "verbs/qp_attr_wire.hh"
 #include "verbs/resources.hh"
+#include "verbs_shim/qp_attr_wire.hh"
 #include "worker/roce_port.hh"
 
 #include <arpa/inet.h>
@@ -214,12 +214,12 @@ struct harness {
         constexpr uint64_t client = 1;
         ibv_qp_attr a{};
         a.qp_state = IBV_QPS_RESET;
-        int e = res->modify_qp(client, qpn, verbs::to_wire(a), IBV_QP_STATE);
+        int e = res->modify_qp(client, qpn, verbs_proto::to_wire(a), IBV_QP_STATE);
         a = {};
         a.qp_state = IBV_QPS_INIT;
         a.port_num = 1;
         a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-        e |= res->modify_qp(client, qpn, verbs::to_wire(a),
+        e |= res->modify_qp(client, qpn, verbs_proto::to_wire(a),
                             IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
         a = {};
         a.qp_state = IBV_QPS_RTR;
@@ -232,7 +232,7 @@ struct harness {
         a.ah_attr.grh.dgid.raw[10] = a.ah_attr.grh.dgid.raw[11] = 0xff;
         const uint32_t t2 = htonl(0xC6130102);
         std::memcpy(a.ah_attr.grh.dgid.raw + 12, &t2, 4);
-        e |= res->modify_qp(client, qpn, verbs::to_wire(a),
+        e |= res->modify_qp(client, qpn, verbs_proto::to_wire(a),
                             IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
                                 IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
         a = {};
@@ -241,7 +241,7 @@ struct harness {
         a.retry_cnt = 7;
         a.rnr_retry = 7;
         a.max_rd_atomic = 16;
-        e |= res->modify_qp(client, qpn, verbs::to_wire(a),
+        e |= res->modify_qp(client, qpn, verbs_proto::to_wire(a),
                             IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
                                 IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
         if (e != 0) {

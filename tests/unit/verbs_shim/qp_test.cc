@@ -20,6 +20,8 @@
 namespace jakiro::shim::testing {
 namespace {
 
+using verbs_proto::known_qp_attr_mask;
+
 namespace proto = verbs_proto;
 using ShimQp = QpFixture;
 

@@ -20,8 +20,8 @@
 #include "roce/engine.hh"
 #include "roce/icrc.hh"
 #include "verbs/device_model.hh"
-#include "verbs/qp_attr_wire.hh"
 #include "verbs/resources.hh"
+#include "verbs_shim/qp_attr_wire.hh"
 
 namespace jakiro::roce {
 namespace {
@@ -231,7 +231,7 @@ class rc_qp_test : public ::testing::Test {
     }
 
     int modify(side& s, const ibv_qp_attr& attr, int mask) {
-        return s.res->modify_qp(s.client, s.qp, verbs::to_wire(attr), mask);
+        return s.res->modify_qp(s.client, s.qp, verbs_proto::to_wire(attr), mask);
     }
 
     // RESET -> INIT -> RTR -> RTS towards `peer` at `peer_ip`, path MTU 1024.
@@ -777,7 +777,8 @@ TEST_F(rc_qp_test, a_responder_destroyed_right_after_its_last_completion_has_alr
     ASSERT_EQ(wire.frames.size(), 1u);
     auto send = wire.frames.front();
     wire.frames.clear();
-    eng.receive(1, send.bytes.data() + 14, static_cast<uint32_t>(send.bytes.size() - 14), wire, now);
+    eng.receive(1, send.bytes.data() + 14, static_cast<uint32_t>(send.bytes.size() - 14), wire,
+                now);
     proto::cqe c{};
     ASSERT_TRUE(b.poll_recv(c));
     // The program sees its receive and destroys the QP before the engine polls again.
@@ -812,8 +813,10 @@ TEST_F(rc_qp_test, fetch_add_and_compare_swap_return_the_old_value_and_change_me
     connect_both();
     uint64_t start = 1000;
     std::memcpy(b.region + 64, &start, 8);
-    a.post_send(atomic_wqe(1, IBV_WR_ATOMIC_FETCH_AND_ADD, a.iova(0), a.mr, b.iova(64), b.mr, 5, 0));
-    a.post_send(atomic_wqe(2, IBV_WR_ATOMIC_CMP_AND_SWP, a.iova(8), a.mr, b.iova(64), b.mr, 1005, 7));
+    a.post_send(
+        atomic_wqe(1, IBV_WR_ATOMIC_FETCH_AND_ADD, a.iova(0), a.mr, b.iova(64), b.mr, 5, 0));
+    a.post_send(
+        atomic_wqe(2, IBV_WR_ATOMIC_CMP_AND_SWP, a.iova(8), a.mr, b.iova(64), b.mr, 1005, 7));
     a.post_send(atomic_wqe(3, IBV_WR_ATOMIC_CMP_AND_SWP, a.iova(16), a.mr, b.iova(64), b.mr, 1, 9));
     run(20);
     proto::cqe c{};
@@ -836,7 +839,8 @@ TEST_F(rc_qp_test, a_lost_atomic_ack_is_answered_from_the_cache_not_executed_twi
     uint64_t zero = 0;
     std::memcpy(b.region, &zero, 8);
     for (int i = 0; i < 20; ++i) {
-        a.post_send(atomic_wqe(i, IBV_WR_ATOMIC_FETCH_AND_ADD, a.iova(8 * i), a.mr, b.iova(0), b.mr, 1, 0));
+        a.post_send(
+            atomic_wqe(i, IBV_WR_ATOMIC_FETCH_AND_ADD, a.iova(8 * i), a.mr, b.iova(0), b.mr, 1, 0));
     }
     // Every other atomic ACK is lost at first: the requester asks again after its timeout.
     int acks = 0;
