@@ -54,7 +54,7 @@ struct alignas(RTE_CACHE_LINE_SIZE) lcore_counters {
     counter arp_replies_in_overlay;
     counter arp_requests_sent;
     counter ce_marked_on_decap;
-    counter qos_ce_marked;  // DHTB ingress: marked CE above a vNIC's tcp share
+    counter qos_ce_marked;                     // DHTB ingress: marked CE above a vNIC's tcp share
     counter flow_misses;                       // packets that needed a full classification
     std::array<counter, max_rules> rule_hits;  // packets allowed, by rule id
     counter busy_polls;

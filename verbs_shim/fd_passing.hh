@@ -4,8 +4,8 @@
 
 #include <sys/socket.h>
 
-#include <cstddef>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <span>
 
@@ -15,8 +15,8 @@ namespace jakiro::verbs_proto {
 
 // Sends `size` bytes and the descriptors in `fds` (at most max_fds_per_message) with them.
 // Returns what sendmsg returns.
-inline ssize_t send_with_fds(int sock, const void* data, std::size_t size,
-                             std::span<const int> fds, int flags) {
+inline ssize_t send_with_fds(int sock, const void* data, std::size_t size, std::span<const int> fds,
+                             int flags) {
     iovec iov{const_cast<void*>(data), size};
     msghdr msg{};
     msg.msg_iov = &iov;

@@ -38,8 +38,8 @@ struct daemon_state {
     overlay::underlay_neighbors* neighbors = nullptr;
     tables_publisher* publisher = nullptr;
     std::vector<const worker_context*> workers;
-    const roce::engine* engine = nullptr;  // the RDMA face's QPs (jakiroctl qps)
-    const egress_shaper* shaper = nullptr;  // DHTB egress (jakiroctl qos, top)
+    const roce::engine* engine = nullptr;      // the RDMA face's QPs (jakiroctl qps)
+    const egress_shaper* shaper = nullptr;     // DHTB egress (jakiroctl qos, top)
     const ingress_policer* policer = nullptr;  // DHTB ingress (jakiroctl qos)
 };
 
