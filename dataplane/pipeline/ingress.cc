@@ -175,6 +175,9 @@ void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rt
     tables.vlt->lookup_bulk(dst_keys, n, dsts);
     tables.vlt->lookup_bulk(src_keys, n, srcs);
 
+    // One clock read per burst for the RoCE engine's timers and the ingress meters.
+    const uint64_t now = ctx.engine != nullptr || ctx.policer != nullptr ? now_ns() : 0;
+
     // Stage 3: the receiving vNIC's security groups (ingress) for what survived.
     firewall_request requests[overlay::vlt::max_bulk];
     unsigned checked[overlay::vlt::max_bulk];
@@ -198,7 +201,7 @@ void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rt
             to_vnic.rdma_rx_bytes.add(sizeof(rte_ether_hdr) + ip_len);
             ctx.counters.decapsulated.add(1);
             ctx.engine->receive(slot, reinterpret_cast<const uint8_t*>(inner_ips[i]), ip_len,
-                                *ctx.rdma_port, now_ns(),
+                                *ctx.rdma_port, now,
                                 ctx.policer != nullptr ? ctx.policer->meter(slot) : nullptr);
             rte_pktmbuf_free(m);
             continue;
@@ -211,7 +214,6 @@ void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rt
     firewall_burst(ctx, tables, requests, checked_count, rte_get_tsc_cycles(), pass, reasons);
 
     // Stage 4: decapsulate, meter and deliver.
-    const uint64_t now = checked_count > 0 && ctx.policer != nullptr ? now_ns() : 0;
     for (unsigned c = 0; c < checked_count; ++c) {
         const unsigned i = checked[c];
         rte_mbuf* m = tunnelled[i];

@@ -804,6 +804,40 @@ void rc_qp::on_response(const roce_packet& p, packet_port& port, uint64_t now_ns
     }
 }
 
+rc_qp::send_op* rc_qp::op_answered_by(uint32_t psn) {
+    verbs::qp_ring& ring = *_s.ring;
+    const uint32_t mask = ring.sq_capacity() - 1;
+    for (uint32_t i = ring.send_retired(); i != ring.send_taken(); ++i) {
+        send_op& op = _sends[i & mask];
+        if (op.local_error != IBV_WC_SUCCESS) {
+            return nullptr;
+        }
+        if (op.done) {
+            continue;
+        }
+        if (psn_diff(psn, op.first_psn) >= 0 &&
+            psn_diff(psn, psn_add(op.first_psn, op.packets)) < 0) {
+            return &op;
+        }
+        if (needs_response(op.wqe)) {
+            return nullptr;  // an earlier READ or atomic still owes its response
+        }
+        op.done = true;  // responses come in order: everything before was executed
+    }
+    return nullptr;
+}
+
+void rc_qp::response_progress(uint32_t psn, uint64_t now_ns) {
+    _una = psn_add(psn, 1);
+    _last_progress_ns = now_ns;
+    _retries_left = _machine.attr().retry_cnt;
+    _rewound_for_gap = false;
+    if (psn_diff(_una, _next_psn) > 0) {
+        move_send_pointer(_una);
+    }
+    retire_sends();
+}
+
 void rc_qp::on_read_response(const roce_packet& p, uint64_t now_ns) {
     const uint32_t psn = p.psn;
     if (!psn_sent(psn)) {
@@ -819,28 +853,7 @@ void rc_qp::on_read_response(const roce_packet& p, uint64_t now_ns) {
         }
         return;
     }
-    verbs::qp_ring& ring = *_s.ring;
-    const uint32_t mask = ring.sq_capacity() - 1;
-    send_op* read = nullptr;
-    for (uint32_t i = ring.send_retired(); i != ring.send_taken(); ++i) {
-        send_op& op = _sends[i & mask];
-        if (op.local_error != IBV_WC_SUCCESS) {
-            return;
-        }
-        if (op.done) {
-            continue;
-        }
-        if (psn_diff(psn, op.first_psn) >= 0 &&
-            psn_diff(psn, psn_add(op.first_psn, op.packets)) < 0) {
-            read = &op;
-            break;
-        }
-        // Responses come in order: every request before this READ has been executed.
-        if (is_read(op.wqe)) {
-            return;
-        }
-        op.done = true;
-    }
+    send_op* read = op_answered_by(psn);
     if (read == nullptr || !is_read(read->wqe)) {
         return;
     }
@@ -855,17 +868,10 @@ void rc_qp::on_read_response(const roce_packet& p, uint64_t now_ns) {
     scatter(read->sge_data.data(), read->sge_len.data(), read->sges, offset, p.payload.data(),
             expected);
     ++read->read_received;
-    _una = psn_add(psn, 1);
-    _last_progress_ns = now_ns;
-    _retries_left = _machine.attr().retry_cnt;
-    _rewound_for_gap = false;
     if (read->read_received == read->packets) {
         read->done = true;
     }
-    if (psn_diff(_una, _next_psn) > 0) {
-        move_send_pointer(_una);
-    }
-    retire_sends();
+    response_progress(psn, now_ns);
 }
 
 void rc_qp::on_atomic_ack(const roce_packet& p, uint64_t now_ns) {
@@ -874,26 +880,7 @@ void rc_qp::on_atomic_ack(const roce_packet& p, uint64_t now_ns) {
         _stats.duplicates.fetch_add(1, std::memory_order_relaxed);
         return;
     }
-    verbs::qp_ring& ring = *_s.ring;
-    const uint32_t mask = ring.sq_capacity() - 1;
-    send_op* atomic = nullptr;
-    for (uint32_t i = ring.send_retired(); i != ring.send_taken(); ++i) {
-        send_op& op = _sends[i & mask];
-        if (op.local_error != IBV_WC_SUCCESS) {
-            return;
-        }
-        if (op.done) {
-            continue;
-        }
-        if (op.first_psn == psn) {
-            atomic = &op;
-            break;
-        }
-        if (needs_response(op.wqe)) {
-            return;  // an earlier READ or atomic still owes its response
-        }
-        op.done = true;  // responses come in order: everything before was executed
-    }
+    send_op* atomic = op_answered_by(psn);
     if (atomic == nullptr || !is_atomic(atomic->wqe)) {
         return;
     }
@@ -902,14 +889,7 @@ void rc_qp::on_atomic_ack(const roce_packet& p, uint64_t now_ns) {
     scatter(atomic->sge_data.data(), atomic->sge_len.data(), atomic->sges, 0,
             reinterpret_cast<const uint8_t*>(&orig), sizeof(orig));
     atomic->done = true;
-    _una = psn_add(psn, 1);
-    _last_progress_ns = now_ns;
-    _retries_left = _machine.attr().retry_cnt;
-    _rewound_for_gap = false;
-    if (psn_diff(_una, _next_psn) > 0) {
-        move_send_pointer(_una);
-    }
-    retire_sends();
+    response_progress(psn, now_ns);
 }
 
 void rc_qp::go_back(uint32_t psn) {

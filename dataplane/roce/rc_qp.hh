@@ -180,6 +180,11 @@ class rc_qp {
     void on_response(const roce_packet& p, packet_port& port, uint64_t now_ns);
     void on_read_response(const roce_packet& p, uint64_t now_ns);
     void on_atomic_ack(const roce_packet& p, uint64_t now_ns);
+    // The READ or atomic a response at `psn` (== una) answers; the requests before it are
+    // complete (responses come in order). nullptr if an earlier one still owes a response.
+    send_op* op_answered_by(uint32_t psn);
+    // A response at `psn` landed: una moves past it, the timers restart, WRs retire.
+    void response_progress(uint32_t psn, uint64_t now_ns);
     void go_back(uint32_t psn);
     // Points the send pointer at `psn` (an ACK that overtook a rewind moves it forward).
     void move_send_pointer(uint32_t psn);

@@ -85,7 +85,8 @@ uint16_t roce_port::local_vnic(uint16_t vnic_slot, uint32_t dst_ip_be) const {
 }
 
 bool roce_port::admit(uint16_t vnic_slot, uint32_t frame_len) {
-    return _ctx.shaper == nullptr || !_ctx.shaper->shaped(vnic_slot) ||
+    // admit_rdma answers true for a vNIC that is not shaped.
+    return _ctx.shaper == nullptr ||
            _ctx.shaper->admit_rdma(vnic_slot, qos::charged_bytes(frame_len));
 }
 
