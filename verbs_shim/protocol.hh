@@ -23,7 +23,8 @@ namespace jakiro::verbs_proto {
 
 constexpr uint32_t magic = 0x4256'4b4a;  // "JKVB" in memory on little-endian hosts
 // 1: HELLO and QUERY. 2: PDs, MRs, CQs and completion channels. 3: QPs (RC).
-constexpr uint16_t version = 3;
+// 4: UC and UD QPs, shared receive queues.
+constexpr uint16_t version = 4;
 
 // SOCK_SEQPACKET keeps message boundaries, so a receiver reads into a buffer one byte larger
 // than this and rejects anything that fills it. 4 KiB holds every message with room to grow
