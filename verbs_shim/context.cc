@@ -177,10 +177,20 @@ ibv_context* open_device(ibv_device* device) {
         errno = error;
         return nullptr;
     }
+    auto* death = new (std::nothrow) device_death(chan->fd(), async_fd);
+    if (death == nullptr) {
+        close(async_fd);
+        delete chan;
+        delete targets;
+        std::free(c);
+        errno = ENOMEM;
+        return nullptr;
+    }
     c->magic = context_magic;
     c->device = d;
     c->chan = chan;
     c->targets = targets;
+    c->death = death;
     c->netdev_ifindex = netdev_with_mac(c->hello.mac);
 
     verbs_context& v = c->vctx;
@@ -218,6 +228,7 @@ int close_device(ibv_context* context) {
     // Objects the program did not destroy are gone in jakirod now; their shim halves leak,
     // as with libibverbs, but must not be found by a stale event.
     delete c->targets;
+    delete c->death;
     pthread_mutex_destroy(&c->vctx.context.mutex);
     c->magic = 0;  // a second close or a stale pointer now reads as "not ours"
     std::free(c);
@@ -355,13 +366,22 @@ int get_async_event(ibv_context* context, ibv_async_event* event) {
     for (;;) {
         proto::async_event_message m;
         // Blocks unless the application made async_fd non-blocking; EINTR reaches the caller
-        // as with libibverbs' read(), so a signal can interrupt a waiting thread.
-        const ssize_t n = recv(context->async_fd, &m, sizeof(m), 0);
+        // as with libibverbs' read(), so a signal can interrupt a waiting thread. Never past
+        // jakirod's end (device_death.hh).
+        const ssize_t n = receive_event(*c->death, context->async_fd, &m, sizeof(m));
         if (n < 0) {
             return -1;
         }
         if (n == 0) {
-            errno = EIO;  // jakirod dropped us or exited: the device is gone
+            // jakirod dropped us or exited: the device is gone. IBV_EVENT_DEVICE_FATAL once
+            // (unless jakirod sent its own), then EIO, as a disassociated kernel device.
+            c->death->mark_dead();
+            if (c->death->take_fatal_report()) {
+                std::memset(event, 0, sizeof(*event));
+                event->event_type = IBV_EVENT_DEVICE_FATAL;
+                return 0;
+            }
+            errno = EIO;
             return -1;
         }
         if (static_cast<size_t>(n) != sizeof(m) || m.hdr.magic != proto::magic ||
@@ -373,6 +393,10 @@ int get_async_event(ibv_context* context, ibv_async_event* event) {
         std::memset(event, 0, sizeof(*event));
         switch (static_cast<proto::event_type>(m.type)) {
             case proto::event_type::device_fatal:
+                c->death->mark_dead();  // jakirod is stopping
+                if (!c->death->take_fatal_report()) {
+                    continue;  // already reported: once is the rule
+                }
                 event->event_type = IBV_EVENT_DEVICE_FATAL;
                 return 0;
             case proto::event_type::port_active:

@@ -16,6 +16,7 @@
 
 #include "channel.hh"
 #include "device.hh"
+#include "device_death.hh"
 #include "protocol.hh"
 
 namespace jakiro::shim {
@@ -40,7 +41,8 @@ struct shim_context {
     channel* chan;  // this context's connection: jakirod frees its state when it closes
     event_targets* targets;
     verbs_proto::hello_reply hello;
-    int netdev_ifindex;  // the tenant's eth0, reported with the GID
+    int netdev_ifindex;   // the tenant's eth0, reported with the GID
+    device_death* death;  // whether jakirod is gone, and what the verbs do then
 };
 
 // The shim context behind `context`, or nullptr if it is not one of ours.

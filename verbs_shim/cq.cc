@@ -12,6 +12,7 @@
 
 #include "context.hh"
 #include "debug.hh"
+#include "device_death.hh"
 #include "protocol.hh"
 
 namespace jakiro::shim {
@@ -106,6 +107,8 @@ ibv_comp_channel* create_comp_channel(ibv_context* context) {
     ch->channel.refcnt = 0;
     ch->magic = channel_magic;
     ch->peer_fd = pair[1];
+    // We hold jakirod's end too, so its death cannot end the channel: device_death does.
+    to_context(context)->death->add_channel(pair[0]);
     return &ch->channel;
 }
 
@@ -119,6 +122,9 @@ int destroy_comp_channel(ibv_comp_channel* channel) {
     if (channel->refcnt != 0) {
         pthread_mutex_unlock(&context->mutex);
         return EBUSY;  // CQs still use it, as libibverbs says
+    }
+    if (shim_context* c = to_context(context)) {
+        c->death->remove_channel(channel->fd);  // before the number can be reused
     }
     close(channel->fd);
     close(ch->peer_fd);  // jakirod's copies went with the CQs
@@ -242,9 +248,13 @@ int get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
     for (;;) {
         proto::comp_event_message m;
         // Blocks unless the program made channel->fd non-blocking (then EAGAIN), as a
-        // read() of a kernel completion channel does.
-        const ssize_t n = recv(channel->fd, &m, sizeof(m), 0);
-        if (n < 0) {
+        // read() of a kernel completion channel does; never past jakirod's end: then EIO,
+        // as a kernel channel of a disassociated device (device_death.hh).
+        const ssize_t n = receive_event(*c->death, channel->fd, &m, sizeof(m));
+        if (n <= 0) {
+            if (n == 0) {
+                errno = EIO;
+            }
             return -1;
         }
         if (static_cast<size_t>(n) != sizeof(m) || m.hdr.magic != proto::magic ||
@@ -298,6 +308,9 @@ int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
     }
     if (n != 0) {
         proto::release_slots(*q->ring, consumer + n);
+    } else if (q->context->death->check()) {
+        // jakirod is gone and what it published is read: flush what it never completed.
+        return q->context->death->flush_completions(*q, num_entries, wc);
     }
     return static_cast<int>(n);
 }

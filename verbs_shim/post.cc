@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "context.hh"
 #include "qp.hh"
 #include "rings.hh"
 
@@ -157,7 +158,10 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
         failed = wr;
     } else if (wr != nullptr) {
         const std::lock_guard lock(q->sq_lock);
-        if (!send_queue_open(q->state.load(std::memory_order_relaxed))) {
+        if (q->context->death->check()) {
+            error = EIO;  // jakirod is gone (device_death.hh); checked under the queue's lock
+            failed = wr;
+        } else if (!send_queue_open(q->state.load(std::memory_order_relaxed))) {
             error = EINVAL;
             failed = wr;
         } else {
@@ -199,7 +203,10 @@ int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
         failed = wr;
     } else if (wr != nullptr) {
         const std::lock_guard lock(q->rq_lock);
-        if (!recv_queue_open(q->state.load(std::memory_order_relaxed))) {
+        if (q->context->death->check()) {
+            error = EIO;  // jakirod is gone (device_death.hh); checked under the queue's lock
+            failed = wr;
+        } else if (!recv_queue_open(q->state.load(std::memory_order_relaxed))) {
             error = EINVAL;
             failed = wr;
         } else {
