@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "cq.hh"
+#include "cq_ex.hh"
 #include "discovery.hh"
 #include "memory_backing.hh"
 #include "post.hh"
@@ -205,6 +206,7 @@ ibv_context* open_device(ibv_device* device) {
     v.context.ops.post_send = post_send;
     v.context.ops.post_recv = post_recv;
     v.create_qp_ex = create_qp_ex;
+    v.create_cq_ex = create_cq_ex;
     v.context.device = device;
     v.context.cmd_fd = chan->fd();
     v.context.async_fd = async_fd;

@@ -34,13 +34,20 @@ struct shim_comp_channel {
 };
 
 struct shim_cq {
-    ibv_cq cq;  // first member
+    union {
+        ibv_cq cq;        // first member
+        ibv_cq_ex cq_ex;  // its prefix is ibv_cq: a CQ made by ibv_create_cq_ex (cq_ex.hh)
+    };
     uint32_t magic;
     shim_context* context;
     verbs_proto::cq_ring_header* ring;  // our mapping of jakirod's memfd
     std::size_t ring_bytes;
     uint32_t capacity;
     std::mutex poll_lock;
+    // ibv_start_poll .. ibv_end_poll (cq_ex.cc), under poll_lock: the completion being read
+    // and the consumer index the session will hand back.
+    const verbs_proto::cqe* ex_current;
+    uint32_t ex_consumer;
     // Events handed to the application, guarded by cq.mutex (what ibv_destroy_cq waits for).
     uint32_t comp_events_reported;
     uint32_t async_events_reported;

@@ -181,6 +181,58 @@ int dereg_mr(ibv_mr* mr) {
     return 0;
 }
 
+int rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, std::size_t length, int access) {
+    constexpr int known_flags =
+        IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS;
+    shim_mr* m = to_mr(mr);
+    shim_pd* old_pd = m != nullptr ? to_pd(mr->pd) : nullptr;
+    // As libibverbs: no flag or an unknown one, a missing range or PD is invalid input, and
+    // the MR stays usable.
+    if (old_pd == nullptr || flags == 0 || (flags & ~known_flags) != 0 ||
+        ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) != 0 && (addr == nullptr || length == 0)) ||
+        ((flags & IBV_REREG_MR_CHANGE_PD) != 0 &&
+         (to_pd(pd) == nullptr || pd->context != mr->context))) {
+        errno = EINVAL;
+        return IBV_REREG_MR_ERR_INPUT;
+    }
+    ibv_pd* new_pd = (flags & IBV_REREG_MR_CHANGE_PD) != 0 ? pd : mr->pd;
+    const bool translate = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) != 0;
+    void* new_addr = translate ? addr : mr->addr;
+    const std::size_t new_length = translate ? length : mr->length;
+    const uint64_t new_iova = translate ? reinterpret_cast<uintptr_t>(addr) : m->iova;
+    const unsigned new_access = (flags & IBV_REREG_MR_CHANGE_ACCESS) != 0
+                                    ? static_cast<unsigned>(access)
+                                    : m->access;  // mr_access bits are libibverbs' own
+    // The new registration first: if it fails, the old one is untouched (pages shared by
+    // both ranges stay on the memfd, counted twice for a moment).
+    ibv_mr* fresh = reg_mr(new_pd, new_addr, new_length, new_iova, new_access);
+    if (fresh == nullptr) {
+        // Still a command error for the caller (it must not use the MR, only deregister it,
+        // which works on the old registration).
+        return IBV_REREG_MR_ERR_CMD;
+    }
+    if (const int error = destroy_object(old_pd->context, proto::opcode::dereg_mr, mr->handle);
+        error != 0) {
+        dereg_mr(fresh);
+        errno = error;
+        return IBV_REREG_MR_ERR_CMD;
+    }
+    memory_backing::process().release(mr->addr, mr->length);
+    // The program keeps its ibv_mr: it takes the new registration's identity.
+    shim_mr* n = to_mr(fresh);
+    mr->pd = fresh->pd;
+    mr->addr = fresh->addr;
+    mr->length = fresh->length;
+    mr->handle = fresh->handle;
+    mr->lkey = fresh->lkey;
+    mr->rkey = fresh->rkey;
+    m->access = n->access;
+    m->iova = n->iova;
+    n->magic = 0;
+    std::free(n);
+    return 0;
+}
+
 void enable_fork_protection() {
     memory_backing::process().set_fork_protection(true);
 }

@@ -223,10 +223,9 @@ JAKIRO_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int
     return fail_null<ibv_mr>();
 }
 
-// Not built yet: the MR stays as it was.
-JAKIRO_EXPORT int ibv_rereg_mr(ibv_mr*, int, ibv_pd*, void*, size_t, int) {
-    errno = EOPNOTSUPP;
-    return IBV_REREG_MR_ERR_CMD;
+JAKIRO_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length,
+                               int access) {
+    return rereg_mr(mr, flags, pd, addr, length, access);
 }
 
 JAKIRO_EXPORT int ibv_dereg_mr(ibv_mr* mr) {

@@ -165,11 +165,14 @@ TEST_F(Shim, UnbuiltDestructorsAndModifiersReturnEopnotsupp) {
     EXPECT_EQ(
         shim_fn<int(ibv_qp*, const ibv_gid*, uint16_t)>("ibv_attach_mcast")(nullptr, nullptr, 0),
         EOPNOTSUPP);
+}
+
+TEST_F(Shim, ReregMrOfNoMrIsInvalidInput) {
     errno = 0;
     EXPECT_EQ(shim_fn<int(ibv_mr*, int, ibv_pd*, void*, size_t, int)>("ibv_rereg_mr")(
-                  nullptr, 0, nullptr, nullptr, 0, 0),
-              IBV_REREG_MR_ERR_CMD);
-    EXPECT_EQ(errno, EOPNOTSUPP);
+                  nullptr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, 0),
+              IBV_REREG_MR_ERR_INPUT);
+    EXPECT_EQ(errno, EINVAL);
 }
 
 TEST_F(Shim, ResourceVerbsRefuseNullAndForeignObjects) {

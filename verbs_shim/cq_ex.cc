@@ -1,0 +1,209 @@
+#include "cq_ex.hh"
+
+#include <algorithm>
+#include <cerrno>
+
+#include "context.hh"
+#include "cq.hh"
+#include "debug.hh"
+#include "pd.hh"
+#include "rings.hh"
+
+namespace jakiro::shim {
+
+namespace proto = verbs_proto;
+
+static_assert(offsetof(shim_cq, cq_ex) == 0 && offsetof(ibv_cq_ex, context) == 0 &&
+                  offsetof(ibv_cq_ex, async_events_completed) ==
+                      offsetof(ibv_cq, async_events_completed),
+              "ibv_cq is the prefix of ibv_cq_ex, as libibverbs' verbs_cq relies on");
+
+namespace {
+
+// What a completion of jakirod's carries; the rest needs a clock or hardware we do not have.
+constexpr uint64_t supported_wc_flags = IBV_WC_STANDARD_FLAGS;
+constexpr uint64_t known_wc_flags =
+    supported_wc_flags | uint64_t{IBV_WC_EX_WITH_COMPLETION_TIMESTAMP} |
+    uint64_t{IBV_WC_EX_WITH_CVLAN} | uint64_t{IBV_WC_EX_WITH_FLOW_TAG} |
+    uint64_t{IBV_WC_EX_WITH_TM_INFO} | uint64_t{IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK};
+constexpr uint32_t known_comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD;
+// SINGLE_THREADED is a hint (we lock anyway); IGNORE_OVERRUN would need a ring that may be
+// overwritten, which jakirod never does.
+constexpr uint32_t supported_create_flags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED;
+
+shim_cq& cq_of(ibv_cq_ex* cq) {
+    return *reinterpret_cast<shim_cq*>(cq);
+}
+
+const proto::cqe& current(ibv_cq_ex* cq) {
+    return *cq_of(cq).ex_current;
+}
+
+// Points the session at slot `index` if jakirod has published it: wr_id and status are
+// fields of ibv_cq_ex itself, the rest is read on demand.
+int look_at(shim_cq& q, uint32_t index) {
+    const uint32_t producer = proto::load_producer_acquire(*q.ring);
+    const uint32_t consumer = proto::load_own_consumer(*q.ring);
+    // jakirod never runs more than `capacity` ahead; if it seemed to, read only a ring's worth.
+    if (index - consumer >= std::min(producer - consumer, q.capacity)) {
+        return ENOENT;
+    }
+    const proto::cqe& e = proto::cq_slots(q.ring)[index & (q.capacity - 1)];
+    q.ex_current = &e;
+    q.cq_ex.wr_id = e.wr_id;
+    q.cq_ex.status = static_cast<ibv_wc_status>(e.status);
+    return 0;
+}
+
+int start_poll(ibv_cq_ex* cq, ibv_poll_cq_attr* attr) {
+    shim_cq* q = to_cq(ibv_cq_ex_to_cq(cq));
+    if (q == nullptr || (attr != nullptr && attr->comp_mask != 0)) {
+        return EINVAL;
+    }
+    q->poll_lock.lock();
+    q->ex_consumer = proto::load_own_consumer(*q->ring);
+    if (const int error = look_at(*q, q->ex_consumer); error != 0) {
+        q->poll_lock.unlock();  // ENOENT: the caller must not call ibv_end_poll
+        return error;
+    }
+    return 0;
+}
+
+int next_poll(ibv_cq_ex* cq) {
+    shim_cq& q = cq_of(cq);
+    const int error = look_at(q, q.ex_consumer + 1);
+    if (error == 0) {
+        ++q.ex_consumer;
+    }
+    return error;
+}
+
+void end_poll(ibv_cq_ex* cq) {
+    shim_cq& q = cq_of(cq);
+    // The completion being looked at is done with too.
+    proto::release_slots(*q.ring, q.ex_consumer + 1);
+    q.ex_current = nullptr;
+    q.poll_lock.unlock();
+}
+
+ibv_wc_opcode read_opcode(ibv_cq_ex* cq) {
+    return static_cast<ibv_wc_opcode>(current(cq).opcode);
+}
+uint32_t read_vendor_err(ibv_cq_ex* cq) {
+    return current(cq).vendor_err;
+}
+uint32_t read_byte_len(ibv_cq_ex* cq) {
+    return current(cq).byte_len;
+}
+// The immediate data (network order) or, for IBV_WC_WITH_INV, the invalidated rkey.
+__be32 read_imm_data(ibv_cq_ex* cq) {
+    return current(cq).imm_data;
+}
+uint32_t read_qp_num(ibv_cq_ex* cq) {
+    return current(cq).qp_num;
+}
+uint32_t read_src_qp(ibv_cq_ex* cq) {
+    return current(cq).src_qp;
+}
+unsigned int read_wc_flags(ibv_cq_ex* cq) {
+    return current(cq).wc_flags;
+}
+uint32_t read_slid(ibv_cq_ex* cq) {
+    return current(cq).slid;
+}
+uint8_t read_sl(ibv_cq_ex* cq) {
+    return current(cq).sl;
+}
+uint8_t read_dlid_path_bits(ibv_cq_ex* cq) {
+    return current(cq).dlid_path_bits;
+}
+// Refused at creation; present so that a program calling them anyway reads 0, not NULL.
+uint64_t read_nothing_u64(ibv_cq_ex*) {
+    return 0;
+}
+uint16_t read_cvlan(ibv_cq_ex*) {
+    return 0;
+}
+uint32_t read_flow_tag(ibv_cq_ex*) {
+    return 0;
+}
+void read_tm_info(ibv_cq_ex*, ibv_wc_tm_info* info) {
+    if (info != nullptr) {
+        *info = ibv_wc_tm_info{};
+    }
+}
+
+int check_attr(const ibv_cq_init_attr_ex& attr) {
+    if ((attr.comp_mask & ~known_comp_mask) != 0) {
+        return EINVAL;
+    }
+    if ((attr.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) != 0) {
+        debug("ibv_create_cq_ex: parent domains are not supported");
+        return EINVAL;  // what a provider says of a PD that is not a parent domain
+    }
+    if ((attr.wc_flags & ~known_wc_flags) != 0) {
+        return EOPNOTSUPP;
+    }
+    if ((attr.wc_flags & ~supported_wc_flags) != 0) {
+        debug(
+            "ibv_create_cq_ex: wc_flags %#llx: no completion timestamps (no device clock), "
+            "CVLAN, flow tags or tag matching",
+            static_cast<unsigned long long>(attr.wc_flags & ~supported_wc_flags));
+        return EOPNOTSUPP;
+    }
+    if ((attr.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) != 0 &&
+        (attr.flags & ~supported_create_flags) != 0) {
+        debug("ibv_create_cq_ex: create flags %#x are not supported", attr.flags);
+        return EOPNOTSUPP;
+    }
+    return 0;
+}
+
+}  // namespace
+
+ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
+    if (attr == nullptr || to_context(context) == nullptr) {
+        errno = EINVAL;
+        return nullptr;
+    }
+    if (const int error = check_attr(*attr); error != 0) {
+        errno = error;
+        return nullptr;
+    }
+    if (attr->cqe > static_cast<uint32_t>(INT32_MAX)) {
+        errno = EINVAL;
+        return nullptr;
+    }
+    ibv_cq* cq = create_cq(context, static_cast<int>(attr->cqe), attr->cq_context, attr->channel,
+                           static_cast<int>(attr->comp_vector));
+    if (cq == nullptr) {
+        return nullptr;
+    }
+    shim_cq* q = to_cq(cq);
+    ibv_cq_ex& x = q->cq_ex;
+    x.comp_mask = 0;
+    x.status = IBV_WC_SUCCESS;
+    x.wr_id = 0;
+    x.start_poll = start_poll;
+    x.next_poll = next_poll;
+    x.end_poll = end_poll;
+    x.read_opcode = read_opcode;
+    x.read_vendor_err = read_vendor_err;
+    x.read_byte_len = read_byte_len;
+    x.read_imm_data = read_imm_data;
+    x.read_qp_num = read_qp_num;
+    x.read_src_qp = read_src_qp;
+    x.read_wc_flags = read_wc_flags;
+    x.read_slid = read_slid;
+    x.read_sl = read_sl;
+    x.read_dlid_path_bits = read_dlid_path_bits;
+    x.read_completion_ts = read_nothing_u64;
+    x.read_cvlan = read_cvlan;
+    x.read_flow_tag = read_flow_tag;
+    x.read_tm_info = read_tm_info;
+    x.read_completion_wallclock_ns = read_nothing_u64;
+    q->ex_current = nullptr;
+    return &x;
+}
+
+}  // namespace jakiro::shim
