@@ -17,6 +17,7 @@
 #include "memory_backing.hh"
 #include "post.hh"
 #include "qp.hh"
+#include "srq.hh"
 
 namespace jakiro::shim {
 
@@ -206,6 +207,8 @@ ibv_context* open_device(ibv_device* device) {
     v.context.ops.post_send = post_send;
     v.context.ops.post_recv = post_recv;
     v.create_qp_ex = create_qp_ex;
+    v.context.ops.post_srq_recv = post_srq_recv;
+    v.create_srq_ex = create_srq_ex;
     v.create_cq_ex = create_cq_ex;
     v.context.device = device;
     v.context.cmd_fd = chan->fd();
@@ -424,7 +427,8 @@ int get_async_event(ibv_context* context, ibv_async_event* event) {
             case proto::event_type::qp_req_err:
             case proto::event_type::qp_access_err:
             case proto::event_type::comm_est:
-            case proto::event_type::sq_drained: {
+            case proto::event_type::sq_drained:
+            case proto::event_type::qp_last_wqe_reached: {
                 const std::lock_guard lock(c->targets->mutex);
                 const auto it = c->targets->qps.find(static_cast<uint32_t>(m.handle));
                 if (it == c->targets->qps.end()) {
@@ -438,8 +442,22 @@ int get_async_event(ibv_context* context, ibv_async_event* event) {
                 event->element.qp = &qp->qp;
                 return 0;
             }
+            case proto::event_type::srq_err:
+            case proto::event_type::srq_limit_reached: {
+                const std::lock_guard lock(c->targets->mutex);
+                const auto it = c->targets->srqs.find(static_cast<uint32_t>(m.handle));
+                if (it == c->targets->srqs.end()) {
+                    continue;  // destroyed meanwhile: nobody is left to tell
+                }
+                shim_srq* srq = it->second;
+                pthread_mutex_lock(&srq->srq.mutex);
+                ++srq->async_events_reported;  // ibv_destroy_srq waits for its ack
+                pthread_mutex_unlock(&srq->srq.mutex);
+                event->event_type = static_cast<ibv_event_type>(m.type);
+                event->element.srq = &srq->srq;
+                return 0;
+            }
             default:
-                // SRQ events need SRQs, which come later.
                 errno = EPROTO;
                 return -1;
         }
@@ -472,6 +490,15 @@ void ack_async_event(ibv_async_event* event) {
                 ++qp->qp.events_completed;
                 pthread_cond_signal(&qp->qp.cond);
                 pthread_mutex_unlock(&qp->qp.mutex);
+            }
+            return;
+        case IBV_EVENT_SRQ_ERR:
+        case IBV_EVENT_SRQ_LIMIT_REACHED:
+            if (shim_srq* srq = to_srq(event->element.srq)) {
+                pthread_mutex_lock(&srq->srq.mutex);
+                ++srq->srq.events_completed;
+                pthread_cond_signal(&srq->srq.cond);
+                pthread_mutex_unlock(&srq->srq.mutex);
             }
             return;
         default:

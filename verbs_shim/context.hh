@@ -25,6 +25,7 @@ constexpr uint32_t context_magic = 0x4a4b'4358;  // "XCKJ": a context we made
 
 struct shim_cq;
 struct shim_qp;
+struct shim_srq;
 
 // The context's objects that jakirod's events name by handle (async events, completion
 // events), so an event can be turned back into the application's pointer.
@@ -32,6 +33,7 @@ struct event_targets {
     std::mutex mutex;
     std::unordered_map<uint32_t, shim_cq*> cqs;
     std::unordered_map<uint32_t, shim_qp*> qps;
+    std::unordered_map<uint32_t, shim_srq*> srqs;
 };
 
 struct shim_context {

@@ -198,7 +198,7 @@ int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     shim_qp* q = to_qp(qp);
     int error = 0;
     ibv_recv_wr* failed = nullptr;
-    if (q == nullptr) {
+    if (q == nullptr || q->qp.srq != nullptr) {  // a QP on an SRQ has no receive queue
         error = EINVAL;
         failed = wr;
     } else if (wr != nullptr) {

@@ -53,13 +53,16 @@ enum class opcode : uint16_t {
     query_qp = 25,
     destroy_qp = 26,
 
+    // Shared receive queues (version 4).
+    create_srq = 27,  // reply: one fd, the SRQ ring memfd
+    modify_srq = 28,
+    destroy_srq = 29,
+    query_srq = 34,
+
     // Reserved; jakirod answers EOPNOTSUPP until they exist, so a newer shim against an
     // older daemon fails cleanly. Completion channels need no opcode: they are shim-side
     // sockets whose far end travels with create_cq.
     resize_cq = 21,
-    create_srq = 27,
-    modify_srq = 28,
-    destroy_srq = 29,
     create_ah = 30,
     destroy_ah = 31,
     create_comp_channel = 32,
@@ -106,6 +109,9 @@ enum class event_type : uint32_t {
     qp_access_err = 3,  // the responder saw a protection violation (NAK remote access)
     comm_est = 4,       // first packet received in RTR
     sq_drained = 5,
+    srq_err = 14,              // an SRQ ring whose producer makes no sense: it reads as empty
+    srq_limit_reached = 15,    // an armed SRQ fell below its limit (handle: the SRQ's), disarmed
+    qp_last_wqe_reached = 16,  // a QP on an SRQ entered ERR: it takes no more SRQ WQEs
     port_active = 9,
     port_error = 10,
     device_fatal = 8,
@@ -382,7 +388,7 @@ struct create_qp_request {
     uint32_t pd_handle;
     uint32_t send_cq;
     uint32_t recv_cq;
-    uint32_t srq;  // 0: none (SRQs are not built: anything else is EOPNOTSUPP)
+    uint32_t srq;  // 0: none, else an SRQ of the client's: receives come from it (rq: 1 slot)
     uint32_t max_send_wr;
     uint32_t max_recv_wr;
     uint32_t max_send_sge;
@@ -498,6 +504,73 @@ static_assert(sizeof(query_qp_reply) == 176);
 // destroy_qp uses destroy_request. A QP with work requests outstanding is destroyed at once:
 // its in-flight operations are abandoned, as on a real RNIC.
 
+// ---------------------------------------------------------------- shared receive queues (v4)
+//
+// An SRQ is a ring of receive WQEs (rings.hh: srq_ring_header, recv_wqe) in a memfd jakirod
+// creates and seals and sends with the create_srq reply; QPs created with its handle take
+// their receive WQEs from it instead of their own RQ. The limit (ibv_modify_srq with
+// IBV_SRQ_LIMIT) is kept by jakirod: once armed, the first WQE taken that leaves fewer than
+// `srq_limit` posted raises srq_limit_reached and disarms. destroy_srq uses destroy_request
+// (EBUSY while QPs use it).
+
+struct create_srq_request {
+    header hdr;
+    uint32_t pd_handle;
+    uint32_t max_wr;     // 1..max_srq_wr
+    uint32_t max_sge;    // 0..max_srq_sge
+    uint32_t srq_limit;  // ignored at creation (as ibv_create_srq says), must be <= max_wr
+    uint32_t flags;      // none defined: must be 0
+    uint32_t reserved;
+};
+static_assert(sizeof(create_srq_request) == 40);
+static_assert(offsetof(create_srq_request, pd_handle) == 16);
+static_assert(offsetof(create_srq_request, flags) == 32);
+
+// Sent with one fd: the SRQ ring memfd, exactly ring_bytes long, sealed.
+struct create_srq_reply {
+    reply_header rh;
+    uint32_t srq_handle;
+    uint32_t capacity;  // slots, a power of two >= max_wr: what max_wr reports
+    uint32_t max_sge;   // SGEs a WQE may carry (>= asked)
+    uint32_t reserved;
+    uint64_t ring_bytes;
+};
+static_assert(sizeof(create_srq_reply) == 48);
+static_assert(offsetof(create_srq_reply, srq_handle) == 24);
+static_assert(offsetof(create_srq_reply, ring_bytes) == 40);
+
+enum srq_attr_mask_wire : uint32_t {
+    srq_attr_max_wr = 1u << 0,  // IBV_SRQ_MAX_WR: resizing, EOPNOTSUPP
+    srq_attr_limit = 1u << 1,   // IBV_SRQ_LIMIT: arm (0 disarms)
+};
+
+struct modify_srq_request {
+    header hdr;
+    uint32_t srq_handle;
+    uint32_t attr_mask;  // srq_attr_mask_wire
+    uint32_t max_wr;
+    uint32_t srq_limit;  // <= the SRQ's capacity
+};
+static_assert(sizeof(modify_srq_request) == 32);
+static_assert(offsetof(modify_srq_request, srq_limit) == 28);
+
+struct query_srq_request {
+    header hdr;
+    uint32_t srq_handle;
+    uint32_t flags;  // none defined: must be 0
+};
+static_assert(sizeof(query_srq_request) == 24);
+
+struct query_srq_reply {
+    reply_header rh;
+    uint32_t max_wr;  // the capacity
+    uint32_t max_sge;
+    uint32_t srq_limit;  // armed limit, 0 when not armed (or fired since)
+    uint32_t reserved;
+};
+static_assert(sizeof(query_srq_reply) == 40);
+static_assert(offsetof(query_srq_reply, srq_limit) == 32);
+
 static_assert(sizeof(query_reply) <= max_message_size);
 static_assert(std::is_trivially_copyable_v<hello_reply> &&
               std::is_trivially_copyable_v<query_reply>);
@@ -562,6 +635,14 @@ constexpr std::size_t request_size(uint16_t op) {
             return sizeof(query_qp_request);
         case opcode::destroy_qp:
             return sizeof(destroy_request);
+        case opcode::create_srq:
+            return sizeof(create_srq_request);
+        case opcode::modify_srq:
+            return sizeof(modify_srq_request);
+        case opcode::query_srq:
+            return sizeof(query_srq_request);
+        case opcode::destroy_srq:
+            return sizeof(destroy_request);
         default:
             return 0;
     }
@@ -584,6 +665,10 @@ constexpr std::size_t reply_size(opcode op) {
             return sizeof(create_qp_reply);
         case opcode::query_qp:
             return sizeof(query_qp_reply);
+        case opcode::create_srq:
+            return sizeof(create_srq_reply);
+        case opcode::query_srq:
+            return sizeof(query_srq_reply);
         default:
             return sizeof(reply_header);
     }

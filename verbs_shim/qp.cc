@@ -15,6 +15,7 @@
 #include "debug.hh"
 #include "pd.hh"
 #include "qp_attr_wire.hh"
+#include "srq.hh"
 
 namespace jakiro::shim {
 
@@ -145,9 +146,14 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
         return nullptr;
     }
     if (attr->srq != nullptr) {
-        debug("ibv_create_qp: shared receive queues are not supported");
-        errno = EOPNOTSUPP;
-        return nullptr;
+        const shim_srq* srq = to_srq(attr->srq);
+        if (srq == nullptr || srq->context != c) {
+            errno = EINVAL;
+            return nullptr;
+        }
+        // Receives come from the SRQ: the receive caps are ignored (and reported as 0).
+        attr->cap.max_recv_wr = 0;
+        attr->cap.max_recv_sge = 0;
     }
     shim_cq* send_cq = to_cq(attr->send_cq);
     shim_cq* recv_cq = to_cq(attr->recv_cq);
@@ -176,6 +182,7 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
     req.max_recv_sge = attr->cap.max_recv_sge;
     req.max_inline_data = attr->cap.max_inline_data;
     req.qp_type = proto::qpt_rc;
+    req.srq = attr->srq != nullptr ? attr->srq->handle : 0;
     req.sq_sig_all = attr->sq_sig_all != 0 ? 1 : 0;
     proto::create_qp_reply reply;
     int fds[2] = {-1, -1};  // the ring memfd, then the doorbell page
@@ -236,7 +243,7 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
     q->qp.pd = pd;
     q->qp.send_cq = attr->send_cq;
     q->qp.recv_cq = attr->recv_cq;
-    q->qp.srq = nullptr;
+    q->qp.srq = attr->srq;
     q->qp.handle = reply.qp_handle;
     q->qp.qp_num = reply.qp_num;
     q->qp.state = IBV_QPS_RESET;
@@ -251,9 +258,9 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
     }
     // As providers do: the caller learns what it really got.
     attr->cap.max_send_wr = reply.sq_capacity;
-    attr->cap.max_recv_wr = reply.rq_capacity;
+    attr->cap.max_recv_wr = attr->srq != nullptr ? 0 : reply.rq_capacity;
     attr->cap.max_send_sge = reply.max_send_sge;
-    attr->cap.max_recv_sge = reply.max_recv_sge;
+    attr->cap.max_recv_sge = attr->srq != nullptr ? 0 : reply.max_recv_sge;
     attr->cap.max_inline_data = reply.max_inline_data;
     return &q->qp;
 }
@@ -319,6 +326,10 @@ int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* ini
         return error;
     }
     from_wire(reply.attr, *attr);
+    if (qp->srq != nullptr) {
+        attr->cap.max_recv_wr = 0;  // its receives are the SRQ's
+        attr->cap.max_recv_sge = 0;
+    }
     if (init_attr != nullptr) {
         init_attr->qp_context = qp->qp_context;
         init_attr->send_cq = qp->send_cq;

@@ -336,4 +336,49 @@ inline void fence_before_sleeping() {
     std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
+// ================================================================ SRQ rings
+//
+// One memfd per shared receive queue, created, sized and sealed by jakirod, mapped by both:
+//
+//  offset    0  line 0: producer (u32, free-running)   written by the shim only
+//  offset   64  line 1: consumer                      written by jakirod only: WQEs taken
+//  offset  128  line 2: magic "JKSR", version, capacity, slot size, SRQ handle
+//  offset  256  slots[capacity] (recv_wqe, 512 bytes)
+//
+// Unlike a QP's RQ, a slot is free again as soon as jakirod has taken (copied) its WQE: the
+// WQEs of an SRQ complete out of order on many QPs, and jakirod never reads a slot twice. No
+// doorbell: receive WQEs are only ever taken when a message arrives, so posting one never
+// needs to wake the engine (a sender that met an empty SRQ retries after its RNR timer).
+// jakirod never trusts the producer: one more than `capacity` ahead of what it took makes the
+// SRQ read as empty from then on (IBV_EVENT_SRQ_ERR).
+
+constexpr uint32_t srq_ring_magic = 0x5253'4b4a;  // "JKSR"
+constexpr uint32_t srq_ring_version = 1;
+
+struct srq_ring_header {
+    alignas(cache_line) uint32_t producer;
+    alignas(cache_line) uint32_t consumer;
+    alignas(cache_line) uint32_t magic;
+    uint32_t version;
+    uint32_t capacity;
+    uint32_t slot_size;
+    uint32_t srq_handle;
+    uint8_t reserved[cache_line * 2 - 20];
+};
+static_assert(sizeof(srq_ring_header) == 256);
+static_assert(offsetof(srq_ring_header, consumer) == 64);
+static_assert(offsetof(srq_ring_header, magic) == 128);
+
+constexpr std::size_t srq_ring_bytes(uint32_t capacity) {
+    const std::size_t raw = sizeof(srq_ring_header) + std::size_t{capacity} * wqe_size;
+    return (raw + ring_page - 1) / ring_page * ring_page;
+}
+
+inline recv_wqe* srq_slots(srq_ring_header* h) {
+    return reinterpret_cast<recv_wqe*>(reinterpret_cast<std::byte*>(h) + sizeof(srq_ring_header));
+}
+
+// Both ends use publish_wqes / load_retired_acquire (shim) and load_posted_acquire /
+// retire_slots (jakirod) on `producer` and `consumer`, as for a QP's queues.
+
 }  // namespace jakiro::verbs_proto

@@ -51,13 +51,7 @@ void fill_unsupported_ops(verbs_context& v) {
     ops._compat_modify_srq = compat_unsupported;
     ops._compat_query_srq = compat_unsupported;
     ops._compat_destroy_srq = compat_unsupported;
-    // The post verbs report the first work request that failed: all of them.
-    ops.post_srq_recv = [](ibv_srq*, ibv_recv_wr* wr, ibv_recv_wr** bad) {
-        if (bad != nullptr) {
-            *bad = wr;
-        }
-        return EOPNOTSUPP;
-    };
+    // post_srq_recv is built (srq.cc): open_device sets it.
     ops._compat_create_qp = compat_unsupported;
     ops._compat_query_qp = compat_unsupported;
     ops._compat_modify_qp = compat_unsupported;
@@ -127,10 +121,8 @@ void fill_unsupported_ops(verbs_context& v) {
     v.ABI_placeholder1 = nullptr;
     v.open_qp = [](ibv_context*, ibv_qp_open_attr*) { return unsupported_ptr<ibv_qp>(); };
     // create_qp_ex is built (qp.cc): open_device sets it.
-    v.get_srq_num = [](ibv_srq*, uint32_t*) { return EOPNOTSUPP; };
-    v.create_srq_ex = [](ibv_context*, ibv_srq_init_attr_ex*) {
-        return unsupported_ptr<ibv_srq>();
-    };
+    v.get_srq_num = [](ibv_srq*, uint32_t*) { return EOPNOTSUPP; };  // XRC SRQs only
+    // create_srq_ex is built (srq.cc; XRC and tag matching fail there): open_device sets it.
     v.open_xrcd = [](ibv_context*, ibv_xrcd_init_attr*) { return unsupported_ptr<ibv_xrcd>(); };
     v.close_xrcd = [](ibv_xrcd*) { return EOPNOTSUPP; };
     v._ABI_placeholder3 = 0;

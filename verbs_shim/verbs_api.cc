@@ -31,6 +31,7 @@
 #include "names.hh"
 #include "pd.hh"
 #include "qp.hh"
+#include "srq.hh"
 
 // verbs.h turns these into inline wrappers; we define the real symbols.
 #undef ibv_query_port
@@ -265,20 +266,20 @@ JAKIRO_EXPORT void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {
 
 // ---------------------------------------------------------------- shared receive queues
 
-JAKIRO_EXPORT ibv_srq* ibv_create_srq(ibv_pd*, ibv_srq_init_attr*) {
-    return fail_null<ibv_srq>();
+JAKIRO_EXPORT ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* srq_init_attr) {
+    return create_srq(pd, srq_init_attr);
 }
 
-JAKIRO_EXPORT int ibv_modify_srq(ibv_srq*, ibv_srq_attr*, int) {
-    return fail_errno();
+JAKIRO_EXPORT int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* srq_attr, int srq_attr_mask) {
+    return modify_srq(srq, srq_attr, srq_attr_mask);
 }
 
-JAKIRO_EXPORT int ibv_query_srq(ibv_srq*, ibv_srq_attr*) {
-    return fail_errno();
+JAKIRO_EXPORT int ibv_query_srq(ibv_srq* srq, ibv_srq_attr* srq_attr) {
+    return query_srq(srq, srq_attr);
 }
 
-JAKIRO_EXPORT int ibv_destroy_srq(ibv_srq*) {
-    return fail_errno();
+JAKIRO_EXPORT int ibv_destroy_srq(ibv_srq* srq) {
+    return destroy_srq(srq);
 }
 
 // ---------------------------------------------------------------- queue pairs

@@ -1164,18 +1164,30 @@ void rc_qp::send_atomic_ack(packet_port& port, uint32_t psn, uint64_t orig) {
 }
 
 bool rc_qp::take_recv(recv_op& out) {
-    verbs::qp_ring& ring = *_s.ring;
-    const auto pending = ring.recv_pending();
-    if (pending.corrupt || pending.count == 0) {
-        return false;
-    }
     proto::recv_wqe w;
-    ring.take_recv(w);
+    uint32_t pd = _s.pd;
+    uint32_t max_sge = _s.max_recv_sge;
+    if (_s.srq != nullptr) {
+        // On an SRQ: its WQE, checked against its PD. The slot is free once taken; the
+        // retire_recv calls that follow a completion land on our own (unused) RQ.
+        if (!_s.srq->take(w)) {
+            return false;  // nothing posted: the caller answers RNR
+        }
+        pd = _s.srq->pd();
+        max_sge = _s.srq->max_sge();
+    } else {
+        verbs::qp_ring& ring = *_s.ring;
+        const auto pending = ring.recv_pending();
+        if (pending.corrupt || pending.count == 0) {
+            return false;
+        }
+        ring.take_recv(w);
+    }
     out.wr_id = w.wr_id;
     out.local_error = IBV_WC_SUCCESS;
     out.sges = 0;
     out.length = 0;
-    if (w.num_sge > _s.max_recv_sge || w.num_sge > proto::wqe_max_sge) {
+    if (w.num_sge > max_sge || w.num_sge > proto::wqe_max_sge) {
         out.local_error = IBV_WC_LOC_LEN_ERR;
         return true;
     }
@@ -1184,8 +1196,8 @@ bool rc_qp::take_recv(recv_op& out) {
         if (w.sg[i].length == 0) {
             continue;
         }
-        auto found = _s.mrs->find(_s.pd, w.sg[i].lkey, w.sg[i].addr, w.sg[i].length,
-                                  proto::access_local_write);
+        auto found =
+            _s.mrs->find(pd, w.sg[i].lkey, w.sg[i].addr, w.sg[i].length, proto::access_local_write);
         if (!found) {
             out.local_error = verbs::wc_status_for(found.status, verbs::mr_side::local);
             return true;
@@ -1537,6 +1549,15 @@ void rc_qp::flush() {
     if (sends.corrupt || recvs.corrupt) {
         ring.discard_all();
     }
+    // On an SRQ only the QP's own WRs were flushed (the SRQ's WQEs stay for the other QPs);
+    // the owner learns once that this QP takes no more of them.
+    if (_s.srq != nullptr && !_last_wqe_reached) {
+        _last_wqe_reached = true;
+        if (_s.events.raise != nullptr) {
+            _s.events.raise(_s.events.context, _s.owner,
+                            static_cast<uint32_t>(proto::event_type::qp_last_wqe_reached), _s.qpn);
+        }
+    }
     _reads.clear();
     _in_write = false;
     _write_pin.reset();
@@ -1563,6 +1584,7 @@ void rc_qp::reset() {
     _write_pin.reset();
     _reads.clear();
     _comm_established = false;
+    _last_wqe_reached = false;
 }
 
 uint32_t rc_qp::frame_bytes(uint8_t code, uint32_t payload_len) {

@@ -29,6 +29,7 @@
 #include "verbs/cq_ring.hh"
 #include "verbs/mr_table.hh"
 #include "verbs/qp_ring.hh"
+#include "verbs/srq_ring.hh"
 #include "verbs_shim/protocol.hh"
 
 namespace jakiro::roce {
@@ -64,6 +65,9 @@ struct rc_qp_setup {
     uint32_t max_inline = 0;
     qp_device_limits limits;
     qp_event_sink events;
+    // Non-null: receives come from this shared receive queue (its PD and max_sge check them),
+    // never from `ring`'s RQ (one slot the shim never posts to: ibv_post_recv refuses).
+    std::shared_ptr<verbs::shared_receive_queue> srq;
 };
 
 // What `jakiroctl qps` shows; written by the engine thread, read anywhere.
@@ -276,6 +280,7 @@ class rc_qp {
     std::array<atomic_reply, 32> _atomic_replies{};
     uint32_t _atomic_next = 0;
     bool _comm_established = false;
+    bool _last_wqe_reached = false;  // on an SRQ: IBV_EVENT_QP_LAST_WQE_REACHED raised in ERR
 
     // congestion control
     qos::dcqcn_rate _rate;

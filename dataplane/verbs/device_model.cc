@@ -71,9 +71,9 @@ verbs_proto::limits engine_limits() {
     l.max_qp_rd_atom = 16;  // outstanding RDMA READs per QP, both directions
     l.max_qp_init_rd_atom = 16;
     l.max_res_rd_atom = 16 * 1024;  // max_qp_rd_atom for every QP
-    l.max_srq = 0;                  // SRQ and UD address handles come later
-    l.max_srq_wr = 0;
-    l.max_srq_sge = 0;
+    l.max_srq = 1024;               // as many as QPs (srq_ring.hh: one memfd each)
+    l.max_srq_wr = 4096;            // ring slots per SRQ, as per SQ/RQ
+    l.max_srq_sge = 16;             // SGEs per WQE slot
     l.max_ah = 0;
     l.max_msg_size = 1u << 30;                        // a message may span one whole MR
     l.max_inline_data = verbs_proto::wqe_max_inline;  // copied into the SQ slot (rings.hh)

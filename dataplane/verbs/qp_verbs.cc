@@ -28,8 +28,17 @@ int vnic_resources::create_qp(uint64_t client, const proto::create_qp_request& r
     if (req.flags != 0 || req.reserved0 != 0 || req.reserved1 != 0) {
         return EINVAL;
     }
-    if (req.qp_type != proto::qpt_rc || req.srq != 0) {
-        return EOPNOTSUPP;  // UC, UD and SRQs are not built
+    if (req.qp_type != proto::qpt_rc) {
+        return EOPNOTSUPP;  // UC and UD are not built
+    }
+    // A QP on an SRQ takes its receives from there: the SRQ must be the client's too.
+    std::shared_ptr<shared_receive_queue> srq;
+    if (req.srq != 0) {
+        const auto it = _srqs.find(req.srq);
+        if (it == _srqs.end() || it->second->owner() != client) {
+            return EINVAL;
+        }
+        srq = it->second;
     }
     pd_object* pd = owned_pd(client, req.pd_handle);
     const auto send_cq = _cqs.find(req.send_cq);
@@ -53,7 +62,9 @@ int vnic_resources::create_qp(uint64_t client, const proto::create_qp_request& r
     std::unique_ptr<qp_ring> ring;
     int ring_fd = -1;
     const uint32_t sq = ring_capacity_for(req.max_send_wr == 0 ? 1 : req.max_send_wr);
-    const uint32_t rq = ring_capacity_for(req.max_recv_wr == 0 ? 1 : req.max_recv_wr);
+    // On an SRQ, max_recv_wr is ignored (ibv_create_qp) and the own RQ is one unused slot.
+    const uint32_t rq =
+        srq != nullptr ? 1 : ring_capacity_for(req.max_recv_wr == 0 ? 1 : req.max_recv_wr);
     if (const int error = qp_ring::create(sq, rq, handle, ring, ring_fd); error != 0) {
         _qp_keys.release(handle);
         return error;
@@ -92,6 +103,7 @@ int vnic_resources::create_qp(uint64_t client, const proto::create_qp_request& r
     setup.max_inline = out.max_inline;
     setup.limits = _qp_support.limits;
     setup.events = _qp_support.events;
+    setup.srq = srq;
     auto qp = std::make_shared<roce::rc_qp>(std::move(setup));
     roce::engine* engine = _qp_support.engine;
     if (const int error = engine->call([engine, qp] {
@@ -107,7 +119,11 @@ int vnic_resources::create_qp(uint64_t client, const proto::create_qp_request& r
     ++pd->qps;
     ++send_cq->second->users;
     ++recv_cq->second->users;
-    _qps.emplace(handle, qp_object{client, req.pd_handle, qp, send_cq->second, recv_cq->second});
+    if (srq != nullptr) {
+        ++srq->users;
+    }
+    _qps.emplace(handle,
+                 qp_object{client, req.pd_handle, qp, send_cq->second, recv_cq->second, srq});
     return 0;
 }
 
@@ -180,6 +196,9 @@ void vnic_resources::drop_qp(uint32_t handle, qp_object& q) {
     }
     --q.send_cq->users;
     --q.recv_cq->users;
+    if (q.srq != nullptr) {
+        --q.srq->users;
+    }
     _qp_keys.release(handle);
 }
 

@@ -242,6 +242,51 @@ outcome handle_request(std::span<const std::byte> message, bool truncated, std::
             put_status(out, hdr, req.flags != 0 ? EINVAL : res.destroy_qp(s.client_id, req.handle));
             return out;
         }
+        case proto::opcode::create_srq: {
+            proto::create_srq_request req;
+            proto::decode(message, req);
+            srq_created created;
+            if (const int error = res.create_srq(s.client_id, req, created); error != 0) {
+                put_status(out, hdr, error);
+                return out;
+            }
+            auto reply = proto::make_message<proto::create_srq_reply>(
+                proto::reply_opcode(proto::opcode::create_srq), hdr.request_id);
+            reply.srq_handle = created.handle;
+            reply.capacity = created.capacity;
+            reply.max_sge = created.max_sge;
+            reply.ring_bytes = created.ring_bytes;
+            put(out, reply);
+            out.reply_fd = created.ring_fd;
+            return out;
+        }
+        case proto::opcode::modify_srq: {
+            proto::modify_srq_request req;
+            proto::decode(message, req);
+            put_status(out, hdr, res.modify_srq(s.client_id, req));
+            return out;
+        }
+        case proto::opcode::query_srq: {
+            proto::query_srq_request req;
+            proto::decode(message, req);
+            auto reply = proto::make_message<proto::query_srq_reply>(
+                proto::reply_opcode(proto::opcode::query_srq), hdr.request_id);
+            const int error =
+                req.flags != 0 ? EINVAL : res.query_srq(s.client_id, req.srq_handle, reply);
+            if (error != 0) {
+                put_status(out, hdr, error);
+                return out;
+            }
+            put(out, reply);
+            return out;
+        }
+        case proto::opcode::destroy_srq: {
+            proto::destroy_request req;
+            proto::decode(message, req);
+            put_status(out, hdr,
+                       req.flags != 0 ? EINVAL : res.destroy_srq(s.client_id, req.handle));
+            return out;
+        }
         default:
             // check_request only lets served opcodes through; keep the switch honest anyway.
             put_status(out, hdr, EOPNOTSUPP);

@@ -59,7 +59,8 @@ vnic_resources::vnic_resources(const proto::limits& lim, cq_error_sink sink)
       _pd_keys(lim.max_pd),
       _mrs(lim.max_mr),
       _cq_keys(lim.max_cq),
-      _qp_keys(lim.max_qp) {}
+      _qp_keys(lim.max_qp),
+      _srq_keys(lim.max_srq) {}
 
 vnic_resources::~vnic_resources() = default;
 
@@ -85,7 +86,7 @@ int vnic_resources::dealloc_pd(uint64_t client, uint32_t pd) {
     if (p == nullptr) {
         return EINVAL;
     }
-    if (p->mrs != 0 || p->qps != 0) {
+    if (p->mrs != 0 || p->qps != 0 || p->srqs != 0) {
         return EBUSY;
     }
     _pds.erase(pd);
@@ -217,12 +218,23 @@ int vnic_resources::destroy_cq(uint64_t client, uint32_t cq) {
 
 void vnic_resources::release_client(uint64_t client) {
     const std::lock_guard lock(_mutex);
-    // Children before parents (QPs before the MRs and CQs they use, MRs before their PDs),
+    // Children before parents (QPs before the SRQs, MRs and CQs they use, those before PDs),
     // whatever order the client left them in.
     for (auto it = _qps.begin(); it != _qps.end();) {
         if (it->second.owner == client) {
             drop_qp(it->first, it->second);
             it = _qps.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    for (auto it = _srqs.begin(); it != _srqs.end();) {
+        if (it->second->owner() == client) {
+            if (pd_object* pd = owned_pd(client, it->second->pd())) {
+                --pd->srqs;
+            }
+            _srq_keys.release(it->first);
+            it = _srqs.erase(it);  // the ring goes with the last reference
         } else {
             ++it;
         }
@@ -254,7 +266,7 @@ std::shared_ptr<completion_queue> vnic_resources::find_cq(uint32_t handle) const
 
 resource_counts vnic_resources::count() const {
     const std::lock_guard lock(_mutex);
-    return {_pds.size(), _mrs.size(), _cqs.size(), _qps.size()};
+    return {_pds.size(), _mrs.size(), _cqs.size(), _qps.size(), _srqs.size()};
 }
 
 resource_counts vnic_resources::count(uint64_t client) const {
@@ -269,6 +281,9 @@ resource_counts vnic_resources::count(uint64_t client) const {
     }
     for (const auto& [key, qp] : _qps) {
         c.qps += qp.owner == client ? 1 : 0;
+    }
+    for (const auto& [key, srq] : _srqs) {
+        c.srqs += srq->owner() == client ? 1 : 0;
     }
     return c;
 }

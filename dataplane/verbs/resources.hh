@@ -21,6 +21,7 @@
 #include "key_allocator.hh"
 #include "mr_table.hh"
 #include "roce/engine.hh"
+#include "srq_ring.hh"
 #include "verbs_shim/protocol.hh"
 
 namespace jakiro::verbs {
@@ -44,11 +45,20 @@ struct qp_created {
     int doorbell_fd = -1;  // a duplicate of the engine's doorbell; likewise
 };
 
+struct srq_created {
+    uint32_t handle = 0;
+    uint32_t capacity = 0;
+    uint32_t max_sge = 0;
+    uint64_t ring_bytes = 0;
+    int ring_fd = -1;  // the memfd for the shim; the caller sends and closes it
+};
+
 struct resource_counts {
     std::size_t pds = 0;
     std::size_t mrs = 0;
     std::size_t cqs = 0;
     std::size_t qps = 0;
+    std::size_t srqs = 0;
 };
 
 // What a vNIC needs to have QPs: the engine that runs them and who the vNIC is on the wire.
@@ -92,20 +102,29 @@ class vnic_resources {
     int query_qp(uint64_t client, uint32_t qp, verbs_proto::query_qp_reply& out);
     int destroy_qp(uint64_t client, uint32_t qp);
 
+    // Shared receive queues (srq_verbs.cc); like QPs, EOPNOTSUPP without enable_qps().
+    int create_srq(uint64_t client, const verbs_proto::create_srq_request& req, srq_created& out);
+    int modify_srq(uint64_t client, const verbs_proto::modify_srq_request& req);
+    int query_srq(uint64_t client, uint32_t srq, verbs_proto::query_srq_reply& out);
+    // EBUSY while QPs take from it.
+    int destroy_srq(uint64_t client, uint32_t srq);
+
     // Everything `client` owned, gone: QPs stopped, MRs unmapped, CQ rings unmapped, channels
     // closed.
     void release_client(uint64_t client);
 
     const mr_table& mrs() const { return _mrs; }
     std::shared_ptr<completion_queue> find_cq(uint32_t handle) const;
+    std::shared_ptr<shared_receive_queue> find_srq(uint32_t handle) const;  // srq_verbs.cc
     resource_counts count() const;
     resource_counts count(uint64_t client) const;
 
   private:
     struct pd_object {
         uint64_t owner = 0;
-        uint32_t mrs = 0;  // MRs registered in it
-        uint32_t qps = 0;  // QPs created in it
+        uint32_t mrs = 0;   // MRs registered in it
+        uint32_t qps = 0;   // QPs created in it
+        uint32_t srqs = 0;  // SRQs created in it
     };
     struct qp_object {
         uint64_t owner = 0;
@@ -113,6 +132,7 @@ class vnic_resources {
         std::shared_ptr<roce::rc_qp> qp;
         std::shared_ptr<completion_queue> send_cq;
         std::shared_ptr<completion_queue> recv_cq;
+        std::shared_ptr<shared_receive_queue> srq;  // null: the QP's own RQ
     };
 
     pd_object* owned_pd(uint64_t client, uint32_t pd);
@@ -129,6 +149,8 @@ class vnic_resources {
     qp_support _qp_support;
     key_allocator _qp_keys;
     std::unordered_map<uint32_t, qp_object> _qps;
+    key_allocator _srq_keys;
+    std::unordered_map<uint32_t, std::shared_ptr<shared_receive_queue>> _srqs;
 };
 
 }  // namespace jakiro::verbs

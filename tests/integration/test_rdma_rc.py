@@ -179,6 +179,35 @@ def test_ibv_rc_pingpong_completes_with_validated_buffers(placement, events, siz
     assert "50 iters in" in cli.stdout, cli.stdout
 
 
+# ---------------------------------------------------------------- ibv_srq_pingpong
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+@pytest.mark.parametrize("events", [False, True], ids=["poll", "events"])
+def test_ibv_srq_pingpong_runs_its_qps_on_one_shared_receive_queue(placement, events, tmp_path):
+    """16 RC QPs per side (the default) take their receives from one SRQ of 500 WQEs."""
+    port = next(_ports)
+    args = ["-g", "0", "-s", 4096, "-n", 100, "-p", port, "-c"] + (["-e"] if events else [])
+    srv_tenant = PLACEMENTS[placement][0]
+    cli, srv_out = run_pair(placement, ["ibv_srq_pingpong", *args],
+                            ["ibv_srq_pingpong", *args, IP[srv_tenant]], port, tmp_path)
+    assert "invalid data" not in (cli.stderr + srv_out).lower(), cli.stderr + srv_out
+    assert re.search(r"\d+ bytes in [\d.]+ seconds", cli.stdout), cli.stdout
+    assert "100 iters in" in cli.stdout, cli.stdout
+
+
+def test_ibv_xsrq_pingpong_fails_cleanly_without_xrc():
+    """XRC domains and XRC SRQs are not built: the program says so and exits non-zero, without
+    a crash or a hang, and leaves nothing behind in jakirod."""
+    cmd = ["ibv_xsrq_pingpong", "-g", "0", "-p", next(_ports)]
+    r = client(T1, cmd, timeout=20)
+    out = (r.stdout or "") + (r.stderr or "")
+    assert r.returncode != "timeout", out
+    assert r.returncode != 0, out
+    assert r.returncode > 0, f"killed by signal {-r.returncode}: {out}"
+    assert "couldn't" in out.lower() or "failed" in out.lower(), out
+
+
 # ---------------------------------------------------------------- perftest
 
 PERFTEST = {

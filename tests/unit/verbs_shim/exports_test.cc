@@ -151,8 +151,6 @@ TEST_F(Shim, UnbuiltConstructorsReturnNullWithEopnotsupp) {
                   nullptr, 0, 4096, 0, -1, 0),
               nullptr);
     EXPECT_EQ(errno, EOPNOTSUPP);
-    EXPECT_EQ(shim_fn<ibv_srq*(ibv_pd*, ibv_srq_init_attr*)>("ibv_create_srq")(nullptr, nullptr),
-              nullptr);
     EXPECT_EQ(shim_fn<ibv_ah*(ibv_pd*, ibv_ah_attr*)>("ibv_create_ah")(nullptr, nullptr), nullptr);
     EXPECT_EQ(shim_fn<ibv_context*(int)>("ibv_import_device")(3), nullptr);
     EXPECT_EQ(shim_fn<ibv_qp_ex*(ibv_qp*)>("ibv_qp_to_qp_ex")(nullptr), nullptr);
@@ -160,11 +158,23 @@ TEST_F(Shim, UnbuiltConstructorsReturnNullWithEopnotsupp) {
 
 TEST_F(Shim, UnbuiltDestructorsAndModifiersReturnEopnotsupp) {
     EXPECT_EQ(shim_fn<int(ibv_cq*, int)>("ibv_resize_cq")(nullptr, 4), EOPNOTSUPP);
-    EXPECT_EQ(shim_fn<int(ibv_srq*)>("ibv_destroy_srq")(nullptr), EOPNOTSUPP);
     EXPECT_EQ(shim_fn<int(ibv_ah*)>("ibv_destroy_ah")(nullptr), EOPNOTSUPP);
     EXPECT_EQ(
         shim_fn<int(ibv_qp*, const ibv_gid*, uint16_t)>("ibv_attach_mcast")(nullptr, nullptr, 0),
         EOPNOTSUPP);
+}
+
+TEST_F(Shim, SrqVerbsRefuseNullObjects) {
+    errno = 0;
+    EXPECT_EQ(shim_fn<ibv_srq*(ibv_pd*, ibv_srq_init_attr*)>("ibv_create_srq")(nullptr, nullptr),
+              nullptr);
+    EXPECT_EQ(errno, EINVAL);
+    EXPECT_EQ(shim_fn<int(ibv_srq*)>("ibv_destroy_srq")(nullptr), EINVAL);
+    ibv_srq_attr attr{};
+    EXPECT_EQ(shim_fn<int(ibv_srq*, ibv_srq_attr*)>("ibv_query_srq")(nullptr, &attr), EINVAL);
+    EXPECT_EQ(
+        shim_fn<int(ibv_srq*, ibv_srq_attr*, int)>("ibv_modify_srq")(nullptr, &attr, IBV_SRQ_LIMIT),
+        EINVAL);
 }
 
 TEST_F(Shim, ReregMrOfNoMrIsInvalidInput) {

@@ -238,7 +238,7 @@ TEST_F(Requests, CreateCqTakesTheChannelAndRepliesWithTheRing) {
 TEST_F(Requests, ReservedOpcodesAreNotSupportedYet) {
     send(hello());
     auto m = proto::make_message<proto::query_request>(
-        static_cast<uint16_t>(proto::opcode::create_srq), 4);
+        static_cast<uint16_t>(proto::opcode::resize_cq), 4);
     const auto o = send(m);
     EXPECT_EQ(o.what, outcome::action::reply);
     EXPECT_EQ(status(o), EOPNOTSUPP);

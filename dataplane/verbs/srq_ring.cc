@@ -1,0 +1,101 @@
+#include "srq_ring.hh"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace jakiro::verbs {
+
+namespace proto = verbs_proto;
+
+int shared_receive_queue::create(uint32_t capacity, uint32_t handle, uint64_t owner, uint32_t pd,
+                                 uint32_t max_sge, srq_event_sink events,
+                                 std::shared_ptr<shared_receive_queue>& out, int& fd) {
+    if (!proto::is_power_of_two(capacity)) {
+        return EINVAL;
+    }
+    const std::size_t bytes = proto::srq_ring_bytes(capacity);
+    const int memfd = memfd_create("jakiro-srq", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (memfd < 0) {
+        return errno;
+    }
+    void* base = MAP_FAILED;
+    if (ftruncate(memfd, static_cast<off_t>(bytes)) != 0 ||
+        fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0 ||
+        (base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0)) == MAP_FAILED) {
+        const int error = errno;
+        close(memfd);
+        return error;
+    }
+    std::shared_ptr<shared_receive_queue> srq(new shared_receive_queue);
+    srq->_header = static_cast<proto::srq_ring_header*>(base);
+    srq->_bytes = bytes;
+    srq->_capacity = capacity;
+    srq->_handle = handle;
+    srq->_owner = owner;
+    srq->_pd = pd;
+    srq->_max_sge = max_sge;
+    srq->_events = events;
+    // A fresh memfd reads as zeros; the identity is complete before the fd leaves.
+    auto& h = *srq->_header;
+    h.magic = proto::srq_ring_magic;
+    h.version = proto::srq_ring_version;
+    h.capacity = capacity;
+    h.slot_size = proto::wqe_size;
+    h.srq_handle = handle;
+    out = std::move(srq);
+    fd = memfd;
+    return 0;
+}
+
+shared_receive_queue::~shared_receive_queue() {
+    if (_header != nullptr) {
+        munmap(_header, _bytes);
+    }
+}
+
+void shared_receive_queue::raise(proto::event_type type) const {
+    if (_events.raise != nullptr) {
+        _events.raise(_events.context, _owner, static_cast<uint32_t>(type), _handle);
+    }
+}
+
+uint32_t shared_receive_queue::posted() const {
+    if (_broken) {
+        return 0;
+    }
+    const uint32_t posted = proto::load_posted_acquire(_header->producer) - _taken;
+    return posted <= _capacity ? posted : 0;
+}
+
+bool shared_receive_queue::take(proto::recv_wqe& out) {
+    if (_broken) {
+        return false;
+    }
+    // The shim may be at most one ring ahead of what we took (slots are free once taken);
+    // anything further is a broken or hostile client: the SRQ reads as empty from now on.
+    const uint32_t posted = proto::load_posted_acquire(_header->producer) - _taken;
+    if (posted > _capacity) {
+        _broken = true;
+        raise(proto::event_type::srq_err);
+        return false;
+    }
+    if (posted == 0) {
+        return false;
+    }
+    std::memcpy(&out, &proto::srq_slots(_header)[_taken & (_capacity - 1)], sizeof(out));
+    ++_taken;
+    proto::retire_slots(_header->consumer, _taken);
+    // Armed, and this take left fewer than the limit posted: tell the owner, once.
+    uint32_t limit = _limit.load(std::memory_order_relaxed);
+    if (limit != 0 && posted - 1 < limit &&
+        _limit.compare_exchange_strong(limit, 0, std::memory_order_relaxed)) {
+        raise(proto::event_type::srq_limit_reached);
+    }
+    return true;
+}
+
+}  // namespace jakiro::verbs
