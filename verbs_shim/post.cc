@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "ah.hh"
 #include "context.hh"
 #include "qp.hh"
 #include "rings.hh"
@@ -33,7 +34,22 @@ bool supported_opcode(ibv_wr_opcode op) {
     }
 }
 
-// IBV_SEND_IP_CSUM is for UD and raw packet QPs only.
+// What each transport carries (IB spec 3.7.2): UC has no READ and no atomics, UD only SENDs.
+bool opcode_fits_type(ibv_wr_opcode op, ibv_qp_type type) {
+    switch (type) {
+        case IBV_QPT_RC:
+            return true;
+        case IBV_QPT_UC:
+            return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE ||
+                   op == IBV_WR_RDMA_WRITE_WITH_IMM;
+        case IBV_QPT_UD:
+            return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
+        default:
+            return false;
+    }
+}
+
+// IBV_SEND_IP_CSUM asks for checksum offload of raw or IPoIB packets: nothing here has any.
 constexpr unsigned rc_send_flags =
     IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE;
 
@@ -49,6 +65,10 @@ bool is_rdma(ibv_wr_opcode op) {
     return op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_RDMA_READ;
 }
 
+}  // namespace
+
+// The per-request steps below are shared with the ibv_wr_* API (qp_ex.cc): post.hh.
+
 // Free slots of a queue: jakirod's consumer is read with acquire, so its reads of the slots
 // it retired are done. A consumer that runs ahead of us, or more than a ring behind, makes no
 // sense: the queue then reads as full rather than letting us overwrite unread slots.
@@ -60,9 +80,17 @@ uint32_t free_slots(uint32_t head, const uint32_t& consumer, uint32_t capacity) 
 // Checks one send work request against the QP; 0 or an errno. `inline_bytes` gets the total
 // inline length.
 int check_send(const shim_qp& q, const ibv_send_wr& wr, uint64_t& inline_bytes) {
-    if (!supported_opcode(wr.opcode) || (wr.send_flags & ~rc_send_flags) != 0 || wr.num_sge < 0 ||
+    if (!supported_opcode(wr.opcode) || !opcode_fits_type(wr.opcode, q.qp.qp_type) ||
+        (wr.send_flags & ~rc_send_flags) != 0 || wr.num_sge < 0 ||
         (wr.num_sge > 0 && wr.sg_list == nullptr)) {
         return EINVAL;
+    }
+    if (q.qp.qp_type == IBV_QPT_UD) {
+        // The destination: one of our address handles, of this QP's device.
+        const shim_ah* ah = to_ah(wr.wr.ud.ah);
+        if (ah == nullptr || ah->ah.context != q.qp.context || wr.wr.ud.remote_qpn > 0xFFFFFF) {
+            return EINVAL;
+        }
     }
     const auto sges = static_cast<uint32_t>(wr.num_sge);
     const uint32_t most =
@@ -93,7 +121,8 @@ int check_send(const shim_qp& q, const ibv_send_wr& wr, uint64_t& inline_bytes) 
 // Writes one checked send work request into its slot. The data of an inline request is
 // copied now, as hardware copies it into the WQE: the program may reuse its buffer as soon
 // as ibv_post_send returns.
-void write_send(proto::send_wqe& slot, const ibv_send_wr& wr, uint64_t inline_bytes) {
+void write_send(proto::send_wqe& slot, const ibv_send_wr& wr, uint64_t inline_bytes,
+                ibv_qp_type type) {
     std::memset(&slot, 0, proto::send_wqe_header_bytes);
     slot.wr_id = wr.wr_id;
     slot.opcode = wr.opcode;
@@ -105,7 +134,9 @@ void write_send(proto::send_wqe& slot, const ibv_send_wr& wr, uint64_t inline_by
         slot.remote_addr = wr.wr.rdma.remote_addr;
         slot.rkey = wr.wr.rdma.rkey;
     }
-    if (is_atomic(wr.opcode)) {
+    if (type == IBV_QPT_UD) {
+        write_ud_destination(slot, *to_ah(wr.wr.ud.ah), wr.wr.ud.remote_qpn, wr.wr.ud.remote_qkey);
+    } else if (is_atomic(wr.opcode)) {
         slot.remote_addr = wr.wr.atomic.remote_addr;
         slot.rkey = wr.wr.atomic.rkey;
         slot.compare_add = wr.wr.atomic.compare_add;
@@ -147,8 +178,6 @@ bool recv_queue_open(int state) {
     return state != IBV_QPS_RESET;
 }
 
-}  // namespace
-
 int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     shim_qp* q = to_qp(qp);
     int error = 0;
@@ -177,7 +206,7 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
                     failed = wr;
                     break;
                 }
-                write_send(q->sq[head & (q->sq_capacity - 1)], *wr, inline_bytes);
+                write_send(q->sq[head & (q->sq_capacity - 1)], *wr, inline_bytes, q->qp.qp_type);
                 ++head;
                 --room;
             }

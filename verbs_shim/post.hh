@@ -9,9 +9,31 @@
 
 #include <infiniband/verbs.h>
 
+#include <cstdint>
+
+#include "rings.hh"
+
 namespace jakiro::shim {
+
+struct shim_qp;
 
 int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr);
 int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+
+// The steps of ibv_post_send, shared with the ibv_wr_* API (qp_ex.hh) so that both write the
+// same WQE for the same request. Callers hold the queue's lock.
+//
+// Free slots from `head` on, given jakirod's consumer index (read with acquire).
+uint32_t free_slots(uint32_t head, const uint32_t& consumer, uint32_t capacity);
+// One send work request against the QP: 0 or an errno; `inline_bytes` gets the inline length.
+int check_send(const shim_qp& q, const ibv_send_wr& wr, uint64_t& inline_bytes);
+// Writes a checked request into its slot (inline data copied now).
+void write_send(verbs_proto::send_wqe& slot, const ibv_send_wr& wr, uint64_t inline_bytes,
+                ibv_qp_type type);
+// After publishing: wakes jakirod's worker if it sleeps.
+void ring_doorbell_if_sleeping(const shim_qp& q);
+// Whether each queue takes work in `state` (ibv_qp_state).
+bool send_queue_open(int state);
+bool recv_queue_open(int state);
 
 }  // namespace jakiro::shim

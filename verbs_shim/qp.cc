@@ -15,6 +15,7 @@
 #include "debug.hh"
 #include "pd.hh"
 #include "qp_attr_wire.hh"
+#include "qp_ex.hh"
 #include "srq.hh"
 
 namespace jakiro::shim {
@@ -37,18 +38,20 @@ void abandon_qp(shim_context* c, uint32_t handle) {
     destroy_object(c, proto::opcode::destroy_qp, handle);
 }
 
-// The QP types the engine will run some day fail as unsupported; anything else is invalid.
+// RC, UC and UD run on the engine; the other types of verbs.h fail as unsupported (a vNIC has
+// no raw Ethernet queue, XRC domains are not built); anything else is invalid.
 int check_type(ibv_qp_type type) {
     switch (type) {
         case IBV_QPT_RC:
-            return 0;
         case IBV_QPT_UC:
-        case IBV_QPT_UD:  // issue 5
+        case IBV_QPT_UD:
+            return 0;
         case IBV_QPT_RAW_PACKET:
         case IBV_QPT_XRC_SEND:
         case IBV_QPT_XRC_RECV:
         case IBV_QPT_DRIVER:
-            debug("ibv_create_qp: only RC queue pairs are supported (asked for type %d)", type);
+            debug("ibv_create_qp: RC, UC and UD queue pairs are supported (asked for type %d)",
+                  type);
             return EOPNOTSUPP;
     }
     return EINVAL;
@@ -181,7 +184,7 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
     req.max_send_sge = attr->cap.max_send_sge;
     req.max_recv_sge = attr->cap.max_recv_sge;
     req.max_inline_data = attr->cap.max_inline_data;
-    req.qp_type = proto::qpt_rc;
+    req.qp_type = static_cast<uint8_t>(attr->qp_type);
     req.srq = attr->srq != nullptr ? attr->srq->handle : 0;
     req.sq_sig_all = attr->sq_sig_all != 0 ? 1 : 0;
     proto::create_qp_reply reply;
@@ -272,20 +275,43 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
         errno = EINVAL;
         return nullptr;
     }
-    if (attr->comp_mask != IBV_QP_INIT_ATTR_PD) {
-        debug("ibv_create_qp_ex: only the PD attribute is supported (comp_mask %#x)",
+    // The PD, and send ops for ibv_qp_ex (qp_ex.hh); no creation flags, XRC, RSS or TSO.
+    constexpr uint32_t supported_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    if ((attr->comp_mask & ~supported_mask) != 0) {
+        debug("ibv_create_qp_ex: only the PD and send ops attributes are supported (comp_mask %#x)",
               attr->comp_mask);
         errno = EOPNOTSUPP;
         return nullptr;
     }
-    if (attr->pd == nullptr || attr->pd->context != context) {
+    if ((attr->comp_mask & IBV_QP_INIT_ATTR_PD) == 0 || attr->pd == nullptr ||
+        attr->pd->context != context) {
         errno = EINVAL;
+        return nullptr;
+    }
+    const bool with_ops = (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0;
+    if (with_ops && check_send_ops(attr->qp_type, attr->send_ops_flags) != 0) {
+        debug("ibv_create_qp_ex: send ops %#llx are not all offered for QP type %d",
+              static_cast<unsigned long long>(attr->send_ops_flags), attr->qp_type);
+        errno = EOPNOTSUPP;
+        return nullptr;
+    }
+    qp_ex_state* ex = with_ops ? new_qp_ex_state() : nullptr;
+    if (with_ops && ex == nullptr) {
+        errno = ENOMEM;
         return nullptr;
     }
     // ibv_qp_init_attr is the prefix of ibv_qp_init_attr_ex (libibverbs relies on it too).
     static_assert(offsetof(ibv_qp_init_attr_ex, sq_sig_all) ==
                   offsetof(ibv_qp_init_attr, sq_sig_all));
-    return create_qp(attr->pd, reinterpret_cast<ibv_qp_init_attr*>(attr));
+    ibv_qp* qp = create_qp(attr->pd, reinterpret_cast<ibv_qp_init_attr*>(attr));
+    if (qp == nullptr) {
+        delete_qp_ex_state(ex);
+        return nullptr;
+    }
+    if (with_ops) {
+        attach_qp_ex(*to_qp(qp), ex);
+    }
+    return qp;
 }
 
 int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
@@ -369,6 +395,7 @@ int destroy_qp(ibv_qp* qp) {
     pthread_mutex_unlock(&qp->mutex);
     munmap(q->ring, q->ring_bytes);
     munmap(q->doorbell, proto::doorbell_bytes);
+    release_qp_ex(*q);
     pthread_cond_destroy(&qp->cond);
     pthread_mutex_destroy(&qp->mutex);
     q->magic = 0;

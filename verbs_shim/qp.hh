@@ -27,11 +27,15 @@
 namespace jakiro::shim {
 
 struct shim_context;
+struct qp_ex_state;
 
 constexpr uint32_t qp_magic = 0x4a4b'5150;  // "PQKJ"
 
 struct shim_qp {
-    ibv_qp qp;  // first member
+    union {
+        ibv_qp qp;        // first member
+        ibv_qp_ex qp_ex;  // its prefix is ibv_qp: a QP made with send ops (qp_ex.hh)
+    };
     uint32_t magic;
     shim_context* context;
     verbs_proto::qp_ring_header* ring;  // our mapping of jakirod's memfd
@@ -56,6 +60,9 @@ struct shim_qp {
     uint32_t rq_head;  // guarded by rq_lock
     // Async events handed to the application, guarded by qp.mutex (ibv_destroy_qp waits).
     uint32_t async_events_reported;
+    // The ibv_wr_* API's state (qp_ex.hh): set by create_qp_ex when send ops were asked for,
+    // freed by destroy_qp; nullptr otherwise (ibv_qp_to_qp_ex then returns NULL).
+    qp_ex_state* ex;
 };
 
 shim_qp* to_qp(ibv_qp* qp);

@@ -245,7 +245,7 @@ struct send_wqe {
     uint64_t remote_addr;
     uint64_t compare_add;  // atomics
     uint64_t swap;
-    uint32_t ud_ah;  // UD (reserved): address handle, remote QPN, Q_Key
+    uint32_t ud_remote_ip;  // UD: the destination (network order), from the address handle
     uint32_t ud_remote_qpn;
     uint32_t ud_remote_qkey;
     uint32_t reserved[7];

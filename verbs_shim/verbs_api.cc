@@ -25,12 +25,14 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "ah.hh"
 #include "context.hh"
 #include "cq.hh"
 #include "device.hh"
 #include "names.hh"
 #include "pd.hh"
 #include "qp.hh"
+#include "qp_ex.hh"
 #include "srq.hh"
 
 // verbs.h turns these into inline wrappers; we define the real symbols.
@@ -288,8 +290,9 @@ JAKIRO_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) 
     return create_qp(pd, qp_init_attr);
 }
 
-JAKIRO_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp*) {
-    return fail_null<ibv_qp_ex>();
+// NULL (errno untouched, as libibverbs) for a QP made without send ops.
+JAKIRO_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
+    return qp_to_qp_ex(qp);
 }
 
 JAKIRO_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
@@ -320,22 +323,25 @@ JAKIRO_EXPORT int ibv_query_ece(ibv_qp*, ibv_ece*) {
 
 // ---------------------------------------------------------------- address handles, multicast
 
-JAKIRO_EXPORT ibv_ah* ibv_create_ah(ibv_pd*, ibv_ah_attr*) {
-    return fail_null<ibv_ah>();
+JAKIRO_EXPORT ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
+    return create_ah(pd, attr);
 }
 
-JAKIRO_EXPORT int ibv_init_ah_from_wc(ibv_context*, uint8_t, ibv_wc*, ibv_grh*, ibv_ah_attr*) {
-    return fail_minus_one();
+JAKIRO_EXPORT int ibv_init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_wc* wc,
+                                      ibv_grh* grh, ibv_ah_attr* ah_attr) {
+    return init_ah_from_wc(context, port_num, wc, grh, ah_attr);
 }
 
-JAKIRO_EXPORT ibv_ah* ibv_create_ah_from_wc(ibv_pd*, ibv_wc*, ibv_grh*, uint8_t) {
-    return fail_null<ibv_ah>();
+JAKIRO_EXPORT ibv_ah* ibv_create_ah_from_wc(ibv_pd* pd, ibv_wc* wc, ibv_grh* grh,
+                                            uint8_t port_num) {
+    return create_ah_from_wc(pd, wc, grh, port_num);
 }
 
-JAKIRO_EXPORT int ibv_destroy_ah(ibv_ah*) {
-    return fail_errno();
+JAKIRO_EXPORT int ibv_destroy_ah(ibv_ah* ah) {
+    return destroy_ah(ah);
 }
 
+// Multicast groups: the overlay carries no multicast (DESIGN.md).
 JAKIRO_EXPORT int ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) {
     return fail_errno();
 }

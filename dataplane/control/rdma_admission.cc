@@ -8,6 +8,24 @@
 
 namespace jakiro {
 
+namespace {
+
+bool rdma_rule_allows(const secgroup::acl_table* acl, uint32_t remote_ip_be) {
+    secgroup::acl_key key{};
+    key.ip_proto = IPPROTO_UDP;
+    key.remote_ip = remote_ip_be;
+    key.dst_port = rte_cpu_to_be_16(secgroup::rocev2_udp_port);
+    key.src_port = rte_cpu_to_be_16(secgroup::rocev2_udp_port);
+    const secgroup::acl_key* keys[] = {&key};
+    uint32_t verdict = secgroup::acl_table::no_match;
+    if (acl != nullptr) {
+        acl->classify(keys, &verdict, 1);
+    }
+    return verdict != secgroup::acl_table::no_match;
+}
+
+}  // namespace
+
 int admit_rdma_peer(const datapath_tables& tables, uint16_t vnic_slot, uint32_t remote_ip_be) {
     if (vnic_slot >= tables.vnics.size() || vnic_slot >= tables.policies.size()) {
         return ENETUNREACH;
@@ -16,22 +34,25 @@ int admit_rdma_peer(const datapath_tables& tables, uint16_t vnic_slot, uint32_t 
     if (remote_ip_be == vnic.ip || tables.vlt->lookup(vnic.vpc, remote_ip_be) == nullptr) {
         return ENETUNREACH;
     }
-    secgroup::acl_key key{};
-    key.ip_proto = IPPROTO_UDP;
-    key.remote_ip = remote_ip_be;
-    key.dst_port = rte_cpu_to_be_16(secgroup::rocev2_udp_port);
-    key.src_port = rte_cpu_to_be_16(secgroup::rocev2_udp_port);
-    const secgroup::acl_key* keys[] = {&key};
     for (const auto& acl : tables.policies[vnic_slot].acl) {
-        uint32_t verdict = secgroup::acl_table::no_match;
-        if (acl != nullptr) {
-            acl->classify(keys, &verdict, 1);
-        }
-        if (verdict == secgroup::acl_table::no_match) {
+        if (!rdma_rule_allows(acl.get(), remote_ip_be)) {
             return EACCES;
         }
     }
     return 0;
+}
+
+bool admit_rdma_datagram(const datapath_tables& tables, uint16_t vnic_slot, uint32_t remote_ip_be,
+                         secgroup::direction dir) {
+    if (vnic_slot >= tables.vnics.size() || vnic_slot >= tables.policies.size()) {
+        return false;
+    }
+    const vnic_view& vnic = tables.vnics[vnic_slot];
+    if (remote_ip_be != vnic.ip && tables.vlt->lookup(vnic.vpc, remote_ip_be) == nullptr) {
+        return false;
+    }
+    return rdma_rule_allows(tables.policies[vnic_slot].acl[static_cast<int>(dir)].get(),
+                            remote_ip_be);
 }
 
 }  // namespace jakiro

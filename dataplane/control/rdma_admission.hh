@@ -7,10 +7,17 @@
 #include <cstdint>
 
 #include "../tables.hh"
+#include "secgroup/rule.hh"
 
 namespace jakiro {
 
 // 0, ENETUNREACH (the peer is not in the VPC) or EACCES (a security group forbids it).
 int admit_rdma_peer(const datapath_tables& tables, uint16_t vnic_slot, uint32_t remote_ip_be);
+
+// UD has no connection to admit once, so every datagram is checked (on the worker, per
+// packet): `remote_ip_be` must be an address of the vNIC's VPC (the vNIC itself included: two
+// QPs of one vNIC may talk) and the vNIC's `rdma` rules of direction `dir` must allow it.
+bool admit_rdma_datagram(const datapath_tables& tables, uint16_t vnic_slot, uint32_t remote_ip_be,
+                         secgroup::direction dir);
 
 }  // namespace jakiro

@@ -215,7 +215,7 @@ void engine::receive(uint16_t vnic, const uint8_t* ipv4, uint32_t ip_len, packet
         drop(engine_drop::truncated);
         return;
     }
-    const parse_result parsed = parse_roce(udp + 8, udp_len - 8);
+    parse_result parsed = parse_roce(udp + 8, udp_len - 8);
     if (!parsed.ok()) {
         drop(parsed.error == parse_error::truncated ? engine_drop::truncated
                                                     : engine_drop::malformed);
@@ -225,12 +225,9 @@ void engine::receive(uint16_t vnic, const uint8_t* ipv4, uint32_t ip_len, packet
         drop(engine_drop::bad_icrc);
         return;
     }
+    parsed.packet.ipv4 = ipv4;  // a UD receive delivers the IPv4 header in its GRH area
     const roce_packet& p = parsed.packet;
     const bool cnp = p.info->transport == transport_type::cnp;
-    if (p.info->transport != transport_type::rc && !cnp) {
-        drop(engine_drop::unsupported_transport);
-        return;
-    }
     if (p.pkey != default_pkey) {
         drop(engine_drop::bad_pkey);
         return;
@@ -240,9 +237,37 @@ void engine::receive(uint16_t vnic, const uint8_t* ipv4, uint32_t ip_len, packet
         drop(engine_drop::unknown_qp);
         return;
     }
+    const transport_type expected = qp->type() == IBV_QPT_UD   ? transport_type::ud
+                                    : qp->type() == IBV_QPT_UC ? transport_type::uc
+                                                               : transport_type::rc;
+    if (cnp ? expected == transport_type::ud : p.info->transport != expected) {
+        drop(engine_drop::wrong_transport);
+        return;
+    }
     uint32_t src_ip_be;
     std::memcpy(&src_ip_be, ipv4 + 12, 4);
     const ibv_qp_state st = qp->state();
+    if (expected == transport_type::ud) {
+        // No connection: any QP of the VPC may send, if the security groups let it in.
+        if (st == IBV_QPS_RESET || st == IBV_QPS_INIT) {
+            drop(engine_drop::not_ready);
+            return;
+        }
+        if (!port.permits_datagram(vnic, src_ip_be, false)) {
+            drop(engine_drop::denied);
+            return;
+        }
+        // Metered like TCP: no connection to send a CNP to, and a datagram may be lost.
+        if (meter != nullptr &&
+            meter->on_packet(now_ns, qos::traffic_class::rdma, qos::charged_bytes(14 + ip_len),
+                             static_cast<qos::ecn>(ipv4[1] & 0x03), nullptr)
+                    .action == qos::ingress_action::drop) {
+            drop(engine_drop::over_share);
+            return;
+        }
+        qp->receive(p, port, now_ns);
+        return;
+    }
     if (src_ip_be != qp->remote_ip_be() || st == IBV_QPS_RESET || st == IBV_QPS_INIT) {
         drop(engine_drop::not_connected);
         return;

@@ -36,9 +36,12 @@ namespace jakiro::roce {
     X(truncated, "shorter than IPv4 + UDP + BTH + ICRC, or lengths disagree") \
     X(malformed, "BTH or extension headers do not parse")                     \
     X(bad_icrc, "ICRC mismatch")                                              \
-    X(unsupported_transport, "UC or UD: not built")                           \
+    X(wrong_transport, "transport (RC, UC, UD) is not the QP's")              \
     X(unknown_qp, "no such QP on this vNIC (RCFT miss)")                      \
     X(not_connected, "QP not connected to this source (RCFT mismatch)")       \
+    X(not_ready, "UD QP not ready to receive (RESET or INIT)")                \
+    X(denied, "UD datagram refused by the vNIC's security groups")            \
+    X(over_share, "UD datagram above the vNIC's rdma ingress share (DHTB)")   \
     X(bad_pkey, "P_Key not the default partition")
 
 enum class engine_drop : uint8_t {

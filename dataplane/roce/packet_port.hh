@@ -34,6 +34,14 @@ class packet_port {
         (void)frame_len;
         return true;
     }
+    // UD (no connection was admitted): may vNIC `vnic` send a datagram to `remote_ip_be`
+    // (`outbound`) or receive one from it? The port counts what it refuses.
+    virtual bool permits_datagram(uint16_t vnic, uint32_t remote_ip_be, bool outbound) {
+        (void)vnic;
+        (void)remote_ip_be;
+        (void)outbound;
+        return true;
+    }
     // Counts a message the engine moved memory to memory for `vnic` (traffic accounting).
     virtual void count_local(uint16_t from_vnic, uint16_t to_vnic, uint64_t bytes) {
         (void)from_vnic;

@@ -24,6 +24,9 @@ constexpr uint32_t send_window_packets = 1024;
 constexpr uint32_t ack_request_interval = 64;
 // READs the responder queues beyond max_dest_rd_atomic (re-executed duplicates).
 constexpr std::size_t read_job_slack = 4;
+// What a UD receive buffer holds before the payload: the GRH, or on RoCE v2 over IPv4 its
+// 40-byte area (IB spec 11.4.1.2, and what every RoCE v2 NIC delivers).
+constexpr uint32_t ud_grh_bytes = 40;
 
 bool gid_is_ipv4_mapped(const uint8_t* gid) {
     static constexpr uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
@@ -132,10 +135,16 @@ qos::dcqcn_params dcqcn_defaults() {
 
 rc_qp::rc_qp(rc_qp_setup setup)
     : _s(std::move(setup)),
-      _machine(IBV_QPT_RC, _s.limits),
+      _machine(_s.type, _s.limits),
       _sends(_s.ring->sq_capacity()),
       _rate(dcqcn_defaults(), 0) {
     _reads.reserve(_s.limits.max_qp_rd_atom + read_job_slack);
+    if (_s.type == IBV_QPT_UD) {
+        // A UD QP has no path: its datagrams are at most the port's MTU, and its source
+        // port (ECMP entropy) is fixed per QP.
+        _mtu = mtu_bytes(_s.limits.max_mtu);
+        _udp_src_port = static_cast<uint16_t>(0xC000 | (_s.qpn & 0x3FFF));
+    }
 }
 
 void rc_qp::on_cnp(uint64_t now_ns) {
@@ -277,9 +286,14 @@ unsigned rc_qp::poll(packet_port& port, uint64_t now_ns, unsigned budget) {
     if (st == IBV_QPS_RTS && _machine.state() == IBV_QPS_RTS) {
         fetch_sends(now_ns);
         retire_sends();  // a WR that failed locally completes as soon as its turn comes
-        run_timers(now_ns);
+        if (reliable()) {
+            run_timers(now_ns);
+        }
         if (_machine.state() == IBV_QPS_RTS && sent < budget) {
             sent += send_packets(port, now_ns, budget - sent);
+            if (!reliable()) {
+                retire_sends();  // nothing to wait for: sent is done
+            }
         }
     }
     if (_machine.state() == IBV_QPS_ERR) {
@@ -316,11 +330,19 @@ void rc_qp::fetch_sends(uint64_t now_ns) {
         switch (op.wqe.opcode) {
             case IBV_WR_SEND:
             case IBV_WR_SEND_WITH_IMM:
+                break;
             case IBV_WR_RDMA_WRITE:
             case IBV_WR_RDMA_WRITE_WITH_IMM:
+                if (_s.type == IBV_QPT_UD) {
+                    op.local_error = IBV_WC_LOC_QP_OP_ERR;
+                }
+                break;
             case IBV_WR_RDMA_READ:
             case IBV_WR_ATOMIC_CMP_AND_SWP:
             case IBV_WR_ATOMIC_FETCH_AND_ADD:
+                if (!reliable()) {
+                    op.local_error = IBV_WC_LOC_QP_OP_ERR;  // RC only (IB spec 3.7.2)
+                }
                 break;
             default:
                 op.local_error = IBV_WC_LOC_QP_OP_ERR;
@@ -339,6 +361,9 @@ void rc_qp::fetch_sends(uint64_t now_ns) {
         }
         if (op.local_error == IBV_WC_SUCCESS && is_atomic(op.wqe) && op.length != 8) {
             op.local_error = IBV_WC_LOC_LEN_ERR;  // the original value needs exactly 8 bytes
+        }
+        if (op.local_error == IBV_WC_SUCCESS && _s.type == IBV_QPT_UD && op.length > _mtu) {
+            op.local_error = IBV_WC_LOC_LEN_ERR;  // a datagram is one packet
         }
         op.first_psn = _psn_cursor;
         op.packets = op.local_error == IBV_WC_SUCCESS ? packets_for(op.length, _mtu) : 0;
@@ -383,7 +408,7 @@ void rc_qp::check_local_buffers(send_op& op) {
 unsigned rc_qp::send_packets(packet_port& port, uint64_t now_ns, unsigned budget) {
     verbs::qp_ring& ring = *_s.ring;
     const uint32_t mask = ring.sq_capacity() - 1;
-    if (_una == _next_psn && _send_index != ring.send_taken()) {
+    if (reliable() && _una == _next_psn && _send_index != ring.send_taken()) {
         // Intra-host shortcut: nothing in flight as packets, the peer is a QP of this engine.
         if (rc_qp* peer = local_peer(port); peer != nullptr) {
             _local_fallback = false;
@@ -426,10 +451,14 @@ unsigned rc_qp::send_packets(packet_port& port, uint64_t now_ns, unsigned budget
             _next_psn = psn_add(_next_psn, 1);
             if (k + 1 == op.packets) {
                 ++_send_index;
+                op.done = !reliable();  // UC, UD: no acknowledgement to wait for
             }
         }
         if (psn_diff(_next_psn, _sent_high) > 0) {
             _sent_high = _next_psn;
+        }
+        if (!reliable()) {
+            _una = _next_psn;
         }
     }
     return sent;
@@ -463,6 +492,17 @@ bool rc_qp::emit_request(packet_port& port, send_op& op, uint32_t k) {
             code = write ? opcode::rc_write_middle : opcode::rc_send_middle;
         }
     }
+    // The same operation on the QP's transport: UC and UD opcodes differ from RC's in the
+    // top three bits only (IB spec 9.2.1).
+    const uint8_t operation = code & 0x1F;
+    if (_s.type == IBV_QPT_UC) {
+        code = opcode::uc | operation;
+    } else if (_s.type == IBV_QPT_UD) {
+        code = opcode::ud | operation;
+        if (!port.permits_datagram(_s.local.vnic, w.ud_remote_ip, true)) {
+            return true;  // the security groups refuse it (the port counted it): gone, unsent
+        }
+    }
     if (!port.admit(_s.local.vnic, frame_bytes(code, payload))) {
         return false;  // the vNIC's rdma share is spent for now: paced, not dropped
     }
@@ -481,11 +521,19 @@ bool rc_qp::emit_request(packet_port& port, send_op& op, uint32_t k) {
     }
     bth_fields bth;
     bth.opcode = code;
-    bth.dest_qp = _machine.attr().dest_qp_num;
+    bth.dest_qp = _s.type == IBV_QPT_UD ? w.ud_remote_qpn : _machine.attr().dest_qp_num;
     bth.psn = psn_add(op.first_psn, k);
-    bth.ack_req = !needs_response(w) && (last || (k + 1) % ack_request_interval == 0);
+    bth.ack_req = reliable() && !needs_response(w) && (last || (k + 1) % ack_request_interval == 0);
     bth.solicited = last && (w.send_flags & IBV_SEND_SOLICITED) != 0;
     ext_fields ext;
+    if (_s.type == IBV_QPT_UD) {
+        // A WR Q_Key with its top bit set means "the QP's own" (IB spec 10.2.5).
+        ext.qkey = (w.ud_remote_qkey & 0x8000'0000u) != 0 ? _machine.attr().qkey : w.ud_remote_qkey;
+        ext.src_qp = _s.qpn;
+        ext.imm_be = w.imm_data;
+        finish_packet_to(port, w.ud_remote_ip, bth, ext, frame, payload);
+        return true;
+    }
     ext.imm_be = w.imm_data;
     ext.va = w.remote_addr + offset;
     ext.rkey = w.rkey;
@@ -1032,7 +1080,114 @@ void rc_qp::receive(const roce_packet& p, packet_port& port, uint64_t now_ns) {
     if (!_machine.accepts_inbound()) {
         return;
     }
-    on_request(p, port, now_ns);
+    switch (_s.type) {
+        case IBV_QPT_UD:
+            on_datagram(p);
+            return;
+        case IBV_QPT_UC:
+            on_unreliable_request(p, port);
+            return;
+        default:
+            on_request(p, port, now_ns);
+            return;
+    }
+}
+
+// ---------------------------------------------------------------- UC and UD responders
+
+void rc_qp::abandon_message() {
+    _stats.messages_dropped.fetch_add(1, std::memory_order_relaxed);
+    if (_in_send) {
+        _recv_held = true;  // the next message fills it from the start
+        _in_send = false;
+    }
+    _in_write = false;
+    _write_pin.reset();
+    _discarding = true;
+}
+
+void rc_qp::on_unreliable_request(const roce_packet& p, packet_port& port) {
+    const op_kind kind = p.info->kind;
+    const bool first = (p.info->position & position::first) != 0;
+    switch (classify_request_psn(p.psn, _epsn)) {
+        case psn_class::duplicate:
+            _stats.duplicates.fetch_add(1, std::memory_order_relaxed);
+            return;  // UC never retransmits: a copy the fabric made
+        case psn_class::ahead:
+            _stats.out_of_sequence.fetch_add(1, std::memory_order_relaxed);
+            if (_in_send || _in_write) {
+                abandon_message();  // packets of it were lost
+            }
+            break;
+        case psn_class::expected:
+            break;
+    }
+    _epsn = psn_add(p.psn, 1);
+    if (first) {
+        if (_in_send || _in_write) {
+            abandon_message();  // its last packet was lost
+        }
+        _discarding = false;
+    } else if (_discarding ||
+               !((_in_send && kind == op_kind::send) || (_in_write && kind == op_kind::write))) {
+        _discarding = true;  // the rest of a message that is already lost
+        return;
+    }
+    if (kind == op_kind::send) {
+        execute_send(p, port);
+    } else if (kind == op_kind::write) {
+        execute_write(p, port);
+    } else {
+        abandon_message();  // not a UC operation (the engine checked the transport)
+    }
+}
+
+void rc_qp::on_datagram(const roce_packet& p) {
+    // IB spec 10.2.5: a datagram whose Q_Key is not the QP's is dropped, silently.
+    if (p.deth == nullptr || p.deth->qkey() != _machine.attr().qkey) {
+        _stats.messages_dropped.fetch_add(1, std::memory_order_relaxed);
+        return;
+    }
+    recv_op r;
+    if (!take_recv(r)) {
+        _stats.messages_dropped.fetch_add(1, std::memory_order_relaxed);
+        return;  // no receive posted: UD has no RNR, the datagram is lost
+    }
+    const auto payload = static_cast<uint32_t>(p.payload.size());
+    proto::cqe c{};
+    c.wr_id = r.wr_id;
+    c.opcode = IBV_WC_RECV;
+    c.qp_num = _s.qpn;
+    c.src_qp = p.deth->src_qp();
+    c.solicited = p.solicited ? 1 : 0;
+    c.byte_len = ud_grh_bytes + payload;
+    c.wc_flags = IBV_WC_GRH;
+    if (p.immdt != nullptr) {
+        c.imm_data = p.immdt->imm_be();
+        c.wc_flags |= IBV_WC_WITH_IMM;
+    }
+    if (r.local_error != IBV_WC_SUCCESS) {
+        c.status = r.local_error;
+    } else if (c.byte_len > r.length) {
+        c.status = IBV_WC_LOC_LEN_ERR;  // the buffer must hold the GRH and the payload
+        _stats.messages_dropped.fetch_add(1, std::memory_order_relaxed);
+    } else {
+        // The GRH area as RoCE v2 NICs fill it for IPv4: 20 bytes of nothing, then the IPv4
+        // header (ibv_init_ah_from_wc reads the sender's address there).
+        uint8_t grh[ud_grh_bytes] = {};
+        if (p.ipv4 != nullptr) {
+            std::memcpy(grh + ud_grh_bytes - 20, p.ipv4, 20);
+        }
+        scatter(r.sge_data.data(), r.sge_len.data(), r.sges, 0, grh, ud_grh_bytes);
+        scatter(r.sge_data.data(), r.sge_len.data(), r.sges, ud_grh_bytes, p.payload.data(),
+                payload);
+        c.status = IBV_WC_SUCCESS;
+    }
+    for (uint8_t i = 0; i < r.sges; ++i) {
+        r.pins[i].reset();
+    }
+    _s.ring->retire_recv(1);
+    complete(*_s.recv_cq, c);
 }
 
 void rc_qp::on_request(const roce_packet& p, packet_port& port, uint64_t now_ns) {
@@ -1221,7 +1376,12 @@ bool rc_qp::execute_send(const roce_packet& p, packet_port& port) {
         return false;
     }
     if ((pos & position::first) != 0) {
-        if (!take_recv(_recv)) {
+        if (_recv_held) {
+            _recv_held = false;  // UC: the WQE an abandoned message had taken
+        } else if (!reliable() && !take_recv(_recv)) {
+            abandon_message();  // UC: no RNR, the message is lost
+            return false;
+        } else if (reliable() && !take_recv(_recv)) {
             send_ack(port, syndrome_rnr_nak(_machine.attr().min_rnr_timer), p.psn);
             _stats.rnr_naks_sent.fetch_add(1, std::memory_order_relaxed);
             return false;
@@ -1300,6 +1460,10 @@ bool rc_qp::execute_write(const roce_packet& p, packet_port& port) {
     // an RNR NAK leaves nothing half done.
     recv_op imm_recv;
     if (last && p.immdt != nullptr && !take_recv(imm_recv)) {
+        if (!reliable()) {
+            abandon_message();  // UC: no RNR, the message is lost
+            return false;
+        }
         if ((pos & position::first) != 0) {
             _write_pin.reset();  // an ONLY packet: it comes again, RETH and all
         }
@@ -1443,8 +1607,17 @@ void rc_qp::send_ack(packet_port& port, uint8_t syndrome, uint32_t psn) {
 
 void rc_qp::responder_error(packet_port& port, proto::event_type event, uint8_t syndrome,
                             ibv_wc_status recv_status) {
-    send_ack(port, syndrome, _epsn);
-    _stats.naks_sent.fetch_add(1, std::memory_order_relaxed);
+    if (!reliable()) {
+        // UC (IB spec 9.9.3): what the requester did wrong drops its message, silently; only
+        // the responder's own errors (a bad receive WQE, a receive too small) end the QP.
+        if (recv_status == IBV_WC_REM_INV_REQ_ERR || recv_status == IBV_WC_REM_ACCESS_ERR) {
+            abandon_message();
+            return;
+        }
+    } else {
+        send_ack(port, syndrome, _epsn);
+        _stats.naks_sent.fetch_add(1, std::memory_order_relaxed);
+    }
     if (_in_send) {
         proto::cqe c{};
         c.wr_id = _recv.wr_id;
@@ -1520,8 +1693,8 @@ void rc_qp::flush() {
     }
     _send_index = ring.send_taken();
     _next_psn = _una = _sent_high = _psn_cursor;
-    // Receive queue: the one in progress, then the posted ones.
-    if (_in_send) {
+    // Receive queue: the one in progress (or held by UC), then the posted ones.
+    if (_in_send || _recv_held) {
         for (uint8_t s = 0; s < _recv.sges; ++s) {
             _recv.pins[s].reset();
         }
@@ -1533,6 +1706,7 @@ void rc_qp::flush() {
         ring.retire_recv(1);
         complete(*_s.recv_cq, c);
         _in_send = false;
+        _recv_held = false;
     }
     const auto recvs = ring.recv_pending();
     for (uint32_t i = 0; !recvs.corrupt && i < recvs.count; ++i) {
@@ -1580,7 +1754,7 @@ void rc_qp::reset() {
     _rnr_resume_ns = 0;
     _rewound_for_gap = false;
     _epsn = _msn = 0;
-    _nak_sent = _ack_pending = _in_send = _in_write = false;
+    _nak_sent = _ack_pending = _in_send = _in_write = _recv_held = _discarding = false;
     _write_pin.reset();
     _reads.clear();
     _comm_established = false;
@@ -1600,19 +1774,24 @@ uint8_t* rc_qp::begin_packet(packet_port& port, uint8_t code, uint32_t payload_l
     return port.begin_frame(frame_l2_l4_bytes + roce_len);
 }
 
-void rc_qp::finish_packet(packet_port& port, const bth_fields& bth_in, const ext_fields& ext,
+void rc_qp::finish_packet(packet_port& port, const bth_fields& bth, const ext_fields& ext,
                           uint8_t* frame, uint32_t payload_len) {
+    finish_packet_to(port, _remote_ip_be, bth, ext, frame, payload_len);
+}
+
+void rc_qp::finish_packet_to(packet_port& port, uint32_t dst_ip_be, const bth_fields& bth_in,
+                             const ext_fields& ext, uint8_t* frame, uint32_t payload_len) {
     const opcode_info& info = opcode_info_of(bth_in.opcode);
     const uint8_t pad = pad_count(payload_len);
     const uint32_t roce_len = info.header_bytes + payload_len + pad + icrc_bytes;
     bth_fields bth = bth_in;
     bth.pad = pad;
-    write_frame_headers(frame, _s.local.mac, _s.local.ip_be, _remote_ip_be, _udp_src_port,
+    write_frame_headers(frame, _s.local.mac, _s.local.ip_be, dst_ip_be, _udp_src_port,
                         _machine.attr().ah_attr.grh.traffic_class, roce_len);
     build_roce_headers(frame + frame_l2_l4_bytes, info.header_bytes, bth, ext);
     std::memset(frame + frame_l2_l4_bytes + info.header_bytes + payload_len, 0, pad);
     seal_icrc(frame, roce_len);
-    port.end_frame(_s.local.vnic, _remote_ip_be, frame_l2_l4_bytes + roce_len);
+    port.end_frame(_s.local.vnic, dst_ip_be, frame_l2_l4_bytes + roce_len);
     _stats.packets_sent.fetch_add(1, std::memory_order_relaxed);
     _stats.bytes_sent.fetch_add(payload_len, std::memory_order_relaxed);
 }

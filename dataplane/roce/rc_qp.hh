@@ -3,6 +3,13 @@
 // retransmission) and the responder (packets → memory and receive completions, ACK/NAK) of
 // IBTA vol. 1 ch. 9, over the rings the shim posts into and the MRs it registered.
 //
+// The unreliable transports reuse it, as rxe does (one QP engine, the transport decides what
+// is acknowledged): a UC QP sends SENDs and WRITEs, completes a WR once its last packet left,
+// and its responder drops a message on a PSN gap, a missing receive or a bad rkey, silently
+// (IB spec 9.7.5.2.2: no ACKs, no NAKs, no retries). A UD QP sends one packet per SEND to the
+// address in its WQE with a DETH (Q_Key, source QP), and its responder checks the Q_Key and
+// delivers the 40-byte GRH area (the IPv4 header in its last 20 bytes) before the payload.
+//
 // Requester: WQEs are copied out of the ring once (local keys checked then, pinned), get
 // their PSN range, and are sent up to a window of unacknowledged packets. `una` is the oldest
 // unacknowledged PSN; ACKs and in-order READ responses move it; a NAK, a sequence gap in READ
@@ -51,6 +58,8 @@ struct qp_endpoint {
 };
 
 struct rc_qp_setup {
+    // RC; UC and UD run the same requester and responder with acknowledgements off (below).
+    ibv_qp_type type = IBV_QPT_RC;
     qp_endpoint local;
     uint32_t qpn = 0;  // == the QP handle
     uint32_t pd = 0;
@@ -88,6 +97,9 @@ struct rc_qp_stats {
     std::atomic<uint64_t> error_completions{0};
     std::atomic<uint64_t> cnps_sent{0};
     std::atomic<uint64_t> cnps_received{0};
+    // UC and UD: messages the responder dropped (no receive posted, a PSN gap, a bad Q_Key or
+    // rkey, a datagram larger than its buffer): the unreliable transports tell no one else.
+    std::atomic<uint64_t> messages_dropped{0};
     std::atomic<uint64_t> rate_bps{0};  // DCQCN's current sending rate
     // Snapshot of the protocol state.
     std::atomic<uint32_t> state{IBV_QPS_RESET};
@@ -127,6 +139,7 @@ class rc_qp {
     uint64_t rate_bps() const { return _rate.rate_bps(); }
 
     uint32_t qpn() const { return _s.qpn; }
+    ibv_qp_type type() const { return _s.type; }
     uint64_t owner() const { return _s.owner; }
     uint16_t vnic() const { return _s.local.vnic; }
     uint32_t remote_ip_be() const { return _remote_ip_be; }
@@ -222,6 +235,13 @@ class rc_qp {
     void responder_error(packet_port& port, verbs_proto::event_type event, uint8_t syndrome,
                          ibv_wc_status recv_status);
 
+    // ---- unreliable transports (UC, UD)
+    bool reliable() const { return _s.type == IBV_QPT_RC; }
+    // UC: a message in progress is abandoned (its receive WQE waits for the next one).
+    void abandon_message();
+    void on_unreliable_request(const roce_packet& p, packet_port& port);
+    void on_datagram(const roce_packet& p);
+
     // ---- both
     bool complete(verbs::completion_queue& cq, const verbs_proto::cqe& c);
     void enter_error();
@@ -232,6 +252,9 @@ class rc_qp {
                           uint32_t& header_offset);
     void finish_packet(packet_port& port, const bth_fields& bth, const ext_fields& ext,
                        uint8_t* frame, uint32_t payload_len);
+    // UD: to `dst_ip_be` instead of the connected peer.
+    void finish_packet_to(packet_port& port, uint32_t dst_ip_be, const bth_fields& bth,
+                          const ext_fields& ext, uint8_t* frame, uint32_t payload_len);
     void publish_stats();
 
     rc_qp_setup _s;
@@ -262,7 +285,9 @@ class rc_qp {
     bool _nak_sent = false;
     bool _ack_pending = false;
     uint32_t _ack_psn = 0;
-    bool _in_send = false;  // a multi-packet SEND is under way into _recv
+    bool _in_send = false;     // a multi-packet SEND is under way into _recv
+    bool _recv_held = false;   // UC: _recv was taken for a message that was abandoned
+    bool _discarding = false;  // UC: dropping the rest of a message, up to its next first packet
     recv_op _recv;
     uint32_t _recv_offset = 0;
     bool _in_write = false;  // a multi-packet WRITE is under way

@@ -28,8 +28,9 @@ int vnic_resources::create_qp(uint64_t client, const proto::create_qp_request& r
     if (req.flags != 0 || req.reserved0 != 0 || req.reserved1 != 0) {
         return EINVAL;
     }
-    if (req.qp_type != proto::qpt_rc) {
-        return EOPNOTSUPP;  // UC and UD are not built
+    if (req.qp_type != proto::qpt_rc && req.qp_type != proto::qpt_uc &&
+        req.qp_type != proto::qpt_ud) {
+        return EOPNOTSUPP;  // XRC, raw packet: not built
     }
     // A QP on an SRQ takes its receives from there: the SRQ must be the client's too.
     std::shared_ptr<shared_receive_queue> srq;
@@ -104,6 +105,7 @@ int vnic_resources::create_qp(uint64_t client, const proto::create_qp_request& r
     setup.limits = _qp_support.limits;
     setup.events = _qp_support.events;
     setup.srq = srq;
+    setup.type = static_cast<ibv_qp_type>(req.qp_type);
     auto qp = std::make_shared<roce::rc_qp>(std::move(setup));
     roce::engine* engine = _qp_support.engine;
     if (const int error = engine->call([engine, qp] {

@@ -2,6 +2,7 @@
 
 #include <rte_ip.h>
 
+#include "../control/rdma_admission.hh"
 #include "../overlay/vxlan.hh"
 #include "../roce/engine.hh"
 #include "egress_shaper.hh"
@@ -94,6 +95,20 @@ void roce_port::count_local(uint16_t from_vnic, uint16_t to_vnic, uint64_t bytes
     _ctx.counters.vnics[from_vnic].rdma_tx_bytes.add(bytes);
     _ctx.counters.vnics[to_vnic].rdma_rx_bytes.add(bytes);
     _ctx.counters.rdma_local_messages.add(1);
+}
+
+bool roce_port::permits_datagram(uint16_t vnic_slot, uint32_t remote_ip_be, bool outbound) {
+    if (_tables == nullptr || vnic_slot >= _tables->vnics.size()) {
+        return false;
+    }
+    const auto dir = outbound ? secgroup::direction::egress : secgroup::direction::ingress;
+    if (admit_rdma_datagram(*_tables, vnic_slot, remote_ip_be, dir)) {
+        return true;
+    }
+    const auto reason = outbound ? drop_reason::sg_denied_egress : drop_reason::sg_denied_ingress;
+    _ctx.counters.drops[static_cast<std::size_t>(reason)].add(1);
+    _ctx.counters.vnics[vnic_slot].drops.add(1);
+    return false;
 }
 
 unsigned roce_port::deliver_loopback(roce::engine& engine, uint64_t now_ns) {

@@ -1,10 +1,10 @@
 #pragma once
 // The RoCE engine's packet_port in jakirod: engine frames become mbufs and take the egress
 // path from the VLT on — RDMA traffic is already admitted per connection (RCFT, checked at
-// RTR), so it skips the NFT. A remote destination is VXLAN-encapsulated to its host; a vNIC
-// on this host gets the frame back through the loopback queue, which the worker hands to the
-// engine on its next iteration (never recursively: an ACK to a local peer must not re-enter
-// the engine while it is sending).
+// RTR) or, for UD, per datagram by the engine asking permits_datagram, so it skips the NFT. A
+// remote destination is VXLAN-encapsulated to its host; a vNIC on this host gets the frame back
+// through the loopback queue, which the worker hands to the engine on its next iteration (never
+// recursively: an ACK to a local peer must not re-enter the engine while it is sending).
 
 #include <rte_mbuf.h>
 
@@ -30,6 +30,7 @@ class roce_port final : public roce::packet_port {
     uint16_t local_vnic(uint16_t vnic, uint32_t dst_ip_be) const override;
     bool admit(uint16_t vnic, uint32_t frame_len) override;
     void count_local(uint16_t from_vnic, uint16_t to_vnic, uint64_t bytes) override;
+    bool permits_datagram(uint16_t vnic, uint32_t remote_ip_be, bool outbound) override;
 
     // Hands every looped-back frame queued before this call to the engine. Returns how many.
     unsigned deliver_loopback(roce::engine& engine, uint64_t now_ns);

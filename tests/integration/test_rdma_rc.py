@@ -255,6 +255,47 @@ def test_perftest_completes_and_reports(tool, placement, tmp_path):
         assert float(values[3]) > 0, "average bandwidth is 0"
 
 
+def test_perftest_takes_the_post_send_path_its_device_table_gives_us(tmp_path):
+    """perftest 4.5 uses the ibv_wr_* API (ibv_create_qp_ex with send ops, ibv_qp_to_qp_ex)
+    only for the devices it lists (ConnectX-4 and later, BlueField, EFA, HNS, by vendor part
+    id) and forces --use_old_post_send for every other device, Jakiro's included; no option
+    turns the new path on. Its header says which path it took: if a perftest ever offers us
+    the new one, this test notices (and the shim's ibv_qp_ex is there to take it)."""
+    port = next(_ports)
+    common = ["-x", 0, "-F", "-s", 4096, "-n", 20, "-p", port]
+    srv_tenant, cli_tenant = PLACEMENTS["intra_host"]
+    cli, _ = run_pair("intra_host", ["ib_write_bw", "-d", f"jakiro_{VNIC[srv_tenant]}", *common],
+                      ["ib_write_bw", "-d", f"jakiro_{VNIC[cli_tenant]}", *common,
+                       IP[srv_tenant]], port, tmp_path)
+    m = re.search(r"ibv_wr\* API\s*:\s*(\w+)", cli.stdout)  # " ibv_wr* API     : OFF"
+    assert m, f"no ibv_wr* API line in perftest's header:\n{cli.stdout}"
+    assert m.group(1) == "OFF", f"perftest now takes the ibv_wr_* path: add it to PERFTEST"
+
+
+# ---------------------------------------------------------------- pyverbs, extended verbs
+
+PYVERBS_SMOKE = SRC / "tests" / "rdma" / "pyverbs_smoke.py"
+
+
+@pytest.mark.parametrize("placement,receive", [("intra_host", "srq"), ("cross_host", "srq"),
+                                               ("intra_host", "own_rq")])
+def test_pyverbs_extended_verbs_move_and_check_data(placement, receive, tmp_path):
+    """rdma-core's Python bindings across two tenants: extended CQs (start/next/end_poll and
+    the read accessors), RC QPs made with send ops (ibv_qp_to_qp_ex), the server receiving on
+    an SRQ (or its own receive queue); SEND, SEND with immediate and inline data, RDMA WRITE
+    and READ, both atomics and a batch ibv_wr_abort discards, all through ibv_wr_*. Both
+    sides check every byte and completion (tests/rdma/pyverbs_smoke.py)."""
+    srv_tenant, _ = PLACEMENTS[placement]
+    port = next(_ports)
+    extra = ["--no-srq"] if receive == "own_rq" else []
+    cli, srv_out = run_pair(placement,
+                            ["/usr/bin/python3", PYVERBS_SMOKE, "--server", "--port", port, *extra],
+                            ["/usr/bin/python3", PYVERBS_SMOKE, "--connect", IP[srv_tenant],
+                             "--port", port], port, tmp_path)
+    assert "pyverbs_smoke: client: all checks passed" in cli.stdout, cli.stdout
+    assert "pyverbs_smoke: server: all checks passed" in srv_out, srv_out
+
+
 # ---------------------------------------------------------------- rdma_integrity
 
 INTEGRITY_SUMMARY = re.compile(r"rdma_integrity: (\d+) of (\d+) ops \(([^)]*)\), (\d+) bytes, "

@@ -139,7 +139,7 @@ TEST_F(ShimPost, SendWritesEveryFieldOfEachWorkRequestAndPublishesThem) {
         EXPECT_EQ(q.inline_len, 0u);
         EXPECT_EQ(q.compare_add, 0u);
         EXPECT_EQ(q.swap, 0u);
-        EXPECT_EQ(q.ud_ah, 0u);
+        EXPECT_EQ(q.ud_remote_ip, 0u);
         EXPECT_EQ(q.ud_remote_qpn, 0u);
         EXPECT_EQ(q.ud_remote_qkey, 0u);
         expect_zero(q.reserved, 7, "reserved");

@@ -1,0 +1,132 @@
+#include "ah.hh"
+
+#include <netinet/ip.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "context.hh"
+#include "debug.hh"
+#include "pd.hh"
+
+namespace jakiro::shim {
+
+namespace {
+
+constexpr uint8_t ipv4_mapped_prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+
+bool ipv4_mapped(const uint8_t* gid) {
+    return std::memcmp(gid, ipv4_mapped_prefix, sizeof(ipv4_mapped_prefix)) == 0;
+}
+
+void map_ipv4(uint32_t ip_be, uint8_t* gid) {
+    std::memcpy(gid, ipv4_mapped_prefix, sizeof(ipv4_mapped_prefix));
+    std::memcpy(gid + 12, &ip_be, 4);
+}
+
+}  // namespace
+
+shim_ah* to_ah(ibv_ah* ah) {
+    auto* a = reinterpret_cast<shim_ah*>(ah);
+    return a != nullptr && a->magic == ah_magic ? a : nullptr;
+}
+
+ibv_ah* create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
+    shim_pd* p = to_pd(pd);
+    if (p == nullptr || attr == nullptr) {
+        errno = EINVAL;
+        return nullptr;
+    }
+    // RoCE needs the GRH: the destination is a GID, and ours are IPv4-mapped (one per port).
+    if (attr->is_global == 0 || attr->port_num != 1 || attr->grh.sgid_index != 0 ||
+        !ipv4_mapped(attr->grh.dgid.raw)) {
+        debug(
+            "ibv_create_ah: a RoCE v2 address needs is_global, port 1, sgid_index 0 and an "
+            "IPv4-mapped dgid");
+        errno = EINVAL;
+        return nullptr;
+    }
+    auto* a = new (std::nothrow) shim_ah{};
+    if (a == nullptr) {
+        errno = ENOMEM;
+        return nullptr;
+    }
+    a->magic = ah_magic;
+    a->ah.context = pd->context;
+    a->ah.pd = pd;
+    std::memcpy(&a->remote_ip_be, attr->grh.dgid.raw + 12, 4);
+    a->attr = *attr;
+    return &a->ah;
+}
+
+int destroy_ah(ibv_ah* ah) {
+    shim_ah* a = to_ah(ah);
+    if (a == nullptr) {
+        return EINVAL;
+    }
+    a->magic = 0;
+    delete a;
+    return 0;
+}
+
+int init_ah_from_wc(ibv_context* context, uint8_t port_num, const ibv_wc* wc, const ibv_grh* grh,
+                    ibv_ah_attr* attr) {
+    shim_context* c = to_context(context);
+    if (c == nullptr || wc == nullptr || attr == nullptr || port_num != 1) {
+        errno = EINVAL;
+        return -1;
+    }
+    std::memset(attr, 0, sizeof(*attr));
+    attr->dlid = wc->slid;
+    attr->sl = wc->sl;
+    attr->src_path_bits = wc->dlid_path_bits;
+    attr->port_num = port_num;
+    if ((wc->wc_flags & IBV_WC_GRH) == 0) {
+        return 0;  // no GRH: a local-route address, as libibverbs builds it
+    }
+    if (grh == nullptr) {
+        errno = EINVAL;
+        return -1;
+    }
+    // RoCE v2 over IPv4: the IPv4 header sits in the GRH's last 20 bytes.
+    iphdr ip;
+    std::memcpy(&ip, reinterpret_cast<const uint8_t*>(grh) + 20, sizeof(ip));
+    if (ip.version != 4 || ip.ihl != 5) {
+        errno = EPROTONOSUPPORT;
+        return -1;
+    }
+    uint32_t own_ip_be = 0;
+    std::memcpy(&own_ip_be, c->hello.ipv4, 4);
+    if (ip.daddr != own_ip_be) {
+        errno = ENOENT;  // not addressed to our only GID
+        return -1;
+    }
+    attr->is_global = 1;
+    map_ipv4(ip.saddr, attr->grh.dgid.raw);
+    attr->grh.sgid_index = 0;
+    attr->grh.hop_limit = ip.ttl;
+    attr->grh.traffic_class = ip.tos;
+    return 0;
+}
+
+ibv_ah* create_ah_from_wc(ibv_pd* pd, const ibv_wc* wc, const ibv_grh* grh, uint8_t port_num) {
+    if (to_pd(pd) == nullptr) {
+        errno = EINVAL;
+        return nullptr;
+    }
+    ibv_ah_attr attr;
+    if (init_ah_from_wc(pd->context, port_num, wc, grh, &attr) != 0) {
+        return nullptr;
+    }
+    return create_ah(pd, &attr);
+}
+
+void write_ud_destination(verbs_proto::send_wqe& slot, const shim_ah& ah, uint32_t remote_qpn,
+                          uint32_t remote_qkey) {
+    slot.ud_remote_ip = ah.remote_ip_be;
+    slot.ud_remote_qpn = remote_qpn & 0xFFFFFF;
+    slot.ud_remote_qkey = remote_qkey;
+}
+
+}  // namespace jakiro::shim
