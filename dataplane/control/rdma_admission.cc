@@ -31,7 +31,10 @@ int admit_rdma_peer(const datapath_tables& tables, uint16_t vnic_slot, uint32_t 
         return ENETUNREACH;
     }
     const vnic_view& vnic = tables.vnics[vnic_slot];
-    if (remote_ip_be == vnic.ip || tables.vlt->lookup(vnic.vpc, remote_ip_be) == nullptr) {
+    if (remote_ip_be == vnic.ip) {
+        return 0;  // loopback between two QPs of one vNIC: nothing crosses a security group
+    }
+    if (tables.vlt->lookup(vnic.vpc, remote_ip_be) == nullptr) {
         return ENETUNREACH;
     }
     for (const auto& acl : tables.policies[vnic_slot].acl) {
