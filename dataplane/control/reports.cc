@@ -382,8 +382,8 @@ std::string render_qps(const daemon_state& state, const std::string& vnic, bool 
     std::ostringstream text;
     out.begin_object();
     out.begin_array("qps");
-    text << "vnic     qpn      state remote            rqpn     next-psn una-psn  exp-psn  "
-            "pkts-out   pkts-in    retrans  timeouts naks-in naks-out rnr-in rnr-out\n";
+    text << "vnic     qpn      type state remote            rqpn     next-psn una-psn  exp-psn  "
+            "pkts-out   pkts-in    retrans  timeouts naks-in naks-out rnr-in rnr-out dropped\n";
     static const char* states[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
     const auto qps =
         state.engine != nullptr ? state.engine->report() : std::vector<roce::qp_report>{};
@@ -393,10 +393,12 @@ std::string render_qps(const daemon_state& state, const std::string& vnic, bool 
             continue;
         }
         const char* st = q.state < 7 ? states[q.state] : "?";
+        const char* type = q.type == IBV_QPT_UD ? "UD" : q.type == IBV_QPT_UC ? "UC" : "RC";
         const std::string remote = format_ipv4(rte_be_to_cpu_32(q.remote_ip_be));
         out.begin_object()
             .value("vnic", name)
             .value("qpn", uint64_t{q.qpn})
+            .value("type", type)
             .value("state", st)
             .value("remote", remote)
             .value("remote_qpn", uint64_t{q.remote_qpn})
@@ -419,16 +421,17 @@ std::string render_qps(const daemon_state& state, const std::string& vnic, bool 
             .value("error_completions", q.error_completions)
             .value("cnps_sent", q.cnps_sent)
             .value("cnps_received", q.cnps_received)
+            .value("messages_dropped", q.messages_dropped)
             .value("rate_bps", q.rate_bps)
             .end_object();
         char line[320];
         std::snprintf(line, sizeof(line),
-                      "%-8s 0x%06x %-5s %-17s 0x%06x 0x%06x 0x%06x 0x%06x %10lu %10lu %8lu %8lu "
-                      "%7lu %8lu %6lu %7lu\n",
-                      name.c_str(), q.qpn, st, remote.c_str(), q.remote_qpn, q.next_psn, q.una_psn,
+                      "%-8s 0x%06x %-4s %-5s %-17s 0x%06x 0x%06x 0x%06x 0x%06x %10lu %10lu %8lu "
+                      "%8lu %7lu %8lu %6lu %7lu %7lu\n",
+                      name.c_str(), q.qpn, type, st, remote.c_str(), q.remote_qpn, q.next_psn, q.una_psn,
                       q.expected_psn, q.packets_sent, q.packets_received, q.retransmitted,
                       q.timeouts, q.naks_received, q.naks_sent, q.rnr_naks_received,
-                      q.rnr_naks_sent);
+                      q.rnr_naks_sent, q.messages_dropped);
         text << line;
     }
     out.end_array();

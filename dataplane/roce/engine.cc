@@ -339,6 +339,7 @@ std::vector<qp_report> engine::report() const {
         qp_report r;
         r.vnic = qp->vnic();
         r.qpn = qp->qpn();
+        r.type = qp->type();
         r.owner = qp->owner();
         r.remote_ip_be = qp->remote_ip_be();
         r.remote_qpn = qp->remote_qpn();
@@ -356,6 +357,7 @@ std::vector<qp_report> engine::report() const {
         r.naks_received = s.naks_received.load(std::memory_order_relaxed);
         r.rnr_naks_sent = s.rnr_naks_sent.load(std::memory_order_relaxed);
         r.rnr_naks_received = s.rnr_naks_received.load(std::memory_order_relaxed);
+        r.messages_dropped = s.messages_dropped.load(std::memory_order_relaxed);
         r.duplicates = s.duplicates.load(std::memory_order_relaxed);
         r.out_of_sequence = s.out_of_sequence.load(std::memory_order_relaxed);
         r.completions = s.completions.load(std::memory_order_relaxed);

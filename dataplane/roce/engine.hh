@@ -64,6 +64,7 @@ struct engine_counters {
 struct qp_report {
     uint16_t vnic = 0;
     uint32_t qpn = 0;
+    uint32_t type = 0;  // ibv_qp_type
     uint64_t owner = 0;
     uint32_t remote_ip_be = 0;
     uint32_t remote_qpn = 0;
@@ -87,6 +88,7 @@ struct qp_report {
     uint64_t error_completions = 0;
     uint64_t cnps_sent = 0;
     uint64_t cnps_received = 0;
+    uint64_t messages_dropped = 0;  // UC and UD
     uint64_t rate_bps = 0;
 };
 

@@ -93,9 +93,9 @@ def test_pyverbs_opens_and_queries_the_device():
 
 
 @pytest.mark.parametrize("args,message", [
-    # RC QPs and SRQs work (test_rdma_rc.py); UD QPs do not exist yet.
-    (["ibv_ud_pingpong", "-g", "0"], "Couldn't create QP"),
-], ids=["ud_pingpong"])
+    # RC, UC and UD QPs and SRQs work (test_rdma_rc.py, test_rdma_ud_uc.py); XRC does not.
+    (["ibv_xsrq_pingpong", "-g", "0"], "Couldn't"),
+], ids=["xsrq_pingpong"])
 def test_unimplemented_verbs_fail_cleanly(args, message):
     r = jakiro_run(T1, *args, check=False, timeout=20)
     assert_no_crash(r, args[0])

@@ -215,7 +215,7 @@ class rc_qp_test : public ::testing::Test {
         close(q.doorbell_fd);
     }
 
-    static proto::create_qp_request qp_request(const side& s) {
+    proto::create_qp_request qp_request(const side& s) const {
         auto r = proto::make_message<proto::create_qp_request>(
             static_cast<uint16_t>(proto::opcode::create_qp), 1);
         r.pd_handle = s.pd;
@@ -226,7 +226,7 @@ class rc_qp_test : public ::testing::Test {
         r.max_send_sge = 4;
         r.max_recv_sge = 4;
         r.max_inline_data = 64;
-        r.qp_type = proto::qpt_rc;
+        r.qp_type = qp_type;
         return r;
     }
 
@@ -258,9 +258,12 @@ class rc_qp_test : public ::testing::Test {
         attr.ah_attr.grh.dgid.raw[11] = 0xff;
         const uint32_t be = htonl(peer_ip);
         std::memcpy(attr.ah_attr.grh.dgid.raw + 12, &be, 4);
+        // UC has no responder resources and no RNR (IB spec 11.2.4.2's tables).
+        const int rc_only =
+            qp_type == proto::qpt_uc ? 0 : IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
         ASSERT_EQ(modify(s, attr,
                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                             IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+                             IBV_QP_RQ_PSN | rc_only),
                   0);
         attr = {};
         attr.qp_state = IBV_QPS_RTS;
@@ -269,10 +272,11 @@ class rc_qp_test : public ::testing::Test {
         attr.rnr_retry = rnr_retry;
         attr.sq_psn = 0x123456 ^ s.qp;
         attr.max_rd_atomic = 16;
-        ASSERT_EQ(modify(s, attr,
-                         IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                             IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
-                  0);
+        const int rc_only_rts =
+            qp_type == proto::qpt_uc
+                ? 0
+                : IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+        ASSERT_EQ(modify(s, attr, IBV_QP_STATE | IBV_QP_SQ_PSN | rc_only_rts), 0);
     }
 
     // Fresh sides (a new QP pair) for tests that run several connections.
@@ -334,6 +338,7 @@ class rc_qp_test : public ::testing::Test {
         return std::memcmp(x.region + xo, y.region + yo, len) == 0;
     }
 
+    uint8_t qp_type = proto::qpt_rc;  // of the QPs make_side creates
     engine eng{2, 16};
     test_wire wire;
     side a, b;
@@ -1155,6 +1160,207 @@ TEST_F(rc_qp_srq_test, without_an_engine_there_are_no_srqs_and_max_srq_is_enforc
     small.release_client(1);
     EXPECT_EQ(small.count().srqs, 0u);
     EXPECT_EQ(small.count().pds, 0u);
+}
+
+// ---------------------------------------------------------------- UC and UD
+
+class uc_qp_test : public rc_qp_test {
+  protected:
+    void SetUp() override {
+        qp_type = proto::qpt_uc;
+        rc_qp_test::SetUp();
+    }
+    // The wire's frames of RoCE opcode `op` (BTH byte 0) so far: sent counts all of them.
+    static uint8_t opcode_of(const test_wire::frame& f) { return f.bytes[42]; }
+};
+
+TEST_F(uc_qp_test, messages_complete_when_sent_and_land_without_a_single_ack) {
+    connect_both();
+    fill(a, 0, 12288, 1);
+    const uint32_t sizes[] = {1, 1024, 3000, 12288};
+    for (uint64_t id = 0; id < 4; ++id) {
+        b.post_recv(100 + id, 65536 * id, 12288);
+        a.post_send(wqe(id, IBV_WR_SEND, a.iova(0), sizes[id], a.mr));
+    }
+    a.post_send(wqe(9, IBV_WR_RDMA_WRITE, a.iova(0), 5000, a.mr, b.iova(300000), b.mr));
+    bool saw_ack = false;
+    run(200, 10'000, [&](const test_wire::frame& f) {
+        saw_ack |= opcode_of(f) == 0x11 || opcode_of(f) == 0x12;
+        return true;
+    });
+    EXPECT_FALSE(saw_ack) << "UC is never acknowledged";
+    proto::cqe c{};
+    for (uint64_t id : {0, 1, 2, 3, 9}) {
+        ASSERT_TRUE(a.poll_send(c)) << id;
+        EXPECT_EQ(c.wr_id, id);
+        EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    }
+    for (uint64_t id = 0; id < 4; ++id) {
+        ASSERT_TRUE(b.poll_recv(c));
+        EXPECT_EQ(c.wr_id, 100 + id);
+        EXPECT_EQ(c.byte_len, sizes[id]);
+        EXPECT_TRUE(same(a, 0, b, 65536 * id, sizes[id])) << id;
+    }
+    EXPECT_TRUE(same(a, 0, b, 300000, 5000));
+}
+
+TEST_F(uc_qp_test, a_lost_packet_drops_its_message_and_the_receive_waits_for_the_next_one) {
+    connect_both();
+    fill(a, 0, 4096, 2);
+    fill(a, 8192, 4096, 3);
+    b.post_recv(100, 0, 4096);
+    b.post_recv(101, 16384, 4096);
+    a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 3000, a.mr));     // 3 packets: the 2nd is lost
+    a.post_send(wqe(2, IBV_WR_SEND, a.iova(8192), 2500, a.mr));  // arrives whole
+    a.post_send(wqe(3, IBV_WR_SEND, a.iova(0), 4096, a.mr));     // its last packet is lost
+    a.post_send(wqe(4, IBV_WR_SEND, a.iova(0), 100, a.mr));      // arrives whole
+    int data_packets = 0;
+    run(200, 10'000, [&](const test_wire::frame&) {
+        ++data_packets;
+        return data_packets != 2 && data_packets != 9;  // 3 + 3 + 4 packets, then 1
+    });
+    proto::cqe c{};
+    int sent = 0;
+    while (a.poll_send(c)) {
+        EXPECT_EQ(c.status, IBV_WC_SUCCESS) << "a UC sender never learns of a loss";
+        ++sent;
+    }
+    EXPECT_EQ(sent, 4);
+    ASSERT_TRUE(b.poll_recv(c));
+    EXPECT_EQ(c.wr_id, 100u) << "the first WQE, kept through the dropped message";
+    EXPECT_EQ(c.byte_len, 2500u);
+    EXPECT_TRUE(same(a, 8192, b, 0, 2500));
+    ASSERT_TRUE(b.poll_recv(c));
+    EXPECT_EQ(c.wr_id, 101u);
+    EXPECT_EQ(c.byte_len, 100u);
+    EXPECT_TRUE(same(a, 0, b, 16384, 100));
+    EXPECT_FALSE(b.poll_recv(c)) << "no partial message ever completes";
+    const auto reports = eng.report();
+    uint64_t dropped = 0;
+    for (const auto& r : reports) {
+        dropped += r.messages_dropped;
+    }
+    EXPECT_EQ(dropped, 2u);
+}
+
+TEST_F(uc_qp_test, reads_and_atomics_are_not_uc_operations) {
+    connect_both();
+    a.post_send(wqe(1, IBV_WR_RDMA_READ, a.iova(0), 64, a.mr, b.iova(0), b.mr));
+    run(20);
+    proto::cqe c{};
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_LOC_QP_OP_ERR);
+}
+
+TEST_F(uc_qp_test, a_send_without_a_posted_receive_is_dropped_not_rnr_nakked) {
+    connect_both();
+    a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 2048, a.mr));
+    run(50);
+    b.post_recv(100, 0, 4096);
+    a.post_send(wqe(2, IBV_WR_SEND, a.iova(0), 10, a.mr));
+    run(50);
+    proto::cqe c{};
+    ASSERT_TRUE(b.poll_recv(c));
+    EXPECT_EQ(c.byte_len, 10u) << "the first message was lost, the second landed";
+    EXPECT_FALSE(b.poll_recv(c));
+}
+
+class ud_qp_test : public rc_qp_test {
+  protected:
+    static constexpr uint32_t qkey = 0x11111111;
+
+    void SetUp() override {
+        qp_type = proto::qpt_ud;
+        rc_qp_test::SetUp();
+        ready(a);
+        ready(b);
+    }
+    void ready(side& s) {
+        ibv_qp_attr attr{};
+        attr.qp_state = IBV_QPS_INIT;
+        attr.port_num = 1;
+        attr.qkey = qkey;
+        ASSERT_EQ(modify(s, attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
+        attr = {};
+        attr.qp_state = IBV_QPS_RTR;
+        ASSERT_EQ(modify(s, attr, IBV_QP_STATE), 0);
+        attr = {};
+        attr.qp_state = IBV_QPS_RTS;
+        attr.sq_psn = 77;
+        ASSERT_EQ(modify(s, attr, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+    }
+    proto::send_wqe datagram(uint64_t id, uint32_t length, uint32_t to_qp, uint32_t key = qkey) {
+        proto::send_wqe w = wqe(id, IBV_WR_SEND, a.iova(0), length, a.mr);
+        w.ud_remote_ip = htonl(ip_b);
+        w.ud_remote_qpn = to_qp;
+        w.ud_remote_qkey = key;
+        return w;
+    }
+};
+
+TEST_F(ud_qp_test, a_datagram_arrives_behind_a_grh_area_holding_the_senders_ipv4_header) {
+    fill(a, 0, 4096, 5);
+    b.post_recv(100, 0, 4096 + 40);
+    a.post_send(datagram(1, 4096, b.qp));
+    run(20);
+    proto::cqe c{};
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    ASSERT_TRUE(b.poll_recv(c));
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(c.byte_len, 4096u + 40);
+    EXPECT_EQ(c.src_qp, a.qp);
+    EXPECT_EQ(c.qp_num, b.qp);
+    EXPECT_NE(c.wc_flags & IBV_WC_GRH, 0u);
+    const auto* grh = reinterpret_cast<const uint8_t*>(b.region);
+    for (int i = 0; i < 20; ++i) {
+        EXPECT_EQ(grh[i], 0) << "byte " << i << " of the GRH area";
+    }
+    EXPECT_EQ(grh[20], 0x45) << "IPv4, 20-byte header";
+    uint32_t src = 0, dst = 0;
+    std::memcpy(&src, grh + 20 + 12, 4);
+    std::memcpy(&dst, grh + 20 + 16, 4);
+    EXPECT_EQ(src, htonl(ip_a));
+    EXPECT_EQ(dst, htonl(ip_b));
+    EXPECT_TRUE(same(a, 0, b, 40, 4096));
+}
+
+TEST_F(ud_qp_test, wrong_qkeys_missing_receives_and_short_buffers_lose_only_that_datagram) {
+    b.post_recv(100, 0, 100);  // too short for 40 + 100
+    b.post_recv(101, 4096, 200);
+    a.post_send(datagram(1, 100, b.qp, 0x2222));  // wrong Q_Key: dropped, WQE 100 untouched
+    a.post_send(datagram(2, 100, b.qp));          // into 100: too short
+    a.post_send(datagram(3, 100, b.qp));          // into 101
+    a.post_send(datagram(4, 100, b.qp));          // nothing posted any more: dropped
+    a.post_send(datagram(5, 4097, b.qp));         // more than the MTU: refused by the sender
+    run(50);
+    proto::cqe c{};
+    for (uint64_t id = 1; id <= 5; ++id) {
+        ASSERT_TRUE(a.poll_send(c));
+        EXPECT_EQ(c.wr_id, id);
+        EXPECT_EQ(c.status, id == 5 ? IBV_WC_LOC_LEN_ERR : IBV_WC_SUCCESS) << id;
+        if (id == 5) {
+            break;
+        }
+    }
+    ASSERT_TRUE(b.poll_recv(c));
+    EXPECT_EQ(c.wr_id, 100u);
+    EXPECT_EQ(c.status, IBV_WC_LOC_LEN_ERR);
+    ASSERT_TRUE(b.poll_recv(c));
+    EXPECT_EQ(c.wr_id, 101u);
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(c.byte_len, 140u);
+    EXPECT_FALSE(b.poll_recv(c));
+}
+
+TEST_F(ud_qp_test, a_datagram_for_a_qp_of_another_transport_is_dropped_and_counted) {
+    // A second vNIC slot's QP is UD; aim an RC-typed QP number that does not exist.
+    b.post_recv(100, 0, 4096);
+    a.post_send(datagram(1, 64, b.qp + 256));  // no such QP on b
+    run(20);
+    proto::cqe c{};
+    EXPECT_FALSE(b.poll_recv(c));
+    EXPECT_EQ(eng.counters().drops[static_cast<std::size_t>(engine_drop::unknown_qp)].load(), 1u);
 }
 
 }  // namespace
