@@ -48,6 +48,10 @@ struct shim_cq {
     // and the consumer index the session will hand back.
     const verbs_proto::cqe* ex_current;
     uint32_t ex_consumer;
+    // jakirod is gone (device_death.hh): the session hands out flush completions made here
+    // instead of ring slots, one at a time from `ex_flushed`.
+    bool ex_flushing;
+    verbs_proto::cqe ex_flushed;
     // Events handed to the application, guarded by cq.mutex (what ibv_destroy_cq waits for).
     uint32_t comp_events_reported;
     uint32_t async_events_reported;

@@ -6,6 +6,7 @@
 #include "context.hh"
 #include "cq.hh"
 #include "debug.hh"
+#include "device_death.hh"
 #include "pd.hh"
 #include "rings.hh"
 
@@ -55,6 +56,25 @@ int look_at(shim_cq& q, uint32_t index) {
     return 0;
 }
 
+// jakirod is gone and its ring is read: the next flush completion of a WR it never finished
+// (device_death.hh), as a ring slot would hold it.
+int look_at_flushed(shim_cq& q) {
+    ibv_wc wc{};
+    if (q.context->death->flush_completions(q, 1, &wc) != 1) {
+        return ENOENT;
+    }
+    q.ex_flushed = proto::cqe{};
+    q.ex_flushed.wr_id = wc.wr_id;
+    q.ex_flushed.status = wc.status;
+    q.ex_flushed.opcode = wc.opcode;
+    q.ex_flushed.vendor_err = wc.vendor_err;
+    q.ex_flushed.qp_num = wc.qp_num;
+    q.ex_current = &q.ex_flushed;
+    q.cq_ex.wr_id = wc.wr_id;
+    q.cq_ex.status = wc.status;
+    return 0;
+}
+
 int start_poll(ibv_cq_ex* cq, ibv_poll_cq_attr* attr) {
     shim_cq* q = to_cq(ibv_cq_ex_to_cq(cq));
     if (q == nullptr || (attr != nullptr && attr->comp_mask != 0)) {
@@ -62,7 +82,13 @@ int start_poll(ibv_cq_ex* cq, ibv_poll_cq_attr* attr) {
     }
     q->poll_lock.lock();
     q->ex_consumer = proto::load_own_consumer(*q->ring);
-    if (const int error = look_at(*q, q->ex_consumer); error != 0) {
+    q->ex_flushing = false;
+    int error = look_at(*q, q->ex_consumer);
+    if (error == ENOENT && q->context->death->check()) {
+        q->ex_flushing = true;
+        error = look_at_flushed(*q);
+    }
+    if (error != 0) {
         q->poll_lock.unlock();  // ENOENT: the caller must not call ibv_end_poll
         return error;
     }
@@ -71,6 +97,9 @@ int start_poll(ibv_cq_ex* cq, ibv_poll_cq_attr* attr) {
 
 int next_poll(ibv_cq_ex* cq) {
     shim_cq& q = cq_of(cq);
+    if (q.ex_flushing) {
+        return look_at_flushed(q);
+    }
     const int error = look_at(q, q.ex_consumer + 1);
     if (error == 0) {
         ++q.ex_consumer;
@@ -80,8 +109,10 @@ int next_poll(ibv_cq_ex* cq) {
 
 void end_poll(ibv_cq_ex* cq) {
     shim_cq& q = cq_of(cq);
-    // The completion being looked at is done with too.
-    proto::release_slots(*q.ring, q.ex_consumer + 1);
+    // The completion being looked at is done with too (a flush completion is no ring slot).
+    if (!q.ex_flushing) {
+        proto::release_slots(*q.ring, q.ex_consumer + 1);
+    }
     q.ex_current = nullptr;
     q.poll_lock.unlock();
 }

@@ -5,6 +5,8 @@
 #include <mutex>
 #include <new>
 
+#include "context.hh"
+#include "device_death.hh"
 #include "post.hh"
 #include "qp.hh"
 #include "rings.hh"
@@ -286,6 +288,9 @@ int wr_complete(ibv_qp_ex* qpx) {
         return EINVAL;  // no ibv_wr_start: we do not hold the lock
     }
     flush(q, s);
+    if (q.context->death->check()) {
+        fail(s, EIO);  // jakirod is gone (device_death.hh): nothing is posted
+    }
     const int error = s.error;
     if (error == 0 && s.head != q.sq_head) {
         q.sq_head = s.head;

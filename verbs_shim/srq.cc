@@ -13,6 +13,7 @@
 
 #include "context.hh"
 #include "debug.hh"
+#include "device_death.hh"
 #include "pd.hh"
 
 namespace jakiro::shim {
@@ -257,6 +258,9 @@ int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     ibv_recv_wr* failed = nullptr;
     if (s == nullptr) {
         error = EINVAL;
+        failed = wr;
+    } else if (wr != nullptr && s->context->death->check()) {
+        error = EIO;  // jakirod is gone (device_death.hh)
         failed = wr;
     } else if (wr != nullptr) {
         const std::lock_guard lock(s->lock);

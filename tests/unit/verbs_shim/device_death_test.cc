@@ -172,6 +172,49 @@ TEST_F(DeviceDeath, PollCqFlushesExactlyTheOutstandingWrsAfterPublishedOnesThenN
     EXPECT_EQ(ibv_poll_cq(cq, 4, more), 0) << "then nothing, for good";
 }
 
+TEST_F(DeviceDeath, ExtendedCqSessionsFlushTheOutstandingWrsTooThenStayEmpty) {
+    ibv_cq_init_attr_ex attr{};
+    attr.cqe = 16;
+    attr.wc_flags = IBV_WC_STANDARD_FLAGS;
+    ibv_cq_ex* cx = ibv_create_cq_ex(ctx, &attr);
+    ASSERT_NE(cx, nullptr) << std::strerror(errno);
+    ibv_qp_init_attr qa = rc_attr(8, 8, 1, 0);
+    qa.send_cq = qa.recv_cq = ibv_cq_ex_to_cq(cx);
+    ibv_qp* q2 = create_qp(pd, &qa);
+    ASSERT_NE(q2, nullptr);
+    for (ibv_qp_state st : {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS}) {
+        ASSERT_EQ(move_to(q2, st), 0);
+    }
+    for (uint64_t id : {30, 31}) {
+        ibv_send_wr w{};
+        w.wr_id = id;
+        w.opcode = IBV_WR_SEND;
+        ibv_send_wr* bad = nullptr;
+        ASSERT_EQ(ibv_post_send(q2, &w, &bad), 0);
+    }
+    fake->stop();
+    std::vector<std::pair<uint64_t, uint32_t>> seen;  // wr_id, vendor_err
+    const auto deadline = std::chrono::steady_clock::now() + notice_bound;
+    while (seen.size() < 2 && std::chrono::steady_clock::now() < deadline) {
+        ibv_poll_cq_attr pa{};
+        if (ibv_start_poll(cx, &pa) != 0) {
+            continue;
+        }
+        do {
+            EXPECT_EQ(cx->status, IBV_WC_WR_FLUSH_ERR);
+            seen.emplace_back(cx->wr_id, ibv_wc_read_vendor_err(cx));
+        } while (ibv_next_poll(cx) == 0);
+        ibv_end_poll(cx);
+    }
+    const std::vector<std::pair<uint64_t, uint32_t>> expected = {{30, vendor_err_jakirod_gone},
+                                                                 {31, vendor_err_jakirod_gone}};
+    EXPECT_EQ(seen, expected);
+    ibv_poll_cq_attr pa{};
+    EXPECT_EQ(ibv_start_poll(cx, &pa), ENOENT) << "then nothing, for good";
+    EXPECT_EQ(destroy_qp(q2), 0);
+    EXPECT_EQ(destroy_cq(ibv_cq_ex_to_cq(cx)), 0);
+}
+
 TEST_F(DeviceDeath, FlushHandsOutOneCompletionPerPollWhenAskedForOne) {
     ASSERT_EQ(post_sends({{1, IBV_WR_SEND}, {2, IBV_WR_SEND}, {3, IBV_WR_SEND}}), 0);
     ASSERT_EQ(post_recvs({4, 5}), 0);
