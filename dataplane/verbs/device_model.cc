@@ -74,7 +74,7 @@ verbs_proto::limits engine_limits() {
     l.max_srq = 1024;               // as many as QPs (srq_ring.hh: one memfd each)
     l.max_srq_wr = 4096;            // ring slots per SRQ, as per SQ/RQ
     l.max_srq_sge = 16;             // SGEs per WQE slot
-    l.max_ah = 0;
+    l.max_ah = 65536;  // AHs live in the shim only (ah.hh): a bound for programs that size by it
     l.max_msg_size = 1u << 30;                        // a message may span one whole MR
     l.max_inline_data = verbs_proto::wqe_max_inline;  // copied into the SQ slot (rings.hh)
     l.atomics = 1;  // IBV_ATOMIC_HCA: atomic with respect to every QP of the vNIC (one engine)
