@@ -110,6 +110,18 @@ def seeds():
         from_t2(roce(0x0C, 0, reth(0x10000, 0x100, 3000), ack_req=False)))
     yield "roce_ack", AIM_QP | SLOT_T1, vxlan_from_h2(
         from_t2(roce(0x11, 0, struct.pack(">I", 0x1F000000), ack_req=False)))
+    # UC (0x20 + the RC operation) and UD (0x64/0x65 with a DETH: Q_Key, source QP).
+    yield "roce_uc_send_three_packets", AIM_QP | BURST | SLOT_T1, burst([
+        vxlan_from_h2(from_t2(roce(0x20, 0, payload=b"a" * 1024, ack_req=False))),
+        vxlan_from_h2(from_t2(roce(0x21, 1, payload=b"b" * 1024, ack_req=False))),
+        vxlan_from_h2(from_t2(roce(0x22, 2, payload=b"c" * 100, ack_req=False)))])
+    yield "roce_uc_write_only", AIM_QP | SLOT_T1, vxlan_from_h2(
+        from_t2(roce(0x2A, 0, reth(0x10000, 0x100, 8), b"12345678", ack_req=False)))
+    deth = struct.pack(">IxBH", 0x11111111, 0, 0x777)
+    yield "roce_ud_send_only", AIM_QP | SLOT_T1, vxlan_from_h2(
+        from_t2(roce(0x64, 0, deth, b"datagram", ack_req=False)))
+    yield "roce_ud_send_only_imm", AIM_QP | SLOT_T1, vxlan_from_h2(
+        from_t2(roce(0x65, 0, deth + struct.pack(">I", 42), b"datagram", ack_req=False)))
 
 
 def main():

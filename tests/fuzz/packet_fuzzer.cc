@@ -3,15 +3,17 @@
 // devices), one NFT that lives across inputs (so flows accumulate, age and get evicted), and two
 // policy generations the input switches between (so known flows are re-checked and revoked).
 //
-// The RoCE engine is in the loop too: t1 has one RC QP in RTS connected to 198.19.1.2 (t2 on
-// h2), with receive buffers posted, so RoCEv2 frames inside the wrapped copy reach the
-// responder and requester. Bit 7 makes them get that far: the BTH's destination QP becomes
-// t1's QP and the ICRC is recomputed, so the fuzzer explores the transport, not the CRC.
+// The RoCE engine is in the loop too: t1 has an RC and a UC QP in RTS connected to 198.19.1.2
+// (t2 on h2) and a UD QP in RTS (Q_Key 0x11111111), with receive buffers posted, so RoCEv2
+// frames inside the wrapped copy reach the responders and requesters. Bit 7 makes them get
+// that far: the BTH's destination QP becomes
+// t1's QP of the packet's transport (RC, UC or UD) and the ICRC is recomputed, so the fuzzer
+// explores the transports, not the CRC.
 //
 // Input layout:
 //   byte 0   control: bits 0-1 tenant vNIC slot (3 = 0), bit 2 start with policy B instead of
 //            A, bits 3-4 VNI of the wrapped copy (100, 200, 4242, 100), bit 5 wrapped copy
-//            sent from 198.18.0.9 instead of h2, bit 6 burst mode, bit 7 aim RoCE at t1's QP
+//            sent from 198.18.0.9 instead of h2, bit 6 burst mode, bit 7 aim RoCE at t1's QPs
 //   rest     one frame; or, in burst mode, up to 128 frames, each a 2-byte big-endian word and
 //            that many bytes: bits 0-13 the length, bit 14 "a new burst starts here", bit 15
 //            "a new burst starts here and the other policy is in force from now on" (a live
@@ -27,6 +29,7 @@
 #include <rte_eal.h>
 #include <rte_mbuf.h>
 
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -140,9 +143,15 @@ struct harness {
     roce::engine engine{4, 16};
     std::unique_ptr<roce_port> rdma_port;
     std::unique_ptr<verbs::vnic_resources> res;
-    verbs_proto::qp_ring_header* ring = nullptr;
-    uint32_t qpn = 0;
-    uint32_t recvs_posted = 0;
+    // t1's QPs, one per transport (RC, UC, UD): a fuzzed packet is aimed at the one of its
+    // BTH opcode's transport.
+    struct fuzz_qp {
+        uint8_t type = 0;  // verbs_proto::qp_type_wire
+        uint32_t qpn = 0;
+        verbs_proto::qp_ring_header* ring = nullptr;
+        uint32_t recvs_posted = 0;
+    };
+    std::array<fuzz_qp, 3> qps{};
     uint32_t mr_key = 0;
     uint64_t now_ns = 1'000'000'000;
 
@@ -192,16 +201,20 @@ struct harness {
         q.recv_cq = rcq.handle;
         q.max_send_wr = q.max_recv_wr = 64;
         q.max_send_sge = q.max_recv_sge = 1;
-        q.qp_type = proto::qpt_rc;
-        verbs::qp_created made;
-        if (res->create_qp(client, q, made) != 0) {
-            fail("create_qp");
+        const uint8_t types[] = {proto::qpt_rc, proto::qpt_uc, proto::qpt_ud};
+        for (std::size_t i = 0; i < qps.size(); ++i) {
+            q.qp_type = types[i];
+            verbs::qp_created made;
+            if (res->create_qp(client, q, made) != 0) {
+                fail("create_qp");
+            }
+            qps[i].type = types[i];
+            qps[i].qpn = made.handle;
+            qps[i].ring = static_cast<proto::qp_ring_header*>(mmap(
+                nullptr, made.ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, made.ring_fd, 0));
+            close(made.ring_fd);
+            close(made.doorbell_fd);
         }
-        qpn = made.handle;
-        ring = static_cast<proto::qp_ring_header*>(
-            mmap(nullptr, made.ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, made.ring_fd, 0));
-        close(made.ring_fd);
-        close(made.doorbell_fd);
         rdma_port = std::make_unique<roce_port>(*ctx);
         ctx->engine = &engine;
         ctx->rdma_port = rdma_port.get();
@@ -211,6 +224,36 @@ struct harness {
     // RESET -> INIT -> RTR -> RTS: every input starts from a fresh connection (PSN 0), so a
     // finding replays alone and an input that broke the QP does not blind the next ones.
     void connect_qp() {
+        for (const fuzz_qp& q : qps) {
+            if (q.type == verbs_proto::qpt_ud) {
+                ready_ud(q.qpn);
+            } else {
+                connect_qp(q.qpn, q.type == verbs_proto::qpt_rc);
+            }
+        }
+    }
+
+    void ready_ud(uint32_t qpn) {
+        constexpr uint64_t client = 1;
+        ibv_qp_attr a{};
+        a.qp_state = IBV_QPS_RESET;
+        int e = res->modify_qp(client, qpn, verbs_proto::to_wire(a), IBV_QP_STATE);
+        a.qp_state = IBV_QPS_INIT;
+        a.port_num = 1;
+        a.qkey = 0x11111111;  // ibv_ud_pingpong's, which the seeds carry
+        e |= res->modify_qp(client, qpn, verbs_proto::to_wire(a),
+                            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY);
+        a = {};
+        a.qp_state = IBV_QPS_RTR;
+        e |= res->modify_qp(client, qpn, verbs_proto::to_wire(a), IBV_QP_STATE);
+        a.qp_state = IBV_QPS_RTS;
+        e |= res->modify_qp(client, qpn, verbs_proto::to_wire(a), IBV_QP_STATE | IBV_QP_SQ_PSN);
+        if (e != 0) {
+            fail("modify_qp (UD)");
+        }
+    }
+
+    void connect_qp(uint32_t qpn, bool rc) {
         constexpr uint64_t client = 1;
         ibv_qp_attr a{};
         a.qp_state = IBV_QPS_RESET;
@@ -232,18 +275,20 @@ struct harness {
         a.ah_attr.grh.dgid.raw[10] = a.ah_attr.grh.dgid.raw[11] = 0xff;
         const uint32_t t2 = htonl(0xC6130102);
         std::memcpy(a.ah_attr.grh.dgid.raw + 12, &t2, 4);
-        e |= res->modify_qp(client, qpn, verbs_proto::to_wire(a),
-                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+        const int rc_rtr = rc ? IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER : 0;
+        e |= res->modify_qp(
+            client, qpn, verbs_proto::to_wire(a),
+            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | rc_rtr);
         a = {};
         a.qp_state = IBV_QPS_RTS;
         a.timeout = 14;
         a.retry_cnt = 7;
         a.rnr_retry = 7;
         a.max_rd_atomic = 16;
+        const int rc_rts =
+            rc ? IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC : 0;
         e |= res->modify_qp(client, qpn, verbs_proto::to_wire(a),
-                            IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                                IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+                            IBV_QP_STATE | IBV_QP_SQ_PSN | rc_rts);
         if (e != 0) {
             fail("modify_qp");
         }
@@ -252,19 +297,22 @@ struct harness {
     // Keeps the receive queue full, as a program re-posting its receives would.
     void post_receives() {
         namespace proto = verbs_proto;
-        const uint32_t consumed = proto::load_retired_acquire(ring->rq_consumer);
-        while (recvs_posted - consumed < ring->rq_capacity) {
-            proto::recv_wqe& w =
-                proto::rq_slots(ring, ring->sq_capacity)[recvs_posted & (ring->rq_capacity - 1)];
-            std::memset(&w, 0, sizeof(w));
-            w.wr_id = recvs_posted;
-            w.num_sge = 1;
-            w.sg[0] = {0x10000 + (recvs_posted % 16) * 4096, 4096, mr_key};
-            proto::publish_wqes(ring->rq_producer, ++recvs_posted);
+        for (fuzz_qp& q : qps) {
+            const uint32_t consumed = proto::load_retired_acquire(q.ring->rq_consumer);
+            while (q.recvs_posted - consumed < q.ring->rq_capacity) {
+                proto::recv_wqe& w = proto::rq_slots(
+                    q.ring, q.ring->sq_capacity)[q.recvs_posted & (q.ring->rq_capacity - 1)];
+                std::memset(&w, 0, sizeof(w));
+                w.wr_id = q.recvs_posted;
+                w.num_sge = 1;
+                w.sg[0] = {0x10000 + (q.recvs_posted % 16) * 4096, 4096, mr_key};
+                proto::publish_wqes(q.ring->rq_producer, ++q.recvs_posted);
+            }
         }
     }
 
-    // Bit 7: a UDP/4791 inner packet for t1 is pointed at t1's QP and gets a valid ICRC.
+    // Bit 7: a UDP/4791 inner packet for t1 is pointed at t1's QP of its transport and gets a
+    // valid ICRC.
     void aim_at_qp(rte_mbuf* m) {
         const uint32_t len = rte_pktmbuf_data_len(m);
         auto* f = rte_pktmbuf_mtod(m, uint8_t*);
@@ -281,6 +329,9 @@ struct harness {
         if (((uint32_t{ip[ihl + 2]} << 8) | ip[ihl + 3]) != 4791) {
             return;
         }
+        // The QP of the opcode's transport (IB spec 9.2.1: its top three bits).
+        const uint8_t transport = bth[0] >> 5;
+        const uint32_t qpn = transport == 3 ? qps[2].qpn : transport == 1 ? qps[1].qpn : qps[0].qpn;
         bth[5] = static_cast<uint8_t>(qpn >> 16);
         bth[6] = static_cast<uint8_t>(qpn >> 8);
         bth[7] = static_cast<uint8_t>(qpn);
