@@ -183,7 +183,8 @@ rc_link::rc_link(device& dev, const link_options& options, uint32_t psn_seed)
     ibv_qp_init_attr init{};
     init.send_cq = send_cq;
     init.recv_cq = recv_cq;
-    init.qp_type = IBV_QPT_RC;
+    init.qp_type = options.qp_type;
+    init.srq = options.srq;
     init.sq_sig_all = 0;
     init.cap.max_send_wr = options.send_depth;
     init.cap.max_recv_wr = options.recv_depth;
@@ -192,7 +193,7 @@ rc_link::rc_link(device& dev, const link_options& options, uint32_t psn_seed)
     init.cap.max_inline_data = options.inline_bytes;
     qp = ibv_create_qp(dev.pd, &init);
     if (qp == nullptr) {
-        verb_failed("ibv_create_qp (RC)");
+        verb_failed(options.qp_type == IBV_QPT_UC ? "ibv_create_qp (UC)" : "ibv_create_qp (RC)");
     }
     _max_inline = init.cap.max_inline_data;
 
@@ -200,7 +201,8 @@ rc_link::rc_link(device& dev, const link_options& options, uint32_t psn_seed)
     attr.qp_state = IBV_QPS_INIT;
     attr.pkey_index = 0;
     attr.port_num = options.ib_port;
-    attr.qp_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+    attr.qp_access_flags =
+        options.qp_type == IBV_QPT_UC ? (options.access & IBV_ACCESS_REMOTE_WRITE) : options.access;
     check_rc(ibv_modify_qp(qp, &attr,
                            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
              "ibv_modify_qp to INIT");
@@ -254,10 +256,12 @@ void rc_link::connect(const qp_info& remote) {
     attr.ah_attr.grh.dgid = remote.gid;
     attr.ah_attr.grh.sgid_index = static_cast<uint8_t>(_options.gid_index);
     attr.ah_attr.grh.hop_limit = 64;
-    check_rc(ibv_modify_qp(qp, &attr,
-                           IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                               IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-             "ibv_modify_qp to RTR");
+    const bool uc = _options.qp_type == IBV_QPT_UC;
+    check_rc(
+        ibv_modify_qp(qp, &attr,
+                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                          (uc ? 0 : IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)),
+        "ibv_modify_qp to RTR");
     attr = {};
     attr.qp_state = IBV_QPS_RTS;
     attr.sq_psn = _psn;
@@ -266,8 +270,10 @@ void rc_link::connect(const qp_info& remote) {
     attr.rnr_retry = _options.rnr_retry;
     attr.max_rd_atomic = static_cast<uint8_t>(std::clamp(_dev.attr.max_qp_init_rd_atom, 1, 16));
     check_rc(ibv_modify_qp(qp, &attr,
-                           IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                               IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC),
+                           IBV_QP_STATE | IBV_QP_SQ_PSN |
+                               (uc ? 0
+                                   : IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                         IBV_QP_MAX_QP_RD_ATOMIC)),
              "ibv_modify_qp to RTS");
 }
 

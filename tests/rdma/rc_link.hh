@@ -1,6 +1,6 @@
 #pragma once
 
-// One RC connection over plain libibverbs: the device (context, PD, port, GID), registered
+// One RC (or UC) connection over plain libibverbs: the device (context, PD, port, GID), registered
 // memory, and one QP with its CQs brought through INIT → RTR → RTS with the peer's details.
 // Failures throw test_error with the verb and errno.
 
@@ -29,6 +29,10 @@ struct link_options {
     uint8_t retry_cnt = 7;
     uint8_t rnr_retry = 7;
     uint8_t min_rnr_timer = 12;  // 0.64 ms
+    // IBV_QPT_UC: no READ or atomics, no ACKs; RTR/RTS take only the attributes UC has.
+    ibv_qp_type qp_type = IBV_QPT_RC;
+    ibv_srq* srq = nullptr;  // receives come from this SRQ instead of the QP's own queue
+    int access = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;  // qp_access_flags at INIT
 };
 
 // What the peer needs to reach a QP, sent as one line: "QP qpn psn lid mtu gid".

@@ -1,7 +1,8 @@
-// rdma_integrity: end-to-end data integrity over one RC QP.
+// rdma_integrity: end-to-end data integrity over one RC (or UC) QP.
 //
 //   rdma_integrity --server [--port P] [--ops N --seed S --max-size BYTES]
 //   rdma_integrity --connect IP [--port P] [--ops N] [--seed S] [--max-size BYTES] ...
+//                  [--transport rc|uc] [--lossy MIN_PERCENT]
 //
 // The client plans a seeded random mix of RDMA WRITE, RDMA READ, SEND, SEND with immediate and
 // WRITE with immediate, of random sizes at random offsets, gathered from or scattered into
@@ -13,6 +14,15 @@
 // byte_len, immediate), and the bytes around each range. Both sides keep a shadow copy of
 // what their whole buffer must hold and compare it in full at the end, which catches stray
 // writes anywhere. One summary line; exit 0 only if everything verified.
+//
+// --transport uc runs the same over an Unreliable Connected QP (no READ there). On a clean
+// fabric nothing may be lost, so the checks are the same. --lossy P is for a fabric that loses
+// packets: UC then drops whole messages, so the server matches each receive completion, in
+// order, to the next message it can be (opcode, immediate, byte_len, every byte); one that
+// matches none is a partial, corrupt, duplicated or reordered message and fails. WRITE
+// targets may hold old or new bytes where a message was lost (the spec leaves them undefined
+// then), never anything else, and nothing around them may change. At least P % of the
+// messages must arrive whole, so a fabric that lost everything cannot pass.
 
 #include <arpa/inet.h>
 #include <getopt.h>
@@ -21,6 +31,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <iostream>
 #include <random>
 #include <sstream>
@@ -158,7 +169,9 @@ struct params {
     int timeout_s = default_timeout_s;
     bool use_inline = true;
     bool verbose = false;
-    bool inject_fault = false;  // corrupt what arrives, once per kind: checks the checker
+    bool inject_fault = false;       // corrupt what arrives, once per kind: checks the checker
+    bool uc = false;                 // --transport uc
+    uint64_t lossy_min_percent = 0;  // --lossy: 0 = nothing may be lost
     // Server: which of ops, seed, max-size were given, to check them against the client's.
     bool ops_given = false, seed_given = false, max_size_given = false, buffer_given = false;
     link_options link;
@@ -169,6 +182,7 @@ struct params {
                  "usage: %s --server [--port P] [--ops N] [--seed S] [--max-size BYTES]\n"
                  "       %s --connect IP [--port P] [--ops N] [--seed S] [--max-size BYTES]\n"
                  "          [--buffer-size BYTES] [--batch N] [--no-inline]\n"
+                 "          [--transport rc|uc] [--lossy MIN_PERCENT (uc only)]\n"
                  "common: [--device NAME] [--ib-port N] [--gid-index N] [--events]\n"
                  "        [--timeout SECONDS] [--verbose] [--inject-fault]\n"
                  "defaults: port %u, %llu ops, seed 1, max-size %llu, buffer %llu (at least\n"
@@ -199,6 +213,8 @@ params parse(int argc, char** argv) {
         o_no_inline,
         o_verbose,
         o_inject_fault,
+        o_transport,
+        o_lossy,
         o_help
     };
     static const option longs[] = {
@@ -218,6 +234,8 @@ params parse(int argc, char** argv) {
         {"no-inline", no_argument, nullptr, o_no_inline},
         {"verbose", no_argument, nullptr, o_verbose},
         {"inject-fault", no_argument, nullptr, o_inject_fault},
+        {"transport", required_argument, nullptr, o_transport},
+        {"lossy", required_argument, nullptr, o_lossy},
         {"help", no_argument, nullptr, o_help},
         {nullptr, 0, nullptr, 0},
     };
@@ -278,6 +296,18 @@ params parse(int argc, char** argv) {
                 case o_inject_fault:
                     p.inject_fault = true;
                     break;
+                case o_transport:
+                    if (v != "rc" && v != "uc") {
+                        throw test_error("--transport is rc or uc (UD: rdma_datagram)");
+                    }
+                    p.uc = v == "uc";
+                    break;
+                case o_lossy:
+                    p.lossy_min_percent = parse_u64(v);
+                    if (p.lossy_min_percent == 0 || p.lossy_min_percent > 100) {
+                        throw test_error("--lossy takes a minimum delivered percentage, 1-100");
+                    }
+                    break;
                 case o_help:
                     usage(0);
                 default:
@@ -290,6 +320,11 @@ params parse(int argc, char** argv) {
     }
     if (optind != argc || p.server == !p.connect_ip.empty()) {
         usage(2);
+    }
+    if (p.lossy_min_percent != 0 && (!p.uc || p.inject_fault)) {
+        std::fprintf(stderr, "%s: --lossy is for --transport uc, without --inject-fault\n",
+                     program);
+        std::exit(2);
     }
     if (!p.buffer_given) {
         p.buffer_size = std::max(default_buffer, 4 * p.max_size);
@@ -443,6 +478,223 @@ void inject_client_fault(const std::vector<op>& plan, uint8_t* local) {
     }
 }
 
+// ---------------------------------------------------------------- --lossy (UC)
+
+// How long the server waits for more receive completions once the client's send queue is
+// done and nothing arrives: the fabric's delay is a few ms, so a message still missing after
+// this is lost.
+constexpr auto lossy_quiet = std::chrono::milliseconds(300);
+
+// The server's receive side under --lossy. A lost UC SEND leaves its receive WQE to the next
+// message, so receives are not tied to ops: the receive queue is kept full of slots (wr_id =
+// slot), consumed in order, and each completion is matched to the next message it can be.
+class lossy_receiver {
+  public:
+    lossy_receiver(rc_link& link, region& slots, uint64_t slot_size, uint32_t depth)
+        : _link(link), _slots(slots), _slot_size(slot_size), _depth(depth) {
+        for (uint32_t i = 0; i < depth; ++i) {
+            _free.push_back(depth - 1 - i);
+        }
+    }
+
+    void run_batch(tcp_line& tcp, uint64_t batch_id, const std::vector<op>& plan, uint8_t* target,
+                   uint8_t* shadow, uint64_t buffer_size, tally& t) {
+        set_phase("posting receives (lossy)");
+        top_up();
+        tcp.send("READY " + std::to_string(batch_id));
+        set_phase("waiting for the client to finish a batch");
+        tcp.expect("DONE");
+        set_phase("polling receive completions (lossy)");
+        std::vector<std::size_t> expected;  // plan indices of messages that take a receive
+        for (std::size_t i = 0; i < plan.size(); ++i) {
+            if (uses_receive(plan[i].type)) {
+                expected.push_back(i);
+            }
+        }
+        std::vector<ibv_wc> wcs;
+        while (wcs.size() < expected.size()) {
+            const auto got = _link.poll(_link.recv_cq, expected.size() - wcs.size(),
+                                        std::chrono::steady_clock::now() + lossy_quiet);
+            if (got.empty()) {
+                break;
+            }
+            wcs.insert(wcs.end(), got.begin(), got.end());
+        }
+        const uint64_t failures_before = t.failures;
+        std::vector<bool> delivered(plan.size(), false);
+        std::size_t cursor = 0;  // in `expected`
+        bool broken = false;
+        for (const ibv_wc& wc : wcs) {
+            const auto at = std::find(_posted.begin(), _posted.end(), wc.wr_id);
+            if (at == _posted.end()) {
+                t.fail("a receive completed with a wr_id that is not posted: " + describe(wc));
+                broken = true;
+                break;
+            }
+            if (at != _posted.begin()) {
+                // Receive WQEs complete in the order they were posted; UC reuses the WQE of a
+                // lost message for the next one, it never drops it.
+                t.fail("batch " + std::to_string(batch_id) + ": " +
+                       std::to_string(at - _posted.begin()) +
+                       " receive WQE(s) posted before this one were consumed without a "
+                       "completion: " +
+                       describe(wc));
+                for (auto k = _posted.begin(); k != at; ++k) {
+                    _free.push_back(*k);
+                }
+                _posted.erase(_posted.begin(), at);
+            }
+            const auto slot = static_cast<uint32_t>(wc.wr_id);
+            _posted.pop_front();
+            _free.push_back(slot);
+            if (wc.status != IBV_WC_SUCCESS) {
+                t.fail("receive completion failed: " + describe(wc));
+                broken = true;
+                break;
+            }
+            std::size_t j = cursor;
+            while (j < expected.size() && !matches(plan[expected[j]], wc, slot, target)) {
+                ++j;
+            }
+            if (j == expected.size()) {
+                t.fail("batch " + std::to_string(batch_id) +
+                       ": a receive completed that is none of the messages still due, in "
+                       "order (a partial, corrupt, duplicated or reordered message): " +
+                       describe(wc));
+                continue;
+            }
+            _lost += j - cursor;
+            delivered[expected[j]] = true;
+            cursor = j + 1;
+        }
+        _lost += expected.size() - std::min(cursor, expected.size());
+        // WRITE targets: whole where the message completed, else old or new bytes per byte.
+        for (std::size_t i = 0; i < plan.size(); ++i) {
+            const op& o = plan[i];
+            if (!has_remote_range(o.type)) {
+                continue;
+            }
+            const uint64_t at = o.remote_offset;
+            uint64_t fresh = 0, foreign = 0;
+            for (uint64_t k = 0; k < o.size; ++k) {
+                const uint8_t want = pattern_byte(o.seed, k);
+                fresh += target[at + k] == want ? 1 : 0;
+                foreign += target[at + k] != want && target[at + k] != shadow[at + k] ? 1 : 0;
+            }
+            if (foreign != 0) {
+                t.fail(o.text() + ": " + std::to_string(foreign) +
+                       " target bytes are neither the old nor the new ones");
+            } else if (o.type == kind::write_imm && delivered[i] && fresh != o.size) {
+                t.fail(o.text() + ": its immediate arrived but only " + std::to_string(fresh) +
+                       " of its bytes");
+            }
+            if (o.type == kind::write) {
+                delivered[i] = fresh == o.size;
+                _partial += fresh != 0 && fresh != o.size ? 1 : 0;
+                _lost += fresh != o.size ? 1 : 0;
+            }
+            std::memcpy(shadow + at, target + at, o.size);  // what is there is allowed now
+        }
+        // Then the bytes around each range (after every range of the batch is in the shadow).
+        for (const op& o : plan) {
+            if (!has_remote_range(o.type)) {
+                continue;
+            }
+            const uint64_t before = std::min(o.remote_offset, guard_bytes);
+            const uint64_t end = o.remote_offset + o.size;
+            const uint64_t after = std::min(buffer_size - end, guard_bytes);
+            std::string detail;
+            if (!same_bytes(target, shadow, o.remote_offset - before, before, detail)) {
+                t.fail(o.text() + ": bytes before the range changed: " + detail);
+            } else if (!same_bytes(target, shadow, end, after, detail)) {
+                t.fail(o.text() + ": bytes after the range changed: " + detail);
+            }
+        }
+        for (std::size_t i = 0; i < plan.size(); ++i) {
+            ++t.ops;
+            ++t.by_kind[static_cast<int>(plan[i].type)];
+            if (delivered[i]) {
+                ++_delivered;
+                t.bytes += plan[i].size;
+            }
+        }
+        _messages += plan.size();
+        tcp.send("CHECKED " + std::to_string(batch_id) + " " +
+                 std::to_string(t.failures - failures_before) + (broken ? " broken" : ""));
+        if (broken) {
+            throw test_error("the QP failed; see the receive completions above");
+        }
+    }
+
+    // After the last batch: nothing more may complete; enough must have arrived whole.
+    void finish(tally& t, uint64_t min_percent) {
+        set_phase("checking for late receive completions (lossy)");
+        const auto late =
+            _link.poll(_link.recv_cq, 1, std::chrono::steady_clock::now() + lossy_quiet);
+        if (!late.empty()) {
+            t.fail("a receive completed after the last message: " + describe(late[0]));
+        }
+        const double percent =
+            _messages == 0 ? 0.0 : 100.0 * static_cast<double>(_delivered) / _messages;
+        std::printf(
+            "%s: server: lossy: %llu of %llu messages arrived whole (%.1f %%), %llu "
+            "lost, %llu WRITEs landed in part\n",
+            program, static_cast<unsigned long long>(_delivered),
+            static_cast<unsigned long long>(_messages), percent,
+            static_cast<unsigned long long>(_lost), static_cast<unsigned long long>(_partial));
+        if (percent < static_cast<double>(min_percent)) {
+            t.fail("only " + std::to_string(_delivered) + " of " + std::to_string(_messages) +
+                   " messages arrived whole, below --lossy " + std::to_string(min_percent) + " %");
+        }
+    }
+
+  private:
+    void top_up() {
+        while (_posted.size() < _depth) {
+            const uint32_t slot = _free.back();
+            _free.pop_back();
+            std::memset(_slots.data() + slot * _slot_size, slot_guard, _slot_size);
+            ibv_sge sge{_slots.addr() + slot * _slot_size, static_cast<uint32_t>(_slot_size),
+                        _slots.lkey()};
+            ibv_recv_wr wr{};
+            wr.wr_id = slot;
+            wr.sg_list = &sge;
+            wr.num_sge = 1;
+            ibv_recv_wr* bad = nullptr;
+            const int rc = ibv_post_recv(_link.qp, &wr, &bad);
+            if (rc != 0) {
+                errno = rc;
+                throw test_error(errno_text("ibv_post_recv"));
+            }
+            _posted.push_back(slot);
+        }
+    }
+
+    // Whether `wc` is message `o` delivered whole.
+    bool matches(const op& o, const ibv_wc& wc, uint32_t slot, const uint8_t* target) const {
+        const int want_opcode = o.type == kind::write_imm ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
+        if (wc.opcode != want_opcode || wc.byte_len != o.size || wc.qp_num != _link.qp->qp_num ||
+            ((wc.wc_flags & IBV_WC_WITH_IMM) != 0) != has_imm(o.type) ||
+            (has_imm(o.type) && ntohl(wc.imm_data) != o.imm)) {
+            return false;
+        }
+        if (o.type == kind::write_imm) {
+            return pattern_mismatch(std::span(target + o.remote_offset, o.size), o.seed, 0) ==
+                   o.size;
+        }
+        const uint8_t* data = _slots.data() + slot * _slot_size;
+        return pattern_mismatch(std::span(data, o.size), o.seed, 0) == o.size;
+    }
+
+    rc_link& _link;
+    region& _slots;
+    uint64_t _slot_size;
+    uint32_t _depth;
+    std::deque<uint32_t> _posted;  // slots with a receive WQE, in posting order
+    std::vector<uint32_t> _free;
+    uint64_t _messages = 0, _delivered = 0, _lost = 0, _partial = 0;
+};
+
 // ---------------------------------------------------------------- server
 
 int run_server(params& p) {
@@ -453,15 +705,19 @@ int run_server(params& p) {
 
     set_phase("exchanging parameters");
     const auto w = tcp.expect("PARAMS");
-    if (w.size() != 6) {
+    if (w.size() != 8 || (w[6] != "rc" && w[6] != "uc")) {
         throw test_error("malformed PARAMS line");
     }
+    const bool uc = w[6] == "uc";
+    const uint64_t lossy_min_percent = parse_u64(w[7]);
     const uint64_t ops = parse_u64(w[1]), seed = parse_u64(w[2]), max_size = parse_u64(w[3]);
     const uint64_t buffer_size = parse_u64(w[4]);
     const auto batch = static_cast<uint32_t>(parse_u64(w[5]));
     if ((p.ops_given && p.ops != ops) || (p.seed_given && p.seed != seed) ||
-        (p.max_size_given && p.max_size != max_size)) {
-        const std::string why = "client and server disagree on --ops/--seed/--max-size";
+        (p.max_size_given && p.max_size != max_size) || uc != p.uc ||
+        lossy_min_percent != p.lossy_min_percent) {
+        const std::string why =
+            "client and server disagree on --ops/--seed/--max-size/--transport/--lossy";
         tcp.send("ABORT " + why);
         throw test_error(why);
     }
@@ -488,6 +744,7 @@ int run_server(params& p) {
     lo.recv_depth = batch;
     lo.send_sge = 1;
     lo.recv_sge = 1;
+    lo.qp_type = uc ? IBV_QPT_UC : IBV_QPT_RC;
     rc_link link(dev, lo, static_cast<uint32_t>(std::random_device{}()));
     tcp.send(link.local_info().to_line());
     char region_line[96];
@@ -500,6 +757,7 @@ int run_server(params& p) {
     tcp.send("RTS");
 
     tally t;
+    lossy_receiver lossy(link, slots, slot_size, batch);
     const auto t0 = std::chrono::steady_clock::now();
     for (;;) {
         set_phase("waiting for the client's next batch");
@@ -534,14 +792,25 @@ int run_server(params& p) {
             if (o.type == kind::read) {
                 fill_pattern(here, o.seed, 0);
                 fill_pattern(there, o.seed, 0);
-            } else if (has_remote_range(o.type)) {
-                fill_pattern(there, o.seed, 0);
+            } else if (has_remote_range(o.type) && lossy_min_percent == 0) {
+                fill_pattern(there, o.seed, 0);  // (lossy: the shadow keeps the old bytes)
+            }
+            if (uc && o.type == kind::read) {
+                throw test_error("a READ over UC: " + o.to_line());
+            }
+            if (lossy_min_percent != 0) {
+                plan.push_back(o);
+                continue;  // receives: lossy_receiver
             }
             if (uses_receive(o.type)) {
                 o.slot = receives++;
                 std::memset(slots.data() + o.slot * slot_size, slot_guard, slot_size);
             }
             plan.push_back(o);
+        }
+        if (lossy_min_percent != 0) {
+            lossy.run_batch(tcp, batch_id, plan, target.data(), shadow.data(), buffer_size, t);
+            continue;
         }
         for (const op& o : plan) {
             if (!uses_receive(o.type)) {
@@ -653,6 +922,9 @@ int run_server(params& p) {
             throw test_error("the QP failed; see the receive completions above");
         }
     }
+    if (lossy_min_percent != 0) {
+        lossy.finish(t, lossy_min_percent);
+    }
     set_phase("final check of the whole buffer");
     std::string detail;
     if (!same_bytes(target.data(), shadow.data(), 0, buffer_size, detail)) {
@@ -718,13 +990,14 @@ int run_client(params& p) {
     lo.send_sge = max_pieces;
     lo.recv_sge = 1;
     lo.inline_bytes = p.use_inline ? inline_request : 0;
+    lo.qp_type = p.uc ? IBV_QPT_UC : IBV_QPT_RC;
     rc_link link(dev, lo, static_cast<uint32_t>(mix64(p.seed)));
 
     tcp_line tcp = tcp_line::connect_to(p.connect_ip, p.port);
     set_phase("exchanging QP details");
     std::ostringstream params_line;
     params_line << "PARAMS " << p.ops << " " << p.seed << " " << p.max_size << " " << p.buffer_size
-                << " " << p.batch;
+                << " " << p.batch << " " << (p.uc ? "uc" : "rc") << " " << p.lossy_min_percent;
     tcp.send(params_line.str());
     tcp.send(link.local_info().to_line());
     const qp_info remote = qp_info::from_words(tcp.expect("QP"));
@@ -764,6 +1037,9 @@ int run_client(params& p) {
             op o;
             o.index = t.ops + plan.size();
             o.type = random_kind(rng);
+            while (p.uc && o.type == kind::read) {
+                o.type = random_kind(rng);  // UC has no READ
+            }
             o.size = random_size(rng, p.max_size, mtu);
             o.seed = rng();
             o.imm = has_imm(o.type) ? static_cast<uint32_t>(rng()) : 0;
