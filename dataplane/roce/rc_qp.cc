@@ -1459,7 +1459,14 @@ bool rc_qp::execute_write(const roce_packet& p, packet_port& port) {
     // WRITE with immediate consumes a receive WQE: check for one before touching memory, so
     // an RNR NAK leaves nothing half done.
     recv_op imm_recv;
-    if (last && p.immdt != nullptr && !take_recv(imm_recv)) {
+    bool have_recv = false;
+    if (last && p.immdt != nullptr && _recv_held) {
+        // UC: the WQE an abandoned SEND had taken is the oldest: receives complete in order.
+        imm_recv = std::move(_recv);
+        _recv_held = false;
+        have_recv = true;
+    }
+    if (last && p.immdt != nullptr && !have_recv && !take_recv(imm_recv)) {
         if (!reliable()) {
             abandon_message();  // UC: no RNR, the message is lost
             return false;

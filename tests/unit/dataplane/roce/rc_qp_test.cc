@@ -1243,6 +1243,25 @@ TEST_F(uc_qp_test, a_lost_packet_drops_its_message_and_the_receive_waits_for_the
     EXPECT_EQ(dropped, 2u);
 }
 
+TEST_F(uc_qp_test, a_write_with_imm_after_a_dropped_send_completes_the_oldest_receive) {
+    connect_both();
+    b.post_recv(100, 0, 4096);
+    b.post_recv(101, 8192, 4096);
+    a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 3000, a.mr));  // its 2nd packet is lost
+    proto::send_wqe w =
+        wqe(2, IBV_WR_RDMA_WRITE_WITH_IMM, a.iova(0), 64, a.mr, b.iova(65536), b.mr);
+    w.imm_data = htonl(7);
+    a.post_send(w);
+    int packets = 0;
+    run(100, 10'000, [&](const test_wire::frame&) { return ++packets != 2; });
+    proto::cqe c{};
+    ASSERT_TRUE(b.poll_recv(c));
+    EXPECT_EQ(c.wr_id, 100u) << "receives complete in the order they were posted";
+    EXPECT_EQ(c.opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+    EXPECT_EQ(c.imm_data, htonl(7));
+    EXPECT_FALSE(b.poll_recv(c));
+}
+
 TEST_F(uc_qp_test, reads_and_atomics_are_not_uc_operations) {
     connect_both();
     a.post_send(wqe(1, IBV_WR_RDMA_READ, a.iova(0), 64, a.mr, b.iova(0), b.mr));
