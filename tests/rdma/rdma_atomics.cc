@@ -220,8 +220,10 @@ int run_server(params& p) {
     lo.recv_depth = 1;
     lo.send_sge = 1;
     std::vector<client_conn> clients;
+    // One listening socket for all: a client queued behind another is never refused.
+    std::vector<tcp_line> accepted = tcp_line::accept_many(p.port, p.clients);
     for (uint32_t c = 0; c < p.clients; ++c) {
-        tcp_line tcp = tcp_line::accept_one(p.port);
+        tcp_line tcp = std::move(accepted[c]);
         set_phase("connecting a client's QP");
         auto link = std::make_unique<rc_link>(dev, lo, static_cast<uint32_t>(mix64(c + 1)));
         tcp.send(link->local_info().to_line());

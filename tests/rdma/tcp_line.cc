@@ -49,6 +49,11 @@ std::string address_text(const sockaddr_in& a) {
 }  // namespace
 
 tcp_line tcp_line::accept_one(uint16_t port) {
+    auto one = accept_many(port, 1);
+    return std::move(one.front());
+}
+
+std::vector<tcp_line> tcp_line::accept_many(uint16_t port, std::size_t n) {
     const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (listener < 0) {
         throw test_error(errno_text("socket"));
@@ -60,22 +65,32 @@ tcp_line tcp_line::accept_one(uint16_t port) {
     addr.sin_port = htons(port);
     addr.sin_addr.s_addr = htonl(INADDR_ANY);
     if (bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-        listen(listener, 1) != 0) {
+        listen(listener, static_cast<int>(n)) != 0) {
         const std::string error = errno_text("listen on TCP port " + std::to_string(port));
         close(listener);
         throw test_error(error);
     }
-    set_phase("waiting for the client's TCP connection");
-    wait_fd(listener, POLLIN, "waiting for a client");
-    const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-    const int saved = errno;
-    close(listener);
-    if (fd < 0) {
-        errno = saved;
-        throw test_error(errno_text("accept"));
+    std::vector<tcp_line> lines;
+    while (lines.size() < n) {
+        set_phase("waiting for the client's TCP connection");
+        try {
+            wait_fd(listener, POLLIN, "waiting for a client");
+        } catch (const test_error&) {
+            close(listener);
+            throw;
+        }
+        const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd < 0) {
+            const int saved = errno;
+            close(listener);
+            errno = saved;
+            throw test_error(errno_text("accept"));
+        }
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        lines.push_back(tcp_line(fd));
     }
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    return tcp_line(fd);
+    close(listener);
+    return lines;
 }
 
 tcp_line tcp_line::connect_to(const std::string& ip, uint16_t port) {

@@ -16,6 +16,8 @@ class tcp_line {
   public:
     // Listens on every address of the namespace, accepts one connection, stops listening.
     static tcp_line accept_one(uint16_t port);
+    // Listens, accepts `n` connections from one listening socket, stops listening.
+    static std::vector<tcp_line> accept_many(uint16_t port, std::size_t n);
     // Connects to ip:port, retrying refused connections until the deadline (the server may
     // still be starting).
     static tcp_line connect_to(const std::string& ip, uint16_t port);
