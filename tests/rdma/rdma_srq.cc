@@ -308,7 +308,9 @@ int run_server(params& p) {
     link_options lo = p.link;
     lo.srq = shared.srq;
     lo.send_depth = 4;
-    lo.recv_depth = 1;
+    // Sizes each QP's receive CQ (max_recv_wr is ignored on an SRQ): every WQE of the SRQ may
+    // complete on one QP before the server polls, and a CQ that overflows ends the QP.
+    lo.recv_depth = depth;
     lo.send_sge = 1;
     std::vector<std::unique_ptr<rc_link>> links;
     for (uint32_t q = 0; q < qps; ++q) {
