@@ -12,30 +12,13 @@
 #include "cq.hh"
 #include "qp.hh"
 #include "rings.hh"
+#include "wc_opcode.hh"
 
 namespace jakiro::shim {
 
 namespace proto = verbs_proto;
 
 namespace {
-
-// What a flushed send reports as its opcode: the one its WR asked for, as the engine's own
-// flush does (the spec leaves it undefined for errors; programs print it).
-ibv_wc_opcode wc_opcode_of(uint32_t wr_opcode) {
-    switch (wr_opcode) {
-        case IBV_WR_RDMA_WRITE:
-        case IBV_WR_RDMA_WRITE_WITH_IMM:
-            return IBV_WC_RDMA_WRITE;
-        case IBV_WR_RDMA_READ:
-            return IBV_WC_RDMA_READ;
-        case IBV_WR_ATOMIC_CMP_AND_SWP:
-            return IBV_WC_COMP_SWAP;
-        case IBV_WR_ATOMIC_FETCH_AND_ADD:
-            return IBV_WC_FETCH_ADD;
-        default:
-            return IBV_WC_SEND;
-    }
-}
 
 void fill_flushed(ibv_wc& wc, uint64_t wr_id, ibv_wc_opcode opcode, uint32_t qp_num) {
     wc = ibv_wc{};
@@ -150,7 +133,7 @@ int device_death::flush_completions(shim_cq& cq, int num_entries, ibv_wc* wc) {
             }
             for (; n < num_entries && f->sq.next != f->sq.end; ++f->sq.next, ++n) {
                 const proto::send_wqe& slot = qp->sq[f->sq.next & (qp->sq_capacity - 1)];
-                fill_flushed(wc[n], slot.wr_id, wc_opcode_of(slot.opcode), qp->qp.qp_num);
+                fill_flushed(wc[n], slot.wr_id, proto::wc_opcode_of(slot.opcode), qp->qp.qp_num);
             }
         }
         if (recvs) {

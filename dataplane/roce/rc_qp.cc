@@ -9,6 +9,7 @@
 #include "roce/packet_port.hh"
 #include "roce/psn.hh"
 #include "roce/timers.hh"
+#include "verbs_shim/wc_opcode.hh"
 
 namespace jakiro::roce {
 
@@ -67,22 +68,6 @@ void scatter(std::byte* const* data, const uint32_t* lens, uint8_t n, uint64_t o
 
 uint32_t packets_for(uint64_t length, uint32_t mtu) {
     return length == 0 ? 1 : static_cast<uint32_t>((length + mtu - 1) / mtu);
-}
-
-ibv_wc_opcode wc_opcode_of(uint32_t wr_opcode) {
-    switch (wr_opcode) {
-        case IBV_WR_RDMA_WRITE:
-        case IBV_WR_RDMA_WRITE_WITH_IMM:
-            return IBV_WC_RDMA_WRITE;
-        case IBV_WR_RDMA_READ:
-            return IBV_WC_RDMA_READ;
-        case IBV_WR_ATOMIC_CMP_AND_SWP:
-            return IBV_WC_COMP_SWAP;
-        case IBV_WR_ATOMIC_FETCH_AND_ADD:
-            return IBV_WC_FETCH_ADD;
-        default:
-            return IBV_WC_SEND;
-    }
 }
 
 bool is_read(const proto::send_wqe& w) {
@@ -981,7 +966,7 @@ void rc_qp::retire_sends() {
             proto::cqe c{};
             c.wr_id = op.wqe.wr_id;
             c.status = op.local_error;
-            c.opcode = wc_opcode_of(op.wqe.opcode);
+            c.opcode = proto::wc_opcode_of(op.wqe.opcode);
             c.qp_num = _s.qpn;
             ring.retire_send(unpublished + 1);
             unpublished = 0;
@@ -1002,7 +987,7 @@ void rc_qp::retire_sends() {
             proto::cqe c{};
             c.wr_id = op.wqe.wr_id;
             c.status = IBV_WC_SUCCESS;
-            c.opcode = wc_opcode_of(op.wqe.opcode);
+            c.opcode = proto::wc_opcode_of(op.wqe.opcode);
             c.byte_len = op.length;
             c.qp_num = _s.qpn;
             ring.retire_send(unpublished);
@@ -1053,7 +1038,7 @@ void rc_qp::fail_requester(uint32_t psn, ibv_wc_status status) {
         proto::cqe c{};
         c.wr_id = op.wqe.wr_id;
         c.status = status;
-        c.opcode = wc_opcode_of(op.wqe.opcode);
+        c.opcode = proto::wc_opcode_of(op.wqe.opcode);
         c.qp_num = _s.qpn;
         for (uint8_t s = 0; s < op.sges; ++s) {
             op.pins[s].reset();
@@ -1679,7 +1664,7 @@ void rc_qp::flush() {
         proto::cqe c{};
         c.wr_id = op.wqe.wr_id;
         c.status = IBV_WC_WR_FLUSH_ERR;
-        c.opcode = wc_opcode_of(op.wqe.opcode);
+        c.opcode = proto::wc_opcode_of(op.wqe.opcode);
         c.qp_num = _s.qpn;
         for (uint8_t s = 0; s < op.sges; ++s) {
             op.pins[s].reset();
