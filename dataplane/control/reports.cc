@@ -428,10 +428,10 @@ std::string render_qps(const daemon_state& state, const std::string& vnic, bool 
         std::snprintf(line, sizeof(line),
                       "%-8s 0x%06x %-4s %-5s %-17s 0x%06x 0x%06x 0x%06x 0x%06x %10lu %10lu %8lu "
                       "%8lu %7lu %8lu %6lu %7lu %7lu\n",
-                      name.c_str(), q.qpn, type, st, remote.c_str(), q.remote_qpn, q.next_psn, q.una_psn,
-                      q.expected_psn, q.packets_sent, q.packets_received, q.retransmitted,
-                      q.timeouts, q.naks_received, q.naks_sent, q.rnr_naks_received,
-                      q.rnr_naks_sent, q.messages_dropped);
+                      name.c_str(), q.qpn, type, st, remote.c_str(), q.remote_qpn, q.next_psn,
+                      q.una_psn, q.expected_psn, q.packets_sent, q.packets_received,
+                      q.retransmitted, q.timeouts, q.naks_received, q.naks_sent,
+                      q.rnr_naks_received, q.rnr_naks_sent, q.messages_dropped);
         text << line;
     }
     out.end_array();
