@@ -47,11 +47,7 @@ int admit_rdma_peer(const datapath_tables& tables, uint16_t vnic_slot, uint32_t 
 
 bool admit_rdma_datagram(const datapath_tables& tables, uint16_t vnic_slot, uint32_t remote_ip_be,
                          secgroup::direction dir) {
-    if (vnic_slot >= tables.vnics.size() || vnic_slot >= tables.policies.size()) {
-        return false;
-    }
-    const vnic_view& vnic = tables.vnics[vnic_slot];
-    if (remote_ip_be != vnic.ip && tables.vlt->lookup(vnic.vpc, remote_ip_be) == nullptr) {
+    if (vnic_slot >= tables.policies.size()) {
         return false;
     }
     return rdma_rule_allows(tables.policies[vnic_slot].acl[static_cast<int>(dir)].get(),

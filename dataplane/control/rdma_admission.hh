@@ -16,8 +16,9 @@ namespace jakiro {
 int admit_rdma_peer(const datapath_tables& tables, uint16_t vnic_slot, uint32_t remote_ip_be);
 
 // UD has no connection to admit once, so every datagram is checked (on the worker, per
-// packet): `remote_ip_be` must be an address of the vNIC's VPC (the vNIC itself included: two
-// QPs of one vNIC may talk) and the vNIC's `rdma` rules of direction `dir` must allow it.
+// packet): the vNIC's `rdma` rules of direction `dir` must allow `remote_ip_be`. That the
+// address is in the vNIC's VPC the path itself enforces, once: egress frames go through the
+// VLT (vlt_miss), ingress ones arrived on the VPC's VNI from a source that lives there.
 bool admit_rdma_datagram(const datapath_tables& tables, uint16_t vnic_slot, uint32_t remote_ip_be,
                          secgroup::direction dir);
 

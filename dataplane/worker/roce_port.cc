@@ -98,7 +98,7 @@ void roce_port::count_local(uint16_t from_vnic, uint16_t to_vnic, uint64_t bytes
 }
 
 bool roce_port::permits_datagram(uint16_t vnic_slot, uint32_t remote_ip_be, bool outbound) {
-    if (_tables == nullptr || vnic_slot >= _tables->vnics.size()) {
+    if (_tables == nullptr) {
         return false;
     }
     const auto dir = outbound ? secgroup::direction::egress : secgroup::direction::ingress;
