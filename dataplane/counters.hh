@@ -59,6 +59,7 @@ struct alignas(RTE_CACHE_LINE_SIZE) lcore_counters {
     std::array<counter, max_rules> rule_hits;  // packets allowed, by rule id
     counter busy_polls;
     counter idle_sleeps;
+    counter throttled_sleeps;  // naps while only shaped frames waited for tokens
 };
 
 }  // namespace jakiro

@@ -14,7 +14,7 @@ constexpr uint32_t max_events_per_advance = 2048;
 
 dcqcn_rate::dcqcn_rate(const dcqcn_params& p, uint64_t now_ns)
     : _p(p),
-      _pacer(p.line_rate_bps, p.pacer_burst_bytes, now_ns),
+      _pacer(p.line_rate_bps, pacer_depth_bytes(p.line_rate_bps), now_ns),
       _rc(p.line_rate_bps),
       _rt(p.line_rate_bps) {
     _p.alpha_timer_ns = std::max<uint64_t>(_p.alpha_timer_ns, 1);
@@ -22,6 +22,12 @@ dcqcn_rate::dcqcn_rate(const dcqcn_params& p, uint64_t now_ns)
     _p.g_shift = std::clamp<uint32_t>(_p.g_shift, 1, 20);
     _next_alpha_ns = now_ns + _p.alpha_timer_ns;
     _next_increase_ns = now_ns + _p.increase_timer_ns;
+}
+
+uint64_t dcqcn_rate::pacer_depth_bytes(uint64_t rate_bps) const {
+    const auto timed = static_cast<uint64_t>(static_cast<unsigned __int128>(rate_bps) *
+                                             _p.pacer_burst_ns / 8'000'000'000);
+    return std::max(_p.pacer_burst_bytes, timed);
 }
 
 dcqcn_stage dcqcn_rate::stage() const {

@@ -71,6 +71,7 @@ const global_counter global_counters[] = {
     JK_GLOBAL(qos_ce_marked),
     JK_GLOBAL(busy_polls),
     JK_GLOBAL(idle_sleeps),
+    JK_GLOBAL(throttled_sleeps),
 };
 #undef JK_GLOBAL
 

@@ -62,6 +62,10 @@ class egress_shaper {
     void commit_rdma();
 
     bool has_queued() const { return _queued_frames > 0; }
+    // Nanoseconds from `now_ns` until a vNIC with queued tcp frames can send again (its next
+    // grant is due and its bucket holds tokens); 0 if one can now. Only meaningful while
+    // has_queued(): the worker sleeps that long instead of spinning on a throttled queue.
+    uint64_t ns_until_sendable(uint64_t now_ns) const;
     const qos::scheduler& scheduler() const { return *_sched; }
     const shaper_vnic_counters& counters(uint16_t slot) const { return _counters[slot]; }
 
@@ -81,6 +85,7 @@ class egress_shaper {
         uint32_t rdma_packets = 0;
         uint64_t rdma_reported = 0;  // backlog told to the scheduler
         uint64_t next_grant_ns = 0;
+        uint64_t last_grant_ns = 0;
     };
 
     void flush_unshaped(uint16_t slot, worker_context& ctx);

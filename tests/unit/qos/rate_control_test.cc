@@ -146,6 +146,9 @@ TEST(Dcqcn, PacerHoldsTheQpToItsCurrentRate) {
     p.byte_counter_bytes = 0;
     dcqcn_rate r(p, 0);
     r.on_cnp(0);  // 5 Gbit/s
+    while (r.grant(0) > 0) {
+        r.on_sent(4204);  // the depth it may send back to back; the rate is what follows
+    }
     uint64_t sent = 0;
     uint64_t now = 0;
     for (; now < 20 * ms; now += 1 * us) {
@@ -155,6 +158,29 @@ TEST(Dcqcn, PacerHoldsTheQpToItsCurrentRate) {
         }
     }
     EXPECT_NEAR(static_cast<double>(sent) * 8e9 / static_cast<double>(now) / 5e9, 1.0, 0.01);
+}
+
+TEST(Dcqcn, UncutQpTakesAMillisecondGrantOfAFiveGbitVnicInOneVisit) {
+    // A busy shared core visits a QP about once a millisecond; the vNIC's scheduler then grants
+    // a millisecond of its rate at once. A QP no receiver complained about must be able to take
+    // it in that visit, or the unused grant goes to the other class and RDMA loses its share.
+    dcqcn_rate r(at(25 * gbit), 0);
+    while (r.grant(0) > 0) {
+        r.on_sent(1074);  // drain the initial depth
+    }
+    uint64_t sent = 0;
+    uint64_t now = 0;
+    for (int visit = 0; visit < 50; ++visit) {
+        now += 1 * ms;
+        uint64_t this_visit = 0;
+        while (r.grant(now) > 0) {
+            r.on_sent(1074);
+            this_visit += 1074;
+        }
+        EXPECT_GE(this_visit, 5 * gbit / 8 / 1000) << "visit " << visit;
+        sent += this_visit;
+    }
+    EXPECT_GT(sent, 0u);
 }
 
 TEST(Dcqcn, LineRateChangeMovesTheCeiling) {
