@@ -24,9 +24,11 @@ ingress_meter::ingress_meter(const vnic_qos& q, uint64_t now_ns, const ingress_p
 
 void ingress_meter::configure(const vnic_qos& q, uint64_t now_ns) {
     const bool fresh = _burst_bytes == 0;
-    _burst_bytes = q.burst_bytes;
-    const uint64_t debt = q.burst_bytes * std::max<uint32_t>(_p.hard_limit_bursts, 1);
-    set_or_create(_vnic, !fresh, q.rate_bps, q.burst_bytes, debt, now_ns);
+    const auto jitter_bytes = static_cast<uint64_t>(static_cast<unsigned __int128>(q.rate_bps) *
+                                                    _p.processing_jitter_ns / 8'000'000'000);
+    _burst_bytes = std::max<uint64_t>({q.burst_bytes, jitter_bytes, 1});
+    const uint64_t debt = _burst_bytes * std::max<uint32_t>(_p.hard_limit_bursts, 1);
+    set_or_create(_vnic, !fresh, q.rate_bps, _burst_bytes, debt, now_ns);
 
     const uint64_t weight_sum = uint64_t{q.classes[0].weight} + q.classes[1].weight;
     for (std::size_t i = 0; i < class_count; ++i) {
@@ -40,10 +42,9 @@ void ingress_meter::configure(const vnic_qos& q, uint64_t now_ns) {
         if (c.max_bps != 0) {
             share = std::min(share, c.max_bps);
         }
-        set_or_create(k.share, !fresh, share, q.burst_bytes, debt, now_ns);
+        set_or_create(k.share, !fresh, share, _burst_bytes, debt, now_ns);
         if (c.max_bps != 0) {
-            set_or_create(k.max_bucket, !fresh && k.has_max, c.max_bps, q.burst_bytes, debt,
-                          now_ns);
+            set_or_create(k.max_bucket, !fresh && k.has_max, c.max_bps, _burst_bytes, debt, now_ns);
         }
         k.has_max = c.max_bps != 0;
     }

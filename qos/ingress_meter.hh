@@ -46,6 +46,11 @@ struct ingress_params {
     uint64_t cnp_interval_ns = default_cnp_interval_ns;
     // ECT packets are marked while the excess is within this many bursts, then dropped.
     uint32_t hard_limit_bursts = 4;
+    // The meter's burst is at least this long at the vNIC's rate. It runs at processing time,
+    // not arrival time (af_packet and memif give no receive timestamps), so a worker that was
+    // off its core for a few milliseconds meets what arrived meanwhile as one clump; a burst of
+    // one millisecond would read that as excess and signal senders that kept to the rate.
+    uint64_t processing_jitter_ns = 5'000'000;
 };
 
 struct ingress_class_counters {

@@ -308,9 +308,12 @@ int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
     }
     if (n != 0) {
         proto::release_slots(*q->ring, consumer + n);
+        q->empty_polls.on_progress();
     } else if (q->context->death->check()) {
         // jakirod is gone and what it published is read: flush what it never completed.
         return q->context->death->flush_completions(*q, num_entries, wc);
+    } else {
+        q->empty_polls.on_empty();
     }
     return static_cast<int>(n);
 }

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <mutex>
 
+#include "idle_yield.hh"
 #include "rings.hh"
 
 namespace jakiro::shim {
@@ -44,6 +45,7 @@ struct shim_cq {
     std::size_t ring_bytes;
     uint32_t capacity;
     std::mutex poll_lock;
+    idle_yield empty_polls;  // under poll_lock
     // ibv_start_poll .. ibv_end_poll (cq_ex.cc), under poll_lock: the completion being read
     // and the consumer index the session will hand back.
     const verbs_proto::cqe* ex_current;

@@ -89,9 +89,13 @@ int start_poll(ibv_cq_ex* cq, ibv_poll_cq_attr* attr) {
         error = look_at_flushed(*q);
     }
     if (error != 0) {
+        if (error == ENOENT) {
+            q->empty_polls.on_empty();
+        }
         q->poll_lock.unlock();  // ENOENT: the caller must not call ibv_end_poll
         return error;
     }
+    q->empty_polls.on_progress();
     return 0;
 }
 

@@ -19,6 +19,9 @@ constexpr auto tcp = traffic_class::tcp;
 constexpr uint32_t rdma_4096 = charged_bytes(14 + 20 + 8 + 12 + 4096 + 4);
 constexpr uint32_t tcp_1450 = charged_bytes(14 + 1450);
 
+// The meter's rules on the configured burst alone (no allowance for a worker off its core).
+constexpr ingress_params exact{.processing_jitter_ns = 0};
+
 vnic_qos ingress(uint64_t rate, uint32_t w_rdma, uint32_t w_tcp) {
     vnic_qos q;
     q.rate_bps = rate;
@@ -72,7 +75,7 @@ void run(ingress_meter& m, std::vector<stream>& streams, uint64_t from_ns, uint6
 }
 
 TEST(IngressMeter, WithinTheRateEverythingPasses) {
-    ingress_meter m(ingress(5 * gbit, 3, 1), 0);
+    ingress_meter m(ingress(5 * gbit, 3, 1), 0, exact);
     std::vector<stream> st = {{rdma, 3 * gbit, rdma_4096, ecn::ect0},
                               {tcp, 1500'000'000, tcp_1450, ecn::not_ect}};
     run(m, st, 0, 50 * ms);
@@ -85,14 +88,14 @@ TEST(IngressMeter, WithinTheRateEverythingPasses) {
 
 // Work conservation: a class alone may use the whole vNIC, far beyond its weighted share.
 TEST(IngressMeter, IdleClassShareIsNotSignalled) {
-    ingress_meter m(ingress(5 * gbit, 3, 1), 0);
+    ingress_meter m(ingress(5 * gbit, 3, 1), 0, exact);
     std::vector<stream> st = {{tcp, 4800'000'000, tcp_1450, ecn::not_ect}};
     run(m, st, 0, 50 * ms);
     EXPECT_EQ(st[0].marked + st[0].dropped, 0u);
 }
 
 TEST(IngressMeter, MarksOnlyTheClassAboveItsShare) {
-    ingress_meter m(ingress(5 * gbit, 3, 1), 0);  // shares 3.75 / 1.25
+    ingress_meter m(ingress(5 * gbit, 3, 1), 0, exact);  // shares 3.75 / 1.25
     std::vector<stream> st = {{rdma, 3500'000'000, rdma_4096, ecn::ect0},
                               {tcp, 3 * gbit, tcp_1450, ecn::ect0}};
     run(m, st, 0, 50 * ms);
@@ -104,7 +107,7 @@ TEST(IngressMeter, MarksOnlyTheClassAboveItsShare) {
 // Not-ECT traffic above its share passes while the excess is within one burst, then is
 // dropped: it is policed to what the vNIC leaves it.
 TEST(IngressMeter, DropsNotEctBeyondABurst) {
-    ingress_meter m(ingress(5 * gbit, 3, 1), 0);
+    ingress_meter m(ingress(5 * gbit, 3, 1), 0, exact);
     std::vector<stream> st = {{rdma, 3750'000'000, rdma_4096, ecn::ect0},
                               {tcp, 3 * gbit, tcp_1450, ecn::not_ect}};
     run(m, st, 0, 10 * ms);  // spend the initial burst
@@ -120,7 +123,7 @@ TEST(IngressMeter, DropsNotEctBeyondABurst) {
 // A sender that ignores CE cannot take the vNIC: beyond `hard_limit_bursts` of excess even ECT
 // packets are dropped.
 TEST(IngressMeter, HardLimitDropsEvenEct) {
-    ingress_meter m(ingress(5 * gbit, 3, 1), 0);
+    ingress_meter m(ingress(5 * gbit, 3, 1), 0, exact);
     std::vector<stream> st = {{tcp, 10 * gbit, tcp_1450, ecn::ect1}};
     run(m, st, 0, 10 * ms);
     st[0].delivered = 0;
@@ -131,7 +134,7 @@ TEST(IngressMeter, HardLimitDropsEvenEct) {
 }
 
 TEST(IngressMeter, RdmaAboveShareAsksForCnpsAtMostOncePer50Microseconds) {
-    ingress_meter m(ingress(5 * gbit, 3, 1), 0);
+    ingress_meter m(ingress(5 * gbit, 3, 1), 0, exact);
     std::vector<stream> st = {{rdma, 8 * gbit, rdma_4096, ecn::ect0}};
     run(m, st, 0, 10 * ms);
     EXPECT_GT(st[0].cnps, 150u);
@@ -141,7 +144,7 @@ TEST(IngressMeter, RdmaAboveShareAsksForCnpsAtMostOncePer50Microseconds) {
 }
 
 TEST(IngressMeter, CeMarkedRdmaArrivalAsksForCnp) {
-    ingress_meter m(ingress(5 * gbit, 3, 1), 0);
+    ingress_meter m(ingress(5 * gbit, 3, 1), 0, exact);
     cnp_pacer qp;
     ingress_verdict v = m.on_packet(1 * us, rdma, rdma_4096, ecn::ce, &qp);
     EXPECT_EQ(v.action, ingress_action::pass) << "within the rate: delivered as it came";
@@ -155,7 +158,7 @@ TEST(IngressMeter, CeMarkedRdmaArrivalAsksForCnp) {
 TEST(IngressMeter, MaxCapsAClassEvenWhenTheVnicHasRoom) {
     vnic_qos q = ingress(5 * gbit, 3, 1);
     q.classes[index_of(tcp)].max_bps = 1 * gbit;
-    ingress_meter m(q, 0);
+    ingress_meter m(q, 0, exact);
     std::vector<stream> st = {{tcp, 2 * gbit, tcp_1450, ecn::not_ect}};
     run(m, st, 0, 10 * ms);
     st[0].delivered = 0;
@@ -164,7 +167,7 @@ TEST(IngressMeter, MaxCapsAClassEvenWhenTheVnicHasRoom) {
 }
 
 TEST(IngressMeter, LiveReconfigurationChangesTheShares) {
-    ingress_meter m(ingress(5 * gbit, 3, 1), 0);
+    ingress_meter m(ingress(5 * gbit, 3, 1), 0, exact);
     EXPECT_EQ(m.share_bps(rdma), 3750'000'000u);
     m.on_packet(1 * us, tcp, tcp_1450, ecn::not_ect, nullptr);
     m.configure(ingress(5 * gbit, 1, 1), 2 * us);
@@ -177,6 +180,27 @@ TEST(IngressMeter, LiveReconfigurationChangesTheShares) {
 // vNIC) write to one receiver whose ingress is limited to 5 Gbit/s. The receiver's meter marks
 // and asks for CNPs, the CNPs reach the senders 10 µs later, their rates come down, and the
 // receiver's ingress settles at its limit (issue 6: within 10 %).
+TEST(IngressMeter, AWorkerOffItsCoreForFiveMillisecondsDoesNotSignalSendersWithinTheRate) {
+    // Senders at 90 % of the rate, but the worker meters what arrived only every 5 ms, all at
+    // once (time as the meter sees it): nothing is over the rate, so nothing is signalled.
+    const auto clumped = [](const ingress_params& p) {
+        ingress_meter m(ingress(1 * gbit, 3, 1), 0, p);
+        cnp_pacer qp;
+        uint64_t signalled = 0;
+        const uint32_t per_clump = 900'000'000 / 8 / 200 / rdma_4096;  // 5 ms at 900 Mbit/s
+        for (uint64_t now = 5 * ms; now <= 500 * ms; now += 5 * ms) {
+            for (uint32_t i = 0; i < per_clump; ++i) {
+                const ingress_verdict v = m.on_packet(now, rdma, rdma_4096, ecn::ect0, &qp);
+                signalled += v.action != ingress_action::pass || v.send_cnp ? 1 : 0;
+            }
+        }
+        return signalled;
+    };
+    EXPECT_EQ(clumped(ingress_params{}), 0u);
+    EXPECT_GT(clumped(exact), 0u)
+        << "the configured 256 KiB burst alone reads the clumps as excess";
+}
+
 TEST(Incast, TwoDcqcnSendersConvergeToTheReceiversLimit) {
     const uint64_t limit = 5 * gbit;
     ingress_meter m(ingress(limit, 3, 1), 0);
