@@ -227,9 +227,10 @@ int rc_qp::modify(const ibv_qp_attr& attr, int mask) {
 void rc_qp::query(ibv_qp_attr& attr, ibv_qp_cap& cap, bool& sq_sig_all) const {
     attr = _machine.attr();
     cap.max_send_wr = _s.ring->sq_capacity();
-    cap.max_recv_wr = _s.ring->rq_capacity();
+    // A QP on an SRQ has no receive queue of its own (its ring keeps a one-slot placeholder).
+    cap.max_recv_wr = _s.srq != nullptr ? 0 : _s.ring->rq_capacity();
     cap.max_send_sge = _s.max_send_sge;
-    cap.max_recv_sge = _s.max_recv_sge;
+    cap.max_recv_sge = _s.srq != nullptr ? 0 : _s.max_recv_sge;
     cap.max_inline_data = _s.max_inline;
     attr.cap = cap;
     sq_sig_all = _s.sq_sig_all;

@@ -986,6 +986,14 @@ TEST_F(rc_qp_srq_test, sends_land_in_the_srqs_wqes_in_order_and_an_armed_limit_f
     EXPECT_EQ(q.srq_limit, 0u) << "disarmed";
 }
 
+TEST_F(rc_qp_srq_test, query_qp_reports_no_receive_queue_of_its_own) {
+    proto::query_qp_reply q{};
+    ASSERT_EQ(b.res->query_qp(b.client, b.qp, q), 0);
+    EXPECT_EQ(q.attr.max_recv_wr, 0u) << "receives come from the SRQ (the shim says 0 too)";
+    EXPECT_EQ(q.attr.max_recv_sge, 0u);
+    EXPECT_GT(q.attr.max_send_wr, 0u);
+}
+
 TEST_F(rc_qp_srq_test, an_empty_srq_rnr_naks_until_a_wqe_is_posted_there) {
     connect_both();
     a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 100, a.mr));
