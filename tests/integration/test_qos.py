@@ -208,7 +208,7 @@ def test_incast_into_a_limited_vnic_is_held_to_its_rate_by_cnps_and_ce_marks(sha
             print(f"incast into t1: rdma {r['rdma'] / 1e6:.1f}, tcp {r['tcp'] / 1e6:.1f}, "
                   f"total {total / 1e6:.1f} Mbit/s of {RATE / 1e6:.0f}")
             assert total <= RATE * 1.10, "t1 received more than its rate"
-            assert total >= RATE * 0.80, "t1's rate was not used"
+            assert total >= RATE * 0.90, "t1's rate was not used"
             assert after["rdma"]["cnps"] > before["rdma"]["cnps"], "no CNP was sent"
             assert after["tcp"]["ce_marked"] > before["tcp"]["ce_marked"], "no CE mark"
             code, out = finish(rdma, 60)
