@@ -163,7 +163,7 @@ int main(int argc, char** argv) {
     // whose QPs the worker's RoCE engine runs.
     auto worker = std::make_unique<worker_context>();
     roce::engine rdma_engine(static_cast<uint16_t>(config.vnics.size()),
-                             rdma_config::max_rc_qps_limit);
+                             rdma_config::max_qps_limit);
     roce_port rdma_port(*worker);
     egress_shaper shaper(now_ns());
     ingress_policer policer;

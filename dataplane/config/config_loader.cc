@@ -572,11 +572,16 @@ void load_vnics(checker& check, const YAML::Node& root, host_config& config,
                           vnic.security_groups, vnic.vpc, config);
         if (const auto rdma = node["rdma"]; rdma.IsDefined()) {
             const std::string rdma_field = field + ".rdma";
-            if (check.only_keys(rdma, rdma_field, {"max_rc_qps"})) {
-                vnic.rdma.max_rc_qps = check
-                                           .number(rdma, "max_rc_qps", rdma_field, 0,
-                                                   rdma_config::max_rc_qps_limit, false)
-                                           .value_or(vnic.rdma.max_rc_qps);
+            if (check.only_keys(rdma, rdma_field, {"max_qps", "max_rc_qps"})) {
+                // max_rc_qps: the older name, from before UC and UD QPs counted too.
+                const char* key = rdma["max_qps"].IsDefined() ? "max_qps" : "max_rc_qps";
+                if (rdma["max_qps"].IsDefined() && rdma["max_rc_qps"].IsDefined()) {
+                    check.error(rdma["max_rc_qps"], rdma_field + ".max_rc_qps",
+                                "the older name of max_qps; give only one of them");
+                }
+                vnic.rdma.max_qps =
+                    check.number(rdma, key, rdma_field, 0, rdma_config::max_qps_limit, false)
+                        .value_or(vnic.rdma.max_qps);
             }
         }
         if (const auto q = node["qos"]; q.IsDefined()) {

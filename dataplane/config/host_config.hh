@@ -36,10 +36,11 @@ struct vpc_config {
 
 // The RDMA face of a vNIC.
 struct rdma_config {
-    // RC QPs the vNIC's tenants may hold at once (ibv_create_qp beyond: EDQUOT). The RCFT
-    // has one entry per RC QP, so this also bounds the vNIC's share of it.
-    static constexpr uint32_t max_rc_qps_limit = 1024;  // = ibv_device_attr.max_qp
-    uint32_t max_rc_qps = max_rc_qps_limit;
+    // QPs of any transport (RC, UC, UD) the vNIC's tenants may hold at once (ibv_create_qp
+    // beyond: EDQUOT). The RCFT has one entry per QP, so this also bounds the vNIC's share
+    // of it. YAML `rdma.max_qps`; `max_rc_qps` is its older name, from before UC and UD.
+    static constexpr uint32_t max_qps_limit = 1024;  // = ibv_device_attr.max_qp
+    uint32_t max_qps = max_qps_limit;
 };
 
 struct vnic_config {

@@ -99,7 +99,7 @@ channel_config make_channel_config(const host_config& config) {
     for (std::size_t i = 0; i < config.vnics.size(); ++i) {
         const auto& v = config.vnics[i];
         out.vnics.push_back(
-            {v.name, v.mac, v.ip.address, static_cast<uint16_t>(i), v.rdma.max_rc_qps});
+            {v.name, v.mac, v.ip.address, static_cast<uint16_t>(i), v.rdma.max_qps});
     }
     return out;
 }
@@ -298,7 +298,7 @@ void channel_server::enable_qps(roce::engine* engine,
                                  : path_mtu >= 1024 ? IBV_MTU_1024
                                  : path_mtu >= 512  ? IBV_MTU_512
                                                     : IBV_MTU_256;
-        support.max_rc_qps = v.max_rc_qps;
+        support.max_qps = v.max_qps;
         if (admit) {
             const uint16_t slot = v.slot;
             support.admit = [admit, slot](uint32_t remote) { return admit(slot, remote); };

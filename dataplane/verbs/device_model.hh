@@ -17,9 +17,9 @@ namespace jakiro::verbs {
 struct vnic_identity {
     std::string name;
     std::array<uint8_t, 6> mac{};
-    uint32_t ip = 0;    // host byte order, like host_config
-    uint16_t slot = 0;  // the vNIC's datapath slot (its index in the startup configuration)
-    uint32_t max_rc_qps = 1024;  // rdma.max_rc_qps
+    uint32_t ip = 0;          // host byte order, like host_config
+    uint16_t slot = 0;        // the vNIC's datapath slot (its index in the startup configuration)
+    uint32_t max_qps = 1024;  // rdma.max_qps
 };
 
 // Largest IB MTU (256, 512, 1024, 2048, 4096) whose RoCEv2 packet fits the tenant MTU:

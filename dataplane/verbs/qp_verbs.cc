@@ -53,8 +53,8 @@ int vnic_resources::create_qp(uint64_t client, const proto::create_qp_request& r
         req.max_inline_data > proto::wqe_max_inline) {
         return EINVAL;
     }
-    if (_qps.size() >= _qp_support.max_rc_qps) {
-        return EDQUOT;  // the vNIC's RC QP quota (rdma.max_rc_qps)
+    if (_qps.size() >= _qp_support.max_qps) {
+        return EDQUOT;  // the vNIC's QP quota (rdma.max_qps)
     }
     const uint32_t handle = _qp_keys.allocate();
     if (handle == 0) {

@@ -67,7 +67,7 @@ struct qp_support {
     roce::qp_endpoint local;
     roce::qp_event_sink events;
     roce::qp_device_limits limits;
-    uint32_t max_rc_qps = 0;  // the vNIC's RC QP quota (YAML rdma.max_rc_qps)
+    uint32_t max_qps = 0;  // the vNIC's QP quota, every transport (YAML rdma.max_qps)
     // Security groups at RTR (DESIGN.md §7): 0, or EACCES when no `rdma` rule lets this vNIC
     // talk to `remote_ip_be` in both directions. Unset: everything is admitted.
     std::function<int(uint32_t remote_ip_be)> admit;

@@ -165,7 +165,7 @@ struct harness {
         support.local.vnic = 0;
         support.local.mac = {0x02, 0x00, 0xc6, 0x13, 0x01, 0x01};
         support.local.ip_be = htonl(0xC6130101);
-        support.max_rc_qps = 4;
+        support.max_qps = 4;
         res->enable_qps(support);
         uint32_t pd = 0;
         res->alloc_pd(client, pd);

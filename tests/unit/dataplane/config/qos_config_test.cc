@@ -60,11 +60,19 @@ TEST(QosConfig, AVnicRateWithClassWeightsLoadsWithADefaultBurst) {
     EXPECT_EQ(q.classes[qos::index_of(qos::traffic_class::tcp)].max_bps, 4'000'000'000u);
 }
 
-TEST(QosConfig, WithoutQosAVnicIsNotShapedAndHasTheDefaultRcQpQuota) {
+TEST(QosConfig, WithoutQosAVnicIsNotShapedAndHasTheDefaultQpQuota) {
     const auto r = load("");
     ASSERT_TRUE(r.ok());
     EXPECT_FALSE(r.config.vnics[0].qos);
-    EXPECT_EQ(r.config.vnics[0].rdma.max_rc_qps, rdma_config::max_rc_qps_limit);
+    EXPECT_EQ(r.config.vnics[0].rdma.max_qps, rdma_config::max_qps_limit);
+}
+
+TEST(QosConfig, QpQuotaIsMaxQpsOrItsOlderNameMaxRcQps) {
+    for (const char* key : {"max_qps", "max_rc_qps"}) {
+        const auto r = load(std::string("    rdma: {") + key + ": 7}\n");
+        ASSERT_TRUE(r.ok()) << key;
+        EXPECT_EQ(r.config.vnics[0].rdma.max_qps, 7u) << key;
+    }
 }
 
 TEST(QosConfig, ErrorsNameTheLineAndTheField) {
@@ -83,8 +91,10 @@ TEST(QosConfig, ErrorsNameTheLineAndTheField) {
         {"    qos: {rate: 1Gbit, rdma: {min: 800Mbit}, tcp: {min: 800Mbit}}\n", 12, "vnics[0].qos",
          "min"},
         {"    qos: {burst: 1MB}\n", 12, "vnics[0].qos.rate", "missing"},
+        {"    rdma: {max_qps: 5000}\n", 12, "vnics[0].rdma.max_qps", "[0, 1024]"},
         {"    rdma: {max_rc_qps: 5000}\n", 12, "vnics[0].rdma.max_rc_qps", "[0, 1024]"},
-        {"    rdma: {max_qps: 5}\n", 12, "vnics[0].rdma.max_qps", "unknown key"},
+        {"    rdma: {max_qps: 5, max_rc_qps: 5}\n", 12, "vnics[0].rdma.max_rc_qps", "older name"},
+        {"    rdma: {max_ud_qps: 5}\n", 12, "vnics[0].rdma.max_ud_qps", "unknown key"},
     };
     for (const auto& c : cases) {
         const auto r = load(c.yaml);

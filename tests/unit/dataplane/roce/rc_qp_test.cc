@@ -167,7 +167,7 @@ class rc_qp_test : public ::testing::Test {
         support.local.mac = {0x02, 0, 0, 0, 0, static_cast<uint8_t>(slot + 1)};
         support.local.ip_be = htonl(ip);
         support.limits.max_mtu = IBV_MTU_4096;
-        support.max_rc_qps = quota;
+        support.max_qps = quota;
         support.events = {[](void* self, uint64_t, uint32_t type, uint32_t) {
                               static_cast<rc_qp_test*>(self)->events.push_back(type);
                           },
