@@ -5,11 +5,14 @@
 // produce the completions it waits for, and on a 2-core host it starves the other tenants.
 // After `spins_before_yield` empty polls in a row each further empty poll calls sched_yield(),
 // which returns at once when nothing else wants the core, so a lone poller loses ~1 µs of
-// latency at worst. Not thread-safe: the caller holds the CQ's poll lock.
+// latency at worst. JAKIRO_POLL_YIELD=0 in the environment turns it off (a program alone on
+// dedicated cores may prefer to spin). Not thread-safe: the caller holds the CQ's poll lock.
 
 #include <sched.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 namespace jakiro::shim {
 
@@ -22,11 +25,21 @@ class idle_yield {
             ++_empty;
             return;
         }
-        sched_yield();
+        if (enabled()) {
+            sched_yield();
+        }
     }
     void on_progress() { _empty = 0; }
 
   private:
+    static bool enabled() {
+        static const bool on = [] {
+            const char* v = std::getenv("JAKIRO_POLL_YIELD");
+            return v == nullptr || std::strcmp(v, "0") != 0;
+        }();
+        return on;
+    }
+
     uint32_t _empty = 0;
 };
 
