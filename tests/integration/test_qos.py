@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (IP, JAKIROD, RUN_DIR, SRC, T1, T2, jakiroctl, ns, ns_bg, run, stop,
-                      wait_listening)
+from conftest import (IP, JAKIROD, RUN_DIR, SRC, T1, T2, jakirod_pids, jakiroctl, ns, ns_bg,
+                      run, stop, wait_listening)
 
 pytestmark = pytest.mark.usefixtures("testbed")
 
@@ -42,10 +42,12 @@ def shim_env():
     return env
 
 
-def shaped_config(tmp_path, rdma_weight, tcp_weight):
-    """h1's test-bed YAML with t1 shaped; written next to the test's other files."""
+def shaped_config(tmp_path, rdma_weight, tcp_weight, rate=None):
+    """h1's test-bed YAML with t1 shaped (to RATE unless `rate`); written next to the test's
+    other files."""
     text = (RUN_DIR / "h1.yaml").read_text()
-    qos = (f"qos: {{rate: {RATE // 1_000_000}Mbit, rdma: {{weight: {rdma_weight}}}, "
+    rate = RATE if rate is None else rate
+    qos = (f"qos: {{rate: {rate // 1_000_000}Mbit, rdma: {{weight: {rdma_weight}}}, "
            f"tcp: {{weight: {tcp_weight}}}}}")
     lines = []
     for line in text.splitlines():
@@ -53,7 +55,7 @@ def shaped_config(tmp_path, rdma_weight, tcp_weight):
             assert line.rstrip().endswith("}"), line
             line = line.rstrip()[:-1] + ", " + qos + "}"
         lines.append(line)
-    path = tmp_path / f"h1-qos-{rdma_weight}-{tcp_weight}.yaml"
+    path = tmp_path / f"h1-qos-{rdma_weight}-{tcp_weight}-{rate}.yaml"
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -220,3 +222,48 @@ def test_incast_into_a_limited_vnic_is_held_to_its_rate_by_cnps_and_ce_marks(sha
                 stop(p)
             jakiroctl("h2", "apply", str(RUN_DIR / "h2.yaml"))
             run("ip", "netns", "del", T7, check=False)
+
+
+def cpu_seconds(pid):
+    """utime + stime of the whole process, from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def stats_counter(name):
+    """A global counter of h1's jakiroctl stats (busy_polls, idle_sleeps, ...)."""
+    for line in jakiroctl("h1", "stats").stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == name:
+            return int(parts[1])
+    raise AssertionError(f"no {name} in jakiroctl stats")
+
+def test_a_vnic_held_to_a_low_rate_does_not_make_its_worker_spin(shaped):
+    """TCP backlogged behind a 20 Mbit/s vNIC: frames wait for tokens most of the time, and the
+    worker naps until they are due (throttled_sleeps) instead of polling a queue it may not
+    send from. A worker that spins while throttled shows ~100 % of a core."""
+    jakiroctl("h1", "apply", str(shaped_config(shaped, 3, 1, rate=20_000_000)))
+    pid = jakirod_pids()["h1"]
+    with ns_bg(T2, "iperf3", "-s", "-p", "5303", "-1"):
+        wait_listening(T2, 5303)
+        iperf = subprocess.Popen(["ip", "netns", "exec", T1, "iperf3", "-c", IP[T2], "-p", "5303",
+                                  "-t", "8"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, start_new_session=True)
+        try:
+            time.sleep(2)
+            naps0 = stats_counter("throttled_sleeps")
+            t0, c0 = time.monotonic(), cpu_seconds(pid)
+            r = rates(4)
+            percent = 100 * (cpu_seconds(pid) - c0) / (time.monotonic() - t0)
+            naps = stats_counter("throttled_sleeps") - naps0
+            print(f"20 Mbit/s: tcp {r['tcp'] / 1e6:.1f} Mbit/s, h1 jakirod {percent:.0f} % of a "
+                  f"core, {naps} throttled naps")
+            assert r["tcp"] == pytest.approx(20e6, rel=0.10), "the vNIC was not held to 20 Mbit/s"
+            assert naps > 0
+            assert percent < 40
+            out, err = iperf.communicate(timeout=60)
+            assert iperf.returncode == 0, err[-500:]
+        finally:
+            stop(iperf)
+
