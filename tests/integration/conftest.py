@@ -185,6 +185,13 @@ def jakirod_pids():
     return {p.stem: int(p.read_text()) for p in RUN_DIR.glob("h*.pid")}
 
 
+def cpu_seconds(pid):
+    """utime + stime of the whole process (all threads), from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # fields 14, 15
+
+
 def alive(pid):
     try:
         os.kill(pid, 0)

@@ -5,19 +5,12 @@ import time
 
 import pytest
 
-from conftest import alive, jakirod_pids
+from conftest import alive, cpu_seconds, jakirod_pids
 
 pytestmark = pytest.mark.usefixtures("testbed")
 
 IDLE_S = 5
 LIMIT_PERCENT = 5  # a poll-mode loop that never sleeps shows ~100 %
-
-
-def cpu_seconds(pid):
-    """utime + stime of the whole process (all threads), from /proc/PID/stat."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # fields 14, 15
 
 
 def test_idle_jakirod_uses_under_5_percent_of_a_core():

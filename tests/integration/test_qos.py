@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (IP, JAKIROD, RUN_DIR, SRC, T1, T2, jakirod_pids, jakiroctl, ns, ns_bg,
-                      run, stop, wait_listening)
+from conftest import (IP, JAKIROD, RUN_DIR, SRC, T1, T2, cpu_seconds, jakirod_pids, jakiroctl,
+                      ns, ns_bg, run, stop, wait_listening)
 
 pytestmark = pytest.mark.usefixtures("testbed")
 
@@ -222,13 +222,6 @@ def test_incast_into_a_limited_vnic_is_held_to_its_rate_by_cnps_and_ce_marks(sha
                 stop(p)
             jakiroctl("h2", "apply", str(RUN_DIR / "h2.yaml"))
             run("ip", "netns", "del", T7, check=False)
-
-
-def cpu_seconds(pid):
-    """utime + stime of the whole process, from /proc/PID/stat."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def stats_counter(name):
