@@ -1,6 +1,5 @@
 """An idle jakirod sleeps instead of spinning: under 5 % of one core with no traffic."""
 
-import os
 import time
 
 import pytest
