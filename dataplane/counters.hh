@@ -60,6 +60,7 @@ struct alignas(RTE_CACHE_LINE_SIZE) lcore_counters {
     counter busy_polls;
     counter idle_sleeps;
     counter throttled_sleeps;  // naps while only shaped frames waited for tokens
+    counter rx_wakes;          // naps cut short by a frame (rx_waker's thread writes it)
 };
 
 }  // namespace jakiro

@@ -72,6 +72,7 @@ const global_counter global_counters[] = {
     JK_GLOBAL(busy_polls),
     JK_GLOBAL(idle_sleeps),
     JK_GLOBAL(throttled_sleeps),
+    JK_GLOBAL(rx_wakes),
 };
 #undef JK_GLOBAL
 

@@ -76,6 +76,12 @@ uint32_t engine::doorbell_count() const {
     return _doorbell != nullptr ? verbs_proto::doorbell_count(*_doorbell) : 0;
 }
 
+void engine::wake() {
+    if (_doorbell != nullptr) {
+        verbs_proto::ring_doorbell(*_doorbell);
+    }
+}
+
 int engine::call(std::function<int()> fn) {
     std::unique_lock lock(_mutex);
     if (!_attached.load(std::memory_order_acquire)) {

@@ -109,6 +109,8 @@ class engine {
     int doorbell_fd() const { return _doorbell_fd; }
     // How often the doorbell has been rung.
     uint32_t doorbell_count() const;
+    // Rings the doorbell from inside jakirod (any thread): a sleeping worker wakes now.
+    void wake();
     const engine_counters& counters() const { return _counters; }
     std::vector<qp_report> report() const;
 

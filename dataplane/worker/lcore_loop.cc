@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <ctime>
+#include <optional>
 
 #include "../arp.hh"
 #include "../pipeline/egress.hh"
@@ -14,6 +15,7 @@
 #include "egress_shaper.hh"
 #include "ingress_policer.hh"
 #include "roce_port.hh"
+#include "rx_waker.hh"
 
 namespace jakiro {
 
@@ -31,6 +33,8 @@ constexpr uint64_t max_sleep_us = 2000;
 // A throttled queue is napped on only when its tokens are at least this far away: shorter
 // sleeps cost more in wake-up than the spin they save.
 constexpr uint64_t min_throttled_sleep_us = 10;
+// The rx waker looks for the port sockets again after this many naps (about 1 s when idle).
+constexpr uint32_t rescan_every_naps = 512;
 // ARP for remote hosts: retry unresolved ones quickly, refresh resolved ones slowly.
 constexpr uint64_t arp_retry_ms = 250;
 constexpr uint64_t arp_refresh_ms = 30000;
@@ -87,15 +91,41 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
         std::max<uint32_t>(64, ctx.flows->capacity() / aging_sweeps_per_second);
     rte_mbuf* pkts[rx_burst_size];
 
-    // Sleeps up to `us` (less if a tenant's post rings the doorbell); false if work arrived
-    // while deciding to sleep, so the loop must go on instead.
-    const auto nap = [&](uint64_t us) {
+    // A frame arriving on an af_packet port rings the engine's doorbell too (rx_waker.hh).
+    std::optional<rx_waker> waker;
+    if (ctx.engine != nullptr && !options.busy_poll) {
+        waker.emplace([&ctx] {
+            ctx.counters.rx_wakes.add(1);
+            ctx.engine->wake();
+        });
+    }
+    const datapath_tables* scanned_for = nullptr;
+    uint32_t naps_since_scan = 0;
+    // Sleeps up to `us`, less if a tenant's post rings the doorbell or, with `wake_on_rx`, a
+    // frame arrives (an idle nap; a throttled one ends when tokens are due anyway). False if
+    // work arrived while deciding to sleep, so the loop must go on instead.
+    const auto nap = [&](uint64_t us, bool wake_on_rx) {
         if (ctx.engine != nullptr && !ctx.engine->prepare_sleep()) {
             return false;
         }
         publisher.offline(worker_id);
         if (ctx.engine != nullptr) {
+            const bool watch = waker && wake_on_rx;
+            if (watch) {
+                // Ports come and go with snapshots; now and then anyway, in case a new
+                // snapshot reused an old one's address.
+                if (const datapath_tables* t = publisher.current();
+                    t != scanned_for || ++naps_since_scan >= rescan_every_naps) {
+                    scanned_for = t;
+                    naps_since_scan = 0;
+                    waker->rescan();
+                }
+                waker->before_sleep();
+            }
             ctx.engine->sleep(us);
+            if (watch) {
+                waker->after_sleep();
+            }
         } else {
             sleep_us(us);
         }
@@ -198,7 +228,7 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
             // instead of spinning. On a shared host the tenants that produce the traffic need
             // this core, and the port rings hold what arrives meanwhile (one grant period).
             const uint64_t wait_us = ctx.shaper->ns_until_sendable(now_ns()) / 1000;
-            if (wait_us >= min_throttled_sleep_us && nap(std::min(wait_us, max_sleep_us))) {
+            if (wait_us >= min_throttled_sleep_us && nap(std::min(wait_us, max_sleep_us), false)) {
                 ctx.counters.throttled_sleeps.add(1);
             } else {
                 ctx.counters.busy_polls.add(1);
@@ -208,7 +238,7 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
         if (now - last_packet_tsc < idle_spin_cycles) {
             continue;
         }
-        if (nap(sleep)) {
+        if (nap(sleep, true)) {
             ctx.counters.idle_sleeps.add(1);
             sleep = std::min(sleep * 2, max_sleep_us);
         }

@@ -185,6 +185,15 @@ def jakirod_pids():
     return {p.stem: int(p.read_text()) for p in RUN_DIR.glob("h*.pid")}
 
 
+def global_counter(host, name):
+    """A global counter of `jakiroctl stats` on `host` (busy_polls, idle_sleeps, ...)."""
+    for line in jakiroctl(host, "stats").stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == name:
+            return int(parts[1])
+    raise AssertionError(f"no {name} in jakiroctl stats of {host}")
+
+
 def cpu_seconds(pid):
     """utime + stime of the whole process (all threads), from /proc/PID/stat."""
     with open(f"/proc/{pid}/stat") as f:

@@ -1,10 +1,11 @@
-"""An idle jakirod sleeps instead of spinning: under 5 % of one core with no traffic."""
+"""An idle jakirod sleeps instead of spinning: under 5 % of one core with no traffic; and a
+frame that arrives while it sleeps wakes it (rather than waiting out the sleep)."""
 
 import time
 
 import pytest
 
-from conftest import alive, cpu_seconds, jakirod_pids
+from conftest import IP, T1, T2, alive, cpu_seconds, global_counter, jakirod_pids, ns
 
 pytestmark = pytest.mark.usefixtures("testbed")
 
@@ -24,3 +25,15 @@ def test_idle_jakirod_uses_under_5_percent_of_a_core():
     print("\nidle CPU: " + ", ".join(f"{h} {v:.1f} %" for h, v in sorted(percent.items())))
     assert all(alive(p) for p in pids.values())
     assert all(v < LIMIT_PERCENT for v in percent.values()), percent
+
+
+
+def test_a_frame_arriving_while_jakirod_sleeps_wakes_it():
+    """Pings 0.3 s apart: both daemons are asleep when each one arrives (on h1 from the tenant
+    port, on h2 from the uplink), and rx_waker cuts their naps short."""
+    time.sleep(1)
+    before = {h: global_counter(h, "rx_wakes") for h in ("h1", "h2")}
+    ns(T1, "ping", "-c", "5", "-i", "0.3", "-W", "2", IP[T2], timeout=20)
+    woken = {h: global_counter(h, "rx_wakes") - before[h] for h in ("h1", "h2")}
+    print(f"\nwakes by arriving frames: {woken}")
+    assert woken["h1"] > 0 and woken["h2"] > 0, woken

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (IP, JAKIROD, RUN_DIR, SRC, T1, T2, cpu_seconds, jakirod_pids, jakiroctl,
-                      ns, ns_bg, run, stop, wait_listening)
+from conftest import (IP, JAKIROD, RUN_DIR, SRC, T1, T2, cpu_seconds, global_counter, jakirod_pids,
+                      jakiroctl, ns, ns_bg, run, stop, wait_listening)
 
 pytestmark = pytest.mark.usefixtures("testbed")
 
@@ -224,14 +224,6 @@ def test_incast_into_a_limited_vnic_is_held_to_its_rate_by_cnps_and_ce_marks(sha
             run("ip", "netns", "del", T7, check=False)
 
 
-def stats_counter(name):
-    """A global counter of h1's jakiroctl stats (busy_polls, idle_sleeps, ...)."""
-    for line in jakiroctl("h1", "stats").stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[0] == name:
-            return int(parts[1])
-    raise AssertionError(f"no {name} in jakiroctl stats")
-
 def test_a_vnic_held_to_a_low_rate_does_not_make_its_worker_spin(shaped):
     """TCP backlogged behind a 20 Mbit/s vNIC: frames wait for tokens most of the time, and the
     worker naps until they are due (throttled_sleeps) instead of polling a queue it may not
@@ -245,11 +237,11 @@ def test_a_vnic_held_to_a_low_rate_does_not_make_its_worker_spin(shaped):
                                  text=True, start_new_session=True)
         try:
             time.sleep(2)
-            naps0 = stats_counter("throttled_sleeps")
+            naps0 = global_counter("h1", "throttled_sleeps")
             t0, c0 = time.monotonic(), cpu_seconds(pid)
             r = rates(4)
             percent = 100 * (cpu_seconds(pid) - c0) / (time.monotonic() - t0)
-            naps = stats_counter("throttled_sleeps") - naps0
+            naps = global_counter("h1", "throttled_sleeps") - naps0
             print(f"20 Mbit/s: tcp {r['tcp'] / 1e6:.1f} Mbit/s, h1 jakirod {percent:.0f} % of a "
                   f"core, {naps} throttled naps")
             assert r["tcp"] == pytest.approx(20e6, rel=0.10), "the vNIC was not held to 20 Mbit/s"
