@@ -108,7 +108,8 @@ void rx_waker::run() {
             bool frame = false;
             for (std::size_t i = 1; i < fds.size(); ++i) {
                 frame |= (fds[i].revents & POLLIN) != 0;
-                if ((fds[i].revents & (POLLNVAL | POLLERR)) != 0) {
+                // A closed, failed or hung-up socket would make every poll() return at once.
+                if ((fds[i].revents & (POLLNVAL | POLLERR | POLLHUP)) != 0) {
                     _rescan.store(true, std::memory_order_relaxed);
                     fds[i].fd = -1;  // poll() skips it until the next rescan
                 }
