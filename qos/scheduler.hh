@@ -27,6 +27,7 @@
 // relaxed atomics). The hot path (`enqueue`, `grant`, `commit`, `refund`) takes no lock, does
 // not allocate and makes no syscall; only the constructor allocates.
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -95,8 +96,12 @@ class scheduler {
     // was full) and are back in the queue.
     void refund(uint32_t vnic, traffic_class c, uint64_t bytes, uint32_t packets);
     // Nanoseconds after the last grant until the vNIC (and uplink) hold tokens again: how long a
-    // worker with only throttled queues may sleep.
+    // worker with only throttled queues may sleep. With `now_ns`: counted from then.
     uint64_t ns_until_tokens(uint32_t vnic) const;
+    uint64_t ns_until_tokens(uint32_t vnic, uint64_t now_ns) const {
+        return std::max(_vnics[vnic].bucket.ns_until_tokens(now_ns),
+                        _uplink.ns_until_tokens(now_ns));
+    }
 
     uint64_t backlog(uint32_t vnic, traffic_class c) const {
         return _vnics[vnic].cls[index_of(c)].backlog;

@@ -79,6 +79,12 @@ class token_bucket {
     // Nanoseconds from the last refill until the bucket holds tokens again (0: it does now;
     // max(): never, rate 0).
     uint64_t ns_until_tokens() const;
+    // The same counted from `now_ns` (the time since the last refill is already credited).
+    uint64_t ns_until_tokens(uint64_t now_ns) const {
+        const uint64_t wait = ns_until_tokens();
+        const uint64_t elapsed = now_ns > _last_ns ? now_ns - _last_ns : 0;
+        return wait > elapsed ? wait - elapsed : 0;
+    }
 
     uint64_t rate_bps() const { return _rate_bps; }
     uint64_t burst_bytes() const { return static_cast<uint64_t>(_burst_units / units_per_byte); }

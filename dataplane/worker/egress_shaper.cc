@@ -121,7 +121,6 @@ void egress_shaper::run(worker_context& ctx, const roce::engine* engine, uint64_
             continue;
         }
         v.next_grant_ns = now_ns + grant_period_ns(_config[slot]->rate_bps);
-        v.last_grant_ns = now_ns;
         // The rdma class's backlog is what the engine could send now: one burst's worth when
         // any QP of the vNIC has something, nothing otherwise (its queues are the QPs' rings).
         const bool rdma_busy = engine != nullptr && engine->vnic_wants_to_send(slot);
@@ -168,11 +167,7 @@ uint64_t egress_shaper::ns_until_sendable(uint64_t now_ns) const {
             continue;
         }
         const uint64_t grant_due = v.next_grant_ns > now_ns ? v.next_grant_ns - now_ns : 0;
-        // ns_until_tokens counts from the last refill, which was this vNIC's last grant.
-        const uint64_t refill = _sched->ns_until_tokens(slot);
-        const uint64_t since_grant = now_ns - std::min(now_ns, v.last_grant_ns);
-        const uint64_t tokens_due = refill > since_grant ? refill - since_grant : 0;
-        wait = std::min(wait, std::max(grant_due, tokens_due));
+        wait = std::min(wait, std::max(grant_due, _sched->ns_until_tokens(slot, now_ns)));
     }
     return wait == ~uint64_t{0} ? 0 : wait;
 }

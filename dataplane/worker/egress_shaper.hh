@@ -85,7 +85,6 @@ class egress_shaper {
         uint32_t rdma_packets = 0;
         uint64_t rdma_reported = 0;  // backlog told to the scheduler
         uint64_t next_grant_ns = 0;
-        uint64_t last_grant_ns = 0;
     };
 
     void flush_unshaped(uint16_t slot, worker_context& ctx);

@@ -33,8 +33,6 @@ constexpr uint64_t max_sleep_us = 2000;
 // A throttled queue is napped on only when its tokens are at least this far away: shorter
 // sleeps cost more in wake-up than the spin they save.
 constexpr uint64_t min_throttled_sleep_us = 10;
-// The rx waker looks for the port sockets again after this many naps (about 1 s when idle).
-constexpr uint32_t rescan_every_naps = 512;
 // ARP for remote hosts: retry unresolved ones quickly, refresh resolved ones slowly.
 constexpr uint64_t arp_retry_ms = 250;
 constexpr uint64_t arp_refresh_ms = 30000;
@@ -99,8 +97,6 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
             ctx.engine->wake();
         });
     }
-    const datapath_tables* scanned_for = nullptr;
-    uint32_t naps_since_scan = 0;
     // Sleeps up to `us`, less if a tenant's post rings the doorbell or, with `wake_on_rx`, a
     // frame arrives (an idle nap; a throttled one ends when tokens are due anyway). False if
     // work arrived while deciding to sleep, so the loop must go on instead.
@@ -112,14 +108,6 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
         if (ctx.engine != nullptr) {
             const bool watch = waker && wake_on_rx;
             if (watch) {
-                // Ports come and go with snapshots; now and then anyway, in case a new
-                // snapshot reused an old one's address.
-                if (const datapath_tables* t = publisher.current();
-                    t != scanned_for || ++naps_since_scan >= rescan_every_naps) {
-                    scanned_for = t;
-                    naps_since_scan = 0;
-                    waker->rescan();
-                }
                 waker->before_sleep();
             }
             ctx.engine->sleep(us);

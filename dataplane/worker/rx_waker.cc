@@ -1,21 +1,19 @@
 #include "rx_waker.hh"
 
 #include <dirent.h>
-#include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
-#include <cstring>
 
 namespace jakiro {
 
 namespace {
 
-// A helper poll() never blocks longer than this, so a socket closed by a removed port (whose
-// number may be reused) is noticed at the next rescan rather than waited on forever.
+// A helper poll() never blocks longer than this, so it sees the worker wake on its own.
 constexpr int max_wait_ms = 50;
+constexpr auto rescan_period = std::chrono::seconds(1);
 
 bool is_packet_socket(int fd) {
     int domain = 0;
@@ -54,7 +52,9 @@ void rx_waker::before_sleep() {
 }
 
 void rx_waker::find_packet_sockets() {
-    _sockets.clear();
+    _fds.assign(1, {_stop_fd, POLLIN, 0});
+    _scanned = std::chrono::steady_clock::now();
+    _rescan = false;
     DIR* dir = opendir("/proc/self/fd");
     if (dir == nullptr) {
         return;
@@ -62,65 +62,59 @@ void rx_waker::find_packet_sockets() {
     while (const dirent* e = readdir(dir)) {
         char* end = nullptr;
         const long fd = std::strtol(e->d_name, &end, 10);
-        if (end == e->d_name || *end != '\0' || fd == dirfd(dir)) {
-            continue;
-        }
-        if (is_packet_socket(static_cast<int>(fd))) {
-            _sockets.push_back(static_cast<int>(fd));
+        if (end != e->d_name && *end == '\0' && fd != dirfd(dir) &&
+            is_packet_socket(static_cast<int>(fd))) {
+            _fds.push_back({static_cast<int>(fd), POLLIN, 0});
         }
     }
     closedir(dir);
 }
 
-void rx_waker::run() {
-    std::vector<pollfd> fds;
-    for (;;) {
-        // Wait for the worker to go to sleep (or for the end).
-        pollfd armed[2] = {{_arm_fd, POLLIN, 0}, {_stop_fd, POLLIN, 0}};
-        if (poll(armed, 2, -1) < 0) {
-            continue;  // EINTR
+bool rx_waker::wait_for_sleep() {
+    pollfd armed[2] = {{_arm_fd, POLLIN, 0}, {_stop_fd, POLLIN, 0}};
+    while (poll(armed, 2, -1) < 0) {
+        // EINTR
+    }
+    if (armed[1].revents != 0) {
+        return false;
+    }
+    uint64_t count = 0;
+    (void)!read(_arm_fd, &count, sizeof(count));
+    return true;
+}
+
+bool rx_waker::watch_sockets() {
+    if (_rescan || std::chrono::steady_clock::now() - _scanned >= rescan_period) {
+        find_packet_sockets();
+    }
+    while (_sleeping.load(std::memory_order_relaxed)) {
+        if (poll(_fds.data(), _fds.size(), max_wait_ms) <= 0) {
+            continue;  // timeout or EINTR
         }
-        if (armed[1].revents != 0) {
-            return;
+        if (_fds[0].revents != 0) {
+            return false;
         }
-        uint64_t count = 0;
-        (void)!read(_arm_fd, &count, sizeof(count));
-        if (_rescan.exchange(false, std::memory_order_relaxed)) {
-            find_packet_sockets();
+        bool frame = false;
+        for (std::size_t i = 1; i < _fds.size(); ++i) {
+            frame |= (_fds[i].revents & POLLIN) != 0;
+            // A closed, failed or hung-up socket would make every poll() return at once.
+            if ((_fds[i].revents & (POLLNVAL | POLLERR | POLLHUP)) != 0) {
+                _rescan = true;
+                _fds[i].fd = -1;  // poll() skips it until the next scan
+            }
         }
-        fds.clear();
-        fds.push_back({_stop_fd, POLLIN, 0});
-        for (const int fd : _sockets) {
-            fds.push_back({fd, POLLIN, 0});
-        }
-        // Until a frame is there, the worker is awake anyway, or the end.
-        while (_sleeping.load(std::memory_order_relaxed)) {
-            const int n = poll(fds.data(), fds.size(), max_wait_ms);
-            if (n < 0) {
-                continue;
-            }
-            if (fds[0].revents != 0) {
-                return;
-            }
-            if (n == 0) {
-                continue;
-            }
-            bool frame = false;
-            for (std::size_t i = 1; i < fds.size(); ++i) {
-                frame |= (fds[i].revents & POLLIN) != 0;
-                // A closed, failed or hung-up socket would make every poll() return at once.
-                if ((fds[i].revents & (POLLNVAL | POLLERR | POLLHUP)) != 0) {
-                    _rescan.store(true, std::memory_order_relaxed);
-                    fds[i].fd = -1;  // poll() skips it until the next rescan
-                }
-            }
-            if (frame && _sleeping.exchange(false, std::memory_order_relaxed)) {
+        if (frame) {
+            if (_sleeping.exchange(false, std::memory_order_relaxed)) {
                 _wake();
             }
-            if (frame) {
-                break;
-            }
+            return true;
         }
+    }
+    return true;
+}
+
+void rx_waker::run() {
+    while (wait_for_sleep() && watch_sockets()) {
     }
 }
 

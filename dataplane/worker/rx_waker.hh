@@ -2,21 +2,24 @@
 // Wakes a sleeping worker when a frame arrives on an af_packet port. The worker's adaptive
 // sleep (lcore_loop) only wakes early for a tenant's verbs doorbell; a frame on the uplink or a
 // tenant port otherwise waits out the sleep (up to 2 ms at each hop: a ping between hosts took
-// 3.7 ms, ib_write_lat ~330 µs). DPDK's af_packet PMD has no rx interrupts, but its sockets are
-// ordinary AF_PACKET sockets of this process that poll() reports readable while their ring
-// holds a frame. A helper thread waits on them, only while the worker sleeps, and then rings
-// the worker's doorbell (the same futex tenants ring).
+// 3.7 ms). DPDK's af_packet PMD has no rx interrupts, but its sockets are ordinary AF_PACKET
+// sockets of this process that poll() reports readable while their ring holds a frame. A
+// helper thread waits on them, only while the worker sleeps, and then rings the worker's
+// doorbell (the same futex tenants ring). It looks for the sockets again every second, and
+// at once when one of them is closed, so ports added or removed live are followed.
 //
 // Per sleep the worker pays one eventfd write; the helper one wake-up and one poll(). Ports
 // that are not af_packet (memif, tap) keep the timed sleep.
 //
-// Thread-safety: before_sleep()/after_sleep()/rescan() from the worker only.
+// Thread-safety: before_sleep()/after_sleep() from the worker only.
 
 #include <atomic>
-#include <cstdint>
+#include <chrono>
 #include <functional>
 #include <thread>
 #include <vector>
+
+#include <poll.h>
 
 namespace jakiro {
 
@@ -28,21 +31,25 @@ class rx_waker {
     rx_waker(const rx_waker&) = delete;
     rx_waker& operator=(const rx_waker&) = delete;
 
-    // The set of ports changed (a new configuration snapshot): find the sockets again.
-    void rescan() { _rescan.store(true, std::memory_order_relaxed); }
     void before_sleep();
     void after_sleep() { _sleeping.store(false, std::memory_order_relaxed); }
 
   private:
     void run();
+    // Blocks until the worker goes to sleep (true) or the destructor wants the end (false).
+    bool wait_for_sleep();
+    // While the worker sleeps: until a frame is there (then wakes it), or the end (false).
+    bool watch_sockets();
     void find_packet_sockets();
 
     std::function<void()> _wake;
-    int _arm_fd = -1;           // eventfd: the worker is going to sleep
-    int _stop_fd = -1;          // eventfd: the destructor wants the thread gone
-    std::vector<int> _sockets;  // helper thread only
+    int _arm_fd = -1;   // eventfd: the worker is going to sleep
+    int _stop_fd = -1;  // eventfd: the destructor wants the thread gone
+    // Helper thread only: _stop_fd first, then the sockets; when they were last looked for.
+    std::vector<pollfd> _fds;
+    std::chrono::steady_clock::time_point _scanned{};
+    bool _rescan = true;
     std::atomic<bool> _sleeping{false};
-    std::atomic<bool> _rescan{true};
     std::thread _thread;
 };
 

@@ -127,6 +127,15 @@ TEST(TokenBucket, NsUntilTokensPredictsTheRefill) {
     EXPECT_EQ(token_bucket().ns_until_tokens(), ~uint64_t{0});
 }
 
+TEST(TokenBucket, NsUntilTokensFromNowCreditsTheTimeSinceTheLastRefill) {
+    token_bucket b(8'000'000'000, 10'000, 0);
+    b.consume(12'000);
+    const uint64_t wait = b.ns_until_tokens();
+    EXPECT_EQ(b.ns_until_tokens(0), wait);
+    EXPECT_EQ(b.ns_until_tokens(wait / 2), wait - wait / 2);
+    EXPECT_EQ(b.ns_until_tokens(wait + 5), 0u);
+}
+
 TEST(TokenBucket, ExtremeRatesAndGapsDoNotOverflow) {
     token_bucket b(max_rate_bps, max_burst_bytes, 0);
     b.consume(~uint64_t{0});
