@@ -499,7 +499,9 @@ std::string render_qos(const daemon_state& state, bool json, bool raw) {
             const auto& k = q.classes[qos::index_of(c)];
             qos::class_counters sent{};
             uint64_t drops = 0, waits = 0;
-            if (state.shaper != nullptr && state.shaper->scheduler().configured(slot)) {
+            const bool shaped =
+                state.shaper != nullptr && state.shaper->scheduler().configured(slot);
+            if (shaped) {
                 sent = state.shaper->scheduler().counters(slot, c);
                 drops = c == qos::traffic_class::tcp
                             ? state.shaper->counters(slot).tcp_queue_drops.read()
@@ -507,6 +509,15 @@ std::string render_qos(const daemon_state& state, bool json, bool raw) {
                 waits = c == qos::traffic_class::rdma
                             ? state.shaper->counters(slot).rdma_waits.read()
                             : 0;
+            }
+            // How many of the vNIC's grants found this class with something to send: a class
+            // that was not backlogged throughout had its unused share given to the other.
+            uint64_t grants = 0, busy_grants = 0;
+            if (shaped) {
+                const auto& sc = state.shaper->counters(slot);
+                grants = sc.grants.read();
+                busy_grants = c == qos::traffic_class::rdma ? sc.rdma_busy_grants.read()
+                                                            : sc.tcp_busy_grants.read();
             }
             qos::ingress_class_counters in{};
             if (state.policer != nullptr) {
@@ -532,6 +543,10 @@ std::string render_qos(const daemon_state& state, bool json, bool raw) {
                        c == qos::traffic_class::rdma && state.shaper != nullptr
                            ? state.shaper->counters(slot).rdma_busy_grants.read()
                            : 0)
+                // How many of the vNIC's grants found this class with something to send: a
+                // class that was not backlogged throughout had its unused share given away.
+                .value("grants", grants)
+                .value("busy_grants", busy_grants)
                 .value("received_bytes", in.bytes)
                 .value("received_packets", in.packets)
                 .value("ce_marked", in.ce_marked)
