@@ -1,6 +1,7 @@
 #include "reports.hh"
 
 #include "../roce/engine.hh"
+#include "../verbs/channel_server.hh"
 #include "../worker/egress_shaper.hh"
 #include "../worker/ingress_policer.hh"
 
@@ -458,6 +459,25 @@ std::string render_qps(const daemon_state& state, const std::string& vnic, bool 
         out.end_object();
     }
     text << "\n";
+    out.end_object();
+    // The RDMA faces' endpoints: who was let in, who was turned away and why.
+    out.begin_object("endpoints");
+    if (state.verbs != nullptr) {
+        const verbs::channel_stats v = state.verbs->stats();
+        out.value("clients", uint64_t{state.verbs->client_count()})
+            .value("accepted", v.accepted)
+            .value("refused_over_limit", v.refused)
+            .value("refused_foreign", v.refused_foreign)
+            .value("hello_timeouts", v.hello_timeouts)
+            .value("disconnected", v.disconnected)
+            .value("requests", v.requests)
+            .value("bad_requests", v.bad_requests)
+            .value("vnics_removed", v.vnics_removed);
+        text << "endpoints: " << state.verbs->client_count() << " clients, accepted " << v.accepted
+             << ", refused over limit " << v.refused << ", refused foreign " << v.refused_foreign
+             << ", hello timeouts " << v.hello_timeouts << ", bad requests " << v.bad_requests
+             << ", vNICs removed " << v.vnics_removed << "\n";
+    }
     out.end_object();
     out.end_object();
     return json ? out.str() + "\n" : text.str();
