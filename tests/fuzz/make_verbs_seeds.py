@@ -116,7 +116,7 @@ def drain(ring):
     return u8(OP_CQ) + u8(ring) + u8(0) + u32(0)
 
 
-def two_sides(qp_type=RC, srq=False, mr_pages=16):
+def two_sides(qp_type=RC, srq=False, mr_pages=16, wr=64):
     """Client 0 on vNIC 0 and client 2 on vNIC 1, each with a PD, an MR, two CQs and a QP
     (QP rings 0 and 1), connected to each other. MRs: 2 (client 0) and 3 (client 2)."""
     out = b''
@@ -124,7 +124,7 @@ def two_sides(qp_type=RC, srq=False, mr_pages=16):
         out += hello(c) + alloc_pd(c) + reg_mr(c, mr_pages) + create_cq(c) + create_cq(c)
         if srq:
             out += create_srq(c)
-        out += create_qp(c, qp_type, srq)
+        out += create_qp(c, qp_type, srq, wr)
     out += connect(0, 1) + connect(1, 0)
     return out
 

@@ -1209,6 +1209,30 @@ struct harness {
         return n;
     }
 
+    // The rings' own promise (qp_ring.hh): what the engine took and has not retired fits in
+    // the ring, so its copies (indexed by index & (capacity - 1)) never overwrite a WR in flight.
+    void check_rings() {
+        for (const ring& r : rings) {
+            if (r.what != kind::qp) {
+                continue;
+            }
+            roce::rc_qp* qp = engine->find(static_cast<uint16_t>(r.vnic), r.qpn);
+            if (qp == nullptr) {
+                continue;
+            }
+            const verbs::qp_ring& q = qp->ring();
+            if (q.send_taken() - q.send_retired() > q.sq_capacity()) {
+                fail("the engine took more send WQEs than the SQ holds: in-flight WRs overwritten");
+            }
+            // On an SRQ the QP retires receives on its own (unused) RQ that it never took
+            // (rc_qp::take_recv): retired runs ahead of taken there, by design.
+            const auto recv_in_flight = static_cast<int32_t>(q.recv_taken() - q.recv_retired());
+            if (recv_in_flight > static_cast<int32_t>(q.rq_capacity())) {
+                fail("the engine took more receive WQEs than the RQ holds");
+            }
+        }
+    }
+
     void deliver(const fuzz_wire::frame& f) {
         const int to = slot_of(f.dst_ip_be);
         if (to < 0 || f.bytes.size() < 14 + 20) {
@@ -1217,6 +1241,7 @@ struct harness {
         const uint64_t before = wire.emitted;
         engine->receive(static_cast<uint16_t>(to), f.bytes.data() + 14,
                         static_cast<uint32_t>(f.bytes.size() - 14), wire, now_ns);
+        check_rings();
         if (wire.emitted - before > 2 * engine_qp_budget) {
             fail("one received packet made the engine emit dozens of frames");
         }
@@ -1243,6 +1268,7 @@ struct harness {
                 qps += res[v]->count().qps;
             }
             engine->poll(wire, now_ns);
+            check_rings();
             const uint64_t frames = wire.emitted - emitted;
             if (trace) {
                 std::fprintf(stderr, "  poll: %llu frames, %llu completions\n",
