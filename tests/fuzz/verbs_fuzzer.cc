@@ -35,10 +35,12 @@
 //   3 post srq  ring, WQE fields
 //   4 scribble  ring, mode: a header field := u32 / random bytes at an offset / producer += k
 //   5 cq        ring, mode: drain / consumer := u32 / arm
-//   6 poll      rounds, clock step, wire mode (drop mask, reorder, duplicate, same host, ...)
+//   6 poll      rounds, clock step, wire mode (drop mask, reorder, duplicate, same host,
+//               the worker's sleep on the doorbell, ...)
 //   7 connect   QP a, QP b: INIT/RTR/RTS towards b through modify_qp requests
 //   8 release   client: disconnect (release_client), a new connection takes its place
-//   9 memfd     tenant copy of a registered memfd: truncate, grow, punch a hole, write, seal
+//   9 memfd     a registered memfd (tenant's copy) or a ring jakirod sent: truncate, grow,
+//               punch a hole, write, seal
 //   10 inject   a crafted RoCE packet (fuzzed BTH and beyond) from a QP's peer, valid ICRC
 
 #include <arpa/inet.h>
@@ -132,9 +134,11 @@ extern "C" int __wrap_munmap(void* addr, size_t len) {
     {
         const std::lock_guard lock(guarded_mutex);
         if (guarded != nullptr) {
-            const auto it = std::find_if(guarded->begin(), guarded->end(), [&](const guarded_map& g) {
-                return g.base == reinterpret_cast<uintptr_t>(addr) && g.length == page_round(len);
-            });
+            const auto it =
+                std::find_if(guarded->begin(), guarded->end(), [&](const guarded_map& g) {
+                    return g.base == reinterpret_cast<uintptr_t>(addr) &&
+                           g.length == page_round(len);
+                });
             if (it != guarded->end()) {
                 guarded->erase(it);
                 return __real_munmap(static_cast<char*>(addr) - guard_bytes,
@@ -337,7 +341,7 @@ struct harness {
     std::array<proto::cq_ring_header*, 2> victim_cq{};
     uint64_t now_ns = 1'000'000'000;
     uint32_t request_id = 0;
-    int current = 0;  // the client whose request is being built
+    int current = 0;                 // the client whose request is being built
     uint64_t max_cqes_per_poll = 0;  // 0: not enforced
     uint64_t worst_cqes_per_poll = 0;
     uint64_t worst_frames_per_poll = 0;
@@ -525,7 +529,8 @@ struct harness {
 
     // handle_request as the channel server calls it; descriptors left in `fds` are the
     // caller's to close. Maps what a successful create returns, like the shim.
-    verbs::outcome call(int c, std::span<const std::byte> bytes, bool truncated, std::span<int> fds) {
+    verbs::outcome call(int c, std::span<const std::byte> bytes, bool truncated,
+                        std::span<int> fds) {
         client& cl = clients[c];
         verbs::outcome out = verbs::handle_request(bytes, truncated, fds, cl.s, dev[cl.vnic]);
         check_reply(bytes, truncated, out);
@@ -536,7 +541,8 @@ struct harness {
                          static_cast<unsigned long long>(cl.s.client_id),
                          rh.hdr.opcode & ~proto::reply_flag, rh.status);
         }
-        if (out.what != verbs::outcome::action::drop && out.reply_size >= sizeof(proto::reply_header)) {
+        if (out.what != verbs::outcome::action::drop &&
+            out.reply_size >= sizeof(proto::reply_header)) {
             adopt(c, out);
         }
         if (out.reply_fd >= 0) {
@@ -563,8 +569,8 @@ struct harness {
         proto::header req{};
         std::memcpy(&req, msg.data(), sizeof(req));  // a reply implies a whole header arrived
         int status = 0;
-        if (!proto::check_reply(std::span<const std::byte>(out.reply.data(), out.reply_size),
-                                false, req, status)) {
+        if (!proto::check_reply(std::span<const std::byte>(out.reply.data(), out.reply_size), false,
+                                req, status)) {
             fail("jakirod's reply does not pass the shim's check_reply");
         }
         if (status == 0 && out.error != proto::parse_error::none) {
@@ -624,8 +630,8 @@ struct harness {
                 if (out.reply_fd2 < 0) {
                     fail("create_qp succeeded without a doorbell");
                 }
-                void* db = mmap(nullptr, proto::doorbell_bytes, PROT_READ | PROT_WRITE,
-                                MAP_SHARED, out.reply_fd2, 0);
+                void* db = mmap(nullptr, proto::doorbell_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
+                                out.reply_fd2, 0);
                 if (db == MAP_FAILED) {
                     fail("cannot map the doorbell jakirod sent");
                 }
@@ -655,7 +661,9 @@ struct harness {
         if (g.base == MAP_FAILED) {
             fail("cannot map a ring jakirod sent");
         }
-        if (jakirod_fds.size() < 4) {
+        // Attackers' rings only: a victim's ring fd in an attacker's hands would be the
+        // harness leaking it, not jakirod.
+        if (jakirod_fds.size() < 4 && !clients[g.client].victim) {
             jakirod_fds.push_back(dup(fd));
         }
         if (rings.size() >= max_rings) {  // keep the list bounded; the mapping still goes
@@ -784,13 +792,14 @@ struct harness {
         current = c;
         const uint8_t sel = in.u8();
         const uint8_t mut = in.u8();
-        const uint16_t op =
-            sel % (op_count + 1) == op_count ? in.u16() : static_cast<uint16_t>(ops[sel % (op_count + 1)]);
+        const uint16_t op = sel % (op_count + 1) == op_count
+                                ? in.u16()
+                                : static_cast<uint16_t>(ops[sel % (op_count + 1)]);
         // Descriptors: the count the opcode wants unless the flags say otherwise.
         const uint8_t fd_spec = in.u8();
         std::size_t nfds = (fd_spec & 0x80) != 0 ? ((fd_spec >> 4) & 7) % 5
                            : op == static_cast<uint16_t>(proto::opcode::reg_mr) ? 1
-                                                                                 : 0;
+                                                                                : 0;
         std::array<int, proto::max_fds_per_message> fds{};
         for (std::size_t i = 0; i < nfds; ++i) {
             const uint8_t k = in.u8();
@@ -838,8 +847,8 @@ struct harness {
             h.opcode |= proto::reply_flag;
         }
         std::memcpy(msg.data(), &h, std::min(sizeof(h), msg.size()));
-        verbs::outcome out = call(c, std::as_bytes(std::span<const uint8_t>(msg)), (mut & 0x02) != 0,
-                                  std::span<int>(fds.data(), nfds));
+        verbs::outcome out = call(c, std::as_bytes(std::span<const uint8_t>(msg)),
+                                  (mut & 0x02) != 0, std::span<int>(fds.data(), nfds));
         for (std::size_t i = 0; i < nfds; ++i) {
             if (fds[i] >= 0) {
                 close(fds[i]);
@@ -849,7 +858,8 @@ struct harness {
     }
 
     // Structured fields: plausible values, drawn from what exists, with the odd raw one.
-    void fields(reader& in, proto::opcode op, std::vector<uint8_t>& msg, int fd0, std::size_t nfds) {
+    void fields(reader& in, proto::opcode op, std::vector<uint8_t>& msg, int fd0,
+                std::size_t nfds) {
         auto at = [&](std::size_t off, auto v) {
             if (off + sizeof(v) <= msg.size()) {
                 std::memcpy(msg.data() + off, &v, sizeof(v));
@@ -858,8 +868,8 @@ struct harness {
         auto maybe_raw32 = [&](uint32_t usual) { return in.u8() == 0xFF ? in.u32() : usual; };
         switch (op) {
             case proto::opcode::hello:
-                at(16, in.u32());                  // pid
-                at(20, maybe_raw32(0));            // flags
+                at(16, in.u32());        // pid
+                at(20, maybe_raw32(0));  // flags
                 break;
             case proto::opcode::query:
                 at(16, maybe_raw32(1));
@@ -893,12 +903,14 @@ struct harness {
                 at(16, pick(in, kind::pd));
                 at(20, static_cast<uint32_t>(in.u8() % 32));  // access (bit 4: invalid)
                 const uint8_t shape = in.u8();
-                const uint64_t iova = (shape & 1) != 0 ? in.u64() : 0x20000000 + (shape >> 1) * 0x100000ull;
-                at(24, iova);                                    // addr
+                const uint64_t iova =
+                    (shape & 1) != 0 ? in.u64() : 0x20000000 + (shape >> 1) * 0x100000ull;
+                at(24, iova);                                                  // addr
                 at(32, (shape & 2) != 0 ? in.u64() : uint64_t{in.u16()} + 1);  // length
                 at(40, iova);
-                at(48, (shape & 4) != 0 ? in.u64() : static_cast<uint64_t>(in.u8() % 4) * 4096);  // fd_offset
-                at(56, (shape & 8) != 0 ? in.u32() : uint32_t{in.u16()} % 4096);   // page_offset
+                at(48, (shape & 4) != 0 ? in.u64()
+                                        : static_cast<uint64_t>(in.u8() % 4) * 4096);  // fd_offset
+                at(56, (shape & 8) != 0 ? in.u32() : uint32_t{in.u16()} % 4096);  // page_offset
                 at(60, maybe_raw32(0));
                 (void)fd0;
                 (void)nfds;
@@ -907,8 +919,8 @@ struct harness {
             case proto::opcode::create_cq: {
                 const uint8_t f = in.u8();
                 at(16, (f & 0x80) != 0 ? in.u32() : uint32_t{in.u16()});  // cqe
-                at(20, maybe_raw32(0));                                    // comp_vector
-                at(24, static_cast<uint32_t>(f & 0x03));                   // flags (bit 0: channel)
+                at(20, maybe_raw32(0));                                   // comp_vector
+                at(24, static_cast<uint32_t>(f & 0x03));                  // flags (bit 0: channel)
                 at(28, maybe_raw32(0));
                 break;
             }
@@ -918,10 +930,10 @@ struct harness {
                 at(24, pick(in, kind::cq));
                 at(28, (in.u8() & 1) != 0 ? pick(in, kind::srq) : 0u);
                 const uint8_t big = in.u8();
-                at(32, (big & 1) != 0 ? in.u32() : uint32_t{in.u8()} * 4);    // max_send_wr
-                at(36, (big & 2) != 0 ? in.u32() : uint32_t{in.u8()} * 4);    // max_recv_wr
-                at(40, uint32_t{in.u8()} % 20);                              // max_send_sge
-                at(44, uint32_t{in.u8()} % 20);                              // max_recv_sge
+                at(32, (big & 1) != 0 ? in.u32() : uint32_t{in.u8()} * 4);     // max_send_wr
+                at(36, (big & 2) != 0 ? in.u32() : uint32_t{in.u8()} * 4);     // max_recv_wr
+                at(40, uint32_t{in.u8()} % 20);                                // max_send_sge
+                at(44, uint32_t{in.u8()} % 20);                                // max_recv_sge
                 at(48, (big & 4) != 0 ? in.u32() : uint32_t{in.u16()} % 600);  // max_inline
                 static constexpr uint8_t types[] = {proto::qpt_rc, proto::qpt_uc, proto::qpt_ud};
                 const uint8_t t = in.u8();
@@ -955,9 +967,9 @@ struct harness {
                 a.ah_attr.is_global = (peer & 0x40) == 0 ? 1 : 0;
                 a.ah_attr.port_num = (peer & 0x80) == 0 ? 1 : in.u8();
                 a.ah_attr.dgid[10] = a.ah_attr.dgid[11] = 0xff;
-                const uint32_t ip = (peer & 3) == 3 ? in.u32()
-                                                    : htonl((peer & 3) == 2 ? stranger_ip
-                                                                            : vnic_ip[peer & 1]);
+                const uint32_t ip = (peer & 3) == 3
+                                        ? in.u32()
+                                        : htonl((peer & 3) == 2 ? stranger_ip : vnic_ip[peer & 1]);
                 std::memcpy(a.ah_attr.dgid + 12, &ip, 4);
                 if ((peer & 0x20) != 0) {
                     const auto raw = in.bytes(16);
@@ -1072,7 +1084,8 @@ struct harness {
         w.compare_add = in.u64();
         w.swap = in.u64();
         const uint8_t dst = in.u8();
-        w.ud_remote_ip = (dst & 3) == 3 ? in.u32() : htonl((dst & 3) == 2 ? stranger_ip : vnic_ip[dst & 1]);
+        w.ud_remote_ip =
+            (dst & 3) == 3 ? in.u32() : htonl((dst & 3) == 2 ? stranger_ip : vnic_ip[dst & 1]);
         w.ud_remote_qpn = pick(in, kind::qp);
         w.ud_remote_qkey = (dst & 4) != 0 ? in.u32() : 0x11111111;
         const uint8_t how = in.u8();
@@ -1258,7 +1271,9 @@ struct harness {
         wire.qos_closed = (mode & 0x20) != 0 && (mode & 0x07) == 6;
         wire.deny_datagrams = (mode & 0x40) != 0;
         // 10 µs steps, or a jump that fires every timer (ACK timeout, RNR wait).
-        const uint64_t step_ns = (step & 0x80) != 0 ? static_cast<uint64_t>(step & 0x7F) * 100'000'000 : uint64_t{step} * 10'000;
+        const uint64_t step_ns = (step & 0x80) != 0
+                                     ? static_cast<uint64_t>(step & 0x7F) * 100'000'000
+                                     : uint64_t{step} * 10'000;
         for (unsigned i = 0; i < rounds; ++i) {
             now_ns += step_ns;
             const uint64_t emitted = wire.emitted;
@@ -1269,6 +1284,12 @@ struct harness {
             }
             engine->poll(wire, now_ns);
             check_rings();
+            if ((mode & 0x80) != 0 && engine->prepare_sleep()) {
+                // The worker's sleep, with whatever the tenants wrote into the doorbell page
+                // and the rings' `sleeping` words (1 µs: a futex wait that times out).
+                engine->sleep(1);
+                engine->after_sleep();
+            }
             const uint64_t frames = wire.emitted - emitted;
             if (trace) {
                 std::fprintf(stderr, "  poll: %llu frames, %llu completions\n",
@@ -1276,7 +1297,8 @@ struct harness {
                              static_cast<unsigned long long>(cqes_written() - cqes));
             }
             worst_frames_per_poll = std::max(worst_frames_per_poll, frames);
-            if (frames > engine_max_passes * (engine_qp_budget + 2) * std::max<std::size_t>(qps, 1)) {
+            if (frames >
+                engine_max_passes * (engine_qp_budget + 2) * std::max<std::size_t>(qps, 1)) {
                 fail("one engine poll emitted more frames than its passes × budget allow");
             }
             const uint64_t written = cqes_written() - cqes;
@@ -1353,7 +1375,9 @@ struct harness {
         attr.qp_state = IBV_QPS_INIT;
         attr.port_num = 1;
         attr.qkey = 0x11111111;
-        attr.qp_access_flags = (f & 1) != 0 ? 0 : IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_LOCAL_WRITE;
+        attr.qp_access_flags = (f & 1) != 0 ? 0
+                                            : IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                                                  IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_LOCAL_WRITE;
         modify(attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
         modify(attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY);  // UD
         attr = {};
@@ -1368,7 +1392,8 @@ struct harness {
         attr.ah_attr.grh.dgid.raw[10] = attr.ah_attr.grh.dgid.raw[11] = 0xff;
         const uint32_t peer = htonl((f & 0x10) != 0 ? stranger_ip : vnic_ip[b->vnic]);
         std::memcpy(attr.ah_attr.grh.dgid.raw + 12, &peer, 4);
-        const int rtr = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+        const int rtr =
+            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
         modify(attr, rtr | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);  // RC
         modify(attr, rtr);                                                     // UC
         modify(attr, IBV_QP_STATE);                                            // UD
@@ -1381,7 +1406,7 @@ struct harness {
         attr.max_rd_atomic = 16;
         modify(attr, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
                          IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);  // RC
-        modify(attr, IBV_QP_STATE | IBV_QP_SQ_PSN);                   // UC, UD
+        modify(attr, IBV_QP_STATE | IBV_QP_SQ_PSN);                    // UC, UD
     }
 
     // op 8: the connection goes away; a new one (a new client id) takes the seat.
@@ -1408,10 +1433,14 @@ struct harness {
         const uint8_t what = in.u8();
         const uint32_t a = in.u32();
         const uint32_t b = in.u32();
-        if (tenant_fds.empty()) {
+        // The memfds the tenant registered, and the rings jakirod handed it (sealed against
+        // resizing, but a hole can still be punched in them).
+        const std::size_t n = tenant_fds.size() + jakirod_fds.size();
+        if (n == 0) {
             return;
         }
-        const int fd = tenant_fds[sel % tenant_fds.size()];
+        const int fd = sel % n < tenant_fds.size() ? tenant_fds[sel % n]
+                                                   : jakirod_fds[sel % n - tenant_fds.size()];
         switch (what % 5) {
             case 0:  // shrink: refused by F_SEAL_SHRINK; where it is not sealed, jakirod refused it
                 (void)!ftruncate(fd, a % (1 << 20));
@@ -1429,7 +1458,9 @@ struct harness {
                 break;
             }
             default:
-                (void)!fcntl(fd, F_ADD_SEALS, static_cast<int>(b & (F_SEAL_SEAL | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)));
+                (void)!fcntl(fd, F_ADD_SEALS,
+                             static_cast<int>(b & (F_SEAL_SEAL | F_SEAL_GROW | F_SEAL_WRITE |
+                                                   F_SEAL_FUTURE_WRITE)));
                 break;
         }
     }
@@ -1445,8 +1476,9 @@ struct harness {
         }
         const roce::rc_qp* qp = engine->find(static_cast<uint16_t>(r->vnic), r->qpn);
         const uint32_t src = (f & 1) != 0 ? htonl(stranger_ip)
-                             : qp != nullptr && qp->remote_ip_be() != 0 ? qp->remote_ip_be()
-                                                                         : htonl(vnic_ip[1 - r->vnic]);
+                             : qp != nullptr && qp->remote_ip_be() != 0
+                                 ? qp->remote_ip_be()
+                                 : htonl(vnic_ip[1 - r->vnic]);
         const std::size_t roce_len = std::max<std::size_t>(body.size(), 12) + roce::icrc_bytes;
         std::vector<uint8_t> pkt(20 + 8 + roce_len, 0);
         uint8_t* ip = pkt.data();
@@ -1478,7 +1510,8 @@ struct harness {
             roce::store_icrc(ip + pkt.size() - roce::icrc_bytes, *crc);
         }
         const uint64_t before = wire.emitted;
-        engine->receive(static_cast<uint16_t>(r->vnic), ip, static_cast<uint32_t>(pkt.size()), wire, now_ns);
+        engine->receive(static_cast<uint16_t>(r->vnic), ip, static_cast<uint32_t>(pkt.size()), wire,
+                        now_ns);
         if (wire.emitted - before > 2 * engine_qp_budget) {
             fail("one injected packet made the engine emit dozens of frames");
         }
@@ -1534,9 +1567,9 @@ uint64_t worst_cqes = 0;
 uint64_t cqe_bound = 0;
 
 void report() {
-    std::fprintf(stderr,
-                 "verbs_fuzzer: %llu inputs; worst poll: %llu frames, %llu completions\n",
-                 static_cast<unsigned long long>(inputs), static_cast<unsigned long long>(worst_frames),
+    std::fprintf(stderr, "verbs_fuzzer: %llu inputs; worst poll: %llu frames, %llu completions\n",
+                 static_cast<unsigned long long>(inputs),
+                 static_cast<unsigned long long>(worst_frames),
                  static_cast<unsigned long long>(worst_cqes));
 }
 
