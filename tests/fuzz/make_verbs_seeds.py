@@ -162,7 +162,7 @@ def seeds():
     s['rc_sq_overflow'] = (base + post_send(0, WRITE, 2, 3, how=0xE0) + u32(100000) + poll() +
                            post_send(0, SEND, 2, 3, how=0xC0) + poll(2))
     s['rc_modify_err'] = (base + post_send(0, WRITE, 2, 3) +
-                          req(0, MODIFY_QP, u8(NEWEST) + u32(1) + u8(6) + bytes(60)) + poll())
+                          req(0, MODIFY_QP, u8(NEWEST) + u32(1) + u8(6) + bytes(33)) + poll())
     # The MR's memfd hole-punched and grown under jakirod's mapping, then used.
     s['memfd_punch'] = (base + u8(OP_MEMFD) + u8(0) + u8(2) + u32(0) + u32(3) +
                         u8(OP_MEMFD) + u8(0) + u8(1) + u32(3) + u32(0) +
