@@ -173,6 +173,16 @@ def seeds():
                     post_send(0, SEND, 2, 3, length=512, dst=1) + poll())
     s['srq_send'] = (two_sides(RC, srq=True) + modify_srq_limit(2, 1) + post_srq(0, 2) +
                      post_srq(1, 3) + post_srq(1, 3) + post_send(0, SEND, 2, 3) + poll())
+    # Every object's query and destroy verbs, in an order that meets EBUSY first.
+    life = two_sides(RC, srq=True) + post_send(0, WRITE, 2, 3) + poll(2)
+    life += req(0, QUERY_QP, u8(NEWEST) + u32(0xFFFFFFFF)) + req(0, QUERY_SRQ, u8(NEWEST) + u8(0))
+    life += req(0, QUERY, u8(0) + u8(0))
+    life += req(0, DEALLOC_PD, u8(NEWEST) + u8(0)) + req(0, DESTROY_CQ, u8(NEWEST) + u8(0))
+    life += req(0, DESTROY_SRQ, u8(NEWEST) + u8(0)) + req(0, DESTROY_QP, u8(NEWEST) + u8(0))
+    life += req(0, DESTROY_SRQ, u8(NEWEST) + u8(0)) + req(0, DESTROY_CQ, u8(NEWEST) + u8(0))
+    life += req(0, DESTROY_CQ, u8(SECOND) + u8(0)) + req(0, DEREG_MR, u8(NEWEST) + u8(0))
+    life += req(0, DEALLOC_PD, u8(NEWEST) + u8(0)) + poll(2)
+    s['lifecycle'] = life
     # Requests with hostile descriptors and sizes (each fd kind once).
     hostile = hello(0) + alloc_pd(0)
     for kind in range(14):
