@@ -673,8 +673,9 @@ struct harness {
         rings.push_back(g);
     }
 
-    // A handle for a request field: mostly one jakirod handed out (to anyone: the victims'
-    // and the other vNIC's too, which is the cross-tenant probe), sometimes raw.
+    // A handle for a request field: selector < 0x80 one of the requesting client's own, else
+    // one jakirod handed to anyone (the victims', the other vNIC's: the cross-tenant probe);
+    // 0xFD/0xFC the client's newest/second newest, 0xFE zero, 0xFF a raw u32.
     uint32_t pick(reader& in, kind k) {
         const uint8_t sel = in.u8();
         if (sel == 0xFF) {
@@ -693,6 +694,19 @@ struct harness {
             }
             return 0;
         }
+        if (sel < 0x80) {  // one of the requesting client's own (what a program mostly names)
+            std::size_t own = 0;
+            for (const object& o : pool) {
+                own += o.client == current ? 1 : 0;
+            }
+            std::size_t want = own == 0 ? 0 : sel % own;
+            for (const object& o : pool) {
+                if (o.client == current && want-- == 0) {
+                    return o.handle;
+                }
+            }
+        }
+        // Anybody's: the victims', the other vNIC's, dead ones (the cross-tenant probes).
         return pool.empty() ? sel : pool[sel % pool.size()].handle;
     }
 
