@@ -90,6 +90,20 @@ bool send_with_fd(int fd, const void* data, std::size_t size, int passed_fd) {
 
 }  // namespace
 
+vnic_quota quota_of(const rdma_config& rdma) {
+    vnic_quota q;
+    q.max_qps = rdma.max_qps;
+    q.max_pds = rdma.max_pds;
+    q.max_mrs = rdma.max_mrs;
+    q.max_mr_bytes = rdma.max_mr_bytes;
+    q.max_cqs = rdma.max_cqs;
+    q.max_cqes = rdma.max_cqes;
+    q.max_srqs = rdma.max_srqs;
+    q.max_wqes = rdma.max_wqes;
+    q.max_contexts = rdma.max_contexts;
+    return q;
+}
+
 channel_config make_channel_config(const host_config& config) {
     channel_config out;
     out.host_name = config.name;
@@ -99,7 +113,7 @@ channel_config make_channel_config(const host_config& config) {
     for (std::size_t i = 0; i < config.vnics.size(); ++i) {
         const auto& v = config.vnics[i];
         out.vnics.push_back(
-            {v.name, v.mac, v.ip.address, static_cast<uint16_t>(i), v.rdma.max_qps});
+            {v.name, v.mac, v.ip.address, static_cast<uint16_t>(i), quota_of(v.rdma)});
     }
     return out;
 }
@@ -110,7 +124,7 @@ channel_server::channel_server(channel_config config) : _config(std::move(config
                              },
                              this};
     for (const auto& vnic : _config.vnics) {
-        _resources.push_back(std::make_unique<vnic_resources>(engine_limits(), sink));
+        _resources.push_back(std::make_unique<vnic_resources>(engine_limits(), sink, vnic.quota));
         _devices.push_back({&vnic, _config.host_name, _config.tenant_mtu, _resources.back().get()});
     }
 }
@@ -298,7 +312,6 @@ void channel_server::enable_qps(roce::engine* engine,
                                  : path_mtu >= 1024 ? IBV_MTU_1024
                                  : path_mtu >= 512  ? IBV_MTU_512
                                                     : IBV_MTU_256;
-        support.max_qps = v.max_qps;
         if (admit) {
             const uint16_t slot = v.slot;
             support.admit = [admit, slot](uint32_t remote) { return admit(slot, remote); };

@@ -40,6 +40,9 @@ struct channel_config {
 // The vNICs and MTU of a host configuration, copied: the server thread must not read the
 // host_config that `jakiroctl apply` replaces on the control thread.
 channel_config make_channel_config(const host_config& config);
+// A vNIC's YAML `rdma:` quota as vnic_resources takes it (at startup, and on `apply` through
+// resources(i).set_quota()).
+vnic_quota quota_of(const rdma_config& rdma);
 
 struct channel_stats {
     uint64_t accepted = 0;
