@@ -247,7 +247,7 @@ bool rc_qp::has_work() const {
     if (st != IBV_QPS_RTS) {
         return false;
     }
-    return _s.ring->send_pending().count > 0 ||
+    return _s.ring->send_pending().count > 0 || retire_pending() ||
            (_send_index != _s.ring->send_taken() && _rnr_resume_ns == 0 &&
             psn_diff(_next_psn, _una) < static_cast<int32_t>(send_window_packets));
 }
@@ -959,12 +959,21 @@ void rc_qp::move_send_pointer(uint32_t psn) {
 
 // A slot is handed back to the shim before the completion that reports it is published: a
 // program that sees the CQE may post again at once (perftest counts on it).
-void rc_qp::retire_sends() {
+bool rc_qp::retire_pending() const {
+    const verbs::qp_ring& ring = *_s.ring;
+    if (ring.send_retired() == ring.send_taken()) {
+        return false;
+    }
+    const send_op& op = _sends[ring.send_retired() & (ring.sq_capacity() - 1)];
+    return op.done || op.local_error != IBV_WC_SUCCESS;
+}
+
+void rc_qp::retire_sends(uint32_t budget) {
     verbs::qp_ring& ring = *_s.ring;
     const uint32_t mask = ring.sq_capacity() - 1;
     uint32_t unpublished = 0;
     uint32_t advanced = 0;
-    for (uint32_t i = ring.send_retired(); i != ring.send_taken(); ++i) {
+    for (uint32_t i = ring.send_retired(); i != ring.send_taken() && advanced < budget; ++i) {
         send_op& op = _sends[i & mask];
         if (op.local_error != IBV_WC_SUCCESS) {
             proto::cqe c{};
@@ -1035,7 +1044,9 @@ void rc_qp::run_timers(uint64_t now_ns) {
 
 void rc_qp::fail_requester(uint32_t psn, ibv_wc_status status) {
     (void)psn;  // the oldest unfinished WR is the one that failed: WRs complete in order
-    retire_sends();
+    // Everything finished before it completes first, whatever the budget: once per failure,
+    // at most a ring.
+    retire_sends(UINT32_MAX);
     verbs::qp_ring& ring = *_s.ring;
     if (ring.send_retired() != ring.send_taken()) {
         send_op& op = _sends[ring.send_retired() & (ring.sq_capacity() - 1)];
@@ -1686,17 +1697,24 @@ void rc_qp::flush() {
     // Send queue: whatever was taken and not retired, then whatever is still posted.
     const uint32_t mask = ring.sq_capacity() - 1;
     auto flush_send = [&](send_op& op) {
+        // A WR already finished (acknowledged, its retirement left for a later visit) still
+        // completes as it finished; everything else is flushed.
+        const bool finished = op.done && op.local_error == IBV_WC_SUCCESS;
         proto::cqe c{};
         c.wr_id = op.wqe.wr_id;
-        c.status = IBV_WC_WR_FLUSH_ERR;
+        c.status = finished ? IBV_WC_SUCCESS : IBV_WC_WR_FLUSH_ERR;
         c.opcode = proto::wc_opcode_of(op.wqe.opcode);
+        c.byte_len = finished ? op.length : 0;
         c.qp_num = _s.qpn;
         for (uint8_t s = 0; s < op.sges; ++s) {
             op.pins[s].reset();
         }
         op.sges = 0;
+        op.done = false;
         ring.retire_send(1);
-        complete(*_s.send_cq, c);
+        if (!finished || op.signaled) {
+            complete(*_s.send_cq, c);
+        }
         --budget;
     };
     while (budget > 0 && ring.send_retired() != ring.send_taken()) {
@@ -1711,6 +1729,8 @@ void rc_qp::flush() {
             send_op& op = _sends[ring.send_taken() & mask];
             ring.take_send(op.wqe);
             op.sges = 0;
+            op.done = false;
+            op.local_error = IBV_WC_SUCCESS;
             flush_send(op);
         }
     }

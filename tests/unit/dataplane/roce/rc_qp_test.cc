@@ -748,6 +748,54 @@ TEST_F(rc_qp_test, a_full_qp_in_err_is_flushed_over_several_visits_each_within_t
     EXPECT_EQ(proto::load_posted_acquire(a.ring->sq_consumer), sq) << "every slot handed back";
 }
 
+// One cumulative ACK that finishes a whole ring of WRs completes them over several visits,
+// at most the budget at a time, in order, each once and successfully.
+TEST_F(rc_qp_test, an_ack_that_finishes_a_full_ring_completes_it_within_the_budget_per_visit) {
+    connect_both();
+    const uint32_t sq = a.ring->sq_capacity;
+    for (uint32_t i = 0; i < sq; ++i) {
+        a.post_send(wqe(i, IBV_WR_RDMA_WRITE, a.iova(0), 8, a.mr, b.iova(0), b.mr));
+    }
+    std::vector<test_wire::frame> acks;
+    run(50, 1'000, [&](const test_wire::frame& f) {
+        if (f.from == 1) {
+            acks.push_back(f);  // b's ACKs are held back
+            return false;
+        }
+        return true;
+    });
+    ASSERT_FALSE(acks.empty());
+    proto::cqe c{};
+    ASSERT_FALSE(a.poll_send(c)) << "nothing acknowledged yet";
+    // The last ACK acknowledges everything at once.
+    auto& last = acks.back();
+    eng.receive(0, last.bytes.data() + 14, static_cast<uint32_t>(last.bytes.size() - 14), wire,
+                now);
+    std::vector<uint64_t> done;
+    unsigned visits = 0;
+    for (;;) {
+        std::size_t this_visit = 0;
+        while (a.poll_send(c)) {
+            EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+            done.push_back(c.wr_id);
+            ++this_visit;
+        }
+        EXPECT_LE(this_visit, rc_qp::wqe_budget) << "visit " << visits;
+        if (done.size() >= sq || visits > 100) {
+            break;
+        }
+        ++visits;
+        now += 1'000;
+        eng.poll(wire, now);
+        wire.frames.clear();
+    }
+    ASSERT_EQ(done.size(), sq);
+    EXPECT_GE(visits, sq / rc_qp::wqe_budget - 1);
+    for (uint32_t i = 0; i < sq; ++i) {
+        EXPECT_EQ(done[i], i) << "in order";
+    }
+}
+
 // ---- engine::call: a timed-out call leaves nothing half done (issue 12, row 11)
 
 TEST(engine_call, a_call_the_worker_never_started_times_out_and_never_runs) {
