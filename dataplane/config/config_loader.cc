@@ -582,7 +582,9 @@ void load_vnics(checker& check, const YAML::Node& root, host_config& config,
                           vnic.security_groups, vnic.vpc, config);
         if (const auto rdma = node["rdma"]; rdma.IsDefined()) {
             const std::string rdma_field = field + ".rdma";
-            if (check.only_keys(rdma, rdma_field, {"max_qps", "max_rc_qps"})) {
+            if (check.only_keys(rdma, rdma_field,
+                                {"max_qps", "max_rc_qps", "max_pds", "max_mrs", "max_mr_bytes",
+                                 "max_cqs", "max_cqes", "max_srqs", "max_wqes", "max_contexts"})) {
                 // max_rc_qps: the older name, from before UC and UD QPs counted too.
                 const char* key = rdma["max_qps"].IsDefined() ? "max_qps" : "max_rc_qps";
                 if (rdma["max_qps"].IsDefined() && rdma["max_rc_qps"].IsDefined()) {
@@ -592,6 +594,24 @@ void load_vnics(checker& check, const YAML::Node& root, host_config& config,
                 vnic.rdma.max_qps =
                     check.number(rdma, key, rdma_field, 0, rdma_config::max_qps_limit, false)
                         .value_or(vnic.rdma.max_qps);
+                auto quota = [&](const char* name, uint32_t& value, uint32_t high) {
+                    value = check.number(rdma, name, rdma_field, 0, high, false).value_or(value);
+                };
+                quota("max_pds", vnic.rdma.max_pds, rdma_config::max_pds_limit);
+                quota("max_mrs", vnic.rdma.max_mrs, rdma_config::max_mrs_limit);
+                quota("max_cqs", vnic.rdma.max_cqs, rdma_config::max_cqs_limit);
+                quota("max_cqes", vnic.rdma.max_cqes, rdma_config::max_cqes_limit);
+                quota("max_srqs", vnic.rdma.max_srqs, rdma_config::max_srqs_limit);
+                quota("max_wqes", vnic.rdma.max_wqes, rdma_config::max_wqes_limit);
+                quota("max_contexts", vnic.rdma.max_contexts, rdma_config::max_contexts_limit);
+                if (const auto bytes = check.bytes(rdma, "max_mr_bytes", rdma_field)) {
+                    if (*bytes > rdma_config::max_mr_bytes_limit) {
+                        check.error(rdma["max_mr_bytes"], rdma_field + ".max_mr_bytes",
+                                    "larger than 4TiB (4096 MRs of 1GiB)");
+                    } else {
+                        vnic.rdma.max_mr_bytes = *bytes;
+                    }
+                }
             }
         }
         if (const auto q = node["qos"]; q.IsDefined()) {

@@ -34,13 +34,43 @@ struct vpc_config {
     uint32_t vni = 0;
 };
 
-// The RDMA face of a vNIC.
+// The RDMA face of a vNIC: its quota (YAML `vnics[].rdma`), what its tenants may hold at once;
+// beyond it the verb fails with EDQUOT. `jakiroctl apply` changes it live (lowering it refuses
+// new objects and keeps existing ones). The defaults let a small host (a few GiB, a handful of
+// vNICs) survive every vNIC filling its quota: about 4 GiB of registered memory (the tenant's
+// own pages), 16 MiB of CQ rings and ~200 MiB of work queues in jakirod per vNIC, and ~3 400
+// mappings (jakirod has ~65 530 for all vNICs). The `_limit`s are what the engine can hold.
+// verbs::vnic_quota (dataplane/verbs/quota.hh) carries the same values to vnic_resources.
 struct rdma_config {
-    // QPs of any transport (RC, UC, UD) the vNIC's tenants may hold at once (ibv_create_qp
-    // beyond: EDQUOT). The RCFT has one entry per QP, so this also bounds the vNIC's share
-    // of it. YAML `rdma.max_qps`; `max_rc_qps` is its older name, from before UC and UD.
+    // QPs of any transport (RC, UC, UD). The RCFT has one entry per QP, so this also bounds
+    // the vNIC's share of it. `max_rc_qps` is its older name, from before UC and UD.
     static constexpr uint32_t max_qps_limit = 1024;  // = ibv_device_attr.max_qp
     uint32_t max_qps = max_qps_limit;
+    static constexpr uint32_t max_pds_limit = 1024;  // = max_pd
+    uint32_t max_pds = 1024;
+    // MRs: one mapping each in jakirod.
+    static constexpr uint32_t max_mrs_limit = 4096;  // = max_mr
+    uint32_t max_mrs = 1024;
+    // Bytes registered, summed over the MRs: what jakirod maps of the tenant's memory. 4 GiB
+    // holds a few 1 GiB buffers (perftest, NCCL-style pools); raise it for bigger jobs.
+    static constexpr uint64_t max_mr_bytes_limit = uint64_t{4096} << 30;  // max_mr × max_mr_size
+    uint64_t max_mr_bytes = uint64_t{4} << 30;
+    static constexpr uint32_t max_cqs_limit = 2048;  // = max_cq
+    uint32_t max_cqs = 1024;
+    // CQ entries summed over the CQs, rounded up to their rings' powers of two (64 bytes each,
+    // in jakirod's memory): 2^18 = 16 MiB, e.g. 64 CQs of 4096 entries.
+    static constexpr uint32_t max_cqes_limit = 1u << 27;  // max_cq × max_cqe
+    uint32_t max_cqes = 1u << 18;
+    static constexpr uint32_t max_srqs_limit = 1024;  // = max_srq
+    uint32_t max_srqs = 256;
+    // Work-queue slots summed over every SQ, RQ and SRQ ring, rounded up like CQs (512 bytes
+    // each, plus ~1 KiB of engine state per send slot): 2^17 = under ~200 MiB, e.g. 16 QPs of
+    // 4096 + 4096, or 500 QPs of 128 + 128.
+    static constexpr uint32_t max_wqes_limit = 1u << 24;
+    uint32_t max_wqes = 1u << 17;
+    // Verbs connections (contexts and device scans) at once; the channel server enforces it.
+    static constexpr uint32_t max_contexts_limit = 4096;  // the channel server's max_clients
+    uint32_t max_contexts = 64;
 };
 
 struct vnic_config {

@@ -59,7 +59,11 @@ std::optional<uint64_t> parse_bytes(std::string_view text) {
                          {"kb", 1'000},
                          {"kib", 1ull << 10},
                          {"mb", 1'000'000},
-                         {"mib", 1ull << 20}});
+                         {"mib", 1ull << 20},
+                         {"gb", 1'000'000'000},
+                         {"gib", 1ull << 30},
+                         {"tb", 1'000'000'000'000},
+                         {"tib", 1ull << 40}});
 }
 
 }  // namespace jakiro

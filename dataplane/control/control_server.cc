@@ -1,14 +1,6 @@
 #include "control_server.hh"
 
-#include <poll.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <sstream>
 #include <vector>
 
@@ -17,63 +9,21 @@
 
 namespace jakiro {
 
-namespace {
-constexpr int poll_interval_ms = 200;  // how quickly stop() is noticed
-constexpr int client_timeout_ms = 2000;
-constexpr std::size_t max_command = 4096;
-
-std::string directory_of(const std::string& path) {
-    const auto slash = path.rfind('/');
-    return slash == std::string::npos ? "." : path.substr(0, slash);
-}
-}  // namespace
-
 control_server::control_server(daemon_state& state, host_manager& host, std::string socket_path)
-    : _state(state), _host(host), _path(std::move(socket_path)) {}
+    : _state(state),
+      _host(host),
+      _socket(std::move(socket_path), [this](const std::string& line) { return handle(line); }) {}
 
 control_server::~control_server() {
     stop();
 }
 
 bool control_server::start(std::string& error) {
-    if (_path.size() >= sizeof(sockaddr_un::sun_path)) {
-        error = "control socket path too long: " + _path;
-        return false;
-    }
-    mkdir(directory_of(_path).c_str(), 0755);
-    _listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::strncpy(addr.sun_path, _path.c_str(), sizeof(addr.sun_path) - 1);
-    // A socket file left by a crashed daemon is stale if nobody accepts on it.
-    if (connect(_listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-        error = "another jakirod is serving " + _path;
-        close(_listen_fd);
-        _listen_fd = -1;
-        return false;
-    }
-    unlink(_path.c_str());
-    if (bind(_listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-        listen(_listen_fd, 16) != 0) {
-        error = "cannot listen on " + _path + ": " + std::strerror(errno);
-        close(_listen_fd);
-        _listen_fd = -1;
-        return false;
-    }
-    _thread = std::thread([this] { serve(); });
-    return true;
+    return _socket.start(error);
 }
 
 void control_server::stop() {
-    _stopping = true;
-    if (_thread.joinable()) {
-        _thread.join();
-    }
-    if (_listen_fd >= 0) {
-        close(_listen_fd);
-        unlink(_path.c_str());
-        _listen_fd = -1;
-    }
+    _socket.stop();
 }
 
 std::string control_server::handle(const std::string& command_line) {
@@ -148,43 +98,6 @@ std::string control_server::handle(const std::string& command_line) {
     }
     return "ERR unknown command '" + command +
            "' (try: status, stats, flows, qps, qos, apply FILE)\n";
-}
-
-void control_server::serve() {
-    while (!_stopping) {
-        pollfd listener{_listen_fd, POLLIN, 0};
-        if (poll(&listener, 1, poll_interval_ms) <= 0) {
-            continue;
-        }
-        const int client = accept4(_listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
-        if (client < 0) {
-            continue;
-        }
-        std::string command;
-        char buffer[512];
-        // Read one line, bounded in size and time so a stuck client cannot wedge the thread.
-        while (command.find('\n') == std::string::npos && command.size() < max_command) {
-            pollfd in{client, POLLIN, 0};
-            if (poll(&in, 1, client_timeout_ms) <= 0) {
-                break;
-            }
-            const ssize_t n = read(client, buffer, sizeof(buffer));
-            if (n <= 0) {
-                break;
-            }
-            command.append(buffer, static_cast<std::size_t>(n));
-        }
-        const std::string reply = handle(command.substr(0, command.find('\n')));
-        std::size_t sent = 0;
-        while (sent < reply.size()) {
-            const ssize_t n = send(client, reply.data() + sent, reply.size() - sent, MSG_NOSIGNAL);
-            if (n <= 0) {
-                break;
-            }
-            sent += static_cast<std::size_t>(n);
-        }
-        close(client);
-    }
 }
 
 }  // namespace jakiro

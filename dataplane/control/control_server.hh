@@ -1,11 +1,12 @@
 #pragma once
 // jakirod's control socket: a Unix stream socket that takes one command line per connection
-// and answers "OK\n<body>" or "ERR <message>\n". Runs on its own (non-EAL) thread.
+// and answers "OK\n<body>" or "ERR <message>\n". Runs on its own (non-EAL) thread; clients are
+// served together with deadlines (command_socket.hh), so one that never reads its reply
+// cannot wedge it.
 
-#include <atomic>
 #include <string>
-#include <thread>
 
+#include "command_socket.hh"
 #include "daemon_state.hh"
 #include "host_manager.hh"
 
@@ -26,14 +27,9 @@ class control_server {
     std::string handle(const std::string& command_line);
 
   private:
-    void serve();
-
     daemon_state& _state;
     host_manager& _host;
-    std::string _path;
-    int _listen_fd = -1;
-    std::atomic<bool> _stopping{false};
-    std::thread _thread;
+    command_socket _socket;
 };
 
 }  // namespace jakiro

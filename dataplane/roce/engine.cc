@@ -14,7 +14,6 @@ namespace jakiro::roce {
 
 namespace {
 
-constexpr auto call_timeout = std::chrono::seconds(5);
 // Packets one QP may send per poll: QPs take turns, none starves the others or the TCP face.
 constexpr unsigned qp_budget = 32;
 // Passes per poll: at most 8 × 32 packets per QP before the worker looks at its ports again.
@@ -65,21 +64,40 @@ void engine::wake() {
     }
 }
 
-int engine::call(std::function<int()> fn) {
+int engine::call(std::function<int()> fn, on_timeout policy) {
     std::unique_lock lock(_mutex);
     if (!_attached.load(std::memory_order_acquire)) {
         return fn();
     }
     auto done = std::make_shared<std::promise<int>>();
     auto result = done->get_future();
-    _calls.push_back({std::move(fn), done});
+    auto state = std::make_shared<std::atomic<task_state>>(task_state::queued);
+    _calls.push_back({std::move(fn), done, state});
     _calls_pending.store(true, std::memory_order_release);
     lock.unlock();
     wake();
-    if (result.wait_for(call_timeout) != std::future_status::ready) {
+    if (result.wait_for(_call_timeout) == std::future_status::ready) {
+        return result.get();
+    }
+    if (policy == on_timeout::run_later) {
         return ETIMEDOUT;
     }
+    task_state expected = task_state::queued;
+    if (state->compare_exchange_strong(expected, task_state::cancelled,
+                                       std::memory_order_acq_rel)) {
+        return ETIMEDOUT;  // it will never run: nothing half done
+    }
+    // The worker is running it right now: its effect is real, so is its result.
     return result.get();
+}
+
+void engine::run_task(task& t) {
+    task_state expected = task_state::queued;
+    if (!t.state->compare_exchange_strong(expected, task_state::started,
+                                          std::memory_order_acq_rel)) {
+        return;  // its caller gave up and cancelled it
+    }
+    t.done->set_value(t.fn());
 }
 
 void engine::attach() {
@@ -96,7 +114,7 @@ void engine::detach() {
         _calls_pending.store(false, std::memory_order_relaxed);
     }
     for (auto& t : calls) {
-        t.done->set_value(t.fn());
+        run_task(t);
     }
 }
 
@@ -111,7 +129,7 @@ void engine::run_calls() {
         _calls_pending.store(false, std::memory_order_relaxed);
     }
     for (auto& t : calls) {
-        t.done->set_value(t.fn());
+        run_task(t);
     }
 }
 
@@ -147,8 +165,13 @@ void engine::remove_qp(uint16_t vnic, uint32_t qpn) {
 }
 
 bool engine::vnic_wants_to_send(uint16_t vnic) const {
-    for (const auto& qp : _active) {
-        if (qp->vnic() == vnic && qp->has_work()) {
+    // Only this vNIC's QPs: the shaper asks for every shaped vNIC, and another tenant's
+    // thousand QPs must not make that question expensive.
+    if (vnic >= _by_slot.size()) {
+        return false;
+    }
+    for (const rc_qp* qp : _by_slot[vnic]) {
+        if (qp != nullptr && qp->has_work()) {
             return true;
         }
     }

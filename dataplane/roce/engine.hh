@@ -9,7 +9,9 @@
 // connection can inject into a QP. The ICRC is verified before anything else is believed.
 //
 // Control-plane changes (create, modify, query, destroy) reach the engine's thread through
-// call(): a small mailbox the loop drains once per iteration; the caller waits (bounded).
+// call(): a small mailbox the loop drains once per iteration; the caller waits (bounded). A
+// call that times out leaves nothing half done: a task the worker has not started is
+// cancelled (it never runs), one it has started is waited for and its result returned.
 // Until a worker attaches, call() runs the function inline (unit tests, startup).
 //
 // Doorbell: a shared page whose count the shim bumps (and futex-wakes) after posting when the
@@ -17,6 +19,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -102,9 +105,17 @@ class engine {
     engine& operator=(const engine&) = delete;
 
     // ---- control thread
-    // Runs `fn` on the engine's thread and returns its result; ETIMEDOUT if the worker does
-    // not answer within 5 s.
-    int call(std::function<int()> fn);
+    // What call() does with a task the worker has not started when the wait runs out.
+    enum class on_timeout {
+        cancel,    // it never runs; the caller sees ETIMEDOUT (create, modify, query)
+        run_later  // it stays queued and runs whenever the worker comes (removals, which
+                   // must happen eventually); the caller sees ETIMEDOUT
+    };
+    // Runs `fn` on the engine's thread and returns its result; ETIMEDOUT if the worker did
+    // not start it within the call timeout (5 s; set_call_timeout), per `policy` above. Once
+    // started, the result is always waited for and returned.
+    int call(std::function<int()> fn, on_timeout policy = on_timeout::cancel);
+    void set_call_timeout(std::chrono::milliseconds timeout) { _call_timeout = timeout; }
     // How often the doorbells have been rung: jakirod's own and every vNIC's.
     uint32_t doorbell_count() const;
     // Rings jakirod's own doorbell (any thread; no tenant maps it): a sleeping worker wakes now.
@@ -151,14 +162,21 @@ class engine {
     void run_calls();
     verbs_proto::doorbell_page* own_doorbell() const;
 
+    // A queued call. `state` decides, under no lock, who owns it: the worker runs it only if
+    // it moves queued -> started first; a caller whose wait ran out cancels it only if it
+    // moves queued -> cancelled first.
+    enum class task_state : uint8_t { queued, started, cancelled };
     struct task {
         std::function<int()> fn;
         std::shared_ptr<std::promise<int>> done;
+        std::shared_ptr<std::atomic<task_state>> state;
     };
+    static void run_task(task& t);
 
     uint32_t _max_qps;
-    std::vector<std::vector<rc_qp*>> _by_slot;    // [vnic][qpn >> 8], engine thread
-    std::vector<std::shared_ptr<rc_qp>> _active;  // engine thread; copied into _reported
+    std::chrono::milliseconds _call_timeout{5000};  // control thread
+    std::vector<std::vector<rc_qp*>> _by_slot;      // [vnic][qpn >> 8], engine thread
+    std::vector<std::shared_ptr<rc_qp>> _active;    // engine thread; copied into _reported
     std::atomic<bool> _attached{false};
     std::atomic<bool> _calls_pending{false};
     std::mutex _mutex;  // guards _calls; inline calls (no worker) also hold it

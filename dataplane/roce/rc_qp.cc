@@ -242,12 +242,12 @@ bool rc_qp::has_work() const {
         return true;
     }
     if (st == IBV_QPS_ERR) {
-        return _s.ring->send_pending().count > 0 || _s.ring->recv_pending().count > 0;
+        return flush_pending();
     }
     if (st != IBV_QPS_RTS) {
         return false;
     }
-    return _s.ring->send_pending().count > 0 ||
+    return _s.ring->send_pending().count > 0 || retire_pending() ||
            (_send_index != _s.ring->send_taken() && _rnr_resume_ns == 0 &&
             psn_diff(_next_psn, _una) < static_cast<int32_t>(send_window_packets));
 }
@@ -304,7 +304,10 @@ void rc_qp::fetch_sends(uint64_t now_ns) {
     }
     (void)now_ns;
     const uint32_t mask = ring.sq_capacity() - 1;
-    for (uint32_t i = 0; i < pending.count; ++i) {
+    // A bounded number per visit (each is a 512-byte copy and up to 16 MR lookups); the rest
+    // waits for the next visit, and has_work() keeps the worker awake for it.
+    const uint32_t count = std::min(pending.count, wqe_budget);
+    for (uint32_t i = 0; i < count; ++i) {
         send_op& op = _sends[ring.send_taken() & mask];
         ring.take_send(op.wqe);
         op.done = false;
@@ -956,12 +959,21 @@ void rc_qp::move_send_pointer(uint32_t psn) {
 
 // A slot is handed back to the shim before the completion that reports it is published: a
 // program that sees the CQE may post again at once (perftest counts on it).
-void rc_qp::retire_sends() {
+bool rc_qp::retire_pending() const {
+    const verbs::qp_ring& ring = *_s.ring;
+    if (ring.send_retired() == ring.send_taken()) {
+        return false;
+    }
+    const send_op& op = _sends[ring.send_retired() & (ring.sq_capacity() - 1)];
+    return op.done || op.local_error != IBV_WC_SUCCESS;
+}
+
+void rc_qp::retire_sends(uint32_t budget) {
     verbs::qp_ring& ring = *_s.ring;
     const uint32_t mask = ring.sq_capacity() - 1;
     uint32_t unpublished = 0;
     uint32_t advanced = 0;
-    for (uint32_t i = ring.send_retired(); i != ring.send_taken(); ++i) {
+    for (uint32_t i = ring.send_retired(); i != ring.send_taken() && advanced < budget; ++i) {
         send_op& op = _sends[i & mask];
         if (op.local_error != IBV_WC_SUCCESS) {
             proto::cqe c{};
@@ -1032,7 +1044,9 @@ void rc_qp::run_timers(uint64_t now_ns) {
 
 void rc_qp::fail_requester(uint32_t psn, ibv_wc_status status) {
     (void)psn;  // the oldest unfinished WR is the one that failed: WRs complete in order
-    retire_sends();
+    // Everything finished before it completes first, whatever the budget: once per failure,
+    // at most a ring.
+    retire_sends(UINT32_MAX);
     verbs::qp_ring& ring = *_s.ring;
     if (ring.send_retired() != ring.send_taken()) {
         send_op& op = _sends[ring.send_retired() & (ring.sq_capacity() - 1)];
@@ -1319,7 +1333,17 @@ bool rc_qp::take_recv(recv_op& out) {
     } else {
         verbs::qp_ring& ring = *_s.ring;
         const auto pending = ring.recv_pending();
-        if (pending.corrupt || pending.count == 0) {
+        if (pending.corrupt) {
+            // A receive producer index that makes no sense: the QP's rings are broken, as
+            // for the send queue (fetch_sends).
+            if (_s.events.raise != nullptr) {
+                _s.events.raise(_s.events.context, _s.owner,
+                                static_cast<uint32_t>(proto::event_type::qp_fatal), _s.qpn);
+            }
+            enter_error();
+            return false;
+        }
+        if (pending.count == 0) {
             return false;
         }
         ring.take_recv(w);
@@ -1657,37 +1681,63 @@ void rc_qp::enter_error() {
     _machine.enter_error();
 }
 
+bool rc_qp::flush_pending() const {
+    const verbs::qp_ring& ring = *_s.ring;
+    const auto sends = ring.send_pending();
+    const auto recvs = ring.recv_pending();
+    return ring.send_retired() != ring.send_taken() || sends.count > 0 || sends.corrupt ||
+           recvs.count > 0 || recvs.corrupt || _in_send || _recv_held;
+}
+
 void rc_qp::flush() {
     verbs::qp_ring& ring = *_s.ring;
+    // At most wqe_budget WRs per visit, oldest first: a client that filled its rings (or keeps
+    // posting into an ERR QP) gets the rest flushed on its next visits, never the worker.
+    uint32_t budget = wqe_budget;
     // Send queue: whatever was taken and not retired, then whatever is still posted.
     const uint32_t mask = ring.sq_capacity() - 1;
     auto flush_send = [&](send_op& op) {
+        // A WR already finished (acknowledged, its retirement left for a later visit) still
+        // completes as it finished; everything else is flushed.
+        const bool finished = op.done && op.local_error == IBV_WC_SUCCESS;
         proto::cqe c{};
         c.wr_id = op.wqe.wr_id;
-        c.status = IBV_WC_WR_FLUSH_ERR;
+        c.status = finished ? IBV_WC_SUCCESS : IBV_WC_WR_FLUSH_ERR;
         c.opcode = proto::wc_opcode_of(op.wqe.opcode);
+        c.byte_len = finished ? op.length : 0;
         c.qp_num = _s.qpn;
         for (uint8_t s = 0; s < op.sges; ++s) {
             op.pins[s].reset();
         }
         op.sges = 0;
+        op.done = false;
         ring.retire_send(1);
-        complete(*_s.send_cq, c);
+        if (!finished || op.signaled) {
+            complete(*_s.send_cq, c);
+        }
+        --budget;
     };
-    while (ring.send_retired() != ring.send_taken()) {
+    while (budget > 0 && ring.send_retired() != ring.send_taken()) {
         flush_send(_sends[ring.send_retired() & mask]);
     }
-    const auto sends = ring.send_pending();
-    for (uint32_t i = 0; !sends.corrupt && i < sends.count; ++i) {
-        send_op& op = _sends[ring.send_taken() & mask];
-        ring.take_send(op.wqe);
-        op.sges = 0;
-        flush_send(op);
+    if (ring.send_retired() == ring.send_taken()) {
+        const auto sends = ring.send_pending();
+        if (sends.corrupt) {
+            ring.discard_send();  // nothing sensible to flush: forget it
+        }
+        for (uint32_t i = 0; !sends.corrupt && i < sends.count && budget > 0; ++i) {
+            send_op& op = _sends[ring.send_taken() & mask];
+            ring.take_send(op.wqe);
+            op.sges = 0;
+            op.done = false;
+            op.local_error = IBV_WC_SUCCESS;
+            flush_send(op);
+        }
     }
     _send_index = ring.send_taken();
     _next_psn = _una = _sent_high = _psn_cursor;
     // Receive queue: the one in progress (or held by UC), then the posted ones.
-    if (_in_send || _recv_held) {
+    if (budget > 0 && (_in_send || _recv_held)) {
         for (uint8_t s = 0; s < _recv.sges; ++s) {
             _recv.pins[s].reset();
         }
@@ -1700,21 +1750,25 @@ void rc_qp::flush() {
         complete(*_s.recv_cq, c);
         _in_send = false;
         _recv_held = false;
+        --budget;
     }
-    const auto recvs = ring.recv_pending();
-    for (uint32_t i = 0; !recvs.corrupt && i < recvs.count; ++i) {
-        proto::recv_wqe w;
-        ring.take_recv(w);
-        proto::cqe c{};
-        c.wr_id = w.wr_id;
-        c.status = IBV_WC_WR_FLUSH_ERR;
-        c.opcode = IBV_WC_RECV;
-        c.qp_num = _s.qpn;
-        ring.retire_recv(1);
-        complete(*_s.recv_cq, c);
-    }
-    if (sends.corrupt || recvs.corrupt) {
-        ring.discard_all();
+    if (!_in_send && !_recv_held) {
+        const auto recvs = ring.recv_pending();
+        if (recvs.corrupt) {
+            ring.discard_recv();
+        }
+        for (uint32_t i = 0; !recvs.corrupt && i < recvs.count && budget > 0; ++i) {
+            proto::recv_wqe w;
+            ring.take_recv(w);
+            proto::cqe c{};
+            c.wr_id = w.wr_id;
+            c.status = IBV_WC_WR_FLUSH_ERR;
+            c.opcode = IBV_WC_RECV;
+            c.qp_num = _s.qpn;
+            ring.retire_recv(1);
+            complete(*_s.recv_cq, c);
+            --budget;
+        }
     }
     // On an SRQ only the QP's own WRs were flushed (the SRQ's WQEs stay for the other QPs);
     // the owner learns once that this QP takes no more of them.

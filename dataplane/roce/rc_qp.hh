@@ -111,6 +111,13 @@ struct rc_qp_stats {
 
 class rc_qp {
   public:
+    // WQEs one visit (poll) may fetch from the send queue, WRs one visit or one received
+    // packet may complete, and WRs one visit may flush with IBV_WC_WR_FLUSH_ERR: each is a
+    // 512-byte copy plus MR lookups or a completion, so a visit stays within a few
+    // microseconds however deep the client's rings are; the rest waits for the next visit
+    // (has_work() keeps the worker awake for it).
+    static constexpr uint32_t wqe_budget = 64;
+
     explicit rc_qp(rc_qp_setup setup);
     ~rc_qp();
     rc_qp(const rc_qp&) = delete;
@@ -206,7 +213,10 @@ class rc_qp {
     // Points the send pointer at `psn` (an ACK that overtook a rewind moves it forward).
     void move_send_pointer(uint32_t psn);
     bool psn_sent(uint32_t psn) const;  // in [una, sent_high)
-    void retire_sends();
+    // Completes finished WRs in order, at most `budget` per call (the rest on the next event
+    // or visit: has_work() says so).
+    void retire_sends(uint32_t budget = wqe_budget);
+    bool retire_pending() const;  // the oldest unretired WR is finished (or failed locally)
     void run_timers(uint64_t now_ns);
     void fail_requester(uint32_t psn, ibv_wc_status status);
 
@@ -245,7 +255,9 @@ class rc_qp {
     // ---- both
     bool complete(verbs::completion_queue& cq, const verbs_proto::cqe& c);
     void enter_error();
+    // In ERR: completes up to wqe_budget WRs with IBV_WC_WR_FLUSH_ERR, oldest first.
     void flush();
+    bool flush_pending() const;  // anything left for flush()
     void reset();
     static uint32_t frame_bytes(uint8_t opcode, uint32_t payload_len);
     uint8_t* begin_packet(packet_port& port, uint8_t opcode, uint32_t payload_len,

@@ -67,7 +67,6 @@ struct channel_server::endpoint {
     std::unique_ptr<vnic_resources> resources;
     device_context device;
     std::vector<int> listeners;
-    std::atomic<uint32_t> max_clients{0};
     std::size_t clients = 0;  // server thread
 
     ~endpoint() {
@@ -77,13 +76,27 @@ struct channel_server::endpoint {
     }
 };
 
+vnic_quota quota_of(const rdma_config& rdma) {
+    vnic_quota q;
+    q.max_qps = rdma.max_qps;
+    q.max_pds = rdma.max_pds;
+    q.max_mrs = rdma.max_mrs;
+    q.max_mr_bytes = rdma.max_mr_bytes;
+    q.max_cqs = rdma.max_cqs;
+    q.max_cqes = rdma.max_cqes;
+    q.max_srqs = rdma.max_srqs;
+    q.max_wqes = rdma.max_wqes;
+    q.max_contexts = rdma.max_contexts;
+    return q;
+}
+
 std::vector<endpoint_config> endpoints_of(const host_config& config,
                                           const std::vector<uint16_t>& slots) {
     std::vector<endpoint_config> out;
     for (std::size_t i = 0; i < config.vnics.size() && i < slots.size(); ++i) {
         const auto& v = config.vnics[i];
         endpoint_config e;
-        e.identity = {v.name, v.mac, v.ip.address, slots[i], v.rdma.max_qps};
+        e.identity = {v.name, v.mac, v.ip.address, slots[i], quota_of(v.rdma)};
         e.netns = v.netns;
         e.port = v.port;
         out.push_back(std::move(e));
@@ -172,7 +185,6 @@ std::shared_ptr<channel_server::endpoint> channel_server::make_endpoint(const en
                                                                         std::string& error) {
     auto ep = std::make_shared<endpoint>();
     ep->spec = spec;
-    ep->max_clients = spec.max_clients;
     const bool found = spec.own_namespace    ? tenant_namespace::own(ep->ns, error)
                        : !spec.netns.empty() ? tenant_namespace::named(spec.netns, ep->ns, error)
                                              : tenant_namespace::veth_peer(
@@ -194,7 +206,7 @@ std::shared_ptr<channel_server::endpoint> channel_server::make_endpoint(const en
         }
         ep->listeners.push_back(fd);
     }
-    ep->resources = std::make_unique<vnic_resources>(engine_limits(), _sink);
+    ep->resources = std::make_unique<vnic_resources>(engine_limits(), _sink, spec.identity.quota);
     ep->device = {&ep->spec.identity, _config.host_name, _config.tenant_mtu, ep->resources.get()};
     if (_engine != nullptr) {
         ep->resources->enable_qps(qp_support_for(ep->spec.identity));
@@ -224,7 +236,6 @@ qp_support channel_server::qp_support_for(const vnic_identity& v) {
                              : path_mtu >= 1024 ? IBV_MTU_1024
                              : path_mtu >= 512  ? IBV_MTU_512
                                                 : IBV_MTU_256;
-    support.max_qps = v.max_qps;
     if (_admit) {
         const uint16_t slot = v.slot;
         auto admit = _admit;
@@ -259,12 +270,7 @@ bool channel_server::sync(const std::vector<endpoint_config>& vnics, std::string
         const auto it = current.find(v.identity.slot);
         if (it != current.end() && same_endpoint(v, it->second->spec)) {
             // Limits change in place: lowering one refuses new objects, existing ones stay.
-            it->second->max_clients = v.max_clients;
-            if (_engine != nullptr && it->second->spec.identity.max_qps != v.identity.max_qps) {
-                vnic_identity id = it->second->spec.identity;
-                id.max_qps = v.identity.max_qps;
-                it->second->resources->enable_qps(qp_support_for(id));
-            }
+            it->second->resources->set_quota(v.identity.quota);
             continue;
         }
         std::string why;
@@ -451,7 +457,7 @@ void channel_server::send_pending_events() {
 }
 
 void channel_server::add_client(int fd, pid_t pid, const std::shared_ptr<endpoint>& ep) {
-    if (ep->clients >= ep->max_clients.load(std::memory_order_relaxed)) {
+    if (ep->clients >= ep->resources->quota().max_contexts) {
         _refused.fetch_add(1, std::memory_order_relaxed);
         close(fd);
         return;

@@ -5,8 +5,8 @@
 // @jakiro/verbs/name/<vnic>), so only that tenant's processes can reach it; at accept and again
 // at HELLO the peer's namespace (SO_PEERCRED pid -> /proc/<pid>/ns/net) must be the vNIC's.
 // Each connection is one verbs context (or one device scan); its state dies with it. A vNIC
-// serves at most `max_clients` connections at once, and one that has not said HELLO within
-// `hello_timeout` is dropped, so no tenant can hold the server's descriptors or another
+// serves at most its quota's `max_contexts` connections at once, and one that has not said HELLO
+// within `hello_timeout` is dropped, so no tenant can hold the server's descriptors or another
 // tenant's slots.
 //
 // The set of endpoints follows the configuration: sync() (from startup and `jakiroctl apply`)
@@ -46,7 +46,6 @@ struct endpoint_config {
     std::string netns;           // YAML vnics[].netns; "" = the veth peer's namespace of `port`
     std::string port;            // the Ethernet face's devargs (to find the veth peer)
     bool own_namespace = false;  // serve in jakirod's own namespace (tests; never from YAML)
-    uint32_t max_clients = 64;   // connections (verbs contexts) at once
 };
 
 struct channel_config {
@@ -58,6 +57,8 @@ struct channel_config {
     std::vector<endpoint_config> vnics;  // served from start()
 };
 
+// A vNIC's YAML `rdma:` quota as vnic_resources takes it (at startup, and on `apply`).
+vnic_quota quota_of(const rdma_config& rdma);
 // The RDMA faces of a host configuration, by the datapath slots host_manager gave the vNICs.
 std::vector<endpoint_config> endpoints_of(const host_config& config,
                                           const std::vector<uint16_t>& slots);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "quota.hh"
 #include "verbs_shim/protocol.hh"
 #include "verbs_shim/rings.hh"
 
@@ -17,9 +18,9 @@ namespace jakiro::verbs {
 struct vnic_identity {
     std::string name;
     std::array<uint8_t, 6> mac{};
-    uint32_t ip = 0;          // host byte order, like host_config
-    uint16_t slot = 0;        // the vNIC's datapath slot (its index in the startup configuration)
-    uint32_t max_qps = 1024;  // rdma.max_qps
+    uint32_t ip = 0;    // host byte order, like host_config
+    uint16_t slot = 0;  // the vNIC's datapath slot (its index in the startup configuration)
+    vnic_quota quota;   // YAML rdma.*, as at startup (vnic_resources holds the live one)
 };
 
 // Largest IB MTU (256, 512, 1024, 2048, 4096) whose RoCEv2 packet fits the tenant MTU:
@@ -33,7 +34,8 @@ uint64_t node_guid_from_mac(const std::array<uint8_t, 6>& mac);
 // ::ffff:a.b.c.d, the RoCE v2 GID of an IPv4 address (host byte order).
 std::array<uint8_t, 16> ipv4_mapped_gid(uint32_t ip);
 
-// The limits of the software RoCE engine (documented in verbs_shim/README.md).
+// The limits of the software RoCE engine (documented in verbs_shim/README.md). What HELLO and
+// QUERY advertise is these, lowered to the vNIC's quota (quota.hh, clamp_to_quota).
 verbs_proto::limits engine_limits();
 
 void fill_hello(verbs_proto::hello_reply& reply, const vnic_identity& vnic,

@@ -66,6 +66,15 @@ std::size_t mr_table::count_owned_by(uint64_t owner) const {
     return n;
 }
 
+uint64_t mr_table::bytes_owned_by(uint64_t owner) const {
+    uint64_t n = 0;
+    for (uint32_t slot = 0; slot < _keys.capacity(); ++slot) {
+        const auto entry = _slots[slot].load(std::memory_order_acquire);
+        n += entry != nullptr && entry->owner == owner ? entry->length : 0;
+    }
+    return n;
+}
+
 mr_lookup mr_table::find(uint32_t pd, uint32_t key, uint64_t iova, uint64_t length,
                          uint32_t access) const {
     mr_lookup out;

@@ -83,6 +83,8 @@ class mr_table {
     // Control thread. Every MR of one client: unpublished / counted.
     void erase_owned_by(uint64_t owner);
     std::size_t count_owned_by(uint64_t owner) const;
+    // Control thread. Bytes registered by one client (the sum of its MRs' lengths).
+    uint64_t bytes_owned_by(uint64_t owner) const;
 
     // Any thread. Checks an access of `length` bytes at `iova` needing `access`
     // (verbs_proto::mr_access bits; 0 = local read, which every MR allows) through `key`

@@ -56,14 +56,19 @@ qp_ring::~qp_ring() {
     }
 }
 
-qp_ring::pending qp_ring::pending_of(const uint32_t& producer, uint32_t taken, uint32_t capacity) {
-    // Unsigned distance from what we took: the shim may be at most one ring ahead of what we
-    // have *retired*, hence of what we took; anything further is a broken or hostile client.
-    const uint32_t posted = proto::load_posted_acquire(producer) - taken;
-    if (posted > capacity) {
+qp_ring::pending qp_ring::pending_of(const uint32_t& producer, uint32_t taken, uint32_t retired,
+                                     uint32_t capacity) {
+    // Unsigned distances. The shim may post into slots jakirod has retired, so it may be at
+    // most one ring ahead of what we *retired*; measured from what we took, a client could run
+    // ahead forever while the oldest WR never completes. A producer behind what we took went
+    // backwards. Either is a broken or hostile client.
+    const uint32_t posted_at = proto::load_posted_acquire(producer);
+    const uint32_t unretired = posted_at - retired;
+    const uint32_t untaken = posted_at - taken;
+    if (unretired > capacity || untaken > unretired) {
         return {0, true};
     }
-    return {posted, false};
+    return {untaken, false};
 }
 
 void qp_ring::take_send(proto::send_wqe& out) {
@@ -87,11 +92,19 @@ void qp_ring::retire_recv(uint32_t count) {
 }
 
 void qp_ring::discard_all() {
+    discard_send();
+    discard_recv();
+}
+
+void qp_ring::discard_send() {
     _sq_taken = proto::load_posted_acquire(_header->sq_producer);
-    _rq_taken = proto::load_posted_acquire(_header->rq_producer);
     _sq_retired = _sq_taken;
-    _rq_retired = _rq_taken;
     proto::retire_slots(_header->sq_consumer, _sq_retired);
+}
+
+void qp_ring::discard_recv() {
+    _rq_taken = proto::load_posted_acquire(_header->rq_producer);
+    _rq_retired = _rq_taken;
     proto::retire_slots(_header->rq_consumer, _rq_retired);
 }
 

@@ -6,7 +6,8 @@
 //
 // The engine takes each WQE out exactly once, by copy (take_send / take_recv), so a client
 // that rewrites a posted slot changes nothing jakirod acts on; it never trusts a producer
-// index that runs more than a ring ahead of what it has consumed.
+// index that runs more than a ring ahead of what it has *retired* (handed back to the shim),
+// so the engine never holds more than `capacity` WQEs of a queue, whatever the client posts.
 //
 // Thread-safety: one engine thread at a time; create() on the control thread.
 
@@ -28,14 +29,19 @@ class qp_ring {
     qp_ring(const qp_ring&) = delete;
     qp_ring& operator=(const qp_ring&) = delete;
 
-    // WQEs posted and not yet taken; a producer index that makes no sense reads as
-    // `corrupt` (the engine moves the QP to ERR).
+    // WQEs posted and not yet taken; a producer index that makes no sense (more than a ring
+    // ahead of what was retired, or behind what was taken) reads as `corrupt` (the engine
+    // moves the QP to ERR).
     struct pending {
         uint32_t count = 0;
         bool corrupt = false;
     };
-    pending send_pending() const { return pending_of(_header->sq_producer, _sq_taken, _sq_cap); }
-    pending recv_pending() const { return pending_of(_header->rq_producer, _rq_taken, _rq_cap); }
+    pending send_pending() const {
+        return pending_of(_header->sq_producer, _sq_taken, _sq_retired, _sq_cap);
+    }
+    pending recv_pending() const {
+        return pending_of(_header->rq_producer, _rq_taken, _rq_retired, _rq_cap);
+    }
 
     // Copies the next posted WQE out (callers check *_pending first).
     void take_send(verbs_proto::send_wqe& out);
@@ -51,6 +57,9 @@ class qp_ring {
     uint32_t recv_retired() const { return _rq_retired; }
     // Forgets everything posted so far (modify to RESET): all of it counts as taken and retired.
     void discard_all();
+    // The same for one queue (a flush that met a corrupt producer index).
+    void discard_send();
+    void discard_recv();
 
     void set_sleeping(bool sleeping) { verbs_proto::set_sleeping(*_header, sleeping); }
 
@@ -61,7 +70,8 @@ class qp_ring {
 
   private:
     qp_ring() = default;
-    static pending pending_of(const uint32_t& producer, uint32_t taken, uint32_t capacity);
+    static pending pending_of(const uint32_t& producer, uint32_t taken, uint32_t retired,
+                              uint32_t capacity);
 
     verbs_proto::qp_ring_header* _header = nullptr;
     std::size_t _bytes = 0;

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -40,10 +41,12 @@ void vnic_resources::disable_doorbell() {
     }
     roce::engine* engine = _qp_support.engine;
     const uint16_t slot = _qp_support.local.vnic;
-    if (engine->call([engine, slot] {
-            engine->set_vnic_doorbell(slot, nullptr);
-            return 0;
-        }) != 0) {
+    if (engine->call(
+            [engine, slot] {
+                engine->set_vnic_doorbell(slot, nullptr);
+                return 0;
+            },
+            roce::engine::on_timeout::run_later) != 0) {
         // The worker did not answer: it may still wait on the page, so it must stay mapped.
         [[maybe_unused]] auto* leaked = _doorbell.release();
     }
@@ -84,8 +87,13 @@ int vnic_resources::create_qp(uint64_t client, const proto::create_qp_request& r
         req.max_inline_data > proto::wqe_max_inline) {
         return EINVAL;
     }
-    if (_qps.size() >= _qp_support.max_qps) {
-        return EDQUOT;  // the vNIC's QP quota (rdma.max_qps)
+    const uint32_t sq = ring_capacity_for(req.max_send_wr == 0 ? 1 : req.max_send_wr);
+    // On an SRQ, max_recv_wr is ignored (ibv_create_qp) and the own RQ is one unused slot.
+    const uint32_t rq =
+        srq != nullptr ? 1 : ring_capacity_for(req.max_recv_wr == 0 ? 1 : req.max_recv_wr);
+    if (_qps.size() >= _quota.max_qps ||
+        uint64_t{sq} + rq > _quota.max_wqes - std::min(_wqes, _quota.max_wqes)) {
+        return EDQUOT;  // the vNIC's quota (rdma.max_qps, rdma.max_wqes)
     }
     const uint32_t handle = _qp_keys.allocate();
     if (handle == 0) {
@@ -93,10 +101,6 @@ int vnic_resources::create_qp(uint64_t client, const proto::create_qp_request& r
     }
     std::unique_ptr<qp_ring> ring;
     int ring_fd = -1;
-    const uint32_t sq = ring_capacity_for(req.max_send_wr == 0 ? 1 : req.max_send_wr);
-    // On an SRQ, max_recv_wr is ignored (ibv_create_qp) and the own RQ is one unused slot.
-    const uint32_t rq =
-        srq != nullptr ? 1 : ring_capacity_for(req.max_recv_wr == 0 ? 1 : req.max_recv_wr);
     if (const int error = qp_ring::create(sq, rq, handle, ring, ring_fd); error != 0) {
         _qp_keys.release(handle);
         return error;
@@ -155,8 +159,9 @@ int vnic_resources::create_qp(uint64_t client, const proto::create_qp_request& r
     if (srq != nullptr) {
         ++srq->users;
     }
-    _qps.emplace(handle,
-                 qp_object{client, req.pd_handle, qp, send_cq->second, recv_cq->second, srq});
+    _wqes += sq + rq;
+    _qps.emplace(handle, qp_object{client, req.pd_handle, qp, send_cq->second, recv_cq->second, srq,
+                                   sq + rq});
     return 0;
 }
 
@@ -220,10 +225,13 @@ int vnic_resources::query_qp(uint64_t client, uint32_t handle, proto::query_qp_r
 void vnic_resources::drop_qp(uint32_t handle, qp_object& q) {
     roce::engine* engine = _qp_support.engine;
     const uint16_t vnic = q.qp->vnic();
-    engine->call([engine, vnic, handle] {
-        engine->remove_qp(vnic, handle);
-        return 0;
-    });
+    // The QP must leave the engine even if the worker is late: queued until it runs.
+    engine->call(
+        [engine, vnic, handle] {
+            engine->remove_qp(vnic, handle);
+            return 0;
+        },
+        roce::engine::on_timeout::run_later);
     if (pd_object* pd = owned_pd(q.owner, q.pd)) {
         --pd->qps;
     }
@@ -232,6 +240,7 @@ void vnic_resources::drop_qp(uint32_t handle, qp_object& q) {
     if (q.srq != nullptr) {
         --q.srq->users;
     }
+    _wqes -= q.wqes;
     _qp_keys.release(handle);
 }
 

@@ -70,6 +70,9 @@ outcome handle_request(std::span<const std::byte> message, bool truncated, std::
             auto reply = proto::make_message<proto::hello_reply>(
                 proto::reply_opcode(proto::opcode::hello), hdr.request_id);
             fill_hello(reply, *device.vnic, device.host_name, device.tenant_mtu);
+            if (device.resources != nullptr) {
+                clamp_to_quota(reply.lim, device.resources->quota());  // as changed live
+            }
             reply.client_id = s.client_id;
             put(out, reply);
             out.with_async_channel = true;
@@ -90,6 +93,9 @@ outcome handle_request(std::span<const std::byte> message, bool truncated, std::
             auto reply = proto::make_message<proto::query_reply>(
                 proto::reply_opcode(proto::opcode::query), hdr.request_id);
             fill_query(reply, *device.vnic, device.tenant_mtu);
+            if (device.resources != nullptr) {
+                clamp_to_quota(reply.device.lim, device.resources->quota());
+            }
             put(out, reply);
             return out;
         }

@@ -1,11 +1,14 @@
 #include "resources.hh"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <limits>
@@ -16,15 +19,25 @@ namespace proto = verbs_proto;
 
 namespace {
 
-// The memory of an MR must be a memfd (a regular shmem file) sealed against shrinking: a
-// client that truncated the file under jakirod's mapping would make the engine's next access
-// a SIGBUS that kills the daemon. Growing is harmless, and the shim needs it.
+// The memory of an MR must be a shmem memfd (tmpfs, a regular file) sealed against shrinking:
+// jakirod maps it and the engine touches it whenever a packet says so, so nothing the client
+// does afterwards may turn that access into a signal. Truncating the file under the mapping
+// would (SIGBUS): F_SEAL_SHRINK forbids it. Punching a hole is harmless on shmem (the next
+// access finds a fresh zero page), but not on hugetlbfs, where the client can take the freed
+// huge pages and leave jakirod's next fault nothing to allocate (SIGBUS); other filesystems
+// have their own ways to fail a fault (I/O errors, quotas, a full disk). So: TMPFS_MAGIC only.
+// Everything else is EINVAL, what ibv_reg_mr answers for memory it cannot register. Growing
+// is harmless, and the shim needs it.
 int check_region_fd(int fd, uint64_t offset, uint64_t span) {
     struct stat st {};
     if (fstat(fd, &st) != 0) {
         return EBADF;
     }
     if (!S_ISREG(st.st_mode)) {
+        return EINVAL;
+    }
+    struct statfs fs {};
+    if (fstatfs(fd, &fs) != 0 || static_cast<unsigned long>(fs.f_type) != TMPFS_MAGIC) {
         return EINVAL;
     }
     const int seals = fcntl(fd, F_GET_SEALS);
@@ -53,9 +66,11 @@ bool is_channel_socket(int fd) {
 
 }  // namespace
 
-vnic_resources::vnic_resources(const proto::limits& lim, cq_error_sink sink)
+vnic_resources::vnic_resources(const proto::limits& lim, cq_error_sink sink,
+                               const vnic_quota& quota)
     : _limits(lim),
       _sink(sink),
+      _quota(quota),
       _pd_keys(lim.max_pd),
       _mrs(lim.max_mr),
       _cq_keys(lim.max_cq),
@@ -74,6 +89,16 @@ vnic_resources::~vnic_resources() {
     disable_doorbell();
 }
 
+void vnic_resources::set_quota(const vnic_quota& quota) {
+    const std::lock_guard lock(_mutex);
+    _quota = quota;
+}
+
+vnic_quota vnic_resources::quota() const {
+    const std::lock_guard lock(_mutex);
+    return _quota;
+}
+
 vnic_resources::pd_object* vnic_resources::owned_pd(uint64_t client, uint32_t pd) {
     const auto it = _pds.find(pd);
     return it != _pds.end() && it->second.owner == client ? &it->second : nullptr;
@@ -81,6 +106,9 @@ vnic_resources::pd_object* vnic_resources::owned_pd(uint64_t client, uint32_t pd
 
 int vnic_resources::alloc_pd(uint64_t client, uint32_t& pd) {
     const std::lock_guard lock(_mutex);
+    if (_pds.size() >= _quota.max_pds) {
+        return EDQUOT;  // the vNIC's quota (rdma.max_pds)
+    }
     const uint32_t key = _pd_keys.allocate();
     if (key == 0) {
         return ENOMEM;  // max_pd reached, as a kernel driver out of PDs says
@@ -130,6 +158,10 @@ int vnic_resources::reg_mr(uint64_t client, const proto::reg_mr_request& req, in
     if (memfd < 0) {
         return EBADF;
     }
+    if (_mrs.size() >= _quota.max_mrs ||
+        req.length > _quota.max_mr_bytes - std::min(_mr_bytes, _quota.max_mr_bytes)) {
+        return EDQUOT;  // the vNIC's quota (rdma.max_mrs, rdma.max_mr_bytes)
+    }
     if (_mrs.size() >= _mrs.capacity()) {
         return ENOMEM;
     }
@@ -158,6 +190,7 @@ int vnic_resources::reg_mr(uint64_t client, const proto::reg_mr_request& req, in
         return ENOMEM;
     }
     ++pd->mrs;
+    _mr_bytes += req.length;
     key = entry->key;
     return 0;
 }
@@ -171,6 +204,7 @@ int vnic_resources::dereg_mr(uint64_t client, uint32_t key) {
     if (pd_object* pd = owned_pd(client, mr->pd)) {
         --pd->mrs;
     }
+    _mr_bytes -= mr->length;
     _mrs.erase(key);
     return 0;
 }
@@ -192,13 +226,18 @@ int vnic_resources::create_cq(uint64_t client, const proto::create_cq_request& r
     if (with_channel && !is_channel_socket(channel_fd)) {
         return EINVAL;
     }
+    const uint32_t capacity = ring_capacity_for(req.cqe);
+    if (_cqs.size() >= _quota.max_cqs ||
+        capacity > _quota.max_cqes - std::min(_cqes, _quota.max_cqes)) {
+        return EDQUOT;  // the vNIC's quota (rdma.max_cqs, rdma.max_cqes)
+    }
     const uint32_t handle = _cq_keys.allocate();
     if (handle == 0) {
         return ENOMEM;  // max_cq reached
     }
     std::unique_ptr<cq_ring> ring;
     int ring_fd = -1;
-    if (const int error = cq_ring::create(ring_capacity_for(req.cqe), ring, ring_fd); error != 0) {
+    if (const int error = cq_ring::create(capacity, ring, ring_fd); error != 0) {
         _cq_keys.release(handle);
         return error;
     }
@@ -206,6 +245,7 @@ int vnic_resources::create_cq(uint64_t client, const proto::create_cq_request& r
     out.capacity = ring->capacity();
     out.ring_bytes = ring->bytes();
     out.ring_fd = ring_fd;
+    _cqes += ring->capacity();
     _cqs.emplace(handle, std::make_shared<completion_queue>(std::move(ring), handle, client,
                                                             channel_fd, _sink));
     channel_fd = -1;
@@ -221,6 +261,7 @@ int vnic_resources::destroy_cq(uint64_t client, uint32_t cq) {
     if (it->second->users != 0) {
         return EBUSY;
     }
+    _cqes -= it->second->ring().capacity();
     _cqs.erase(it);  // the ring goes with the last reference (an engine thread may hold one)
     _cq_keys.release(cq);
     return 0;
@@ -243,15 +284,18 @@ void vnic_resources::release_client(uint64_t client) {
             if (pd_object* pd = owned_pd(client, it->second->pd())) {
                 --pd->srqs;
             }
+            _wqes -= it->second->capacity();
             _srq_keys.release(it->first);
             it = _srqs.erase(it);  // the ring goes with the last reference
         } else {
             ++it;
         }
     }
+    _mr_bytes -= _mrs.bytes_owned_by(client);
     _mrs.erase_owned_by(client);
     for (auto it = _cqs.begin(); it != _cqs.end();) {
         if (it->second->owner() == client) {
+            _cqes -= it->second->ring().capacity();
             _cq_keys.release(it->first);
             it = _cqs.erase(it);
         } else {
@@ -276,7 +320,8 @@ std::shared_ptr<completion_queue> vnic_resources::find_cq(uint32_t handle) const
 
 resource_counts vnic_resources::count() const {
     const std::lock_guard lock(_mutex);
-    return {_pds.size(), _mrs.size(), _cqs.size(), _qps.size(), _srqs.size()};
+    return {_pds.size(),  _mrs.size(), _cqs.size(), _qps.size(),
+            _srqs.size(), _mr_bytes,   _cqes,       _wqes};
 }
 
 resource_counts vnic_resources::count(uint64_t client) const {
@@ -286,14 +331,24 @@ resource_counts vnic_resources::count(uint64_t client) const {
         c.pds += pd.owner == client ? 1 : 0;
     }
     c.mrs = _mrs.count_owned_by(client);
+    c.mr_bytes = _mrs.bytes_owned_by(client);
     for (const auto& [key, cq] : _cqs) {
-        c.cqs += cq->owner() == client ? 1 : 0;
+        if (cq->owner() == client) {
+            ++c.cqs;
+            c.cqes += cq->ring().capacity();
+        }
     }
     for (const auto& [key, qp] : _qps) {
-        c.qps += qp.owner == client ? 1 : 0;
+        if (qp.owner == client) {
+            ++c.qps;
+            c.wqes += qp.wqes;
+        }
     }
     for (const auto& [key, srq] : _srqs) {
-        c.srqs += srq->owner() == client ? 1 : 0;
+        if (srq->owner() == client) {
+            ++c.srqs;
+            c.wqes += srq->capacity();
+        }
     }
     return c;
 }

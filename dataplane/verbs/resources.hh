@@ -2,13 +2,15 @@
 // The verbs objects of one vNIC in jakirod: protection domains, memory regions (mr_table) and
 // completion queues and queue pairs, each owned by the client connection that created it. Every
 // request is validated here (ownership, access flags, sizes within the limits ibv_devinfo
-// advertises, the descriptors that come with it) and answered with 0 or an errno; destroying an
+// advertises, the descriptors that come with it), held to the vNIC's quota (quota.hh: EDQUOT
+// beyond it) and answered with 0 or an errno; destroying an
 // object still in use answers EBUSY as libibverbs does; a client that goes away loses everything it
 // owned (release_client: unmapped, closed).
 //
 // Thread-safety: the verbs (alloc_pd ... release_client) run on the channel server thread.
-// mrs().find() is for any thread (see mr_table.hh); find_cq() and count() take the mutex
-// that the verbs hold while they change the tables, so tests and jakiroctl may call them.
+// mrs().find() is for any thread (see mr_table.hh); find_cq(), count(), quota() and
+// set_quota() take the mutex that the verbs hold while they change the tables, so tests,
+// jakiroctl and `apply` may call them from any thread.
 
 #include <cstddef>
 #include <cstdint>
@@ -20,6 +22,7 @@
 #include "cq_ring.hh"
 #include "key_allocator.hh"
 #include "mr_table.hh"
+#include "quota.hh"
 #include "roce/engine.hh"
 #include "srq_ring.hh"
 #include "verbs_shim/protocol.hh"
@@ -42,7 +45,7 @@ struct qp_created {
     uint32_t max_inline = 0;
     uint64_t ring_bytes = 0;
     int ring_fd = -1;      // the memfd for the shim; the caller sends and closes it
-    int doorbell_fd = -1;  // a duplicate of the engine's doorbell; likewise
+    int doorbell_fd = -1;  // a duplicate of the vNIC's doorbell page; likewise
 };
 
 struct srq_created {
@@ -59,6 +62,9 @@ struct resource_counts {
     std::size_t cqs = 0;
     std::size_t qps = 0;
     std::size_t srqs = 0;
+    uint64_t mr_bytes = 0;  // registered, summed over the MRs
+    uint64_t cqes = 0;      // CQ ring slots
+    uint64_t wqes = 0;      // SQ, RQ and SRQ ring slots
 };
 
 // What a vNIC needs to have QPs: the engine that runs them and who the vNIC is on the wire.
@@ -67,7 +73,6 @@ struct qp_support {
     roce::qp_endpoint local;
     roce::qp_event_sink events;
     roce::qp_device_limits limits;
-    uint32_t max_qps = 0;  // the vNIC's QP quota, every transport (YAML rdma.max_qps)
     // Security groups at RTR (DESIGN.md §7): 0, or EACCES when no `rdma` rule lets this vNIC
     // talk to `remote_ip_be` in both directions. Unset: everything is admitted.
     std::function<int(uint32_t remote_ip_be)> admit;
@@ -75,8 +80,10 @@ struct qp_support {
 
 class vnic_resources {
   public:
-    // `lim`: what HELLO and QUERY advertise (engine_limits()); every request is held to it.
-    explicit vnic_resources(const verbs_proto::limits& lim, cq_error_sink sink = {});
+    // `lim`: the engine's limits (engine_limits()); every request is held to them and to
+    // `quota`, whichever is smaller.
+    explicit vnic_resources(const verbs_proto::limits& lim, cq_error_sink sink = {},
+                            const vnic_quota& quota = {});
     ~vnic_resources();
     vnic_resources(const vnic_resources&) = delete;
     vnic_resources& operator=(const vnic_resources&) = delete;
@@ -113,6 +120,11 @@ class vnic_resources {
     // closed.
     void release_client(uint64_t client);
 
+    // The quota, changed live (`jakiroctl apply`): from now on new objects are held to it;
+    // objects that exceed a lowered quota stay until their owner destroys them.
+    void set_quota(const vnic_quota& quota);
+    vnic_quota quota() const;
+
     const mr_table& mrs() const { return _mrs; }
     std::shared_ptr<completion_queue> find_cq(uint32_t handle) const;
     std::shared_ptr<shared_receive_queue> find_srq(uint32_t handle) const;  // srq_verbs.cc
@@ -133,6 +145,7 @@ class vnic_resources {
         std::shared_ptr<completion_queue> send_cq;
         std::shared_ptr<completion_queue> recv_cq;
         std::shared_ptr<shared_receive_queue> srq;  // null: the QP's own RQ
+        uint32_t wqes = 0;                          // SQ + RQ ring slots (quota)
     };
 
     pd_object* owned_pd(uint64_t client, uint32_t pd);
@@ -141,7 +154,11 @@ class vnic_resources {
 
     verbs_proto::limits _limits;
     cq_error_sink _sink;
-    mutable std::mutex _mutex;  // guards the tables below against readers on other threads
+    mutable std::mutex _mutex;  // guards the quota and the tables below
+    vnic_quota _quota;
+    uint64_t _mr_bytes = 0;  // what the quota counts, kept with the tables
+    uint64_t _cqes = 0;
+    uint64_t _wqes = 0;
     key_allocator _pd_keys;
     std::unordered_map<uint32_t, pd_object> _pds;
     mr_table _mrs;

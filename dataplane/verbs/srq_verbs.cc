@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "resources.hh"
@@ -31,6 +32,11 @@ int vnic_resources::create_srq(uint64_t client, const proto::create_srq_request&
         req.srq_limit > req.max_wr) {
         return EINVAL;
     }
+    const uint32_t capacity = ring_capacity_for(req.max_wr);
+    if (_srqs.size() >= _quota.max_srqs ||
+        capacity > _quota.max_wqes - std::min(_wqes, _quota.max_wqes)) {
+        return EDQUOT;  // the vNIC's quota (rdma.max_srqs, rdma.max_wqes)
+    }
     const uint32_t handle = _srq_keys.allocate();
     if (handle == 0) {
         return ENOMEM;  // max_srq reached
@@ -39,9 +45,8 @@ int vnic_resources::create_srq(uint64_t client, const proto::create_srq_request&
     std::shared_ptr<shared_receive_queue> srq;
     int ring_fd = -1;
     // A slot holds wqe_max_sge SGEs whatever was asked: that is what the SRQ really has.
-    if (const int error =
-            shared_receive_queue::create(ring_capacity_for(req.max_wr), handle, client,
-                                         req.pd_handle, proto::wqe_max_sge, events, srq, ring_fd);
+    if (const int error = shared_receive_queue::create(capacity, handle, client, req.pd_handle,
+                                                       proto::wqe_max_sge, events, srq, ring_fd);
         error != 0) {
         _srq_keys.release(handle);
         return error;
@@ -52,6 +57,7 @@ int vnic_resources::create_srq(uint64_t client, const proto::create_srq_request&
     out.ring_bytes = srq->bytes();
     out.ring_fd = ring_fd;
     ++pd->srqs;
+    _wqes += srq->capacity();
     _srqs.emplace(handle, std::move(srq));
     return 0;
 }
@@ -101,6 +107,7 @@ int vnic_resources::destroy_srq(uint64_t client, uint32_t handle) {
     if (pd_object* pd = owned_pd(client, it->second->pd())) {
         --pd->srqs;
     }
+    _wqes -= it->second->capacity();
     _srqs.erase(it);  // no QP takes from it any more: the ring goes now
     _srq_keys.release(handle);
     return 0;

@@ -159,13 +159,15 @@ struct harness {
     void init_rdma() {
         namespace proto = verbs_proto;
         constexpr uint64_t client = 1;
-        res = std::make_unique<verbs::vnic_resources>(verbs::engine_limits());
+        verbs::vnic_quota quota;
+        quota.max_qps = 4;
+        res = std::make_unique<verbs::vnic_resources>(verbs::engine_limits(),
+                                                      verbs::cq_error_sink{}, quota);
         verbs::qp_support support;
         support.engine = &engine;
         support.local.vnic = 0;
         support.local.mac = {0x02, 0x00, 0xc6, 0x13, 0x01, 0x01};
         support.local.ip_be = htonl(0xC6130101);
-        support.max_qps = 4;
         res->enable_qps(support);
         uint32_t pd = 0;
         res->alloc_pd(client, pd);

@@ -371,16 +371,17 @@ struct harness {
             ids[v].mac = vnic_mac[v];
             ids[v].ip = vnic_ip[v];
             ids[v].slot = static_cast<uint16_t>(v);
-            ids[v].max_qps = 8;
+            // A small quota, as YAML rdma.max_qps may be: keeps the memory modest.
+            ids[v].quota.max_qps = 8;
             res[v] = std::make_unique<verbs::vnic_resources>(
-                verbs::engine_limits(), verbs::cq_error_sink{&harness::on_cq_error, this});
+                verbs::engine_limits(), verbs::cq_error_sink{&harness::on_cq_error, this},
+                ids[v].quota);
             verbs::qp_support support;
             support.engine = engine.get();
             support.local.vnic = static_cast<uint16_t>(v);
             support.local.mac = vnic_mac[v];
             support.local.ip_be = htonl(vnic_ip[v]);
             support.limits.max_mtu = IBV_MTU_1024;
-            support.max_qps = 8;  // small, as YAML rdma.max_qps may be: keeps the memory modest
             support.events = {&harness::on_qp_event, this};
             res[v]->enable_qps(support);
             dev[v] = {&ids[v], "h1", 1450, res[v].get()};

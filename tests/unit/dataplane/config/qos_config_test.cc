@@ -75,6 +75,39 @@ TEST(QosConfig, QpQuotaIsMaxQpsOrItsOlderNameMaxRcQps) {
     }
 }
 
+TEST(QosConfig, EveryRdmaQuotaHasADefaultASmallHostSurvives) {
+    const auto r = load("");
+    ASSERT_TRUE(r.ok());
+    const rdma_config& q = r.config.vnics[0].rdma;
+    EXPECT_EQ(q.max_pds, 1024u);
+    EXPECT_EQ(q.max_mrs, 1024u);
+    EXPECT_EQ(q.max_mr_bytes, uint64_t{4} << 30);
+    EXPECT_EQ(q.max_cqs, 1024u);
+    EXPECT_EQ(q.max_cqes, 1u << 18);
+    EXPECT_EQ(q.max_srqs, 256u);
+    EXPECT_EQ(q.max_wqes, 1u << 17);
+    EXPECT_EQ(q.max_contexts, 64u);
+}
+
+TEST(QosConfig, RdmaQuotasAreReadFromTheRdmaMap) {
+    const auto r = load(
+        "    rdma: {max_qps: 8, max_pds: 2, max_mrs: 3, max_mr_bytes: 64MiB, max_cqs: 4,\n"
+        "           max_cqes: 1024, max_srqs: 1, max_wqes: 2048, max_contexts: 5}\n");
+    ASSERT_TRUE(r.ok()) << r.errors[0].to_string();
+    const rdma_config& q = r.config.vnics[0].rdma;
+    EXPECT_EQ(q.max_qps, 8u);
+    EXPECT_EQ(q.max_pds, 2u);
+    EXPECT_EQ(q.max_mrs, 3u);
+    EXPECT_EQ(q.max_mr_bytes, uint64_t{64} << 20);
+    EXPECT_EQ(q.max_cqs, 4u);
+    EXPECT_EQ(q.max_cqes, 1024u);
+    EXPECT_EQ(q.max_srqs, 1u);
+    EXPECT_EQ(q.max_wqes, 2048u);
+    EXPECT_EQ(q.max_contexts, 5u);
+    EXPECT_EQ(load("    rdma: {max_mr_bytes: 2GiB}\n").config.vnics[0].rdma.max_mr_bytes,
+              uint64_t{2} << 30);
+}
+
 TEST(QosConfig, ErrorsNameTheLineAndTheField) {
     struct bad {
         const char* yaml;
@@ -95,6 +128,15 @@ TEST(QosConfig, ErrorsNameTheLineAndTheField) {
         {"    rdma: {max_rc_qps: 5000}\n", 12, "vnics[0].rdma.max_rc_qps", "[0, 1024]"},
         {"    rdma: {max_qps: 5, max_rc_qps: 5}\n", 12, "vnics[0].rdma.max_rc_qps", "older name"},
         {"    rdma: {max_ud_qps: 5}\n", 12, "vnics[0].rdma.max_ud_qps", "unknown key"},
+        {"    rdma: {max_pds: 2000}\n", 12, "vnics[0].rdma.max_pds", "[0, 1024]"},
+        {"    rdma: {max_mrs: many}\n", 12, "vnics[0].rdma.max_mrs", "[0, 4096]"},
+        {"    rdma: {max_mr_bytes: lots}\n", 12, "vnics[0].rdma.max_mr_bytes", "not a size"},
+        {"    rdma: {max_mr_bytes: 5TiB}\n", 12, "vnics[0].rdma.max_mr_bytes", "4TiB"},
+        {"    rdma: {max_cqs: 4096}\n", 12, "vnics[0].rdma.max_cqs", "[0, 2048]"},
+        {"    rdma: {max_cqes: -1}\n", 12, "vnics[0].rdma.max_cqes", "[0, 134217728]"},
+        {"    rdma: {max_srqs: 1025}\n", 12, "vnics[0].rdma.max_srqs", "[0, 1024]"},
+        {"    rdma: {max_wqes: 99999999}\n", 12, "vnics[0].rdma.max_wqes", "[0, 16777216]"},
+        {"    rdma: {max_contexts: 5000}\n", 12, "vnics[0].rdma.max_contexts", "[0, 4096]"},
     };
     for (const auto& c : cases) {
         const auto r = load(c.yaml);

@@ -10,11 +10,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "roce/engine.hh"
@@ -160,14 +163,16 @@ class rc_qp_test : public ::testing::Test {
 
     void make_side(side& s, uint16_t slot, uint32_t ip, uint64_t client, uint32_t quota = 4) {
         s.client = client;
-        s.res = std::make_unique<verbs::vnic_resources>(verbs::engine_limits());
+        verbs::vnic_quota limits;
+        limits.max_qps = quota;
+        s.res = std::make_unique<verbs::vnic_resources>(verbs::engine_limits(),
+                                                        verbs::cq_error_sink{}, limits);
         verbs::qp_support support;
         support.engine = &eng;
         support.local.vnic = slot;
         support.local.mac = {0x02, 0, 0, 0, 0, static_cast<uint8_t>(slot + 1)};
         support.local.ip_be = htonl(ip);
         support.limits.max_mtu = IBV_MTU_4096;
-        support.max_qps = quota;
         support.events = {[](void* self, uint64_t, uint32_t type, uint32_t) {
                               static_cast<rc_qp_test*>(self)->events.push_back(type);
                           },
@@ -649,6 +654,281 @@ TEST_F(rc_qp_test, the_rc_qp_quota_refuses_one_more_qp_with_edquot) {
     EXPECT_EQ(a.res->create_qp(a.client, qp_request(a), q), 0) << "room again";
     close(q.ring_fd);
     close(q.doorbell_fd);
+}
+
+// ---- bounded work per tenant (issue 12, row 3)
+
+// The shim may post into slots jakirod has retired, no further: a send producer more than a
+// ring ahead of the oldest unretired WR (here: the first WR never completes, every other one
+// was taken) is a broken client, even though it is only one ahead of what was taken.
+TEST_F(rc_qp_test, a_send_producer_beyond_retired_plus_capacity_moves_the_qp_to_err) {
+    connect_both();
+    const uint32_t capacity = a.ring->sq_capacity;
+    for (uint32_t i = 0; i < capacity; ++i) {
+        a.post_send(wqe(i, IBV_WR_RDMA_WRITE, a.iova(0), 8, a.mr, b.iova(0), b.mr));
+    }
+    auto nothing = [](const test_wire::frame&) { return false; };
+    run(50, 1'000, nothing);  // every WR taken and sent, none acknowledged
+    ASSERT_EQ(eng.report()[0].state, IBV_QPS_RTS);
+    ASSERT_EQ(proto::load_posted_acquire(a.ring->sq_consumer), 0u) << "nothing retired";
+    // One more: the slot of WR 0, which jakirod still holds.
+    a.post_send(wqe(capacity, IBV_WR_RDMA_WRITE, a.iova(0), 8, a.mr, b.iova(0), b.mr));
+    run(1, 1'000, nothing);
+    EXPECT_EQ(eng.report()[0].state, IBV_QPS_ERR);
+    EXPECT_EQ(std::count(events.begin(), events.end(),
+                         static_cast<uint32_t>(proto::event_type::qp_fatal)),
+              1);
+}
+
+// The same for the receive queue: a producer more than a ring ahead of what was retired is
+// met at the next receive, and the QP goes to ERR instead of RNR-NAKing forever.
+TEST_F(rc_qp_test, a_recv_producer_beyond_retired_plus_capacity_moves_the_qp_to_err) {
+    connect_both();
+    const uint32_t capacity = b.ring->rq_capacity;
+    b.rq_posted = capacity + 1;
+    proto::publish_wqes(b.ring->rq_producer, b.rq_posted);
+    a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 8, a.mr));
+    run(20);
+    EXPECT_EQ(eng.report()[1].state, IBV_QPS_ERR);
+    EXPECT_EQ(std::count(events.begin(), events.end(),
+                         static_cast<uint32_t>(proto::event_type::qp_fatal)),
+              1);
+}
+
+// A tenant fills its rings, stalls the first WR and moves the QP to ERR: the flush goes over
+// several visits, each within the budget, and every WR completes exactly once, in order,
+// with IBV_WC_WR_FLUSH_ERR.
+TEST_F(rc_qp_test, a_full_qp_in_err_is_flushed_over_several_visits_each_within_the_budget) {
+    connect_both();
+    const uint32_t sq = a.ring->sq_capacity;
+    const uint32_t rq = a.ring->rq_capacity;
+    for (uint32_t i = 0; i < sq; ++i) {
+        a.post_send(wqe(i, IBV_WR_RDMA_WRITE, a.iova(0), 8, a.mr, b.iova(0), b.mr));
+    }
+    auto nothing = [](const test_wire::frame&) { return false; };
+    run(3, 1'000, nothing);  // some taken (and sent: the first WR stalls), the rest posted
+    for (uint32_t i = 0; i < rq; ++i) {
+        a.post_recv(10'000 + i, 0, 64);
+    }
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_ERR;
+    ASSERT_EQ(modify(a, attr, IBV_QP_STATE), 0);
+    std::vector<uint64_t> sends, recvs;
+    unsigned visits = 0;
+    while (sends.size() < sq || recvs.size() < rq) {
+        ASSERT_LT(visits, 1000u) << "the flush stalled";
+        now += 1'000;
+        eng.poll(wire, now);
+        ++visits;
+        std::size_t this_visit = 0;
+        proto::cqe c{};
+        while (a.poll_send(c)) {
+            EXPECT_EQ(c.status, IBV_WC_WR_FLUSH_ERR);
+            sends.push_back(c.wr_id);
+            ++this_visit;
+        }
+        while (a.poll_recv(c)) {
+            EXPECT_EQ(c.status, IBV_WC_WR_FLUSH_ERR);
+            recvs.push_back(c.wr_id);
+            ++this_visit;
+        }
+        EXPECT_LE(this_visit, rc_qp::wqe_budget) << "visit " << visits;
+    }
+    EXPECT_GE(visits, (sq + rq) / rc_qp::wqe_budget);
+    for (uint32_t i = 0; i < sq; ++i) {
+        EXPECT_EQ(sends[i], i) << "in order";
+    }
+    for (uint32_t i = 0; i < rq; ++i) {
+        EXPECT_EQ(recvs[i], 10'000 + i) << "in order";
+    }
+    run(10);
+    proto::cqe c{};
+    EXPECT_FALSE(a.poll_send(c)) << "exactly once";
+    EXPECT_FALSE(a.poll_recv(c)) << "exactly once";
+    EXPECT_EQ(proto::load_posted_acquire(a.ring->sq_consumer), sq) << "every slot handed back";
+}
+
+// One cumulative ACK that finishes a whole ring of WRs completes them over several visits,
+// at most the budget at a time, in order, each once and successfully.
+TEST_F(rc_qp_test, an_ack_that_finishes_a_full_ring_completes_it_within_the_budget_per_visit) {
+    connect_both();
+    const uint32_t sq = a.ring->sq_capacity;
+    for (uint32_t i = 0; i < sq; ++i) {
+        a.post_send(wqe(i, IBV_WR_RDMA_WRITE, a.iova(0), 8, a.mr, b.iova(0), b.mr));
+    }
+    std::vector<test_wire::frame> acks;
+    run(50, 1'000, [&](const test_wire::frame& f) {
+        if (f.from == 1) {
+            acks.push_back(f);  // b's ACKs are held back
+            return false;
+        }
+        return true;
+    });
+    ASSERT_FALSE(acks.empty());
+    proto::cqe c{};
+    ASSERT_FALSE(a.poll_send(c)) << "nothing acknowledged yet";
+    // The last ACK acknowledges everything at once.
+    auto& last = acks.back();
+    eng.receive(0, last.bytes.data() + 14, static_cast<uint32_t>(last.bytes.size() - 14), wire,
+                now);
+    std::vector<uint64_t> done;
+    unsigned visits = 0;
+    for (;;) {
+        std::size_t this_visit = 0;
+        while (a.poll_send(c)) {
+            EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+            done.push_back(c.wr_id);
+            ++this_visit;
+        }
+        EXPECT_LE(this_visit, rc_qp::wqe_budget) << "visit " << visits;
+        if (done.size() >= sq || visits > 100) {
+            break;
+        }
+        ++visits;
+        now += 1'000;
+        eng.poll(wire, now);
+        wire.frames.clear();
+    }
+    ASSERT_EQ(done.size(), sq);
+    EXPECT_GE(visits, sq / rc_qp::wqe_budget - 1);
+    for (uint32_t i = 0; i < sq; ++i) {
+        EXPECT_EQ(done[i], i) << "in order";
+    }
+}
+
+// ---- engine::call: a timed-out call leaves nothing half done (issue 12, row 11)
+
+TEST(engine_call, a_call_the_worker_never_started_times_out_and_never_runs) {
+    engine e{1, 16};
+    e.attach();  // a worker "exists" but does not poll during the wait
+    e.set_call_timeout(std::chrono::milliseconds(20));
+    bool ran = false;
+    EXPECT_EQ(e.call([&] {
+        ran = true;
+        return 0;
+    }),
+              ETIMEDOUT);
+    test_wire w;
+    e.poll(w, 0);  // the worker comes back
+    EXPECT_FALSE(ran) << "cancelled: it must not run after its caller gave up";
+    e.detach();
+    EXPECT_FALSE(ran);
+}
+
+TEST(engine_call, a_removal_that_times_out_still_runs_when_the_worker_comes) {
+    engine e{1, 16};
+    e.attach();
+    e.set_call_timeout(std::chrono::milliseconds(20));
+    bool ran = false;
+    EXPECT_EQ(e.call(
+                  [&] {
+                      ran = true;
+                      return 0;
+                  },
+                  engine::on_timeout::run_later),
+              ETIMEDOUT);
+    test_wire w;
+    e.poll(w, 0);
+    EXPECT_TRUE(ran);
+    e.detach();
+}
+
+TEST(engine_call, a_call_the_worker_started_before_the_timeout_returns_its_result) {
+    engine e{1, 16};
+    e.attach();
+    e.set_call_timeout(std::chrono::milliseconds(200));
+    std::atomic<bool> stop{false}, polling{false};
+    std::thread worker([&] {
+        test_wire w;
+        while (!stop.load()) {
+            e.poll(w, 0);
+            polling = true;
+        }
+    });
+    while (!polling.load()) {
+        std::this_thread::yield();
+    }
+    const int result = e.call([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(600));  // past the timeout
+        return 42;
+    });
+    EXPECT_EQ(result, 42) << "it ran: its caller must see what it did";
+    stop = true;
+    worker.join();
+    e.detach();
+}
+
+TEST_F(rc_qp_test, a_create_qp_that_times_out_adds_no_qp_to_the_engine_or_the_quota) {
+    eng.attach();  // a worker that does not run during the call
+    eng.set_call_timeout(std::chrono::milliseconds(20));
+    const auto before = a.res->count();
+    verbs::qp_created q;
+    EXPECT_EQ(a.res->create_qp(a.client, qp_request(a), q), ETIMEDOUT);
+    eng.poll(wire, now);  // the worker comes back
+    EXPECT_EQ(eng.report().size(), 2u) << "only SetUp's QPs run";
+    EXPECT_EQ(a.res->count().qps, before.qps);
+    EXPECT_EQ(a.res->count().wqes, before.wqes);
+    eng.detach();
+    // And the slot is free again: with a live worker the same create succeeds.
+    ASSERT_EQ(a.res->create_qp(a.client, qp_request(a), q), 0);
+    EXPECT_EQ(eng.report().size(), 3u);
+    close(q.ring_fd);
+    close(q.doorbell_fd);
+}
+
+// max_wqes counts every SQ, RQ and SRQ slot as allocated; max_qps and max_srqs count objects;
+// lowering them live refuses new ones and keeps the QPs that run.
+TEST_F(rc_qp_test, wqe_qp_and_srq_quotas_refuse_with_edquot_and_change_live) {
+    verbs::vnic_quota q = a.res->quota();
+    ASSERT_EQ(a.res->count().wqes, 1024u) << "SetUp's QP: 512 + 512";
+    q.max_wqes = 1024 + 512 + 256;
+    q.max_srqs = 1;
+    a.res->set_quota(q);
+    verbs::qp_created made;
+    auto req = qp_request(a);
+    EXPECT_EQ(a.res->create_qp(a.client, req, made), EDQUOT) << "512 + 512 more";
+    req.max_send_wr = 300;  // a ring of 512
+    req.max_recv_wr = 200;  // a ring of 256
+    ASSERT_EQ(a.res->create_qp(a.client, req, made), 0) << "exactly the quota";
+    close(made.ring_fd);
+    close(made.doorbell_fd);
+    EXPECT_EQ(a.res->count().wqes, 1024u + 512 + 256);
+    auto srq = proto::make_message<proto::create_srq_request>(
+        static_cast<uint16_t>(proto::opcode::create_srq), 1);
+    srq.pd_handle = a.pd;
+    srq.max_wr = 1;
+    verbs::srq_created s1, s2;
+    EXPECT_EQ(a.res->create_srq(a.client, srq, s1), EDQUOT) << "no slot left for its ring";
+    ASSERT_EQ(a.res->destroy_qp(a.client, made.handle), 0);
+    EXPECT_EQ(a.res->count().wqes, 1024u) << "given back";
+    ASSERT_EQ(a.res->create_srq(a.client, srq, s1), 0);
+    close(s1.ring_fd);
+    EXPECT_EQ(a.res->create_srq(a.client, srq, s2), EDQUOT) << "max_srqs";
+    // Lowered below what is held: nothing new, nothing destroyed, the QP keeps working.
+    q.max_qps = 0;
+    a.res->set_quota(q);
+    req = qp_request(a);
+    req.max_send_wr = req.max_recv_wr = 1;
+    EXPECT_EQ(a.res->create_qp(a.client, req, made), EDQUOT);
+    connect_both();
+    b.post_recv(1, 0, 64);
+    a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 64, a.mr));
+    run(50);
+    proto::cqe c{};
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+}
+
+// The shaper asks, for every shaped vNIC, whether its QPs have work: only that vNIC's QPs are
+// looked at, and another vNIC's busy QP does not make this one look backlogged.
+TEST_F(rc_qp_test, a_vnic_wants_to_send_only_when_its_own_qps_have_work) {
+    connect_both();
+    EXPECT_FALSE(eng.vnic_wants_to_send(0));
+    EXPECT_FALSE(eng.vnic_wants_to_send(1));
+    a.post_send(wqe(1, IBV_WR_RDMA_WRITE, a.iova(0), 8, a.mr, b.iova(0), b.mr));
+    EXPECT_TRUE(eng.vnic_wants_to_send(0));
+    EXPECT_FALSE(eng.vnic_wants_to_send(1));
+    EXPECT_FALSE(eng.vnic_wants_to_send(7)) << "no such vNIC";
 }
 
 TEST_F(rc_qp_test, a_full_port_delays_packets_without_losing_them) {

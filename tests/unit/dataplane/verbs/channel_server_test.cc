@@ -352,7 +352,7 @@ TEST_F(ChannelServer, TwoVnicsWithOneMacInOneNamespaceServeOnlyTheFirst) {
 }
 
 TEST_F(ChannelServer, AVnicServesAtMostItsClientLimitAndOtherVnicsAreUnaffected) {
-    config.vnics[0].max_clients = 3;
+    config.vnics[0].identity.quota.max_contexts = 3;
     channel_server server(config);
     std::string error;
     ASSERT_TRUE(server.start(error)) << error;

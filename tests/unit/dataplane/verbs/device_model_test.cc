@@ -41,6 +41,42 @@ TEST(DeviceModel, QueryDescribesOneActiveRoceV2Port) {
     EXPECT_EQ(r.port.gid0[15], 1);
 }
 
+// ibv_query_device never promises what the vNIC's quota would refuse on an empty vNIC.
+TEST(DeviceModel, AdvertisedLimitsAreLoweredToTheVnicsQuota) {
+    vnic_identity vnic{"t1", {0x02, 0x00, 0xc6, 0x13, 0x01, 0x01}, 0xc6130101};
+    vnic.quota.max_qps = 8;
+    vnic.quota.max_pds = 2;
+    vnic.quota.max_mrs = 3;
+    vnic.quota.max_mr_bytes = 1 << 20;
+    vnic.quota.max_cqs = 4;
+    vnic.quota.max_cqes = 3000;  // rings are powers of two: one of 2048 fits
+    vnic.quota.max_srqs = 1;
+    vnic.quota.max_wqes = 1000;  // a QP of 256 + 256 fits, an SRQ of 512
+    verbs_proto::hello_reply h{};
+    fill_hello(h, vnic, "h1", 1450);
+    verbs_proto::query_reply q{};
+    fill_query(q, vnic, 1450);
+    for (const verbs_proto::limits* l : {&h.lim, &q.device.lim}) {
+        EXPECT_EQ(l->max_qp, 8u);
+        EXPECT_EQ(l->max_pd, 2u);
+        EXPECT_EQ(l->max_mr, 3u);
+        EXPECT_EQ(l->max_mr_size, 1u << 20);
+        EXPECT_EQ(l->max_cq, 4u);
+        EXPECT_EQ(l->max_cqe, 2048u);
+        EXPECT_EQ(l->max_srq, 1u);
+        EXPECT_EQ(l->max_qp_wr, 256u);
+        EXPECT_EQ(l->max_srq_wr, 512u);
+    }
+    // The defaults lower nothing but the counts the engine has more of.
+    const vnic_identity plain{"t2", {0x02, 0x00, 0xc6, 0x13, 0x01, 0x02}, 0xc6130102};
+    fill_query(q, plain, 1450);
+    const auto engine = engine_limits();
+    EXPECT_EQ(q.device.lim.max_qp_wr, engine.max_qp_wr);
+    EXPECT_EQ(q.device.lim.max_cqe, engine.max_cqe);
+    EXPECT_EQ(q.device.lim.max_mr_size, engine.max_mr_size);
+    EXPECT_EQ(q.device.lim.max_mr, 1024u);
+}
+
 TEST(DeviceModel, HelloCarriesIdentityAndPathMtu) {
     const vnic_identity vnic{"t2", {0x02, 0x00, 0xc6, 0x13, 0x01, 0x02}, 0xc6130102};
     verbs_proto::hello_reply r{};

@@ -12,10 +12,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <limits>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "maps_helper.hh"
 #include "verbs/device_model.hh"
@@ -209,6 +212,93 @@ TEST_F(Resources, RegMrValidatesEverythingTheClientSends) {
     }
 }
 
+// Only a sealed shmem memfd can back an MR: anything else could raise a signal in jakirod
+// when the engine touches it later (hugetlbfs hole punch, truncation, I/O errors). Every
+// refused kind answers EINVAL, which the shim's ibv_reg_mr hands to the program as errno.
+TEST_F(Resources, RegMrRefusesAHugetlbMemfdEvenWhenSealed) {
+    const uint32_t pd = pd_of(alice);
+    constexpr uint64_t huge = 2 << 20;
+    const int fd = memfd_create("test-huge", MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB);
+    ASSERT_GE(fd, 0) << "hugetlb memfds exist on this kernel even with no pages reserved";
+    ASSERT_EQ(ftruncate(fd, huge), 0);
+    ASSERT_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+    uint32_t key = 0;
+    EXPECT_EQ(res.reg_mr(alice, mr_request(pd, page), fd, key), EINVAL)
+        << "a hole punched there would hand the huge page back and SIGBUS jakirod";
+    EXPECT_EQ(res.count().mrs, 0u);
+    EXPECT_EQ(mappings_of(fd), 0);
+    close(fd);
+}
+
+TEST_F(Resources, RegMrRefusesEveryDescriptorThatIsNotASealedShmemMemfd) {
+    const uint32_t pd = pd_of(alice);
+    struct refused {
+        const char* what;
+        int fd;
+    };
+    std::vector<refused> kinds;
+    // A regular file on a disk filesystem, 4 pages long (it cannot even be sealed).
+    char path[] = "/var/tmp/jakiro-mr-XXXXXX";
+    const int disk_file = mkstemp(path);
+    ASSERT_GE(disk_file, 0);
+    unlink(path);
+    ASSERT_EQ(ftruncate(disk_file, 4 * page), 0);
+    kinds.push_back({"a file on a disk filesystem", disk_file});
+    // A tmpfs file that is not a memfd: tmpfs files opened by path can never be sealed.
+    char shm_path[] = "/dev/shm/jakiro-mr-XXXXXX";
+    const int shm_file = mkstemp(shm_path);
+    ASSERT_GE(shm_file, 0);
+    unlink(shm_path);
+    ASSERT_EQ(ftruncate(shm_file, 4 * page), 0);
+    kinds.push_back({"a tmpfs file opened by path (unsealable)", shm_file});
+    kinds.push_back({"a memfd with no seal", region_fd(4, false)});
+    const int grow_only = region_fd(4, false);
+    ASSERT_EQ(fcntl(grow_only, F_ADD_SEALS, F_SEAL_GROW | F_SEAL_WRITE), 0);
+    kinds.push_back({"a memfd sealed against growing and writing but not shrinking", grow_only});
+    int pipe_fds[2];
+    ASSERT_EQ(pipe2(pipe_fds, O_CLOEXEC), 0);
+    kinds.push_back({"a pipe", pipe_fds[0]});
+    int sockets[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sockets), 0);
+    kinds.push_back({"a socket", sockets[0]});
+    kinds.push_back({"an eventfd", eventfd(0, EFD_CLOEXEC)});
+    kinds.push_back({"a directory", open("/dev/shm", O_RDONLY | O_DIRECTORY | O_CLOEXEC)});
+    kinds.push_back({"a character device", open("/dev/zero", O_RDWR | O_CLOEXEC)});
+    for (const auto& k : kinds) {
+        ASSERT_GE(k.fd, 0) << k.what;
+        uint32_t key = 0;
+        EXPECT_EQ(res.reg_mr(alice, mr_request(pd), k.fd, key), EINVAL) << k.what;
+        EXPECT_EQ(mappings_of(k.fd), 0) << k.what;
+    }
+    EXPECT_EQ(res.count().mrs, 0u) << "nothing registered";
+    for (const auto& k : kinds) {
+        close(k.fd);
+    }
+    close(pipe_fds[1]);
+    close(sockets[1]);
+}
+
+// Shmem keeps no secret from jakirod's mapping: a hole the client punches under a registered
+// MR reads as zeros, and the engine writing there gets a fresh page, never a signal.
+TEST_F(Resources, AHolePunchedUnderARegisteredMrReadsAsZerosWithoutASignal) {
+    const uint32_t pd = pd_of(alice);
+    const int fd = region_fd(4);
+    uint32_t key = 0;
+    ASSERT_EQ(res.reg_mr(alice, mr_request(pd, 4 * page), fd, key), 0);
+    const auto r = res.mrs().find(pd, key, 0x7f0000001000, 4 * page, 0);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(std::memcmp(r.bytes.data() + page, "page 1", 6), 0);
+    ASSERT_EQ(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4 * page), 0);
+    for (uint64_t i = 0; i < 4 * page; ++i) {
+        ASSERT_EQ(r.bytes[i], std::byte{0}) << "byte " << i;
+    }
+    std::memcpy(r.bytes.data() + 2 * page, "after", 5);  // the engine writing a WRITE's data
+    char text[6] = {};
+    ASSERT_EQ(pread(fd, text, 5, static_cast<off_t>(2 * page)), 5);
+    EXPECT_STREQ(text, "after");
+    close(fd);
+}
+
 TEST_F(Resources, MaxMrIsEnforced) {
     const uint32_t pd = pd_of(alice);
     const int fd = region_fd(3);
@@ -350,6 +440,136 @@ TEST_F(Resources, AClientThatGoesAwayLeavesNothingBehind) {
     close(memory);
     close(cq.ring_fd);
     close(channel[0]);
+}
+
+// ---- the vNIC's quota (YAML rdma.*): EDQUOT beyond it, changed live without destroying
+
+class Quota : public testing::Test {
+  protected:
+    static vnic_quota tight() {
+        vnic_quota q;
+        q.max_pds = 2;
+        q.max_mrs = 2;
+        q.max_mr_bytes = 5 * page;
+        q.max_cqs = 2;
+        q.max_cqes = 96;  // rings of 64 + 32
+        return q;
+    }
+    uint32_t pd_of(uint64_t client) {
+        uint32_t pd = 0;
+        EXPECT_EQ(res.alloc_pd(client, pd), 0);
+        return pd;
+    }
+    int cq(uint32_t cqe, cq_created& out) {
+        int no_fd = -1;
+        const int error = res.create_cq(alice, cq_request(cqe), no_fd, out);
+        if (error == 0) {
+            close(out.ring_fd);
+        }
+        return error;
+    }
+
+    vnic_resources res{engine_limits(), {}, tight()};
+};
+
+TEST_F(Quota, MaxPdsRefusesOneMorePdWithEdquotAcrossClients) {
+    pd_of(alice);
+    const uint32_t bobs = pd_of(bob);
+    uint32_t pd = 0;
+    EXPECT_EQ(res.alloc_pd(alice, pd), EDQUOT) << "the quota is the vNIC's, not the client's";
+    EXPECT_EQ(res.dealloc_pd(bob, bobs), 0);
+    EXPECT_EQ(res.alloc_pd(alice, pd), 0) << "room again";
+}
+
+TEST_F(Quota, MaxMrsRefusesOneMoreMrWithEdquot) {
+    const uint32_t pd = pd_of(alice);
+    const int fd = region_fd(1);
+    uint32_t key = 0;
+    ASSERT_EQ(res.reg_mr(alice, mr_request(pd, page), fd, key), 0);
+    ASSERT_EQ(res.reg_mr(alice, mr_request(pd, page), fd, key), 0);
+    EXPECT_EQ(res.reg_mr(alice, mr_request(pd, page), fd, key), EDQUOT);
+    EXPECT_EQ(res.dereg_mr(alice, key), 0);
+    EXPECT_EQ(res.reg_mr(alice, mr_request(pd, page), fd, key), 0) << "room again";
+    close(fd);
+}
+
+TEST_F(Quota, MaxMrBytesCountsEveryRegisteredByteUntilDeregistration) {
+    const uint32_t pd = pd_of(alice);
+    const uint32_t bobs_pd = pd_of(bob);
+    const int fd = region_fd(6);
+    uint32_t first = 0, key = 0;
+    ASSERT_EQ(res.reg_mr(alice, mr_request(pd, 3 * page), fd, first), 0);
+    EXPECT_EQ(res.reg_mr(bob, mr_request(bobs_pd, 2 * page + 1), fd, key), EDQUOT)
+        << "3 pages + 2 pages and a byte > 5 pages";
+    ASSERT_EQ(res.reg_mr(bob, mr_request(bobs_pd, 2 * page), fd, key), 0) << "exactly the quota";
+    EXPECT_EQ(res.count().mr_bytes, 5 * page);
+    EXPECT_EQ(res.count(bob).mr_bytes, 2 * page);
+    EXPECT_EQ(res.dereg_mr(alice, first), 0);
+    EXPECT_EQ(res.count().mr_bytes, 2 * page);
+    res.release_client(bob);
+    EXPECT_EQ(res.count().mr_bytes, 0u) << "a client that goes away gives its bytes back";
+    ASSERT_EQ(res.reg_mr(alice, mr_request(pd, 5 * page), fd, key), 0);
+    close(fd);
+}
+
+TEST_F(Quota, MaxCqesCountsRingSlotsAndMaxCqsCountsCqs) {
+    cq_created a, b, c;
+    ASSERT_EQ(cq(50, a), 0);  // a ring of 64
+    EXPECT_EQ(cq(33, b), EDQUOT) << "a ring of 64 more: 128 > 96";
+    ASSERT_EQ(cq(32, b), 0);
+    EXPECT_EQ(res.count().cqes, 96u);
+    EXPECT_EQ(cq(1, c), EDQUOT) << "max_cqs (and max_cqes)";
+    EXPECT_EQ(res.destroy_cq(alice, b.handle), 0);
+    EXPECT_EQ(res.count().cqes, 64u);
+    ASSERT_EQ(cq(16, c), 0);
+}
+
+TEST_F(Quota, LoweringTheQuotaLiveRefusesNewObjectsAndKeepsExistingOnes) {
+    const uint32_t pd = pd_of(alice);
+    const int fd = region_fd(2);
+    uint32_t key = 0;
+    ASSERT_EQ(res.reg_mr(alice, mr_request(pd, page), fd, key), 0);
+    cq_created a;
+    ASSERT_EQ(cq(8, a), 0);
+    vnic_quota none = tight();
+    none.max_pds = 0;
+    none.max_mrs = 0;
+    none.max_cqs = 0;
+    res.set_quota(none);
+    EXPECT_EQ(res.quota().max_mrs, 0u);
+    uint32_t more = 0;
+    cq_created b;
+    EXPECT_EQ(res.alloc_pd(alice, more), EDQUOT);
+    EXPECT_EQ(res.reg_mr(alice, mr_request(pd, page), fd, more), EDQUOT);
+    EXPECT_EQ(cq(8, b), EDQUOT);
+    const auto kept = res.count();
+    EXPECT_EQ(kept.pds + kept.mrs + kept.cqs, 3u) << "nothing destroyed";
+    EXPECT_TRUE(res.mrs().find(pd, key, 0x7f0000001000, page, 0)) << "the MR still works";
+    res.set_quota(tight());  // raised again
+    EXPECT_EQ(res.reg_mr(alice, mr_request(pd, page), fd, more), 0);
+    close(fd);
+}
+
+TEST_F(Quota, SetQuotaIsSafeWhileTheVerbsRun) {
+    std::atomic<bool> stop{false};
+    std::thread apply([&] {
+        for (uint32_t i = 0; !stop.load(); ++i) {
+            vnic_quota q = tight();
+            q.max_pds = i % 3;
+            res.set_quota(q);
+        }
+    });
+    for (int i = 0; i < 2000; ++i) {
+        uint32_t pd = 0;
+        const int error = res.alloc_pd(alice, pd);
+        ASSERT_TRUE(error == 0 || error == EDQUOT) << error;
+        if (error == 0) {
+            EXPECT_EQ(res.dealloc_pd(alice, pd), 0);
+        }
+    }
+    stop = true;
+    apply.join();
+    EXPECT_LE(res.count().pds, 2u);
 }
 
 }  // namespace
