@@ -97,6 +97,52 @@ int vnic_resources::dealloc_pd(uint64_t client, uint32_t pd) {
 int vnic_resources::reg_mr(uint64_t client, const proto::reg_mr_request& req, int memfd,
                            uint32_t& key) {
     const std::lock_guard lock(_mutex);
+    std::shared_ptr<mr_entry> entry;
+    if (const int error = map_mr(client, req, memfd, true, entry); error != 0) {
+        return error;
+    }
+    if (!_mrs.insert(entry)) {
+        return ENOMEM;
+    }
+    ++owned_pd(client, req.pd_handle)->mrs;
+    key = entry->key;
+    return 0;
+}
+
+int vnic_resources::rereg_mr(uint64_t client, const proto::rereg_mr_request& req, int memfd) {
+    const std::lock_guard lock(_mutex);
+    const auto old = _mrs.get(req.mr_handle);
+    if (old == nullptr || old->owner != client || req.reserved != 0) {
+        return EINVAL;
+    }
+    // The new registration is checked and mapped exactly as a fresh one; only then does it
+    // take the old one's key (in flight, an access keeps the old mapping pinned until done).
+    auto as_new = proto::make_message<proto::reg_mr_request>(
+        static_cast<uint16_t>(proto::opcode::reg_mr), req.hdr.request_id);
+    as_new.pd_handle = req.pd_handle;
+    as_new.access = req.access;
+    as_new.addr = req.addr;
+    as_new.length = req.length;
+    as_new.iova = req.iova;
+    as_new.fd_offset = req.fd_offset;
+    as_new.page_offset = req.page_offset;
+    as_new.flags = req.flags;
+    std::shared_ptr<mr_entry> entry;
+    if (const int error = map_mr(client, as_new, memfd, false, entry); error != 0) {
+        return error;
+    }
+    if (!_mrs.replace(req.mr_handle, entry)) {
+        return EINVAL;
+    }
+    if (pd_object* pd = owned_pd(client, old->pd)) {
+        --pd->mrs;
+    }
+    ++owned_pd(client, req.pd_handle)->mrs;
+    return 0;
+}
+
+int vnic_resources::map_mr(uint64_t client, const proto::reg_mr_request& req, int memfd,
+                           bool new_key, std::shared_ptr<mr_entry>& out) {
     pd_object* pd = owned_pd(client, req.pd_handle);
     if (pd == nullptr || req.flags != 0 || (req.access & ~proto::mr_access_all) != 0) {
         return EINVAL;
@@ -120,7 +166,7 @@ int vnic_resources::reg_mr(uint64_t client, const proto::reg_mr_request& req, in
     if (memfd < 0) {
         return EBADF;
     }
-    if (_mrs.size() >= _mrs.capacity()) {
+    if (new_key && _mrs.size() >= _mrs.capacity()) {
         return ENOMEM;
     }
     // length <= max_mr_size, so this cannot overflow.
@@ -144,11 +190,7 @@ int vnic_resources::reg_mr(uint64_t client, const proto::reg_mr_request& req, in
     entry->iova = req.iova;
     entry->length = req.length;
     entry->addr = req.addr;
-    if (!_mrs.insert(entry)) {
-        return ENOMEM;
-    }
-    ++pd->mrs;
-    key = entry->key;
+    out = std::move(entry);
     return 0;
 }
 
