@@ -12,6 +12,15 @@
 // call(): a small mailbox the loop drains once per iteration; the caller waits (bounded).
 // Until a worker attaches, call() runs the function inline (unit tests, startup).
 //
+// Policy changes (DESIGN.md §7): every table snapshot carries a policy generation, and every
+// QP the generation its peer was last admitted under. The worker tells the engine the
+// generation it runs with each iteration (use_policy). A connected QP whose generation differs
+// is admitted again (packet_port::admits_connection) before it may send (poll, at most
+// recheck_budget QPs per poll; the others wait for the next one) or receive (receive, one
+// compare per packet); refused, it goes to ERR with IBV_EVENT_QP_FATAL, its WRs are flushed
+// and packets still arriving for it are `revoked` drops. So no packet of a connection moves
+// under a policy that no longer allows it, as the NFT's generation does for TCP flows.
+//
 // Doorbell: a shared page whose count the shim bumps (and futex-wakes) after posting when the
 // rings say the worker sleeps (verbs_shim/rings.hh); the worker's sleep waits on it.
 
@@ -42,7 +51,8 @@ namespace jakiro::roce {
     X(not_ready, "UD QP not ready to receive (RESET or INIT)")                \
     X(denied, "UD datagram refused by the vNIC's security groups")            \
     X(over_share, "UD datagram above the vNIC's rdma ingress share (DHTB)")   \
-    X(bad_pkey, "P_Key not the default partition")
+    X(bad_pkey, "P_Key not the default partition")                            \
+    X(revoked, "connected QP whose peer a policy change no longer allows (QP in ERR)")
 
 enum class engine_drop : uint8_t {
 #define X(name, text) name,
@@ -57,6 +67,9 @@ struct engine_counters {
     std::atomic<uint64_t> received{0};
     std::atomic<uint64_t> sent{0};
     std::atomic<uint64_t> doorbells{0};
+    // Policy changes: connected QPs whose peer was admitted again, and those refused (ERR).
+    std::atomic<uint64_t> rechecks{0};
+    std::atomic<uint64_t> qps_revoked{0};
     std::array<std::atomic<uint64_t>, static_cast<std::size_t>(engine_drop::count)> drops{};
 };
 
@@ -117,6 +130,10 @@ class engine {
     // ---- engine thread (inside call() for the first two)
     void add_qp(std::shared_ptr<rc_qp> qp);
     void remove_qp(uint16_t vnic, uint32_t qpn);
+    // The policy generation of the tables the worker runs with (once per iteration, before any
+    // receive or poll of that iteration).
+    void use_policy(uint32_t generation) { _policy_generation = generation; }
+    uint32_t policy_generation() const { return _policy_generation; }
     // The worker that will poll from now on; call() then goes through the mailbox.
     void attach();
     // The worker stopped: call() runs inline again (shutdown releases QPs after the loop).
@@ -146,6 +163,9 @@ class engine {
         _counters.drops[static_cast<std::size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
     }
     void run_calls();
+    // True if `qp` may carry traffic under the current policy: admitted again when its
+    // generation is stale, revoked when refused.
+    bool admitted(rc_qp& qp, packet_port& port);
 
     struct task {
         std::function<int()> fn;
@@ -153,6 +173,7 @@ class engine {
     };
 
     uint32_t _max_qps;
+    uint32_t _policy_generation = 0;              // engine thread
     std::vector<std::vector<rc_qp*>> _by_slot;    // [vnic][qpn >> 8], engine thread
     std::vector<std::shared_ptr<rc_qp>> _active;  // engine thread; copied into _reported
     std::atomic<bool> _attached{false};
