@@ -24,11 +24,11 @@ from scapy.layers.l2 import Ether
 from scapy.layers.vxlan import VXLAN
 from scapy.utils import rdpcap
 
-from conftest import (IP, PYTHON, RUN_DIR, T1, T2, T5, drops, jakiroctl, neighbor_mac, ns,
-                      ns_bg, ping, run, send_frames, stop, wait_listening, wait_until)
+from conftest import (IP, PYTHON, T1, T2, T5, drops, jakiroctl, neighbor_mac, ns, ping,
+                      send_frames, stop, wait_listening, wait_until)
 from test_qos import finish
 from test_rdma_rc import JAKIRO_RUN, shim_env
-from test_secgroups import apply_policy, policy  # noqa: F401 (fixture)
+from test_secgroups import policy  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.usefixtures("testbed")
 
@@ -64,9 +64,9 @@ def start_write_bw(seconds):
     return server, client
 
 
-def transferring(host="h1", vnic="t1"):
-    """True once the vNIC's QP has sent data (perftest connected and running)."""
-    out = json.loads(jakiroctl(host, "qps", "--json").stdout)
+def transferring():
+    """True once a QP of t1 on h1 has sent data (perftest connected and running)."""
+    out = json.loads(jakiroctl("h1", "qps", "--json").stdout)
     return any(q.get("packets_sent", 0) > 100 for q in out["qps"])
 
 
