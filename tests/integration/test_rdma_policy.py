@@ -42,7 +42,7 @@ GROUPS = [BASE, RDMA_OK]
 WITH_RDMA = {"t1": ["base", "rdma-ok"], "t2": ["base", "rdma-ok"], "t5": ["default"]}
 WITHOUT_RDMA = {"t1": ["base"], "t2": ["base", "rdma-ok"], "t5": ["default"]}
 
-REVOKE_BOUND_S = 5.0  # apply -> perftest gone; the engine itself needs one worker iteration
+REVOKE_BOUND_S = 2.0  # apply -> perftest gone (measured 0.04-0.06 s, both applies included)
 PERF_PORT = iter(range(18700, 18800))
 
 
@@ -92,10 +92,10 @@ def test_removing_the_rdma_rule_stops_a_live_rc_connection(policy, keep_rule):  
         client.wait(timeout=REVOKE_BOUND_S + 30)
         t_gone = time.monotonic()
         out = client.stdout.read()
-        print(f"\napply took {t_applied - t0:.3f} s; ib_write_bw failed "
-              f"{t_gone - t_applied:.3f} s after apply returned")
+        print(f"\napply (h1, then h2) took {t_applied - t0:.3f} s; ib_write_bw failed "
+              f"{t_gone - t0:.3f} s after the apply began")
         assert client.returncode != 0, f"ib_write_bw went on without its rule: {out[-800:]}"
-        assert t_gone - t_applied < REVOKE_BOUND_S, out[-800:]
+        assert t_gone - t0 < REVOKE_BOUND_S, out[-800:]
         after = engine_counters("h1")
         print(f"h1 engine: rechecks {after['rechecks']}, qps_revoked {after['qps_revoked']}, "
               f"revoked drops {after['drops']['revoked']}")

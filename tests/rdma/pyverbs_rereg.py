@@ -38,8 +38,9 @@ class Failed(Exception):
 
 
 def page():
-    """A page-aligned buffer and its address."""
-    m = mmap.mmap(-1, SIZE)
+    """A page-aligned buffer and its address: private anonymous memory, as malloc'd memory is
+    (the shim moves its pages onto a memfd; a MAP_SHARED mapping is already someone's file)."""
+    m = mmap.mmap(-1, SIZE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     return m, ctypes.addressof(ctypes.c_char.from_buffer(m))
 
 
