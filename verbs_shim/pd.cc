@@ -200,36 +200,55 @@ int rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, std::size_t length, 
     void* new_addr = translate ? addr : mr->addr;
     const std::size_t new_length = translate ? length : mr->length;
     const uint64_t new_iova = translate ? reinterpret_cast<uintptr_t>(addr) : m->iova;
-    const unsigned new_access = (flags & IBV_REREG_MR_CHANGE_ACCESS) != 0
-                                    ? static_cast<unsigned>(access)
-                                    : m->access;  // mr_access bits are libibverbs' own
-    // The new registration first: if it fails, the old one is untouched (pages shared by
-    // both ranges stay on the memfd, counted twice for a moment).
-    ibv_mr* fresh = reg_mr(new_pd, new_addr, new_length, new_iova, new_access);
-    if (fresh == nullptr) {
-        // Still a command error for the caller (it must not use the MR, only deregister it,
-        // which works on the old registration).
-        return IBV_REREG_MR_ERR_CMD;
+    uint32_t rights = m->access;  // mr_access bits are libibverbs' own
+    if ((flags & IBV_REREG_MR_CHANGE_ACCESS) != 0) {
+        if (const int error = translate_access(static_cast<unsigned>(access), rights); error != 0) {
+            errno = error;
+            return IBV_REREG_MR_ERR_INPUT;
+        }
     }
-    if (const int error = destroy_object(old_pd->context, proto::opcode::dereg_mr, mr->handle);
+    if (new_length == 0 || new_length > old_pd->context->hello.lim.max_mr_size) {
+        errno = EINVAL;
+        return IBV_REREG_MR_ERR_INPUT;
+    }
+    // The new range's pages on a memfd first (pages shared by both ranges are counted twice
+    // for a moment); jakirod then swaps the registration under the same keys, so a peer that
+    // holds the rkey keeps using it (as an RNIC that modifies its memory key in place).
+    memory_backing& backing = memory_backing::process();
+    backing_span span;
+    if (const int error =
+            backing.acquire(new_addr, new_length, (rights & proto::mr_access_writes) != 0, span);
         error != 0) {
-        dereg_mr(fresh);
         errno = error;
         return IBV_REREG_MR_ERR_CMD;
     }
-    memory_backing::process().release(mr->addr, mr->length);
-    // The program keeps its ibv_mr: it takes the new registration's identity.
-    shim_mr* n = to_mr(fresh);
-    mr->pd = fresh->pd;
-    mr->addr = fresh->addr;
-    mr->length = fresh->length;
-    mr->handle = fresh->handle;
-    mr->lkey = fresh->lkey;
-    mr->rkey = fresh->rkey;
-    m->access = n->access;
-    m->iova = n->iova;
-    n->magic = 0;
-    std::free(n);
+    auto req = proto::make_message<proto::rereg_mr_request>(
+        static_cast<uint16_t>(proto::opcode::rereg_mr), 0);
+    req.mr_handle = mr->handle;
+    req.pd_handle = new_pd->handle;
+    req.access = rights;
+    req.addr = reinterpret_cast<uintptr_t>(new_addr);
+    req.length = new_length;
+    req.iova = new_iova;
+    req.fd_offset = span.fd_offset;
+    req.page_offset = span.page_offset;
+    proto::reg_mr_reply reply;
+    if (const int error =
+            old_pd->context->chan->call(&req, sizeof(req), &reply, sizeof(reply), nullptr, span.fd);
+        error != 0) {
+        // Still a command error for the caller; the old registration is untouched and usable.
+        backing.release(new_addr, new_length);
+        errno = error;
+        return IBV_REREG_MR_ERR_CMD;
+    }
+    backing.release(mr->addr, mr->length);
+    mr->pd = new_pd;
+    mr->addr = new_addr;
+    mr->length = new_length;
+    mr->lkey = reply.lkey;
+    mr->rkey = reply.rkey;
+    m->access = rights;
+    m->iova = new_iova;
     return 0;
 }
 

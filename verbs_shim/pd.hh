@@ -42,9 +42,10 @@ int dealloc_pd(ibv_pd* pd);
 // Every ibv_reg_mr variant lands here (iova = addr for plain ibv_reg_mr).
 ibv_mr* reg_mr(ibv_pd* pd, void* addr, std::size_t length, uint64_t iova, unsigned access);
 int dereg_mr(ibv_mr* mr);
-// ibv_rereg_mr: a new registration (translation, PD and access as `flags` say, the rest as
-// before), then the old one dropped; the same ibv_mr then carries the new keys. 0 or an
-// IBV_REREG_MR_ERR_* code with errno set; on any error the old registration is left as it was.
+// ibv_rereg_mr: translation, PD and access change as `flags` say (any combination), the rest
+// stays; jakirod swaps the registration under the same lkey/rkey, so peers keep their rkey.
+// 0 or an IBV_REREG_MR_ERR_* code with errno set; on any error the old registration is left
+// as it was.
 int rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, std::size_t length, int access);
 
 // ibv_fork_init(): from now on registered pages are MADV_DONTFORK.

@@ -59,6 +59,9 @@ enum class opcode : uint16_t {
     destroy_srq = 29,
     query_srq = 34,
 
+    // ibv_rereg_mr (version 4, added without a layout change): with one fd, as reg_mr.
+    rereg_mr = 35,
+
     // Reserved; jakirod answers EOPNOTSUPP until they exist, so a newer shim against an
     // older daemon fails cleanly. Completion channels need no opcode: they are shim-side
     // sockets whose far end travels with create_cq.
@@ -321,6 +324,29 @@ static_assert(offsetof(reg_mr_request, pd_handle) == 16);
 static_assert(offsetof(reg_mr_request, addr) == 24);
 static_assert(offsetof(reg_mr_request, fd_offset) == 48);
 static_assert(offsetof(reg_mr_request, page_offset) == 56);
+
+// ibv_rereg_mr: MR `mr_handle` becomes the registration described as in reg_mr_request (its
+// PD, access and range; whatever ibv_rereg_mr did not change is the old value), keeping its
+// keys, so a peer that holds the rkey goes on using it. All or nothing: on an error the old
+// registration is untouched. The reply is a reg_mr_reply carrying the same keys.
+struct rereg_mr_request {
+    header hdr;
+    uint32_t mr_handle;  // the key to keep
+    uint32_t pd_handle;
+    uint32_t access;  // mr_access
+    uint32_t flags;   // none defined: must be 0
+    uint64_t addr;
+    uint64_t length;
+    uint64_t iova;
+    uint64_t fd_offset;
+    uint32_t page_offset;
+    uint32_t reserved;  // must be 0
+};
+static_assert(sizeof(rereg_mr_request) == 72);
+static_assert(offsetof(rereg_mr_request, mr_handle) == 16);
+static_assert(offsetof(rereg_mr_request, addr) == 32);
+static_assert(offsetof(rereg_mr_request, fd_offset) == 56);
+static_assert(offsetof(rereg_mr_request, page_offset) == 64);
 
 struct reg_mr_reply {
     reply_header rh;
@@ -625,6 +651,8 @@ constexpr std::size_t request_size(uint16_t op) {
             return sizeof(destroy_request);
         case opcode::reg_mr:
             return sizeof(reg_mr_request);
+        case opcode::rereg_mr:
+            return sizeof(rereg_mr_request);
         case opcode::create_cq:
             return sizeof(create_cq_request);
         case opcode::create_qp:
@@ -658,6 +686,7 @@ constexpr std::size_t reply_size(opcode op) {
         case opcode::alloc_pd:
             return sizeof(alloc_pd_reply);
         case opcode::reg_mr:
+        case opcode::rereg_mr:
             return sizeof(reg_mr_reply);
         case opcode::create_cq:
             return sizeof(create_cq_reply);

@@ -444,8 +444,10 @@ std::string render_qps(const daemon_state& state, const std::string& vnic, bool 
         const auto& c = state.engine->counters();
         out.value("received", c.received.load()).value("sent", c.sent.load());
         out.value("doorbells", c.doorbells.load());
+        out.value("rechecks", c.rechecks.load()).value("qps_revoked", c.qps_revoked.load());
         text << " received " << c.received.load() << ", sent " << c.sent.load() << ", doorbells "
-             << c.doorbells.load();
+             << c.doorbells.load() << ", policy rechecks " << c.rechecks.load() << ", QPs revoked "
+             << c.qps_revoked.load();
         out.begin_object("drops");
         for (std::size_t d = 0; d < static_cast<std::size_t>(roce::engine_drop::count); ++d) {
             const auto reason = static_cast<roce::engine_drop>(d);

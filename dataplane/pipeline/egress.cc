@@ -7,6 +7,7 @@
 #include "../worker/egress_shaper.hh"
 #include "firewall.hh"
 #include "ipv4_check.hh"
+#include "roce_guard.hh"
 
 #include <rte_cycles.h>
 
@@ -51,6 +52,11 @@ rte_ipv4_hdr* check_tenant_ipv4(worker_context& ctx, const datapath_tables& tabl
     }
     if (ip_len > tables.tenant_mtu) {
         ctx.drop(m, drop_reason::tenant_too_big, vnic.slot);
+        return nullptr;
+    }
+    // Crafted RoCEv2 on the Ethernet face, to a vNIC on this host or across the fabric.
+    if (udp_touches_roce_port(ip, ip_len)) {
+        ctx.drop(m, drop_reason::tenant_roce, vnic.slot);
         return nullptr;
     }
     const uint32_t dst = rte_be_to_cpu_32(ip->dst_addr);

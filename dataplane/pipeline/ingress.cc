@@ -10,6 +10,7 @@
 #include "../worker/roce_port.hh"
 #include "firewall.hh"
 #include "ipv4_check.hh"
+#include "roce_guard.hh"
 
 #include <rte_cycles.h>
 
@@ -204,6 +205,12 @@ void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rt
                                 *ctx.rdma_port, now,
                                 ctx.policer != nullptr ? ctx.policer->meter(slot) : nullptr);
             rte_pktmbuf_free(m);
+            continue;
+        }
+        // UDP 4791 that the engine did not take (from port 4791, a first fragment, no engine)
+        // never reaches a tenant's Ethernet face: RoCE is the RDMA face's alone.
+        if (udp_touches_roce_port(inner_ips[i], ip_len)) {
+            ctx.drop(m, drop_reason::tenant_roce, slot);
             continue;
         }
         requests[checked_count] = {slot, secgroup::direction::ingress, inner_ips[i], ip_len};

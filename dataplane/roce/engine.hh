@@ -14,8 +14,18 @@
 // cancelled (it never runs), one it has started is waited for and its result returned.
 // Until a worker attaches, call() runs the function inline (unit tests, startup).
 //
-// Doorbell: a shared page whose count the shim bumps (and futex-wakes) after posting when the
-// rings say the worker sleeps (verbs_shim/rings.hh); the worker's sleep waits on it.
+// Policy changes (DESIGN.md §7): every table snapshot carries a policy generation, and every
+// QP the generation its peer was last admitted under. The worker tells the engine the
+// generation it runs with each iteration (use_policy). A connected QP whose generation differs
+// is admitted again (packet_port::admits_connection) before it may send (poll, at most
+// recheck_budget QPs per poll; the others wait for the next one) or receive (receive, one
+// compare per packet); refused, it goes to ERR with IBV_EVENT_QP_FATAL, its WRs are flushed
+// and packets still arriving for it are `revoked` drops. So no packet of a connection moves
+// under a policy that no longer allows it, as the NFT's generation does for TCP flows.
+//
+// Doorbells (doorbell_set.hh): one page per vNIC whose count the shim bumps (and futex-wakes) after
+// posting when the rings say the worker sleeps (verbs_shim/rings.hh); the worker's sleep waits on
+// it.
 
 #include <array>
 #include <atomic>
@@ -46,7 +56,8 @@ namespace jakiro::roce {
     X(not_ready, "UD QP not ready to receive (RESET or INIT)")                \
     X(denied, "UD datagram refused by the vNIC's security groups")            \
     X(over_share, "UD datagram above the vNIC's rdma ingress share (DHTB)")   \
-    X(bad_pkey, "P_Key not the default partition")
+    X(bad_pkey, "P_Key not the default partition")                            \
+    X(revoked, "connected QP whose peer a policy change no longer allows (QP in ERR)")
 
 enum class engine_drop : uint8_t {
 #define X(name, text) name,
@@ -61,6 +72,9 @@ struct engine_counters {
     std::atomic<uint64_t> received{0};
     std::atomic<uint64_t> sent{0};
     std::atomic<uint64_t> doorbells{0};
+    // Policy changes: connected QPs whose peer was admitted again, and those refused (ERR).
+    std::atomic<uint64_t> rechecks{0};
+    std::atomic<uint64_t> qps_revoked{0};
     std::array<std::atomic<uint64_t>, static_cast<std::size_t>(engine_drop::count)> drops{};
 };
 
@@ -131,6 +145,10 @@ class engine {
     void set_vnic_doorbell(uint16_t vnic, verbs_proto::doorbell_page* page) {
         _doorbells.set(vnic, page);
     }
+    // The policy generation of the tables the worker runs with (once per iteration, before any
+    // receive or poll of that iteration).
+    void use_policy(uint32_t generation) { _policy_generation = generation; }
+    uint32_t policy_generation() const { return _policy_generation; }
     // The worker that will poll from now on; call() then goes through the mailbox.
     void attach();
     // The worker stopped: call() runs inline again (shutdown releases QPs after the loop).
@@ -161,6 +179,9 @@ class engine {
     }
     void run_calls();
     verbs_proto::doorbell_page* own_doorbell() const;
+    // True if `qp` may carry traffic under the current policy: admitted again when its
+    // generation is stale, revoked when refused.
+    bool admitted(rc_qp& qp, packet_port& port);
 
     // A queued call. `state` decides, under no lock, who owns it: the worker runs it only if
     // it moves queued -> started first; a caller whose wait ran out cancels it only if it
@@ -177,6 +198,7 @@ class engine {
     std::chrono::milliseconds _call_timeout{5000};  // control thread
     std::vector<std::vector<rc_qp*>> _by_slot;      // [vnic][qpn >> 8], engine thread
     std::vector<std::shared_ptr<rc_qp>> _active;    // engine thread; copied into _reported
+    uint32_t _policy_generation = 0;                // engine thread
     std::atomic<bool> _attached{false};
     std::atomic<bool> _calls_pending{false};
     std::mutex _mutex;  // guards _calls; inline calls (no worker) also hold it

@@ -42,6 +42,13 @@ class packet_port {
         (void)outbound;
         return true;
     }
+    // RC/UC after a policy change: may vNIC `vnic` still be connected to `remote_ip_be` (the
+    // admission ibv_modify_qp ran, under the tables the port routes with)?
+    virtual bool admits_connection(uint16_t vnic, uint32_t remote_ip_be) {
+        (void)vnic;
+        (void)remote_ip_be;
+        return true;
+    }
     // Counts a message the engine moved memory to memory for `vnic` (traffic accounting).
     virtual void count_local(uint16_t from_vnic, uint16_t to_vnic, uint64_t bytes) {
         (void)from_vnic;

@@ -198,6 +198,11 @@ int rc_qp::modify(const ibv_qp_attr& attr, int mask) {
     if ((mask & IBV_QP_AV) != 0) {
         std::memcpy(&_remote_ip_be, a.ah_attr.grh.dgid.raw + 12, 4);
     }
+    if ((mask & (IBV_QP_AV | IBV_QP_ALT_PATH)) != 0) {
+        // The control thread admitted the path under the snapshot it read; the engine checks
+        // it again under the one it runs with before the QP sends or receives (engine.hh).
+        _admitted_generation = unchecked_generation;
+    }
     if ((mask & IBV_QP_PATH_MTU) != 0) {
         _mtu = mtu_bytes(a.path_mtu);
     }
@@ -563,8 +568,12 @@ rc_qp* rc_qp::local_peer(packet_port& port) const {
     }
     rc_qp* peer = _engine->find(slot, _machine.attr().dest_qp_num);
     // Only a peer connected back to this very QP (RCFT, both ways) and able to receive.
+    // And both checked under the policy the engine runs with: a peer not yet checked again
+    // after a change takes the packet path, where the engine checks it first.
     if (peer == nullptr || peer == this || peer->_remote_ip_be != _s.local.ip_be ||
-        peer->_machine.attr().dest_qp_num != _s.qpn || !peer->_machine.accepts_inbound()) {
+        peer->_machine.attr().dest_qp_num != _s.qpn || !peer->_machine.accepts_inbound() ||
+        peer->_admitted_generation != _engine->policy_generation() ||
+        _admitted_generation != _engine->policy_generation()) {
         return nullptr;
     }
     return peer;
@@ -679,7 +688,7 @@ rc_qp::local_result rc_qp::execute_local(const send_op& op, const rc_qp& request
         case IBV_WR_RDMA_WRITE_WITH_IMM: {
             auto found =
                 _s.mrs->find(_s.pd, w.rkey, w.remote_addr, op.length, proto::access_remote_write);
-            if (!found) {
+            if (!found || !grants(IBV_ACCESS_REMOTE_WRITE)) {
                 return fail(proto::event_type::qp_access_err, IBV_WC_REM_ACCESS_ERR);
             }
             recv_op r;
@@ -697,7 +706,7 @@ rc_qp::local_result rc_qp::execute_local(const send_op& op, const rc_qp& request
         case IBV_WR_RDMA_READ: {
             auto found =
                 _s.mrs->find(_s.pd, w.rkey, w.remote_addr, op.length, proto::access_remote_read);
-            if (!found) {
+            if (!found || !grants(IBV_ACCESS_REMOTE_READ)) {
                 return fail(proto::event_type::qp_access_err, IBV_WC_REM_ACCESS_ERR);
             }
             if (op.length > 0) {
@@ -712,7 +721,7 @@ rc_qp::local_result rc_qp::execute_local(const send_op& op, const rc_qp& request
                 return fail(proto::event_type::qp_req_err, IBV_WC_REM_INV_REQ_ERR);
             }
             auto found = _s.mrs->find(_s.pd, w.rkey, w.remote_addr, 8, proto::access_remote_atomic);
-            if (!found) {
+            if (!found || !grants(IBV_ACCESS_REMOTE_ATOMIC)) {
                 return fail(proto::event_type::qp_access_err, IBV_WC_REM_ACCESS_ERR);
             }
             const uint64_t orig =
@@ -1273,7 +1282,7 @@ void rc_qp::execute_atomic_request(const roce_packet& p, packet_port& port) {
         return;
     }
     auto found = _s.mrs->find(_s.pd, p.atomic_eth->rkey(), va, 8, proto::access_remote_atomic);
-    if (!found) {
+    if (!found || !grants(IBV_ACCESS_REMOTE_ATOMIC)) {
         responder_error(port, proto::event_type::qp_access_err,
                         syndrome_nak(nak_code::remote_access_error), IBV_WC_REM_ACCESS_ERR);
         return;
@@ -1449,7 +1458,7 @@ bool rc_qp::execute_write(const roce_packet& p, packet_port& port) {
         const uint32_t length = p.reth->dma_len();
         auto found =
             _s.mrs->find(_s.pd, p.reth->rkey(), p.reth->va(), length, proto::access_remote_write);
-        if (!found) {
+        if (!found || !grants(IBV_ACCESS_REMOTE_WRITE)) {
             responder_error(port, proto::event_type::qp_access_err,
                             syndrome_nak(nak_code::remote_access_error), IBV_WC_REM_ACCESS_ERR);
             return false;
@@ -1524,7 +1533,7 @@ void rc_qp::start_read(const roce_packet& p, uint32_t psn, bool duplicate, packe
     }
     auto found =
         _s.mrs->find(_s.pd, p.reth->rkey(), p.reth->va(), length, proto::access_remote_read);
-    if (!found) {
+    if (!found || !grants(IBV_ACCESS_REMOTE_READ)) {
         if (!duplicate) {
             responder_error(port, proto::event_type::qp_access_err,
                             syndrome_nak(nak_code::remote_access_error), IBV_WC_REM_ACCESS_ERR);
@@ -1689,6 +1698,23 @@ bool rc_qp::flush_pending() const {
            recvs.count > 0 || recvs.corrupt || _in_send || _recv_held;
 }
 
+bool rc_qp::connected() const {
+    if (_s.type == IBV_QPT_UD) {
+        return false;  // no peer: each datagram is checked (packet_port::permits_datagram)
+    }
+    const ibv_qp_state st = _machine.state();
+    return st == IBV_QPS_RTR || st == IBV_QPS_RTS || st == IBV_QPS_SQD || st == IBV_QPS_SQE;
+}
+
+void rc_qp::revoke() {
+    if (_s.events.raise != nullptr) {
+        _s.events.raise(_s.events.context, _s.owner,
+                        static_cast<uint32_t>(proto::event_type::qp_fatal), _s.qpn);
+    }
+    _revoked = true;
+    enter_error();  // the next poll flushes every outstanding WR
+}
+
 void rc_qp::flush() {
     verbs::qp_ring& ring = *_s.ring;
     // At most wqe_budget WRs per visit, oldest first: a client that filled its rings (or keeps
@@ -1796,6 +1822,7 @@ void rc_qp::reset() {
         pin.reset();
     }
     _s.ring->discard_all();
+    _revoked = false;
     _send_index = _s.ring->send_taken();
     _psn_cursor = _next_psn = _una = _sent_high = 0;
     _rnr_resume_ns = 0;

@@ -145,6 +145,19 @@ class rc_qp {
     void send_cnp(packet_port& port);
     uint64_t rate_bps() const { return _rate.rate_bps(); }
 
+    // Security groups (DESIGN.md §7). The policy generation this QP's peer was last admitted
+    // under; unchecked_generation after its address vector changed. The engine compares it
+    // with the generation of the tables it runs with and admits the peer again on a mismatch.
+    static constexpr uint32_t unchecked_generation = UINT32_MAX;
+    uint32_t admitted_generation() const { return _admitted_generation; }
+    void set_admitted_generation(uint32_t generation) { _admitted_generation = generation; }
+    // RC or UC with a peer (RTR, RTS, SQD, SQE): what a policy change must check again.
+    bool connected() const;
+    // The peer is no longer allowed: IBV_EVENT_QP_FATAL to the owner, ERR, and the next poll
+    // flushes every outstanding WR. revoked() stays true until the QP is reset.
+    void revoke();
+    bool revoked() const { return _revoked; }
+
     uint32_t qpn() const { return _s.qpn; }
     ibv_qp_type type() const { return _s.type; }
     uint64_t owner() const { return _s.owner; }
@@ -255,6 +268,9 @@ class rc_qp {
     // ---- both
     bool complete(verbs::completion_queue& cq, const verbs_proto::cqe& c);
     void enter_error();
+    // Does the QP itself (IBV_QP_ACCESS_FLAGS) let peers do `right` (IBV_ACCESS_REMOTE_*)? The
+    // responder checks it as well as the MR's rights: either refusing is a remote access error.
+    bool grants(unsigned right) const { return (_machine.attr().qp_access_flags & right) != 0; }
     // In ERR: completes up to wqe_budget WRs with IBV_WC_WR_FLUSH_ERR, oldest first.
     void flush();
     bool flush_pending() const;  // anything left for flush()
@@ -274,6 +290,8 @@ class rc_qp {
     qp_state_machine _machine;
     rc_qp_stats _stats;
     uint32_t _remote_ip_be = 0;
+    uint32_t _admitted_generation = unchecked_generation;
+    bool _revoked = false;
     uint16_t _udp_src_port = 0;
     uint32_t _mtu = 1024;
 

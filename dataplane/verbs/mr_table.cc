@@ -32,6 +32,15 @@ bool mr_table::insert(std::shared_ptr<mr_entry> entry) {
     return true;
 }
 
+bool mr_table::replace(uint32_t key, std::shared_ptr<mr_entry> entry) {
+    if (!_keys.live(key)) {
+        return false;
+    }
+    entry->key = key;
+    _slots[key_allocator::slot_of(key)].store(std::move(entry), std::memory_order_release);
+    return true;
+}
+
 std::shared_ptr<const mr_entry> mr_table::get(uint32_t key) const {
     if (!_keys.live(key)) {
         return nullptr;

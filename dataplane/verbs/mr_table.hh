@@ -78,6 +78,9 @@ class mr_table {
     bool insert(std::shared_ptr<mr_entry> entry);
     // Control thread. The live entry for `key`, or nullptr.
     std::shared_ptr<const mr_entry> get(uint32_t key) const;
+    // Control thread. Publishes `entry` under the live `key` instead of what was there (rereg);
+    // lookups holding the old entry keep it until they drop their pin. False if `key` is dead.
+    bool replace(uint32_t key, std::shared_ptr<mr_entry> entry);
     // Control thread. Unpublishes `key`; its mapping goes when the last lookup drops its pin.
     void erase(uint32_t key);
     // Control thread. Every MR of one client: unpublished / counted.

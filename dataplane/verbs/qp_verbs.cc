@@ -182,14 +182,28 @@ int vnic_resources::modify_qp(uint64_t client, uint32_t handle, const proto::qp_
     }
     ibv_qp_attr attr{};
     verbs_proto::from_wire(wire, attr);
-    // The security groups decide at RTR whether this vNIC may talk RDMA to the peer
-    // (DESIGN.md §7); afterwards RCFT (the connected QP) is checked per packet.
-    if ((mask & IBV_QP_STATE) != 0 && attr.qp_state == IBV_QPS_RTR && (mask & IBV_QP_AV) != 0 &&
-        admit) {
-        uint32_t remote_ip_be = 0;
-        std::memcpy(&remote_ip_be, attr.ah_attr.grh.dgid.raw + 12, 4);
-        if (const int error = admit(remote_ip_be); error != 0) {
-            return error;
+    // The security groups decide whether this vNIC may talk RDMA to the peer (DESIGN.md §7)
+    // on every modify that sets an address vector, in any state: RTR, but also SQD -> SQD
+    // with a new path (else RTR towards an allowed peer, then SQD with a denied one, would
+    // connect it). The alternate path is held to the same rule although no path ever
+    // migrates (qp_state.cc). Denied: EACCES and the QP unchanged. Afterwards RCFT (the
+    // connected QP) is checked per packet, and the engine checks the peer again after every
+    // policy change (engine.hh, "Policy changes").
+    if (admit) {
+        const auto peer_of = [](const ibv_ah_attr& ah) {
+            uint32_t remote_ip_be = 0;
+            std::memcpy(&remote_ip_be, ah.grh.dgid.raw + 12, 4);
+            return remote_ip_be;
+        };
+        if ((mask & IBV_QP_AV) != 0) {
+            if (const int error = admit(peer_of(attr.ah_attr)); error != 0) {
+                return error;
+            }
+        }
+        if ((mask & IBV_QP_ALT_PATH) != 0) {
+            if (const int error = admit(peer_of(attr.alt_ah_attr)); error != 0) {
+                return error;
+            }
         }
     }
     return engine->call([qp, attr, mask] { return qp->modify(attr, mask); });

@@ -173,6 +173,26 @@ outcome handle_request(std::span<const std::byte> message, bool truncated, std::
             put(out, reply);
             return out;
         }
+        case proto::opcode::rereg_mr: {
+            proto::rereg_mr_request req;
+            proto::decode(message, req);
+            const int memfd = single_fd(fds);
+            if (memfd < 0) {
+                put_status(out, hdr, EBADF);  // the region's memfd must come with it, alone
+                return out;
+            }
+            if (const int error = res.rereg_mr(s.client_id, req, memfd); error != 0) {
+                put_status(out, hdr, error);
+                return out;
+            }
+            auto reply = proto::make_message<proto::reg_mr_reply>(
+                proto::reply_opcode(proto::opcode::rereg_mr), hdr.request_id);
+            reply.mr_handle = req.mr_handle;
+            reply.lkey = req.mr_handle;
+            reply.rkey = req.mr_handle;
+            put(out, reply);
+            return out;
+        }
         case proto::opcode::create_cq: {
             proto::create_cq_request req;
             proto::decode(message, req);

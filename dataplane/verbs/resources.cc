@@ -135,6 +135,63 @@ int vnic_resources::dealloc_pd(uint64_t client, uint32_t pd) {
 int vnic_resources::reg_mr(uint64_t client, const proto::reg_mr_request& req, int memfd,
                            uint32_t& key) {
     const std::lock_guard lock(_mutex);
+    if (_mrs.size() >= _quota.max_mrs ||
+        req.length > _quota.max_mr_bytes - std::min(_mr_bytes, _quota.max_mr_bytes)) {
+        return EDQUOT;  // the vNIC's quota (rdma.max_mrs, rdma.max_mr_bytes)
+    }
+    std::shared_ptr<mr_entry> entry;
+    if (const int error = map_mr(client, req, memfd, true, entry); error != 0) {
+        return error;
+    }
+    if (!_mrs.insert(entry)) {
+        return ENOMEM;
+    }
+    ++owned_pd(client, req.pd_handle)->mrs;
+    _mr_bytes += req.length;
+    key = entry->key;
+    return 0;
+}
+
+int vnic_resources::rereg_mr(uint64_t client, const proto::rereg_mr_request& req, int memfd) {
+    const std::lock_guard lock(_mutex);
+    const auto old = _mrs.get(req.mr_handle);
+    if (old == nullptr || old->owner != client || req.reserved != 0) {
+        return EINVAL;
+    }
+    // The new registration is checked and mapped exactly as a fresh one; only then does it
+    // take the old one's key (in flight, an access keeps the old mapping pinned until done).
+    auto as_new = proto::make_message<proto::reg_mr_request>(
+        static_cast<uint16_t>(proto::opcode::reg_mr), req.hdr.request_id);
+    as_new.pd_handle = req.pd_handle;
+    as_new.access = req.access;
+    as_new.addr = req.addr;
+    as_new.length = req.length;
+    as_new.iova = req.iova;
+    as_new.fd_offset = req.fd_offset;
+    as_new.page_offset = req.page_offset;
+    as_new.flags = req.flags;
+    // The quota counts the new length in place of the old one.
+    const uint64_t others = _mr_bytes - std::min(old->length, _mr_bytes);
+    if (req.length > _quota.max_mr_bytes - std::min(others, _quota.max_mr_bytes)) {
+        return EDQUOT;
+    }
+    std::shared_ptr<mr_entry> entry;
+    if (const int error = map_mr(client, as_new, memfd, false, entry); error != 0) {
+        return error;
+    }
+    if (!_mrs.replace(req.mr_handle, entry)) {
+        return EINVAL;
+    }
+    _mr_bytes = others + req.length;
+    if (pd_object* pd = owned_pd(client, old->pd)) {
+        --pd->mrs;
+    }
+    ++owned_pd(client, req.pd_handle)->mrs;
+    return 0;
+}
+
+int vnic_resources::map_mr(uint64_t client, const proto::reg_mr_request& req, int memfd,
+                           bool new_key, std::shared_ptr<mr_entry>& out) {
     pd_object* pd = owned_pd(client, req.pd_handle);
     if (pd == nullptr || req.flags != 0 || (req.access & ~proto::mr_access_all) != 0) {
         return EINVAL;
@@ -158,11 +215,7 @@ int vnic_resources::reg_mr(uint64_t client, const proto::reg_mr_request& req, in
     if (memfd < 0) {
         return EBADF;
     }
-    if (_mrs.size() >= _quota.max_mrs ||
-        req.length > _quota.max_mr_bytes - std::min(_mr_bytes, _quota.max_mr_bytes)) {
-        return EDQUOT;  // the vNIC's quota (rdma.max_mrs, rdma.max_mr_bytes)
-    }
-    if (_mrs.size() >= _mrs.capacity()) {
+    if (new_key && _mrs.size() >= _mrs.capacity()) {
         return ENOMEM;
     }
     // length <= max_mr_size, so this cannot overflow.
@@ -186,12 +239,7 @@ int vnic_resources::reg_mr(uint64_t client, const proto::reg_mr_request& req, in
     entry->iova = req.iova;
     entry->length = req.length;
     entry->addr = req.addr;
-    if (!_mrs.insert(entry)) {
-        return ENOMEM;
-    }
-    ++pd->mrs;
-    _mr_bytes += req.length;
-    key = entry->key;
+    out = std::move(entry);
     return 0;
 }
 

@@ -73,8 +73,9 @@ struct qp_support {
     roce::qp_endpoint local;
     roce::qp_event_sink events;
     roce::qp_device_limits limits;
-    // Security groups at RTR (DESIGN.md §7): 0, or EACCES when no `rdma` rule lets this vNIC
-    // talk to `remote_ip_be` in both directions. Unset: everything is admitted.
+    // Security groups for every address vector a modify sets (DESIGN.md §7): 0, or EACCES when
+    // no `rdma` rule lets this vNIC talk to `remote_ip_be` in both directions. Unset:
+    // everything is admitted.
     std::function<int(uint32_t remote_ip_be)> admit;
 };
 
@@ -95,6 +96,9 @@ class vnic_resources {
     // `memfd` is borrowed: the region is mapped from it, so the caller closes it afterwards.
     int reg_mr(uint64_t client, const verbs_proto::reg_mr_request& req, int memfd, uint32_t& key);
     int dereg_mr(uint64_t client, uint32_t key);
+    // ibv_rereg_mr: MR `req.mr_handle` of `client` becomes the registration `req` describes,
+    // under the same key (a peer's rkey stays valid). All or nothing; `memfd` is borrowed.
+    int rereg_mr(uint64_t client, const verbs_proto::rereg_mr_request& req, int memfd);
 
     // On 0 takes `channel_fd` (sets it to -1); -1 means no completion channel.
     int create_cq(uint64_t client, const verbs_proto::create_cq_request& req, int& channel_fd,
@@ -150,6 +154,10 @@ class vnic_resources {
 
     pd_object* owned_pd(uint64_t client, uint32_t pd);
     void disable_doorbell();  // takes the vNIC's doorbell out of the engine (destructor)
+    // With _mutex held: checks a registration and maps its region into `out`, unpublished.
+    // `new_key`: it needs a free key (ENOMEM when the table is full); rereg reuses one.
+    int map_mr(uint64_t client, const verbs_proto::reg_mr_request& req, int memfd, bool new_key,
+               std::shared_ptr<mr_entry>& out);
     void drop_qp(uint32_t handle, qp_object& q);  // with _mutex held
 
     verbs_proto::limits _limits;

@@ -137,6 +137,9 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
         if (ctx.rdma_port != nullptr) {
             ctx.rdma_port->use(&tables);
         }
+        if (ctx.engine != nullptr) {
+            ctx.engine->use_policy(tables.policy_generation);  // QPs are checked again on change
+        }
 
         // A port that fills a burst gets up to max_rx_bursts in a row: on a shared core one
         // iteration can take a millisecond, and a single burst per port per iteration would

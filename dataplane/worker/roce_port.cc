@@ -116,6 +116,10 @@ bool roce_port::permits_datagram(uint16_t vnic_slot, uint32_t remote_ip_be, bool
     return false;
 }
 
+bool roce_port::admits_connection(uint16_t vnic_slot, uint32_t remote_ip_be) {
+    return _tables != nullptr && admit_rdma_peer(*_tables, vnic_slot, remote_ip_be) == 0;
+}
+
 unsigned roce_port::deliver_loopback(roce::engine& engine, uint64_t now_ns) {
     const unsigned count = _loopback_count;
     if (count == 0) {

@@ -31,6 +31,7 @@ class roce_port final : public roce::packet_port {
     bool admit(uint16_t vnic, uint32_t frame_len) override;
     void count_local(uint16_t from_vnic, uint16_t to_vnic, uint64_t bytes) override;
     bool permits_datagram(uint16_t vnic, uint32_t remote_ip_be, bool outbound) override;
+    bool admits_connection(uint16_t vnic, uint32_t remote_ip_be) override;
 
     // Hands every looped-back frame queued before this call to the engine. Returns how many.
     unsigned deliver_loopback(roce::engine& engine, uint64_t now_ns);

@@ -133,5 +133,49 @@ TEST_F(Egress, EthernetPaddingIsNotCarriedIntoTheTunnel) {
     EXPECT_EQ(rte_pktmbuf_pkt_len(sent[0]), 50u + 14 + 20 + 8 + 2);
 }
 
+// RoCE comes only from a vNIC's engine: a tenant's crafted RoCEv2 (UDP 4791, BTH + RETH) or
+// CNP on its Ethernet face goes nowhere, on this host or across the fabric.
+TEST_F(Egress, TenantRoceOnTheEthernetFaceIsDroppedHereAndAcrossTheFabric) {
+    neighbors.learn(ip("198.18.0.2"), h2_mac);
+    auto udp = [&](const char* dst, uint16_t src_port, uint16_t dst_port) {
+        ipv4_frame_spec spec{t1_mac, gateway, ip("198.19.1.1"), ip(dst)};
+        spec.src_port = src_port;
+        spec.dst_port = dst_port;
+        spec.payload = 12 + 16 + 64 + 4;  // BTH, RETH, data, ICRC
+        rte_mbuf* m = ipv4_mbuf(pool, spec);
+        auto* bth = rte_pktmbuf_mtod_offset(m, uint8_t*, 14 + 20 + 8);
+        bth[0] = 0x0A;  // RC RDMA WRITE Only
+        bth[2] = bth[3] = 0xFF;
+        return m;
+    };
+    // Control: the same sender's UDP to a neighbouring port leaves, to t5 and to t2.
+    from_tenant(slot_t1, udp("198.19.1.3", 50000, 4790));
+    from_tenant(slot_t1, udp("198.19.1.2", 50000, 4790));
+    EXPECT_EQ(ctx->tx.queued(port_t5).size(), 1u);
+    EXPECT_EQ(ctx->tx.queued(uplink).size(), 1u);
+    EXPECT_EQ(drops(drop_reason::tenant_roce), 0u);
+    // RoCEv2 to 4791 and anything from 4791 (a forged response or CNP source), both ways.
+    from_tenant(slot_t1, udp("198.19.1.3", 50000, 4791));
+    from_tenant(slot_t1, udp("198.19.1.2", 50000, 4791));
+    from_tenant(slot_t1, udp("198.19.1.3", 4791, 4791));
+    from_tenant(slot_t1, udp("198.19.1.2", 4791, 1234));
+    EXPECT_EQ(ctx->tx.queued(port_t5).size(), 1u) << "nothing more reached t5";
+    EXPECT_EQ(ctx->tx.queued(uplink).size(), 1u) << "nothing more left for the fabric";
+    EXPECT_EQ(drops(drop_reason::tenant_roce), 4u);
+    EXPECT_EQ(ctx->counters.vnics[slot_t1].drops.read(), 4u);
+    // Fragments: the first one carries the port and is judged like the datagram; a later one
+    // carries no UDP header and never passes the firewall (nor reaches an engine as RoCE).
+    rte_mbuf* first = udp("198.19.1.2", 50000, 4791);
+    rte_pktmbuf_mtod_offset(first, rte_ipv4_hdr*, 14)->fragment_offset =
+        rte_cpu_to_be_16(RTE_IPV4_HDR_MF_FLAG);
+    from_tenant(slot_t1, first);
+    EXPECT_EQ(drops(drop_reason::tenant_roce), 5u);
+    rte_mbuf* later = udp("198.19.1.2", 50000, 4791);
+    rte_pktmbuf_mtod_offset(later, rte_ipv4_hdr*, 14)->fragment_offset = rte_cpu_to_be_16(3);
+    from_tenant(slot_t1, later);
+    EXPECT_EQ(drops(drop_reason::fragment), 1u);
+    EXPECT_EQ(ctx->tx.queued(uplink).size(), 1u);
+}
+
 }  // namespace
 }  // namespace jakiro::test

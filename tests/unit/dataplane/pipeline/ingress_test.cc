@@ -107,5 +107,24 @@ TEST_F(Ingress, BurstOfMixedPacketsIsSortedOutPacketByPacket) {
     EXPECT_EQ(drops(drop_reason::vxlan_unknown_vni), 1u);
 }
 
+// A tunnelled UDP datagram from port 4791 (or to it, where no engine takes it) is RoCE that a
+// tenant's Ethernet face must never receive.
+TEST_F(Ingress, InnerUdpOfTheRocePortNeverReachesATenantPort) {
+    auto inner = [&](uint16_t src_port, uint16_t dst_port) {
+        ipv4_frame_spec spec{mac("02:00:c6:13:01:02"), gateway, ip("198.19.1.2"), ip("198.19.1.1")};
+        spec.src_port = src_port;
+        spec.dst_port = dst_port;
+        rte_mbuf* m = ipv4_mbuf(pool, spec);
+        vxlan_wrap(m, {h2_mac, h1_mac, ip("198.18.0.2"), ip("198.18.0.1")}, 100, 0);
+        return m;
+    };
+    from_uplink(inner(50000, 4790));
+    EXPECT_EQ(ctx->tx.queued(port_t1).size(), 1u) << "control: other UDP is delivered";
+    from_uplink(inner(4791, 50000));
+    from_uplink(inner(50000, 4791));  // this fixture has no engine to take it
+    EXPECT_EQ(ctx->tx.queued(port_t1).size(), 1u);
+    EXPECT_EQ(drops(drop_reason::tenant_roce), 2u);
+}
+
 }  // namespace
 }  // namespace jakiro::test

@@ -66,12 +66,20 @@ class test_wire final : public packet_port {
                                                 : no_local_vnic;
     }
     void count_local(uint16_t, uint16_t, uint64_t bytes) override { local_bytes += bytes; }
+    // The security groups after a policy change: (vNIC, peer) pairs no longer allowed.
+    bool admits_connection(uint16_t vnic, uint32_t remote_ip_be) override {
+        ++connection_checks;
+        return std::find(refused.begin(), refused.end(), std::make_pair(vnic, remote_ip_be)) ==
+               refused.end();
+    }
 
     std::deque<frame> frames;
     uint64_t sent = 0;
     uint64_t local_bytes = 0;
     bool refuse_buffers = false;
     bool same_host = false;  // local_vnic() finds the peer: the intra-host shortcut
+    std::vector<std::pair<uint16_t, uint32_t>> refused;
+    uint64_t connection_checks = 0;
 
   private:
     std::vector<uint8_t> _building;
@@ -177,6 +185,13 @@ class rc_qp_test : public ::testing::Test {
                               static_cast<rc_qp_test*>(self)->events.push_back(type);
                           },
                           this};
+        // The security groups as ibv_modify_qp meets them: `denied` peers get EACCES.
+        support.admit = [this, slot](uint32_t remote_ip_be) {
+            return std::find(denied.begin(), denied.end(), std::make_pair(slot, remote_ip_be)) !=
+                           denied.end()
+                       ? EACCES
+                       : 0;
+        };
         s.res->enable_qps(support);
         ASSERT_EQ(s.res->alloc_pd(client, s.pd), 0);
         s.region_fd = memfd_create("test-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -245,8 +260,7 @@ class rc_qp_test : public ::testing::Test {
         ibv_qp_attr attr{};
         attr.qp_state = IBV_QPS_INIT;
         attr.port_num = 1;
-        attr.qp_access_flags =
-            IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE;
+        attr.qp_access_flags = qp_access;
         ASSERT_EQ(
             modify(s, attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
             0);
@@ -344,6 +358,10 @@ class rc_qp_test : public ::testing::Test {
     }
 
     uint8_t qp_type = proto::qpt_rc;  // of the QPs make_side creates
+    // What connect() lets peers do (IBV_QP_ACCESS_FLAGS).
+    unsigned qp_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                         IBV_ACCESS_REMOTE_ATOMIC;
+    std::vector<std::pair<uint16_t, uint32_t>> denied;  // (vNIC slot, peer) for admit
     engine eng{2, 16};
     test_wire wire;
     side a, b;
@@ -1668,6 +1686,232 @@ TEST_F(ud_qp_test, a_datagram_for_a_qp_of_another_transport_is_dropped_and_count
     proto::cqe c{};
     EXPECT_FALSE(b.poll_recv(c));
     EXPECT_EQ(eng.counters().drops[static_cast<std::size_t>(engine_drop::unknown_qp)].load(), 1u);
+}
+
+}  // namespace
+}  // namespace jakiro::roce
+
+// ---------------------------------------------------------------- security groups, QP rights
+
+namespace jakiro::roce {
+namespace {
+
+ibv_ah_attr av_to(uint32_t ip) {
+    ibv_ah_attr ah{};
+    ah.is_global = 1;
+    ah.port_num = 1;
+    ah.grh.dgid.raw[10] = 0xff;
+    ah.grh.dgid.raw[11] = 0xff;
+    const uint32_t be = htonl(ip);
+    std::memcpy(ah.grh.dgid.raw + 12, &be, 4);
+    return ah;
+}
+
+const qp_report* report_of(const std::vector<qp_report>& r, uint32_t qpn) {
+    for (const auto& q : r) {
+        if (q.qpn == qpn) {
+            return &q;
+        }
+    }
+    return nullptr;
+}
+
+uint64_t drops_of(const engine& e, engine_drop d) {
+    return e.counters().drops[static_cast<std::size_t>(d)].load();
+}
+
+TEST_F(rc_qp_test, every_address_vector_a_modify_sets_passes_the_security_groups) {
+    denied = {{0, htonl(ip_stranger)}};
+    connect_both();  // RTR towards an allowed peer
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_SQD;
+    ASSERT_EQ(modify(a, attr, IBV_QP_STATE), 0);
+    // The drained QP is where a path may change: to a denied peer it may not.
+    attr = {};
+    attr.qp_state = IBV_QPS_SQD;
+    attr.ah_attr = av_to(ip_stranger);
+    EXPECT_EQ(modify(a, attr, IBV_QP_STATE | IBV_QP_AV), EACCES) << "SQD -> SQD, new AV";
+    attr = {};
+    attr.ah_attr = av_to(ip_stranger);
+    EXPECT_EQ(modify(a, attr, IBV_QP_AV), EACCES) << "the same without naming the state";
+    attr = {};
+    attr.qp_state = IBV_QPS_SQD;
+    attr.alt_ah_attr = av_to(ip_stranger);
+    attr.alt_port_num = 1;
+    EXPECT_EQ(modify(a, attr, IBV_QP_STATE | IBV_QP_ALT_PATH), EACCES) << "nor the alternate path";
+    // The QP is unchanged: still connected to b.
+    proto::query_qp_reply q{};
+    ASSERT_EQ(a.res->query_qp(a.client, a.qp, q), 0);
+    ibv_qp_attr now_attr{};
+    proto::from_wire(q.attr, now_attr);
+    uint32_t peer = 0;
+    std::memcpy(&peer, now_attr.ah_attr.grh.dgid.raw + 12, 4);
+    EXPECT_EQ(peer, htonl(ip_b));
+    EXPECT_EQ(now_attr.alt_port_num, 0);
+    EXPECT_EQ(report_of(eng.report(), a.qp)->remote_ip_be, htonl(ip_b));
+
+    // Control: a new AV towards an allowed peer is taken, and the QP works on.
+    attr = {};
+    attr.qp_state = IBV_QPS_SQD;
+    attr.ah_attr = av_to(ip_b);
+    EXPECT_EQ(modify(a, attr, IBV_QP_STATE | IBV_QP_AV), 0);
+    attr = {};
+    attr.qp_state = IBV_QPS_RTS;
+    ASSERT_EQ(modify(a, attr, IBV_QP_STATE), 0);
+    fill(a, 0, 4096, 9);
+    a.post_send(wqe(1, IBV_WR_RDMA_WRITE, a.iova(0), 4096, a.mr, b.iova(0), b.mr));
+    run(20);
+    proto::cqe c{};
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    EXPECT_TRUE(same(a, 0, b, 0, 4096));
+
+    // And a fresh QP cannot reach RTR towards the denied peer either.
+    TearDownSides();
+    make_side(a, 0, ip_a, 101);
+    make_side(b, 1, ip_b, 202);
+    attr = {};
+    attr.qp_state = IBV_QPS_INIT;
+    attr.port_num = 1;
+    attr.qp_access_flags = qp_access;
+    ASSERT_EQ(modify(a, attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+              0);
+    attr = {};
+    attr.qp_state = IBV_QPS_RTR;
+    attr.path_mtu = IBV_MTU_1024;
+    attr.dest_qp_num = b.qp;
+    attr.max_dest_rd_atomic = 1;
+    attr.ah_attr = av_to(ip_stranger);
+    EXPECT_EQ(modify(a, attr,
+                     IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                         IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+              EACCES);
+}
+
+TEST_F(rc_qp_test, a_policy_change_that_refuses_the_peer_errs_the_qp_at_the_next_poll) {
+    eng.use_policy(1);
+    connect_both();
+    run(1);
+    EXPECT_EQ(wire.connection_checks, 2u) << "each connected QP checked once under policy 1";
+    for (int i = 0; i < 32; ++i) {
+        a.post_send(wqe(i, IBV_WR_RDMA_WRITE, a.iova(0), 65536, a.mr, b.iova(0), b.mr));
+    }
+    std::vector<uint8_t> late_from_b;  // an ACK of b's, replayed after the change
+    run(3, 10'000, [&](const test_wire::frame& f) {
+        if (f.from == 1) {
+            late_from_b = f.bytes;
+        }
+        return true;
+    });
+    // Control: a change that keeps the rule leaves the connection alone.
+    eng.use_policy(2);
+    run(1);
+    EXPECT_EQ(wire.connection_checks, 4u);
+    EXPECT_EQ(report_of(eng.report(), a.qp)->state, IBV_QPS_RTS);
+    EXPECT_EQ(eng.counters().qps_revoked.load(), 0u);
+    // The rule that admitted a -> b goes: a's very next poll puts it in ERR.
+    wire.refused = {{0, htonl(ip_b)}};
+    eng.use_policy(3);
+    events.clear();
+    wire.frames.clear();
+    const uint64_t sent_before = wire.sent;
+    eng.poll(wire, now += 10'000);
+    EXPECT_EQ(report_of(eng.report(), a.qp)->state, IBV_QPS_ERR);
+    EXPECT_EQ(report_of(eng.report(), b.qp)->state, IBV_QPS_RTS) << "b's groups still allow a";
+    EXPECT_EQ(eng.counters().qps_revoked.load(), 1u);
+    EXPECT_NE(
+        std::find(events.begin(), events.end(), static_cast<uint32_t>(proto::event_type::qp_fatal)),
+        events.end());
+    for (const auto& f : wire.frames) {
+        EXPECT_NE(f.from, 0) << "a sends nothing after the change";
+    }
+    (void)sent_before;
+    // Every outstanding WR of a is flushed.
+    proto::cqe c{};
+    int completed = 0, flushed = 0;
+    while (a.poll_send(c)) {
+        ++completed;
+        flushed += c.status == IBV_WC_WR_FLUSH_ERR ? 1 : 0;
+    }
+    EXPECT_EQ(completed, 32);
+    EXPECT_GT(flushed, 0);
+    // What b still sends to a is dropped and counted.
+    ASSERT_FALSE(late_from_b.empty());
+    eng.receive(0, late_from_b.data() + 14, static_cast<uint32_t>(late_from_b.size() - 14), wire,
+                now);
+    EXPECT_EQ(drops_of(eng, engine_drop::revoked), 1u);
+}
+
+TEST_F(rc_qp_test, on_one_host_a_peer_the_responders_groups_refuse_gets_no_more_memory) {
+    wire.same_host = true;
+    eng.use_policy(1);
+    connect_both();
+    fill(a, 0, 4096, 4);
+    a.post_send(wqe(1, IBV_WR_RDMA_WRITE, a.iova(0), 4096, a.mr, b.iova(0), b.mr));
+    run(2);
+    proto::cqe c{};
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS) << "control: allowed, memory to memory";
+    EXPECT_TRUE(same(a, 0, b, 0, 4096));
+
+    // b (the responder) no longer allows a.
+    wire.refused = {{1, htonl(ip_a)}};
+    eng.use_policy(2);
+    fill(a, 0, 4096, 5);
+    a.post_send(wqe(2, IBV_WR_RDMA_WRITE, a.iova(0), 4096, a.mr, b.iova(0), b.mr));
+    run(5);
+    EXPECT_FALSE(same(a, 0, b, 0, 4096)) << "nothing reached b's memory";
+    EXPECT_EQ(report_of(eng.report(), b.qp)->state, IBV_QPS_ERR);
+    EXPECT_EQ(eng.counters().qps_revoked.load(), 1u);
+    EXPECT_GE(drops_of(eng, engine_drop::revoked), 1u) << "a's packets meet a revoked QP";
+}
+
+TEST_F(rc_qp_test, the_responder_refuses_what_its_qp_access_flags_do_not_grant) {
+    struct probe {
+        ibv_wr_opcode op;
+        unsigned right;
+    };
+    const probe probes[] = {{IBV_WR_RDMA_WRITE, IBV_ACCESS_REMOTE_WRITE},
+                            {IBV_WR_RDMA_WRITE_WITH_IMM, IBV_ACCESS_REMOTE_WRITE},
+                            {IBV_WR_RDMA_READ, IBV_ACCESS_REMOTE_READ},
+                            {IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_ACCESS_REMOTE_ATOMIC},
+                            {IBV_WR_ATOMIC_CMP_AND_SWP, IBV_ACCESS_REMOTE_ATOMIC}};
+    const unsigned all = qp_access;
+    for (const bool one_host : {false, true}) {
+        for (const probe& p : probes) {
+            for (const bool granted : {true, false}) {
+                SCOPED_TRACE(testing::Message() << "opcode " << p.op << (granted ? " granted" : "")
+                                                << (one_host ? " on one host" : ""));
+                TearDownSides();
+                make_side(a, 0, ip_a, 101);
+                make_side(b, 1, ip_b, 202);
+                wire.same_host = one_host;
+                connect(a, b, ip_b);
+                qp_access = granted ? all : all & ~p.right;  // b's QP, whose MR allows all
+                connect(b, a, ip_a);
+                qp_access = all;
+                fill(a, 0, 64, 1);
+                fill(b, 0, 64, 2);
+                std::vector<std::byte> before(b.region, b.region + 64);
+                b.post_recv(7, 4096, 64);
+                proto::send_wqe w =
+                    p.op == IBV_WR_ATOMIC_FETCH_AND_ADD || p.op == IBV_WR_ATOMIC_CMP_AND_SWP
+                        ? atomic_wqe(1, p.op, a.iova(0), a.mr, b.iova(0), b.mr, word_at(b, 0), 5)
+                        : wqe(1, p.op, a.iova(0), 64, a.mr, b.iova(0), b.mr);
+                a.post_send(w);
+                run(20);
+                proto::cqe c{};
+                ASSERT_TRUE(a.poll_send(c));
+                if (granted) {
+                    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+                    continue;
+                }
+                EXPECT_EQ(c.status, IBV_WC_REM_ACCESS_ERR);
+                EXPECT_EQ(std::memcmp(before.data(), b.region, 64), 0) << "b's memory untouched";
+                EXPECT_EQ(report_of(eng.report(), b.qp)->state, IBV_QPS_ERR);
+            }
+        }
+    }
 }
 
 }  // namespace

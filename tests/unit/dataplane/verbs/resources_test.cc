@@ -299,6 +299,54 @@ TEST_F(Resources, AHolePunchedUnderARegisteredMrReadsAsZerosWithoutASignal) {
     close(fd);
 }
 
+proto::rereg_mr_request rereg_request(uint32_t key, const proto::reg_mr_request& as) {
+    auto r = proto::make_message<proto::rereg_mr_request>(
+        static_cast<uint16_t>(proto::opcode::rereg_mr), 1);
+    r.mr_handle = key;
+    r.pd_handle = as.pd_handle;
+    r.access = as.access;
+    r.addr = as.addr;
+    r.length = as.length;
+    r.iova = as.iova;
+    r.fd_offset = as.fd_offset;
+    r.page_offset = as.page_offset;
+    return r;
+}
+
+TEST_F(Resources, ReregSwapsTheRegistrationUnderTheSameKeyAllOrNothing) {
+    const uint32_t pd1 = pd_of(alice);
+    const uint32_t pd2 = pd_of(alice);
+    const int fd = region_fd(4);
+    uint32_t key = 0;
+    ASSERT_EQ(res.reg_mr(alice, mr_request(pd1, page, proto::access_remote_read), fd, key), 0);
+    // New PD, range (the file's third page, another iova) and rights, all at once.
+    auto next = mr_request(pd2, page, proto::mr_access_all);
+    next.fd_offset = 2 * page;
+    next.iova = 0x5000;
+    ASSERT_EQ(res.rereg_mr(alice, rereg_request(key, next), fd), 0);
+    const auto r = res.mrs().find(pd2, key, 0x5000, 6, proto::access_remote_write);
+    ASSERT_TRUE(r) << "the same key, now writable in pd2 at the new range";
+    EXPECT_EQ(std::memcmp(r.bytes.data(), "page 2", 6), 0);
+    EXPECT_EQ(res.mrs().find(pd1, key, 0x5000, 6, 0).status, mr_status::pd_mismatch);
+    EXPECT_EQ(res.dealloc_pd(alice, pd1), 0) << "the MR left pd1";
+    EXPECT_EQ(res.dealloc_pd(alice, pd2), EBUSY) << "and counts in pd2";
+    EXPECT_EQ(res.count().mrs, 1u);
+
+    // Refused: bob's attempt, a bad range, remote write without local write. The MR stays.
+    EXPECT_EQ(res.rereg_mr(bob, rereg_request(key, next), fd), EINVAL) << "not bob's";
+    auto bad = next;
+    bad.fd_offset = 8 * page;
+    EXPECT_EQ(res.rereg_mr(alice, rereg_request(key, bad), fd), EINVAL) << "past the file";
+    bad = next;
+    bad.access = proto::access_remote_write;
+    EXPECT_EQ(res.rereg_mr(alice, rereg_request(key, bad), fd), EINVAL);
+    EXPECT_EQ(res.rereg_mr(alice, rereg_request(key ^ 0x100, next), fd), EINVAL) << "no such MR";
+    EXPECT_TRUE(res.mrs().find(pd2, key, 0x5000, 6, proto::access_remote_write));
+    EXPECT_EQ(res.dereg_mr(alice, key), 0);
+    EXPECT_EQ(res.dealloc_pd(alice, pd2), 0);
+    close(fd);
+}
+
 TEST_F(Resources, MaxMrIsEnforced) {
     const uint32_t pd = pd_of(alice);
     const int fd = region_fd(3);

@@ -753,3 +753,88 @@ TEST_F(ShimEndToEndQp, DestroyQpSucceedsOnceJakirodIsGone) {
 
 }  // namespace
 }  // namespace jakiro
+
+namespace jakiro {
+namespace {
+
+// ibv_rereg_mr with every combination of flags: the MR keeps its keys (a peer's rkey stays
+// good) and jakirod's view becomes the new PD, range and rights, over the program's own pages.
+TEST_F(ShimEndToEnd, ReregKeepsTheKeysAndTakesEveryFlagCombination) {
+    ibv_context* ctx = open_first();
+    ASSERT_NE(ctx, nullptr);
+    ibv_pd* pd1 = ibv_alloc_pd(ctx);
+    ibv_pd* pd2 = ibv_alloc_pd(ctx);
+    ASSERT_TRUE(pd1 && pd2);
+    constexpr std::size_t size = 2 * 4096;
+    auto* first = static_cast<char*>(std::aligned_alloc(4096, size));
+    auto* second = static_cast<char*>(std::aligned_alloc(4096, size));
+    ASSERT_TRUE(first && second);
+    std::memset(first, 'a', size);
+    std::memset(second, 'b', size);
+    const int read_only = IBV_ACCESS_REMOTE_READ;
+    const int writable = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                         IBV_ACCESS_REMOTE_ATOMIC;
+    const auto& mrs = server->resources(0).mrs();
+    for (int flags = 1; flags <= 7; ++flags) {
+        SCOPED_TRACE(testing::Message() << "flags " << flags);
+        ibv_mr* mr = ibv_reg_mr(pd1, first, size, read_only);
+        ASSERT_NE(mr, nullptr) << std::strerror(errno);
+        const uint32_t lkey = mr->lkey, rkey = mr->rkey;
+        const bool access = (flags & IBV_REREG_MR_CHANGE_ACCESS) != 0;
+        const bool translation = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) != 0;
+        const bool new_pd = (flags & IBV_REREG_MR_CHANGE_PD) != 0;
+        ASSERT_EQ(ibv_rereg_mr(mr, flags, pd2, second, size, writable), 0) << std::strerror(errno);
+        EXPECT_EQ(mr->lkey, lkey) << "the keys stay";
+        EXPECT_EQ(mr->rkey, rkey);
+        EXPECT_EQ(mr->pd, new_pd ? pd2 : pd1);
+        EXPECT_EQ(mr->addr, translation ? second : first);
+        EXPECT_EQ(mr->length, size);
+        char* buffer = translation ? second : first;
+        ibv_pd* pd = new_pd ? pd2 : pd1;
+        const auto iova = reinterpret_cast<uintptr_t>(buffer);
+        // A peer's READ with the rkey it already had: the program's bytes.
+        auto r = mrs.find(pd->handle, rkey, iova + 8, 8, verbs_proto::access_remote_read);
+        ASSERT_TRUE(r);
+        EXPECT_EQ(r.bytes[0], std::byte{static_cast<unsigned char>(translation ? 'b' : 'a')});
+        // A peer's WRITE: allowed exactly when the rights were changed to writable.
+        r = mrs.find(pd->handle, rkey, iova + 16, 5, verbs_proto::access_remote_write);
+        EXPECT_EQ(r.status, access ? verbs::mr_status::ok : verbs::mr_status::no_access);
+        if (r) {
+            std::memcpy(r.bytes.data(), "HELLO", 5);
+            EXPECT_EQ(std::memcmp(buffer + 16, "HELLO", 5), 0) << "no copy after rereg either";
+            std::memset(buffer + 16, translation ? 'b' : 'a', 5);
+        }
+        r = {};
+        if (new_pd) {
+            EXPECT_EQ(mrs.find(pd1->handle, rkey, iova, 8, 0).status, verbs::mr_status::pd_mismatch)
+                << "the old PD no longer reaches it";
+        }
+        if (translation) {
+            EXPECT_EQ(mrs.find(pd->handle, rkey, reinterpret_cast<uintptr_t>(first), 8, 0).status,
+                      verbs::mr_status::out_of_bounds)
+                << "the old range is gone";
+        }
+        EXPECT_EQ(server->resources(0).count().mrs, 1u);
+        EXPECT_EQ(ibv_dealloc_pd(pd), EBUSY) << "the MR counts in its new PD";
+        EXPECT_EQ(ibv_dereg_mr(mr), 0);
+        EXPECT_EQ(server->resources(0).count().mrs, 0u);
+    }
+    // Refused input leaves the MR as it was, and usable.
+    ibv_mr* mr = ibv_reg_mr(pd1, first, size, read_only);
+    ASSERT_NE(mr, nullptr);
+    EXPECT_EQ(
+        ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, IBV_ACCESS_REMOTE_WRITE),
+        IBV_REREG_MR_ERR_INPUT)
+        << "remote write needs local write";
+    EXPECT_TRUE(mrs.find(pd1->handle, mr->rkey, reinterpret_cast<uintptr_t>(first), 8,
+                         verbs_proto::access_remote_read));
+    EXPECT_EQ(ibv_dereg_mr(mr), 0);
+    EXPECT_EQ(ibv_dealloc_pd(pd1), 0);
+    EXPECT_EQ(ibv_dealloc_pd(pd2), 0);
+    std::free(first);
+    std::free(second);
+    EXPECT_EQ(ibv_close_device(ctx), 0);
+}
+
+}  // namespace
+}  // namespace jakiro
