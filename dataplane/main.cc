@@ -171,15 +171,24 @@ int main(int argc, char** argv) {
     worker->rdma_port = &rdma_port;
     worker->shaper = &shaper;
     worker->policer = &policer;
-    verbs::channel_server verbs_channel(verbs::make_channel_config(config));
+    verbs::channel_config verbs_config;
+    verbs_config.host_name = config.name;
+    verbs_config.tenant_mtu = config.tenant_mtu();
+    verbs_config.vnics = verbs::endpoints_of(config, host.slots_of(config));
+    verbs::channel_server verbs_channel(std::move(verbs_config));
     verbs_channel.enable_qps(&rdma_engine, [&publisher](uint16_t slot, uint32_t remote_ip_be) {
         return publisher.read_current([&](const datapath_tables& tables) {
             return admit_rdma_peer(tables, slot, remote_ip_be);
         });
     });
-    if (!verbs_channel.start(error)) {
+    std::string rdma_warnings;
+    if (!verbs_channel.start(error, rdma_warnings)) {
         return fail(error);
     }
+    if (!rdma_warnings.empty()) {
+        std::cerr << "jakirod: " << rdma_warnings;
+    }
+    state.verbs = &verbs_channel;
 
     worker->neighbors = neighbors.get();
     worker->pool = pool;

@@ -1,5 +1,6 @@
 #include "channel.hh"
 
+#include "endpoint_address.hh"
 #include "fd_passing.hh"
 
 #include <poll.h>
@@ -19,23 +20,23 @@ channel::~channel() {
     close();
 }
 
-int channel::open(const char* path) {
+int channel::open(const char* where) {
     close();
     sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    if (std::strlen(path) >= sizeof(addr.sun_path)) {
+    socklen_t len = 0;
+    if (!verbs_endpoint::to_sockaddr(where, addr, len)) {
         return ENAMETOOLONG;
     }
-    std::strcpy(addr.sun_path, path);
     // CLOEXEC: a program that execs must not keep the vNIC's contexts alive in the child.
     const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         return errno;
     }
-    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
         const int error = errno;
         ::close(fd);
-        return error;
+        // An abstract name nobody listens on is ECONNREFUSED; say "no such vNIC here".
+        return error == ECONNREFUSED && where[0] == '@' ? ENOENT : error;
     }
     _fd = fd;
     return 0;

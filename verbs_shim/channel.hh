@@ -25,8 +25,8 @@ class channel {
     channel(const channel&) = delete;
     channel& operator=(const channel&) = delete;
 
-    // Connects to `path`; 0 or an errno.
-    int open(const char* path);
+    // Connects to `where`; 0 or an errno (ENOENT: no vNIC listens there).
+    int open(const char* where);  // "@abstract" or a path (endpoint_address.hh)
     void close();
     int fd() const { return _fd; }
 

@@ -1,5 +1,7 @@
 #include "discovery.hh"
 
+#include "endpoint_address.hh"
+
 #include <net/if.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -42,13 +44,6 @@ int netdev_with_mac(const uint8_t mac[6]) {
     return found;
 }
 
-std::string socket_path_for_mac(const uint8_t mac[6], const char* dir) {
-    char name[24];
-    std::snprintf(name, sizeof(name), "%02x:%02x:%02x:%02x:%02x:%02x.sock", mac[0], mac[1], mac[2],
-                  mac[3], mac[4], mac[5]);
-    return std::string(dir) + "/" + name;
-}
-
 bool find_vnic_socket(vnic_socket& out) {
     if (const char* path = std::getenv("JAKIRO_VERBS_SOCKET"); path != nullptr && *path != '\0') {
         out.path = path;
@@ -59,7 +54,7 @@ bool find_vnic_socket(vnic_socket& out) {
     if (!netdev_mac(tenant_netdev, mac)) {
         return false;
     }
-    out.path = socket_path_for_mac(mac);
+    out.path = verbs_endpoint::by_mac(mac);
     out.explicit_path = false;
     return true;
 }

@@ -1,13 +1,13 @@
 #pragma once
-// Where this process's vNIC is: the verbs socket of the network namespace's eth0, found by its
-// MAC (jakirod names sockets after vNIC MACs), or the one JAKIRO_VERBS_SOCKET names.
+// Where this process's vNIC is: the endpoint of the network namespace's eth0, found by its MAC
+// (jakirod binds @jakiro/verbs/mac/<mac> inside the tenant's namespace: endpoint_address.hh), or
+// the one JAKIRO_VERBS_SOCKET names ("@abstract" or a path).
 
 #include <cstdint>
 #include <string>
 
 namespace jakiro::shim {
 
-constexpr const char* socket_dir = "/run/jakiro/verbs";
 constexpr const char* tenant_netdev = "eth0";  // DESIGN.md §9: a tenant sees one eth0
 
 struct vnic_socket {
@@ -17,9 +17,6 @@ struct vnic_socket {
 
 // False when there is no override and no eth0 (not a tenant namespace).
 bool find_vnic_socket(vnic_socket& out);
-
-// "<dir>/aa:bb:cc:dd:ee:ff.sock"
-std::string socket_path_for_mac(const uint8_t mac[6], const char* dir = socket_dir);
 
 // The MAC of `ifname` in the caller's network namespace (SIOCGIFHWADDR: unlike /sys, always
 // the namespace the process is in).

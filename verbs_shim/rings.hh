@@ -190,14 +190,15 @@ inline bool overflowed(const cq_ring_header& h) {
 // it. Full when producer - consumer == capacity. jakirod never trusts the ring: a producer
 // more than `capacity` ahead of its own consumer reads as "nothing new" and moves the QP to ERR.
 //
-// Doorbell: before its worker sleeps, jakirod notes the doorbell page's count, sets `sleeping`
-// in every QP ring, fences and looks at the producers once more, then waits on the count (a
-// shared futex, with a timeout); after publishing, the shim fences and, if `sleeping` is set,
+// Doorbell: before its worker sleeps, jakirod notes every doorbell page's count, sets
+// `sleeping` in every QP ring, fences and looks at the producers once more, then waits on the
+// counts (shared futexes, futex_waitv, with a timeout); after publishing, the shim fences and, if `sleeping` is set,
 // bumps the count and wakes the futex (ring_doorbell). Not an eventfd: its O_NONBLOCK flag is
 // shared by every holder, so one tenant could make jakirod's read of it block; a futex wait
 // always ends at its timeout, and all a tenant can do to the page is wake jakirod early.
 
-// The engine's doorbell: one page (a sealed memfd) that jakirod and every client with a QP map.
+// A vNIC's doorbell: one page (a sealed memfd) that jakirod and the clients with a QP on that
+// vNIC map; no two vNICs share one (dataplane/roce/doorbell_set.hh).
 struct doorbell_page {
     alignas(cache_line) uint32_t rings;  // bumped by every ring; the futex word
     uint8_t reserved[ring_page - cache_line];

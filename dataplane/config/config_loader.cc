@@ -528,7 +528,7 @@ void load_vnics(checker& check, const YAML::Node& root, host_config& config,
         const auto node = vnics[i];
         if (!check.only_keys(
                 node, field,
-                {"name", "vpc", "mac", "ip", "port", "security_groups", "rdma", "qos"})) {
+                {"name", "vpc", "mac", "ip", "port", "netns", "security_groups", "rdma", "qos"})) {
             continue;
         }
         vnic_config vnic;
@@ -566,6 +566,16 @@ void load_vnics(checker& check, const YAML::Node& root, host_config& config,
         const auto device = vnic.port.substr(0, vnic.port.find(','));
         if (!device.empty() && !ports.insert(device).second) {
             check.error(node["port"], field + ".port", "DPDK device '" + device + "' used twice");
+        }
+        if (node["netns"].IsDefined()) {
+            vnic.netns = check.string(node, "netns", field).value_or("");
+            // A name under /run/netns (ip netns), never a path: the endpoint must not be bound
+            // in whatever namespace a file elsewhere happens to pin.
+            if (vnic.netns.empty() || vnic.netns[0] == '.' ||
+                vnic.netns.find('/') != std::string::npos || vnic.netns.size() > 255) {
+                check.error(node["netns"], field + ".netns",
+                            "'" + vnic.netns + "' is not a network namespace name (ip netns)");
+            }
         }
         vnic.security_groups = check.names(node, "security_groups", field);
         check_group_names(check, node["security_groups"], field + ".security_groups",

@@ -79,6 +79,9 @@ struct vnic_config {
     mac_address mac{};
     ipv4_prefix ip;
     std::string port;
+    // The tenant's network namespace (a name under /run/netns), where jakirod serves the
+    // vNIC's RDMA face. Empty: the namespace of the port's veth peer (verbs/tenant_namespace).
+    std::string netns;
     std::vector<std::string> security_groups;  // none: ingress denied, egress denied
     rdma_config rdma;
     // DHTB (DESIGN.md §6): rate, burst and the rdma/tcp classes; none = not shaped.

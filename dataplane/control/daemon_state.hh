@@ -19,6 +19,9 @@ namespace jakiro {
 namespace roce {
 class engine;
 }
+namespace verbs {
+class channel_server;
+}
 class egress_shaper;
 class ingress_policer;
 
@@ -41,6 +44,7 @@ struct daemon_state {
     const roce::engine* engine = nullptr;      // the RDMA face's QPs (jakiroctl qps)
     const egress_shaper* shaper = nullptr;     // DHTB egress (jakiroctl qos, top)
     const ingress_policer* policer = nullptr;  // DHTB ingress (jakiroctl qos)
+    verbs::channel_server* verbs = nullptr;    // the vNICs' RDMA faces (follow apply)
 };
 
 }  // namespace jakiro

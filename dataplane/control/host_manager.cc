@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "../ports.hh"
+#include "../verbs/channel_server.hh"
 #include "table_builder.hh"
 
 namespace jakiro {
@@ -163,14 +164,30 @@ bool host_manager::apply(host_config next, std::string& summary, std::string& er
     }
     _state.config = std::move(next);
     refresh_port_records();
+    // The RDMA faces follow: a removed vNIC's clients learn the device is gone and its QPs
+    // leave the engine; an added one gets its endpoint; limits change in place.
+    std::string rdma_error;
+    if (_state.verbs != nullptr &&
+        !_state.verbs->sync(verbs::endpoints_of(_state.config, slots_of(_state.config)),
+                            rdma_error)) {
+        rdma_error = "RDMA face: " + rdma_error + "\n";
+    }
 
     std::ostringstream out;
     out << "applied " << _state.config.source_file << ": policy generation " << _generation << ", "
         << _state.config.security_groups.size() << " security groups, "
         << _state.config.vnics.size() << " vNICs (" << added.size() << " added, " << removed.size()
         << " removed), " << _state.config.peers.size() << " peers\n";
-    summary = out.str();
+    summary = out.str() + rdma_error;
     return true;
+}
+
+std::vector<uint16_t> host_manager::slots_of(const host_config& config) const {
+    std::vector<uint16_t> slots;
+    for (const auto& vnic : config.vnics) {
+        slots.push_back(_vnics.at(vnic.name).slot);
+    }
+    return slots;
 }
 
 void host_manager::stop_ports() {

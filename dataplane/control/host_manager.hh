@@ -10,6 +10,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "daemon_state.hh"
 
@@ -28,6 +29,9 @@ class host_manager {
 
     // Stops and closes every port (after the worker has stopped).
     void stop_ports();
+
+    // The datapath slot of each vNIC of `config` (which must be the running one).
+    std::vector<uint16_t> slots_of(const host_config& config) const;
 
   private:
     struct vnic_binding {

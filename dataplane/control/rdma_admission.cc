@@ -31,6 +31,9 @@ int admit_rdma_peer(const datapath_tables& tables, uint16_t vnic_slot, uint32_t 
         return ENETUNREACH;
     }
     const vnic_view& vnic = tables.vnics[vnic_slot];
+    if (vnic.vpc == no_vpc) {
+        return ENETUNREACH;  // the vNIC was removed
+    }
     if (remote_ip_be == vnic.ip) {
         return 0;  // loopback between two QPs of one vNIC: nothing crosses a security group
     }

@@ -1,6 +1,7 @@
 #include "reports.hh"
 
 #include "../roce/engine.hh"
+#include "../verbs/channel_server.hh"
 #include "../worker/egress_shaper.hh"
 #include "../worker/ingress_policer.hh"
 
@@ -459,6 +460,25 @@ std::string render_qps(const daemon_state& state, const std::string& vnic, bool 
     }
     text << "\n";
     out.end_object();
+    // The RDMA faces' endpoints: who was let in, who was turned away and why.
+    out.begin_object("endpoints");
+    if (state.verbs != nullptr) {
+        const verbs::channel_stats v = state.verbs->stats();
+        out.value("clients", uint64_t{state.verbs->client_count()})
+            .value("accepted", v.accepted)
+            .value("refused_over_limit", v.refused)
+            .value("refused_foreign", v.refused_foreign)
+            .value("hello_timeouts", v.hello_timeouts)
+            .value("disconnected", v.disconnected)
+            .value("requests", v.requests)
+            .value("bad_requests", v.bad_requests)
+            .value("vnics_removed", v.vnics_removed);
+        text << "endpoints: " << state.verbs->client_count() << " clients, accepted " << v.accepted
+             << ", refused over limit " << v.refused << ", refused foreign " << v.refused_foreign
+             << ", hello timeouts " << v.hello_timeouts << ", bad requests " << v.bad_requests
+             << ", vNICs removed " << v.vnics_removed << "\n";
+    }
+    out.end_object();
     out.end_object();
     return json ? out.str() + "\n" : text.str();
 }
@@ -499,7 +519,9 @@ std::string render_qos(const daemon_state& state, bool json, bool raw) {
             const auto& k = q.classes[qos::index_of(c)];
             qos::class_counters sent{};
             uint64_t drops = 0, waits = 0;
-            if (state.shaper != nullptr && state.shaper->scheduler().configured(slot)) {
+            const bool shaped =
+                state.shaper != nullptr && state.shaper->scheduler().configured(slot);
+            if (shaped) {
                 sent = state.shaper->scheduler().counters(slot, c);
                 drops = c == qos::traffic_class::tcp
                             ? state.shaper->counters(slot).tcp_queue_drops.read()
@@ -507,6 +529,15 @@ std::string render_qos(const daemon_state& state, bool json, bool raw) {
                 waits = c == qos::traffic_class::rdma
                             ? state.shaper->counters(slot).rdma_waits.read()
                             : 0;
+            }
+            // How many of the vNIC's grants found this class with something to send: a class
+            // that was not backlogged throughout had its unused share given to the other.
+            uint64_t grants = 0, busy_grants = 0;
+            if (shaped) {
+                const auto& sc = state.shaper->counters(slot);
+                grants = sc.grants.read();
+                busy_grants = c == qos::traffic_class::rdma ? sc.rdma_busy_grants.read()
+                                                            : sc.tcp_busy_grants.read();
             }
             qos::ingress_class_counters in{};
             if (state.policer != nullptr) {
@@ -532,6 +563,10 @@ std::string render_qos(const daemon_state& state, bool json, bool raw) {
                        c == qos::traffic_class::rdma && state.shaper != nullptr
                            ? state.shaper->counters(slot).rdma_busy_grants.read()
                            : 0)
+                // How many of the vNIC's grants found this class with something to send: a
+                // class that was not backlogged throughout had its unused share given away.
+                .value("grants", grants)
+                .value("busy_grants", busy_grants)
                 .value("received_bytes", in.bytes)
                 .value("received_packets", in.packets)
                 .value("ce_marked", in.ce_marked)

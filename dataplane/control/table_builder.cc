@@ -87,7 +87,11 @@ std::unique_ptr<datapath_tables> build_tables(const host_config& config,
     }
     auto tables = std::make_unique<datapath_tables>();
     tables->policy_generation = policy_generation;
-    tables->vnics.resize(slot_count);
+    // A slot with no vNIC (one removed by apply) belongs to no VPC: anything still sent in its
+    // name (a QP being torn down) must not read as VPC 0.
+    vnic_view unused{};
+    unused.vpc = no_vpc;
+    tables->vnics.resize(slot_count, unused);
     tables->policies.resize(slot_count);
     tables->qos.resize(slot_count);
     tables->uplink_qos = config.uplink_qos;

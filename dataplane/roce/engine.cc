@@ -46,38 +46,21 @@ const char* engine_drop_text(engine_drop d) {
 }
 
 engine::engine(uint16_t vnic_slots, uint32_t max_qps_per_vnic)
-    : _max_qps(max_qps_per_vnic), _by_slot(vnic_slots) {
-    const int fd = memfd_create("jakiro-doorbell", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    void* page = MAP_FAILED;
-    if (fd >= 0 && ftruncate(fd, verbs_proto::doorbell_bytes) == 0 &&
-        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0) {
-        page =
-            mmap(nullptr, verbs_proto::doorbell_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    }
-    if (page == MAP_FAILED) {
-        if (fd >= 0) {
-            close(fd);
-        }
-        return;
-    }
-    _doorbell_fd = fd;
-    _doorbell = static_cast<verbs_proto::doorbell_page*>(page);
-}
+    : _max_qps(max_qps_per_vnic), _by_slot(vnic_slots), _own_doorbell(doorbell_memory::create()) {}
 
-engine::~engine() {
-    if (_doorbell != nullptr) {
-        munmap(_doorbell, verbs_proto::doorbell_bytes);
-        close(_doorbell_fd);
-    }
+engine::~engine() = default;
+
+verbs_proto::doorbell_page* engine::own_doorbell() const {
+    return _own_doorbell != nullptr ? &_own_doorbell->page() : nullptr;
 }
 
 uint32_t engine::doorbell_count() const {
-    return _doorbell != nullptr ? verbs_proto::doorbell_count(*_doorbell) : 0;
+    return _doorbells.total(own_doorbell());
 }
 
 void engine::wake() {
-    if (_doorbell != nullptr) {
-        verbs_proto::ring_doorbell(*_doorbell);
+    if (_own_doorbell != nullptr) {
+        verbs_proto::ring_doorbell(_own_doorbell->page());
     }
 }
 
@@ -92,9 +75,7 @@ int engine::call(std::function<int()> fn, on_timeout policy) {
     _calls.push_back({std::move(fn), done, state});
     _calls_pending.store(true, std::memory_order_release);
     lock.unlock();
-    if (_doorbell != nullptr) {
-        verbs_proto::ring_doorbell(*_doorbell);
-    }
+    wake();
     if (result.wait_for(_call_timeout) == std::future_status::ready) {
         return result.get();
     }
@@ -320,7 +301,7 @@ void engine::receive(uint16_t vnic, const uint8_t* ipv4, uint32_t ip_len, packet
 }
 
 bool engine::prepare_sleep() {
-    _doorbell_seen = doorbell_count();  // before the last look: a ring after it ends the wait
+    _doorbells.arm(own_doorbell());  // before the last look: a ring after it ends the wait
     if (_calls_pending.load(std::memory_order_acquire)) {
         return false;
     }
@@ -338,20 +319,15 @@ bool engine::prepare_sleep() {
 }
 
 void engine::sleep(uint64_t us) {
-    const timespec timeout{static_cast<time_t>(us / 1000000),
-                           static_cast<long>(us % 1000000) * 1000};
-    if (_doorbell == nullptr) {
-        nanosleep(&timeout, nullptr);
-        return;
-    }
-    verbs_proto::wait_doorbell(*_doorbell, _doorbell_seen, timeout);
+    _doorbells.wait(us);
 }
 
 void engine::after_sleep() {
     for (const auto& qp : _active) {
         qp->ring().set_sleeping(false);
     }
-    if (doorbell_count() != _doorbell_seen) {
+    bool own_rang = false;
+    if (_doorbells.rung_since_armed(own_doorbell(), own_rang) > 0 || own_rang) {
         _counters.doorbells.fetch_add(1, std::memory_order_relaxed);
     }
 }

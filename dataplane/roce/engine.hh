@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "qos/ingress_meter.hh"
+#include "roce/doorbell_set.hh"
 #include "roce/packet_port.hh"
 #include "roce/rc_qp.hh"
 
@@ -115,12 +116,9 @@ class engine {
     // started, the result is always waited for and returned.
     int call(std::function<int()> fn, on_timeout policy = on_timeout::cancel);
     void set_call_timeout(std::chrono::milliseconds timeout) { _call_timeout = timeout; }
-    // The doorbell page's memfd (a duplicate for each client is the caller's business);
-    // -1 if it could not be created (then the worker only sleeps briefly: see sleep()).
-    int doorbell_fd() const { return _doorbell_fd; }
-    // How often the doorbell has been rung.
+    // How often the doorbells have been rung: jakirod's own and every vNIC's.
     uint32_t doorbell_count() const;
-    // Rings the doorbell from inside jakirod (any thread): a sleeping worker wakes now.
+    // Rings jakirod's own doorbell (any thread; no tenant maps it): a sleeping worker wakes now.
     void wake();
     const engine_counters& counters() const { return _counters; }
     std::vector<qp_report> report() const;
@@ -128,6 +126,11 @@ class engine {
     // ---- engine thread (inside call() for the first two)
     void add_qp(std::shared_ptr<rc_qp> qp);
     void remove_qp(uint16_t vnic, uint32_t qpn);
+    // vNIC `vnic`'s doorbell page (mapped by its clients only), or nullptr to forget it; the
+    // caller keeps the page mapped until the call that removes it has returned.
+    void set_vnic_doorbell(uint16_t vnic, verbs_proto::doorbell_page* page) {
+        _doorbells.set(vnic, page);
+    }
     // The worker that will poll from now on; call() then goes through the mailbox.
     void attach();
     // The worker stopped: call() runs inline again (shutdown releases QPs after the loop).
@@ -157,6 +160,7 @@ class engine {
         _counters.drops[static_cast<std::size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
     }
     void run_calls();
+    verbs_proto::doorbell_page* own_doorbell() const;
 
     // A queued call. `state` decides, under no lock, who owns it: the worker runs it only if
     // it moves queued -> started first; a caller whose wait ran out cancels it only if it
@@ -179,9 +183,8 @@ class engine {
     std::deque<task> _calls;
     mutable std::mutex _report_mutex;  // guards _reported (the engine thread updates it)
     std::vector<std::shared_ptr<rc_qp>> _reported;
-    int _doorbell_fd = -1;
-    verbs_proto::doorbell_page* _doorbell = nullptr;
-    uint32_t _doorbell_seen = 0;  // the count when the worker decided to sleep
+    std::unique_ptr<doorbell_memory> _own_doorbell;  // null if it could not be created
+    doorbell_set _doorbells;
     engine_counters _counters;
 };
 

@@ -1,5 +1,6 @@
 #include "channel_server.hh"
 
+#include "verbs_shim/endpoint_address.hh"
 #include "verbs_shim/fd_passing.hh"
 
 #include <arpa/inet.h>
@@ -8,14 +9,11 @@
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <iostream>
 
@@ -28,48 +26,13 @@ namespace proto = verbs_proto;
 // How long the listeners rest after accept() ran out of descriptors: the pending connection
 // stays queued and would otherwise wake poll() in a busy loop.
 constexpr int accept_backoff_ms = 100;
-
-bool make_dirs(const std::string& dir) {
-    for (std::size_t pos = 1; pos != std::string::npos;) {
-        pos = dir.find('/', pos + 1);
-        const std::string prefix = dir.substr(0, pos);
-        if (mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
-            return false;
-        }
-    }
-    return true;
-}
-
-bool fill_address(sockaddr_un& addr, const std::string& path) {
-    if (path.size() >= sizeof(addr.sun_path)) {
-        return false;
-    }
-    addr = {};
-    addr.sun_family = AF_UNIX;
-    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-    return true;
-}
-
-// True when something accepts connections at `path` (a live daemon, not a stale file).
-bool socket_is_live(const std::string& path) {
-    sockaddr_un addr;
-    if (!fill_address(addr, path)) {
-        return false;
-    }
-    const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        return false;
-    }
-    const bool live = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-    close(fd);
-    return live;
-}
-
-std::string read_link(const std::string& path) {
-    char target[256];
-    const ssize_t n = readlink(path.c_str(), target, sizeof(target) - 1);
-    return n < 0 ? std::string() : std::string(target, static_cast<std::size_t>(n));
-}
+// Connections a listener queues before accept; each vNIC has its own listeners.
+constexpr int listen_backlog = 64;
+// How long sync() waits for the server thread to apply a change: tearing down a vNIC's QPs
+// goes through the engine, whose calls time out after 5 s each.
+constexpr auto change_timeout = std::chrono::seconds(30);
+// Descriptors jakirod may need for clients: two per connection, for this many connections.
+constexpr std::size_t expected_clients = 4096;
 
 // Every client holds two descriptors here; the default soft limit (1024) would cap jakirod
 // at a few hundred verbs contexts, so raise it towards the hard limit once.
@@ -88,7 +51,46 @@ bool send_with_fd(int fd, const void* data, std::size_t size, int passed_fd) {
            static_cast<ssize_t>(size);
 }
 
+bool same_endpoint(const endpoint_config& a, const endpoint_config& b) {
+    return a.identity.name == b.identity.name && a.identity.mac == b.identity.mac &&
+           a.identity.ip == b.identity.ip && a.identity.slot == b.identity.slot &&
+           a.netns == b.netns && a.port == b.port && a.own_namespace == b.own_namespace;
+}
+
 }  // namespace
+
+// One vNIC's RDMA face. Lives while the configuration has the vNIC and while a client of it is
+// still being torn down (clients hold it).
+struct channel_server::endpoint {
+    endpoint_config spec;
+    tenant_namespace ns;
+    std::unique_ptr<vnic_resources> resources;
+    device_context device;
+    std::vector<int> listeners;
+    std::atomic<uint32_t> max_clients{0};
+    std::size_t clients = 0;  // server thread
+
+    ~endpoint() {
+        for (const int fd : listeners) {
+            close(fd);
+        }
+    }
+};
+
+std::vector<endpoint_config> endpoints_of(const host_config& config,
+                                          const std::vector<uint16_t>& slots) {
+    std::vector<endpoint_config> out;
+    for (std::size_t i = 0; i < config.vnics.size() && i < slots.size(); ++i) {
+        const auto& v = config.vnics[i];
+        endpoint_config e;
+        e.identity = {v.name, v.mac, v.ip.address, slots[i], quota_of(v.rdma)};
+        e.max_clients = v.rdma.max_contexts;
+        e.netns = v.netns;
+        e.port = v.port;
+        out.push_back(std::move(e));
+    }
+    return out;
+}
 
 vnic_quota quota_of(const rdma_config& rdma) {
     vnic_quota q;
@@ -108,142 +110,258 @@ channel_config make_channel_config(const host_config& config) {
     channel_config out;
     out.host_name = config.name;
     out.tenant_mtu = config.tenant_mtu();
-    // Slots are handed out in configuration order at startup (host_manager), and the
-    // channel server serves the startup vNICs: index == slot.
+    std::vector<uint16_t> slots;
     for (std::size_t i = 0; i < config.vnics.size(); ++i) {
-        const auto& v = config.vnics[i];
-        out.vnics.push_back(
-            {v.name, v.mac, v.ip.address, static_cast<uint16_t>(i), quota_of(v.rdma)});
+        slots.push_back(static_cast<uint16_t>(i));
     }
+    out.vnics = endpoints_of(config, slots);
     return out;
 }
 
-channel_server::channel_server(channel_config config) : _config(std::move(config)) {
-    const cq_error_sink sink{[](void* self, uint64_t client, uint32_t cq) {
-                                 static_cast<channel_server*>(self)->raise_cq_error(client, cq);
-                             },
-                             this};
-    for (const auto& vnic : _config.vnics) {
-        _resources.push_back(std::make_unique<vnic_resources>(engine_limits(), sink, vnic.quota));
-        _devices.push_back({&vnic, _config.host_name, _config.tenant_mtu, _resources.back().get()});
-    }
-}
+channel_server::channel_server(channel_config config)
+    : _config(std::move(config)),
+      _sink{[](void* self, uint64_t client, uint32_t cq) {
+                static_cast<channel_server*>(self)->raise_cq_error(client, cq);
+            },
+            this} {}
 
 channel_server::~channel_server() {
     stop();
 }
 
-std::string channel_server::socket_path(std::size_t vnic_index) const {
-    return _config.socket_dir + "/" + mac_text(_config.vnics.at(vnic_index).mac) + ".sock";
+std::string channel_server::socket_path(uint16_t slot) const {
+    const std::lock_guard lock(_endpoints_mutex);
+    const auto it = _endpoints.find(slot);
+    return it == _endpoints.end() ? std::string() : socket_path_for(it->second->spec);
+}
+
+std::string channel_server::name_address(const std::string& vnic) const {
+    return _config.endpoint_prefix + "name/" + vnic;
+}
+
+bool channel_server::serves(uint16_t slot) const {
+    const std::lock_guard lock(_endpoints_mutex);
+    return _endpoints.count(slot) != 0;
+}
+
+vnic_resources& channel_server::resources(uint16_t slot) {
+    const std::lock_guard lock(_endpoints_mutex);
+    return *_endpoints.at(slot)->resources;
 }
 
 channel_stats channel_server::stats() const {
     channel_stats s;
     s.accepted = _accepted.load(std::memory_order_relaxed);
     s.refused = _refused.load(std::memory_order_relaxed);
+    s.refused_foreign = _refused_foreign.load(std::memory_order_relaxed);
+    s.hello_timeouts = _hello_timeouts.load(std::memory_order_relaxed);
     s.disconnected = _disconnected.load(std::memory_order_relaxed);
     s.requests = _requests.load(std::memory_order_relaxed);
     s.bad_requests = _bad_requests.load(std::memory_order_relaxed);
+    s.vnics_removed = _vnics_removed.load(std::memory_order_relaxed);
     return s;
 }
 
-bool channel_server::start(std::string& error) {
-    if (!make_dirs(_config.socket_dir) || !make_dirs(_config.socket_dir + "/by-name")) {
-        error = "cannot create " + _config.socket_dir + ": " + std::strerror(errno);
-        return false;
-    }
-    raise_fd_limit(2 * max_clients + 1024);
-    // Sockets are named after MACs: two vNICs with one MAC could not both have an RDMA face.
-    for (std::size_t i = 0; i < _config.vnics.size(); ++i) {
-        for (std::size_t j = 0; j < i; ++j) {
-            if (_config.vnics[i].mac == _config.vnics[j].mac) {
-                error = "vNICs " + _config.vnics[j].name + " and " + _config.vnics[i].name +
-                        " share MAC " + mac_text(_config.vnics[i].mac) +
-                        "; each vNIC needs its own for its verbs socket";
-                return false;
-            }
-        }
-    }
-    for (std::size_t i = 0; i < _config.vnics.size(); ++i) {
-        if (!open_listener(i, error)) {
-            close_listeners();
-            return false;
-        }
-    }
+void channel_server::enable_qps(roce::engine* engine,
+                                std::function<int(uint16_t slot, uint32_t remote_ip_be)> admit) {
+    _engine = engine;
+    _admit = std::move(admit);
+}
+
+bool channel_server::start(std::string& error, std::string& warnings) {
+    raise_fd_limit(2 * expected_clients + 1024);
     _wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (_wake_fd < 0) {
         error = std::string("eventfd: ") + std::strerror(errno);
-        close_listeners();
         return false;
     }
     _stopping = false;
     _thread = std::thread([this] { serve(); });
+    if (!sync(_config.vnics, warnings)) {
+        warnings += "\n";
+    }
     return true;
 }
 
-bool channel_server::open_listener(std::size_t vnic_index, std::string& error) {
-    listener l;
-    l.path = socket_path(vnic_index);
-    sockaddr_un addr;
-    if (!fill_address(addr, l.path)) {
-        error = "verbs socket path too long: " + l.path;
-        return false;
+std::shared_ptr<channel_server::endpoint> channel_server::make_endpoint(const endpoint_config& spec,
+                                                                        std::string& error) {
+    auto ep = std::make_shared<endpoint>();
+    ep->spec = spec;
+    ep->max_clients = spec.max_clients;
+    const bool found = spec.own_namespace    ? tenant_namespace::own(ep->ns, error)
+                       : !spec.netns.empty() ? tenant_namespace::named(spec.netns, ep->ns, error)
+                                             : tenant_namespace::veth_peer(
+                                                   spec.port, spec.identity.mac, ep->ns, error);
+    if (!found) {
+        error = "vNIC " + spec.identity.name + ": no RDMA face: " + error;
+        return nullptr;
     }
-    // A socket file left by a crashed daemon is stale if nobody accepts on it; a live one
-    // means another jakirod serves a vNIC with this MAC, which is a configuration error.
-    if (socket_is_live(l.path)) {
-        error = "another jakirod is serving " + l.path + " (vNIC " +
-                _config.vnics[vnic_index].name + ")";
-        return false;
+    const std::string mac_address = socket_path_for(spec);
+    std::vector<std::string> addresses = {mac_address};
+    if (verbs_endpoint::valid_name(spec.identity.name)) {
+        addresses.push_back(name_address(spec.identity.name));
     }
-    unlink(l.path.c_str());
-    l.fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (l.fd < 0 || bind(l.fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-        listen(l.fd, 64) != 0) {
-        error = "cannot listen on " + l.path + ": " + std::strerror(errno);
-        if (l.fd >= 0) {
-            close(l.fd);
+    for (const auto& address : addresses) {
+        const int fd = ep->ns.listen_inside(address, listen_backlog, error);
+        if (fd < 0) {
+            error = "vNIC " + spec.identity.name + ": " + error;
+            return nullptr;
         }
+        ep->listeners.push_back(fd);
+    }
+    ep->resources = std::make_unique<vnic_resources>(engine_limits(), _sink, spec.identity.quota);
+    ep->device = {&ep->spec.identity, _config.host_name, _config.tenant_mtu, ep->resources.get()};
+    if (_engine != nullptr) {
+        ep->resources->enable_qps(qp_support_for(ep->spec.identity));
+    }
+    return ep;
+}
+
+std::string channel_server::socket_path_for(const endpoint_config& spec) const {
+    const std::string full = verbs_endpoint::by_mac(spec.identity.mac.data());
+    return _config.endpoint_prefix + full.substr(verbs_endpoint::prefix.size());
+}
+
+qp_support channel_server::qp_support_for(const vnic_identity& v) {
+    qp_support support;
+    support.engine = _engine;
+    support.local.vnic = v.slot;
+    support.local.mac = v.mac;
+    support.local.ip_be = htonl(v.ip);
+    support.events = {[](void* self, uint64_t client, uint32_t type, uint32_t qp) {
+                          static_cast<channel_server*>(self)->raise_event(
+                              client, static_cast<proto_event_type>(type), qp);
+                      },
+                      this};
+    const uint32_t path_mtu = path_mtu_for(_config.tenant_mtu);
+    support.limits.max_mtu = path_mtu >= 4096   ? IBV_MTU_4096
+                             : path_mtu >= 2048 ? IBV_MTU_2048
+                             : path_mtu >= 1024 ? IBV_MTU_1024
+                             : path_mtu >= 512  ? IBV_MTU_512
+                                                : IBV_MTU_256;
+    if (_admit) {
+        const uint16_t slot = v.slot;
+        auto admit = _admit;
+        support.admit = [admit, slot](uint32_t remote) { return admit(slot, remote); };
+    }
+    return support;
+}
+
+bool channel_server::sync(const std::vector<endpoint_config>& vnics, std::string& error) {
+    std::map<uint16_t, std::shared_ptr<endpoint>> current;
+    {
+        const std::lock_guard lock(_endpoints_mutex);
+        current = _endpoints;
+    }
+    // Removals first, so that a vNIC that moved (new slot, namespace or MAC) frees its names
+    // before they are bound again.
+    std::vector<change> removals;
+    for (const auto& [slot, ep] : current) {
+        const auto wanted = std::find_if(vnics.begin(), vnics.end(), [&](const auto& v) {
+            return v.identity.slot == slot && same_endpoint(v, ep->spec);
+        });
+        if (wanted == vnics.end()) {
+            removals.push_back({nullptr, slot, true});
+        }
+    }
+    if (!removals.empty()) {
+        post(std::move(removals));
+    }
+    std::vector<change> additions;
+    std::string errors;
+    for (const auto& v : vnics) {
+        const auto it = current.find(v.identity.slot);
+        if (it != current.end() && same_endpoint(v, it->second->spec)) {
+            // Limits change in place: lowering one refuses new objects, existing ones stay.
+            // (spec.identity.quota keeps the startup value: the server thread reads spec;
+            // HELLO and QUERY advertise the live quota from the resources.)
+            it->second->max_clients = v.max_clients;
+            it->second->resources->set_quota(v.identity.quota);
+            continue;
+        }
+        std::string why;
+        if (auto ep = make_endpoint(v, why)) {
+            additions.push_back({std::move(ep), 0, false});
+        } else {
+            errors += (errors.empty() ? "" : "; ") + why;
+        }
+    }
+    if (!additions.empty()) {
+        post(std::move(additions));
+    }
+    if (!errors.empty()) {
+        error = errors;
         return false;
     }
-    // Tenant programs need not run as root: anyone who can reach the path may connect. The
-    // path is the boundary (a VM sees only its own socket); see verbs_shim/README.md.
-    chmod(l.path.c_str(), 0666);
-    link_by_name(l, _config.vnics[vnic_index].name);
-    _listeners.push_back(std::move(l));
     return true;
 }
 
-void channel_server::link_by_name(listener& l, const std::string& vnic_name) {
-    // A name becomes a file name: refuse anything that could leave the directory.
-    if (vnic_name.empty() || vnic_name[0] == '.' || vnic_name.find('/') != std::string::npos) {
+void channel_server::post(std::vector<change> changes) {
+    std::unique_lock lock(_adopt_mutex);
+    if (!_thread.joinable() || _stopping) {
+        // Not serving: nothing to tear down, and nobody to hand new endpoints to.
+        lock.unlock();
+        const std::lock_guard endpoints_lock(_endpoints_mutex);
+        for (auto& c : changes) {
+            if (c.remove) {
+                _endpoints.erase(c.remove_slot);
+            }
+        }
         return;
     }
-    const std::string link = _config.socket_dir + "/by-name/" + vnic_name + ".sock";
-    const std::string target = "../" + l.path.substr(l.path.rfind('/') + 1);
-    const std::string existing = read_link(link);
-    if (!existing.empty() && existing != target && socket_is_live(link)) {
-        std::cerr << "jakirod: verbs: vNIC name " << vnic_name
-                  << " is also served by another jakirod; use jakiro-run --socket " << l.path
-                  << "\n";
-        return;
+    for (auto& c : changes) {
+        _changes.push_back(std::move(c));
     }
-    unlink(link.c_str());
-    if (symlink(target.c_str(), link.c_str()) == 0) {
-        l.link = link;
-    }
+    const uint64_t ticket = ++_changes_posted;
+    const uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = write(_wake_fd, &one, sizeof(one));
+    _changes_applied.wait_for(lock, change_timeout, [&] { return _changes_done >= ticket; });
 }
 
-void channel_server::close_listeners() {
-    for (auto& l : _listeners) {
-        close(l.fd);
-        unlink(l.path.c_str());
-        // Only remove the name link if it still points to our socket.
-        if (!l.link.empty() && read_link(l.link) == "../" + l.path.substr(l.path.rfind('/') + 1)) {
-            unlink(l.link.c_str());
-        }
+void channel_server::apply_changes() {
+    std::vector<change> changes;
+    uint64_t ticket = 0;
+    {
+        const std::lock_guard lock(_adopt_mutex);
+        changes.swap(_changes);
+        ticket = _changes_posted;
     }
-    _listeners.clear();
+    for (auto& c : changes) {
+        if (!c.remove) {
+            const std::lock_guard lock(_endpoints_mutex);
+            _endpoints[c.add->spec.identity.slot] = std::move(c.add);
+            continue;
+        }
+        std::shared_ptr<endpoint> gone;
+        {
+            const std::lock_guard lock(_endpoints_mutex);
+            const auto it = _endpoints.find(c.remove_slot);
+            if (it == _endpoints.end()) {
+                continue;
+            }
+            gone = std::move(it->second);
+            _endpoints.erase(it);
+        }
+        // Its clients learn the device is gone, and everything they created goes: QPs leave
+        // the engine (their peers see the connection end), MRs are unmapped.
+        std::size_t kept = 0;
+        for (std::size_t i = 0; i < _clients.size(); ++i) {
+            if (_clients[i].ep == gone) {
+                drop_client(_clients[i], true);
+            } else if (kept++ != i) {
+                _clients[kept - 1] = std::move(_clients[i]);
+            }
+        }
+        _clients.resize(kept);
+        _client_count.store(_clients.size(), std::memory_order_relaxed);
+        _vnics_removed.fetch_add(1, std::memory_order_relaxed);
+        // `gone` goes here: listeners closed, resources (doorbell, MR mappings) released.
+    }
+    {
+        const std::lock_guard lock(_adopt_mutex);
+        _changes_done = ticket;
+    }
+    _changes_applied.notify_all();
 }
 
 void channel_server::stop() {
@@ -253,26 +371,32 @@ void channel_server::stop() {
         [[maybe_unused]] const ssize_t n = write(_wake_fd, &one, sizeof(one));
         _thread.join();
     }
-    close_listeners();
+    {
+        const std::lock_guard lock(_endpoints_mutex);
+        _endpoints.clear();
+    }
     if (_wake_fd >= 0) {
         close(_wake_fd);
         _wake_fd = -1;
     }
     const std::lock_guard lock(_adopt_mutex);
-    for (auto& [fd, vnic] : _adopted) {
+    for (auto& [fd, slot] : _adopted) {
         close(fd);
     }
     _adopted.clear();
+    _changes.clear();
+    _changes_done = _changes_posted;
+    _changes_applied.notify_all();
 }
 
-bool channel_server::adopt(int fd, std::size_t vnic_index) {
-    if (!_thread.joinable() || _stopping || vnic_index >= _config.vnics.size()) {
+bool channel_server::adopt(int fd, uint16_t slot) {
+    if (!_thread.joinable() || _stopping || !serves(slot)) {
         close(fd);
         return false;
     }
     {
         const std::lock_guard lock(_adopt_mutex);
-        _adopted.emplace_back(fd, vnic_index);
+        _adopted.emplace_back(fd, slot);
     }
     const uint64_t one = 1;
     [[maybe_unused]] const ssize_t n = write(_wake_fd, &one, sizeof(one));
@@ -280,43 +404,25 @@ bool channel_server::adopt(int fd, std::size_t vnic_index) {
 }
 
 void channel_server::take_adopted() {
-    uint64_t count;
-    [[maybe_unused]] const ssize_t n = read(_wake_fd, &count, sizeof(count));
-    std::vector<std::pair<int, std::size_t>> adopted;
+    std::vector<std::pair<int, uint16_t>> adopted;
     {
         const std::lock_guard lock(_adopt_mutex);
         adopted.swap(_adopted);
     }
-    for (auto& [fd, vnic] : adopted) {
-        add_client(fd, vnic);
-    }
-}
-
-void channel_server::enable_qps(roce::engine* engine,
-                                std::function<int(uint16_t slot, uint32_t remote_ip_be)> admit) {
-    for (std::size_t i = 0; i < _config.vnics.size(); ++i) {
-        const vnic_identity& v = _config.vnics[i];
-        qp_support support;
-        support.engine = engine;
-        support.local.vnic = v.slot;
-        support.local.mac = v.mac;
-        support.local.ip_be = htonl(v.ip);
-        support.events = {[](void* self, uint64_t client, uint32_t type, uint32_t qp) {
-                              static_cast<channel_server*>(self)->raise_event(
-                                  client, static_cast<proto_event_type>(type), qp);
-                          },
-                          this};
-        const uint32_t path_mtu = path_mtu_for(_config.tenant_mtu);
-        support.limits.max_mtu = path_mtu >= 4096   ? IBV_MTU_4096
-                                 : path_mtu >= 2048 ? IBV_MTU_2048
-                                 : path_mtu >= 1024 ? IBV_MTU_1024
-                                 : path_mtu >= 512  ? IBV_MTU_512
-                                                    : IBV_MTU_256;
-        if (admit) {
-            const uint16_t slot = v.slot;
-            support.admit = [admit, slot](uint32_t remote) { return admit(slot, remote); };
+    for (auto& [fd, slot] : adopted) {
+        std::shared_ptr<endpoint> ep;
+        {
+            const std::lock_guard lock(_endpoints_mutex);
+            const auto it = _endpoints.find(slot);
+            if (it != _endpoints.end()) {
+                ep = it->second;
+            }
         }
-        _resources[i]->enable_qps(std::move(support));
+        if (ep == nullptr) {
+            close(fd);
+            continue;
+        }
+        add_client(fd, getpid(), ep);
     }
 }
 
@@ -356,30 +462,52 @@ void channel_server::send_pending_events() {
     }
 }
 
-void channel_server::add_client(int fd, std::size_t vnic_index) {
-    if (_clients.size() >= max_clients) {
+void channel_server::add_client(int fd, pid_t pid, const std::shared_ptr<endpoint>& ep) {
+    if (ep->clients >= ep->max_clients.load(std::memory_order_relaxed)) {
         _refused.fetch_add(1, std::memory_order_relaxed);
         close(fd);
         return;
     }
     client c;
     c.fd = fd;
-    c.vnic = vnic_index;
+    c.pid = pid;
+    c.ep = ep;
+    c.hello_deadline = std::chrono::steady_clock::now() + _config.hello_timeout;
     c.s.client_id = ++_next_client_id;
-    _clients.push_back(c);
+    ++ep->clients;
+    _clients.push_back(std::move(c));
     _accepted.fetch_add(1, std::memory_order_relaxed);
     _client_count.store(_clients.size(), std::memory_order_relaxed);
 }
 
-bool channel_server::accept_clients(std::size_t vnic_index) {
+bool channel_server::accept_clients(endpoint& ep, int listener) {
     for (;;) {
-        const int fd =
-            accept4(_listeners[vnic_index].fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) {
             // EAGAIN: all taken. Out of descriptors or memory: the caller backs off.
             return !(errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM);
         }
-        add_client(fd, vnic_index);
+        ucred cred{};
+        socklen_t len = sizeof(cred);
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+            !ep.ns.holds_process(cred.pid)) {
+            _refused_foreign.fetch_add(1, std::memory_order_relaxed);
+            close(fd);
+            continue;
+        }
+        std::shared_ptr<endpoint> self;
+        {
+            const std::lock_guard lock(_endpoints_mutex);
+            const auto it = _endpoints.find(ep.spec.identity.slot);
+            if (it != _endpoints.end() && it->second.get() == &ep) {
+                self = it->second;
+            }
+        }
+        if (self == nullptr) {
+            close(fd);
+            return true;
+        }
+        add_client(fd, cred.pid, self);
     }
 }
 
@@ -420,10 +548,19 @@ bool channel_server::serve_client(client& c) {
         }
     }
     _requests.fetch_add(1, std::memory_order_relaxed);
+    // Until HELLO, the peer must still be in the vNIC's namespace: a process that connected
+    // and then left it (setns) does not take the vNIC along.
+    if (!c.s.hello_done && !c.ep->ns.holds_process(c.pid)) {
+        for (std::size_t i = 0; i < fd_count; ++i) {
+            close(fds[i]);
+        }
+        _refused_foreign.fetch_add(1, std::memory_order_relaxed);
+        return false;
+    }
     const bool truncated = (msg.msg_flags & MSG_TRUNC) != 0;
     auto out =
         handle_request(std::span<const std::byte>(buffer.data(), static_cast<std::size_t>(n)),
-                       truncated, std::span<int>(fds.data(), fd_count), c.s, _devices[c.vnic]);
+                       truncated, std::span<int>(fds.data(), fd_count), c.s, c.ep->device);
     for (std::size_t i = 0; i < fd_count; ++i) {
         if (fds[i] >= 0) {
             close(fds[i]);
@@ -486,28 +623,58 @@ void channel_server::drop_client(client& c, bool device_gone) {
         close(c.async_fd);
         c.async_fd = -1;
     }
-    // Everything the client created goes with it (PDs, MRs, CQs; later QPs and RCFT
-    // entries): a process that dies leaves nothing behind.
-    _resources[c.vnic]->release_client(c.s.client_id);
+    // Everything the client created goes with it (PDs, MRs, CQs, QPs and their RCFT entries):
+    // a process that dies leaves nothing behind.
+    c.ep->resources->release_client(c.s.client_id);
+    --c.ep->clients;
     close(c.fd);
     c.fd = -1;
+    c.ep.reset();
     _disconnected.fetch_add(1, std::memory_order_relaxed);
+}
+
+int channel_server::poll_timeout_ms(bool listen_now) const {
+    auto soonest = std::chrono::steady_clock::time_point::max();
+    for (const auto& c : _clients) {
+        if (!c.s.hello_done) {
+            soonest = std::min(soonest, c.hello_deadline);
+        }
+    }
+    int timeout = listen_now ? -1 : accept_backoff_ms;
+    if (soonest != std::chrono::steady_clock::time_point::max()) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              soonest - std::chrono::steady_clock::now())
+                              .count();
+        const int ms = static_cast<int>(std::clamp<int64_t>(left + 1, 0, 60000));
+        timeout = timeout < 0 ? ms : std::min(timeout, ms);
+    }
+    return timeout;
 }
 
 void channel_server::serve() {
     std::vector<pollfd> fds;
+    std::vector<std::pair<std::shared_ptr<endpoint>, int>> listening;
     auto listeners_resume = std::chrono::steady_clock::time_point{};
     while (!_stopping.load(std::memory_order_acquire)) {
         const bool listen_now = std::chrono::steady_clock::now() >= listeners_resume;
+        listening.clear();
+        {
+            const std::lock_guard lock(_endpoints_mutex);
+            for (const auto& [slot, ep] : _endpoints) {
+                for (const int fd : ep->listeners) {
+                    listening.emplace_back(ep, fd);
+                }
+            }
+        }
         fds.clear();
         fds.push_back({_wake_fd, POLLIN, 0});
-        for (const auto& l : _listeners) {
-            fds.push_back({listen_now ? l.fd : -1, POLLIN, 0});
+        for (const auto& [ep, fd] : listening) {
+            fds.push_back({listen_now ? fd : -1, POLLIN, 0});
         }
         for (const auto& c : _clients) {
             fds.push_back({c.fd, POLLIN, 0});
         }
-        const int ready = poll(fds.data(), fds.size(), listen_now ? -1 : accept_backoff_ms);
+        const int ready = poll(fds.data(), fds.size(), poll_timeout_ms(listen_now));
         if (ready < 0) {
             if (errno == EINTR) {
                 continue;
@@ -519,33 +686,41 @@ void channel_server::serve() {
             break;
         }
         // Clients first: their indices in `fds` are only valid until the vector changes.
-        const std::size_t first_client = 1 + _listeners.size();
-        std::vector<bool> keep(_clients.size(), true);
-        for (std::size_t i = 0; i < _clients.size(); ++i) {
+        const std::size_t first_client = 1 + listening.size();
+        const auto now = std::chrono::steady_clock::now();
+        const std::size_t served = _clients.size();
+        std::vector<bool> keep(served, true);
+        for (std::size_t i = 0; i < served; ++i) {
             if (fds[first_client + i].revents != 0) {
                 keep[i] = serve_client(_clients[i]);
             }
+            if (keep[i] && !_clients[i].s.hello_done && now >= _clients[i].hello_deadline) {
+                _hello_timeouts.fetch_add(1, std::memory_order_relaxed);
+                keep[i] = false;
+            }
         }
         std::size_t kept = 0;
-        for (std::size_t i = 0; i < _clients.size(); ++i) {
-            if (keep[i]) {
-                _clients[kept++] = _clients[i];
-            } else {
+        for (std::size_t i = 0; i < served; ++i) {
+            if (!keep[i]) {
                 drop_client(_clients[i], false);
+            } else if (kept++ != i) {
+                _clients[kept - 1] = std::move(_clients[i]);
             }
         }
         _clients.resize(kept);
         _client_count.store(_clients.size(), std::memory_order_relaxed);
 
-        for (std::size_t i = 0; i < _listeners.size(); ++i) {
-            if (fds[1 + i].revents != 0) {
-                if (!accept_clients(i)) {
-                    listeners_resume = std::chrono::steady_clock::now() +
-                                       std::chrono::milliseconds(accept_backoff_ms);
-                }
+        for (std::size_t i = 0; i < listening.size(); ++i) {
+            if (fds[1 + i].revents != 0 &&
+                !accept_clients(*listening[i].first, listening[i].second)) {
+                listeners_resume =
+                    std::chrono::steady_clock::now() + std::chrono::milliseconds(accept_backoff_ms);
             }
         }
         if (fds[0].revents != 0) {
+            uint64_t count;
+            [[maybe_unused]] const ssize_t n = read(_wake_fd, &count, sizeof(count));
+            apply_changes();
             take_adopted();
             send_pending_events();
         }

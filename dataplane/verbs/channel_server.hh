@@ -1,20 +1,31 @@
 #pragma once
-// jakirod's end of the verbs channel (DESIGN.md §1, "RDMA face"): one SOCK_SEQPACKET listening
-// socket per vNIC at <dir>/<vNIC MAC>.sock, plus <dir>/by-name/<vNIC>.sock pointing to it for
-// `jakiro-run --vnic`. Path sockets are visible from every network namespace, so a tenant's
-// shim finds its vNIC's socket by the MAC of its eth0. Each connection is one verbs context
-// (or one device scan); its state dies with it.
+// jakirod's end of the verbs channel: each vNIC's RDMA face (DESIGN.md §1, §8a). A vNIC's
+// endpoint is a SOCK_SEQPACKET listener bound as an abstract name *inside its tenant's network
+// namespace* (verbs_shim/endpoint_address.hh: @jakiro/verbs/mac/<mac> and
+// @jakiro/verbs/name/<vnic>), so only that tenant's processes can reach it; at accept and again
+// at HELLO the peer's namespace (SO_PEERCRED pid -> /proc/<pid>/ns/net) must be the vNIC's.
+// Each connection is one verbs context (or one device scan); its state dies with it. A vNIC
+// serves at most `max_clients` connections at once, and one that has not said HELLO within
+// `hello_timeout` is dropped, so no tenant can hold the server's descriptors or another
+// tenant's slots.
+//
+// The set of endpoints follows the configuration: sync() (from startup and `jakiroctl apply`)
+// adds the endpoints of new vNICs, and for removed ones tells every client the device is gone
+// (IBV_EVENT_DEVICE_FATAL), destroys its QPs and objects, and closes the listeners; a vNIC's
+// RDMA face thus lives and dies with its Ethernet face (host_manager).
 //
 // Control side only: its own thread, blocking in poll(); it never touches the datapath.
-// Thread-safety: start(), stop() and adopt() are called from one thread (main or a test);
-// everything else runs on the server thread; stats() and client_count() read atomics;
-// resources() hands out the vNIC's objects for the engine (see resources.hh for what may be
-// called from where), and raise_cq_error() may be called from any thread.
+// Thread-safety: start(), stop(), sync() and adopt() are called from one thread at a time (main,
+// the control thread, a test); the server thread owns the clients; resources() and stats() may
+// be called from any thread; raise_event() and raise_cq_error() from any thread.
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -25,105 +36,144 @@
 #include "device_model.hh"
 #include "requests.hh"
 #include "resources.hh"
+#include "tenant_namespace.hh"
 
 namespace jakiro::verbs {
 
-constexpr const char* default_socket_dir = "/run/jakiro/verbs";
+// One vNIC's RDMA face as the configuration describes it.
+struct endpoint_config {
+    vnic_identity identity;
+    std::string netns;           // YAML vnics[].netns; "" = the veth peer's namespace of `port`
+    std::string port;            // the Ethernet face's devargs (to find the veth peer)
+    bool own_namespace = false;  // serve in jakirod's own namespace (tests; never from YAML)
+    uint32_t max_clients = 64;   // connections (verbs contexts) at once: YAML rdma.max_contexts
+};
 
 struct channel_config {
     std::string host_name;
     uint32_t tenant_mtu = 1450;
-    std::string socket_dir = default_socket_dir;
-    std::vector<vnic_identity> vnics;
+    // Abstract-name prefix of every endpoint; tests use their own so they never collide.
+    std::string endpoint_prefix = "@jakiro/verbs/";
+    std::chrono::milliseconds hello_timeout{2000};
+    std::vector<endpoint_config> vnics;  // served from start()
 };
 
-// The vNICs and MTU of a host configuration, copied: the server thread must not read the
-// host_config that `jakiroctl apply` replaces on the control thread.
-channel_config make_channel_config(const host_config& config);
-// A vNIC's YAML `rdma:` quota as vnic_resources takes it (at startup, and on `apply` through
-// resources(i).set_quota()).
+// The RDMA faces of a host configuration, by the datapath slots host_manager gave the vNICs.
+std::vector<endpoint_config> endpoints_of(const host_config& config,
+                                          const std::vector<uint16_t>& slots);
+channel_config make_channel_config(const host_config& config);  // slots 0..n-1
+// A vNIC's YAML `rdma:` quota as vnic_resources takes it (at startup, and changed live by
+// sync() through vnic_resources::set_quota).
 vnic_quota quota_of(const rdma_config& rdma);
 
 struct channel_stats {
     uint64_t accepted = 0;
-    uint64_t refused = 0;  // over max_clients
+    uint64_t refused = 0;          // over the vNIC's max_clients
+    uint64_t refused_foreign = 0;  // peer outside the vNIC's namespace
+    uint64_t hello_timeouts = 0;   // dropped before HELLO
     uint64_t disconnected = 0;
     uint64_t requests = 0;
     uint64_t bad_requests = 0;  // answered with an error status or dropped
+    uint64_t vnics_removed = 0;
 };
 
 class channel_server {
     using proto_event_type = verbs_proto::event_type;
 
   public:
-    // More clients than this are refused (each holds two descriptors in jakirod).
-    static constexpr std::size_t max_clients = 4096;
-
     explicit channel_server(channel_config config);
     ~channel_server();
     channel_server(const channel_server&) = delete;
     channel_server& operator=(const channel_server&) = delete;
 
-    // Binds every vNIC's socket and starts the thread; false with `error` set if a socket
-    // cannot be created or another live jakirod already serves it.
-    bool start(std::string& error);
+    // Starts the thread and serves `config.vnics`; false with `error` set if the server cannot
+    // run. A vNIC that cannot be served (its namespace is unknown, or another process holds its
+    // name) has no RDMA face: `warnings` says why, and its Ethernet face works regardless.
+    bool start(std::string& error, std::string& warnings);
+    bool start(std::string& error) {
+        std::string warnings;
+        return start(error, warnings) && warnings.empty();
+    }
     // Tells every client the device is gone (IBV_EVENT_DEVICE_FATAL), closes every
-    // connection, removes the sockets and joins the thread. Idempotent.
+    // connection and listener and joins the thread. Idempotent.
     void stop();
 
-    // Serves an already connected socket (e.g. one end of a socketpair) as a client of
-    // vNIC `vnic_index`; takes ownership of `fd`. False (and `fd` closed) if not running.
-    bool adopt(int fd, std::size_t vnic_index);
+    // Serves exactly `vnics` from now on: endpoints of vNICs no longer listed (or whose
+    // identity or namespace changed) are torn down before it returns; new ones are bound;
+    // limits of the others change in place. False with `error` naming every vNIC that could
+    // not be served (the rest are applied).
+    bool sync(const std::vector<endpoint_config>& vnics, std::string& error);
 
-    std::string socket_path(std::size_t vnic_index) const;
-    // The PDs, MRs and CQs of a vNIC (its mr_table is what the engine looks keys up in).
-    vnic_resources& resources(std::size_t vnic_index) { return *_resources.at(vnic_index); }
-    // Queues IBV_EVENT_CQ_ERR for the client that owns `cq_handle`; any thread. CQs call it
-    // when they overflow.
+    // Serves an already connected socket (e.g. one end of a socketpair) as a client of the
+    // vNIC in `slot`; takes ownership of `fd`. False (and `fd` closed) if not served.
+    bool adopt(int fd, uint16_t slot);
+
+    // The vNIC's by-MAC endpoint address ("@..."), for JAKIRO_VERBS_SOCKET.
+    std::string socket_path(uint16_t slot) const;
+    std::string name_address(const std::string& vnic) const;
+    bool serves(uint16_t slot) const;
+    // The PDs, MRs and CQs of a served vNIC (throws std::out_of_range otherwise).
+    vnic_resources& resources(uint16_t slot);
+    // Queues IBV_EVENT_CQ_ERR for the client that owns `cq_handle`; any thread.
     void raise_cq_error(uint64_t client, uint32_t cq_handle);
     // Queues any async event (QP events from the engine thread) for `client`; any thread.
     void raise_event(uint64_t client, proto_event_type type, uint64_t handle);
-    // Gives every vNIC's clients QPs run by `engine` (before start()); `admit` is the RTR
-    // security-group check (may be empty: everything admitted).
+    // Gives every vNIC's clients QPs run by `engine` (before start()); `admit` is the
+    // security-group check of a peer (may be empty: everything admitted).
     void enable_qps(roce::engine* engine,
                     std::function<int(uint16_t slot, uint32_t remote_ip_be)> admit);
     std::size_t client_count() const { return _client_count.load(std::memory_order_relaxed); }
     channel_stats stats() const;
 
   private:
-    struct listener {
-        int fd = -1;
-        std::string path;  // <dir>/<mac>.sock
-        std::string link;  // <dir>/by-name/<vnic>.sock, "" if not ours
-    };
+    struct endpoint;
     struct client {
         int fd = -1;
         int async_fd = -1;  // our end of the async event channel, after HELLO
-        std::size_t vnic = 0;
+        pid_t pid = 0;      // SO_PEERCRED at accept
+        std::chrono::steady_clock::time_point hello_deadline;
+        std::shared_ptr<endpoint> ep;
         session s;
     };
+    // What sync() hands the server thread.
+    struct change {
+        std::shared_ptr<endpoint> add;  // or
+        uint16_t remove_slot = 0;
+        bool remove = false;
+    };
 
-    bool open_listener(std::size_t vnic_index, std::string& error);
-    void link_by_name(listener& l, const std::string& vnic_name);
-    void close_listeners();
+    std::shared_ptr<endpoint> make_endpoint(const endpoint_config& spec, std::string& error);
+    std::string socket_path_for(const endpoint_config& spec) const;
+    qp_support qp_support_for(const vnic_identity& v);
+    void post(std::vector<change> changes);  // and wait until the server thread applied them
+    void apply_changes();
     void serve();
-    bool accept_clients(std::size_t vnic_index);  // false: out of descriptors
-    void add_client(int fd, std::size_t vnic_index);
+    bool accept_clients(endpoint& ep, int listener);  // false: out of descriptors
+    void add_client(int fd, pid_t pid, const std::shared_ptr<endpoint>& ep);
     bool serve_client(client& c);  // false: drop it
     void drop_client(client& c, bool device_gone);
     void take_adopted();
     void send_pending_events();
+    int poll_timeout_ms(bool listen_now) const;
 
     channel_config _config;
-    std::vector<std::unique_ptr<vnic_resources>> _resources;  // one per vNIC
-    std::vector<device_context> _devices;  // one per vNIC, points into _config and _resources
-    std::vector<listener> _listeners;
+    cq_error_sink _sink;
+    roce::engine* _engine = nullptr;
+    std::function<int(uint16_t, uint32_t)> _admit;
+
+    mutable std::mutex _endpoints_mutex;  // guards _endpoints (the server thread and sync()
+                                          // change it; resources() reads it)
+    std::map<uint16_t, std::shared_ptr<endpoint>> _endpoints;
     std::vector<client> _clients;  // server thread only
     uint64_t _next_client_id = 0;  // server thread only
-    int _wake_fd = -1;             // eventfd: stop() and adopt() wake the poll
+    int _wake_fd = -1;             // eventfd: stop(), adopt(), sync() and events wake the poll
 
     std::mutex _adopt_mutex;
-    std::vector<std::pair<int, std::size_t>> _adopted;  // guarded by _adopt_mutex
+    std::vector<std::pair<int, uint16_t>> _adopted;  // guarded by _adopt_mutex
+    std::vector<change> _changes;                    // guarded by _adopt_mutex
+    uint64_t _changes_posted = 0;                    // guarded by _adopt_mutex
+    uint64_t _changes_done = 0;                      // guarded by _adopt_mutex
+    std::condition_variable _changes_applied;
     struct pending_event {
         uint64_t client;
         proto_event_type type;
@@ -133,8 +183,8 @@ class channel_server {
 
     std::atomic<bool> _stopping{false};
     std::atomic<std::size_t> _client_count{0};
-    std::atomic<uint64_t> _accepted{0}, _refused{0}, _disconnected{0}, _requests{0},
-        _bad_requests{0};
+    std::atomic<uint64_t> _accepted{0}, _refused{0}, _refused_foreign{0}, _hello_timeouts{0},
+        _disconnected{0}, _requests{0}, _bad_requests{0}, _vnics_removed{0};
     std::thread _thread;
 };
 

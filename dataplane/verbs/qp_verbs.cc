@@ -18,6 +18,40 @@ namespace proto = verbs_proto;
 void vnic_resources::enable_qps(qp_support support) {
     const std::lock_guard lock(_mutex);
     _qp_support = std::move(support);
+    if (_qp_support.engine == nullptr || _doorbell != nullptr) {
+        return;
+    }
+    _doorbell = roce::doorbell_memory::create();
+    if (_doorbell != nullptr) {
+        roce::engine* engine = _qp_support.engine;
+        const uint16_t slot = _qp_support.local.vnic;
+        verbs_proto::doorbell_page* page = &_doorbell->page();
+        if (engine->call([engine, slot, page] {
+                engine->set_vnic_doorbell(slot, page);
+                return 0;
+            }) != 0) {
+            _doorbell.reset();  // the worker never saw it: QPs then fail to create (ENOMEM)
+        }
+    }
+}
+
+void vnic_resources::disable_doorbell() {
+    if (_doorbell == nullptr || _qp_support.engine == nullptr) {
+        return;
+    }
+    roce::engine* engine = _qp_support.engine;
+    const uint16_t slot = _qp_support.local.vnic;
+    if (engine->call(
+            [engine, slot] {
+                engine->set_vnic_doorbell(slot, nullptr);
+                return 0;
+            },
+            roce::engine::on_timeout::run_later) != 0) {
+        // The worker did not answer: it may still wait on the page until it runs the call
+        // (queued, never cancelled), so the page must stay mapped.
+        [[maybe_unused]] auto* leaked = _doorbell.release();
+    }
+    _doorbell.reset();
 }
 
 int vnic_resources::create_qp(uint64_t client, const proto::create_qp_request& req,
@@ -72,9 +106,9 @@ int vnic_resources::create_qp(uint64_t client, const proto::create_qp_request& r
         _qp_keys.release(handle);
         return error;
     }
-    const int doorbell = dup(_qp_support.engine->doorbell_fd());
+    const int doorbell = _doorbell != nullptr ? dup(_doorbell->fd()) : -1;
     if (doorbell < 0) {
-        const int error = errno;
+        const int error = _doorbell != nullptr ? errno : ENOMEM;
         close(ring_fd);
         _qp_keys.release(handle);
         return error;

@@ -77,7 +77,17 @@ vnic_resources::vnic_resources(const proto::limits& lim, cq_error_sink sink,
       _qp_keys(lim.max_qp),
       _srq_keys(lim.max_srq) {}
 
-vnic_resources::~vnic_resources() = default;
+vnic_resources::~vnic_resources() {
+    // The engine must not keep running a QP whose MR table and CQs go with this object.
+    {
+        const std::lock_guard lock(_mutex);
+        for (auto& [handle, q] : _qps) {
+            drop_qp(handle, q);
+        }
+        _qps.clear();
+    }
+    disable_doorbell();
+}
 
 void vnic_resources::set_quota(const vnic_quota& quota) {
     const std::lock_guard lock(_mutex);

@@ -149,6 +149,7 @@ class vnic_resources {
     };
 
     pd_object* owned_pd(uint64_t client, uint32_t pd);
+    void disable_doorbell();  // takes the vNIC's doorbell out of the engine (destructor)
     void drop_qp(uint32_t handle, qp_object& q);  // with _mutex held
 
     verbs_proto::limits _limits;
@@ -164,6 +165,9 @@ class vnic_resources {
     key_allocator _cq_keys;
     std::unordered_map<uint32_t, std::shared_ptr<completion_queue>> _cqs;
     qp_support _qp_support;
+    // The vNIC's own doorbell (every QP of the vNIC gets this page, no other vNIC's client
+    // does), installed in the engine by enable_qps.
+    std::unique_ptr<roce::doorbell_memory> _doorbell;
     key_allocator _qp_keys;
     std::unordered_map<uint32_t, qp_object> _qps;
     key_allocator _srq_keys;

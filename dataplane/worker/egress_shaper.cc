@@ -134,6 +134,8 @@ void egress_shaper::run(worker_context& ctx, const roce::engine* engine, uint64_
             }
             v.rdma_reported = rdma_backlog;
         }
+        _counters[slot].grants.add(1);
+        _counters[slot].tcp_busy_grants.add(v.count > 0 ? 1 : 0);
         const qos::burst_grant g = _sched->grant(now_ns, slot);
         // tcp: frames leave while the grant is positive; the last may overshoot.
         uint64_t sent = 0;

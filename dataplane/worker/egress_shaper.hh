@@ -32,6 +32,9 @@ struct shaper_vnic_counters {
     counter rdma_waits;        // times the engine found the rdma grant spent
     counter rdma_granted;      // bytes the scheduler granted the rdma class
     counter rdma_busy_grants;  // grants made while the engine had rdma work
+    counter tcp_busy_grants;   // grants made while the tcp FIFO held frames
+    counter grants;            // grants made: with the two above, how often each class had
+                               // nothing to send (its share then went to the other)
 };
 
 class egress_shaper {

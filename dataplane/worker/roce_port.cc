@@ -37,6 +37,10 @@ void roce_port::end_frame(uint16_t vnic_slot, uint32_t dst_ip_be, uint32_t len) 
     }
     (void)len;
     const vnic_view& vnic = _tables->vnics[vnic_slot];
+    if (vnic.vpc == no_vpc) {
+        _ctx.drop(m, drop_reason::vnic_removed, vnic_slot);
+        return;
+    }
     const overlay::vlt_entry* entry = _tables->vlt->lookup(vnic.vpc, dst_ip_be);
     if (entry == nullptr) {
         _ctx.drop(m, drop_reason::vlt_miss, vnic_slot);
@@ -76,7 +80,8 @@ void roce_port::end_frame(uint16_t vnic_slot, uint32_t dst_ip_be, uint32_t len) 
 }
 
 uint16_t roce_port::local_vnic(uint16_t vnic_slot, uint32_t dst_ip_be) const {
-    if (_tables == nullptr || vnic_slot >= _tables->vnics.size()) {
+    if (_tables == nullptr || vnic_slot >= _tables->vnics.size() ||
+        _tables->vnics[vnic_slot].vpc == no_vpc) {
         return no_local_vnic;
     }
     const overlay::vlt_entry* entry =

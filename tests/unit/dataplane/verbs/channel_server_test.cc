@@ -1,15 +1,20 @@
 // The channel server over real sockets: a socketpair adopted as a client, and the per-vNIC
-// path sockets. No EAL, no root: sockets live in a temporary directory.
+// abstract endpoints, bound in the test's own network namespace. No EAL; the namespace
+// tests need root (CLONE_NEWNET), as the integration tests do.
 
 #include "verbs/channel_server.hh"
+
+#include "verbs_shim/endpoint_address.hh"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -19,6 +24,7 @@
 #include <thread>
 
 #include "maps_helper.hh"
+#include "test_endpoints.hh"
 
 namespace jakiro::verbs {
 namespace {
@@ -114,24 +120,39 @@ proto::query_request query(uint32_t id = 2) {
     return q;
 }
 
+using test::own_vnic;
+
+// Connects to `address` ("@abstract" or a path); -1 with errno set.
+int connect_to(const std::string& address) {
+    sockaddr_un addr{};
+    socklen_t len = 0;
+    if (!verbs_endpoint::to_sockaddr(address, addr, len)) {
+        return -1;
+    }
+    const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+        const int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
 class ChannelServer : public testing::Test {
   protected:
     void SetUp() override {
-        char dir[] = "/tmp/jakiro-verbs-test-XXXXXX";
-        ASSERT_NE(mkdtemp(dir), nullptr);
-        config.socket_dir = dir;
+        config.endpoint_prefix = test::unique_prefix();
         config.host_name = "h1";
         config.tenant_mtu = 1450;
-        config.vnics = {{"t1", {0x02, 0x00, 0xc6, 0x13, 0x01, 0x01}, 0xc6130101},
-                        {"t5", {0x02, 0x00, 0xc6, 0x13, 0x01, 0x03}, 0xc6130103}};
+        config.vnics = {own_vnic("t1", 0x01, 0), own_vnic("t5", 0x03, 1)};
     }
-    void TearDown() override { std::filesystem::remove_all(config.socket_dir); }
 
-    // A client of vNIC `vnic` over a socketpair; returns our end.
-    int adopted_client(channel_server& server, std::size_t vnic = 0) {
+    // A client of the vNIC in `slot` over a socketpair; returns our end.
+    int adopted_client(channel_server& server, uint16_t slot = 0) {
         int pair[2];
         EXPECT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair), 0);
-        EXPECT_TRUE(server.adopt(pair[1], vnic));
+        EXPECT_TRUE(server.adopt(pair[1], slot));
         return pair[0];
     }
 
@@ -257,16 +278,14 @@ TEST_F(ChannelServer, ForgetsAClientThatDisconnects) {
     EXPECT_EQ(server.stats().disconnected, 1u);
 }
 
-TEST_F(ChannelServer, StopTellsClientsTheDeviceIsGoneAndRemovesTheSockets) {
+TEST_F(ChannelServer, StopTellsClientsTheDeviceIsGoneAndClosesTheEndpoints) {
     channel_server server(config);
     std::string error;
     ASSERT_TRUE(server.start(error)) << error;
-    const std::string path = server.socket_path(0);
-    const std::string link = config.socket_dir + "/by-name/t1.sock";
-    struct stat st;
-    ASSERT_EQ(stat(path.c_str(), &st), 0);
-    EXPECT_TRUE(S_ISSOCK(st.st_mode));
-    ASSERT_EQ(stat(link.c_str(), &st), 0) << "by-name link resolves to the socket";
+    const std::string address = server.socket_path(0);
+    const int probe = connect_to(address);
+    ASSERT_GE(probe, 0) << address;
+    close(probe);
 
     const int fd = adopted_client(server);
     send_message(fd, hello());
@@ -281,59 +300,188 @@ TEST_F(ChannelServer, StopTellsClientsTheDeviceIsGoneAndRemovesTheSockets) {
     EXPECT_EQ(recv(h.fd, &e, sizeof(e), 0), 0) << "then EOF";
     char buf[8];
     EXPECT_EQ(recv(fd, buf, sizeof(buf), 0), 0) << "the control connection is closed too";
-    EXPECT_NE(access(path.c_str(), F_OK), 0);
-    EXPECT_NE(access(link.c_str(), F_OK), 0);
+    EXPECT_EQ(connect_to(address), -1);
+    EXPECT_EQ(errno, ECONNREFUSED) << "nothing listens there any more";
     close(h.fd);
     close(fd);
 }
 
-TEST_F(ChannelServer, ServesEveryVnicOnItsMacSocket) {
+TEST_F(ChannelServer, ServesEveryVnicOnItsMacAndNameEndpoints) {
     channel_server server(config);
     std::string error;
     ASSERT_TRUE(server.start(error)) << error;
-    EXPECT_EQ(server.socket_path(1), config.socket_dir + "/02:00:c6:13:01:03.sock");
-    for (const char* path : {"02:00:c6:13:01:01.sock", "by-name/t5.sock"}) {
-        const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-        sockaddr_un addr{};
-        addr.sun_family = AF_UNIX;
-        std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s/%s", config.socket_dir.c_str(),
-                      path);
-        ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << path;
+    EXPECT_EQ(server.socket_path(1), config.endpoint_prefix + "mac/02:00:c6:13:01:03");
+    for (const std::string suffix : {"mac/02:00:c6:13:01:01", "name/t5"}) {
+        const int fd = connect_to(config.endpoint_prefix + suffix);
+        ASSERT_GE(fd, 0) << suffix;
         send_message(fd, hello());
         const auto r = receive(fd);
         proto::hello_reply h{};
         std::memcpy(&h, r.bytes.data(), sizeof(h));
-        EXPECT_STREQ(h.vnic_name, std::string(path) == "by-name/t5.sock" ? "t5" : "t1");
+        EXPECT_STREQ(h.vnic_name, suffix == "name/t5" ? "t5" : "t1");
         close(r.fd);
         close(fd);
     }
 }
 
-TEST_F(ChannelServer, RefusesToStealALiveSocketButReplacesAStaleOne) {
+TEST_F(ChannelServer, ASecondServerCannotTakeAServedVnicAndNothingStaleIsLeft) {
     {
         channel_server first(config);
-        std::string error;
+        std::string error, warnings;
         ASSERT_TRUE(first.start(error)) << error;
         channel_server second(config);
-        EXPECT_FALSE(second.start(error));
-        EXPECT_NE(error.find("another jakirod"), std::string::npos) << error;
+        EXPECT_TRUE(second.start(error, warnings)) << error;
+        EXPECT_NE(warnings.find("another process serves it"), std::string::npos) << warnings;
+        EXPECT_FALSE(second.serves(0));
     }
-    // A file left behind by a crash (nobody listening) is taken over.
-    const std::string stale = config.socket_dir + "/02:00:c6:13:01:01.sock";
-    std::FILE* f = std::fopen(stale.c_str(), "w");
-    ASSERT_NE(f, nullptr);
-    std::fclose(f);
+    // Abstract names go with their socket: a crashed daemon leaves nothing to clean up.
     channel_server third(config);
     std::string error;
     EXPECT_TRUE(third.start(error)) << error;
+    EXPECT_TRUE(third.serves(0));
 }
 
-TEST_F(ChannelServer, RefusesTwoVnicsWithOneMac) {
-    config.vnics[1].mac = config.vnics[0].mac;
+TEST_F(ChannelServer, TwoVnicsWithOneMacInOneNamespaceServeOnlyTheFirst) {
+    config.vnics[1].identity.mac = config.vnics[0].identity.mac;
+    channel_server server(config);
+    std::string error, warnings;
+    EXPECT_TRUE(server.start(error, warnings));
+    EXPECT_NE(warnings.find("vNIC t5"), std::string::npos) << warnings;
+    EXPECT_TRUE(server.serves(0));
+    EXPECT_FALSE(server.serves(1));
+}
+
+TEST_F(ChannelServer, AVnicServesAtMostItsClientLimitAndOtherVnicsAreUnaffected) {
+    config.vnics[0].max_clients = 3;
     channel_server server(config);
     std::string error;
-    EXPECT_FALSE(server.start(error));
-    EXPECT_NE(error.find("share MAC 02:00:c6:13:01:01"), std::string::npos) << error;
+    ASSERT_TRUE(server.start(error)) << error;
+    std::vector<int> fds;
+    for (int i = 0; i < 6; ++i) {
+        fds.push_back(connect_to(server.socket_path(0)));
+        ASSERT_GE(fds.back(), 0);
+    }
+    ASSERT_TRUE(eventually([&] { return server.stats().refused == 3; }));
+    EXPECT_EQ(server.client_count(), 3u);
+    int answered = 0;
+    for (const int fd : fds) {
+        const auto h = hello();
+        send(fd, &h, sizeof(h), MSG_NOSIGNAL);  // EPIPE on the refused ones
+        const auto r = receive(fd);
+        answered += r.size > 0 ? 1 : 0;
+        if (r.fd >= 0) {
+            close(r.fd);
+        }
+    }
+    EXPECT_EQ(answered, 3) << "the refused connections were closed";
+    // Control: the other vNIC serves as usual.
+    const int other = connect_to(server.socket_path(1));
+    send_message(other, hello());
+    const auto r = receive(other);
+    EXPECT_EQ(r.status(), 0);
+    close(r.fd);
+    close(other);
+    for (const int fd : fds) {
+        close(fd);
+    }
+}
+
+TEST_F(ChannelServer, AClientThatNeverSaysHelloIsDroppedAfterTheTimeout) {
+    config.hello_timeout = std::chrono::milliseconds(200);
+    channel_server server(config);
+    std::string error;
+    ASSERT_TRUE(server.start(error)) << error;
+    const int silent = connect_to(server.socket_path(0));
+    const int talker = connect_to(server.socket_path(0));
+    send_message(talker, hello());
+    const auto h = receive(talker);
+    ASSERT_EQ(h.status(), 0);
+    ASSERT_TRUE(eventually([&] { return server.stats().hello_timeouts == 1; }));
+    char byte;
+    EXPECT_EQ(recv(silent, &byte, 1, 0), 0) << "the silent one was closed";
+    EXPECT_EQ(server.client_count(), 1u) << "the one that said HELLO stays";
+    close(h.fd);
+    close(silent);
+    close(talker);
+}
+
+TEST_F(ChannelServer, APeerOutsideTheVnicsNamespaceAtHelloIsRefused) {
+    channel_server server(config);
+    std::string error;
+    ASSERT_TRUE(server.start(error)) << error;
+    // A child connects from here, then leaves for a namespace of its own and says HELLO;
+    // another child (the control) stays and gets its answer.
+    const std::string address = server.socket_path(0);  // the child takes no locks
+    auto child_says_hello = [&](bool leave) {
+        int result[2];
+        EXPECT_EQ(pipe(result), 0);
+        const pid_t pid = fork();
+        if (pid == 0) {
+            const int fd = connect_to(address);
+            if (leave && unshare(CLONE_NEWNET) != 0) {
+                _exit(3);
+            }
+            const auto h = hello();
+            send(fd, &h, sizeof(h), MSG_NOSIGNAL);
+            char buf[512];
+            pollfd p{fd, POLLIN, 0};
+            const ssize_t n = poll(&p, 1, 2000) == 1 ? recv(fd, buf, sizeof(buf), 0) : -1;
+            const char verdict = n > 0 ? 'y' : 'n';
+            [[maybe_unused]] const ssize_t w = write(result[1], &verdict, 1);
+            _exit(0);
+        }
+        close(result[1]);
+        char verdict = '?';
+        [[maybe_unused]] const ssize_t r = read(result[0], &verdict, 1);
+        close(result[0]);
+        waitpid(pid, nullptr, 0);
+        return verdict;
+    };
+    EXPECT_EQ(child_says_hello(false), 'y');
+    EXPECT_EQ(child_says_hello(true), 'n');
+    EXPECT_EQ(server.stats().refused_foreign, 1u);
+}
+
+TEST_F(ChannelServer, SyncTearsDownARemovedVnicAndServesAnAddedOne) {
+    channel_server server(config);
+    std::string error;
+    ASSERT_TRUE(server.start(error)) << error;
+    const std::string t1_address = server.socket_path(0);
+    const int fd = adopted_client(server, 0);
+    send_message(fd, hello());
+    const auto h = receive(fd);
+    ASSERT_GE(h.fd, 0);
+    send_message(fd, proto::make_message<proto::alloc_pd_request>(
+                         static_cast<uint16_t>(proto::opcode::alloc_pd), 2));
+    ASSERT_EQ(decode_reply<proto::alloc_pd_reply>(receive(fd)).rh.status, 0);
+    const int t5 = adopted_client(server, 1);
+    send_message(t5, hello());
+    const auto h5 = receive(t5);
+    ASSERT_GE(h5.fd, 0);
+
+    // t1 leaves the configuration; t7 arrives.
+    ASSERT_TRUE(server.sync({config.vnics[1], own_vnic("t7", 0x07, 2)}, error)) << error;
+    proto::async_event_message e{};
+    ASSERT_EQ(recv(h.fd, &e, sizeof(e), 0), static_cast<ssize_t>(sizeof(e)));
+    EXPECT_EQ(e.type, static_cast<uint32_t>(proto::event_type::device_fatal));
+    char buf[8];
+    EXPECT_EQ(recv(fd, buf, sizeof(buf), 0), 0) << "t1's client is closed";
+    EXPECT_FALSE(server.serves(0));
+    EXPECT_EQ(connect_to(t1_address), -1);
+    EXPECT_EQ(server.stats().vnics_removed, 1u);
+    const int t7 = connect_to(config.endpoint_prefix + "name/t7");
+    ASSERT_GE(t7, 0);
+    send_message(t7, hello());
+    const auto h7 = receive(t7);
+    proto::hello_reply reply{};
+    std::memcpy(&reply, h7.bytes.data(), sizeof(reply));
+    EXPECT_STREQ(reply.vnic_name, "t7");
+    // Control: t5's client never noticed.
+    send_message(t5, query(9));
+    EXPECT_EQ(receive(t5).status(), 0);
+    for (const int f : {h.fd, fd, h5.fd, t5, h7.fd, t7}) {
+        close(f);
+    }
 }
 
 TEST_F(ChannelServer, EverythingADisconnectedClientCreatedIsReleased) {
@@ -432,7 +580,7 @@ TEST_F(ChannelServer, ManyClientsAreServedIndependently) {
     ASSERT_TRUE(server.start(error)) << error;
     std::vector<int> fds;
     for (int i = 0; i < 50; ++i) {
-        fds.push_back(adopted_client(server, static_cast<std::size_t>(i % 2)));
+        fds.push_back(adopted_client(server, static_cast<uint16_t>(i % 2)));
     }
     for (std::size_t i = 0; i < fds.size(); ++i) {
         send_message(fds[i], hello(static_cast<uint32_t>(100 + i)));

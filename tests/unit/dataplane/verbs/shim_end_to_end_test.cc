@@ -20,6 +20,7 @@
 
 #include "maps_helper.hh"
 #include "roce/engine.hh"
+#include "test_endpoints.hh"
 #include "verbs/channel_server.hh"
 
 namespace jakiro {
@@ -28,12 +29,10 @@ namespace {
 class ShimEndToEnd : public testing::Test {
   protected:
     void SetUp() override {
-        char dir[] = "/tmp/jakiro-verbs-e2e-XXXXXX";
-        ASSERT_NE(mkdtemp(dir), nullptr);
-        config.socket_dir = dir;
+        config.endpoint_prefix = verbs::test::unique_prefix();
         config.host_name = "h1";
         config.tenant_mtu = 1450;
-        config.vnics = {{"t1", {0x02, 0x00, 0xc6, 0x13, 0x01, 0x01}, 0xc6130101}};
+        config.vnics = {verbs::test::own_vnic("t1", 0x01, 0)};
         server = std::make_unique<verbs::channel_server>(config);
         if (with_qps) {
             // No worker attached: the engine runs control calls inline, nobody sends packets.
@@ -48,7 +47,6 @@ class ShimEndToEnd : public testing::Test {
         unsetenv("JAKIRO_VERBS_SOCKET");
         server.reset();
         engine.reset();
-        std::filesystem::remove_all(config.socket_dir);
     }
 
     // The server thread notices closed connections asynchronously.

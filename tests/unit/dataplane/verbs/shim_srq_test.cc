@@ -14,6 +14,7 @@
 #include <filesystem>
 
 #include "roce/engine.hh"
+#include "test_endpoints.hh"
 #include "verbs/channel_server.hh"
 
 namespace jakiro {
@@ -22,12 +23,10 @@ namespace {
 class ShimSrq : public testing::Test {
   protected:
     void SetUp() override {
-        char dir[] = "/tmp/jakiro-verbs-srq-XXXXXX";
-        ASSERT_NE(mkdtemp(dir), nullptr);
-        config.socket_dir = dir;
+        config.endpoint_prefix = verbs::test::unique_prefix();
         config.host_name = "h1";
         config.tenant_mtu = 1450;
-        config.vnics = {{"t1", {0x02, 0x00, 0xc6, 0x13, 0x01, 0x01}, 0xc6130101}};
+        config.vnics = {verbs::test::own_vnic("t1", 0x01, 0)};
         server = std::make_unique<verbs::channel_server>(config);
         engine = std::make_unique<roce::engine>(1, 16);
         server->enable_qps(engine.get(), {});
@@ -53,7 +52,6 @@ class ShimSrq : public testing::Test {
         unsetenv("JAKIRO_VERBS_SOCKET");
         server.reset();
         engine.reset();
-        std::filesystem::remove_all(config.socket_dir);
     }
 
     ibv_srq* create_srq(uint32_t max_wr, uint32_t max_sge = 1) {

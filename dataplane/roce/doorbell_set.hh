@@ -1,0 +1,71 @@
+#pragma once
+// The doorbells a sleeping worker waits on (DESIGN.md §1, §8a): one page of jakirod's own
+// (control calls, the rx waker) that no tenant ever maps, and one page per vNIC that only that
+// vNIC's clients map. No page is shared by two vNICs, so a tenant can neither see another's
+// rings (a covert channel) nor ring on its behalf; all it can do with its own page is wake the
+// worker early, which costs it one bounded visit. The worker waits on every page at once with
+// futex_waitv (Linux 5.16+), up to its 128 waiters; past 127 vNIC pages it caps each sleep at
+// `crowded_sleep_us` instead, so a page it does not watch is still seen soon.
+//
+// Thread-safety: the engine thread owns the set. `page_of` reads are for any thread (atomic
+// pointers); pages are installed and removed on the engine thread (through engine::call), so a
+// page is never unmapped while the worker waits on it.
+
+#include <linux/futex.h>
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "verbs_shim/rings.hh"
+
+namespace jakiro::roce {
+
+// A sealed one-page memfd holding a doorbell_page, mapped here; the fd is what clients get.
+class doorbell_memory {
+  public:
+    static std::unique_ptr<doorbell_memory> create();
+    ~doorbell_memory();
+    doorbell_memory(const doorbell_memory&) = delete;
+    doorbell_memory& operator=(const doorbell_memory&) = delete;
+
+    int fd() const { return _fd; }
+    verbs_proto::doorbell_page& page() const { return *_page; }
+
+  private:
+    doorbell_memory(int fd, verbs_proto::doorbell_page* page) : _fd(fd), _page(page) {}
+    int _fd;
+    verbs_proto::doorbell_page* _page;
+};
+
+class doorbell_set {
+  public:
+    static constexpr std::size_t max_vnics = 256;  // dataplane/counters.hh max_vnics
+    static constexpr uint64_t crowded_sleep_us = 100;
+
+    // Installs (or with nullptr removes) vNIC `slot`'s page; engine thread.
+    void set(uint16_t slot, verbs_proto::doorbell_page* page);
+    verbs_proto::doorbell_page* page_of(uint16_t slot) const {
+        return slot < max_vnics ? _vnic[slot].load(std::memory_order_acquire) : nullptr;
+    }
+
+    // Before the last look at the rings: notes every page's count. A ring after this ends the
+    // wait that follows.
+    void arm(verbs_proto::doorbell_page* own);
+    // Sleeps up to `us`, less if any armed page rings.
+    void wait(uint64_t us);
+    // After waking: how many vNIC pages (and whether the own page) moved since arm().
+    unsigned rung_since_armed(const verbs_proto::doorbell_page* own, bool& own_rang) const;
+
+    // All rings so far of the own page and every vNIC page (tests, counters).
+    uint32_t total(const verbs_proto::doorbell_page* own) const;
+
+  private:
+    std::array<std::atomic<verbs_proto::doorbell_page*>, max_vnics> _vnic{};
+    std::array<futex_waitv, FUTEX_WAITV_MAX> _waiters{};
+    unsigned _armed = 0;
+    bool _crowded = false;
+    bool _waitv_missing = false;  // the kernel has no futex_waitv: wait on the own page only
+};
+
+}  // namespace jakiro::roce

@@ -1,0 +1,184 @@
+"""The hostile-tenant suite for the RDMA face's endpoints (issue 12, DESIGN.md §8a): a tenant
+reaches only its own vNIC's endpoint, cannot lock other tenants out of theirs, shares no
+doorbell with them, and a vNIC removed by `apply` takes its RDMA face with it.
+
+The probes are tests/hostile/verbs_probe, a raw client of jakirod's verbs protocol (no shim),
+as an attacker would write it. Every attack has a control: the same probe against the
+attacker's own vNIC works, so a refusal is the isolation, not a broken probe.
+"""
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import (IP, JAKIROD, MAC, RUN_DIR, SRC, T1, T2, T3, T5, jakiroctl, ns, stop,
+                      wait_listening, wait_until)
+
+pytestmark = pytest.mark.usefixtures("testbed")
+
+PROBE = os.environ.get("JAKIRO_VERBS_PROBE") or str(
+    Path(JAKIROD).resolve().parents[1] / "tests" / "hostile" / "verbs_probe")
+JAKIRO_RUN = SRC / "tools" / "jakiro-run"
+# Each vNIC's endpoints, as jakirod binds them inside the tenant's namespace.
+BY_NAME = "@jakiro/verbs/name/{}"
+BY_MAC = "@jakiro/verbs/mac/{}"
+# rdma.max_contexts default and the HELLO timeout (dataplane/verbs/channel_server.hh).
+MAX_CONTEXTS = 64
+HELLO_TIMEOUT_S = 2
+
+
+def probe(namespace, *args, timeout=30):
+    """The probe's last line (its verdict)."""
+    return ns(namespace, PROBE, *args, timeout=timeout).stdout.strip().splitlines()[-1]
+
+
+def endpoint_stats(host="h1"):
+    return json.loads(jakiroctl(host, "qps", "--json").stdout)["endpoints"]
+
+
+def shim_env():
+    env = dict(os.environ)
+    lib = Path(JAKIROD).resolve().parents[1] / "verbs_shim" / "libjakiro_verbs.so"
+    if lib.exists():
+        env["JAKIRO_VERBS_LIB"] = str(lib)
+    return env
+
+
+def jakiro_run(namespace, *args, timeout=30, check=False):
+    return subprocess.run(["ip", "netns", "exec", namespace, str(JAKIRO_RUN), *args],
+                          env=shim_env(), capture_output=True, text=True, timeout=timeout,
+                          check=check)
+
+
+def test_a_tenant_reaches_only_the_rdma_endpoints_of_its_own_namespace():
+    # Control: t1's own endpoints, by name and by MAC, answer as t1.
+    assert probe(T1, "hello", BY_NAME.format("t1")) == "vnic t1"
+    assert probe(T1, "hello", BY_MAC.format(MAC[T1])) == "vnic t1"
+    assert probe(T3, "hello", BY_NAME.format("t3")) == "vnic t3"
+    # Red t3 (same host, same IP as blue t1) asks for blue t1: nothing listens there.
+    assert probe(T3, "hello", BY_NAME.format("t1")) == "refused ECONNREFUSED"
+    assert probe(T3, "hello", BY_MAC.format(MAC[T1])) == "refused ECONNREFUSED"
+    # Blue t5 (same VPC, same host) cannot act through t1 either: one endpoint, one tenant.
+    assert probe(T5, "hello", BY_NAME.format("t1")) == "refused ECONNREFUSED"
+    # No path socket is left that any namespace could open.
+    sockets = list(Path("/run/jakiro/verbs").rglob("*.sock")) if Path(
+        "/run/jakiro/verbs").exists() else []
+    assert sockets == [], sockets
+
+    # What a user of jakiro-run sees: --vnic chooses only among the namespace's own vNICs.
+    r = jakiro_run(T3, "--vnic", "t1", "--", "ibv_devinfo")
+    assert r.returncode == 2 and "no vNIC named 't1' in this network namespace" in r.stderr, r
+    r = jakiro_run(T3, "--socket", BY_NAME.format("t1"), "--", "ibv_devinfo", "-l")
+    assert "jakiro_t1" not in r.stdout, r.stdout
+    r = jakiro_run(T1, "--vnic", "t1", "--", "ibv_devinfo", "-l", check=True)
+    assert "jakiro_t1" in r.stdout, r.stdout
+
+
+def test_a_process_that_leaves_the_namespace_before_hello_is_refused():
+    before = endpoint_stats()["refused_foreign"]
+    # Control: the same connection, HELLO from inside the namespace.
+    assert probe(T1, "hello", BY_NAME.format("t1")) == "vnic t1"
+    # Connect from t1, then move to a fresh namespace and say HELLO from there.
+    assert probe(T1, "leave-then-hello", BY_NAME.format("t1")) == "refused closed"
+    assert endpoint_stats()["refused_foreign"] == before + 1
+
+
+def test_idle_connections_hold_only_their_own_vnics_slots_and_only_until_the_hello_timeout():
+    before = endpoint_stats()
+    # t1 opens far more connections than its vNIC serves and never says HELLO.
+    hog = subprocess.Popen(["ip", "netns", "exec", T1, PROBE, "hold", BY_NAME.format("t1"),
+                            "300", "1"], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    try:
+        time.sleep(0.5)
+        # Meanwhile every other tenant of the host gets in (control: they are not held up).
+        assert probe(T5, "hello", BY_NAME.format("t5")) == "vnic t5"
+        assert probe(T3, "hello", BY_NAME.format("t3")) == "vnic t3"
+        out, _ = hog.communicate(timeout=30)
+    finally:
+        stop(hog)
+    m = re.match(r"open (\d+) connect-refused (\d+)", out.strip())
+    assert m, out
+    assert 1 <= int(m.group(1)) <= MAX_CONTEXTS, out
+    after = endpoint_stats()
+    assert after["refused_over_limit"] >= before["refused_over_limit"] + 300 - MAX_CONTEXTS
+    # Held past the HELLO timeout, none stays open, and t1 itself gets in again.
+    out = probe(T1, "hold", BY_NAME.format("t1"), "10", str(HELLO_TIMEOUT_S + 2))
+    assert out.startswith("open 0 "), out
+    assert endpoint_stats()["hello_timeouts"] >= after["hello_timeouts"] + 10
+    assert probe(T1, "hello", BY_NAME.format("t1")) == "vnic t1"
+
+
+def test_each_vnic_has_a_doorbell_page_of_its_own():
+    pages = {t: probe(t, "doorbell", BY_NAME.format(name))
+             for t, name in ((T1, "t1"), (T3, "t3"), (T5, "t5"))}
+    for t, line in pages.items():
+        assert re.fullmatch(r"doorbell \d+:\d+", line), (t, line)
+    assert len(set(pages.values())) == 3, pages
+    # Control: two contexts of one vNIC share its page (it is per vNIC, not per process).
+    assert probe(T1, "doorbell", BY_NAME.format("t1")) == pages[T1]
+
+
+def h1_config_without(tmp_path, vnic):
+    lines = [line for line in (RUN_DIR / "h1.yaml").read_text().splitlines()
+             if not line.strip().startswith(f"- {{name: {vnic},")]
+    path = tmp_path / f"h1-without-{vnic}.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def h1_config_with_netns(tmp_path, vnic, netns):
+    """h1's YAML with `vnic` naming its tenant namespace explicitly (not derived from the veth)."""
+    lines = []
+    for line in (RUN_DIR / "h1.yaml").read_text().splitlines():
+        if line.strip().startswith(f"- {{name: {vnic},"):
+            line = line.rstrip()[:-1] + f", netns: {netns}}}"
+        lines.append(line)
+    path = tmp_path / f"h1-{vnic}-netns.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_removing_a_vnic_ends_its_rdma_face_and_adding_it_back_creates_a_new_one(tmp_path):
+    args = ["ib_write_bw", "-x", "0", "-F", "-s", "65536", "-p", "18700", "-D", "30"]
+    server = subprocess.Popen(["ip", "netns", "exec", T2, str(JAKIRO_RUN), "--", *args],
+                              env=shim_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, start_new_session=True)
+    client = None
+    try:
+        wait_listening(T2, 18700, timeout=15)
+        client = subprocess.Popen(["ip", "netns", "exec", T1, str(JAKIRO_RUN), "--", *args,
+                                   IP[T2]], env=shim_env(), stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        wait_until(lambda: any(q["vnic"] == "t1" and q["state"] == "RTS"
+                               for q in json.loads(jakiroctl("h1", "qps", "--json").stdout)["qps"]),
+                   15, "t1's QP in RTS")
+        removed = endpoint_stats()["vnics_removed"]
+        jakiroctl("h1", "apply", str(h1_config_without(tmp_path, "t1")), timeout=60)
+        # Its program learns at once (IBV_EVENT_DEVICE_FATAL, flushed work) and ends with an
+        # error, long before its 30 s; its QPs left the engine; nothing listens for it.
+        out, _ = client.communicate(timeout=20)
+        assert client.returncode != 0, out[-800:]
+        qps = json.loads(jakiroctl("h1", "qps", "--json").stdout)["qps"]
+        assert qps == [], "t1's QP outlived its vNIC"
+        assert endpoint_stats()["vnics_removed"] == removed + 1
+        assert probe(T1, "hello", BY_NAME.format("t1")) == "refused ECONNREFUSED"
+        # Control: the other vNICs' faces are untouched.
+        assert probe(T5, "hello", BY_NAME.format("t5")) == "vnic t5"
+
+        # Added back live (its namespace named in YAML this time): a new endpoint, in t1 only.
+        jakiroctl("h1", "apply", str(h1_config_with_netns(tmp_path, "t1", T1)), timeout=60)
+        assert probe(T1, "hello", BY_NAME.format("t1")) == "vnic t1"
+        assert probe(T3, "hello", BY_NAME.format("t1")) == "refused ECONNREFUSED"
+        r = jakiro_run(T1, "--", "ibv_devinfo", "-l", check=True)
+        assert "jakiro_t1" in r.stdout, r.stdout
+    finally:
+        for p in (client, server):
+            if p is not None:
+                stop(p)
+        jakiroctl("h1", "apply", str(RUN_DIR / "h1.yaml"), timeout=60)
