@@ -99,7 +99,6 @@ void fill_hello(verbs_proto::hello_reply& reply, const vnic_identity& vnic,
     reply.path_mtu = path_mtu_for(tenant_mtu);
     reply.node_guid = node_guid_from_mac(vnic.mac);
     reply.lim = engine_limits();
-    clamp_to_quota(reply.lim, vnic.quota);
 }
 
 void fill_query(verbs_proto::query_reply& reply, const vnic_identity& vnic, uint32_t tenant_mtu) {
@@ -117,7 +116,6 @@ void fill_query(verbs_proto::query_reply& reply, const vnic_identity& vnic, uint
     d.local_ca_ack_delay = 15;
     d.max_pkeys = 1;
     d.lim = engine_limits();
-    clamp_to_quota(d.lim, vnic.quota);
 
     auto& p = reply.port;
     p.state = static_cast<uint8_t>(verbs_proto::port_state::active);

@@ -20,7 +20,7 @@ struct vnic_identity {
     std::array<uint8_t, 6> mac{};
     uint32_t ip = 0;    // host byte order, like host_config
     uint16_t slot = 0;  // the vNIC's datapath slot (its index in the startup configuration)
-    vnic_quota quota;   // YAML rdma.*, as at startup (vnic_resources holds the live one)
+    vnic_quota quota;   // YAML rdma.*, what its vnic_resources starts with (it holds the live one)
 };
 
 // Largest IB MTU (256, 512, 1024, 2048, 4096) whose RoCEv2 packet fits the tenant MTU:
@@ -35,7 +35,7 @@ uint64_t node_guid_from_mac(const std::array<uint8_t, 6>& mac);
 std::array<uint8_t, 16> ipv4_mapped_gid(uint32_t ip);
 
 // The limits of the software RoCE engine (documented in verbs_shim/README.md). What HELLO and
-// QUERY advertise is these, lowered to the vNIC's quota (quota.hh, clamp_to_quota).
+// QUERY advertise is these, lowered to the vNIC's live quota (requests.cc, clamp_to_quota).
 verbs_proto::limits engine_limits();
 
 void fill_hello(verbs_proto::hello_reply& reply, const vnic_identity& vnic,

@@ -47,7 +47,8 @@ void vnic_resources::disable_doorbell() {
                 return 0;
             },
             roce::engine::on_timeout::run_later) != 0) {
-        // The worker did not answer: it may still wait on the page, so it must stay mapped.
+        // The worker did not answer: it may still wait on the page until it runs the call
+        // (queued, never cancelled), so the page must stay mapped.
         [[maybe_unused]] auto* leaked = _doorbell.release();
     }
     _doorbell.reset();

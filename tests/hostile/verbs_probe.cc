@@ -8,12 +8,19 @@
 //                                        print "open K" (how many jakirod still keeps open)
 //   verbs_probe doorbell ADDRESS         create a QP, print "doorbell DEV:INODE" of its page
 //   verbs_probe leave-then-hello ADDRESS connect, move to a new network namespace, then HELLO
+//   verbs_probe reg-mr ADDRESS KIND      register 2 MiB of memory of KIND (shmem: a sealed memfd,
+//                                        as the shim sends; hugetlb: a sealed MFD_HUGETLB memfd;
+//                                        unsealed: a memfd without F_SEAL_SHRINK; file: a file
+//                                        on disk; pipe), punch a hole under it if registered,
+//                                        HELLO again: "registered alive", "refused ERRNO-NAME"
 //
 // ADDRESS is "@abstract-name" or a path (verbs_shim/endpoint_address.hh). Exit status 0 when
 // the command ran (whatever jakirod answered), 2 on bad usage.
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -70,9 +77,10 @@ struct reply {
     }
 };
 
-reply call(int fd, const void* request, std::size_t size) {
+reply call(int fd, const void* request, std::size_t size, int passed_fd = -1) {
     reply r;
-    if (send(fd, request, size, MSG_NOSIGNAL) != static_cast<ssize_t>(size)) {
+    if (jakiro::verbs_proto::send_with_fd(fd, request, size, passed_fd, MSG_NOSIGNAL) !=
+        static_cast<ssize_t>(size)) {
         r.error = errno;
         return r;
     }
@@ -215,9 +223,87 @@ int leave_then_hello(const char* where) {
     return 0;
 }
 
+// The memory a hostile tenant hands jakirod for an MR, `bytes` long; -1 if it cannot be made.
+int memory_of_kind(const std::string& kind, std::size_t bytes) {
+    if (kind == "pipe") {
+        int p[2];
+        return pipe2(p, O_CLOEXEC) == 0 ? p[0] : -1;
+    }
+    int fd = -1;
+    if (kind == "file") {
+        char path[] = "/var/tmp/verbs-probe-XXXXXX";
+        fd = mkstemp(path);
+        if (fd >= 0) {
+            unlink(path);
+        }
+    } else {
+        const unsigned flags =
+            MFD_CLOEXEC | MFD_ALLOW_SEALING | (kind == "hugetlb" ? MFD_HUGETLB : 0);
+        fd = memfd_create("verbs-probe", flags);
+    }
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+        return -1;
+    }
+    if ((kind == "shmem" || kind == "hugetlb") && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) {
+        return -1;
+    }
+    return fd;
+}
+
+int reg_mr(const char* where, const std::string& kind) {
+    constexpr std::size_t bytes = 2 << 20;  // one huge page
+    const int fd = connect_to(where);
+    if (fd < 0 || !say_hello(fd)) {
+        std::printf("refused no-session\n");
+        return 0;
+    }
+    const int memory = memory_of_kind(kind, bytes);
+    if (memory < 0) {
+        std::printf("cannot-make %s %s\n", kind.c_str(), strerrorname_np(errno));
+        return 0;
+    }
+    auto pd = proto::make_message<proto::alloc_pd_request>(
+        static_cast<uint16_t>(proto::opcode::alloc_pd), 2);
+    const reply p = call(fd, &pd, sizeof(pd));
+    proto::alloc_pd_reply pr{};
+    std::memcpy(&pr, p.bytes.data(), sizeof(pr));
+    auto mr =
+        proto::make_message<proto::reg_mr_request>(static_cast<uint16_t>(proto::opcode::reg_mr), 3);
+    mr.pd_handle = pr.pd_handle;
+    mr.access = proto::mr_access_all;
+    mr.addr = mr.iova = 0x10000000;
+    mr.length = bytes;
+    const reply m = call(fd, &mr, sizeof(mr), memory);
+    if (m.size <= 0) {
+        std::printf("refused closed\n");
+    } else if (m.status() != 0) {
+        std::printf("refused %s\n", strerrorname_np(m.status()));
+    } else {
+        // Registered: take the memory back from under jakirod's mapping, then check that
+        // jakirod still answers.
+        fallocate(memory, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, bytes);
+        const int again = connect_to(where);
+        const bool alive = again >= 0 && [&] {
+            auto h = proto::make_message<proto::hello_request>(
+                static_cast<uint16_t>(proto::opcode::hello), 1);
+            h.pid = static_cast<uint32_t>(getpid());
+            const reply r = call(again, &h, sizeof(h));
+            return r.size > 0 && r.status() == 0;
+        }();
+        std::printf("registered %s\n", alive ? "alive" : "dead");
+        if (again >= 0) {
+            close(again);
+        }
+    }
+    close(memory);
+    close(fd);
+    return 0;
+}
+
 int usage() {
     std::fprintf(stderr,
                  "usage: verbs_probe hello|doorbell|leave-then-hello ADDRESS\n"
+                 "       verbs_probe reg-mr ADDRESS shmem|hugetlb|unsealed|file|pipe\n"
                  "       verbs_probe hold ADDRESS COUNT SECONDS\n");
     return 2;
 }
@@ -238,6 +324,9 @@ int main(int argc, char** argv) {
     }
     if (cmd == "leave-then-hello") {
         return leave_then_hello(argv[2]);
+    }
+    if (cmd == "reg-mr" && argc == 4) {
+        return reg_mr(argv[2], argv[3]);
     }
     if (cmd == "hold" && argc == 5) {
         return hold(argv[2], std::atoi(argv[3]), std::atoi(argv[4]));

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (IP, JAKIROD, MAC, RUN_DIR, SRC, T1, T2, T3, T5, jakiroctl, ns, stop,
+from conftest import (IP, JAKIROD, MAC, RUN_DIR, SRC, T1, T2, T3, T5, alive, jakirod_pids,
+                      jakiroctl, ns, stop,
                       wait_listening, wait_until)
 
 pytestmark = pytest.mark.usefixtures("testbed")
@@ -182,3 +183,45 @@ def test_removing_a_vnic_ends_its_rdma_face_and_adding_it_back_creates_a_new_one
             if p is not None:
                 stop(p)
         jakiroctl("h1", "apply", str(RUN_DIR / "h1.yaml"), timeout=60)
+
+
+# ---- row 2: MR memory jakirod could lose (issue 12, item 4)
+
+def test_an_mr_is_registered_only_on_a_sealed_shmem_memfd():
+    pid = jakirod_pids()["h1"]
+    # Control: a sealed shmem memfd, what the shim sends, registers; a hole punched under it
+    # afterwards leaves jakirod answering.
+    assert probe(T1, "reg-mr", BY_NAME.format("t1"), "shmem") == "registered alive"
+    # A hugetlb memfd (a hole punch would hand its page back: SIGBUS in jakirod), an unsealed
+    # memfd, a file on disk, a pipe: each refused with EINVAL, what ibv_reg_mr returns.
+    for kind in ("hugetlb", "unsealed", "file", "pipe"):
+        assert probe(T1, "reg-mr", BY_NAME.format("t1"), kind) == "refused EINVAL", kind
+    assert alive(pid)
+    assert probe(T5, "hello", BY_NAME.format("t5")) == "vnic t5"
+
+
+# ---- row 11: per-vNIC quotas, changed live by apply
+
+def h1_config_with_rdma(tmp_path, vnic, rdma):
+    """h1's YAML with `vnic` given the `rdma:` quota map `rdma` (flow YAML text)."""
+    lines = []
+    for line in (RUN_DIR / "h1.yaml").read_text().splitlines():
+        if line.strip().startswith(f"- {{name: {vnic},"):
+            line = line.rstrip()[:-1] + f", rdma: {rdma}}}"
+        lines.append(line)
+    path = tmp_path / f"h1-{vnic}-rdma.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_apply_changes_a_vnics_qp_quota_live_and_only_that_vnics(tmp_path):
+    # Control: t1 creates a QP.
+    assert re.fullmatch(r"doorbell \d+:\d+", probe(T1, "doorbell", BY_NAME.format("t1")))
+    jakiroctl("h1", "apply", str(h1_config_with_rdma(tmp_path, "t1", "{max_qps: 0}")), timeout=60)
+    try:
+        # Now one QP is over t1's quota: EDQUOT (122); t5 is not affected.
+        assert probe(T1, "doorbell", BY_NAME.format("t1")) == "doorbell none status 122"
+        assert re.fullmatch(r"doorbell \d+:\d+", probe(T5, "doorbell", BY_NAME.format("t5")))
+    finally:
+        jakiroctl("h1", "apply", str(RUN_DIR / "h1.yaml"), timeout=60)
+    assert re.fullmatch(r"doorbell \d+:\d+", probe(T1, "doorbell", BY_NAME.format("t1")))

@@ -442,6 +442,44 @@ TEST_F(ChannelServer, APeerOutsideTheVnicsNamespaceAtHelloIsRefused) {
     EXPECT_EQ(server.stats().refused_foreign, 1u);
 }
 
+// `apply` changes a vNIC's quota in place (sync with the same endpoint): lowered, new objects
+// are refused with EDQUOT and existing ones stay; raised, they are allowed again; the next
+// QUERY advertises the new limit.
+TEST_F(ChannelServer, SyncChangesAVnicsQuotaLiveWithoutTouchingItsClients) {
+    config.vnics[0].identity.quota.max_pds = 1;
+    channel_server server(config);
+    std::string error;
+    ASSERT_TRUE(server.start(error)) << error;
+    const int fd = adopted_client(server, 0);
+    send_message(fd, hello());
+    const auto h = receive(fd);
+    ASSERT_GE(h.fd, 0);
+    auto alloc_pd = [&](uint32_t id) {
+        send_message(fd, proto::make_message<proto::alloc_pd_request>(
+                             static_cast<uint16_t>(proto::opcode::alloc_pd), id));
+        return receive(fd).status();  // an error reply is the header alone
+    };
+    EXPECT_EQ(alloc_pd(2), 0);
+    EXPECT_EQ(alloc_pd(3), EDQUOT);
+    auto raised = config.vnics;
+    raised[0].identity.quota.max_pds = 2;
+    raised[0].identity.quota.max_qps = 7;
+    ASSERT_TRUE(server.sync(raised, error)) << error;
+    EXPECT_EQ(alloc_pd(4), 0) << "raised live";
+    EXPECT_EQ(alloc_pd(5), EDQUOT);
+    send_message(fd, query(6));
+    const auto q = decode_reply<proto::query_reply>(receive(fd));
+    EXPECT_EQ(q.device.lim.max_qp, 7u) << "QUERY says what the quota is now";
+    auto lowered = config.vnics;
+    lowered[0].identity.quota.max_pds = 0;
+    ASSERT_TRUE(server.sync(lowered, error)) << error;
+    EXPECT_EQ(alloc_pd(7), EDQUOT);
+    EXPECT_EQ(server.resources(0).count().pds, 2u) << "nothing destroyed";
+    EXPECT_EQ(server.stats().vnics_removed, 0u) << "the endpoint stayed";
+    close(h.fd);
+    close(fd);
+}
+
 TEST_F(ChannelServer, SyncTearsDownARemovedVnicAndServesAnAddedOne) {
     channel_server server(config);
     std::string error;

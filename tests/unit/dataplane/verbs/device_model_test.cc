@@ -43,19 +43,22 @@ TEST(DeviceModel, QueryDescribesOneActiveRoceV2Port) {
 
 // ibv_query_device never promises what the vNIC's quota would refuse on an empty vNIC.
 TEST(DeviceModel, AdvertisedLimitsAreLoweredToTheVnicsQuota) {
-    vnic_identity vnic{"t1", {0x02, 0x00, 0xc6, 0x13, 0x01, 0x01}, 0xc6130101};
-    vnic.quota.max_qps = 8;
-    vnic.quota.max_pds = 2;
-    vnic.quota.max_mrs = 3;
-    vnic.quota.max_mr_bytes = 1 << 20;
-    vnic.quota.max_cqs = 4;
-    vnic.quota.max_cqes = 3000;  // rings are powers of two: one of 2048 fits
-    vnic.quota.max_srqs = 1;
-    vnic.quota.max_wqes = 1000;  // a QP of 256 + 256 fits, an SRQ of 512
+    vnic_quota quota;
+    quota.max_qps = 8;
+    quota.max_pds = 2;
+    quota.max_mrs = 3;
+    quota.max_mr_bytes = 1 << 20;
+    quota.max_cqs = 4;
+    quota.max_cqes = 3000;  // rings are powers of two: one of 2048 fits
+    quota.max_srqs = 1;
+    quota.max_wqes = 1000;  // a QP of 256 + 256 fits, an SRQ of 512
+    const vnic_identity vnic{"t1", {0x02, 0x00, 0xc6, 0x13, 0x01, 0x01}, 0xc6130101};
     verbs_proto::hello_reply h{};
     fill_hello(h, vnic, "h1", 1450);
+    clamp_to_quota(h.lim, quota);
     verbs_proto::query_reply q{};
     fill_query(q, vnic, 1450);
+    clamp_to_quota(q.device.lim, quota);
     for (const verbs_proto::limits* l : {&h.lim, &q.device.lim}) {
         EXPECT_EQ(l->max_qp, 8u);
         EXPECT_EQ(l->max_pd, 2u);
@@ -70,6 +73,7 @@ TEST(DeviceModel, AdvertisedLimitsAreLoweredToTheVnicsQuota) {
     // The defaults lower nothing but the counts the engine has more of.
     const vnic_identity plain{"t2", {0x02, 0x00, 0xc6, 0x13, 0x01, 0x02}, 0xc6130102};
     fill_query(q, plain, 1450);
+    clamp_to_quota(q.device.lim, vnic_quota{});
     const auto engine = engine_limits();
     EXPECT_EQ(q.device.lim.max_qp_wr, engine.max_qp_wr);
     EXPECT_EQ(q.device.lim.max_cqe, engine.max_cqe);

@@ -92,6 +92,26 @@ TEST_F(Requests, QueryAfterHelloAnswersAttributes) {
     EXPECT_EQ(r.port.active_mtu, 1024u);
 }
 
+// HELLO and QUERY advertise the vNIC's quota as it is now (set_quota from `apply`), not as
+// it was at startup.
+TEST_F(Requests, HelloAndQueryAdvertiseTheLiveQuota) {
+    vnic_quota q;
+    q.max_qps = 3;
+    q.max_mr_bytes = 1 << 20;
+    resources.set_quota(q);
+    auto o = send(hello());
+    proto::hello_reply h{};
+    std::memcpy(&h, o.reply.data(), sizeof(h));
+    EXPECT_EQ(h.lim.max_qp, 3u);
+    EXPECT_EQ(h.lim.max_mr_size, 1u << 20);
+    q.max_qps = 5;
+    resources.set_quota(q);
+    o = send(query());
+    proto::query_reply r{};
+    std::memcpy(&r, o.reply.data(), sizeof(r));
+    EXPECT_EQ(r.device.lim.max_qp, 5u);
+}
+
 TEST_F(Requests, QueryBeforeHelloIsAProtocolError) {
     const auto o = send(query());
     EXPECT_EQ(o.what, outcome::action::reply);
