@@ -190,14 +190,14 @@ def test_removing_a_vnic_ends_its_rdma_face_and_adding_it_back_creates_a_new_one
 def test_an_mr_is_registered_only_on_a_sealed_shmem_memfd():
     pid = jakirod_pids()["h1"]
     # Control: a sealed shmem memfd, what the shim sends, registers; a hole punched under it
-    # afterwards leaves jakirod answering.
-    assert probe(T1, "reg-mr", BY_NAME.format("t1"), "shmem") == "registered alive"
+    # afterwards leaves jakirod answering. (t5: the test above re-creates t1's endpoint.)
+    assert probe(T5, "reg-mr", BY_NAME.format("t5"), "shmem") == "registered alive"
     # A hugetlb memfd (a hole punch would hand its page back: SIGBUS in jakirod), an unsealed
     # memfd, a file on disk, a pipe: each refused with EINVAL, what ibv_reg_mr returns.
     for kind in ("hugetlb", "unsealed", "file", "pipe"):
-        assert probe(T1, "reg-mr", BY_NAME.format("t1"), kind) == "refused EINVAL", kind
+        assert probe(T5, "reg-mr", BY_NAME.format("t5"), kind) == "refused EINVAL", kind
     assert alive(pid)
-    assert probe(T5, "hello", BY_NAME.format("t5")) == "vnic t5"
+    assert probe(T3, "hello", BY_NAME.format("t3")) == "vnic t3"
 
 
 # ---- row 11: per-vNIC quotas, changed live by apply
@@ -215,13 +215,13 @@ def h1_config_with_rdma(tmp_path, vnic, rdma):
 
 
 def test_apply_changes_a_vnics_qp_quota_live_and_only_that_vnics(tmp_path):
-    # Control: t1 creates a QP.
-    assert re.fullmatch(r"doorbell \d+:\d+", probe(T1, "doorbell", BY_NAME.format("t1")))
-    jakiroctl("h1", "apply", str(h1_config_with_rdma(tmp_path, "t1", "{max_qps: 0}")), timeout=60)
+    # Control: t5 creates a QP.
+    assert re.fullmatch(r"doorbell \d+:\d+", probe(T5, "doorbell", BY_NAME.format("t5")))
+    jakiroctl("h1", "apply", str(h1_config_with_rdma(tmp_path, "t5", "{max_qps: 0}")), timeout=60)
     try:
-        # Now one QP is over t1's quota: EDQUOT (122); t5 is not affected.
-        assert probe(T1, "doorbell", BY_NAME.format("t1")) == "doorbell none status 122"
-        assert re.fullmatch(r"doorbell \d+:\d+", probe(T5, "doorbell", BY_NAME.format("t5")))
+        # Now one QP is over t5's quota: EDQUOT (122); t3 is not affected.
+        assert probe(T5, "doorbell", BY_NAME.format("t5")) == "doorbell none status 122"
+        assert re.fullmatch(r"doorbell \d+:\d+", probe(T3, "doorbell", BY_NAME.format("t3")))
     finally:
         jakiroctl("h1", "apply", str(RUN_DIR / "h1.yaml"), timeout=60)
-    assert re.fullmatch(r"doorbell \d+:\d+", probe(T1, "doorbell", BY_NAME.format("t1")))
+    assert re.fullmatch(r"doorbell \d+:\d+", probe(T5, "doorbell", BY_NAME.format("t5")))
