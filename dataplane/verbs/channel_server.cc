@@ -349,7 +349,16 @@ void channel_server::apply_changes() {
         _clients.resize(kept);
         _client_count.store(_clients.size(), std::memory_order_relaxed);
         _vnics_removed.fetch_add(1, std::memory_order_relaxed);
-        // `gone` goes here: listeners closed, resources (doorbell, MR mappings) released.
+        // Its names are free from here on, even while serve() still holds a reference for
+        // this turn: sync() may bind them again (the vNIC moved) as soon as this returns.
+        for (const int fd : gone->listeners) {
+            close(fd);
+        }
+        gone->listeners.clear();
+        // And its objects go now, before sync() returns: a vNIC re-added in the same slot must
+        // not find the old QPs (same handles) in the engine or the old doorbell installed.
+        gone->device.resources = nullptr;
+        gone->resources.reset();
     }
     {
         const std::lock_guard lock(_adopt_mutex);

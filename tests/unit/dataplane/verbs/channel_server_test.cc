@@ -480,6 +480,34 @@ TEST_F(ChannelServer, SyncChangesAVnicsQuotaLiveWithoutTouchingItsClients) {
     close(fd);
 }
 
+TEST_F(ChannelServer, AVnicWhoseEndpointChangesIsServedAgainInTheSameSlot) {
+    channel_server server(config);
+    std::string error;
+    ASSERT_TRUE(server.start(error)) << error;
+    const int old_client = adopted_client(server, 0);
+    send_message(old_client, hello());
+    const auto h = receive(old_client);
+    ASSERT_GE(h.fd, 0);
+    // Same vNIC and slot, another description of where it lives: torn down and bound again,
+    // under the same names (the old listeners must be gone by then).
+    auto moved = config.vnics;
+    moved[0].port = "net_af_packet1,iface=t1-moved";
+    ASSERT_TRUE(server.sync(moved, error)) << error;
+    EXPECT_TRUE(server.serves(0));
+    EXPECT_EQ(server.stats().vnics_removed, 1u);
+    char buf[8];
+    EXPECT_EQ(recv(old_client, buf, sizeof(buf), 0), 0) << "the old endpoint's client is closed";
+    const int fd = connect_to(server.socket_path(0));
+    ASSERT_GE(fd, 0);
+    send_message(fd, hello());
+    const auto r = receive(fd);
+    EXPECT_EQ(r.status(), 0);
+    EXPECT_EQ(server.resources(0).count().pds, 0u) << "nothing of the old endpoint's clients";
+    for (const int f : {h.fd, old_client, r.fd, fd}) {
+        close(f);
+    }
+}
+
 TEST_F(ChannelServer, SyncTearsDownARemovedVnicAndServesAnAddedOne) {
     channel_server server(config);
     std::string error;
