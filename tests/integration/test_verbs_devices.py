@@ -72,12 +72,16 @@ def test_each_tenant_sees_exactly_one_device():
         assert "1 HCA found:" in out and f"jakiro_{VNIC[tenant]}" in out, out
 
 
-def test_jakiro_run_selects_a_vnic_by_name_from_the_host():
-    # From the test's own namespace, which has no Jakiro eth0: --vnic picks the socket.
-    r = run(JAKIRO_RUN, "--vnic", "t5", "--", "ibv_devinfo", "-v", env=shim_env())
+def test_jakiro_run_selects_a_vnic_by_name_only_inside_its_tenant_namespace():
+    # Inside t5's namespace, --vnic picks its endpoint by name.
+    r = ns(T5, JAKIRO_RUN, "--vnic", "t5", "--", "ibv_devinfo", "-v", env=shim_env())
     assert "hca_id:\tjakiro_t5" in r.stdout
     assert f"::ffff:{IP[T5]}" in r.stdout
-    r = run(JAKIRO_RUN, "--vnic", "no-such-vnic", "--", "true", check=False, env=shim_env())
+    # From the test's own namespace (the host's), no vNIC's endpoint is reachable: each lives
+    # in its tenant's namespace only (DESIGN.md §8a).
+    r = run(JAKIRO_RUN, "--vnic", "t5", "--", "true", check=False, env=shim_env())
+    assert r.returncode == 2 and "no vNIC named 't5' in this network namespace" in r.stderr, r
+    r = ns(T5, JAKIRO_RUN, "--vnic", "no-such-vnic", "--", "true", check=False, env=shim_env())
     assert r.returncode == 2 and "no-such-vnic" in r.stderr
 
 
