@@ -10,7 +10,9 @@ from conftest import IP, T1, T2, alive, cpu_seconds, global_counter, jakirod_pid
 pytestmark = pytest.mark.usefixtures("testbed")
 
 IDLE_S = 5
-LIMIT_PERCENT = 5  # a poll-mode loop that never sleeps shows ~100 %
+# A poll-mode loop that never sleeps shows ~100 %. Measured 1.0-1.6 % per daemon in CI runs A-C
+# of 2026-12-01 (0.8-2.0 % in the previous session's five).
+LIMIT_PERCENT = 5
 
 
 def test_idle_jakirod_uses_under_5_percent_of_a_core():
