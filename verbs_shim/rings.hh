@@ -192,10 +192,10 @@ inline bool overflowed(const cq_ring_header& h) {
 //
 // Doorbell: before its worker sleeps, jakirod notes every doorbell page's count, sets
 // `sleeping` in every QP ring, fences and looks at the producers once more, then waits on the
-// counts (shared futexes, futex_waitv, with a timeout); after publishing, the shim fences and, if `sleeping` is set,
-// bumps the count and wakes the futex (ring_doorbell). Not an eventfd: its O_NONBLOCK flag is
-// shared by every holder, so one tenant could make jakirod's read of it block; a futex wait
-// always ends at its timeout, and all a tenant can do to the page is wake jakirod early.
+// counts (shared futexes, futex_waitv, with a timeout); after publishing, the shim fences and, if
+// `sleeping` is set, bumps the count and wakes the futex (ring_doorbell). Not an eventfd: its
+// O_NONBLOCK flag is shared by every holder, so one tenant could make jakirod's read of it block; a
+// futex wait always ends at its timeout, and all a tenant can do to the page is wake jakirod early.
 
 // A vNIC's doorbell: one page (a sealed memfd) that jakirod and the clients with a QP on that
 // vNIC map; no two vNICs share one (dataplane/roce/doorbell_set.hh).

@@ -23,9 +23,9 @@
 // and packets still arriving for it are `revoked` drops. So no packet of a connection moves
 // under a policy that no longer allows it, as the NFT's generation does for TCP flows.
 //
-// Doorbells (doorbell_set.hh): one page per vNIC whose count the shim bumps (and futex-wakes) after
-// posting when the rings say the worker sleeps (verbs_shim/rings.hh); the worker's sleep waits on
-// it.
+// Doorbells (doorbell_set.hh): one page per vNIC, whose count the shim bumps (and futex-wakes)
+// after posting when the rings say the worker sleeps (verbs_shim/rings.hh); the worker's sleep
+// waits on all of them.
 
 #include <array>
 #include <atomic>
