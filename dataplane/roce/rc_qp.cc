@@ -404,7 +404,19 @@ unsigned rc_qp::send_packets(packet_port& port, uint64_t now_ns, unsigned budget
     const uint32_t mask = ring.sq_capacity() - 1;
     if (reliable() && _una == _next_psn && _send_index != ring.send_taken()) {
         // Intra-host shortcut: nothing in flight as packets, the peer is a QP of this engine.
-        if (rc_qp* peer = local_peer(port); peer != nullptr) {
+        rc_qp* peer = local_peer(port);
+        if (peer != nullptr && !checked_with(*peer)) {
+            if (_local.active) {
+                return 0;  // mid-message: the engine checks the peer again within a poll or two
+            }
+            peer = nullptr;
+        }
+        if (peer == nullptr && _local.active) {
+            // The peer went away (destroyed, ERR) mid-message: the packet path sends it whole,
+            // and the retry count ends it as it would on the wire.
+            _local = local_transfer{};
+        }
+        if (peer != nullptr) {
             _local_fallback = false;
             const unsigned moved = send_local(*peer, port, budget);
             if (!_local_fallback) {
@@ -556,6 +568,23 @@ void gather_op(const Op& op, uint64_t offset, std::byte* out, uint32_t len) {
     }
 }
 
+// Copies bytes [offset, offset + len) of a send WQE's message to the same place of a receive
+// WQE's buffers.
+template <typename Send, typename Recv>
+void copy_to_recv(const Send& op, const Recv& r, uint64_t offset, uint32_t len) {
+    uint64_t sge_start = 0;
+    for (uint8_t i = 0; i < r.sges && len > 0; ++i) {
+        const uint64_t sge_end = sge_start + r.sge_len[i];
+        if (offset < sge_end) {
+            const auto n = static_cast<uint32_t>(std::min<uint64_t>(len, sge_end - offset));
+            gather_op(op, offset, r.sge_data[i] + (offset - sge_start), n);
+            offset += n;
+            len -= n;
+        }
+        sge_start = sge_end;
+    }
+}
+
 }  // namespace
 
 rc_qp* rc_qp::local_peer(packet_port& port) const {
@@ -568,53 +597,74 @@ rc_qp* rc_qp::local_peer(packet_port& port) const {
     }
     rc_qp* peer = _engine->find(slot, _machine.attr().dest_qp_num);
     // Only a peer connected back to this very QP (RCFT, both ways) and able to receive.
-    // And both checked under the policy the engine runs with: a peer not yet checked again
-    // after a change takes the packet path, where the engine checks it first.
     if (peer == nullptr || peer == this || peer->_remote_ip_be != _s.local.ip_be ||
-        peer->_machine.attr().dest_qp_num != _s.qpn || !peer->_machine.accepts_inbound() ||
-        peer->_admitted_generation != _engine->policy_generation() ||
-        _admitted_generation != _engine->policy_generation()) {
+        peer->_machine.attr().dest_qp_num != _s.qpn || !peer->_machine.accepts_inbound()) {
         return nullptr;
     }
     return peer;
 }
 
+bool rc_qp::checked_with(const rc_qp& peer) const {
+    // A peer not yet checked again after a policy change takes the packet path, where the
+    // engine checks it first.
+    return peer._admitted_generation == _engine->policy_generation() &&
+           _admitted_generation == _engine->policy_generation();
+}
+
 unsigned rc_qp::send_local(rc_qp& peer, packet_port& port, unsigned budget) {
     verbs::qp_ring& ring = *_s.ring;
     const uint32_t mask = ring.sq_capacity() - 1;
-    unsigned moved = 0;
+    unsigned moved = 0;  // in packets' worth, the unit of the budget
     while (moved < budget && _send_index != ring.send_taken()) {
         send_op& op = _sends[_send_index & mask];
         if (op.local_error != IBV_WC_SUCCESS) {
             break;  // completes with its error in retire_sends
         }
-        // Both sides must be between messages at the same PSN; otherwise packets are (or
-        // were) on the way and the packet path finishes what it started.
-        if (_next_psn != op.first_psn || peer._epsn != op.first_psn || peer._in_send ||
-            peer._in_write || !peer._reads.empty() || peer._ack_pending) {
+        if (!_local.active) {
+            // Both sides must be between messages at the same PSN; otherwise packets are (or
+            // were) on the way and the packet path finishes what it started.
+            if (_next_psn != op.first_psn || peer._epsn != op.first_psn || peer._in_send ||
+                peer._in_write || peer._recv_held || !peer._reads.empty() || peer._ack_pending) {
+                _local_fallback = moved == 0;
+                break;
+            }
+        } else if (!peer.continues_local(op)) {
+            // The peer was reset under the message: the packet path sends it whole.
+            _local = local_transfer{};
             _local_fallback = moved == 0;
             break;
         }
+        const uint32_t slice = std::min(op.length - _local.moved, (budget - moved) * _mtu);
+        const uint32_t packets = std::max(1u, (slice + _mtu - 1) / _mtu);
         // Charged as the packets it replaces would have been.
-        const uint32_t last_payload = op.length == 0 ? 0 : op.length - (op.packets - 1) * _mtu;
-        const uint64_t charged =
-            uint64_t{op.packets - 1} * frame_bytes(opcode::rc_write_middle, _mtu) +
-            frame_bytes(opcode::rc_write_last, last_payload);
-        if (!port.admit(_s.local.vnic,
-                        static_cast<uint32_t>(std::min<uint64_t>(charged, UINT32_MAX)))) {
+        if (!port.admit(_s.local.vnic, packets * frame_bytes(opcode::rc_write_middle, 0) + slice)) {
             break;
         }
-        ibv_wc_status status = IBV_WC_SUCCESS;
-        const local_result r = peer.execute_local(op, *this, status);
-        if (r == local_result::rnr) {
-            _stats.rnr_naks_received.fetch_add(1, std::memory_order_relaxed);
-            break;  // no receive posted yet: the next poll tries again (the RNR wait)
+        if (!_local.active) {
+            ibv_wc_status status = IBV_WC_SUCCESS;
+            const local_result r = peer.begin_local(op, *this, _local, status);
+            if (r == local_result::rnr) {
+                _stats.rnr_naks_received.fetch_add(1, std::memory_order_relaxed);
+                break;  // no receive posted yet: the next poll tries again (the RNR wait)
+            }
+            if (r == local_result::failed) {
+                fail_requester(op.first_psn, status);
+                return moved + 1;
+            }
+            _local.active = true;
+            if (r == local_result::done) {
+                _local.moved = op.length;  // an atomic: executed whole
+            }
         }
-        ++moved;
-        if (r == local_result::failed) {
-            fail_requester(op.first_psn, status);
-            return moved;
+        if (_local.moved < op.length) {
+            peer.place_local(op, _local, slice);
         }
+        moved += packets;
+        if (_local.moved < op.length) {
+            continue;  // the rest on the next pass or visit: has_work() keeps the worker awake
+        }
+        peer.finish_local(op, *this, _local);
+        _local = local_transfer{};
         const uint32_t end = psn_add(op.first_psn, op.packets);
         peer._epsn = end;
         peer._msn = psn_add(peer._msn, 1);
@@ -632,8 +682,30 @@ unsigned rc_qp::send_local(rc_qp& peer, packet_port& port, unsigned budget) {
     return moved;
 }
 
-rc_qp::local_result rc_qp::execute_local(const send_op& op, const rc_qp& requester,
-                                         ibv_wc_status& status) {
+void rc_qp::complete_local_recv(recv_op& r, const send_op& op, const rc_qp& requester,
+                                ibv_wc_status status, uint32_t opcode, uint32_t len) {
+    const proto::send_wqe& w = op.wqe;
+    proto::cqe c{};
+    c.wr_id = r.wr_id;
+    c.status = status;
+    c.opcode = opcode;
+    c.byte_len = len;
+    c.qp_num = _s.qpn;
+    c.src_qp = requester._s.qpn;
+    c.solicited = (w.send_flags & IBV_SEND_SOLICITED) != 0 ? 1 : 0;
+    if (status == IBV_WC_SUCCESS && has_imm(w)) {
+        c.imm_data = w.imm_data;
+        c.wc_flags = IBV_WC_WITH_IMM;
+    }
+    for (uint8_t s = 0; s < r.sges; ++s) {
+        r.pins[s].reset();
+    }
+    _s.ring->retire_recv(1);
+    complete(*_s.recv_cq, c);
+}
+
+rc_qp::local_result rc_qp::begin_local(const send_op& op, const rc_qp& requester, local_transfer& t,
+                                       ibv_wc_status& status) {
     const proto::send_wqe& w = op.wqe;
     auto fail = [&](proto::event_type event, ibv_wc_status requester_status) {
         if (_s.events.raise != nullptr) {
@@ -643,46 +715,25 @@ rc_qp::local_result rc_qp::execute_local(const send_op& op, const rc_qp& request
         status = requester_status;
         return local_result::failed;
     };
-    auto complete_recv = [&](const recv_op& r, ibv_wc_status st, uint32_t opcode, uint32_t len) {
-        proto::cqe c{};
-        c.wr_id = r.wr_id;
-        c.status = st;
-        c.opcode = opcode;
-        c.byte_len = len;
-        c.qp_num = _s.qpn;
-        c.src_qp = requester._s.qpn;
-        c.solicited = (w.send_flags & IBV_SEND_SOLICITED) != 0 ? 1 : 0;
-        if (st == IBV_WC_SUCCESS && has_imm(w)) {
-            c.imm_data = w.imm_data;
-            c.wc_flags = IBV_WC_WITH_IMM;
-        }
-        _s.ring->retire_recv(1);
-        complete(*_s.recv_cq, c);
-    };
     switch (w.opcode) {
         case IBV_WR_SEND:
         case IBV_WR_SEND_WITH_IMM: {
-            recv_op r;
-            if (!take_recv(r)) {
+            if (!take_recv(_recv)) {
                 return local_result::rnr;
             }
-            if (r.local_error != IBV_WC_SUCCESS) {
-                complete_recv(r, r.local_error, IBV_WC_RECV, 0);
+            if (_recv.local_error != IBV_WC_SUCCESS) {
+                complete_local_recv(_recv, op, requester, _recv.local_error, IBV_WC_RECV, 0);
                 return fail(proto::event_type::qp_fatal, IBV_WC_REM_OP_ERR);
             }
-            if (op.length > r.length) {
-                complete_recv(r, IBV_WC_LOC_LEN_ERR, IBV_WC_RECV, 0);
+            if (op.length > _recv.length) {
+                complete_local_recv(_recv, op, requester, IBV_WC_LOC_LEN_ERR, IBV_WC_RECV, 0);
                 return fail(proto::event_type::qp_req_err, IBV_WC_REM_INV_REQ_ERR);
             }
-            uint64_t offset = 0;
-            for (uint8_t i = 0; i < r.sges && offset < op.length; ++i) {
-                const uint32_t chunk =
-                    static_cast<uint32_t>(std::min<uint64_t>(r.sge_len[i], op.length - offset));
-                gather_op(op, offset, r.sge_data[i], chunk);
-                offset += chunk;
-            }
-            complete_recv(r, IBV_WC_SUCCESS, IBV_WC_RECV, op.length);
-            return local_result::done;
+            // The peer's message in progress, as if its first packet had come: should the
+            // peer fail before the end, its flush completes the receive WQE.
+            _in_send = true;
+            _recv_offset = 0;
+            return local_result::started;
         }
         case IBV_WR_RDMA_WRITE:
         case IBV_WR_RDMA_WRITE_WITH_IMM: {
@@ -691,17 +742,17 @@ rc_qp::local_result rc_qp::execute_local(const send_op& op, const rc_qp& request
             if (!found || !grants(IBV_ACCESS_REMOTE_WRITE)) {
                 return fail(proto::event_type::qp_access_err, IBV_WC_REM_ACCESS_ERR);
             }
-            recv_op r;
-            if (has_imm(w) && !take_recv(r)) {
-                return local_result::rnr;
-            }
-            if (op.length > 0) {
-                gather_op(op, 0, found.bytes.data(), op.length);
-            }
+            // WRITE with immediate consumes a receive WQE: taken before any byte lands, so
+            // an RNR leaves nothing half done. Held as the packet path holds one.
             if (has_imm(w)) {
-                complete_recv(r, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, op.length);
+                if (!take_recv(_recv)) {
+                    return local_result::rnr;
+                }
+                _recv_held = true;
             }
-            return local_result::done;
+            t.remote = found.bytes.data();
+            t.pin = std::move(found.mr);
+            return local_result::started;
         }
         case IBV_WR_RDMA_READ: {
             auto found =
@@ -709,11 +760,9 @@ rc_qp::local_result rc_qp::execute_local(const send_op& op, const rc_qp& request
             if (!found || !grants(IBV_ACCESS_REMOTE_READ)) {
                 return fail(proto::event_type::qp_access_err, IBV_WC_REM_ACCESS_ERR);
             }
-            if (op.length > 0) {
-                scatter(op.sge_data.data(), op.sge_len.data(), op.sges, 0,
-                        reinterpret_cast<const uint8_t*>(found.bytes.data()), op.length);
-            }
-            return local_result::done;
+            t.remote = found.bytes.data();
+            t.pin = std::move(found.mr);
+            return local_result::started;
         }
         case IBV_WR_ATOMIC_CMP_AND_SWP:
         case IBV_WR_ATOMIC_FETCH_AND_ADD: {
@@ -733,6 +782,57 @@ rc_qp::local_result rc_qp::execute_local(const send_op& op, const rc_qp& request
         default:
             return fail(proto::event_type::qp_req_err, IBV_WC_REM_INV_REQ_ERR);
     }
+}
+
+bool rc_qp::continues_local(const send_op& op) const {
+    switch (op.wqe.opcode) {
+        case IBV_WR_SEND:
+        case IBV_WR_SEND_WITH_IMM:
+            return _in_send;
+        case IBV_WR_RDMA_WRITE_WITH_IMM:
+            return _recv_held;
+        default:
+            return true;  // the requester holds the peer's memory pinned
+    }
+}
+
+void rc_qp::place_local(const send_op& op, local_transfer& t, uint32_t len) {
+    switch (op.wqe.opcode) {
+        case IBV_WR_SEND:
+        case IBV_WR_SEND_WITH_IMM:
+            copy_to_recv(op, _recv, t.moved, len);
+            _recv_offset += len;
+            break;
+        case IBV_WR_RDMA_WRITE:
+        case IBV_WR_RDMA_WRITE_WITH_IMM:
+            gather_op(op, t.moved, t.remote + t.moved, len);
+            break;
+        case IBV_WR_RDMA_READ:
+            scatter(op.sge_data.data(), op.sge_len.data(), op.sges, t.moved,
+                    reinterpret_cast<const uint8_t*>(t.remote + t.moved), len);
+            break;
+        default:
+            break;
+    }
+    t.moved += len;
+}
+
+void rc_qp::finish_local(const send_op& op, const rc_qp& requester, local_transfer& t) {
+    switch (op.wqe.opcode) {
+        case IBV_WR_SEND:
+        case IBV_WR_SEND_WITH_IMM:
+            _in_send = false;
+            complete_local_recv(_recv, op, requester, IBV_WC_SUCCESS, IBV_WC_RECV, op.length);
+            break;
+        case IBV_WR_RDMA_WRITE_WITH_IMM:
+            _recv_held = false;
+            complete_local_recv(_recv, op, requester, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM,
+                                op.length);
+            break;
+        default:
+            break;
+    }
+    t.pin.reset();
 }
 
 bool rc_qp::psn_sent(uint32_t psn) const {
@@ -1762,6 +1862,7 @@ void rc_qp::flush() {
     }
     _send_index = ring.send_taken();
     _next_psn = _una = _sent_high = _psn_cursor;
+    _local = local_transfer{};
     // Receive queue: the one in progress (or held by UC), then the posted ones.
     if (budget > 0 && (_in_send || _recv_held)) {
         for (uint8_t s = 0; s < _recv.sges; ++s) {
@@ -1825,6 +1926,7 @@ void rc_qp::reset() {
     _revoked = false;
     _send_index = _s.ring->send_taken();
     _psn_cursor = _next_psn = _una = _sent_high = 0;
+    _local = local_transfer{};
     _rnr_resume_ns = 0;
     _rewound_for_gap = false;
     _epsn = _msn = 0;

@@ -234,12 +234,33 @@ class rc_qp {
     void fail_requester(uint32_t psn, ibv_wc_status status);
 
     // ---- intra-host shortcut: both QPs in this engine, data memory to memory
+    // The message the shortcut is moving. A long one moves in slices, as many bytes per visit
+    // as the packets of the same budget would carry, so that no tenant holds the worker with
+    // one large WR. WRITE and READ keep the peer's memory pinned here; a SEND's receive WQE is
+    // the peer's message in progress (_in_send), which its flush completes if it fails.
+    struct local_transfer {
+        bool active = false;
+        uint32_t moved = 0;
+        std::byte* remote = nullptr;  // WRITE: destination, READ: source (the peer's MR)
+        std::shared_ptr<const verbs::mr_entry> pin;
+    };
+    // The QP of this engine connected back to this one and able to receive, if any.
     rc_qp* local_peer(packet_port& port) const;
+    // Both ends checked under the policy the engine runs with.
+    bool checked_with(const rc_qp& peer) const;
     unsigned send_local(rc_qp& peer, packet_port& port, unsigned budget);
-    enum class local_result { done, rnr, failed };
-    // The responder's half: executes `op` of `requester` at once. On `failed`, `status` is what
-    // the requester's WR completes with.
-    local_result execute_local(const send_op& op, const rc_qp& requester, ibv_wc_status& status);
+    enum class local_result { started, done, rnr, failed };
+    // The responder's half of a message of `requester`, in three steps. begin_local checks it
+    // and takes what it needs (keys, a receive WQE; an atomic executes at once: `done`). On
+    // `failed`, `status` is what the requester's WR completes with.
+    local_result begin_local(const send_op& op, const rc_qp& requester, local_transfer& t,
+                             ibv_wc_status& status);
+    // Still the message `t` began (the peer was not reset under it)?
+    bool continues_local(const send_op& op) const;
+    void place_local(const send_op& op, local_transfer& t, uint32_t len);
+    void finish_local(const send_op& op, const rc_qp& requester, local_transfer& t);
+    void complete_local_recv(recv_op& r, const send_op& op, const rc_qp& requester,
+                             ibv_wc_status status, uint32_t opcode, uint32_t len);
 
     // ---- responder
     void on_request(const roce_packet& p, packet_port& port, uint64_t now_ns);
@@ -308,6 +329,7 @@ class rc_qp {
     uint64_t _rnr_resume_ns = 0;  // != 0: waiting out an RNR NAK
     bool _rewound_for_gap = false;
     bool _local_fallback = false;  // the shortcut met a half-done message: use packets
+    local_transfer _local;
 
     // responder
     uint32_t _epsn = 0;

@@ -1046,6 +1046,86 @@ TEST_F(rc_qp_test, on_one_host_data_moves_memory_to_memory_without_packets) {
     EXPECT_GT(wire.sent, 0u);
 }
 
+// The longest prefix of `len` bytes at which x and y agree.
+std::size_t agreeing_prefix(const std::byte* x, const std::byte* y, std::size_t len) {
+    std::size_t n = 0;
+    while (n < len && x[n] == y[n]) {
+        ++n;
+    }
+    return n;
+}
+
+TEST_F(rc_qp_test, on_one_host_a_large_message_moves_in_slices_of_one_visits_budget) {
+    // A tenant's 1 MiB WR must not hold the worker for the whole copy: each visit moves what
+    // the packets of its budget would carry, and the message completes whole at the end.
+    wire.same_host = true;
+    connect_both();
+    fill(a, 0, region_bytes, 21);
+    b.post_recv(1, 0, region_bytes);
+    a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), region_bytes, a.mr));
+    const std::size_t per_visit = 8 * 32 * 1024;  // the engine's passes x packets x path MTU
+    unsigned visits = 0;
+    std::size_t landed = 0;
+    proto::cqe c{};
+    while (!b.poll_recv(c)) {
+        ASSERT_LT(visits, 64u) << "the message never completed";
+        now += 1'000;
+        eng.poll(wire, now);
+        ++visits;
+        const std::size_t now_landed = agreeing_prefix(a.region, b.region, region_bytes);
+        EXPECT_LE(now_landed - landed, per_visit) << "visit " << visits;
+        landed = now_landed;
+    }
+    EXPECT_GE(visits, region_bytes / per_visit);
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(c.byte_len, region_bytes);
+    EXPECT_TRUE(same(a, 0, b, 0, region_bytes));
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wire.sent, 0u);
+    EXPECT_EQ(wire.local_bytes, region_bytes);
+
+    // WRITE and READ of the same size move the same way.
+    fill(b, 0, region_bytes, 22);
+    a.post_send(wqe(2, IBV_WR_RDMA_READ, a.iova(0), region_bytes, a.mr, b.iova(0), b.mr));
+    run(2);
+    EXPECT_FALSE(a.poll_send(c)) << "two visits cannot have moved 1 MiB";
+    run(8);
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    EXPECT_TRUE(same(a, 0, b, 0, region_bytes));
+}
+
+TEST_F(rc_qp_test, on_one_host_a_peer_failing_mid_message_flushes_its_receive_and_loses_nothing) {
+    wire.same_host = true;
+    connect_both();
+    fill(a, 0, region_bytes, 23);
+    b.post_recv(1, 0, region_bytes);
+    b.post_recv(2, 0, 64);
+    a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), region_bytes, a.mr));
+    now += 1'000;
+    eng.poll(wire, now);  // one visit: a slice is in b's receive buffer
+    proto::cqe c{};
+    ASSERT_FALSE(b.poll_recv(c));
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_ERR;
+    ASSERT_EQ(modify(b, attr, IBV_QP_STATE), 0);
+    run(5);
+    // The receive the message had taken is flushed, in order, then the one behind it.
+    ASSERT_TRUE(b.poll_recv(c));
+    EXPECT_EQ(c.wr_id, 1u);
+    EXPECT_EQ(c.status, IBV_WC_WR_FLUSH_ERR);
+    ASSERT_TRUE(b.poll_recv(c));
+    EXPECT_EQ(c.wr_id, 2u);
+    EXPECT_EQ(c.status, IBV_WC_WR_FLUSH_ERR);
+    // The sender does not complete it as delivered: it is retried as packets into nothing
+    // until its retry count ends it, as on the wire.
+    run(400, 100'000'000);
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.wr_id, 1u);
+    EXPECT_EQ(c.status, IBV_WC_RETRY_EXC_ERR);
+}
+
 TEST_F(rc_qp_test, on_one_host_a_missing_receive_waits_and_a_bad_rkey_fails_as_on_the_wire) {
     wire.same_host = true;
     connect_both();
