@@ -94,6 +94,20 @@ rte_ipv4_hdr* check_inner_ipv4(worker_context& ctx, const overlay::outer_view& o
     return ip;
 }
 
+// RFC 6040 decapsulation: the inner header takes the outer CE. False: CE outside on a
+// packet that is not ECN-capable inside, which must be dropped.
+bool decapsulate_ecn(worker_context& ctx, rte_ipv4_hdr* inner, uint8_t outer_tos) {
+    const int ecn = overlay::decapsulated_ecn(outer_tos, inner->type_of_service);
+    if (ecn < 0) {
+        return false;
+    }
+    if (ecn != (inner->type_of_service & 0x03)) {
+        overlay::set_ipv4_ecn(inner, static_cast<uint8_t>(ecn));
+        ctx.counters.ce_marked_on_decap.add(1);
+    }
+    return true;
+}
+
 }  // namespace
 
 void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rte_mbuf** pkts,
@@ -197,6 +211,12 @@ void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rt
         }
         const uint32_t ip_len = rte_be_to_cpu_16(inner_ips[i]->total_length);
         if (ctx.engine != nullptr && is_roce(inner_ips[i], ip_len)) {
+            // RFC 6040 first: a CE the fabric put on the outer header is the congestion
+            // signal DCQCN acts on, so the engine must see it on the inner one.
+            if (!decapsulate_ecn(ctx, inner_ips[i], outers[i].outer_tos)) {
+                ctx.drop(m, drop_reason::inner_ce_on_not_ect, slot);
+                continue;
+            }
             auto& to_vnic = ctx.counters.vnics[slot];
             to_vnic.rdma_rx_packets.add(1);
             to_vnic.rdma_rx_bytes.add(sizeof(rte_ether_hdr) + ip_len);
@@ -230,14 +250,9 @@ void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rt
             continue;
         }
         rte_ipv4_hdr* ip = inner_ips[i];
-        const int ecn = overlay::decapsulated_ecn(outers[i].outer_tos, ip->type_of_service);
-        if (ecn < 0) {
+        if (!decapsulate_ecn(ctx, ip, outers[i].outer_tos)) {
             ctx.drop(m, drop_reason::inner_ce_on_not_ect, slot);
             continue;
-        }
-        if (ecn != (ip->type_of_service & 0x03)) {
-            overlay::set_ipv4_ecn(ip, static_cast<uint8_t>(ecn));
-            ctx.counters.ce_marked_on_decap.add(1);
         }
         // DHTB ingress (tcp class: everything but RoCE): above the vNIC's share, ECN-capable
         // packets are marked CE and delivered, the others dropped beyond a burst.

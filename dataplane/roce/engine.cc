@@ -326,8 +326,13 @@ void engine::receive(uint16_t vnic, const uint8_t* ipv4, uint32_t ip_len, packet
         qp->on_cnp(now_ns);  // the receiver of our traffic is over its share: slow down
         return;
     }
+    const auto codepoint = static_cast<qos::ecn>(ipv4[1] & 0x03);
+    if (meter == nullptr && codepoint == qos::ecn::ce && qp->cnp_pacer().try_send(now_ns)) {
+        // No share to police, but the fabric marked congestion (the outer CE, carried in by
+        // the RFC 6040 step): as a DCQCN notification point, tell the sender.
+        qp->send_cnp(port);
+    }
     if (meter != nullptr) {
-        const auto codepoint = static_cast<qos::ecn>(ipv4[1] & 0x03);
         const auto verdict =
             meter->on_packet(now_ns, qos::traffic_class::rdma, qos::charged_bytes(14 + ip_len),
                              codepoint, &qp->cnp_pacer());

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (IP, JAKIROCTL, JAKIROD, SRC, T1, T2, T5, ns, ns_bg, run, stop,
-                      wait_until)
+from conftest import (IP, JAKIROCTL, JAKIROD, SRC, T1, T2, T5, global_counter, ns, ns_bg, run,
+                      stop, wait_until)
 
 pytestmark = pytest.mark.usefixtures("testbed")
 
@@ -607,3 +607,57 @@ def test_captured_icrcs_match_scapy_and_the_spec(roce_capture):
     print(f"\nICRC verified per opcode: {', '.join(f'{k:#04x} x{v}' for k, v in checked.items())}")
     assert sum(checked.values()) >= 3, "too few RoCE packets captured to check ICRCs"
     assert ACK in checked and (WRITE_FIRST in checked or WRITE_ONLY in checked), checked
+
+
+# ---------------------------------------------------------------- congestion from the fabric
+
+
+@contextlib.contextmanager
+def fabric_marks_ce_towards(port):
+    """The fabric's switch marks congestion (CE) on every ECN-capable (ECT(0)) VXLAN packet it
+    forwards to `port`, as a congested ECN switch would: an iptables TOS rule on the bridge.
+    Packets that are not ECN-capable (the tenants' TCP here) pass unmarked, as a switch
+    would queue or drop them; CE on them would make the far end drop them (RFC 6040)."""
+    sysctl = "net.bridge.bridge-nf-call-iptables"
+    before = ns(FABRIC, "sysctl", "-n", sysctl).stdout.strip()
+    rule = ["FORWARD", "-m", "physdev", "--physdev-out", port, "-p", "udp", "--dport", "4789",
+            "-m", "ecn", "--ecn-ip-ect", "2", "-j", "TOS", "--set-tos", "0x03/0x03"]
+    try:
+        ns(FABRIC, "sysctl", "-qw", f"{sysctl}=1")
+        ns(FABRIC, "iptables", "-t", "mangle", "-I", *rule)
+        yield
+    finally:
+        ns(FABRIC, "iptables", "-t", "mangle", "-D", *rule, check=False)
+        ns(FABRIC, "sysctl", "-qw", f"{sysctl}={before or 0}", check=False)
+
+
+def write_bw_with_watcher(tmp_path):
+    """ib_write_bw t1 -> t2 (64 KiB x 2000) while both hosts' QP counters are watched."""
+    port = next(_ports)
+    common = ["-x", 0, "-F", "-s", 65536, "-n", 2000, "-p", port]
+    with QpWatcher() as watcher:
+        run_pair("cross_host", ["ib_write_bw", "-d", f"jakiro_{VNIC[T2]}", *common],
+                 ["ib_write_bw", "-d", f"jakiro_{VNIC[T1]}", *common, IP[T2]], port, tmp_path)
+        time.sleep(0.5)  # one more look before the QPs go
+    return watcher
+
+
+def test_a_ce_mark_on_the_fabric_reaches_dcqcn_as_cnps_to_the_sender(tmp_path):
+    if not qps_command_available():
+        pytest.fail("jakiroctl qps is needed to read the QPs' CNP counters")
+    # Control: the same transfer on an unmarked fabric sends no CNP (no QoS on these vNICs,
+    # so nothing else would).
+    quiet = write_bw_with_watcher(tmp_path)
+    assert quiet.total("cnps_sent") == 0, quiet.peak
+    decap_before = global_counter("h2", "ce_marked_on_decap")
+    with fabric_marks_ce_towards(FABRIC_LINK):
+        marked = write_bw_with_watcher(tmp_path)
+    sent = sum(p.get("cnps_sent", 0) for (host, _, _), p in marked.peak.items() if host == "h2")
+    received = sum(p.get("cnps_received", 0)
+                   for (host, _, _), p in marked.peak.items() if host == "h1")
+    print(f"\nCE on the fabric: h2 sent {sent} CNPs, h1 received {received}; "
+          f"ce_marked_on_decap +{global_counter('h2', 'ce_marked_on_decap') - decap_before}")
+    assert global_counter("h2", "ce_marked_on_decap") > decap_before, \
+        "RFC 6040: the outer CE was not carried to the inner header"
+    assert sent > 0, f"h2's engine never answered CE with a CNP: {marked.peak}"
+    assert received > 0, f"h1's QP never heard the CNPs: {marked.peak}"

@@ -1996,3 +1996,64 @@ TEST_F(rc_qp_test, the_responder_refuses_what_its_qp_access_flags_do_not_grant) 
 
 }  // namespace
 }  // namespace jakiro::roce
+
+namespace jakiro::roce {
+namespace {
+
+TEST_F(rc_qp_test, a_ce_mark_from_the_fabric_makes_the_receiver_send_a_cnp_and_the_sender_slow) {
+    // No ingress meter on the vNIC (no QoS): the receiver is still DCQCN's notification point.
+    connect_both();
+    fill(a, 0, 65536, 31);
+    const uint64_t rate_before = eng.report()[0].rate_bps;
+    // Delivers what the engine sent, with CE on a -> b as the RFC 6040 step leaves a packet
+    // the fabric marked (ECT(0) inside).
+    auto step = [&](bool mark) {
+        now += 10'000;
+        eng.poll(wire, now);
+        std::deque<test_wire::frame> batch;
+        batch.swap(wire.frames);
+        for (auto& f : batch) {
+            uint8_t* ip = f.bytes.data() + 14;
+            const uint16_t to = f.dst_ip_be == htonl(ip_a) ? 0 : 1;
+            if (to == 1 && mark) {
+                ASSERT_EQ(ip[1] & 0x03, 0x02) << "RoCE leaves ECN-capable";
+                ip[1] |= 0x03;
+            }
+            eng.receive(to, ip, static_cast<uint32_t>(f.bytes.size() - 14), wire, now);
+        }
+    };
+    // A stream long enough for several CNPs (one per 50 µs at most): after a quiet start
+    // DCQCN's alpha is near zero, so it is the repeated marks that cut the rate.
+    int completed = 0;
+    for (int i = 0; i < 32; ++i) {
+        a.post_send(wqe(i, IBV_WR_RDMA_WRITE, a.iova(0), 65536, a.mr, b.iova(0), b.mr));
+    }
+    uint64_t lowest_rate = rate_before;
+    proto::cqe c{};
+    for (int i = 0; i < 2000 && completed < 32; ++i) {
+        step(true);
+        lowest_rate = std::min(lowest_rate, eng.report()[0].rate_bps);
+        while (a.poll_send(c)) {
+            EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+            ++completed;
+        }
+    }
+    EXPECT_EQ(completed, 32);
+    EXPECT_TRUE(same(a, 0, b, 0, 65536));
+    const auto report = eng.report();
+    EXPECT_GT(report[1].cnps_sent, 1u);
+    EXPECT_EQ(report[0].cnps_received, report[1].cnps_sent);
+    EXPECT_LT(lowest_rate, rate_before) << "DCQCN cut the sender's rate";
+}
+
+TEST_F(rc_qp_test, without_a_ce_mark_no_cnp_is_sent) {
+    connect_both();
+    a.post_send(wqe(1, IBV_WR_RDMA_WRITE, a.iova(0), 65536, a.mr, b.iova(0), b.mr));
+    run(200);
+    proto::cqe c{};
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(eng.report()[1].cnps_sent, 0u);
+}
+
+}  // namespace
+}  // namespace jakiro::roce
