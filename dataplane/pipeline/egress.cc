@@ -4,10 +4,12 @@
 
 #include "../arp.hh"
 #include "../overlay/vxlan.hh"
+#include "../worker/clock.hh"
 #include "../worker/egress_shaper.hh"
 #include "firewall.hh"
 #include "ipv4_check.hh"
 #include "roce_guard.hh"
+#include "tcp_ingress_meter.hh"
 
 #include <rte_cycles.h>
 
@@ -126,6 +128,7 @@ void process_tenant_burst(worker_context& ctx, const datapath_tables& tables, ui
         }
         const uint32_t ip_len = rte_be_to_cpu_16(headers[i]->total_length);
         routed[routed_count] = routed[i];
+        headers[routed_count] = headers[i];
         entries[routed_count] = found[i];
         requests[routed_count++] = {vnic.slot, secgroup::direction::egress, headers[i], ip_len};
     }
@@ -170,6 +173,8 @@ void process_tenant_burst(worker_context& ctx, const datapath_tables& tables, ui
             ctx.drop(m, drop_reason::qos_queue_full, vnic.slot);
         }
     };
+    // The receivers' meters on this host need nanoseconds: one clock read per burst.
+    const uint64_t meter_now = ctx.policer != nullptr && local_count > 0 ? now_ns() : 0;
     for (unsigned i = 0; i < routed_count; ++i) {
         rte_mbuf* m = routed[i];
         const overlay::vlt_entry* entry = entries[i];
@@ -179,7 +184,11 @@ void process_tenant_burst(worker_context& ctx, const datapath_tables& tables, ui
         }
         auto* eth = rte_pktmbuf_mtod(m, rte_ether_hdr*);
         if (entry->kind == overlay::vlt_kind::local_vnic) {
-            // Intra-host shortcut: port to port, no tunnel.
+            // Intra-host shortcut: port to port, no tunnel; the receiver meters it as if it had
+            // come over the fabric.
+            if (!meter_tcp_ingress(ctx, m, headers[i], entry->vnic, meter_now)) {
+                continue;
+            }
             const vnic_view& peer = tables.vnics[entry->vnic];
             eth->dst_addr = peer.mac;
             eth->src_addr = tables.gateway_mac;

@@ -11,6 +11,7 @@
 #include "firewall.hh"
 #include "ipv4_check.hh"
 #include "roce_guard.hh"
+#include "tcp_ingress_meter.hh"
 
 #include <rte_cycles.h>
 
@@ -254,24 +255,8 @@ void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rt
             ctx.drop(m, drop_reason::inner_ce_on_not_ect, slot);
             continue;
         }
-        // DHTB ingress (tcp class: everything but RoCE): above the vNIC's share, ECN-capable
-        // packets are marked CE and delivered, the others dropped beyond a burst.
-        if (ctx.policer != nullptr) {
-            if (qos::ingress_meter* meter = ctx.policer->meter(slot)) {
-                const uint32_t ip_len = rte_be_to_cpu_16(ip->total_length);
-                const auto verdict =
-                    meter->on_packet(now, qos::traffic_class::tcp,
-                                     qos::charged_bytes(sizeof(rte_ether_hdr) + ip_len),
-                                     static_cast<qos::ecn>(ip->type_of_service & 0x03), nullptr);
-                if (verdict.action == qos::ingress_action::drop) {
-                    ctx.drop(m, drop_reason::qos_ingress_over_share, slot);
-                    continue;
-                }
-                if (verdict.action == qos::ingress_action::mark_ce) {
-                    overlay::set_ipv4_ecn(ip, 0x03);
-                    ctx.counters.qos_ce_marked.add(1);
-                }
-            }
+        if (!meter_tcp_ingress(ctx, m, ip, slot, now)) {
+            continue;
         }
         // Strip the tunnel and anything after the inner IPv4 packet (outer padding).
         rte_pktmbuf_adj(m, static_cast<uint16_t>(outers[i].inner_offset));

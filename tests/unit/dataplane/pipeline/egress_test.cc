@@ -1,4 +1,6 @@
 #include "pipeline_fixture.hh"
+#include "worker/clock.hh"
+#include "worker/ingress_policer.hh"
 
 namespace jakiro::test {
 namespace {
@@ -175,6 +177,60 @@ TEST_F(Egress, TenantRoceOnTheEthernetFaceIsDroppedHereAndAcrossTheFabric) {
     from_tenant(slot_t1, later);
     EXPECT_EQ(drops(drop_reason::fragment), 1u);
     EXPECT_EQ(ctx->tx.queued(uplink).size(), 1u);
+}
+
+}  // namespace
+}  // namespace jakiro::test
+
+namespace jakiro::test {
+namespace {
+
+// t5 receives at 1 Mbit/s: its ingress meter holds what reaches it, from the fabric or, here,
+// from t1 on the same host.
+struct EgressToAShapedNeighbour : PipelineTest {
+    const char* config_yaml() const override {
+        return R"(host:
+  name: h1
+  underlay: {port: "net_null0", ip: 198.18.0.1}
+vpcs: [{name: blue, vni: 100}]
+security_groups:
+  - {name: blue-open, vpc: blue, ingress: [{proto: any, from: 0.0.0.0/0}]}
+vnics:
+  - {name: t1, vpc: blue, mac: "02:00:c6:13:01:01", ip: 198.19.1.1/24, port: "net_null1", security_groups: [blue-open]}
+  - {name: t5, vpc: blue, mac: "02:00:c6:13:01:03", ip: 198.19.1.3/24, port: "net_null2", security_groups: [blue-open], qos: {rate: 1Mbit, burst: 1000}}
+)";
+    }
+    void SetUp() override {
+        PipelineTest::SetUp();
+        policer.sync(*tables, now_ns());
+        ctx->policer = &policer;
+    }
+    ingress_policer policer;
+};
+
+TEST_F(EgressToAShapedNeighbour, SameHostFramesMeetTheReceiversIngressMeter) {
+    constexpr unsigned frames = 64;
+    for (unsigned i = 0; i < frames; ++i) {
+        from_tenant(slot_t1, t1_packet("198.19.1.3"));  // not ECN-capable
+    }
+    const auto delivered = ctx->tx.queued(port_t5).size();
+    EXPECT_GT(delivered, 0u) << "a burst passes";
+    EXPECT_LT(delivered, frames) << "beyond it, the share holds";
+    EXPECT_EQ(delivered + drops(drop_reason::qos_ingress_over_share), frames);
+}
+
+TEST_F(EgressToAShapedNeighbour, SameHostEcnCapableFramesAreMarkedNotDropped) {
+    for (unsigned i = 0; i < 8; ++i) {
+        from_tenant(slot_t1, t1_packet("198.19.1.3", 0x02));  // ECT(0)
+    }
+    EXPECT_EQ(drops(drop_reason::qos_ingress_over_share), 0u);
+    EXPECT_GT(ctx->counters.qos_ce_marked.read(), 0u);
+    bool some_ce = false;
+    for (rte_mbuf* m : ctx->tx.queued(port_t5)) {
+        const auto* ip = rte_pktmbuf_mtod_offset(m, const rte_ipv4_hdr*, sizeof(rte_ether_hdr));
+        some_ce |= (ip->type_of_service & 0x03) == 0x03;
+    }
+    EXPECT_TRUE(some_ce);
 }
 
 }  // namespace
