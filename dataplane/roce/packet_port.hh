@@ -49,12 +49,6 @@ class packet_port {
         (void)remote_ip_be;
         return true;
     }
-    // The rate vNIC `vnic` may send at (its QoS rate, else the uplink's), 0 when nothing
-    // limits it: where DCQCN starts and the ceiling its recovery climbs back to.
-    virtual uint64_t line_rate_bps(uint16_t vnic) const {
-        (void)vnic;
-        return 0;
-    }
     // Counts a message the engine moved memory to memory for `vnic` (traffic accounting).
     virtual void count_local(uint16_t from_vnic, uint16_t to_vnic, uint64_t bytes) {
         (void)from_vnic;

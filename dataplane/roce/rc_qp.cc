@@ -105,15 +105,15 @@ bool has_imm(const proto::send_wqe& w) {
 }  // namespace
 
 namespace {
-// Where DCQCN starts and what it recovers to on a vNIC with no rate: above anything one
-// software worker sends, so it never limits a QP that no receiver complains about.
-constexpr uint64_t unlimited_line_rate_bps = 25'000'000'000;
+// Where DCQCN starts and what it recovers to: above anything one software worker sends, so it
+// never limits a QP that no receiver complains about.
+constexpr uint64_t dcqcn_line_rate_bps = 25'000'000'000;
 // After this long without a CNP a lowered ceiling goes back to the line rate.
 constexpr uint64_t ceiling_restore_ns = 10'000'000;
 
-qos::dcqcn_params dcqcn_params_at(uint64_t line_rate_bps) {
+qos::dcqcn_params dcqcn_defaults() {
     qos::dcqcn_params p;
-    p.line_rate_bps = line_rate_bps;
+    p.line_rate_bps = dcqcn_line_rate_bps;
     return p;
 }
 }  // namespace
@@ -122,8 +122,7 @@ rc_qp::rc_qp(rc_qp_setup setup)
     : _s(std::move(setup)),
       _machine(_s.type, _s.limits),
       _sends(_s.ring->sq_capacity()),
-      _rate(dcqcn_params_at(unlimited_line_rate_bps), 0),
-      _line_rate_bps(unlimited_line_rate_bps) {
+      _rate(dcqcn_defaults(), 0) {
     _reads.reserve(_s.limits.max_qp_rd_atom + read_job_slack);
     if (_s.type == IBV_QPT_UD) {
         // A UD QP has no path: its datagrams are at most the port's MTU, and its source
@@ -147,25 +146,10 @@ void rc_qp::on_cnp(uint64_t now_ns) {
     _last_cnp_ns = now_ns;
 }
 
-void rc_qp::follow_line_rate(const packet_port& port, uint64_t now_ns) {
-    const uint64_t vnic_rate = port.line_rate_bps(_s.local.vnic);
-    const uint64_t line = vnic_rate != 0 ? vnic_rate : unlimited_line_rate_bps;
-    if (line == _line_rate_bps) {
-        return;
-    }
-    _line_rate_bps = line;
-    _ceiling_lowered = false;
-    if (_rate.cnps() == 0) {
-        _rate = qos::dcqcn_rate(dcqcn_params_at(line), now_ns);  // never slowed: start there
-    } else {
-        _rate.set_line_rate(now_ns, line);  // keeps the cut it is recovering from
-    }
-}
-
 bool rc_qp::pacer_open(uint64_t now_ns) {
     if (_ceiling_lowered && now_ns - _last_cnp_ns > ceiling_restore_ns) {
         // Quiet for a while: let recovery climb back towards the nominal line rate.
-        _rate.set_line_rate(now_ns, _line_rate_bps);
+        _rate.set_line_rate(now_ns, dcqcn_line_rate_bps);
         _ceiling_lowered = false;
     }
     return _rate.grant(now_ns) > 0;
@@ -291,7 +275,6 @@ unsigned rc_qp::poll(packet_port& port, uint64_t now_ns, unsigned budget) {
     }
     sent += send_read_responses(port, now_ns, budget);
     if (st == IBV_QPS_RTS && _machine.state() == IBV_QPS_RTS) {
-        follow_line_rate(port, now_ns);
         fetch_sends(now_ns);
         retire_sends();  // a WR that failed locally completes as soon as its turn comes
         if (reliable()) {

@@ -271,8 +271,6 @@ class rc_qp {
     unsigned send_read_responses(packet_port& port, uint64_t now_ns, unsigned budget);
     // DCQCN pacing: may a data packet leave now? And charging one that left.
     bool pacer_open(uint64_t now_ns);
-    // Takes the vNIC's rate (QoS, changed live by apply) as DCQCN's line rate, once a visit.
-    void follow_line_rate(const packet_port& port, uint64_t now_ns);
     void pacer_charge(uint64_t now_ns, uint32_t frame_len);
     void send_ack(packet_port& port, uint8_t syndrome, uint32_t psn);
     void execute_atomic_request(const roce_packet& p, packet_port& port);
@@ -363,7 +361,6 @@ class rc_qp {
 
     // congestion control
     qos::dcqcn_rate _rate;
-    uint64_t _line_rate_bps;  // the vNIC's rate, or unlimited_line_rate_bps
     qos::cnp_pacer _cnp_pacer;
     uint64_t _measured_bps = 0;  // what the QP really sends (EWMA)
     uint64_t _window_start_ns = 0;

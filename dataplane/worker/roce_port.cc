@@ -90,17 +90,6 @@ uint16_t roce_port::local_vnic(uint16_t vnic_slot, uint32_t dst_ip_be) const {
                                                                             : no_local_vnic;
 }
 
-uint64_t roce_port::line_rate_bps(uint16_t vnic_slot) const {
-    if (_tables == nullptr) {
-        return 0;
-    }
-    if (vnic_slot < _tables->qos.size() && _tables->qos[vnic_slot] &&
-        _tables->qos[vnic_slot]->rate_bps != 0) {
-        return _tables->qos[vnic_slot]->rate_bps;
-    }
-    return _tables->uplink_qos ? _tables->uplink_qos->rate_bps : 0;
-}
-
 bool roce_port::admit(uint16_t vnic_slot, uint32_t frame_len) {
     // admit_rdma answers true for a vNIC that is not shaped.
     return _ctx.shaper == nullptr ||

@@ -28,7 +28,6 @@ class roce_port final : public roce::packet_port {
     uint8_t* begin_frame(uint32_t len) override;
     void end_frame(uint16_t vnic, uint32_t dst_ip_be, uint32_t len) override;
     uint16_t local_vnic(uint16_t vnic, uint32_t dst_ip_be) const override;
-    uint64_t line_rate_bps(uint16_t vnic) const override;
     bool admit(uint16_t vnic, uint32_t frame_len) override;
     void count_local(uint16_t from_vnic, uint16_t to_vnic, uint64_t bytes) override;
     bool permits_datagram(uint16_t vnic, uint32_t remote_ip_be, bool outbound) override;

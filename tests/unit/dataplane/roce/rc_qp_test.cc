@@ -66,7 +66,6 @@ class test_wire final : public packet_port {
                                                 : no_local_vnic;
     }
     void count_local(uint16_t, uint16_t, uint64_t bytes) override { local_bytes += bytes; }
-    uint64_t line_rate_bps(uint16_t vnic) const override { return vnic_rates[vnic & 1]; }
     // The security groups after a policy change: (vNIC, peer) pairs no longer allowed.
     bool admits_connection(uint16_t vnic, uint32_t remote_ip_be) override {
         ++connection_checks;
@@ -78,8 +77,7 @@ class test_wire final : public packet_port {
     uint64_t sent = 0;
     uint64_t local_bytes = 0;
     bool refuse_buffers = false;
-    bool same_host = false;                // local_vnic() finds the peer: the intra-host shortcut
-    std::array<uint64_t, 2> vnic_rates{};  // QoS rate per vNIC slot (0: none)
+    bool same_host = false;  // local_vnic() finds the peer: the intra-host shortcut
     std::vector<std::pair<uint16_t, uint32_t>> refused;
     uint64_t connection_checks = 0;
 
@@ -2055,32 +2053,6 @@ TEST_F(rc_qp_test, without_a_ce_mark_no_cnp_is_sent) {
     proto::cqe c{};
     ASSERT_TRUE(a.poll_send(c));
     EXPECT_EQ(eng.report()[1].cnps_sent, 0u);
-}
-
-}  // namespace
-}  // namespace jakiro::roce
-
-namespace jakiro::roce {
-namespace {
-
-TEST_F(rc_qp_test, dcqcn_starts_at_the_vnics_rate_and_follows_it_when_apply_changes_it) {
-    wire.vnic_rates = {1'000'000'000, 0};
-    connect_both();
-    a.post_send(wqe(1, IBV_WR_RDMA_WRITE, a.iova(0), 4096, a.mr, b.iova(0), b.mr));
-    b.post_send(wqe(1, IBV_WR_RDMA_WRITE, b.iova(0), 4096, b.mr, a.iova(0), a.mr));
-    run(5);
-    auto report = eng.report();
-    EXPECT_EQ(report[0].rate_bps, 1'000'000'000u) << "a's vNIC is shaped at 1 Gbit/s";
-    EXPECT_EQ(report[1].rate_bps, 25'000'000'000u) << "b's vNIC has no rate";
-    wire.vnic_rates = {3'000'000'000, 0};  // apply raised the rate
-    a.post_send(wqe(2, IBV_WR_RDMA_WRITE, a.iova(0), 4096, a.mr, b.iova(0), b.mr));
-    run(5);
-    EXPECT_EQ(eng.report()[0].rate_bps, 3'000'000'000u);
-    proto::cqe c{};
-    for (int i = 0; i < 2; ++i) {
-        ASSERT_TRUE(a.poll_send(c));
-        EXPECT_EQ(c.status, IBV_WC_SUCCESS);
-    }
 }
 
 }  // namespace
