@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -123,6 +124,28 @@ def ping(name, dst, count=3, timeout_s=2):
     r = ns(name, "ping", "-c", count, "-i", "0.2", "-W", timeout_s, dst,
            timeout=count * (timeout_s + 1) + 5, check=False)
     return r.returncode == 0
+
+
+# ---------------------------------------------------------------- the test bed's YAML
+
+
+def host_config_with(tmp_path, vnic, extra, host="h1"):
+    """`host`'s test-bed YAML, written under `tmp_path`, with the line of `vnic` changed:
+    `extra` (flow-map entries, e.g. "netns: jk-h1-t1") added to it, or, with `extra` None,
+    the vNIC left out."""
+    lines, found = [], False
+    for line in (RUN_DIR / f"{host}.yaml").read_text().splitlines():
+        if line.strip().startswith(f"- {{name: {vnic},"):
+            found = True
+            assert line.rstrip().endswith("}"), line
+            if extra is None:
+                continue
+            line = line.rstrip()[:-1] + f", {extra}}}"
+        lines.append(line)
+    assert found, f"no vNIC {vnic} in {host}.yaml"
+    path = tmp_path / f"{host}-{vnic}-{zlib.crc32(str(extra).encode()):08x}.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 # ---------------------------------------------------------------- jakiroctl and stats

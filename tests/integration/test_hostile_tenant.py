@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (IP, JAKIROD, MAC, RUN_DIR, SRC, T1, T2, T3, T5, alive, jakirod_pids,
-                      jakiroctl, ns, stop,
-                      wait_listening, wait_until)
+from conftest import (IP, JAKIROD, MAC, RUN_DIR, SRC, T1, T2, T3, T5, alive, host_config_with,
+                      jakirod_pids, jakiroctl, ns, stop, wait_listening, wait_until)
 
 pytestmark = pytest.mark.usefixtures("testbed")
 
@@ -127,26 +126,6 @@ def test_each_vnic_has_a_doorbell_page_of_its_own():
     assert probe(T1, "doorbell", BY_NAME.format("t1")) == pages[T1]
 
 
-def h1_config_without(tmp_path, vnic):
-    lines = [line for line in (RUN_DIR / "h1.yaml").read_text().splitlines()
-             if not line.strip().startswith(f"- {{name: {vnic},")]
-    path = tmp_path / f"h1-without-{vnic}.yaml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def h1_config_with_netns(tmp_path, vnic, netns):
-    """h1's YAML with `vnic` naming its tenant namespace explicitly (not derived from the veth)."""
-    lines = []
-    for line in (RUN_DIR / "h1.yaml").read_text().splitlines():
-        if line.strip().startswith(f"- {{name: {vnic},"):
-            line = line.rstrip()[:-1] + f", netns: {netns}}}"
-        lines.append(line)
-    path = tmp_path / f"h1-{vnic}-netns.yaml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
 def test_removing_a_vnic_ends_its_rdma_face_and_adding_it_back_creates_a_new_one(tmp_path):
     args = ["ib_write_bw", "-x", "0", "-F", "-s", "65536", "-p", "18700", "-D", "30"]
     server = subprocess.Popen(["ip", "netns", "exec", T2, str(JAKIRO_RUN), "--", *args],
@@ -162,7 +141,7 @@ def test_removing_a_vnic_ends_its_rdma_face_and_adding_it_back_creates_a_new_one
                                for q in json.loads(jakiroctl("h1", "qps", "--json").stdout)["qps"]),
                    15, "t1's QP in RTS")
         removed = endpoint_stats()["vnics_removed"]
-        jakiroctl("h1", "apply", str(h1_config_without(tmp_path, "t1")), timeout=60)
+        jakiroctl("h1", "apply", str(host_config_with(tmp_path, "t1", None)), timeout=60)
         # Its program learns at once (IBV_EVENT_DEVICE_FATAL, flushed work) and ends with an
         # error, long before its 30 s; its QPs left the engine; nothing listens for it.
         out, _ = client.communicate(timeout=20)
@@ -175,7 +154,7 @@ def test_removing_a_vnic_ends_its_rdma_face_and_adding_it_back_creates_a_new_one
         assert probe(T5, "hello", BY_NAME.format("t5")) == "vnic t5"
 
         # Added back live (its namespace named in YAML this time): a new endpoint, in t1 only.
-        jakiroctl("h1", "apply", str(h1_config_with_netns(tmp_path, "t1", T1)), timeout=60)
+        jakiroctl("h1", "apply", str(host_config_with(tmp_path, "t1", f"netns: {T1}")), timeout=60)
         assert probe(T1, "hello", BY_NAME.format("t1")) == "vnic t1"
         assert probe(T3, "hello", BY_NAME.format("t1")) == "refused ECONNREFUSED"
         r = jakiro_run(T1, "--", "ibv_devinfo", "-l", check=True)
@@ -204,22 +183,11 @@ def test_an_mr_is_registered_only_on_a_sealed_shmem_memfd():
 
 # ---- row 11: per-vNIC quotas, changed live by apply
 
-def h1_config_with_rdma(tmp_path, vnic, rdma):
-    """h1's YAML with `vnic` given the `rdma:` quota map `rdma` (flow YAML text)."""
-    lines = []
-    for line in (RUN_DIR / "h1.yaml").read_text().splitlines():
-        if line.strip().startswith(f"- {{name: {vnic},"):
-            line = line.rstrip()[:-1] + f", rdma: {rdma}}}"
-        lines.append(line)
-    path = tmp_path / f"h1-{vnic}-rdma.yaml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
 def test_apply_changes_a_vnics_qp_quota_live_and_only_that_vnics(tmp_path):
     # Control: t5 creates a QP.
     assert re.fullmatch(r"doorbell \d+:\d+", probe(T5, "doorbell", BY_NAME.format("t5")))
-    jakiroctl("h1", "apply", str(h1_config_with_rdma(tmp_path, "t5", "{max_qps: 0}")), timeout=60)
+    no_qps = host_config_with(tmp_path, "t5", "rdma: {max_qps: 0}")
+    jakiroctl("h1", "apply", str(no_qps), timeout=60)
     try:
         # Now one QP is over t5's quota: EDQUOT (122); t3 is not affected.
         assert probe(T5, "doorbell", BY_NAME.format("t5")) == "doorbell none status 122"

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (IP, JAKIROD, RUN_DIR, SRC, T1, T2, cpu_seconds, global_counter, jakirod_pids,
-                      jakiroctl, ns, ns_bg, run, stop, wait_listening)
+from conftest import (IP, JAKIROD, RUN_DIR, SRC, T1, T2, cpu_seconds, global_counter,
+                      host_config_with, jakirod_pids, jakiroctl, ns, ns_bg, run, stop,
+                      wait_listening)
 
 pytestmark = pytest.mark.usefixtures("testbed")
 
@@ -45,19 +46,9 @@ def shim_env():
 def shaped_config(tmp_path, rdma_weight, tcp_weight, rate=None):
     """h1's test-bed YAML with t1 shaped (to RATE unless `rate`); written next to the test's
     other files."""
-    text = (RUN_DIR / "h1.yaml").read_text()
     rate = RATE if rate is None else rate
-    qos = (f"qos: {{rate: {rate // 1_000_000}Mbit, rdma: {{weight: {rdma_weight}}}, "
-           f"tcp: {{weight: {tcp_weight}}}}}")
-    lines = []
-    for line in text.splitlines():
-        if line.strip().startswith("- {name: t1,"):
-            assert line.rstrip().endswith("}"), line
-            line = line.rstrip()[:-1] + ", " + qos + "}"
-        lines.append(line)
-    path = tmp_path / f"h1-qos-{rdma_weight}-{tcp_weight}-{rate}.yaml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return host_config_with(tmp_path, "t1", f"qos: {{rate: {rate // 1_000_000}Mbit, "
+                            f"rdma: {{weight: {rdma_weight}}}, tcp: {{weight: {tcp_weight}}}}}")
 
 
 def class_counters():
