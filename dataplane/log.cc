@@ -29,7 +29,7 @@ struct state {
     std::chrono::milliseconds window{10000};
     std::map<std::string, event_budget, std::less<>> budgets;
     uint64_t suppressed = 0;
-    int journal = -1;  // -1: not decided yet
+    int journal = -1;          // -1: not decided yet
     std::string dpdk_pending;  // a DPDK message not yet ended by a newline
 };
 
@@ -52,16 +52,16 @@ bool stderr_is_journal() {
 
 const char* level_name(level lvl) {
     switch (lvl) {
-    case level::error:
-        return "error";
-    case level::warning:
-        return "warning";
-    case level::notice:
-        return "notice";
-    case level::info:
-        return "info";
-    case level::debug:
-        return "debug";
+        case level::error:
+            return "error";
+        case level::warning:
+            return "warning";
+        case level::notice:
+            return "notice";
+        case level::info:
+            return "info";
+        case level::debug:
+            return "debug";
     }
     return "info";
 }
@@ -85,10 +85,9 @@ void emit(state& s, level lvl, std::string_view event, std::string_view message,
     } else {
         const auto now = std::chrono::system_clock::now();
         const std::time_t t = std::chrono::system_clock::to_time_t(now);
-        const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            now.time_since_epoch())
-                            .count() %
-                        1000;
+        const auto ms =
+            std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() %
+            1000;
         std::tm tm{};
         gmtime_r(&t, &tm);
         char stamp[96];
@@ -162,26 +161,26 @@ std::string quote(std::string_view value) {
     std::string out = "\"";
     for (const char c : value) {
         switch (c) {
-        case '"':
-            out += "\\\"";
-            break;
-        case '\\':
-            out += "\\\\";
-            break;
-        case '\n':
-            out += "\\n";
-            break;
-        case '\t':
-            out += "\\t";
-            break;
-        default:
-            if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-                char hex[8];
-                std::snprintf(hex, sizeof(hex), "\\x%02x", static_cast<unsigned char>(c));
-                out += hex;
-            } else {
-                out += c;
-            }
+            case '"':
+                out += "\\\"";
+                break;
+            case '\\':
+                out += "\\\\";
+                break;
+            case '\n':
+                out += "\\n";
+                break;
+            case '\t':
+                out += "\\t";
+                break;
+            default:
+                if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+                    char hex[8];
+                    std::snprintf(hex, sizeof(hex), "\\x%02x", static_cast<unsigned char>(c));
+                    out += hex;
+                } else {
+                    out += c;
+                }
         }
     }
     return out + "\"";

@@ -254,7 +254,8 @@ int main(int argc, char** argv) {
         return fail(error);
     }
     if (!rdma_warnings.empty()) {
-        log::warning("rdma_face", rdma_warnings.substr(0, rdma_warnings.find_last_not_of('\n') + 1));
+        log::warning("rdma_face",
+                     rdma_warnings.substr(0, rdma_warnings.find_last_not_of('\n') + 1));
     }
     state.verbs = &verbs_channel;
 
@@ -281,8 +282,7 @@ int main(int argc, char** argv) {
     // Ports are started, the control socket and the metrics listener are bound, and the worker
     // starts polling next: systemd may consider the service started.
     std::string status;
-    control.run_on_control_thread([&] { status = control.status_line(); },
-                                  std::chrono::seconds(2));
+    control.run_on_control_thread([&] { status = control.status_line(); }, std::chrono::seconds(2));
     service::notify("READY=1\nSTATUS=" + status);
     log::info("started", status,
               {{"vnics", vnic_count},

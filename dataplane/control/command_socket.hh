@@ -39,7 +39,7 @@ class command_socket {
         // only ends clients that do not read.
         int write_deadline_ms = 5000;
         std::size_t max_clients = 64;
-        std::size_t max_command = 4096;  // longer lines are cut here and answered
+        std::size_t max_command = 4096;       // longer lines are cut here and answered
         std::size_t max_http_request = 8192;  // request heads beyond this are answered as cut
     };
 

@@ -13,7 +13,6 @@
 #include "jakiro_version.hh"
 #include "reports.hh"
 
-
 namespace jakiro {
 
 // ---------------------------------------------------------------- QP totals
@@ -166,7 +165,8 @@ void ports(const daemon_state& state, families& f) {
         f.sample({{"direction", "rx"}, {"port", role}}, static_cast<double>(s.ibytes));
         f.sample({{"direction", "tx"}, {"port", role}}, static_cast<double>(s.obytes));
     }
-    f.counter("jakiro_port_missed_total", "Frames the port dropped because rx was not polled in time");
+    f.counter("jakiro_port_missed_total",
+              "Frames the port dropped because rx was not polled in time");
     for (const auto& [role, s] : stats) {
         f.sample({{"port", role}}, static_cast<double>(s.imissed));
     }
@@ -183,8 +183,10 @@ void vnics(const daemon_state& state, families& f) {
         f.counter(name, help);
         for (const auto& [slot, vnic] : live) {
             const uint16_t s = slot;
-            const double value = static_cast<double>(total(
-                state, [&](const lcore_counters& c) -> const counter& { return pick(c.vnics[s]); }));
+            const double value =
+                static_cast<double>(total(state, [&](const lcore_counters& c) -> const counter& {
+                    return pick(c.vnics[s]);
+                }));
             f.sample({{"vnic", vnic}}, value);
         }
     };
@@ -193,14 +195,16 @@ void vnics(const daemon_state& state, families& f) {
         f.counter(name, help);
         for (const auto& [slot, vnic] : live) {
             const uint16_t s = slot;
-            f.sample({{"direction", "ingress"}, {"vnic", vnic}},
-                     static_cast<double>(total(state, [&](const lcore_counters& c) -> const counter& {
-                         return pick_in(c.vnics[s]);
-                     })));
-            f.sample({{"direction", "egress"}, {"vnic", vnic}},
-                     static_cast<double>(total(state, [&](const lcore_counters& c) -> const counter& {
-                         return pick_out(c.vnics[s]);
-                     })));
+            f.sample(
+                {{"direction", "ingress"}, {"vnic", vnic}},
+                static_cast<double>(total(state, [&](const lcore_counters& c) -> const counter& {
+                    return pick_in(c.vnics[s]);
+                })));
+            f.sample(
+                {{"direction", "egress"}, {"vnic", vnic}},
+                static_cast<double>(total(state, [&](const lcore_counters& c) -> const counter& {
+                    return pick_out(c.vnics[s]);
+                })));
         }
     };
     using V = const vnic_counters&;
@@ -246,12 +250,12 @@ void security_groups(const daemon_state& state, families& f) {
             const auto& rules = dir == secgroup::direction::ingress ? group.ingress : group.egress;
             for (std::size_t r = 0; r < rules.size(); ++r) {
                 const uint32_t id = catalog.id(g, dir, r);
-                const uint64_t hits =
-                    id < max_rules ? total(state,
-                                           [&](const lcore_counters& c) -> const counter& {
-                                               return c.rule_hits[id];
-                                           })
-                                   : 0;
+                const uint64_t hits = id < max_rules
+                                          ? total(state,
+                                                  [&](const lcore_counters& c) -> const counter& {
+                                                      return c.rule_hits[id];
+                                                  })
+                                          : 0;
                 f.sample({{"direction", dir == secgroup::direction::ingress ? "ingress" : "egress"},
                           {"group", group.name},
                           {"line", std::to_string(rules[r].line)},
@@ -278,18 +282,16 @@ void security_groups(const daemon_state& state, families& f) {
         .sample({}, expirations);
     f.counter("jakiro_conntrack_classifications_total",
               "Packets that missed the flow table and were classified against the rules")
-        .sample({}, total(state, [](const lcore_counters& c) -> const counter& {
-                    return c.flow_misses;
-                }));
+        .sample({}, total(state,
+                          [](const lcore_counters& c) -> const counter& { return c.flow_misses; }));
 }
 
 void drops_and_globals(const daemon_state& state, families& f) {
     f.counter("jakiro_drops_total", "Frames the datapath dropped, by reason (jakiroctl stats)");
     for (std::size_t reason = 0; reason < drop_reason_count; ++reason) {
         f.sample({{"reason", std::string(drop_reason_names[reason])}},
-                 total(state, [&](const lcore_counters& c) -> const counter& {
-                     return c.drops[reason];
-                 }));
+                 total(state,
+                       [&](const lcore_counters& c) -> const counter& { return c.drops[reason]; }));
     }
     struct global {
         const char* name;
@@ -309,8 +311,8 @@ void drops_and_globals(const daemon_state& state, families& f) {
          JK_GET(rdma_local_messages)},
         {"jakiro_arp_requests_sent_total", "ARP requests sent for underlay neighbours",
          JK_GET(arp_requests_sent)},
-        {"jakiro_ecn_ce_marked_on_decap_total", "Inner packets marked CE on decapsulation (RFC 6040)",
-         JK_GET(ce_marked_on_decap)},
+        {"jakiro_ecn_ce_marked_on_decap_total",
+         "Inner packets marked CE on decapsulation (RFC 6040)", JK_GET(ce_marked_on_decap)},
         {"jakiro_qos_ce_marked_total", "Packets marked CE by DHTB ingress metering (all vNICs)",
          JK_GET(qos_ce_marked)},
     };
@@ -360,7 +362,8 @@ void qos_metrics(const daemon_state& state, families& f) {
         qos::ingress_class_counters in;
     };
     std::vector<row> rows;
-    std::vector<std::tuple<std::string, uint64_t, uint64_t, uint64_t>> per_vnic;  // rate, grants, waits
+    std::vector<std::tuple<std::string, uint64_t, uint64_t, uint64_t>>
+        per_vnic;  // rate, grants, waits
     for (const auto& v : state.config.vnics) {
         if (!v.qos) {
             continue;
@@ -383,8 +386,9 @@ void qos_metrics(const daemon_state& state, families& f) {
                               shaped ? sc->rdma_waits.read() : 0);
         for (const auto c : qos::all_classes) {
             const auto& k = q.classes[qos::index_of(c)];
-            row r{v.name, c, q.rate_bps, k.weight, q.rate_bps / weights * k.weight, k.min_bps,
-                  k.max_bps, {}, 0, 0, {}};
+            row r{v.name,    c,         q.rate_bps, k.weight, q.rate_bps / weights * k.weight,
+                  k.min_bps, k.max_bps, {},         0,        0,
+                  {}};
             if (shaped) {
                 r.sent = state.shaper->scheduler().counters(slot, c);
                 const bool rdma = c == qos::traffic_class::rdma;
@@ -436,8 +440,8 @@ void qos_metrics(const daemon_state& state, families& f) {
          [](const row& r) { return r.sent.packets; }},
         {"jakiro_qos_tail_drops_total", "DHTB egress: frames tail-dropped (the tcp queue was full)",
          true, [](const row& r) { return r.tail_drops; }},
-        {"jakiro_qos_busy_grants_total", "DHTB egress: grants made while the class had work",
-         true, [](const row& r) { return r.busy_grants; }},
+        {"jakiro_qos_busy_grants_total", "DHTB egress: grants made while the class had work", true,
+         [](const row& r) { return r.busy_grants; }},
         {"jakiro_qos_received_bytes_total", "DHTB ingress: charged bytes received for the class",
          true, [](const row& r) { return r.in.bytes; }},
         {"jakiro_qos_received_packets_total", "DHTB ingress: packets received for the class", true,
@@ -460,7 +464,8 @@ void qos_metrics(const daemon_state& state, families& f) {
 
 void rdma_metrics(const daemon_state& state, qp_totals& totals, families& f) {
     static const char* states[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
-    const auto qps = state.engine != nullptr ? state.engine->report() : std::vector<roce::qp_report>{};
+    const auto qps =
+        state.engine != nullptr ? state.engine->report() : std::vector<roce::qp_report>{};
     totals.observe(qps);
     auto name_of_slot = [&](uint16_t slot) -> std::string {
         return slot < state.slot_names.size() ? state.slot_names[slot] : "";
@@ -475,8 +480,9 @@ void rdma_metrics(const daemon_state& state, qp_totals& totals, families& f) {
     }
     f.gauge("jakiro_rdma_qps", "RDMA queue pairs now, by vNIC, transport and state");
     for (const auto& [key, n] : counts) {
-        f.sample({{"state", std::get<2>(key)}, {"type", std::get<1>(key)}, {"vnic", std::get<0>(key)}},
-                 static_cast<double>(n));
+        f.sample(
+            {{"state", std::get<2>(key)}, {"type", std::get<1>(key)}, {"vnic", std::get<0>(key)}},
+            static_cast<double>(n));
     }
     const auto sums = totals.by_vnic();
     const auto live = live_vnics(state);
@@ -575,9 +581,11 @@ void rdma_metrics(const daemon_state& state, qp_totals& totals, families& f) {
         f.sample({{"result", "refused_over_limit"}}, static_cast<double>(v.refused));
         f.sample({{"result", "refused_foreign"}}, static_cast<double>(v.refused_foreign));
         f.sample({{"result", "hello_timeout"}}, static_cast<double>(v.hello_timeouts));
-        f.counter("jakiro_rdma_requests_total", "Verbs requests served (bad: refused as malformed)");
-        f.sample({{"result", "ok"}},
-                 static_cast<double>(v.requests > v.bad_requests ? v.requests - v.bad_requests : 0));
+        f.counter("jakiro_rdma_requests_total",
+                  "Verbs requests served (bad: refused as malformed)");
+        f.sample(
+            {{"result", "ok"}},
+            static_cast<double>(v.requests > v.bad_requests ? v.requests - v.bad_requests : 0));
         f.sample({{"result", "bad"}}, static_cast<double>(v.bad_requests));
     }
 }
@@ -587,16 +595,16 @@ void rdma_metrics(const daemon_state& state, qp_totals& totals, families& f) {
 std::vector<MetricFamily> collect_metrics(const daemon_state& state, qp_totals& qps,
                                           const control_counters& control) {
     families f;
-    const auto uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                                      state.started)
-                            .count();
+    const auto uptime =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - state.started).count();
     f.gauge("jakiro_info", "Always 1; the labels say which host and version")
         .sample({{"host", state.config.name}, {"version", JAKIRO_VERSION}}, 1);
     f.gauge("jakiro_ready",
             "1 when every port has link and every remote host's underlay MAC is resolved")
         .sample({}, daemon_ready(state) ? 1 : 0);
     f.gauge("jakiro_uptime_seconds", "Seconds since jakirod started").sample({}, uptime);
-    f.gauge("jakiro_vnics", "vNICs configured").sample({}, static_cast<double>(state.config.vnics.size()));
+    f.gauge("jakiro_vnics", "vNICs configured")
+        .sample({}, static_cast<double>(state.config.vnics.size()));
     uint16_t resolved = 0;
     for (uint16_t slot = 0; slot < state.neighbors->size(); ++slot) {
         resolved += state.neighbors->mac(slot).has_value();

@@ -22,9 +22,8 @@ constexpr auto wait_for_control = std::chrono::milliseconds(2000);
 bool collect(std::vector<prometheus::MetricFamily>& out) {
     ++in_flight;
     control_server* server = the_server.load();
-    const bool ok =
-        server != nullptr &&
-        server->run_on_control_thread([&] { out = server->collect(); }, wait_for_control);
+    const bool ok = server != nullptr && server->run_on_control_thread(
+                                             [&] { out = server->collect(); }, wait_for_control);
     --in_flight;
     return ok;
 }
@@ -76,8 +75,8 @@ int metric(const char*, const char* params, rte_tel_data* d) {
             for (const auto& label : m.label) {
                 key += (key.empty() ? "" : "/") + label.value;
             }
-            const double value = family.type == prometheus::MetricType::Counter ? m.counter.value
-                                                                                : m.gauge.value;
+            const double value =
+                family.type == prometheus::MetricType::Counter ? m.counter.value : m.gauge.value;
             rte_tel_data_add_dict_u64(d, telemetry_name(key.empty() ? "value" : key).c_str(),
                                       static_cast<uint64_t>(std::llround(std::max(value, 0.0))));
         }

@@ -39,7 +39,8 @@ const char* usage =
     "  --socket PATH  talk to the control socket at PATH\n"
     "  --json         machine-readable output (status, stats, flows, qps, qos)\n"
     "  --help         print this and exit\n"
-    "Exit status: 0 done, 1 jakirod refused (ERR ...), 2 bad usage or no jakirod. See jakiroctl(8).\n";
+    "Exit status: 0 done, 1 jakirod refused (ERR ...), 2 bad usage or no jakirod. See "
+    "jakiroctl(8).\n";
 
 // The single *.sock in /run/jakiro, or "" when there are none or several.
 std::string only_socket() {

@@ -287,9 +287,9 @@ TEST(MetricsConfig, ListenAddressIsParsedAndOptional) {
 TEST(MetricsConfig, BadListenAddressNamesLineAndField) {
     for (const char* bad : {"127.0.0.1", "127.0.0.1:0", "127.0.0.1:65536", "localhost:9417",
                             "127.0.0.1:94x7", ":9417"}) {
-        expect_error(with("  name: h1\n", std::string("  name: h1\n  metrics: {listen: \"") + bad +
-                                               "\"}\n"),
-                     3, "host.metrics.listen", "is not ADDR:PORT");
+        expect_error(
+            with("  name: h1\n", std::string("  name: h1\n  metrics: {listen: \"") + bad + "\"}\n"),
+            3, "host.metrics.listen", "is not ADDR:PORT");
     }
     expect_error(with("  name: h1\n", "  name: h1\n  metrics: {listen: 127.0.0.1:9417, tls: 1}\n"),
                  3, "host.metrics.tls", "unknown key");
