@@ -403,6 +403,58 @@ class TestWithTestbed:
         print(f"{len(checked)} counters compared, {moved} moved between the two stats")
         assert moved >= 10, "no traffic moved the counters: the test proves nothing"
 
+    def test_rdma_metrics_lie_between_two_qps_taken_around_them(self):
+        """QP counts by state, and each vNIC's QP counters (packets, retransmits, NAKs, RNR
+        NAKs, CNPs) against the sum over `jakiroctl qps --json` before and after the scrape,
+        while an ibv_rc_pingpong keeps its QPs busy."""
+        def qps():
+            return [q for q in json.loads(jakiroctl("h1", "qps", "--json").stdout)["qps"]
+                    if q["vnic"] == "t1"]
+        assert qps() == [], "no QP of t1 before the test"
+        base = parse_metrics(scrape("h1"))  # what QPs destroyed before counted
+        env = dict(os.environ, JAKIRO_VERBS_LIB=str(BUILD / "verbs_shim" / "libjakiro_verbs.so"))
+        args = ["ibv_rc_pingpong", "-g", "0", "-n", "1000000", "-p", "18612"]
+        with ns_bg(T2, JAKIRO_RUN, "--", *args, env=env), \
+                ns_bg(T1, "bash", "-c", f"sleep 1; exec {JAKIRO_RUN} -- {' '.join(args)} {IP[T2]}",
+                      env=env):
+            wait_until(lambda: any(q["state"] == "RTS" and q["packets_sent"] > 100
+                                   for q in qps()), 20, "t1's QP sending")
+            before = qps()
+            samples = parse_metrics(scrape("h1"))
+            after = qps()
+        assert [q["qpn"] for q in before] == [q["qpn"] for q in after], "the same QPs throughout"
+        states = {}
+        for q in before:
+            states[(q["type"], q["state"])] = states.get((q["type"], q["state"]), 0) + 1
+        for (kind, state), n in states.items():
+            assert metric(samples, "jakiro_rdma_qps", vnic="t1", type=kind, state=state) == n
+        fields = [("jakiro_rdma_qp_packets_total", {"direction": "tx"}, "packets_sent"),
+                  ("jakiro_rdma_qp_packets_total", {"direction": "rx"}, "packets_received"),
+                  ("jakiro_rdma_qp_bytes_total", {"direction": "tx"}, "bytes_sent"),
+                  ("jakiro_rdma_retransmitted_packets_total", {}, "retransmitted"),
+                  ("jakiro_rdma_timeouts_total", {}, "timeouts"),
+                  ("jakiro_rdma_naks_total", {"direction": "rx"}, "naks_received"),
+                  ("jakiro_rdma_naks_total", {"direction": "tx"}, "naks_sent"),
+                  ("jakiro_rdma_rnr_naks_total", {"direction": "rx"}, "rnr_naks_received"),
+                  ("jakiro_rdma_rnr_naks_total", {"direction": "tx"}, "rnr_naks_sent"),
+                  ("jakiro_rdma_cnps_total", {"direction": "rx"}, "cnps_received"),
+                  ("jakiro_rdma_cnps_total", {"direction": "tx"}, "cnps_sent")]
+        for name, labels, field in fields:
+            labels = dict(labels, vnic="t1")
+            earlier = base.get((name, frozenset(labels.items())), 0)
+            low = earlier + sum(q[field] for q in before)
+            high = earlier + sum(q[field] for q in after)
+            value = metric(samples, name, **labels)
+            assert low <= value <= high, f"{name}{labels} = {value} not in [{low}, {high}]"
+        assert metric(samples, "jakiro_rdma_qp_packets_total", vnic="t1", direction="tx") > 100
+        # Once the QPs are gone their counts stay in the totals (the totals never go down).
+        wait_until(lambda: qps() == [], 10, "t1's QPs destroyed")
+        time.sleep(1.2)  # the control thread looks at the QPs every second
+        later = parse_metrics(scrape("h1"))
+        for name, labels, _ in fields:
+            key = (name, frozenset(dict(labels, vnic="t1").items()))
+            assert later[key] >= samples[key], f"{key} went down after the QPs went away"
+
     def test_telemetry_has_the_same_metrics(self):
         sock = Path("/run/dpdk/jakiro-h1/dpdk_telemetry.v2")
         assert sock.exists(), "DPDK telemetry socket"
