@@ -285,6 +285,10 @@ class TestWithTestbed:
             assert metric(samples, "jakiro_info", host=host, version=run(
                 JAKIROD, "--version").stdout.split()[1]) == 1
             assert metric(samples, "jakiro_ready") == 1
+        # jakiroctl metrics prints the same families.
+        text = jakiroctl("h1", "metrics").stdout
+        assert "jakiro_vnic_packets_total" in parse_metrics(text).__repr__()
+        assert metric(parse_metrics(text), "jakiro_vnics") == 3
         # The listener is inside each host's namespace only.
         r = run("curl", "-sf", "--max-time", "2", METRICS_URL, check=False)
         assert r.returncode != 0 or "jakiro_info" not in r.stdout
