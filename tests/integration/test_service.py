@@ -442,7 +442,9 @@ class TestWithTestbed:
                   ("jakiro_rdma_rnr_naks_total", {"direction": "rx"}, "rnr_naks_received"),
                   ("jakiro_rdma_rnr_naks_total", {"direction": "tx"}, "rnr_naks_sent"),
                   ("jakiro_rdma_cnps_total", {"direction": "rx"}, "cnps_received"),
-                  ("jakiro_rdma_cnps_total", {"direction": "tx"}, "cnps_sent")]
+                  ("jakiro_rdma_cnps_total", {"direction": "tx"}, "cnps_sent"),
+                  ("jakiro_rdma_completions_total", {}, "completions"),
+                  ("jakiro_rdma_error_completions_total", {}, "error_completions")]
         for name, labels, field in fields:
             labels = dict(labels, vnic="t1")
             earlier = base.get((name, frozenset(labels.items())), 0)
