@@ -589,7 +589,8 @@ class TestWithTestbed:
         new = log.read_text(errors="replace").splitlines()[len(lines_before):]
         print("\n".join(new[:5]), f"\n... {len(new)} new lines")
         rejected = [line for line in new if "event=apply_rejected" in line]
-        assert len(rejected) == 20, f"{len(rejected)} apply_rejected lines (burst is 20)"
+        # At most 20 lines of one event per 10 s (fewer if this jakirod logged some already).
+        assert 1 <= len(rejected) <= 20, f"{len(rejected)} apply_rejected lines (burst is 20)"
         assert len(new) < 30, "thousands of drops must not log a line each"
         for line in new:
             assert re.match(r'^ts=\S+Z level=(error|warning|notice|info|debug) event=\w+ '
