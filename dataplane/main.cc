@@ -6,8 +6,10 @@
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
 
+#include <climits>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -18,8 +20,12 @@
 #include "control/control_server.hh"
 #include "control/host_manager.hh"
 #include "control/rdma_admission.hh"
+#include "control/telemetry.hh"
 #include "eal_options.hh"
+#include "jakiro_version.hh"
+#include "log.hh"
 #include "roce/engine.hh"
+#include "service/notify.hh"
 #include "verbs/channel_server.hh"
 #include "worker/clock.hh"
 #include "worker/egress_shaper.hh"
@@ -30,20 +36,39 @@
 namespace {
 
 std::atomic<bool> stop_requested{false};
+std::atomic<bool> reload_requested{false};
 
-void on_signal(int) {
-    stop_requested = true;
+void on_signal(int signal) {
+    if (signal == SIGHUP) {
+        reload_requested = true;  // the control thread applies --config again
+    } else {
+        stop_requested = true;
+    }
 }
+
+// sysexits.h's EX_CONFIG: the unit's RestartPreventExitStatus, so systemd does not restart a
+// daemon whose YAML is wrong until someone fixes it.
+constexpr int exit_config = 78;
+constexpr int exit_usage = 2;
+constexpr int exit_failure = 1;
 
 const char* usage =
     "usage: jakirod --config HOST.yaml [--busy-poll] [--socket PATH] [--lcores EAL_LCORES]\n"
-    "  --config     host configuration (DESIGN.md §8)\n"
-    "  --busy-poll  never sleep when idle (dedicated cores); default is adaptive polling\n"
-    "  --socket     control socket (default /run/jakiro/<host name>.sock)\n"
-    "  --lcores     EAL --lcores mapping (default: lcore 0 floating over every CPU)\n";
+    "       jakirod --check-config HOST.yaml\n"
+    "  --config FILE        host configuration (YAML; see jakirod(8))\n"
+    "  --check-config FILE  validate FILE and exit: 0 if valid, 78 with file:line: field:\n"
+    "                       errors if not; touches no device and starts no DPDK\n"
+    "  --busy-poll          never sleep when idle (dedicated cores); default is adaptive polling\n"
+    "  --socket PATH        control socket (default /run/jakiro/<host name>.sock)\n"
+    "  --lcores LIST        EAL --lcores mapping (default: lcore 0 floating over every CPU)\n"
+    "  --version            print the version and exit\n"
+    "  --help               print this and exit\n"
+    "Signals: TERM and INT stop; HUP applies --config again (as jakiroctl apply).\n"
+    "Under systemd (jakirod@.service) it reports READY=1, STATUS= and WATCHDOG=1.\n";
 
 struct options {
     std::string config;
+    std::string check_config;
     std::string socket;
     std::string lcores;
     bool busy_poll = false;
@@ -63,6 +88,9 @@ bool parse_options(int argc, char** argv, options& out) {
         if (arg == "--config") {
             if (!value(out.config))
                 return false;
+        } else if (arg == "--check-config") {
+            if (!value(out.check_config))
+                return false;
         } else if (arg == "--socket") {
             if (!value(out.socket))
                 return false;
@@ -74,13 +102,20 @@ bool parse_options(int argc, char** argv, options& out) {
         } else if (arg == "--help" || arg == "-h") {
             std::cout << usage;
             std::exit(0);
+        } else if (arg == "--version") {
+            std::cout << "jakirod " << JAKIRO_VERSION << "\n";
+            std::exit(0);
         } else {
             std::cerr << "jakirod: unknown argument '" << arg << "'\n" << usage;
             return false;
         }
     }
-    if (out.config.empty()) {
-        std::cerr << "jakirod: --config is required\n" << usage;
+    if (out.config.empty() && out.check_config.empty()) {
+        std::cerr << "jakirod: --config or --check-config is required\n" << usage;
+        return false;
+    }
+    if (!out.config.empty() && !out.check_config.empty()) {
+        std::cerr << "jakirod: give --config or --check-config, not both\n" << usage;
         return false;
     }
     return true;
@@ -92,8 +127,29 @@ std::string default_lcores() {
 }
 
 int fail(const std::string& message) {
-    std::cerr << "jakirod: " << message << "\n";
-    return 1;
+    jakiro::log::error("start_failed", message);
+    jakiro::service::notify("STATUS=failed: " + message);
+    return exit_failure;
+}
+
+// --check-config: the YAML alone, as --config would load it; nothing else is touched.
+int check_config(const std::string& path) {
+    const auto loaded = jakiro::load_host_config_file(path);
+    if (!loaded.ok()) {
+        for (const auto& error : loaded.errors) {
+            std::cerr << error.to_string() << "\n";
+        }
+        std::cerr << path << ": " << loaded.errors.size() << " error"
+                  << (loaded.errors.size() == 1 ? "" : "s") << "\n";
+        return exit_config;
+    }
+    const auto& c = loaded.config;
+    std::cout << path << ": valid: host " << c.name << ", underlay "
+              << jakiro::format_ipv4(c.underlay.ip) << " mtu " << c.underlay.mtu << ", "
+              << c.vpcs.size() << " VPCs, " << c.vnics.size() << " vNICs, " << c.peers.size()
+              << " peers, " << c.security_groups.size() << " security groups"
+              << (c.metrics ? ", metrics on " + c.metrics->text() : std::string()) << "\n";
+    return 0;
 }
 
 }  // namespace
@@ -102,15 +158,26 @@ int main(int argc, char** argv) {
     using namespace jakiro;
     options opts;
     if (!parse_options(argc, argv, opts)) {
-        return 2;
+        return exit_usage;
+    }
+    if (!opts.check_config.empty()) {
+        return check_config(opts.check_config);
     }
     auto loaded = load_host_config_file(opts.config);
     if (!loaded.ok()) {
         for (const auto& error : loaded.errors) {
             std::cerr << error.to_string() << "\n";
         }
-        return 2;
+        service::notify("STATUS=configuration rejected: " + loaded.errors[0].to_string());
+        return exit_config;
     }
+    // SIGHUP re-reads the file: keep a path that survives a change of directory.
+    if (char* full = realpath(opts.config.c_str(), nullptr)) {
+        opts.config = full;
+        std::free(full);
+    }
+    log::set_host(loaded.config.name);
+    log::redirect_dpdk();
     daemon_state state;
     state.config = std::move(loaded.config);
     state.busy_poll = opts.busy_poll;
@@ -136,6 +203,7 @@ int main(int argc, char** argv) {
     } eal_cleanup_at_exit;
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
+    std::signal(SIGHUP, on_signal);
 
     // Jumbo underlays need mbufs that hold a whole frame: the parsers expect contiguous headers
     // and the af_packet and memif PMDs copy each frame into one mbuf when it fits.
@@ -186,7 +254,8 @@ int main(int argc, char** argv) {
         return fail(error);
     }
     if (!rdma_warnings.empty()) {
-        std::cerr << "jakirod: " << rdma_warnings;
+        log::warning("rdma_face",
+                     rdma_warnings.substr(0, rdma_warnings.find_last_not_of('\n') + 1));
     }
     state.verbs = &verbs_channel;
 
@@ -202,19 +271,35 @@ int main(int argc, char** argv) {
     state.shaper = &shaper;
     state.policer = &policer;
 
+    const std::size_t vnic_count = config.vnics.size();
+    const std::string metrics_at = config.metrics ? config.metrics->text() : "off";
     control_server control(state, host, opts.socket);
+    control.reload_on(&reload_requested, opts.config);
     if (!control.start(error)) {
         return fail(error);
     }
-    std::cout << "jakirod " << config.name << ": " << config.vnics.size() << " vNICs, underlay "
-              << format_ipv4(config.underlay.ip) << ", memory " << state.memory_mode << ", control "
-              << opts.socket << std::endl;
+    register_telemetry(&control);
+    // Ports are started, the control socket and the metrics listener are bound, and the worker
+    // starts polling next: systemd may consider the service started.
+    std::string status;
+    control.run_on_control_thread([&] { status = control.status_line(); }, std::chrono::seconds(2));
+    service::notify("READY=1\nSTATUS=" + status);
+    log::info("started", status,
+              {{"vnics", vnic_count},
+               {"underlay", format_ipv4(state.config.underlay.ip)},
+               {"memory", state.memory_mode},
+               {"polling", opts.busy_poll ? "busy" : "adaptive"},
+               {"control", opts.socket},
+               {"metrics", metrics_at},
+               {"version", JAKIRO_VERSION}});
 
     loop_options loop;
     loop.busy_poll = opts.busy_poll;
     run_lcore_loop(publisher, 0, *worker, loop, stop_requested);
 
-    std::cout << "jakirod " << config.name << ": stopping" << std::endl;
+    service::notify("STOPPING=1\nSTATUS=stopping");
+    log::info("stopping", "signal received; closing ports");
+    register_telemetry(nullptr);
     control.stop();
     verbs_channel.stop();
     host.stop_ports();

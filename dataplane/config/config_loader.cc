@@ -210,8 +210,21 @@ void load_host(checker& check, const YAML::Node& root, host_config& config) {
         check.error(root, "host", "missing");
         return;
     }
-    if (!check.only_keys(host, "host", {"name", "underlay", "gateway_mac", "conntrack", "qos"})) {
+    if (!check.only_keys(host, "host",
+                         {"name", "underlay", "gateway_mac", "conntrack", "qos", "metrics"})) {
         return;
+    }
+    if (const auto m = host["metrics"]; m.IsDefined() && !m.IsNull()) {
+        const std::string field = "host.metrics";
+        if (check.only_keys(m, field, {"listen"})) {
+            if (const auto text = check.string(m, "listen", field)) {
+                config.metrics = parse_listen_address(*text);
+                if (!config.metrics) {
+                    check.error(m["listen"], field + ".listen",
+                                "'" + *text + "' is not ADDR:PORT (e.g. 127.0.0.1:9417)");
+                }
+            }
+        }
     }
     if (const auto q = host["qos"]; q.IsDefined()) {
         const std::string field = "host.qos";

@@ -95,4 +95,24 @@ std::optional<mac_address> parse_mac(const std::string& text) {
     return mac;
 }
 
+std::optional<metrics_config> parse_listen_address(const std::string& text) {
+    const auto colon = text.rfind(':');
+    if (colon == std::string::npos) {
+        return std::nullopt;
+    }
+    const auto ip = parse_ipv4(text.substr(0, colon));
+    const char* first = text.data() + colon + 1;
+    const char* last = text.data() + text.size();
+    unsigned port = 0;
+    auto [end, ec] = std::from_chars(first, last, port);
+    if (!ip || ec != std::errc() || end != last || first == last || port == 0 || port > 65535) {
+        return std::nullopt;
+    }
+    return metrics_config{*ip, static_cast<uint16_t>(port)};
+}
+
+std::string metrics_config::text() const {
+    return format_ipv4(ip) + ":" + std::to_string(port);
+}
+
 }  // namespace jakiro

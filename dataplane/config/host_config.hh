@@ -105,6 +105,14 @@ struct conntrack_config {
     secgroup::flow_timeouts timeouts;
 };
 
+// host.metrics: where jakirod serves /metrics (Prometheus text format) from its control thread.
+struct metrics_config {
+    uint32_t ip = 0;  // host order; 0.0.0.0 listens on every address of the namespace
+    uint16_t port = 0;
+    std::string text() const;  // "ADDR:PORT"
+    bool operator==(const metrics_config&) const = default;
+};
+
 struct host_config {
     std::string source_file;
     std::string name;
@@ -116,6 +124,7 @@ struct host_config {
     std::vector<secgroup::group> security_groups;
     conntrack_config conntrack;
     std::optional<qos::uplink_qos> uplink_qos;  // host.qos.uplink_rate: all vNICs together
+    std::optional<metrics_config> metrics;      // none: no metrics listener
 
     const vpc_config* find_vpc(const std::string& name) const;
     // Group names are unique within a VPC (every VPC may have its own "default").
@@ -130,5 +139,7 @@ std::string format_mac(const mac_address& mac);
 std::optional<uint32_t> parse_ipv4(const std::string& text);
 std::optional<ipv4_prefix> parse_ipv4_prefix(const std::string& text);
 std::optional<mac_address> parse_mac(const std::string& text);
+// "198.18.0.1:9417" (IPv4 address, a colon, a port in 1..65535).
+std::optional<metrics_config> parse_listen_address(const std::string& text);
 
 }  // namespace jakiro

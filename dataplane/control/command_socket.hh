@@ -6,21 +6,31 @@
 // dropped when its deadline passes (a few seconds), and meanwhile every other client is
 // answered as usual. Beyond max_clients connections at once, new ones get "ERR busy".
 //
-// Thread-safety: start() and stop() from one thread (main or a test); the handler and
-// everything else run on the socket's own thread; dropped() from anywhere.
+// The same thread serves an optional HTTP listener (TCP, e.g. Prometheus' GET /metrics) with
+// the same deadlines and limits, runs a periodic tick, and runs functions that other threads
+// post(), so everything that reads the daemon's state for a client happens on this one thread.
+//
+// Thread-safety: start() and stop() from one thread (main or a test); the handlers, the tick
+// and everything else run on the socket's own thread; dropped() and post() from anywhere;
+// set_http_listener() before start() or on the socket's thread (from a handler).
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace jakiro {
 
 class command_socket {
   public:
     using handler = std::function<std::string(const std::string& line)>;
+    // Gets an HTTP request's head (request line and headers, up to the blank line; cut at
+    // max_http_request) and returns the whole response, status line to body.
+    using http_handler = std::function<std::string(const std::string& request_head)>;
 
     struct limits {
         // From accept to a complete line (the old server's per-read timeout, now overall).
@@ -29,7 +39,8 @@ class command_socket {
         // only ends clients that do not read.
         int write_deadline_ms = 5000;
         std::size_t max_clients = 64;
-        std::size_t max_command = 4096;  // longer lines are cut here and answered
+        std::size_t max_command = 4096;       // longer lines are cut here and answered
+        std::size_t max_http_request = 8192;  // request heads beyond this are answered as cut
     };
 
     command_socket(std::string path, handler on_line, limits lim);
@@ -46,13 +57,35 @@ class command_socket {
     // Clients dropped because their deadline passed (slow to ask, or not reading).
     uint64_t dropped() const { return _dropped.load(std::memory_order_relaxed); }
 
+    // A listening TCP socket (non-blocking) on ip:port (host order); -1 with `error` set.
+    static int open_tcp_listener(uint32_t ip, uint16_t port, std::string& error);
+    // Serves `fd` (from open_tcp_listener, or -1 for none) as HTTP with `on_request`; a
+    // listener set before is closed (its clients still get their answers).
+    void set_http_listener(int fd, http_handler on_request);
+    // The port the HTTP listener is bound to (0: none); for tests that bind port 0.
+    uint16_t http_port() const;
+
+    // `fn` runs on the socket's thread about every `interval_ms` (at least that far apart).
+    void set_tick(std::function<void()> fn, int interval_ms);
+    // Runs `fn` on the socket's thread soon (any thread may post). Never runs if the socket
+    // is stopped before it gets to it.
+    void post(std::function<void()> fn);
+
   private:
     void serve();
+    void run_posted();
 
     std::string _path;
     handler _on_line;
     limits _limits;
     int _listen_fd = -1;
+    int _http_fd = -1;
+    http_handler _on_http;
+    int _wake_fd = -1;  // eventfd: post() wakes the thread
+    std::mutex _posted_mutex;
+    std::vector<std::function<void()>> _posted;
+    std::function<void()> _tick;
+    int _tick_interval_ms = 0;
     std::atomic<bool> _stopping{false};
     std::atomic<uint64_t> _dropped{0};
     std::thread _thread;

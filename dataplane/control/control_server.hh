@@ -1,14 +1,24 @@
 #pragma once
-// jakirod's control socket: a Unix stream socket that takes one command line per connection
-// and answers "OK\n<body>" or "ERR <message>\n". Runs on its own (non-EAL) thread; clients are
-// served together with deadlines (command_socket.hh), so one that never reads its reply
-// cannot wedge it.
+// jakirod's control thread. It serves:
+//  - the control socket: a Unix stream socket that takes one command line per connection and
+//    answers "OK\n<body>" or "ERR <message>\n" (jakiroctl);
+//  - the metrics listener (host.metrics.listen): GET /metrics in the Prometheus text format;
+//  - DPDK telemetry's /jakiro/... commands (telemetry.hh), run here on the telemetry thread's
+//    behalf;
+//  - systemd: STATUS= when the state changes and WATCHDOG=1 while the worker makes progress.
+// All of it runs on one (non-EAL) thread: clients are served together with deadlines
+// (command_socket.hh), so one that never reads its reply cannot wedge it, and nothing reads the
+// daemon's state from any other thread. A scrape never writes to or waits for the worker.
 
+#include <atomic>
+#include <chrono>
+#include <functional>
 #include <string>
 
 #include "command_socket.hh"
 #include "daemon_state.hh"
 #include "host_manager.hh"
+#include "metrics.hh"
 
 namespace jakiro {
 
@@ -19,17 +29,48 @@ class control_server {
     control_server(const control_server&) = delete;
     control_server& operator=(const control_server&) = delete;
 
-    // Binds the socket; false with `error` set if that fails (e.g. another jakirod owns it).
+    // Binds the control socket and, when configured, the metrics listener; false with `error`
+    // set if that fails (e.g. another jakirod owns the socket, or the port is taken).
     bool start(std::string& error);
     void stop();
 
     // Exposed for tests: the reply to one command line.
     std::string handle(const std::string& command_line);
+    // The daemon's metrics now, and as Prometheus text (control thread only).
+    std::vector<prometheus::MetricFamily> collect();
+    std::string metrics_text();
+    // The one-line state systemd shows (STATUS=).
+    std::string status_line() const;
+
+    // SIGHUP: when `*flag` is set, the control thread applies `file` (as `apply FILE`).
+    void reload_on(std::atomic<bool>* flag, std::string file) {
+        _reload_flag = flag;
+        _reload_file = std::move(file);
+    }
+
+    // Runs `fn` on the control thread and waits for it up to `timeout`; false if it did not
+    // run in time (then it never runs). For other threads (DPDK telemetry's).
+    bool run_on_control_thread(std::function<void()> fn, std::chrono::milliseconds timeout);
 
   private:
+    void tick();
+    command_socket::http_handler metrics_handler();
+    bool bind_metrics(const std::optional<metrics_config>& metrics, std::string& error);
+    uint64_t worker_progress() const;
+
     daemon_state& _state;
     host_manager& _host;
     command_socket _socket;
+    qp_totals _qps;
+    uint64_t _scrapes = 0;
+    // systemd: the watchdog period (0: none), when to ping next and what the worker had done.
+    std::chrono::microseconds _watchdog{0};
+    std::chrono::steady_clock::time_point _next_watchdog{};
+    uint64_t _last_progress = 0;
+    std::chrono::steady_clock::time_point _next_second{};
+    std::string _last_status;
+    std::atomic<bool>* _reload_flag = nullptr;
+    std::string _reload_file;
 };
 
 }  // namespace jakiro

@@ -201,7 +201,11 @@ std::string render_stats(const daemon_state& state, bool json) {
             sum([](const vnic_counters& v) -> const counter& { return v.sg_allowed[0]; }),
             sum([](const vnic_counters& v) -> const counter& { return v.sg_denied[0]; }),
             sum([](const vnic_counters& v) -> const counter& { return v.sg_allowed[1]; }),
-            sum([](const vnic_counters& v) -> const counter& { return v.sg_denied[1]; })};
+            sum([](const vnic_counters& v) -> const counter& { return v.sg_denied[1]; }),
+            sum([](const vnic_counters& v) -> const counter& { return v.rdma_rx_packets; }),
+            sum([](const vnic_counters& v) -> const counter& { return v.rdma_rx_bytes; }),
+            sum([](const vnic_counters& v) -> const counter& { return v.rdma_tx_packets; }),
+            sum([](const vnic_counters& v) -> const counter& { return v.rdma_tx_bytes; })};
         out.begin_object(name)
             .value("from_tenant_packets", values[0])
             .value("from_tenant_bytes", values[1])
@@ -212,6 +216,10 @@ std::string render_stats(const daemon_state& state, bool json) {
             .value("sg_denied_ingress", values[6])
             .value("sg_allowed_egress", values[7])
             .value("sg_denied_egress", values[8])
+            .value("rdma_rx_packets", values[9])
+            .value("rdma_rx_bytes", values[10])
+            .value("rdma_tx_packets", values[11])
+            .value("rdma_tx_bytes", values[12])
             .end_object();
         char line[256];
         std::snprintf(line, sizeof(line),

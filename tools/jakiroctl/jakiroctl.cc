@@ -31,8 +31,16 @@ const char* usage =
     "  qps [--vnic NAME]     RDMA queue pairs: state, peer, PSNs, retransmits, NAKs\n"
     "  qos                   DHTB per shaped vNIC and class: rate, weights, shares, counters\n"
     "  top [--interval S] [--count N]   live rates per shaped vNIC and class, every S s\n"
-    "  apply FILE            apply a host YAML live: security groups, rules, peers, vNICs\n"
-    "--host NAME talks to /run/jakiro/NAME.sock; without it the only socket there is used.\n";
+    "  metrics               every metric in the Prometheus text format (as GET /metrics)\n"
+    "  apply FILE            apply a host YAML live: security groups, rules, peers, vNICs,\n"
+    "                        QoS, quotas, the metrics address (what systemctl reload does)\n"
+    "options:\n"
+    "  --host NAME    talk to /run/jakiro/NAME.sock; without it the only socket there is used\n"
+    "  --socket PATH  talk to the control socket at PATH\n"
+    "  --json         machine-readable output (status, stats, flows, qps, qos)\n"
+    "  --help         print this and exit\n"
+    "Exit status: 0 done, 1 jakirod refused (ERR ...), 2 bad usage or no jakirod. See "
+    "jakiroctl(8).\n";
 
 // The single *.sock in /run/jakiro, or "" when there are none or several.
 std::string only_socket() {

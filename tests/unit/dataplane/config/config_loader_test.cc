@@ -273,5 +273,29 @@ TEST(SecurityGroupConfig, SameGroupNameInTwoVpcsIsFineTwiceInOneIsNot) {
                     "security_groups[2].name", "duplicate security group 'web' in VPC 'blue'");
 }
 
+TEST(MetricsConfig, ListenAddressIsParsedAndOptional) {
+    EXPECT_FALSE(load_host_config_text(valid_config, "h1.yaml").config.metrics.has_value());
+    const auto result = load_host_config_text(
+        with("  name: h1\n", "  name: h1\n  metrics: {listen: 127.0.0.1:9417}\n"), "h1.yaml");
+    ASSERT_TRUE(result.ok()) << result.errors[0].to_string();
+    ASSERT_TRUE(result.config.metrics.has_value());
+    EXPECT_EQ(result.config.metrics->ip, 0x7f000001u);
+    EXPECT_EQ(result.config.metrics->port, 9417);
+    EXPECT_EQ(result.config.metrics->text(), "127.0.0.1:9417");
+}
+
+TEST(MetricsConfig, BadListenAddressNamesLineAndField) {
+    for (const char* bad : {"127.0.0.1", "127.0.0.1:0", "127.0.0.1:65536", "localhost:9417",
+                            "127.0.0.1:94x7", ":9417"}) {
+        expect_error(
+            with("  name: h1\n", std::string("  name: h1\n  metrics: {listen: \"") + bad + "\"}\n"),
+            3, "host.metrics.listen", "is not ADDR:PORT");
+    }
+    expect_error(with("  name: h1\n", "  name: h1\n  metrics: {listen: 127.0.0.1:9417, tls: 1}\n"),
+                 3, "host.metrics.tls", "unknown key");
+    expect_error(with("  name: h1\n", "  name: h1\n  metrics: {}\n"), 3, "host.metrics.listen",
+                 "missing");
+}
+
 }  // namespace
 }  // namespace jakiro
