@@ -108,7 +108,7 @@ void fill_unsupported_ops(verbs_context& v) {
     v.destroy_wq = [](ibv_wq*) { return EOPNOTSUPP; };
     v.modify_wq = [](ibv_wq*, ibv_wq_attr*) { return EOPNOTSUPP; };
     v.create_wq = [](ibv_context*, ibv_wq_init_attr*) { return unsupported_ptr<ibv_wq>(); };
-    v.query_rt_values = [](ibv_context*, ibv_values_ex*) { return EOPNOTSUPP; };
+    // query_rt_values is built (context.cc): open_device sets it.
     v.create_cq_ex = [](ibv_context*, ibv_cq_init_attr_ex*) {
         return unsupported_ptr<ibv_cq_ex>();
     };
