@@ -165,7 +165,7 @@ TEST_F(ShimCqEx, TimestampAccessorsReadWhatJakirodStamped) {
           uint64_t{IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK},
           uint64_t{IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
                    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK},
-          uint64_t{IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP}}) {
+          uint64_t{IBV_WC_STANDARD_FLAGS} | uint64_t{IBV_WC_EX_WITH_COMPLETION_TIMESTAMP}}) {
         SCOPED_TRACE(flags);
         ibv_cq_init_attr_ex a = attr(flags);
         ibv_cq_ex* cq = create_cq_ex(ctx, &a);

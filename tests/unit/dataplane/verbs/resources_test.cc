@@ -389,7 +389,7 @@ TEST_F(Resources, CreateCqValidatesAndAnswersAPowerOfTwoRing) {
         {"unknown flag",
          [] {
              auto r = cq_request(8);
-             r.flags = 2;
+             r.flags = 4;  // 1: channel, 2: timestamps
              return r;
          }(),
          EINVAL},

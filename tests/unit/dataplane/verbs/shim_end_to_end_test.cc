@@ -488,8 +488,8 @@ TEST_F(ShimEndToEnd, CompletionsOfATimestampedCqCarryTheDeviceAndWallClocks) {
     ASSERT_NE(ctx, nullptr);
     ibv_cq_init_attr_ex a{};
     a.cqe = 8;
-    a.wc_flags = IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
-                 IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+    a.wc_flags = uint64_t{IBV_WC_STANDARD_FLAGS} | uint64_t{IBV_WC_EX_WITH_COMPLETION_TIMESTAMP} |
+                 uint64_t{IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK};
     ibv_cq_ex* stamped = ibv_create_cq_ex(ctx, &a);
     ASSERT_NE(stamped, nullptr) << std::strerror(errno);
     a.wc_flags = IBV_WC_STANDARD_FLAGS;
