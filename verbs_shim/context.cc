@@ -16,6 +16,7 @@
 #include "cq_ex.hh"
 #include "discovery.hh"
 #include "memory_backing.hh"
+#include "parent_domain.hh"
 #include "post.hh"
 #include "qp.hh"
 #include "srq.hh"
@@ -202,6 +203,9 @@ ibv_context* open_device(ibv_device* device) {
     v.query_port = query_port;
     v.query_device_ex = query_device_ex;
     v.query_rt_values = query_rt_values;
+    v.alloc_parent_domain = alloc_parent_domain;
+    v.alloc_td = alloc_td;
+    v.dealloc_td = dealloc_td;
     v.context.ops._compat_query_device = query_device;
     v.context.ops._compat_query_port = compat_query_port;
     v.context.ops.poll_cq = poll_cq;

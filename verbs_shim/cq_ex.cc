@@ -7,6 +7,7 @@
 #include "cq.hh"
 #include "debug.hh"
 #include "device_death.hh"
+#include "parent_domain.hh"
 #include "pd.hh"
 #include "rings.hh"
 
@@ -177,12 +178,13 @@ void read_tm_info(ibv_cq_ex*, ibv_wc_tm_info* info) {
     }
 }
 
-int check_attr(const ibv_cq_init_attr_ex& attr) {
+int check_attr(ibv_context* context, const ibv_cq_init_attr_ex& attr) {
     if ((attr.comp_mask & ~known_comp_mask) != 0) {
         return EINVAL;
     }
-    if ((attr.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) != 0) {
-        debug("ibv_create_cq_ex: parent domains are not supported");
+    if ((attr.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) != 0 &&
+        to_parent_domain(attr.parent_domain, context) == nullptr) {
+        debug("ibv_create_cq_ex: IBV_CQ_INIT_ATTR_MASK_PD names no parent domain of ours");
         return EINVAL;  // what a provider says of a PD that is not a parent domain
     }
     if ((attr.wc_flags & ~known_wc_flags) != 0) {
@@ -208,7 +210,7 @@ ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
         errno = EINVAL;
         return nullptr;
     }
-    if (const int error = check_attr(*attr); error != 0) {
+    if (const int error = check_attr(context, *attr); error != 0) {
         errno = error;
         return nullptr;
     }

@@ -89,11 +89,7 @@ void fill_unsupported_ops(verbs_context& v) {
         return unsupported_ptr<ibv_flow_action>();
     };
     v.modify_qp_rate_limit = [](ibv_qp*, ibv_qp_rate_limit_attr*) { return EOPNOTSUPP; };
-    v.alloc_parent_domain = [](ibv_context*, ibv_parent_domain_init_attr*) {
-        return unsupported_ptr<ibv_pd>();
-    };
-    v.dealloc_td = [](ibv_td*) { return EOPNOTSUPP; };
-    v.alloc_td = [](ibv_context*, ibv_td_init_attr*) { return unsupported_ptr<ibv_td>(); };
+    // alloc_parent_domain, alloc_td and dealloc_td are built (parent_domain.cc).
     v.modify_cq = [](ibv_cq*, ibv_modify_cq_attr*) { return EOPNOTSUPP; };
     v.post_srq_ops = [](ibv_srq*, ibv_ops_wr* op, ibv_ops_wr** bad) {
         if (bad != nullptr) {

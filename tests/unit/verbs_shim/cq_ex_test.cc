@@ -198,7 +198,7 @@ TEST_F(ShimCqEx, CreateRefusesWhatItCannotDeliver) {
         {IBV_WC_STANDARD_FLAGS, IBV_CQ_INIT_ATTR_MASK_FLAGS, IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN,
          EOPNOTSUPP},
         {IBV_WC_STANDARD_FLAGS, IBV_CQ_INIT_ATTR_MASK_FLAGS, 1u << 7, EOPNOTSUPP},
-        {IBV_WC_STANDARD_FLAGS, IBV_CQ_INIT_ATTR_MASK_PD, 0, EINVAL},  // no parent domains
+        {IBV_WC_STANDARD_FLAGS, IBV_CQ_INIT_ATTR_MASK_PD, 0, EINVAL},  // no parent domain named
     };
     for (const refusal& r : refusals) {
         SCOPED_TRACE(r.wc_flags);

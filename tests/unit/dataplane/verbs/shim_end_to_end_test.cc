@@ -784,6 +784,97 @@ class ShimEndToEndQp : public ShimEndToEnd {
     ibv_qp_cap created_caps{};
 };
 
+void* never_called_alloc(ibv_pd*, void* pd_context, size_t, size_t, uint64_t) {
+    ++*static_cast<int*>(pd_context);
+    return IBV_ALLOCATOR_USE_DEFAULT;
+}
+void never_called_free(ibv_pd*, void* pd_context, void*, uint64_t) {
+    ++*static_cast<int*>(pd_context);
+}
+
+TEST_F(ShimEndToEndQp, AParentDomainIsItsPdInEveryVerbAndOutlivesNothing) {
+    ibv_td_init_attr td_attr{};
+    ibv_td* td = ibv_alloc_td(ctx, &td_attr);
+    ASSERT_NE(td, nullptr) << std::strerror(errno);
+    int allocator_calls = 0;
+    ibv_parent_domain_init_attr attr{};
+    attr.pd = pd;
+    attr.td = td;
+    attr.comp_mask =
+        IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
+    attr.alloc = never_called_alloc;
+    attr.free = never_called_free;
+    attr.pd_context = &allocator_calls;
+    ibv_pd* parent = ibv_alloc_parent_domain(ctx, &attr);
+    ASSERT_NE(parent, nullptr) << std::strerror(errno);
+    EXPECT_EQ(parent->handle, pd->handle) << "jakirod sees the protection domain";
+    EXPECT_EQ(server->resources(0).count().pds, 1u) << "nothing new in jakirod";
+
+    // An MR, a CQ and a QP made with the parent domain.
+    static char buffer[8192];
+    ibv_mr* mr = ibv_reg_mr(parent, buffer, sizeof(buffer), IBV_ACCESS_LOCAL_WRITE);
+    ASSERT_NE(mr, nullptr) << std::strerror(errno);
+    EXPECT_EQ(mr->pd, parent);
+    ibv_cq_init_attr_ex cq_attr{};
+    cq_attr.cqe = 8;
+    cq_attr.wc_flags = IBV_WC_STANDARD_FLAGS;
+    cq_attr.comp_mask = IBV_CQ_INIT_ATTR_MASK_PD;
+    cq_attr.parent_domain = parent;
+    ibv_cq_ex* cq_ex = ibv_create_cq_ex(ctx, &cq_attr);
+    ASSERT_NE(cq_ex, nullptr) << std::strerror(errno);
+    cq_attr.parent_domain = pd;
+    errno = 0;
+    EXPECT_EQ(ibv_create_cq_ex(ctx, &cq_attr), nullptr) << "a PD is not a parent domain";
+    EXPECT_EQ(errno, EINVAL);
+    ibv_qp_init_attr qp_attr{};
+    qp_attr.send_cq = qp_attr.recv_cq = ibv_cq_ex_to_cq(cq_ex);
+    qp_attr.qp_type = IBV_QPT_RC;
+    qp_attr.cap.max_send_wr = qp_attr.cap.max_recv_wr = 4;
+    qp_attr.cap.max_send_sge = qp_attr.cap.max_recv_sge = 1;
+    ibv_qp* qp = ibv_create_qp(parent, &qp_attr);
+    ASSERT_NE(qp, nullptr) << std::strerror(errno);
+    EXPECT_EQ(qp->pd, parent);
+    EXPECT_EQ(to_rts(qp), 0);
+
+    // Lifetimes: the PD and the TD are busy while the parent domain stands on them.
+    EXPECT_EQ(ibv_dealloc_td(td), EBUSY);
+    EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    EXPECT_EQ(ibv_dereg_mr(mr), 0);
+    EXPECT_EQ(ibv_destroy_cq(ibv_cq_ex_to_cq(cq_ex)), 0);
+    EXPECT_EQ(ibv_dealloc_pd(parent), 0);
+    EXPECT_EQ(ibv_dealloc_td(td), 0);
+    EXPECT_EQ(server->resources(0).count().pds, 1u) << "the PD itself is still there";
+    EXPECT_EQ(allocator_calls, 0) << "no provider buffer lives in the program's memory";
+    finish();
+}
+
+TEST_F(ShimEndToEndQp, ParentDomainsRefuseWhatRdmaCoreRefuses) {
+    ibv_parent_domain_init_attr attr{};
+    errno = 0;
+    EXPECT_EQ(ibv_alloc_parent_domain(ctx, &attr), nullptr) << "no PD";
+    EXPECT_EQ(errno, EINVAL);
+    attr.pd = pd;
+    attr.comp_mask = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS;  // without the functions
+    EXPECT_EQ(ibv_alloc_parent_domain(ctx, &attr), nullptr);
+    EXPECT_EQ(errno, EINVAL);
+    attr.comp_mask = 1u << 6;
+    EXPECT_EQ(ibv_alloc_parent_domain(ctx, &attr), nullptr);
+    EXPECT_EQ(errno, EINVAL);
+    attr.comp_mask = 0;
+    ibv_pd* parent = ibv_alloc_parent_domain(ctx, &attr);
+    ASSERT_NE(parent, nullptr);
+    attr.pd = parent;
+    EXPECT_EQ(ibv_alloc_parent_domain(ctx, &attr), nullptr) << "a parent of a parent";
+    EXPECT_EQ(errno, EINVAL);
+    EXPECT_EQ(ibv_dealloc_pd(pd), EBUSY) << "a parent domain stands on it";
+    EXPECT_EQ(ibv_dealloc_pd(parent), 0);
+    ibv_td_init_attr td_attr{};
+    td_attr.comp_mask = 1;
+    EXPECT_EQ(ibv_alloc_td(ctx, &td_attr), nullptr);
+    EXPECT_EQ(errno, EINVAL);
+    finish();
+}
+
 TEST_F(ShimEndToEndQp, AnRcQpGoesToRtsReportsItsAttributesAndIsDestroyed) {
     ibv_qp* qp = create_rc();
     ASSERT_NE(qp, nullptr);
