@@ -6,6 +6,8 @@ completes from its own thread.
   and SENDs arriving, nothing lost or doubled; below the outstanding count EINVAL.
 - Completion timestamps (tests/rdma/pyverbs_cq_timestamps.py): hca_core_clock, the raw clock of
   ibv_query_rt_values_ex, and both stamps on real completions within the clocks read around them.
+- Parent domains (tests/rdma/pyverbs_parent_domain.py): a parent domain with Python allocators
+  makes a CQ, QPs and MRs that move real data, as its PD (another PD's rkey is refused).
 """
 
 import pytest
@@ -39,4 +41,12 @@ def test_completion_timestamps_follow_the_advertised_device_clock_and_the_wall_c
     assert "ibv_query_rt_values_ex reads the device clock" in out
     assert "every completion_ts lies between" in out
     assert "CVLAN refused at creation with EOPNOTSUPP" in out
+    assert "all verified" in out
+
+
+def test_a_parent_domain_with_python_allocators_carries_real_traffic_as_its_pd():
+    out = run_script("pyverbs_parent_domain.py")
+    assert "SEND and RDMA WRITE through the parent domain's QPs completed" in out
+    assert "a WRITE to another PD's MR is a remote access error" in out
+    assert "allocator calls: alloc 0, free 0" in out
     assert "all verified" in out
