@@ -275,8 +275,10 @@ int resize_cq(ibv_cq* cq, int cqe) {
         map_ring(ring_fd, reply.capacity, reply.ring_bytes, static_cast<uint32_t>(cqe));
     const int map_error = errno;
     close(ring_fd);
+    // jakirod published `outstanding` completions in the new ring before it answered, and its
+    // engine may have added more since (never more than a ring's worth beyond our consumer, 0).
     if (ring == nullptr || reply.outstanding > reply.capacity ||
-        proto::load_producer_acquire(*ring) != reply.outstanding) {
+        proto::load_producer_acquire(*ring) - reply.outstanding > reply.capacity) {
         // jakirod completes into a ring we cannot read: this CQ is lost to the program.
         debug("ibv_resize_cq: jakirod's new ring for CQ %#x is not usable", cq->handle);
         if (ring != nullptr) {
