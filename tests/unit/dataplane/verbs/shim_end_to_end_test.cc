@@ -848,6 +848,41 @@ TEST_F(ShimEndToEndQp, AParentDomainIsItsPdInEveryVerbAndOutlivesNothing) {
     finish();
 }
 
+TEST_F(ShimEndToEndQp, TheCapsPromiseNothingThatFailsWithEopnotsupp) {
+    // What is not built is not advertised, and what is advertised works (issue 14, item 6):
+    // no memory windows, no XRC, no CQ moderation; atomic write has no cap bit in this
+    // libibverbs, so creating a QP that asks for it is where a program learns it is missing.
+    ibv_device_attr_ex attr{};
+    ASSERT_EQ(ibv_query_device_ex(ctx, nullptr, &attr), 0);
+    EXPECT_EQ(attr.orig_attr.max_mw, 0);
+    EXPECT_EQ(
+        attr.orig_attr.device_cap_flags &
+            (IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B |
+             IBV_DEVICE_XRC | IBV_DEVICE_RESIZE_MAX_WR | IBV_DEVICE_SRQ_RESIZE),
+        0u);
+    EXPECT_EQ(attr.cq_mod_caps.max_cq_count, 0u);
+    ibv_pd* mw_pd = ibv_alloc_pd(ctx);
+    ASSERT_NE(mw_pd, nullptr);
+    errno = 0;
+    EXPECT_EQ(ibv_alloc_mw(mw_pd, IBV_MW_TYPE_1), nullptr);
+    EXPECT_EQ(errno, EOPNOTSUPP) << "as max_mw says";
+    EXPECT_EQ(ibv_dealloc_pd(mw_pd), 0);
+    ibv_qp_init_attr_ex qp_attr{};
+    qp_attr.qp_type = IBV_QPT_RC;
+    qp_attr.send_cq = qp_attr.recv_cq = cq;
+    qp_attr.pd = pd;
+    qp_attr.cap.max_send_wr = qp_attr.cap.max_recv_wr = 4;
+    qp_attr.cap.max_send_sge = qp_attr.cap.max_recv_sge = 1;
+    qp_attr.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    qp_attr.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_ATOMIC_WRITE;
+    errno = 0;
+    EXPECT_EQ(ibv_create_qp_ex(ctx, &qp_attr), nullptr);
+    EXPECT_EQ(errno, EOPNOTSUPP) << "refused at creation, never later";
+    // Resize and timestamps, which the caps do promise, work (the tests above).
+    EXPECT_GT(attr.hca_core_clock, 0u);
+    finish();
+}
+
 TEST_F(ShimEndToEndQp, ParentDomainsRefuseWhatRdmaCoreRefuses) {
     ibv_parent_domain_init_attr attr{};
     errno = 0;
