@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <new>
 #include <type_traits>
 
@@ -15,6 +16,7 @@
 #include "cq_ex.hh"
 #include "discovery.hh"
 #include "memory_backing.hh"
+#include "parent_domain.hh"
 #include "post.hh"
 #include "qp.hh"
 #include "srq.hh"
@@ -200,6 +202,10 @@ ibv_context* open_device(ibv_device* device) {
     v.sz = sizeof(verbs_context);
     v.query_port = query_port;
     v.query_device_ex = query_device_ex;
+    v.query_rt_values = query_rt_values;
+    v.alloc_parent_domain = alloc_parent_domain;
+    v.alloc_td = alloc_td;
+    v.dealloc_td = dealloc_td;
     v.context.ops._compat_query_device = query_device;
     v.context.ops._compat_query_port = compat_query_port;
     v.context.ops.poll_cq = poll_cq;
@@ -277,10 +283,31 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
     std::memset(&full, 0, sizeof(full));
     fill_device_attr(reply.device, full.orig_attr);
     // The low 32 bits of the extended flags repeat the legacy ones; nothing above them (no
-    // ODP, TSO, RSS, tag matching, packet pacing, device memory, timestamps) is offered.
+    // ODP, TSO, RSS, tag matching, packet pacing, device memory) is offered.
     full.device_cap_flags_ex = full.orig_attr.device_cap_flags;
     full.phys_port_cnt_ex = reply.device.phys_port_cnt;
+    if ((reply.device.caps & proto::cap_completion_timestamps) != 0) {
+        // The device clock is CLOCK_MONOTONIC in ns: 64 bits wide, 1 GHz.
+        full.completion_timestamp_mask = ~uint64_t{0};
+        full.hca_core_clock = proto::device_clock_khz;
+    }
     copy_out(full, attr, attr_size);
+    return 0;
+}
+
+int query_rt_values(ibv_context* context, ibv_values_ex* values) {
+    if (to_context(context) == nullptr || values == nullptr) {
+        return EINVAL;
+    }
+    // Only the raw clock is defined; as providers do, the answer's comp_mask says what was
+    // filled (unknown bits are not).
+    uint32_t filled = 0;
+    if ((values->comp_mask & IBV_VALUES_MASK_RAW_CLOCK) != 0) {
+        // The device clock of completion_ts (protocol.hh, cap_completion_timestamps).
+        clock_gettime(CLOCK_MONOTONIC, &values->raw_clock);
+        filled |= IBV_VALUES_MASK_RAW_CLOCK;
+    }
+    values->comp_mask = filled;
     return 0;
 }
 

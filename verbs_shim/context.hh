@@ -56,6 +56,8 @@ int close_device(ibv_context* context);
 int query_device(ibv_context* context, ibv_device_attr* attr);
 int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input,
                     ibv_device_attr_ex* attr, size_t attr_size);
+// ibv_query_rt_values_ex: IBV_VALUES_MASK_RAW_CLOCK, the device clock (CLOCK_MONOTONIC).
+int query_rt_values(ibv_context* context, ibv_values_ex* values);
 int query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* attr, size_t attr_size);
 int query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_index, ibv_gid_entry* entry,
                  uint32_t flags, size_t entry_size);

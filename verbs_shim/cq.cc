@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <new>
 #include <type_traits>
@@ -33,26 +34,31 @@ void abandon_cq(shim_context* c, uint32_t handle) {
 
 // Maps and checks the ring jakirod sent: size, identity, capacity. nullptr (errno set) if it
 // is not the ring that was promised.
-proto::cq_ring_header* map_ring(int fd, const proto::create_cq_reply& reply, uint32_t cqe) {
+proto::cq_ring_header* map_ring(int fd, uint32_t capacity, uint64_t ring_bytes, uint32_t cqe) {
     struct stat st {};
-    if (!proto::is_power_of_two(reply.capacity) || reply.capacity < static_cast<uint32_t>(cqe) ||
-        reply.ring_bytes != proto::cq_ring_bytes(reply.capacity) || fstat(fd, &st) != 0 ||
-        static_cast<uint64_t>(st.st_size) != reply.ring_bytes) {
+    if (!proto::is_power_of_two(capacity) || capacity < cqe ||
+        ring_bytes != proto::cq_ring_bytes(capacity) || fstat(fd, &st) != 0 ||
+        static_cast<uint64_t>(st.st_size) != ring_bytes) {
         errno = EPROTO;
         return nullptr;
     }
-    void* base = mmap(nullptr, reply.ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void* base = mmap(nullptr, ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (base == MAP_FAILED) {
         return nullptr;
     }
     auto* h = static_cast<proto::cq_ring_header*>(base);
     if (h->magic != proto::cq_ring_magic || h->version != proto::cq_ring_version ||
-        h->capacity != reply.capacity || h->slot_size != sizeof(proto::cqe)) {
-        munmap(base, reply.ring_bytes);
+        h->capacity != capacity || h->slot_size != sizeof(proto::cqe)) {
+        munmap(base, ring_bytes);
         errno = EPROTO;
         return nullptr;
     }
     return h;
+}
+
+// The ring pointer is read without the poll lock only by req_notify_cq (see resize_cq).
+std::atomic_ref<proto::cq_ring_header*> ring_of(shim_cq& q) {
+    return std::atomic_ref<proto::cq_ring_header*>(q.ring);
 }
 
 void fill_wc(const proto::cqe& e, ibv_wc& wc) {
@@ -136,6 +142,11 @@ int destroy_comp_channel(ibv_comp_channel* channel) {
 
 ibv_cq* create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
                   int comp_vector) {
+    return create_cq_flagged(context, cqe, cq_context, channel, comp_vector, 0);
+}
+
+ibv_cq* create_cq_flagged(ibv_context* context, int cqe, void* cq_context,
+                          ibv_comp_channel* channel, int comp_vector, uint32_t extra_flags) {
     shim_context* c = to_context(context);
     shim_comp_channel* ch = channel != nullptr ? to_channel(channel) : nullptr;
     if (c == nullptr || (channel != nullptr && (ch == nullptr || channel->context != context)) ||
@@ -153,7 +164,7 @@ ibv_cq* create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_chan
         static_cast<uint16_t>(proto::opcode::create_cq), 0);
     req.cqe = static_cast<uint32_t>(cqe);
     req.comp_vector = static_cast<uint32_t>(comp_vector);
-    req.flags = ch != nullptr ? uint32_t{proto::cq_with_channel} : 0u;
+    req.flags = (ch != nullptr ? uint32_t{proto::cq_with_channel} : 0u) | extra_flags;
     proto::create_cq_reply reply;
     int ring_fd = -1;
     if (const int error = c->chan->call(&req, sizeof(req), &reply, sizeof(reply), &ring_fd,
@@ -163,7 +174,8 @@ ibv_cq* create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_chan
         errno = error;
         return nullptr;
     }
-    proto::cq_ring_header* ring = map_ring(ring_fd, reply, static_cast<uint32_t>(cqe));
+    proto::cq_ring_header* ring =
+        map_ring(ring_fd, reply.capacity, reply.ring_bytes, static_cast<uint32_t>(cqe));
     const int map_error = errno;
     close(ring_fd);  // the mapping keeps the ring
     if (ring == nullptr) {
@@ -227,10 +239,71 @@ int destroy_cq(ibv_cq* cq) {
         pthread_mutex_unlock(&cq->context->mutex);
     }
     munmap(q->ring, q->ring_bytes);
+    if (q->retired_ring != nullptr) {
+        munmap(q->retired_ring, q->retired_ring_bytes);
+    }
     pthread_cond_destroy(&cq->cond);
     pthread_mutex_destroy(&cq->mutex);
     q->magic = 0;
     delete q;
+    return 0;
+}
+
+int resize_cq(ibv_cq* cq, int cqe) {
+    shim_cq* q = to_cq(cq);
+    if (q == nullptr) {
+        return EINVAL;
+    }
+    shim_context* c = q->context;
+    if (cqe <= 0 || static_cast<uint32_t>(cqe) > c->hello.lim.max_cqe) {
+        return EINVAL;
+    }
+    // No poll of this process reads the old ring while jakirod moves its unconsumed
+    // completions to the new one: the consumer index it reads must stay where it is.
+    const std::lock_guard lock(q->poll_lock);
+    auto req = proto::make_message<proto::resize_cq_request>(
+        static_cast<uint16_t>(proto::opcode::resize_cq), 0);
+    req.cq_handle = cq->handle;
+    req.cqe = static_cast<uint32_t>(cqe);
+    proto::resize_cq_reply reply;
+    int ring_fd = -1;
+    if (const int error = c->chan->call(&req, sizeof(req), &reply, sizeof(reply), &ring_fd);
+        error != 0) {
+        return error;  // EINVAL: more completions wait than `cqe` holds; the CQ is unchanged
+    }
+    proto::cq_ring_header* ring =
+        map_ring(ring_fd, reply.capacity, reply.ring_bytes, static_cast<uint32_t>(cqe));
+    const int map_error = errno;
+    close(ring_fd);
+    // jakirod published `outstanding` completions in the new ring before it answered, and its
+    // engine may have added more since (never more than a ring's worth beyond our consumer, 0).
+    if (ring == nullptr || reply.outstanding > reply.capacity ||
+        proto::load_producer_acquire(*ring) - reply.outstanding > reply.capacity) {
+        // jakirod completes into a ring we cannot read: this CQ is lost to the program.
+        debug("ibv_resize_cq: jakirod's new ring for CQ %#x is not usable", cq->handle);
+        if (ring != nullptr) {
+            munmap(ring, reply.ring_bytes);
+        }
+        return ring == nullptr ? map_error : EPROTO;
+    }
+    proto::cq_ring_header* old = q->ring;
+    // An ibv_req_notify_cq of another thread may have armed the old ring after jakirod looked:
+    // the new ring gets that arm too, so no completion event is lost to the race.
+    if (const uint32_t arm = proto::shared_index(old->arm).load(std::memory_order_acquire);
+        arm != 0) {
+        proto::arm_and_fence(*ring, arm & (proto::arm_next | proto::arm_solicited));
+    }
+    ring_of(*q).store(ring, std::memory_order_release);
+    // req_notify_cq takes no lock, so a thread may still hold the old pointer: the old ring
+    // stays mapped until the next resize (or destroy), one retired ring at most.
+    if (q->retired_ring != nullptr) {
+        munmap(q->retired_ring, q->retired_ring_bytes);
+    }
+    q->retired_ring = old;
+    q->retired_ring_bytes = q->ring_bytes;
+    q->ring_bytes = reply.ring_bytes;
+    q->capacity = reply.capacity;
+    cq->cqe = static_cast<int>(reply.capacity);
     return 0;
 }
 
@@ -323,7 +396,8 @@ int req_notify_cq(ibv_cq* cq, int solicited_only) {
     if (q == nullptr) {
         return EINVAL;
     }
-    proto::arm_and_fence(*q->ring, solicited_only ? proto::arm_solicited : proto::arm_next);
+    proto::arm_and_fence(*ring_of(*q).load(std::memory_order_acquire),
+                         solicited_only ? proto::arm_solicited : proto::arm_next);
     return 0;
 }
 

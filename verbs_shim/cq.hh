@@ -44,6 +44,10 @@ struct shim_cq {
     verbs_proto::cq_ring_header* ring;  // our mapping of jakirod's memfd
     std::size_t ring_bytes;
     uint32_t capacity;
+    // The ring before the last ibv_resize_cq, kept mapped for a req_notify_cq that raced it
+    // (cq.cc, resize_cq); nullptr if the CQ was never resized.
+    verbs_proto::cq_ring_header* retired_ring;
+    std::size_t retired_ring_bytes;
     std::mutex poll_lock;
     idle_yield empty_polls;  // under poll_lock
     // ibv_start_poll .. ibv_end_poll (cq_ex.cc), under poll_lock: the completion being read
@@ -67,7 +71,13 @@ int destroy_comp_channel(ibv_comp_channel* channel);
 
 ibv_cq* create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
                   int comp_vector);
+// The same, with create_cq_flags beyond the channel's (ibv_create_cq_ex: cq_with_timestamps).
+ibv_cq* create_cq_flagged(ibv_context* context, int cqe, void* cq_context,
+                          ibv_comp_channel* channel, int comp_vector, uint32_t extra_flags);
 int destroy_cq(ibv_cq* cq);
+// ibv_resize_cq: 0 or an errno (EINVAL when more completions wait than `cqe` holds, as rxe;
+// EDQUOT beyond the vNIC's quota). Unconsumed completions survive, in order.
+int resize_cq(ibv_cq* cq, int cqe);
 int get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context);
 void ack_cq_events(ibv_cq* cq, unsigned int nevents);
 

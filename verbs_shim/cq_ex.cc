@@ -7,6 +7,7 @@
 #include "cq.hh"
 #include "debug.hh"
 #include "device_death.hh"
+#include "parent_domain.hh"
 #include "pd.hh"
 #include "rings.hh"
 
@@ -22,7 +23,11 @@ static_assert(offsetof(shim_cq, cq_ex) == 0 && offsetof(ibv_cq_ex, context) == 0
 namespace {
 
 // What a completion of jakirod's carries; the rest needs a clock or hardware we do not have.
-constexpr uint64_t supported_wc_flags = IBV_WC_STANDARD_FLAGS;
+// Completion timestamps: jakirod stamps each completion of such a CQ (protocol.hh,
+// cap_completion_timestamps), with the device clock and the wall clock.
+constexpr uint64_t timestamp_wc_flags = uint64_t{IBV_WC_EX_WITH_COMPLETION_TIMESTAMP} |
+                                        uint64_t{IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK};
+constexpr uint64_t supported_wc_flags = IBV_WC_STANDARD_FLAGS | timestamp_wc_flags;
 constexpr uint64_t known_wc_flags =
     supported_wc_flags | uint64_t{IBV_WC_EX_WITH_COMPLETION_TIMESTAMP} |
     uint64_t{IBV_WC_EX_WITH_CVLAN} | uint64_t{IBV_WC_EX_WITH_FLOW_TAG} |
@@ -152,10 +157,15 @@ uint8_t read_sl(ibv_cq_ex* cq) {
 uint8_t read_dlid_path_bits(ibv_cq_ex* cq) {
     return current(cq).dlid_path_bits;
 }
-// Refused at creation; present so that a program calling them anyway reads 0, not NULL.
-uint64_t read_nothing_u64(ibv_cq_ex*) {
-    return 0;
+// In the device clock (ns of CLOCK_MONOTONIC: hca_core_clock 1 GHz); 0 in a CQ created
+// without IBV_WC_EX_WITH_COMPLETION_TIMESTAMP(_WALLCLOCK), and in a flush completion.
+uint64_t read_completion_ts(ibv_cq_ex* cq) {
+    return current(cq).completion_ts;
 }
+uint64_t read_completion_wallclock_ns(ibv_cq_ex* cq) {
+    return current(cq).wallclock_ns;
+}
+// Refused at creation; present so that a program calling them anyway reads 0, not NULL.
 uint16_t read_cvlan(ibv_cq_ex*) {
     return 0;
 }
@@ -168,22 +178,21 @@ void read_tm_info(ibv_cq_ex*, ibv_wc_tm_info* info) {
     }
 }
 
-int check_attr(const ibv_cq_init_attr_ex& attr) {
+int check_attr(ibv_context* context, const ibv_cq_init_attr_ex& attr) {
     if ((attr.comp_mask & ~known_comp_mask) != 0) {
         return EINVAL;
     }
-    if ((attr.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) != 0) {
-        debug("ibv_create_cq_ex: parent domains are not supported");
+    if ((attr.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) != 0 &&
+        to_parent_domain(attr.parent_domain, context) == nullptr) {
+        debug("ibv_create_cq_ex: IBV_CQ_INIT_ATTR_MASK_PD names no parent domain of ours");
         return EINVAL;  // what a provider says of a PD that is not a parent domain
     }
     if ((attr.wc_flags & ~known_wc_flags) != 0) {
         return EOPNOTSUPP;
     }
     if ((attr.wc_flags & ~supported_wc_flags) != 0) {
-        debug(
-            "ibv_create_cq_ex: wc_flags %#llx: no completion timestamps (no device clock), "
-            "CVLAN, flow tags or tag matching",
-            static_cast<unsigned long long>(attr.wc_flags & ~supported_wc_flags));
+        debug("ibv_create_cq_ex: wc_flags %#llx: no CVLAN, flow tags or tag matching",
+              static_cast<unsigned long long>(attr.wc_flags & ~supported_wc_flags));
         return EOPNOTSUPP;
     }
     if ((attr.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) != 0 &&
@@ -201,7 +210,7 @@ ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
         errno = EINVAL;
         return nullptr;
     }
-    if (const int error = check_attr(*attr); error != 0) {
+    if (const int error = check_attr(context, *attr); error != 0) {
         errno = error;
         return nullptr;
     }
@@ -209,8 +218,10 @@ ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
         errno = EINVAL;
         return nullptr;
     }
-    ibv_cq* cq = create_cq(context, static_cast<int>(attr->cqe), attr->cq_context, attr->channel,
-                           static_cast<int>(attr->comp_vector));
+    const uint32_t flags =
+        (attr->wc_flags & timestamp_wc_flags) != 0 ? uint32_t{proto::cq_with_timestamps} : 0u;
+    ibv_cq* cq = create_cq_flagged(context, static_cast<int>(attr->cqe), attr->cq_context,
+                                   attr->channel, static_cast<int>(attr->comp_vector), flags);
     if (cq == nullptr) {
         return nullptr;
     }
@@ -232,11 +243,11 @@ ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
     x.read_slid = read_slid;
     x.read_sl = read_sl;
     x.read_dlid_path_bits = read_dlid_path_bits;
-    x.read_completion_ts = read_nothing_u64;
+    x.read_completion_ts = read_completion_ts;
     x.read_cvlan = read_cvlan;
     x.read_flow_tag = read_flow_tag;
     x.read_tm_info = read_tm_info;
-    x.read_completion_wallclock_ns = read_nothing_u64;
+    x.read_completion_wallclock_ns = read_completion_wallclock_ns;
     q->ex_current = nullptr;
     return &x;
 }

@@ -7,6 +7,7 @@
 
 #include "context.hh"
 #include "debug.hh"
+#include "parent_domain.hh"
 #include "protocol.hh"
 
 namespace jakiro::shim {
@@ -88,6 +89,15 @@ int dealloc_pd(ibv_pd* pd) {
     shim_pd* p = to_pd(pd);
     if (p == nullptr) {
         return EINVAL;
+    }
+    if (p->protection != nullptr) {
+        return dealloc_parent_domain(*p);  // nothing of it lives in jakirod
+    }
+    pthread_mutex_lock(&pd->context->mutex);
+    const bool has_parents = p->parents != 0;
+    pthread_mutex_unlock(&pd->context->mutex);
+    if (has_parents) {
+        return EBUSY;  // parent domains still stand on it
     }
     // EBUSY while MRs use it: jakirod keeps the count.
     if (const int error = destroy_object(p->context, proto::opcode::dealloc_pd, pd->handle);

@@ -24,6 +24,14 @@ struct shim_pd {
     ibv_pd pd;  // first member
     uint32_t magic;
     shim_context* context;
+    // A parent domain (parent_domain.hh) is a shim_pd too, with pd.handle its protection
+    // domain's, so every verb that names a PD takes it unchanged: `protection` is that PD
+    // (nullptr for a PD), `td` its thread domain or nullptr.
+    shim_pd* protection;
+    struct shim_td* td;
+    // Parent domains built on this PD, guarded by the context's mutex: dealloc is EBUSY
+    // meanwhile, as libibverbs providers count them.
+    uint32_t parents;
 };
 
 struct shim_mr {

@@ -61,11 +61,12 @@ enum class opcode : uint16_t {
 
     // ibv_rereg_mr (version 4, added without a layout change): with one fd, as reg_mr.
     rereg_mr = 35,
+    // ibv_resize_cq (version 4, added without a layout change): reply: the new ring memfd.
+    resize_cq = 21,
 
     // Reserved; jakirod answers EOPNOTSUPP until they exist, so a newer shim against an
     // older daemon fails cleanly. Completion channels need no opcode: they are shim-side
     // sockets whose far end travels with create_cq.
-    resize_cq = 21,
     create_ah = 30,
     destroy_ah = 31,
     create_comp_channel = 32,
@@ -125,7 +126,12 @@ enum class event_type : uint32_t {
 enum device_caps : uint32_t {
     cap_rc_rnr_nak_gen = 1u << 0,  // responder sends RNR NAKs (engine: RNR with rnr_retry)
     cap_sys_image_guid = 1u << 1,  // sys_image_guid is meaningful
+    // CQs created with cq_with_timestamps carry completion_ts (the device clock: the host's
+    // CLOCK_MONOTONIC in ns, so hca_core_clock is 1 GHz) and wallclock_ns (CLOCK_REALTIME).
+    cap_completion_timestamps = 1u << 2,
 };
+// The device clock of cap_completion_timestamps, in kHz as ibv_device_attr_ex.hca_core_clock.
+constexpr uint64_t device_clock_khz = 1'000'000;
 // Port capability bits, mapped to ibv_port_cap_flags.
 enum port_caps : uint32_t {
     cap_ip_based_gids = 1u << 0,  // GIDs are derived from IP addresses (RoCE v2)
@@ -359,7 +365,8 @@ static_assert(sizeof(reg_mr_reply) == 40);
 static_assert(offsetof(reg_mr_reply, lkey) == 28);
 
 enum create_cq_flags : uint32_t {
-    cq_with_channel = 1u << 0,  // one fd comes with the request: the completion channel
+    cq_with_channel = 1u << 0,     // one fd comes with the request: the completion channel
+    cq_with_timestamps = 1u << 1,  // every completion carries completion_ts and wallclock_ns
 };
 
 // Sent with the far end of the CQ's completion channel when `flags` has cq_with_channel: a
@@ -386,6 +393,34 @@ struct create_cq_reply {
 static_assert(sizeof(create_cq_reply) == 40);
 static_assert(offsetof(create_cq_reply, cq_handle) == 24);
 static_assert(offsetof(create_cq_reply, ring_bytes) == 32);
+
+// ibv_resize_cq: CQ `cq_handle` gets a new ring of at least `cqe` slots (1..max_cqe). jakirod
+// moves the completions the shim has not consumed yet (those between the old ring's consumer
+// and producer indices) to the start of the new ring, carries the arm and overflow state over
+// and from then on completes into the new ring only; the shim must not poll the old ring while
+// the request is in flight (it holds the CQ's poll lock). More unconsumed completions than the
+// new capacity holds is EINVAL and the old ring stays; growth beyond the vNIC's
+// rdma.max_cqes is EDQUOT. Reply: sent with one fd, the new ring's memfd (as create_cq's).
+struct resize_cq_request {
+    header hdr;
+    uint32_t cq_handle;
+    uint32_t cqe;    // requested entries, 1..max_cqe
+    uint32_t flags;  // none defined: must be 0
+    uint32_t reserved;
+};
+static_assert(sizeof(resize_cq_request) == 32);
+static_assert(offsetof(resize_cq_request, cq_handle) == 16);
+static_assert(offsetof(resize_cq_request, cqe) == 20);
+
+struct resize_cq_reply {
+    reply_header rh;
+    uint32_t capacity;     // slots, a power of two >= cqe: what ibv_cq.cqe reports from now on
+    uint32_t outstanding;  // completions moved to the start of the new ring
+    uint64_t ring_bytes;   // size of the memfd
+};
+static_assert(sizeof(resize_cq_reply) == 40);
+static_assert(offsetof(resize_cq_reply, capacity) == 24);
+static_assert(offsetof(resize_cq_reply, ring_bytes) == 32);
 
 struct comp_event_message {
     header hdr;  // opcode::comp_event, request_id 0
@@ -655,6 +690,8 @@ constexpr std::size_t request_size(uint16_t op) {
             return sizeof(rereg_mr_request);
         case opcode::create_cq:
             return sizeof(create_cq_request);
+        case opcode::resize_cq:
+            return sizeof(resize_cq_request);
         case opcode::create_qp:
             return sizeof(create_qp_request);
         case opcode::modify_qp:
@@ -690,6 +727,8 @@ constexpr std::size_t reply_size(opcode op) {
             return sizeof(reg_mr_reply);
         case opcode::create_cq:
             return sizeof(create_cq_reply);
+        case opcode::resize_cq:
+            return sizeof(resize_cq_reply);
         case opcode::create_qp:
             return sizeof(create_qp_reply);
         case opcode::query_qp:

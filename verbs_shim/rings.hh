@@ -51,9 +51,14 @@ struct cqe {
     uint8_t dlid_path_bits;
     uint8_t solicited;  // the request asked for a solicited event (matters to an armed CQ)
     uint8_t reserved0;
-    uint32_t reserved[4];
+    // Only in CQs created with cq_with_timestamps (0 otherwise), stamped by jakirod as it
+    // publishes the completion: the device clock (CLOCK_MONOTONIC ns) and the wall clock
+    // (CLOCK_REALTIME ns). Version 1 rings had 16 reserved zero bytes here.
+    uint64_t completion_ts;
+    uint64_t wallclock_ns;
 };
 static_assert(sizeof(cqe) == 64);
+static_assert(offsetof(cqe, completion_ts) == 48);
 static_assert(offsetof(cqe, status) == 8);
 static_assert(offsetof(cqe, imm_data) == 24);
 static_assert(offsetof(cqe, pkey_index) == 40);

@@ -89,11 +89,7 @@ void fill_unsupported_ops(verbs_context& v) {
         return unsupported_ptr<ibv_flow_action>();
     };
     v.modify_qp_rate_limit = [](ibv_qp*, ibv_qp_rate_limit_attr*) { return EOPNOTSUPP; };
-    v.alloc_parent_domain = [](ibv_context*, ibv_parent_domain_init_attr*) {
-        return unsupported_ptr<ibv_pd>();
-    };
-    v.dealloc_td = [](ibv_td*) { return EOPNOTSUPP; };
-    v.alloc_td = [](ibv_context*, ibv_td_init_attr*) { return unsupported_ptr<ibv_td>(); };
+    // alloc_parent_domain, alloc_td and dealloc_td are built (parent_domain.cc).
     v.modify_cq = [](ibv_cq*, ibv_modify_cq_attr*) { return EOPNOTSUPP; };
     v.post_srq_ops = [](ibv_srq*, ibv_ops_wr* op, ibv_ops_wr** bad) {
         if (bad != nullptr) {
@@ -108,7 +104,7 @@ void fill_unsupported_ops(verbs_context& v) {
     v.destroy_wq = [](ibv_wq*) { return EOPNOTSUPP; };
     v.modify_wq = [](ibv_wq*, ibv_wq_attr*) { return EOPNOTSUPP; };
     v.create_wq = [](ibv_context*, ibv_wq_init_attr*) { return unsupported_ptr<ibv_wq>(); };
-    v.query_rt_values = [](ibv_context*, ibv_values_ex*) { return EOPNOTSUPP; };
+    // query_rt_values is built (context.cc): open_device sets it.
     v.create_cq_ex = [](ibv_context*, ibv_cq_init_attr_ex*) {
         return unsupported_ptr<ibv_cq_ex>();
     };

@@ -250,8 +250,8 @@ JAKIRO_EXPORT ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_cont
     return create_cq(context, cqe, cq_context, channel, comp_vector);
 }
 
-JAKIRO_EXPORT int ibv_resize_cq(ibv_cq*, int) {
-    return fail_errno();
+JAKIRO_EXPORT int ibv_resize_cq(ibv_cq* cq, int cqe) {
+    return resize_cq(cq, cqe);
 }
 
 JAKIRO_EXPORT int ibv_destroy_cq(ibv_cq* cq) {

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 
 #include "verbs_shim/protocol.hh"
 
@@ -67,18 +68,48 @@ bool cq_ring::push(const proto::cqe& completion) {
     return true;
 }
 
+int cq_ring::take_over(const cq_ring& old, uint32_t& moved) {
+    const uint32_t consumer = proto::load_consumer_acquire(*old._header);
+    const uint32_t outstanding = old._producer - consumer;  // unsigned: "ahead" is huge
+    if (outstanding > old._capacity || outstanding > _capacity || _producer != 0) {
+        return EINVAL;
+    }
+    const proto::cqe* from = proto::cq_slots(old._header);
+    proto::cqe* to = proto::cq_slots(_header);
+    for (uint32_t i = 0; i < outstanding; ++i) {
+        to[i] = from[(consumer + i) & (old._capacity - 1)];
+    }
+    _producer = outstanding;
+    proto::publish_producer(*_header, _producer);
+    if (old.overflowed()) {
+        proto::mark_overflow(*_header);  // a CQ in error stays in error
+    }
+    // An arm the application set stays set (it asked for the next completion, whichever ring
+    // that lands in).
+    proto::fence_before_checking_arm();
+    const uint32_t arm = proto::shared_index(old._header->arm).load(std::memory_order_acquire) &
+                         (proto::arm_next | proto::arm_solicited);
+    if (arm != 0) {
+        proto::arm_and_fence(*_header, arm);
+    }
+    _pushed.store(old._pushed.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    moved = outstanding;
+    return 0;
+}
+
 bool cq_ring::take_arm_after_push(bool solicited) {
     proto::fence_before_checking_arm();
     return proto::take_arm(*_header, solicited);
 }
 
 completion_queue::completion_queue(std::unique_ptr<cq_ring> ring, uint32_t handle, uint64_t owner,
-                                   int channel_fd, cq_error_sink sink)
+                                   int channel_fd, cq_error_sink sink, bool timestamps)
     : _ring(std::move(ring)),
       _handle(handle),
       _owner(owner),
       _channel_fd(channel_fd),
-      _sink(sink) {}
+      _sink(sink),
+      _timestamps(timestamps) {}
 
 completion_queue::~completion_queue() {
     if (_channel_fd >= 0) {
@@ -86,7 +117,22 @@ completion_queue::~completion_queue() {
     }
 }
 
-bool completion_queue::complete(const proto::cqe& completion) {
+namespace {
+
+uint64_t clock_ns(clockid_t clock) {
+    timespec ts{};
+    clock_gettime(clock, &ts);  // the vDSO: no system call on the engine's path
+    return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+}  // namespace
+
+bool completion_queue::complete(const proto::cqe& given) {
+    proto::cqe completion = given;
+    if (_timestamps) {
+        completion.completion_ts = clock_ns(CLOCK_MONOTONIC);
+        completion.wallclock_ns = clock_ns(CLOCK_REALTIME);
+    }
     if (!_ring->push(completion)) {
         if (!_error_raised.exchange(true, std::memory_order_relaxed) && _sink.raise != nullptr) {
             _sink.raise(_sink.context, _owner, _handle);
@@ -97,6 +143,14 @@ bool completion_queue::complete(const proto::cqe& completion) {
         notify();
     }
     return true;
+}
+
+int completion_queue::replace_ring(std::unique_ptr<cq_ring>& ring, uint32_t& moved) {
+    if (const int error = ring->take_over(*_ring, moved); error != 0) {
+        return error;
+    }
+    std::swap(_ring, ring);
+    return 0;
 }
 
 void completion_queue::notify() {

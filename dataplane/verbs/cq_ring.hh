@@ -41,6 +41,13 @@ class cq_ring {
     // the completion channel.
     bool take_arm_after_push(bool solicited);
 
+    // ibv_resize_cq, on the thread that pushes (nothing is pushed into either ring meanwhile):
+    // this fresh ring takes over `old`'s unconsumed completions (moved to its first slots, in
+    // order), its arm and overflow state and its count. EINVAL, with nothing changed, when they
+    // do not fit or `old`'s consumer index makes no sense (ahead of the producer, or more than
+    // a ring behind): a client cannot make jakirod copy what it never wrote.
+    int take_over(const cq_ring& old, uint32_t& moved);
+
     uint32_t capacity() const { return _capacity; }
     uint64_t produced() const { return _pushed.load(std::memory_order_relaxed); }
     bool overflowed() const { return verbs_proto::overflowed(*_header); }
@@ -68,8 +75,9 @@ struct cq_error_sink {
 class completion_queue {
   public:
     // Takes ownership of `channel_fd` (-1: no completion channel).
+    // `timestamps`: every completion gets completion_ts and wallclock_ns (cq_with_timestamps).
     completion_queue(std::unique_ptr<cq_ring> ring, uint32_t handle, uint64_t owner, int channel_fd,
-                     cq_error_sink sink);
+                     cq_error_sink sink, bool timestamps = false);
     ~completion_queue();
     completion_queue(const completion_queue&) = delete;
     completion_queue& operator=(const completion_queue&) = delete;
@@ -79,10 +87,16 @@ class completion_queue {
     // owner gets IBV_EVENT_CQ_ERR (once per CQ); the engine moves the QPs to the error state.
     bool complete(const verbs_proto::cqe& completion);
 
+    // ibv_resize_cq, on the thread that calls complete() (the engine's, through
+    // engine::call): `ring` takes over the unconsumed completions and replaces this CQ's ring;
+    // on 0 `ring` holds the old one, for the caller to drop. On an error nothing changed.
+    int replace_ring(std::unique_ptr<cq_ring>& ring, uint32_t& moved);
+
     cq_ring& ring() { return *_ring; }
     uint32_t handle() const { return _handle; }
     uint64_t owner() const { return _owner; }
     bool has_channel() const { return _channel_fd >= 0; }
+    bool timestamps() const { return _timestamps; }
     uint64_t notifications() const { return _notified.load(std::memory_order_relaxed); }
     uint64_t lost_notifications() const { return _lost.load(std::memory_order_relaxed); }
 
@@ -97,6 +111,7 @@ class completion_queue {
     uint64_t _owner;
     int _channel_fd;
     cq_error_sink _sink;
+    bool _timestamps;
     std::atomic<bool> _error_raised{false};
     std::atomic<uint64_t> _notified{0};
     std::atomic<uint64_t> _lost{0};

@@ -220,6 +220,30 @@ outcome handle_request(std::span<const std::byte> message, bool truncated, std::
             out.reply_fd = created.ring_fd;
             return out;
         }
+        case proto::opcode::resize_cq: {
+            proto::resize_cq_request req;
+            proto::decode(message, req);
+            if (req.flags != 0 || req.reserved != 0) {
+                put_status(out, hdr, EINVAL);
+                return out;
+            }
+            cq_created resized;
+            uint32_t moved = 0;
+            if (const int error =
+                    res.resize_cq(s.client_id, req.cq_handle, req.cqe, resized, moved);
+                error != 0) {
+                put_status(out, hdr, error);
+                return out;
+            }
+            auto reply = proto::make_message<proto::resize_cq_reply>(
+                proto::reply_opcode(proto::opcode::resize_cq), hdr.request_id);
+            reply.capacity = resized.capacity;
+            reply.outstanding = moved;
+            reply.ring_bytes = resized.ring_bytes;
+            put(out, reply);
+            out.reply_fd = resized.ring_fd;
+            return out;
+        }
         case proto::opcode::create_qp: {
             proto::create_qp_request req;
             proto::decode(message, req);

@@ -260,7 +260,8 @@ int vnic_resources::dereg_mr(uint64_t client, uint32_t key) {
 int vnic_resources::create_cq(uint64_t client, const proto::create_cq_request& req, int& channel_fd,
                               cq_created& out) {
     const std::lock_guard lock(_mutex);
-    if ((req.flags & ~proto::cq_with_channel) != 0 || req.reserved != 0) {
+    if ((req.flags & ~(proto::cq_with_channel | proto::cq_with_timestamps)) != 0 ||
+        req.reserved != 0) {
         return EINVAL;
     }
     // One completion vector (ibv_context.num_comp_vectors), and the advertised max_cqe.
@@ -294,8 +295,9 @@ int vnic_resources::create_cq(uint64_t client, const proto::create_cq_request& r
     out.ring_bytes = ring->bytes();
     out.ring_fd = ring_fd;
     _cqes += ring->capacity();
-    _cqs.emplace(handle, std::make_shared<completion_queue>(std::move(ring), handle, client,
-                                                            channel_fd, _sink));
+    _cqs.emplace(handle, std::make_shared<completion_queue>(
+                             std::move(ring), handle, client, channel_fd, _sink,
+                             (req.flags & proto::cq_with_timestamps) != 0));
     channel_fd = -1;
     return 0;
 }
@@ -313,6 +315,48 @@ int vnic_resources::destroy_cq(uint64_t client, uint32_t cq) {
     _cqs.erase(it);  // the ring goes with the last reference (an engine thread may hold one)
     _cq_keys.release(cq);
     return 0;
+}
+
+int vnic_resources::resize_cq(uint64_t client, uint32_t cq, uint32_t cqe, cq_created& out,
+                              uint32_t& moved) {
+    const std::lock_guard lock(_mutex);
+    const auto it = _cqs.find(cq);
+    if (it == _cqs.end() || it->second->owner() != client) {
+        return EINVAL;
+    }
+    if (cqe == 0 || cqe > _limits.max_cqe) {
+        return EINVAL;
+    }
+    const std::shared_ptr<completion_queue> queue = it->second;
+    const uint32_t old_capacity = queue->ring().capacity();
+    const uint32_t capacity = ring_capacity_for(cqe);
+    // The quota counts slots: a shrink always fits; growth needs the difference to be free.
+    if (capacity > old_capacity &&
+        capacity - old_capacity > _quota.max_cqes - std::min(_cqes, _quota.max_cqes)) {
+        return EDQUOT;  // the vNIC's quota (rdma.max_cqes)
+    }
+    auto ring = std::make_shared<std::unique_ptr<cq_ring>>();
+    int ring_fd = -1;
+    if (const int error = cq_ring::create(capacity, *ring, ring_fd); error != 0) {
+        return error;
+    }
+    auto moved_here = std::make_shared<uint32_t>(0);
+    const auto swap = [queue, ring, moved_here] { return queue->replace_ring(*ring, *moved_here); };
+    // The engine pushes into the CQ's ring from its own thread, so the swap happens there,
+    // between two of its visits; with no engine nothing else pushes.
+    roce::engine* engine = _qp_support.engine;
+    const int error = engine != nullptr ? engine->call(swap) : swap();
+    if (error != 0) {
+        close(ring_fd);
+        return error;
+    }
+    _cqes = _cqes - old_capacity + capacity;
+    out.handle = cq;
+    out.capacity = capacity;
+    out.ring_bytes = queue->ring().bytes();
+    out.ring_fd = ring_fd;
+    moved = *moved_here;
+    return 0;  // `ring` now holds the old ring: unmapped here when the last copy goes
 }
 
 void vnic_resources::release_client(uint64_t client) {

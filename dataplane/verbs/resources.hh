@@ -105,6 +105,11 @@ class vnic_resources {
                   cq_created& out);
     // EBUSY while QPs complete into it.
     int destroy_cq(uint64_t client, uint32_t cq);
+    // ibv_resize_cq (protocol.hh, resize_cq_request): a new ring of ring_capacity_for(cqe)
+    // slots takes over the unconsumed completions, on the engine's thread when QPs may be
+    // completing. EINVAL when they do not fit (or the request is malformed), EDQUOT when growth
+    // passes rdma.max_cqes, ETIMEDOUT when the worker did not come (nothing changed then).
+    int resize_cq(uint64_t client, uint32_t cq, uint32_t cqe, cq_created& out, uint32_t& moved);
 
     // Queue pairs (RC). Without enable_qps() create_qp answers EOPNOTSUPP.
     void enable_qps(qp_support support);

@@ -339,6 +339,8 @@ struct harness {
     std::vector<int> jakirod_fds;  // copies of ring fds jakirod handed out (to pass back)
     std::array<std::byte*, 2> victim_mr{};
     std::array<proto::cq_ring_header*, 2> victim_cq{};
+    std::array<uint32_t, 2> victim_cq_handle{};
+    std::vector<std::byte> last_request;  // what call() handed to handle_request last
     uint64_t now_ns = 1'000'000'000;
     uint32_t request_id = 0;
     int current = 0;                 // the client whose request is being built
@@ -433,6 +435,7 @@ struct harness {
             static_cast<uint16_t>(proto::opcode::create_cq), ++request_id);
         cq.cqe = 16;
         const uint32_t cqh = handle_of(call(c, proto::bytes_of(cq), false, {}));
+        victim_cq_handle[v] = cqh;
         victim_cq[v] = nullptr;
         for (const ring& r : rings) {
             if (r.what == kind::cq && r.handle == cqh && r.client == c) {
@@ -533,6 +536,7 @@ struct harness {
     verbs::outcome call(int c, std::span<const std::byte> bytes, bool truncated,
                         std::span<int> fds) {
         client& cl = clients[c];
+        last_request.assign(bytes.begin(), bytes.end());
         verbs::outcome out = verbs::handle_request(bytes, truncated, fds, cl.s, dev[cl.vnic]);
         check_reply(bytes, truncated, out);
         if (trace && out.reply_size >= sizeof(proto::reply_header)) {
@@ -615,6 +619,32 @@ struct harness {
                 std::memcpy(&r, out.reply.data(), sizeof(r));
                 remember(kind::cq, r.cq_handle);
                 ring g{kind::cq, cl.vnic, c, r.cq_handle, nullptr, r.ring_bytes};
+                g.cap = r.capacity;
+                map_ring(g, out.reply_fd);
+                break;
+            }
+            case proto::opcode::resize_cq: {
+                // The harness polls the new ring from now on, as the shim does; the old
+                // mapping goes (jakirod completes only into the new ring).
+                proto::resize_cq_request req;
+                std::memcpy(&req, last_request.data(), sizeof(req));
+                proto::resize_cq_reply r;
+                std::memcpy(&r, out.reply.data(), sizeof(r));
+                if (r.outstanding > r.capacity) {
+                    fail("resize_cq moved more completions than the new ring holds");
+                }
+                if (!cl.victim && req.cq_handle == victim_cq_handle[cl.vnic]) {
+                    fail("an attacker's resize_cq succeeded on a victim's CQ");
+                }
+                for (std::size_t i = 0; i < rings.size(); ++i) {
+                    ring& g = rings[i];
+                    if (g.what == kind::cq && g.handle == req.cq_handle && g.client == c) {
+                        munmap(g.base, g.bytes);
+                        rings.erase(rings.begin() + static_cast<std::ptrdiff_t>(i));
+                        break;
+                    }
+                }
+                ring g{kind::cq, cl.vnic, c, req.cq_handle, nullptr, r.ring_bytes};
                 g.cap = r.capacity;
                 map_ring(g, out.reply_fd);
                 break;
@@ -936,6 +966,14 @@ struct harness {
                 at(16, (f & 0x80) != 0 ? in.u32() : uint32_t{in.u16()});  // cqe
                 at(20, maybe_raw32(0));                                   // comp_vector
                 at(24, static_cast<uint32_t>(f & 0x03));                  // flags (bit 0: channel)
+                at(28, maybe_raw32(0));
+                break;
+            }
+            case proto::opcode::resize_cq: {
+                at(16, pick(in, kind::cq));
+                const uint8_t f = in.u8();
+                at(20, (f & 0x80) != 0 ? in.u32() : uint32_t{in.u8()} + (f & 1));  // cqe
+                at(24, maybe_raw32(0));                                            // flags
                 at(28, maybe_raw32(0));
                 break;
             }

@@ -490,6 +490,21 @@ def test_integrity_survives_loss_and_reordering_by_retransmitting(tmp_path):
     assert counters["retransmitted"] > 0, "1% loss and reordering, yet no QP retransmitted"
 
 
+def test_integrity_holds_while_the_send_cq_is_resized_under_loss(tmp_path):
+    """ibv_resize_cq across hosts on a lossy, reordering fabric: the client resizes its send CQ
+    right after posting every batch (to 8 batches, then to exactly one), while retransmissions
+    and ACKs make jakirod's engine complete into it; every op must still complete once, in
+    order, with every byte right (rdma_integrity --resize-cq)."""
+    impairment = {}
+    with lossy_fabric(tmp_path, impairment):
+        run_integrity("cross_host", tmp_path, ops=120, seed=29, timeout=150,
+                      extra=["--max-size", 65536, "--resize-cq"])
+    print(f"impairment: {impairment.get('how')}\n{impairment.get('stats')}")
+    stats = impairment.get("stats")
+    if isinstance(stats, dict):
+        assert stats["dropped"] > 0, f"nothing was impaired: {stats}"
+
+
 # ---------------------------------------------------------------- rdma_protection
 
 

@@ -23,6 +23,11 @@
 // targets may hold old or new bytes where a message was lost (the spec leaves them undefined
 // then), never anything else, and nothing around them may change. At least P % of the
 // messages must arrive whole, so a fabric that lost everything cannot pass.
+//
+// --resize-cq (client): right after posting each batch, while its completions are arriving,
+// the client resizes its send CQ, alternately to 8 batches and to exactly one batch (the
+// fewest entries that hold what is outstanding, ibv_resize_cq's floor): every completion must
+// still arrive once, in order (the summary line counts the resizes).
 
 #include <arpa/inet.h>
 #include <getopt.h>
@@ -172,6 +177,7 @@ struct params {
     bool inject_fault = false;       // corrupt what arrives, once per kind: checks the checker
     bool uc = false;                 // --transport uc
     uint64_t lossy_min_percent = 0;  // --lossy: 0 = nothing may be lost
+    bool resize_cq = false;          // --resize-cq: the client resizes its CQ under every batch
     // Server: which of ops, seed, max-size were given, to check them against the client's.
     bool ops_given = false, seed_given = false, max_size_given = false, buffer_given = false;
     link_options link;
@@ -184,7 +190,7 @@ struct params {
                  "          [--buffer-size BYTES] [--batch N] [--no-inline]\n"
                  "          [--transport rc|uc] [--lossy MIN_PERCENT (uc only)]\n"
                  "common: [--device NAME] [--ib-port N] [--gid-index N] [--events]\n"
-                 "        [--timeout SECONDS] [--verbose] [--inject-fault]\n"
+                 "        [--timeout SECONDS] [--verbose] [--inject-fault] [--resize-cq]\n"
                  "defaults: port %u, %llu ops, seed 1, max-size %llu, buffer %llu (at least\n"
                  "          4 x max-size), batch %u, GID index 0, timeout %d s.\n"
                  "          The client decides ops, seed, sizes and batch;\n"
@@ -215,6 +221,7 @@ params parse(int argc, char** argv) {
         o_inject_fault,
         o_transport,
         o_lossy,
+        o_resize_cq,
         o_help
     };
     static const option longs[] = {
@@ -236,6 +243,7 @@ params parse(int argc, char** argv) {
         {"inject-fault", no_argument, nullptr, o_inject_fault},
         {"transport", required_argument, nullptr, o_transport},
         {"lossy", required_argument, nullptr, o_lossy},
+        {"resize-cq", no_argument, nullptr, o_resize_cq},
         {"help", no_argument, nullptr, o_help},
         {nullptr, 0, nullptr, 0},
     };
@@ -307,6 +315,9 @@ params parse(int argc, char** argv) {
                     if (p.lossy_min_percent == 0 || p.lossy_min_percent > 100) {
                         throw test_error("--lossy takes a minimum delivered percentage, 1-100");
                     }
+                    break;
+                case o_resize_cq:
+                    p.resize_cq = true;
                     break;
                 case o_help:
                     usage(0);
@@ -1049,6 +1060,7 @@ int run_client(params& p) {
     range_set local_ranges(p.buffer_size);
     tally t;
     uint64_t server_failures = 0;
+    uint64_t resizes = 0;
     const auto t0 = std::chrono::steady_clock::now();
     for (uint64_t batch_id = 0; t.ops < p.ops; ++batch_id) {
         set_phase("planning a batch");
@@ -1174,6 +1186,17 @@ int run_client(params& p) {
             }
         }
 
+        if (p.resize_cq) {
+            set_phase("resizing the send CQ");
+            const int entries = static_cast<int>(batch_id % 2 == 0 ? 8 * p.batch : p.batch);
+            if (const int rc = ibv_resize_cq(link.send_cq, entries); rc != 0) {
+                errno = rc;
+                const std::string why = errno_text("ibv_resize_cq to " + std::to_string(entries));
+                tcp.send("ABORT " + why);
+                throw test_error(why);
+            }
+            ++resizes;
+        }
         set_phase("polling send completions");
         const auto wcs = link.poll(link.send_cq, plan.size(), wait_limit());
         uint64_t failures_before = t.failures;
@@ -1264,6 +1287,10 @@ int run_client(params& p) {
         static_cast<unsigned long long>(failures), static_cast<unsigned long long>(t.failures),
         static_cast<unsigned long long>(std::max(server_failures, server_final)), s,
         s > 0 ? static_cast<double>(t.bytes) / s / 1e6 : 0.0);
+    if (p.resize_cq) {
+        std::printf("%s: send CQ resized %llu times under outstanding completions\n", program,
+                    static_cast<unsigned long long>(resizes));
+    }
     return failures == 0 && t.ops == p.ops ? 0 : 1;
 }
 

@@ -157,7 +157,8 @@ TEST_F(Shim, UnbuiltConstructorsReturnNullWithEopnotsupp) {
 }
 
 TEST_F(Shim, UnbuiltDestructorsAndModifiersReturnEopnotsupp) {
-    EXPECT_EQ(shim_fn<int(ibv_cq*, int)>("ibv_resize_cq")(nullptr, 4), EOPNOTSUPP);
+    EXPECT_EQ(shim_fn<int(ibv_cq*, int)>("ibv_resize_cq")(nullptr, 4), EINVAL)
+        << "built: a NULL CQ is not ours";
     EXPECT_EQ(shim_fn<int(ibv_ah*)>("ibv_destroy_ah")(nullptr), EINVAL) << "not an AH of ours";
     EXPECT_EQ(
         shim_fn<int(ibv_qp*, const ibv_gid*, uint16_t)>("ibv_attach_mcast")(nullptr, nullptr, 0),

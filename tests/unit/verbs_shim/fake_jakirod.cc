@@ -268,6 +268,12 @@ void fake_jakirod::answer(const std::byte* data, std::size_t size) {
             create_qp(req);
             return;
         }
+        case proto::opcode::resize_cq: {
+            proto::resize_cq_request req;
+            std::memcpy(&req, data, sizeof(req));
+            resize_cq(req);
+            return;
+        }
         case proto::opcode::modify_qp: {
             proto::modify_qp_request req;
             std::memcpy(&req, data, sizeof(req));
@@ -346,6 +352,38 @@ void fake_jakirod::create_cq(const proto::create_cq_request& req) {
     {
         const std::lock_guard lock(_mutex);
         r.cq_handle = ++_next_handle;
+        _cq_rings.emplace_back(h, r.ring_bytes);
+    }
+    reply(&r, sizeof(r), {fd});
+    close(fd);
+}
+
+void fake_jakirod::on_resize(uint32_t completions, uint32_t producer_skew) {
+    const std::lock_guard lock(_mutex);
+    _resize_completions = completions;
+    _resize_skew = producer_skew;
+}
+
+void fake_jakirod::resize_cq(const proto::resize_cq_request& req) {
+    auto r = reply_to<proto::resize_cq_reply>(proto::opcode::resize_cq, req.hdr.request_id);
+    r.capacity = std::bit_ceil(req.cqe);
+    r.outstanding = 0;
+    r.ring_bytes = proto::cq_ring_bytes(r.capacity);
+    int fd = -1;
+    auto* h = static_cast<proto::cq_ring_header*>(shared_memfd("jakiro-cq", r.ring_bytes, fd));
+    h->magic = proto::cq_ring_magic;
+    h->version = proto::cq_ring_version;
+    h->capacity = r.capacity;
+    h->slot_size = sizeof(proto::cqe);
+    {
+        const std::lock_guard lock(_mutex);
+        for (uint32_t i = 0; i < _resize_completions && i < r.capacity; ++i) {
+            proto::cqe e{};
+            e.wr_id = 1000 + i;
+            e.opcode = IBV_WC_RECV;
+            proto::cq_slots(h)[i] = e;
+        }
+        proto::publish_producer(*h, _resize_completions + _resize_skew);
         _cq_rings.emplace_back(h, r.ring_bytes);
     }
     reply(&r, sizeof(r), {fd});

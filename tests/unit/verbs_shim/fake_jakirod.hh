@@ -58,6 +58,11 @@ class fake_jakirod {
     // The next request with opcode `op` is answered with `status` (a bare reply_header).
     void fail_next(verbs_proto::opcode op, int status);
     void tamper_next_qp(qp_tamper t);
+    // resize_cq is answered with a fresh ring into which the fake publishes `completions`
+    // (wr_id 1000, 1001, ...) before replying that it moved none: jakirod's engine completing
+    // into the new ring before the shim has mapped it. `producer_skew` is added to the
+    // published producer index (a ring that claims more than it holds).
+    void on_resize(uint32_t completions, uint32_t producer_skew = 0);
     // Sends an async event on the client's async channel.
     void send_async(verbs_proto::event_type type, uint64_t handle, uint32_t port = 0);
 
@@ -82,6 +87,7 @@ class fake_jakirod {
     void reply(const void* data, std::size_t size, const std::vector<int>& fds = {});
     void create_qp(const verbs_proto::create_qp_request& req);
     void create_cq(const verbs_proto::create_cq_request& req);
+    void resize_cq(const verbs_proto::resize_cq_request& req);
 
     std::string _dir;
     std::string _path;
@@ -95,6 +101,8 @@ class fake_jakirod {
     std::mutex _mutex;
     std::map<verbs_proto::opcode, int> _failures;
     qp_tamper _tamper;
+    uint32_t _resize_completions = 0;
+    uint32_t _resize_skew = 0;
     std::map<uint32_t, qp_record> _qps;
     std::vector<uint16_t> _opcodes;
     verbs_proto::modify_qp_request _last_modify{};

@@ -194,7 +194,7 @@ TEST_F(ChannelServer, AnswersQueryAndSurvivesBadMessages) {
     send_message(fd, q, sizeof(q) - 2);
     EXPECT_EQ(receive(fd).status(), EBADMSG);
     auto qp = proto::make_message<proto::query_request>(
-        static_cast<uint16_t>(proto::opcode::resize_cq), 4);
+        static_cast<uint16_t>(proto::opcode::create_ah), 4);
     send_message(fd, qp);
     EXPECT_EQ(receive(fd).status(), EOPNOTSUPP);
     std::vector<std::byte> big(proto::max_message_size + 100);

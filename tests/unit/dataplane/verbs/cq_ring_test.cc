@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "maps_helper.hh"
 #include "verbs_shim/protocol.hh"
 
 namespace jakiro::verbs {
@@ -162,6 +163,117 @@ TEST(CqRing, ArmIsConsumedOnceAndSolicitedOnlyBySolicitedCompletions) {
     EXPECT_FALSE(r.ring->take_arm_after_push(false));
     EXPECT_TRUE(r.ring->take_arm_after_push(true));
     EXPECT_EQ(c.header().arm, 0u);
+}
+
+// ---- ibv_resize_cq: a new ring takes over the old one's unconsumed completions
+
+TEST(CqRing, TakeOverMovesTheUnconsumedCompletionsInOrderAcrossTheWrap) {
+    ring_and_fd old_ring, bigger;
+    make(old_ring, 4);
+    make(bigger, 16);
+    consumer c(old_ring.fd, old_ring.ring->bytes());
+    // Wrap the old ring: 6 pushed, 3 polled, 3 unconsumed at slots 3, 0, 1.
+    for (uint64_t i = 1; i <= 3; ++i) {
+        ASSERT_TRUE(old_ring.ring->push(completion(i)));
+    }
+    ASSERT_EQ(c.poll(3).size(), 3u);
+    for (uint64_t i = 4; i <= 6; ++i) {
+        ASSERT_TRUE(old_ring.ring->push(completion(i)));
+    }
+    ASSERT_EQ(c.poll(1).at(0).wr_id, 4u);
+    uint32_t moved = 0;
+    ASSERT_EQ(bigger.ring->take_over(*old_ring.ring, moved), 0);
+    EXPECT_EQ(moved, 2u);
+    consumer n(bigger.fd, bigger.ring->bytes());
+    ASSERT_TRUE(bigger.ring->push(completion(7)));
+    const auto got = n.poll();
+    ASSERT_EQ(got.size(), 3u);
+    EXPECT_EQ(got[0].wr_id, 5u);
+    EXPECT_EQ(got[1].wr_id, 6u);
+    EXPECT_EQ(got[2].wr_id, 7u) << "new completions follow the moved ones";
+    EXPECT_EQ(got[0].byte_len, 100u) << "whole completions, not just ids";
+    EXPECT_EQ(bigger.ring->produced(), 7u) << "the count goes on";
+}
+
+TEST(CqRing, TakeOverRefusesWhenTheUnconsumedDoNotFitAndChangesNothing) {
+    ring_and_fd old_ring, smaller;
+    make(old_ring, 16);
+    make(smaller, 4);
+    consumer c(old_ring.fd, old_ring.ring->bytes());
+    for (uint64_t i = 1; i <= 5; ++i) {
+        ASSERT_TRUE(old_ring.ring->push(completion(i)));
+    }
+    uint32_t moved = 99;
+    EXPECT_EQ(smaller.ring->take_over(*old_ring.ring, moved), EINVAL);
+    EXPECT_EQ(moved, 99u);
+    EXPECT_EQ(c.poll().size(), 5u) << "the old ring keeps all of them";
+    ASSERT_TRUE(old_ring.ring->push(completion(6))) << "and stays in use";
+    ring_and_fd fits;
+    make(fits, 4);
+    ASSERT_EQ(c.poll().size(), 1u);
+    EXPECT_EQ(fits.ring->take_over(*old_ring.ring, moved), 0) << "nothing unconsumed: any size";
+    EXPECT_EQ(moved, 0u);
+}
+
+TEST(CqRing, TakeOverRefusesAConsumerIndexThatMakesNoSense) {
+    ring_and_fd old_ring, other;
+    make(old_ring, 8);
+    make(other, 64);
+    consumer c(old_ring.fd, old_ring.ring->bytes());
+    ASSERT_TRUE(old_ring.ring->push(completion(1)));
+    proto::release_slots(c.header(), 5);  // ahead of the producer: "4 billion unconsumed"
+    uint32_t moved = 0;
+    EXPECT_EQ(other.ring->take_over(*old_ring.ring, moved), EINVAL)
+        << "jakirod never copies slots the client only claims exist";
+}
+
+TEST(CqRing, TakeOverKeepsTheArmAndTheErrorState) {
+    ring_and_fd old_ring, armed, failed;
+    make(old_ring, 2);
+    make(armed, 8);
+    consumer c(old_ring.fd, old_ring.ring->bytes());
+    proto::arm_and_fence(c.header(), proto::arm_solicited);
+    uint32_t moved = 0;
+    ASSERT_EQ(armed.ring->take_over(*old_ring.ring, moved), 0);
+    ASSERT_TRUE(armed.ring->push(completion(1)));
+    EXPECT_FALSE(armed.ring->take_arm_after_push(false));
+    EXPECT_TRUE(armed.ring->take_arm_after_push(true)) << "still armed for a solicited one";
+    EXPECT_FALSE(armed.ring->overflowed());
+
+    ASSERT_TRUE(old_ring.ring->push(completion(1)));
+    ASSERT_TRUE(old_ring.ring->push(completion(2)));
+    EXPECT_FALSE(old_ring.ring->push(completion(3)));
+    make(failed, 8);
+    ASSERT_EQ(failed.ring->take_over(*old_ring.ring, moved), 0);
+    EXPECT_EQ(moved, 2u);
+    EXPECT_TRUE(failed.ring->overflowed()) << "a CQ in error stays in error";
+}
+
+TEST(CompletionQueue, ReplaceRingCompletesIntoTheNewRingOnly) {
+    ring_and_fd first, second;
+    make(first, 4);
+    make(second, 8);
+    const int first_fd = first.fd;
+    consumer old_view(first.fd, first.ring->bytes());
+    consumer new_view(second.fd, second.ring->bytes());
+    completion_queue cq(std::move(first.ring), 1, 1, -1, {});
+    ASSERT_TRUE(cq.complete(completion(1)));
+    uint32_t moved = 0;
+    std::unique_ptr<cq_ring> ring = std::move(second.ring);
+    ASSERT_EQ(cq.replace_ring(ring, moved), 0);
+    EXPECT_EQ(moved, 1u);
+    EXPECT_EQ(cq.ring().capacity(), 8u);
+    ring.reset();  // the old ring goes: jakirod's mapping of it too
+    EXPECT_EQ(test::mappings_of(first_fd), 1) << "only the consumer's own mapping is left";
+    for (uint64_t i = 2; i <= 8; ++i) {
+        ASSERT_TRUE(cq.complete(completion(i))) << "room for 8 now";
+    }
+    EXPECT_FALSE(cq.complete(completion(9)));
+    const auto got = new_view.poll();
+    ASSERT_EQ(got.size(), 8u);
+    EXPECT_EQ(got.front().wr_id, 1u);
+    EXPECT_EQ(got.back().wr_id, 8u);
+    EXPECT_EQ(proto::load_producer_acquire(old_view.header()), 1u) << "the old ring saw no more";
 }
 
 TEST(CqRing, ProducerAndConsumerThreadsLoseNothing) {

@@ -255,10 +255,51 @@ TEST_F(Requests, CreateCqTakesTheChannelAndRepliesWithTheRing) {
     close(pair[0]);
 }
 
+TEST_F(Requests, ResizeCqRepliesWithTheNewRingAndRefusesAnotherSessionsCq) {
+    send(hello());
+    auto create = proto::make_message<proto::create_cq_request>(
+        static_cast<uint16_t>(proto::opcode::create_cq), 6);
+    create.cqe = 4;
+    const auto made = send(create);
+    const auto cq = reply_of<proto::create_cq_reply>(made);
+    ASSERT_EQ(cq.rh.status, 0);
+    close(made.reply_fd);
+
+    auto req = proto::make_message<proto::resize_cq_request>(
+        static_cast<uint16_t>(proto::opcode::resize_cq), 7);
+    req.cq_handle = cq.cq_handle;
+    req.cqe = 100;
+    req.flags = 1;
+    EXPECT_EQ(status(send(req)), EINVAL) << "no flags are defined";
+    req.flags = 0;
+    const auto o = send(req);
+    const auto r = reply_of<proto::resize_cq_reply>(o);
+    ASSERT_EQ(r.rh.status, 0);
+    EXPECT_EQ(r.capacity, 128u);
+    EXPECT_EQ(r.outstanding, 0u);
+    EXPECT_EQ(r.ring_bytes, proto::cq_ring_bytes(128));
+    ASSERT_GE(o.reply_fd, 0) << "the new ring memfd goes with the reply";
+    close(o.reply_fd);
+    EXPECT_EQ(resources.count().cqes, 128u) << "the quota counts the new ring";
+
+    req.cqe = 0;
+    EXPECT_EQ(status(send(req)), EINVAL);
+    req.cqe = engine_limits().max_cqe + 1;
+    EXPECT_EQ(status(send(req)), EINVAL);
+    req.cqe = 8;
+    session other{.client_id = 18, .hello_done = true};
+    std::swap(s, other);
+    const auto foreign = send(req);
+    EXPECT_EQ(status(foreign), EINVAL) << "another session's CQ is not there for it";
+    EXPECT_EQ(foreign.reply_fd, -1);
+    std::swap(s, other);
+    EXPECT_EQ(status(send(req)), 0);
+}
+
 TEST_F(Requests, ReservedOpcodesAreNotSupportedYet) {
     send(hello());
     auto m = proto::make_message<proto::query_request>(
-        static_cast<uint16_t>(proto::opcode::resize_cq), 4);
+        static_cast<uint16_t>(proto::opcode::create_ah), 4);
     const auto o = send(m);
     EXPECT_EQ(o.what, outcome::action::reply);
     EXPECT_EQ(status(o), EOPNOTSUPP);

@@ -389,7 +389,7 @@ TEST_F(Resources, CreateCqValidatesAndAnswersAPowerOfTwoRing) {
         {"unknown flag",
          [] {
              auto r = cq_request(8);
-             r.flags = 2;
+             r.flags = 4;  // 1: channel, 2: timestamps
              return r;
          }(),
          EINVAL},
@@ -570,6 +570,44 @@ TEST_F(Quota, MaxCqesCountsRingSlotsAndMaxCqsCountsCqs) {
     EXPECT_EQ(res.destroy_cq(alice, b.handle), 0);
     EXPECT_EQ(res.count().cqes, 64u);
     ASSERT_EQ(cq(16, c), 0);
+}
+
+TEST_F(Quota, ResizeCqGrowsOnlyWithinMaxCqesAndAShrinkGivesSlotsBack) {
+    cq_created a, b, resized;
+    ASSERT_EQ(cq(32, a), 0);
+    ASSERT_EQ(cq(32, b), 0);  // 64 of 96 slots
+    uint32_t moved = 0;
+    EXPECT_EQ(res.resize_cq(alice, a.handle, 64, resized, moved), 0) << "32 more slots fit exactly";
+    close(resized.ring_fd);
+    EXPECT_EQ(res.count().cqes, 96u);
+    EXPECT_EQ(res.resize_cq(alice, b.handle, 33, resized, moved), EDQUOT)
+        << "a ring of 64 instead of 32: 128 > 96";
+    EXPECT_EQ(res.count().cqes, 96u) << "a refused resize changes nothing";
+    ASSERT_EQ(res.resize_cq(alice, a.handle, 2, resized, moved), 0);
+    close(resized.ring_fd);
+    EXPECT_EQ(resized.capacity, 2u);
+    EXPECT_EQ(res.count().cqes, 34u) << "a shrink gives its slots back";
+    EXPECT_EQ(res.resize_cq(bob, a.handle, 8, resized, moved), EINVAL) << "alice's CQ";
+}
+
+TEST_F(Quota, ResizeCqBelowTheUnconsumedCountIsEinvalAndKeepsTheRing) {
+    cq_created a, resized;
+    ASSERT_EQ(cq(16, a), 0);
+    const auto queue = res.find_cq(a.handle);
+    proto::cqe e{};
+    for (uint64_t i = 0; i < 5; ++i) {
+        e.wr_id = i;
+        ASSERT_TRUE(queue->complete(e));
+    }
+    uint32_t moved = 0;
+    EXPECT_EQ(res.resize_cq(alice, a.handle, 4, resized, moved), EINVAL) << "5 wait, 4 fit";
+    EXPECT_EQ(queue->ring().capacity(), 16u);
+    EXPECT_EQ(res.count().cqes, 16u);
+    ASSERT_EQ(res.resize_cq(alice, a.handle, 5, resized, moved), 0);
+    close(resized.ring_fd);
+    EXPECT_EQ(moved, 5u);
+    EXPECT_EQ(queue->ring().capacity(), 8u);
+    EXPECT_EQ(queue->ring().produced(), 5u);
 }
 
 TEST_F(Quota, LoweringTheQuotaLiveRefusesNewObjectsAndKeepsExistingOnes) {

@@ -1,0 +1,71 @@
+// ibv_resize_cq in the shim against a fake jakirod that plays the engine's timing: completions
+// the engine adds to the new ring before the shim has mapped it are the program's, in order;
+// a ring that claims more than it can hold is refused (EPROTO), never read past its end.
+
+#include "verbs_shim/cq.hh"
+
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+#include "fake_jakirod.hh"
+#include "verbs_shim/context.hh"
+
+namespace jakiro::shim::testing {
+namespace {
+
+namespace proto = verbs_proto;
+
+class ShimCq : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        fake = std::make_unique<fake_jakirod>();
+        ctx = fake->open();
+        ASSERT_NE(ctx, nullptr) << std::strerror(errno);
+        cq = create_cq(ctx, 4, nullptr, nullptr, 0);
+        ASSERT_NE(cq, nullptr) << std::strerror(errno);
+    }
+    void TearDown() override {
+        EXPECT_EQ(destroy_cq(cq), 0);
+        EXPECT_EQ(close_device(ctx), 0);
+        fake.reset();
+    }
+
+    std::unique_ptr<fake_jakirod> fake;
+    ibv_context* ctx = nullptr;
+    ibv_cq* cq = nullptr;
+};
+
+TEST_F(ShimCq, ResizeKeepsCompletionsTheEngineAddedBeforeTheShimMappedTheNewRing) {
+    fake->on_resize(3);
+    ASSERT_EQ(resize_cq(cq, 16), 0);
+    EXPECT_EQ(cq->cqe, 16);
+    ibv_wc wc[8];
+    ASSERT_EQ(poll_cq(cq, 8, wc), 3);
+    EXPECT_EQ(wc[0].wr_id, 1000u);
+    EXPECT_EQ(wc[2].wr_id, 1002u);
+    EXPECT_EQ(poll_cq(cq, 8, wc), 0);
+}
+
+TEST_F(ShimCq, ResizeRefusesANewRingThatClaimsMoreThanItHolds) {
+    fake->on_resize(2, 16);  // 18 published in a ring of 16
+    EXPECT_EQ(resize_cq(cq, 16), EPROTO);
+    EXPECT_EQ(cq->cqe, 4) << "the shim still reads the old ring";
+    ibv_wc wc[8];
+    EXPECT_EQ(poll_cq(cq, 8, wc), 0);
+}
+
+TEST_F(ShimCq, ResizeRefusesNonsenseBeforeAskingJakirod) {
+    const std::size_t before = fake->count(proto::opcode::resize_cq);
+    EXPECT_EQ(resize_cq(cq, 0), EINVAL);
+    EXPECT_EQ(resize_cq(cq, -5), EINVAL);
+    EXPECT_EQ(resize_cq(cq, static_cast<int>(fake_limits().max_cqe) + 1), EINVAL);
+    EXPECT_EQ(resize_cq(nullptr, 8), EINVAL);
+    EXPECT_EQ(fake->count(proto::opcode::resize_cq), before);
+}
+
+}  // namespace
+}  // namespace jakiro::shim::testing
