@@ -119,10 +119,6 @@ JAKIRO_EXPORT int __open_2(const char* path, int flags) {
 
 JAKIRO_EXPORT int fstat(int fd, struct stat* st) {
     if (ucma::owns(fd)) {
-        if (st == nullptr) {
-            errno = EFAULT;
-            return -1;
-        }
         device_files::ucma_stat(st);
         return 0;
     }
@@ -132,10 +128,6 @@ JAKIRO_EXPORT int fstat(int fd, struct stat* st) {
 
 JAKIRO_EXPORT int fstat64(int fd, struct stat64* st) {
     if (ucma::owns(fd)) {
-        if (st == nullptr) {
-            errno = EFAULT;
-            return -1;
-        }
         static_assert(sizeof(struct stat) == sizeof(struct stat64));
         device_files::ucma_stat(reinterpret_cast<struct stat*>(st));
         return 0;

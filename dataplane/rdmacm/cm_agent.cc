@@ -69,15 +69,34 @@ void put_response(std::vector<uint8_t>& out, const T& resp) {
     std::memcpy(out.data(), &resp, sizeof(T));
 }
 
-// An IPv4 sockaddr out of a sockaddr_in6-sized or sockaddr_storage field; nullopt for any
-// other family (AF_IB, AF_INET6: not served).
+// An IPv4 sockaddr out of a sockaddr_in6-sized or sockaddr_storage field: AF_INET, or the
+// IPv6 forms of IPv4 ("::" for any address, ::ffff:a.b.c.d), which programs that bind with
+// getaddrinfo(AI_PASSIVE) hand over. nullopt for anything else (AF_IB, real IPv6: the overlay
+// is IPv4).
 std::optional<sockaddr_in> ipv4_of(const void* p) {
     sockaddr_in a;
     std::memcpy(&a, p, sizeof(a));
-    if (a.sin_family != AF_INET) {
+    if (a.sin_family == AF_INET) {
+        return a;
+    }
+    if (a.sin_family != AF_INET6) {
         return std::nullopt;
     }
-    return a;
+    sockaddr_in6 six;
+    std::memcpy(&six, p, sizeof(six));
+    const uint8_t* b = six.sin6_addr.s6_addr;
+    static constexpr uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
+    const bool any = IN6_IS_ADDR_UNSPECIFIED(&six.sin6_addr);
+    if (!any && std::memcmp(b, mapped, sizeof(mapped)) != 0) {
+        return std::nullopt;
+    }
+    sockaddr_in out{};
+    out.sin_family = AF_INET;
+    out.sin_port = six.sin6_port;
+    if (!any) {
+        std::memcpy(&out.sin_addr.s_addr, b + 12, 4);
+    }
+    return out;
 }
 
 bool unicast(uint32_t ip_be) {
