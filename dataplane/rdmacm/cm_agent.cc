@@ -41,7 +41,7 @@ constexpr uint8_t cm_response_timeout = 16;
 constexpr auto resend_interval = std::chrono::microseconds(4096ull << cm_response_timeout) / 1000;
 constexpr int max_cm_retries = 15;
 // A disconnect is not worth that long: the peer may be gone.
-constexpr int max_dreq_retries = 3;
+constexpr int max_dreq_retries = 5;
 constexpr std::size_t req_user_private = req_private_bytes - cma_header_bytes;  // 56
 constexpr std::size_t sidr_user_private = sidr_req_private_bytes - cma_header_bytes;
 
@@ -173,8 +173,9 @@ void cm_agent::close_channel(uint64_t client) {
         }
     }
     for (const uint32_t h : owned) {
-        release(_ids.at(h));
-        erase_id(h);
+        if (!release(_ids.at(h))) {
+            erase_id(h);
+        }
     }
     _channels.erase(client);
 }
@@ -298,38 +299,47 @@ void cm_agent::send_rej(uint32_t dst_ip_be, uint64_t tid, uint32_t local_comm_id
     send(dst_ip_be, cm_message{tid, r});
 }
 
-void cm_agent::release(cm_id& id) {
+bool cm_agent::release(cm_id& id) {
     switch (id.st) {
         case state::established:
-        case state::rep_rcvd: {
-            cm_dreq d{id.local_comm_id, id.remote_comm_id, id.remote_qpn};
-            send(id.dst_ip_be, cm_message{_next_tid++, d});
-            break;
-        }
+        case state::rep_rcvd:
+        case state::rep_sent:
+            // Destroyed while connected: the DREQ goes on being retransmitted by an orphan
+            // (no owner, no events) until the peer's DREP or the retries end, as the kernel's
+            // IB CM does after rdma_destroy_id. Otherwise a lost DREQ leaves the peer waiting.
+            settle(id);
+            id.transaction_id = _next_tid++;
+            id.st = state::dreq_sent;
+            send_tracked(id,
+                         cm_message{id.transaction_id,
+                                    cm_dreq{id.local_comm_id, id.remote_comm_id, id.remote_qpn}});
+            id.client = 0;
+            return true;
+        case state::dreq_sent:
+            id.client = 0;
+            return id.outstanding.has_value();
         case state::dreq_rcvd:
             send(id.dst_ip_be,
                  cm_message{id.transaction_id, cm_drep{id.local_comm_id, id.remote_comm_id}});
-            break;
+            return false;
         case state::req_rcvd:
-        case state::rep_sent:
             send_rej(id.dst_ip_be, id.transaction_id, id.local_comm_id, id.remote_comm_id,
-                     id.st == state::req_rcvd ? message_kind::req : message_kind::other,
-                     rej_reason::consumer_defined);
-            break;
+                     message_kind::req, rej_reason::consumer_defined);
+            return false;
         case state::req_sent:
             send_rej(id.dst_ip_be, id.transaction_id, id.local_comm_id, 0, message_kind::other,
                      rej_reason::timeout);
-            break;
+            return false;
         case state::sidr_req_rcvd: {
             cm_sidr_rep r;
             r.request_id = id.remote_comm_id;
             r.status = sidr_status::rejected;
             r.service_id = service_id(id.ps, id.src_port);
             send(id.dst_ip_be, cm_message{id.transaction_id, r});
-            break;
+            return false;
         }
         default:
-            break;
+            return false;
     }
 }
 
@@ -537,8 +547,9 @@ int cm_agent::destroy_id(uint64_t client, std::span<const uint8_t> in, std::vect
     if (id == nullptr) {
         return ENOENT;
     }
-    release(*id);
-    erase_id(c.id);
+    if (!release(*id)) {
+        erase_id(c.id);
+    }
     rdma_ucm_destroy_id_resp r{};
     r.events_reported = 0;  // the shim counts what it delivered and fills this in
     put_response(out, r);
@@ -573,7 +584,10 @@ int cm_agent::bind_ip(uint64_t client, std::span<const uint8_t> in, bool sockadd
     if (id->bound || id->st != state::idle) {
         return EINVAL;
     }
-    if (a->sin_addr.s_addr != 0 && a->sin_addr.s_addr != _self.ip_be) {
+    // The vNIC's address, any, or loopback: the kernel binds a loopback address to the first
+    // device (cma_bind_loopback), and libfabric binds 127.0.0.1 to find its device.
+    const bool loopback = (ntohl(a->sin_addr.s_addr) >> 24) == 127;
+    if (a->sin_addr.s_addr != 0 && a->sin_addr.s_addr != _self.ip_be && !loopback) {
         return EADDRNOTAVAIL;
     }
     uint16_t port = ntohs(a->sin_port);
@@ -638,7 +652,8 @@ int cm_agent::resolve_ip(uint64_t client, std::span<const uint8_t> in, bool sock
     id->src_ip_be = _self.ip_be;
     id->dst_ip_be = dst->sin_addr.s_addr;
     id->dst_port = ntohs(dst->sin_port);
-    if (!unicast(id->dst_ip_be)) {
+    const uint32_t host = ntohl(id->dst_ip_be);
+    if (!unicast(id->dst_ip_be) && (host >> 28) != 0xE) {
         raise(*id, ev_addr_error, -EHOSTUNREACH);
         return 0;
     }
@@ -745,6 +760,9 @@ int cm_agent::connect(uint64_t client, std::span<const uint8_t> in) {
         return EINVAL;
     }
     const auto& p = c.conn_param;
+    if (!unicast(id->dst_ip_be)) {
+        return EINVAL;  // a multicast group is joined, not connected to
+    }
     if (id->qp_type == IBV_QPT_UD) {
         if (p.private_data_len > sidr_user_private) {
             return EINVAL;
@@ -908,7 +926,7 @@ int cm_agent::reject(uint64_t client, std::span<const uint8_t> in) {
         return ENOENT;
     }
     if (id->st == state::sidr_req_rcvd) {
-        release(*id);
+        release(*id);  // a SIDR_REP saying "rejected"
         id->st = state::sidr_done;
         return 0;
     }
@@ -1338,6 +1356,10 @@ void cm_agent::on_drep(uint32_t src_ip_be, const cm_drep& m) {
     }
     settle(*id);
     id->st = state::disconnected;
+    if (id->client == 0) {
+        erase_id(id->handle);  // an orphan's work is done
+        return;
+    }
     raise(*id, ev_disconnected, 0);
 }
 
@@ -1442,6 +1464,7 @@ void cm_agent::run_timers(clock::time_point now) {
     for (auto& [cl, ch] : _channels) {
         flush(ch);
     }
+    std::vector<uint32_t> finished_orphans;
     for (auto& [h, id] : _ids) {
         if (id.deadline > now || !id.outstanding) {
             continue;
@@ -1455,6 +1478,10 @@ void cm_agent::run_timers(clock::time_point now) {
         }
         ++_stats.timeouts;
         settle(id);
+        if (id.client == 0) {
+            finished_orphans.push_back(h);
+            continue;
+        }
         switch (id.st) {
             case state::req_sent:
                 send_rej(id.dst_ip_be, id.transaction_id, id.local_comm_id, 0, message_kind::other,
@@ -1477,6 +1504,9 @@ void cm_agent::run_timers(clock::time_point now) {
             default:
                 break;
         }
+    }
+    for (const uint32_t h : finished_orphans) {
+        erase_id(h);
     }
 }
 

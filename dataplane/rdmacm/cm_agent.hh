@@ -208,7 +208,9 @@ class cm_agent {
     void settle(cm_id& id);  // the outstanding MAD was answered
     void send_rej(uint32_t dst_ip_be, uint64_t tid, uint32_t local_comm_id, uint32_t remote_comm_id,
                   message_kind what, rej_reason reason);
-    void release(cm_id& id);  // what destroy does on the wire
+    // What destroying `id` does on the wire; true if it lives on as an orphan (no owner, no
+    // events) retransmitting its DREQ until answered.
+    bool release(cm_id& id);
 
     // Events (struct rdma_ucm_event_resp) to the id's channel.
     struct event_params;

@@ -435,3 +435,39 @@ TEST_F(CmAgentTest, MalformedAndForgedMadsAreDroppedAndCounted) {
     b.agent->on_mad(ip_a, encode(cm_message{1, cm_dreq{77, 88, 9}}));
     EXPECT_FALSE(next_event(b).has_value());
 }
+
+TEST_F(CmAgentTest, DestroyingAConnectedIdKeepsResendingItsDreqUntilTheDrep) {
+    listen_on(b, 7000);
+    const uint32_t id = resolved(a, ip_b, 7000);
+    ASSERT_EQ(connect(a, id, 0x111), 0);
+    pump();
+    const auto req = next_event(b);
+    ASSERT_TRUE(req.has_value());
+    rdma_ucm_accept acc{};
+    acc.id = req->id;
+    acc.conn_param.valid = 1;
+    acc.conn_param.qp_num = 0x222;
+    ASSERT_EQ(run(b, command(RDMA_USER_CM_CMD_ACCEPT, acc)), 0);
+    pump();
+    ASSERT_EQ(next_event(a)->event, 5u);
+    rdma_ucm_accept rtu{};
+    rtu.id = id;
+    ASSERT_EQ(run(a, command(RDMA_USER_CM_CMD_ACCEPT, rtu)), 0);
+    pump();
+    ASSERT_EQ(next_event(b)->event, 9u);
+    // The program exits without rdma_disconnect, and its first DREQ is lost.
+    w.drop_next = 1;
+    rdma_ucm_destroy_id d{};
+    d.id = id;
+    ASSERT_EQ(run(a, command(RDMA_USER_CM_CMD_DESTROY_ID, d)), 0);
+    pump();
+    EXPECT_FALSE(next_event(b).has_value());
+    a.agent->run_timers(cm_agent::clock::now() + std::chrono::seconds(1));
+    pump();
+    EXPECT_EQ(next_event(b)->event, 10u);  // DISCONNECTED at the peer all the same
+    rdma_ucm_disconnect dc{req->id};
+    ASSERT_EQ(run(b, command(RDMA_USER_CM_CMD_DISCONNECT, dc)), 0);
+    pump();
+    EXPECT_EQ(a.agent->id_count(), 0u);  // the orphan went with the DREP
+    EXPECT_FALSE(next_event(a).has_value());
+}
