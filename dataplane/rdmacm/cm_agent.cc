@@ -585,7 +585,7 @@ int cm_agent::bind_ip(uint64_t client, std::span<const uint8_t> in, bool sockadd
         return EINVAL;
     }
     // The vNIC's address, any, or loopback: the kernel binds a loopback address to the first
-    // device (cma_bind_loopback), and libfabric binds 127.0.0.1 to find its device.
+    // device (cma_bind_loopback), and libfabric binds 127.0.0.1 when given no address.
     const bool loopback = (ntohl(a->sin_addr.s_addr) >> 24) == 127;
     if (a->sin_addr.s_addr != 0 && a->sin_addr.s_addr != _self.ip_be && !loopback) {
         return EADDRNOTAVAIL;
@@ -600,7 +600,10 @@ int cm_agent::bind_ip(uint64_t client, std::span<const uint8_t> in, bool sockadd
         return EADDRINUSE;
     }
     id->bound = true;
-    id->src_ip_be = a->sin_addr.s_addr;
+    // A loopback bind is reported as the vNIC's address: the vNIC is the namespace's only RDMA
+    // device, and a peer must be able to reach what a program learns from
+    // rdma_get_local_addr (libfabric's verbs provider advertises it).
+    id->src_ip_be = loopback ? _self.ip_be : a->sin_addr.s_addr;
     id->src_port = port;
     return 0;
 }

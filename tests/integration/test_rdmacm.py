@@ -132,6 +132,16 @@ def test_fi_info_lists_the_vnic_as_a_verbs_msg_domain():
     assert "domain: jakiro_t1\n" in r.stdout and "FI_EP_MSG" in r.stdout, r.stdout
 
 
+def test_fi_pingpong_runs_over_libfabric_verbs_msg_endpoints(tmp_path):
+    """fi_pingpong's -B/-P are its TCP control port (server listens, client dials); its server
+    binds the rdma_cm id to loopback, which the agent reports as the vNIC's address."""
+    port = next(_ports)
+    args = ["fi_pingpong", "-p", "verbs", "-e", "msg", "-I", 200, "-S", 1024]
+    cli, srv = run_pair("cross_host", [*args, "-B", port], [*args, "-P", port, IP[T2]],
+                        tmp_path)
+    assert "=200" in cli and "MB/sec" in cli, cli  # "1k  200  =200  400k  ...  MB/sec"
+
+
 def test_red_tenant_dialling_blues_address_reaches_reds_own_vnic(tmp_path):
     """Blue t1 listens on 198.19.1.1; red t4 dials 198.19.1.1, which in red's VPC is t3 (no
     listener): the REQ goes to t3's agent and comes back rejected; blue never hears of it."""
