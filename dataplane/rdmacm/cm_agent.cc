@@ -766,6 +766,15 @@ int cm_agent::connect(uint64_t client, std::span<const uint8_t> in) {
     if (!unicast(id->dst_ip_be)) {
         return EINVAL;  // a multicast group is joined, not connected to
     }
+    if (_admit && _admit(id->dst_ip_be) != 0) {
+        // This vNIC's own security groups refuse the peer: nothing goes on the wire, and the
+        // connection is rejected as the peer's agent would reject it (reason 28), through an
+        // event: programs (rping among them) handle a REJECTED event, not a failed connect.
+        ++_stats.rejected_by_policy;
+        id->st = state::disconnected;
+        raise(*id, ev_rejected, static_cast<int32_t>(rej_reason::consumer_defined));
+        return 0;
+    }
     if (id->qp_type == IBV_QPT_UD) {
         if (p.private_data_len > sidr_user_private) {
             return EINVAL;

@@ -161,7 +161,47 @@ channel_stats channel_server::stats() const {
     s.requests = _requests.load(std::memory_order_relaxed);
     s.bad_requests = _bad_requests.load(std::memory_order_relaxed);
     s.vnics_removed = _vnics_removed.load(std::memory_order_relaxed);
+    s.cm_commands = _cm.commands.load(std::memory_order_relaxed);
+    s.cm_bad_commands = _cm.bad_commands.load(std::memory_order_relaxed);
+    s.cm_mads_sent = _cm.mads_sent.load(std::memory_order_relaxed);
+    s.cm_mads_received = _cm.mads_received.load(std::memory_order_relaxed);
+    s.cm_mads_dropped = _cm.mads_dropped.load(std::memory_order_relaxed);
+    s.cm_retransmissions = _cm.retransmissions.load(std::memory_order_relaxed);
+    s.cm_timeouts = _cm.timeouts.load(std::memory_order_relaxed);
+    s.cm_rejected_by_policy = _cm.rejected_by_policy.load(std::memory_order_relaxed);
+    s.cm_rejected_no_listener = _cm.rejected_no_listener.load(std::memory_order_relaxed);
     return s;
+}
+
+void channel_server::publish_cm_stats() {
+    rdmacm::agent_stats sum;
+    {
+        const std::lock_guard lock(_endpoints_mutex);
+        for (const auto& [slot, ep] : _endpoints) {
+            if (ep->cm == nullptr) {
+                continue;
+            }
+            const auto& a = ep->cm->stats();
+            sum.commands += a.commands;
+            sum.bad_commands += a.bad_commands;
+            sum.mads_sent += a.mads_sent;
+            sum.mads_received += a.mads_received;
+            sum.mads_dropped += a.mads_dropped;
+            sum.retransmissions += a.retransmissions;
+            sum.timeouts += a.timeouts;
+            sum.rejected_by_policy += a.rejected_by_policy;
+            sum.rejected_no_listener += a.rejected_no_listener;
+        }
+    }
+    _cm.commands.store(sum.commands, std::memory_order_relaxed);
+    _cm.bad_commands.store(sum.bad_commands, std::memory_order_relaxed);
+    _cm.mads_sent.store(sum.mads_sent, std::memory_order_relaxed);
+    _cm.mads_received.store(sum.mads_received, std::memory_order_relaxed);
+    _cm.mads_dropped.store(sum.mads_dropped, std::memory_order_relaxed);
+    _cm.retransmissions.store(sum.retransmissions, std::memory_order_relaxed);
+    _cm.timeouts.store(sum.timeouts, std::memory_order_relaxed);
+    _cm.rejected_by_policy.store(sum.rejected_by_policy, std::memory_order_relaxed);
+    _cm.rejected_no_listener.store(sum.rejected_no_listener, std::memory_order_relaxed);
 }
 
 void channel_server::enable_qps(roce::engine* engine,
@@ -934,6 +974,7 @@ void channel_server::serve() {
             take_adopted();
             send_pending_events();
         }
+        publish_cm_stats();
     }
     for (auto& c : _clients) {
         drop_client(c, true);

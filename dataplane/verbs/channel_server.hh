@@ -74,6 +74,16 @@ struct channel_stats {
     uint64_t requests = 0;
     uint64_t bad_requests = 0;  // answered with an error status or dropped
     uint64_t vnics_removed = 0;
+    // The rdma_cm agents of the vNICs served now (dataplane/rdmacm/cm_agent.hh), summed.
+    uint64_t cm_commands = 0;
+    uint64_t cm_bad_commands = 0;
+    uint64_t cm_mads_sent = 0;
+    uint64_t cm_mads_received = 0;
+    uint64_t cm_mads_dropped = 0;
+    uint64_t cm_retransmissions = 0;
+    uint64_t cm_timeouts = 0;
+    uint64_t cm_rejected_by_policy = 0;
+    uint64_t cm_rejected_no_listener = 0;
 };
 
 class channel_server {
@@ -191,6 +201,15 @@ class channel_server {
         uint64_t handle;
     };
     std::vector<pending_event> _pending_events;  // guarded by _adopt_mutex
+
+    // The agents' counters, summed by the server thread after each round (stats() reads them).
+    struct cm_totals {
+        std::atomic<uint64_t> commands{0}, bad_commands{0}, mads_sent{0}, mads_received{0},
+            mads_dropped{0}, retransmissions{0}, timeouts{0}, rejected_by_policy{0},
+            rejected_no_listener{0};
+    };
+    cm_totals _cm;
+    void publish_cm_stats();
 
     std::atomic<bool> _stopping{false};
     std::atomic<std::size_t> _client_count{0};

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import IP, JAKIROD, SRC, T1, T2, T4, T5, ns, stop, wait_until
+from conftest import IP, JAKIROD, SRC, T1, T2, T4, T5, jakiroctl, ns, stop, wait_until
+from test_secgroups import policy  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.usefixtures("testbed")
 
@@ -145,6 +146,10 @@ def test_fi_pingpong_runs_over_libfabric_verbs_msg_endpoints(tmp_path):
 def test_red_tenant_dialling_blues_address_reaches_reds_own_vnic(tmp_path):
     """Blue t1 listens on 198.19.1.1; red t4 dials 198.19.1.1, which in red's VPC is t3 (no
     listener): the REQ goes to t3's agent and comes back rejected; blue never hears of it."""
+    def no_listener_rejects():
+        return cm_counter("h1", "rejected_no_listener")
+
+    before = no_listener_rejects()
     port = next(_ports)
     out = tmp_path / "blue.srv"
     with open(out, "w") as o:
@@ -163,6 +168,56 @@ def test_red_tenant_dialling_blues_address_reaches_reds_own_vnic(tmp_path):
     finally:
         stop(blue)
     assert "ping data" not in out.read_text()
+    # Counted by red's t3 agent on h1 (jakiroctl qps: endpoints.rdma_cm).
+    wait_until(lambda: no_listener_rejects() > before, 5, "the REJ to be counted")
+
+
+def cm_counter(host, name):
+    return json.loads(jakiroctl(host, "qps", "--json").stdout)["endpoints"]["rdma_cm"][name]
+
+
+# TCP and ICMP for everyone in blue; RDMA only where RDMA_OK is attached (as test_rdma_policy).
+BASE = {"name": "base", "vpc": "blue",
+        "ingress": [{"proto": "tcp", "ports": "1-65535", "from": "198.19.0.0/16"},
+                    {"proto": "icmp", "from": "198.19.0.0/16"}]}
+RDMA_OK = {"name": "rdma-ok", "vpc": "blue",
+           "ingress": [{"proto": "rdma", "from": "198.19.1.0/24"}]}
+
+
+@pytest.mark.parametrize("refusing", ["passive", "active"])
+def test_security_groups_refuse_rdma_cm_connections_and_count_them(policy, refusing,  # noqa: F811
+                                                                   tmp_path):
+    """passive: t2 (the listener) has no `rdma` rule, so its agent answers t1's REQ with a REJ
+    (reason 28, consumer defined) and its listener never hears of it. active: t1 has none, so
+    its own agent rejects the connection the same way without a MAD on the wire. Both counted
+    in jakiroctl qps (endpoints.rdma_cm.rejected_by_policy) on the refusing side's host."""
+    groups = {"t1": ["base", "rdma-ok"], "t2": ["base"], "t5": ["default"]}
+    if refusing == "active":
+        groups = {"t1": ["base"], "t2": ["base", "rdma-ok"], "t5": ["default"]}
+    host = "h2" if refusing == "passive" else "h1"
+    policy([BASE, RDMA_OK], groups)
+    before = cm_counter(host, "rejected_by_policy")
+    port = next(_ports)
+    out = tmp_path / "t2.srv"
+    with open(out, "w") as o:
+        srv = subprocess.Popen(under_jakiro_run(T2, ["rping", "-s", "-a", IP[T2], "-p", port,
+                                                     "-C", 5, "-v"]),
+                               stdout=o, stderr=subprocess.STDOUT, env=shim_env(),
+                               start_new_session=True)
+    try:
+        time.sleep(SERVER_LISTEN_S)
+        cli = subprocess.run(under_jakiro_run(T1, ["rping", "-c", "-a", IP[T2], "-p", port,
+                                                   "-C", 5, "-V"]),
+                             capture_output=True, text=True, timeout=30, env=shim_env())
+        said = cli.stdout + cli.stderr
+        assert cli.returncode != 0, said
+        assert "RDMA_CM_EVENT_REJECTED, error 28" in said, said
+        assert srv.poll() is None, "the listener should still be waiting"
+    finally:
+        stop(srv)
+    assert "ping data" not in out.read_text()
+    wait_until(lambda: cm_counter(host, "rejected_by_policy") > before, 5,
+               "the refusal to be counted")
 
 
 def test_multicast_join_fails_with_an_errno_not_a_hang():

@@ -471,3 +471,16 @@ TEST_F(CmAgentTest, DestroyingAConnectedIdKeepsResendingItsDreqUntilTheDrep) {
     EXPECT_EQ(a.agent->id_count(), 0u);  // the orphan went with the DREP
     EXPECT_FALSE(next_event(a).has_value());
 }
+
+TEST_F(CmAgentTest, ConnectingToAPeerTheOwnSecurityGroupsRefuseIsRejectedWithoutAMad) {
+    listen_on(b, 7000);
+    refused = ip_b;  // a's own rules refuse b
+    const uint32_t id = resolved(a, ip_b, 7000);
+    EXPECT_EQ(connect(a, id, 0x111), 0);
+    EXPECT_TRUE(w.queue.empty());
+    const auto ev = next_event(a);
+    ASSERT_TRUE(ev.has_value());
+    EXPECT_EQ(ev->event, 8u);
+    EXPECT_EQ(ev->status, 28u);
+    EXPECT_EQ(a.agent->stats().rejected_by_policy, 1u);
+}
