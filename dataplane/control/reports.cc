@@ -487,6 +487,23 @@ std::string render_qps(const daemon_state& state, const std::string& vnic, bool 
              << ", refused over limit " << v.refused << ", refused foreign " << v.refused_foreign
              << ", hello timeouts " << v.hello_timeouts << ", bad requests " << v.bad_requests
              << ", vNICs removed " << v.vnics_removed << "\n";
+        out.begin_object("rdma_cm")
+            .value("commands", v.cm_commands)
+            .value("bad_commands", v.cm_bad_commands)
+            .value("mads_sent", v.cm_mads_sent)
+            .value("mads_received", v.cm_mads_received)
+            .value("mads_dropped", v.cm_mads_dropped)
+            .value("retransmissions", v.cm_retransmissions)
+            .value("timeouts", v.cm_timeouts)
+            .value("rejected_by_policy", v.cm_rejected_by_policy)
+            .value("rejected_no_listener", v.cm_rejected_no_listener);
+        out.end_object();
+        text << "rdma_cm: " << v.cm_commands << " commands (" << v.cm_bad_commands
+             << " refused), MADs sent " << v.cm_mads_sent << ", received " << v.cm_mads_received
+             << ", dropped " << v.cm_mads_dropped << ", retransmitted " << v.cm_retransmissions
+             << ", timeouts " << v.cm_timeouts << ", REQs rejected by security groups "
+             << v.cm_rejected_by_policy << ", with no listener " << v.cm_rejected_no_listener
+             << "\n";
     }
     out.end_object();
     out.end_object();

@@ -213,7 +213,7 @@ bool engine::admitted(rc_qp& qp, packet_port& port) {
 
 unsigned engine::poll(packet_port& port, uint64_t now_ns) {
     run_calls();
-    unsigned sent = 0;
+    unsigned sent = _gsi.tx_pending() ? send_gsi(port) : 0;
     // After a policy change, QPs are checked again before any of them sends, so that the
     // intra-host shortcut finds both ends current; those beyond the budget wait a poll.
     unsigned rechecks_left = recheck_budget;
@@ -276,6 +276,12 @@ void engine::receive(uint16_t vnic, const uint8_t* ipv4, uint32_t ip_len, packet
     const bool cnp = p.info->transport == transport_type::cnp;
     if (p.pkey != default_pkey) {
         drop(engine_drop::bad_pkey);
+        return;
+    }
+    if (p.dest_qp == gsi_qpn) {
+        uint32_t src;
+        std::memcpy(&src, ipv4 + 12, 4);
+        receive_gsi(vnic, p, src);
         return;
     }
     rc_qp* qp = find(vnic, p.dest_qp);
@@ -345,9 +351,51 @@ void engine::receive(uint16_t vnic, const uint8_t* ipv4, uint32_t ip_len, packet
     qp->receive(p, port, now_ns);
 }
 
+void engine::receive_gsi(uint16_t vnic, const roce_packet& p, uint32_t src_ip_be) {
+    // Security groups do not apply here: the CM agent applies the vNIC's rdma rules to each
+    // REQ itself, so that a refused peer gets a REJ instead of silence.
+    if (p.opcode != opcode::ud_send_only || p.deth == nullptr || p.deth->qkey() != gsi_qkey ||
+        p.payload.size() < gsi_mad_bytes) {
+        drop(engine_drop::wrong_transport);
+        return;
+    }
+    gsi_datagram d;
+    d.vnic = vnic;
+    d.remote_ip_be = src_ip_be;
+    std::memcpy(d.mad.data(), p.payload.data(), gsi_mad_bytes);
+    _gsi.push_rx(d);
+}
+
+unsigned engine::send_gsi(packet_port& port) {
+    unsigned sent = 0;
+    for (const gsi_datagram& d : _gsi.take_tx()) {
+        const opcode_info& info = opcode_info_of(opcode::ud_send_only);
+        const uint32_t roce_len = info.header_bytes + gsi_mad_bytes + icrc_bytes;
+        uint8_t* frame = port.begin_frame(frame_l2_l4_bytes + roce_len);
+        if (frame == nullptr) {
+            continue;  // no buffer: lost, as on a congested wire; the CM retransmits
+        }
+        bth_fields bth;
+        bth.opcode = opcode::ud_send_only;
+        bth.dest_qp = gsi_qpn;
+        bth.psn = _gsi_psn++ & 0xFF'FFFF;
+        ext_fields ext;
+        ext.qkey = gsi_qkey;
+        ext.src_qp = gsi_qpn;
+        write_frame_headers(frame, d.local_mac, d.local_ip_be, d.remote_ip_be, 0xC001,
+                            d.traffic_class, roce_len);
+        build_roce_headers(frame + frame_l2_l4_bytes, info.header_bytes, bth, ext);
+        std::memcpy(frame + frame_l2_l4_bytes + info.header_bytes, d.mad.data(), gsi_mad_bytes);
+        seal_icrc(frame, roce_len);
+        port.end_frame(d.vnic, d.remote_ip_be, frame_l2_l4_bytes + roce_len);
+        ++sent;
+    }
+    return sent;
+}
+
 bool engine::prepare_sleep() {
     _doorbells.arm(own_doorbell());  // before the last look: a ring after it ends the wait
-    if (_calls_pending.load(std::memory_order_acquire)) {
+    if (_calls_pending.load(std::memory_order_acquire) || _gsi.tx_pending()) {
         return false;
     }
     for (const auto& qp : _active) {

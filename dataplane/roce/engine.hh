@@ -40,6 +40,7 @@
 
 #include "qos/ingress_meter.hh"
 #include "roce/doorbell_set.hh"
+#include "roce/gsi_port.hh"
 #include "roce/packet_port.hh"
 #include "roce/rc_qp.hh"
 
@@ -136,6 +137,8 @@ class engine {
     void wake();
     const engine_counters& counters() const { return _counters; }
     std::vector<qp_report> report() const;
+    // QP1 of every vNIC: MADs to and from the rdma_cm agents (gsi_port.hh).
+    gsi_port& gsi() { return _gsi; }
 
     // ---- engine thread (inside call() for the first two)
     void add_qp(std::shared_ptr<rc_qp> qp);
@@ -178,6 +181,9 @@ class engine {
         _counters.drops[static_cast<std::size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
     }
     void run_calls();
+    // A datagram to QP1: handed to the control side if it carries the GSI Q_Key and a MAD.
+    void receive_gsi(uint16_t vnic, const roce_packet& p, uint32_t src_ip_be);
+    unsigned send_gsi(packet_port& port);
     verbs_proto::doorbell_page* own_doorbell() const;
     // True if `qp` may carry traffic under the current policy: admitted again when its
     // generation is stale, revoked when refused.
@@ -195,10 +201,12 @@ class engine {
     static void run_task(task& t);
 
     uint32_t _max_qps;
+    gsi_port _gsi;
     std::chrono::milliseconds _call_timeout{5000};  // control thread
     std::vector<std::vector<rc_qp*>> _by_slot;      // [vnic][qpn >> 8], engine thread
     std::vector<std::shared_ptr<rc_qp>> _active;    // engine thread; copied into _reported
     uint32_t _policy_generation = 0;                // engine thread
+    uint32_t _gsi_psn = 0;                          // engine thread
     std::atomic<bool> _attached{false};
     std::atomic<bool> _calls_pending{false};
     std::mutex _mutex;  // guards _calls; inline calls (no worker) also hold it

@@ -1,5 +1,7 @@
 #include "channel_server.hh"
 
+#include "verbs_shim/cm_protocol.hh"
+
 #include "verbs_shim/endpoint_address.hh"
 #include "verbs_shim/fd_passing.hh"
 
@@ -68,6 +70,8 @@ struct channel_server::endpoint {
     device_context device;
     std::vector<int> listeners;
     std::size_t clients = 0;  // server thread
+    // The vNIC's rdma_cm agent (with an engine only: it speaks through QP1); server thread.
+    std::unique_ptr<rdmacm::cm_agent> cm;
 
     ~endpoint() {
         for (const int fd : listeners) {
@@ -157,7 +161,47 @@ channel_stats channel_server::stats() const {
     s.requests = _requests.load(std::memory_order_relaxed);
     s.bad_requests = _bad_requests.load(std::memory_order_relaxed);
     s.vnics_removed = _vnics_removed.load(std::memory_order_relaxed);
+    s.cm_commands = _cm.commands.load(std::memory_order_relaxed);
+    s.cm_bad_commands = _cm.bad_commands.load(std::memory_order_relaxed);
+    s.cm_mads_sent = _cm.mads_sent.load(std::memory_order_relaxed);
+    s.cm_mads_received = _cm.mads_received.load(std::memory_order_relaxed);
+    s.cm_mads_dropped = _cm.mads_dropped.load(std::memory_order_relaxed);
+    s.cm_retransmissions = _cm.retransmissions.load(std::memory_order_relaxed);
+    s.cm_timeouts = _cm.timeouts.load(std::memory_order_relaxed);
+    s.cm_rejected_by_policy = _cm.rejected_by_policy.load(std::memory_order_relaxed);
+    s.cm_rejected_no_listener = _cm.rejected_no_listener.load(std::memory_order_relaxed);
     return s;
+}
+
+void channel_server::publish_cm_stats() {
+    rdmacm::agent_stats sum;
+    {
+        const std::lock_guard lock(_endpoints_mutex);
+        for (const auto& [slot, ep] : _endpoints) {
+            if (ep->cm == nullptr) {
+                continue;
+            }
+            const auto& a = ep->cm->stats();
+            sum.commands += a.commands;
+            sum.bad_commands += a.bad_commands;
+            sum.mads_sent += a.mads_sent;
+            sum.mads_received += a.mads_received;
+            sum.mads_dropped += a.mads_dropped;
+            sum.retransmissions += a.retransmissions;
+            sum.timeouts += a.timeouts;
+            sum.rejected_by_policy += a.rejected_by_policy;
+            sum.rejected_no_listener += a.rejected_no_listener;
+        }
+    }
+    _cm.commands.store(sum.commands, std::memory_order_relaxed);
+    _cm.bad_commands.store(sum.bad_commands, std::memory_order_relaxed);
+    _cm.mads_sent.store(sum.mads_sent, std::memory_order_relaxed);
+    _cm.mads_received.store(sum.mads_received, std::memory_order_relaxed);
+    _cm.mads_dropped.store(sum.mads_dropped, std::memory_order_relaxed);
+    _cm.retransmissions.store(sum.retransmissions, std::memory_order_relaxed);
+    _cm.timeouts.store(sum.timeouts, std::memory_order_relaxed);
+    _cm.rejected_by_policy.store(sum.rejected_by_policy, std::memory_order_relaxed);
+    _cm.rejected_no_listener.store(sum.rejected_no_listener, std::memory_order_relaxed);
 }
 
 void channel_server::enable_qps(roce::engine* engine,
@@ -210,8 +254,47 @@ std::shared_ptr<channel_server::endpoint> channel_server::make_endpoint(const en
     ep->device = {&ep->spec.identity, _config.host_name, _config.tenant_mtu, ep->resources.get()};
     if (_engine != nullptr) {
         ep->resources->enable_qps(qp_support_for(ep->spec.identity));
+        ep->cm = make_cm_agent(ep->spec.identity);
     }
     return ep;
+}
+
+std::unique_ptr<rdmacm::cm_agent> channel_server::make_cm_agent(const vnic_identity& v) {
+    rdmacm::agent_identity self;
+    self.slot = v.slot;
+    self.ip_be = htonl(v.ip);
+    self.node_guid_be = htobe64(node_guid_from_mac(v.mac));
+    const uint32_t mtu = path_mtu_for(_config.tenant_mtu);
+    self.path_mtu = mtu >= 4096 ? 5 : mtu >= 2048 ? 4 : mtu >= 1024 ? 3 : mtu >= 512 ? 2 : 1;
+    roce::engine* engine = _engine;
+    const uint16_t slot = v.slot;
+    const auto mac = v.mac;
+    const uint32_t ip_be = self.ip_be;
+    auto send = [this, engine, slot, mac, ip_be](uint32_t dst_ip_be,
+                                                 const rdmacm::mad_buffer& mad) {
+        if (dst_ip_be == ip_be) {
+            // To ourselves (a process dialling its own vNIC): no wire involved.
+            _local_mads.push_back({slot, ip_be, mad});
+            return;
+        }
+        roce::gsi_datagram d;
+        d.vnic = slot;
+        d.remote_ip_be = dst_ip_be;
+        d.local_mac = mac;
+        d.local_ip_be = ip_be;
+        d.mad = mad;
+        if (engine->gsi().push_tx(d)) {
+            engine->wake();
+        }
+    };
+    rdmacm::cm_agent::admission admit;
+    if (_admit) {
+        auto check = _admit;
+        admit = [check, slot](uint32_t remote) { return check(slot, remote); };
+    }
+    rdmacm::agent_limits limits;
+    limits.max_channels = std::max<uint32_t>(1, v.quota.max_contexts);
+    return std::make_unique<rdmacm::cm_agent>(self, std::move(send), std::move(admit), limits);
 }
 
 std::string channel_server::socket_path_for(const endpoint_config& spec) const {
@@ -561,6 +644,17 @@ bool channel_server::serve_client(client& c) {
         return false;
     }
     const bool truncated = (msg.msg_flags & MSG_TRUNC) != 0;
+    cm_proto::header cm_hdr{};
+    if (c.s.hello_done && static_cast<std::size_t>(n) >= sizeof(cm_hdr)) {
+        std::memcpy(&cm_hdr, buffer.data(), sizeof(cm_hdr));
+    }
+    if (cm_hdr.magic == cm_proto::magic) {
+        for (std::size_t i = 0; i < fd_count; ++i) {
+            close(fds[i]);  // no rdma_cm request carries descriptors
+        }
+        return serve_cm(c, std::span<const std::byte>(buffer.data(), static_cast<std::size_t>(n)),
+                        truncated);
+    }
     auto out =
         handle_request(std::span<const std::byte>(buffer.data(), static_cast<std::size_t>(n)),
                        truncated, std::span<int>(fds.data(), fd_count), c.s, c.ep->device);
@@ -614,7 +708,142 @@ bool channel_server::serve_client(client& c) {
     return sent && out.what == outcome::action::reply;
 }
 
+bool channel_server::serve_cm(client& c, std::span<const std::byte> message, bool truncated) {
+    cm_proto::header hdr;
+    std::memcpy(&hdr, message.data(), sizeof(hdr));
+    std::array<std::byte, cm_proto::max_message_size> reply{};
+    cm_proto::ucma_reply r{};
+    r.r.hdr = hdr;
+    r.r.hdr.opcode = static_cast<uint16_t>(hdr.opcode | cm_proto::reply_flag);
+    std::size_t reply_size = sizeof(cm_proto::reply_header);
+    int passed = -1;
+    auto fail = [&](int error) {
+        _bad_requests.fetch_add(1, std::memory_order_relaxed);
+        r.r.status = error;
+        reply_size = sizeof(cm_proto::reply_header);
+    };
+    rdmacm::cm_agent* cm = c.ep->cm.get();
+    if (hdr.version != cm_proto::version) {
+        fail(EPROTONOSUPPORT);
+    } else if (truncated || message.size() > cm_proto::max_message_size) {
+        fail(EMSGSIZE);
+    } else if (hdr.length != message.size()) {
+        fail(EBADMSG);
+    } else if (cm == nullptr) {
+        fail(EOPNOTSUPP);  // no engine: no QP1 to speak CM through
+    } else if (hdr.opcode == static_cast<uint16_t>(cm_proto::opcode::open_channel)) {
+        int pair[2];
+        if (message.size() != sizeof(cm_proto::header)) {
+            fail(EBADMSG);
+        } else if (c.cm_event_fd >= 0) {
+            fail(EBUSY);  // one channel per connection
+        } else if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
+            fail(errno);
+        } else {
+            fcntl(pair[0], F_SETFL, fcntl(pair[0], F_GETFL) | O_NONBLOCK);
+            const uint32_t token = cm->open_channel(c.s.client_id, pair[0]);
+            if (token == 0) {
+                close(pair[0]);
+                close(pair[1]);
+                fail(EMFILE);
+            } else {
+                c.cm_event_fd = pair[0];
+                passed = pair[1];
+                cm_proto::open_channel_reply o{};
+                o.r = r.r;
+                o.token = token;
+                std::memcpy(reply.data(), &o, sizeof(o));
+                reply_size = sizeof(o);
+            }
+        }
+    } else if (hdr.opcode == static_cast<uint16_t>(cm_proto::opcode::ucma)) {
+        cm_proto::ucma_request q{};
+        if (message.size() < sizeof(q)) {
+            fail(EBADMSG);
+        } else {
+            std::memcpy(&q, message.data(), sizeof(q));
+            const auto bytes = std::span<const uint8_t>(
+                reinterpret_cast<const uint8_t*>(message.data()), message.size());
+            if (q.command_bytes > cm_proto::max_command_bytes ||
+                q.option_bytes > cm_proto::max_option_bytes ||
+                sizeof(q) + q.command_bytes + q.option_bytes != message.size()) {
+                fail(EBADMSG);
+            } else if (!cm->has_channel(c.s.client_id)) {
+                fail(EPROTO);  // open_channel first
+            } else {
+                std::vector<uint8_t> response;
+                const int rc = cm->command(
+                    c.s.client_id, bytes.subspan(sizeof(q), q.command_bytes),
+                    bytes.subspan(sizeof(q) + q.command_bytes, q.option_bytes), response);
+                if (rc != 0 || sizeof(r) + response.size() > reply.size()) {
+                    fail(rc != 0 ? rc : EMSGSIZE);
+                } else {
+                    r.response_bytes = static_cast<uint32_t>(response.size());
+                    reply_size = sizeof(r) + response.size();
+                    std::memcpy(reply.data() + sizeof(r), response.data(), response.size());
+                }
+            }
+        }
+    } else {
+        fail(EOPNOTSUPP);
+    }
+    if (passed < 0) {
+        // Everything but a successful open_channel (already in place) replies with `r`: the
+        // reply header alone on failure, the ucma response after it on success.
+        r.r.hdr.length = static_cast<uint32_t>(reply_size);
+        std::memcpy(reply.data(), &r, std::min(reply_size, sizeof(r)));
+    } else {
+        cm_proto::open_channel_reply o;
+        std::memcpy(&o, reply.data(), sizeof(o));
+        o.r.hdr.length = sizeof(o);
+        std::memcpy(reply.data(), &o, sizeof(o));
+    }
+    const bool sent = send_with_fd(c.fd, reply.data(), reply_size, passed);
+    if (passed >= 0) {
+        close(passed);
+    }
+    return sent;
+}
+
+void channel_server::serve_gsi() {
+    if (_engine == nullptr) {
+        return;
+    }
+    auto deliver = [this](uint16_t slot, uint32_t from, std::span<const uint8_t> mad) {
+        const std::lock_guard lock(_endpoints_mutex);
+        const auto it = _endpoints.find(slot);
+        if (it != _endpoints.end() && it->second->cm != nullptr) {
+            it->second->cm->on_mad(from, mad);
+        }
+    };
+    for (const auto& d : _engine->gsi().take_rx()) {
+        deliver(d.vnic, d.remote_ip_be, d.mad);
+    }
+    // Replies to ourselves may queue more: bounded rounds.
+    for (int round = 0; round < 8 && !_local_mads.empty(); ++round) {
+        auto local = std::move(_local_mads);
+        _local_mads.clear();
+        for (const auto& m : local) {
+            deliver(m.slot, m.from_ip_be, m.mad);
+        }
+    }
+    const auto now = std::chrono::steady_clock::now();
+    const std::lock_guard lock(_endpoints_mutex);
+    for (auto& [slot, ep] : _endpoints) {
+        if (ep->cm != nullptr && ep->cm->next_deadline() <= now) {
+            ep->cm->run_timers(now);
+        }
+    }
+}
+
 void channel_server::drop_client(client& c, bool device_gone) {
+    if (c.ep->cm != nullptr) {
+        c.ep->cm->close_channel(c.s.client_id);
+    }
+    if (c.cm_event_fd >= 0) {
+        close(c.cm_event_fd);
+        c.cm_event_fd = -1;
+    }
     if (c.async_fd >= 0) {
         if (device_gone) {
             auto event = proto::make_message<proto::async_event_message>(
@@ -641,6 +870,17 @@ int channel_server::poll_timeout_ms(bool listen_now) const {
     for (const auto& c : _clients) {
         if (!c.s.hello_done) {
             soonest = std::min(soonest, c.hello_deadline);
+        }
+    }
+    {
+        const std::lock_guard lock(_endpoints_mutex);
+        for (const auto& [slot, ep] : _endpoints) {
+            if (ep->cm != nullptr) {
+                soonest = std::min(soonest, ep->cm->next_deadline());
+            }
+        }
+        if (!_local_mads.empty()) {
+            soonest = std::chrono::steady_clock::now();
         }
     }
     int timeout = listen_now ? -1 : accept_backoff_ms;
@@ -671,6 +911,8 @@ void channel_server::serve() {
         }
         fds.clear();
         fds.push_back({_wake_fd, POLLIN, 0});
+        const std::size_t gsi_index = fds.size();
+        fds.push_back({_engine != nullptr ? _engine->gsi().rx_notify_fd() : -1, POLLIN, 0});
         for (const auto& [ep, fd] : listening) {
             fds.push_back({listen_now ? fd : -1, POLLIN, 0});
         }
@@ -689,7 +931,12 @@ void channel_server::serve() {
             break;
         }
         // Clients first: their indices in `fds` are only valid until the vector changes.
-        const std::size_t first_client = 1 + listening.size();
+        if (fds[gsi_index].revents != 0) {
+            uint64_t count;
+            [[maybe_unused]] const ssize_t n = read(fds[gsi_index].fd, &count, sizeof(count));
+        }
+        serve_gsi();
+        const std::size_t first_client = 2 + listening.size();
         const auto now = std::chrono::steady_clock::now();
         const std::size_t served = _clients.size();
         std::vector<bool> keep(served, true);
@@ -714,7 +961,7 @@ void channel_server::serve() {
         _client_count.store(_clients.size(), std::memory_order_relaxed);
 
         for (std::size_t i = 0; i < listening.size(); ++i) {
-            if (fds[1 + i].revents != 0 &&
+            if (fds[2 + i].revents != 0 &&
                 !accept_clients(*listening[i].first, listening[i].second)) {
                 listeners_resume =
                     std::chrono::steady_clock::now() + std::chrono::milliseconds(accept_backoff_ms);
@@ -727,6 +974,7 @@ void channel_server::serve() {
             take_adopted();
             send_pending_events();
         }
+        publish_cm_stats();
     }
     for (auto& c : _clients) {
         drop_client(c, true);

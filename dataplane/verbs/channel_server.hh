@@ -34,6 +34,7 @@
 
 #include "config/host_config.hh"
 #include "device_model.hh"
+#include "rdmacm/cm_agent.hh"
 #include "requests.hh"
 #include "resources.hh"
 #include "tenant_namespace.hh"
@@ -73,6 +74,16 @@ struct channel_stats {
     uint64_t requests = 0;
     uint64_t bad_requests = 0;  // answered with an error status or dropped
     uint64_t vnics_removed = 0;
+    // The rdma_cm agents of the vNICs served now (dataplane/rdmacm/cm_agent.hh), summed.
+    uint64_t cm_commands = 0;
+    uint64_t cm_bad_commands = 0;
+    uint64_t cm_mads_sent = 0;
+    uint64_t cm_mads_received = 0;
+    uint64_t cm_mads_dropped = 0;
+    uint64_t cm_retransmissions = 0;
+    uint64_t cm_timeouts = 0;
+    uint64_t cm_rejected_by_policy = 0;
+    uint64_t cm_rejected_no_listener = 0;
 };
 
 class channel_server {
@@ -127,8 +138,9 @@ class channel_server {
     struct endpoint;
     struct client {
         int fd = -1;
-        int async_fd = -1;  // our end of the async event channel, after HELLO
-        pid_t pid = 0;      // SO_PEERCRED at accept
+        int async_fd = -1;     // our end of the async event channel, after HELLO
+        int cm_event_fd = -1;  // our end of its rdma_cm event socket (cm_protocol.hh)
+        pid_t pid = 0;         // SO_PEERCRED at accept
         std::chrono::steady_clock::time_point hello_deadline;
         std::shared_ptr<endpoint> ep;
         session s;
@@ -149,6 +161,11 @@ class channel_server {
     bool accept_clients(endpoint& ep, int listener);  // false: out of descriptors
     void add_client(int fd, pid_t pid, const std::shared_ptr<endpoint>& ep);
     bool serve_client(client& c);  // false: drop it
+    // An rdma_cm request (cm_protocol.hh) of a client that said HELLO; false: drop it.
+    bool serve_cm(client& c, std::span<const std::byte> message, bool truncated);
+    // MADs from QP1 (and to ourselves) to the vNICs' agents, and their timers.
+    void serve_gsi();
+    std::unique_ptr<rdmacm::cm_agent> make_cm_agent(const vnic_identity& v);
     void drop_client(client& c, bool device_gone);
     void take_adopted();
     void send_pending_events();
@@ -163,8 +180,14 @@ class channel_server {
                                           // change it; resources() reads it)
     std::map<uint16_t, std::shared_ptr<endpoint>> _endpoints;
     std::vector<client> _clients;  // server thread only
-    uint64_t _next_client_id = 0;  // server thread only
-    int _wake_fd = -1;             // eventfd: stop(), adopt(), sync() and events wake the poll
+    struct local_mad {
+        uint16_t slot;
+        uint32_t from_ip_be;
+        rdmacm::mad_buffer mad;
+    };
+    std::vector<local_mad> _local_mads;  // server thread only: MADs a vNIC sent itself
+    uint64_t _next_client_id = 0;        // server thread only
+    int _wake_fd = -1;  // eventfd: stop(), adopt(), sync() and events wake the poll
 
     std::mutex _adopt_mutex;
     std::vector<std::pair<int, uint16_t>> _adopted;  // guarded by _adopt_mutex
@@ -178,6 +201,15 @@ class channel_server {
         uint64_t handle;
     };
     std::vector<pending_event> _pending_events;  // guarded by _adopt_mutex
+
+    // The agents' counters, summed by the server thread after each round (stats() reads them).
+    struct cm_totals {
+        std::atomic<uint64_t> commands{0}, bad_commands{0}, mads_sent{0}, mads_received{0},
+            mads_dropped{0}, retransmissions{0}, timeouts{0}, rejected_by_policy{0},
+            rejected_no_listener{0};
+    };
+    cm_totals _cm;
+    void publish_cm_stats();
 
     std::atomic<bool> _stopping{false};
     std::atomic<std::size_t> _client_count{0};

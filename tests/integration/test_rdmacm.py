@@ -1,0 +1,317 @@
+"""rdma_cm for unmodified programs (issue 13): Debian's rdmacm-utils (rping with data
+validation, ucmatose, udaddy, rdma_server/rdma_client, rstream over rsocket), perftest's -R
+(rdma_cm connection setup) and libfabric's verbs provider, under jakiro-run in tenant
+namespaces: t1 (h1) <-> t2 (h2) over the overlay and t1 <-> t5 on one host. The CM messages
+are IB CM MADs on QP1 (tshark decodes them on the fabric); a red tenant dialling blue's address
+reaches red's own vNIC of that address; multicast fails with an errno; a lossy fabric only
+costs CM retransmissions.
+
+Each server starts in the background, gets 1.5 s to listen (rdma_cm servers open no TCP
+port to wait for), and every process has a timeout.
+"""
+
+import contextlib
+import itertools
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import IP, JAKIROD, SRC, T1, T2, T4, T5, jakiroctl, ns, stop, wait_until
+from test_secgroups import policy  # noqa: F401 (a fixture)
+
+pytestmark = pytest.mark.usefixtures("testbed")
+
+JAKIRO_RUN = SRC / "tools" / "jakiro-run"
+PLACEMENTS = {"cross_host": (T2, T1), "intra_host": (T5, T1)}
+SERVER_LISTEN_S = 1.5  # jakiro-run + device open + listen, measured < 0.3 s here
+TIMEOUT_S = 60
+_ports = itertools.count(7100)
+
+
+def shim_env():
+    env = dict(os.environ)
+    lib = Path(JAKIROD).resolve().parents[1] / "verbs_shim" / "libjakiro_verbs.so"
+    if lib.exists():
+        env["JAKIRO_VERBS_LIB"] = str(lib)
+    return env
+
+
+def under_jakiro_run(tenant, cmd):
+    return ["ip", "netns", "exec", tenant, str(JAKIRO_RUN), "--", *map(str, cmd)]
+
+
+def run_pair(placement, server_cmd, client_cmd, tmp_path):
+    """Server in the background, then the client; both must exit 0. Returns their outputs."""
+    srv_tenant, cli_tenant = PLACEMENTS[placement]
+    out = tmp_path / f"{Path(str(server_cmd[0])).name}.srv"
+    with open(out, "w") as o:
+        srv = subprocess.Popen(under_jakiro_run(srv_tenant, server_cmd), stdout=o,
+                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                               env=shim_env(), start_new_session=True)
+    try:
+        time.sleep(SERVER_LISTEN_S)
+        cli = subprocess.run(under_jakiro_run(cli_tenant, client_cmd), capture_output=True,
+                             text=True, timeout=TIMEOUT_S, env=shim_env())
+        try:
+            status = srv.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            status = "still running 20 s after its client"
+    finally:
+        stop(srv)
+    srv_out = out.read_text(errors="replace")
+    print(f"\n--- client {client_cmd}\n{(cli.stdout + cli.stderr)[-600:]}\n--- server\n"
+          f"{srv_out[-600:]}")
+    assert cli.returncode == 0, (f"client exited {cli.returncode}: "
+                                 f"{(cli.stdout + cli.stderr)[-2000:]}")
+    assert status == 0, f"server exited {status}: {srv_out[-2000:]}"
+    return cli.stdout + cli.stderr, srv_out
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_rping_validates_300_pings_of_4000_bytes(placement, tmp_path):
+    port = next(_ports)
+    ip = IP[PLACEMENTS[placement][0]]
+    args = ["-a", ip, "-p", port, "-C", 300, "-S", 4000, "-V", "-v"]
+    cli, srv = run_pair(placement, ["rping", "-s", *args], ["rping", "-c", *args], tmp_path)
+    assert cli.count("ping data: rdma-ping-") == 300, cli[-2000:]
+    assert "data mismatch" not in cli
+    assert srv.count("server ping data: rdma-ping-") == 300, srv[-2000:]
+
+
+def test_ucmatose_four_connections_fifty_messages_each(tmp_path):
+    port = next(_ports)
+    cli, srv = run_pair("cross_host", ["ucmatose", "-p", port, "-c", 4, "-C", 50],
+                        ["ucmatose", "-s", IP[T2], "-p", port, "-c", 4, "-C", 50], tmp_path)
+    assert "data transfers complete" in cli and "return status 0" in cli, cli
+    assert "return status 0" in srv, srv
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_udaddy_resolves_the_peer_by_sidr_and_exchanges_datagrams(placement, tmp_path):
+    # udaddy has no port option (its -p is the port space): it uses 7174.
+    srv_ip = IP[PLACEMENTS[placement][0]]
+    cli, srv = run_pair(placement, ["udaddy", "-c", 2, "-C", 20],
+                        ["udaddy", "-s", srv_ip, "-c", 2, "-C", 20], tmp_path)
+    assert "data transfers complete" in cli and "return status 0" in cli, cli
+    assert "data transfers complete" in srv, srv
+
+
+def test_rdma_server_and_client_exchange_a_message(tmp_path):
+    port = next(_ports)
+    cli, srv = run_pair("cross_host", ["rdma_server", "-p", port],
+                        ["rdma_client", "-s", IP[T2], "-p", port], tmp_path)
+    assert "rdma_client: end 0" in cli, cli
+    assert "rdma_server: end 0" in srv, srv
+
+
+def test_rstream_moves_bulk_data_over_rsocket(tmp_path):
+    port = next(_ports)
+    cli, srv = run_pair("cross_host", ["rstream", "-p", port, "-S", 65536, "-C", 200],
+                        ["rstream", "-s", IP[T2], "-p", port, "-S", 65536, "-C", 200], tmp_path)
+    # "64k  200  12m  0.01s  ..." : name, bytes, xfers, total, time, Gb/sec, usec/xfer
+    assert "64k" in cli and "200" in cli, cli
+
+
+@pytest.mark.parametrize("tool", ["ib_write_bw", "ib_send_lat"])
+def test_perftest_connects_through_rdma_cm(tool, tmp_path):
+    port = next(_ports)
+    args = [tool, "-R", "-F", "-p", port, "-n", 1000] + (["-s", 65536] if "bw" in tool else [])
+    cli, _ = run_pair("cross_host", args, [*args, IP[T2]], tmp_path)
+    assert "Data ex. method : rdma_cm" in cli, cli
+    assert "#bytes" in cli, cli
+
+
+def test_fi_info_lists_the_vnic_as_a_verbs_msg_domain():
+    r = ns(T1, JAKIRO_RUN, "--", "fi_info", "-p", "verbs", timeout=30, check=False,
+           env=shim_env())
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "domain: jakiro_t1\n" in r.stdout and "FI_EP_MSG" in r.stdout, r.stdout
+
+
+def test_fi_pingpong_runs_over_libfabric_verbs_msg_endpoints(tmp_path):
+    """fi_pingpong's -B/-P are its TCP control port (server listens, client dials); its server
+    binds the rdma_cm id to loopback, which the agent reports as the vNIC's address."""
+    port = next(_ports)
+    args = ["fi_pingpong", "-p", "verbs", "-e", "msg", "-I", 200, "-S", 1024]
+    cli, srv = run_pair("cross_host", [*args, "-B", port], [*args, "-P", port, IP[T2]],
+                        tmp_path)
+    assert "=200" in cli and "MB/sec" in cli, cli  # "1k  200  =200  400k  ...  MB/sec"
+
+
+def test_red_tenant_dialling_blues_address_reaches_reds_own_vnic(tmp_path):
+    """Blue t1 listens on 198.19.1.1; red t4 dials 198.19.1.1, which in red's VPC is t3 (no
+    listener): the REQ goes to t3's agent and comes back rejected; blue never hears of it."""
+    def no_listener_rejects():
+        return cm_counter("h1", "rejected_no_listener")
+
+    before = no_listener_rejects()
+    port = next(_ports)
+    out = tmp_path / "blue.srv"
+    with open(out, "w") as o:
+        blue = subprocess.Popen(under_jakiro_run(T1, ["rping", "-s", "-a", IP[T1], "-p", port,
+                                                      "-C", 5, "-v"]),
+                                stdout=o, stderr=subprocess.STDOUT, env=shim_env(),
+                                start_new_session=True)
+    try:
+        time.sleep(SERVER_LISTEN_S)
+        red = subprocess.run(under_jakiro_run(T4, ["rping", "-c", "-a", IP[T1], "-p", port,
+                                                   "-C", 5, "-V"]),
+                             capture_output=True, text=True, timeout=30, env=shim_env())
+        assert red.returncode != 0, red.stdout + red.stderr
+        assert "RDMA_CM_EVENT_REJECTED, error 8" in red.stdout + red.stderr, red.stdout
+        assert blue.poll() is None, "blue's listener should still be waiting"
+    finally:
+        stop(blue)
+    assert "ping data" not in out.read_text()
+    # Counted by red's t3 agent on h1 (jakiroctl qps: endpoints.rdma_cm).
+    wait_until(lambda: no_listener_rejects() > before, 5, "the REJ to be counted")
+
+
+def cm_counter(host, name):
+    return json.loads(jakiroctl(host, "qps", "--json").stdout)["endpoints"]["rdma_cm"][name]
+
+
+# TCP and ICMP for everyone in blue; RDMA only where RDMA_OK is attached (as test_rdma_policy).
+BASE = {"name": "base", "vpc": "blue",
+        "ingress": [{"proto": "tcp", "ports": "1-65535", "from": "198.19.0.0/16"},
+                    {"proto": "icmp", "from": "198.19.0.0/16"}]}
+RDMA_OK = {"name": "rdma-ok", "vpc": "blue",
+           "ingress": [{"proto": "rdma", "from": "198.19.1.0/24"}]}
+
+
+@pytest.mark.parametrize("refusing", ["passive", "active"])
+def test_security_groups_refuse_rdma_cm_connections_and_count_them(policy, refusing,  # noqa: F811
+                                                                   tmp_path):
+    """passive: t2 (the listener) has no `rdma` rule, so its agent answers t1's REQ with a REJ
+    (reason 28, consumer defined) and its listener never hears of it. active: t1 has none, so
+    its own agent rejects the connection the same way without a MAD on the wire. Both counted
+    in jakiroctl qps (endpoints.rdma_cm.rejected_by_policy) on the refusing side's host."""
+    groups = {"t1": ["base", "rdma-ok"], "t2": ["base"], "t5": ["default"]}
+    if refusing == "active":
+        groups = {"t1": ["base"], "t2": ["base", "rdma-ok"], "t5": ["default"]}
+    host = "h2" if refusing == "passive" else "h1"
+    policy([BASE, RDMA_OK], groups)
+    before = cm_counter(host, "rejected_by_policy")
+    port = next(_ports)
+    out = tmp_path / "t2.srv"
+    with open(out, "w") as o:
+        srv = subprocess.Popen(under_jakiro_run(T2, ["rping", "-s", "-a", IP[T2], "-p", port,
+                                                     "-C", 5, "-v"]),
+                               stdout=o, stderr=subprocess.STDOUT, env=shim_env(),
+                               start_new_session=True)
+    try:
+        time.sleep(SERVER_LISTEN_S)
+        cli = subprocess.run(under_jakiro_run(T1, ["rping", "-c", "-a", IP[T2], "-p", port,
+                                                   "-C", 5, "-V"]),
+                             capture_output=True, text=True, timeout=30, env=shim_env())
+        said = cli.stdout + cli.stderr
+        assert cli.returncode != 0, said
+        assert "RDMA_CM_EVENT_REJECTED, error 28" in said, said
+        assert srv.poll() is None, "the listener should still be waiting"
+    finally:
+        stop(srv)
+    assert "ping data" not in out.read_text()
+    wait_until(lambda: cm_counter(host, "rejected_by_policy") > before, 5,
+               "the refusal to be counted")
+
+
+def test_multicast_join_fails_with_an_errno_not_a_hang():
+    """The overlay carries no multicast: the group's address resolves, the join is refused
+    with EOPNOTSUPP and mckey exits at once."""
+    t0 = time.monotonic()
+    r = ns(T1, JAKIRO_RUN, "--", "mckey", "-m", "239.1.1.1", "-b", IP[T1], timeout=30,
+           check=False, env=shim_env())
+    assert r.returncode != 0, r.stdout + r.stderr
+    assert "Operation not supported" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert time.monotonic() - t0 < 10
+
+
+IMPAIR = Path(__file__).resolve().parent / "fabric_impair.py"
+NFQUEUE_NUM = 9
+FABRIC = "jk-fabric"
+NFQUEUE_RULE = ["FORWARD", "-m", "physdev", "--physdev-out", "ul-h2", "-j", "NFQUEUE",
+                "--queue-num", str(NFQUEUE_NUM), "--queue-bypass"]
+
+
+@contextlib.contextmanager
+def lossy_fabric(tmp_path, loss_percent, report):
+    """fabric_impair.py behind NFQUEUE for frames bridged towards h2 (this kernel has no
+    sch_netem): `loss_percent` of them dropped."""
+    sysctl = "net.bridge.bridge-nf-call-iptables"
+    before = ns(FABRIC, "sysctl", "-n", sysctl).stdout.strip()
+    out, err = tmp_path / "impair.out", tmp_path / "impair.err"
+    with open(out, "w") as o, open(err, "w") as e:
+        impair = subprocess.Popen(
+            ["ip", "netns", "exec", FABRIC, "/usr/bin/python3", str(IMPAIR), "--queue",
+             str(NFQUEUE_NUM), "--loss", str(loss_percent), "--seed", "13"],
+            stdin=subprocess.DEVNULL, stdout=o, stderr=e, start_new_session=True)
+    try:
+        wait_until(lambda: "ready" in err.read_text() or impair.poll() is not None, 10,
+                   "fabric_impair.py to bind its queue")
+        assert impair.poll() is None, f"fabric_impair.py failed: {err.read_text()}"
+        ns(FABRIC, "sysctl", "-qw", f"{sysctl}=1")
+        ns(FABRIC, "iptables", "-I", *NFQUEUE_RULE)
+        yield
+    finally:
+        ns(FABRIC, "iptables", "-D", *NFQUEUE_RULE, check=False)
+        ns(FABRIC, "sysctl", "-qw", f"{sysctl}={before or 0}", check=False)
+        if impair.poll() is None:
+            os.killpg(impair.pid, signal.SIGTERM)
+            try:
+                impair.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                stop(impair)
+        lines = out.read_text().splitlines()
+        report["stats"] = json.loads(lines[-1]) if lines else err.read_text()
+
+
+def test_connections_survive_a_fabric_losing_a_fifth_of_the_packets(tmp_path):
+    """20 % of everything towards h2 is lost, CM MADs included: REQ/REP/RTU/DREQ are
+    retransmitted (every 268 ms, up to 15 times) and each of five connections still
+    validates its data."""
+    report = {}
+    with lossy_fabric(tmp_path, 20, report):
+        for _ in range(5):
+            port = next(_ports)
+            args = ["-a", IP[T2], "-p", port, "-C", 20, "-S", 1000, "-V", "-v"]
+            cli, _ = run_pair("cross_host", ["rping", "-s", *args], ["rping", "-c", *args],
+                              tmp_path)
+            assert cli.count("ping data: rdma-ping-") == 20, cli[-2000:]
+    print(f"\nimpairment: {report}")
+    assert isinstance(report.get("stats"), dict) and report["stats"].get("dropped", 1) > 0, report
+
+
+def test_cm_messages_are_ib_cm_mads_tshark_decodes(tmp_path):
+    """On the fabric: VXLAN → RoCEv2 UD SEND to QP1 → a MAD of the CM class (0x07) carrying
+    REQ, REP, RTU, DREQ and DREP, as a kernel rdma_cm peer sends and expects them."""
+    pcap = tmp_path / "cm.pcap"
+    err = tmp_path / "tshark.err"
+    with open(err, "w") as e:
+        cap = subprocess.Popen(["ip", "netns", "exec", FABRIC, "tshark", "-n", "-i", "br0",
+                                "-f", "udp port 4789", "-w", str(pcap)],
+                               stdout=subprocess.DEVNULL, stderr=e, start_new_session=True)
+    try:
+        wait_until(lambda: "Capturing on" in err.read_text(), 10, "tshark to start")
+        port = next(_ports)
+        args = ["-a", IP[T2], "-p", port, "-C", 3, "-V"]
+        run_pair("cross_host", ["rping", "-s", *args], ["rping", "-c", *args], tmp_path)
+        time.sleep(0.5)
+    finally:
+        os.killpg(cap.pid, signal.SIGINT)
+        wait_until(lambda: cap.poll() is not None, 10, "tshark to finish")
+    r = subprocess.run(["tshark", "-n", "-r", str(pcap), "-Y", "infiniband.mad.mgmtclass == 7",
+                        "-T", "fields", "-e", "infiniband.bth.destqp", "-e",
+                        "infiniband.deth.q_key", "-e", "infiniband.mad.attributeid"],
+                       capture_output=True, text=True, timeout=60)
+    rows = [line.split("\t") for line in r.stdout.splitlines() if line.strip()]
+    assert rows, f"no CM MADs decoded: {r.stderr}"
+    attributes = {int(row[2], 0) for row in rows}
+    assert {0x10, 0x13, 0x14, 0x15, 0x16} <= attributes, rows  # REQ REP RTU DREQ DREP
+    for row in rows:
+        assert int(row[0], 0) == 1, row  # to QP1
+        assert int(row[1], 0) == 0x80010000, row  # the GSI Q_Key
