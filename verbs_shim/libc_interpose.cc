@@ -38,6 +38,16 @@ F next(const char* name) {
         return -1;                             \
     }
 
+// open's third argument exists only with O_CREAT or O_TMPFILE: read it then, as libc does.
+#define JAKIRO_MODE_ARGUMENT(flags, mode)                             \
+    mode_t mode = 0;                                                  \
+    if (((flags)&O_CREAT) != 0 || ((flags)&O_TMPFILE) == O_TMPFILE) { \
+        va_list ap;                                                   \
+        va_start(ap, flags);                                          \
+        (mode) = va_arg(ap, mode_t);                                  \
+        va_end(ap);                                                   \
+    }
+
 int open_emulated(const char* path, int flags, bool& handled) {
     handled = path != nullptr && std::strcmp(path, ucma::device_path) == 0;
     if (!handled) {
@@ -57,13 +67,7 @@ int open_emulated(const char* path, int flags, bool& handled) {
 }  // namespace
 
 JAKIRO_EXPORT int open(const char* path, int flags, ...) {
-    mode_t mode = 0;
-    if ((flags & O_CREAT) != 0 || (flags & O_TMPFILE) == O_TMPFILE) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = va_arg(ap, mode_t);
-        va_end(ap);
-    }
+    JAKIRO_MODE_ARGUMENT(flags, mode);
     bool handled;
     const int fd = open_emulated(path, flags, handled);
     if (handled) {
@@ -74,13 +78,7 @@ JAKIRO_EXPORT int open(const char* path, int flags, ...) {
 }
 
 JAKIRO_EXPORT int open64(const char* path, int flags, ...) {
-    mode_t mode = 0;
-    if ((flags & O_CREAT) != 0 || (flags & O_TMPFILE) == O_TMPFILE) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = va_arg(ap, mode_t);
-        va_end(ap);
-    }
+    JAKIRO_MODE_ARGUMENT(flags, mode);
     bool handled;
     const int fd = open_emulated(path, flags, handled);
     if (handled) {
@@ -91,13 +89,7 @@ JAKIRO_EXPORT int open64(const char* path, int flags, ...) {
 }
 
 JAKIRO_EXPORT int openat(int dirfd, const char* path, int flags, ...) {
-    mode_t mode = 0;
-    if ((flags & O_CREAT) != 0 || (flags & O_TMPFILE) == O_TMPFILE) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = va_arg(ap, mode_t);
-        va_end(ap);
-    }
+    JAKIRO_MODE_ARGUMENT(flags, mode);
     bool handled;
     const int fd = open_emulated(path, flags, handled);
     if (handled) {
