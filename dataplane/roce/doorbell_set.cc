@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <ctime>
 
+#include "verbs/sealed_memfd.hh"
+
 namespace jakiro::roce {
 
 namespace proto = verbs_proto;
@@ -25,21 +27,12 @@ uint32_t count_of(const proto::doorbell_page* page) {
 }  // namespace
 
 std::unique_ptr<doorbell_memory> doorbell_memory::create() {
-    const int fd = memfd_create("jakiro-doorbell", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (fd < 0) {
-        return nullptr;
-    }
-    void* page = MAP_FAILED;
-    if (ftruncate(fd, proto::doorbell_bytes) == 0 &&
-        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0) {
-        page = mmap(nullptr, proto::doorbell_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    }
-    if (page == MAP_FAILED) {
-        close(fd);
+    verbs::sealed_memfd shared;
+    if (verbs::create_sealed_memfd("jakiro-doorbell", proto::doorbell_bytes, shared) != 0) {
         return nullptr;
     }
     return std::unique_ptr<doorbell_memory>(
-        new doorbell_memory(fd, static_cast<proto::doorbell_page*>(page)));
+        new doorbell_memory(shared.fd, static_cast<proto::doorbell_page*>(shared.base)));
 }
 
 doorbell_memory::~doorbell_memory() {

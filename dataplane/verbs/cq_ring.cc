@@ -9,6 +9,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "sealed_memfd.hh"
 #include "verbs_shim/protocol.hh"
 
 namespace jakiro::verbs {
@@ -20,18 +21,12 @@ int cq_ring::create(uint32_t capacity, std::unique_ptr<cq_ring>& out, int& fd) {
         return EINVAL;
     }
     const std::size_t bytes = proto::cq_ring_bytes(capacity);
-    const int memfd = memfd_create("jakiro-cq", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (memfd < 0) {
-        return errno;
-    }
-    void* base = MAP_FAILED;
-    if (ftruncate(memfd, static_cast<off_t>(bytes)) != 0 ||
-        fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0 ||
-        (base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0)) == MAP_FAILED) {
-        const int error = errno;
-        close(memfd);
+    sealed_memfd shared;
+    if (const int error = create_sealed_memfd("jakiro-cq", bytes, shared); error != 0) {
         return error;
     }
+    void* const base = shared.base;
+    const int memfd = shared.fd;
     std::unique_ptr<cq_ring> ring(new cq_ring);
     ring->_header = static_cast<proto::cq_ring_header*>(base);
     ring->_bytes = bytes;

@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "sealed_memfd.hh"
+
 namespace jakiro::verbs {
 
 namespace proto = verbs_proto;
@@ -17,18 +19,12 @@ int qp_ring::create(uint32_t sq_capacity, uint32_t rq_capacity, uint32_t qp_num,
         return EINVAL;
     }
     const std::size_t bytes = proto::qp_ring_bytes(sq_capacity, rq_capacity);
-    const int memfd = memfd_create("jakiro-qp", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (memfd < 0) {
-        return errno;
-    }
-    void* base = MAP_FAILED;
-    if (ftruncate(memfd, static_cast<off_t>(bytes)) != 0 ||
-        fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0 ||
-        (base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0)) == MAP_FAILED) {
-        const int error = errno;
-        close(memfd);
+    sealed_memfd shared;
+    if (const int error = create_sealed_memfd("jakiro-qp", bytes, shared); error != 0) {
         return error;
     }
+    void* const base = shared.base;
+    const int memfd = shared.fd;
     std::unique_ptr<qp_ring> ring(new qp_ring);
     ring->_header = static_cast<proto::qp_ring_header*>(base);
     ring->_bytes = bytes;

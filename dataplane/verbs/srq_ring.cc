@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "sealed_memfd.hh"
+
 namespace jakiro::verbs {
 
 namespace proto = verbs_proto;
@@ -18,18 +20,12 @@ int shared_receive_queue::create(uint32_t capacity, uint32_t handle, uint64_t ow
         return EINVAL;
     }
     const std::size_t bytes = proto::srq_ring_bytes(capacity);
-    const int memfd = memfd_create("jakiro-srq", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (memfd < 0) {
-        return errno;
-    }
-    void* base = MAP_FAILED;
-    if (ftruncate(memfd, static_cast<off_t>(bytes)) != 0 ||
-        fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0 ||
-        (base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0)) == MAP_FAILED) {
-        const int error = errno;
-        close(memfd);
+    sealed_memfd shared;
+    if (const int error = create_sealed_memfd("jakiro-srq", bytes, shared); error != 0) {
         return error;
     }
+    void* const base = shared.base;
+    const int memfd = shared.fd;
     std::shared_ptr<shared_receive_queue> srq(new shared_receive_queue);
     srq->_header = static_cast<proto::srq_ring_header*>(base);
     srq->_bytes = bytes;

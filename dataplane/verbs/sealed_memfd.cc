@@ -1,0 +1,28 @@
+#include "sealed_memfd.hh"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace jakiro::verbs {
+
+int create_sealed_memfd(const char* name, std::size_t bytes, sealed_memfd& out) {
+    const int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) {
+        return errno;
+    }
+    void* base = MAP_FAILED;
+    if (ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0 ||
+        (base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+        const int error = errno;
+        close(fd);
+        return error;
+    }
+    out = sealed_memfd{fd, base};
+    return 0;
+}
+
+}  // namespace jakiro::verbs
