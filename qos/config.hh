@@ -37,12 +37,16 @@ struct class_qos {
     uint32_t weight = 1;   // share of the vNIC rate while both classes are backlogged
     uint64_t min_bps = 0;  // guaranteed rate, whatever the weights say (0: none)
     uint64_t max_bps = 0;  // cap, even when the other class is idle (0: none)
+
+    bool operator==(const class_qos&) const = default;
 };
 
 struct vnic_qos {
     uint64_t rate_bps = 0;
     uint64_t burst_bytes = 0;
     std::array<class_qos, class_count> classes{};  // by index_of(traffic_class)
+
+    bool operator==(const vnic_qos&) const = default;
 };
 
 struct uplink_qos {

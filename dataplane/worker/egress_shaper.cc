@@ -9,20 +9,6 @@ namespace jakiro {
 
 namespace {
 
-bool same(const qos::vnic_qos& a, const qos::vnic_qos& b) {
-    if (a.rate_bps != b.rate_bps || a.burst_bytes != b.burst_bytes) {
-        return false;
-    }
-    for (std::size_t c = 0; c < qos::class_count; ++c) {
-        if (a.classes[c].weight != b.classes[c].weight ||
-            a.classes[c].min_bps != b.classes[c].min_bps ||
-            a.classes[c].max_bps != b.classes[c].max_bps) {
-            return false;
-        }
-    }
-    return true;
-}
-
 // No uplink limit configured: a bucket that never runs dry.
 qos::uplink_qos unlimited_uplink() {
     return {qos::max_rate_bps, qos::max_burst_bytes};
@@ -76,7 +62,7 @@ void egress_shaper::sync(const datapath_tables& tables, worker_context& ctx, uin
         if (_vnics[slot] == nullptr) {
             _vnics[slot] = std::make_unique<vnic_state>();
         }
-        if (!_config[slot] || !same(*_config[slot], **wanted)) {
+        if (!_config[slot] || *_config[slot] != **wanted) {
             _sched->configure(now_ns, slot, **wanted);  // live: backlog and counters kept
             _config[slot] = *wanted;
         }
