@@ -23,23 +23,9 @@ namespace jakiro {
 
 qp_totals::sums qp_totals::of(const roce::qp_report& q) {
     sums s{};
-    s[packets_sent] = q.packets_sent;
-    s[packets_received] = q.packets_received;
-    s[bytes_sent] = q.bytes_sent;
-    s[bytes_received] = q.bytes_received;
-    s[retransmitted] = q.retransmitted;
-    s[timeouts] = q.timeouts;
-    s[naks_sent] = q.naks_sent;
-    s[naks_received] = q.naks_received;
-    s[rnr_naks_sent] = q.rnr_naks_sent;
-    s[rnr_naks_received] = q.rnr_naks_received;
-    s[cnps_sent] = q.cnps_sent;
-    s[cnps_received] = q.cnps_received;
-    s[duplicates] = q.duplicates;
-    s[out_of_sequence] = q.out_of_sequence;
-    s[completions] = q.completions;
-    s[error_completions] = q.error_completions;
-    s[messages_dropped] = q.messages_dropped;
+#define JAKIRO_QP_COUNTER(name) s[name] = q.name;
+#include "../roce/qp_counters.def"
+#undef JAKIRO_QP_COUNTER
     return s;
 }
 

@@ -32,23 +32,9 @@ struct qp_report;
 class qp_totals {
   public:
     enum field : std::size_t {
-        packets_sent,
-        packets_received,
-        bytes_sent,
-        bytes_received,
-        retransmitted,
-        timeouts,
-        naks_sent,
-        naks_received,
-        rnr_naks_sent,
-        rnr_naks_received,
-        cnps_sent,
-        cnps_received,
-        duplicates,
-        out_of_sequence,
-        completions,
-        error_completions,
-        messages_dropped,
+#define JAKIRO_QP_COUNTER(name) name,
+#include "../roce/qp_counters.def"
+#undef JAKIRO_QP_COUNTER
         field_count
     };
     using sums = std::array<uint64_t, field_count>;

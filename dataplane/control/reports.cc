@@ -415,26 +415,11 @@ std::string render_qps(const daemon_state& state, const std::string& vnic, bool 
             .value("remote_qpn", uint64_t{q.remote_qpn})
             .value("next_psn", uint64_t{q.next_psn})
             .value("una_psn", uint64_t{q.una_psn})
-            .value("expected_psn", uint64_t{q.expected_psn})
-            .value("packets_sent", q.packets_sent)
-            .value("packets_received", q.packets_received)
-            .value("bytes_sent", q.bytes_sent)
-            .value("bytes_received", q.bytes_received)
-            .value("retransmitted", q.retransmitted)
-            .value("timeouts", q.timeouts)
-            .value("naks_received", q.naks_received)
-            .value("naks_sent", q.naks_sent)
-            .value("rnr_naks_received", q.rnr_naks_received)
-            .value("rnr_naks_sent", q.rnr_naks_sent)
-            .value("duplicates", q.duplicates)
-            .value("out_of_sequence", q.out_of_sequence)
-            .value("completions", q.completions)
-            .value("error_completions", q.error_completions)
-            .value("cnps_sent", q.cnps_sent)
-            .value("cnps_received", q.cnps_received)
-            .value("messages_dropped", q.messages_dropped)
-            .value("rate_bps", q.rate_bps)
-            .end_object();
+            .value("expected_psn", uint64_t{q.expected_psn});
+#define JAKIRO_QP_COUNTER(name) out.value(#name, q.name);
+#include "../roce/qp_counters.def"
+#undef JAKIRO_QP_COUNTER
+        out.value("rate_bps", q.rate_bps).end_object();
         char line[320];
         std::snprintf(line, sizeof(line),
                       "%-8s 0x%06x %-4s %-5s %-17s 0x%06x 0x%06x 0x%06x 0x%06x %10lu %10lu %8lu "

@@ -445,23 +445,9 @@ std::vector<qp_report> engine::report() const {
         r.next_psn = s.next_psn.load(std::memory_order_relaxed);
         r.una_psn = s.una_psn.load(std::memory_order_relaxed);
         r.expected_psn = s.expected_psn.load(std::memory_order_relaxed);
-        r.packets_sent = s.packets_sent.load(std::memory_order_relaxed);
-        r.packets_received = s.packets_received.load(std::memory_order_relaxed);
-        r.bytes_sent = s.bytes_sent.load(std::memory_order_relaxed);
-        r.bytes_received = s.bytes_received.load(std::memory_order_relaxed);
-        r.retransmitted = s.retransmitted_packets.load(std::memory_order_relaxed);
-        r.timeouts = s.timeouts.load(std::memory_order_relaxed);
-        r.naks_sent = s.naks_sent.load(std::memory_order_relaxed);
-        r.naks_received = s.naks_received.load(std::memory_order_relaxed);
-        r.rnr_naks_sent = s.rnr_naks_sent.load(std::memory_order_relaxed);
-        r.rnr_naks_received = s.rnr_naks_received.load(std::memory_order_relaxed);
-        r.messages_dropped = s.messages_dropped.load(std::memory_order_relaxed);
-        r.duplicates = s.duplicates.load(std::memory_order_relaxed);
-        r.out_of_sequence = s.out_of_sequence.load(std::memory_order_relaxed);
-        r.completions = s.completions.load(std::memory_order_relaxed);
-        r.error_completions = s.error_completions.load(std::memory_order_relaxed);
-        r.cnps_sent = s.cnps_sent.load(std::memory_order_relaxed);
-        r.cnps_received = s.cnps_received.load(std::memory_order_relaxed);
+#define JAKIRO_QP_COUNTER(name) r.name = s.name.load(std::memory_order_relaxed);
+#include "qp_counters.def"
+#undef JAKIRO_QP_COUNTER
         r.rate_bps = s.rate_bps.load(std::memory_order_relaxed);
         out.push_back(r);
     }

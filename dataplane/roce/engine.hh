@@ -91,23 +91,9 @@ struct qp_report {
     uint32_t next_psn = 0;
     uint32_t una_psn = 0;
     uint32_t expected_psn = 0;
-    uint64_t packets_sent = 0;
-    uint64_t packets_received = 0;
-    uint64_t bytes_sent = 0;
-    uint64_t bytes_received = 0;
-    uint64_t retransmitted = 0;
-    uint64_t timeouts = 0;
-    uint64_t naks_sent = 0;
-    uint64_t naks_received = 0;
-    uint64_t rnr_naks_sent = 0;
-    uint64_t rnr_naks_received = 0;
-    uint64_t duplicates = 0;
-    uint64_t out_of_sequence = 0;
-    uint64_t completions = 0;
-    uint64_t error_completions = 0;
-    uint64_t cnps_sent = 0;
-    uint64_t cnps_received = 0;
-    uint64_t messages_dropped = 0;  // UC and UD
+#define JAKIRO_QP_COUNTER(name) uint64_t name = 0;
+#include "qp_counters.def"
+#undef JAKIRO_QP_COUNTER
     uint64_t rate_bps = 0;
 };
 

@@ -1041,7 +1041,7 @@ void rc_qp::on_atomic_ack(const roce_packet& p, uint64_t now_ns) {
 void rc_qp::go_back(uint32_t psn) {
     const int32_t rewound = psn_diff(_next_psn, psn);
     if (rewound > 0) {
-        _stats.retransmitted_packets.fetch_add(rewound, std::memory_order_relaxed);
+        _stats.retransmitted.fetch_add(rewound, std::memory_order_relaxed);
     }
     move_send_pointer(psn);
 }

@@ -81,25 +81,9 @@ struct rc_qp_setup {
 
 // What `jakiroctl qps` shows; written by the engine thread, read anywhere.
 struct rc_qp_stats {
-    std::atomic<uint64_t> packets_sent{0};
-    std::atomic<uint64_t> packets_received{0};
-    std::atomic<uint64_t> bytes_sent{0};
-    std::atomic<uint64_t> bytes_received{0};
-    std::atomic<uint64_t> retransmitted_packets{0};
-    std::atomic<uint64_t> timeouts{0};
-    std::atomic<uint64_t> naks_sent{0};
-    std::atomic<uint64_t> naks_received{0};
-    std::atomic<uint64_t> rnr_naks_sent{0};
-    std::atomic<uint64_t> rnr_naks_received{0};
-    std::atomic<uint64_t> duplicates{0};
-    std::atomic<uint64_t> out_of_sequence{0};
-    std::atomic<uint64_t> completions{0};
-    std::atomic<uint64_t> error_completions{0};
-    std::atomic<uint64_t> cnps_sent{0};
-    std::atomic<uint64_t> cnps_received{0};
-    // UC and UD: messages the responder dropped (no receive posted, a PSN gap, a bad Q_Key or
-    // rkey, a datagram larger than its buffer): the unreliable transports tell no one else.
-    std::atomic<uint64_t> messages_dropped{0};
+#define JAKIRO_QP_COUNTER(name) std::atomic<uint64_t> name{0};
+#include "qp_counters.def"
+#undef JAKIRO_QP_COUNTER
     std::atomic<uint64_t> rate_bps{0};  // DCQCN's current sending rate
     // Snapshot of the protocol state.
     std::atomic<uint32_t> state{IBV_QPS_RESET};
