@@ -268,6 +268,10 @@ int query_device(ibv_context* context, ibv_device_attr* attr) {
     return 0;
 }
 
+// The kernel's IB_UVERBS_DEVICE_ATOMIC_WRITE (Linux 6.2), newer than rdma-core 44's headers:
+// the bit rxe sets for IBV_WR_ATOMIC_WRITE.
+constexpr uint64_t device_atomic_write = uint64_t{1} << 40;
+
 int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input,
                     ibv_device_attr_ex* attr, size_t attr_size) {
     // No input extension is defined; an older struct must at least hold the legacy part.
@@ -282,9 +286,9 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
     ibv_device_attr_ex full;
     std::memset(&full, 0, sizeof(full));
     fill_device_attr(reply.device, full.orig_attr);
-    // The low 32 bits of the extended flags repeat the legacy ones; nothing above them (no
-    // ODP, TSO, RSS, tag matching, packet pacing, device memory) is offered.
-    full.device_cap_flags_ex = full.orig_attr.device_cap_flags;
+    // The low 32 bits of the extended flags repeat the legacy ones; above them only ATOMIC
+    // WRITE (no ODP, TSO, RSS, tag matching, packet pacing, device memory, FLUSH).
+    full.device_cap_flags_ex = full.orig_attr.device_cap_flags | device_atomic_write;
     full.phys_port_cnt_ex = reply.device.phys_port_cnt;
     if ((reply.device.caps & proto::cap_completion_timestamps) != 0) {
         // The device clock is CLOCK_MONOTONIC in ns: 64 bits wide, 1 GHz.

@@ -17,8 +17,8 @@ namespace proto = verbs_proto;
 
 namespace {
 
-// What the engine executes: SEND, WRITE, READ (+imm) and the two atomics (atomic_cap HCA);
-// no memory windows, no invalidation, no TSO (RC has none).
+// What the engine executes: SEND, WRITE, READ (+imm), the two atomics (atomic_cap HCA) and
+// ATOMIC WRITE (IBTA 1.5); no memory windows, no invalidation, no TSO (RC has none).
 bool supported_opcode(ibv_wr_opcode op) {
     switch (op) {
         case IBV_WR_SEND:
@@ -28,6 +28,7 @@ bool supported_opcode(ibv_wr_opcode op) {
         case IBV_WR_RDMA_READ:
         case IBV_WR_ATOMIC_CMP_AND_SWP:
         case IBV_WR_ATOMIC_FETCH_AND_ADD:
+        case IBV_WR_ATOMIC_WRITE:
             return true;
         default:
             return false;
@@ -62,8 +63,13 @@ bool is_atomic(ibv_wr_opcode op) {
 }
 
 bool is_rdma(ibv_wr_opcode op) {
-    return op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_RDMA_READ;
+    return op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_RDMA_READ ||
+           op == IBV_WR_ATOMIC_WRITE;
 }
+
+// ATOMIC WRITE's 8 bytes come from its one SGE (ibv_post_send) or the value ibv_wr_atomic_write
+// was given, and are taken now: they travel in the WQE, as inline data does.
+constexpr uint32_t atomic_write_bytes = 8;
 
 }  // namespace
 
@@ -103,6 +109,13 @@ int check_send(const shim_qp& q, const ibv_send_wr& wr, uint64_t& inline_bytes) 
         return EINVAL;
     }
     inline_bytes = 0;
+    if (wr.opcode == IBV_WR_ATOMIC_WRITE) {
+        if (sges != 1 || wr.sg_list[0].length != atomic_write_bytes) {
+            return EINVAL;
+        }
+        inline_bytes = atomic_write_bytes;  // whatever max_inline_data the QP has
+        return 0;
+    }
     if ((wr.send_flags & IBV_SEND_INLINE) != 0) {
         // Inline data goes out of the WQE: a READ or an atomic has nothing to send.
         if (wr.opcode == IBV_WR_RDMA_READ || is_atomic(wr.opcode)) {
@@ -143,7 +156,10 @@ void write_send(proto::send_wqe& slot, const ibv_send_wr& wr, uint64_t inline_by
         slot.swap = wr.wr.atomic.swap;
     }
     const auto sges = static_cast<uint32_t>(wr.num_sge);
-    if ((wr.send_flags & IBV_SEND_INLINE) != 0) {
+    if (wr.opcode == IBV_WR_ATOMIC_WRITE) {
+        slot.send_flags |= IBV_SEND_INLINE;
+    }
+    if ((slot.send_flags & IBV_SEND_INLINE) != 0) {
         slot.num_sge = 0;
         slot.inline_len = static_cast<uint32_t>(inline_bytes);
         std::size_t at = 0;

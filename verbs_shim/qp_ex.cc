@@ -37,7 +37,7 @@ namespace {
 constexpr uint64_t rc_ops = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
                             IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
                             IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-                            IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+                            IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_ATOMIC_WRITE;
 constexpr uint64_t uc_ops = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
                             IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
 constexpr uint64_t ud_ops = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
@@ -182,6 +182,26 @@ void wr_atomic_fetch_add(ibv_qp_ex* qpx, uint32_t rkey, uint64_t remote_addr, ui
         wr->wr.atomic.remote_addr = remote_addr;
         wr->wr.atomic.compare_add = add;
     }
+}
+
+// The value is taken now (the caller's buffer may be gone by ibv_wr_complete), staged where
+// inline data is, as the request's one 8-byte SGE.
+void wr_atomic_write(ibv_qp_ex* qpx, uint32_t rkey, uint64_t remote_addr, const void* atomic_wr) {
+    ibv_send_wr* wr = begin(qpx, IBV_WR_ATOMIC_WRITE);
+    if (wr == nullptr) {
+        return;
+    }
+    qp_ex_state& s = *qp_of(qpx).ex;
+    if (atomic_wr == nullptr) {
+        fail(s, EINVAL);
+        return;
+    }
+    wr->wr.rdma.rkey = rkey;
+    wr->wr.rdma.remote_addr = remote_addr;
+    std::memcpy(s.inline_bytes, atomic_wr, 8);
+    s.inline_sge = {reinterpret_cast<uint64_t>(s.inline_bytes), 8, 0};
+    wr->sg_list = &s.inline_sge;
+    wr->num_sge = 1;
 }
 
 // ---- setters
@@ -353,6 +373,7 @@ void attach_qp_ex(shim_qp& q, qp_ex_state* state) {
     x.wr_flags = 0;
     x.wr_atomic_cmp_swp = wr_atomic_cmp_swp;
     x.wr_atomic_fetch_add = wr_atomic_fetch_add;
+    x.wr_atomic_write = wr_atomic_write;
     x.wr_bind_mw = wr_bind_mw;
     x.wr_local_inv = wr_local_inv;
     x.wr_rdma_read = wr_rdma_read;

@@ -20,6 +20,8 @@ constexpr ibv_wc_opcode wc_opcode_of(uint32_t wr_opcode) {
             return IBV_WC_COMP_SWAP;
         case IBV_WR_ATOMIC_FETCH_AND_ADD:
             return IBV_WC_FETCH_ADD;
+        case IBV_WR_ATOMIC_WRITE:
+            return IBV_WC_ATOMIC_WRITE;
         default:
             return IBV_WC_SEND;
     }

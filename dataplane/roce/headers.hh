@@ -166,6 +166,8 @@ constexpr uint8_t compare_swap = 0x13;
 constexpr uint8_t fetch_add = 0x14;
 constexpr uint8_t send_last_inv = 0x16;
 constexpr uint8_t send_only_inv = 0x17;
+// IBTA 1.5: an 8-byte write placed as one (RETH + 8 bytes of payload, answered by an ACK).
+constexpr uint8_t atomic_write = 0x1D;
 
 constexpr uint8_t rc_send_first = rc | send_first;
 constexpr uint8_t rc_send_middle = rc | send_middle;
@@ -190,6 +192,7 @@ constexpr uint8_t rc_compare_swap = rc | compare_swap;
 constexpr uint8_t rc_fetch_add = rc | fetch_add;
 constexpr uint8_t rc_send_last_inv = rc | send_last_inv;
 constexpr uint8_t rc_send_only_inv = rc | send_only_inv;
+constexpr uint8_t rc_atomic_write = rc | atomic_write;
 
 constexpr uint8_t uc_send_first = uc | send_first;
 constexpr uint8_t uc_send_middle = uc | send_middle;
@@ -222,6 +225,7 @@ enum class op_kind : uint8_t {
     atomic_acknowledge,
     compare_swap,
     fetch_add,
+    atomic_write,
     cnp
 };
 
@@ -318,6 +322,8 @@ constexpr std::array<opcode_info, 256> make_opcode_table() {
         info(rc, send, p::last, ext::ieth, true, "RC SEND Last with Invalidate");
     t[opcode::rc_send_only_inv] =
         info(rc, send, p::only, ext::ieth, true, "RC SEND Only with Invalidate");
+    t[opcode::rc_atomic_write] =
+        info(rc, atomic_write, p::only, ext::reth, true, "RC ATOMIC WRITE");
 
     const char* uc_names[] = {"UC SEND First",  "UC SEND Middle",
                               "UC SEND Last",   "UC SEND Last with Immediate",

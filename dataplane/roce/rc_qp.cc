@@ -78,6 +78,22 @@ bool is_atomic(const proto::send_wqe& w) {
     return w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
 }
 
+// IBTA 1.5 ATOMIC WRITE: 8 bytes the responder places as one store; the shim carries them in
+// the WQE (ibv_wr_atomic_write takes the value, not a buffer), ACKed as a WRITE is.
+bool is_atomic_write(const proto::send_wqe& w) {
+    return w.opcode == IBV_WR_ATOMIC_WRITE;
+}
+constexpr uint32_t atomic_write_bytes = 8;
+
+// Places an ATOMIC WRITE's 8 bytes with one store: a program reading the word at the same
+// time sees the old or the new value, never a mix (a memcpy gives no such promise).
+void store_atomic_write(std::byte* at, const uint8_t* value) {
+    uint64_t word = 0;
+    std::memcpy(&word, value, sizeof(word));
+    std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(at))
+        .store(word, std::memory_order_release);
+}
+
 // Operations whose completion needs a response from the responder (READ data, atomic ACK):
 // an ACK for a later PSN does not complete them.
 bool needs_response(const proto::send_wqe& w) {
@@ -334,6 +350,7 @@ void rc_qp::fetch_sends(uint64_t now_ns) {
             case IBV_WR_RDMA_READ:
             case IBV_WR_ATOMIC_CMP_AND_SWP:
             case IBV_WR_ATOMIC_FETCH_AND_ADD:
+            case IBV_WR_ATOMIC_WRITE:
                 if (!reliable()) {
                     op.local_error = IBV_WC_LOC_QP_OP_ERR;  // RC only (IB spec 3.7.2)
                 }
@@ -342,7 +359,15 @@ void rc_qp::fetch_sends(uint64_t now_ns) {
                 op.local_error = IBV_WC_LOC_QP_OP_ERR;
                 break;
         }
-        if (op.local_error == IBV_WC_SUCCESS) {
+        if (op.local_error == IBV_WC_SUCCESS && is_atomic_write(op.wqe)) {
+            // Its value travels in the WQE whatever max_inline_data the QP asked for.
+            if ((op.wqe.send_flags & IBV_SEND_INLINE) == 0 ||
+                op.wqe.inline_len != atomic_write_bytes) {
+                op.local_error = IBV_WC_LOC_LEN_ERR;
+            } else {
+                op.length = atomic_write_bytes;
+            }
+        } else if (op.local_error == IBV_WC_SUCCESS) {
             if ((op.wqe.send_flags & IBV_SEND_INLINE) != 0 && !needs_response(op.wqe)) {
                 if (op.wqe.inline_len > _s.max_inline) {
                     op.local_error = IBV_WC_LOC_LEN_ERR;
@@ -483,6 +508,9 @@ bool rc_qp::emit_request(packet_port& port, send_op& op, uint32_t k) {
     } else if (is_atomic(w)) {
         code = w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ? opcode::rc_fetch_add
                                                        : opcode::rc_compare_swap;
+    } else if (is_atomic_write(w)) {
+        code = opcode::rc_atomic_write;
+        payload = atomic_write_bytes;
     } else {
         payload = static_cast<uint32_t>(std::min<uint64_t>(_mtu, op.length - offset));
         const bool write = w.opcode == IBV_WR_RDMA_WRITE || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
@@ -763,6 +791,18 @@ rc_qp::local_result rc_qp::begin_local(const send_op& op, const rc_qp& requester
             t.remote = found.bytes.data();
             t.pin = std::move(found.mr);
             return local_result::started;
+        }
+        case IBV_WR_ATOMIC_WRITE: {
+            if (w.remote_addr % atomic_write_bytes != 0) {
+                return fail(proto::event_type::qp_req_err, IBV_WC_REM_INV_REQ_ERR);
+            }
+            auto found = _s.mrs->find(_s.pd, w.rkey, w.remote_addr, atomic_write_bytes,
+                                      proto::access_remote_write);
+            if (!found || !grants(IBV_ACCESS_REMOTE_WRITE)) {
+                return fail(proto::event_type::qp_access_err, IBV_WC_REM_ACCESS_ERR);
+            }
+            store_atomic_write(found.bytes.data(), w.inline_data);
+            return local_result::done;
         }
         case IBV_WR_ATOMIC_CMP_AND_SWP:
         case IBV_WR_ATOMIC_FETCH_AND_ADD: {
@@ -1350,6 +1390,9 @@ void rc_qp::on_request(const roce_packet& p, packet_port& port, uint64_t now_ns)
         case op_kind::fetch_add:
             execute_atomic_request(p, port);
             return;
+        case op_kind::atomic_write:
+            advance = execute_atomic_write(p, port);
+            break;
         default:
             responder_error(port, proto::event_type::qp_req_err,
                             syndrome_nak(nak_code::invalid_request), IBV_WC_REM_INV_REQ_ERR);
@@ -1372,6 +1415,26 @@ void rc_qp::on_request(const roce_packet& p, packet_port& port, uint64_t now_ns)
     }
     _ack_pending = true;  // mid-message: coalesced, one ACK per poll
     _ack_psn = p.psn;
+}
+
+// Duplicates are ACKed again and never placed twice (on_request): the program may have
+// changed the word since.
+bool rc_qp::execute_atomic_write(const roce_packet& p, packet_port& port) {
+    if (p.payload.size() != atomic_write_bytes || p.reth->dma_len() != atomic_write_bytes ||
+        p.reth->va() % atomic_write_bytes != 0) {
+        responder_error(port, proto::event_type::qp_req_err,
+                        syndrome_nak(nak_code::invalid_request), IBV_WC_REM_INV_REQ_ERR);
+        return false;
+    }
+    auto found = _s.mrs->find(_s.pd, p.reth->rkey(), p.reth->va(), atomic_write_bytes,
+                              proto::access_remote_write);
+    if (!found || !grants(IBV_ACCESS_REMOTE_WRITE)) {
+        responder_error(port, proto::event_type::qp_access_err,
+                        syndrome_nak(nak_code::remote_access_error), IBV_WC_REM_ACCESS_ERR);
+        return false;
+    }
+    store_atomic_write(found.bytes.data(), p.payload.data());
+    return true;
 }
 
 void rc_qp::execute_atomic_request(const roce_packet& p, packet_port& port) {

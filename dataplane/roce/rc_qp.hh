@@ -257,6 +257,7 @@ class rc_qp {
     bool pacer_open(uint64_t now_ns);
     void pacer_charge(uint64_t now_ns, uint32_t frame_len);
     void send_ack(packet_port& port, uint8_t syndrome, uint32_t psn);
+    bool execute_atomic_write(const roce_packet& p, packet_port& port);
     void execute_atomic_request(const roce_packet& p, packet_port& port);
     void replay_atomic(const roce_packet& p, packet_port& port);
     void send_atomic_ack(packet_port& port, uint32_t psn, uint64_t orig);

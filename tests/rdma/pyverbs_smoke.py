@@ -43,7 +43,8 @@ ACCESS = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_RE
           e.IBV_ACCESS_REMOTE_ATOMIC)
 SEND_OPS = (e.IBV_QP_EX_WITH_SEND | e.IBV_QP_EX_WITH_SEND_WITH_IMM |
             e.IBV_QP_EX_WITH_RDMA_WRITE | e.IBV_QP_EX_WITH_RDMA_READ |
-            e.IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | e.IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP)
+            e.IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | e.IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+            e.IBV_QP_EX_WITH_ATOMIC_WRITE)
 
 # The server's buffer: where each operation lands.
 RECV1, RECV1_LEN = 0, 2048       # first SEND
@@ -52,6 +53,10 @@ WRITE_AT = 2560                  # RDMA WRITE target (1024 bytes)
 READ_AT = 3584                   # RDMA READ source (256 bytes of 'R')
 ATOMIC_AT = 3840                 # the 8-byte word of the atomics
 ABORT_AT = 3904                  # what an aborted WRITE would have hit (16 bytes)
+ATOMIC_WRITE_AT = 3856           # the 8-byte word ATOMIC WRITE places (IBTA 1.5)
+ATOMIC_WRITE_VALUE = 0x0123456789ABCDEF
+# The kernel's IB_UVERBS_DEVICE_ATOMIC_WRITE (newer than rdma-core 44's enums).
+DEVICE_ATOMIC_WRITE = 1 << 40
 
 PAYLOAD = bytes((i * 7 + 3) % 251 for i in range(1000))
 INLINE = b"inline data travels in the WQE!!"
@@ -209,6 +214,9 @@ def server(args):
     check("server", struct.unpack("<Q", s.mr.read(8, ATOMIC_AT))[0] == 1000,
           "atomics: the word is 40 + 2, then swapped for 1000")
     check("server", s.mr.read(16, ABORT_AT) == b"\0" * 16, "wr_abort: nothing arrived")
+    check("server", s.mr.read(24, ATOMIC_WRITE_AT - 8) ==
+          b"\0" * 8 + struct.pack("<Q", ATOMIC_WRITE_VALUE) + b"\0" * 8,
+          "ATOMIC WRITE: its 8 bytes and nothing around them")
     line.send(ok=True)
     conn.close()
     listener.close()
@@ -275,6 +283,19 @@ def client(args):
           done[0xa6]["opcode"] == e.IBV_WC_COMP_SWAP, "both atomics completed")
     check("client", struct.unpack("<Q", mr.read(8, 3840))[0] == 40, "FETCH_AND_ADD returned 40")
     check("client", struct.unpack("<Q", mr.read(8, 3848))[0] == 42, "CMP_AND_SWP returned 42")
+
+    # ATOMIC WRITE: the device says it has it, the value is taken at the call.
+    check("client", c.ctx.query_device_ex().device_cap_flags_ex & DEVICE_ATOMIC_WRITE,
+          "the device advertises ATOMIC WRITE")
+    value = struct.pack("<Q", ATOMIC_WRITE_VALUE)
+    qp.wr_start()
+    qp.wr_id = 0xa8
+    qp.wr_flags = e.IBV_SEND_SIGNALED
+    qp.wr_atomic_write(rkey, raddr + ATOMIC_WRITE_AT, value)
+    qp.wr_complete()
+    done = poll(c.cq, 1)
+    check("client", done[0]["wr_id"] == 0xa8 and done[0]["opcode"] == e.IBV_WC_ATOMIC_WRITE,
+          "ATOMIC WRITE completed")
 
     # A region ibv_wr_abort discards.
     mr.write(b"A" * 16, 16, 3900)

@@ -202,6 +202,34 @@ TEST_F(ShimPost, InlineDataIsCopiedIntoTheSlotAtPostTime) {
     EXPECT_EQ(sent(1).inline_len, 0u);
 }
 
+// IBTA 1.5 ATOMIC WRITE through ibv_post_send: its one 8-byte SGE is read at post time, as
+// inline data is, whatever max_inline_data the QP has.
+TEST_F(ShimPost, AtomicWriteTakesItsEightBytesAtPostTime) {
+    uint64_t value = 0x1122334455667788;
+    ibv_sge s = sge(reinterpret_cast<uintptr_t>(&value), 8, 0x42);
+    ibv_send_wr w{};
+    w.wr_id = 9;
+    w.opcode = IBV_WR_ATOMIC_WRITE;
+    w.send_flags = IBV_SEND_SIGNALED;
+    w.wr.rdma.remote_addr = 0xA000;
+    w.wr.rdma.rkey = 0x99;
+    w.sg_list = &s;
+    w.num_sge = 1;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(qp, &w, &bad), 0);
+    value = 0;  // the program may reuse its buffer at once
+    const proto::send_wqe& q = sent(0);
+    EXPECT_EQ(q.opcode, unsigned{IBV_WR_ATOMIC_WRITE});
+    EXPECT_EQ(q.inline_len, 8u);
+    EXPECT_EQ(q.num_sge, 0u);
+    EXPECT_NE(q.send_flags & IBV_SEND_INLINE, 0u);
+    EXPECT_EQ(q.remote_addr, 0xA000u);
+    EXPECT_EQ(q.rkey, 0x99u);
+    uint64_t carried = 0;
+    std::memcpy(&carried, q.inline_data, 8);
+    EXPECT_EQ(carried, 0x1122334455667788u);
+}
+
 TEST_F(ShimPost, SendRefusesInvalidWorkRequestsAndNamesTheFirst) {
     char buf[128] = {};
     ibv_sge s[5];
@@ -219,7 +247,12 @@ TEST_F(ShimPost, SendRefusesInvalidWorkRequestsAndNamesTheFirst) {
         {"send with invalidate", [](auto& w) { w.opcode = IBV_WR_SEND_WITH_INV; }},
         {"TSO", [](auto& w) { w.opcode = IBV_WR_TSO; }},
         {"driver", [](auto& w) { w.opcode = IBV_WR_DRIVER1; }},
-        {"atomic write", [](auto& w) { w.opcode = IBV_WR_ATOMIC_WRITE; }},
+        {"atomic write of four 13-byte SGEs", [](auto& w) { w.opcode = IBV_WR_ATOMIC_WRITE; }},
+        {"atomic write of one 13-byte SGE",
+         [](auto& w) {
+             w.opcode = IBV_WR_ATOMIC_WRITE;
+             w.num_sge = 1;
+         }},
         {"unknown opcode", [](auto& w) { w.opcode = static_cast<ibv_wr_opcode>(99); }},
         {"too many SGEs", [](auto& w) { w.num_sge = 5; }},
         {"too many SGEs for a read",

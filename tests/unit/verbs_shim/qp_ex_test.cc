@@ -51,7 +51,8 @@ class ShimQpEx : public QpFixture {
     static constexpr uint64_t rc_ops =
         IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_WRITE |
         IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
-        IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+        IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
+        IBV_QP_EX_WITH_ATOMIC_WRITE;
 
     ibv_qp_init_attr_ex ex_attr(uint64_t ops, ibv_qp_type type = IBV_QPT_RC) {
         ibv_qp_init_attr a = rc_attr(16, 16, 4, 64);
@@ -108,6 +109,11 @@ class ShimQpEx : public QpFixture {
                 ibv_wr_atomic_fetch_add(qpx, w.wr.atomic.rkey, w.wr.atomic.remote_addr,
                                         w.wr.atomic.compare_add);
                 break;
+            case IBV_WR_ATOMIC_WRITE:
+                // The builder takes the value itself: no data setter follows.
+                ibv_wr_atomic_write(qpx, w.wr.rdma.rkey, w.wr.rdma.remote_addr,
+                                    reinterpret_cast<const void*>(w.sg_list[0].addr));
+                return;
             default:
                 FAIL() << "no builder for opcode " << w.opcode;
         }
@@ -159,8 +165,7 @@ TEST_F(ShimQpEx, CreateRefusesSendOpsTheEngineLacksWithoutAskingJakirod) {
     const std::size_t before = fake->count(proto::opcode::create_qp);
     for (uint64_t ops : {uint64_t{IBV_QP_EX_WITH_SEND_WITH_INV}, uint64_t{IBV_QP_EX_WITH_LOCAL_INV},
                          uint64_t{IBV_QP_EX_WITH_BIND_MW}, uint64_t{IBV_QP_EX_WITH_TSO},
-                         uint64_t{IBV_QP_EX_WITH_ATOMIC_WRITE}, uint64_t{1} << 40,
-                         rc_ops | IBV_QP_EX_WITH_SEND_WITH_INV}) {
+                         uint64_t{1} << 40, rc_ops | IBV_QP_EX_WITH_SEND_WITH_INV}) {
         SCOPED_TRACE(ops);
         errno = 0;
         EXPECT_EQ(make_qp_ex(ops), nullptr);
@@ -169,6 +174,7 @@ TEST_F(ShimQpEx, CreateRefusesSendOpsTheEngineLacksWithoutAskingJakirod) {
     // What a transport does not carry: READ and atomics on UC, anything but SEND on UD.
     for (auto [type, ops] : {std::pair{IBV_QPT_UC, uint64_t{IBV_QP_EX_WITH_RDMA_READ}},
                              std::pair{IBV_QPT_UC, uint64_t{IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP}},
+                             std::pair{IBV_QPT_UC, uint64_t{IBV_QP_EX_WITH_ATOMIC_WRITE}},
                              std::pair{IBV_QPT_UD, uint64_t{IBV_QP_EX_WITH_RDMA_WRITE}}}) {
         ibv_qp_init_attr_ex x = ex_attr(ops, type);
         errno = 0;
@@ -198,7 +204,9 @@ TEST_F(ShimQpEx, EveryBuilderWritesTheWqeIbvPostSendWrites) {
     ibv_sge atomic_sge = sge(0x5000, 8, 0x55);
     ibv_sge in[2] = {sge(reinterpret_cast<uintptr_t>(a), 20, 0),
                      sge(reinterpret_cast<uintptr_t>(c), 44, 0)};
-    std::vector<ibv_send_wr> w(12);
+    uint64_t atomic_write_value = 0x0102030405060708;
+    ibv_sge atomic_write_sge = sge(reinterpret_cast<uintptr_t>(&atomic_write_value), 8, 0);
+    std::vector<ibv_send_wr> w(13);
     w[0] = {.wr_id = 100,
             .sg_list = s,
             .num_sge = 2,
@@ -252,6 +260,12 @@ TEST_F(ShimQpEx, EveryBuilderWritesTheWqeIbvPostSendWrites) {
              .num_sge = 0,
              .opcode = IBV_WR_SEND,
              .send_flags = IBV_SEND_INLINE};
+    w[12] = {.wr_id = 112,
+             .sg_list = &atomic_write_sge,
+             .num_sge = 1,
+             .opcode = IBV_WR_ATOMIC_WRITE,
+             .send_flags = IBV_SEND_SIGNALED};
+    w[12].wr.rdma = {0xA008, 0x5506};
     for (std::size_t i = 0; i + 1 < w.size(); ++i) {
         w[i].next = &w[i + 1];
     }
@@ -278,6 +292,7 @@ TEST_F(ShimQpEx, EveryBuilderWritesTheWqeIbvPostSendWrites) {
               std::string(20, 'a') + std::string(44, 'c'));
     EXPECT_EQ(slot(ex, 5).compare_add, 0x1111222233334444u);
     EXPECT_EQ(slot(ex, 5).swap, 0x5555666677778888u);
+    EXPECT_EQ(slot(ex, 12).inline_len, 8u) << "ATOMIC WRITE carries its value in the WQE";
 }
 
 TEST_F(ShimQpEx, AbortDiscardsTheRegionAndTheNextRegionReusesItsSlots) {

@@ -48,7 +48,11 @@ TEST(RoceHeaders, OpcodeTableCoversRcUcUdAndCnp) {
     for (int op = 0; op < 256; ++op) {
         valid += opcode_info_of(static_cast<uint8_t>(op)).valid;
     }
-    EXPECT_EQ(valid, 23 + 12 + 2 + 1);         // RC 0x00-0x14 + 0x16/0x17, UC 0x20-0x2B, UD 2, CNP
+    // RC 0x00-0x14, 0x16/0x17 and ATOMIC WRITE 0x1D; UC 0x20-0x2B; UD 2; CNP.
+    EXPECT_EQ(valid, 24 + 12 + 2 + 1);
+    EXPECT_TRUE(opcode_info_of(opcode::rc_atomic_write).valid);
+    EXPECT_EQ(opcode_info_of(opcode::rc_atomic_write).exts, ext::reth);
+    EXPECT_FALSE(opcode_info_of(0x1C).valid);  // FLUSH: not built
     EXPECT_FALSE(opcode_info_of(0x15).valid);  // reserved (RC Reserved between atomics and inv)
     EXPECT_FALSE(opcode_info_of(0x2C).valid);  // UC has no READ
     EXPECT_FALSE(opcode_info_of(0x31).valid);  // UC has no ACK

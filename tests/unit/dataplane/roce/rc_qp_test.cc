@@ -1252,6 +1252,80 @@ TEST_F(rc_qp_test, atomics_check_alignment_and_rights) {
     EXPECT_EQ(c.status, IBV_WC_REM_INV_REQ_ERR) << "not 8-byte aligned";
 }
 
+// As the shim writes one: the 8 bytes travel in the WQE.
+proto::send_wqe atomic_write_wqe(uint64_t wr_id, uint64_t remote, uint32_t rkey, uint64_t value) {
+    auto w = wqe(wr_id, IBV_WR_ATOMIC_WRITE, 0, 0, 0, remote, rkey);
+    w.num_sge = 0;
+    w.send_flags |= IBV_SEND_INLINE;
+    w.inline_len = 8;
+    std::memcpy(w.inline_data, &value, 8);
+    return w;
+}
+
+TEST_F(rc_qp_test, atomic_write_places_its_eight_bytes_and_completes_on_the_ack) {
+    for (const bool one_host : {false, true}) {
+        SCOPED_TRACE(one_host ? "on one host" : "across hosts");
+        TearDownSides();
+        make_side(a, 0, ip_a, 101);
+        make_side(b, 1, ip_b, 202);
+        wire.same_host = one_host;
+        connect_both();
+        fill(b, 0, 64, 3);
+        std::vector<std::byte> before(b.region, b.region + 64);
+        const uint64_t frames_before = wire.sent;
+        a.post_send(atomic_write_wqe(1, b.iova(16), b.mr, 0x1122334455667788));
+        run(20);
+        proto::cqe c{};
+        ASSERT_TRUE(a.poll_send(c));
+        EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+        EXPECT_EQ(c.opcode, IBV_WC_ATOMIC_WRITE);
+        EXPECT_EQ(word_at(b, 16), 0x1122334455667788u);
+        EXPECT_EQ(std::memcmp(before.data(), b.region, 16), 0) << "the bytes before untouched";
+        EXPECT_EQ(std::memcmp(before.data() + 24, b.region + 24, 40), 0) << "and after";
+        EXPECT_EQ(wire.sent == frames_before, one_host) << "memory to memory on one host";
+    }
+}
+
+TEST_F(rc_qp_test, an_atomic_write_to_an_unaligned_address_is_an_invalid_request) {
+    connect_both();
+    fill(b, 0, 64, 3);
+    std::vector<std::byte> before(b.region, b.region + 64);
+    a.post_send(atomic_write_wqe(1, b.iova(4), b.mr, 7));
+    run(20);
+    proto::cqe c{};
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_REM_INV_REQ_ERR);
+    EXPECT_EQ(std::memcmp(before.data(), b.region, 64), 0);
+}
+
+TEST_F(rc_qp_test, a_repeated_atomic_write_is_acked_again_not_placed_over_a_newer_value) {
+    connect(a, b, ip_b, 7, 7, /*timeout=*/8);
+    connect(b, a, ip_a);
+    a.post_send(atomic_write_wqe(1, b.iova(0), b.mr, 5));
+    // The first ACK is lost; meanwhile b's program stores its own value in the word. The
+    // requester's retry is a duplicate: ACKed, never placed again.
+    bool lost = false;
+    run(2000, 10'000, [&](const test_wire::frame& f) {
+        if (!lost && f.bytes[42] == opcode::rc_acknowledge) {
+            lost = true;
+            const uint64_t newer = 9;
+            std::memcpy(b.region, &newer, 8);
+            return false;
+        }
+        return true;
+    });
+    ASSERT_TRUE(lost);
+    proto::cqe c{};
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(word_at(b, 0), 9u);
+    uint64_t retransmitted = 0;
+    for (const qp_report& r : eng.report()) {
+        retransmitted += r.qpn == a.qp ? r.retransmitted : 0;
+    }
+    EXPECT_GE(retransmitted, 1u) << "the completion came from the duplicate's ACK";
+}
+
 TEST_F(rc_qp_test, on_one_host_atomics_run_memory_to_memory) {
     wire.same_host = true;
     connect_both();
@@ -1955,7 +2029,8 @@ TEST_F(rc_qp_test, the_responder_refuses_what_its_qp_access_flags_do_not_grant) 
                             {IBV_WR_RDMA_WRITE_WITH_IMM, IBV_ACCESS_REMOTE_WRITE},
                             {IBV_WR_RDMA_READ, IBV_ACCESS_REMOTE_READ},
                             {IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_ACCESS_REMOTE_ATOMIC},
-                            {IBV_WR_ATOMIC_CMP_AND_SWP, IBV_ACCESS_REMOTE_ATOMIC}};
+                            {IBV_WR_ATOMIC_CMP_AND_SWP, IBV_ACCESS_REMOTE_ATOMIC},
+                            {IBV_WR_ATOMIC_WRITE, IBV_ACCESS_REMOTE_WRITE}};
     const unsigned all = qp_access;
     for (const bool one_host : {false, true}) {
         for (const probe& p : probes) {
@@ -1977,6 +2052,8 @@ TEST_F(rc_qp_test, the_responder_refuses_what_its_qp_access_flags_do_not_grant) 
                 proto::send_wqe w =
                     p.op == IBV_WR_ATOMIC_FETCH_AND_ADD || p.op == IBV_WR_ATOMIC_CMP_AND_SWP
                         ? atomic_wqe(1, p.op, a.iova(0), a.mr, b.iova(0), b.mr, word_at(b, 0), 5)
+                    : p.op == IBV_WR_ATOMIC_WRITE
+                        ? atomic_write_wqe(1, b.iova(0), b.mr, 5)
                         : wqe(1, p.op, a.iova(0), 64, a.mr, b.iova(0), b.mr);
                 a.post_send(w);
                 run(20);
