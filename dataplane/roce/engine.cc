@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -14,9 +15,11 @@ namespace jakiro::roce {
 
 namespace {
 
-// Packets one QP may send per poll: QPs take turns, none starves the others or the TCP face.
-constexpr unsigned qp_budget = 32;
-// Passes per poll: at most 8 × 32 packets per QP before the worker looks at its ports again.
+// Packets one vNIC's QPs may send per pass, together: a tenant's QPs share one turn, so a
+// tenant with many QPs gets what a tenant with one gets, and the worker's time per poll is
+// bounded per vNIC, not per QP (the quota bounds how many QPs, not what they cost others).
+constexpr unsigned vnic_budget = 32;
+// Passes per poll: at most 8 × 32 packets per vNIC before the worker looks at its ports again.
 constexpr unsigned max_passes = 8;
 // Connected QPs admitted again per poll after a policy change: one ACL classification each
 // (~0.1-0.3 µs), so a poll spends at most some tens of µs on it; a host's QPs are all checked
@@ -50,7 +53,10 @@ const char* engine_drop_text(engine_drop d) {
 }
 
 engine::engine(uint16_t vnic_slots, uint32_t max_qps_per_vnic)
-    : _max_qps(max_qps_per_vnic), _by_slot(vnic_slots), _own_doorbell(doorbell_memory::create()) {}
+    : _max_qps(max_qps_per_vnic),
+      _by_slot(vnic_slots),
+      _vnic_left(vnic_slots),
+      _own_doorbell(doorbell_memory::create()) {}
 
 engine::~engine() = default;
 
@@ -226,15 +232,26 @@ unsigned engine::poll(packet_port& port, uint64_t now_ns) {
             admitted(*qp, port);  // refused: ERR, and its poll below flushes
         }
     }
-    // Round robin in passes of qp_budget packets per QP, so QPs take turns, until nobody
-    // has anything more to send now (window, QoS share, buffers) or the poll's cap is reached.
+    // Round robin in passes of vnic_budget packets per vNIC, until nobody has anything more to
+    // send now (window, QoS share, buffers) or the poll's cap is reached. Which QP goes first
+    // moves on every poll, so a vNIC's QPs take turns at its budget.
+    const std::size_t count = _active.size();
+    const std::size_t first = count == 0 ? 0 : _rotation++ % count;
     for (unsigned pass = 0; pass < max_passes; ++pass) {
+        std::fill(_vnic_left.begin(), _vnic_left.end(), vnic_budget);
         unsigned this_pass = 0;
-        for (const auto& qp : _active) {
-            if (qp->admitted_generation() != _policy_generation) {
+        for (std::size_t i = 0; i < count; ++i) {
+            rc_qp& qp = *_active[(first + i) % count];
+            if (qp.admitted_generation() != _policy_generation) {
                 continue;  // not checked under the current policy yet: next poll
             }
-            this_pass += qp->poll(port, now_ns, qp_budget);
+            unsigned& left = _vnic_left[qp.vnic()];
+            if (left == 0 && pass > 0) {
+                continue;  // its vNIC's turn is spent (the first pass still ran its timers)
+            }
+            const unsigned sent_now = qp.poll(port, now_ns, left);
+            left -= std::min(left, sent_now);
+            this_pass += sent_now;
         }
         sent += this_pass;
         if (this_pass == 0) {

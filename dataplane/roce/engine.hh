@@ -191,6 +191,8 @@ class engine {
     std::chrono::milliseconds _call_timeout{5000};  // control thread
     std::vector<std::vector<rc_qp*>> _by_slot;      // [vnic][qpn >> 8], engine thread
     std::vector<std::shared_ptr<rc_qp>> _active;    // engine thread; copied into _reported
+    std::vector<unsigned> _vnic_left;               // [vnic] packets left this pass; engine
+    std::size_t _rotation = 0;                      // which active QP polls first; engine
     uint32_t _policy_generation = 0;                // engine thread
     uint32_t _gsi_psn = 0;                          // engine thread
     std::atomic<bool> _attached{false};

@@ -362,7 +362,7 @@ class rc_qp_test : public ::testing::Test {
     unsigned qp_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                          IBV_ACCESS_REMOTE_ATOMIC;
     std::vector<std::pair<uint16_t, uint32_t>> denied;  // (vNIC slot, peer) for admit
-    engine eng{2, 16};
+    engine eng{3, 16};  // vNIC slots 0 (a), 1 (b) and 2 (a third tenant)
     test_wire wire;
     side a, b;
     uint64_t now = 1'000'000'000;
@@ -1324,6 +1324,48 @@ TEST_F(rc_qp_test, a_repeated_atomic_write_is_acked_again_not_placed_over_a_newe
         retransmitted += r.qpn == a.qp ? r.retransmitted : 0;
     }
     EXPECT_GE(retransmitted, 1u) << "the completion came from the duplicate's ACK";
+}
+
+// A tenant cannot buy more of the worker with more QPs: vNIC 0 drives four QPs, vNIC 2 one,
+// each QP with a 512-packet WRITE; one poll sends as many packets for each vNIC.
+TEST_F(rc_qp_test, a_tenant_with_many_qps_gets_one_vnics_turn_per_poll) {
+    constexpr uint32_t ip_c = 0xC6130103;
+    constexpr uint32_t message = 512 * 1024;  // 512 packets at path MTU 1024
+    std::vector<std::unique_ptr<side>> hogs, peers;
+    for (int i = 0; i < 3; ++i) {
+        hogs.push_back(std::make_unique<side>());
+        make_side(*hogs.back(), 0, ip_a, 300 + i);
+        peers.push_back(std::make_unique<side>());
+        make_side(*peers.back(), 1, ip_b, 400 + i);
+    }
+    side fair, fair_peer;
+    make_side(fair, 2, ip_c, 500);
+    make_side(fair_peer, 1, ip_b, 501);
+    connect_both();
+    for (std::size_t i = 0; i < hogs.size(); ++i) {
+        connect(*hogs[i], *peers[i], ip_b);
+        connect(*peers[i], *hogs[i], ip_a);
+    }
+    connect(fair, fair_peer, ip_b);
+    connect(fair_peer, fair, ip_c);
+    a.post_send(wqe(1, IBV_WR_RDMA_WRITE, a.iova(0), message, a.mr, b.iova(0), b.mr));
+    for (std::size_t i = 0; i < hogs.size(); ++i) {
+        hogs[i]->post_send(wqe(1, IBV_WR_RDMA_WRITE, hogs[i]->iova(0), message, hogs[i]->mr,
+                               peers[i]->iova(0), peers[i]->mr));
+    }
+    fair.post_send(
+        wqe(1, IBV_WR_RDMA_WRITE, fair.iova(0), message, fair.mr, fair_peer.iova(0), fair_peer.mr));
+    eng.poll(wire, now += 10'000);
+    std::map<uint16_t, std::size_t> by_vnic;
+    for (const auto& f : wire.frames) {
+        ++by_vnic[f.from];
+    }
+    EXPECT_GT(by_vnic[2], 0u);
+    EXPECT_EQ(by_vnic[0], by_vnic[2]) << "four QPs send what one QP of another vNIC sends";
+    EXPECT_LE(by_vnic[0], 8u * 32u) << "at most max_passes x vnic_budget per poll";
+    wire.frames.clear();
+    hogs.clear();
+    peers.clear();
 }
 
 TEST_F(rc_qp_test, on_one_host_atomics_run_memory_to_memory) {
