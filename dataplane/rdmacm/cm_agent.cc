@@ -335,7 +335,9 @@ bool cm_agent::release(cm_id& id) {
             r.request_id = id.remote_comm_id;
             r.status = sidr_status::rejected;
             r.service_id = service_id(id.ps, id.src_port);
-            send(id.dst_ip_be, cm_message{id.transaction_id, r});
+            id.sidr_reply = encode(cm_message{id.transaction_id, r});  // for a lost one
+            ++_stats.mads_sent;
+            _send(id.dst_ip_be, *id.sidr_reply);
             return false;
         }
         default:
@@ -895,7 +897,9 @@ int cm_agent::accept(uint64_t client, std::span<const uint8_t> in) {
         r.service_id = service_id(id->ps, id->src_port);
         r.qkey = p.qkey != 0 ? p.qkey : udp_qkey;
         std::memcpy(r.private_data.data(), p.private_data, p.private_data_len);
-        send(id->dst_ip_be, cm_message{id->transaction_id, r});
+        id->sidr_reply = encode(cm_message{id->transaction_id, r});
+        ++_stats.mads_sent;
+        _send(id->dst_ip_be, *id->sidr_reply);
         id->uid = c.uid;
         id->st = state::sidr_done;
         return 0;
@@ -1189,8 +1193,12 @@ void cm_agent::on_req(uint32_t src_ip_be, uint64_t tid, const cm_req& m) {
     }
     const auto ip = read_cma_header(m.private_data);
     if (!is_ip_service(m.service_id) || !ip || ip->dst_ip_be != _self.ip_be ||
-        ip->src_ip_be != src_ip_be || m.transport == cm_transport::rd) {
+        m.transport == cm_transport::rd) {
         ++_stats.mads_dropped;
+        return;
+    }
+    if (ip->src_ip_be != src_ip_be) {
+        forged();
         return;
     }
     cm_id* listener =
@@ -1379,7 +1387,14 @@ void cm_agent::on_sidr_req(uint32_t src_ip_be, uint64_t tid, const cm_sidr_req& 
     for (auto& [h, id] : _ids) {
         if (id.remote_comm_id == m.request_id && id.dst_ip_be == src_ip_be && id.listener != 0 &&
             (id.st == state::sidr_req_rcvd || id.st == state::sidr_done)) {
-            return;  // a retransmission: the application answers (or answered) it
+            // A retransmission: the application is still deciding (the requester retries),
+            // or our SIDR_REP was lost: send it again.
+            if (id.sidr_reply) {
+                ++_stats.retransmissions;
+                ++_stats.mads_sent;
+                _send(src_ip_be, *id.sidr_reply);
+            }
+            return;
         }
     }
     const auto ip = read_cma_header(m.private_data);
@@ -1390,9 +1405,12 @@ void cm_agent::on_sidr_req(uint32_t src_ip_be, uint64_t tid, const cm_sidr_req& 
         r.service_id = m.service_id;
         send(src_ip_be, cm_message{tid, r});
     };
-    if (!is_ip_service(m.service_id) || !ip || ip->dst_ip_be != _self.ip_be ||
-        ip->src_ip_be != src_ip_be) {
+    if (!is_ip_service(m.service_id) || !ip || ip->dst_ip_be != _self.ip_be) {
         ++_stats.mads_dropped;
+        return;
+    }
+    if (ip->src_ip_be != src_ip_be) {
+        forged();
         return;
     }
     cm_id* listener =
