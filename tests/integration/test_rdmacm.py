@@ -191,6 +191,11 @@ def cm_counter(host, name):
     return json.loads(jakiroctl(host, "qps", "--json").stdout)["endpoints"]["rdma_cm"][name]
 
 
+def engine_drop(host, reason):
+    """The RoCE engine's drops of `reason` (jakiroctl qps: engine.drops)."""
+    return json.loads(jakiroctl(host, "qps", "--json").stdout)["engine"]["drops"][reason]
+
+
 # TCP and ICMP for everyone in blue; RDMA only where RDMA_OK is attached (as test_rdma_policy).
 BASE = {"name": "base", "vpc": "blue",
         "ingress": [{"proto": "tcp", "ports": "1-65535", "from": "198.19.0.0/16"},
@@ -233,6 +238,62 @@ def test_security_groups_refuse_rdma_cm_connections_and_count_them(policy, refus
     assert "ping data" not in out.read_text()
     wait_until(lambda: cm_counter(host, "rejected_by_policy") > before, 5,
                "the refusal to be counted")
+
+
+FORGED_CM = SRC / "tests" / "rdma" / "pyverbs_forged_cm.py"
+
+
+def test_a_tenants_forged_cm_mads_never_reach_a_peers_qp1(tmp_path):
+    """DESIGN.md §8a: t1's own UD QP aims 20 well-formed CM REQs at QP1 of t2, where rping
+    listens on their service ID: half name t1, half t5 (a hijack), half carry the GSI Q_Key
+    0x80010000 in the work request. t1 cannot hold that Q_Key (INIT refuses it), the WR's is
+    replaced by the QP's own, and t2's QP1 takes only the GSI Q_Key from a QP1: all 20 are
+    gsi_forged drops on h2, its CM agent receives none and rping hears of none. Controls: the
+    same bytes sent the same way reach t2's UD QP intact (pyverbs_forged_cm.py --receiver),
+    and afterwards a real rping client connects to the same listener."""
+    cm_port, tcp_port = next(_ports), next(_ports)
+    forged_before = engine_drop("h2", "gsi_forged")
+    mads_before = cm_counter("h2", "mads_received")
+    out, recv_out = tmp_path / "rping.srv", tmp_path / "receiver.out"
+    with open(out, "w") as o, open(recv_out, "w") as r:
+        listener = subprocess.Popen(under_jakiro_run(T2, ["rping", "-s", "-a", IP[T2], "-p",
+                                                          cm_port, "-C", 3, "-v"]),
+                                    stdout=o, stderr=subprocess.STDOUT, env=shim_env(),
+                                    start_new_session=True)
+        receiver = subprocess.Popen(under_jakiro_run(T2, ["/usr/bin/python3", FORGED_CM,
+                                                          "--receiver", "--port", tcp_port]),
+                                    stdout=r, stderr=subprocess.STDOUT, env=shim_env(),
+                                    start_new_session=True)
+    try:
+        time.sleep(SERVER_LISTEN_S)
+        attack = subprocess.run(
+            under_jakiro_run(T1, ["/usr/bin/python3", FORGED_CM, "--attack", IP[T2], "--port",
+                                  tcp_port, "--cm-port", cm_port, "--as", IP[T5]]),
+            capture_output=True, text=True, timeout=TIMEOUT_S, env=shim_env())
+        said = attack.stdout + attack.stderr
+        print(f"\n--- attacker\n{said}\n--- receiver\n{recv_out.read_text()}")
+        assert attack.returncode == 0, said
+        assert "INIT with the controlled Q_Key 0x80010000 is refused" in said, said
+        assert "control: the receiver's QP" in said, said
+        assert receiver.wait(timeout=20) == 0, recv_out.read_text()
+        wait_until(lambda: engine_drop("h2", "gsi_forged") - forged_before >= 20, 5,
+                   "h2 to count the 20 forged MADs")
+        assert engine_drop("h2", "gsi_forged") - forged_before == 20
+        assert cm_counter("h2", "mads_received") == mads_before, "a forged MAD reached the agent"
+        assert listener.poll() is None and "connect" not in out.read_text().lower(), \
+            out.read_text()
+
+        # The listener was reachable all along, through QP1, by a real rdma_cm client.
+        cli = subprocess.run(under_jakiro_run(T1, ["rping", "-c", "-a", IP[T2], "-p", cm_port,
+                                                   "-C", 3, "-V", "-v"]),
+                             capture_output=True, text=True, timeout=TIMEOUT_S, env=shim_env())
+        assert cli.returncode == 0, cli.stdout + cli.stderr
+        assert cli.stdout.count("ping data: rdma-ping-") == 3, cli.stdout
+        assert listener.wait(timeout=20) == 0, out.read_text()
+        assert cm_counter("h2", "mads_received") > mads_before
+    finally:
+        stop(listener)
+        stop(receiver)
 
 
 def test_multicast_join_fails_with_an_errno_not_a_hang():
@@ -313,6 +374,26 @@ def test_each_program_works_over_a_fabric_losing_some_packets(name, tmp_path):
         run_program(name, "cross_host", tmp_path, LOSSY_MESSAGES)
     print(f"\nimpairment: {report}")
     assert isinstance(report.get("stats"), dict) and report["stats"].get("dropped", 0) > 0, report
+
+
+def test_udaddy_connects_by_sidr_over_a_fabric_losing_some_packets(tmp_path):
+    """3 % of what goes towards h2, where the udaddy server runs, is lost: a lost SIDR_REQ is
+    resent after 268 ms (up to 15 times) until the SIDR_REP comes. 16 connections, so a loss is
+    likely in a run (1 - 0.97^16 = 39 %). A lost SIDR_REP (SIDR has no acknowledgement) is
+    answered again when the SIDR_REQ is retransmitted: pinned by the unit test
+    CmAgentTest.LostSidrRepIsSentAgainWhenTheSidrReqIsRetransmitted, not here, because udaddy's
+    server exits as soon as it has accepted every connection, on any fabric.
+    No data messages (-C 0): udaddy polls its CQ without a timeout for exactly -C completions,
+    so one lost datagram (UD is unreliable) hangs it by design; with -C 0 it asserts that every
+    connection resolved ("return status 0", no UNREACHABLE/REJECTED event)."""
+    report = {}
+    with lossy_fabric(tmp_path, 3, report):
+        cli, srv = run_pair("cross_host", ["udaddy", "-c", 16, "-C", 0],
+                            ["udaddy", "-s", IP[T2], "-c", 16, "-C", 0], tmp_path)
+    print(f"\nimpairment: {report}")
+    assert "return status 0" in cli and "return status 0" in srv, cli + srv
+    assert "event:" not in cli, cli
+    assert isinstance(report.get("stats"), dict), report
 
 
 def test_cm_messages_are_ib_cm_mads_tshark_decodes(tmp_path):
