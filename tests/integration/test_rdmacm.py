@@ -46,8 +46,9 @@ def under_jakiro_run(tenant, cmd):
 
 
 def run_pair(placement, server_cmd, client_cmd, tmp_path):
-    """Server in the background, then the client; both must exit 0. Returns their outputs."""
-    srv_tenant, cli_tenant = PLACEMENTS[placement]
+    """Server in the background, then the client; both must exit 0. Returns their outputs.
+    `placement`: a key of PLACEMENTS or a (server tenant, client tenant) pair."""
+    srv_tenant, cli_tenant = PLACEMENTS.get(placement, placement)
     out = tmp_path / f"{Path(str(server_cmd[0])).name}.srv"
     with open(out, "w") as o:
         srv = subprocess.Popen(under_jakiro_run(srv_tenant, server_cmd), stdout=o,
@@ -118,7 +119,7 @@ LOSSY_MESSAGES = 40  # a 64 KiB WRITE is 64 packets: at 3 % loss most need a go-
 
 def run_program(name, placement, tmp_path, n=CLEAN_MESSAGES):
     commands, expected = PROGRAMS[name]
-    server_cmd, client_cmd = commands(IP[PLACEMENTS[placement][0]], next(_ports), n)
+    server_cmd, client_cmd = commands(IP[PLACEMENTS.get(placement, placement)[0]], next(_ports), n)
     cli, srv = run_pair(placement, server_cmd, client_cmd, tmp_path)
     for text in expected:
         assert text in cli, cli
@@ -310,6 +311,9 @@ def test_multicast_join_fails_with_an_errno_not_a_hang():
 IMPAIR = Path(__file__).resolve().parent / "fabric_impair.py"
 NFQUEUE_NUM = 9
 FABRIC = "jk-fabric"
+# Which packets the impairment drops follows from the seed; another one (JAKIRO_IMPAIR_SEED)
+# puts the losses elsewhere, to look for a sequence that breaks a program.
+IMPAIR_SEED = os.environ.get("JAKIRO_IMPAIR_SEED", "13")
 NFQUEUE_RULE = ["FORWARD", "-m", "physdev", "--physdev-out", "ul-h2", "-j", "NFQUEUE",
                 "--queue-num", str(NFQUEUE_NUM), "--queue-bypass"]
 
@@ -324,7 +328,7 @@ def lossy_fabric(tmp_path, loss_percent, report):
     with open(out, "w") as o, open(err, "w") as e:
         impair = subprocess.Popen(
             ["ip", "netns", "exec", FABRIC, "/usr/bin/python3", str(IMPAIR), "--queue",
-             str(NFQUEUE_NUM), "--loss", str(loss_percent), "--seed", "13"],
+             str(NFQUEUE_NUM), "--loss", str(loss_percent), "--seed", IMPAIR_SEED],
             stdin=subprocess.DEVNULL, stdout=o, stderr=e, start_new_session=True)
     try:
         wait_until(lambda: "ready" in err.read_text() or impair.poll() is not None, 10,
@@ -363,15 +367,29 @@ def test_connections_survive_a_fabric_losing_a_fifth_of_the_packets(tmp_path):
 
 
 # rdma_server/rdma_client exchange one message (a handful of packets): too few to meet a loss
-# reliably; the CM's retransmissions are pinned by the 20 % rping test above. ib_send_lat
-# failed here once in eight runs of this set (2026-12-01, cause not found yet), so it stays
-# out until that is understood; ib_write_bw and fi_pingpong cover RC under loss meanwhile.
-@pytest.mark.parametrize("name", [p for p in PROGRAMS if p not in ("rdma_server", "ib_send_lat")])
+# reliably; the CM's retransmissions are pinned by the 20 % rping test above.
+#
+# perftest -R (ib_send_lat, ib_write_bw) has a race of its own: its control channel is a first
+# rdma_cm connection on the same port; after the last handshake message the server waits for
+# that SEND's completion, then listens again for the data connection, while the client, which
+# has the message, connects at once. When the client's ACK of that SEND is lost, the server
+# waits out the local ACK timeout (67 ms) and the client's REQ finds no listener: REJ, reason 8
+# (invalid service ID), as a kernel IB CM answers too. perftest then retries with ids it has
+# already destroyed and crashes in rdma_resolve_addr (SIGSEGV, librdmacm; gdb backtrace,
+# 2026-12-02). Dropping 30 % of the RoCE ACKs towards the server reproduces it every few runs;
+# it is what failed once in eight runs here. So perftest runs with its server on h1 and its
+# client on h2: the losses still hit the CM (REP, RTU's answers, DREQ) and RC data in both
+# QPs' directions (SENDs towards the client, and what go-back-N resends), but never the ACK
+# that opens perftest's window.
+LOSSY_PLACEMENT = {"ib_send_lat": (T1, T2), "ib_write_bw": (T1, T2)}
+
+
+@pytest.mark.parametrize("name", [p for p in PROGRAMS if p != "rdma_server"])
 def test_each_program_works_over_a_fabric_losing_some_packets(name, tmp_path):
     """3 % of everything towards h2 is lost: CM MADs are retransmitted, RC data too."""
     report = {}
     with lossy_fabric(tmp_path, 3, report):
-        run_program(name, "cross_host", tmp_path, LOSSY_MESSAGES)
+        run_program(name, LOSSY_PLACEMENT.get(name, "cross_host"), tmp_path, LOSSY_MESSAGES)
     print(f"\nimpairment: {report}")
     assert isinstance(report.get("stats"), dict) and report["stats"].get("dropped", 0) > 0, report
 
