@@ -481,14 +481,15 @@ std::string render_qps(const daemon_state& state, const std::string& vnic, bool 
             .value("retransmissions", v.cm_retransmissions)
             .value("timeouts", v.cm_timeouts)
             .value("rejected_by_policy", v.cm_rejected_by_policy)
-            .value("rejected_no_listener", v.cm_rejected_no_listener);
+            .value("rejected_no_listener", v.cm_rejected_no_listener)
+            .value("mads_forged", v.cm_mads_forged);
         out.end_object();
         text << "rdma_cm: " << v.cm_commands << " commands (" << v.cm_bad_commands
              << " refused), MADs sent " << v.cm_mads_sent << ", received " << v.cm_mads_received
              << ", dropped " << v.cm_mads_dropped << ", retransmitted " << v.cm_retransmissions
              << ", timeouts " << v.cm_timeouts << ", REQs rejected by security groups "
              << v.cm_rejected_by_policy << ", with no listener " << v.cm_rejected_no_listener
-             << "\n";
+             << ", forged REQs " << v.cm_mads_forged << "\n";
     }
     out.end_object();
     out.end_object();

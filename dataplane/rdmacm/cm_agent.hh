@@ -57,6 +57,9 @@ struct agent_stats {
     uint64_t mads_sent = 0;
     uint64_t mads_received = 0;
     uint64_t mads_dropped = 0;  // undecodable, unexpected or for no connection
+    // REQ/SIDR_REQ whose RDMA-CM IP header names another source than the packet's (also in
+    // mads_dropped): a forgery, or a NAT between peers, which the overlay never has.
+    uint64_t mads_forged = 0;
     uint64_t retransmissions = 0;
     uint64_t rejected_by_policy = 0;  // REQ/SIDR_REQ refused by the security groups
     uint64_t rejected_no_listener = 0;
@@ -156,6 +159,9 @@ class cm_agent {
         std::optional<mad_buffer> outstanding;
         clock::time_point deadline = clock::time_point::max();
         int retries_left = 0;
+        // SIDR_REP: sent once, untracked (SIDR has no acknowledgement); a retransmitted
+        // SIDR_REQ, meaning it was lost, gets it again.
+        std::optional<mad_buffer> sidr_reply;
     };
     struct channel {
         uint64_t client = 0;
@@ -193,6 +199,12 @@ class cm_agent {
     void on_sidr_req(uint32_t src_ip_be, uint64_t tid, const cm_sidr_req& m);
     void on_sidr_rep(uint32_t src_ip_be, const cm_sidr_rep& m);
 
+    // A REQ/SIDR_REQ whose IP header names another source than the packet's real one (the
+    // inner IPv4 source the overlay delivered it with): dropped, counted.
+    void forged() {
+        ++_stats.mads_dropped;
+        ++_stats.mads_forged;
+    }
     cm_id* find(uint64_t client, uint32_t handle);
     // The connection a peer's message names by our communication ID, from that peer only.
     cm_id* by_comm_id(uint32_t local_comm_id, uint32_t src_ip_be);

@@ -371,9 +371,15 @@ void engine::receive(uint16_t vnic, const uint8_t* ipv4, uint32_t ip_len, packet
 void engine::receive_gsi(uint16_t vnic, const roce_packet& p, uint32_t src_ip_be) {
     // Security groups do not apply here: the CM agent applies the vNIC's rdma rules to each
     // REQ itself, so that a refused peer gets a REJ instead of silence.
-    if (p.opcode != opcode::ud_send_only || p.deth == nullptr || p.deth->qkey() != gsi_qkey ||
-        p.payload.size() < gsi_mad_bytes) {
+    if (p.opcode != opcode::ud_send_only || p.deth == nullptr || p.payload.size() < gsi_mad_bytes) {
         drop(engine_drop::wrong_transport);
+        return;
+    }
+    // IBTA 13.5.1: QP1 accepts only the GSI Q_Key, and MADs travel QP1 to QP1. A tenant's UD
+    // QP can carry neither (it may not hold a controlled Q_Key and its QPN is not 1), so this
+    // refuses every CM MAD a tenant forges from its own QP.
+    if (p.deth->qkey() != gsi_qkey || p.deth->src_qp() != gsi_qpn) {
+        drop(engine_drop::gsi_forged);
         return;
     }
     gsi_datagram d;

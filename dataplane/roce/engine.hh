@@ -58,6 +58,7 @@ namespace jakiro::roce {
     X(denied, "UD datagram refused by the vNIC's security groups")            \
     X(over_share, "UD datagram above the vNIC's rdma ingress share (DHTB)")   \
     X(bad_pkey, "P_Key not the default partition")                            \
+    X(gsi_forged, "to QP1 without the GSI Q_Key or not from a QP1 (forged)")  \
     X(revoked, "connected QP whose peer a policy change no longer allows (QP in ERR)")
 
 enum class engine_drop : uint8_t {
@@ -167,7 +168,10 @@ class engine {
         _counters.drops[static_cast<std::size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
     }
     void run_calls();
-    // A datagram to QP1: handed to the control side if it carries the GSI Q_Key and a MAD.
+    // A datagram to QP1: handed to the control side if it carries the GSI Q_Key, comes from a
+    // QP1 and holds a MAD. Tenants cannot send that (controlled Q_Keys are refused at modify
+    // time and replaced per WR by the QP's own, and their source QPN is never 1), so only an
+    // agent's MAD passes.
     void receive_gsi(uint16_t vnic, const roce_packet& p, uint32_t src_ip_be);
     unsigned send_gsi(packet_port& port);
     verbs_proto::doorbell_page* own_doorbell() const;

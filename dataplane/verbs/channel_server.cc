@@ -170,6 +170,7 @@ channel_stats channel_server::stats() const {
     s.cm_timeouts = _cm.timeouts.load(std::memory_order_relaxed);
     s.cm_rejected_by_policy = _cm.rejected_by_policy.load(std::memory_order_relaxed);
     s.cm_rejected_no_listener = _cm.rejected_no_listener.load(std::memory_order_relaxed);
+    s.cm_mads_forged = _cm.mads_forged.load(std::memory_order_relaxed);
     return s;
 }
 
@@ -191,6 +192,7 @@ void channel_server::publish_cm_stats() {
             sum.timeouts += a.timeouts;
             sum.rejected_by_policy += a.rejected_by_policy;
             sum.rejected_no_listener += a.rejected_no_listener;
+            sum.mads_forged += a.mads_forged;
         }
     }
     _cm.commands.store(sum.commands, std::memory_order_relaxed);
@@ -202,6 +204,7 @@ void channel_server::publish_cm_stats() {
     _cm.timeouts.store(sum.timeouts, std::memory_order_relaxed);
     _cm.rejected_by_policy.store(sum.rejected_by_policy, std::memory_order_relaxed);
     _cm.rejected_no_listener.store(sum.rejected_no_listener, std::memory_order_relaxed);
+    _cm.mads_forged.store(sum.mads_forged, std::memory_order_relaxed);
 }
 
 void channel_server::enable_qps(roce::engine* engine,

@@ -84,6 +84,7 @@ struct channel_stats {
     uint64_t cm_timeouts = 0;
     uint64_t cm_rejected_by_policy = 0;
     uint64_t cm_rejected_no_listener = 0;
+    uint64_t cm_mads_forged = 0;
 };
 
 class channel_server {
@@ -206,7 +207,7 @@ class channel_server {
     struct cm_totals {
         std::atomic<uint64_t> commands{0}, bad_commands{0}, mads_sent{0}, mads_received{0},
             mads_dropped{0}, retransmissions{0}, timeouts{0}, rejected_by_policy{0},
-            rejected_no_listener{0};
+            rejected_no_listener{0}, mads_forged{0};
     };
     cm_totals _cm;
     void publish_cm_stats();

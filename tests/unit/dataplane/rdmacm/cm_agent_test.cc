@@ -431,9 +431,79 @@ TEST_F(CmAgentTest, MalformedAndForgedMadsAreDroppedAndCounted) {
     b.agent->on_mad(ip_a, encode(cm_message{1, r}));
     EXPECT_FALSE(next_event(b).has_value());
     EXPECT_EQ(b.agent->stats().mads_dropped, 2u);
+    EXPECT_EQ(b.agent->stats().mads_forged, 1u);
     // A DREQ for a connection that does not exist only gets a DREP.
     b.agent->on_mad(ip_a, encode(cm_message{1, cm_dreq{77, 88, 9}}));
     EXPECT_FALSE(next_event(b).has_value());
+}
+
+// A peer (its own QP1 is out of reach, so only an agent could) naming a third address as the
+// source of its REQ or SIDR_REQ: the listener never hears of it; the same message naming the
+// packet's real source is the control and reaches it.
+TEST_F(CmAgentTest, RequestsWhoseIpHeaderNamesAnotherSourceAreForgeriesTheListenerNeverSees) {
+    listen_on(b, 7000);
+    listen_on(b, 7002, port_space_udp, IBV_QPT_UD);
+    const uint32_t third = inet_addr("198.19.1.3");  // another vNIC of the VPC
+    cm_req r;
+    r.local_comm_id = 5;
+    r.service_id = service_id(port_space_tcp, 7000);
+    r.local_qpn = 9;
+    cm_sidr_req s;
+    s.request_id = 6;
+    s.service_id = service_id(port_space_udp, 7002);
+    write_cma_header(r.private_data, {1234, third, ip_b});
+    write_cma_header(s.private_data, {1234, third, ip_b});
+    b.agent->on_mad(ip_a, encode(cm_message{1, r}));
+    b.agent->on_mad(ip_a, encode(cm_message{2, s}));
+    EXPECT_FALSE(next_event(b).has_value());
+    EXPECT_TRUE(w.queue.empty()) << "a forgery gets no answer either";
+    EXPECT_EQ(b.agent->stats().mads_forged, 2u);
+    EXPECT_EQ(b.agent->stats().mads_dropped, 2u);
+
+    write_cma_header(r.private_data, {1234, ip_a, ip_b});
+    write_cma_header(s.private_data, {1234, ip_a, ip_b});
+    b.agent->on_mad(ip_a, encode(cm_message{3, r}));
+    b.agent->on_mad(ip_a, encode(cm_message{4, s}));
+    for (int i = 0; i < 2; ++i) {
+        const auto ev = next_event(b);
+        ASSERT_TRUE(ev.has_value());
+        EXPECT_EQ(ev->event, 4u);  // CONNECT_REQUEST
+    }
+    EXPECT_EQ(b.agent->stats().mads_forged, 2u);
+}
+
+// SIDR has no acknowledgement: a lost SIDR_REP shows as the requester's retransmitted SIDR_REQ,
+// which must get the same answer again (not silence until the requester gives up).
+TEST_F(CmAgentTest, LostSidrRepIsSentAgainWhenTheSidrReqIsRetransmitted) {
+    listen_on(b, 7002, port_space_udp, IBV_QPT_UD);
+    const uint32_t id = resolved(a, ip_b, 7002, port_space_udp, IBV_QPT_UD);
+    w.drop_next = 1;  // the first SIDR_REQ
+    ASSERT_EQ(connect(a, id, 0x111), 0);
+    pump();
+    EXPECT_FALSE(next_event(b).has_value());
+    auto t = cm_agent::clock::now();
+    a.agent->run_timers(t += std::chrono::seconds(1));
+    pump();
+    const auto req = next_event(b);
+    ASSERT_TRUE(req.has_value());
+    EXPECT_EQ(req->event, 4u);
+    rdma_ucm_accept acc{};
+    acc.id = req->id;
+    acc.conn_param.valid = 1;
+    acc.conn_param.qp_num = 0x333;
+    acc.conn_param.qkey = 0x01234567;
+    w.drop_next = 1;  // the SIDR_REP
+    ASSERT_EQ(run(b, command(RDMA_USER_CM_CMD_ACCEPT, acc)), 0);
+    pump();
+    EXPECT_FALSE(next_event(a).has_value());
+    a.agent->run_timers(t += std::chrono::seconds(1));  // SIDR_REQ again → SIDR_REP again
+    pump();
+    const auto est = next_event(a);
+    ASSERT_TRUE(est.has_value());
+    EXPECT_EQ(est->event, 9u);  // ESTABLISHED
+    EXPECT_EQ(est->param.ud.qp_num, 0x333u);
+    EXPECT_FALSE(next_event(b).has_value()) << "the listener hears of the request once";
+    EXPECT_EQ(b.agent->stats().retransmissions, 1u);
 }
 
 TEST_F(CmAgentTest, DestroyingAConnectedIdKeepsResendingItsDreqUntilTheDrep) {

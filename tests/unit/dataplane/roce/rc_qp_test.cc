@@ -1874,6 +1874,56 @@ TEST_F(ud_qp_test, wrong_qkeys_missing_receives_and_short_buffers_lose_only_that
     EXPECT_FALSE(b.poll_recv(c));
 }
 
+// DESIGN.md §8a, issue 13: a tenant's UD QP aiming forged CM MADs at a peer's QP1. It cannot
+// hold the GSI Q_Key (modify refuses controlled Q_Keys: qp_state_test), a WR naming it sends
+// the QP's own instead (IBTA 10.2.5), and its source QPN is never 1; the receiving engine
+// hands QP1 only what carries both, so nothing a tenant sends reaches the CM agent.
+TEST_F(ud_qp_test, a_tenant_datagram_to_qp1_never_reaches_the_cm_agent_even_naming_the_gsi_qkey) {
+    fill(a, 0, gsi_mad_bytes, 13);
+    a.post_send(datagram(1, gsi_mad_bytes, gsi_qpn, gsi_qkey));  // replaced by 0x11111111
+    a.post_send(datagram(2, gsi_mad_bytes, gsi_qpn));            // its own Q_Key
+    run(20);
+    proto::cqe c{};
+    for (uint64_t id = 1; id <= 2; ++id) {
+        ASSERT_TRUE(a.poll_send(c));
+        EXPECT_EQ(c.status, IBV_WC_SUCCESS) << "sent, as a UD send always is";
+    }
+    EXPECT_TRUE(eng.gsi().take_rx().empty());
+    EXPECT_EQ(eng.counters().drops[static_cast<std::size_t>(engine_drop::gsi_forged)].load(), 2u);
+
+    // The control: the same bytes queued by an agent of vNIC a leave QP1 with the GSI Q_Key
+    // and reach QP1 of b. Then the same frame with another source QPN, ICRC sealed again (a
+    // sender that could set the Q_Key but is not a QP1), is refused.
+    gsi_datagram d;
+    d.vnic = 0;
+    d.remote_ip_be = htonl(ip_b);
+    d.local_ip_be = htonl(ip_a);
+    std::memcpy(d.mad.data(), a.region, gsi_mad_bytes);
+    ASSERT_TRUE(eng.gsi().push_tx(d));
+    std::vector<uint8_t> agent_frame;
+    run(2, 10'000, [&](const test_wire::frame& f) {
+        agent_frame = f.bytes;
+        return true;
+    });
+    const auto rx = eng.gsi().take_rx();
+    ASSERT_EQ(rx.size(), 1u);
+    EXPECT_EQ(rx[0].vnic, 1);
+    EXPECT_EQ(rx[0].remote_ip_be, htonl(ip_a));
+    EXPECT_EQ(std::memcmp(rx[0].mad.data(), a.region, gsi_mad_bytes), 0);
+    ASSERT_EQ(agent_frame.size(), frame_l2_l4_bytes + 12 + 8 + gsi_mad_bytes + 4);
+    uint8_t* deth = agent_frame.data() + frame_l2_l4_bytes + 12;
+    EXPECT_EQ((deth[0] << 24 | deth[1] << 16 | deth[2] << 8 | deth[3]), 0x80010000);
+    EXPECT_EQ((deth[5] << 16 | deth[6] << 8 | deth[7]), 1);
+    deth[7] = static_cast<uint8_t>(a.qp);
+    deth[6] = static_cast<uint8_t>(a.qp >> 8);
+    seal_icrc(agent_frame.data(), static_cast<uint32_t>(agent_frame.size() - frame_l2_l4_bytes));
+    eng.receive(1, agent_frame.data() + 14, static_cast<uint32_t>(agent_frame.size() - 14), wire,
+                now);
+    EXPECT_TRUE(eng.gsi().take_rx().empty());
+    EXPECT_EQ(eng.counters().drops[static_cast<std::size_t>(engine_drop::gsi_forged)].load(), 3u);
+    EXPECT_EQ(eng.counters().drops[static_cast<std::size_t>(engine_drop::bad_icrc)].load(), 0u);
+}
+
 TEST_F(ud_qp_test, a_datagram_for_a_qp_of_another_transport_is_dropped_and_counted) {
     // A second vNIC slot's QP is UD; aim an RC-typed QP number that does not exist.
     b.post_recv(100, 0, 4096);
