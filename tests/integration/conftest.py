@@ -283,3 +283,56 @@ def neighbor_mac(name, ip):
 
 def link_mac(name, ifname):
     return json.loads(ns(name, "ip", "-j", "link", "show", ifname, timeout=5).stdout)[0]["address"]
+
+
+# ---------------------------------------------------------------- an impaired fabric
+
+FABRIC_NS = "jk-fabric"
+_IMPAIR = Path(__file__).resolve().parent / "fabric_impair.py"
+
+
+@contextlib.contextmanager
+def impaired_fabric(tmp_path, report, ports, options, seed=None):
+    """Impairs the frames the fabric bridge sends out of `ports`, a dict {port: (NFQUEUE
+    number, extra options for that port)}, with fabric_impair.py behind one NFQUEUE rule per
+    port (this kernel has no sch_netem). `options` are fabric_impair.py's (--loss, --reorder,
+    --delay-ms, --duplicate); the seed is `seed` or the queue number, so the same packets are
+    hit run after run. Each port's final counters (dropped, delayed, duplicated...) land in
+    report[port]; the rules and processes go away afterwards, also when the body fails."""
+    sysctl = "net.bridge.bridge-nf-call-iptables"
+    before = ns(FABRIC_NS, "sysctl", "-n", sysctl).stdout.strip()
+    procs, rules = {}, []
+    try:
+        for port, (queue, extra) in ports.items():
+            out, err = tmp_path / f"impair-{port}.out", tmp_path / f"impair-{port}.err"
+            with open(out, "w") as o, open(err, "w") as e:
+                procs[port] = (subprocess.Popen(
+                    ["ip", "netns", "exec", FABRIC_NS, PYTHON, str(_IMPAIR), "--queue",
+                     str(queue), *map(str, options), *map(str, extra), "--seed",
+                     str(seed if seed is not None else queue)],
+                    stdin=subprocess.DEVNULL, stdout=o, stderr=e, start_new_session=True),
+                    out, err)
+        for port, (proc, _, err) in procs.items():
+            wait_until(lambda: "ready" in err.read_text() or proc.poll() is not None, 10,
+                       f"fabric_impair.py for {port}")
+            assert proc.poll() is None, f"fabric_impair.py failed: {err.read_text()}"
+        ns(FABRIC_NS, "sysctl", "-qw", f"{sysctl}=1")
+        for port, (queue, _) in ports.items():
+            rule = ["FORWARD", "-m", "physdev", "--physdev-out", port, "-j", "NFQUEUE",
+                    "--queue-num", str(queue), "--queue-bypass"]
+            ns(FABRIC_NS, "iptables", "-I", *rule)
+            rules.append(rule)
+        yield
+    finally:
+        for rule in rules:
+            ns(FABRIC_NS, "iptables", "-D", *rule, check=False)
+        ns(FABRIC_NS, "sysctl", "-qw", f"{sysctl}={before or 0}", check=False)
+        for port, (proc, out, err) in procs.items():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    stop(proc)
+            lines = out.read_text().splitlines()
+            report[port] = json.loads(lines[-1]) if lines else err.read_text()

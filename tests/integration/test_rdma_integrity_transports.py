@@ -11,15 +11,12 @@ are t1 (h1, the intra-host path) and t2 (h2, over the overlay).
 """
 
 import contextlib
-import json
-import os
 import re
-import signal
 import subprocess
 
 import pytest
 
-from conftest import IP, T1, T2, T5, ns, stop, wait_until
+from conftest import IP, T1, T2, T5, impaired_fabric, stop
 from test_rdma_rc import (JAKIRO_RUN, PLACEMENTS, SERVER_EXIT_S, _ports, build_tool,
                           engine_reports, run_pair, server, shim_env)
 
@@ -186,8 +183,6 @@ def test_atomics_from_two_hosts_at_once_form_one_chain(tmp_path):
 
 # ---------------------------------------------------------------- a lossy, duplicating fabric
 
-FABRIC = "jk-fabric"
-IMPAIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fabric_impair.py")
 # Frames bridged out of each host's fabric port, with that host's fixed underlay MAC
 # (tools/testbed: 02:00:c6:12:00:0i): both directions are impaired.
 IMPAIRED_PORTS = {"ul-h1": (8, "02:00:c6:12:00:01"), "ul-h2": (9, "02:00:c6:12:00:02")}
@@ -195,43 +190,11 @@ IMPAIRMENT = ["--loss", "1", "--reorder", "25", "--delay-ms", "1", "--duplicate"
 
 
 @contextlib.contextmanager
-def impaired_fabric(tmp_path, report):
-    sysctl = "net.bridge.bridge-nf-call-iptables"
-    before = ns(FABRIC, "sysctl", "-n", sysctl).stdout.strip()
-    procs, rules = {}, []
-    try:
-        for port, (queue, mac) in IMPAIRED_PORTS.items():
-            out, err = tmp_path / f"impair-{port}.out", tmp_path / f"impair-{port}.err"
-            with open(out, "w") as o, open(err, "w") as e:
-                procs[port] = (subprocess.Popen(
-                    ["ip", "netns", "exec", FABRIC, "/usr/bin/python3", IMPAIR, "--queue",
-                     str(queue), *IMPAIRMENT, "--dup-out", port, "--dup-dst-mac", mac,
-                     "--seed", str(queue)], stdin=subprocess.DEVNULL, stdout=o, stderr=e,
-                    start_new_session=True), out, err)
-        for port, (proc, _, err) in procs.items():
-            wait_until(lambda: "ready" in err.read_text() or proc.poll() is not None, 10,
-                       f"fabric_impair.py for {port}")
-            assert proc.poll() is None, f"fabric_impair.py failed: {err.read_text()}"
-        ns(FABRIC, "sysctl", "-qw", f"{sysctl}=1")
-        for port, (queue, _) in IMPAIRED_PORTS.items():
-            rule = ["FORWARD", "-m", "physdev", "--physdev-out", port, "-j", "NFQUEUE",
-                    "--queue-num", str(queue), "--queue-bypass"]
-            ns(FABRIC, "iptables", "-I", *rule)
-            rules.append(rule)
+def impaired_both_ways(tmp_path, report):
+    with impaired_fabric(tmp_path, report, {
+            port: (queue, ["--dup-out", port, "--dup-dst-mac", mac])
+            for port, (queue, mac) in IMPAIRED_PORTS.items()}, IMPAIRMENT):
         yield
-    finally:
-        for rule in rules:
-            ns(FABRIC, "iptables", "-D", *rule, check=False)
-        ns(FABRIC, "sysctl", "-qw", f"{sysctl}={before or 0}", check=False)
-        for port, (proc, out, err) in procs.items():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    stop(proc)
-            lines = out.read_text().splitlines()
-            report[port] = json.loads(lines[-1]) if lines else err.read_text()
 
 
 def check_impaired(report):
@@ -248,7 +211,7 @@ LOSSY_UC = re.compile(r"lossy: (\d+) of (\d+) messages arrived whole \(([\d.]+) 
 
 def test_uc_under_loss_and_duplication_completes_only_whole_messages(tmp_path):
     report = {}
-    with impaired_fabric(tmp_path, report):
+    with impaired_both_ways(tmp_path, report):
         # 25 % of packets reordered: any message they land in is dropped whole (UC has no
         # resequencing, as on hardware), so most multi-packet messages are lost; at least 10 %
         # must still arrive, byte-exact, so the check cannot pass on an empty run.
@@ -263,7 +226,7 @@ def test_uc_under_loss_and_duplication_completes_only_whole_messages(tmp_path):
 
 def test_ud_under_loss_and_duplication_delivers_only_exact_datagrams(tmp_path):
     report = {}
-    with impaired_fabric(tmp_path, report):
+    with impaired_both_ways(tmp_path, report):
         # Each batch waits for the stragglers of a lossy fabric: fewer datagrams than the clean
         # run, so the time limit is never the one that ends it.
         arrived, duplicates, line = datagrams("cross_host", tmp_path, n=400, seed=43,
@@ -275,7 +238,7 @@ def test_ud_under_loss_and_duplication_delivers_only_exact_datagrams(tmp_path):
 
 def test_atomics_under_loss_and_duplication_execute_exactly_once(tmp_path):
     report = {}
-    with impaired_fabric(tmp_path, report):
+    with impaired_both_ways(tmp_path, report):
         line = atomics_two_hosts(tmp_path, n=1500, timeout=90)
     check_impaired(report)
     print(line)

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (IP, JAKIROCTL, JAKIROD, SRC, T1, T2, T5, global_counter, ns, ns_bg, run,
-                      stop, wait_until)
+from conftest import (IP, JAKIROCTL, JAKIROD, SRC, T1, T2, T5, global_counter, impaired_fabric,
+                      ns, ns_bg, run, stop, wait_until)
 
 pytestmark = pytest.mark.usefixtures("testbed")
 
@@ -38,7 +38,7 @@ PLACEMENTS = {"cross_host": (T2, T1), "intra_host": (T5, T1)}
 
 FABRIC = "jk-fabric"
 FABRIC_LINK = "ul-h2"  # the fabric side of h2's underlay veth (tools/testbed, DESIGN.md §9)
-NETEM = ["loss", "1%", "reorder", "25%", "50%", "delay", "1ms"]
+IMPAIRMENT = ["--loss", 1, "--reorder", 25, "--delay-ms", 1]
 
 SERVER_START_S = 15  # jakiro-run + device open + listen
 CLIENT_TIMEOUT_S = 60
@@ -402,59 +402,15 @@ def qps_command_available():
     return False
 
 
-IMPAIR = Path(__file__).resolve().parent / "fabric_impair.py"
 NFQUEUE_NUM = 7
-NFQUEUE_RULE = ["FORWARD", "-m", "physdev", "--physdev-out", FABRIC_LINK, "-j", "NFQUEUE",
-                "--queue-num", str(NFQUEUE_NUM), "--queue-bypass"]
 
 
 @contextlib.contextmanager
 def lossy_fabric(tmp_path, report):
-    """`tc qdisc add dev ul-h2 root netem loss 1% reorder 25% 50% delay 1ms` on the fabric,
-    removed afterwards. Kernels built without sch_netem get the same impairment from
-    fabric_impair.py behind an NFQUEUE rule on the bridge (netem's 50% correlation aside).
-    `report` (a dict) receives what was done and what the impairment counted."""
-    r = ns(FABRIC, "tc", "qdisc", "add", "dev", FABRIC_LINK, "root", "netem", *NETEM,
-           check=False)
-    if r.returncode == 0:
-        report["how"] = f"tc netem on {FABRIC_LINK}"
-        try:
-            yield
-        finally:
-            report["stats"] = ns(FABRIC, "tc", "-s", "qdisc", "show", "dev", FABRIC_LINK,
-                                 check=False).stdout
-            ns(FABRIC, "tc", "qdisc", "del", "dev", FABRIC_LINK, "root", check=False)
-        return
-    assert "unknown" in r.stderr, f"tc netem failed: {r.stderr}"
-    report["how"] = (f"no sch_netem in this kernel ({r.stderr.strip()}): fabric_impair.py on "
-                     f"NFQUEUE {NFQUEUE_NUM} for frames bridged out of {FABRIC_LINK}")
-    sysctl = "net.bridge.bridge-nf-call-iptables"
-    before = ns(FABRIC, "sysctl", "-n", sysctl).stdout.strip()
-    out, err = tmp_path / "impair.out", tmp_path / "impair.err"
-    with open(out, "w") as o, open(err, "w") as e:
-        impair = subprocess.Popen(
-            ["ip", "netns", "exec", FABRIC, "/usr/bin/python3", str(IMPAIR),
-             "--queue", str(NFQUEUE_NUM), "--loss", "1", "--reorder", "25", "--delay-ms", "1",
-             "--seed", "5"], stdin=subprocess.DEVNULL, stdout=o, stderr=e,
-            start_new_session=True)
-    try:
-        wait_until(lambda: "ready" in err.read_text() or impair.poll() is not None, 10,
-                   "fabric_impair.py to bind its queue")
-        assert impair.poll() is None, f"fabric_impair.py failed: {err.read_text()}"
-        ns(FABRIC, "sysctl", "-qw", f"{sysctl}=1")
-        ns(FABRIC, "iptables", "-I", *NFQUEUE_RULE)
+    """1 % loss, 25 % reordering, 1 ms delay for frames bridged towards h2 (report[FABRIC_LINK]:
+    what fabric_impair.py counted)."""
+    with impaired_fabric(tmp_path, report, {FABRIC_LINK: (NFQUEUE_NUM, [])}, IMPAIRMENT, seed=5):
         yield
-    finally:
-        ns(FABRIC, "iptables", "-D", *NFQUEUE_RULE, check=False)
-        ns(FABRIC, "sysctl", "-qw", f"{sysctl}={before or 0}", check=False)
-        if impair.poll() is None:
-            os.killpg(impair.pid, signal.SIGTERM)
-            try:
-                impair.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                stop(impair)
-        lines = out.read_text().splitlines()
-        report["stats"] = json.loads(lines[-1]) if lines else err.read_text()
 
 
 QP_COUNTERS = ("retransmitted", "timeouts", "naks_received", "naks_sent", "duplicates",
@@ -473,14 +429,14 @@ def test_integrity_survives_loss_and_reordering_by_retransmitting(tmp_path):
             elapsed = time.monotonic() - t0
     finally:
         # Also when the run failed: what the impairment did and what the QPs went through.
-        print(f"impairment: {impairment.get('how')}\n{impairment.get('stats')}")
+        print(f"impairment: {impairment.get(FABRIC_LINK)}")
         for key, peak in sorted(watcher.peak.items()):
             print(f"jakiroctl qps {key}: " + ", ".join(f"{c} {peak.get(c, 0)}"
                                                        for c in QP_COUNTERS))
-    print(f"{nbytes} bytes verified in {elapsed:.1f}s over {' '.join(NETEM)}")
-    stats = impairment.get("stats")
-    if isinstance(stats, dict):
-        assert stats["dropped"] > 0 and stats["delayed"] > 0, f"nothing was impaired: {stats}"
+    print(f"{nbytes} bytes verified in {elapsed:.1f}s over {' '.join(map(str, IMPAIRMENT))}")
+    stats = impairment.get(FABRIC_LINK)
+    assert isinstance(stats, dict) and stats["dropped"] > 0 and stats["delayed"] > 0, \
+        f"nothing was impaired: {stats}"
     if not have_qps:
         print("TODO: jakiroctl qps is not available: retransmission counters not checked")
         return
@@ -499,10 +455,9 @@ def test_integrity_holds_while_the_send_cq_is_resized_under_loss(tmp_path):
     with lossy_fabric(tmp_path, impairment):
         run_integrity("cross_host", tmp_path, ops=120, seed=29, timeout=150,
                       extra=["--max-size", 65536, "--resize-cq"])
-    print(f"impairment: {impairment.get('how')}\n{impairment.get('stats')}")
-    stats = impairment.get("stats")
-    if isinstance(stats, dict):
-        assert stats["dropped"] > 0, f"nothing was impaired: {stats}"
+    print(f"impairment: {impairment.get(FABRIC_LINK)}")
+    stats = impairment.get(FABRIC_LINK)
+    assert isinstance(stats, dict) and stats["dropped"] > 0, f"nothing was impaired: {stats}"
 
 
 # ---------------------------------------------------------------- rdma_protection

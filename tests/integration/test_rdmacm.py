@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import IP, JAKIROD, SRC, T1, T2, T4, T5, jakiroctl, ns, stop, wait_until
+from conftest import (FABRIC_NS, IP, JAKIROD, SRC, T1, T2, T4, T5, impaired_fabric, jakiroctl, ns,
+                      stop, wait_until)
 from test_secgroups import policy  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.usefixtures("testbed")
@@ -308,46 +309,18 @@ def test_multicast_join_fails_with_an_errno_not_a_hang():
     assert time.monotonic() - t0 < 10
 
 
-IMPAIR = Path(__file__).resolve().parent / "fabric_impair.py"
 NFQUEUE_NUM = 9
-FABRIC = "jk-fabric"
 # Which packets the impairment drops follows from the seed; another one (JAKIRO_IMPAIR_SEED)
 # puts the losses elsewhere, to look for a sequence that breaks a program.
 IMPAIR_SEED = os.environ.get("JAKIRO_IMPAIR_SEED", "13")
-NFQUEUE_RULE = ["FORWARD", "-m", "physdev", "--physdev-out", "ul-h2", "-j", "NFQUEUE",
-                "--queue-num", str(NFQUEUE_NUM), "--queue-bypass"]
 
 
 @contextlib.contextmanager
 def lossy_fabric(tmp_path, loss_percent, report):
-    """fabric_impair.py behind NFQUEUE for frames bridged towards h2 (this kernel has no
-    sch_netem): `loss_percent` of them dropped."""
-    sysctl = "net.bridge.bridge-nf-call-iptables"
-    before = ns(FABRIC, "sysctl", "-n", sysctl).stdout.strip()
-    out, err = tmp_path / "impair.out", tmp_path / "impair.err"
-    with open(out, "w") as o, open(err, "w") as e:
-        impair = subprocess.Popen(
-            ["ip", "netns", "exec", FABRIC, "/usr/bin/python3", str(IMPAIR), "--queue",
-             str(NFQUEUE_NUM), "--loss", str(loss_percent), "--seed", IMPAIR_SEED],
-            stdin=subprocess.DEVNULL, stdout=o, stderr=e, start_new_session=True)
-    try:
-        wait_until(lambda: "ready" in err.read_text() or impair.poll() is not None, 10,
-                   "fabric_impair.py to bind its queue")
-        assert impair.poll() is None, f"fabric_impair.py failed: {err.read_text()}"
-        ns(FABRIC, "sysctl", "-qw", f"{sysctl}=1")
-        ns(FABRIC, "iptables", "-I", *NFQUEUE_RULE)
+    """`loss_percent` of the frames bridged towards h2 dropped (report["ul-h2"]: counters)."""
+    with impaired_fabric(tmp_path, report, {"ul-h2": (NFQUEUE_NUM, [])},
+                         ["--loss", loss_percent], seed=IMPAIR_SEED):
         yield
-    finally:
-        ns(FABRIC, "iptables", "-D", *NFQUEUE_RULE, check=False)
-        ns(FABRIC, "sysctl", "-qw", f"{sysctl}={before or 0}", check=False)
-        if impair.poll() is None:
-            os.killpg(impair.pid, signal.SIGTERM)
-            try:
-                impair.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                stop(impair)
-        lines = out.read_text().splitlines()
-        report["stats"] = json.loads(lines[-1]) if lines else err.read_text()
 
 
 def test_connections_survive_a_fabric_losing_a_fifth_of_the_packets(tmp_path):
@@ -363,7 +336,7 @@ def test_connections_survive_a_fabric_losing_a_fifth_of_the_packets(tmp_path):
                               tmp_path)
             assert cli.count("ping data: rdma-ping-") == 20, cli[-2000:]
     print(f"\nimpairment: {report}")
-    assert isinstance(report.get("stats"), dict) and report["stats"].get("dropped", 1) > 0, report
+    assert isinstance(report.get("ul-h2"), dict) and report["ul-h2"].get("dropped", 1) > 0, report
 
 
 # rdma_server/rdma_client exchange one message (a handful of packets): too few to meet a loss
@@ -391,7 +364,7 @@ def test_each_program_works_over_a_fabric_losing_some_packets(name, tmp_path):
     with lossy_fabric(tmp_path, 3, report):
         run_program(name, LOSSY_PLACEMENT.get(name, "cross_host"), tmp_path, LOSSY_MESSAGES)
     print(f"\nimpairment: {report}")
-    assert isinstance(report.get("stats"), dict) and report["stats"].get("dropped", 0) > 0, report
+    assert isinstance(report.get("ul-h2"), dict) and report["ul-h2"].get("dropped", 0) > 0, report
 
 
 def test_udaddy_connects_by_sidr_over_a_fabric_losing_some_packets(tmp_path):
@@ -411,7 +384,7 @@ def test_udaddy_connects_by_sidr_over_a_fabric_losing_some_packets(tmp_path):
     print(f"\nimpairment: {report}")
     assert "return status 0" in cli and "return status 0" in srv, cli + srv
     assert "event:" not in cli, cli
-    assert isinstance(report.get("stats"), dict), report
+    assert isinstance(report.get("ul-h2"), dict), report
 
 
 def test_cm_messages_are_ib_cm_mads_tshark_decodes(tmp_path):
@@ -420,7 +393,7 @@ def test_cm_messages_are_ib_cm_mads_tshark_decodes(tmp_path):
     pcap = tmp_path / "cm.pcap"
     err = tmp_path / "tshark.err"
     with open(err, "w") as e:
-        cap = subprocess.Popen(["ip", "netns", "exec", FABRIC, "tshark", "-n", "-i", "br0",
+        cap = subprocess.Popen(["ip", "netns", "exec", FABRIC_NS, "tshark", "-n", "-i", "br0",
                                 "-f", "udp port 4789", "-w", str(pcap)],
                                stdout=subprocess.DEVNULL, stderr=e, start_new_session=True)
     try:
