@@ -206,6 +206,10 @@ class cm_agent {
         ++_stats.mads_forged;
     }
     cm_id* find(uint64_t client, uint32_t handle);
+    // Most commands name an id: reads the command (EINVAL if short) and finds that id among
+    // the client's own (ENOENT otherwise, whoever else's it is).
+    template <typename Command>
+    int read_for_id(uint64_t client, std::span<const uint8_t> in, Command& c, cm_id*& id);
     // The connection a peer's message names by our communication ID, from that peer only.
     cm_id* by_comm_id(uint32_t local_comm_id, uint32_t src_ip_be);
     cm_id* new_id(uint64_t client, uint16_t ps, uint8_t qp_type);

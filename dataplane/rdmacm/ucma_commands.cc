@@ -105,6 +105,15 @@ int cm_agent::command(uint64_t client, std::span<const uint8_t> cmd,
     return rc;
 }
 
+template <typename Command>
+int cm_agent::read_for_id(uint64_t client, std::span<const uint8_t> in, Command& c, cm_id*& id) {
+    if (!read_cmd(in, c)) {
+        return EINVAL;
+    }
+    id = find(client, c.id);
+    return id == nullptr ? ENOENT : 0;
+}
+
 int cm_agent::create_id(uint64_t client, std::span<const uint8_t> in, std::vector<uint8_t>& out) {
     rdma_ucm_create_id c;
     if (!read_cmd(in, c)) {
@@ -130,12 +139,9 @@ int cm_agent::create_id(uint64_t client, std::span<const uint8_t> in, std::vecto
 
 int cm_agent::destroy_id(uint64_t client, std::span<const uint8_t> in, std::vector<uint8_t>& out) {
     rdma_ucm_destroy_id c;
-    if (!read_cmd(in, c)) {
-        return EINVAL;
-    }
-    cm_id* id = find(client, c.id);
-    if (id == nullptr) {
-        return ENOENT;
+    cm_id* id = nullptr;
+    if (const int error = read_for_id(client, in, c, id); error != 0) {
+        return error;
     }
     if (!release(*id)) {
         erase_id(c.id);
@@ -259,12 +265,9 @@ int cm_agent::resolve_ip(uint64_t client, std::span<const uint8_t> in, bool sock
 
 int cm_agent::resolve_route(uint64_t client, std::span<const uint8_t> in) {
     rdma_ucm_resolve_route c;
-    if (!read_cmd(in, c)) {
-        return EINVAL;
-    }
-    cm_id* id = find(client, c.id);
-    if (id == nullptr) {
-        return ENOENT;
+    cm_id* id = nullptr;
+    if (const int error = read_for_id(client, in, c, id); error != 0) {
+        return error;
     }
     if (id->st != state::addr_resolved && id->st != state::route_resolved) {
         return EINVAL;
@@ -342,12 +345,9 @@ int cm_agent::query(uint64_t client, std::span<const uint8_t> in, std::vector<ui
 
 int cm_agent::connect(uint64_t client, std::span<const uint8_t> in) {
     rdma_ucm_connect c;
-    if (!read_cmd(in, c)) {
-        return EINVAL;
-    }
-    cm_id* id = find(client, c.id);
-    if (id == nullptr) {
-        return ENOENT;
+    cm_id* id = nullptr;
+    if (const int error = read_for_id(client, in, c, id); error != 0) {
+        return error;
     }
     if (id->st != state::route_resolved || !c.conn_param.valid) {
         return EINVAL;
@@ -430,12 +430,9 @@ int cm_agent::connect(uint64_t client, std::span<const uint8_t> in) {
 
 int cm_agent::listen(uint64_t client, std::span<const uint8_t> in) {
     rdma_ucm_listen c;
-    if (!read_cmd(in, c)) {
-        return EINVAL;
-    }
-    cm_id* id = find(client, c.id);
-    if (id == nullptr) {
-        return ENOENT;
+    cm_id* id = nullptr;
+    if (const int error = read_for_id(client, in, c, id); error != 0) {
+        return error;
     }
     if (id->st == state::listening) {
         id->backlog = c.backlog > 0 ? static_cast<int>(c.backlog) : 128;
@@ -459,12 +456,9 @@ int cm_agent::listen(uint64_t client, std::span<const uint8_t> in) {
 
 int cm_agent::accept(uint64_t client, std::span<const uint8_t> in) {
     rdma_ucm_accept c;
-    if (!read_cmd(in, c)) {
-        return EINVAL;
-    }
-    cm_id* id = find(client, c.id);
-    if (id == nullptr) {
-        return ENOENT;
+    cm_id* id = nullptr;
+    if (const int error = read_for_id(client, in, c, id); error != 0) {
+        return error;
     }
     const auto& p = c.conn_param;
     if (id->st == state::rep_rcvd && !p.valid) {
@@ -522,12 +516,9 @@ int cm_agent::accept(uint64_t client, std::span<const uint8_t> in) {
 
 int cm_agent::reject(uint64_t client, std::span<const uint8_t> in) {
     rdma_ucm_reject c;
-    if (!read_cmd(in, c)) {
-        return EINVAL;
-    }
-    cm_id* id = find(client, c.id);
-    if (id == nullptr) {
-        return ENOENT;
+    cm_id* id = nullptr;
+    if (const int error = read_for_id(client, in, c, id); error != 0) {
+        return error;
     }
     if (id->st == state::sidr_req_rcvd) {
         release(*id);  // a SIDR_REP saying "rejected"
@@ -552,12 +543,9 @@ int cm_agent::reject(uint64_t client, std::span<const uint8_t> in) {
 
 int cm_agent::disconnect(uint64_t client, std::span<const uint8_t> in) {
     rdma_ucm_disconnect c;
-    if (!read_cmd(in, c)) {
-        return EINVAL;
-    }
-    cm_id* id = find(client, c.id);
-    if (id == nullptr) {
-        return ENOENT;
+    cm_id* id = nullptr;
+    if (const int error = read_for_id(client, in, c, id); error != 0) {
+        return error;
     }
     switch (id->st) {
         case state::established:
@@ -654,12 +642,9 @@ int cm_agent::init_qp_attr(uint64_t client, std::span<const uint8_t> in,
 int cm_agent::set_option(uint64_t client, std::span<const uint8_t> in,
                          std::span<const uint8_t> option) {
     rdma_ucm_set_option c;
-    if (!read_cmd(in, c)) {
-        return EINVAL;
-    }
-    cm_id* id = find(client, c.id);
-    if (id == nullptr) {
-        return ENOENT;
+    cm_id* id = nullptr;
+    if (const int error = read_for_id(client, in, c, id); error != 0) {
+        return error;
     }
     if (c.optlen != option.size()) {
         return EINVAL;  // the shim copies exactly optlen bytes
@@ -690,12 +675,9 @@ int cm_agent::set_option(uint64_t client, std::span<const uint8_t> in,
 
 int cm_agent::notify(uint64_t client, std::span<const uint8_t> in) {
     rdma_ucm_notify c;
-    if (!read_cmd(in, c)) {
-        return EINVAL;
-    }
-    cm_id* id = find(client, c.id);
-    if (id == nullptr) {
-        return ENOENT;
+    cm_id* id = nullptr;
+    if (const int error = read_for_id(client, in, c, id); error != 0) {
+        return error;
     }
     if (c.event == IBV_EVENT_COMM_EST && id->st == state::rep_sent) {
         settle(*id);
