@@ -15,20 +15,21 @@ its PD at jakirod.
 Exit status: 0 when everything was verified, 1 otherwise.
 """
 
-import ctypes
-import mmap
 import sys
 import time
 
 import pyverbs.enums as e
-from pyverbs.addr import GID, AHAttr, GlobalRoute
 from pyverbs.cq import CQEX, CqInitAttrEx, PollCqAttr
 from pyverbs.device import Context, get_device_list
 from pyverbs.mr import MR
 from pyverbs.pd import PD, ParentDomain, ParentDomainContext, ParentDomainInitAttr
 from pyverbs.pyverbs_error import PyverbsRDMAError
-from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyverbs.qp import QP, QPCap, QPInitAttr
 from pyverbs.wr import SGE, RecvWR, SendWR
+
+from pyverbs_common import Failed, buffer, checker, connect
+
+check = checker("pyverbs_parent_domain")
 
 SIZE = 4096
 POLL_S = 10.0
@@ -40,16 +41,6 @@ STANDARD = (e.IBV_WC_EX_WITH_BYTE_LEN | e.IBV_WC_EX_WITH_IMM | e.IBV_WC_EX_WITH_
 calls = {"alloc": 0, "free": 0}
 
 
-class Failed(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Failed(what)
-    print(f"pyverbs_parent_domain: ok: {what}", flush=True)
-
-
 def alloc(pd, pd_context, size, alignment, resource_type):
     calls["alloc"] += 1
     return 0xFFFFFFFFFFFFFFFF  # IBV_ALLOCATOR_USE_DEFAULT
@@ -57,36 +48,6 @@ def alloc(pd, pd_context, size, alignment, resource_type):
 
 def free(pd, pd_context, ptr, resource_type):
     calls["free"] += 1
-
-
-def buffer(size):
-    m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    return m, ctypes.addressof(ctypes.c_char.from_buffer(m))
-
-
-def connect(qp, remote_qpn, gid, mtu):
-    a = QPAttr(qp_state=e.IBV_QPS_INIT)
-    a.pkey_index = 0
-    a.port_num = 1
-    a.qp_access_flags = ACCESS
-    qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_ACCESS_FLAGS)
-    a = QPAttr(qp_state=e.IBV_QPS_RTR)
-    a.path_mtu = mtu
-    a.dest_qp_num = remote_qpn
-    a.rq_psn = 0
-    a.max_dest_rd_atomic = 1
-    a.min_rnr_timer = 12
-    a.ah_attr = AHAttr(gr=GlobalRoute(dgid=GID(gid), sgid_index=0), is_global=1, port_num=1)
-    qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN |
-              e.IBV_QP_RQ_PSN | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER)
-    a = QPAttr(qp_state=e.IBV_QPS_RTS)
-    a.sq_psn = 0
-    a.timeout = 14
-    a.retry_cnt = 1
-    a.rnr_retry = 7
-    a.max_rd_atomic = 1
-    qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_SQ_PSN | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT |
-              e.IBV_QP_RNR_RETRY | e.IBV_QP_MAX_QP_RD_ATOMIC)
 
 
 def poll(cq, n):
@@ -125,8 +86,8 @@ def main():
     cap = QPCap(max_send_wr=8, max_recv_wr=8, max_send_sge=1, max_recv_sge=1)
     a = QP(parent, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap))
     b = QP(parent, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap))
-    connect(a, b.qp_num, gid, mtu)
-    connect(b, a.qp_num, gid, mtu)
+    connect(a, b.qp_num, gid, mtu, access=ACCESS, retry_cnt=1)
+    connect(b, a.qp_num, gid, mtu, access=ACCESS, retry_cnt=1)
     src_mem, src = buffer(SIZE)
     dst_mem, dst = buffer(SIZE)
     foreign_mem, foreign = buffer(SIZE)

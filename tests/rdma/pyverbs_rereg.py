@@ -19,13 +19,14 @@ import sys
 import time
 
 import pyverbs.enums as e
-from pyverbs.addr import GID, AHAttr, GlobalRoute
 from pyverbs.cq import CQ
 from pyverbs.device import Context, get_device_list
 from pyverbs.mr import MR
 from pyverbs.pd import PD
-from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyverbs.qp import QP, QPCap, QPInitAttr
 from pyverbs.wr import SGE, SendWR
+
+from pyverbs_common import Failed, connect
 
 SIZE = 4096
 QP_ACCESS = e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ | e.IBV_ACCESS_LOCAL_WRITE
@@ -33,40 +34,11 @@ WRITABLE = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_R
 READ_ONLY = e.IBV_ACCESS_REMOTE_READ
 
 
-class Failed(Exception):
-    pass
-
-
 def page():
     """A page-aligned buffer and its address: private anonymous memory, as malloc'd memory is
     (the shim moves its pages onto a memfd; a MAP_SHARED mapping is already someone's file)."""
     m = mmap.mmap(-1, SIZE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     return m, ctypes.addressof(ctypes.c_char.from_buffer(m))
-
-
-def connect(qp, remote_qpn, gid, mtu):
-    a = QPAttr(qp_state=e.IBV_QPS_INIT)
-    a.pkey_index = 0
-    a.port_num = 1
-    a.qp_access_flags = QP_ACCESS
-    qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_ACCESS_FLAGS)
-    a = QPAttr(qp_state=e.IBV_QPS_RTR)
-    a.path_mtu = mtu
-    a.dest_qp_num = remote_qpn
-    a.rq_psn = 0
-    a.max_dest_rd_atomic = 1
-    a.min_rnr_timer = 12
-    a.ah_attr = AHAttr(gr=GlobalRoute(dgid=GID(gid), sgid_index=0), is_global=1, port_num=1)
-    qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN |
-              e.IBV_QP_RQ_PSN | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER)
-    a = QPAttr(qp_state=e.IBV_QPS_RTS)
-    a.sq_psn = 0
-    a.timeout = 14
-    a.retry_cnt = 7
-    a.rnr_retry = 7
-    a.max_rd_atomic = 1
-    qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_SQ_PSN | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT |
-              e.IBV_QP_RNR_RETRY | e.IBV_QP_MAX_QP_RD_ATOMIC)
 
 
 class Pair:
@@ -79,8 +51,8 @@ class Pair:
                                            cap=cap))
         self.responder = QP(target_pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq,
                                                   rcq=self.cq, cap=cap))
-        connect(self.requester, self.responder.qp_num, gid, mtu)
-        connect(self.responder, self.requester.qp_num, gid, mtu)
+        connect(self.requester, self.responder.qp_num, gid, mtu, access=QP_ACCESS)
+        connect(self.responder, self.requester.qp_num, gid, mtu, access=QP_ACCESS)
         self.src = MR(pd, SIZE, WRITABLE)
 
     def rdma(self, opcode, addr, rkey, length=64):

@@ -1,0 +1,57 @@
+"""What the single-process pyverbs scripts of tests/rdma share: the failure type, the check
+that prints each verified step, private anonymous buffers, and connecting an RC QP to another
+of the same vNIC (loopback through jakirod's engine). Imported from the scripts' own folder."""
+
+import ctypes
+import mmap
+
+import pyverbs.enums as e
+from pyverbs.addr import GID, AHAttr, GlobalRoute
+from pyverbs.qp import QPAttr
+
+
+class Failed(Exception):
+    pass
+
+
+def checker(script):
+    """check(cond, what): raises Failed(what), or prints "<script>: ok: <what>"."""
+    def check(cond, what):
+        if not cond:
+            raise Failed(what)
+        print(f"{script}: ok: {what}", flush=True)
+    return check
+
+
+def buffer(size):
+    """Private anonymous pages and their address, as malloc'd memory is (the shim moves its
+    pages onto a memfd; a MAP_SHARED mapping is already someone's file)."""
+    m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    return m, ctypes.addressof(ctypes.c_char.from_buffer(m))
+
+
+def connect(qp, remote_qpn, gid, mtu, access=0, retry_cnt=7):
+    """RESET -> INIT -> RTR -> RTS towards `remote_qpn` at `gid` (PSNs 0, one READ/atomic in
+    flight each way, RNR retried for ever)."""
+    a = QPAttr(qp_state=e.IBV_QPS_INIT)
+    a.pkey_index = 0
+    a.port_num = 1
+    a.qp_access_flags = access
+    qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_ACCESS_FLAGS)
+    a = QPAttr(qp_state=e.IBV_QPS_RTR)
+    a.path_mtu = mtu
+    a.dest_qp_num = remote_qpn
+    a.rq_psn = 0
+    a.max_dest_rd_atomic = 1
+    a.min_rnr_timer = 12
+    a.ah_attr = AHAttr(gr=GlobalRoute(dgid=GID(gid), sgid_index=0), is_global=1, port_num=1)
+    qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN |
+              e.IBV_QP_RQ_PSN | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER)
+    a = QPAttr(qp_state=e.IBV_QPS_RTS)
+    a.sq_psn = 0
+    a.timeout = 14
+    a.retry_cnt = retry_cnt
+    a.rnr_retry = 7
+    a.max_rd_atomic = 1
+    qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_SQ_PSN | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT |
+              e.IBV_QP_RNR_RETRY | e.IBV_QP_MAX_QP_RD_ATOMIC)
