@@ -17,7 +17,6 @@
 // Exit 0 only if everything verified.
 
 #include <arpa/inet.h>
-#include <getopt.h>
 
 #include <algorithm>
 #include <atomic>
@@ -33,6 +32,7 @@
 #include <vector>
 
 #include "deadline.hh"
+#include "options.hh"
 #include "pattern.hh"
 #include "rc_link.hh"
 #include "tcp_line.hh"
@@ -83,91 +83,22 @@ struct params {
 }
 
 params parse(int argc, char** argv) {
-    enum {
-        o_server = 256,
-        o_connect,
-        o_port,
-        o_atomics,
-        o_seed,
-        o_window,
-        o_clients,
-        o_initial,
-        o_timeout,
-        o_device,
-        o_ib_port,
-        o_gid,
-        o_help
-    };
-    static const option longs[] = {
-        {"server", no_argument, nullptr, o_server},
-        {"connect", required_argument, nullptr, o_connect},
-        {"port", required_argument, nullptr, o_port},
-        {"atomics", required_argument, nullptr, o_atomics},
-        {"seed", required_argument, nullptr, o_seed},
-        {"window", required_argument, nullptr, o_window},
-        {"clients", required_argument, nullptr, o_clients},
-        {"initial", required_argument, nullptr, o_initial},
-        {"timeout", required_argument, nullptr, o_timeout},
-        {"device", required_argument, nullptr, o_device},
-        {"ib-port", required_argument, nullptr, o_ib_port},
-        {"gid-index", required_argument, nullptr, o_gid},
-        {"help", no_argument, nullptr, o_help},
-        {nullptr, 0, nullptr, 0},
-    };
     params p;
-    try {
-        for (int c; (c = getopt_long(argc, argv, "", longs, nullptr)) != -1;) {
-            const std::string v = optarg != nullptr ? optarg : "";
-            switch (c) {
-                case o_server:
-                    p.server = true;
-                    break;
-                case o_connect:
-                    p.connect_ip = v;
-                    break;
-                case o_port:
-                    p.port = static_cast<uint16_t>(parse_u64(v));
-                    break;
-                case o_atomics:
-                    p.atomics = parse_u64(v);
-                    break;
-                case o_seed:
-                    p.seed = parse_u64(v);
-                    break;
-                case o_window:
-                    p.window = static_cast<uint32_t>(parse_u64(v));
-                    break;
-                case o_clients:
-                    p.clients = static_cast<uint32_t>(parse_u64(v));
-                    break;
-                case o_initial:
-                    p.initial = parse_u64(v);
-                    break;
-                case o_timeout:
-                    p.timeout_s = static_cast<int>(parse_u64(v));
-                    break;
-                case o_device:
-                    p.link.device = v;
-                    break;
-                case o_ib_port:
-                    p.link.ib_port = static_cast<uint8_t>(parse_u64(v));
-                    break;
-                case o_gid:
-                    p.link.gid_index = static_cast<int>(parse_u64(v));
-                    break;
-                case o_help:
-                    usage(0);
-                default:
-                    usage(2);
-            }
-        }
-    } catch (const test_error& e) {
-        std::fprintf(stderr, "%s: %s\n", program, e.what());
-        usage(2);
-    }
-    if (optind != argc || p.server == !p.connect_ip.empty() || p.atomics == 0 ||
-        p.atomics > 1000000 || p.window == 0 || p.window > 256 || p.clients == 0 ||
-        p.clients > 16 || p.timeout_s <= 0) {
+    std::vector<program_option> options = side_options(p);
+    options.insert(
+        options.end(),
+        {
+            {"atomics", true, [&p](const std::string& v) { p.atomics = parse_u64(v); }},
+            {"seed", true, [&p](const std::string& v) { p.seed = parse_u64(v); }},
+            {"window", true,
+             [&p](const std::string& v) { p.window = static_cast<uint32_t>(parse_u64(v)); }},
+            {"clients", true,
+             [&p](const std::string& v) { p.clients = static_cast<uint32_t>(parse_u64(v)); }},
+            {"initial", true, [&p](const std::string& v) { p.initial = parse_u64(v); }},
+        });
+    parse_options(argc, argv, program, options, usage);
+    if (!one_side(p) || p.atomics == 0 || p.atomics > 1000000 || p.window == 0 || p.window > 256 ||
+        p.clients == 0 || p.clients > 16 || p.timeout_s <= 0) {
         usage(2);
     }
     return p;

@@ -30,7 +30,6 @@
 // still arrive once, in order (the summary line counts the resizes).
 
 #include <arpa/inet.h>
-#include <getopt.h>
 
 #include <algorithm>
 #include <chrono>
@@ -44,6 +43,7 @@
 #include <vector>
 
 #include "deadline.hh"
+#include "options.hh"
 #include "pattern.hh"
 #include "rc_link.hh"
 #include "tcp_line.hh"
@@ -202,134 +202,55 @@ struct params {
 }
 
 params parse(int argc, char** argv) {
-    enum {
-        o_server = 256,
-        o_connect,
-        o_port,
-        o_ops,
-        o_seed,
-        o_max,
-        o_buffer,
-        o_batch,
-        o_device,
-        o_ib_port,
-        o_gid,
-        o_events,
-        o_timeout,
-        o_no_inline,
-        o_verbose,
-        o_inject_fault,
-        o_transport,
-        o_lossy,
-        o_resize_cq,
-        o_help
-    };
-    static const option longs[] = {
-        {"server", no_argument, nullptr, o_server},
-        {"connect", required_argument, nullptr, o_connect},
-        {"port", required_argument, nullptr, o_port},
-        {"ops", required_argument, nullptr, o_ops},
-        {"seed", required_argument, nullptr, o_seed},
-        {"max-size", required_argument, nullptr, o_max},
-        {"buffer-size", required_argument, nullptr, o_buffer},
-        {"batch", required_argument, nullptr, o_batch},
-        {"device", required_argument, nullptr, o_device},
-        {"ib-port", required_argument, nullptr, o_ib_port},
-        {"gid-index", required_argument, nullptr, o_gid},
-        {"events", no_argument, nullptr, o_events},
-        {"timeout", required_argument, nullptr, o_timeout},
-        {"no-inline", no_argument, nullptr, o_no_inline},
-        {"verbose", no_argument, nullptr, o_verbose},
-        {"inject-fault", no_argument, nullptr, o_inject_fault},
-        {"transport", required_argument, nullptr, o_transport},
-        {"lossy", required_argument, nullptr, o_lossy},
-        {"resize-cq", no_argument, nullptr, o_resize_cq},
-        {"help", no_argument, nullptr, o_help},
-        {nullptr, 0, nullptr, 0},
-    };
     params p;
-    try {
-        for (int c; (c = getopt_long(argc, argv, "", longs, nullptr)) != -1;) {
-            const std::string v = optarg != nullptr ? optarg : "";
-            switch (c) {
-                case o_server:
-                    p.server = true;
-                    break;
-                case o_connect:
-                    p.connect_ip = v;
-                    break;
-                case o_port:
-                    p.port = static_cast<uint16_t>(parse_u64(v));
-                    break;
-                case o_ops:
-                    p.ops = parse_u64(v);
-                    p.ops_given = true;
-                    break;
-                case o_seed:
-                    p.seed = parse_u64(v);
-                    p.seed_given = true;
-                    break;
-                case o_max:
-                    p.max_size = parse_u64(v);
-                    p.max_size_given = true;
-                    break;
-                case o_buffer:
-                    p.buffer_size = parse_u64(v);
-                    p.buffer_given = true;
-                    break;
-                case o_batch:
-                    p.batch = static_cast<uint32_t>(parse_u64(v));
-                    break;
-                case o_device:
-                    p.link.device = v;
-                    break;
-                case o_ib_port:
-                    p.link.ib_port = static_cast<uint8_t>(parse_u64(v));
-                    break;
-                case o_gid:
-                    p.link.gid_index = static_cast<int>(parse_u64(v));
-                    break;
-                case o_events:
-                    p.link.events = true;
-                    break;
-                case o_timeout:
-                    p.timeout_s = static_cast<int>(parse_u64(v));
-                    break;
-                case o_no_inline:
-                    p.use_inline = false;
-                    break;
-                case o_verbose:
-                    p.verbose = true;
-                    break;
-                case o_inject_fault:
-                    p.inject_fault = true;
-                    break;
-                case o_transport:
-                    if (v != "rc" && v != "uc") {
-                        throw test_error("--transport is rc or uc (UD: rdma_datagram)");
-                    }
-                    p.uc = v == "uc";
-                    break;
-                case o_lossy:
-                    p.lossy_min_percent = parse_u64(v);
-                    if (p.lossy_min_percent == 0 || p.lossy_min_percent > 100) {
-                        throw test_error("--lossy takes a minimum delivered percentage, 1-100");
-                    }
-                    break;
-                case o_resize_cq:
-                    p.resize_cq = true;
-                    break;
-                case o_help:
-                    usage(0);
-                default:
-                    usage(2);
-            }
-        }
-    } catch (const test_error& e) {
-        std::fprintf(stderr, "%s: %s\n", program, e.what());
-        usage(2);
-    }
-    if (optind != argc || p.server == !p.connect_ip.empty()) {
+    std::vector<program_option> options = side_options(p);
+    options.insert(
+        options.end(),
+        {
+            {"ops", true,
+             [&p](const std::string& v) {
+                 p.ops = parse_u64(v);
+                 p.ops_given = true;
+             }},
+            {"seed", true,
+             [&p](const std::string& v) {
+                 p.seed = parse_u64(v);
+                 p.seed_given = true;
+             }},
+            {"max-size", true,
+             [&p](const std::string& v) {
+                 p.max_size = parse_u64(v);
+                 p.max_size_given = true;
+             }},
+            {"buffer-size", true,
+             [&p](const std::string& v) {
+                 p.buffer_size = parse_u64(v);
+                 p.buffer_given = true;
+             }},
+            {"batch", true,
+             [&p](const std::string& v) { p.batch = static_cast<uint32_t>(parse_u64(v)); }},
+            {"events", false, [&p](const std::string&) { p.link.events = true; }},
+            {"no-inline", false, [&p](const std::string&) { p.use_inline = false; }},
+            {"verbose", false, [&p](const std::string&) { p.verbose = true; }},
+            {"inject-fault", false, [&p](const std::string&) { p.inject_fault = true; }},
+            {"transport", true,
+             [&p](const std::string& v) {
+                 if (v != "rc" && v != "uc") {
+                     throw test_error("--transport is rc or uc (UD: rdma_datagram)");
+                 }
+                 p.uc = v == "uc";
+             }},
+            {"lossy", true,
+             [&p](const std::string& v) {
+                 p.lossy_min_percent = parse_u64(v);
+                 if (p.lossy_min_percent == 0 || p.lossy_min_percent > 100) {
+                     throw test_error("--lossy takes a minimum delivered percentage, 1-100");
+                 }
+             }},
+            {"resize-cq", false, [&p](const std::string&) { p.resize_cq = true; }},
+        });
+    parse_options(argc, argv, program, options, usage);
+    if (!one_side(p)) {
         usage(2);
     }
     if (p.lossy_min_percent != 0 && (!p.uc || p.inject_fault)) {

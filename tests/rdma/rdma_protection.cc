@@ -16,7 +16,6 @@
 // Exit 0 only if all of it is so.
 
 #include <arpa/inet.h>
-#include <getopt.h>
 
 #include <algorithm>
 #include <chrono>
@@ -27,6 +26,7 @@
 #include <vector>
 
 #include "deadline.hh"
+#include "options.hh"
 #include "pattern.hh"
 #include "rc_link.hh"
 #include "tcp_line.hh"
@@ -86,55 +86,10 @@ struct params {
 }
 
 params parse(int argc, char** argv) {
-    enum { o_server = 256, o_connect, o_port, o_device, o_ib_port, o_gid, o_timeout, o_help };
-    static const option longs[] = {
-        {"server", no_argument, nullptr, o_server},
-        {"connect", required_argument, nullptr, o_connect},
-        {"port", required_argument, nullptr, o_port},
-        {"device", required_argument, nullptr, o_device},
-        {"ib-port", required_argument, nullptr, o_ib_port},
-        {"gid-index", required_argument, nullptr, o_gid},
-        {"timeout", required_argument, nullptr, o_timeout},
-        {"help", no_argument, nullptr, o_help},
-        {nullptr, 0, nullptr, 0},
-    };
     params p;
-    try {
-        for (int c; (c = getopt_long(argc, argv, "", longs, nullptr)) != -1;) {
-            const std::string v = optarg != nullptr ? optarg : "";
-            switch (c) {
-                case o_server:
-                    p.server = true;
-                    break;
-                case o_connect:
-                    p.connect_ip = v;
-                    break;
-                case o_port:
-                    p.port = static_cast<uint16_t>(parse_u64(v));
-                    break;
-                case o_device:
-                    p.link.device = v;
-                    break;
-                case o_ib_port:
-                    p.link.ib_port = static_cast<uint8_t>(parse_u64(v));
-                    break;
-                case o_gid:
-                    p.link.gid_index = static_cast<int>(parse_u64(v));
-                    break;
-                case o_timeout:
-                    p.timeout_s = static_cast<int>(parse_u64(v));
-                    break;
-                case o_help:
-                    usage(0);
-                default:
-                    usage(2);
-            }
-        }
-    } catch (const test_error& e) {
-        std::fprintf(stderr, "%s: %s\n", program, e.what());
-        usage(2);
-    }
-    if (optind != argc || p.server == !p.connect_ip.empty() || p.timeout_s <= 0) {
+    std::vector<program_option> options = side_options(p);
+    parse_options(argc, argv, program, options, usage);
+    if (!one_side(p) || p.timeout_s <= 0) {
         usage(2);
     }
     return p;

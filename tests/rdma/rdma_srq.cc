@@ -17,7 +17,6 @@
 // drain the SRQ as far again. One summary line per side; exit 0 only if everything verified.
 
 #include <arpa/inet.h>
-#include <getopt.h>
 #include <poll.h>
 
 #include <algorithm>
@@ -33,6 +32,7 @@
 #include <vector>
 
 #include "deadline.hh"
+#include "options.hh"
 #include "pattern.hh"
 #include "rc_link.hh"
 #include "tcp_line.hh"
@@ -81,91 +81,22 @@ struct params {
 }
 
 params parse(int argc, char** argv) {
-    enum {
-        o_server = 256,
-        o_connect,
-        o_port,
-        o_qps,
-        o_ops,
-        o_seed,
-        o_max,
-        o_batch,
-        o_timeout,
-        o_device,
-        o_ib_port,
-        o_gid,
-        o_help
-    };
-    static const option longs[] = {
-        {"server", no_argument, nullptr, o_server},
-        {"connect", required_argument, nullptr, o_connect},
-        {"port", required_argument, nullptr, o_port},
-        {"qps", required_argument, nullptr, o_qps},
-        {"ops", required_argument, nullptr, o_ops},
-        {"seed", required_argument, nullptr, o_seed},
-        {"max-size", required_argument, nullptr, o_max},
-        {"batch", required_argument, nullptr, o_batch},
-        {"timeout", required_argument, nullptr, o_timeout},
-        {"device", required_argument, nullptr, o_device},
-        {"ib-port", required_argument, nullptr, o_ib_port},
-        {"gid-index", required_argument, nullptr, o_gid},
-        {"help", no_argument, nullptr, o_help},
-        {nullptr, 0, nullptr, 0},
-    };
     params p;
-    try {
-        for (int c; (c = getopt_long(argc, argv, "", longs, nullptr)) != -1;) {
-            const std::string v = optarg != nullptr ? optarg : "";
-            switch (c) {
-                case o_server:
-                    p.server = true;
-                    break;
-                case o_connect:
-                    p.connect_ip = v;
-                    break;
-                case o_port:
-                    p.port = static_cast<uint16_t>(parse_u64(v));
-                    break;
-                case o_qps:
-                    p.qps = static_cast<uint32_t>(parse_u64(v));
-                    break;
-                case o_ops:
-                    p.ops = parse_u64(v);
-                    break;
-                case o_seed:
-                    p.seed = parse_u64(v);
-                    break;
-                case o_max:
-                    p.max_size = parse_u64(v);
-                    break;
-                case o_batch:
-                    p.batch = static_cast<uint32_t>(parse_u64(v));
-                    break;
-                case o_timeout:
-                    p.timeout_s = static_cast<int>(parse_u64(v));
-                    break;
-                case o_device:
-                    p.link.device = v;
-                    break;
-                case o_ib_port:
-                    p.link.ib_port = static_cast<uint8_t>(parse_u64(v));
-                    break;
-                case o_gid:
-                    p.link.gid_index = static_cast<int>(parse_u64(v));
-                    break;
-                case o_help:
-                    usage(0);
-                default:
-                    usage(2);
-            }
-        }
-    } catch (const test_error& e) {
-        std::fprintf(stderr, "%s: %s\n", program, e.what());
-        usage(2);
-    }
-    if (optind != argc || p.server == !p.connect_ip.empty() || p.qps == 0 || p.qps > 64 ||
-        p.ops == 0 || p.max_size == 0 || p.max_size > (1u << 24) || p.batch < 2 || p.batch > 512 ||
-        p.timeout_s <= 0) {
+    std::vector<program_option> options = side_options(p);
+    options.insert(
+        options.end(),
+        {
+            {"qps", true,
+             [&p](const std::string& v) { p.qps = static_cast<uint32_t>(parse_u64(v)); }},
+            {"ops", true, [&p](const std::string& v) { p.ops = parse_u64(v); }},
+            {"seed", true, [&p](const std::string& v) { p.seed = parse_u64(v); }},
+            {"max-size", true, [&p](const std::string& v) { p.max_size = parse_u64(v); }},
+            {"batch", true,
+             [&p](const std::string& v) { p.batch = static_cast<uint32_t>(parse_u64(v)); }},
+        });
+    parse_options(argc, argv, program, options, usage);
+    if (!one_side(p) || p.qps == 0 || p.qps > 64 || p.ops == 0 || p.max_size == 0 ||
+        p.max_size > (1u << 24) || p.batch < 2 || p.batch > 512 || p.timeout_s <= 0) {
         usage(2);
     }
     return p;
