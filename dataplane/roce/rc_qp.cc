@@ -28,6 +28,11 @@ constexpr std::size_t read_job_slack = 4;
 // What a UD receive buffer holds before the payload: the GRH, or on RoCE v2 over IPv4 its
 // 40-byte area (IB spec 11.4.1.2, and what every RoCE v2 NIC delivers).
 constexpr uint32_t ud_grh_bytes = 40;
+// What RoCE NICs (mlx5's CQE l3 header type) report in a UD receive's wc.sl: the network
+// header the datagram came with, 0 IB GRH, 1 RoCE v2 over IPv6, 2 RoCE v2 over IPv4. UCX
+// (uct_ud_iface_check_grh) reads it to find the destination: with 2 the IPv4 address at bytes
+// 36-39 of the GRH area, otherwise bytes 24-39 as a GID, which would drop every datagram.
+constexpr uint8_t ud_network_header_roce_v2_ipv4 = 2;
 
 bool gid_is_ipv4_mapped(const uint8_t* gid) {
     static constexpr uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
@@ -1286,6 +1291,7 @@ void rc_qp::on_datagram(const roce_packet& p) {
         uint8_t grh[ud_grh_bytes] = {};
         if (p.ipv4 != nullptr) {
             std::memcpy(grh + ud_grh_bytes - 20, p.ipv4, 20);
+            c.sl = ud_network_header_roce_v2_ipv4;
         }
         scatter(r.sge_data.data(), r.sge_len.data(), r.sges, 0, grh, ud_grh_bytes);
         scatter(r.sge_data.data(), r.sge_len.data(), r.sges, ud_grh_bytes, p.payload.data(),

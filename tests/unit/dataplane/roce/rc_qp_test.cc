@@ -1730,6 +1730,21 @@ TEST_F(ud_qp_test, a_datagram_arrives_behind_a_grh_area_holding_the_senders_ipv4
     EXPECT_TRUE(same(a, 0, b, 40, 4096));
 }
 
+// UCX (uct_ud_iface_check_grh) drops a UD datagram unless wc.sl says "RoCE v2 over IPv4" (2,
+// as mlx5 reports it) and the destination at bytes 36-39 of the GRH area is its own address.
+TEST_F(ud_qp_test, a_datagram_reports_roce_v2_ipv4_in_sl_with_its_destination_at_bytes_36_to_39) {
+    b.post_recv(100, 0, 64 + 40);
+    a.post_send(datagram(1, 64, b.qp));
+    run(20);
+    proto::cqe c{};
+    ASSERT_TRUE(b.poll_recv(c));
+    ASSERT_EQ(c.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(c.sl & 7, 2) << "the network header type of RoCE v2 over IPv4";
+    uint32_t dst = 0;
+    std::memcpy(&dst, reinterpret_cast<const uint8_t*>(b.region) + 36, 4);
+    EXPECT_EQ(dst, htonl(ip_b));
+}
+
 TEST_F(ud_qp_test, wrong_qkeys_missing_receives_and_short_buffers_lose_only_that_datagram) {
     b.post_recv(100, 0, 100);  // too short for 40 + 100
     b.post_recv(101, 4096, 200);
