@@ -743,7 +743,7 @@ rc_qp::local_result rc_qp::begin_local(const send_op& op, const rc_qp& requester
         case IBV_WR_RDMA_WRITE:
         case IBV_WR_RDMA_WRITE_WITH_IMM: {
             auto found =
-                _s.mrs->find(_s.pd, w.rkey, w.remote_addr, op.length, proto::access_remote_write);
+                remote_target(w.rkey, w.remote_addr, op.length, proto::access_remote_write);
             if (!found || !grants(IBV_ACCESS_REMOTE_WRITE)) {
                 return fail(proto::event_type::qp_access_err, IBV_WC_REM_ACCESS_ERR);
             }
@@ -760,8 +760,7 @@ rc_qp::local_result rc_qp::begin_local(const send_op& op, const rc_qp& requester
             return local_result::started;
         }
         case IBV_WR_RDMA_READ: {
-            auto found =
-                _s.mrs->find(_s.pd, w.rkey, w.remote_addr, op.length, proto::access_remote_read);
+            auto found = remote_target(w.rkey, w.remote_addr, op.length, proto::access_remote_read);
             if (!found || !grants(IBV_ACCESS_REMOTE_READ)) {
                 return fail(proto::event_type::qp_access_err, IBV_WC_REM_ACCESS_ERR);
             }
@@ -1552,6 +1551,16 @@ bool rc_qp::execute_send(const roce_packet& p, packet_port& port) {
     return true;
 }
 
+verbs::mr_lookup rc_qp::remote_target(uint32_t rkey, uint64_t va, uint64_t length,
+                                      uint32_t access) const {
+    if (length == 0) {
+        verbs::mr_lookup nothing;
+        nothing.status = verbs::mr_status::ok;
+        return nothing;
+    }
+    return _s.mrs->find(_s.pd, rkey, va, length, access);
+}
+
 bool rc_qp::execute_write(const roce_packet& p, packet_port& port) {
     const uint8_t pos = p.info->position;
     const auto payload = static_cast<uint32_t>(p.payload.size());
@@ -1563,7 +1572,7 @@ bool rc_qp::execute_write(const roce_packet& p, packet_port& port) {
     if ((pos & position::first) != 0) {
         const uint32_t length = p.reth->dma_len();
         auto found =
-            _s.mrs->find(_s.pd, p.reth->rkey(), p.reth->va(), length, proto::access_remote_write);
+            remote_target(p.reth->rkey(), p.reth->va(), length, proto::access_remote_write);
         if (!found || !grants(IBV_ACCESS_REMOTE_WRITE)) {
             responder_error(port, proto::event_type::qp_access_err,
                             syndrome_nak(nak_code::remote_access_error), IBV_WC_REM_ACCESS_ERR);
@@ -1637,8 +1646,7 @@ void rc_qp::start_read(const roce_packet& p, uint32_t psn, bool duplicate, packe
     if (duplicate && psn_diff(psn_add(psn, packets), _epsn) > 0) {
         return;  // claims PSNs that were never requested: not a retransmission
     }
-    auto found =
-        _s.mrs->find(_s.pd, p.reth->rkey(), p.reth->va(), length, proto::access_remote_read);
+    auto found = remote_target(p.reth->rkey(), p.reth->va(), length, proto::access_remote_read);
     if (!found || !grants(IBV_ACCESS_REMOTE_READ)) {
         if (!duplicate) {
             responder_error(port, proto::event_type::qp_access_err,

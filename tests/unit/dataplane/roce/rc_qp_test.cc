@@ -591,6 +591,34 @@ TEST_F(rc_qp_test, a_write_to_a_region_without_remote_write_access_is_refused) {
         << "the responder's owner hears IBV_EVENT_QP_ACCESS_ERR";
 }
 
+// IB spec C9-88: a zero-length RDMA WRITE or READ is not checked against any MR, whatever its
+// R_Key and VA. UCX's rc_verbs flushes an endpoint with a zero-length WRITE, rkey 0, VA 0.
+TEST_F(rc_qp_test, zero_length_writes_and_reads_need_no_valid_rkey_over_the_wire_or_on_one_host) {
+    for (const bool same_host : {false, true}) {
+        SCOPED_TRACE(same_host ? "on one host" : "over the wire");
+        TearDownSides();
+        make_side(a, 0, ip_a, 101);
+        make_side(b, 1, ip_b, 202);
+        wire.same_host = same_host;
+        connect_both();
+        auto write = wqe(1, IBV_WR_RDMA_WRITE, 0, 0, 0, 0, 0);
+        write.num_sge = 0;
+        auto read = wqe(2, IBV_WR_RDMA_READ, 0, 0, 0, 0, 0);
+        read.num_sge = 0;
+        a.post_send(write);
+        a.post_send(read);
+        a.post_send(wqe(3, IBV_WR_RDMA_WRITE, a.iova(0), 16, a.mr, b.iova(0), b.mr));
+        run(100);
+        proto::cqe c{};
+        for (uint64_t id = 1; id <= 3; ++id) {
+            ASSERT_TRUE(a.poll_send(c));
+            EXPECT_EQ(c.wr_id, id);
+            EXPECT_EQ(c.status, IBV_WC_SUCCESS) << "WR " << id;
+        }
+        EXPECT_TRUE(events.empty()) << "no access error event at the responder";
+    }
+}
+
 TEST_F(rc_qp_test, rnr_naks_wait_for_a_receive_and_give_up_after_rnr_retry) {
     connect_both();
     a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 100, a.mr));
