@@ -108,6 +108,19 @@ def test_ucx_info_lists_rc_verbs_and_ud_verbs_on_the_jakiro_device():
         assert re.search(rf"Transport: {transport}\n#\s+Device: jakiro_t1:1", section), section
 
 
+def test_the_device_reads_as_roce_v2_on_eth0_where_ucx_looks_in_sysfs():
+    gid_attrs = "/sys/class/infiniband/jakiro_t1/ports/1/gid_attrs"
+    for attribute, text in (("types/0", "RoCE v2\n"), ("ndevs/0", "eth0\n")):
+        out = ns(T1, str(JAKIRO_RUN), "--", "cat", f"{gid_attrs}/{attribute}", env=shim_env())
+        assert out.stdout == text, attribute
+    assert ns(T1, "cat", f"{gid_attrs}/types/0", check=False).returncode != 0, \
+        "only programs under jakiro-run see the emulated files"
+    # UCX reads them itself (and would say "failed to read" at diag level otherwise).
+    r = ns(T1, str(JAKIRO_RUN), "--", "ucx_info", "-d", env=dict(shim_env(), UCX_LOG_LEVEL="diag"),
+           timeout=60)
+    assert "gid_attrs" not in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
+
+
 # ucx_perftest's test, its options and the bytes it moves one way at least.
 PERFTESTS = {
     "tag_lat": (["-t", "tag_lat", "-n", 2000], 2000 * 8),
