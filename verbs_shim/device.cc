@@ -52,7 +52,7 @@ shim_device* intern(const std::string& path, const verbs_proto::hello_reply& hel
     // reads of them fail cleanly (ibv_read_sysfs_file returns -1).
     d->dev.node_type = IBV_NODE_CA;
     d->dev.transport_type = IBV_TRANSPORT_IB;
-    std::snprintf(d->dev.name, sizeof(d->dev.name), "jakiro_%s", hello.vnic_name);
+    std::snprintf(d->dev.name, sizeof(d->dev.name), "%s%s", device_name_prefix, hello.vnic_name);
     std::snprintf(d->dev.dev_name, sizeof(d->dev.dev_name), "uverbs_jakiro_%s", hello.vnic_name);
     std::snprintf(d->dev.dev_path, sizeof(d->dev.dev_path), "/sys/class/infiniband_verbs/%s",
                   d->dev.dev_name);
@@ -140,6 +140,16 @@ int device_index(ibv_device* device) {
         return -1;
     }
     return d->index;
+}
+
+const shim_device* find_device(std::string_view name) {
+    const std::lock_guard lock(registry_mutex);
+    for (const shim_device* d : registry()) {
+        if (name == d->dev.name) {
+            return d;
+        }
+    }
+    return nullptr;
 }
 
 }  // namespace jakiro::shim

@@ -9,12 +9,14 @@
 #include <infiniband/verbs.h>
 
 #include <cstdint>
+#include <string_view>
 
 #include "protocol.hh"
 
 namespace jakiro::shim {
 
-constexpr uint32_t device_magic = 0x4a4b'4456;  // "VDKJ": a device we made
+constexpr uint32_t device_magic = 0x4a4b'4456;         // "VDKJ": a device we made
+constexpr const char* device_name_prefix = "jakiro_";  // ibv_get_device_name: jakiro_<vNIC>
 
 struct shim_device {
     ibv_device dev;  // what the application holds; first member (standard layout)
@@ -32,5 +34,7 @@ void free_device_list(ibv_device** list);
 const char* device_name(ibv_device* device);
 uint64_t device_guid(ibv_device* device);  // big-endian, as ibv_get_device_guid returns it
 int device_index(ibv_device* device);
+// The device named `name` (ibv_get_device_name) among those this process has listed, or nullptr.
+const shim_device* find_device(std::string_view name);
 
 }  // namespace jakiro::shim

@@ -1,7 +1,8 @@
 // The libc functions libjakiro_verbs.so interposes (LD_PRELOAD) so that unmodified programs
 // find the emulated device nodes (device_files.hh) and drive the emulated rdma_cm device
 // (ucma_device.hh): open/openat of /dev/infiniband/rdma_cm, fstat of its descriptor,
-// stat/access of the nodes, write() of ucma commands, close(). Everything else goes to the
+// stat/access of the nodes, write() of ucma commands, close(); and read the emulated sysfs
+// attributes (sysfs_files.hh) through open/openat/fopen. Everything else goes to the
 // next definition (libc's) untouched; a program that never opens the device pays one relaxed
 // load per write() and close().
 // Declared with their own names, not the LFS aliases the build's _FILE_OFFSET_BITS=64 would
@@ -15,9 +16,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <string>
 
 #include "device_files.hh"
+#include "sysfs_files.hh"
 #include "ucma_device.hh"
 
 #define JAKIRO_EXPORT extern "C" __attribute__((visibility("default")))
@@ -48,20 +52,59 @@ F next(const char* name) {
         va_end(ap);                                                   \
     }
 
-int open_emulated(const char* path, int flags, bool& handled) {
-    handled = path != nullptr && std::strcmp(path, ucma::device_path) == 0;
-    if (!handled) {
-        return -1;
-    }
-    // Only where the real node does not exist: a host with kernel RDMA keeps its own.
-    struct stat st;
+int real_stat(const char* path, struct stat* st) {
     using stat_fn = int (*)(const char*, struct stat*);
-    static const auto real_stat = next<stat_fn>("stat");
-    if (real_stat != nullptr && real_stat(path, &st) == 0) {
-        handled = false;
+    static const auto real = next<stat_fn>("stat");
+    return real != nullptr ? real(path, st) : -1;
+}
+
+// open() of an emulated file: the rdma_cm node or a device's sysfs attribute. `handled` false
+// means the call is not ours and goes to libc.
+int open_emulated(const char* path, int flags, bool& handled) {
+    handled = false;
+    if (path == nullptr) {
         return -1;
     }
-    return ucma::open_device(flags);
+    const bool ucma_node = std::strcmp(path, ucma::device_path) == 0;
+    std::string attribute;
+    if (!ucma_node && !sysfs_files::attribute_text(path, attribute)) {
+        return -1;
+    }
+    // Only where the real file does not exist: a host with kernel RDMA keeps its own.
+    struct stat st;
+    if (real_stat(path, &st) == 0) {
+        return -1;
+    }
+    handled = true;
+    return ucma_node ? ucma::open_device(flags) : sysfs_files::open_attribute(attribute, flags);
+}
+
+// fopen() of an emulated sysfs attribute (libc's fopen opens without going through the PLT).
+FILE* fopen_emulated(const char* path, const char* mode, bool& handled) {
+    handled = false;
+    std::string attribute;
+    if (path == nullptr || mode == nullptr || !sysfs_files::attribute_text(path, attribute)) {
+        return nullptr;
+    }
+    struct stat st;
+    if (real_stat(path, &st) == 0) {
+        return nullptr;
+    }
+    handled = true;
+    const bool read_only = mode[0] == 'r' && std::strchr(mode, '+') == nullptr;
+    const int flags =
+        (read_only ? O_RDONLY : O_RDWR) | (std::strchr(mode, 'e') != nullptr ? O_CLOEXEC : 0);
+    const int fd = sysfs_files::open_attribute(attribute, flags);
+    if (fd < 0) {
+        return nullptr;
+    }
+    FILE* f = fdopen(fd, mode);
+    if (f == nullptr) {
+        const int error = errno;
+        close(fd);
+        errno = error;
+    }
+    return f;
 }
 
 }  // namespace
@@ -107,6 +150,34 @@ JAKIRO_EXPORT int __open_2(const char* path, int flags) {
     }
     NEXT("__open_2", int (*)(const char*, int));
     return real(path, flags);
+}
+
+JAKIRO_EXPORT FILE* fopen(const char* path, const char* mode) {
+    bool handled;
+    FILE* f = fopen_emulated(path, mode, handled);
+    if (handled) {
+        return f;
+    }
+    static const auto real = next<FILE* (*)(const char*, const char*)>("fopen");
+    if (real == nullptr) {
+        errno = ENOSYS;
+        return nullptr;
+    }
+    return real(path, mode);
+}
+
+JAKIRO_EXPORT FILE* fopen64(const char* path, const char* mode) {
+    bool handled;
+    FILE* f = fopen_emulated(path, mode, handled);
+    if (handled) {
+        return f;
+    }
+    static const auto real = next<FILE* (*)(const char*, const char*)>("fopen64");
+    if (real == nullptr) {
+        errno = ENOSYS;
+        return nullptr;
+    }
+    return real(path, mode);
 }
 
 JAKIRO_EXPORT int fstat(int fd, struct stat* st) {

@@ -28,6 +28,11 @@ constexpr std::size_t read_job_slack = 4;
 // What a UD receive buffer holds before the payload: the GRH, or on RoCE v2 over IPv4 its
 // 40-byte area (IB spec 11.4.1.2, and what every RoCE v2 NIC delivers).
 constexpr uint32_t ud_grh_bytes = 40;
+// What RoCE NICs (mlx5's CQE l3 header type) report in a UD receive's wc.sl: the network
+// header the datagram came with, 0 IB GRH, 1 RoCE v2 over IPv6, 2 RoCE v2 over IPv4. UCX
+// (uct_ud_iface_check_grh) reads it to find the destination: with 2 the IPv4 address at bytes
+// 36-39 of the GRH area, otherwise bytes 24-39 as a GID, which would drop every datagram.
+constexpr uint8_t ud_network_header_roce_v2_ipv4 = 2;
 
 bool gid_is_ipv4_mapped(const uint8_t* gid) {
     static constexpr uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
@@ -766,7 +771,7 @@ rc_qp::local_result rc_qp::begin_local(const send_op& op, const rc_qp& requester
         case IBV_WR_RDMA_WRITE:
         case IBV_WR_RDMA_WRITE_WITH_IMM: {
             auto found =
-                _s.mrs->find(_s.pd, w.rkey, w.remote_addr, op.length, proto::access_remote_write);
+                remote_target(w.rkey, w.remote_addr, op.length, proto::access_remote_write);
             if (!found || !grants(IBV_ACCESS_REMOTE_WRITE)) {
                 return fail(proto::event_type::qp_access_err, IBV_WC_REM_ACCESS_ERR);
             }
@@ -783,8 +788,7 @@ rc_qp::local_result rc_qp::begin_local(const send_op& op, const rc_qp& requester
             return local_result::started;
         }
         case IBV_WR_RDMA_READ: {
-            auto found =
-                _s.mrs->find(_s.pd, w.rkey, w.remote_addr, op.length, proto::access_remote_read);
+            auto found = remote_target(w.rkey, w.remote_addr, op.length, proto::access_remote_read);
             if (!found || !grants(IBV_ACCESS_REMOTE_READ)) {
                 return fail(proto::event_type::qp_access_err, IBV_WC_REM_ACCESS_ERR);
             }
@@ -1326,6 +1330,7 @@ void rc_qp::on_datagram(const roce_packet& p) {
         uint8_t grh[ud_grh_bytes] = {};
         if (p.ipv4 != nullptr) {
             std::memcpy(grh + ud_grh_bytes - 20, p.ipv4, 20);
+            c.sl = ud_network_header_roce_v2_ipv4;
         }
         scatter(r.sge_data.data(), r.sge_len.data(), r.sges, 0, grh, ud_grh_bytes);
         scatter(r.sge_data.data(), r.sge_len.data(), r.sges, ud_grh_bytes, p.payload.data(),
@@ -1609,6 +1614,16 @@ bool rc_qp::execute_send(const roce_packet& p, packet_port& port) {
     return true;
 }
 
+verbs::mr_lookup rc_qp::remote_target(uint32_t rkey, uint64_t va, uint64_t length,
+                                      uint32_t access) const {
+    if (length == 0) {
+        verbs::mr_lookup nothing;
+        nothing.status = verbs::mr_status::ok;
+        return nothing;
+    }
+    return _s.mrs->find(_s.pd, rkey, va, length, access);
+}
+
 bool rc_qp::execute_write(const roce_packet& p, packet_port& port) {
     const uint8_t pos = p.info->position;
     const auto payload = static_cast<uint32_t>(p.payload.size());
@@ -1620,7 +1635,7 @@ bool rc_qp::execute_write(const roce_packet& p, packet_port& port) {
     if ((pos & position::first) != 0) {
         const uint32_t length = p.reth->dma_len();
         auto found =
-            _s.mrs->find(_s.pd, p.reth->rkey(), p.reth->va(), length, proto::access_remote_write);
+            remote_target(p.reth->rkey(), p.reth->va(), length, proto::access_remote_write);
         if (!found || !grants(IBV_ACCESS_REMOTE_WRITE)) {
             responder_error(port, proto::event_type::qp_access_err,
                             syndrome_nak(nak_code::remote_access_error), IBV_WC_REM_ACCESS_ERR);
@@ -1694,8 +1709,7 @@ void rc_qp::start_read(const roce_packet& p, uint32_t psn, bool duplicate, packe
     if (duplicate && psn_diff(psn_add(psn, packets), _epsn) > 0) {
         return;  // claims PSNs that were never requested: not a retransmission
     }
-    auto found =
-        _s.mrs->find(_s.pd, p.reth->rkey(), p.reth->va(), length, proto::access_remote_read);
+    auto found = remote_target(p.reth->rkey(), p.reth->va(), length, proto::access_remote_read);
     if (!found || !grants(IBV_ACCESS_REMOTE_READ)) {
         if (!duplicate) {
             responder_error(port, proto::event_type::qp_access_err,

@@ -277,6 +277,11 @@ class rc_qp {
     // Does the QP itself (IBV_QP_ACCESS_FLAGS) let peers do `right` (IBV_ACCESS_REMOTE_*)? The
     // responder checks it as well as the MR's rights: either refusing is a remote access error.
     bool grants(unsigned right) const { return (_machine.attr().qp_access_flags & right) != 0; }
+    // The target of an inbound RDMA WRITE or READ. A zero-length one is not checked against
+    // any MR (IB spec C9-88: it may carry any R_Key and VA; UCX flushes with one), so it
+    // succeeds with no bytes to touch.
+    verbs::mr_lookup remote_target(uint32_t rkey, uint64_t va, uint64_t length,
+                                   uint32_t access) const;
     // In ERR: completes up to wqe_budget WRs with IBV_WC_WR_FLUSH_ERR, oldest first.
     void flush();
     bool flush_pending() const;  // anything left for flush()

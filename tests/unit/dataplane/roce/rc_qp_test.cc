@@ -591,6 +591,34 @@ TEST_F(rc_qp_test, a_write_to_a_region_without_remote_write_access_is_refused) {
         << "the responder's owner hears IBV_EVENT_QP_ACCESS_ERR";
 }
 
+// IB spec C9-88: a zero-length RDMA WRITE or READ is not checked against any MR, whatever its
+// R_Key and VA. UCX's rc_verbs flushes an endpoint with a zero-length WRITE, rkey 0, VA 0.
+TEST_F(rc_qp_test, zero_length_writes_and_reads_need_no_valid_rkey_over_the_wire_or_on_one_host) {
+    for (const bool same_host : {false, true}) {
+        SCOPED_TRACE(same_host ? "on one host" : "over the wire");
+        TearDownSides();
+        make_side(a, 0, ip_a, 101);
+        make_side(b, 1, ip_b, 202);
+        wire.same_host = same_host;
+        connect_both();
+        auto write = wqe(1, IBV_WR_RDMA_WRITE, 0, 0, 0, 0, 0);
+        write.num_sge = 0;
+        auto read = wqe(2, IBV_WR_RDMA_READ, 0, 0, 0, 0, 0);
+        read.num_sge = 0;
+        a.post_send(write);
+        a.post_send(read);
+        a.post_send(wqe(3, IBV_WR_RDMA_WRITE, a.iova(0), 16, a.mr, b.iova(0), b.mr));
+        run(100);
+        proto::cqe c{};
+        for (uint64_t id = 1; id <= 3; ++id) {
+            ASSERT_TRUE(a.poll_send(c));
+            EXPECT_EQ(c.wr_id, id);
+            EXPECT_EQ(c.status, IBV_WC_SUCCESS) << "WR " << id;
+        }
+        EXPECT_TRUE(events.empty()) << "no access error event at the responder";
+    }
+}
+
 TEST_F(rc_qp_test, rnr_naks_wait_for_a_receive_and_give_up_after_rnr_retry) {
     connect_both();
     a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 100, a.mr));
@@ -1844,6 +1872,21 @@ TEST_F(ud_qp_test, a_datagram_arrives_behind_a_grh_area_holding_the_senders_ipv4
     EXPECT_EQ(src, htonl(ip_a));
     EXPECT_EQ(dst, htonl(ip_b));
     EXPECT_TRUE(same(a, 0, b, 40, 4096));
+}
+
+// UCX (uct_ud_iface_check_grh) drops a UD datagram unless wc.sl says "RoCE v2 over IPv4" (2,
+// as mlx5 reports it) and the destination at bytes 36-39 of the GRH area is its own address.
+TEST_F(ud_qp_test, a_datagram_reports_roce_v2_ipv4_in_sl_with_its_destination_at_bytes_36_to_39) {
+    b.post_recv(100, 0, 64 + 40);
+    a.post_send(datagram(1, 64, b.qp));
+    run(20);
+    proto::cqe c{};
+    ASSERT_TRUE(b.poll_recv(c));
+    ASSERT_EQ(c.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(c.sl & 7, 2) << "the network header type of RoCE v2 over IPv4";
+    uint32_t dst = 0;
+    std::memcpy(&dst, reinterpret_cast<const uint8_t*>(b.region) + 36, 4);
+    EXPECT_EQ(dst, htonl(ip_b));
 }
 
 TEST_F(ud_qp_test, wrong_qkeys_missing_receives_and_short_buffers_lose_only_that_datagram) {

@@ -1,0 +1,103 @@
+#include "sysfs_files.hh"
+
+#include <fcntl.h>
+#include <net/if.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <string_view>
+
+#include "device.hh"
+#include "discovery.hh"
+
+namespace jakiro::shim::sysfs_files {
+
+namespace {
+
+constexpr std::string_view gid_types_dir = "/ports/1/gid_attrs/types/";
+constexpr std::string_view gid_ndevs_dir = "/ports/1/gid_attrs/ndevs/";
+// The kernel's name for the GID type of every entry of a vNIC's table (ib_cache_gid_type_str).
+constexpr const char* roce_v2_type = "RoCE v2";
+
+// A vNIC's GID table has one entry, index 0: its IPv4 address as a RoCE v2 GID (jakirod's
+// dataplane/verbs/device_model.cc reports gid_tbl_len 1 in every port query).
+constexpr unsigned vnic_gid_entries = 1;
+
+// `rest` is a decimal GID index inside the table, as the kernel names the files.
+bool valid_gid_index(std::string_view rest) {
+    unsigned index = 0;
+    const auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), index);
+    return !rest.empty() && ec == std::errc{} && end == rest.data() + rest.size() &&
+           index < vnic_gid_entries;
+}
+
+}  // namespace
+
+bool attribute_text(const char* path, std::string& text) {
+    if (path == nullptr ||
+        std::strncmp(path, infiniband_class, std::strlen(infiniband_class)) != 0) {
+        return false;
+    }
+    const std::string_view rest(path + std::strlen(infiniband_class));
+    const auto slash = rest.find('/');
+    if (slash == std::string_view::npos) {
+        return false;
+    }
+    const std::string_view name = rest.substr(0, slash);
+    if (!name.starts_with(device_name_prefix)) {
+        return false;
+    }
+    const shim_device* d = find_device(name);
+    if (d == nullptr) {
+        // A program that reads sysfs before (or without) listing devices, like cat: list them
+        // now, so the files agree with ibv_get_device_list.
+        free_device_list(get_device_list(nullptr));
+        d = find_device(name);
+    }
+    if (d == nullptr) {
+        return false;
+    }
+    const std::string_view attribute = rest.substr(slash);
+    if (attribute.starts_with(gid_types_dir) &&
+        valid_gid_index(attribute.substr(gid_types_dir.size()))) {
+        text = std::string(roce_v2_type) + "\n";
+        return true;
+    }
+    if (attribute.starts_with(gid_ndevs_dir) &&
+        valid_gid_index(attribute.substr(gid_ndevs_dir.size()))) {
+        char name[IF_NAMESIZE] = {};
+        const int ifindex = netdev_with_mac(d->hello.mac);
+        if (ifindex <= 0 || if_indextoname(static_cast<unsigned>(ifindex), name) == nullptr) {
+            return false;  // no netdev carries the vNIC's MAC here: the kernel has no entry
+        }
+        text = std::string(name) + "\n";
+        return true;
+    }
+    return false;
+}
+
+int open_attribute(const std::string& text, int flags) {
+    if ((flags & O_ACCMODE) != O_RDONLY) {
+        errno = EACCES;  // sysfs attributes of a GID are read-only (0444)
+        return -1;
+    }
+    const int fd = memfd_create("jakiro-sysfs",
+                                ((flags & O_CLOEXEC) != 0 ? MFD_CLOEXEC : 0) | MFD_ALLOW_SEALING);
+    if (fd < 0) {
+        return -1;
+    }
+    const bool written =
+        pwrite(fd, text.data(), text.size(), 0) == static_cast<ssize_t>(text.size());
+    if (!written || fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK) != 0) {
+        const int error = written ? errno : EIO;
+        close(fd);
+        errno = error;
+        return -1;
+    }
+    return fd;
+}
+
+}  // namespace jakiro::shim::sysfs_files
