@@ -1,6 +1,8 @@
 #pragma once
 // Loads and validates a host YAML file. Every problem is reported with file, line and field.
 
+#include <yaml-cpp/node/node.h>
+
 #include <string>
 #include <variant>
 #include <vector>
@@ -27,5 +29,12 @@ struct config_result {
 config_result load_host_config_file(const std::string& path);
 // For tests and `jakiroctl apply`: parse YAML text as if it came from `file_name`.
 config_result load_host_config_text(const std::string& yaml_text, const std::string& file_name);
+
+// A cluster document (`jakiroctl --etcd URL apply`, and the records jakirod reads from etcd):
+// `hosts`, `vpcs`, `security_groups` and `vnics` whose entries name their `host` instead of a
+// port. The result's config holds them (no host section); vnics[].host is set.
+config_result load_cluster_config_text(const std::string& yaml_text, const std::string& file_name);
+// The same from a parsed tree (jakirod assembles it from etcd's records).
+config_result load_cluster_config_node(const YAML::Node& root, const std::string& file_name);
 
 }  // namespace jakiro
