@@ -308,7 +308,7 @@ void load_control(checker& check, const YAML::Node& root, host_config& config) {
                         "'" + control.etcd[i] + "' is not http://ADDR:PORT (TLS is not supported)");
         }
     }
-    control.vnic_port = check.string(node, "vnic_port", "control").value_or("");
+    control.vnic_port = check.string(node, "vnic_port", "control", false).value_or("");
     if (!control.vnic_port.empty() && control.vnic_port.find("{name}") == std::string::npos) {
         check.error(node["vnic_port"], "control.vnic_port",
                     "must contain {name} (each vNIC needs its own DPDK device)");
