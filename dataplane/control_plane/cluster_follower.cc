@@ -71,9 +71,11 @@ void cluster_follower::offer_connection(const connection_event& event) {
         return;
     }
     _post([this, event] {
+        if (event.connected != _status.connected) {
+            _status.since = std::chrono::system_clock::now();  // not when only the error changes
+        }
         _status.connected = event.connected;
         _status.ever_connected |= event.connected;
-        _status.since = std::chrono::system_clock::now();
         _status.revision_seen = std::max(_status.revision_seen, event.revision);
         _status.last_error = event.error;
     });

@@ -17,7 +17,7 @@ etcd_agent::etcd_agent(control_config control, std::string host_name, uint32_t u
     : _control(std::move(control)),
       _host_name(std::move(host_name)),
       _underlay_ip(underlay_ip),
-      _client(_control.etcd) {}
+      _client(_control.etcd, true) {}
 
 etcd_agent::~etcd_agent() {
     stop();
@@ -103,10 +103,11 @@ void etcd_agent::report(bool connected, const std::string& error) {
     int64_t revision = 0;
     {
         std::lock_guard lock(_mutex);
-        if (_reported && connected == _connected) {
+        if (_reported && connected == _connected && (connected || error == _last_error)) {
             return;  // only changes are news
         }
         _reported = true;
+        _last_error = error;
         _connected = connected;
         revision = _revision;
     }

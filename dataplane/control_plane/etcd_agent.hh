@@ -92,6 +92,7 @@ class etcd_agent {
     int64_t _revision = 0;                        // the last revision seen (watch thread)
     bool _connected = false;
     bool _reported = false;
+    std::string _last_error;
 
     cluster_records _records;  // build thread only (and read_once before start)
     std::thread _watch_thread;

@@ -22,10 +22,6 @@ std::string describe(const grpc::Status& status) {
                                           : status.error_message();
 }
 
-void set_deadline(grpc::ClientContext& context, std::chrono::milliseconds timeout) {
-    context.set_deadline(std::chrono::system_clock::now() + timeout);
-}
-
 }  // namespace
 
 std::string etcd_client::target_of(const std::vector<std::string>& endpoints) {
@@ -58,7 +54,13 @@ std::string etcd_client::target_of(const std::vector<std::string>& endpoints) {
     return target;
 }
 
-etcd_client::etcd_client(const std::vector<std::string>& endpoints) {
+void etcd_client::prepare(grpc::ClientContext& context, std::chrono::milliseconds timeout) const {
+    context.set_deadline(std::chrono::system_clock::now() + timeout);
+    context.set_wait_for_ready(_wait_for_ready);
+}
+
+etcd_client::etcd_client(const std::vector<std::string>& endpoints, bool wait_for_ready)
+    : _wait_for_ready(wait_for_ready) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(max_message_bytes);
     args.SetMaxSendMessageSize(max_message_bytes);
@@ -67,7 +69,7 @@ etcd_client::etcd_client(const std::vector<std::string>& endpoints) {
     args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
     // Reconnect promptly when etcd comes back (gRPC's default backoff grows to 120 s).
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
-    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 1000);  // also the connect timeout
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
     _channel =
         grpc::CreateCustomChannel(target_of(endpoints), grpc::InsecureChannelCredentials(), args);
@@ -92,7 +94,7 @@ bool etcd_client::range_prefix(const std::string& prefix, std::vector<key_value>
         request.set_revision(revision);
         etcdserverpb::RangeResponse response;
         grpc::ClientContext context;
-        set_deadline(context, timeout);
+        prepare(context, timeout);
         const auto status = _kv->Range(&context, request, &response);
         if (!status.ok()) {
             error = "range " + prefix + ": " + describe(status);
@@ -114,7 +116,7 @@ bool etcd_client::range_prefix(const std::string& prefix, std::vector<key_value>
 bool etcd_client::txn(const etcdserverpb::TxnRequest& request, etcdserverpb::TxnResponse& response,
                       std::string& error, std::chrono::milliseconds timeout) {
     grpc::ClientContext context;
-    set_deadline(context, timeout);
+    prepare(context, timeout);
     const auto status = _kv->Txn(&context, request, &response);
     if (!status.ok()) {
         error = "transaction: " + describe(status);
@@ -129,7 +131,7 @@ bool etcd_client::lease_grant(int64_t ttl_s, int64_t& id, std::string& error,
     request.set_ttl(ttl_s);
     etcdserverpb::LeaseGrantResponse response;
     grpc::ClientContext context;
-    set_deadline(context, timeout);
+    prepare(context, timeout);
     const auto status = _lease->LeaseGrant(&context, request, &response);
     if (!status.ok() || !response.error().empty()) {
         error = "lease grant: " + (status.ok() ? response.error() : describe(status));
@@ -142,7 +144,7 @@ bool etcd_client::lease_grant(int64_t ttl_s, int64_t& id, std::string& error,
 bool etcd_client::lease_keep_alive(int64_t id, int64_t& ttl_s, std::string& error,
                                    std::chrono::milliseconds timeout) {
     grpc::ClientContext context;
-    set_deadline(context, timeout);
+    prepare(context, timeout);
     auto stream = _lease->LeaseKeepAlive(&context);
     etcdserverpb::LeaseKeepAliveRequest request;
     request.set_id(id);
@@ -160,6 +162,7 @@ bool etcd_client::lease_keep_alive(int64_t id, int64_t& ttl_s, std::string& erro
 
 etcd_client::watch_stream::watch_stream(etcd_client& client, const std::string& prefix,
                                         int64_t start_revision) {
+    _context.set_wait_for_ready(client._wait_for_ready);  // no deadline: cancel() ends it
     _stream = client._watch->Watch(&_context);
     etcdserverpb::WatchRequest request;
     auto* create = request.mutable_create_request();

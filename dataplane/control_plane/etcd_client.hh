@@ -32,7 +32,12 @@ struct key_value {
 class etcd_client {
   public:
     // `endpoints`: "http://ADDR:PORT" URLs; gRPC picks the first that answers.
-    explicit etcd_client(const std::vector<std::string>& endpoints);
+    // `wait_for_ready`: calls wait (up to their deadline; a watch: until cancelled) for etcd
+    // to answer instead of failing at once while it is unreachable. A long-lived client
+    // (jakirod) needs it: a call that waits is also what drives gRPC's reconnection (the
+    // sync API has no other poller but a slow backup one), so with fail-fast calls a client
+    // whose etcd restarted would keep timing out its handshakes. jakiroctl fails fast.
+    etcd_client(const std::vector<std::string>& endpoints, bool wait_for_ready);
 
     // The gRPC target for `endpoints` ("ipv4:198.18.0.250:2379,..." or "dns:///name:port").
     static std::string target_of(const std::vector<std::string>& endpoints);
@@ -65,6 +70,9 @@ class etcd_client {
     };
 
   private:
+    void prepare(grpc::ClientContext& context, std::chrono::milliseconds timeout) const;
+
+    bool _wait_for_ready;
     std::shared_ptr<grpc::Channel> _channel;
     std::unique_ptr<etcdserverpb::KV::Stub> _kv;
     std::unique_ptr<etcdserverpb::Watch::Stub> _watch;

@@ -209,7 +209,7 @@ int run_cluster_command(const std::vector<std::string>& endpoints,
             return 2;
         }
     }
-    etcd_client client(endpoints);
+    etcd_client client(endpoints, false);
     if (args.size() == 2 && args[0] == "apply") {
         return apply(client, args[1]);
     }
