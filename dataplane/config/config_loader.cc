@@ -824,6 +824,36 @@ config_result load_cluster_config_text(const std::string& yaml_text, const std::
     return load_cluster_config_node(root, file_name);
 }
 
+std::optional<vnic_config> load_cluster_vnic_text(const std::string& flow_text,
+                                                  host_config& context, std::string& error) {
+    checker check("vnic");
+    try {
+        const auto root = YAML::Load("vnics:\n- " + flow_text + "\n");
+        std::set<vpc_address> claimed;
+        const auto before = context.vnics.size();
+        load_vnics(check, root, context, claimed, true);
+        std::optional<vnic_config> out;
+        if (context.vnics.size() > before) {
+            out = std::move(context.vnics.back());
+            context.vnics.pop_back();
+        }
+        auto errors = check.take_errors();
+        if (!errors.empty()) {
+            // "vnics[0].vpc: unknown VPC 'green'" reads as the record's own field.
+            auto field = errors[0].field;
+            if (field.rfind("vnics[0]", 0) == 0) {
+                field = "vnics[" + std::string("*") + "]" + field.substr(8);
+            }
+            error = field + ": " + errors[0].message;
+            return std::nullopt;
+        }
+        return out;
+    } catch (const YAML::Exception& e) {
+        error = e.what();
+        return std::nullopt;
+    }
+}
+
 config_result load_host_config_file(const std::string& path) {
     std::ifstream in(path);
     if (!in) {

@@ -69,12 +69,10 @@ const char* section_of(record_kind kind) {
 
 }  // namespace
 
-std::shared_ptr<const cluster_view> cluster_records::build_view() const {
+std::shared_ptr<const cluster_view> cluster_records::build_view() {
     auto view = std::make_shared<cluster_view>();
     view->revision = _revision;
     view->records = _records.size();
-    // The records become one cluster document, one entry per line, which the loader checks as
-    // it checks a cluster YAML; an error's line names the record it is about.
     std::map<record_kind, std::vector<const std::string*>> by_kind;  // keys, in key order
     for (const auto& [key, record] : _records) {
         view->bytes += key.size() + record.value.size();
@@ -87,14 +85,15 @@ std::shared_ptr<const cluster_view> cluster_records::build_view() const {
             by_kind[parsed->kind].push_back(&key);
         }
     }
+    // The frame (hosts, VPCs, groups: few records) is one document, one entry per line, which
+    // the loader checks as it checks a cluster YAML; an error's line names its record. Each
+    // round drops the entries the loader blames and tries again; a few rounds cover chains.
     std::set<const std::string*> dropped;
-    // Each round drops the entries the loader blames and tries again; a few rounds cover
-    // chains (a VPC dropped takes its groups, whose loss takes their vNICs).
-    for (int round = 0; round < 8; ++round) {
+    bool loaded_frame = false;
+    for (int round = 0; round < 8 && !loaded_frame; ++round) {
         std::string text;
         std::vector<const std::string*> line_key{nullptr};  // 1-based lines
-        for (auto kind :
-             {record_kind::host, record_kind::vpc, record_kind::group, record_kind::vnic}) {
+        for (auto kind : {record_kind::host, record_kind::vpc, record_kind::group}) {
             bool header = false;  // an empty section would be null, not a list
             for (const auto* key : by_kind[kind]) {
                 if (dropped.count(key)) {
@@ -110,30 +109,72 @@ std::shared_ptr<const cluster_view> cluster_records::build_view() const {
             }
         }
         if (text.empty()) {
-            return view;  // nothing in the store yet: an empty cluster
-        }
-        auto loaded = load_cluster_config_text(text, "etcd");
-        if (loaded.ok()) {
-            view->cluster = std::move(loaded.config);
-            return view;
-        }
-        bool progress = false;
-        for (const auto& error : loaded.errors) {
-            const auto* key =
-                error.line > 0 && static_cast<std::size_t>(error.line) < line_key.size()
-                    ? line_key[error.line]
-                    : nullptr;
-            if (key != nullptr && dropped.insert(key).second) {
-                view->rejected.push_back(*key + ": " + error.field + ": " + error.message);
-                progress = true;
+            loaded_frame = true;
+        } else {
+            auto loaded = load_cluster_config_text(text, "etcd");
+            if (loaded.ok()) {
+                view->cluster = std::move(loaded.config);
+                loaded_frame = true;
+            } else {
+                bool progress = false;
+                for (const auto& error : loaded.errors) {
+                    const auto* key =
+                        error.line > 0 && static_cast<std::size_t>(error.line) < line_key.size()
+                            ? line_key[error.line]
+                            : nullptr;
+                    if (key != nullptr && dropped.insert(key).second) {
+                        view->rejected.push_back(*key + ": " + error.field + ": " + error.message);
+                        progress = true;
+                    }
+                }
+                if (!progress) {
+                    view->rejected.push_back(loaded.errors[0].to_string());
+                    break;
+                }
             }
         }
-        if (!progress) {
-            view->rejected.push_back(loaded.errors[0].to_string());
-            break;
+        if (loaded_frame && text != _frame_text) {
+            _frame_text = std::move(text);
+            ++_frame_generation;
         }
     }
-    view->usable = false;
+    if (!loaded_frame) {
+        view->usable = false;
+        return view;
+    }
+    // vNICs one by one against the frame, each remembered until it or the frame changes.
+    for (auto it = _checked.begin(); it != _checked.end();) {
+        it = _records.count(it->first) ? std::next(it) : _checked.erase(it);
+    }
+    std::set<std::pair<std::string, uint32_t>> addresses;  // (VPC, IP) taken
+    std::set<mac_address> macs;
+    for (const auto* key : by_kind[record_kind::vnic]) {
+        const auto& flow = _records.at(*key).flow;
+        auto& checked = _checked[*key];
+        if (checked.flow != flow || checked.frame != _frame_generation) {
+            checked.flow = flow;
+            checked.frame = _frame_generation;
+            checked.error.clear();
+            checked.vnic = load_cluster_vnic_text(flow, view->cluster, checked.error);
+        }
+        if (!checked.vnic) {
+            view->rejected.push_back(*key + ": " + checked.error);
+            continue;
+        }
+        const auto& vnic = *checked.vnic;
+        // What the loader checks across entries: the first claimant (in key order) keeps it.
+        if (!addresses.insert({vnic.vpc, vnic.ip.address}).second) {
+            view->rejected.push_back(*key + ": vnics[*].ip: address " +
+                                     format_ipv4(vnic.ip.address) + " already used in VPC '" +
+                                     vnic.vpc + "'");
+            continue;
+        }
+        if (!macs.insert(vnic.mac).second) {
+            view->rejected.push_back(*key + ": vnics[*].mac: MAC used by two vNICs");
+            continue;
+        }
+        view->cluster.vnics.push_back(vnic);
+    }
     return view;
 }
 

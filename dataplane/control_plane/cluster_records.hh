@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -53,12 +54,24 @@ class cluster_records {
     int64_t revision() const { return _revision; }
     const std::map<std::string, stored_record>& records() const { return _records; }
 
-    // Parses and validates every record (the same checks as a cluster YAML).
-    std::shared_ptr<const cluster_view> build_view() const;
+    // Parses and validates every record (the same checks as a cluster YAML). vNIC records are
+    // checked one by one and remembered: a change costs one record's parse, not the cluster's,
+    // until the VPCs, groups or hosts change (then every vNIC is checked again).
+    std::shared_ptr<const cluster_view> build_view();
 
   private:
+    struct checked_vnic {
+        std::string flow;    // the value it was checked as
+        uint64_t frame = 0;  // the _frame_generation it was checked against
+        std::optional<vnic_config> vnic;
+        std::string error;
+    };
+
     std::map<std::string, stored_record> _records;  // by key
     int64_t _revision = 0;
+    std::map<std::string, checked_vnic> _checked;  // by key
+    std::string _frame_text;                       // hosts, VPCs and groups, as last loaded
+    uint64_t _frame_generation = 0;
 };
 
 // The records (key -> value) a validated cluster document stands for: one per host, VPC,

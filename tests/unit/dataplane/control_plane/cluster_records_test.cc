@@ -62,7 +62,7 @@ TEST(ClusterRecords, ARecordThatDoesNotFitIsRefusedAndTheRestStays) {
     const auto view = records.build_view();
     ASSERT_TRUE(view->usable);
     EXPECT_EQ(view->cluster.vnics.size(), 2u);
-    EXPECT_TRUE(mentions(view->rejected, "/jakiro/v1/vnics/t9: vnics[2].vpc: unknown VPC"));
+    EXPECT_TRUE(mentions(view->rejected, "/jakiro/v1/vnics/t9: vnics[*].vpc: unknown VPC"));
     EXPECT_TRUE(mentions(view->rejected, "/jakiro/v1/vnics/t8: name does not match the key"));
     EXPECT_TRUE(mentions(view->rejected, "/jakiro/v1/vnics/t7: not YAML"));
 }
@@ -145,4 +145,15 @@ TEST(RecordDiff, IdenticalStateNeedsNoTransaction) {
     const std::map<std::string, stored_record> current{
         {"/jakiro/v1/vpcs/blue", {"{name: blue}", 5, "", ""}}};
     EXPECT_TRUE(diff_records(desired, current).empty());
+}
+
+TEST(ClusterRecords, AVnicRefusedForAMissingVpcIsTakenOnceTheVpcArrives) {
+    auto records = two_host_cluster();
+    records.put("/jakiro/v1/vnics/t9",
+                "{name: t9, vpc: green, ip: 198.19.1.9/24, mac: '02:00:00:00:00:09', host: h2}", 9);
+    EXPECT_EQ(records.build_view()->cluster.vnics.size(), 2u);
+    records.put("/jakiro/v1/vpcs/green", "{name: green, vni: 300}", 10);
+    const auto view = records.build_view();
+    EXPECT_EQ(view->cluster.vnics.size(), 3u);
+    EXPECT_TRUE(view->rejected.empty());
 }
