@@ -21,6 +21,8 @@
 #include "control/host_manager.hh"
 #include "control/rdma_admission.hh"
 #include "control/telemetry.hh"
+#include "control_plane/cluster_follower.hh"
+#include "control_plane/etcd_agent.hh"
 #include "eal_options.hh"
 #include "jakiro_version.hh"
 #include "log.hh"
@@ -180,6 +182,21 @@ int main(int argc, char** argv) {
     log::redirect_dpdk();
     daemon_state state;
     state.config = std::move(loaded.config);
+    // control: etcd. The cluster's part of the configuration (VPCs, groups, vNICs) comes from
+    // etcd: one read now, bounded, so the ports and tables start with it; the watch follows
+    // once the control thread runs. Without an answer jakirod starts with the host alone and
+    // converges when etcd answers.
+    std::unique_ptr<control_plane::etcd_agent> etcd;
+    std::shared_ptr<const control_plane::cluster_view> first_view;
+    if (state.config.control) {
+        etcd = std::make_unique<control_plane::etcd_agent>(*state.config.control, state.config.name,
+                                                           state.config.underlay.ip);
+        std::string etcd_error;
+        first_view = etcd->read_once(std::chrono::seconds(3), etcd_error);
+        if (!first_view) {
+            log::warning("etcd_unreachable", etcd_error + "; starting with the host YAML alone");
+        }
+    }
     state.busy_poll = opts.busy_poll;
     const auto& config = state.config;
     if (opts.socket.empty()) {
@@ -224,6 +241,12 @@ int main(int argc, char** argv) {
     state.neighbors = neighbors.get();
     state.publisher = &publisher;
     host_manager host(state, pool);
+    std::unique_ptr<control_plane::cluster_follower> follower;
+    if (etcd) {
+        follower = std::make_unique<control_plane::cluster_follower>(state, host, state.config);
+        state.config = follower->initial_config(first_view);
+        state.control_plane = &follower->status();
+    }
     if (!host.start(error)) {
         return fail(error);
     }
@@ -279,6 +302,15 @@ int main(int argc, char** argv) {
         return fail(error);
     }
     register_telemetry(&control);
+    if (follower) {
+        follower->set_poster([&control](std::function<void()> fn) { control.post(std::move(fn)); });
+        control.on_second([&follower] { follower->tick(); });
+        // The local vNICs of the first view, before READY=1 (a port that cannot open waits).
+        control.run_on_control_thread([&] { follower->apply_pending(); }, std::chrono::seconds(30));
+        etcd->start(
+            [&follower](auto view, auto received) { follower->offer(std::move(view), received); },
+            [&follower](const auto& event) { follower->offer_connection(event); });
+    }
     // Ports are started, the control socket and the metrics listener are bound, and the worker
     // starts polling next: systemd may consider the service started.
     std::string status;
@@ -300,6 +332,9 @@ int main(int argc, char** argv) {
     service::notify("STOPPING=1\nSTATUS=stopping");
     log::info("stopping", "signal received; closing ports");
     register_telemetry(nullptr);
+    if (etcd) {
+        etcd->stop();  // before the control thread: its callbacks post there
+    }
     control.stop();
     verbs_channel.stop();
     host.stop_ports();

@@ -289,6 +289,72 @@ void load_host(checker& check, const YAML::Node& root, host_config& config) {
             .value_or(1500);
 }
 
+void load_control(checker& check, const YAML::Node& root, host_config& config) {
+    const auto node = root["control"];
+    if (!node.IsDefined() || node.IsNull()) {
+        return;
+    }
+    if (!check.only_keys(node, "control", {"etcd", "vnic_port", "lease_ttl"})) {
+        return;
+    }
+    control_config control;
+    control.etcd = check.names(node, "etcd", "control");
+    if (control.etcd.empty()) {
+        check.error(node, "control.etcd", "needs at least one endpoint (http://ADDR:PORT)");
+    }
+    for (std::size_t i = 0; i < control.etcd.size(); ++i) {
+        if (control.etcd[i].rfind("http://", 0) != 0) {
+            check.error(node["etcd"][i], "control.etcd[" + std::to_string(i) + "]",
+                        "'" + control.etcd[i] + "' is not http://ADDR:PORT (TLS is not supported)");
+        }
+    }
+    control.vnic_port = check.string(node, "vnic_port", "control", false).value_or("");
+    if (!control.vnic_port.empty() && control.vnic_port.find("{name}") == std::string::npos) {
+        check.error(node["vnic_port"], "control.vnic_port",
+                    "must contain {name} (each vNIC needs its own DPDK device)");
+    }
+    control.lease_ttl_s =
+        check.number(node, "lease_ttl", "control", 2, 3600, false).value_or(control.lease_ttl_s);
+    config.control = control;
+    // The cluster's state comes from etcd: a host YAML that also lists it would be ignored.
+    for (const char* key : {"vpcs", "security_groups", "vnics", "peers"}) {
+        if (root[key].IsDefined() && !(root[key].IsSequence() && root[key].size() == 0)) {
+            check.error(root[key], key, "comes from etcd when control: is set (remove it here)");
+        }
+    }
+}
+
+void load_hosts(checker& check, const YAML::Node& root, host_config& config) {
+    const auto hosts = root["hosts"];
+    if (!hosts.IsDefined() || hosts.IsNull()) {
+        return;
+    }
+    if (!hosts.IsSequence()) {
+        check.error(hosts, "hosts", "must be a list");
+        return;
+    }
+    std::set<std::string> names;
+    std::set<uint32_t> ips;
+    for (std::size_t i = 0; i < hosts.size(); ++i) {
+        const auto field = checker::index("hosts", i);
+        const auto node = hosts[i];
+        if (!check.only_keys(node, field, {"name", "underlay_ip"})) {
+            continue;
+        }
+        cluster_host host;
+        host.name = check.string(node, "name", field).value_or("");
+        host.underlay_ip = check.ipv4(node, "underlay_ip", field).value_or(0);
+        if (!host.name.empty() && !names.insert(host.name).second) {
+            check.error(node["name"], field + ".name", "duplicate host '" + host.name + "'");
+        }
+        if (host.underlay_ip != 0 && !ips.insert(host.underlay_ip).second) {
+            check.error(node["underlay_ip"], field + ".underlay_ip",
+                        "underlay address used by two hosts");
+        }
+        config.hosts.push_back(host);
+    }
+}
+
 void load_vpcs(checker& check, const YAML::Node& root, host_config& config) {
     const auto vpcs = root["vpcs"];
     if (!vpcs.IsDefined()) {
@@ -524,8 +590,10 @@ void check_group_names(checker& check, const YAML::Node& node, const std::string
     }
 }
 
+// A host YAML's vNICs are local and name their port; a cluster document's (`cluster`) name the
+// host they live on instead, and their port is that host's business (control.vnic_port).
 void load_vnics(checker& check, const YAML::Node& root, host_config& config,
-                std::set<vpc_address>& claimed) {
+                std::set<vpc_address>& claimed, bool cluster) {
     const auto vnics = root["vnics"];
     if (!vnics.IsDefined()) {
         return;
@@ -539,12 +607,18 @@ void load_vnics(checker& check, const YAML::Node& root, host_config& config,
     for (std::size_t i = 0; i < vnics.size(); ++i) {
         const auto field = checker::index("vnics", i);
         const auto node = vnics[i];
-        if (!check.only_keys(
-                node, field,
-                {"name", "vpc", "mac", "ip", "port", "netns", "security_groups", "rdma", "qos"})) {
+        if (cluster ? !check.only_keys(
+                          node, field,
+                          {"name", "vpc", "mac", "ip", "host", "security_groups", "rdma", "qos"})
+                    : !check.only_keys(node, field,
+                                       {"name", "vpc", "mac", "ip", "port", "netns",
+                                        "security_groups", "rdma", "qos"})) {
             continue;
         }
         vnic_config vnic;
+        if (cluster) {
+            vnic.host = check.string(node, "host", field).value_or("");
+        }
         vnic.name = check.string(node, "name", field).value_or("");
         if (vnic.name.size() > max_ifname) {
             check.error(node["name"], field + ".name", "longer than 15 characters");
@@ -575,7 +649,7 @@ void load_vnics(checker& check, const YAML::Node& root, host_config& config,
                 }
             }
         }
-        vnic.port = check.string(node, "port", field).value_or("");
+        vnic.port = cluster ? "" : check.string(node, "port", field).value_or("");
         const auto device = vnic.port.substr(0, vnic.port.find(','));
         if (!device.empty() && !ports.insert(device).second) {
             check.error(node["port"], field + ".port", "DPDK device '" + device + "' used twice");
@@ -701,18 +775,83 @@ config_result load_host_config_text(const std::string& yaml_text, const std::str
         return result;
     }
     try {
-        check.only_keys(root, "", {"host", "vpcs", "security_groups", "vnics", "peers"});
+        check.only_keys(root, "", {"host", "control", "vpcs", "security_groups", "vnics", "peers"});
         load_host(check, root, result.config);
+        load_control(check, root, result.config);
         load_vpcs(check, root, result.config);
         load_security_groups(check, root, result.config);
         std::set<vpc_address> claimed;
-        load_vnics(check, root, result.config, claimed);
+        load_vnics(check, root, result.config, claimed, false);
         load_peers(check, root, result.config, claimed);
     } catch (const YAML::Exception& e) {
         check.error(root, "", std::string("unexpected YAML structure: ") + e.what());
     }
     result.errors = check.take_errors();
     return result;
+}
+
+config_result load_cluster_config_node(const YAML::Node& root, const std::string& file_name) {
+    config_result result;
+    result.config.source_file = file_name;
+    checker check(file_name);
+    if (!root.IsMap()) {
+        result.errors.push_back({file_name, 1, "", "top level must be a mapping"});
+        return result;
+    }
+    try {
+        check.only_keys(root, "", {"hosts", "vpcs", "security_groups", "vnics"});
+        load_hosts(check, root, result.config);
+        load_vpcs(check, root, result.config);
+        load_security_groups(check, root, result.config);
+        std::set<vpc_address> claimed;
+        load_vnics(check, root, result.config, claimed, true);
+    } catch (const YAML::Exception& e) {
+        check.error(root, "", std::string("unexpected YAML structure: ") + e.what());
+    }
+    result.errors = check.take_errors();
+    return result;
+}
+
+config_result load_cluster_config_text(const std::string& yaml_text, const std::string& file_name) {
+    YAML::Node root;
+    try {
+        root = YAML::Load(yaml_text);
+    } catch (const YAML::ParserException& e) {
+        config_result result;
+        result.errors.push_back({file_name, e.mark.line + 1, "", e.msg});
+        return result;
+    }
+    return load_cluster_config_node(root, file_name);
+}
+
+std::optional<vnic_config> load_cluster_vnic_text(const std::string& flow_text,
+                                                  host_config& context, std::string& error) {
+    checker check("vnic");
+    try {
+        const auto root = YAML::Load("vnics:\n- " + flow_text + "\n");
+        std::set<vpc_address> claimed;
+        const auto before = context.vnics.size();
+        load_vnics(check, root, context, claimed, true);
+        std::optional<vnic_config> out;
+        if (context.vnics.size() > before) {
+            out = std::move(context.vnics.back());
+            context.vnics.pop_back();
+        }
+        auto errors = check.take_errors();
+        if (!errors.empty()) {
+            // "vnics[0].vpc: unknown VPC 'green'" reads as the record's own field.
+            auto field = errors[0].field;
+            if (field.rfind("vnics[0]", 0) == 0) {
+                field = "vnics[" + std::string("*") + "]" + field.substr(8);
+            }
+            error = field + ": " + errors[0].message;
+            return std::nullopt;
+        }
+        return out;
+    } catch (const YAML::Exception& e) {
+        error = e.what();
+        return std::nullopt;
+    }
 }
 
 config_result load_host_config_file(const std::string& path) {

@@ -1,6 +1,9 @@
 #pragma once
 // Loads and validates a host YAML file. Every problem is reported with file, line and field.
 
+#include <yaml-cpp/node/node.h>
+
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -27,5 +30,17 @@ struct config_result {
 config_result load_host_config_file(const std::string& path);
 // For tests and `jakiroctl apply`: parse YAML text as if it came from `file_name`.
 config_result load_host_config_text(const std::string& yaml_text, const std::string& file_name);
+
+// A cluster document (`jakiroctl --etcd URL apply`, and the records jakirod reads from etcd):
+// `hosts`, `vpcs`, `security_groups` and `vnics` whose entries name their `host` instead of a
+// port. The result's config holds them (no host section); vnics[].host is set.
+config_result load_cluster_config_text(const std::string& yaml_text, const std::string& file_name);
+// The same from a parsed tree.
+config_result load_cluster_config_node(const YAML::Node& root, const std::string& file_name);
+// One cluster vNIC entry (a YAML flow mapping) checked against the VPCs and groups of
+// `context` (left as it was); nullopt with `error` ("vnics[*].field: message") if it does not
+// fit. Checks that need the other vNICs (unique address, MAC) are the caller's.
+std::optional<vnic_config> load_cluster_vnic_text(const std::string& flow_text,
+                                                  host_config& context, std::string& error);
 
 }  // namespace jakiro

@@ -84,6 +84,9 @@ struct vnic_config {
     std::string netns;
     std::vector<std::string> security_groups;  // none: ingress denied, egress denied
     rdma_config rdma;
+    // The host the vNIC lives on (a host name): cluster records only (control plane, etcd);
+    // empty in a host YAML, where every vNIC is local.
+    std::string host;
     // DHTB (DESIGN.md §6): rate, burst and the rdma/tcp classes; none = not shaped.
     std::optional<qos::vnic_qos> qos;
 };
@@ -113,6 +116,23 @@ struct metrics_config {
     bool operator==(const metrics_config&) const = default;
 };
 
+// host YAML `control:`: the cluster's VPCs, groups and vNICs come from etcd instead of this
+// file (dataplane/control_plane/README.md). None: the YAML is the whole truth, as always.
+struct control_config {
+    std::vector<std::string> etcd;  // endpoints, "http://ADDR:PORT"
+    // The DPDK device of a local vNIC learnt from etcd; "{name}" becomes the vNIC's name.
+    std::string vnic_port;
+    uint32_t lease_ttl_s = 10;  // the host's liveness lease
+    bool operator==(const control_config&) const = default;
+};
+
+// A host of the cluster (control plane only): its name and underlay address.
+struct cluster_host {
+    std::string name;
+    uint32_t underlay_ip = 0;
+    bool operator==(const cluster_host&) const = default;
+};
+
 struct host_config {
     std::string source_file;
     std::string name;
@@ -125,6 +145,9 @@ struct host_config {
     conntrack_config conntrack;
     std::optional<qos::uplink_qos> uplink_qos;  // host.qos.uplink_rate: all vNICs together
     std::optional<metrics_config> metrics;      // none: no metrics listener
+    std::optional<control_config> control;      // none: no control plane, the YAML is all
+    // Cluster documents only (`jakiroctl --etcd apply`, the records in etcd): the hosts.
+    std::vector<cluster_host> hosts;
 
     const vpc_config* find_vpc(const std::string& name) const;
     // Group names are unique within a VPC (every VPC may have its own "default").

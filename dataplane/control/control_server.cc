@@ -130,6 +130,9 @@ void control_server::tick() {
     }
     if (now >= _next_second) {
         _next_second = now + std::chrono::seconds(1);
+        if (_on_second) {
+            _on_second();
+        }
         // QPs destroyed between scrapes keep counting in the per-vNIC totals.
         if (_state.engine != nullptr) {
             _qps.observe(_state.engine->report());
@@ -202,6 +205,12 @@ std::string control_server::handle(const std::string& command_line) {
         } else {
             rest.push_back(args[i]);
         }
+    }
+    if (command == "apply" && _state.control_plane != nullptr) {
+        // The running configuration is host YAML + etcd; a host YAML alone would drop the
+        // cluster's part of it.
+        return "ERR this host follows the cluster in etcd (control: in its YAML): change the "
+               "cluster with jakiroctl --etcd URL apply, or restart jakirod for host settings\n";
     }
     if (command == "apply") {
         if (rest.size() != 1) {

@@ -48,6 +48,11 @@ class control_server {
         _reload_file = std::move(file);
     }
 
+    // Runs `fn` on the control thread soon, without waiting (any thread).
+    void post(std::function<void()> fn) { _socket.post(std::move(fn)); }
+    // `fn` runs on the control thread once a second (the etcd follower's retries).
+    void on_second(std::function<void()> fn) { _on_second = std::move(fn); }
+
     // Runs `fn` on the control thread and waits for it up to `timeout`; false if it did not
     // run in time (then it never runs). For other threads (DPDK telemetry's).
     bool run_on_control_thread(std::function<void()> fn, std::chrono::milliseconds timeout);
@@ -71,6 +76,7 @@ class control_server {
     std::string _last_status;
     std::atomic<bool>* _reload_flag = nullptr;
     std::string _reload_file;
+    std::function<void()> _on_second;
 };
 
 }  // namespace jakiro

@@ -22,6 +22,9 @@ class engine;
 namespace verbs {
 class channel_server;
 }
+namespace control_plane {
+struct control_plane_status;
+}
 class egress_shaper;
 class ingress_policer;
 
@@ -45,6 +48,8 @@ struct daemon_state {
     const egress_shaper* shaper = nullptr;     // DHTB egress (jakiroctl qos, top)
     const ingress_policer* policer = nullptr;  // DHTB ingress (jakiroctl qos)
     verbs::channel_server* verbs = nullptr;    // the vNICs' RDMA faces (follow apply)
+    // With control: in the host YAML, the etcd follower's state (control_plane/status.hh).
+    const control_plane::control_plane_status* control_plane = nullptr;
 };
 
 }  // namespace jakiro

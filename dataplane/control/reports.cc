@@ -1,5 +1,6 @@
 #include "reports.hh"
 
+#include "../control_plane/status.hh"
 #include "../roce/engine.hh"
 #include "../verbs/channel_server.hh"
 #include "../worker/egress_shaper.hh"
@@ -137,7 +138,11 @@ std::string render_status(const daemon_state& state, bool json) {
                 .value("mac", text)
                 .end_object();
         }
-        out.end_array().end_object();
+        out.end_array();
+        if (state.control_plane != nullptr) {
+            control_plane::write_control_plane_json(out, *state.control_plane);
+        }
+        out.end_object();
         return out.str() + "\n";
     }
     std::ostringstream text;
@@ -152,6 +157,9 @@ std::string render_status(const daemon_state& state, bool json) {
     }
     text << "  underlay neighbors resolved: " << resolved_neighbors(state) << "/"
          << state.neighbors->size() << "\n";
+    if (state.control_plane != nullptr) {
+        text << control_plane::render_control_plane_text(*state.control_plane);
+    }
     return text.str();
 }
 

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "cluster_commands.hh"
 #include "control_client.hh"
 #include "top.hh"
 
@@ -34,6 +35,10 @@ const char* usage =
     "  metrics               every metric in the Prometheus text format (as GET /metrics)\n"
     "  apply FILE            apply a host YAML live: security groups, rules, peers, vNICs,\n"
     "                        QoS, quotas, the metrics address (what systemctl reload does)\n"
+    "cluster commands (the control plane in etcd; no jakirod needed):\n"
+    "  --etcd URL apply CLUSTER.yaml   write the cluster's VPCs, groups, vNICs (and hosts)\n"
+    "                                  in one transaction; refused with file:line: field\n"
+    "  --etcd URL get vnics|vpcs|groups|hosts   read them back\n"
     "options:\n"
     "  --host NAME    talk to /run/jakiro/NAME.sock; without it the only socket there is used\n"
     "  --socket PATH  talk to the control socket at PATH\n"
@@ -64,6 +69,23 @@ std::string only_socket() {
 int main(int argc, char** argv) {
     std::string path;
     std::string command;
+    std::vector<std::string> etcd;
+    for (int i = 1; i < argc; ++i) {
+        if (std::string(argv[i]) == "--etcd" && i + 1 < argc) {
+            etcd.push_back(argv[++i]);
+        }
+    }
+    if (!etcd.empty()) {
+        std::vector<std::string> args;
+        for (int i = 1; i < argc; ++i) {
+            if (std::string(argv[i]) == "--etcd") {
+                ++i;
+            } else {
+                args.push_back(argv[i]);
+            }
+        }
+        return run_cluster_command(etcd, args);
+    }
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
         if ((arg == "--host" || arg == "--socket") && i + 1 < argc) {

@@ -1,0 +1,195 @@
+#include "cluster_follower.hh"
+
+#include <algorithm>
+
+#include "../log.hh"
+#include "host_view.hh"
+
+namespace jakiro::control_plane {
+
+namespace {
+
+bool same_identity(const vnic_config& a, const vnic_config& b) {
+    // What host_manager::apply cannot change in place (it would remove and add the vNIC).
+    return a.port == b.port && a.mac == b.mac && a.ip.address == b.ip.address && a.vpc == b.vpc;
+}
+
+const vnic_config* find_vnic(const host_config& config, const std::string& name) {
+    for (const auto& vnic : config.vnics) {
+        if (vnic.name == name) {
+            return &vnic;
+        }
+    }
+    return nullptr;
+}
+
+}  // namespace
+
+cluster_follower::cluster_follower(daemon_state& state, host_manager& host, host_config local)
+    : _state(state), _host(host), _local(std::move(local)) {
+    _status.endpoints = _local.control ? _local.control->etcd : std::vector<std::string>{};
+    _status.since = std::chrono::system_clock::now();
+    _status.last_error = "not connected yet";
+}
+
+host_config cluster_follower::initial_config(const std::shared_ptr<const cluster_view>& view) {
+    if (!view || !view->usable) {
+        return _local;
+    }
+    // Peers, groups and VPCs now; local vNICs through the first apply, where a port that
+    // cannot open yet only makes its vNIC wait instead of stopping jakirod.
+    auto composed = compose_host_config(_local, *view);
+    composed.config.vnics.clear();
+    composed.config.source_file = "etcd revision " + std::to_string(view->revision);
+    _pending = view;
+    _pending_received = std::chrono::steady_clock::now();
+    _scheduled = true;  // applied by the first post (see set_poster's caller in main)
+    return composed.config;
+}
+
+void cluster_follower::offer(std::shared_ptr<const cluster_view> view,
+                             std::chrono::steady_clock::time_point received) {
+    bool post = false;
+    {
+        std::lock_guard lock(_mutex);
+        if (_pending == nullptr || view->revision >= _pending->revision) {
+            if (_pending == nullptr) {
+                _pending_received = received;  // a burst counts from its first event
+            }
+            _pending = std::move(view);
+        }
+        post = !_scheduled;
+        _scheduled = true;
+    }
+    if (post && _post) {
+        _post([this] { apply_pending(); });
+    }
+}
+
+void cluster_follower::offer_connection(const connection_event& event) {
+    if (!_post) {
+        return;
+    }
+    _post([this, event] {
+        if (event.connected != _status.connected) {
+            _status.since = std::chrono::system_clock::now();  // not when only the error changes
+        }
+        _status.connected = event.connected;
+        _status.ever_connected |= event.connected;
+        _status.revision_seen = std::max(_status.revision_seen, event.revision);
+        _status.last_error = event.error;
+    });
+}
+
+void cluster_follower::apply_pending() {
+    std::shared_ptr<const cluster_view> view;
+    std::chrono::steady_clock::time_point received;
+    {
+        std::lock_guard lock(_mutex);
+        view = std::move(_pending);
+        received = _pending_received;
+        _pending = nullptr;
+        _scheduled = false;
+    }
+    if (view) {
+        apply_view(*view, received);
+        _current = std::move(view);
+    }
+}
+
+void cluster_follower::tick() {
+    if (!_waiting.empty() && _current) {
+        apply_view(*_current, {});
+    }
+}
+
+bool cluster_follower::apply_config(const host_config& next, std::string& error) {
+    std::string summary;
+    if (!_host.apply(next, summary, error)) {
+        return false;
+    }
+    log::info("applied", summary.substr(0, summary.find('\n')), {{"source", next.source_file}});
+    return true;
+}
+
+void cluster_follower::apply_view(const cluster_view& view,
+                                  std::chrono::steady_clock::time_point received) {
+    _status.revision_seen = std::max(_status.revision_seen, view.revision);
+    _status.records = view.records;
+    _status.record_bytes = view.bytes;
+    _status.rejected = view.rejected;
+    if (!view.usable) {
+        ++_status.apply_failures;
+        log::warning("cluster_refused",
+                     "the records in etcd do not form a valid cluster; "
+                     "keeping the state in force",
+                     {{"revision", view.revision}});
+        return;
+    }
+    auto composed = compose_host_config(_local, view);
+    auto& next = composed.config;
+    next.source_file = "etcd revision " + std::to_string(view.revision);
+    const host_config& current = _state.config;
+    std::string error;
+
+    // A local vNIC whose port, MAC, IP or VPC changed goes away in one apply and comes back
+    // in the next (host_manager refuses both at once).
+    host_config without_changed = next;
+    std::erase_if(without_changed.vnics, [&](const vnic_config& v) {
+        const auto* old = find_vnic(current, v.name);
+        return old != nullptr && !same_identity(*old, v);
+    });
+    if (without_changed.vnics.size() != next.vnics.size() &&
+        !apply_config(without_changed, error)) {
+        log::warning("apply_failed", error, {{"source", next.source_file}});
+    }
+
+    _waiting.clear();
+    if (!apply_config(next, error)) {
+        // Most likely a new local vNIC whose port cannot open yet: apply everything else, then
+        // each new vNIC alone; those that still fail wait for the next tick.
+        host_config base = next;
+        std::vector<vnic_config> added;
+        std::erase_if(base.vnics, [&](const vnic_config& v) {
+            if (find_vnic(_state.config, v.name) == nullptr) {
+                added.push_back(v);
+                return true;
+            }
+            return false;
+        });
+        if (!apply_config(base, error)) {
+            ++_status.apply_failures;
+            _status.last_error = "apply: " + error;
+            log::warning("apply_failed", error, {{"source", next.source_file}});
+            return;
+        }
+        for (const auto& vnic : added) {
+            host_config one = _state.config;
+            one.vnics.push_back(vnic);
+            one.source_file = next.source_file;
+            if (!apply_config(one, error)) {
+                _waiting.insert(vnic.name);
+                log::warning("vnic_waiting", error, {{"vnic", vnic.name}});
+            }
+        }
+    }
+    ++_status.views_applied;
+    _status.revision_applied = view.revision;
+    _status.local_vnics = _state.config.vnics.size();
+    _status.peers = _state.config.peers.size();
+    _status.stale_hosts = composed.stale_hosts;
+    _status.unplaced_vnics = composed.unplaced;
+    _status.waiting_vnics.assign(_waiting.begin(), _waiting.end());
+    if (received != std::chrono::steady_clock::time_point{}) {
+        const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
+                            std::chrono::steady_clock::now() - received)
+                            .count();
+        auto& samples = _status.publish_latency_us;
+        if (samples.size() == control_plane_status::max_latency_samples) {
+            samples.erase(samples.begin());
+        }
+        samples.push_back(static_cast<uint64_t>(us));
+    }
+}
+
+}  // namespace jakiro::control_plane

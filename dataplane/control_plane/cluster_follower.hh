@@ -1,0 +1,72 @@
+#pragma once
+// The control-thread end of the control plane: takes the views the etcd agent builds, makes
+// this host's configuration of each (host_view) and applies it through host_manager::apply,
+// the same path as `jakiroctl apply` (ports opened/closed, snapshot rebuilt and published by
+// the RCU swap, flows that stay allowed untouched). It also keeps control_plane_status.
+//
+// When etcd is away nothing is applied: the state in force stays, and so does forwarding.
+// A local vNIC whose port cannot be opened yet (its veth not there) waits and is retried each
+// second, without holding back the rest of the change.
+//
+// Thread-safety: offer() and offer_connection() from any thread (they post to the control
+// thread and coalesce: only the newest view is applied); everything else on the control
+// thread.
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+
+#include "../control/daemon_state.hh"
+#include "../control/host_manager.hh"
+#include "cluster_records.hh"
+#include "etcd_agent.hh"
+#include "status.hh"
+
+namespace jakiro::control_plane {
+
+class cluster_follower {
+  public:
+    using poster = std::function<void(std::function<void()>)>;
+
+    // `local`: the host YAML (host section and control:), the part that never comes from etcd.
+    cluster_follower(daemon_state& state, host_manager& host, host_config local);
+
+    // Before the ports open (main): the first configuration, from a view read at start-up or,
+    // without one, the host alone.
+    host_config initial_config(const std::shared_ptr<const cluster_view>& view);
+    // Called once the control thread runs: how offers reach it.
+    void set_poster(poster post) { _post = std::move(post); }
+
+    void offer(std::shared_ptr<const cluster_view> view,
+               std::chrono::steady_clock::time_point received);
+    void offer_connection(const connection_event& event);
+
+    // Control thread: applies the newest view offered (main calls it once, for the view of
+    // initial_config, before READY=1).
+    void apply_pending();
+    // Control thread, about once a second: retries vNICs waiting for their port.
+    void tick();
+    const control_plane_status& status() const { return _status; }
+
+  private:
+    void apply_view(const cluster_view& view, std::chrono::steady_clock::time_point received);
+    bool apply_config(const host_config& next, std::string& error);
+
+    daemon_state& _state;
+    host_manager& _host;
+    host_config _local;
+    poster _post;
+    control_plane_status _status;
+
+    std::mutex _mutex;  // guards the two below
+    std::shared_ptr<const cluster_view> _pending;
+    std::chrono::steady_clock::time_point _pending_received{};
+    bool _scheduled = false;
+
+    std::shared_ptr<const cluster_view> _current;  // the view in force (control thread)
+    std::set<std::string> _waiting;                // local vNICs whose port failed to open
+};
+
+}  // namespace jakiro::control_plane

@@ -1,0 +1,99 @@
+#pragma once
+// The cluster's records as read from etcd (a copy of everything under /jakiro/v1/), kept up to
+// date from the watch, and what they mean: a validated cluster document (cluster_view).
+// Also the other direction: the records a cluster YAML stands for, and the difference between
+// two sets of records (what `jakiroctl --etcd apply` writes in its transaction).
+//
+// Thread-safety: none; one owner (jakirod's etcd agent thread, or jakiroctl).
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "../config/config_loader.hh"
+#include "key_schema.hh"
+
+namespace jakiro::control_plane {
+
+struct stored_record {
+    std::string value;
+    int64_t mod_revision = 0;  // etcd's; what a compare-and-swap checks
+    // The value as one line of YAML flow (parsed once, when it arrives), or why it is no
+    // record: not YAML, not a mapping, a name that is not its key's.
+    std::string flow;
+    std::string problem;
+};
+
+// What the records mean at one revision. `cluster` holds hosts, VPCs, groups and vNICs (each
+// with its host); records that do not parse or do not fit (unknown VPC, name not matching its
+// key, ...) are left out and listed in `rejected`, so one bad write cannot take the rest down.
+struct cluster_view {
+    int64_t revision = 0;
+    // False when the records could not be made into a valid document at all (then `cluster`
+    // is empty and a follower keeps what it has).
+    bool usable = true;
+    host_config cluster;
+    std::set<std::string> alive_hosts;  // hosts whose lease-bound alive/ key exists
+    std::vector<std::string> rejected;  // "KEY: reason"
+    std::size_t records = 0;            // keys read
+    std::size_t bytes = 0;              // their keys + values
+};
+
+class cluster_records {
+  public:
+    // Replaces everything (a full read at `revision`).
+    void reset(int64_t revision);
+    // One watch event; keys outside the schema are ignored.
+    void put(const std::string& key, std::string value, int64_t mod_revision);
+    void erase(const std::string& key);
+    void set_revision(int64_t revision) { _revision = revision; }
+    int64_t revision() const { return _revision; }
+    const std::map<std::string, stored_record>& records() const { return _records; }
+
+    // Parses and validates every record (the same checks as a cluster YAML). vNIC records are
+    // checked one by one and remembered: a change costs one record's parse, not the cluster's,
+    // until the VPCs, groups or hosts change (then every vNIC is checked again).
+    std::shared_ptr<const cluster_view> build_view();
+
+  private:
+    struct checked_vnic {
+        std::string flow;    // the value it was checked as
+        uint64_t frame = 0;  // the _frame_generation it was checked against
+        std::optional<vnic_config> vnic;
+        std::string error;
+    };
+
+    std::map<std::string, stored_record> _records;  // by key
+    int64_t _revision = 0;
+    std::map<std::string, checked_vnic> _checked;  // by key
+    std::string _frame_text;                       // hosts, VPCs and groups, as last loaded
+    uint64_t _frame_generation = 0;
+};
+
+// The records (key -> value) a validated cluster document stands for: one per host, VPC,
+// group and vNIC, each value the entry as a YAML flow mapping. `root` is the document the
+// loader accepted (values keep the author's spelling, e.g. "10Gbit").
+std::map<std::string, std::string> records_of_document(const YAML::Node& root);
+
+// What turns `current` into `desired`. Every put and delete carries the mod_revision it
+// expects (0: the key must not exist), so a transaction built from it fails rather than
+// overwrite a change it did not see. Hosts and alive keys are never deleted: hosts register
+// themselves (a document may add or update them, not forget them).
+struct record_change {
+    std::string key;
+    std::string value;          // puts only
+    int64_t expected_revision;  // 0: create
+};
+struct record_diff {
+    std::vector<record_change> puts;
+    std::vector<record_change> deletes;
+    bool empty() const { return puts.empty() && deletes.empty(); }
+};
+record_diff diff_records(const std::map<std::string, std::string>& desired,
+                         const std::map<std::string, stored_record>& current);
+
+}  // namespace jakiro::control_plane

@@ -1,0 +1,278 @@
+#include "etcd_agent.hh"
+
+#include "../log.hh"
+#include "key_schema.hh"
+
+namespace jakiro::control_plane {
+
+namespace {
+constexpr auto call_timeout = std::chrono::seconds(5);
+// Retry pace while etcd is away: fast enough to converge within a second of its return,
+// slow enough to cost nothing while it stays away.
+constexpr auto retry_first = std::chrono::milliseconds(200);
+constexpr auto retry_max = std::chrono::milliseconds(1000);
+}  // namespace
+
+etcd_agent::etcd_agent(control_config control, std::string host_name, uint32_t underlay_ip)
+    : _control(std::move(control)),
+      _host_name(std::move(host_name)),
+      _underlay_ip(underlay_ip),
+      _client(_control.etcd, true) {}
+
+etcd_agent::~etcd_agent() {
+    stop();
+}
+
+bool etcd_agent::full_read(std::string& error) {
+    std::vector<key_value> kvs;
+    int64_t revision = 0;
+    if (!_client.range_prefix(std::string(key_root), kvs, revision, error, call_timeout)) {
+        return false;
+    }
+    queued_event event;
+    event.reset = true;
+    event.puts = std::move(kvs);
+    event.revision = revision;
+    event.received = std::chrono::steady_clock::now();
+    {
+        std::lock_guard lock(_mutex);
+        _revision = revision;
+    }
+    enqueue(std::move(event));
+    return true;
+}
+
+std::shared_ptr<const cluster_view> etcd_agent::read_once(std::chrono::milliseconds timeout,
+                                                          std::string& error) {
+    std::vector<key_value> kvs;
+    int64_t revision = 0;
+    if (!_client.range_prefix(std::string(key_root), kvs, revision, error, timeout)) {
+        return nullptr;
+    }
+    _records.reset(revision);
+    for (auto& kv : kvs) {
+        _records.put(kv.key, std::move(kv.value), kv.mod_revision);
+    }
+    _revision = revision;
+    return _records.build_view();
+}
+
+void etcd_agent::start(view_handler on_view, connection_handler on_connection) {
+    _on_view = std::move(on_view);
+    _on_connection = std::move(on_connection);
+    _build_thread = std::thread([this] { build_loop(); });
+    _watch_thread = std::thread([this] { watch_loop(); });
+    _lease_thread = std::thread([this] { lease_loop(); });
+}
+
+void etcd_agent::stop() {
+    if (_stopping.exchange(true)) {
+        return;
+    }
+    {
+        std::lock_guard lock(_mutex);
+        if (_watch != nullptr) {
+            _watch->cancel();
+        }
+    }
+    _wake.notify_all();
+    for (auto* thread : {&_watch_thread, &_build_thread, &_lease_thread}) {
+        if (thread->joinable()) {
+            thread->join();
+        }
+    }
+}
+
+void etcd_agent::sleep_for(std::chrono::milliseconds duration) {
+    std::unique_lock lock(_mutex);
+    _wake.wait_for(lock, duration, [this] { return _stopping.load(); });
+}
+
+void etcd_agent::enqueue(queued_event event) {
+    {
+        std::lock_guard lock(_mutex);
+        if (event.reset) {
+            _queue.clear();  // everything before a full read is superseded by it
+        }
+        _queue.push_back(std::move(event));
+    }
+    _wake.notify_all();
+}
+
+void etcd_agent::report(bool connected, const std::string& error) {
+    int64_t revision = 0;
+    {
+        std::lock_guard lock(_mutex);
+        if (_reported && connected == _connected && (connected || error == _last_error)) {
+            return;  // only changes are news
+        }
+        _reported = true;
+        _last_error = error;
+        _connected = connected;
+        revision = _revision;
+    }
+    if (connected) {
+        log::info("etcd_connected", "following the cluster in etcd",
+                  {{"revision", revision}, {"etcd", _control.etcd[0]}});
+    } else {
+        log::warning("etcd_disconnected", error,
+                     {{"revision", revision}, {"etcd", _control.etcd[0]}});
+    }
+    _on_connection({connected, revision, error});
+}
+
+void etcd_agent::watch_loop() {
+    auto retry = retry_first;
+    bool need_full_read = true;
+    {
+        std::lock_guard lock(_mutex);
+        // read_once() already holds a full read: the watch resumes right after it.
+        need_full_read = _revision == 0;
+    }
+    while (!_stopping) {
+        std::string error;
+        if (need_full_read) {
+            if (!full_read(error)) {
+                report(false, error);
+                sleep_for(retry);
+                retry = std::min(retry * 2, retry_max);
+                continue;
+            }
+            need_full_read = false;
+        }
+        int64_t from = 0;
+        {
+            std::lock_guard lock(_mutex);
+            from = _revision + 1;
+        }
+        etcd_client::watch_stream stream(_client, std::string(key_root), from);
+        {
+            std::lock_guard lock(_mutex);
+            if (_stopping) {
+                break;
+            }
+            _watch = &stream;
+        }
+        etcdserverpb::WatchResponse response;
+        while (stream.next(response, error)) {
+            const auto received = std::chrono::steady_clock::now();
+            if (response.compact_revision() > 0) {
+                // What we missed is gone from etcd's history: read everything again.
+                log::warning("etcd_compacted", "watch revision compacted; reading everything again",
+                             {{"from", from}, {"compact_revision", response.compact_revision()}});
+                need_full_read = true;
+                stream.cancel();
+                break;
+            }
+            if (response.canceled()) {
+                error = "watch cancelled by etcd: " + response.cancel_reason();
+                stream.cancel();
+                break;
+            }
+            retry = retry_first;
+            queued_event event;
+            event.received = received;
+            for (const auto& e : response.events()) {
+                if (e.type() == etcdserverpb::Event::DELETE) {
+                    event.deletes.push_back(e.kv().key());
+                } else {
+                    event.puts.push_back(
+                        {e.kv().key(), e.kv().value(), e.kv().mod_revision(), e.kv().lease()});
+                }
+            }
+            {
+                std::lock_guard lock(_mutex);
+                _revision = std::max(_revision, response.header().revision());
+                event.revision = _revision;
+            }
+            report(true, "");
+            if (!event.puts.empty() || !event.deletes.empty()) {
+                enqueue(std::move(event));
+            }
+        }
+        {
+            std::lock_guard lock(_mutex);
+            _watch = nullptr;
+        }
+        if (_stopping) {
+            break;
+        }
+        if (!need_full_read) {
+            report(false, error);
+            sleep_for(retry);
+            retry = std::min(retry * 2, retry_max);
+        }
+    }
+}
+
+void etcd_agent::build_loop() {
+    for (;;) {
+        std::deque<queued_event> batch;
+        {
+            std::unique_lock lock(_mutex);
+            _wake.wait(lock, [this] { return _stopping || !_queue.empty(); });
+            if (_stopping) {
+                return;
+            }
+            batch.swap(_queue);
+        }
+        // The oldest event of the batch: what the latency of this publication is counted from.
+        const auto received = batch.front().received;
+        for (auto& event : batch) {
+            if (event.reset) {
+                _records.reset(event.revision);
+            }
+            for (auto& kv : event.puts) {
+                _records.put(kv.key, std::move(kv.value), kv.mod_revision);
+            }
+            for (const auto& key : event.deletes) {
+                _records.erase(key);
+            }
+            _records.set_revision(event.revision);
+        }
+        _on_view(_records.build_view(), received);
+    }
+}
+
+bool etcd_agent::register_host(int64_t lease, std::string& error) {
+    const std::string name = _host_name;
+    etcdserverpb::TxnRequest request;
+    // No compare: this host is the only writer of its two keys.
+    auto* host = request.add_success()->mutable_request_put();
+    host->set_key(key_of({record_kind::host, "", name}));
+    host->set_value("{name: " + name + ", underlay_ip: " + format_ipv4(_underlay_ip) + "}");
+    auto* alive = request.add_success()->mutable_request_put();
+    alive->set_key(key_of({record_kind::alive, "", name}));
+    alive->set_value("{name: " + name + "}");
+    alive->set_lease(lease);
+    etcdserverpb::TxnResponse response;
+    return _client.txn(request, response, error, call_timeout);
+}
+
+void etcd_agent::lease_loop() {
+    const auto period = std::chrono::milliseconds(_control.lease_ttl_s * 1000 / 3);
+    int64_t lease = 0;
+    while (!_stopping) {
+        std::string error;
+        if (lease == 0) {
+            int64_t granted = 0;
+            if (_client.lease_grant(_control.lease_ttl_s, granted, error, call_timeout) &&
+                register_host(granted, error)) {
+                lease = granted;
+                log::info("host_registered", "registered in etcd under a lease",
+                          {{"lease_ttl_s", _control.lease_ttl_s}});
+            }
+        } else {
+            int64_t ttl = 0;
+            if (_client.lease_keep_alive(lease, ttl, error, call_timeout) && ttl <= 0) {
+                // Expired while etcd was away: etcd dropped alive/<name>; register again.
+                log::warning("lease_expired", "the host's lease expired; registering again");
+                lease = 0;
+                continue;
+            }
+        }
+        sleep_for(lease == 0 ? retry_max : period);
+    }
+}
+
+}  // namespace jakiro::control_plane

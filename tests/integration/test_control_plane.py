@@ -1,0 +1,147 @@
+"""The control plane in etcd (issue 15): `tools/testbed up --hosts 3 --control etcd`.
+
+Every host's YAML holds only host facts and `control:`; the cluster (VPCs, groups, every vNIC)
+lives in one etcd in jk-fabric. These tests change it the way an operator would (testbed
+add-tenant, `jakiroctl --etcd URL apply`) and check what tenants see: a vNIC that joins is
+reachable from every host, one that leaves is not, one that moves is reached at its new
+host; with etcd dead forwarding goes on and status says so, and etcd back converges.
+"""
+
+import json
+import os
+import re
+import subprocess
+import time
+
+import pytest
+
+from conftest import (JAKIROCTL, RUN_DIR, T1, T2, T4, TESTBED, jakiroctl, ns, ns_bg, run,
+                      wait_until)
+
+TESTBED_ARGS = ["--hosts", "3", "--control", "etcd"]
+ETCD_URL = "http://198.18.0.250:2379"
+
+
+def etcdctl(*args, check=True):
+    """jakiroctl --etcd, from jk-fabric (where etcd's address is)."""
+    return ns("jk-fabric", JAKIROCTL, "--etcd", ETCD_URL, *args, timeout=20, check=check)
+
+
+def control_plane(host):
+    return json.loads(jakiroctl(host, "status", "--json").stdout)["control_plane"]
+
+
+def add_tenant(name, host, vpc, ip, mac):
+    run(TESTBED, "add-tenant", name, "--host", host, "--vpc", vpc, "--ip", ip, "--mac", mac,
+        timeout=60, env=dict(os.environ, JAKIROCTL=JAKIROCTL))
+
+
+def reachable(src, dst, count=1, wait_s=1):
+    return ns(src, "ping", "-c", count, "-i", "0.2", "-W", wait_s, dst, timeout=count * 3 + 5,
+              check=False).returncode == 0
+
+
+def ports(host):
+    return {p["role"] for p in json.loads(jakiroctl(host, "status", "--json").stdout)["ports"]}
+
+
+def etcd_pid():
+    for pid in run("ip", "netns", "pids", "jk-fabric").stdout.split():
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() == "etcd":
+                    return int(pid)
+        except OSError:
+            pass
+    return None
+
+
+def test_every_host_starts_with_the_cluster_from_etcd(testbed):
+    # No peers in any YAML: h1 learnt t2 and t4 (on h2) from etcd.
+    assert "peers" not in (RUN_DIR / "h1.yaml").read_text()
+    assert reachable(T1, "198.19.1.2", count=2)
+    cp = control_plane("h1")
+    assert cp["connected"] and cp["local_vnics"] == 3 and cp["peers"] == 2, cp
+    listed = etcdctl("get", "vnics").stdout
+    assert re.search(r"^t2\s+blue\s+198\.19\.1\.2/24\s+\S+\s+h2\s", listed, re.M), listed
+
+
+def test_a_vnic_that_joins_on_h3_is_reachable_from_h1_and_h2_but_not_from_red(testbed):
+    add_tenant("t19", 3, "blue", "198.19.1.19", "02:00:c6:13:01:19")
+    t0 = time.monotonic()
+    wait_until(lambda: reachable(T1, "198.19.1.19", wait_s=0.2), 10, "t19 reachable from h1")
+    converged_s = time.monotonic() - t0
+    print(f"t19 reachable from h1 {converged_s:.2f} s after add-tenant returned")
+    assert converged_s < 2.0
+    assert reachable(T2, "198.19.1.19", count=2)
+    assert not reachable(T4, "198.19.1.19", count=2)  # red, another VPC
+    assert "t19" in ports("h3")
+
+
+def test_a_vnic_that_leaves_is_gone_from_its_host_and_unreachable(testbed, tmp_path):
+    cluster = (RUN_DIR / "cluster.yaml").read_text()
+    without = "".join(line + "\n" for line in cluster.splitlines() if "name: t19," not in line)
+    path = tmp_path / "cluster-without-t19.yaml"
+    path.write_text(without)
+    out = etcdctl("apply", str(path)).stdout
+    assert "1 deleted" in out, out
+    wait_until(lambda: "t19" not in ports("h3"), 5, "h3 to close t19's port")
+    wait_until(lambda: control_plane("h1")["peers"] == 2, 5, "h1 to forget t19")
+    assert not reachable(T1, "198.19.1.19", count=2)
+    # Joining again (as the test bed knows it) brings it back.
+    etcdctl("apply", str(RUN_DIR / "cluster.yaml"))
+    wait_until(lambda: reachable(T1, "198.19.1.19", wait_s=0.2), 5, "t19 back")
+
+
+def test_a_vnic_that_moves_from_h1_to_h3_is_reached_at_h3(testbed):
+    # Same name, VPC, IP and MAC, another host: the record's host changes in etcd.
+    add_tenant("t5", 3, "blue", "198.19.1.3", "02:00:c6:13:01:03")
+    wait_until(lambda: "t5" in ports("h3") and "t5" not in ports("h1"), 5,
+               "t5's port to move from h1 to h3")
+    wait_until(lambda: reachable(T2, "198.19.1.3", wait_s=0.2), 5, "t5 reachable at h3")
+    # The answer comes from the new namespace: it sees t2's pings, the old one does not.
+    before = int(ns("jk-h3-t5", "cat", "/sys/class/net/eth0/statistics/rx_packets").stdout)
+    assert reachable(T2, "198.19.1.3", count=3)
+    after = int(ns("jk-h3-t5", "cat", "/sys/class/net/eth0/statistics/rx_packets").stdout)
+    assert after - before >= 3
+    # h1 itself reaches it over the underlay now.
+    assert reachable(T1, "198.19.1.3", count=2)
+
+
+def test_etcd_death_loses_no_packet_and_etcd_back_converges(testbed):
+    pid = etcd_pid()
+    assert pid, "no etcd in jk-fabric"
+    cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[:-1]
+    with ns_bg(T1, "ping", "-c", "400", "-i", "0.02", "-q", "198.19.1.2",
+               stdout=subprocess.PIPE, text=True) as pinger:
+        time.sleep(0.5)
+        os.kill(pid, 9)
+        wait_until(lambda: not control_plane("h1")["connected"], 5, "h1 to notice etcd is gone")
+        status = jakiroctl("h1", "status").stdout
+        assert re.search(r"etcd .*DISCONNECTED.*since .*last revision \d+", status), status
+        cp = control_plane("h2")
+        assert not cp["connected"] and cp["local_vnics"] == 2, cp  # the last state stays
+        # etcd comes back with its data: every host resumes its watch.
+        with open(RUN_DIR / "etcd-restarted.log", "wb") as log:
+            subprocess.Popen(["ip", "netns", "exec", "jk-fabric", *cmdline],
+                             stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                             start_new_session=True)
+        for host in ("h1", "h2", "h3"):
+            wait_until(lambda: control_plane(host)["connected"], 10, f"{host} to reconnect")
+        out, _ = pinger.communicate(timeout=30)
+    loss = re.search(r"([\d.]+)% packet loss", out)
+    assert loss and float(loss.group(1)) == 0.0, out
+    # A change made after the restart reaches every host.
+    add_tenant("t20", 2, "blue", "198.19.1.20", "02:00:c6:13:01:20")
+    wait_until(lambda: reachable(T1, "198.19.1.20", wait_s=0.2), 5, "t20 after the restart")
+
+
+def test_a_host_whose_lease_expires_is_stale_but_its_vnics_stay_reachable(testbed):
+    # h3's jakirod dies without a word: nobody keeps its lease alive (TTL 10 s).
+    pid = int((RUN_DIR / "h3.pid").read_text())
+    peers = control_plane("h1")["peers"]
+    os.kill(pid, 9)
+    wait_until(lambda: control_plane("h1")["stale_hosts"] == ["h3"], 20, "h3 to turn stale")
+    assert control_plane("h1")["peers"] == peers  # t19 and t5 are still in h1's tables
+    listed = etcdctl("get", "hosts").stdout
+    assert re.search(r"^h3\s+198\.18\.0\.3\s+stale", listed, re.M), listed

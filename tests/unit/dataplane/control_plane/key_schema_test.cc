@@ -1,0 +1,50 @@
+#include "control_plane/key_schema.hh"
+
+#include <gtest/gtest.h>
+
+using namespace jakiro::control_plane;
+
+TEST(KeySchema, KeysOfEveryKindAreDocumentedPaths) {
+    EXPECT_EQ(key_of({record_kind::vpc, "", "blue"}), "/jakiro/v1/vpcs/blue");
+    EXPECT_EQ(key_of({record_kind::group, "blue", "default"}), "/jakiro/v1/groups/blue/default");
+    EXPECT_EQ(key_of({record_kind::vnic, "", "t19"}), "/jakiro/v1/vnics/t19");
+    EXPECT_EQ(key_of({record_kind::host, "", "h3"}), "/jakiro/v1/hosts/h3");
+    EXPECT_EQ(key_of({record_kind::alive, "", "h3"}), "/jakiro/v1/alive/h3");
+    EXPECT_EQ(prefix_of(record_kind::vnic), "/jakiro/v1/vnics/");
+}
+
+TEST(KeySchema, ParseKeyInvertsKeyOf) {
+    for (const record_key& key :
+         {record_key{record_kind::vpc, "", "blue"}, record_key{record_kind::group, "red", "web"},
+          record_key{record_kind::vnic, "", "t1"}, record_key{record_kind::host, "", "h1"},
+          record_key{record_kind::alive, "", "h1"}}) {
+        const auto parsed = parse_key(key_of(key));
+        ASSERT_TRUE(parsed.has_value()) << key_of(key);
+        EXPECT_EQ(*parsed, key);
+    }
+}
+
+TEST(KeySchema, ParseKeyIgnoresForeignAndMalformedKeys) {
+    EXPECT_FALSE(parse_key("/jakiro/v2/vnics/t1"));     // another schema version
+    EXPECT_FALSE(parse_key("/other/vnics/t1"));         // not ours
+    EXPECT_FALSE(parse_key("/jakiro/v1/vnics/"));       // no name
+    EXPECT_FALSE(parse_key("/jakiro/v1/vnics/a/b"));    // one segment too many
+    EXPECT_FALSE(parse_key("/jakiro/v1/groups/blue"));  // a group needs its VPC
+    EXPECT_FALSE(parse_key("/jakiro/v1/routers/r1"));   // unknown kind
+    EXPECT_FALSE(parse_key("/jakiro/v1/vnics/t 1"));    // spaces are not names
+}
+
+TEST(KeySchema, ValidNameRefusesSlashesSpacesAndControlCharacters) {
+    EXPECT_TRUE(valid_name("t19"));
+    EXPECT_TRUE(valid_name("web-frontend_2.a"));
+    EXPECT_FALSE(valid_name(""));
+    EXPECT_FALSE(valid_name("a/b"));
+    EXPECT_FALSE(valid_name("a b"));
+    EXPECT_FALSE(valid_name(std::string("a\nb")));
+}
+
+TEST(KeySchema, PrefixRangeEndIsThePrefixPlusOne) {
+    EXPECT_EQ(prefix_range_end("/jakiro/v1/"), "/jakiro/v10");  // '/' + 1 = '0'
+    EXPECT_EQ(prefix_range_end("ab\xff"), "ac");
+    EXPECT_EQ(prefix_range_end(""), std::string(1, '\0'));
+}
