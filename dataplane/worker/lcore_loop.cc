@@ -8,8 +8,10 @@
 #include <optional>
 
 #include "../arp.hh"
+#include "../overlay/superframe.hh"
 #include "../pipeline/egress.hh"
 #include "../pipeline/ingress.hh"
+#include "../port_io.hh"
 #include "../roce/engine.hh"
 #include "clock.hh"
 #include "egress_shaper.hh"
@@ -88,6 +90,8 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
     const uint32_t aging_budget =
         std::max<uint32_t>(64, ctx.flows->capacity() / aging_sweeps_per_second);
     rte_mbuf* pkts[rx_burst_size];
+    rte_mbuf* uplink_pkts[rx_burst_size * max_rx_bursts];
+    static_assert(rx_burst_size * max_rx_bursts <= overlay::max_merged);
 
     // A frame arriving on an af_packet port rings the engine's doorbell too (rx_waker.hh).
     std::optional<rx_waker> waker;
@@ -144,20 +148,28 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
         // A port that fills a burst gets up to max_rx_bursts in a row: on a shared core one
         // iteration can take a millisecond, and a single burst per port per iteration would
         // then cap every port at 32 frames per millisecond.
+        // The uplink's bursts are gathered first so GRO sees up to 128 frames at once: a
+        // TCP flow's frames go to its tenant as one super-frame (overlay/superframe.hh).
+        uint16_t from_fabric = 0;
         for (unsigned b = 0; b < max_rx_bursts; ++b) {
-            const uint16_t n = rte_eth_rx_burst(tables.uplink_port, 0, pkts, rx_burst_size);
-            if (n > 0) {
-                received += n;
-                process_uplink_burst(ctx, tables, pkts, n);
-            }
+            const uint16_t n =
+                rte_eth_rx_burst(tables.uplink_port, 0, uplink_pkts + from_fabric, rx_burst_size);
+            from_fabric += n;
             if (n < rx_burst_size) {
                 break;
             }
         }
+        if (from_fabric > 0) {
+            received += from_fabric;
+            const uint16_t left = overlay::merge_burst(uplink_pkts, from_fabric);
+            for (uint16_t off = 0; off < left; off += rx_burst_size) {
+                process_uplink_burst(ctx, tables, uplink_pkts + off,
+                                     std::min<uint16_t>(rx_burst_size, left - off));
+            }
+        }
         for (const uint16_t slot : tables.active_slots) {
             for (unsigned b = 0; b < max_rx_bursts; ++b) {
-                const uint16_t n =
-                    rte_eth_rx_burst(tables.vnics[slot].port_id, 0, pkts, rx_burst_size);
+                const uint16_t n = port_rx_burst(tables.vnics[slot].port_id, pkts, rx_burst_size);
                 if (n > 0) {
                     received += n;
                     process_tenant_burst(ctx, tables, slot, pkts, n);
