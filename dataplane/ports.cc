@@ -121,6 +121,7 @@ rte_eth_stats port_stats(uint16_t port) {
     out.ibytes = s.rx_bytes;
     out.opackets = s.tx_packets;
     out.obytes = s.tx_bytes;
+    out.imissed = s.rx_missed;
     out.ierrors = s.rx_bad_header + s.rx_truncated;
     out.rx_nombuf = s.rx_nombuf;
     out.oerrors = s.tx_errors;

@@ -243,8 +243,14 @@ uint16_t face::tx_chunk(rte_mbuf** pkts, uint16_t count) {
     return done;
 }
 
-face_stats face::stats() const {
+face_stats face::stats() {
+    tpacket_stats kernel{};
+    socklen_t len = sizeof(kernel);
+    if (getsockopt(_fd, SOL_PACKET, PACKET_STATISTICS, &kernel, &len) == 0) {
+        _kernel_drops += kernel.tp_drops;
+    }
     face_stats s;
+    s.rx_missed = _kernel_drops;
     s.rx_packets = _counters.rx_packets.load(std::memory_order_relaxed);
     s.rx_bytes = _counters.rx_bytes.load(std::memory_order_relaxed);
     s.rx_superframes = _counters.rx_superframes.load(std::memory_order_relaxed);

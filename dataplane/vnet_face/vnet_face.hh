@@ -40,6 +40,7 @@ struct face_stats {
     uint64_t rx_truncated = 0;   // larger than an mbuf's data room
     uint64_t rx_nombuf = 0;      // bursts that found the pool empty
     uint64_t tx_errors = 0;      // frames the kernel refused (bad header, too big)
+    uint64_t rx_missed = 0;      // dropped by the kernel: the socket's buffer was full
 };
 
 class face {
@@ -60,7 +61,8 @@ class face {
     // buffer full). A frame the kernel refuses is counted as an error, freed, and counts as sent.
     uint16_t tx_burst(rte_mbuf** pkts, uint16_t count);
 
-    face_stats stats() const;
+    // Control thread only (it also collects the kernel's drop count, which reading resets).
+    face_stats stats();
     const rte_ether_addr& mac() const { return _mac; }
     bool link_up() const;
     const std::string& iface() const { return _iface; }
@@ -80,6 +82,7 @@ class face {
     rte_ether_addr _mac;
     rte_mbuf* _spare[max_burst] = {};  // allocated ahead, so a burst allocates only what it used
     uint16_t _spare_count = 0;
+    uint64_t _kernel_drops = 0;  // control thread only
 
     struct counters {
         std::atomic<uint64_t> rx_packets{0}, rx_bytes{0}, rx_superframes{0};

@@ -67,6 +67,16 @@ inline uint32_t write_ipv4_frame(uint8_t* out, const ipv4_frame_spec& spec) {
     return sizeof(rte_ether_hdr) + ip_len;
 }
 
+// Whether the TCP or UDP checksum of the IPv4 packet at `iph` (contiguous) verifies.
+inline bool l4_checksum_ok(const rte_ipv4_hdr* iph) {
+    const uint32_t ihl = rte_ipv4_hdr_len(iph);
+    const uint32_t l4_len = rte_be_to_cpu_16(iph->total_length) - ihl;
+    uint32_t sum = rte_ipv4_phdr_cksum(iph, 0) +
+                   rte_raw_cksum(reinterpret_cast<const uint8_t*>(iph) + ihl, l4_len);
+    sum = (sum & 0xffff) + (sum >> 16);
+    return sum == 0xffff;
+}
+
 inline rte_mbuf* mbuf_from(rte_mempool* pool, const uint8_t* bytes, uint32_t len) {
     rte_mbuf* m = rte_pktmbuf_alloc(pool);
     std::memcpy(rte_pktmbuf_append(m, static_cast<uint16_t>(len)), bytes, len);
