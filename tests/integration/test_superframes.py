@@ -13,7 +13,8 @@ from conftest import (IP, T1, T2, T5, PYTHON, iperf3_server, ns, ns_bg, stats, w
 
 pytestmark = pytest.mark.usefixtures("testbed")
 
-PAIRS = {"inter_host": (T1, T2, "h2"), "intra_host": (T1, T5, "h1")}
+# (client namespace, server namespace, server's host, server's vNIC)
+PAIRS = {"inter_host": (T1, T2, "h2", "t2"), "intra_host": (T1, T5, "h1", "t5")}
 FABRIC = "jk-fabric"
 SUPER = 8000  # average bytes per frame well above any MTU here: super-frames were moved
 
@@ -44,7 +45,7 @@ def average(after, before, packets, bytes_):
 
 @pytest.mark.parametrize("where", PAIRS)
 def test_bulk_tcp_arrives_intact_through_super_frames(where, tmp_path):
-    src, dst, host = PAIRS[where]
+    src, dst, _, _ = PAIRS[where]
     body = os.urandom(24 * 1024 * 1024)
     (tmp_path / "blob").write_bytes(body)
     with ns_bg(dst, PYTHON, "-c", _SINK, IP[dst], stdout=subprocess.PIPE, text=True) as sink:
@@ -58,17 +59,17 @@ def test_bulk_tcp_arrives_intact_through_super_frames(where, tmp_path):
 
 @pytest.mark.parametrize("where", PAIRS)
 def test_tenant_super_frames_are_received_and_delivered_whole(where):
-    src, dst, host = PAIRS[where]
-    t1_before, dst_before = port("h1", "t1"), port(host, dst)
+    src, dst, host, vnic = PAIRS[where]
+    t1_before, dst_before = port("h1", "t1"), port(host, vnic)
     with iperf3_server(dst):
         ns(src, "iperf3", "-c", IP[dst], "-n", "100M", "-C", "cubic", timeout=60)
-    t1_after, dst_after = port("h1", "t1"), port(host, dst)
+    t1_after, dst_after = port("h1", "t1"), port(host, vnic)
     sent = average(t1_after, t1_before, "rx_packets", "rx_bytes")
     received = average(dst_after, dst_before, "tx_packets", "tx_bytes")
-    print(f"\n{where}: {sent:.0f} B per frame from t1, {received:.0f} B per frame to {dst}")
+    print(f"\n{where}: {sent:.0f} B per frame from t1, {received:.0f} B per frame to {vnic}")
     assert sent > SUPER, "t1's TSO frames should reach jakirod unsegmented"
     # Across hosts the receiver gets what GRO merged from 1500-byte VXLAN frames.
-    assert received > SUPER, f"{dst} should receive super-frames"
+    assert received > SUPER, f"{vnic} should receive super-frames"
 
 
 def test_underlay_carries_only_mtu_sized_vxlan_frames():
