@@ -66,6 +66,7 @@ class face {
     const rte_ether_addr& mac() const { return _mac; }
     bool link_up() const;
     const std::string& iface() const { return _iface; }
+    int fd() const { return _fd; }
 
   private:
     face(int fd, rte_mempool* pool, std::string iface, rte_ether_addr mac)

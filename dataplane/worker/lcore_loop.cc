@@ -91,6 +91,7 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
         std::max<uint32_t>(64, ctx.flows->capacity() / aging_sweeps_per_second);
     rte_mbuf* pkts[rx_burst_size];
     rte_mbuf* uplink_pkts[rx_burst_size * max_rx_bursts];
+    vnet::face_set ready_faces;
     static_assert(rx_burst_size * max_rx_bursts <= overlay::max_merged);
 
     // A frame arriving on an af_packet port rings the engine's doorbell too (rx_waker.hh).
@@ -167,9 +168,14 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
                                      std::min<uint16_t>(rx_burst_size, left - off));
             }
         }
+        vnet::collect_ready_faces(ready_faces);  // a quiet vnet face is not asked at all
         for (const uint16_t slot : tables.active_slots) {
+            const uint16_t port = tables.vnics[slot].port_id;
+            if (vnet::is_face_port(port) && !ready_faces[port - vnet::first_face_port]) {
+                continue;
+            }
             for (unsigned b = 0; b < max_rx_bursts; ++b) {
-                const uint16_t n = port_rx_burst(tables.vnics[slot].port_id, pkts, rx_burst_size);
+                const uint16_t n = port_rx_burst(port, pkts, rx_burst_size);
                 if (n > 0) {
                     received += n;
                     process_tenant_burst(ctx, tables, slot, pkts, n);
