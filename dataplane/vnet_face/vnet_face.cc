@@ -111,7 +111,7 @@ face::~face() {
 }
 
 uint16_t face::rx_burst(rte_mbuf** pkts, uint16_t count) {
-    count = std::min<uint16_t>(count, max_rx_burst);
+    count = std::min<uint16_t>(count, max_burst);
     if (_spare_count < count) {
         if (rte_pktmbuf_alloc_bulk(_pool, _spare + _spare_count, count - _spare_count) == 0) {
             _spare_count = count;

@@ -46,10 +46,6 @@ struct face_stats {
 class face {
   public:
     static constexpr uint16_t max_burst = 32;
-    // Frames read per rx_burst, and so per visit of the worker (a short burst ends its visits):
-    // 8 super-frames are 512 KB. Four bursts of 32 (what an ethdev gets, 192 KB of 1.5 KB
-    // frames) would be 8 MB and stretch one poll far past DHTB's 1 ms token burst.
-    static constexpr uint16_t max_rx_burst = 8;
 
     // Opens the face on host interface `iface`; frames are received into mbufs of `pool`.
     static std::unique_ptr<face> open(const std::string& iface, rte_mempool* pool,
