@@ -82,7 +82,7 @@ def test_underlay_carries_only_mtu_sized_vxlan_frames():
     time.sleep(1.5)  # tshark needs a moment before it captures
     with iperf3_server(T2):
         ns(T1, "iperf3", "-c", IP[T2], "-t", "2", "-C", "cubic", timeout=30)
-    out, _ = capture.communicate(timeout=30)
+    out, _ = capture.communicate(timeout=90)  # tshark starts slowly on a loaded machine
     frames = [line.split("\t") for line in out.splitlines() if line.strip()]
     lengths = [int(f[0]) for f in frames]
     assert len(lengths) > 1000, "the capture should have seen the transfer"
