@@ -8,8 +8,8 @@ namespace jakiro {
 namespace {
 // Memory for --no-huge: mbuf pools (≈40 MB at MTU 1500, ≈90 MB for jumbo frames) plus hash
 // tables and DPDK's own heap, with room to spare.
-constexpr const char* no_huge_memory_mb = "256";
-constexpr const char* no_huge_memory_mb_jumbo = "512";
+constexpr const char* no_huge_memory_mb = "384";
+constexpr const char* no_huge_memory_mb_jumbo = "640";
 }  // namespace
 
 eal_choice make_eal_args(const std::string& host_name, long free_hugepages,

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <string>
 
+#include "vnet_face/face_registry.hh"
+
 namespace jakiro {
 
 namespace {
@@ -15,6 +17,9 @@ constexpr uint16_t ring_descriptors = 1024;
 }
 
 std::optional<uint16_t> probe_port(const std::string& devargs, std::string& error) {
+    if (devargs.rfind(vnet::devargs_prefix, 0) == 0) {
+        return vnet::add_face(devargs, error);
+    }
     const std::string name = devargs.substr(0, devargs.find(','));
     // Hot-plug probing, so vNIC ports can also come and go after start-up.
     const int rc = rte_dev_probe(devargs.c_str());
@@ -31,6 +36,9 @@ std::optional<uint16_t> probe_port(const std::string& devargs, std::string& erro
 }
 
 bool start_port(uint16_t port, rte_mempool* pool, uint32_t mtu, std::string& error) {
+    if (vnet::is_face_port(port)) {
+        return true;  // a face is live from open() on: its frames wait in the socket
+    }
     rte_eth_dev_info info{};
     int rc = rte_eth_dev_info_get(port, &info);
     if (rc != 0) {
@@ -76,8 +84,48 @@ bool start_port(uint16_t port, rte_mempool* pool, uint32_t mtu, std::string& err
 }
 
 void stop_port(uint16_t port) {
+    if (vnet::is_face_port(port)) {
+        vnet::remove_face(port);
+        return;
+    }
     rte_eth_dev_stop(port);
     rte_eth_dev_close(port);
+}
+
+bool port_link_up(uint16_t port) {
+    if (vnet::is_face_port(port)) {
+        return vnet::face_of(port)->link_up();
+    }
+    rte_eth_link link{};
+    return rte_eth_link_get_nowait(port, &link) == 0 && link.link_status == RTE_ETH_LINK_UP;
+}
+
+rte_ether_addr port_mac(uint16_t port) {
+    rte_ether_addr mac{};
+    if (vnet::is_face_port(port)) {
+        mac = vnet::face_of(port)->mac();
+    } else {
+        rte_eth_macaddr_get(port, &mac);
+    }
+    return mac;
+}
+
+rte_eth_stats port_stats(uint16_t port) {
+    rte_eth_stats out{};
+    if (!vnet::is_face_port(port)) {
+        rte_eth_stats_get(port, &out);
+        return out;
+    }
+    const auto s = vnet::face_of(port)->stats();
+    out.ipackets = s.rx_packets;
+    out.ibytes = s.rx_bytes;
+    out.opackets = s.tx_packets;
+    out.obytes = s.tx_bytes;
+    out.imissed = s.rx_missed;
+    out.ierrors = s.rx_bad_header + s.rx_truncated;
+    out.rx_nombuf = s.rx_nombuf;
+    out.oerrors = s.tx_errors;
+    return out;
 }
 
 }  // namespace jakiro

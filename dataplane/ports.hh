@@ -1,7 +1,10 @@
 #pragma once
-// DPDK ports of jakirod: virtual devices created at run time from their devargs
-// ("net_af_packet1,iface=t1", "net_memif0,role=server,..."), one rx and one tx queue each.
+// Ports of jakirod: DPDK virtual devices created at run time from their devargs
+// ("net_af_packet1,iface=t1", "net_memif0,role=server,..."), one rx and one tx queue each, or
+// vnet faces ("vnet:iface=t1", vnet_face/), which move super-frames and are not ethdevs.
+// Control side; the worker uses port_io.hh.
 
+#include <rte_ethdev.h>
 #include <rte_mempool.h>
 
 #include <cstdint>
@@ -16,6 +19,12 @@ std::optional<uint16_t> probe_port(const std::string& devargs, std::string& erro
 // Configures and starts a probed port; `max_frame` is the largest Ethernet frame it must carry.
 bool start_port(uint16_t port, rte_mempool* pool, uint32_t mtu, std::string& error);
 
+// Stops the port; a vnet face is closed and its id freed.
 void stop_port(uint16_t port);
+
+// What the control thread reports, for either kind of port.
+bool port_link_up(uint16_t port);
+rte_ether_addr port_mac(uint16_t port);
+rte_eth_stats port_stats(uint16_t port);
 
 }  // namespace jakiro

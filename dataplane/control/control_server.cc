@@ -13,6 +13,7 @@
 
 #include "../config/config_loader.hh"
 #include "../log.hh"
+#include "../ports.hh"
 #include "../roce/engine.hh"
 #include "../service/notify.hh"
 #include "reports.hh"
@@ -88,9 +89,7 @@ uint64_t control_server::worker_progress() const {
 std::string control_server::status_line() const {
     unsigned up = 0;
     for (const auto& port : _state.ports) {
-        rte_eth_link link{};
-        up += rte_eth_link_get_nowait(port.port_id, &link) == 0 &&
-              link.link_status == RTE_ETH_LINK_UP;
+        up += port_link_up(port.port_id);
     }
     unsigned resolved = 0;
     for (uint16_t slot = 0; slot < _state.neighbors->size(); ++slot) {

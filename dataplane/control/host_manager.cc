@@ -8,6 +8,7 @@
 
 #include "../ports.hh"
 #include "../verbs/channel_server.hh"
+#include "../vnet_face/face_registry.hh"
 #include "table_builder.hh"
 
 namespace jakiro {
@@ -24,6 +25,10 @@ bool host_manager::open_port(const std::string& role, const std::string& devargs
 }
 
 void host_manager::close_port(uint16_t port) {
+    if (vnet::is_face_port(port)) {
+        stop_port(port);  // closes the face
+        return;
+    }
     rte_eth_dev_info info{};
     rte_eth_dev_info_get(port, &info);
     stop_port(port);

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <sstream>
 
+#include "../ports.hh"
 #include "../roce/engine.hh"
 #include "../verbs/channel_server.hh"
 #include "../worker/egress_shaper.hh"
@@ -133,12 +134,8 @@ void ports(const daemon_state& state, families& f) {
     std::vector<std::pair<std::string, rte_eth_stats>> stats;
     std::vector<std::pair<std::string, bool>> links;
     for (const auto& port : state.ports) {
-        rte_eth_stats s{};
-        rte_eth_stats_get(port.port_id, &s);
-        stats.emplace_back(port.role, s);
-        rte_eth_link link{};
-        links.emplace_back(port.role, rte_eth_link_get_nowait(port.port_id, &link) == 0 &&
-                                          link.link_status == RTE_ETH_LINK_UP);
+        stats.emplace_back(port.role, port_stats(port.port_id));
+        links.emplace_back(port.role, port_link_up(port.port_id));
     }
     f.gauge("jakiro_port_link_up", "1 when the port's link is up (port: uplink or a vNIC's name)");
     for (const auto& [role, up] : links) {

@@ -1,6 +1,7 @@
 #include "reports.hh"
 
 #include "../control_plane/status.hh"
+#include "../ports.hh"
 #include "../roce/engine.hh"
 #include "../verbs/channel_server.hh"
 #include "../worker/egress_shaper.hh"
@@ -21,8 +22,7 @@ namespace jakiro {
 namespace {
 
 bool link_up(uint16_t port) {
-    rte_eth_link link{};
-    return rte_eth_link_get_nowait(port, &link) == 0 && link.link_status == RTE_ETH_LINK_UP;
+    return port_link_up(port);
 }
 
 uint16_t resolved_neighbors(const daemon_state& state) {
@@ -44,8 +44,7 @@ uint64_t total(const daemon_state& state, Get get) {
 }
 
 std::string mac_of_port(uint16_t port) {
-    rte_ether_addr mac{};
-    rte_eth_macaddr_get(port, &mac);
+    const rte_ether_addr mac = port_mac(port);
     char text[RTE_ETHER_ADDR_FMT_SIZE];
     rte_ether_format_addr(text, sizeof(text), &mac);
     return text;
@@ -169,8 +168,7 @@ std::string render_stats(const daemon_state& state, bool json) {
     out.begin_object().value("host", state.config.name).begin_object("ports");
     text << "ports            rx_pkts      rx_bytes      tx_pkts      tx_bytes   missed   errors\n";
     for (const auto& port : state.ports) {
-        rte_eth_stats stats{};
-        rte_eth_stats_get(port.port_id, &stats);
+        const rte_eth_stats stats = port_stats(port.port_id);
         out.begin_object(port.role)
             .value("rx_packets", stats.ipackets)
             .value("rx_bytes", stats.ibytes)

@@ -3,7 +3,9 @@
 #include <rte_ip.h>
 
 #include "../arp.hh"
+#include "../overlay/superframe.hh"
 #include "../overlay/vxlan.hh"
+#include "../port_io.hh"
 #include "../worker/clock.hh"
 #include "../worker/egress_shaper.hh"
 #include "firewall.hh"
@@ -16,6 +18,10 @@
 namespace jakiro {
 
 namespace {
+
+bool is_superframe(const rte_mbuf* m) {
+    return (m->ol_flags & RTE_MBUF_F_TX_TCP_SEG) != 0;
+}
 
 // Answers "who has X" from a tenant when X is an address of its VPC: every such address is
 // reached through jakirod, so the answer is always the gateway MAC.
@@ -52,7 +58,13 @@ rte_ipv4_hdr* check_tenant_ipv4(worker_context& ctx, const datapath_tables& tabl
         ctx.drop(m, drop_reason::tenant_src_spoofed, vnic.slot);
         return nullptr;
     }
-    if (ip_len > tables.tenant_mtu) {
+    if ((m->ol_flags & RTE_MBUF_F_TX_TCP_SEG) != 0) {
+        // A super-frame: each frame it will be cut into must fit, not the whole.
+        if (!overlay::superframe_fits(m, tables.tenant_mtu)) {
+            ctx.drop(m, drop_reason::tenant_bad_superframe, vnic.slot);
+            return nullptr;
+        }
+    } else if (ip_len > tables.tenant_mtu) {
         ctx.drop(m, drop_reason::tenant_too_big, vnic.slot);
         return nullptr;
     }
@@ -196,7 +208,25 @@ void process_tenant_burst(worker_context& ctx, const datapath_tables& tables, ui
             to_peer.to_tenant_packets.add(1);
             to_peer.to_tenant_bytes.add(rte_pktmbuf_pkt_len(m));
             ctx.counters.switched_locally.add(1);
-            transmit(peer.port_id, m, qos::charged_bytes(rte_pktmbuf_pkt_len(m)));
+            if (!is_superframe(m) || port_takes_superframes(peer.port_id)) {
+                // Whole, super-frame or not; charged the frames it would be on the wire.
+                transmit(peer.port_id, m, overlay::charged_wire_bytes(headers[i], m->tso_segsz));
+                continue;
+            }
+            // A peer behind an af_packet or memif port gets MTU-sized frames.
+            rte_mbuf* frames[overlay::max_segments];
+            const int n = overlay::segment_superframe(
+                m, false, static_cast<uint16_t>(tables.tenant_mtu + sizeof(rte_ether_hdr)),
+                ctx.pool, frames, overlay::max_segments);
+            if (n < 0) {
+                ctx.counters.drops[static_cast<std::size_t>(drop_reason::segmentation_no_mbufs)]
+                    .add(1);
+                continue;
+            }
+            for (int f = 0; f < n; ++f) {
+                transmit(peer.port_id, frames[f],
+                         qos::charged_bytes(rte_pktmbuf_pkt_len(frames[f])));
+            }
             continue;
         }
         const auto remote_mac = ctx.neighbors->mac(entry->neighbor);
@@ -214,8 +244,25 @@ void process_tenant_burst(worker_context& ctx, const datapath_tables& tables, ui
             ctx.drop(m, drop_reason::tenant_too_big, vnic.slot);
             continue;
         }
-        ctx.counters.encapsulated.add(1);
-        transmit(tables.uplink_port, m, rte_pktmbuf_pkt_len(m));  // outer frame: inner + 50
+        if (!is_superframe(m)) {
+            ctx.counters.encapsulated.add(1);
+            transmit(tables.uplink_port, m, rte_pktmbuf_pkt_len(m));  // outer frame: inner + 50
+            continue;
+        }
+        // Judged once above; now cut into underlay-MTU VXLAN frames, each charged as sent.
+        rte_mbuf* frames[overlay::max_segments];
+        const uint32_t max_frame =
+            tables.tenant_mtu + overlay::outer_header_bytes + sizeof(rte_ether_hdr);
+        const int n = overlay::segment_superframe(m, true, static_cast<uint16_t>(max_frame),
+                                                  ctx.pool, frames, overlay::max_segments);
+        if (n < 0) {
+            ctx.counters.drops[static_cast<std::size_t>(drop_reason::segmentation_no_mbufs)].add(1);
+            continue;
+        }
+        ctx.counters.encapsulated.add(static_cast<uint64_t>(n));
+        for (int f = 0; f < n; ++f) {
+            transmit(tables.uplink_port, frames[f], rte_pktmbuf_pkt_len(frames[f]));
+        }
     }
 }
 

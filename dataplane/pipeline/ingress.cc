@@ -3,8 +3,11 @@
 #include <rte_ip.h>
 
 #include "../arp.hh"
+#include "../overlay/superframe.hh"
 #include "../overlay/vxlan.hh"
+#include "../port_io.hh"
 #include "../roce/engine.hh"
+#include "../vnet_face/vnet_header.hh"
 #include "../worker/clock.hh"
 #include "../worker/ingress_policer.hh"
 #include "../worker/roce_port.hh"
@@ -126,8 +129,12 @@ void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rt
 
     for (uint16_t i = 0; i < count; ++i) {
         rte_mbuf* m = pkts[i];
-        const uint32_t len = rte_pktmbuf_data_len(m);
-        if (len < sizeof(rte_ether_hdr)) {
+        // A frame merged by GRO is a chain whose first segment holds every header.
+        const uint32_t len = rte_pktmbuf_pkt_len(m);
+        if (rte_pktmbuf_data_len(m) < sizeof(rte_ether_hdr) ||
+            (m->nb_segs > 1 && rte_pktmbuf_data_len(m) < overlay::outer_header_bytes +
+                                                             sizeof(rte_ether_hdr) +
+                                                             sizeof(rte_ipv4_hdr))) {
             ctx.drop(m, drop_reason::outer_truncated);
             continue;
         }
@@ -270,7 +277,27 @@ void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rt
         to_tenant.to_tenant_packets.add(1);
         to_tenant.to_tenant_bytes.add(frame_len);
         ctx.counters.decapsulated.add(1);
-        ctx.tx.enqueue(vnic.port_id, m, ctx.counters);
+        if (m->tso_segsz == 0) {
+            ctx.tx.enqueue(vnic.port_id, m, ctx.counters);
+            continue;
+        }
+        // Frames GRO merged: one super-frame to a vnet face, MTU-sized frames to the others.
+        vnet::mark_tcp_superframe(m, m->tso_segsz);
+        if (port_takes_superframes(vnic.port_id)) {
+            ctx.tx.enqueue(vnic.port_id, m, ctx.counters);
+            continue;
+        }
+        rte_mbuf* frames[overlay::max_merged];
+        const int cut = overlay::segment_superframe(
+            m, false, static_cast<uint16_t>(tables.tenant_mtu + sizeof(rte_ether_hdr)), ctx.pool,
+            frames, overlay::max_merged);
+        if (cut < 0) {
+            ctx.counters.drops[static_cast<std::size_t>(drop_reason::segmentation_no_mbufs)].add(1);
+            continue;
+        }
+        for (int f = 0; f < cut; ++f) {
+            ctx.tx.enqueue(vnic.port_id, frames[f], ctx.counters);
+        }
     }
 }
 

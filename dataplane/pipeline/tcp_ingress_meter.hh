@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "../overlay/superframe.hh"
 #include "../overlay/vxlan.hh"
 #include "../worker/ingress_policer.hh"
 #include "../worker/worker_context.hh"
@@ -26,9 +27,9 @@ inline bool meter_tcp_ingress(worker_context& ctx, rte_mbuf* m, rte_ipv4_hdr* ip
     if (meter == nullptr) {
         return true;
     }
-    const uint32_t ip_len = rte_be_to_cpu_16(ip->total_length);
+    // A super-frame (m->tso_segsz set) is charged every frame it is or was on the wire.
     const auto verdict = meter->on_packet(
-        now_ns, qos::traffic_class::tcp, qos::charged_bytes(sizeof(rte_ether_hdr) + ip_len),
+        now_ns, qos::traffic_class::tcp, overlay::charged_wire_bytes(ip, m->tso_segsz),
         static_cast<qos::ecn>(ip->type_of_service & 0x03), nullptr);
     if (verdict.action == qos::ingress_action::drop) {
         ctx.drop(m, drop_reason::qos_ingress_over_share, slot);

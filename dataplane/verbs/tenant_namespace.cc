@@ -48,8 +48,9 @@ auto inside(int fd, Fn fn) -> decltype(fn()) {
 
 std::string devarg(const std::string& devargs, const std::string& key) {
     const std::string needle = key + "=";
-    for (std::size_t pos = devargs.find(','); pos != std::string::npos;
-         pos = devargs.find(',', pos + 1)) {
+    // "net_af_packet1,iface=t1" (DPDK vdev) or "vnet:iface=t1" (vnet face).
+    for (std::size_t pos = devargs.find_first_of(",:"); pos != std::string::npos;
+         pos = devargs.find_first_of(",:", pos + 1)) {
         if (devargs.compare(pos + 1, needle.size(), needle) == 0) {
             const std::size_t start = pos + 1 + needle.size();
             return devargs.substr(start, devargs.find(',', start) - start);

@@ -8,8 +8,10 @@
 #include <optional>
 
 #include "../arp.hh"
+#include "../overlay/superframe.hh"
 #include "../pipeline/egress.hh"
 #include "../pipeline/ingress.hh"
+#include "../port_io.hh"
 #include "../roce/engine.hh"
 #include "clock.hh"
 #include "egress_shaper.hh"
@@ -23,6 +25,7 @@ namespace {
 
 constexpr uint16_t rx_burst_size = 32;
 constexpr unsigned max_rx_bursts = 4;
+constexpr unsigned face_check_period = 8;
 // Idle back-off: after `idle_spin_us` without a packet the worker sleeps, starting at
 // `first_sleep_us` and doubling up to `max_sleep_us`. 2 ms caps the added latency of the first
 // packet after a pause; each wake costs ~10-20 µs of CPU (syscall, polling every port), so 500
@@ -88,6 +91,10 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
     const uint32_t aging_budget =
         std::max<uint32_t>(64, ctx.flows->capacity() / aging_sweeps_per_second);
     rte_mbuf* pkts[rx_burst_size];
+    rte_mbuf* uplink_pkts[rx_burst_size * max_rx_bursts];
+    vnet::face_set ready_faces;
+    unsigned polls_since_face_check = 0;
+    static_assert(rx_burst_size * max_rx_bursts <= overlay::max_merged);
 
     // A frame arriving on an af_packet port rings the engine's doorbell too (rx_waker.hh).
     std::optional<rx_waker> waker;
@@ -144,20 +151,39 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
         // A port that fills a burst gets up to max_rx_bursts in a row: on a shared core one
         // iteration can take a millisecond, and a single burst per port per iteration would
         // then cap every port at 32 frames per millisecond.
+        // The uplink's bursts are gathered first so GRO sees up to 128 frames at once: a
+        // TCP flow's frames go to its tenant as one super-frame (overlay/superframe.hh).
+        uint16_t from_fabric = 0;
         for (unsigned b = 0; b < max_rx_bursts; ++b) {
-            const uint16_t n = rte_eth_rx_burst(tables.uplink_port, 0, pkts, rx_burst_size);
-            if (n > 0) {
-                received += n;
-                process_uplink_burst(ctx, tables, pkts, n);
-            }
+            const uint16_t n =
+                rte_eth_rx_burst(tables.uplink_port, 0, uplink_pkts + from_fabric, rx_burst_size);
+            from_fabric += n;
             if (n < rx_burst_size) {
                 break;
             }
         }
+        if (from_fabric > 0) {
+            received += from_fabric;
+            const uint16_t left = overlay::merge_burst(uplink_pkts, from_fabric);
+            for (uint16_t off = 0; off < left; off += rx_burst_size) {
+                process_uplink_burst(ctx, tables, uplink_pkts + off,
+                                     std::min<uint16_t>(rx_burst_size, left - off));
+            }
+        }
+        // Which vnet faces have frames: asked every poll while some face is busy, otherwise
+        // every face_check_period polls, so quiet faces cost the loop (and the RoCE engine's
+        // visits) a system call per 8 polls, not per poll.
+        if (ready_faces.any() || ++polls_since_face_check >= face_check_period) {
+            vnet::collect_ready_faces(ready_faces);
+            polls_since_face_check = 0;
+        }
         for (const uint16_t slot : tables.active_slots) {
+            const uint16_t port = tables.vnics[slot].port_id;
+            if (vnet::is_face_port(port) && !ready_faces[port - vnet::first_face_port]) {
+                continue;
+            }
             for (unsigned b = 0; b < max_rx_bursts; ++b) {
-                const uint16_t n =
-                    rte_eth_rx_burst(tables.vnics[slot].port_id, 0, pkts, rx_burst_size);
+                const uint16_t n = port_rx_burst(port, pkts, rx_burst_size);
                 if (n > 0) {
                     received += n;
                     process_tenant_burst(ctx, tables, slot, pkts, n);

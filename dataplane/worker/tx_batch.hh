@@ -13,6 +13,7 @@
 #include <span>
 
 #include "../counters.hh"
+#include "../port_io.hh"
 
 namespace jakiro {
 
@@ -82,7 +83,7 @@ class tx_batch {
   private:
     void send(uint16_t port) {
         auto& queue = _queues[port];
-        const uint16_t sent = rte_eth_tx_burst(port, 0, queue.pkts, queue.count);
+        const uint16_t sent = port_tx_burst(port, queue.pkts, queue.count);
         if (sent > 0 && sent < queue.count) {
             std::memmove(queue.pkts, queue.pkts + sent, (queue.count - sent) * sizeof(rte_mbuf*));
         }
@@ -94,8 +95,9 @@ class tx_batch {
         bool pending = false;
         rte_mbuf* pkts[capacity];
     };
-    std::array<queue, RTE_MAX_ETHPORTS> _queues{};
-    std::array<uint16_t, RTE_MAX_ETHPORTS> _pending_ports{};
+    // Indexed by port id: ethdevs and vnet faces (port_io.hh).
+    std::array<queue, vnet::port_id_space> _queues{};
+    std::array<uint16_t, vnet::port_id_space> _pending_ports{};
     uint16_t _pending_count = 0;
 };
 

@@ -14,6 +14,7 @@
 #include "arp.hh"
 #include "config/host_config.hh"
 #include "overlay/vxlan.hh"
+#include "vnet_face/vnet_header.hh"
 
 namespace jakiro::test {
 
@@ -67,6 +68,16 @@ inline uint32_t write_ipv4_frame(uint8_t* out, const ipv4_frame_spec& spec) {
     return sizeof(rte_ether_hdr) + ip_len;
 }
 
+// Whether the TCP or UDP checksum of the IPv4 packet at `iph` (contiguous) verifies.
+inline bool l4_checksum_ok(const rte_ipv4_hdr* iph) {
+    const uint32_t ihl = rte_ipv4_hdr_len(iph);
+    const uint32_t l4_len = rte_be_to_cpu_16(iph->total_length) - ihl;
+    uint32_t sum = rte_ipv4_phdr_cksum(iph, 0) +
+                   rte_raw_cksum(reinterpret_cast<const uint8_t*>(iph) + ihl, l4_len);
+    sum = (sum & 0xffff) + (sum >> 16);
+    return sum == 0xffff;
+}
+
 inline rte_mbuf* mbuf_from(rte_mempool* pool, const uint8_t* bytes, uint32_t len) {
     rte_mbuf* m = rte_pktmbuf_alloc(pool);
     std::memcpy(rte_pktmbuf_append(m, static_cast<uint16_t>(len)), bytes, len);
@@ -82,6 +93,34 @@ inline rte_mbuf* arp_request_mbuf(rte_mempool* pool, const rte_ether_addr& sende
                                   rte_be32_t sender_ip, rte_be32_t target_ip) {
     uint8_t frame[64];
     return mbuf_from(pool, frame, write_arp_request(frame, sender_mac, sender_ip, target_ip));
+}
+
+// A tenant's TCP super-frame as a vnet face receives it (GSO TCPv4, partial checksum): `bytes`
+// of payload cut at `mss`, in one mbuf of `big_pool` (64 KB data rooms). nullptr if refused.
+inline rte_mbuf* tcp_superframe_mbuf(rte_mempool* big_pool, const ipv4_frame_spec& addresses,
+                                     uint32_t bytes, uint16_t mss) {
+    rte_mbuf* m = rte_pktmbuf_alloc(big_pool);
+    ipv4_frame_spec spec = addresses;
+    spec.proto = IPPROTO_TCP;
+    spec.payload = static_cast<uint16_t>(bytes);
+    auto* frame =
+        reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(54 + bytes)));
+    write_ipv4_frame(frame, spec);
+    for (uint32_t i = 0; i < bytes; ++i) {
+        frame[54 + i] = static_cast<uint8_t>(i * 13 + 5);
+    }
+    auto* iph = reinterpret_cast<rte_ipv4_hdr*>(frame + 14);
+    auto* tcp = reinterpret_cast<rte_tcp_hdr*>(iph + 1);
+    tcp->data_off = 5 << 4;
+    tcp->tcp_flags = RTE_TCP_ACK_FLAG;
+    tcp->cksum = rte_ipv4_phdr_cksum(iph, 0);
+    const vnet::virtio_net_hdr hdr{
+        vnet::VIRTIO_NET_HDR_F_NEEDS_CSUM, vnet::VIRTIO_NET_HDR_GSO_TCPV4, 54, mss, 34, 16};
+    if (vnet::to_mbuf(hdr, m) != vnet::header_verdict::ok) {
+        rte_pktmbuf_free(m);
+        return nullptr;
+    }
+    return m;
 }
 
 // Wraps an inner frame (already in `m`) in VXLAN from `from` to `to`.

@@ -135,6 +135,14 @@ TEST(ConfigLoader, PortUsedTwiceIsRejected) {
                  "used twice");
 }
 
+TEST(ConfigLoader, VnetFacesServeVnicsButNotTheUnderlay) {
+    const auto vnics =
+        load_host_config_text(with("net_af_packet1,iface=t1", "vnet:iface=t1"), "h1.yaml");
+    EXPECT_TRUE(vnics.ok());
+    expect_error(with("net_af_packet0,iface=ul0", "vnet:iface=ul0"), 3, "host.underlay.port",
+                 "vnet face");
+}
+
 TEST(ConfigLoader, YamlSyntaxErrorNamesTheLine) {
     const auto result = load_host_config_text("host:\n  name: [h1\n", "broken.yaml");
     ASSERT_FALSE(result.ok());

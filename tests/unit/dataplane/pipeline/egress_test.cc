@@ -233,5 +233,93 @@ TEST_F(EgressToAShapedNeighbour, SameHostEcnCapableFramesAreMarkedNotDropped) {
     EXPECT_TRUE(some_ce);
 }
 
+// Super-frames from a vnet face (vnet_face/vnet_header.hh): judged once, then cut only where a
+// wire or a port needs MTU-sized frames.
+struct EgressSuperframes : PipelineTest {
+    static inline rte_mempool* big = nullptr;
+    static constexpr uint16_t face_t5 = vnet::first_face_port;  // t5 behind a vnet face
+    bool t5_on_face = false;
+
+    static void SetUpTestSuite() {
+        PipelineTest::SetUpTestSuite();
+        if (big == nullptr) {
+            big = rte_pktmbuf_pool_create("egress_sf", 7, 0, 0, UINT16_MAX, SOCKET_ID_ANY);
+        }
+    }
+    void SetUp() override {
+        PipelineTest::SetUp();
+        neighbors.learn(ip("198.18.0.2"), h2_mac);
+    }
+    void use_face_for_t5() {
+        const auto loaded = load_host_config_text(config_yaml(), "h1.yaml");
+        port_assignment ports{uplink, h1_mac, {port_t1, face_t5, port_t3}};
+        std::string error;
+        tables = build_tables(loaded.config, ports, neighbors, 1, error);
+        ASSERT_TRUE(tables) << error;
+        t5_on_face = true;
+    }
+    void TearDown() override {
+        for (rte_mbuf* m : ctx->tx.queued(face_t5)) {
+            rte_pktmbuf_free(m);
+        }
+        PipelineTest::TearDown();
+        EXPECT_EQ(rte_mempool_in_use_count(big), 0u) << "super-frames freed once cut and sent";
+    }
+    rte_mbuf* superframe(const char* dst, uint32_t bytes, uint16_t mss) {
+        return tcp_superframe_mbuf(big, {t1_mac, gateway, ip("198.19.1.1"), ip(dst)}, bytes, mss);
+    }
+    uint64_t allowed_out() const {
+        return ctx->counters.vnics[slot_t1]
+            .sg_allowed[static_cast<std::size_t>(secgroup::direction::egress)]
+            .read();
+    }
+};
+
+TEST_F(EgressSuperframes, SuperFrameToAnotherHostIsJudgedOnceAndLeavesAsMtuSizedVxlan) {
+    rte_mbuf* m = superframe("198.19.1.2", 60000, 1398);
+    ASSERT_NE(m, nullptr);
+    from_tenant(slot_t1, m);
+    const auto sent = ctx->tx.queued(uplink);
+    ASSERT_EQ(sent.size(), (60000u + 1397) / 1398);
+    for (rte_mbuf* frame : sent) {
+        EXPECT_LE(rte_pktmbuf_pkt_len(frame), 1514u);
+        uint8_t bytes[1514];
+        const auto* data = static_cast<const uint8_t*>(
+            rte_pktmbuf_read(frame, 0, rte_pktmbuf_pkt_len(frame), bytes));
+        EXPECT_TRUE(overlay::check_outer(data, rte_pktmbuf_pkt_len(frame), ip("198.18.0.2")).ok);
+    }
+    EXPECT_EQ(allowed_out(), 1u) << "one security-group decision for the whole super-frame";
+    EXPECT_EQ(ctx->counters.encapsulated.read(), sent.size());
+}
+
+TEST_F(EgressSuperframes, SuperFrameToAVnetFaceOnTheSameHostGoesWhole) {
+    use_face_for_t5();
+    from_tenant(slot_t1, superframe("198.19.1.3", 60000, 1398));
+    const auto sent = ctx->tx.queued(face_t5);
+    ASSERT_EQ(sent.size(), 1u);
+    EXPECT_TRUE(sent[0]->ol_flags & RTE_MBUF_F_TX_TCP_SEG);
+    EXPECT_EQ(sent[0]->tso_segsz, 1398);
+    EXPECT_EQ(rte_pktmbuf_pkt_len(sent[0]), 60054u);
+    const auto* eth = rte_pktmbuf_mtod(sent[0], const rte_ether_hdr*);
+    EXPECT_TRUE(rte_is_same_ether_addr(&eth->dst_addr, &t5_mac));
+}
+
+TEST_F(EgressSuperframes, SuperFrameToAnAfPacketNeighbourIsCutToTheTenantMtu) {
+    from_tenant(slot_t1, superframe("198.19.1.3", 20000, 1398));
+    const auto sent = ctx->tx.queued(port_t5);
+    ASSERT_EQ(sent.size(), (20000u + 1397) / 1398);
+    for (rte_mbuf* frame : sent) {
+        EXPECT_LE(rte_pktmbuf_pkt_len(frame), 14u + 1450);
+        EXPECT_EQ(frame->ol_flags & RTE_MBUF_F_TX_TCP_SEG, 0u);
+    }
+}
+
+TEST_F(EgressSuperframes, SuperFrameWhoseSegmentsExceedTheMtuIsDropped) {
+    from_tenant(slot_t1, superframe("198.19.1.2", 20000, 1411));  // 1451-byte packets
+    from_tenant(slot_t1, superframe("198.19.1.2", 60000, 500));   // 120 frames
+    EXPECT_EQ(drops(drop_reason::tenant_bad_superframe), 2u);
+    EXPECT_TRUE(ctx->tx.queued(uplink).empty());
+}
+
 }  // namespace
 }  // namespace jakiro::test

@@ -1,3 +1,4 @@
+#include "overlay/superframe.hh"
 #include "pipeline_fixture.hh"
 
 namespace jakiro::test {
@@ -124,6 +125,86 @@ TEST_F(Ingress, InnerUdpOfTheRocePortNeverReachesATenantPort) {
     from_uplink(inner(50000, 4791));  // this fixture has no engine to take it
     EXPECT_EQ(ctx->tx.queued(port_t1).size(), 1u);
     EXPECT_EQ(drops(drop_reason::tenant_roce), 2u);
+}
+
+// What rte_gro merged from another host's VXLAN frames reaches a vnet face as one super-frame
+// and an af_packet port cut to the tenant MTU again.
+struct IngressSuperframes : PipelineTest {
+    static inline rte_mempool* big = nullptr;
+    static constexpr uint16_t face_t1 = vnet::first_face_port;
+
+    static void SetUpTestSuite() {
+        PipelineTest::SetUpTestSuite();
+        if (big == nullptr) {
+            big = rte_pktmbuf_pool_create("ingress_sf", 7, 0, 0, UINT16_MAX, SOCKET_ID_ANY);
+        }
+    }
+    void TearDown() override {
+        for (rte_mbuf* m : ctx->tx.queued(face_t1)) {
+            rte_pktmbuf_free(m);
+        }
+        PipelineTest::TearDown();
+    }
+    void use_face_for_t1() {
+        const auto loaded = load_host_config_text(config_yaml(), "h1.yaml");
+        port_assignment ports{uplink, h1_mac, {face_t1, port_t5, port_t3}};
+        std::string error;
+        tables = build_tables(loaded.config, ports, neighbors, 1, error);
+        ASSERT_TRUE(tables) << error;
+    }
+    // t2's 30000-byte super-frame as h2 puts it on the fabric, received and merged on h1.
+    void receive_merged_from_t2() {
+        rte_mbuf* m = tcp_superframe_mbuf(
+            big, {mac("02:00:c6:13:01:02"), gateway, ip("198.19.1.2"), ip("198.19.1.1")}, 30000,
+            1398);
+        ASSERT_NE(m, nullptr);
+        ASSERT_TRUE(overlay::encapsulate(m, {h2_mac, h1_mac, ip("198.18.0.2"), ip("198.18.0.1")},
+                                         100, 0, 50000));
+        rte_mbuf* wire[overlay::max_segments];
+        const int n = overlay::segment_superframe(m, true, 1514, pool, wire, overlay::max_segments);
+        ASSERT_GT(n, 1);
+        rte_mbuf* burst[overlay::max_merged];
+        for (int i = 0; i < n; ++i) {
+            uint8_t bytes[1514];
+            const uint32_t len = rte_pktmbuf_pkt_len(wire[i]);
+            rte_pktmbuf_read(wire[i], 0, len, bytes);
+            burst[i] = mbuf_from(pool, bytes, len);
+            rte_pktmbuf_free(wire[i]);
+        }
+        const uint16_t left = overlay::merge_burst(burst, static_cast<uint16_t>(n));
+        ASSERT_EQ(left, 1) << "one flow's frames of one burst merge into one";
+        process_uplink_burst(*ctx, *tables, burst, left);
+    }
+};
+
+TEST_F(IngressSuperframes, MergedFramesReachAVnetFaceAsOneSuperFrame) {
+    use_face_for_t1();
+    receive_merged_from_t2();
+    const auto sent = ctx->tx.queued(face_t1);
+    ASSERT_EQ(sent.size(), 1u);
+    EXPECT_EQ(rte_pktmbuf_pkt_len(sent[0]), 54u + 30000) << "decapsulated, whole";
+    EXPECT_TRUE(sent[0]->ol_flags & RTE_MBUF_F_TX_TCP_SEG);
+    EXPECT_EQ(sent[0]->tso_segsz, 1398);
+    const auto hdr = vnet::from_mbuf(sent[0]);
+    EXPECT_EQ(hdr.gso_type, vnet::VIRTIO_NET_HDR_GSO_TCPV4);
+    EXPECT_EQ(hdr.flags, vnet::VIRTIO_NET_HDR_F_NEEDS_CSUM);
+    const auto* eth = rte_pktmbuf_mtod(sent[0], const rte_ether_hdr*);
+    EXPECT_TRUE(rte_is_same_ether_addr(&eth->dst_addr, &t1_mac));
+}
+
+TEST_F(IngressSuperframes, MergedFramesReachAnAfPacketPortCutToTheTenantMtu) {
+    receive_merged_from_t2();
+    const auto sent = ctx->tx.queued(port_t1);
+    ASSERT_EQ(sent.size(), (30000u + 1397) / 1398);
+    uint32_t payload = 0;
+    for (rte_mbuf* frame : sent) {
+        EXPECT_LE(rte_pktmbuf_pkt_len(frame), 14u + 1450);
+        uint8_t bytes[1514];
+        rte_pktmbuf_read(frame, 0, rte_pktmbuf_pkt_len(frame), bytes);
+        EXPECT_TRUE(l4_checksum_ok(reinterpret_cast<const rte_ipv4_hdr*>(bytes + 14)));
+        payload += rte_pktmbuf_pkt_len(frame) - 54;
+    }
+    EXPECT_EQ(payload, 30000u);
 }
 
 }  // namespace

@@ -1,0 +1,31 @@
+#pragma once
+// Burst receive and send on any jakirod port id: an ethdev (af_packet, memif: ids below
+// RTE_MAX_ETHPORTS) or a vnet face (the ids above, vnet_face/face_registry.hh). One compare per
+// burst decides; the worker never knows which kind a vNIC has.
+
+#include <rte_ethdev.h>
+
+#include "vnet_face/face_registry.hh"
+
+namespace jakiro {
+
+inline uint16_t port_rx_burst(uint16_t port, rte_mbuf** pkts, uint16_t count) {
+    if (vnet::is_face_port(port)) {
+        return vnet::face_of(port)->rx_burst(pkts, count);
+    }
+    return rte_eth_rx_burst(port, 0, pkts, count);
+}
+
+inline uint16_t port_tx_burst(uint16_t port, rte_mbuf** pkts, uint16_t count) {
+    if (vnet::is_face_port(port)) {
+        return vnet::face_of(port)->tx_burst(pkts, count);
+    }
+    return rte_eth_tx_burst(port, 0, pkts, count);
+}
+
+// Whether frames sent to `port` may stay super-frames (else they are cut to the MTU first).
+inline bool port_takes_superframes(uint16_t port) {
+    return vnet::is_face_port(port);
+}
+
+}  // namespace jakiro

@@ -1,0 +1,51 @@
+#pragma once
+// Port ids for vnet faces. jakirod names every port by a uint16_t (tables, tx batches, stats);
+// ethdevs own 0 .. RTE_MAX_ETHPORTS-1 and vnet faces get the ids above, up to one per vNIC slot,
+// so a host is bounded by max_vnics, not by Debian DPDK's RTE_MAX_ETHPORTS of 32.
+//
+// Thread-safety: add/remove on the control thread; face_of() from the worker. A face is
+// removed (and destroyed) only after the snapshot that named it has been retired, as ethdev
+// ports are (host_manager closes ports after publish()).
+
+#include <rte_ethdev.h>
+#include <rte_mempool.h>
+
+#include <bitset>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "../counters.hh"
+#include "vnet_face.hh"
+
+namespace jakiro::vnet {
+
+constexpr uint16_t first_face_port = RTE_MAX_ETHPORTS;
+constexpr uint16_t max_faces = max_vnics;
+constexpr uint16_t port_id_space = first_face_port + max_faces;  // every port id is below
+
+// The devargs-like string that selects a vnet face in the YAML: "vnet:iface=t1".
+constexpr const char* devargs_prefix = "vnet:";
+
+inline bool is_face_port(uint16_t port) {
+    return port >= first_face_port;
+}
+
+// The face with this port id; the caller knows it is a face port in the current snapshot.
+face* face_of(uint16_t port);
+
+// Which faces have frames waiting, by face index (port - first_face_port): one level-triggered
+// epoll_wait over every face instead of one recvmmsg per face per poll, so a host with 256 quiet
+// vNICs pays one system call per poll, not 256. Worker only.
+using face_set = std::bitset<max_faces>;
+void collect_ready_faces(face_set& ready);
+
+// Opens the face described by `devargs` ("vnet:iface=NAME") and returns its port id.
+std::optional<uint16_t> add_face(const std::string& devargs, std::string& error);
+void remove_face(uint16_t port);
+
+// The pool super-frames are received into (created on first use): one mbuf holds 64 KB.
+rte_mempool* superframe_pool(std::string& error);
+
+}  // namespace jakiro::vnet
