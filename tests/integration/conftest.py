@@ -336,3 +336,22 @@ def impaired_fabric(tmp_path, report, ports, options, seed=None):
                     stop(proc)
             lines = out.read_text().splitlines()
             report[port] = json.loads(lines[-1]) if lines else err.read_text()
+
+
+# ---------------------------------------------------------------- verbs programs in tenants
+
+JAKIRO_RUN = SRC / "tools" / "jakiro-run"
+
+
+def shim_env():
+    """The build tree's shim beside the jakirod under test (jakiro-run's JAKIRO_VERBS_LIB)."""
+    env = dict(os.environ)
+    lib = Path(JAKIROD).resolve().parents[1] / "verbs_shim" / "libjakiro_verbs.so"
+    if lib.exists():
+        env["JAKIRO_VERBS_LIB"] = str(lib)
+    return env
+
+
+def under_jakiro_run(tenant, cmd):
+    """`cmd` run on `tenant`'s vNIC: inside its namespace, through jakiro-run."""
+    return ["ip", "netns", "exec", tenant, str(JAKIRO_RUN), "--", *map(str, cmd)]

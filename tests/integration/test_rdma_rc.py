@@ -25,12 +25,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (IP, JAKIROCTL, JAKIROD, SRC, T1, T2, T5, global_counter, impaired_fabric,
-                      ns, ns_bg, run, stop, wait_until)
+from conftest import (IP, JAKIRO_RUN, JAKIROCTL, JAKIROD, SRC, T1, T2, T5, global_counter,
+                      impaired_fabric, ns, ns_bg, run, shim_env, stop, wait_until)
 
 pytestmark = pytest.mark.usefixtures("testbed")
 
-JAKIRO_RUN = SRC / "tools" / "jakiro-run"
 VNIC = {T1: "t1", T2: "t2", T5: "t5"}
 
 # (server tenant, client tenant): over the overlay, and between two vNICs of one jakirod.
@@ -58,15 +57,6 @@ def build_tool(env_name, name):
 
 INTEGRITY = build_tool("JAKIRO_RDMA_INTEGRITY", "rdma_integrity")
 PROTECTION = build_tool("JAKIRO_RDMA_PROTECTION", "rdma_protection")
-
-
-def shim_env():
-    """The build tree's shim beside the jakirod under test, as test_verbs_devices does."""
-    env = dict(os.environ)
-    lib = Path(JAKIROD).resolve().parents[1] / "verbs_shim" / "libjakiro_verbs.so"
-    if lib.exists():
-        env["JAKIRO_VERBS_LIB"] = str(lib)
-    return env
 
 
 def listening(tenant, port):

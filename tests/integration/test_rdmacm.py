@@ -21,29 +21,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (FABRIC_NS, IP, JAKIROD, SRC, T1, T2, T4, T5, impaired_fabric, jakiroctl, ns,
-                      stop, wait_until)
+from conftest import (FABRIC_NS, IP, JAKIRO_RUN, SRC, T1, T2, T4, T5, impaired_fabric, jakiroctl,
+                      ns, shim_env, stop, under_jakiro_run, wait_until)
 from test_secgroups import policy  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.usefixtures("testbed")
 
-JAKIRO_RUN = SRC / "tools" / "jakiro-run"
 PLACEMENTS = {"cross_host": (T2, T1), "intra_host": (T5, T1)}
 SERVER_LISTEN_S = 1.5  # jakiro-run + device open + listen, measured < 0.3 s here
 TIMEOUT_S = 60
 _ports = itertools.count(7100)
-
-
-def shim_env():
-    env = dict(os.environ)
-    lib = Path(JAKIROD).resolve().parents[1] / "verbs_shim" / "libjakiro_verbs.so"
-    if lib.exists():
-        env["JAKIRO_VERBS_LIB"] = str(lib)
-    return env
-
-
-def under_jakiro_run(tenant, cmd):
-    return ["ip", "netns", "exec", tenant, str(JAKIRO_RUN), "--", *map(str, cmd)]
 
 
 def run_pair(placement, server_cmd, client_cmd, tmp_path):

@@ -13,7 +13,6 @@ need no ssh: their rsh agent is a script that enters the other tenant's namespac
 """
 
 import itertools
-import os
 import re
 import shutil
 import subprocess
@@ -22,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import IP, JAKIROD, SRC, T1, T2, T5, flatten, ns, stats, stop
+from conftest import (IP, JAKIRO_RUN, T1, T2, T5, flatten, ns, shim_env, stats, stop,
+                      under_jakiro_run)
 
 pytestmark = pytest.mark.usefixtures("testbed")
 
-JAKIRO_RUN = SRC / "tools" / "jakiro-run"
 PINGPONG_C = Path(__file__).resolve().parent / "mpi_pingpong.c"
 HOST = {T1: "h1", T2: "h2", T5: "h1"}
 VNIC = {T1: "t1", T2: "t2", T5: "t5"}
@@ -37,18 +36,6 @@ _ports = itertools.count(13400)
 
 # The ping-pong's sizes (1 B, then x4 up to 4 MiB) and round trips per size (mpi_pingpong.c).
 PINGPONG_BYTES_EACH_WAY = 20 * sum(4 ** k for k in range(12))
-
-
-def shim_env():
-    env = dict(os.environ)
-    lib = Path(JAKIROD).resolve().parents[1] / "verbs_shim" / "libjakiro_verbs.so"
-    if lib.exists():
-        env["JAKIRO_VERBS_LIB"] = str(lib)
-    return env
-
-
-def under_jakiro_run(tenant, cmd):
-    return ["ip", "netns", "exec", tenant, str(JAKIRO_RUN), "--", *map(str, cmd)]
 
 
 def rdma_rx_bytes(tenant):
