@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "rdmacm/cm_mad.hh"
+#include "rdmacm/cma_header.hh"
 
 namespace jakiro::rdmacm {
 
@@ -199,8 +200,22 @@ class cm_agent {
     void on_sidr_req(uint32_t src_ip_be, uint64_t tid, const cm_sidr_req& m);
     void on_sidr_rep(uint32_t src_ip_be, const cm_sidr_rep& m);
 
-    // A REQ/SIDR_REQ whose IP header names another source than the packet's real one (the
-    // inner IPv4 source the overlay delivered it with): dropped, counted.
+    // A REQ/SIDR_REQ is for us when it names an IP service, carries an RDMA-CM IP header
+    // addressed to this vNIC, and that header's source is the packet's real one (the inner IPv4
+    // source the overlay delivered it with); otherwise it is dropped, counted (mads_dropped,
+    // and mads_forged for a foreign source).
+    bool addressed_to_us(uint64_t service_id, const std::optional<cma_ip_header>& ip,
+                         uint32_t src_ip_be) {
+        if (!is_ip_service(service_id) || !ip || ip->dst_ip_be != _self.ip_be) {
+            ++_stats.mads_dropped;
+            return false;
+        }
+        if (ip->src_ip_be != src_ip_be) {
+            forged();
+            return false;
+        }
+        return true;
+    }
     void forged() {
         ++_stats.mads_dropped;
         ++_stats.mads_forged;

@@ -66,13 +66,11 @@ void cm_agent::on_req(uint32_t src_ip_be, uint64_t tid, const cm_req& m) {
         }
     }
     const auto ip = read_cma_header(m.private_data);
-    if (!is_ip_service(m.service_id) || !ip || ip->dst_ip_be != _self.ip_be ||
-        m.transport == cm_transport::rd) {
+    if (m.transport == cm_transport::rd) {
         ++_stats.mads_dropped;
         return;
     }
-    if (ip->src_ip_be != src_ip_be) {
-        forged();
+    if (!addressed_to_us(m.service_id, ip, src_ip_be)) {
         return;
     }
     cm_id* listener =
@@ -279,12 +277,7 @@ void cm_agent::on_sidr_req(uint32_t src_ip_be, uint64_t tid, const cm_sidr_req& 
         r.service_id = m.service_id;
         send(src_ip_be, cm_message{tid, r});
     };
-    if (!is_ip_service(m.service_id) || !ip || ip->dst_ip_be != _self.ip_be) {
-        ++_stats.mads_dropped;
-        return;
-    }
-    if (ip->src_ip_be != src_ip_be) {
-        forged();
+    if (!addressed_to_us(m.service_id, ip, src_ip_be)) {
         return;
     }
     cm_id* listener =
