@@ -7,8 +7,9 @@
 #include <sstream>
 
 #include "../ports.hh"
-#include "../verbs/channel_server.hh"
 #include "../vnet_face/face_registry.hh"
+#include "rdma_endpoints.hh"
+#include "rnic/verbs/channel_server.hh"
 #include "table_builder.hh"
 
 namespace jakiro {
