@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "../ports.hh"
-#include "../verbs/channel_server.hh"
+#include "rnic/verbs/channel_server.hh"
 #include "table_builder.hh"
 
 namespace jakiro {

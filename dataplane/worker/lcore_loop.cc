@@ -12,10 +12,10 @@
 #include "../pipeline/egress.hh"
 #include "../pipeline/ingress.hh"
 #include "../port_io.hh"
-#include "../roce/engine.hh"
 #include "clock.hh"
 #include "egress_shaper.hh"
 #include "ingress_policer.hh"
+#include "rnic/engine.hh"
 #include "roce_port.hh"
 #include "rx_waker.hh"
 
