@@ -15,7 +15,7 @@ namespace jakiro {
 
 bool host_manager::open_port(const std::string& role, const std::string& devargs, uint16_t& port,
                              std::string& error) {
-    const auto probed = probe_port(devargs, error);
+    const auto probed = probe_port(devargs, error, role == "uplink" ? _pool : nullptr);
     if (!probed || !start_port(*probed, _pool, _state.config.underlay.mtu, error)) {
         error = role + ": " + error;
         return false;
@@ -68,7 +68,7 @@ void host_manager::refresh_port_records() {
 bool host_manager::publish(const host_config& config, std::string& error) {
     port_assignment assignment;
     assignment.uplink_port = _uplink_port;
-    rte_eth_macaddr_get(_uplink_port, &assignment.uplink_mac);
+    assignment.uplink_mac = port_mac(_uplink_port);
     for (const auto& vnic : config.vnics) {
         const auto& binding = _vnics.at(vnic.name);
         assignment.vnic_ports.push_back(binding.port);

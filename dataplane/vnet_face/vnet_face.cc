@@ -1,5 +1,7 @@
 #include "vnet_face.hh"
 
+#include "uplink_state.hh"
+
 #include <arpa/inet.h>
 #include <linux/if_packet.h>
 #include <net/ethernet.h>
@@ -37,7 +39,8 @@ std::string errno_text(const char* what) {
 
 }  // namespace
 
-std::unique_ptr<face> face::open(const std::string& iface, rte_mempool* pool, std::string& error) {
+std::unique_ptr<face> face::open(const std::string& iface, rte_mempool* pool, std::string& error,
+                                 bool uplink) {
     const unsigned index = if_nametoindex(iface.c_str());
     if (index == 0) {
         error = "no interface '" + iface + "' in this network namespace";
@@ -100,8 +103,15 @@ std::unique_ptr<face> face::open(const std::string& iface, rte_mempool* pool, st
     }
     rte_ether_addr mac;
     std::memcpy(mac.addr_bytes, req.ifr_hwaddr.sa_data, RTE_ETHER_ADDR_LEN);
-    return std::unique_ptr<face>(new face(fd, pool, iface, mac));
+    std::unique_ptr<face> opened(new face(fd, pool, iface, mac));
+    if (uplink) {
+        opened->_uplink = std::make_unique<uplink_state>();
+    }
+    return opened;
 }
+
+face::face(int fd, rte_mempool* pool, std::string iface, rte_ether_addr mac)
+    : _fd(fd), _pool(pool), _iface(std::move(iface)), _mac(mac) {}
 
 face::~face() {
     if (_spare_count > 0) {
