@@ -65,8 +65,10 @@ std::unique_ptr<face> face::open(const std::string& iface, rte_mempool* pool, st
     if (setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof(one)) != 0) {
         return fail("PACKET_IGNORE_OUTGOING");
     }
-    // The veth's queue adds nothing but a lock and a requeue: hand frames straight to it.
-    if (setsockopt(fd, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof(one)) != 0) {
+    // The veth's queue adds nothing but a lock and a requeue: hand frames straight to it. Not
+    // on the uplink: a bypassed send cannot be segmented in software, so a super-datagram to
+    // an interface without tx-udp-segmentation would fail (ENOBUFS) instead of being cut.
+    if (!uplink && setsockopt(fd, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof(one)) != 0) {
         return fail("PACKET_QDISC_BYPASS");
     }
     for (const int opt : {SO_RCVBUFFORCE, SO_SNDBUFFORCE}) {
