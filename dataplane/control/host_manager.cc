@@ -94,10 +94,6 @@ bool host_manager::apply(host_config next, std::string& summary, std::string& er
         error = "host.conntrack.max_flows cannot change while jakirod runs (restart it)";
         return false;
     }
-    if (next.vnics.size() > max_vnics || _next_slot + next.vnics.size() > max_vnics) {
-        error = "no vNIC slots left (restart jakirod to renumber)";
-        return false;
-    }
     // A vNIC whose identity changed is removed and added again.
     auto same_vnic = [](const vnic_config& a, const vnic_config& b) {
         return a.port == b.port && a.mac == b.mac && a.ip.address == b.ip.address && a.vpc == b.vpc;
@@ -121,6 +117,11 @@ bool host_manager::apply(host_config next, std::string& summary, std::string& er
         } else {
             added.insert(vnic.name);
         }
+    }
+    // Slots are not reused while jakirod runs: only the vNICs this apply adds take new ones.
+    if (next.vnics.size() > max_vnics || _next_slot + added.size() > max_vnics) {
+        error = "no vNIC slots left (restart jakirod to renumber)";
+        return false;
     }
     // Ports of removed vNICs close only after the new snapshot is out, so a vNIC that is
     // replaced by one with the same port must be closed first; such a vNIC loses its flows.

@@ -147,6 +147,15 @@ uint16_t face::rx_burst(rte_mbuf** pkts, uint16_t count) {
         msgs[i].msg_hdr.msg_iovlen = 2;
     }
     const int got = recvmmsg(_fd, msgs, count, MSG_DONTWAIT, nullptr);
+    if (got < count) {
+        // The socket is drained: give the 64 KB mbufs back. A face that keeps a burst's worth
+        // while it is quiet would let 32 quiet faces hold the whole pool (face_registry.cc),
+        // and a host has up to 256.
+        const uint16_t used = got > 0 ? static_cast<uint16_t>(got) : 0;
+        rte_pktmbuf_free_bulk(_spare, _spare_count - used);
+        std::memmove(_spare, _spare + _spare_count - used, used * sizeof(rte_mbuf*));
+        _spare_count = used;
+    }
     if (got <= 0) {
         return 0;  // EAGAIN: nothing there
     }
