@@ -22,7 +22,7 @@
 namespace jakiro::vnet {
 
 constexpr uint16_t first_face_port = RTE_MAX_ETHPORTS;
-constexpr uint16_t max_faces = max_vnics + 1;  // every vNIC's, and the uplink's
+constexpr uint16_t max_faces = max_vnics + 1;                    // every vNIC's, and the uplink's
 constexpr uint16_t port_id_space = first_face_port + max_faces;  // every port id is below
 
 // The devargs-like string that selects a vnet face in the YAML: "vnet:iface=t1".
