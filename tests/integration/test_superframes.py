@@ -16,7 +16,7 @@ import pytest
 from conftest import (IP, T1, T2, T5, PYTHON, iperf3_server, ns, ns_bg, stats, wait_listening)
 
 pytestmark = pytest.mark.usefixtures("testbed")
-TESTBED_ARGS = ["--tenant-face", "vnet"]
+TESTBED_ARGS = ["--tenant-face", "vnet", "--uplink-face", "vnet"]
 
 # (client namespace, server namespace, server's host, server's vNIC)
 PAIRS = {"inter_host": (T1, T2, "h2", "t2"), "intra_host": (T1, T5, "h1", "t5")}
