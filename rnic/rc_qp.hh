@@ -19,6 +19,10 @@
 // through the rkey, checked for PD, rights and bounds), duplicates are re-ACKed (READs are
 // executed again), a gap is NAKed once. ACKs are coalesced: at most one per QP per poll.
 //
+// One header, one file per role (as rxe's rxe_req.c, rxe_comp.c, rxe_resp.c): rc_qp.cc (the
+// object, poll and receive, flush), requester.cc, completer.cc, responder.cc, unreliable.cc
+// (UC/UD), local_path.cc (intra-host) and dcqcn.cc; rc_qp_parts.hh is what they share.
+//
 // Thread-safety: everything here runs on the engine's thread (the control thread reaches a
 // QP only through engine::call).
 

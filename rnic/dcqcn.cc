@@ -1,0 +1,73 @@
+// DCQCN at the reaction point: a CNP lowers the QP's rate and the pacer holds packets to it;
+// and the CNP this QP sends as a notification point.
+
+#include "rnic/rc_qp.hh"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "rnic/engine.hh"
+#include "rnic/packet_port.hh"
+#include "rnic/rc_qp_parts.hh"
+#include "rnic/timers.hh"
+#include "rnic/wire/aeth.hh"
+#include "rnic/wire/psn.hh"
+#include "verbs_abi/wc_opcode.hh"
+
+namespace jakiro::roce {
+
+using namespace rc_qp_parts;
+
+void rc_qp::on_cnp(uint64_t now_ns) {
+    _stats.cnps_received.fetch_add(1, std::memory_order_relaxed);
+    // DCQCN cuts relative to the current rate, which on hardware is what the QP sends. A
+    // software QP rarely sends at its nominal line rate, so the first cuts would not bite:
+    // bring the ceiling down to a little above what the QP really sends, then cut.
+    if (_measured_bps > 0 && _rate.rate_bps() > _measured_bps + _measured_bps / 4) {
+        _rate.set_line_rate(now_ns, std::max<uint64_t>(_measured_bps + _measured_bps / 4,
+                                                       _rate.params().min_rate_bps));
+        _ceiling_lowered = true;
+    }
+    _rate.on_cnp(now_ns);
+    _last_cnp_ns = now_ns;
+}
+
+bool rc_qp::pacer_open(uint64_t now_ns) {
+    if (_ceiling_lowered && now_ns - _last_cnp_ns > ceiling_restore_ns) {
+        // Quiet for a while: let recovery climb back towards the nominal line rate.
+        _rate.set_line_rate(now_ns, dcqcn_line_rate_bps);
+        _ceiling_lowered = false;
+    }
+    return _rate.grant(now_ns) > 0;
+}
+
+void rc_qp::pacer_charge(uint64_t now_ns, uint32_t frame_len) {
+    _rate.on_sent(frame_len);
+    // What the QP really sends, averaged over ~100 µs windows (EWMA, 1/4 per window).
+    _window_bytes += frame_len;
+    if (_window_start_ns == 0) {
+        _window_start_ns = now_ns;
+    } else if (now_ns - _window_start_ns >= 100'000) {
+        const uint64_t bps = _window_bytes * 8'000'000'000 / (now_ns - _window_start_ns);
+        _measured_bps = _measured_bps == 0 ? bps : (_measured_bps * 3 + bps) / 4;
+        _window_bytes = 0;
+        _window_start_ns = now_ns;
+    }
+}
+
+void rc_qp::send_cnp(packet_port& port) {
+    uint32_t payload_at = 0;
+    uint8_t* frame = begin_packet(port, opcode::cnp, 0, payload_at);
+    if (frame == nullptr) {
+        return;
+    }
+    bth_fields bth;
+    bth.opcode = opcode::cnp;
+    bth.dest_qp = _machine.attr().dest_qp_num;  // the QP that sends too fast
+    ext_fields ext;
+    finish_packet(port, bth, ext, frame, 0);
+    _stats.cnps_sent.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace jakiro::roce

@@ -1,0 +1,313 @@
+// The intra-host path: a message between two QPs of this engine moved memory to memory, in
+// slices of what one visit's packets would carry, with the wire's checks and completions.
+
+#include "rnic/rc_qp.hh"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "rnic/engine.hh"
+#include "rnic/packet_port.hh"
+#include "rnic/rc_qp_parts.hh"
+#include "rnic/timers.hh"
+#include "rnic/wire/aeth.hh"
+#include "rnic/wire/psn.hh"
+#include "verbs_abi/wc_opcode.hh"
+
+namespace jakiro::roce {
+
+using namespace rc_qp_parts;
+
+namespace {
+
+// Copies `len` bytes from position `offset` of a send WQE's data (inline or its SGEs).
+template <typename Op>
+void gather_op(const Op& op, uint64_t offset, std::byte* out, uint32_t len) {
+    if ((op.wqe.send_flags & IBV_SEND_INLINE) != 0) {
+        std::memcpy(out, op.wqe.inline_data + offset, len);
+    } else {
+        gather(op.sge_data.data(), op.sge_len.data(), op.sges, offset,
+               reinterpret_cast<uint8_t*>(out), len);
+    }
+}
+
+// Copies bytes [offset, offset + len) of a send WQE's message to the same place of a receive
+// WQE's buffers.
+template <typename Send, typename Recv>
+void copy_to_recv(const Send& op, const Recv& r, uint64_t offset, uint32_t len) {
+    uint64_t sge_start = 0;
+    for (uint8_t i = 0; i < r.sges && len > 0; ++i) {
+        const uint64_t sge_end = sge_start + r.sge_len[i];
+        if (offset < sge_end) {
+            const auto n = static_cast<uint32_t>(std::min<uint64_t>(len, sge_end - offset));
+            gather_op(op, offset, r.sge_data[i] + (offset - sge_start), n);
+            offset += n;
+            len -= n;
+        }
+        sge_start = sge_end;
+    }
+}
+
+}  // namespace
+
+rc_qp* rc_qp::local_peer(packet_port& port) const {
+    if (_engine == nullptr) {
+        return nullptr;
+    }
+    const uint16_t slot = port.local_vnic(_s.local.vnic, _remote_ip_be);
+    if (slot == packet_port::no_local_vnic) {
+        return nullptr;
+    }
+    rc_qp* peer = _engine->find(slot, _machine.attr().dest_qp_num);
+    // Only a peer connected back to this very QP (RCFT, both ways) and able to receive.
+    if (peer == nullptr || peer == this || peer->_remote_ip_be != _s.local.ip_be ||
+        peer->_machine.attr().dest_qp_num != _s.qpn || !peer->_machine.accepts_inbound()) {
+        return nullptr;
+    }
+    return peer;
+}
+
+bool rc_qp::checked_with(const rc_qp& peer) const {
+    // A peer not yet checked again after a policy change takes the packet path, where the
+    // engine checks it first.
+    return peer._admitted_generation == _engine->policy_generation() &&
+           _admitted_generation == _engine->policy_generation();
+}
+
+unsigned rc_qp::send_local(rc_qp& peer, packet_port& port, unsigned budget) {
+    verbs::qp_ring& ring = *_s.ring;
+    const uint32_t mask = ring.sq_capacity() - 1;
+    unsigned moved = 0;  // in packets' worth, the unit of the budget
+    while (moved < budget && _send_index != ring.send_taken()) {
+        send_op& op = _sends[_send_index & mask];
+        if (op.local_error != IBV_WC_SUCCESS) {
+            break;  // completes with its error in retire_sends
+        }
+        if (!_local.active) {
+            // Both sides must be between messages at the same PSN; otherwise packets are (or
+            // were) on the way and the packet path finishes what it started.
+            if (_next_psn != op.first_psn || peer._epsn != op.first_psn || peer._in_send ||
+                peer._in_write || peer._recv_held || !peer._reads.empty() || peer._ack_pending) {
+                _local_fallback = moved == 0;
+                break;
+            }
+        } else if (!peer.continues_local(op)) {
+            // The peer was reset under the message: the packet path sends it whole.
+            _local = local_transfer{};
+            _local_fallback = moved == 0;
+            break;
+        }
+        const uint32_t slice = std::min(op.length - _local.moved, (budget - moved) * _mtu);
+        const uint32_t packets = std::max(1u, (slice + _mtu - 1) / _mtu);
+        // Charged as the packets it replaces would have been.
+        if (!port.admit(_s.local.vnic, packets * frame_bytes(opcode::rc_write_middle, 0) + slice)) {
+            break;
+        }
+        if (!_local.active) {
+            ibv_wc_status status = IBV_WC_SUCCESS;
+            const local_result r = peer.begin_local(op, *this, _local, status);
+            if (r == local_result::rnr) {
+                _stats.rnr_naks_received.fetch_add(1, std::memory_order_relaxed);
+                break;  // no receive posted yet: the next poll tries again (the RNR wait)
+            }
+            if (r == local_result::failed) {
+                fail_requester(op.first_psn, status);
+                return moved + 1;
+            }
+            _local.active = true;
+            if (r == local_result::done) {
+                _local.moved = op.length;  // an atomic: executed whole
+            }
+        }
+        if (_local.moved < op.length) {
+            peer.place_local(op, _local, slice);
+        }
+        moved += packets;
+        if (_local.moved < op.length) {
+            continue;  // the rest on the next pass or visit: has_work() keeps the worker awake
+        }
+        peer.finish_local(op, *this, _local);
+        _local = local_transfer{};
+        const uint32_t end = psn_add(op.first_psn, op.packets);
+        peer._epsn = end;
+        peer._msn = psn_add(peer._msn, 1);
+        if (needs_response(op.wqe)) {
+            op.read_received = op.packets;
+        }
+        op.done = true;
+        _next_psn = _una = _sent_high = end;
+        ++_send_index;
+        _stats.bytes_sent.fetch_add(op.length, std::memory_order_relaxed);
+        peer._stats.bytes_received.fetch_add(op.length, std::memory_order_relaxed);
+        port.count_local(_s.local.vnic, peer._s.local.vnic, op.length);
+    }
+    retire_sends();
+    return moved;
+}
+
+void rc_qp::complete_local_recv(recv_op& r, const send_op& op, const rc_qp& requester,
+                                ibv_wc_status status, uint32_t opcode, uint32_t len) {
+    const proto::send_wqe& w = op.wqe;
+    proto::cqe c{};
+    c.wr_id = r.wr_id;
+    c.status = status;
+    c.opcode = opcode;
+    c.byte_len = len;
+    c.qp_num = _s.qpn;
+    c.src_qp = requester._s.qpn;
+    c.solicited = (w.send_flags & IBV_SEND_SOLICITED) != 0 ? 1 : 0;
+    if (status == IBV_WC_SUCCESS && has_imm(w)) {
+        c.imm_data = w.imm_data;
+        c.wc_flags = IBV_WC_WITH_IMM;
+    }
+    for (uint8_t s = 0; s < r.sges; ++s) {
+        r.pins[s].reset();
+    }
+    _s.ring->retire_recv(1);
+    complete(*_s.recv_cq, c);
+}
+
+rc_qp::local_result rc_qp::begin_local(const send_op& op, const rc_qp& requester, local_transfer& t,
+                                       ibv_wc_status& status) {
+    const proto::send_wqe& w = op.wqe;
+    auto fail = [&](proto::event_type event, ibv_wc_status requester_status) {
+        if (_s.events.raise != nullptr) {
+            _s.events.raise(_s.events.context, _s.owner, static_cast<uint32_t>(event), _s.qpn);
+        }
+        enter_error();
+        status = requester_status;
+        return local_result::failed;
+    };
+    switch (w.opcode) {
+        case IBV_WR_SEND:
+        case IBV_WR_SEND_WITH_IMM: {
+            if (!take_recv(_recv)) {
+                return local_result::rnr;
+            }
+            if (_recv.local_error != IBV_WC_SUCCESS) {
+                complete_local_recv(_recv, op, requester, _recv.local_error, IBV_WC_RECV, 0);
+                return fail(proto::event_type::qp_fatal, IBV_WC_REM_OP_ERR);
+            }
+            if (op.length > _recv.length) {
+                complete_local_recv(_recv, op, requester, IBV_WC_LOC_LEN_ERR, IBV_WC_RECV, 0);
+                return fail(proto::event_type::qp_req_err, IBV_WC_REM_INV_REQ_ERR);
+            }
+            // The peer's message in progress, as if its first packet had come: should the
+            // peer fail before the end, its flush completes the receive WQE.
+            _in_send = true;
+            _recv_offset = 0;
+            return local_result::started;
+        }
+        case IBV_WR_RDMA_WRITE:
+        case IBV_WR_RDMA_WRITE_WITH_IMM: {
+            auto found =
+                remote_target(w.rkey, w.remote_addr, op.length, proto::access_remote_write);
+            if (!found || !grants(IBV_ACCESS_REMOTE_WRITE)) {
+                return fail(proto::event_type::qp_access_err, IBV_WC_REM_ACCESS_ERR);
+            }
+            // WRITE with immediate consumes a receive WQE: taken before any byte lands, so
+            // an RNR leaves nothing half done. Held as the packet path holds one.
+            if (has_imm(w)) {
+                if (!take_recv(_recv)) {
+                    return local_result::rnr;
+                }
+                _recv_held = true;
+            }
+            t.remote = found.bytes.data();
+            t.pin = std::move(found.mr);
+            return local_result::started;
+        }
+        case IBV_WR_RDMA_READ: {
+            auto found = remote_target(w.rkey, w.remote_addr, op.length, proto::access_remote_read);
+            if (!found || !grants(IBV_ACCESS_REMOTE_READ)) {
+                return fail(proto::event_type::qp_access_err, IBV_WC_REM_ACCESS_ERR);
+            }
+            t.remote = found.bytes.data();
+            t.pin = std::move(found.mr);
+            return local_result::started;
+        }
+        case IBV_WR_ATOMIC_WRITE: {
+            if (w.remote_addr % atomic_write_bytes != 0) {
+                return fail(proto::event_type::qp_req_err, IBV_WC_REM_INV_REQ_ERR);
+            }
+            auto found = _s.mrs->find(_s.pd, w.rkey, w.remote_addr, atomic_write_bytes,
+                                      proto::access_remote_write);
+            if (!found || !grants(IBV_ACCESS_REMOTE_WRITE)) {
+                return fail(proto::event_type::qp_access_err, IBV_WC_REM_ACCESS_ERR);
+            }
+            store_atomic_write(found.bytes.data(), w.inline_data);
+            return local_result::done;
+        }
+        case IBV_WR_ATOMIC_CMP_AND_SWP:
+        case IBV_WR_ATOMIC_FETCH_AND_ADD: {
+            if (w.remote_addr % 8 != 0) {
+                return fail(proto::event_type::qp_req_err, IBV_WC_REM_INV_REQ_ERR);
+            }
+            auto found = _s.mrs->find(_s.pd, w.rkey, w.remote_addr, 8, proto::access_remote_atomic);
+            if (!found || !grants(IBV_ACCESS_REMOTE_ATOMIC)) {
+                return fail(proto::event_type::qp_access_err, IBV_WC_REM_ACCESS_ERR);
+            }
+            const uint64_t orig =
+                execute_atomic(found.bytes.data(), w.opcode, w.compare_add, w.swap);
+            scatter(op.sge_data.data(), op.sge_len.data(), op.sges, 0,
+                    reinterpret_cast<const uint8_t*>(&orig), sizeof(orig));
+            return local_result::done;
+        }
+        default:
+            return fail(proto::event_type::qp_req_err, IBV_WC_REM_INV_REQ_ERR);
+    }
+}
+
+bool rc_qp::continues_local(const send_op& op) const {
+    switch (op.wqe.opcode) {
+        case IBV_WR_SEND:
+        case IBV_WR_SEND_WITH_IMM:
+            return _in_send;
+        case IBV_WR_RDMA_WRITE_WITH_IMM:
+            return _recv_held;
+        default:
+            return true;  // the requester holds the peer's memory pinned
+    }
+}
+
+void rc_qp::place_local(const send_op& op, local_transfer& t, uint32_t len) {
+    switch (op.wqe.opcode) {
+        case IBV_WR_SEND:
+        case IBV_WR_SEND_WITH_IMM:
+            copy_to_recv(op, _recv, t.moved, len);
+            _recv_offset += len;
+            break;
+        case IBV_WR_RDMA_WRITE:
+        case IBV_WR_RDMA_WRITE_WITH_IMM:
+            gather_op(op, t.moved, t.remote + t.moved, len);
+            break;
+        case IBV_WR_RDMA_READ:
+            scatter(op.sge_data.data(), op.sge_len.data(), op.sges, t.moved,
+                    reinterpret_cast<const uint8_t*>(t.remote + t.moved), len);
+            break;
+        default:
+            break;
+    }
+    t.moved += len;
+}
+
+void rc_qp::finish_local(const send_op& op, const rc_qp& requester, local_transfer& t) {
+    switch (op.wqe.opcode) {
+        case IBV_WR_SEND:
+        case IBV_WR_SEND_WITH_IMM:
+            _in_send = false;
+            complete_local_recv(_recv, op, requester, IBV_WC_SUCCESS, IBV_WC_RECV, op.length);
+            break;
+        case IBV_WR_RDMA_WRITE_WITH_IMM:
+            _recv_held = false;
+            complete_local_recv(_recv, op, requester, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM,
+                                op.length);
+            break;
+        default:
+            break;
+    }
+    t.pin.reset();
+}
+
+}  // namespace jakiro::roce

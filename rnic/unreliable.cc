@@ -1,0 +1,118 @@
+// The UC and UD responders: no ACKs, no NAKs; a loss drops the message (UC), a datagram is
+// checked against the Q_Key and delivered after its 40-byte GRH area (UD).
+
+#include "rnic/rc_qp.hh"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "rnic/engine.hh"
+#include "rnic/packet_port.hh"
+#include "rnic/rc_qp_parts.hh"
+#include "rnic/timers.hh"
+#include "rnic/wire/aeth.hh"
+#include "rnic/wire/psn.hh"
+#include "verbs_abi/wc_opcode.hh"
+
+namespace jakiro::roce {
+
+using namespace rc_qp_parts;
+
+void rc_qp::abandon_message() {
+    _stats.messages_dropped.fetch_add(1, std::memory_order_relaxed);
+    if (_in_send) {
+        _recv_held = true;  // the next message fills it from the start
+        _in_send = false;
+    }
+    _in_write = false;
+    _write_pin.reset();
+    _discarding = true;
+}
+
+void rc_qp::on_unreliable_request(const roce_packet& p, packet_port& port) {
+    const op_kind kind = p.info->kind;
+    const bool first = (p.info->position & position::first) != 0;
+    switch (classify_request_psn(p.psn, _epsn)) {
+        case psn_class::duplicate:
+            _stats.duplicates.fetch_add(1, std::memory_order_relaxed);
+            return;  // UC never retransmits: a copy the fabric made
+        case psn_class::ahead:
+            _stats.out_of_sequence.fetch_add(1, std::memory_order_relaxed);
+            if (_in_send || _in_write) {
+                abandon_message();  // packets of it were lost
+            }
+            break;
+        case psn_class::expected:
+            break;
+    }
+    _epsn = psn_add(p.psn, 1);
+    if (first) {
+        if (_in_send || _in_write) {
+            abandon_message();  // its last packet was lost
+        }
+        _discarding = false;
+    } else if (_discarding ||
+               !((_in_send && kind == op_kind::send) || (_in_write && kind == op_kind::write))) {
+        _discarding = true;  // the rest of a message that is already lost
+        return;
+    }
+    if (kind == op_kind::send) {
+        execute_send(p, port);
+    } else if (kind == op_kind::write) {
+        execute_write(p, port);
+    } else {
+        abandon_message();  // not a UC operation (the engine checked the transport)
+    }
+}
+
+void rc_qp::on_datagram(const roce_packet& p) {
+    // IB spec 10.2.5: a datagram whose Q_Key is not the QP's is dropped, silently.
+    if (p.deth == nullptr || p.deth->qkey() != _machine.attr().qkey) {
+        _stats.messages_dropped.fetch_add(1, std::memory_order_relaxed);
+        return;
+    }
+    recv_op r;
+    if (!take_recv(r)) {
+        _stats.messages_dropped.fetch_add(1, std::memory_order_relaxed);
+        return;  // no receive posted: UD has no RNR, the datagram is lost
+    }
+    const auto payload = static_cast<uint32_t>(p.payload.size());
+    proto::cqe c{};
+    c.wr_id = r.wr_id;
+    c.opcode = IBV_WC_RECV;
+    c.qp_num = _s.qpn;
+    c.src_qp = p.deth->src_qp();
+    c.solicited = p.solicited ? 1 : 0;
+    c.byte_len = ud_grh_bytes + payload;
+    c.wc_flags = IBV_WC_GRH;
+    if (p.immdt != nullptr) {
+        c.imm_data = p.immdt->imm_be();
+        c.wc_flags |= IBV_WC_WITH_IMM;
+    }
+    if (r.local_error != IBV_WC_SUCCESS) {
+        c.status = r.local_error;
+    } else if (c.byte_len > r.length) {
+        c.status = IBV_WC_LOC_LEN_ERR;  // the buffer must hold the GRH and the payload
+        _stats.messages_dropped.fetch_add(1, std::memory_order_relaxed);
+    } else {
+        // The GRH area as RoCE v2 NICs fill it for IPv4: 20 bytes of nothing, then the IPv4
+        // header (ibv_init_ah_from_wc reads the sender's address there).
+        uint8_t grh[ud_grh_bytes] = {};
+        if (p.ipv4 != nullptr) {
+            std::memcpy(grh + ud_grh_bytes - 20, p.ipv4, 20);
+            c.sl = ud_network_header_roce_v2_ipv4;
+        }
+        scatter(r.sge_data.data(), r.sge_len.data(), r.sges, 0, grh, ud_grh_bytes);
+        scatter(r.sge_data.data(), r.sge_len.data(), r.sges, ud_grh_bytes, p.payload.data(),
+                payload);
+        c.status = IBV_WC_SUCCESS;
+    }
+    for (uint8_t i = 0; i < r.sges; ++i) {
+        r.pins[i].reset();
+    }
+    _s.ring->retire_recv(1);
+    complete(*_s.recv_cq, c);
+}
+
+}  // namespace jakiro::roce
