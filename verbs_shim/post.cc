@@ -9,7 +9,7 @@
 #include "ah.hh"
 #include "context.hh"
 #include "qp.hh"
-#include "rings.hh"
+#include "verbs_abi/rings.hh"
 
 namespace jakiro::shim {
 

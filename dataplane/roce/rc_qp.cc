@@ -9,7 +9,7 @@
 #include "roce/packet_port.hh"
 #include "roce/psn.hh"
 #include "roce/timers.hh"
-#include "verbs_shim/wc_opcode.hh"
+#include "verbs_abi/wc_opcode.hh"
 
 namespace jakiro::roce {
 

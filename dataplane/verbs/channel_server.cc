@@ -1,9 +1,9 @@
 #include "channel_server.hh"
 
-#include "verbs_shim/cm_protocol.hh"
+#include "verbs_abi/cm_protocol.hh"
 
-#include "verbs_shim/endpoint_address.hh"
-#include "verbs_shim/fd_passing.hh"
+#include "verbs_abi/endpoint_address.hh"
+#include "verbs_abi/fd_passing.hh"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

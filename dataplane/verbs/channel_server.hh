@@ -1,7 +1,7 @@
 #pragma once
 // jakirod's end of the verbs channel: each vNIC's RDMA face (DESIGN.md §1, §8a). A vNIC's
 // endpoint is a SOCK_SEQPACKET listener bound as an abstract name *inside its tenant's network
-// namespace* (verbs_shim/endpoint_address.hh: @jakiro/verbs/mac/<mac> and
+// namespace* (verbs_abi/endpoint_address.hh: @jakiro/verbs/mac/<mac> and
 // @jakiro/verbs/name/<vnic>), so only that tenant's processes can reach it; at accept and again
 // at HELLO the peer's namespace (SO_PEERCRED pid -> /proc/<pid>/ns/net) must be the vNIC's.
 // Each connection is one verbs context (or one device scan); its state dies with it. A vNIC

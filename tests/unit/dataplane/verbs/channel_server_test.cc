@@ -4,7 +4,7 @@
 
 #include "verbs/channel_server.hh"
 
-#include "verbs_shim/endpoint_address.hh"
+#include "verbs_abi/endpoint_address.hh"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
