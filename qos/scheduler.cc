@@ -13,7 +13,7 @@ constexpr uint64_t vtime_rebase_at = uint64_t{1} << 62;
 // A min bucket remembers overshoot (a class below its min is granted a few bytes and sends a
 // whole packet) but not more: service the weights gave beyond the min must not delay the
 // guarantee later by more than a few jumbo frames at the min rate.
-constexpr uint64_t min_bucket_debt_bytes = 64 * 1024;
+constexpr uint64_t min_bucket_debt_bytes = uint64_t{64} * 1024;
 
 // The largest frame a class can send: a 9216-byte jumbo inner frame plus VXLAN.
 constexpr uint64_t largest_frame_bytes = charged_bytes(9216);

@@ -190,7 +190,6 @@ class engine {
     };
     static void run_task(task& t);
 
-    uint32_t _max_qps;
     gsi_port _gsi;
     std::chrono::milliseconds _call_timeout{5000};  // control thread
     std::vector<std::vector<rc_qp*>> _by_slot;      // [vnic][qpn >> 8], engine thread

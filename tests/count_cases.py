@@ -1,7 +1,12 @@
 #!/usr/bin/python3
 """Counts test cases, not meson tests, for tools/test-all's closing line.
 
-usage: count_cases.py build/meson-logs/testlog.json build/test-reports
+usage: count_cases.py TESTLOG REPORTS [TESTLOG REPORTS ...] [--failed-stage NAME ...]
+
+e.g. build/meson-logs/testlog.json build/test-reports build-asan/meson-logs/testlog.json
+build-asan/test-reports: one pair per build tools/test-all ran tests in (the sanitized build's
+suite is 'asan', so its cases are named asan/NAME). --failed-stage NAME counts one failure for a
+step that ran no test (a build that did not compile).
 
 Each meson test that writes a JUnit report (GoogleTest via GTEST_OUTPUT, pytest via
 --junitxml; see tests/meson.build) contributes its cases; one that writes none (the fuzzers)
@@ -30,7 +35,8 @@ def meson_tests(testlog):
         # meson names a test "project:suiteA+suiteB / name".
         where, _, name = entry["name"].partition(" / ")
         suites = where.split(":", 1)[-1].split("+")
-        suite = next((s for s in ("unit", "integration", "fuzz") if s in suites), "test")
+        suite = next((s for s in ("asan", "unit", "integration", "fuzz", "lint") if s in suites),
+                     "test")
         tests.append((f"{suite}-{name}", f"{suite}/{name}", entry["result"]))
     return tests
 
@@ -49,10 +55,10 @@ def report_cases(path):
     return cases
 
 
-def main(testlog, reports):
+def main(builds, failed_stages):
     passed, failed, failing, skipped = 0, 0, [], []
-    tests = meson_tests(testlog)
-    for stem, display, result in tests:
+    tests = [(reports, *test) for testlog, reports in builds for test in meson_tests(testlog)]
+    for reports, stem, display, result in tests:
         report = os.path.join(reports, stem + ".xml")
         try:
             cases = report_cases(report) if os.path.exists(report) else None
@@ -74,6 +80,9 @@ def main(testlog, reports):
                 skipped.append(name)
     if not tests:
         failed, failing = 1, ["no test ran (no meson-logs/testlog.json)"]
+    for stage in failed_stages:
+        failed += 1
+        failing.append(f"stage: {stage}")
     for name in failing:
         print(f"FAILED  {name}")
     for name in skipped:
@@ -83,4 +92,11 @@ def main(testlog, reports):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    args, stages = sys.argv[1:], []
+    while "--failed-stage" in args:
+        at = args.index("--failed-stage")
+        stages.append(args[at + 1])
+        del args[at:at + 2]
+    if not args or len(args) % 2:
+        sys.exit(__doc__)
+    sys.exit(main(list(zip(args[0::2], args[1::2])), stages))

@@ -299,9 +299,12 @@ bool channel_server::sync(const std::vector<endpoint_config>& vnics, std::string
     // Removals first, so that a vNIC that moved (new slot, namespace or MAC) frees its names
     // before they are bound again.
     for (const auto& [slot, ep] : current) {
-        const bool wanted = std::any_of(vnics.begin(), vnics.end(), [&](const auto& v) {
-            return v.identity.slot == slot && same_endpoint(v, ep->spec);
-        });
+        // Named captures: C++20 lets a lambda capture a structured binding, clang 14 (clang-tidy's
+        // front end here) does not.
+        const bool wanted = std::any_of(
+            vnics.begin(), vnics.end(), [&, slot = slot, &spec = ep->spec](const auto& v) {
+                return v.identity.slot == slot && same_endpoint(v, spec);
+            });
         if (!wanted) {
             withdraw(slot);
         }
