@@ -9,6 +9,7 @@
 #include "roce/packet_port.hh"
 #include "roce/psn.hh"
 #include "roce/timers.hh"
+#include "verbs/memory_window.hh"
 #include "verbs_shim/wc_opcode.hh"
 
 namespace jakiro::roce {
@@ -346,6 +347,20 @@ void rc_qp::fetch_sends(uint64_t now_ns) {
             case IBV_WR_SEND:
             case IBV_WR_SEND_WITH_IMM:
                 break;
+            case IBV_WR_SEND_WITH_INV:
+                if (!reliable()) {
+                    op.local_error = IBV_WC_LOC_QP_OP_ERR;  // RC only (IB spec 9.4.1.1)
+                }
+                break;
+            case IBV_WR_BIND_MW:
+            case IBV_WR_LOCAL_INV:
+                // Memory windows (verbs/memory_window.hh): executed now, in order with the WRs
+                // around them, and never on the wire; done at once or failed.
+                op.local_error = verbs::execute_window_wr(*_s.mrs, op.wqe, _s.type, _s.pd, _s.qpn);
+                op.done = op.local_error == IBV_WC_SUCCESS;
+                op.first_psn = _psn_cursor;
+                op.packets = 0;
+                continue;
             case IBV_WR_RDMA_WRITE:
             case IBV_WR_RDMA_WRITE_WITH_IMM:
                 if (_s.type == IBV_QPT_UD) {
@@ -530,6 +545,9 @@ bool rc_qp::emit_request(packet_port& port, send_op& op, uint32_t k) {
         } else {
             code = write ? opcode::rc_write_middle : opcode::rc_send_middle;
         }
+        if (w.opcode == IBV_WR_SEND_WITH_INV && last) {
+            code = first ? opcode::rc_send_only_inv : opcode::rc_send_last_inv;
+        }
     }
     // The same operation on the QP's transport: UC and UD opcodes differ from RC's in the
     // top three bits only (IB spec 9.2.1).
@@ -574,6 +592,7 @@ bool rc_qp::emit_request(packet_port& port, send_op& op, uint32_t k) {
         return true;
     }
     ext.imm_be = w.imm_data;
+    ext.inv_rkey = w.imm_data;  // SEND with Invalidate: the rkey, in host order
     ext.va = w.remote_addr + offset;
     ext.rkey = w.rkey;
     ext.dma_len = static_cast<uint32_t>(op.length - (is_read(w) ? offset : 0));
@@ -653,6 +672,10 @@ unsigned rc_qp::send_local(rc_qp& peer, packet_port& port, unsigned budget) {
         if (op.local_error != IBV_WC_SUCCESS) {
             break;  // completes with its error in retire_sends
         }
+        if (op.packets == 0) {  // a memory-window WR: executed when fetched
+            ++_send_index;
+            continue;
+        }
         if (!_local.active) {
             // Both sides must be between messages at the same PSN; otherwise packets are (or
             // were) on the way and the packet path finishes what it started.
@@ -730,6 +753,10 @@ void rc_qp::complete_local_recv(recv_op& r, const send_op& op, const rc_qp& requ
         c.imm_data = w.imm_data;
         c.wc_flags = IBV_WC_WITH_IMM;
     }
+    if (status == IBV_WC_SUCCESS && w.opcode == IBV_WR_SEND_WITH_INV) {
+        c.imm_data = w.imm_data;  // the invalidated rkey, host order
+        c.wc_flags = IBV_WC_WITH_INV;
+    }
     for (uint8_t s = 0; s < r.sges; ++s) {
         r.pins[s].reset();
     }
@@ -750,7 +777,8 @@ rc_qp::local_result rc_qp::begin_local(const send_op& op, const rc_qp& requester
     };
     switch (w.opcode) {
         case IBV_WR_SEND:
-        case IBV_WR_SEND_WITH_IMM: {
+        case IBV_WR_SEND_WITH_IMM:
+        case IBV_WR_SEND_WITH_INV: {
             if (!take_recv(_recv)) {
                 return local_result::rnr;
             }
@@ -760,6 +788,11 @@ rc_qp::local_result rc_qp::begin_local(const send_op& op, const rc_qp& requester
             }
             if (op.length > _recv.length) {
                 complete_local_recv(_recv, op, requester, IBV_WC_LOC_LEN_ERR, IBV_WC_RECV, 0);
+                return fail(proto::event_type::qp_req_err, IBV_WC_REM_INV_REQ_ERR);
+            }
+            if (w.opcode == IBV_WR_SEND_WITH_INV &&
+                !verbs::invalidate_window(*_s.mrs, w.imm_data, _s.pd)) {
+                complete_local_recv(_recv, op, requester, IBV_WC_LOC_QP_OP_ERR, IBV_WC_RECV, 0);
                 return fail(proto::event_type::qp_req_err, IBV_WC_REM_INV_REQ_ERR);
             }
             // The peer's message in progress, as if its first packet had come: should the
@@ -800,8 +833,8 @@ rc_qp::local_result rc_qp::begin_local(const send_op& op, const rc_qp& requester
             if (w.remote_addr % atomic_write_bytes != 0) {
                 return fail(proto::event_type::qp_req_err, IBV_WC_REM_INV_REQ_ERR);
             }
-            auto found = _s.mrs->find(_s.pd, w.rkey, w.remote_addr, atomic_write_bytes,
-                                      proto::access_remote_write);
+            auto found = _s.mrs->find_remote(_s.pd, _s.qpn, w.rkey, w.remote_addr,
+                                             atomic_write_bytes, proto::access_remote_write);
             if (!found || !grants(IBV_ACCESS_REMOTE_WRITE)) {
                 return fail(proto::event_type::qp_access_err, IBV_WC_REM_ACCESS_ERR);
             }
@@ -813,7 +846,8 @@ rc_qp::local_result rc_qp::begin_local(const send_op& op, const rc_qp& requester
             if (w.remote_addr % 8 != 0) {
                 return fail(proto::event_type::qp_req_err, IBV_WC_REM_INV_REQ_ERR);
             }
-            auto found = _s.mrs->find(_s.pd, w.rkey, w.remote_addr, 8, proto::access_remote_atomic);
+            auto found = _s.mrs->find_remote(_s.pd, _s.qpn, w.rkey, w.remote_addr, 8,
+                                             proto::access_remote_atomic);
             if (!found || !grants(IBV_ACCESS_REMOTE_ATOMIC)) {
                 return fail(proto::event_type::qp_access_err, IBV_WC_REM_ACCESS_ERR);
             }
@@ -832,6 +866,7 @@ bool rc_qp::continues_local(const send_op& op) const {
     switch (op.wqe.opcode) {
         case IBV_WR_SEND:
         case IBV_WR_SEND_WITH_IMM:
+        case IBV_WR_SEND_WITH_INV:
             return _in_send;
         case IBV_WR_RDMA_WRITE_WITH_IMM:
             return _recv_held;
@@ -844,6 +879,7 @@ void rc_qp::place_local(const send_op& op, local_transfer& t, uint32_t len) {
     switch (op.wqe.opcode) {
         case IBV_WR_SEND:
         case IBV_WR_SEND_WITH_IMM:
+        case IBV_WR_SEND_WITH_INV:
             copy_to_recv(op, _recv, t.moved, len);
             _recv_offset += len;
             break;
@@ -865,6 +901,7 @@ void rc_qp::finish_local(const send_op& op, const rc_qp& requester, local_transf
     switch (op.wqe.opcode) {
         case IBV_WR_SEND:
         case IBV_WR_SEND_WITH_IMM:
+        case IBV_WR_SEND_WITH_INV:
             _in_send = false;
             complete_local_recv(_recv, op, requester, IBV_WC_SUCCESS, IBV_WC_RECV, op.length);
             break;
@@ -1431,8 +1468,8 @@ bool rc_qp::execute_atomic_write(const roce_packet& p, packet_port& port) {
                         syndrome_nak(nak_code::invalid_request), IBV_WC_REM_INV_REQ_ERR);
         return false;
     }
-    auto found = _s.mrs->find(_s.pd, p.reth->rkey(), p.reth->va(), atomic_write_bytes,
-                              proto::access_remote_write);
+    auto found = _s.mrs->find_remote(_s.pd, _s.qpn, p.reth->rkey(), p.reth->va(),
+                                     atomic_write_bytes, proto::access_remote_write);
     if (!found || !grants(IBV_ACCESS_REMOTE_WRITE)) {
         responder_error(port, proto::event_type::qp_access_err,
                         syndrome_nak(nak_code::remote_access_error), IBV_WC_REM_ACCESS_ERR);
@@ -1449,7 +1486,8 @@ void rc_qp::execute_atomic_request(const roce_packet& p, packet_port& port) {
                         syndrome_nak(nak_code::invalid_request), IBV_WC_REM_INV_REQ_ERR);
         return;
     }
-    auto found = _s.mrs->find(_s.pd, p.atomic_eth->rkey(), va, 8, proto::access_remote_atomic);
+    auto found = _s.mrs->find_remote(_s.pd, _s.qpn, p.atomic_eth->rkey(), va, 8,
+                                     proto::access_remote_atomic);
     if (!found || !grants(IBV_ACCESS_REMOTE_ATOMIC)) {
         responder_error(port, proto::event_type::qp_access_err,
                         syndrome_nak(nak_code::remote_access_error), IBV_WC_REM_ACCESS_ERR);
@@ -1604,6 +1642,16 @@ bool rc_qp::execute_send(const roce_packet& p, packet_port& port) {
         c.imm_data = p.immdt->imm_be();
         c.wc_flags = IBV_WC_WITH_IMM;
     }
+    if (p.ieth != nullptr) {
+        // A duplicate never gets here (on_request re-ACKs it): the window is freed once.
+        if (!verbs::invalidate_window(*_s.mrs, p.ieth->rkey(), _s.pd)) {
+            responder_error(port, proto::event_type::qp_req_err,
+                            syndrome_nak(nak_code::invalid_request), IBV_WC_REM_INV_REQ_ERR);
+            return false;
+        }
+        c.imm_data = p.ieth->rkey();  // ibv_wc.invalidated_rkey, host order
+        c.wc_flags = IBV_WC_WITH_INV;
+    }
     for (uint8_t s = 0; s < _recv.sges; ++s) {
         _recv.pins[s].reset();
     }
@@ -1621,7 +1669,7 @@ verbs::mr_lookup rc_qp::remote_target(uint32_t rkey, uint64_t va, uint64_t lengt
         nothing.status = verbs::mr_status::ok;
         return nothing;
     }
-    return _s.mrs->find(_s.pd, rkey, va, length, access);
+    return _s.mrs->find_remote(_s.pd, _s.qpn, rkey, va, length, access);
 }
 
 bool rc_qp::execute_write(const roce_packet& p, packet_port& port) {
