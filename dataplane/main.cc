@@ -265,7 +265,6 @@ int main(int argc, char** argv) {
     verbs::channel_config verbs_config;
     verbs_config.host_name = config.name;
     verbs_config.tenant_mtu = config.tenant_mtu();
-    verbs_config.vnics = verbs::endpoints_of(config, host.slots_of(config));
     verbs::channel_server verbs_channel(std::move(verbs_config));
     verbs_channel.enable_qps(&rdma_engine, [&publisher](uint16_t slot, uint32_t remote_ip_be) {
         return publisher.read_current([&](const datapath_tables& tables) {
@@ -276,11 +275,12 @@ int main(int argc, char** argv) {
     if (!verbs_channel.start(error, rdma_warnings)) {
         return fail(error);
     }
+    // Each vNIC opens its own RDMA face, now that the datapath knows its slot.
+    host.serve_rdma(verbs_channel, rdma_warnings);
     if (!rdma_warnings.empty()) {
         log::warning("rdma_face",
                      rdma_warnings.substr(0, rdma_warnings.find_last_not_of('\n') + 1));
     }
-    state.verbs = &verbs_channel;
 
     worker->neighbors = neighbors.get();
     worker->pool = pool;
@@ -336,7 +336,7 @@ int main(int argc, char** argv) {
         etcd->stop();  // before the control thread: its callbacks post there
     }
     control.stop();
+    host.stop();  // each vNIC's RDMA face, then its port
     verbs_channel.stop();
-    host.stop_ports();
     return 0;
 }

@@ -1,7 +1,7 @@
 #include "channel.hh"
 
-#include "endpoint_address.hh"
-#include "fd_passing.hh"
+#include "verbs_abi/endpoint_address.hh"
+#include "verbs_abi/fd_passing.hh"
 
 #include <poll.h>
 #include <sys/socket.h>

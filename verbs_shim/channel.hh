@@ -10,7 +10,7 @@
 #include <mutex>
 #include <span>
 
-#include "protocol.hh"
+#include "verbs_abi/protocol.hh"
 
 namespace jakiro::shim {
 

@@ -17,7 +17,7 @@
 #include "channel.hh"
 #include "device.hh"
 #include "device_death.hh"
-#include "protocol.hh"
+#include "verbs_abi/protocol.hh"
 
 namespace jakiro::shim {
 

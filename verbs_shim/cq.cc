@@ -14,7 +14,7 @@
 #include "context.hh"
 #include "debug.hh"
 #include "device_death.hh"
-#include "protocol.hh"
+#include "verbs_abi/protocol.hh"
 
 namespace jakiro::shim {
 

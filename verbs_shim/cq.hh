@@ -19,7 +19,7 @@
 #include <mutex>
 
 #include "idle_yield.hh"
-#include "rings.hh"
+#include "verbs_abi/rings.hh"
 
 namespace jakiro::shim {
 

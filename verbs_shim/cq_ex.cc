@@ -9,7 +9,7 @@
 #include "device_death.hh"
 #include "parent_domain.hh"
 #include "pd.hh"
-#include "rings.hh"
+#include "verbs_abi/rings.hh"
 
 namespace jakiro::shim {
 

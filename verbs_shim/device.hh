@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "protocol.hh"
+#include "verbs_abi/protocol.hh"
 
 namespace jakiro::shim {
 

@@ -11,8 +11,8 @@
 #include "context.hh"
 #include "cq.hh"
 #include "qp.hh"
-#include "rings.hh"
-#include "wc_opcode.hh"
+#include "verbs_abi/rings.hh"
+#include "verbs_abi/wc_opcode.hh"
 
 namespace jakiro::shim {
 

@@ -1,6 +1,6 @@
 #include "discovery.hh"
 
-#include "endpoint_address.hh"
+#include "verbs_abi/endpoint_address.hh"
 
 #include <net/if.h>
 #include <sys/ioctl.h>

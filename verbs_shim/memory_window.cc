@@ -6,7 +6,7 @@
 
 #include "context.hh"
 #include "pd.hh"
-#include "protocol.hh"
+#include "verbs_abi/protocol.hh"
 
 namespace jakiro::shim {
 

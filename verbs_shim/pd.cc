@@ -8,7 +8,7 @@
 #include "context.hh"
 #include "debug.hh"
 #include "parent_domain.hh"
-#include "protocol.hh"
+#include "verbs_abi/protocol.hh"
 
 namespace jakiro::shim {
 

@@ -10,9 +10,9 @@
 #include "context.hh"
 #include "memory_window.hh"
 #include "pd.hh"
-#include "protocol.hh"
 #include "qp.hh"
-#include "rings.hh"
+#include "verbs_abi/protocol.hh"
+#include "verbs_abi/rings.hh"
 
 namespace jakiro::shim {
 

@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-#include "rings.hh"
+#include "verbs_abi/rings.hh"
 
 namespace jakiro::shim {
 

@@ -14,9 +14,9 @@
 #include "cq.hh"
 #include "debug.hh"
 #include "pd.hh"
-#include "qp_attr_wire.hh"
 #include "qp_ex.hh"
 #include "srq.hh"
+#include "verbs_abi/qp_attr_wire.hh"
 
 namespace jakiro::shim {
 

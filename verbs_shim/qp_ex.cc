@@ -9,7 +9,7 @@
 #include "device_death.hh"
 #include "post.hh"
 #include "qp.hh"
-#include "rings.hh"
+#include "verbs_abi/rings.hh"
 
 namespace jakiro::shim {
 

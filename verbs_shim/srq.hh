@@ -22,7 +22,7 @@
 #include <cstdint>
 #include <mutex>
 
-#include "rings.hh"
+#include "verbs_abi/rings.hh"
 
 namespace jakiro::shim {
 

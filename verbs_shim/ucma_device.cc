@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "channel.hh"
-#include "cm_protocol.hh"
 #include "discovery.hh"
+#include "verbs_abi/cm_protocol.hh"
 
 namespace jakiro::shim::ucma {
 

@@ -1,6 +1,5 @@
 #include "host_manager.hh"
 
-#include <rte_dev.h>
 #include <rte_ethdev.h>
 
 #include <set>
@@ -8,50 +7,46 @@
 
 #include "../ports.hh"
 #include "../verbs/channel_server.hh"
-#include "../vnet_face/face_registry.hh"
 #include "table_builder.hh"
 
 namespace jakiro {
 
-bool host_manager::open_port(const std::string& role, const std::string& devargs, uint16_t& port,
-                             std::string& error) {
-    const auto probed = probe_port(devargs, error);
-    if (!probed || !start_port(*probed, _pool, _state.config.underlay.mtu, error)) {
-        error = role + ": " + error;
+bool host_manager::start(std::string& error) {
+    const auto& config = _state.config;
+    const auto uplink = probe_port(config.underlay.port, error);
+    if (!uplink || !start_port(*uplink, _pool, config.underlay.mtu, error)) {
+        error = "uplink: " + error;
         return false;
     }
-    port = *probed;
+    _uplink_port = *uplink;
+    for (const auto& v : config.vnics) {
+        auto opened = vnic::open(v, _next_slot, _pool, config.underlay.mtu, error);
+        if (opened == nullptr) {
+            return false;
+        }
+        ++_next_slot;
+        _vnics[v.name] = std::move(opened);
+    }
+    refresh_port_records();
+    auto tables = build(config, error);
+    if (tables == nullptr) {
+        return false;
+    }
+    publish(std::move(tables));
     return true;
 }
 
-void host_manager::close_port(uint16_t port) {
-    if (vnet::is_face_port(port)) {
-        stop_port(port);  // closes the face
-        return;
-    }
-    rte_eth_dev_info info{};
-    rte_eth_dev_info_get(port, &info);
-    stop_port(port);
-    // Detach the virtual device too, so the same devargs can be probed again later.
-    if (info.device != nullptr) {
-        rte_dev_remove(info.device);
-    }
-}
-
-bool host_manager::start(std::string& error) {
-    const auto& config = _state.config;
-    if (!open_port("uplink", config.underlay.port, _uplink_port, error)) {
-        return false;
-    }
-    for (const auto& vnic : config.vnics) {
-        uint16_t port = 0;
-        if (!open_port(vnic.name, vnic.port, port, error)) {
-            return false;
+bool host_manager::serve_rdma(verbs::channel_server& server, std::string& warnings) {
+    _state.verbs = &server;
+    bool all = true;
+    for (const auto& v : _state.config.vnics) {
+        std::string why;
+        if (!_vnics.at(v.name)->open_rdma_face(server, v, why)) {
+            warnings += why + "\n";
+            all = false;
         }
-        _vnics[vnic.name] = {_next_slot++, port, vnic.port};
     }
-    refresh_port_records();
-    return publish(config, error);
+    return all;
 }
 
 void host_manager::refresh_port_records() {
@@ -59,28 +54,28 @@ void host_manager::refresh_port_records() {
     _state.ports.push_back({"uplink", _state.config.underlay.port, _uplink_port});
     _state.slot_names.assign(_next_slot, "");
     for (const auto& vnic : _state.config.vnics) {
-        const auto& binding = _vnics.at(vnic.name);
-        _state.ports.push_back({vnic.name, binding.devargs, binding.port});
-        _state.slot_names[binding.slot] = vnic.name;
+        const auto& v = *_vnics.at(vnic.name);
+        _state.ports.push_back({vnic.name, v.devargs(), v.port()});
+        _state.slot_names[v.slot()] = vnic.name;
     }
 }
 
-bool host_manager::publish(const host_config& config, std::string& error) {
+std::unique_ptr<datapath_tables> host_manager::build(const host_config& config,
+                                                     std::string& error) const {
     port_assignment assignment;
     assignment.uplink_port = _uplink_port;
     rte_eth_macaddr_get(_uplink_port, &assignment.uplink_mac);
     for (const auto& vnic : config.vnics) {
-        const auto& binding = _vnics.at(vnic.name);
-        assignment.vnic_ports.push_back(binding.port);
-        assignment.vnic_slots.push_back(binding.slot);
+        const auto& v = *_vnics.at(vnic.name);
+        assignment.vnic_ports.push_back(v.port());
+        assignment.vnic_slots.push_back(v.slot());
     }
-    auto tables = build_tables(config, assignment, *_state.neighbors, _generation + 1, error);
-    if (!tables) {
-        return false;
-    }
+    return build_tables(config, assignment, *_state.neighbors, _generation + 1, error);
+}
+
+void host_manager::publish(std::unique_ptr<datapath_tables> tables) {
     ++_generation;
     _state.publisher->publish(std::move(tables));
-    return true;
 }
 
 bool host_manager::apply(host_config next, std::string& summary, std::string& error) {
@@ -139,43 +134,53 @@ bool host_manager::apply(host_config next, std::string& summary, std::string& er
             "a vNIC's port, MAC, IP or VPC changed: delete it in one apply and add it in the next";
         return false;
     }
+    // New vNICs' Ethernet faces first; nothing else changes if one cannot open.
     std::vector<std::string> opened;
-    for (const auto& vnic : next.vnics) {
-        if (!added.count(vnic.name)) {
+    for (const auto& v : next.vnics) {
+        if (!added.count(v.name)) {
             continue;
         }
-        uint16_t port = 0;
-        if (!open_port(vnic.name, vnic.port, port, error)) {
+        auto fresh = vnic::open(v, _next_slot, _pool, current.underlay.mtu, error);
+        if (fresh == nullptr) {
             for (const auto& name : opened) {
-                close_port(_vnics.at(name).port);
-                _vnics.erase(name);
+                _vnics.erase(name);  // never published: the worker never saw them
             }
             return false;
         }
-        _vnics[vnic.name] = {_next_slot++, port, vnic.port};
-        opened.push_back(vnic.name);
+        ++_next_slot;
+        _vnics[v.name] = std::move(fresh);
+        opened.push_back(v.name);
     }
-    if (!publish(next, error)) {
+    auto tables = build(next, error);
+    if (tables == nullptr) {
         for (const auto& name : opened) {
-            close_port(_vnics.at(name).port);
-            _vnics.erase(name);
+            _vnics.erase(name);  // never published: the worker never saw them
         }
         return false;
     }
+    // A removed vNIC's RDMA face goes before its slot leaves the snapshot: its clients learn
+    // the device is gone and its QPs leave the engine while the datapath still knows where
+    // their last frames go, and no tenant can post through a vNIC that is half gone.
+    for (const auto& name : removed) {
+        _vnics.at(name)->close_rdma_face();
+    }
+    publish(std::move(tables));
     // publish() waited for the worker to leave the old snapshot: the removed ports are idle.
     for (const auto& name : removed) {
-        close_port(_vnics.at(name).port);
-        _vnics.erase(name);
+        _vnics.erase(name);  // closes its port
     }
     _state.config = std::move(next);
     refresh_port_records();
-    // The RDMA faces follow: a removed vNIC's clients learn the device is gone and its QPs
-    // leave the engine; an added one gets its endpoint; limits change in place.
+    // The RDMA faces of new vNICs open now that the datapath knows them; kept ones take their
+    // new limits in place.
     std::string rdma_error;
-    if (_state.verbs != nullptr &&
-        !_state.verbs->sync(verbs::endpoints_of(_state.config, slots_of(_state.config)),
-                            rdma_error)) {
-        rdma_error = "RDMA face: " + rdma_error + "\n";
+    if (_state.verbs != nullptr) {
+        for (const auto& v : _state.config.vnics) {
+            std::string why;
+            if (!_vnics.at(v.name)->open_rdma_face(*_state.verbs, v, why)) {
+                rdma_error += "RDMA face: " + why + "\n";
+            }
+        }
     }
 
     std::ostringstream out;
@@ -187,18 +192,12 @@ bool host_manager::apply(host_config next, std::string& summary, std::string& er
     return true;
 }
 
-std::vector<uint16_t> host_manager::slots_of(const host_config& config) const {
-    std::vector<uint16_t> slots;
-    for (const auto& vnic : config.vnics) {
-        slots.push_back(_vnics.at(vnic.name).slot);
+void host_manager::stop() {
+    for (auto& [name, v] : _vnics) {
+        v->close_rdma_face();
     }
-    return slots;
-}
-
-void host_manager::stop_ports() {
-    for (const auto& port : _state.ports) {
-        stop_port(port.port_id);
-    }
+    _vnics.clear();  // closes their ports
+    stop_port(_uplink_port);
 }
 
 }  // namespace jakiro

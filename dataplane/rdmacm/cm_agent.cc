@@ -6,7 +6,7 @@
 #include <random>
 
 #include "rdmacm/agent_support.hh"
-#include "verbs_shim/cm_protocol.hh"
+#include "verbs_abi/cm_protocol.hh"
 
 namespace jakiro::rdmacm {
 

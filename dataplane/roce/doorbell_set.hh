@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "verbs_shim/rings.hh"
+#include "verbs_abi/rings.hh"
 
 namespace jakiro::roce {
 

@@ -24,7 +24,7 @@
 // under a policy that no longer allows it, as the NFT's generation does for TCP flows.
 //
 // Doorbells (doorbell_set.hh): one page per vNIC, whose count the shim bumps (and futex-wakes)
-// after posting when the rings say the worker sleeps (verbs_shim/rings.hh); the worker's sleep
+// after posting when the rings say the worker sleeps (verbs_abi/rings.hh); the worker's sleep
 // waits on all of them.
 
 #include <array>

@@ -10,7 +10,7 @@
 #include "roce/psn.hh"
 #include "roce/timers.hh"
 #include "verbs/memory_window.hh"
-#include "verbs_shim/wc_opcode.hh"
+#include "verbs_abi/wc_opcode.hh"
 
 namespace jakiro::roce {
 

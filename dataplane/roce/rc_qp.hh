@@ -37,7 +37,7 @@
 #include "verbs/mr_table.hh"
 #include "verbs/qp_ring.hh"
 #include "verbs/srq_ring.hh"
-#include "verbs_shim/protocol.hh"
+#include "verbs_abi/protocol.hh"
 
 namespace jakiro::roce {
 

@@ -1,9 +1,9 @@
 #include "channel_server.hh"
 
-#include "verbs_shim/cm_protocol.hh"
+#include "verbs_abi/cm_protocol.hh"
 
-#include "verbs_shim/endpoint_address.hh"
-#include "verbs_shim/fd_passing.hh"
+#include "verbs_abi/endpoint_address.hh"
+#include "verbs_abi/fd_passing.hh"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -95,16 +95,19 @@ vnic_quota quota_of(const rdma_config& rdma) {
     return q;
 }
 
+endpoint_config endpoint_of(const vnic_config& vnic, uint16_t slot) {
+    endpoint_config e;
+    e.identity = {vnic.name, vnic.mac, vnic.ip.address, slot, quota_of(vnic.rdma)};
+    e.netns = vnic.netns;
+    e.port = vnic.port;
+    return e;
+}
+
 std::vector<endpoint_config> endpoints_of(const host_config& config,
                                           const std::vector<uint16_t>& slots) {
     std::vector<endpoint_config> out;
     for (std::size_t i = 0; i < config.vnics.size() && i < slots.size(); ++i) {
-        const auto& v = config.vnics[i];
-        endpoint_config e;
-        e.identity = {v.name, v.mac, v.ip.address, slots[i], quota_of(v.rdma)};
-        e.netns = v.netns;
-        e.port = v.port;
-        out.push_back(std::move(e));
+        out.push_back(endpoint_of(config.vnics[i], slots[i]));
     }
     return out;
 }
@@ -339,42 +342,57 @@ bool channel_server::sync(const std::vector<endpoint_config>& vnics, std::string
     }
     // Removals first, so that a vNIC that moved (new slot, namespace or MAC) frees its names
     // before they are bound again.
-    std::vector<change> removals;
     for (const auto& [slot, ep] : current) {
-        const auto wanted = std::find_if(vnics.begin(), vnics.end(), [&](const auto& v) {
+        const bool wanted = std::any_of(vnics.begin(), vnics.end(), [&](const auto& v) {
             return v.identity.slot == slot && same_endpoint(v, ep->spec);
         });
-        if (wanted == vnics.end()) {
-            removals.push_back({nullptr, slot, true});
+        if (!wanted) {
+            withdraw(slot);
         }
     }
-    if (!removals.empty()) {
-        post(std::move(removals));
-    }
-    std::vector<change> additions;
     std::string errors;
     for (const auto& v : vnics) {
-        const auto it = current.find(v.identity.slot);
-        if (it != current.end() && same_endpoint(v, it->second->spec)) {
-            // Limits change in place: lowering one refuses new objects, existing ones stay.
-            it->second->resources->set_quota(v.identity.quota);
-            continue;
-        }
         std::string why;
-        if (auto ep = make_endpoint(v, why)) {
-            additions.push_back({std::move(ep), 0, false});
-        } else {
+        if (!serve(v, why)) {
             errors += (errors.empty() ? "" : "; ") + why;
         }
-    }
-    if (!additions.empty()) {
-        post(std::move(additions));
     }
     if (!errors.empty()) {
         error = errors;
         return false;
     }
     return true;
+}
+
+bool channel_server::serve(const endpoint_config& vnic, std::string& error) {
+    std::shared_ptr<endpoint> current;
+    {
+        const std::lock_guard lock(_endpoints_mutex);
+        const auto it = _endpoints.find(vnic.identity.slot);
+        if (it != _endpoints.end()) {
+            current = it->second;
+        }
+    }
+    if (current != nullptr && same_endpoint(vnic, current->spec)) {
+        // Limits change in place: lowering one refuses new objects, existing ones stay.
+        current->resources->set_quota(vnic.identity.quota);
+        return true;
+    }
+    if (current != nullptr) {
+        withdraw(vnic.identity.slot);  // moved: its old names go before the new ones are bound
+    }
+    auto ep = make_endpoint(vnic, error);
+    if (ep == nullptr) {
+        return false;
+    }
+    std::vector<change> add;
+    add.push_back({std::move(ep), 0, false});
+    post(std::move(add));
+    return true;
+}
+
+void channel_server::withdraw(uint16_t slot) {
+    post({{nullptr, slot, true}});
 }
 
 void channel_server::post(std::vector<change> changes) {

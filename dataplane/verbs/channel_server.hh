@@ -1,7 +1,7 @@
 #pragma once
 // jakirod's end of the verbs channel: each vNIC's RDMA face (DESIGN.md §1, §8a). A vNIC's
 // endpoint is a SOCK_SEQPACKET listener bound as an abstract name *inside its tenant's network
-// namespace* (verbs_shim/endpoint_address.hh: @jakiro/verbs/mac/<mac> and
+// namespace* (verbs_abi/endpoint_address.hh: @jakiro/verbs/mac/<mac> and
 // @jakiro/verbs/name/<vnic>), so only that tenant's processes can reach it; at accept and again
 // at HELLO the peer's namespace (SO_PEERCRED pid -> /proc/<pid>/ns/net) must be the vNIC's.
 // Each connection is one verbs context (or one device scan); its state dies with it. A vNIC
@@ -60,6 +60,8 @@ struct channel_config {
 
 // A vNIC's YAML `rdma:` quota as vnic_resources takes it (at startup, and on `apply`).
 vnic_quota quota_of(const rdma_config& rdma);
+// The RDMA face of `vnic`, in the datapath slot host_manager gave it.
+endpoint_config endpoint_of(const vnic_config& vnic, uint16_t slot);
 // The RDMA faces of a host configuration, by the datapath slots host_manager gave the vNICs.
 std::vector<endpoint_config> endpoints_of(const host_config& config,
                                           const std::vector<uint16_t>& slots);
@@ -113,6 +115,12 @@ class channel_server {
     // limits of the others change in place. False with `error` naming every vNIC that could
     // not be served (the rest are applied).
     bool sync(const std::vector<endpoint_config>& vnics, std::string& error);
+    // One vNIC's face at a time (the vnic control object, control/vnic.hh): serve() binds its
+    // endpoint, or changes its limits in place when the same identity is served already (a
+    // changed identity or namespace is torn down and bound again); withdraw() tears the face
+    // in `slot` down as sync() does for a vNIC no longer listed, before it returns.
+    bool serve(const endpoint_config& vnic, std::string& error);
+    void withdraw(uint16_t slot);
 
     // Serves an already connected socket (e.g. one end of a socketpair) as a client of the
     // vNIC in `slot`; takes ownership of `fd`. False (and `fd` closed) if not served.

@@ -10,7 +10,7 @@
 #include <ctime>
 
 #include "sealed_memfd.hh"
-#include "verbs_shim/protocol.hh"
+#include "verbs_abi/protocol.hh"
 
 namespace jakiro::verbs {
 

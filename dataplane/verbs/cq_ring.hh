@@ -1,7 +1,7 @@
 #pragma once
 // Completion queues on jakirod's side. A CQ ring lives in a memfd jakirod creates and seals
 // (so a client can neither shrink it under jakirod, which would SIGBUS the daemon, nor grow
-// it), maps, and hands to the shim, which polls it (layout: verbs_shim/rings.hh).
+// it), maps, and hands to the shim, which polls it (layout: verbs_abi/rings.hh).
 //
 //  cq_ring           the producer end: push() one completion, or refuse when full
 //  completion_queue  a verbs CQ: its ring, its completion channel, its owner; complete() is
@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "verbs_shim/rings.hh"
+#include "verbs_abi/rings.hh"
 
 namespace jakiro::verbs {
 

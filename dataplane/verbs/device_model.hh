@@ -8,8 +8,8 @@
 #include <string>
 
 #include "quota.hh"
-#include "verbs_shim/protocol.hh"
-#include "verbs_shim/rings.hh"
+#include "verbs_abi/protocol.hh"
+#include "verbs_abi/rings.hh"
 
 namespace jakiro::verbs {
 

@@ -22,8 +22,8 @@
 #include <memory>
 
 #include "mr_table.hh"
-#include "verbs_shim/protocol.hh"
-#include "verbs_shim/rings.hh"
+#include "verbs_abi/protocol.hh"
+#include "verbs_abi/rings.hh"
 
 namespace jakiro::verbs {
 

@@ -1,6 +1,6 @@
 #pragma once
 // A QP's send and receive queues on jakirod's side: the memfd ring the shim posts work
-// requests into (layout: verbs_shim/rings.hh). jakirod creates, sizes and seals it (so a
+// requests into (layout: verbs_abi/rings.hh). jakirod creates, sizes and seals it (so a
 // client can neither shrink it under jakirod, which would SIGBUS the daemon, nor grow it),
 // maps it, and hands it to the shim with the create_qp reply.
 //
@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "verbs_shim/rings.hh"
+#include "verbs_abi/rings.hh"
 
 namespace jakiro::verbs {
 

@@ -9,7 +9,7 @@
 
 #include "qp_ring.hh"
 #include "resources.hh"
-#include "verbs_shim/qp_attr_wire.hh"
+#include "verbs_abi/qp_attr_wire.hh"
 
 namespace jakiro::verbs {
 

@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "verbs_shim/protocol.hh"
+#include "verbs_abi/protocol.hh"
 
 namespace jakiro::verbs {
 

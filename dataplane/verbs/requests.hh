@@ -11,7 +11,7 @@
 
 #include "device_model.hh"
 #include "resources.hh"
-#include "verbs_shim/protocol.hh"
+#include "verbs_abi/protocol.hh"
 
 namespace jakiro::verbs {
 

@@ -25,7 +25,7 @@
 #include "quota.hh"
 #include "roce/engine.hh"
 #include "srq_ring.hh"
-#include "verbs_shim/protocol.hh"
+#include "verbs_abi/protocol.hh"
 
 namespace jakiro::verbs {
 

@@ -1,6 +1,6 @@
 #pragma once
 // A shared receive queue on jakirod's side: the memfd ring the shim posts receive WQEs into
-// (layout: verbs_shim/rings.hh, "SRQ rings") and the limit event. jakirod creates, sizes and
+// (layout: verbs_abi/rings.hh, "SRQ rings") and the limit event. jakirod creates, sizes and
 // seals the memfd (a client can neither shrink it under jakirod's mapping nor grow it), maps
 // it and hands it to the shim with the create_srq reply.
 //
@@ -19,8 +19,8 @@
 #include <cstdint>
 #include <memory>
 
-#include "verbs_shim/protocol.hh"
-#include "verbs_shim/rings.hh"
+#include "verbs_abi/protocol.hh"
+#include "verbs_abi/rings.hh"
 
 namespace jakiro::verbs {
 

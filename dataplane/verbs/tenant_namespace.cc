@@ -16,7 +16,7 @@
 #include <thread>
 #include <utility>
 
-#include "verbs_shim/endpoint_address.hh"
+#include "verbs_abi/endpoint_address.hh"
 
 namespace jakiro::verbs {
 

@@ -47,7 +47,7 @@
 #include "roce/icrc.hh"
 #include "verbs/device_model.hh"
 #include "verbs/resources.hh"
-#include "verbs_shim/qp_attr_wire.hh"
+#include "verbs_abi/qp_attr_wire.hh"
 #include "worker/roce_port.hh"
 
 #include <arpa/inet.h>

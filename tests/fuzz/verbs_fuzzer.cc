@@ -72,8 +72,8 @@
 #include "verbs/device_model.hh"
 #include "verbs/requests.hh"
 #include "verbs/resources.hh"
-#include "verbs_shim/protocol.hh"
-#include "verbs_shim/rings.hh"
+#include "verbs_abi/protocol.hh"
+#include "verbs_abi/rings.hh"
 
 // ---------------------------------------------------------------- guarded file mappings
 

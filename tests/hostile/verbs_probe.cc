@@ -1,5 +1,5 @@
 // verbs_probe: a hostile tenant's client of jakirod's RDMA face, written against the socket
-// protocol (verbs_shim/protocol.hh) directly, without the shim, as an attacker would. The
+// protocol (verbs_abi/protocol.hh) directly, without the shim, as an attacker would. The
 // hostile-tenant integration suite (tests/integration/test_hostile_tenant.py) runs it inside
 // tenant namespaces; each command prints one line that the test reads.
 //
@@ -14,7 +14,7 @@
 //                                        on disk; pipe), punch a hole under it if registered,
 //                                        HELLO again: "registered alive", "refused ERRNO-NAME"
 //
-// ADDRESS is "@abstract-name" or a path (verbs_shim/endpoint_address.hh). Exit status 0 when
+// ADDRESS is "@abstract-name" or a path (verbs_abi/endpoint_address.hh). Exit status 0 when
 // the command ran (whatever jakirod answered), 2 on bad usage.
 
 #include <fcntl.h>
@@ -36,9 +36,9 @@
 #include <thread>
 #include <vector>
 
-#include "verbs_shim/endpoint_address.hh"
-#include "verbs_shim/fd_passing.hh"
-#include "verbs_shim/protocol.hh"
+#include "verbs_abi/endpoint_address.hh"
+#include "verbs_abi/fd_passing.hh"
+#include "verbs_abi/protocol.hh"
 
 namespace {
 

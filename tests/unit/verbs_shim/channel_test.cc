@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "fake_jakirod.hh"
-#include "verbs_shim/fd_passing.hh"
+#include "verbs_abi/fd_passing.hh"
 
 namespace jakiro::shim {
 namespace {

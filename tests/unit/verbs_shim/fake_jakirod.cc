@@ -16,8 +16,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "verbs_abi/fd_passing.hh"
 #include "verbs_shim/context.hh"
-#include "verbs_shim/fd_passing.hh"
 
 namespace jakiro::shim::testing {
 

@@ -19,9 +19,9 @@
 #include <thread>
 #include <vector>
 
+#include "verbs_abi/protocol.hh"
+#include "verbs_abi/rings.hh"
 #include "verbs_shim/device.hh"
-#include "verbs_shim/protocol.hh"
-#include "verbs_shim/rings.hh"
 
 namespace jakiro::shim::testing {
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "qp_fixture.hh"
-#include "verbs_shim/qp_attr_wire.hh"
+#include "verbs_abi/qp_attr_wire.hh"
 
 namespace jakiro::shim::testing {
 namespace {

@@ -18,7 +18,7 @@
 
 #include "rdmacm/cm_agent.hh"
 #include "rdmacm/cma_header.hh"
-#include "verbs_shim/cm_protocol.hh"
+#include "verbs_abi/cm_protocol.hh"
 
 using namespace jakiro::rdmacm;
 

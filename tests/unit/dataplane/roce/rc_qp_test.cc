@@ -25,7 +25,7 @@
 #include "verbs/device_model.hh"
 #include "verbs/memory_window.hh"
 #include "verbs/resources.hh"
-#include "verbs_shim/qp_attr_wire.hh"
+#include "verbs_abi/qp_attr_wire.hh"
 
 namespace jakiro::roce {
 namespace {

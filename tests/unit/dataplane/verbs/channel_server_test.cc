@@ -4,7 +4,7 @@
 
 #include "verbs/channel_server.hh"
 
-#include "verbs_shim/endpoint_address.hh"
+#include "verbs_abi/endpoint_address.hh"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -546,6 +546,51 @@ TEST_F(ChannelServer, SyncTearsDownARemovedVnicAndServesAnAddedOne) {
     send_message(t5, query(9));
     EXPECT_EQ(receive(t5).status(), 0);
     for (const int f : {h.fd, fd, h5.fd, t5, h7.fd, t7}) {
+        close(f);
+    }
+}
+
+// The vnic control object (control/vnic.hh) opens and closes one face at a time: withdraw()
+// has torn the face down when it returns (clients told, objects gone, names free), and serve()
+// binds it again; the other vNIC's client never notices either.
+TEST_F(ChannelServer, OneVnicsFaceIsWithdrawnAndServedAgainWithoutTouchingAnother) {
+    channel_server server(config);
+    std::string error;
+    ASSERT_TRUE(server.start(error)) << error;
+    const int fd = adopted_client(server, 0);
+    send_message(fd, hello());
+    const auto h = receive(fd);
+    ASSERT_GE(h.fd, 0);
+    send_message(fd, proto::make_message<proto::alloc_pd_request>(
+                         static_cast<uint16_t>(proto::opcode::alloc_pd), 2));
+    ASSERT_EQ(decode_reply<proto::alloc_pd_reply>(receive(fd)).rh.status, 0);
+    const int t5 = adopted_client(server, 1);
+    send_message(t5, hello());
+    const auto h5 = receive(t5);
+    ASSERT_GE(h5.fd, 0);
+
+    server.withdraw(0);
+    proto::async_event_message e{};
+    ASSERT_EQ(recv(h.fd, &e, sizeof(e), MSG_DONTWAIT), static_cast<ssize_t>(sizeof(e)))
+        << "the client was told before withdraw() returned";
+    EXPECT_EQ(e.type, static_cast<uint32_t>(proto::event_type::device_fatal));
+    EXPECT_FALSE(server.serves(0));
+    EXPECT_EQ(server.stats().vnics_removed, 1u);
+    server.withdraw(0);  // idempotent
+    EXPECT_EQ(server.stats().vnics_removed, 1u);
+
+    ASSERT_TRUE(server.serve(config.vnics[0], error)) << error;
+    EXPECT_TRUE(server.serves(0));
+    EXPECT_EQ(server.resources(0).count().pds, 0u) << "nothing of the withdrawn face's clients";
+    const int again = connect_to(server.socket_path(0));
+    ASSERT_GE(again, 0);
+    send_message(again, hello());
+    const auto r = receive(again);
+    EXPECT_EQ(r.status(), 0);
+    // Control: t5's client never noticed.
+    send_message(t5, query(9));
+    EXPECT_EQ(receive(t5).status(), 0);
+    for (const int f : {h.fd, fd, h5.fd, t5, r.fd, again}) {
         close(f);
     }
 }

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "maps_helper.hh"
-#include "verbs_shim/protocol.hh"
+#include "verbs_abi/protocol.hh"
 
 namespace jakiro::verbs {
 namespace {

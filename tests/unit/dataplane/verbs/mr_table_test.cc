@@ -13,7 +13,7 @@
 #include <set>
 #include <thread>
 
-#include "verbs_shim/protocol.hh"
+#include "verbs_abi/protocol.hh"
 
 namespace jakiro::verbs {
 namespace {

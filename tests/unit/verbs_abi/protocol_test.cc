@@ -1,7 +1,7 @@
 // The shim ⇄ jakirod protocol: encoding, and the validation both ends rely on to refuse
 // truncated, oversized, foreign and wrong-version messages.
 
-#include "verbs_shim/protocol.hh"
+#include "verbs_abi/protocol.hh"
 
 #include <gtest/gtest.h>
 

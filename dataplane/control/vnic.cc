@@ -1,0 +1,57 @@
+#include "vnic.hh"
+
+#include <rte_dev.h>
+#include <rte_ethdev.h>
+
+#include "../ports.hh"
+#include "../verbs/channel_server.hh"
+#include "../vnet_face/face_registry.hh"
+
+namespace jakiro {
+
+std::unique_ptr<vnic> vnic::open(const vnic_config& config, uint16_t slot, rte_mempool* pool,
+                                 uint32_t mtu, std::string& error) {
+    const auto probed = probe_port(config.port, error);
+    if (!probed || !start_port(*probed, pool, mtu, error)) {
+        error = config.name + ": " + error;
+        return nullptr;
+    }
+    return std::unique_ptr<vnic>(new vnic(config.name, slot, *probed, config.port));
+}
+
+vnic::~vnic() {
+    close_rdma_face();
+    if (vnet::is_face_port(_port)) {
+        stop_port(_port);  // closes the face
+        return;
+    }
+    rte_eth_dev_info info{};
+    rte_eth_dev_info_get(_port, &info);
+    stop_port(_port);
+    // Detach the virtual device too, so the same devargs can be probed again later.
+    if (info.device != nullptr) {
+        rte_dev_remove(info.device);
+    }
+}
+
+bool vnic::open_rdma_face(verbs::channel_server& server, const vnic_config& config,
+                          std::string& error) {
+    if (_rdma != nullptr && _rdma != &server) {
+        close_rdma_face();
+    }
+    if (!server.serve(verbs::endpoint_of(config, _slot), error)) {
+        _rdma = nullptr;
+        return false;
+    }
+    _rdma = &server;
+    return true;
+}
+
+void vnic::close_rdma_face() {
+    if (_rdma != nullptr) {
+        _rdma->withdraw(_slot);
+        _rdma = nullptr;
+    }
+}
+
+}  // namespace jakiro
