@@ -9,8 +9,9 @@
 // its first QP. The client, over its first QP (the one the window belongs to), WRITEs its
 // pattern through the window in 64 KiB pieces and READs it all back (checked), and the server
 // checks its memory: the window holds the client's pattern, everything around it its own.
-// Attacker: over its second QP (same peer, same PD, but not the QP the window was bound to;
-// rxe's rule for type 2), the client READs with the same rkey and address: it must complete
+// Attacker: over its second QP, connected to a QP of another context (another PD) of the
+// server's vNIC, so neither the window's PD nor the QP it was bound to (rxe's rule for type
+// 2), the client READs with the same rkey and address: it must complete
 // IBV_WC_REM_ACCESS_ERR, its buffer must stay untouched and so must the server's memory (the
 // control: the same READ succeeded over the first QP). Then the server invalidates the window with
 // IBV_WR_LOCAL_INV and the client's WRITE through it must be a remote access error that changes
@@ -122,7 +123,10 @@ int run_server(params& p) {
     }
     tcp_line tcp = tcp_line::accept_one(p.port);
     rc_link owner(dev, p.link, static_cast<uint32_t>(std::random_device{}()));
-    rc_link other(dev, p.link, static_cast<uint32_t>(std::random_device{}()));
+    // The attacker's way in: a QP of another context of this vNIC (another PD, as another
+    // process of the tenant would have).
+    device intruder(p.link);
+    rc_link other(intruder, p.link, static_cast<uint32_t>(std::random_device{}()));
     tcp.send(owner.local_info().to_line());
     owner.connect(qp_info::from_words(tcp.expect("QP")));
     tcp.send(other.local_info().to_line());
@@ -274,7 +278,7 @@ int run_client(params& p) {
     good = all_complete(other, 1, IBV_WC_REM_ACCESS_ERR, "foreign READ");
     good = good && local.data()[window_size] == 0xee &&
            std::memcmp(local.data() + window_size, local.data() + window_size + 1, 4095) == 0;
-    std::printf("%s: client: attacker: a READ through the window on a QP it was not bound to: %s\n",
+    std::printf("%s: client: attacker: a READ through the window from another PD's QP: %s\n",
                 program, good ? "remote access error, no data" : "NOT refused");
     ok = ok && good;
     tcp.send("ATTACKED");
