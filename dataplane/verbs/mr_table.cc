@@ -202,10 +202,16 @@ bool mr_table::published(const mr_entry& mr) const {
 
 mr_lookup mr_table::find_remote(uint32_t pd, uint32_t qpn, uint32_t rkey, uint64_t iova,
                                 uint64_t length, uint32_t access) const {
+    // An MR's rkey costs what it did before windows: one slot load. Only a key that names no
+    // MR is looked for among the windows.
+    mr_lookup out = find(pd, rkey, iova, length, access);
+    if (out.status != mr_status::bad_key) {
+        return out;
+    }
     if (const auto window = window_at(rkey)) {
         return find_through_window(*this, *window, pd, qpn, rkey, iova, length, access);
     }
-    return find(pd, rkey, iova, length, access);
+    return out;
 }
 
 }  // namespace jakiro::verbs
