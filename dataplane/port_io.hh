@@ -16,11 +16,27 @@ inline uint16_t port_rx_burst(uint16_t port, rte_mbuf** pkts, uint16_t count) {
     return rte_eth_rx_burst(port, 0, pkts, count);
 }
 
+// The uplink's receive: a vnet face cuts the fabric's UDP GSO super-datagrams into VXLAN
+// frames and counts the messages it refuses in `counters`.
+inline uint16_t port_rx_uplink(uint16_t port, rte_mbuf** pkts, uint16_t count,
+                               lcore_counters& counters) {
+    if (vnet::is_face_port(port)) {
+        return vnet::face_of(port)->rx_uplink(pkts, count, counters);
+    }
+    return rte_eth_rx_burst(port, 0, pkts, count);
+}
+
 inline uint16_t port_tx_burst(uint16_t port, rte_mbuf** pkts, uint16_t count) {
     if (vnet::is_face_port(port)) {
         return vnet::face_of(port)->tx_burst(pkts, count);
     }
     return rte_eth_tx_burst(port, 0, pkts, count);
+}
+
+// Whether the uplink `port` takes UDP GSO super-datagrams (overlay/udp_gso.hh): a vnet face
+// does, an ethdev wants every frame on its own.
+inline bool uplink_takes_udp_gso(uint16_t port) {
+    return vnet::is_face_port(port);
 }
 
 // Whether frames sent to `port` may stay super-frames (else they are cut to the MTU first).

@@ -16,9 +16,10 @@ namespace {
 constexpr uint16_t ring_descriptors = 1024;
 }
 
-std::optional<uint16_t> probe_port(const std::string& devargs, std::string& error) {
+std::optional<uint16_t> probe_port(const std::string& devargs, std::string& error,
+                                   rte_mempool* uplink_pool) {
     if (devargs.rfind(vnet::devargs_prefix, 0) == 0) {
-        return vnet::add_face(devargs, error);
+        return vnet::add_face(devargs, error, uplink_pool);
     }
     const std::string name = devargs.substr(0, devargs.find(','));
     // Hot-plug probing, so vNIC ports can also come and go after start-up.

@@ -13,8 +13,10 @@
 
 namespace jakiro {
 
-// Creates the virtual device and returns its port id.
-std::optional<uint16_t> probe_port(const std::string& devargs, std::string& error);
+// Creates the virtual device and returns its port id. `uplink_pool`: the port is the uplink;
+// a vnet face then becomes the uplink face receiving into that pool (vnet_face/vnet_face.hh).
+std::optional<uint16_t> probe_port(const std::string& devargs, std::string& error,
+                                   rte_mempool* uplink_pool = nullptr);
 
 // Configures and starts a probed port; `max_frame` is the largest Ethernet frame it must carry.
 bool start_port(uint16_t port, rte_mempool* pool, uint32_t mtu, std::string& error);

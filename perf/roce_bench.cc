@@ -8,9 +8,9 @@
 #include <random>
 #include <vector>
 
-#include "roce/crc32.hh"
-#include "roce/headers.hh"
-#include "roce/icrc.hh"
+#include "rnic/wire/crc32.hh"
+#include "rnic/wire/headers.hh"
+#include "rnic/wire/icrc.hh"
 
 namespace jakiro::roce {
 namespace {

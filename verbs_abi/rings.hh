@@ -203,7 +203,7 @@ inline bool overflowed(const cq_ring_header& h) {
 // futex wait always ends at its timeout, and all a tenant can do to the page is wake jakirod early.
 
 // A vNIC's doorbell: one page (a sealed memfd) that jakirod and the clients with a QP on that
-// vNIC map; no two vNICs share one (dataplane/roce/doorbell_set.hh).
+// vNIC map; no two vNICs share one (rnic/doorbell_set.hh).
 struct doorbell_page {
     alignas(cache_line) uint32_t rings;  // bumped by every ring; the futex word
     uint8_t reserved[ring_page - cache_line];

@@ -23,7 +23,7 @@ constexpr std::string_view gid_ndevs_dir = "/ports/1/gid_attrs/ndevs/";
 constexpr const char* roce_v2_type = "RoCE v2";
 
 // A vNIC's GID table has one entry, index 0: its IPv4 address as a RoCE v2 GID (jakirod's
-// dataplane/verbs/device_model.cc reports gid_tbl_len 1 in every port query).
+// rnic/verbs/device_model.cc reports gid_tbl_len 1 in every port query).
 constexpr unsigned vnic_gid_entries = 1;
 
 // `rest` is a decimal GID index inside the table, as the kernel names the files.

@@ -713,12 +713,8 @@ void load_vnics(checker& check, const YAML::Node& root, host_config& config,
         check.error(root["host"]["underlay"]["port"], "host.underlay.port",
                     "DPDK device '" + uplink + "' is also a vNIC port");
     }
-    // vnet faces carry tenants' super-frames; the underlay needs a DPDK device's queues.
-    if (config.underlay.port.rfind("vnet:", 0) == 0) {
-        check.error(root["host"]["underlay"]["port"], "host.underlay.port",
-                    "'" + config.underlay.port +
-                        "' is a vnet face, which only vNICs may use; give a DPDK device");
-    }
+    // A vnet face may be the uplink too (vnet_face/vnet_face.hh: it moves UDP GSO
+    // super-datagrams between hosts), but not the same interface as a vNIC's.
 }
 
 void load_peers(checker& check, const YAML::Node& root, host_config& config,

@@ -40,7 +40,7 @@ struct vpc_config {
 // vNICs) survive every vNIC filling its quota: about 4 GiB of registered memory (the tenant's
 // own pages), 16 MiB of CQ rings and ~200 MiB of work queues in jakirod per vNIC, and ~3 400
 // mappings (jakirod has ~65 530 for all vNICs). The `_limit`s are what the engine can hold.
-// verbs::vnic_quota (dataplane/verbs/quota.hh) carries the same values to vnic_resources.
+// verbs::vnic_quota (rnic/verbs/quota.hh) carries the same values to vnic_resources.
 struct rdma_config {
     // QPs of any transport (RC, UC, UD). The RCFT has one entry per QP, so this also bounds
     // the vNIC's share of it. `max_rc_qps` is its older name, from before UC and UD.
@@ -83,7 +83,7 @@ struct vnic_config {
     ipv4_prefix ip;
     std::string port;
     // The tenant's network namespace (a name under /run/netns), where jakirod serves the
-    // vNIC's RDMA face. Empty: the namespace of the port's veth peer (verbs/tenant_namespace).
+    // vNIC's RDMA face. Empty: the namespace of the port's veth peer (rnic/verbs/tenant_namespace).
     std::string netns;
     std::vector<std::string> security_groups;  // none: ingress denied, egress denied
     rdma_config rdma;

@@ -14,9 +14,9 @@
 #include "../config/config_loader.hh"
 #include "../log.hh"
 #include "../ports.hh"
-#include "../roce/engine.hh"
 #include "../service/notify.hh"
 #include "reports.hh"
+#include "rnic/engine.hh"
 
 namespace jakiro {
 

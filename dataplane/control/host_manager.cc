@@ -6,14 +6,14 @@
 #include <sstream>
 
 #include "../ports.hh"
-#include "../verbs/channel_server.hh"
+#include "rnic/verbs/channel_server.hh"
 #include "table_builder.hh"
 
 namespace jakiro {
 
 bool host_manager::start(std::string& error) {
     const auto& config = _state.config;
-    const auto uplink = probe_port(config.underlay.port, error);
+    const auto uplink = probe_port(config.underlay.port, error, _pool);  // a vnet face: the uplink
     if (!uplink || !start_port(*uplink, _pool, config.underlay.mtu, error)) {
         error = "uplink: " + error;
         return false;
@@ -64,7 +64,7 @@ std::unique_ptr<datapath_tables> host_manager::build(const host_config& config,
                                                      std::string& error) const {
     port_assignment assignment;
     assignment.uplink_port = _uplink_port;
-    rte_eth_macaddr_get(_uplink_port, &assignment.uplink_mac);
+    assignment.uplink_mac = port_mac(_uplink_port);
     for (const auto& vnic : config.vnics) {
         const auto& v = *_vnics.at(vnic.name);
         assignment.vnic_ports.push_back(v.port());
@@ -87,10 +87,6 @@ bool host_manager::apply(host_config next, std::string& summary, std::string& er
     }
     if (next.conntrack.max_flows != current.conntrack.max_flows) {
         error = "host.conntrack.max_flows cannot change while jakirod runs (restart it)";
-        return false;
-    }
-    if (next.vnics.size() > max_vnics || _next_slot + next.vnics.size() > max_vnics) {
-        error = "no vNIC slots left (restart jakirod to renumber)";
         return false;
     }
     // A vNIC whose identity changed is removed and added again.
@@ -116,6 +112,11 @@ bool host_manager::apply(host_config next, std::string& summary, std::string& er
         } else {
             added.insert(vnic.name);
         }
+    }
+    // Slots are not reused while jakirod runs: only the vNICs this apply adds take new ones.
+    if (next.vnics.size() > max_vnics || _next_slot + added.size() > max_vnics) {
+        error = "no vNIC slots left (restart jakirod to renumber)";
+        return false;
     }
     // Ports of removed vNICs close only after the new snapshot is out, so a vNIC that is
     // replaced by one with the same port must be closed first; such a vNIC loses its flows.

@@ -33,7 +33,7 @@ class qp_totals {
   public:
     enum field : std::size_t {
 #define JAKIRO_QP_COUNTER(name) name,
-#include "../roce/qp_counters.def"
+#include "rnic/qp_counters.def"
 #undef JAKIRO_QP_COUNTER
         field_count
     };

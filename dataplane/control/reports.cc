@@ -2,10 +2,10 @@
 
 #include "../control_plane/status.hh"
 #include "../ports.hh"
-#include "../roce/engine.hh"
-#include "../verbs/channel_server.hh"
 #include "../worker/egress_shaper.hh"
 #include "../worker/ingress_policer.hh"
+#include "rnic/engine.hh"
+#include "rnic/verbs/channel_server.hh"
 
 #include <chrono>
 
@@ -423,7 +423,7 @@ std::string render_qps(const daemon_state& state, const std::string& vnic, bool 
             .value("una_psn", uint64_t{q.una_psn})
             .value("expected_psn", uint64_t{q.expected_psn});
 #define JAKIRO_QP_COUNTER(name) out.value(#name, q.name);
-#include "../roce/qp_counters.def"
+#include "rnic/qp_counters.def"
 #undef JAKIRO_QP_COUNTER
         out.value("rate_bps", q.rate_bps).end_object();
         char line[320];

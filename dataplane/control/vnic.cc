@@ -4,8 +4,9 @@
 #include <rte_ethdev.h>
 
 #include "../ports.hh"
-#include "../verbs/channel_server.hh"
 #include "../vnet_face/face_registry.hh"
+#include "rdma_endpoints.hh"
+#include "rnic/verbs/channel_server.hh"
 
 namespace jakiro {
 

@@ -4,6 +4,7 @@
 
 #include "../arp.hh"
 #include "../overlay/superframe.hh"
+#include "../overlay/udp_gso.hh"
 #include "../overlay/vxlan.hh"
 #include "../port_io.hh"
 #include "../worker/clock.hh"
@@ -260,6 +261,16 @@ void process_tenant_burst(worker_context& ctx, const datapath_tables& tables, ui
             continue;
         }
         ctx.counters.encapsulated.add(static_cast<uint64_t>(n));
+        if (uplink_takes_udp_gso(tables.uplink_port)) {
+            // One skb for the kernel instead of n: the frames leave as UDP GSO datagrams.
+            rte_mbuf* datagrams[overlay::max_segments];
+            const uint16_t d =
+                overlay::join_vxlan_frames(frames, static_cast<uint16_t>(n), datagrams);
+            for (uint16_t g = 0; g < d; ++g) {
+                transmit(tables.uplink_port, datagrams[g], overlay::wire_bytes(datagrams[g]));
+            }
+            continue;
+        }
         for (int f = 0; f < n; ++f) {
             transmit(tables.uplink_port, frames[f], rte_pktmbuf_pkt_len(frames[f]));
         }

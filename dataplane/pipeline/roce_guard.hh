@@ -16,7 +16,7 @@
 
 #include <cstdint>
 
-#include "../roce/headers.hh"
+#include "rnic/wire/headers.hh"
 
 namespace jakiro {
 

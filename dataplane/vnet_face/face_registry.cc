@@ -56,14 +56,15 @@ rte_mempool* superframe_pool(std::string& error) {
     return pool;
 }
 
-std::optional<uint16_t> add_face(const std::string& devargs, std::string& error) {
+std::optional<uint16_t> add_face(const std::string& devargs, std::string& error,
+                                 rte_mempool* uplink_pool) {
     const std::string key = std::string(devargs_prefix) + "iface=";
     if (devargs.rfind(key, 0) != 0 || devargs.size() == key.size() ||
         devargs.find(',') != std::string::npos) {
         error = "'" + devargs + "' is not vnet:iface=NAME";
         return std::nullopt;
     }
-    rte_mempool* mbufs = superframe_pool(error);
+    rte_mempool* mbufs = uplink_pool != nullptr ? uplink_pool : superframe_pool(error);
     if (mbufs == nullptr) {
         return std::nullopt;
     }
@@ -73,7 +74,8 @@ std::optional<uint16_t> add_face(const std::string& devargs, std::string& error)
                 error = std::string("epoll_create1: ") + std::strerror(errno);
                 return std::nullopt;
             }
-            auto opened = face::open(devargs.substr(key.size()), mbufs, error);
+            auto opened =
+                face::open(devargs.substr(key.size()), mbufs, error, uplink_pool != nullptr);
             if (!opened) {
                 return std::nullopt;
             }

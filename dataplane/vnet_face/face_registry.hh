@@ -22,7 +22,7 @@
 namespace jakiro::vnet {
 
 constexpr uint16_t first_face_port = RTE_MAX_ETHPORTS;
-constexpr uint16_t max_faces = max_vnics;
+constexpr uint16_t max_faces = max_vnics + 1;                    // every vNIC's, and the uplink's
 constexpr uint16_t port_id_space = first_face_port + max_faces;  // every port id is below
 
 // The devargs-like string that selects a vnet face in the YAML: "vnet:iface=t1".
@@ -41,8 +41,10 @@ face* face_of(uint16_t port);
 using face_set = std::bitset<max_faces>;
 void collect_ready_faces(face_set& ready);
 
-// Opens the face described by `devargs` ("vnet:iface=NAME") and returns its port id.
-std::optional<uint16_t> add_face(const std::string& devargs, std::string& error);
+// Opens the face described by `devargs` ("vnet:iface=NAME") and returns its port id. With
+// `uplink_pool` it is the uplink face, receiving into that pool (vnet_face.hh).
+std::optional<uint16_t> add_face(const std::string& devargs, std::string& error,
+                                 rte_mempool* uplink_pool = nullptr);
 void remove_face(uint16_t port);
 
 // The pool super-frames are received into (created on first use): one mbuf holds 64 KB.

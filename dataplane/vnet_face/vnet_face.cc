@@ -1,5 +1,7 @@
 #include "vnet_face.hh"
 
+#include "uplink_state.hh"
+
 #include <arpa/inet.h>
 #include <linux/if_packet.h>
 #include <net/ethernet.h>
@@ -37,7 +39,8 @@ std::string errno_text(const char* what) {
 
 }  // namespace
 
-std::unique_ptr<face> face::open(const std::string& iface, rte_mempool* pool, std::string& error) {
+std::unique_ptr<face> face::open(const std::string& iface, rte_mempool* pool, std::string& error,
+                                 bool uplink) {
     const unsigned index = if_nametoindex(iface.c_str());
     if (index == 0) {
         error = "no interface '" + iface + "' in this network namespace";
@@ -62,8 +65,10 @@ std::unique_ptr<face> face::open(const std::string& iface, rte_mempool* pool, st
     if (setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof(one)) != 0) {
         return fail("PACKET_IGNORE_OUTGOING");
     }
-    // The veth's queue adds nothing but a lock and a requeue: hand frames straight to it.
-    if (setsockopt(fd, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof(one)) != 0) {
+    // The veth's queue adds nothing but a lock and a requeue: hand frames straight to it. Not
+    // on the uplink: a bypassed send cannot be segmented in software, so a super-datagram to
+    // an interface without tx-udp-segmentation would fail (ENOBUFS) instead of being cut.
+    if (!uplink && setsockopt(fd, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof(one)) != 0) {
         return fail("PACKET_QDISC_BYPASS");
     }
     for (const int opt : {SO_RCVBUFFORCE, SO_SNDBUFFORCE}) {
@@ -100,8 +105,15 @@ std::unique_ptr<face> face::open(const std::string& iface, rte_mempool* pool, st
     }
     rte_ether_addr mac;
     std::memcpy(mac.addr_bytes, req.ifr_hwaddr.sa_data, RTE_ETHER_ADDR_LEN);
-    return std::unique_ptr<face>(new face(fd, pool, iface, mac));
+    std::unique_ptr<face> opened(new face(fd, pool, iface, mac));
+    if (uplink) {
+        opened->_uplink = std::make_unique<uplink_state>();
+    }
+    return opened;
 }
+
+face::face(int fd, rte_mempool* pool, std::string iface, rte_ether_addr mac)
+    : _fd(fd), _pool(pool), _iface(std::move(iface)), _mac(mac) {}
 
 face::~face() {
     if (_spare_count > 0) {
@@ -135,6 +147,15 @@ uint16_t face::rx_burst(rte_mbuf** pkts, uint16_t count) {
         msgs[i].msg_hdr.msg_iovlen = 2;
     }
     const int got = recvmmsg(_fd, msgs, count, MSG_DONTWAIT, nullptr);
+    if (got < count) {
+        // The socket is drained: give the 64 KB mbufs back. A face that keeps a burst's worth
+        // while it is quiet would let 32 quiet faces hold the whole pool (face_registry.cc),
+        // and a host has up to 256.
+        const uint16_t used = got > 0 ? static_cast<uint16_t>(got) : 0;
+        rte_pktmbuf_free_bulk(_spare, _spare_count - used);
+        std::memmove(_spare, _spare + _spare_count - used, used * sizeof(rte_mbuf*));
+        _spare_count = used;
+    }
     if (got <= 0) {
         return 0;  // EAGAIN: nothing there
     }

@@ -17,8 +17,14 @@
 // face_registry.hh). The socket is an ordinary AF_PACKET socket of the process, so the worker's
 // rx_waker polls it while the worker sleeps like the af_packet PMD's.
 //
-// Thread-safety: rx_burst/tx_burst from the one worker that polls the vNIC; stats(), mac() and
-// link_up() from the control thread (counters are single-writer atomics).
+// The uplink is a face too (open(..., uplink = true)): it receives into the daemon's ordinary
+// mbufs, with a 64 KB side buffer per message for what does not fit, and cuts the UDP GSO
+// super-datagrams other Jakiro hosts send into VXLAN frames (uplink_frames.hh); it sends the
+// ones the egress pipeline joined (overlay/udp_gso.hh). One system call and one skb per
+// super-frame instead of one per 1.5 KB frame.
+//
+// Thread-safety: rx_burst/rx_uplink/tx_burst from the one worker that polls the vNIC; stats(),
+// mac() and link_up() from the control thread (counters are single-writer atomics).
 
 #include <rte_ether.h>
 #include <rte_mbuf.h>
@@ -29,6 +35,7 @@
 #include <memory>
 #include <string>
 
+#include "../counters.hh"
 #include "vnet_header.hh"
 
 namespace jakiro::vnet {
@@ -48,8 +55,9 @@ class face {
     static constexpr uint16_t max_burst = 32;
 
     // Opens the face on host interface `iface`; frames are received into mbufs of `pool`.
+    // `uplink`: the fabric's face (rx_uplink, not rx_burst).
     static std::unique_ptr<face> open(const std::string& iface, rte_mempool* pool,
-                                      std::string& error);
+                                      std::string& error, bool uplink = false);
     ~face();
     face(const face&) = delete;
     face& operator=(const face&) = delete;
@@ -57,6 +65,11 @@ class face {
     // Up to `count` (<= max_burst) frames, with their offload metadata; refused ones are
     // counted and freed here.
     uint16_t rx_burst(rte_mbuf** pkts, uint16_t count);
+    // The uplink's receive: up to `count` frames, a super-datagram's cut into its VXLAN frames
+    // (those that do not fit wait for the next call); refused messages are counted in
+    // `counters`' drops. At most one system call.
+    uint16_t rx_uplink(rte_mbuf** pkts, uint16_t count, lcore_counters& counters);
+    bool is_uplink() const { return _uplink != nullptr; }
     // Sends and frees the first N frames, N returned; the rest stay the caller's (socket
     // buffer full). A frame the kernel refuses is counted as an error, freed, and counts as sent.
     uint16_t tx_burst(rte_mbuf** pkts, uint16_t count);
@@ -69,9 +82,10 @@ class face {
     int fd() const { return _fd; }
 
   private:
-    face(int fd, rte_mempool* pool, std::string iface, rte_ether_addr mac)
-        : _fd(fd), _pool(pool), _iface(std::move(iface)), _mac(mac) {}
+    struct uplink_state;  // uplink_rx.cc
+    face(int fd, rte_mempool* pool, std::string iface, rte_ether_addr mac);
     uint16_t tx_chunk(rte_mbuf** pkts, uint16_t count);  // count <= max_burst
+    bool receive_uplink();                               // one recvmmsg into _uplink
     // Single writer (the worker): a relaxed load and store, no locked add.
     static void bump(std::atomic<uint64_t>& c, uint64_t n) {
         c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
@@ -83,7 +97,8 @@ class face {
     rte_ether_addr _mac;
     rte_mbuf* _spare[max_burst] = {};  // allocated ahead, so a burst allocates only what it used
     uint16_t _spare_count = 0;
-    uint64_t _kernel_drops = 0;  // control thread only
+    uint64_t _kernel_drops = 0;             // control thread only
+    std::unique_ptr<uplink_state> _uplink;  // the uplink face only
 
     struct counters {
         std::atomic<uint64_t> rx_packets{0}, rx_bytes{0}, rx_superframes{0};

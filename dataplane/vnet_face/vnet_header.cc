@@ -6,11 +6,7 @@
 
 namespace jakiro::vnet {
 
-namespace {
-
-// Completes a partial checksum: the field already holds the pseudo-header sum (CHECKSUM_PARTIAL
-// semantics), so the sum from `start` to the end, folded and inverted, is the final value.
-void complete_checksum(uint8_t* frame, uint32_t len, uint16_t start, uint16_t offset) {
+void complete_partial_checksum(uint8_t* frame, uint32_t len, uint16_t start, uint16_t offset) {
     auto* field = reinterpret_cast<uint16_t*>(frame + start + offset);
     uint16_t sum = static_cast<uint16_t>(~rte_raw_cksum(frame + start, len - start));
     if (sum == 0 && offset == udp_csum_offset) {
@@ -18,6 +14,8 @@ void complete_checksum(uint8_t* frame, uint32_t len, uint16_t start, uint16_t of
     }
     *field = sum;
 }
+
+namespace {
 
 struct tcp4_headers {
     uint16_t l3_len;
@@ -71,7 +69,7 @@ header_verdict to_mbuf(const virtio_net_hdr& hdr, rte_mbuf* m) {
             return header_verdict::bad_gso_type;
         }
         if (needs_csum) {
-            complete_checksum(frame, len, hdr.csum_start, hdr.csum_offset);
+            complete_partial_checksum(frame, len, hdr.csum_start, hdr.csum_offset);
         }
         return header_verdict::ok;
     }
@@ -95,7 +93,7 @@ header_verdict to_mbuf(const virtio_net_hdr& hdr, rte_mbuf* m) {
     }
     if (len - headers <= hdr.gso_size) {
         // One segment's worth: an ordinary frame with its checksum done.
-        complete_checksum(frame, len, hdr.csum_start, hdr.csum_offset);
+        complete_partial_checksum(frame, len, hdr.csum_start, hdr.csum_offset);
         return header_verdict::ok;
     }
     m->ol_flags = RTE_MBUF_F_TX_TCP_SEG | RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM |
@@ -109,6 +107,17 @@ header_verdict to_mbuf(const virtio_net_hdr& hdr, rte_mbuf* m) {
 
 virtio_net_hdr from_mbuf(const rte_mbuf* m) {
     virtio_net_hdr hdr{};
+    if ((m->ol_flags & RTE_MBUF_F_TX_UDP_SEG) != 0) {
+        // A VXLAN super-datagram for the fabric (overlay/udp_gso.hh): the kernel cuts it at
+        // gso_size and fills each segment's UDP checksum from the pseudo-header sum.
+        hdr.flags = VIRTIO_NET_HDR_F_NEEDS_CSUM;
+        hdr.gso_type = VIRTIO_NET_HDR_GSO_UDP_L4;
+        hdr.gso_size = m->tso_segsz;
+        hdr.hdr_len = static_cast<uint16_t>(m->l2_len + m->l3_len + m->l4_len);
+        hdr.csum_start = static_cast<uint16_t>(m->l2_len + m->l3_len);
+        hdr.csum_offset = udp_csum_offset;
+        return hdr;
+    }
     if ((m->ol_flags & RTE_MBUF_F_TX_TCP_SEG) == 0) {
         return hdr;
     }

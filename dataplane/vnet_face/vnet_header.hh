@@ -13,6 +13,8 @@
 // Send (jakirod -> tenant): a frame still marked RTE_MBUF_F_TX_TCP_SEG leaves as GSO_TCPV4 with
 // NEEDS_CSUM (the receiver's kernel trusts a partial checksum, as it does for a frame that
 // crossed a veth); anything else leaves with no flags and is checked by the tenant's kernel.
+// (jakirod -> fabric): one marked RTE_MBUF_F_TX_UDP_SEG leaves as GSO_UDP_L4 with NEEDS_CSUM
+// on the outer UDP checksum (overlay/udp_gso.hh).
 //
 // Pure functions of the header and the frame bytes; no socket, no EAL state.
 
@@ -39,6 +41,7 @@ constexpr uint8_t VIRTIO_NET_HDR_F_NEEDS_CSUM = 1;
 constexpr uint8_t VIRTIO_NET_HDR_F_DATA_VALID = 2;
 constexpr uint8_t VIRTIO_NET_HDR_GSO_NONE = 0;
 constexpr uint8_t VIRTIO_NET_HDR_GSO_TCPV4 = 1;
+constexpr uint8_t VIRTIO_NET_HDR_GSO_UDP_L4 = 5;  // the uplink's VXLAN super-datagrams only
 constexpr uint8_t VIRTIO_NET_HDR_GSO_ECN = 0x80;
 
 constexpr uint32_t header_bytes = sizeof(virtio_net_hdr);  // 10: PACKET_VNET_HDR's default size
@@ -64,6 +67,11 @@ virtio_net_hdr from_mbuf(const rte_mbuf* m);
 // segments for from_mbuf, with the pseudo-header sum its partial checksum needs. Used for
 // frames merged by GRO before they go to a tenant.
 void mark_tcp_superframe(rte_mbuf* m, uint16_t mss);
+
+// Completes a partial checksum: the field at `start` + `offset` already holds the
+// pseudo-header sum (CHECKSUM_PARTIAL), so the sum from `start` to the end of the `len`-byte
+// frame, folded and inverted, is the final value. The caller checked the offsets.
+void complete_partial_checksum(uint8_t* frame, uint32_t len, uint16_t start, uint16_t offset);
 
 // Byte offset of the TCP checksum field when the header says NEEDS_CSUM on TCP.
 constexpr uint16_t tcp_csum_offset = 16;

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "../roce/engine.hh"
+#include "rnic/engine.hh"
 #include "worker_context.hh"
 
 namespace jakiro {

@@ -12,10 +12,10 @@
 #include "../pipeline/egress.hh"
 #include "../pipeline/ingress.hh"
 #include "../port_io.hh"
-#include "../roce/engine.hh"
 #include "clock.hh"
 #include "egress_shaper.hh"
 #include "ingress_policer.hh"
+#include "rnic/engine.hh"
 #include "roce_port.hh"
 #include "rx_waker.hh"
 
@@ -155,8 +155,8 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
         // TCP flow's frames go to its tenant as one super-frame (overlay/superframe.hh).
         uint16_t from_fabric = 0;
         for (unsigned b = 0; b < max_rx_bursts; ++b) {
-            const uint16_t n =
-                rte_eth_rx_burst(tables.uplink_port, 0, uplink_pkts + from_fabric, rx_burst_size);
+            const uint16_t n = port_rx_uplink(tables.uplink_port, uplink_pkts + from_fabric,
+                                              rx_burst_size, ctx.counters);
             from_fabric += n;
             if (n < rx_burst_size) {
                 break;

@@ -2,10 +2,10 @@
 
 #include <rte_ip.h>
 
-#include "../control/rdma_admission.hh"
 #include "../overlay/vxlan.hh"
-#include "../roce/engine.hh"
+#include "../pipeline/rdma_admission.hh"
 #include "egress_shaper.hh"
+#include "rnic/engine.hh"
 
 namespace jakiro {
 

@@ -10,8 +10,8 @@
 
 #include <cstdint>
 
-#include "../roce/packet_port.hh"
 #include "../tables.hh"
+#include "rnic/packet_port.hh"
 #include "worker_context.hh"
 
 namespace jakiro {

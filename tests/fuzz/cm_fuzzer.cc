@@ -34,8 +34,8 @@
 #include <memory>
 #include <vector>
 
-#include "rdmacm/cm_agent.hh"
-#include "rdmacm/cma_header.hh"
+#include "rnic/rdmacm/cm_agent.hh"
+#include "rnic/rdmacm/cma_header.hh"
 
 using namespace jakiro::rdmacm;
 

@@ -67,11 +67,11 @@
 #include <span>
 #include <vector>
 
-#include "roce/engine.hh"
-#include "roce/icrc.hh"
-#include "verbs/device_model.hh"
-#include "verbs/requests.hh"
-#include "verbs/resources.hh"
+#include "rnic/engine.hh"
+#include "rnic/verbs/device_model.hh"
+#include "rnic/verbs/requests.hh"
+#include "rnic/verbs/resources.hh"
+#include "rnic/wire/icrc.hh"
 #include "verbs_abi/protocol.hh"
 #include "verbs_abi/rings.hh"
 

@@ -27,7 +27,7 @@ JAKIRO_RUN = SRC / "tools" / "jakiro-run"
 # Each vNIC's endpoints, as jakirod binds them inside the tenant's namespace.
 BY_NAME = "@jakiro/verbs/name/{}"
 BY_MAC = "@jakiro/verbs/mac/{}"
-# rdma.max_contexts default and the HELLO timeout (dataplane/verbs/channel_server.hh). The hold
+# rdma.max_contexts default and the HELLO timeout (rnic/verbs/channel_server.hh). The hold
 # test reads its connections 1 s after opening them (half the timeout: they are all still
 # there) and the second one 2 s after the timeout.
 MAX_CONTEXTS = 64

@@ -135,12 +135,16 @@ TEST(ConfigLoader, PortUsedTwiceIsRejected) {
                  "used twice");
 }
 
-TEST(ConfigLoader, VnetFacesServeVnicsButNotTheUnderlay) {
+TEST(ConfigLoader, VnetFacesServeVnicsAndTheUnderlayButNotBothOnOneInterface) {
     const auto vnics =
         load_host_config_text(with("net_af_packet1,iface=t1", "vnet:iface=t1"), "h1.yaml");
     EXPECT_TRUE(vnics.ok());
-    expect_error(with("net_af_packet0,iface=ul0", "vnet:iface=ul0"), 3, "host.underlay.port",
-                 "vnet face");
+    const auto uplink =
+        load_host_config_text(with("net_af_packet0,iface=ul0", "vnet:iface=ul0"), "h1.yaml");
+    EXPECT_TRUE(uplink.ok());
+    std::string both = with("net_af_packet1,iface=t1", "vnet:iface=t1");
+    both.replace(both.find("net_af_packet0,iface=ul0"), 24, "vnet:iface=t1");
+    expect_error(both, 3, "host.underlay.port", "also a vNIC port");
 }
 
 TEST(ConfigLoader, YamlSyntaxErrorNamesTheLine) {

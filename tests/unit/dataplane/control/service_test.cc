@@ -21,7 +21,7 @@
 #include "control/command_socket.hh"
 #include "control/metrics.hh"
 #include "log.hh"
-#include "roce/engine.hh"
+#include "rnic/engine.hh"
 #include "service/notify.hh"
 
 namespace jakiro {

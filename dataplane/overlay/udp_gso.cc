@@ -1,0 +1,153 @@
+#include "udp_gso.hh"
+
+#include <rte_ether.h>
+#include <rte_ip.h>
+#include <rte_udp.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace jakiro::overlay {
+
+namespace {
+
+constexpr uint32_t ip_offset = sizeof(rte_ether_hdr);
+constexpr uint32_t udp_offset = ip_offset + sizeof(rte_ipv4_hdr);
+static_assert(gso_outer_bytes == udp_offset + sizeof(rte_udp_hdr));
+
+// Outer IPv4 and UDP lengths from the frame's size; the IPv4 checksum done, and the UDP
+// checksum either 0 (a frame as RFC 7348 sends it) or the pseudo-header sum the kernel's
+// CHECKSUM_PARTIAL completes (a super-datagram).
+void set_outer_lengths(uint8_t* frame, uint32_t len, bool partial_udp_checksum) {
+    auto* ip = reinterpret_cast<rte_ipv4_hdr*>(frame + ip_offset);
+    auto* udp = reinterpret_cast<rte_udp_hdr*>(frame + udp_offset);
+    ip->total_length = rte_cpu_to_be_16(static_cast<uint16_t>(len - ip_offset));
+    ip->hdr_checksum = 0;
+    ip->hdr_checksum = rte_ipv4_cksum(ip);
+    udp->dgram_len = rte_cpu_to_be_16(static_cast<uint16_t>(len - udp_offset));
+    udp->dgram_cksum = partial_udp_checksum ? rte_ipv4_phdr_cksum(ip, 0) : 0;
+}
+
+// Copies `n` bytes at `offset` of a datagram whose first `head_len` bytes are at `head` and
+// the rest at `tail`.
+void copy_from(uint8_t* to, const uint8_t* head, uint32_t head_len, const uint8_t* tail,
+               uint32_t offset, uint32_t n) {
+    if (offset < head_len) {
+        const uint32_t from_head = std::min(n, head_len - offset);
+        std::memcpy(to, head + offset, from_head);
+        to += from_head;
+        n -= from_head;
+        offset = head_len;
+    }
+    if (n > 0) {
+        std::memcpy(to, tail + (offset - head_len), n);
+    }
+}
+
+}  // namespace
+
+uint16_t join_vxlan_frames(rte_mbuf** frames, uint16_t n, rte_mbuf** out) {
+    uint16_t produced = 0;
+    uint16_t i = 0;
+    while (i < n) {
+        rte_mbuf* head = frames[i++];
+        const uint32_t chunk = rte_pktmbuf_pkt_len(head) - gso_outer_bytes;
+        uint32_t bytes = chunk;
+        uint16_t chunks = 1;
+        // Equal chunks, then at most one shorter one that ends the datagram: the kernel cuts
+        // at every gso_size bytes, so a chunk of another size in the middle would be misread.
+        while (i < n) {
+            const uint32_t next = rte_pktmbuf_pkt_len(frames[i]) - gso_outer_bytes;
+            if (next > chunk || bytes + next > max_gso_chunk_bytes) {
+                break;
+            }
+            rte_mbuf* tail = frames[i++];
+            rte_pktmbuf_adj(tail, gso_outer_bytes);  // the outer headers go once, in `head`
+            rte_pktmbuf_chain(head, tail);
+            bytes += next;
+            ++chunks;
+            if (next < chunk) {
+                break;
+            }
+        }
+        if (chunks > 1) {
+            set_outer_lengths(rte_pktmbuf_mtod(head, uint8_t*), rte_pktmbuf_pkt_len(head), true);
+            head->ol_flags = RTE_MBUF_F_TX_UDP_SEG | RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM |
+                             RTE_MBUF_F_TX_UDP_CKSUM;
+            head->tso_segsz = static_cast<uint16_t>(chunk);
+            head->l2_len = sizeof(rte_ether_hdr);
+            head->l3_len = sizeof(rte_ipv4_hdr);
+            head->l4_len = sizeof(rte_udp_hdr);
+        }
+        out[produced++] = head;
+    }
+    return produced;
+}
+
+uint32_t wire_bytes(const rte_mbuf* m) {
+    const uint32_t len = rte_pktmbuf_pkt_len(m);
+    if ((m->ol_flags & RTE_MBUF_F_TX_UDP_SEG) == 0 || m->tso_segsz == 0) {
+        return len;
+    }
+    const uint32_t chunks = (len - gso_outer_bytes + m->tso_segsz - 1) / m->tso_segsz;
+    return len + (chunks - 1) * gso_outer_bytes;
+}
+
+split_verdict split_udp_gso(rte_mbuf* head, const uint8_t* tail, uint32_t len, uint16_t gso_size,
+                            rte_mempool* pool, rte_mbuf** out, uint16_t& count) {
+    count = 0;
+    const auto refuse = [&](split_verdict v) {
+        rte_pktmbuf_free(head);
+        return v;
+    };
+    uint8_t* frame = rte_pktmbuf_mtod(head, uint8_t*);
+    const uint32_t head_len = rte_pktmbuf_data_len(head);
+    if (len <= gso_outer_bytes || head_len < gso_outer_bytes || head_len > len ||
+        (head_len < len && tail == nullptr)) {
+        return refuse(split_verdict::bad_headers);
+    }
+    const auto* eth = reinterpret_cast<const rte_ether_hdr*>(frame);
+    const auto* ip = reinterpret_cast<const rte_ipv4_hdr*>(frame + ip_offset);
+    if (eth->ether_type != rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4) ||
+        ip->version_ihl != RTE_IPV4_VHL_DEF || ip->next_proto_id != IPPROTO_UDP) {
+        return refuse(split_verdict::bad_headers);
+    }
+    const uint32_t payload = len - gso_outer_bytes;
+    const uint32_t mbuf_room = rte_pktmbuf_data_room_size(pool) - RTE_PKTMBUF_HEADROOM;
+    // The first chunk must already be whole in `head`, every other must fit a fresh mbuf.
+    if (gso_size == 0 || gso_outer_bytes + gso_size > mbuf_room ||
+        gso_outer_bytes + std::min<uint32_t>(gso_size, payload) > head_len) {
+        return refuse(split_verdict::bad_gso_size);
+    }
+    const uint32_t chunks = (payload + gso_size - 1) / gso_size;
+    if (chunks > max_gso_chunks) {
+        return refuse(split_verdict::too_many_segments);
+    }
+    out[0] = head;
+    for (uint32_t k = 1; k < chunks; ++k) {
+        rte_mbuf* m = rte_pktmbuf_alloc(pool);
+        if (m == nullptr) {
+            rte_pktmbuf_free_bulk(out, static_cast<unsigned>(k));  // `head` is out[0]
+            return split_verdict::no_mbufs;
+        }
+        const uint32_t offset = gso_outer_bytes + k * gso_size;
+        const uint32_t bytes = std::min<uint32_t>(gso_size, len - offset);
+        uint8_t* to = rte_pktmbuf_mtod(m, uint8_t*);
+        std::memcpy(to, frame, gso_outer_bytes);
+        copy_from(to + gso_outer_bytes, frame, head_len, tail, offset, bytes);
+        m->data_len = static_cast<uint16_t>(gso_outer_bytes + bytes);
+        m->pkt_len = m->data_len;
+        set_outer_lengths(to, m->pkt_len, false);
+        out[k] = m;
+    }
+    // The first frame last: the others copied its outer headers as they arrived.
+    const uint32_t first = gso_outer_bytes + std::min<uint32_t>(gso_size, payload);
+    head->data_len = static_cast<uint16_t>(first);
+    head->pkt_len = first;
+    head->ol_flags = 0;
+    set_outer_lengths(frame, first, false);
+    count = static_cast<uint16_t>(chunks);
+    return split_verdict::ok;
+}
+
+}  // namespace jakiro::overlay

@@ -1,0 +1,30 @@
+#pragma once
+// What the uplink face makes of one message read from the fabric with its vnet header: an
+// ordinary frame (ARP, RoCE, a kernel VTEP's VXLAN) goes on as it is, with a partial checksum
+// completed; a UDP GSO super-datagram from another Jakiro host (overlay/udp_gso.hh) is cut
+// into its VXLAN frames, which rte_gro then merges back into TCP super-frames. Everything off
+// the wire is hostile: a header the kernel should never give, or one that does not describe
+// the bytes, is a counted drop.
+//
+// Pure function of the header, the bytes and a pool; the face (vnet_face.cc) owns the socket.
+
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+
+#include <cstdint>
+#include <optional>
+
+#include "../drops.hh"
+#include "vnet_header.hh"
+
+namespace jakiro::vnet {
+
+// The message of `len` bytes whose first `head->data_len` are in `head` and the rest in `tail`
+// (null when there is none), with header `hdr`. On success its frames are in `out` (room for
+// overlay::max_gso_chunks) and `count` says how many; otherwise the reason it was dropped
+// (`head` is freed).
+std::optional<drop_reason> take_uplink_message(const virtio_net_hdr& hdr, rte_mbuf* head,
+                                               const uint8_t* tail, uint32_t len, rte_mempool* pool,
+                                               rte_mbuf** out, uint16_t& count);
+
+}  // namespace jakiro::vnet

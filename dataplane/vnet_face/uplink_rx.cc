@@ -1,0 +1,106 @@
+// The uplink face's receive path (vnet_face.hh, uplink_state.hh).
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "uplink_frames.hh"
+#include "uplink_state.hh"
+#include "vnet_face.hh"
+
+namespace jakiro::vnet {
+
+bool face::receive_uplink() {
+    uplink_state& u = *_uplink;
+    u.received = u.next = 0;
+    if (u.spare_count < max_burst) {
+        if (rte_pktmbuf_alloc_bulk(_pool, u.spare + u.spare_count, max_burst - u.spare_count) ==
+            0) {
+            u.spare_count = max_burst;
+        } else {
+            bump(_counters.rx_nombuf, 1);
+            if (u.spare_count == 0) {
+                return false;  // the socket holds the frames until mbufs come back
+            }
+        }
+    }
+    const uint16_t count = u.spare_count;
+    mmsghdr msgs[max_burst];
+    iovec iov[max_burst][3];
+    for (uint16_t i = 0; i < count; ++i) {
+        rte_mbuf* m = u.spare[u.spare_count - 1 - i];
+        iov[i][0] = {&u.headers[i], header_bytes};
+        iov[i][1] = {rte_pktmbuf_mtod(m, void*), rte_pktmbuf_tailroom(m)};
+        iov[i][2] = {u.tails[i], uplink_state::tail_bytes};
+        msgs[i].msg_hdr = {};
+        msgs[i].msg_hdr.msg_iov = iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 3;
+    }
+    const int got = recvmmsg(_fd, msgs, count, MSG_DONTWAIT, nullptr);
+    if (got <= 0) {
+        return false;  // EAGAIN: nothing there
+    }
+    for (int i = 0; i < got; ++i) {
+        rte_mbuf* m = u.spare[--u.spare_count];
+        const uint32_t len = msgs[i].msg_len > header_bytes ? msgs[i].msg_len - header_bytes : 0;
+        u.truncated[i] = (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0 || len == 0;
+        u.lengths[i] = len;
+        const uint16_t head = static_cast<uint16_t>(std::min<uint32_t>(len, iov[i][1].iov_len));
+        m->data_len = head;
+        m->pkt_len = head;
+        u.heads[i] = m;
+    }
+    u.received = static_cast<uint16_t>(got);
+    return true;
+}
+
+uint16_t face::rx_uplink(rte_mbuf** pkts, uint16_t count, lcore_counters& counters) {
+    uplink_state& u = *_uplink;
+    uint16_t out = 0;
+    uint64_t bytes = 0, datagrams = 0;
+    bool polled = false;
+    while (out < count) {
+        if (u.cut_next < u.cut_count) {
+            const uint16_t n = std::min<uint16_t>(count - out, u.cut_count - u.cut_next);
+            for (uint16_t i = 0; i < n; ++i) {
+                rte_mbuf* m = u.cut[u.cut_next + i];
+                bytes += rte_pktmbuf_pkt_len(m);
+                pkts[out + i] = m;
+            }
+            out += n;
+            u.cut_next += n;
+            continue;
+        }
+        if (u.next < u.received) {
+            const uint16_t i = u.next++;
+            if (u.truncated[i]) {
+                counters.drops[static_cast<std::size_t>(drop_reason::uplink_frame_too_big)].add(1);
+                rte_pktmbuf_free(u.heads[i]);
+                continue;
+            }
+            uint16_t frames = 0;
+            const auto dropped = take_uplink_message(u.headers[i], u.heads[i], u.tails[i],
+                                                     u.lengths[i], _pool, u.cut, frames);
+            if (dropped) {
+                counters.drops[static_cast<std::size_t>(*dropped)].add(1);
+                continue;
+            }
+            datagrams += u.headers[i].gso_type != VIRTIO_NET_HDR_GSO_NONE;
+            u.cut_count = frames;
+            u.cut_next = 0;
+            continue;
+        }
+        if (polled || !receive_uplink()) {
+            break;
+        }
+        polled = true;
+    }
+    bump(_counters.rx_packets, out);
+    bump(_counters.rx_bytes, bytes);
+    if (datagrams != 0) {
+        bump(_counters.rx_superframes, datagrams);
+    }
+    return out;
+}
+
+}  // namespace jakiro::vnet

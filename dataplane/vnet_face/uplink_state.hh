@@ -1,0 +1,49 @@
+#pragma once
+// The uplink face's receive state (vnet_face.hh): messages read by the last recvmmsg and not
+// yet handed on, and the frames of a super-datagram cut but not yet handed on. Worker only.
+
+#include <rte_mbuf.h>
+
+#include <cstdint>
+
+#include "../overlay/udp_gso.hh"
+#include "vnet_face.hh"
+
+namespace jakiro::vnet {
+
+struct face::uplink_state {
+    // What does not fit the head mbuf: the rest of an IPv4 datagram of at most 64 KB.
+    static constexpr uint32_t tail_bytes = 65536;
+
+    rte_mbuf* spare[max_burst] = {};  // head mbufs allocated ahead
+    uint16_t spare_count = 0;
+
+    // The last recvmmsg: message i is heads[i] + tails[i], lengths[i] bytes.
+    rte_mbuf* heads[max_burst] = {};
+    virtio_net_hdr headers[max_burst] = {};
+    uint32_t lengths[max_burst] = {};
+    bool truncated[max_burst] = {};
+    uint16_t received = 0;
+    uint16_t next = 0;  // the first message not yet taken
+
+    // The frames cut from the last super-datagram, cut[cut_next..cut_count) still to go.
+    rte_mbuf* cut[overlay::max_gso_chunks] = {};
+    uint16_t cut_count = 0;
+    uint16_t cut_next = 0;
+
+    alignas(64) uint8_t tails[max_burst][tail_bytes];
+
+    ~uplink_state() {
+        for (uint16_t i = next; i < received; ++i) {
+            rte_pktmbuf_free(heads[i]);
+        }
+        for (uint16_t i = cut_next; i < cut_count; ++i) {
+            rte_pktmbuf_free(cut[i]);
+        }
+        if (spare_count > 0) {
+            rte_pktmbuf_free_bulk(spare, spare_count);
+        }
+    }
+};
+
+}  // namespace jakiro::vnet

@@ -1,0 +1,480 @@
+#include "rnic/engine.hh"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "rnic/wire/icrc.hh"
+
+namespace jakiro::roce {
+
+namespace {
+
+// Packets one vNIC's QPs may send per pass, together: a tenant's QPs share one turn, so a
+// tenant with many QPs gets what a tenant with one gets, and the worker's time per poll is
+// bounded per vNIC, not per QP (the quota bounds how many QPs, not what they cost others).
+constexpr unsigned vnic_budget = 32;
+// Passes per poll: at most 8 × 32 packets per vNIC before the worker looks at its ports again.
+constexpr unsigned max_passes = 8;
+// Connected QPs admitted again per poll after a policy change: one ACL classification each
+// (~0.1-0.3 µs), so a poll spends at most some tens of µs on it; a host's QPs are all checked
+// within ceil(QPs / 128) polls.
+constexpr unsigned recheck_budget = 128;
+
+}  // namespace
+
+const char* engine_drop_name(engine_drop d) {
+    switch (d) {
+#define X(name, text)       \
+    case engine_drop::name: \
+        return #name;
+        JAKIRO_ROCE_DROPS(X)
+#undef X
+        default:
+            return "unknown";
+    }
+}
+
+const char* engine_drop_text(engine_drop d) {
+    switch (d) {
+#define X(name, text)       \
+    case engine_drop::name: \
+        return text;
+        JAKIRO_ROCE_DROPS(X)
+#undef X
+        default:
+            return "unknown";
+    }
+}
+
+engine::engine(uint16_t vnic_slots, uint32_t max_qps_per_vnic)
+    : _max_qps(max_qps_per_vnic),
+      _by_slot(vnic_slots),
+      _vnic_left(vnic_slots),
+      _own_doorbell(doorbell_memory::create()) {}
+
+engine::~engine() = default;
+
+verbs_proto::doorbell_page* engine::own_doorbell() const {
+    return _own_doorbell != nullptr ? &_own_doorbell->page() : nullptr;
+}
+
+uint32_t engine::doorbell_count() const {
+    return _doorbells.total(own_doorbell());
+}
+
+void engine::wake() {
+    if (_own_doorbell != nullptr) {
+        verbs_proto::ring_doorbell(_own_doorbell->page());
+    }
+}
+
+int engine::call(std::function<int()> fn, on_timeout policy) {
+    std::unique_lock lock(_mutex);
+    if (!_attached.load(std::memory_order_acquire)) {
+        return fn();
+    }
+    auto done = std::make_shared<std::promise<int>>();
+    auto result = done->get_future();
+    auto state = std::make_shared<std::atomic<task_state>>(task_state::queued);
+    _calls.push_back({std::move(fn), done, state});
+    _calls_pending.store(true, std::memory_order_release);
+    lock.unlock();
+    wake();
+    if (result.wait_for(_call_timeout) == std::future_status::ready) {
+        return result.get();
+    }
+    if (policy == on_timeout::run_later) {
+        return ETIMEDOUT;
+    }
+    task_state expected = task_state::queued;
+    if (state->compare_exchange_strong(expected, task_state::cancelled,
+                                       std::memory_order_acq_rel)) {
+        return ETIMEDOUT;  // it will never run: nothing half done
+    }
+    // The worker is running it right now: its effect is real, so is its result.
+    return result.get();
+}
+
+void engine::run_task(task& t) {
+    task_state expected = task_state::queued;
+    if (!t.state->compare_exchange_strong(expected, task_state::started,
+                                          std::memory_order_acq_rel)) {
+        return;  // its caller gave up and cancelled it
+    }
+    t.done->set_value(t.fn());
+}
+
+void engine::attach() {
+    std::lock_guard lock(_mutex);
+    _attached.store(true, std::memory_order_release);
+}
+
+void engine::detach() {
+    std::deque<task> calls;
+    {
+        std::lock_guard lock(_mutex);
+        _attached.store(false, std::memory_order_release);
+        calls.swap(_calls);
+        _calls_pending.store(false, std::memory_order_relaxed);
+    }
+    for (auto& t : calls) {
+        run_task(t);
+    }
+}
+
+void engine::run_calls() {
+    if (!_calls_pending.load(std::memory_order_acquire)) {
+        return;
+    }
+    std::deque<task> calls;
+    {
+        std::lock_guard lock(_mutex);
+        calls.swap(_calls);
+        _calls_pending.store(false, std::memory_order_relaxed);
+    }
+    for (auto& t : calls) {
+        run_task(t);
+    }
+}
+
+void engine::add_qp(std::shared_ptr<rc_qp> qp) {
+    const uint16_t vnic = qp->vnic();
+    if (vnic >= _by_slot.size()) {
+        _by_slot.resize(vnic + 1);
+    }
+    auto& slots = _by_slot[vnic];
+    const uint32_t slot = qp->qpn() >> 8;
+    if (slot >= slots.size()) {
+        slots.resize(slot + 1, nullptr);
+    }
+    slots[slot] = qp.get();
+    qp->attach(this);
+    _active.push_back(std::move(qp));
+    std::lock_guard lock(_report_mutex);
+    _reported = _active;
+}
+
+void engine::remove_qp(uint16_t vnic, uint32_t qpn) {
+    if (rc_qp* qp = find(vnic, qpn); qp != nullptr) {
+        _by_slot[vnic][qpn >> 8] = nullptr;
+    }
+    for (auto it = _active.begin(); it != _active.end(); ++it) {
+        if ((*it)->vnic() == vnic && (*it)->qpn() == qpn) {
+            _active.erase(it);
+            break;
+        }
+    }
+    std::lock_guard lock(_report_mutex);
+    _reported = _active;
+}
+
+bool engine::vnic_wants_to_send(uint16_t vnic) const {
+    // Only this vNIC's QPs: the shaper asks for every shaped vNIC, and another tenant's
+    // thousand QPs must not make that question expensive.
+    if (vnic >= _by_slot.size()) {
+        return false;
+    }
+    for (const rc_qp* qp : _by_slot[vnic]) {
+        if (qp != nullptr && qp->has_work()) {
+            return true;
+        }
+    }
+    return false;
+}
+
+rc_qp* engine::find(uint16_t vnic, uint32_t qpn) const {
+    if (vnic >= _by_slot.size()) {
+        return nullptr;
+    }
+    const auto& slots = _by_slot[vnic];
+    const uint32_t slot = qpn >> 8;
+    if (slot >= slots.size() || slots[slot] == nullptr || slots[slot]->qpn() != qpn) {
+        return nullptr;
+    }
+    return slots[slot];
+}
+
+bool engine::admitted(rc_qp& qp, packet_port& port) {
+    if (qp.admitted_generation() == _policy_generation) {
+        return !qp.revoked();
+    }
+    qp.set_admitted_generation(_policy_generation);
+    if (!qp.connected()) {
+        return !qp.revoked();
+    }
+    _counters.rechecks.fetch_add(1, std::memory_order_relaxed);
+    if (port.admits_connection(qp.vnic(), qp.remote_ip_be())) {
+        return true;
+    }
+    qp.revoke();
+    _counters.qps_revoked.fetch_add(1, std::memory_order_relaxed);
+    return false;
+}
+
+unsigned engine::poll(packet_port& port, uint64_t now_ns) {
+    run_calls();
+    unsigned sent = _gsi.tx_pending() ? send_gsi(port) : 0;
+    // After a policy change, QPs are checked again before any of them sends, so that the
+    // intra-host shortcut finds both ends current; those beyond the budget wait a poll.
+    unsigned rechecks_left = recheck_budget;
+    for (const auto& qp : _active) {
+        if (qp->admitted_generation() != _policy_generation) {
+            if (rechecks_left == 0) {
+                break;
+            }
+            --rechecks_left;
+            admitted(*qp, port);  // refused: ERR, and its poll below flushes
+        }
+    }
+    // Round robin in passes of vnic_budget packets per vNIC, until nobody has anything more to
+    // send now (window, QoS share, buffers) or the poll's cap is reached. Which QP goes first
+    // moves on every poll, so a vNIC's QPs take turns at its budget.
+    const std::size_t count = _active.size();
+    const std::size_t first = count == 0 ? 0 : _rotation++ % count;
+    for (unsigned pass = 0; pass < max_passes; ++pass) {
+        std::fill(_vnic_left.begin(), _vnic_left.end(), vnic_budget);
+        unsigned this_pass = 0;
+        for (std::size_t i = 0; i < count; ++i) {
+            rc_qp& qp = *_active[(first + i) % count];
+            if (qp.admitted_generation() != _policy_generation) {
+                continue;  // not checked under the current policy yet: next poll
+            }
+            unsigned& left = _vnic_left[qp.vnic()];
+            if (left == 0 && pass > 0) {
+                continue;  // its vNIC's turn is spent (the first pass still ran its timers)
+            }
+            const unsigned sent_now = qp.poll(port, now_ns, left);
+            left -= std::min(left, sent_now);
+            this_pass += sent_now;
+        }
+        sent += this_pass;
+        if (this_pass == 0) {
+            break;
+        }
+    }
+    if (sent > 0) {
+        _counters.sent.fetch_add(sent, std::memory_order_relaxed);
+    }
+    return sent;
+}
+
+void engine::receive(uint16_t vnic, const uint8_t* ipv4, uint32_t ip_len, packet_port& port,
+                     uint64_t now_ns, qos::ingress_meter* meter) {
+    _counters.received.fetch_add(1, std::memory_order_relaxed);
+    const uint32_t ihl = (ipv4[0] & 0x0F) * 4u;
+    if (ip_len < ihl + 8 + sizeof(bth_hdr) + icrc_bytes) {
+        drop(engine_drop::truncated);
+        return;
+    }
+    const uint8_t* udp = ipv4 + ihl;
+    const uint32_t udp_len = (uint32_t{udp[4]} << 8) | udp[5];
+    if (udp_len != ip_len - ihl) {
+        drop(engine_drop::truncated);
+        return;
+    }
+    parse_result parsed = parse_roce(udp + 8, udp_len - 8);
+    if (!parsed.ok()) {
+        drop(parsed.error == parse_error::truncated ? engine_drop::truncated
+                                                    : engine_drop::malformed);
+        return;
+    }
+    if (!verify_icrc(ipv4, ip_len)) {
+        drop(engine_drop::bad_icrc);
+        return;
+    }
+    parsed.packet.ipv4 = ipv4;  // a UD receive delivers the IPv4 header in its GRH area
+    const roce_packet& p = parsed.packet;
+    const bool cnp = p.info->transport == transport_type::cnp;
+    if (p.pkey != default_pkey) {
+        drop(engine_drop::bad_pkey);
+        return;
+    }
+    if (p.dest_qp == gsi_qpn) {
+        uint32_t src;
+        std::memcpy(&src, ipv4 + 12, 4);
+        receive_gsi(vnic, p, src);
+        return;
+    }
+    rc_qp* qp = find(vnic, p.dest_qp);
+    if (qp == nullptr) {
+        drop(engine_drop::unknown_qp);
+        return;
+    }
+    const transport_type expected = qp->type() == IBV_QPT_UD   ? transport_type::ud
+                                    : qp->type() == IBV_QPT_UC ? transport_type::uc
+                                                               : transport_type::rc;
+    if (cnp ? expected == transport_type::ud : p.info->transport != expected) {
+        drop(engine_drop::wrong_transport);
+        return;
+    }
+    uint32_t src_ip_be;
+    std::memcpy(&src_ip_be, ipv4 + 12, 4);
+    const ibv_qp_state st = qp->state();
+    if (expected == transport_type::ud) {
+        // No connection: any QP of the VPC may send, if the security groups let it in.
+        if (st == IBV_QPS_RESET || st == IBV_QPS_INIT) {
+            drop(engine_drop::not_ready);
+            return;
+        }
+        if (!port.permits_datagram(vnic, src_ip_be, false)) {
+            drop(engine_drop::denied);
+            return;
+        }
+        // Metered like TCP: no connection to send a CNP to, and a datagram may be lost.
+        if (meter != nullptr &&
+            meter->on_packet(now_ns, qos::traffic_class::rdma, qos::charged_bytes(14 + ip_len),
+                             static_cast<qos::ecn>(ipv4[1] & 0x03), nullptr)
+                    .action == qos::ingress_action::drop) {
+            drop(engine_drop::over_share);
+            return;
+        }
+        qp->receive(p, port, now_ns);
+        return;
+    }
+    if (src_ip_be != qp->remote_ip_be() || st == IBV_QPS_RESET || st == IBV_QPS_INIT) {
+        drop(engine_drop::not_connected);
+        return;
+    }
+    if (!admitted(*qp, port)) {
+        drop(engine_drop::revoked);  // the peer lost its rule: nothing of it is executed
+        return;
+    }
+    if (cnp) {
+        qp->on_cnp(now_ns);  // the receiver of our traffic is over its share: slow down
+        return;
+    }
+    const auto codepoint = static_cast<qos::ecn>(ipv4[1] & 0x03);
+    if (meter == nullptr && codepoint == qos::ecn::ce && qp->cnp_pacer().try_send(now_ns)) {
+        // No share to police, but the fabric marked congestion (the outer CE, carried in by
+        // the RFC 6040 step): as a DCQCN notification point, tell the sender.
+        qp->send_cnp(port);
+    }
+    if (meter != nullptr) {
+        const auto verdict =
+            meter->on_packet(now_ns, qos::traffic_class::rdma, qos::charged_bytes(14 + ip_len),
+                             codepoint, &qp->cnp_pacer());
+        if (verdict.send_cnp) {
+            qp->send_cnp(port);
+        }
+        // RC is paced, not dropped (a drop costs a go-back-N retransmission): the CNP is the
+        // signal, and the sender is another jakirod, which honours it.
+    }
+    qp->receive(p, port, now_ns);
+}
+
+void engine::receive_gsi(uint16_t vnic, const roce_packet& p, uint32_t src_ip_be) {
+    // Security groups do not apply here: the CM agent applies the vNIC's rdma rules to each
+    // REQ itself, so that a refused peer gets a REJ instead of silence.
+    if (p.opcode != opcode::ud_send_only || p.deth == nullptr || p.payload.size() < gsi_mad_bytes) {
+        drop(engine_drop::wrong_transport);
+        return;
+    }
+    // IBTA 13.5.1: QP1 accepts only the GSI Q_Key, and MADs travel QP1 to QP1. A tenant's UD
+    // QP can carry neither (it may not hold a controlled Q_Key and its QPN is not 1), so this
+    // refuses every CM MAD a tenant forges from its own QP.
+    if (p.deth->qkey() != gsi_qkey || p.deth->src_qp() != gsi_qpn) {
+        drop(engine_drop::gsi_forged);
+        return;
+    }
+    gsi_datagram d;
+    d.vnic = vnic;
+    d.remote_ip_be = src_ip_be;
+    std::memcpy(d.mad.data(), p.payload.data(), gsi_mad_bytes);
+    _gsi.push_rx(d);
+}
+
+unsigned engine::send_gsi(packet_port& port) {
+    unsigned sent = 0;
+    for (const gsi_datagram& d : _gsi.take_tx()) {
+        const opcode_info& info = opcode_info_of(opcode::ud_send_only);
+        const uint32_t roce_len = info.header_bytes + gsi_mad_bytes + icrc_bytes;
+        uint8_t* frame = port.begin_frame(frame_l2_l4_bytes + roce_len);
+        if (frame == nullptr) {
+            continue;  // no buffer: lost, as on a congested wire; the CM retransmits
+        }
+        bth_fields bth;
+        bth.opcode = opcode::ud_send_only;
+        bth.dest_qp = gsi_qpn;
+        bth.psn = _gsi_psn++ & 0xFF'FFFF;
+        ext_fields ext;
+        ext.qkey = gsi_qkey;
+        ext.src_qp = gsi_qpn;
+        write_frame_headers(frame, d.local_mac, d.local_ip_be, d.remote_ip_be, 0xC001,
+                            d.traffic_class, roce_len);
+        build_roce_headers(frame + frame_l2_l4_bytes, info.header_bytes, bth, ext);
+        std::memcpy(frame + frame_l2_l4_bytes + info.header_bytes, d.mad.data(), gsi_mad_bytes);
+        seal_icrc(frame, roce_len);
+        port.end_frame(d.vnic, d.remote_ip_be, frame_l2_l4_bytes + roce_len);
+        ++sent;
+    }
+    return sent;
+}
+
+bool engine::prepare_sleep() {
+    _doorbells.arm(own_doorbell());  // before the last look: a ring after it ends the wait
+    if (_calls_pending.load(std::memory_order_acquire) || _gsi.tx_pending()) {
+        return false;
+    }
+    for (const auto& qp : _active) {
+        qp->ring().set_sleeping(true);
+    }
+    verbs_proto::fence_before_sleeping();
+    for (const auto& qp : _active) {
+        if (qp->has_work()) {
+            after_sleep();
+            return false;
+        }
+    }
+    return !_calls_pending.load(std::memory_order_acquire);
+}
+
+void engine::sleep(uint64_t us) {
+    _doorbells.wait(us);
+}
+
+void engine::after_sleep() {
+    for (const auto& qp : _active) {
+        qp->ring().set_sleeping(false);
+    }
+    bool own_rang = false;
+    if (_doorbells.rung_since_armed(own_doorbell(), own_rang) > 0 || own_rang) {
+        _counters.doorbells.fetch_add(1, std::memory_order_relaxed);
+    }
+}
+
+std::vector<qp_report> engine::report() const {
+    std::vector<std::shared_ptr<rc_qp>> qps;
+    {
+        std::lock_guard lock(_report_mutex);
+        qps = _reported;
+    }
+    std::vector<qp_report> out;
+    for (const auto& qp : qps) {
+        const rc_qp_stats& s = qp->stats();
+        qp_report r;
+        r.vnic = qp->vnic();
+        r.qpn = qp->qpn();
+        r.type = qp->type();
+        r.owner = qp->owner();
+        r.remote_ip_be = qp->remote_ip_be();
+        r.remote_qpn = qp->remote_qpn();
+        r.state = s.state.load(std::memory_order_relaxed);
+        r.next_psn = s.next_psn.load(std::memory_order_relaxed);
+        r.una_psn = s.una_psn.load(std::memory_order_relaxed);
+        r.expected_psn = s.expected_psn.load(std::memory_order_relaxed);
+#define JAKIRO_QP_COUNTER(name) r.name = s.name.load(std::memory_order_relaxed);
+#include "qp_counters.def"
+#undef JAKIRO_QP_COUNTER
+        r.rate_bps = s.rate_bps.load(std::memory_order_relaxed);
+        out.push_back(r);
+    }
+    return out;
+}
+
+}  // namespace jakiro::roce

@@ -1,0 +1,213 @@
+#pragma once
+// The software RNIC of one jakirod worker (DESIGN.md §5): every QP of every vNIC on the host,
+// polled from the worker's loop, fed the RoCEv2 packets the ingress pipeline found for its
+// vNICs, emitting through a packet_port.
+//
+// receive() is where the RCFT check happens (DESIGN.md §3): a packet is executed only if its
+// destination QP exists on that vNIC, is connected (RTR or later) and its source address is
+// the QP's peer; everything else is a counted drop, so no tenant of another VPC or another
+// connection can inject into a QP. The ICRC is verified before anything else is believed.
+//
+// Control-plane changes (create, modify, query, destroy) reach the engine's thread through
+// call(): a small mailbox the loop drains once per iteration; the caller waits (bounded). A
+// call that times out leaves nothing half done: a task the worker has not started is
+// cancelled (it never runs), one it has started is waited for and its result returned.
+// Until a worker attaches, call() runs the function inline (unit tests, startup).
+//
+// Policy changes (DESIGN.md §7): every table snapshot carries a policy generation, and every
+// QP the generation its peer was last admitted under. The worker tells the engine the
+// generation it runs with each iteration (use_policy). A connected QP whose generation differs
+// is admitted again (packet_port::admits_connection) before it may send (poll, at most
+// recheck_budget QPs per poll; the others wait for the next one) or receive (receive, one
+// compare per packet); refused, it goes to ERR with IBV_EVENT_QP_FATAL, its WRs are flushed
+// and packets still arriving for it are `revoked` drops. So no packet of a connection moves
+// under a policy that no longer allows it, as the NFT's generation does for TCP flows.
+//
+// Doorbells (doorbell_set.hh): one page per vNIC, whose count the shim bumps (and futex-wakes)
+// after posting when the rings say the worker sleeps (verbs_abi/rings.hh); the worker's sleep
+// waits on all of them.
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "qos/ingress_meter.hh"
+#include "rnic/doorbell_set.hh"
+#include "rnic/gsi_port.hh"
+#include "rnic/packet_port.hh"
+#include "rnic/rc_qp.hh"
+
+namespace jakiro::roce {
+
+// Why the engine refused an inbound packet. One counter each.
+#define JAKIRO_ROCE_DROPS(X)                                                  \
+    X(truncated, "shorter than IPv4 + UDP + BTH + ICRC, or lengths disagree") \
+    X(malformed, "BTH or extension headers do not parse")                     \
+    X(bad_icrc, "ICRC mismatch")                                              \
+    X(wrong_transport, "transport (RC, UC, UD) is not the QP's")              \
+    X(unknown_qp, "no such QP on this vNIC (RCFT miss)")                      \
+    X(not_connected, "QP not connected to this source (RCFT mismatch)")       \
+    X(not_ready, "UD QP not ready to receive (RESET or INIT)")                \
+    X(denied, "UD datagram refused by the vNIC's security groups")            \
+    X(over_share, "UD datagram above the vNIC's rdma ingress share (DHTB)")   \
+    X(bad_pkey, "P_Key not the default partition")                            \
+    X(gsi_forged, "to QP1 without the GSI Q_Key or not from a QP1 (forged)")  \
+    X(revoked, "connected QP whose peer a policy change no longer allows (QP in ERR)")
+
+enum class engine_drop : uint8_t {
+#define X(name, text) name,
+    JAKIRO_ROCE_DROPS(X)
+#undef X
+        count
+};
+const char* engine_drop_name(engine_drop d);
+const char* engine_drop_text(engine_drop d);
+
+struct engine_counters {
+    std::atomic<uint64_t> received{0};
+    std::atomic<uint64_t> sent{0};
+    std::atomic<uint64_t> doorbells{0};
+    // Policy changes: connected QPs whose peer was admitted again, and those refused (ERR).
+    std::atomic<uint64_t> rechecks{0};
+    std::atomic<uint64_t> qps_revoked{0};
+    std::array<std::atomic<uint64_t>, static_cast<std::size_t>(engine_drop::count)> drops{};
+};
+
+// One row of `jakiroctl qps`.
+struct qp_report {
+    uint16_t vnic = 0;
+    uint32_t qpn = 0;
+    uint32_t type = 0;  // ibv_qp_type
+    uint64_t owner = 0;
+    uint32_t remote_ip_be = 0;
+    uint32_t remote_qpn = 0;
+    uint32_t state = 0;
+    uint32_t next_psn = 0;
+    uint32_t una_psn = 0;
+    uint32_t expected_psn = 0;
+#define JAKIRO_QP_COUNTER(name) uint64_t name = 0;
+#include "qp_counters.def"
+#undef JAKIRO_QP_COUNTER
+    uint64_t rate_bps = 0;
+};
+
+class engine {
+  public:
+    // QP handles are (slot << 8) | tag with slots below `max_qps_per_vnic` + 1.
+    engine(uint16_t vnic_slots, uint32_t max_qps_per_vnic);
+    ~engine();
+    engine(const engine&) = delete;
+    engine& operator=(const engine&) = delete;
+
+    // ---- control thread
+    // What call() does with a task the worker has not started when the wait runs out.
+    enum class on_timeout {
+        cancel,    // it never runs; the caller sees ETIMEDOUT (create, modify, query)
+        run_later  // it stays queued and runs whenever the worker comes (removals, which
+                   // must happen eventually); the caller sees ETIMEDOUT
+    };
+    // Runs `fn` on the engine's thread and returns its result; ETIMEDOUT if the worker did
+    // not start it within the call timeout (5 s; set_call_timeout), per `policy` above. Once
+    // started, the result is always waited for and returned.
+    int call(std::function<int()> fn, on_timeout policy = on_timeout::cancel);
+    void set_call_timeout(std::chrono::milliseconds timeout) { _call_timeout = timeout; }
+    // How often the doorbells have been rung: jakirod's own and every vNIC's.
+    uint32_t doorbell_count() const;
+    // Rings jakirod's own doorbell (any thread; no tenant maps it): a sleeping worker wakes now.
+    void wake();
+    const engine_counters& counters() const { return _counters; }
+    std::vector<qp_report> report() const;
+    // QP1 of every vNIC: MADs to and from the rdma_cm agents (gsi_port.hh).
+    gsi_port& gsi() { return _gsi; }
+
+    // ---- engine thread (inside call() for the first two)
+    void add_qp(std::shared_ptr<rc_qp> qp);
+    void remove_qp(uint16_t vnic, uint32_t qpn);
+    // vNIC `vnic`'s doorbell page (mapped by its clients only), or nullptr to forget it; the
+    // caller keeps the page mapped until the call that removes it has returned.
+    void set_vnic_doorbell(uint16_t vnic, verbs_proto::doorbell_page* page) {
+        _doorbells.set(vnic, page);
+    }
+    // The policy generation of the tables the worker runs with (once per iteration, before any
+    // receive or poll of that iteration).
+    void use_policy(uint32_t generation) { _policy_generation = generation; }
+    uint32_t policy_generation() const { return _policy_generation; }
+    // The worker that will poll from now on; call() then goes through the mailbox.
+    void attach();
+    // The worker stopped: call() runs inline again (shutdown releases QPs after the loop).
+    void detach();
+    // Runs queued control calls, then polls every QP. Returns packets sent.
+    unsigned poll(packet_port& port, uint64_t now_ns);
+    // A RoCEv2 packet for local vNIC `vnic`: `ipv4` points at the inner IPv4 header of
+    // `ip_len` bytes (its total length), UDP destination 4791. `meter`: the vNIC's ingress
+    // meter when it is shaped (DHTB: above its rdma share the sending QP gets a CNP).
+    void receive(uint16_t vnic, const uint8_t* ipv4, uint32_t ip_len, packet_port& port,
+                 uint64_t now_ns, qos::ingress_meter* meter = nullptr);
+    // Before the worker sleeps: tells every QP's shim to ring the doorbell; false (and the
+    // flags cleared again) if work arrived meanwhile, so the worker must not sleep.
+    bool prepare_sleep();
+    // Sleeps up to `us` microseconds, less if the doorbell rings (call after prepare_sleep).
+    void sleep(uint64_t us);
+    // After sleeping: clears the flags.
+    void after_sleep();
+    bool has_qps() const { return !_active.empty(); }
+    // Has any QP of `vnic` something to send right now (the rdma class is backlogged)?
+    bool vnic_wants_to_send(uint16_t vnic) const;
+    // The QP `qpn` of local vNIC `vnic`, or nullptr (engine thread).
+    rc_qp* find(uint16_t vnic, uint32_t qpn) const;
+
+  private:
+    void drop(engine_drop reason) {
+        _counters.drops[static_cast<std::size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
+    }
+    void run_calls();
+    // A datagram to QP1: handed to the control side if it carries the GSI Q_Key, comes from a
+    // QP1 and holds a MAD. Tenants cannot send that (controlled Q_Keys are refused at modify
+    // time and replaced per WR by the QP's own, and their source QPN is never 1), so only an
+    // agent's MAD passes.
+    void receive_gsi(uint16_t vnic, const roce_packet& p, uint32_t src_ip_be);
+    unsigned send_gsi(packet_port& port);
+    verbs_proto::doorbell_page* own_doorbell() const;
+    // True if `qp` may carry traffic under the current policy: admitted again when its
+    // generation is stale, revoked when refused.
+    bool admitted(rc_qp& qp, packet_port& port);
+
+    // A queued call. `state` decides, under no lock, who owns it: the worker runs it only if
+    // it moves queued -> started first; a caller whose wait ran out cancels it only if it
+    // moves queued -> cancelled first.
+    enum class task_state : uint8_t { queued, started, cancelled };
+    struct task {
+        std::function<int()> fn;
+        std::shared_ptr<std::promise<int>> done;
+        std::shared_ptr<std::atomic<task_state>> state;
+    };
+    static void run_task(task& t);
+
+    uint32_t _max_qps;
+    gsi_port _gsi;
+    std::chrono::milliseconds _call_timeout{5000};  // control thread
+    std::vector<std::vector<rc_qp*>> _by_slot;      // [vnic][qpn >> 8], engine thread
+    std::vector<std::shared_ptr<rc_qp>> _active;    // engine thread; copied into _reported
+    std::vector<unsigned> _vnic_left;               // [vnic] packets left this pass; engine
+    std::size_t _rotation = 0;                      // which active QP polls first; engine
+    uint32_t _policy_generation = 0;                // engine thread
+    uint32_t _gsi_psn = 0;                          // engine thread
+    std::atomic<bool> _attached{false};
+    std::atomic<bool> _calls_pending{false};
+    std::mutex _mutex;  // guards _calls; inline calls (no worker) also hold it
+    std::deque<task> _calls;
+    mutable std::mutex _report_mutex;  // guards _reported (the engine thread updates it)
+    std::vector<std::shared_ptr<rc_qp>> _reported;
+    std::unique_ptr<doorbell_memory> _own_doorbell;  // null if it could not be created
+    doorbell_set _doorbells;
+    engine_counters _counters;
+};
+
+}  // namespace jakiro::roce

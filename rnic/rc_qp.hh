@@ -1,0 +1,367 @@
+#pragma once
+// One reliable-connected QP of the software RNIC: the requester (send queue → packets, ACKs,
+// retransmission) and the responder (packets → memory and receive completions, ACK/NAK) of
+// IBTA vol. 1 ch. 9, over the rings the shim posts into and the MRs it registered.
+//
+// The unreliable transports reuse it, as rxe does (one QP engine, the transport decides what
+// is acknowledged): a UC QP sends SENDs and WRITEs, completes a WR once its last packet left,
+// and its responder drops a message on a PSN gap, a missing receive or a bad rkey, silently
+// (IB spec 9.7.5.2.2: no ACKs, no NAKs, no retries). A UD QP sends one packet per SEND to the
+// address in its WQE with a DETH (Q_Key, source QP), and its responder checks the Q_Key and
+// delivers the 40-byte GRH area (the IPv4 header in its last 20 bytes) before the payload.
+//
+// Requester: WQEs are copied out of the ring once (local keys checked then, pinned), get
+// their PSN range, and are sent up to a window of unacknowledged packets. `una` is the oldest
+// unacknowledged PSN; ACKs and in-order READ responses move it; a NAK, a sequence gap in READ
+// responses or the local ACK timeout rewinds the send pointer to it (go-back-N); RNR NAKs wait
+// out the responder's timer. WRs complete strictly in order.
+// Responder: in-order packets are executed (SEND into the next receive WQE, WRITE and READ
+// through the rkey, checked for PD, rights and bounds), duplicates are re-ACKed (READs are
+// executed again), a gap is NAKed once. ACKs are coalesced: at most one per QP per poll.
+//
+// Thread-safety: everything here runs on the engine's thread (the control thread reaches a
+// QP only through engine::call).
+
+#include <infiniband/verbs.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "qos/rate_control.hh"
+#include "rnic/qp_state.hh"
+#include "rnic/queues/cq_ring.hh"
+#include "rnic/queues/mr_table.hh"
+#include "rnic/queues/qp_ring.hh"
+#include "rnic/queues/srq_ring.hh"
+#include "rnic/wire/headers.hh"
+#include "verbs_abi/protocol.hh"
+
+namespace jakiro::roce {
+
+class packet_port;
+class engine;
+
+// Who hears about a QP's asynchronous errors (IBV_EVENT_QP_*): the channel server.
+struct qp_event_sink {
+    void (*raise)(void* context, uint64_t client, uint32_t type, uint32_t qp_handle) = nullptr;
+    void* context = nullptr;
+};
+
+// Identity of the vNIC a QP belongs to, as its packets show it.
+struct qp_endpoint {
+    uint16_t vnic = 0;  // datapath slot
+    std::array<uint8_t, 6> mac{};
+    uint32_t ip_be = 0;
+};
+
+struct rc_qp_setup {
+    // RC; UC and UD run the same requester and responder with acknowledgements off (below).
+    ibv_qp_type type = IBV_QPT_RC;
+    qp_endpoint local;
+    uint32_t qpn = 0;  // == the QP handle
+    uint32_t pd = 0;
+    uint64_t owner = 0;  // client id
+    std::shared_ptr<verbs::completion_queue> send_cq;
+    std::shared_ptr<verbs::completion_queue> recv_cq;
+    std::unique_ptr<verbs::qp_ring> ring;
+    const verbs::mr_table* mrs = nullptr;
+    bool sq_sig_all = false;
+    uint32_t max_send_sge = 0;
+    uint32_t max_recv_sge = 0;
+    uint32_t max_inline = 0;
+    qp_device_limits limits;
+    qp_event_sink events;
+    // Non-null: receives come from this shared receive queue (its PD and max_sge check them),
+    // never from `ring`'s RQ (one slot the shim never posts to: ibv_post_recv refuses).
+    std::shared_ptr<verbs::shared_receive_queue> srq;
+};
+
+// What `jakiroctl qps` shows; written by the engine thread, read anywhere.
+struct rc_qp_stats {
+#define JAKIRO_QP_COUNTER(name) std::atomic<uint64_t> name{0};
+#include "qp_counters.def"
+#undef JAKIRO_QP_COUNTER
+    std::atomic<uint64_t> rate_bps{0};  // DCQCN's current sending rate
+    // Snapshot of the protocol state.
+    std::atomic<uint32_t> state{IBV_QPS_RESET};
+    std::atomic<uint32_t> next_psn{0};
+    std::atomic<uint32_t> una_psn{0};
+    std::atomic<uint32_t> expected_psn{0};
+    std::atomic<uint32_t> msn{0};
+};
+
+class rc_qp {
+  public:
+    // WQEs one visit (poll) may fetch from the send queue, WRs one visit or one received
+    // packet may complete, and WRs one visit may flush with IBV_WC_WR_FLUSH_ERR: each is a
+    // 512-byte copy plus MR lookups or a completion, so a visit stays within a few
+    // microseconds however deep the client's rings are; the rest waits for the next visit
+    // (has_work() keeps the worker awake for it).
+    static constexpr uint32_t wqe_budget = 64;
+
+    explicit rc_qp(rc_qp_setup setup);
+    ~rc_qp();
+    rc_qp(const rc_qp&) = delete;
+    rc_qp& operator=(const rc_qp&) = delete;
+
+    // ibv_modify_qp: 0 or an errno, all or nothing.
+    int modify(const ibv_qp_attr& attr, int mask);
+    void query(ibv_qp_attr& attr, ibv_qp_cap& cap, bool& sq_sig_all) const;
+
+    // Fetches posted WQEs, sends up to `budget` packets, runs the timers and flushes a
+    // pending ACK. Returns the packets sent (0 = nothing to do).
+    unsigned poll(packet_port& port, uint64_t now_ns, unsigned budget);
+    // One packet addressed to this QP whose ICRC and source (the RCFT check) the engine
+    // has already verified.
+    void receive(const roce_packet& p, packet_port& port, uint64_t now_ns);
+    // Anything posted or owed that poll() would act on right now?
+    bool has_work() const;
+    // The engine that runs it (for the intra-host shortcut's peer lookup); set by add_qp.
+    void attach(const engine* e) { _engine = e; }
+
+    // DCQCN (DESIGN.md §6): the receiver's CNP pacing for this QP, a CNP from the peer (cut
+    // the sending rate), and sending one to the peer.
+    qos::cnp_pacer& cnp_pacer() { return _cnp_pacer; }
+    void on_cnp(uint64_t now_ns);
+    void send_cnp(packet_port& port);
+    uint64_t rate_bps() const { return _rate.rate_bps(); }
+
+    // Security groups (DESIGN.md §7). The policy generation this QP's peer was last admitted
+    // under; unchecked_generation after its address vector changed. The engine compares it
+    // with the generation of the tables it runs with and admits the peer again on a mismatch.
+    static constexpr uint32_t unchecked_generation = UINT32_MAX;
+    uint32_t admitted_generation() const { return _admitted_generation; }
+    void set_admitted_generation(uint32_t generation) { _admitted_generation = generation; }
+    // RC or UC with a peer (RTR, RTS, SQD, SQE): what a policy change must check again.
+    bool connected() const;
+    // The peer is no longer allowed: IBV_EVENT_QP_FATAL to the owner, ERR, and the next poll
+    // flushes every outstanding WR. revoked() stays true until the QP is reset.
+    void revoke();
+    bool revoked() const { return _revoked; }
+
+    uint32_t qpn() const { return _s.qpn; }
+    ibv_qp_type type() const { return _s.type; }
+    uint64_t owner() const { return _s.owner; }
+    uint16_t vnic() const { return _s.local.vnic; }
+    uint32_t remote_ip_be() const { return _remote_ip_be; }
+    uint32_t remote_qpn() const { return _machine.attr().dest_qp_num; }
+    ibv_qp_state state() const { return _machine.state(); }
+    verbs::qp_ring& ring() { return *_s.ring; }
+    const rc_qp_stats& stats() const { return _stats; }
+    const verbs::completion_queue& send_cq() const { return *_s.send_cq; }
+    const verbs::completion_queue& recv_cq() const { return *_s.recv_cq; }
+
+  private:
+    // A send WQE as the engine keeps it: the copy, its local buffers (checked and pinned),
+    // its PSN range and progress.
+    struct send_op {
+        verbs_proto::send_wqe wqe;
+        uint32_t length = 0;
+        uint32_t first_psn = 0;
+        uint32_t packets = 0;        // PSNs it occupies (a READ: its responses)
+        uint32_t read_received = 0;  // READ: response packets landed
+        ibv_wc_status local_error = IBV_WC_SUCCESS;
+        bool done = false;
+        bool signaled = false;
+        uint8_t sges = 0;
+        std::array<std::byte*, verbs_proto::wqe_max_sge> sge_data{};
+        std::array<uint32_t, verbs_proto::wqe_max_sge> sge_len{};
+        std::array<std::shared_ptr<const verbs::mr_entry>, verbs_proto::wqe_max_sge> pins;
+    };
+    struct recv_op {
+        uint64_t wr_id = 0;
+        uint32_t length = 0;
+        ibv_wc_status local_error = IBV_WC_SUCCESS;
+        uint8_t sges = 0;
+        std::array<std::byte*, verbs_proto::wqe_max_sge> sge_data{};
+        std::array<uint32_t, verbs_proto::wqe_max_sge> sge_len{};
+        std::array<std::shared_ptr<const verbs::mr_entry>, verbs_proto::wqe_max_sge> pins;
+    };
+    // A READ the responder still owes responses for (new or re-executed).
+    struct read_job {
+        uint32_t psn = 0;  // of the next response
+        uint32_t remaining_packets = 0;
+        uint32_t first_offset_packets = 0;  // position of `psn` in the whole READ
+        uint32_t total_packets = 0;
+        uint32_t length = 0;
+        uint32_t msn = 0;
+        std::byte* data = nullptr;
+        std::shared_ptr<const verbs::mr_entry> pin;
+    };
+
+    // ---- requester
+    void fetch_sends(uint64_t now_ns);
+    void check_local_buffers(send_op& op);
+    unsigned send_packets(packet_port& port, uint64_t now_ns, unsigned budget);
+    bool emit_request(packet_port& port, send_op& op, uint32_t index_in_op);
+    void on_ack_psn(uint32_t psn, uint64_t now_ns);
+    void on_response(const roce_packet& p, packet_port& port, uint64_t now_ns);
+    void on_read_response(const roce_packet& p, uint64_t now_ns);
+    void on_atomic_ack(const roce_packet& p, uint64_t now_ns);
+    // The READ or atomic a response at `psn` (== una) answers; the requests before it are
+    // complete (responses come in order). nullptr if an earlier one still owes a response.
+    send_op* op_answered_by(uint32_t psn);
+    // A response at `psn` landed: una moves past it, the timers restart, WRs retire.
+    void response_progress(uint32_t psn, uint64_t now_ns);
+    void go_back(uint32_t psn);
+    // Points the send pointer at `psn` (an ACK that overtook a rewind moves it forward).
+    void move_send_pointer(uint32_t psn);
+    bool psn_sent(uint32_t psn) const;  // in [una, sent_high)
+    // Completes finished WRs in order, at most `budget` per call (the rest on the next event
+    // or visit: has_work() says so).
+    void retire_sends(uint32_t budget = wqe_budget);
+    bool retire_pending() const;  // the oldest unretired WR is finished (or failed locally)
+    void run_timers(uint64_t now_ns);
+    void fail_requester(uint32_t psn, ibv_wc_status status);
+
+    // ---- intra-host shortcut: both QPs in this engine, data memory to memory
+    // The message the shortcut is moving. A long one moves in slices, as many bytes per visit
+    // as the packets of the same budget would carry, so that no tenant holds the worker with
+    // one large WR. WRITE and READ keep the peer's memory pinned here; a SEND's receive WQE is
+    // the peer's message in progress (_in_send), which its flush completes if it fails.
+    struct local_transfer {
+        bool active = false;
+        uint32_t moved = 0;
+        std::byte* remote = nullptr;  // WRITE: destination, READ: source (the peer's MR)
+        std::shared_ptr<const verbs::mr_entry> pin;
+    };
+    // The QP of this engine connected back to this one and able to receive, if any.
+    rc_qp* local_peer(packet_port& port) const;
+    // Both ends checked under the policy the engine runs with.
+    bool checked_with(const rc_qp& peer) const;
+    unsigned send_local(rc_qp& peer, packet_port& port, unsigned budget);
+    enum class local_result { started, done, rnr, failed };
+    // The responder's half of a message of `requester`, in three steps. begin_local checks it
+    // and takes what it needs (keys, a receive WQE; an atomic executes at once: `done`). On
+    // `failed`, `status` is what the requester's WR completes with.
+    local_result begin_local(const send_op& op, const rc_qp& requester, local_transfer& t,
+                             ibv_wc_status& status);
+    // Still the message `t` began (the peer was not reset under it)?
+    bool continues_local(const send_op& op) const;
+    void place_local(const send_op& op, local_transfer& t, uint32_t len);
+    void finish_local(const send_op& op, const rc_qp& requester, local_transfer& t);
+    void complete_local_recv(recv_op& r, const send_op& op, const rc_qp& requester,
+                             ibv_wc_status status, uint32_t opcode, uint32_t len);
+
+    // ---- responder
+    void on_request(const roce_packet& p, packet_port& port, uint64_t now_ns);
+    bool take_recv(recv_op& out);
+    bool execute_send(const roce_packet& p, packet_port& port);
+    bool execute_write(const roce_packet& p, packet_port& port);
+    void start_read(const roce_packet& p, uint32_t psn, bool duplicate, packet_port& port);
+    unsigned send_read_responses(packet_port& port, uint64_t now_ns, unsigned budget);
+    // DCQCN pacing: may a data packet leave now? And charging one that left.
+    bool pacer_open(uint64_t now_ns);
+    void pacer_charge(uint64_t now_ns, uint32_t frame_len);
+    void send_ack(packet_port& port, uint8_t syndrome, uint32_t psn);
+    bool execute_atomic_write(const roce_packet& p, packet_port& port);
+    void execute_atomic_request(const roce_packet& p, packet_port& port);
+    void replay_atomic(const roce_packet& p, packet_port& port);
+    void send_atomic_ack(packet_port& port, uint32_t psn, uint64_t orig);
+    void responder_error(packet_port& port, verbs_proto::event_type event, uint8_t syndrome,
+                         ibv_wc_status recv_status);
+
+    // ---- unreliable transports (UC, UD)
+    bool reliable() const { return _s.type == IBV_QPT_RC; }
+    // UC: a message in progress is abandoned (its receive WQE waits for the next one).
+    void abandon_message();
+    void on_unreliable_request(const roce_packet& p, packet_port& port);
+    void on_datagram(const roce_packet& p);
+
+    // ---- both
+    bool complete(verbs::completion_queue& cq, const verbs_proto::cqe& c);
+    void enter_error();
+    // Does the QP itself (IBV_QP_ACCESS_FLAGS) let peers do `right` (IBV_ACCESS_REMOTE_*)? The
+    // responder checks it as well as the MR's rights: either refusing is a remote access error.
+    bool grants(unsigned right) const { return (_machine.attr().qp_access_flags & right) != 0; }
+    // The target of an inbound RDMA WRITE or READ. A zero-length one is not checked against
+    // any MR (IB spec C9-88: it may carry any R_Key and VA; UCX flushes with one), so it
+    // succeeds with no bytes to touch.
+    verbs::mr_lookup remote_target(uint32_t rkey, uint64_t va, uint64_t length,
+                                   uint32_t access) const;
+    // In ERR: completes up to wqe_budget WRs with IBV_WC_WR_FLUSH_ERR, oldest first.
+    void flush();
+    bool flush_pending() const;  // anything left for flush()
+    void reset();
+    static uint32_t frame_bytes(uint8_t opcode, uint32_t payload_len);
+    uint8_t* begin_packet(packet_port& port, uint8_t opcode, uint32_t payload_len,
+                          uint32_t& header_offset);
+    void finish_packet(packet_port& port, const bth_fields& bth, const ext_fields& ext,
+                       uint8_t* frame, uint32_t payload_len);
+    // UD: to `dst_ip_be` instead of the connected peer.
+    void finish_packet_to(packet_port& port, uint32_t dst_ip_be, const bth_fields& bth,
+                          const ext_fields& ext, uint8_t* frame, uint32_t payload_len);
+    void publish_stats();
+
+    rc_qp_setup _s;
+    const engine* _engine = nullptr;
+    qp_state_machine _machine;
+    rc_qp_stats _stats;
+    uint32_t _remote_ip_be = 0;
+    uint32_t _admitted_generation = unchecked_generation;
+    bool _revoked = false;
+    uint16_t _udp_src_port = 0;
+    uint32_t _mtu = 1024;
+
+    // requester
+    std::vector<send_op> _sends;  // indexed by ring index & (sq capacity - 1)
+    uint32_t _send_index = 0;     // next op to transmit from (ring index)
+    uint32_t _psn_cursor = 0;     // first PSN of the next fetched op
+    uint32_t _next_psn = 0;       // PSN of the next packet to transmit
+    uint32_t _una = 0;            // oldest unacknowledged PSN
+    uint32_t _sent_high = 0;      // one past the highest PSN ever sent (a rewind keeps it)
+    uint64_t _last_progress_ns = 0;
+    uint32_t _retries_left = 0;
+    uint32_t _rnr_retries_left = 0;
+    uint64_t _rnr_resume_ns = 0;  // != 0: waiting out an RNR NAK
+    bool _rewound_for_gap = false;
+    bool _local_fallback = false;  // the shortcut met a half-done message: use packets
+    local_transfer _local;
+
+    // responder
+    uint32_t _epsn = 0;
+    uint32_t _msn = 0;
+    bool _nak_sent = false;
+    bool _ack_pending = false;
+    uint32_t _ack_psn = 0;
+    bool _in_send = false;     // a multi-packet SEND is under way into _recv
+    bool _recv_held = false;   // UC: _recv was taken for a message that was abandoned
+    bool _discarding = false;  // UC: dropping the rest of a message, up to its next first packet
+    recv_op _recv;
+    uint32_t _recv_offset = 0;
+    bool _in_write = false;  // a multi-packet WRITE is under way
+    std::byte* _write_data = nullptr;
+    uint32_t _write_length = 0;
+    uint32_t _write_offset = 0;
+    std::shared_ptr<const verbs::mr_entry> _write_pin;
+    std::vector<read_job> _reads;  // FIFO, at most max_dest_rd_atomic + 1
+    // The last atomics executed, by PSN: a duplicate request is answered from here.
+    struct atomic_reply {
+        uint32_t psn = 0;
+        uint64_t orig = 0;
+        bool valid = false;
+    };
+    std::array<atomic_reply, 32> _atomic_replies{};
+    uint32_t _atomic_next = 0;
+    bool _comm_established = false;
+    bool _last_wqe_reached = false;  // on an SRQ: IBV_EVENT_QP_LAST_WQE_REACHED raised in ERR
+
+    // congestion control
+    qos::dcqcn_rate _rate;
+    qos::cnp_pacer _cnp_pacer;
+    uint64_t _measured_bps = 0;  // what the QP really sends (EWMA)
+    uint64_t _window_start_ns = 0;
+    uint64_t _window_bytes = 0;
+    uint64_t _last_cnp_ns = 0;
+    bool _ceiling_lowered = false;
+};
+
+// ibv_mtu → bytes (IBV_MTU_256 = 1 ... IBV_MTU_4096 = 5).
+constexpr uint32_t mtu_bytes(uint32_t ibv_mtu) {
+    return ibv_mtu >= 1 && ibv_mtu <= 5 ? 128u << ibv_mtu : 0;
+}
+
+}  // namespace jakiro::roce

@@ -1,0 +1,267 @@
+#pragma once
+// One vNIC's rdma_cm agent (issue 13): what the kernel's ucma + rdma_cm + IB CM do for a port,
+// for the rdma_cm ids of that vNIC's processes. It executes the ucma ABI v4 commands the shim
+// forwards (cm_protocol.hh) and speaks IB CM MADs (cm_mad.hh) with the peers' agents — or a
+// kernel rdma_cm behind a real RNIC — through QP1 of the vNIC (the engine's GSI port).
+//
+//   address resolution   any unicast IPv4 of the VPC: the overlay (VLT of *this* vNIC's VPC)
+//                        routes the MADs, so a red tenant dialling blue's address reaches red's
+//                        vNIC of that address, never blue's
+//   connect              REQ (RDMA-CM IP header in its private data) → REP → RTU, MRA, REJ,
+//                        retransmission on a timer, UNREACHABLE after the retries
+//   disconnect           DREQ → DREP
+//   UD                   SIDR_REQ → SIDR_REP
+//   security groups      a REQ or SIDR_REQ from a peer the vNIC's rdma rules refuse gets a REJ
+//                        (status consumer-defined) and is counted
+//   limits               at most `max_ids` ids per vNIC and `max_channels` channels; a command
+//                        that would exceed them fails with EDQUOT/EMFILE, so no tenant exhausts
+//                        another's CM (each vNIC has its own agent)
+//
+// Every command's fields are checked (sizes, ids owned by the caller, states, address
+// families); bad ones get the errno the kernel would give. Pointers in commands are never
+// read: the shim copies what they point to. MADs off the wire are decoded by cm_mad.hh and
+// matched to connections by communication ID *and* peer address.
+//
+// Thread-safety: none; one thread (the channel server's) runs everything here.
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "rnic/rdmacm/cm_mad.hh"
+#include "rnic/rdmacm/cma_header.hh"
+
+namespace jakiro::rdmacm {
+
+struct agent_identity {
+    uint16_t slot = 0;
+    uint32_t ip_be = 0;
+    uint64_t node_guid_be = 0;  // as ibv_get_device_guid() returns it (network order)
+    uint8_t path_mtu = 3;       // IB MTU enum (3 = 1024)
+};
+
+struct agent_limits {
+    uint32_t max_ids = 1024;
+    uint32_t max_channels = 256;
+    uint32_t max_queued_events = 1024;  // per channel, while its socket is full
+};
+
+struct agent_stats {
+    uint64_t commands = 0;
+    uint64_t bad_commands = 0;  // answered with an errno
+    uint64_t mads_sent = 0;
+    uint64_t mads_received = 0;
+    uint64_t mads_dropped = 0;  // undecodable, unexpected or for no connection
+    // REQ/SIDR_REQ whose RDMA-CM IP header names another source than the packet's (also in
+    // mads_dropped): a forgery, or a NAT between peers, which the overlay never has.
+    uint64_t mads_forged = 0;
+    uint64_t retransmissions = 0;
+    uint64_t rejected_by_policy = 0;  // REQ/SIDR_REQ refused by the security groups
+    uint64_t rejected_no_listener = 0;
+    uint64_t timeouts = 0;
+    uint64_t events = 0;
+    uint64_t events_dropped = 0;  // a channel that does not read
+};
+
+class cm_agent {
+  public:
+    using clock = std::chrono::steady_clock;
+    // Sends one MAD to QP1 of `dst_ip_be` (the vNIC's own address included).
+    using mad_sender = std::function<void(uint32_t dst_ip_be, const mad_buffer& mad)>;
+    // 0 if the vNIC's security groups let it talk RDMA with `remote_ip_be`, else an errno.
+    using admission = std::function<int(uint32_t remote_ip_be)>;
+
+    cm_agent(agent_identity self, mad_sender send, admission admit, agent_limits limits = {});
+    ~cm_agent();
+    cm_agent(const cm_agent&) = delete;
+    cm_agent& operator=(const cm_agent&) = delete;
+
+    // A channel (one open of the rdma_cm device) of client `client`; events go to `event_fd`
+    // (borrowed: the caller closes it after close_channel). Returns its token, 0 when the vNIC
+    // has max_channels already.
+    uint32_t open_channel(uint64_t client, int event_fd);
+    // The client went away: its ids are destroyed (connected peers get a DREQ, requests a REJ).
+    void close_channel(uint64_t client);
+    bool has_channel(uint64_t client) const { return _channels.count(client) != 0; }
+
+    // One ucma command (header + struct, as written to the device) of `client`. `option`:
+    // SET_OPTION's value. On 0, `response` holds the response struct (at most the command's
+    // `out` bytes; the kernel's size otherwise). Else a positive errno.
+    int command(uint64_t client, std::span<const uint8_t> cmd, std::span<const uint8_t> option,
+                std::vector<uint8_t>& response);
+
+    // A MAD that arrived on QP1 from `src_ip_be` (already past the ICRC and Q_Key checks).
+    void on_mad(uint32_t src_ip_be, std::span<const uint8_t> mad);
+    // Retransmissions and timeouts due by `now`; flushes queued events.
+    void run_timers(clock::time_point now);
+    // When run_timers has something to do next (max() if nothing).
+    clock::time_point next_deadline() const;
+
+    const agent_stats& stats() const { return _stats; }
+    std::size_t id_count() const { return _ids.size(); }
+
+  private:
+    enum class state : uint8_t {
+        idle,
+        addr_resolved,
+        route_resolved,
+        listening,
+        req_sent,
+        req_rcvd,
+        rep_sent,
+        rep_rcvd,
+        established,
+        dreq_sent,
+        dreq_rcvd,
+        disconnected,
+        sidr_req_sent,
+        sidr_req_rcvd,
+        sidr_done,
+    };
+    struct cm_id {
+        uint32_t handle = 0;
+        uint64_t client = 0;
+        uint64_t uid = 0;
+        uint16_t ps = 0;
+        uint8_t qp_type = 0;  // ibv_qp_type
+        state st = state::idle;
+        bool bound = false;
+        uint32_t src_ip_be = 0;
+        uint16_t src_port = 0;
+        uint32_t dst_ip_be = 0;
+        uint16_t dst_port = 0;
+        int backlog = 0;
+        uint32_t listener = 0;  // the listener a request came in on
+        bool have_route = false;
+        // Connection (IB CM).
+        uint32_t local_comm_id = 0;
+        uint32_t remote_comm_id = 0;
+        uint64_t transaction_id = 0;
+        uint32_t local_qpn = 0;
+        uint32_t remote_qpn = 0;
+        uint32_t sq_psn = 0;
+        uint32_t rq_psn = 0;
+        uint32_t remote_qkey = 0;
+        uint8_t responder_resources = 0;
+        uint8_t initiator_depth = 0;
+        uint8_t retry_count = 7;
+        uint8_t rnr_retry_count = 7;
+        uint8_t path_mtu = 3;
+        bool srq = false;
+        uint8_t tos = 0;
+        uint8_t ack_timeout = 14;  // 4.096 µs × 2^14 ≈ 67 ms
+        // What the timer resends, until answered.
+        std::optional<mad_buffer> outstanding;
+        clock::time_point deadline = clock::time_point::max();
+        int retries_left = 0;
+        // SIDR_REP: sent once, untracked (SIDR has no acknowledgement); a retransmitted
+        // SIDR_REQ, meaning it was lost, gets it again.
+        std::optional<mad_buffer> sidr_reply;
+    };
+    struct channel {
+        uint64_t client = 0;
+        int event_fd = -1;
+        uint32_t token = 0;
+        std::deque<std::vector<uint8_t>> queued;  // events the socket had no room for
+    };
+
+    // ucma commands (cmd.cc style: one function each).
+    int create_id(uint64_t client, std::span<const uint8_t> in, std::vector<uint8_t>& out);
+    int destroy_id(uint64_t client, std::span<const uint8_t> in, std::vector<uint8_t>& out);
+    int bind_ip(uint64_t client, std::span<const uint8_t> in, bool sockaddr_storage);
+    int resolve_ip(uint64_t client, std::span<const uint8_t> in, bool sockaddr_storage);
+    int resolve_route(uint64_t client, std::span<const uint8_t> in);
+    int query_route(uint64_t client, std::span<const uint8_t> in, std::vector<uint8_t>& out);
+    int query(uint64_t client, std::span<const uint8_t> in, std::vector<uint8_t>& out);
+    int connect(uint64_t client, std::span<const uint8_t> in);
+    int listen(uint64_t client, std::span<const uint8_t> in);
+    int accept(uint64_t client, std::span<const uint8_t> in);
+    int reject(uint64_t client, std::span<const uint8_t> in);
+    int disconnect(uint64_t client, std::span<const uint8_t> in);
+    int init_qp_attr(uint64_t client, std::span<const uint8_t> in, std::vector<uint8_t>& out);
+    int set_option(uint64_t client, std::span<const uint8_t> in, std::span<const uint8_t> option);
+    int notify(uint64_t client, std::span<const uint8_t> in);
+    int migrate_id(uint64_t client, std::span<const uint8_t> in, std::vector<uint8_t>& out);
+
+    // MADs.
+    void on_req(uint32_t src_ip_be, uint64_t tid, const cm_req& m);
+    void on_rep(uint32_t src_ip_be, const cm_rep& m);
+    void on_rtu(uint32_t src_ip_be, const cm_rtu& m);
+    void on_rej(uint32_t src_ip_be, const cm_rej& m);
+    void on_mra(uint32_t src_ip_be, const cm_mra& m);
+    void on_dreq(uint32_t src_ip_be, uint64_t tid, const cm_dreq& m);
+    void on_drep(uint32_t src_ip_be, const cm_drep& m);
+    void on_sidr_req(uint32_t src_ip_be, uint64_t tid, const cm_sidr_req& m);
+    void on_sidr_rep(uint32_t src_ip_be, const cm_sidr_rep& m);
+
+    // A REQ/SIDR_REQ is for us when it names an IP service, carries an RDMA-CM IP header
+    // addressed to this vNIC, and that header's source is the packet's real one (the inner IPv4
+    // source the overlay delivered it with); otherwise it is dropped, counted (mads_dropped,
+    // and mads_forged for a foreign source).
+    bool addressed_to_us(uint64_t service_id, const std::optional<cma_ip_header>& ip,
+                         uint32_t src_ip_be) {
+        if (!is_ip_service(service_id) || !ip || ip->dst_ip_be != _self.ip_be) {
+            ++_stats.mads_dropped;
+            return false;
+        }
+        if (ip->src_ip_be != src_ip_be) {
+            forged();
+            return false;
+        }
+        return true;
+    }
+    void forged() {
+        ++_stats.mads_dropped;
+        ++_stats.mads_forged;
+    }
+    cm_id* find(uint64_t client, uint32_t handle);
+    // Most commands name an id: reads the command (EINVAL if short) and finds that id among
+    // the client's own (ENOENT otherwise, whoever else's it is).
+    template <typename Command>
+    int read_for_id(uint64_t client, std::span<const uint8_t> in, Command& c, cm_id*& id);
+    // The connection a peer's message names by our communication ID, from that peer only.
+    cm_id* by_comm_id(uint32_t local_comm_id, uint32_t src_ip_be);
+    cm_id* new_id(uint64_t client, uint16_t ps, uint8_t qp_type);
+    void erase_id(uint32_t handle);
+    cm_id* find_listener(uint16_t ps, uint16_t port, uint32_t dst_ip_be);
+    bool port_in_use(uint16_t ps, uint16_t port, const cm_id* except) const;
+    uint16_t ephemeral_port(uint16_t ps);
+    uint32_t new_comm_id();
+    void send(uint32_t dst_ip_be, const cm_message& m);
+    // Sends and keeps it for retransmission until answered.
+    void send_tracked(cm_id& id, const cm_message& m);
+    void settle(cm_id& id);  // the outstanding MAD was answered
+    void send_rej(uint32_t dst_ip_be, uint64_t tid, uint32_t local_comm_id, uint32_t remote_comm_id,
+                  message_kind what, rej_reason reason);
+    // What destroying `id` does on the wire; true if it lives on as an orphan (no owner, no
+    // events) retransmitting its DREQ until answered.
+    bool release(cm_id& id);
+
+    // Events (struct rdma_ucm_event_resp) to the id's channel.
+    struct event_params;
+    void raise(const cm_id& id, uint32_t event, int32_t status, const event_params* p,
+               uint32_t charged_to, uint64_t uid, uint32_t reported_id);
+    void raise(const cm_id& id, uint32_t event, int32_t status, const event_params* p = nullptr);
+    void flush(channel& ch);
+
+    agent_identity _self;
+    mad_sender _send;
+    admission _admit;
+    agent_limits _limits;
+    agent_stats _stats;
+    std::unordered_map<uint32_t, cm_id> _ids;
+    std::unordered_map<uint32_t, uint32_t> _by_comm_id;  // local comm id -> handle
+    std::map<uint64_t, channel> _channels;               // by client
+    uint32_t _next_handle = 1;
+    uint32_t _next_token = 1;
+    uint64_t _next_tid;
+    uint32_t _comm_id_seed;
+};
+
+}  // namespace jakiro::rdmacm
