@@ -54,9 +54,7 @@ const char* engine_drop_text(engine_drop d) {
 
 // The QP count per vNIC is verbs::qp_verbs' quota to enforce; the slot tables grow as QPs come.
 engine::engine(uint16_t vnic_slots, uint32_t /*max_qps_per_vnic*/)
-    : _by_slot(vnic_slots),
-      _vnic_left(vnic_slots),
-      _own_doorbell(doorbell_memory::create()) {}
+    : _by_slot(vnic_slots), _vnic_left(vnic_slots), _own_doorbell(doorbell_memory::create()) {}
 
 engine::~engine() = default;
 

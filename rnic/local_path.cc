@@ -9,6 +9,7 @@
 
 #include "rnic/engine.hh"
 #include "rnic/packet_port.hh"
+#include "rnic/queues/memory_window.hh"
 #include "rnic/rc_qp_parts.hh"
 #include "rnic/timers.hh"
 #include "rnic/wire/aeth.hh"
@@ -83,6 +84,10 @@ unsigned rc_qp::send_local(rc_qp& peer, packet_port& port, unsigned budget) {
         send_op& op = _sends[_send_index & mask];
         if (op.local_error != IBV_WC_SUCCESS) {
             break;  // completes with its error in retire_sends
+        }
+        if (op.packets == 0) {  // a memory-window WR: executed when fetched
+            ++_send_index;
+            continue;
         }
         if (!_local.active) {
             // Both sides must be between messages at the same PSN; otherwise packets are (or
@@ -161,6 +166,10 @@ void rc_qp::complete_local_recv(recv_op& r, const send_op& op, const rc_qp& requ
         c.imm_data = w.imm_data;
         c.wc_flags = IBV_WC_WITH_IMM;
     }
+    if (status == IBV_WC_SUCCESS && w.opcode == IBV_WR_SEND_WITH_INV) {
+        c.imm_data = w.imm_data;  // the invalidated rkey, host order
+        c.wc_flags = IBV_WC_WITH_INV;
+    }
     for (uint8_t s = 0; s < r.sges; ++s) {
         r.pins[s].reset();
     }
@@ -181,7 +190,8 @@ rc_qp::local_result rc_qp::begin_local(const send_op& op, const rc_qp& requester
     };
     switch (w.opcode) {
         case IBV_WR_SEND:
-        case IBV_WR_SEND_WITH_IMM: {
+        case IBV_WR_SEND_WITH_IMM:
+        case IBV_WR_SEND_WITH_INV: {
             if (!take_recv(_recv)) {
                 return local_result::rnr;
             }
@@ -191,6 +201,11 @@ rc_qp::local_result rc_qp::begin_local(const send_op& op, const rc_qp& requester
             }
             if (op.length > _recv.length) {
                 complete_local_recv(_recv, op, requester, IBV_WC_LOC_LEN_ERR, IBV_WC_RECV, 0);
+                return fail(proto::event_type::qp_req_err, IBV_WC_REM_INV_REQ_ERR);
+            }
+            if (w.opcode == IBV_WR_SEND_WITH_INV &&
+                !verbs::invalidate_window(*_s.mrs, w.imm_data, _s.pd)) {
+                complete_local_recv(_recv, op, requester, IBV_WC_LOC_QP_OP_ERR, IBV_WC_RECV, 0);
                 return fail(proto::event_type::qp_req_err, IBV_WC_REM_INV_REQ_ERR);
             }
             // The peer's message in progress, as if its first packet had come: should the
@@ -231,8 +246,8 @@ rc_qp::local_result rc_qp::begin_local(const send_op& op, const rc_qp& requester
             if (w.remote_addr % atomic_write_bytes != 0) {
                 return fail(proto::event_type::qp_req_err, IBV_WC_REM_INV_REQ_ERR);
             }
-            auto found = _s.mrs->find(_s.pd, w.rkey, w.remote_addr, atomic_write_bytes,
-                                      proto::access_remote_write);
+            auto found = _s.mrs->find_remote(_s.pd, _s.qpn, w.rkey, w.remote_addr,
+                                             atomic_write_bytes, proto::access_remote_write);
             if (!found || !grants(IBV_ACCESS_REMOTE_WRITE)) {
                 return fail(proto::event_type::qp_access_err, IBV_WC_REM_ACCESS_ERR);
             }
@@ -244,7 +259,8 @@ rc_qp::local_result rc_qp::begin_local(const send_op& op, const rc_qp& requester
             if (w.remote_addr % 8 != 0) {
                 return fail(proto::event_type::qp_req_err, IBV_WC_REM_INV_REQ_ERR);
             }
-            auto found = _s.mrs->find(_s.pd, w.rkey, w.remote_addr, 8, proto::access_remote_atomic);
+            auto found = _s.mrs->find_remote(_s.pd, _s.qpn, w.rkey, w.remote_addr, 8,
+                                             proto::access_remote_atomic);
             if (!found || !grants(IBV_ACCESS_REMOTE_ATOMIC)) {
                 return fail(proto::event_type::qp_access_err, IBV_WC_REM_ACCESS_ERR);
             }
@@ -263,6 +279,7 @@ bool rc_qp::continues_local(const send_op& op) const {
     switch (op.wqe.opcode) {
         case IBV_WR_SEND:
         case IBV_WR_SEND_WITH_IMM:
+        case IBV_WR_SEND_WITH_INV:
             return _in_send;
         case IBV_WR_RDMA_WRITE_WITH_IMM:
             return _recv_held;
@@ -275,6 +292,7 @@ void rc_qp::place_local(const send_op& op, local_transfer& t, uint32_t len) {
     switch (op.wqe.opcode) {
         case IBV_WR_SEND:
         case IBV_WR_SEND_WITH_IMM:
+        case IBV_WR_SEND_WITH_INV:
             copy_to_recv(op, _recv, t.moved, len);
             _recv_offset += len;
             break;
@@ -296,6 +314,7 @@ void rc_qp::finish_local(const send_op& op, const rc_qp& requester, local_transf
     switch (op.wqe.opcode) {
         case IBV_WR_SEND:
         case IBV_WR_SEND_WITH_IMM:
+        case IBV_WR_SEND_WITH_INV:
             _in_send = false;
             complete_local_recv(_recv, op, requester, IBV_WC_SUCCESS, IBV_WC_RECV, op.length);
             break;

@@ -48,6 +48,20 @@ void rc_qp::fetch_sends(uint64_t now_ns) {
             case IBV_WR_SEND:
             case IBV_WR_SEND_WITH_IMM:
                 break;
+            case IBV_WR_SEND_WITH_INV:
+                if (!reliable()) {
+                    op.local_error = IBV_WC_LOC_QP_OP_ERR;  // RC only (IB spec 9.4.1.1)
+                }
+                break;
+            case IBV_WR_BIND_MW:
+            case IBV_WR_LOCAL_INV:
+                // Memory windows (verbs/memory_window.hh): executed now, in order with the WRs
+                // around them, and never on the wire; done at once or failed.
+                op.local_error = verbs::execute_window_wr(*_s.mrs, op.wqe, _s.type, _s.pd, _s.qpn);
+                op.done = op.local_error == IBV_WC_SUCCESS;
+                op.first_psn = _psn_cursor;
+                op.packets = 0;
+                continue;
             case IBV_WR_RDMA_WRITE:
             case IBV_WR_RDMA_WRITE_WITH_IMM:
                 if (_s.type == IBV_QPT_UD) {
@@ -232,6 +246,9 @@ bool rc_qp::emit_request(packet_port& port, send_op& op, uint32_t k) {
         } else {
             code = write ? opcode::rc_write_middle : opcode::rc_send_middle;
         }
+        if (w.opcode == IBV_WR_SEND_WITH_INV && last) {
+            code = first ? opcode::rc_send_only_inv : opcode::rc_send_last_inv;
+        }
     }
     // The same operation on the QP's transport: UC and UD opcodes differ from RC's in the
     // top three bits only (IB spec 9.2.1).
@@ -276,6 +293,7 @@ bool rc_qp::emit_request(packet_port& port, send_op& op, uint32_t k) {
         return true;
     }
     ext.imm_be = w.imm_data;
+    ext.inv_rkey = w.imm_data;  // SEND with Invalidate: the rkey, in host order
     ext.va = w.remote_addr + offset;
     ext.rkey = w.rkey;
     ext.dma_len = static_cast<uint32_t>(op.length - (is_read(w) ? offset : 0));

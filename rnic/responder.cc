@@ -10,6 +10,7 @@
 
 #include "rnic/engine.hh"
 #include "rnic/packet_port.hh"
+#include "rnic/queues/memory_window.hh"
 #include "rnic/rc_qp_parts.hh"
 #include "rnic/timers.hh"
 #include "rnic/wire/aeth.hh"
@@ -107,8 +108,8 @@ bool rc_qp::execute_atomic_write(const roce_packet& p, packet_port& port) {
                         syndrome_nak(nak_code::invalid_request), IBV_WC_REM_INV_REQ_ERR);
         return false;
     }
-    auto found = _s.mrs->find(_s.pd, p.reth->rkey(), p.reth->va(), atomic_write_bytes,
-                              proto::access_remote_write);
+    auto found = _s.mrs->find_remote(_s.pd, _s.qpn, p.reth->rkey(), p.reth->va(),
+                                     atomic_write_bytes, proto::access_remote_write);
     if (!found || !grants(IBV_ACCESS_REMOTE_WRITE)) {
         responder_error(port, proto::event_type::qp_access_err,
                         syndrome_nak(nak_code::remote_access_error), IBV_WC_REM_ACCESS_ERR);
@@ -125,7 +126,8 @@ void rc_qp::execute_atomic_request(const roce_packet& p, packet_port& port) {
                         syndrome_nak(nak_code::invalid_request), IBV_WC_REM_INV_REQ_ERR);
         return;
     }
-    auto found = _s.mrs->find(_s.pd, p.atomic_eth->rkey(), va, 8, proto::access_remote_atomic);
+    auto found = _s.mrs->find_remote(_s.pd, _s.qpn, p.atomic_eth->rkey(), va, 8,
+                                     proto::access_remote_atomic);
     if (!found || !grants(IBV_ACCESS_REMOTE_ATOMIC)) {
         responder_error(port, proto::event_type::qp_access_err,
                         syndrome_nak(nak_code::remote_access_error), IBV_WC_REM_ACCESS_ERR);
@@ -280,6 +282,16 @@ bool rc_qp::execute_send(const roce_packet& p, packet_port& port) {
         c.imm_data = p.immdt->imm_be();
         c.wc_flags = IBV_WC_WITH_IMM;
     }
+    if (p.ieth != nullptr) {
+        // A duplicate never gets here (on_request re-ACKs it): the window is freed once.
+        if (!verbs::invalidate_window(*_s.mrs, p.ieth->rkey(), _s.pd)) {
+            responder_error(port, proto::event_type::qp_req_err,
+                            syndrome_nak(nak_code::invalid_request), IBV_WC_REM_INV_REQ_ERR);
+            return false;
+        }
+        c.imm_data = p.ieth->rkey();  // ibv_wc.invalidated_rkey, host order
+        c.wc_flags = IBV_WC_WITH_INV;
+    }
     for (uint8_t s = 0; s < _recv.sges; ++s) {
         _recv.pins[s].reset();
     }
@@ -297,7 +309,7 @@ verbs::mr_lookup rc_qp::remote_target(uint32_t rkey, uint64_t va, uint64_t lengt
         nothing.status = verbs::mr_status::ok;
         return nothing;
     }
-    return _s.mrs->find(_s.pd, rkey, va, length, access);
+    return _s.mrs->find_remote(_s.pd, _s.qpn, rkey, va, length, access);
 }
 
 bool rc_qp::execute_write(const roce_packet& p, packet_port& port) {

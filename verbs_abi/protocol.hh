@@ -63,6 +63,10 @@ enum class opcode : uint16_t {
     rereg_mr = 35,
     // ibv_resize_cq (version 4, added without a layout change): reply: the new ring memfd.
     resize_cq = 21,
+    // Memory windows (version 4, added without a layout change): ibv_alloc_mw answers with the
+    // window's handle (its first rkey); ibv_dealloc_mw sends a destroy_request.
+    alloc_mw = 36,
+    dealloc_mw = 37,
 
     // Reserved; jakirod answers EOPNOTSUPP until they exist, so a newer shim against an
     // older daemon fails cleanly. Completion channels need no opcode: they are shim-side
@@ -129,6 +133,9 @@ enum device_caps : uint32_t {
     // CQs created with cq_with_timestamps carry completion_ts (the device clock: the host's
     // CLOCK_MONOTONIC in ns, so hca_core_clock is 1 GHz) and wallclock_ns (CLOCK_REALTIME).
     cap_completion_timestamps = 1u << 2,
+    // Memory windows of type 1 and type 2B (IBV_DEVICE_MEM_WINDOW, _TYPE_2B), as rxe has them;
+    // device_attrs.max_mw says how many.
+    cap_memory_windows = 1u << 3,
 };
 // The device clock of cap_completion_timestamps, in kHz as ibv_device_attr_ex.hca_core_clock.
 constexpr uint64_t device_clock_khz = 1'000'000;
@@ -175,7 +182,7 @@ struct device_attrs {
     uint8_t phys_port_cnt;
     uint8_t local_ca_ack_delay;
     uint16_t max_pkeys;
-    uint32_t reserved;
+    uint32_t max_mw;  // memory windows (0 from a daemon without them: was reserved, zero)
     limits lim;
 };
 static_assert(sizeof(device_attrs) == 192);
@@ -276,12 +283,20 @@ enum mr_access : uint32_t {
     access_remote_write = 1u << 1,
     access_remote_read = 1u << 2,
     access_remote_atomic = 1u << 3,
+    // The MR may carry memory windows (IBV_ACCESS_MW_BIND): a bind onto it is refused without.
+    access_mw_bind = 1u << 4,
+    // A window bind only (IBV_ACCESS_ZERO_BASED): the window's addresses start at 0.
+    access_zero_based = 1u << 5,
 };
 constexpr uint32_t mr_access_all =
     access_local_write | access_remote_write | access_remote_read | access_remote_atomic;
 // Rights that let jakirod write into the region (its mapping is read-only without them).
 constexpr uint32_t mr_access_writes =
     access_local_write | access_remote_write | access_remote_atomic;
+
+// Rights a window bind may ask for (ibv_mw_bind_info.mw_access_flags, libibverbs' values).
+constexpr uint32_t mw_access_all =
+    access_remote_write | access_remote_read | access_remote_atomic | access_zero_based;
 
 // Registrations are in pages of this size (x86-64; the shim refuses to run on anything else).
 constexpr uint64_t mr_page_size = 4096;
@@ -292,6 +307,24 @@ struct alloc_pd_request {
     uint32_t reserved;
 };
 static_assert(sizeof(alloc_pd_request) == 24);
+
+// ibv_alloc_mw: a window of `type` (1 or 2, ibv_mw_type) in PD `pd_handle`.
+struct alloc_mw_request {
+    header hdr;
+    uint32_t pd_handle;
+    uint32_t type;
+};
+static_assert(sizeof(alloc_mw_request) == 24);
+static_assert(offsetof(alloc_mw_request, type) == 20);
+
+// The window's handle, also its rkey until a bind changes the low 8 bits (the consumer key).
+struct alloc_mw_reply {
+    reply_header rh;
+    uint32_t mw_handle;
+    uint32_t reserved;
+};
+static_assert(sizeof(alloc_mw_reply) == 32);
+static_assert(offsetof(alloc_mw_reply, mw_handle) == 24);
 
 struct alloc_pd_reply {
     reply_header rh;
@@ -683,7 +716,10 @@ constexpr std::size_t request_size(uint16_t op) {
         case opcode::dealloc_pd:
         case opcode::dereg_mr:
         case opcode::destroy_cq:
+        case opcode::dealloc_mw:
             return sizeof(destroy_request);
+        case opcode::alloc_mw:
+            return sizeof(alloc_mw_request);
         case opcode::reg_mr:
             return sizeof(reg_mr_request);
         case opcode::rereg_mr:
@@ -722,6 +758,8 @@ constexpr std::size_t reply_size(opcode op) {
             return sizeof(query_reply);
         case opcode::alloc_pd:
             return sizeof(alloc_pd_reply);
+        case opcode::alloc_mw:
+            return sizeof(alloc_mw_reply);
         case opcode::reg_mr:
         case opcode::rereg_mr:
             return sizeof(reg_mr_reply);

@@ -254,7 +254,14 @@ struct send_wqe {
     uint32_t ud_remote_ip;  // UD: the destination (network order), from the address handle
     uint32_t ud_remote_qpn;
     uint32_t ud_remote_qkey;
-    uint32_t reserved[7];
+    // IBV_WR_BIND_MW: the window (its handle), the MR it goes onto (lkey) and the rights
+    // (mr_access bits); `rkey` is the window's new rkey, `remote_addr` and `compare_add` the
+    // bound range's address and length. IBV_WR_LOCAL_INV and SEND_WITH_INV carry the rkey to
+    // invalidate in `imm_data` (host order, as ibv_send_wr.invalidate_rkey).
+    uint32_t mw_handle;
+    uint32_t mw_mr_lkey;
+    uint32_t mw_access;
+    uint32_t reserved[4];
     union {
         wqe_sge sg[wqe_max_sge];
         uint8_t inline_data[wqe_max_inline];
@@ -263,6 +270,7 @@ struct send_wqe {
 static_assert(sizeof(send_wqe) == wqe_size);
 static_assert(offsetof(send_wqe, sg) == send_wqe_header_bytes);
 static_assert(offsetof(send_wqe, remote_addr) == 32);
+static_assert(offsetof(send_wqe, mw_handle) == 68);
 static_assert(std::is_trivially_copyable_v<send_wqe>);
 
 struct recv_wqe {

@@ -16,6 +16,7 @@
 #include "cq_ex.hh"
 #include "discovery.hh"
 #include "memory_backing.hh"
+#include "memory_window.hh"
 #include "parent_domain.hh"
 #include "post.hh"
 #include "qp.hh"
@@ -86,6 +87,11 @@ void fill_device_attr(const proto::device_attrs& d, ibv_device_attr& a) {
     if (d.caps & proto::cap_sys_image_guid) {
         flags |= IBV_DEVICE_SYS_IMAGE_GUID;
     }
+    if (d.caps & proto::cap_memory_windows) {
+        // Type 1 and type 2B, as rxe (type 2B: a window bound to one QP).
+        flags |= IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+        a.max_mw = static_cast<int>(d.max_mw);
+    }
     a.device_cap_flags = flags;
     a.max_sge = static_cast<int>(d.lim.max_sge);
     a.max_sge_rd = static_cast<int>(d.lim.max_sge_rd);
@@ -104,7 +110,7 @@ void fill_device_attr(const proto::device_attrs& d, ibv_device_attr& a) {
     a.max_pkeys = d.max_pkeys;
     a.local_ca_ack_delay = d.local_ca_ack_delay;
     a.phys_port_cnt = d.phys_port_cnt;
-    // No EE contexts, RDDs, memory windows, raw QPs, multicast or FMRs: all stay 0.
+    // No EE contexts, RDDs, raw QPs, multicast or FMRs: all stay 0.
 }
 
 void fill_port_attr(const proto::port_attrs& p, ibv_port_attr& a) {
@@ -211,6 +217,9 @@ ibv_context* open_device(ibv_device* device) {
     v.context.ops.poll_cq = poll_cq;
     v.context.ops.req_notify_cq = req_notify_cq;
     v.context.ops.post_send = post_send;
+    v.context.ops.alloc_mw = alloc_mw;
+    v.context.ops.bind_mw = bind_mw;
+    v.context.ops.dealloc_mw = dealloc_mw;
     v.context.ops.post_recv = post_recv;
     v.create_qp_ex = create_qp_ex;
     v.context.ops.post_srq_recv = post_srq_recv;

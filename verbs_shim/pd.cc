@@ -24,9 +24,11 @@ static_assert(uint32_t{proto::access_remote_atomic} == uint32_t{IBV_ACCESS_REMOT
 
 namespace {
 
-// Hints that change nothing for this device: memory-window binding (there are no MWs to bind,
-// so the right is moot) and "this is hugetlb memory" (registration checks what it is).
-constexpr unsigned ignored_access = IBV_ACCESS_MW_BIND | IBV_ACCESS_HUGETLB;
+// A hint that changes nothing for this device: "this is hugetlb memory" (registration checks
+// what it is).
+constexpr unsigned ignored_access = IBV_ACCESS_HUGETLB;
+// What jakirod keeps of an MR's rights: the access bits and whether windows may bind to it.
+constexpr uint32_t kept_access = proto::mr_access_all | proto::access_mw_bind;
 
 // ibv_access_flags -> mr_access, or an errno. Optional bits (IBV_ACCESS_OPTIONAL_RANGE, e.g.
 // relaxed ordering) are dropped as libibverbs drops those a device does not support.
@@ -36,10 +38,10 @@ int translate_access(unsigned access, uint32_t& out) {
         debug("ibv_reg_mr: on-demand paging and zero-based MRs are not supported");
         return EOPNOTSUPP;
     }
-    if ((access & ~(proto::mr_access_all | ignored_access)) != 0) {
+    if ((access & ~(kept_access | ignored_access)) != 0) {
         return EINVAL;
     }
-    out = access & proto::mr_access_all;
+    out = access & kept_access;
     if ((out & (proto::access_remote_write | proto::access_remote_atomic)) != 0 &&
         (out & proto::access_local_write) == 0) {
         return EINVAL;  // as the kernel: remote write and atomics need local write

@@ -8,7 +8,10 @@
 
 #include "ah.hh"
 #include "context.hh"
+#include "memory_window.hh"
+#include "pd.hh"
 #include "qp.hh"
+#include "verbs_abi/protocol.hh"
 #include "verbs_abi/rings.hh"
 
 namespace jakiro::shim {
@@ -17,8 +20,8 @@ namespace proto = verbs_proto;
 
 namespace {
 
-// What the engine executes: SEND, WRITE, READ (+imm), the two atomics (atomic_cap HCA) and
-// ATOMIC WRITE (IBTA 1.5); no memory windows, no invalidation, no TSO (RC has none).
+// What the engine executes: SEND, WRITE, READ (+imm), the two atomics (atomic_cap HCA),
+// ATOMIC WRITE (IBTA 1.5), memory-window binds and invalidation; no TSO (RC has none).
 bool supported_opcode(ibv_wr_opcode op) {
     switch (op) {
         case IBV_WR_SEND:
@@ -29,10 +32,19 @@ bool supported_opcode(ibv_wr_opcode op) {
         case IBV_WR_ATOMIC_CMP_AND_SWP:
         case IBV_WR_ATOMIC_FETCH_AND_ADD:
         case IBV_WR_ATOMIC_WRITE:
+        case IBV_WR_BIND_MW:
+        case IBV_WR_LOCAL_INV:
+        case IBV_WR_SEND_WITH_INV:
             return true;
         default:
             return false;
     }
+}
+
+// Memory-window work requests that move no data (the engine executes them when it reaches
+// them in the send queue).
+bool is_window_op(ibv_wr_opcode op) {
+    return op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV;
 }
 
 // What each transport carries (IB spec 3.7.2): UC has no READ and no atomics, UD only SENDs.
@@ -42,7 +54,7 @@ bool opcode_fits_type(ibv_wr_opcode op, ibv_qp_type type) {
             return true;
         case IBV_QPT_UC:
             return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE ||
-                   op == IBV_WR_RDMA_WRITE_WITH_IMM;
+                   op == IBV_WR_RDMA_WRITE_WITH_IMM || is_window_op(op);
         case IBV_QPT_UD:
             return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
         default:
@@ -98,6 +110,23 @@ int check_send(const shim_qp& q, const ibv_send_wr& wr, uint64_t& inline_bytes) 
             return EINVAL;
         }
     }
+    inline_bytes = 0;
+    if (wr.opcode == IBV_WR_BIND_MW) {
+        // Our window, of this QP's device; an MR of ours unless the bind unbinds (length 0).
+        const ibv_mw_bind_info& b = wr.bind_mw.bind_info;
+        const shim_mw* w = to_mw(wr.bind_mw.mw);
+        if (w == nullptr || w->mw.context != q.qp.context ||
+            (b.mw_access_flags & ~proto::mw_access_all) != 0) {
+            return EINVAL;
+        }
+        if (b.length != 0 && (to_mr(b.mr) == nullptr || b.mr->context != q.qp.context)) {
+            return EINVAL;
+        }
+        return 0;
+    }
+    if (wr.opcode == IBV_WR_LOCAL_INV) {
+        return 0;
+    }
     const auto sges = static_cast<uint32_t>(wr.num_sge);
     const uint32_t most =
         wr.opcode == IBV_WR_RDMA_READ ? std::min(q.max_send_sge, q.max_sge_rd) : q.max_send_sge;
@@ -142,6 +171,22 @@ void write_send(proto::send_wqe& slot, const ibv_send_wr& wr, uint64_t inline_by
     slot.send_flags = wr.send_flags;
     if (has_imm(wr.opcode)) {
         slot.imm_data = wr.imm_data;  // network order both sides
+    }
+    if (wr.opcode == IBV_WR_LOCAL_INV || wr.opcode == IBV_WR_SEND_WITH_INV) {
+        slot.imm_data = wr.invalidate_rkey;  // host order, as the verbs API has it
+    }
+    if (wr.opcode == IBV_WR_BIND_MW) {
+        const ibv_mw_bind_info& b = wr.bind_mw.bind_info;
+        slot.mw_handle = wr.bind_mw.mw->handle;
+        slot.rkey = wr.bind_mw.rkey;
+        slot.remote_addr = b.addr;
+        slot.compare_add = b.length;
+        slot.mw_mr_lkey = b.length != 0 ? b.mr->lkey : 0;
+        slot.mw_access = b.mw_access_flags;
+        return;  // no data
+    }
+    if (wr.opcode == IBV_WR_LOCAL_INV) {
+        return;
     }
     if (is_rdma(wr.opcode)) {
         slot.remote_addr = wr.wr.rdma.remote_addr;

@@ -37,9 +37,12 @@ namespace {
 constexpr uint64_t rc_ops = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
                             IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
                             IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-                            IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_ATOMIC_WRITE;
+                            IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_ATOMIC_WRITE |
+                            IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV |
+                            IBV_QP_EX_WITH_SEND_WITH_INV;
 constexpr uint64_t uc_ops = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
-                            IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
+                            IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+                            IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV;
 constexpr uint64_t ud_ops = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
 
 shim_qp& qp_of(ibv_qp_ex* qpx) {
@@ -123,7 +126,6 @@ void wr_send_imm(ibv_qp_ex* qpx, __be32 imm_data) {
     }
 }
 
-// Not offered (check_send_ops refuses it): check_send turns it down as ibv_post_send does.
 void wr_send_inv(ibv_qp_ex* qpx, uint32_t invalidate_rkey) {
     if (ibv_send_wr* wr = begin(qpx, IBV_WR_SEND_WITH_INV)) {
         wr->invalidate_rkey = invalidate_rkey;
@@ -136,8 +138,16 @@ void wr_local_inv(ibv_qp_ex* qpx, uint32_t invalidate_rkey) {
     }
 }
 
-void wr_bind_mw(ibv_qp_ex* qpx, ibv_mw*, uint32_t, const ibv_mw_bind_info*) {
-    begin(qpx, IBV_WR_BIND_MW);
+void wr_bind_mw(ibv_qp_ex* qpx, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* bind_info) {
+    if (ibv_send_wr* wr = begin(qpx, IBV_WR_BIND_MW)) {
+        if (bind_info == nullptr) {
+            fail(*qp_of(qpx).ex, EINVAL);
+            return;
+        }
+        wr->bind_mw.mw = mw;
+        wr->bind_mw.rkey = rkey;
+        wr->bind_mw.bind_info = *bind_info;
+    }
 }
 
 void wr_send_tso(ibv_qp_ex* qpx, void*, uint16_t, uint16_t) {

@@ -36,9 +36,7 @@ void fill_unsupported_ops(verbs_context& v) {
     ops._compat_reg_mr = compat_unsupported;
     ops._compat_rereg_mr = compat_unsupported;
     ops._compat_dereg_mr = compat_unsupported;
-    ops.alloc_mw = [](ibv_pd*, ibv_mw_type) { return unsupported_ptr<ibv_mw>(); };
-    ops.bind_mw = [](ibv_qp*, ibv_mw*, ibv_mw_bind*) { return EOPNOTSUPP; };
-    ops.dealloc_mw = [](ibv_mw*) { return EOPNOTSUPP; };
+    // alloc_mw, bind_mw and dealloc_mw are built (memory_window.cc): open_device sets them.
     ops._compat_create_cq = compat_unsupported;
     // ibv_poll_cq returns a count of completions: an error must be negative, or the caller
     // would read that many work completions that were never written.

@@ -669,9 +669,10 @@ void load_vnics(checker& check, const YAML::Node& root, host_config& config,
                           vnic.security_groups, vnic.vpc, config);
         if (const auto rdma = node["rdma"]; rdma.IsDefined()) {
             const std::string rdma_field = field + ".rdma";
-            if (check.only_keys(rdma, rdma_field,
-                                {"max_qps", "max_rc_qps", "max_pds", "max_mrs", "max_mr_bytes",
-                                 "max_cqs", "max_cqes", "max_srqs", "max_wqes", "max_contexts"})) {
+            if (check.only_keys(
+                    rdma, rdma_field,
+                    {"max_qps", "max_rc_qps", "max_pds", "max_mrs", "max_mws", "max_mr_bytes",
+                     "max_cqs", "max_cqes", "max_srqs", "max_wqes", "max_contexts"})) {
                 // max_rc_qps: the older name, from before UC and UD QPs counted too.
                 const char* key = rdma["max_qps"].IsDefined() ? "max_qps" : "max_rc_qps";
                 if (rdma["max_qps"].IsDefined() && rdma["max_rc_qps"].IsDefined()) {
@@ -686,6 +687,7 @@ void load_vnics(checker& check, const YAML::Node& root, host_config& config,
                 };
                 quota("max_pds", vnic.rdma.max_pds, rdma_config::max_pds_limit);
                 quota("max_mrs", vnic.rdma.max_mrs, rdma_config::max_mrs_limit);
+                quota("max_mws", vnic.rdma.max_mws, rdma_config::max_mws_limit);
                 quota("max_cqs", vnic.rdma.max_cqs, rdma_config::max_cqs_limit);
                 quota("max_cqes", vnic.rdma.max_cqes, rdma_config::max_cqes_limit);
                 quota("max_srqs", vnic.rdma.max_srqs, rdma_config::max_srqs_limit);

@@ -51,6 +51,9 @@ struct rdma_config {
     // MRs: one mapping each in jakirod.
     static constexpr uint32_t max_mrs_limit = 4096;  // = max_mr
     uint32_t max_mrs = 1024;
+    // Memory windows: keys of the MR table (no mapping of their own).
+    static constexpr uint32_t max_mws_limit = 1024;  // = max_mw
+    uint32_t max_mws = 1024;
     // Bytes registered, summed over the MRs: what jakirod maps of the tenant's memory. 4 GiB
     // holds a few 1 GiB buffers (perftest, NCCL-style pools); raise it for bigger jobs.
     static constexpr uint64_t max_mr_bytes_limit = uint64_t{4096} << 30;  // max_mr × max_mr_size

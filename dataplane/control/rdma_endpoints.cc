@@ -7,6 +7,7 @@ vnic_quota quota_of(const rdma_config& rdma) {
     q.max_qps = rdma.max_qps;
     q.max_pds = rdma.max_pds;
     q.max_mrs = rdma.max_mrs;
+    q.max_mws = rdma.max_mws;
     q.max_mr_bytes = rdma.max_mr_bytes;
     q.max_cqs = rdma.max_cqs;
     q.max_cqes = rdma.max_cqes;

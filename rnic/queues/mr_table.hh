@@ -23,6 +23,8 @@
 
 namespace jakiro::verbs {
 
+struct mw_entry;  // memory_window.hh
+
 // One registration, immutable once published. Owns jakirod's mapping of the region.
 struct mr_entry {
     uint32_t key = 0;     // lkey == rkey == handle
@@ -95,6 +97,27 @@ class mr_table {
     // inside the MR or just past its end.
     mr_lookup find(uint32_t pd, uint32_t key, uint64_t iova, uint64_t length,
                    uint32_t access) const;
+    // Any thread. find() for an rkey carried by a peer's request to QP `qpn`: the key may
+    // also name a memory window (memory_window.hh), checked through the window.
+    mr_lookup find_remote(uint32_t pd, uint32_t qpn, uint32_t rkey, uint64_t iova, uint64_t length,
+                          uint32_t access) const;
+
+    // Memory windows share the MRs' key space (an rkey names one or the other) and capacity.
+    // Control thread: publishes a window under a fresh key (window->handle); false when full.
+    bool insert_window(std::shared_ptr<mw_entry> window);
+    void erase_window(uint32_t handle);
+    void erase_windows_owned_by(uint64_t owner);
+    std::size_t count_windows_owned_by(uint64_t owner) const;
+    // Control thread: windows bound onto MR `key` (dereg_mr refuses while there are any).
+    std::size_t windows_bound_to(uint32_t key) const;
+    // Any thread: the live window in the slot `key` names (any tag: the caller checks the
+    // handle or the binding's rkey), or nullptr.
+    std::shared_ptr<mw_entry> window_at(uint32_t key) const;
+    // Any thread: the MR published under `key` (its tag current), or nullptr.
+    std::shared_ptr<const mr_entry> get_published(uint32_t key) const;
+    // Any thread: is `mr` still the registration published under its key?
+    bool published(const mr_entry& mr) const;
+    std::size_t window_count() const { return _window_count.load(std::memory_order_relaxed); }
 
     std::size_t size() const { return _size.load(std::memory_order_relaxed); }
     uint32_t capacity() const { return _keys.capacity(); }
@@ -103,6 +126,9 @@ class mr_table {
     key_allocator _keys;  // control thread
     std::unique_ptr<std::atomic<std::shared_ptr<const mr_entry>>[]> _slots;
     std::atomic<std::size_t> _size{0};
+    // Per slot: the window published there (a slot holds an MR or a window, never both).
+    std::unique_ptr<std::atomic<std::shared_ptr<mw_entry>>[]> _windows;
+    std::atomic<std::size_t> _window_count{0};
 };
 
 // The bounds check alone, for the engine's scatter/gather walks and the tests: is

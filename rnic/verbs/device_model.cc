@@ -110,7 +110,8 @@ void fill_query(verbs_proto::query_reply& reply, const vnic_identity& vnic, uint
     d.vendor_part_id = vendor_part_id;
     d.hw_ver = 0;
     d.caps = verbs_proto::cap_rc_rnr_nak_gen | verbs_proto::cap_sys_image_guid |
-             verbs_proto::cap_completion_timestamps;
+             verbs_proto::cap_completion_timestamps | verbs_proto::cap_memory_windows;
+    d.max_mw = engine_max_mw;
     d.phys_port_cnt = 1;
     // 4.096 µs × 2^15 ≈ 134 ms of ACK delay, as Soft-RoCE reports: a software responder on a
     // shared core can be late, and requesters derive their retransmit timers from this.

@@ -40,6 +40,9 @@ verbs_proto::limits engine_limits();
 
 void fill_hello(verbs_proto::hello_reply& reply, const vnic_identity& vnic,
                 const std::string& host_name, uint32_t tenant_mtu);
+// Memory windows per vNIC (device_attrs.max_mw): keys of the MR table, which holds max_mr
+// keys for MRs and windows together.
+constexpr uint32_t engine_max_mw = 1024;
 void fill_query(verbs_proto::query_reply& reply, const vnic_identity& vnic, uint32_t tenant_mtu);
 
 // "aa:bb:cc:dd:ee:ff": the socket file name of a vNIC (what the shim derives from eth0).

@@ -21,6 +21,8 @@ struct vnic_quota {
     // MRs held at once: each is one mapping in jakirod, and a process has ~65 530
     // (vm.max_map_count) for every vNIC of the host together.
     uint32_t max_mrs = 1024;
+    // Memory windows held at once (keys of the MR table, whose capacity they share).
+    uint32_t max_mws = 1024;
     // Bytes registered at once, summed over the MRs (overlapping MRs count twice). jakirod
     // maps them; pages the engine writes into a hole of the memfd are allocated to jakirod.
     uint64_t max_mr_bytes = uint64_t{4} << 30;
@@ -68,6 +70,11 @@ inline void clamp_to_quota(verbs_proto::limits& l, const vnic_quota& q) {
     // A QP with a full send and a full receive queue fits, as does one full SRQ.
     clamp32(l.max_qp_wr, floor_power_of_two(q.max_wqes / 2));
     clamp32(l.max_srq_wr, floor_power_of_two(q.max_wqes));
+}
+
+// The windows ibv_query_device reports (device_attrs.max_mw), lowered to the quota likewise.
+inline uint32_t clamp_max_mw(uint32_t engine_max_mw, const vnic_quota& q) {
+    return std::min(engine_max_mw, q.max_mws);
 }
 
 }  // namespace jakiro::verbs

@@ -95,6 +95,7 @@ outcome handle_request(std::span<const std::byte> message, bool truncated, std::
             fill_query(reply, *device.vnic, device.tenant_mtu);
             if (device.resources != nullptr) {
                 clamp_to_quota(reply.device.lim, device.resources->quota());
+                reply.device.max_mw = clamp_max_mw(reply.device.max_mw, device.resources->quota());
             }
             put(out, reply);
             return out;
@@ -130,8 +131,23 @@ outcome handle_request(std::span<const std::byte> message, bool truncated, std::
             put(out, reply);
             return out;
         }
+        case proto::opcode::alloc_mw: {
+            proto::alloc_mw_request req;
+            proto::decode(message, req);
+            auto reply = proto::make_message<proto::alloc_mw_reply>(
+                proto::reply_opcode(proto::opcode::alloc_mw), hdr.request_id);
+            if (const int error =
+                    res.alloc_mw(s.client_id, req.pd_handle, req.type, reply.mw_handle);
+                error != 0) {
+                put_status(out, hdr, error);
+                return out;
+            }
+            put(out, reply);
+            return out;
+        }
         case proto::opcode::dealloc_pd:
         case proto::opcode::dereg_mr:
+        case proto::opcode::dealloc_mw:
         case proto::opcode::destroy_cq: {
             proto::destroy_request req;
             proto::decode(message, req);
@@ -143,6 +159,9 @@ outcome handle_request(std::span<const std::byte> message, bool truncated, std::
                         break;
                     case proto::opcode::dereg_mr:
                         error = res.dereg_mr(s.client_id, req.handle);
+                        break;
+                    case proto::opcode::dealloc_mw:
+                        error = res.dealloc_mw(s.client_id, req.handle);
                         break;
                     default:
                         error = res.destroy_cq(s.client_id, req.handle);

@@ -124,7 +124,7 @@ int vnic_resources::dealloc_pd(uint64_t client, uint32_t pd) {
     if (p == nullptr) {
         return EINVAL;
     }
-    if (p->mrs != 0 || p->qps != 0 || p->srqs != 0) {
+    if (p->mrs != 0 || p->mws != 0 || p->qps != 0 || p->srqs != 0) {
         return EBUSY;
     }
     _pds.erase(pd);
@@ -157,6 +157,9 @@ int vnic_resources::rereg_mr(uint64_t client, const proto::rereg_mr_request& req
     const auto old = _mrs.get(req.mr_handle);
     if (old == nullptr || old->owner != client || req.reserved != 0) {
         return EINVAL;
+    }
+    if (_mrs.windows_bound_to(req.mr_handle) != 0) {
+        return EBUSY;  // as dereg_mr: the windows' binding names this registration
     }
     // The new registration is checked and mapped exactly as a fresh one; only then does it
     // take the old one's key (in flight, an access keeps the old mapping pinned until done).
@@ -193,7 +196,8 @@ int vnic_resources::rereg_mr(uint64_t client, const proto::rereg_mr_request& req
 int vnic_resources::map_mr(uint64_t client, const proto::reg_mr_request& req, int memfd,
                            bool new_key, std::shared_ptr<mr_entry>& out) {
     pd_object* pd = owned_pd(client, req.pd_handle);
-    if (pd == nullptr || req.flags != 0 || (req.access & ~proto::mr_access_all) != 0) {
+    if (pd == nullptr || req.flags != 0 ||
+        (req.access & ~(proto::mr_access_all | proto::access_mw_bind)) != 0) {
         return EINVAL;
     }
     // IB spec (and the kernel's ib_check_mr_access): remote write and atomics need local write.
@@ -248,6 +252,11 @@ int vnic_resources::dereg_mr(uint64_t client, uint32_t key) {
     const auto mr = _mrs.get(key);
     if (mr == nullptr || mr->owner != client) {
         return EINVAL;
+    }
+    if (_mrs.windows_bound_to(key) != 0) {
+        // IBA 10.6.7.2.6: not while windows are bound to it. rxe answers EINVAL; EBUSY is what
+        // this daemon answers for every object still in use, and libibverbs passes it on.
+        return EBUSY;
     }
     if (pd_object* pd = owned_pd(client, mr->pd)) {
         --pd->mrs;
@@ -383,6 +392,7 @@ void vnic_resources::release_client(uint64_t client) {
             ++it;
         }
     }
+    _mrs.erase_windows_owned_by(client);
     _mr_bytes -= _mrs.bytes_owned_by(client);
     _mrs.erase_owned_by(client);
     for (auto it = _cqs.begin(); it != _cqs.end();) {
@@ -412,8 +422,10 @@ std::shared_ptr<completion_queue> vnic_resources::find_cq(uint32_t handle) const
 
 resource_counts vnic_resources::count() const {
     const std::lock_guard lock(_mutex);
-    return {_pds.size(),  _mrs.size(), _cqs.size(), _qps.size(),
-            _srqs.size(), _mr_bytes,   _cqes,       _wqes};
+    resource_counts c{_pds.size(),  _mrs.size(), _cqs.size(), _qps.size(),
+                      _srqs.size(), _mr_bytes,   _cqes,       _wqes};
+    c.mws = _mrs.window_count();
+    return c;
 }
 
 resource_counts vnic_resources::count(uint64_t client) const {
@@ -423,6 +435,7 @@ resource_counts vnic_resources::count(uint64_t client) const {
         c.pds += pd.owner == client ? 1 : 0;
     }
     c.mrs = _mrs.count_owned_by(client);
+    c.mws = _mrs.count_windows_owned_by(client);
     c.mr_bytes = _mrs.bytes_owned_by(client);
     for (const auto& [key, cq] : _cqs) {
         if (cq->owner() == client) {

@@ -65,6 +65,7 @@ struct resource_counts {
     uint64_t mr_bytes = 0;  // registered, summed over the MRs
     uint64_t cqes = 0;      // CQ ring slots
     uint64_t wqes = 0;      // SQ, RQ and SRQ ring slots
+    std::size_t mws = 0;    // memory windows
 };
 
 // What a vNIC needs to have QPs: the engine that runs them and who the vNIC is on the wire.
@@ -99,6 +100,12 @@ class vnic_resources {
     // ibv_rereg_mr: MR `req.mr_handle` of `client` becomes the registration `req` describes,
     // under the same key (a peer's rkey stays valid). All or nothing; `memfd` is borrowed.
     int rereg_mr(uint64_t client, const verbs_proto::rereg_mr_request& req, int memfd);
+
+    // Memory windows (memory_window.hh; memory_window_verbs.cc): a window of `type` (1 or 2)
+    // in PD `pd` of `client`; EDQUOT beyond rdma.max_mws. Deallocating a bound window unbinds
+    // it (as rxe does); dereg_mr of an MR with windows bound answers EBUSY.
+    int alloc_mw(uint64_t client, uint32_t pd, uint32_t type, uint32_t& handle);
+    int dealloc_mw(uint64_t client, uint32_t handle);
 
     // On 0 takes `channel_fd` (sets it to -1); -1 means no completion channel.
     int create_cq(uint64_t client, const verbs_proto::create_cq_request& req, int& channel_fd,
@@ -144,6 +151,7 @@ class vnic_resources {
     struct pd_object {
         uint64_t owner = 0;
         uint32_t mrs = 0;   // MRs registered in it
+        uint32_t mws = 0;   // memory windows allocated in it
         uint32_t qps = 0;   // QPs created in it
         uint32_t srqs = 0;  // SRQs created in it
     };

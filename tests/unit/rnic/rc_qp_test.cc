@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "rnic/engine.hh"
+#include "rnic/queues/memory_window.hh"
 #include "rnic/verbs/device_model.hh"
 #include "rnic/verbs/resources.hh"
 #include "rnic/wire/icrc.hh"
@@ -2265,6 +2266,345 @@ TEST_F(rc_qp_test, without_a_ce_mark_no_cnp_is_sent) {
     proto::cqe c{};
     ASSERT_TRUE(a.poll_send(c));
     EXPECT_EQ(eng.report()[1].cnps_sent, 0u);
+}
+
+// ---------------------------------------------------------------- memory windows
+//
+// b owns the windows: a second registration of its region that allows binds (bind_mr), and
+// windows bound by b's QP; a is the peer that reaches b's memory through them.
+
+class rc_qp_mw_test : public rc_qp_test {
+  protected:
+    static constexpr uint32_t window_rights =
+        proto::access_remote_write | proto::access_remote_read | proto::access_remote_atomic;
+
+    void SetUp() override {
+        rc_qp_test::SetUp();
+        auto mr = proto::make_message<proto::reg_mr_request>(
+            static_cast<uint16_t>(proto::opcode::reg_mr), 1);
+        mr.pd_handle = b.pd;
+        mr.access = proto::mr_access_all | proto::access_mw_bind;
+        mr.addr = region_iova;
+        mr.iova = region_iova;
+        mr.length = region_bytes;
+        ASSERT_EQ(b.res->reg_mr(b.client, mr, b.region_fd, bind_mr), 0);
+        connect_both();
+    }
+
+    uint32_t alloc(uint32_t type) {
+        uint32_t handle = 0;
+        EXPECT_EQ(b.res->alloc_mw(b.client, b.pd, type, handle), 0);
+        return handle;
+    }
+
+    static proto::send_wqe bind_wqe(uint64_t id, uint32_t mw, uint32_t rkey, uint32_t mr,
+                                    uint64_t addr, uint64_t length, uint32_t rights) {
+        proto::send_wqe w{};
+        w.wr_id = id;
+        w.opcode = IBV_WR_BIND_MW;
+        w.send_flags = IBV_SEND_SIGNALED;
+        w.mw_handle = mw;
+        w.rkey = rkey;
+        w.mw_mr_lkey = mr;
+        w.remote_addr = addr;
+        w.compare_add = length;
+        w.mw_access = rights;
+        return w;
+    }
+    static proto::send_wqe local_inv_wqe(uint64_t id, uint32_t rkey) {
+        proto::send_wqe w{};
+        w.wr_id = id;
+        w.opcode = IBV_WR_LOCAL_INV;
+        w.send_flags = IBV_SEND_SIGNALED;
+        w.imm_data = rkey;
+        return w;
+    }
+    // The next consumer key of `rkey`, as ibv_inc_rkey makes it.
+    static uint32_t next_key(uint32_t rkey) { return (rkey & ~0xffu) | ((rkey + 1) & 0xffu); }
+
+    // Posts on `s`, runs, and returns the WR's completion (status 0xFFFF if none came).
+    proto::cqe complete(side& s, const proto::send_wqe& w, unsigned steps = 200) {
+        s.post_send(w);
+        run(steps);
+        proto::cqe c{};
+        c.status = 0xFFFF;
+        s.poll_send(c);
+        return c;
+    }
+
+    uint32_t bind_mr = 0;
+};
+
+TEST_F(rc_qp_mw_test, a_bound_type2_window_takes_writes_and_reads_inside_its_range) {
+    const uint32_t mw = alloc(IBV_MW_TYPE_2);
+    const uint32_t rkey = next_key(mw);
+    auto c = complete(b, bind_wqe(1, mw, rkey, bind_mr, b.iova(0x20000), 8192, window_rights));
+    ASSERT_EQ(c.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(c.opcode, IBV_WC_BIND_MW);
+    EXPECT_EQ(c.wr_id, 1u);
+
+    fill(a, 0, 8192, 11);
+    c = complete(a, wqe(2, IBV_WR_RDMA_WRITE, a.iova(0), 8192, a.mr, b.iova(0x20000), rkey));
+    ASSERT_EQ(c.status, IBV_WC_SUCCESS);
+    EXPECT_TRUE(same(a, 0, b, 0x20000, 8192));
+    fill(b, 0x21000, 100, 12);
+    c = complete(a, wqe(3, IBV_WR_RDMA_READ, a.iova(0x40000), 100, a.mr, b.iova(0x21000), rkey));
+    ASSERT_EQ(c.status, IBV_WC_SUCCESS);
+    EXPECT_TRUE(same(a, 0x40000, b, 0x21000, 100));
+    // The old consumer key (the handle's) names nothing.
+    c = complete(a, wqe(4, IBV_WR_RDMA_READ, a.iova(0x40000), 8, a.mr, b.iova(0x20000), mw));
+    EXPECT_EQ(c.status, IBV_WC_REM_ACCESS_ERR);
+}
+
+TEST_F(rc_qp_mw_test, a_write_one_byte_past_the_window_is_nakked_and_places_nothing) {
+    const uint32_t mw = alloc(IBV_MW_TYPE_2);
+    const uint32_t rkey = next_key(mw);
+    ASSERT_EQ(
+        complete(b, bind_wqe(1, mw, rkey, bind_mr, b.iova(0x20000), 4096, window_rights)).status,
+        IBV_WC_SUCCESS);
+    std::memset(b.region + 0x20000, 0, 8192);
+    fill(a, 0, 4097, 3);
+    const auto c =
+        complete(a, wqe(2, IBV_WR_RDMA_WRITE, a.iova(0), 4097, a.mr, b.iova(0x20000), rkey));
+    EXPECT_EQ(c.status, IBV_WC_REM_ACCESS_ERR);
+    for (std::size_t i = 0; i < 8192; ++i) {
+        ASSERT_EQ(static_cast<uint8_t>(b.region[0x20000 + i]), 0) << i;
+    }
+}
+
+TEST_F(rc_qp_mw_test, a_read_only_window_refuses_a_write_though_the_mr_would_allow_it) {
+    const uint32_t mw = alloc(IBV_MW_TYPE_2);
+    const uint32_t rkey = next_key(mw);
+    ASSERT_EQ(
+        complete(b, bind_wqe(1, mw, rkey, bind_mr, b.iova(0), 4096, proto::access_remote_read))
+            .status,
+        IBV_WC_SUCCESS);
+    std::memset(b.region, 0, 64);
+    fill(a, 0, 64, 5);
+    const auto c = complete(a, wqe(2, IBV_WR_RDMA_WRITE, a.iova(0), 64, a.mr, b.iova(0), rkey));
+    EXPECT_EQ(c.status, IBV_WC_REM_ACCESS_ERR);
+    EXPECT_EQ(static_cast<uint8_t>(b.region[0]), 0);
+}
+
+TEST_F(rc_qp_mw_test, local_inv_frees_the_window_and_a_later_write_is_nakked_with_no_data) {
+    const uint32_t mw = alloc(IBV_MW_TYPE_2);
+    const uint32_t rkey = next_key(mw);
+    ASSERT_EQ(complete(b, bind_wqe(1, mw, rkey, bind_mr, b.iova(0), 4096, window_rights)).status,
+              IBV_WC_SUCCESS);
+    auto c = complete(b, local_inv_wqe(2, rkey));
+    ASSERT_EQ(c.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(c.opcode, IBV_WC_LOCAL_INV);
+    std::memset(b.region, 0, 64);
+    fill(a, 0, 64, 9);
+    c = complete(a, wqe(3, IBV_WR_RDMA_WRITE, a.iova(0), 64, a.mr, b.iova(0), rkey));
+    EXPECT_EQ(c.status, IBV_WC_REM_ACCESS_ERR);
+    EXPECT_EQ(static_cast<uint8_t>(b.region[0]), 0);
+}
+
+TEST_F(rc_qp_mw_test, a_freed_type2_window_binds_again_under_a_new_key_and_the_old_key_is_dead) {
+    const uint32_t mw = alloc(IBV_MW_TYPE_2);
+    const uint32_t first = next_key(mw);
+    ASSERT_EQ(complete(b, bind_wqe(1, mw, first, bind_mr, b.iova(0), 4096, window_rights)).status,
+              IBV_WC_SUCCESS);
+    ASSERT_EQ(complete(b, local_inv_wqe(2, first)).status, IBV_WC_SUCCESS);
+    const uint32_t second = next_key(first);
+    ASSERT_EQ(
+        complete(b, bind_wqe(3, mw, second, bind_mr, b.iova(4096), 4096, window_rights)).status,
+        IBV_WC_SUCCESS);
+    fill(b, 4096, 16, 21);
+    auto c = complete(a, wqe(4, IBV_WR_RDMA_READ, a.iova(0), 16, a.mr, b.iova(4096), second));
+    ASSERT_EQ(c.status, IBV_WC_SUCCESS);
+    EXPECT_TRUE(same(a, 0, b, 4096, 16));
+    c = complete(a, wqe(5, IBV_WR_RDMA_READ, a.iova(0), 16, a.mr, b.iova(4096), first));
+    EXPECT_EQ(c.status, IBV_WC_REM_ACCESS_ERR);
+}
+
+TEST_F(rc_qp_mw_test, send_with_inv_frees_the_window_and_the_receive_reports_the_rkey) {
+    const uint32_t mw = alloc(IBV_MW_TYPE_2);
+    const uint32_t rkey = next_key(mw);
+    ASSERT_EQ(complete(b, bind_wqe(1, mw, rkey, bind_mr, b.iova(0), 4096, window_rights)).status,
+              IBV_WC_SUCCESS);
+    b.post_recv(50, 0x80000, 4096);
+    fill(a, 0, 2000, 4);
+    auto w = wqe(2, IBV_WR_SEND_WITH_INV, a.iova(0), 2000, a.mr);
+    w.imm_data = rkey;
+    auto c = complete(a, w);
+    ASSERT_EQ(c.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(c.opcode, IBV_WC_SEND);
+    ASSERT_TRUE(b.poll_recv(c));
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(c.wr_id, 50u);
+    EXPECT_EQ(c.byte_len, 2000u);
+    EXPECT_EQ(c.wc_flags & IBV_WC_WITH_INV, unsigned{IBV_WC_WITH_INV});
+    EXPECT_EQ(c.imm_data, rkey);  // ibv_wc.invalidated_rkey
+    EXPECT_TRUE(same(a, 0, b, 0x80000, 2000));
+    c = complete(a, wqe(3, IBV_WR_RDMA_READ, a.iova(0x40000), 8, a.mr, b.iova(0), rkey));
+    EXPECT_EQ(c.status, IBV_WC_REM_ACCESS_ERR);
+}
+
+TEST_F(rc_qp_mw_test, a_duplicated_send_with_inv_is_acked_again_and_never_frees_a_later_binding) {
+    const uint32_t mw = alloc(IBV_MW_TYPE_2);
+    const uint32_t first = next_key(mw);
+    ASSERT_EQ(complete(b, bind_wqe(1, mw, first, bind_mr, b.iova(0), 4096, window_rights)).status,
+              IBV_WC_SUCCESS);
+    b.post_recv(50, 0x80000, 4096);
+    b.post_recv(51, 0x81000, 4096);
+    auto w = wqe(2, IBV_WR_SEND_WITH_INV, a.iova(0), 100, a.mr);
+    w.imm_data = first;
+    std::vector<test_wire::frame> copies;
+    a.post_send(w);
+    run(100, 10'000, [&](const test_wire::frame& f) {
+        if (f.bytes[42] == opcode::rc_send_only_inv) {
+            copies.push_back(f);
+        }
+        return true;
+    });
+    proto::cqe c{};
+    ASSERT_TRUE(a.poll_send(c));
+    ASSERT_EQ(c.status, IBV_WC_SUCCESS);
+    ASSERT_TRUE(b.poll_recv(c));
+    ASSERT_EQ(copies.size(), 1u);
+    // The window is bound again before the stale copy arrives.
+    const uint32_t second = next_key(first);
+    ASSERT_EQ(complete(b, bind_wqe(3, mw, second, bind_mr, b.iova(0), 4096, window_rights)).status,
+              IBV_WC_SUCCESS);
+    const auto& dup = copies.front();
+    eng.receive(1, dup.bytes.data() + 14, static_cast<uint32_t>(dup.bytes.size() - 14), wire, now);
+    run(20);
+    EXPECT_FALSE(b.poll_recv(c)) << "a duplicate consumes no second receive";
+    fill(b, 0, 8, 33);
+    c = complete(a, wqe(4, IBV_WR_RDMA_READ, a.iova(0x40000), 8, a.mr, b.iova(0), second));
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS) << "the new binding survived the stale invalidation";
+    EXPECT_TRUE(same(a, 0x40000, b, 0, 8));
+}
+
+TEST_F(rc_qp_mw_test, a_bind_onto_an_mr_without_mw_bind_fails_with_mw_bind_err) {
+    const uint32_t mw = alloc(IBV_MW_TYPE_2);
+    const auto c = complete(b, bind_wqe(1, mw, next_key(mw), b.mr, b.iova(0), 4096, window_rights));
+    EXPECT_EQ(c.status, IBV_WC_MW_BIND_ERR);
+    EXPECT_EQ(c.opcode, IBV_WC_BIND_MW);
+}
+
+TEST_F(rc_qp_mw_test, bind_rules_refuse_what_rxe_refuses) {
+    const uint32_t t2 = alloc(IBV_MW_TYPE_2);
+    const uint32_t t1 = alloc(IBV_MW_TYPE_1);
+    const verbs::mr_table& table = b.res->mrs();
+    auto bind = [&](const proto::send_wqe& w) { return verbs::bind_window(table, w, b.pd, b.qp); };
+    // Outside the MR.
+    EXPECT_FALSE(bind(
+        bind_wqe(1, t2, next_key(t2), bind_mr, b.iova(region_bytes - 100), 200, window_rights)));
+    EXPECT_FALSE(bind(bind_wqe(1, t2, next_key(t2), bind_mr, b.iova(0), 0, window_rights)))
+        << "a type-2 window is never bound with length 0";
+    EXPECT_FALSE(bind(bind_wqe(1, t2, next_key(t2) + 0x100, bind_mr, b.iova(0), 64, window_rights)))
+        << "a bind changes the consumer key only";
+    EXPECT_FALSE(bind(bind_wqe(1, t1, next_key(t1), bind_mr, b.iova(0), 64,
+                               window_rights | proto::access_zero_based)))
+        << "a type-1 window is never zero-based";
+    EXPECT_FALSE(verbs::bind_window(
+        table, bind_wqe(1, t2, next_key(t2), bind_mr, b.iova(0), 64, window_rights),
+        a.pd == b.pd ? b.pd + 1 : a.pd, b.qp))
+        << "a QP of another PD";
+    ASSERT_TRUE(bind(bind_wqe(1, t2, next_key(t2), bind_mr, b.iova(0), 64, window_rights)));
+    EXPECT_FALSE(
+        bind(bind_wqe(1, t2, next_key(next_key(t2)), bind_mr, b.iova(0), 64, window_rights)))
+        << "a bound type-2 window is not bound again before it is freed";
+    // Type 2 belongs to the QP that bound it; type 1 to its PD.
+    EXPECT_FALSE(
+        table.find_remote(b.pd, b.qp + 1, next_key(t2), b.iova(0), 8, proto::access_remote_read));
+    EXPECT_TRUE(
+        table.find_remote(b.pd, b.qp, next_key(t2), b.iova(0), 8, proto::access_remote_read));
+    ASSERT_TRUE(bind(bind_wqe(2, t1, next_key(t1), bind_mr, b.iova(0), 64, window_rights)));
+    EXPECT_TRUE(
+        table.find_remote(b.pd, b.qp + 1, next_key(t1), b.iova(0), 8, proto::access_remote_read));
+    EXPECT_EQ(
+        table.find_remote(b.pd + 1, b.qp, next_key(t1), b.iova(0), 8, proto::access_remote_read)
+            .status,
+        verbs::mr_status::pd_mismatch);
+    // A type-1 window cannot be invalidated (o10-37.2.26), only rebound; length 0 unbinds it.
+    EXPECT_FALSE(verbs::invalidate_window(table, next_key(t1), b.pd));
+    ASSERT_TRUE(bind(bind_wqe(3, t1, next_key(next_key(t1)), 0, 0, 0, 0)));
+    EXPECT_FALSE(table.find_remote(b.pd, b.qp, next_key(next_key(t1)), b.iova(0), 8,
+                                   proto::access_remote_read));
+    // An MR's rkey is never invalidated (no fast-register MRs, as for rxe's user MRs).
+    EXPECT_FALSE(verbs::invalidate_window(table, bind_mr, b.pd));
+}
+
+TEST_F(rc_qp_mw_test, send_with_inv_of_an_mr_rkey_fails_the_send_and_the_receive) {
+    b.post_recv(50, 0x80000, 4096);
+    auto w = wqe(1, IBV_WR_SEND_WITH_INV, a.iova(0), 100, a.mr);
+    w.imm_data = bind_mr;  // b's MR, not a window: rxe refuses to invalidate a user MR
+    const auto c = complete(a, w);
+    EXPECT_EQ(c.status, IBV_WC_REM_INV_REQ_ERR);
+    proto::cqe r{};
+    ASSERT_TRUE(b.poll_recv(r));
+    EXPECT_NE(r.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(b.res->mrs().get(bind_mr) != nullptr, true) << "the MR is untouched";
+}
+
+TEST_F(rc_qp_mw_test, local_inv_of_a_type1_window_fails_with_loc_qp_op_err) {
+    const uint32_t t1 = alloc(IBV_MW_TYPE_1);
+    ASSERT_EQ(
+        complete(b, bind_wqe(1, t1, next_key(t1), bind_mr, b.iova(0), 64, window_rights)).status,
+        IBV_WC_SUCCESS);
+    EXPECT_EQ(complete(b, local_inv_wqe(2, next_key(t1))).status, IBV_WC_LOC_QP_OP_ERR);
+}
+
+TEST_F(rc_qp_mw_test, an_mr_with_a_bound_window_stays_registered_until_the_window_goes) {
+    const uint32_t mw = alloc(IBV_MW_TYPE_1);
+    ASSERT_EQ(
+        complete(b, bind_wqe(1, mw, next_key(mw), bind_mr, b.iova(0), 64, window_rights)).status,
+        IBV_WC_SUCCESS);
+    EXPECT_EQ(b.res->dereg_mr(b.client, bind_mr), EBUSY);
+    EXPECT_EQ(b.res->dealloc_pd(b.client, b.pd), EBUSY);
+    EXPECT_EQ(a.res->dealloc_mw(a.client, mw), EINVAL) << "another client's window";
+    EXPECT_EQ(b.res->count(b.client).mws, 1u);
+    ASSERT_EQ(b.res->dealloc_mw(b.client, mw), 0);
+    EXPECT_EQ(b.res->dealloc_mw(b.client, mw), EINVAL);
+    EXPECT_EQ(b.res->dereg_mr(b.client, bind_mr), 0);
+    auto c = complete(a, wqe(2, IBV_WR_RDMA_READ, a.iova(0), 8, a.mr, b.iova(0), next_key(mw)));
+    EXPECT_EQ(c.status, IBV_WC_REM_ACCESS_ERR);
+}
+
+TEST_F(rc_qp_mw_test, alloc_mw_checks_the_pd_the_type_and_the_quota) {
+    uint32_t h = 0;
+    EXPECT_EQ(b.res->alloc_mw(b.client, a.pd + b.pd, IBV_MW_TYPE_1, h), EINVAL);
+    EXPECT_EQ(b.res->alloc_mw(a.client, b.pd, IBV_MW_TYPE_1, h), EINVAL) << "another client's PD";
+    EXPECT_EQ(b.res->alloc_mw(b.client, b.pd, 3, h), EINVAL);
+    verbs::vnic_quota q = b.res->quota();
+    q.max_mws = 2;
+    b.res->set_quota(q);
+    EXPECT_EQ(b.res->alloc_mw(b.client, b.pd, IBV_MW_TYPE_1, h), 0);
+    EXPECT_EQ(b.res->alloc_mw(b.client, b.pd, IBV_MW_TYPE_2, h), 0);
+    EXPECT_EQ(b.res->alloc_mw(b.client, b.pd, IBV_MW_TYPE_2, h), EDQUOT);
+    EXPECT_EQ(b.res->count().mws, 2u);
+    b.res->release_client(b.client);
+    EXPECT_EQ(b.res->count().mws, 0u);
+}
+
+TEST_F(rc_qp_mw_test, on_one_host_writes_through_a_window_and_send_with_inv_behave_as_on_the_wire) {
+    wire.same_host = true;
+    const uint32_t mw = alloc(IBV_MW_TYPE_2);
+    const uint32_t rkey = next_key(mw);
+    ASSERT_EQ(
+        complete(b, bind_wqe(1, mw, rkey, bind_mr, b.iova(0x30000), 4096, window_rights)).status,
+        IBV_WC_SUCCESS);
+    fill(a, 0, 4096, 17);
+    const uint64_t sent_before = wire.sent;
+    auto c = complete(a, wqe(2, IBV_WR_RDMA_WRITE, a.iova(0), 4096, a.mr, b.iova(0x30000), rkey));
+    ASSERT_EQ(c.status, IBV_WC_SUCCESS);
+    EXPECT_TRUE(same(a, 0, b, 0x30000, 4096));
+    EXPECT_EQ(wire.sent, sent_before) << "memory to memory";
+    b.post_recv(50, 0x80000, 4096);
+    auto w = wqe(3, IBV_WR_SEND_WITH_INV, a.iova(0), 10, a.mr);
+    w.imm_data = rkey;
+    ASSERT_EQ(complete(a, w).status, IBV_WC_SUCCESS);
+    ASSERT_TRUE(b.poll_recv(c));
+    EXPECT_EQ(c.wc_flags & IBV_WC_WITH_INV, unsigned{IBV_WC_WITH_INV});
+    EXPECT_EQ(c.imm_data, rkey);
+    std::memset(b.region + 0x30000, 0, 16);
+    c = complete(a, wqe(4, IBV_WR_RDMA_WRITE, a.iova(0), 16, a.mr, b.iova(0x30000), rkey));
+    EXPECT_EQ(c.status, IBV_WC_REM_ACCESS_ERR);
+    EXPECT_EQ(static_cast<uint8_t>(b.region[0x30000]), 0);
 }
 
 }  // namespace

@@ -163,9 +163,8 @@ TEST_F(ShimQpEx, OnlyAQpCreatedWithSendOpsIsAQpEx) {
 
 TEST_F(ShimQpEx, CreateRefusesSendOpsTheEngineLacksWithoutAskingJakirod) {
     const std::size_t before = fake->count(proto::opcode::create_qp);
-    for (uint64_t ops : {uint64_t{IBV_QP_EX_WITH_SEND_WITH_INV}, uint64_t{IBV_QP_EX_WITH_LOCAL_INV},
-                         uint64_t{IBV_QP_EX_WITH_BIND_MW}, uint64_t{IBV_QP_EX_WITH_TSO},
-                         uint64_t{1} << 40, rc_ops | IBV_QP_EX_WITH_SEND_WITH_INV}) {
+    for (uint64_t ops :
+         {uint64_t{IBV_QP_EX_WITH_TSO}, uint64_t{1} << 40, rc_ops | IBV_QP_EX_WITH_TSO}) {
         SCOPED_TRACE(ops);
         errno = 0;
         EXPECT_EQ(make_qp_ex(ops), nullptr);
@@ -356,10 +355,11 @@ TEST_F(ShimQpEx, ErrorsAreWrCompletesReturnAndNothingOfTheRegionIsPosted) {
              ibv_wr_atomic_fetch_add(x, 1, 0x1000, 1);
              ibv_wr_set_sge(x, 0x10, 0x2000, 4);
          }},
-        {"send with invalidate (not offered)",
-         [](ibv_qp_ex* x, void*, const ibv_sge*, ibv_ah*) { ibv_wr_send_inv(x, 0x1234); }},
-        {"local invalidate (not offered)",
-         [](ibv_qp_ex* x, void*, const ibv_sge*, ibv_ah*) { ibv_wr_local_inv(x, 0x1234); }},
+        {"a bind of no window",
+         [](ibv_qp_ex* x, void*, const ibv_sge*, ibv_ah*) {
+             ibv_mw_bind_info info{};
+             ibv_wr_bind_mw(x, nullptr, 0x1234, &info);
+         }},
         {"a UD address on an RC QP",
          [](ibv_qp_ex* x, void*, const ibv_sge*, ibv_ah* ah) {
              ibv_wr_send(x);

@@ -296,6 +296,45 @@ TEST_F(Requests, ResizeCqRepliesWithTheNewRingAndRefusesAnotherSessionsCq) {
     EXPECT_EQ(status(send(req)), 0);
 }
 
+TEST_F(Requests, AllocMwAnswersAWindowOfThisSessionsPdAndRefusesWhatIsNot) {
+    send(hello());
+    const auto pd = reply_of<proto::alloc_pd_reply>(send(alloc_pd(21))).pd_handle;
+    auto req = proto::make_message<proto::alloc_mw_request>(
+        static_cast<uint16_t>(proto::opcode::alloc_mw), 30);
+    req.pd_handle = pd;
+    req.type = 2;
+    const auto o = send(req);
+    ASSERT_EQ(o.what, outcome::action::reply);
+    const auto r = reply_of<proto::alloc_mw_reply>(o);
+    EXPECT_EQ(r.rh.status, 0);
+    EXPECT_EQ(r.rh.hdr.opcode, proto::reply_opcode(proto::opcode::alloc_mw));
+    EXPECT_NE(r.mw_handle, 0u);
+    EXPECT_EQ(resources.count(17).mws, 1u);
+    auto bad = req;
+    bad.type = 0;
+    EXPECT_EQ(status(send(bad)), EINVAL) << "no such window type";
+    bad = req;
+    bad.pd_handle = pd ^ 0x100;
+    EXPECT_EQ(status(send(bad)), EINVAL) << "no such PD";
+    EXPECT_EQ(status(send(req, sizeof(req) - 4)), EBADMSG) << "short message";
+
+    auto dealloc = proto::make_message<proto::destroy_request>(
+        static_cast<uint16_t>(proto::opcode::dealloc_mw), 31);
+    dealloc.handle = r.mw_handle;
+    session other{.client_id = 18, .hello_done = true};
+    std::swap(s, other);
+    EXPECT_EQ(status(send(dealloc)), EINVAL) << "another session cannot free it";
+    auto foreign = req;
+    EXPECT_EQ(status(send(foreign)), EINVAL) << "nor allocate in its PD";
+    std::swap(s, other);
+    dealloc.handle = pd;
+    EXPECT_EQ(status(send(dealloc)), EINVAL) << "a PD's handle is not a window";
+    dealloc.handle = r.mw_handle;
+    EXPECT_EQ(status(send(dealloc)), 0);
+    EXPECT_EQ(status(send(dealloc)), EINVAL) << "freed once";
+    EXPECT_EQ(resources.count(17).mws, 0u);
+}
+
 TEST_F(Requests, ReservedOpcodesAreNotSupportedYet) {
     send(hello());
     auto m = proto::make_message<proto::query_request>(

@@ -849,23 +849,31 @@ TEST_F(ShimEndToEndQp, AParentDomainIsItsPdInEveryVerbAndOutlivesNothing) {
 }
 
 TEST_F(ShimEndToEndQp, TheCapsPromiseNothingThatFailsWithEopnotsupp) {
-    // What is not built is not advertised, and what is advertised works: no memory windows,
-    // no XRC, no CQ moderation. ATOMIC WRITE is advertised (the kernel's bit 40, as rxe sets
-    // it; this libibverbs names no flag for it) and a QP that asks for it is made.
+    // What is not built is not advertised, and what is advertised works: no XRC, no type-2A
+    // windows, no CQ moderation. Memory windows of type 1 and 2B are (as rxe), and so is ATOMIC
+    // WRITE (the kernel's bit 40, as rxe sets it; this libibverbs names no flag for it): QPs
+    // that ask for them are made.
     ibv_device_attr_ex attr{};
     ASSERT_EQ(ibv_query_device_ex(ctx, nullptr, &attr), 0);
-    EXPECT_EQ(attr.orig_attr.max_mw, 0);
+    EXPECT_GT(attr.orig_attr.max_mw, 0);
+    EXPECT_EQ(attr.orig_attr.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_XRC |
+                                                 IBV_DEVICE_RESIZE_MAX_WR | IBV_DEVICE_SRQ_RESIZE),
+              0u);
     EXPECT_EQ(
-        attr.orig_attr.device_cap_flags &
-            (IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B |
-             IBV_DEVICE_XRC | IBV_DEVICE_RESIZE_MAX_WR | IBV_DEVICE_SRQ_RESIZE),
-        0u);
+        attr.orig_attr.device_cap_flags & (IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B),
+        unsigned{IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B});
     EXPECT_EQ(attr.cq_mod_caps.max_cq_count, 0u);
     ibv_pd* mw_pd = ibv_alloc_pd(ctx);
     ASSERT_NE(mw_pd, nullptr);
-    errno = 0;
-    EXPECT_EQ(ibv_alloc_mw(mw_pd, IBV_MW_TYPE_1), nullptr);
-    EXPECT_EQ(errno, EOPNOTSUPP) << "as max_mw says";
+    for (ibv_mw_type type : {IBV_MW_TYPE_1, IBV_MW_TYPE_2}) {
+        ibv_mw* mw = ibv_alloc_mw(mw_pd, type);
+        ASSERT_NE(mw, nullptr) << std::strerror(errno);
+        EXPECT_EQ(mw->type, type);
+        EXPECT_EQ(mw->pd, mw_pd);
+        EXPECT_NE(mw->rkey, 0u);
+        EXPECT_EQ(ibv_dealloc_pd(mw_pd), EBUSY) << "a window stands on it";
+        EXPECT_EQ(ibv_dealloc_mw(mw), 0);
+    }
     EXPECT_EQ(ibv_dealloc_pd(mw_pd), 0);
     ibv_qp_init_attr_ex qp_attr{};
     qp_attr.qp_type = IBV_QPT_RC;
@@ -880,7 +888,12 @@ TEST_F(ShimEndToEndQp, TheCapsPromiseNothingThatFailsWithEopnotsupp) {
     ASSERT_NE(atomic_write_qp, nullptr) << std::strerror(errno);
     EXPECT_NE(ibv_qp_to_qp_ex(atomic_write_qp), nullptr);
     EXPECT_EQ(ibv_destroy_qp(atomic_write_qp), 0);
-    qp_attr.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_BIND_MW;
+    qp_attr.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_BIND_MW |
+                             IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV;
+    ibv_qp* mw_qp = ibv_create_qp_ex(ctx, &qp_attr);
+    ASSERT_NE(mw_qp, nullptr) << std::strerror(errno);
+    EXPECT_EQ(ibv_destroy_qp(mw_qp), 0);
+    qp_attr.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_TSO;
     errno = 0;
     EXPECT_EQ(ibv_create_qp_ex(ctx, &qp_attr), nullptr);
     EXPECT_EQ(errno, EOPNOTSUPP) << "refused at creation, never later";
