@@ -9,6 +9,7 @@
 
 #include "rnic/engine.hh"
 #include "rnic/packet_port.hh"
+#include "rnic/queues/memory_window.hh"
 #include "rnic/rc_qp_parts.hh"
 #include "rnic/timers.hh"
 #include "rnic/wire/aeth.hh"
@@ -55,7 +56,7 @@ void rc_qp::fetch_sends(uint64_t now_ns) {
                 break;
             case IBV_WR_BIND_MW:
             case IBV_WR_LOCAL_INV:
-                // Memory windows (verbs/memory_window.hh): executed now, in order with the WRs
+                // Memory windows (queues/memory_window.hh): executed now, in order with the WRs
                 // around them, and never on the wire; done at once or failed.
                 op.local_error = verbs::execute_window_wr(*_s.mrs, op.wqe, _s.type, _s.pd, _s.qpn);
                 op.done = op.local_error == IBV_WC_SUCCESS;
