@@ -1,7 +1,7 @@
 #pragma once
 // Memory windows of a shim context (ibv_alloc_mw, ibv_dealloc_mw, ibv_bind_mw). jakirod
 // allocates the window (its handle is its first rkey) and executes every bind and
-// invalidation as a work request of the QP that posts it (dataplane/verbs/memory_window.hh);
+// invalidation as a work request of the QP that posts it (rnic/queues/memory_window.hh);
 // the shim only builds those requests.
 
 #include <infiniband/verbs.h>
