@@ -6,8 +6,8 @@
 
 #include <cerrno>
 
-#include "rnic/queues/memory_window.hh"
 #include "resources.hh"
+#include "rnic/queues/memory_window.hh"
 
 namespace jakiro::verbs {
 
