@@ -34,7 +34,7 @@ void rc_qp::on_cnp(uint64_t now_ns) {
 }
 
 void rc_qp::set_line_rate(uint64_t now_ns, uint64_t rate_bps) {
-    const uint64_t line = rate_bps != 0 ? rate_bps : dcqcn_line_rate_bps;
+    const uint64_t line = qos::rdma_line_rate_bps(rate_bps);
     if (line == _line_rate_bps) {
         return;
     }
