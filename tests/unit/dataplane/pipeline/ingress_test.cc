@@ -212,6 +212,9 @@ TEST_F(IngressSuperframes, MergedFramesReachAnAfPacketPortCutToTheTenantMtu) {
 }  // namespace
 }  // namespace jakiro::test
 
+namespace jakiro::test {
+namespace {
+
 // RoCEv2 leaves the pipeline for the RNIC, but only after the RFC 6040 step: the outer CE the
 // fabric set is DCQCN's congestion signal, and the engine reads it from the inner header (that
 // an inner CE makes the receiver send a CNP is pinned in tests/unit/rnic/rc_qp_test.cc,
@@ -247,3 +250,6 @@ TEST_F(IngressRoce, OuterCeOnRoceReachesTheEngineAsInnerCeAndNotEctUnderCeIsDrop
     EXPECT_EQ(drops(drop_reason::inner_ce_on_not_ect), 1u);
     EXPECT_EQ(engine.counters().received.load(), 1u) << "RFC 6040: dropped, not delivered";
 }
+
+}  // namespace
+}  // namespace jakiro::test
