@@ -142,10 +142,7 @@ int connect_to(const std::string& address) {
 class ChannelServer : public testing::Test {
   protected:
     void SetUp() override {
-        config.endpoint_prefix = test::unique_prefix();
-        config.host_name = "h1";
-        config.tenant_mtu = 1450;
-        config.vnics = {own_vnic("t1", 0x01, 0), own_vnic("t5", 0x03, 1)};
+        config = test::test_host({own_vnic("t1", 0x01, 0), own_vnic("t5", 0x03, 1)});
     }
 
     // A client of the vNIC in `slot` over a socketpair; returns our end.
