@@ -28,30 +28,6 @@ constexpr unsigned recheck_budget = 128;
 
 }  // namespace
 
-const char* engine_drop_name(engine_drop d) {
-    switch (d) {
-#define X(name, text)       \
-    case engine_drop::name: \
-        return #name;
-        JAKIRO_ROCE_DROPS(X)
-#undef X
-        default:
-            return "unknown";
-    }
-}
-
-const char* engine_drop_text(engine_drop d) {
-    switch (d) {
-#define X(name, text)       \
-    case engine_drop::name: \
-        return text;
-        JAKIRO_ROCE_DROPS(X)
-#undef X
-        default:
-            return "unknown";
-    }
-}
-
 // The QP count per vNIC is verbs::qp_verbs' quota to enforce; the slot tables grow as QPs come.
 engine::engine(uint16_t vnic_slots, uint32_t /*max_qps_per_vnic*/)
     : _by_slot(vnic_slots), _vnic_left(vnic_slots), _own_doorbell(doorbell_memory::create()) {}

@@ -40,35 +40,12 @@
 
 #include "qos/ingress_meter.hh"
 #include "rnic/doorbell_set.hh"
+#include "rnic/engine_drops.hh"
 #include "rnic/gsi_port.hh"
 #include "rnic/packet_port.hh"
 #include "rnic/rc_qp.hh"
 
 namespace jakiro::roce {
-
-// Why the engine refused an inbound packet. One counter each.
-#define JAKIRO_ROCE_DROPS(X)                                                  \
-    X(truncated, "shorter than IPv4 + UDP + BTH + ICRC, or lengths disagree") \
-    X(malformed, "BTH or extension headers do not parse")                     \
-    X(bad_icrc, "ICRC mismatch")                                              \
-    X(wrong_transport, "transport (RC, UC, UD) is not the QP's")              \
-    X(unknown_qp, "no such QP on this vNIC (RCFT miss)")                      \
-    X(not_connected, "QP not connected to this source (RCFT mismatch)")       \
-    X(not_ready, "UD QP not ready to receive (RESET or INIT)")                \
-    X(denied, "UD datagram refused by the vNIC's security groups")            \
-    X(over_share, "UD datagram above the vNIC's rdma ingress share (DHTB)")   \
-    X(bad_pkey, "P_Key not the default partition")                            \
-    X(gsi_forged, "to QP1 without the GSI Q_Key or not from a QP1 (forged)")  \
-    X(revoked, "connected QP whose peer a policy change no longer allows (QP in ERR)")
-
-enum class engine_drop : uint8_t {
-#define X(name, text) name,
-    JAKIRO_ROCE_DROPS(X)
-#undef X
-        count
-};
-const char* engine_drop_name(engine_drop d);
-const char* engine_drop_text(engine_drop d);
 
 struct engine_counters {
     std::atomic<uint64_t> received{0};
@@ -77,7 +54,7 @@ struct engine_counters {
     // Policy changes: connected QPs whose peer was admitted again, and those refused (ERR).
     std::atomic<uint64_t> rechecks{0};
     std::atomic<uint64_t> qps_revoked{0};
-    std::array<std::atomic<uint64_t>, static_cast<std::size_t>(engine_drop::count)> drops{};
+    std::array<std::atomic<uint64_t>, engine_drop_count> drops{};  // [engine_drop]
 };
 
 // One row of `jakiroctl qps`.

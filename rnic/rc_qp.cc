@@ -162,17 +162,11 @@ void rc_qp::receive(const roce_packet& p, packet_port& port, uint64_t now_ns) {
     if (!_machine.accepts_inbound()) {
         return;
     }
-    switch (_s.type) {
-        case IBV_QPT_UD:
-            on_datagram(p);
-            return;
-        case IBV_QPT_UC:
-            on_unreliable_request(p, port);
-            return;
-        default:
-            on_request(p, port, now_ns);
-            return;
+    if (_s.type == IBV_QPT_UD) {
+        on_datagram(p);
+        return;
     }
+    on_request(p, port);  // RC and UC
 }
 
 bool rc_qp::complete(verbs::completion_queue& cq, const proto::cqe& c) {

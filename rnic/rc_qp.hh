@@ -20,8 +20,9 @@
 // executed again), a gap is NAKed once. ACKs are coalesced: at most one per QP per poll.
 //
 // One header, one file per role (as rxe's rxe_req.c, rxe_comp.c, rxe_resp.c): rc_qp.cc (the
-// object, poll and receive, flush), requester.cc, completer.cc, responder.cc, unreliable.cc
-// (UC/UD), local_path.cc (intra-host) and dcqcn.cc; rc_qp_parts.hh is what they share.
+// object, poll and receive, flush), requester.cc, completer.cc, responder.cc (RC and UC, in
+// named steps), unreliable.cc (UC's abandoned messages, UD), local_path.cc (intra-host) and
+// dcqcn.cc; rc_qp_parts.hh is what they share.
 //
 // Thread-safety: everything here runs on the engine's thread (the control thread reaches a
 // QP only through engine::call).
@@ -257,30 +258,61 @@ class rc_qp {
     void complete_local_recv(recv_op& r, const send_op& op, const rc_qp& requester,
                              ibv_wc_status status, uint32_t opcode, uint32_t len);
 
-    // ---- responder
-    void on_request(const roce_packet& p, packet_port& port, uint64_t now_ns);
+    // ---- responder (responder.cc): RC and UC requests walk the same named steps
+    // What a step decided about an inbound request; the first that is not `proceed` ends the
+    // walk and answer() acts on it.
+    enum class verdict : uint8_t {
+        proceed,               // on to the next step
+        answered,              // executed and answered already (READ queued, atomic ACKed)
+        duplicate,             // an old PSN: RC answers it again, never executes it twice
+        nak_sequence_error,    // a PSN ahead of the expected one: NAK once (RC)
+        nak_invalid_request,   // malformed, out of sequence, not an operation of the QP
+        nak_length_error,      // a SEND longer than its receive WQE (IBV_WC_LOC_LEN_ERR)
+        nak_remote_access,     // the rkey, the range or the QP's access flags refuse it
+        nak_remote_operation,  // the receive WQE is bad (its own error status)
+        rnr,                   // no receive WQE: RNR NAK (RC), the message is lost (UC)
+        drop,                  // dropped silently (UC: the rest of a message already lost)
+    };
+    // One inbound request on its way through the steps: the packet, and what an earlier
+    // step found for a later one (the memory of a READ or an atomic, from check_rkey).
+    struct inbound_request {
+        const roce_packet& p;
+        verbs::mr_lookup target{};
+    };
+    void on_request(const roce_packet& p, packet_port& port);
+    verdict check_psn(inbound_request& r);
+    verdict check_op_seq(inbound_request& r);
+    verdict check_op_valid(inbound_request& r);
+    verdict check_length(inbound_request& r);
+    verdict check_rkey(inbound_request& r);
+    verdict check_resource(inbound_request& r);
+    verdict execute(inbound_request& r, packet_port& port);
+    verdict complete_request(inbound_request& r);
+    void acknowledge(inbound_request& r, packet_port& port);
+    void answer(verdict v, inbound_request& r, packet_port& port);
+    void duplicate_request(inbound_request& r, packet_port& port);
+    void replay_read(inbound_request& r);
+    void queue_read(inbound_request& r, uint32_t psn);
+    void release_recv_pins();
     bool take_recv(recv_op& out);
-    bool execute_send(const roce_packet& p, packet_port& port);
-    bool execute_write(const roce_packet& p, packet_port& port);
-    void start_read(const roce_packet& p, uint32_t psn, bool duplicate, packet_port& port);
     unsigned send_read_responses(packet_port& port, uint64_t now_ns, unsigned budget);
     // DCQCN pacing: may a data packet leave now? And charging one that left.
     bool pacer_open(uint64_t now_ns);
     void pacer_charge(uint64_t now_ns, uint32_t frame_len);
     void send_ack(packet_port& port, uint8_t syndrome, uint32_t psn);
-    bool execute_atomic_write(const roce_packet& p, packet_port& port);
-    void execute_atomic_request(const roce_packet& p, packet_port& port);
     void replay_atomic(const roce_packet& p, packet_port& port);
     void send_atomic_ack(packet_port& port, uint32_t psn, uint64_t orig);
     void responder_error(packet_port& port, verbs_proto::event_type event, uint8_t syndrome,
                          ibv_wc_status recv_status);
 
-    // ---- unreliable transports (UC, UD)
+    // ---- unreliable transports (unreliable.cc)
     bool reliable() const { return _s.type == IBV_QPT_RC; }
     // UC: a message in progress is abandoned (its receive WQE waits for the next one).
     void abandon_message();
-    void on_unreliable_request(const roce_packet& p, packet_port& port);
+    // UD: a datagram whose Q_Key is the QP's, into the next receive WQE behind its GRH area.
     void on_datagram(const roce_packet& p);
+    verdict check_qkey(const roce_packet& p) const;
+    void deliver_datagram(const roce_packet& p, recv_op& r);
 
     // ---- both
     bool complete(verbs::completion_queue& cq, const verbs_proto::cqe& c);

@@ -1,6 +1,8 @@
-// The RC responder: the PSN check (expected, duplicate, ahead), the operation sequence, then
-// SEND, WRITE, READ and atomics executed through the MR table, ACKs coalesced, errors as NAKs
-// (rxe_resp.c).
+// The responder of RC and UC: every inbound request walks the same named steps (check_psn,
+// check_op_seq, check_op_valid, check_length, check_rkey, check_resource, execute,
+// complete_request, acknowledge), as rxe_resp.c's states; each returns a verdict, and
+// answer() turns a refusal into what the wire and the QP see: a NAK, an RNR NAK, a duplicate
+// answered again, a UC message dropped. Then the READ responses, ACKs and the error path.
 
 #include "rnic/rc_qp.hh"
 
@@ -21,129 +23,493 @@ namespace jakiro::roce {
 
 using namespace rc_qp_parts;
 
-void rc_qp::on_request(const roce_packet& p, packet_port& port, uint64_t now_ns) {
-    (void)now_ns;
-    const op_kind kind = p.info->kind;
-    switch (classify_request_psn(p.psn, _epsn)) {
+// An inbound request, RC or UC, goes through the steps below in this order, as rxe_resp.c's
+// states do; each returns a verdict and the first that is not `proceed` ends the walk
+// (answer() acts on it). rxe takes the receive WQE before the length and rkey checks; here it
+// is taken after them, so a request refused for its length or its key never consumes one.
+void rc_qp::on_request(const roce_packet& p, packet_port& port) {
+    inbound_request r{p};
+    verdict v = check_psn(r);
+    if (v == verdict::proceed) {
+        v = check_op_seq(r);
+    }
+    if (v == verdict::proceed) {
+        v = check_op_valid(r);
+    }
+    if (v == verdict::proceed) {
+        v = check_length(r);
+    }
+    if (v == verdict::proceed) {
+        v = check_rkey(r);
+    }
+    if (v == verdict::proceed) {
+        v = check_resource(r);
+    }
+    if (v == verdict::proceed) {
+        v = execute(r, port);
+    }
+    if (v == verdict::proceed) {
+        v = complete_request(r);
+    }
+    if (v == verdict::proceed) {
+        acknowledge(r, port);
+        return;
+    }
+    answer(v, r, port);
+}
+
+// RC (IB spec 9.7.5.1.2): the expected PSN proceeds, an older one is a duplicate (answered
+// again, never executed twice), a newer one is NAKed as a sequence error (once, until the
+// expected PSN comes). UC (9.7.5.2.2) never answers: a copy the fabric made is dropped, and a
+// gap loses the message in progress while the packet after it is taken as it comes.
+rc_qp::verdict rc_qp::check_psn(inbound_request& r) {
+    switch (classify_request_psn(r.p.psn, _epsn)) {
+        case psn_class::duplicate:
+            _stats.duplicates.fetch_add(1, std::memory_order_relaxed);
+            return verdict::duplicate;
         case psn_class::ahead:
             _stats.out_of_sequence.fetch_add(1, std::memory_order_relaxed);
+            if (reliable()) {
+                return verdict::nak_sequence_error;
+            }
+            if (_in_send || _in_write) {
+                abandon_message();  // packets of it were lost
+            }
+            break;
+        case psn_class::expected:
+            break;
+    }
+    if (reliable()) {
+        _nak_sent = false;
+    } else {
+        _epsn = psn_add(r.p.psn, 1);
+    }
+    return verdict::proceed;
+}
+
+// A middle or last packet continues the SEND or WRITE under way, and nothing else may come
+// while one is. RC: anything else is an invalid request. UC: a first packet starts afresh (a
+// message whose last packet was lost is abandoned); the rest of a lost message is dropped up
+// to the next first packet.
+rc_qp::verdict rc_qp::check_op_seq(inbound_request& r) {
+    const op_kind kind = r.p.info->kind;
+    const uint8_t pos = r.p.info->position;
+    const bool continues = (pos & position::first) == 0;
+    if (!reliable()) {
+        if (!continues) {
+            if (_in_send || _in_write) {
+                abandon_message();  // its last packet was lost
+            }
+            _discarding = false;
+            return verdict::proceed;
+        }
+        if (_discarding ||
+            !((_in_send && kind == op_kind::send) || (_in_write && kind == op_kind::write))) {
+            _discarding = true;  // the rest of a message that is already lost
+            return verdict::drop;
+        }
+        return verdict::proceed;
+    }
+    if ((_in_send && !(kind == op_kind::send && continues)) ||
+        (_in_write && !(kind == op_kind::write && continues)) ||
+        (!_in_send && !_in_write && continues && pos != 0)) {
+        return verdict::nak_invalid_request;
+    }
+    return verdict::proceed;
+}
+
+// The operations the transport has: RC all of them, UC SEND and WRITE only.
+rc_qp::verdict rc_qp::check_op_valid(inbound_request& r) {
+    switch (r.p.info->kind) {
+        case op_kind::send:
+        case op_kind::write:
+            return verdict::proceed;
+        case op_kind::read_request:
+        case op_kind::compare_swap:
+        case op_kind::fetch_add:
+        case op_kind::atomic_write:
+            return reliable() ? verdict::proceed : verdict::nak_invalid_request;
+        default:
+            return verdict::nak_invalid_request;
+    }
+}
+
+// The packet's own sizes: a SEND or WRITE packet carries at most the path MTU and exactly it
+// unless it is the last; an atomic names an aligned 8-byte word, an ATOMIC WRITE carries 8
+// bytes for one.
+rc_qp::verdict rc_qp::check_length(inbound_request& r) {
+    const roce_packet& p = r.p;
+    switch (p.info->kind) {
+        case op_kind::send:
+        case op_kind::write: {
+            const auto payload = static_cast<uint32_t>(p.payload.size());
+            if (payload > _mtu || ((p.info->position & position::last) == 0 && payload != _mtu)) {
+                return verdict::nak_invalid_request;
+            }
+            return verdict::proceed;
+        }
+        case op_kind::atomic_write:
+            if (p.payload.size() != atomic_write_bytes || p.reth->dma_len() != atomic_write_bytes ||
+                p.reth->va() % atomic_write_bytes != 0) {
+                return verdict::nak_invalid_request;
+            }
+            return verdict::proceed;
+        case op_kind::compare_swap:
+        case op_kind::fetch_add:
+            return p.atomic_eth->va() % 8 != 0 ? verdict::nak_invalid_request : verdict::proceed;
+        default:
+            return verdict::proceed;
+    }
+}
+
+// The memory a WRITE, READ or atomic touches: its rkey names an MR or a memory window of the
+// QP's PD that grants the right over the whole range (mr_table::find_remote; a type-2 window
+// only to the QP it is bound to), and the QP's own access flags grant it too. A WRITE is
+// looked up at its first packet and kept (_write_*); every packet of it must stay inside the
+// length its RETH announced, and the last must end there.
+rc_qp::verdict rc_qp::check_rkey(inbound_request& r) {
+    const roce_packet& p = r.p;
+    switch (p.info->kind) {
+        case op_kind::write: {
+            if ((p.info->position & position::first) != 0) {
+                const uint32_t length = p.reth->dma_len();
+                auto found =
+                    remote_target(p.reth->rkey(), p.reth->va(), length, proto::access_remote_write);
+                if (!found || !grants(IBV_ACCESS_REMOTE_WRITE)) {
+                    return verdict::nak_remote_access;
+                }
+                _write_data = found.bytes.data();
+                _write_length = length;
+                _write_offset = 0;
+                _write_pin = std::move(found.mr);
+            }
+            const auto payload = static_cast<uint32_t>(p.payload.size());
+            const bool last = (p.info->position & position::last) != 0;
+            if (uint64_t{_write_offset} + payload > _write_length ||
+                (last && _write_offset + payload != _write_length)) {
+                return verdict::nak_invalid_request;
+            }
+            return verdict::proceed;
+        }
+        case op_kind::read_request:
+            r.target = remote_target(p.reth->rkey(), p.reth->va(), p.reth->dma_len(),
+                                     proto::access_remote_read);
+            return r.target && grants(IBV_ACCESS_REMOTE_READ) ? verdict::proceed
+                                                              : verdict::nak_remote_access;
+        case op_kind::atomic_write:
+            r.target = remote_target(p.reth->rkey(), p.reth->va(), atomic_write_bytes,
+                                     proto::access_remote_write);
+            return r.target && grants(IBV_ACCESS_REMOTE_WRITE) ? verdict::proceed
+                                                               : verdict::nak_remote_access;
+        case op_kind::compare_swap:
+        case op_kind::fetch_add:
+            r.target = remote_target(p.atomic_eth->rkey(), p.atomic_eth->va(), 8,
+                                     proto::access_remote_atomic);
+            return r.target && grants(IBV_ACCESS_REMOTE_ATOMIC) ? verdict::proceed
+                                                                : verdict::nak_remote_access;
+        default:
+            return verdict::proceed;
+    }
+}
+
+// What the request consumes besides memory: a SEND's first packet takes the next receive WQE
+// (a bad one is the responder's own error: remote operational error), the last packet of a
+// WRITE with immediate takes one for its completion, before any byte lands, so an RNR leaves
+// nothing half done; a READ takes a slot in the queue of READs owed.
+rc_qp::verdict rc_qp::check_resource(inbound_request& r) {
+    const roce_packet& p = r.p;
+    const uint8_t pos = p.info->position;
+    switch (p.info->kind) {
+        case op_kind::send:
+            if ((pos & position::first) == 0) {
+                return verdict::proceed;
+            }
+            if (_recv_held) {
+                _recv_held = false;  // UC: the WQE an abandoned message had taken
+            } else if (!take_recv(_recv)) {
+                return verdict::rnr;
+            }
+            _recv_offset = 0;
+            _in_send = true;
+            return _recv.local_error == IBV_WC_SUCCESS ? verdict::proceed
+                                                       : verdict::nak_remote_operation;
+        case op_kind::write:
+            if ((pos & position::last) == 0 || p.immdt == nullptr) {
+                return verdict::proceed;
+            }
+            if (_recv_held) {
+                // UC: the WQE an abandoned SEND had taken is the oldest: receives complete in
+                // order.
+                _recv_held = false;
+                return verdict::proceed;
+            }
+            if (!take_recv(_recv)) {
+                if ((pos & position::first) != 0) {
+                    _write_pin.reset();  // an ONLY packet: it comes again, RETH and all
+                }
+                return verdict::rnr;
+            }
+            return verdict::proceed;
+        case op_kind::read_request:
+            return _reads.size() >= _s.limits.max_qp_rd_atom + read_job_slack
+                       ? verdict::nak_invalid_request
+                       : verdict::proceed;
+        default:
+            return verdict::proceed;
+    }
+}
+
+// Places or fetches the bytes. A SEND that overflows its receive WQE is a length error. A READ
+// is queued (its responses are its answer) and an atomic answered at once: both `answered`.
+rc_qp::verdict rc_qp::execute(inbound_request& r, packet_port& port) {
+    const roce_packet& p = r.p;
+    const auto payload = static_cast<uint32_t>(p.payload.size());
+    switch (p.info->kind) {
+        case op_kind::send:
+            if (uint64_t{_recv_offset} + payload > _recv.length) {
+                return verdict::nak_length_error;
+            }
+            scatter(_recv.sge_data.data(), _recv.sge_len.data(), _recv.sges, _recv_offset,
+                    p.payload.data(), payload);
+            _recv_offset += payload;
+            return verdict::proceed;
+        case op_kind::write:
+            if (payload > 0) {
+                std::memcpy(_write_data + _write_offset, p.payload.data(), payload);
+            }
+            _write_offset += payload;
+            return verdict::proceed;
+        case op_kind::read_request: {
+            const uint32_t psn = _epsn;
+            _epsn = psn_add(_epsn, packets_for(p.reth->dma_len(), _mtu));
+            _msn = psn_add(_msn, 1);
+            queue_read(r, psn);
+            return verdict::answered;
+        }
+        case op_kind::atomic_write:
+            // Duplicates are ACKed again and never placed twice (check_psn): the program may
+            // have changed the word since.
+            store_atomic_write(r.target.bytes.data(), p.payload.data());
+            return verdict::proceed;
+        case op_kind::compare_swap:
+        case op_kind::fetch_add: {
+            const uint32_t wr_opcode = p.opcode == opcode::rc_fetch_add
+                                           ? IBV_WR_ATOMIC_FETCH_AND_ADD
+                                           : IBV_WR_ATOMIC_CMP_AND_SWP;
+            const uint64_t compare_add = wr_opcode == IBV_WR_ATOMIC_FETCH_AND_ADD
+                                             ? p.atomic_eth->swap_add()
+                                             : p.atomic_eth->compare();
+            const uint64_t orig = execute_atomic(r.target.bytes.data(), wr_opcode, compare_add,
+                                                 p.atomic_eth->swap_add());
+            // Remembered so that a retransmitted request is answered, never executed twice.
+            _atomic_replies[_atomic_next++ % _atomic_replies.size()] = {p.psn, orig, true};
+            _epsn = psn_add(_epsn, 1);
+            _msn = psn_add(_msn, 1);
+            send_atomic_ack(port, p.psn, orig);
+            return verdict::answered;
+        }
+        default:
+            return verdict::nak_invalid_request;  // check_op_valid let nothing else through
+    }
+}
+
+// The last packet of a SEND or WRITE with immediate completes its receive WQE; a SEND with
+// invalidate first frees the memory window it names (refused: an invalid request).
+rc_qp::verdict rc_qp::complete_request(inbound_request& r) {
+    const roce_packet& p = r.p;
+    const bool last = (p.info->position & position::last) != 0;
+    switch (p.info->kind) {
+        case op_kind::send: {
+            if (!last) {
+                return verdict::proceed;
+            }
+            proto::cqe c{};
+            c.wr_id = _recv.wr_id;
+            c.status = IBV_WC_SUCCESS;
+            c.opcode = IBV_WC_RECV;
+            c.byte_len = _recv_offset;
+            c.qp_num = _s.qpn;
+            c.src_qp = _machine.attr().dest_qp_num;
+            c.solicited = p.solicited ? 1 : 0;
+            if (p.immdt != nullptr) {
+                c.imm_data = p.immdt->imm_be();
+                c.wc_flags = IBV_WC_WITH_IMM;
+            }
+            if (p.ieth != nullptr) {
+                // A duplicate never gets here (check_psn): the window is freed once.
+                if (!verbs::invalidate_window(*_s.mrs, p.ieth->rkey(), _s.pd)) {
+                    return verdict::nak_invalid_request;
+                }
+                c.imm_data = p.ieth->rkey();  // ibv_wc.invalidated_rkey, host order
+                c.wc_flags = IBV_WC_WITH_INV;
+            }
+            release_recv_pins();
+            _in_send = false;
+            _msn = psn_add(_msn, 1);
+            _s.ring->retire_recv(1);
+            complete(*_s.recv_cq, c);
+            return verdict::proceed;
+        }
+        case op_kind::write: {
+            if (!last) {
+                _in_write = true;
+                return verdict::proceed;
+            }
+            _in_write = false;
+            _write_pin.reset();
+            _msn = psn_add(_msn, 1);
+            if (p.immdt == nullptr) {
+                return verdict::proceed;
+            }
+            proto::cqe c{};
+            c.wr_id = _recv.wr_id;
+            c.status = IBV_WC_SUCCESS;
+            c.opcode = IBV_WC_RECV_RDMA_WITH_IMM;
+            c.byte_len = _write_length;
+            c.imm_data = p.immdt->imm_be();
+            c.wc_flags = IBV_WC_WITH_IMM;
+            c.qp_num = _s.qpn;
+            c.src_qp = _machine.attr().dest_qp_num;
+            c.solicited = p.solicited ? 1 : 0;
+            release_recv_pins();
+            _s.ring->retire_recv(1);
+            complete(*_s.recv_cq, c);
+            return verdict::proceed;
+        }
+        default:
+            return verdict::proceed;
+    }
+}
+
+// RC: the expected PSN moves on; a message's last packet that asks for an ACK gets it now
+// (deferred to the next poll, the ACK would be lost if the program destroyed the QP on seeing
+// the completion, and the requester would retry into a QP that no longer exists); mid-message
+// ACKs are coalesced, one per poll. UC acknowledges nothing (check_psn moved its PSN).
+void rc_qp::acknowledge(inbound_request& r, packet_port& port) {
+    if (!reliable()) {
+        return;
+    }
+    _epsn = psn_add(_epsn, 1);
+    if (!r.p.ack_req) {
+        return;
+    }
+    if ((r.p.info->position & position::last) != 0) {
+        send_ack(port, syndrome_ack(credits_invalid), r.p.psn);
+        _ack_pending = false;
+        return;
+    }
+    _ack_pending = true;
+    _ack_psn = r.p.psn;
+}
+
+// What a step's verdict means on the wire and for the QP. The NAKs move an RC QP to ERR
+// (responder_error); on UC what the requester did wrong drops its message.
+void rc_qp::answer(verdict v, inbound_request& r, packet_port& port) {
+    switch (v) {
+        case verdict::proceed:
+        case verdict::answered:
+        case verdict::drop:
+            return;
+        case verdict::duplicate:
+            if (reliable()) {
+                duplicate_request(r, port);
+            }
+            return;  // UC never retransmits: a copy the fabric made
+        case verdict::nak_sequence_error:
             if (!_nak_sent) {
                 send_ack(port, syndrome_nak(nak_code::psn_sequence_error), _epsn);
                 _stats.naks_sent.fetch_add(1, std::memory_order_relaxed);
                 _nak_sent = true;
             }
             return;
-        case psn_class::duplicate:
-            _stats.duplicates.fetch_add(1, std::memory_order_relaxed);
-            if (kind == op_kind::read_request) {
-                start_read(p, p.psn, true, port);
-            } else if (kind == op_kind::compare_swap || kind == op_kind::fetch_add) {
-                replay_atomic(p, port);
-            } else {
-                _ack_pending = true;
-                _ack_psn = psn_sub(_epsn, 1);
-            }
-            return;
-        case psn_class::expected:
-            break;
-    }
-    _nak_sent = false;
-    const uint8_t pos = p.info->position;
-    const bool continues = (pos & position::first) == 0;
-    if ((_in_send && !(kind == op_kind::send && continues)) ||
-        (_in_write && !(kind == op_kind::write && continues)) ||
-        (!_in_send && !_in_write && continues && pos != 0)) {
-        responder_error(port, proto::event_type::qp_req_err,
-                        syndrome_nak(nak_code::invalid_request), IBV_WC_REM_INV_REQ_ERR);
-        return;
-    }
-    bool advance = false;
-    switch (kind) {
-        case op_kind::send:
-            advance = execute_send(p, port);
-            break;
-        case op_kind::write:
-            advance = execute_write(p, port);
-            break;
-        case op_kind::read_request:
-            start_read(p, _epsn, false, port);
-            return;
-        case op_kind::compare_swap:
-        case op_kind::fetch_add:
-            execute_atomic_request(p, port);
-            return;
-        case op_kind::atomic_write:
-            advance = execute_atomic_write(p, port);
-            break;
-        default:
+        case verdict::nak_invalid_request:
             responder_error(port, proto::event_type::qp_req_err,
                             syndrome_nak(nak_code::invalid_request), IBV_WC_REM_INV_REQ_ERR);
             return;
+        case verdict::nak_length_error:
+            responder_error(port, proto::event_type::qp_req_err,
+                            syndrome_nak(nak_code::invalid_request), IBV_WC_LOC_LEN_ERR);
+            return;
+        case verdict::nak_remote_access:
+            responder_error(port, proto::event_type::qp_access_err,
+                            syndrome_nak(nak_code::remote_access_error), IBV_WC_REM_ACCESS_ERR);
+            return;
+        case verdict::nak_remote_operation:
+            responder_error(port, proto::event_type::qp_fatal,
+                            syndrome_nak(nak_code::remote_operational_error), _recv.local_error);
+            return;
+        case verdict::rnr:
+            if (!reliable()) {
+                abandon_message();  // UC: no RNR, the message is lost
+                return;
+            }
+            send_ack(port, syndrome_rnr_nak(_machine.attr().min_rnr_timer), r.p.psn);
+            _stats.rnr_naks_sent.fetch_add(1, std::memory_order_relaxed);
+            return;
     }
-    if (!advance) {
-        return;
-    }
-    _epsn = psn_add(_epsn, 1);
-    if (!p.ack_req) {
-        return;
-    }
-    if ((pos & position::last) != 0) {
-        // A message ended (and may have completed a receive): ACK it now. Deferred to the
-        // next poll, the ACK would be lost if the program destroyed the QP on seeing that
-        // completion, and the requester would retry into a QP that no longer exists.
-        send_ack(port, syndrome_ack(credits_invalid), p.psn);
-        _ack_pending = false;
-        return;
-    }
-    _ack_pending = true;  // mid-message: coalesced, one ACK per poll
-    _ack_psn = p.psn;
 }
 
-// Duplicates are ACKed again and never placed twice (on_request): the program may have
-// changed the word since.
-bool rc_qp::execute_atomic_write(const roce_packet& p, packet_port& port) {
-    if (p.payload.size() != atomic_write_bytes || p.reth->dma_len() != atomic_write_bytes ||
-        p.reth->va() % atomic_write_bytes != 0) {
-        responder_error(port, proto::event_type::qp_req_err,
-                        syndrome_nak(nak_code::invalid_request), IBV_WC_REM_INV_REQ_ERR);
-        return false;
+// RC: a request the requester sent again because an answer was lost. A READ is executed again
+// from its PSN, an atomic answered from the cache, anything else ACKed again (at the next
+// poll, coalesced).
+void rc_qp::duplicate_request(inbound_request& r, packet_port& port) {
+    switch (r.p.info->kind) {
+        case op_kind::read_request:
+            replay_read(r);
+            return;
+        case op_kind::compare_swap:
+        case op_kind::fetch_add:
+            replay_atomic(r.p, port);
+            return;
+        default:
+            _ack_pending = true;
+            _ack_psn = psn_sub(_epsn, 1);
+            return;
     }
-    auto found = _s.mrs->find_remote(_s.pd, _s.qpn, p.reth->rkey(), p.reth->va(),
-                                     atomic_write_bytes, proto::access_remote_write);
-    if (!found || !grants(IBV_ACCESS_REMOTE_WRITE)) {
-        responder_error(port, proto::event_type::qp_access_err,
-                        syndrome_nak(nak_code::remote_access_error), IBV_WC_REM_ACCESS_ERR);
-        return false;
-    }
-    store_atomic_write(found.bytes.data(), p.payload.data());
-    return true;
 }
 
-void rc_qp::execute_atomic_request(const roce_packet& p, packet_port& port) {
-    const uint64_t va = p.atomic_eth->va();
-    if (va % 8 != 0) {
-        responder_error(port, proto::event_type::qp_req_err,
-                        syndrome_nak(nak_code::invalid_request), IBV_WC_REM_INV_REQ_ERR);
+// A READ asked again: checked as a new one would be, but never NAKed (a refusal would already
+// have been NAKed the first time) and never moving the expected PSN.
+void rc_qp::replay_read(inbound_request& r) {
+    const uint32_t psn = r.p.psn;
+    const uint32_t packets = packets_for(r.p.reth->dma_len(), _mtu);
+    if (psn_diff(psn_add(psn, packets), _epsn) > 0) {
+        return;  // claims PSNs that were never requested: not a retransmission
+    }
+    if (check_rkey(r) != verdict::proceed) {
         return;
     }
-    auto found = _s.mrs->find_remote(_s.pd, _s.qpn, p.atomic_eth->rkey(), va, 8,
-                                     proto::access_remote_atomic);
-    if (!found || !grants(IBV_ACCESS_REMOTE_ATOMIC)) {
-        responder_error(port, proto::event_type::qp_access_err,
-                        syndrome_nak(nak_code::remote_access_error), IBV_WC_REM_ACCESS_ERR);
+    // The requester went back to P: it asks again for everything from P on, so responses
+    // still queued for P or later would only be duplicates of what is coming.
+    std::erase_if(_reads, [&](const read_job& j) {
+        const uint32_t start = psn_sub(j.psn, j.total_packets - j.remaining_packets);
+        return psn_diff(start, psn) >= 0;
+    });
+    if (check_resource(r) != verdict::proceed) {
         return;
     }
-    const uint32_t wr_opcode =
-        p.opcode == opcode::rc_fetch_add ? IBV_WR_ATOMIC_FETCH_AND_ADD : IBV_WR_ATOMIC_CMP_AND_SWP;
-    const uint64_t compare_add = wr_opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ? p.atomic_eth->swap_add()
-                                                                          : p.atomic_eth->compare();
-    const uint64_t orig =
-        execute_atomic(found.bytes.data(), wr_opcode, compare_add, p.atomic_eth->swap_add());
-    // Remembered so that a retransmitted request is answered, never executed twice.
-    _atomic_replies[_atomic_next++ % _atomic_replies.size()] = {p.psn, orig, true};
-    _epsn = psn_add(_epsn, 1);
-    _msn = psn_add(_msn, 1);
-    send_atomic_ack(port, p.psn, orig);
+    queue_read(r, psn);
+}
+
+// Queues the responses of the READ `r` (checked) from `psn` on.
+void rc_qp::queue_read(inbound_request& r, uint32_t psn) {
+    const uint32_t length = r.p.reth->dma_len();
+    const uint32_t packets = packets_for(length, _mtu);
+    read_job job;
+    job.psn = psn;
+    job.remaining_packets = packets;
+    job.total_packets = packets;
+    job.length = length;
+    job.data = r.target.bytes.data();
+    job.pin = std::move(r.target.mr);
+    job.msn = _msn;
+    _reads.push_back(std::move(job));
+}
+
+void rc_qp::release_recv_pins() {
+    for (uint8_t s = 0; s < _recv.sges; ++s) {
+        _recv.pins[s].reset();
+    }
 }
 
 void rc_qp::replay_atomic(const roce_packet& p, packet_port& port) {
@@ -232,76 +598,6 @@ bool rc_qp::take_recv(recv_op& out) {
     return true;
 }
 
-bool rc_qp::execute_send(const roce_packet& p, packet_port& port) {
-    const uint8_t pos = p.info->position;
-    const auto payload = static_cast<uint32_t>(p.payload.size());
-    if (payload > _mtu || ((pos & position::last) == 0 && payload != _mtu)) {
-        responder_error(port, proto::event_type::qp_req_err,
-                        syndrome_nak(nak_code::invalid_request), IBV_WC_REM_INV_REQ_ERR);
-        return false;
-    }
-    if ((pos & position::first) != 0) {
-        if (_recv_held) {
-            _recv_held = false;  // UC: the WQE an abandoned message had taken
-        } else if (!reliable() && !take_recv(_recv)) {
-            abandon_message();  // UC: no RNR, the message is lost
-            return false;
-        } else if (reliable() && !take_recv(_recv)) {
-            send_ack(port, syndrome_rnr_nak(_machine.attr().min_rnr_timer), p.psn);
-            _stats.rnr_naks_sent.fetch_add(1, std::memory_order_relaxed);
-            return false;
-        }
-        _recv_offset = 0;
-        _in_send = true;
-        if (_recv.local_error != IBV_WC_SUCCESS) {
-            responder_error(port, proto::event_type::qp_fatal,
-                            syndrome_nak(nak_code::remote_operational_error), _recv.local_error);
-            return false;
-        }
-    }
-    if (uint64_t{_recv_offset} + payload > _recv.length) {
-        responder_error(port, proto::event_type::qp_req_err,
-                        syndrome_nak(nak_code::invalid_request), IBV_WC_LOC_LEN_ERR);
-        return false;
-    }
-    scatter(_recv.sge_data.data(), _recv.sge_len.data(), _recv.sges, _recv_offset, p.payload.data(),
-            payload);
-    _recv_offset += payload;
-    if ((pos & position::last) == 0) {
-        return true;
-    }
-    proto::cqe c{};
-    c.wr_id = _recv.wr_id;
-    c.status = IBV_WC_SUCCESS;
-    c.opcode = IBV_WC_RECV;
-    c.byte_len = _recv_offset;
-    c.qp_num = _s.qpn;
-    c.src_qp = _machine.attr().dest_qp_num;
-    c.solicited = p.solicited ? 1 : 0;
-    if (p.immdt != nullptr) {
-        c.imm_data = p.immdt->imm_be();
-        c.wc_flags = IBV_WC_WITH_IMM;
-    }
-    if (p.ieth != nullptr) {
-        // A duplicate never gets here (on_request re-ACKs it): the window is freed once.
-        if (!verbs::invalidate_window(*_s.mrs, p.ieth->rkey(), _s.pd)) {
-            responder_error(port, proto::event_type::qp_req_err,
-                            syndrome_nak(nak_code::invalid_request), IBV_WC_REM_INV_REQ_ERR);
-            return false;
-        }
-        c.imm_data = p.ieth->rkey();  // ibv_wc.invalidated_rkey, host order
-        c.wc_flags = IBV_WC_WITH_INV;
-    }
-    for (uint8_t s = 0; s < _recv.sges; ++s) {
-        _recv.pins[s].reset();
-    }
-    _in_send = false;
-    _msn = psn_add(_msn, 1);
-    _s.ring->retire_recv(1);
-    complete(*_s.recv_cq, c);
-    return true;
-}
-
 verbs::mr_lookup rc_qp::remote_target(uint32_t rkey, uint64_t va, uint64_t length,
                                       uint32_t access) const {
     if (length == 0) {
@@ -310,129 +606,6 @@ verbs::mr_lookup rc_qp::remote_target(uint32_t rkey, uint64_t va, uint64_t lengt
         return nothing;
     }
     return _s.mrs->find_remote(_s.pd, _s.qpn, rkey, va, length, access);
-}
-
-bool rc_qp::execute_write(const roce_packet& p, packet_port& port) {
-    const uint8_t pos = p.info->position;
-    const auto payload = static_cast<uint32_t>(p.payload.size());
-    if (payload > _mtu || ((pos & position::last) == 0 && payload != _mtu)) {
-        responder_error(port, proto::event_type::qp_req_err,
-                        syndrome_nak(nak_code::invalid_request), IBV_WC_REM_INV_REQ_ERR);
-        return false;
-    }
-    if ((pos & position::first) != 0) {
-        const uint32_t length = p.reth->dma_len();
-        auto found =
-            remote_target(p.reth->rkey(), p.reth->va(), length, proto::access_remote_write);
-        if (!found || !grants(IBV_ACCESS_REMOTE_WRITE)) {
-            responder_error(port, proto::event_type::qp_access_err,
-                            syndrome_nak(nak_code::remote_access_error), IBV_WC_REM_ACCESS_ERR);
-            return false;
-        }
-        _write_data = found.bytes.data();
-        _write_length = length;
-        _write_offset = 0;
-        _write_pin = std::move(found.mr);
-    }
-    const bool last = (pos & position::last) != 0;
-    if (uint64_t{_write_offset} + payload > _write_length ||
-        (last && _write_offset + payload != _write_length)) {
-        responder_error(port, proto::event_type::qp_req_err,
-                        syndrome_nak(nak_code::invalid_request), IBV_WC_REM_INV_REQ_ERR);
-        return false;
-    }
-    // WRITE with immediate consumes a receive WQE: check for one before touching memory, so
-    // an RNR NAK leaves nothing half done.
-    recv_op imm_recv;
-    bool have_recv = false;
-    if (last && p.immdt != nullptr && _recv_held) {
-        // UC: the WQE an abandoned SEND had taken is the oldest: receives complete in order.
-        imm_recv = std::move(_recv);
-        _recv_held = false;
-        have_recv = true;
-    }
-    if (last && p.immdt != nullptr && !have_recv && !take_recv(imm_recv)) {
-        if (!reliable()) {
-            abandon_message();  // UC: no RNR, the message is lost
-            return false;
-        }
-        if ((pos & position::first) != 0) {
-            _write_pin.reset();  // an ONLY packet: it comes again, RETH and all
-        }
-        send_ack(port, syndrome_rnr_nak(_machine.attr().min_rnr_timer), p.psn);
-        _stats.rnr_naks_sent.fetch_add(1, std::memory_order_relaxed);
-        return false;
-    }
-    if (payload > 0) {
-        std::memcpy(_write_data + _write_offset, p.payload.data(), payload);
-    }
-    _write_offset += payload;
-    if (!last) {
-        _in_write = true;
-        return true;
-    }
-    _in_write = false;
-    _write_pin.reset();
-    _msn = psn_add(_msn, 1);
-    if (p.immdt != nullptr) {
-        proto::cqe c{};
-        c.wr_id = imm_recv.wr_id;
-        c.status = IBV_WC_SUCCESS;
-        c.opcode = IBV_WC_RECV_RDMA_WITH_IMM;
-        c.byte_len = _write_length;
-        c.imm_data = p.immdt->imm_be();
-        c.wc_flags = IBV_WC_WITH_IMM;
-        c.qp_num = _s.qpn;
-        c.src_qp = _machine.attr().dest_qp_num;
-        c.solicited = p.solicited ? 1 : 0;
-        _s.ring->retire_recv(1);
-        complete(*_s.recv_cq, c);
-    }
-    return true;
-}
-
-void rc_qp::start_read(const roce_packet& p, uint32_t psn, bool duplicate, packet_port& port) {
-    const uint32_t length = p.reth->dma_len();
-    const uint32_t packets = packets_for(length, _mtu);
-    if (duplicate && psn_diff(psn_add(psn, packets), _epsn) > 0) {
-        return;  // claims PSNs that were never requested: not a retransmission
-    }
-    auto found = remote_target(p.reth->rkey(), p.reth->va(), length, proto::access_remote_read);
-    if (!found || !grants(IBV_ACCESS_REMOTE_READ)) {
-        if (!duplicate) {
-            responder_error(port, proto::event_type::qp_access_err,
-                            syndrome_nak(nak_code::remote_access_error), IBV_WC_REM_ACCESS_ERR);
-        }
-        return;
-    }
-    if (duplicate) {
-        // The requester went back to P: it asks again for everything from P on, so responses
-        // still queued for P or later would only be duplicates of what is coming.
-        std::erase_if(_reads, [&](const read_job& j) {
-            const uint32_t start = psn_sub(j.psn, j.total_packets - j.remaining_packets);
-            return psn_diff(start, psn) >= 0;
-        });
-    }
-    if (_reads.size() >= _s.limits.max_qp_rd_atom + read_job_slack) {
-        if (!duplicate) {
-            responder_error(port, proto::event_type::qp_req_err,
-                            syndrome_nak(nak_code::invalid_request), IBV_WC_REM_INV_REQ_ERR);
-        }
-        return;
-    }
-    read_job job;
-    job.psn = psn;
-    job.remaining_packets = packets;
-    job.total_packets = packets;
-    job.length = length;
-    job.data = found.bytes.data();
-    job.pin = std::move(found.mr);
-    if (!duplicate) {
-        _epsn = psn_add(_epsn, packets);
-        _msn = psn_add(_msn, 1);
-    }
-    job.msn = _msn;
-    _reads.push_back(std::move(job));
 }
 
 unsigned rc_qp::send_read_responses(packet_port& port, uint64_t now_ns, unsigned budget) {
@@ -517,9 +690,7 @@ void rc_qp::responder_error(packet_port& port, proto::event_type event, uint8_t 
                        : recv_status;
         c.opcode = IBV_WC_RECV;
         c.qp_num = _s.qpn;
-        for (uint8_t s = 0; s < _recv.sges; ++s) {
-            _recv.pins[s].reset();
-        }
+        release_recv_pins();
         _in_send = false;
         _s.ring->retire_recv(1);
         complete(*_s.recv_cq, c);

@@ -1,5 +1,6 @@
-// The UC and UD responders: no ACKs, no NAKs; a loss drops the message (UC), a datagram is
-// checked against the Q_Key and delivered after its 40-byte GRH area (UD).
+// The unreliable transports' own parts of the responder: a UC message abandoned (a loss, no
+// receive WQE, a refused request: no ACKs, no NAKs; UC's steps are responder.cc's), and the
+// UD responder: a datagram checked against the Q_Key and delivered after its 40-byte GRH area.
 
 #include "rnic/rc_qp.hh"
 
@@ -30,53 +31,29 @@ void rc_qp::abandon_message() {
     _discarding = true;
 }
 
-void rc_qp::on_unreliable_request(const roce_packet& p, packet_port& port) {
-    const op_kind kind = p.info->kind;
-    const bool first = (p.info->position & position::first) != 0;
-    switch (classify_request_psn(p.psn, _epsn)) {
-        case psn_class::duplicate:
-            _stats.duplicates.fetch_add(1, std::memory_order_relaxed);
-            return;  // UC never retransmits: a copy the fabric made
-        case psn_class::ahead:
-            _stats.out_of_sequence.fetch_add(1, std::memory_order_relaxed);
-            if (_in_send || _in_write) {
-                abandon_message();  // packets of it were lost
-            }
-            break;
-        case psn_class::expected:
-            break;
-    }
-    _epsn = psn_add(p.psn, 1);
-    if (first) {
-        if (_in_send || _in_write) {
-            abandon_message();  // its last packet was lost
-        }
-        _discarding = false;
-    } else if (_discarding ||
-               !((_in_send && kind == op_kind::send) || (_in_write && kind == op_kind::write))) {
-        _discarding = true;  // the rest of a message that is already lost
-        return;
-    }
-    if (kind == op_kind::send) {
-        execute_send(p, port);
-    } else if (kind == op_kind::write) {
-        execute_write(p, port);
-    } else {
-        abandon_message();  // not a UC operation (the engine checked the transport)
-    }
-}
-
+// UD's steps: the Q_Key, a receive WQE (UD has no RNR: without one the datagram is lost), then
+// the datagram delivered; a refused datagram is lost alone and counted.
 void rc_qp::on_datagram(const roce_packet& p) {
-    // IB spec 10.2.5: a datagram whose Q_Key is not the QP's is dropped, silently.
-    if (p.deth == nullptr || p.deth->qkey() != _machine.attr().qkey) {
+    if (check_qkey(p) != verdict::proceed) {
         _stats.messages_dropped.fetch_add(1, std::memory_order_relaxed);
         return;
     }
     recv_op r;
     if (!take_recv(r)) {
         _stats.messages_dropped.fetch_add(1, std::memory_order_relaxed);
-        return;  // no receive posted: UD has no RNR, the datagram is lost
+        return;
     }
+    deliver_datagram(p, r);
+}
+
+// IB spec 10.2.5: a datagram whose Q_Key is not the QP's is dropped, silently.
+rc_qp::verdict rc_qp::check_qkey(const roce_packet& p) const {
+    return p.deth != nullptr && p.deth->qkey() == _machine.attr().qkey ? verdict::proceed
+                                                                       : verdict::drop;
+}
+
+// A buffer too small for the GRH area and the payload completes with IBV_WC_LOC_LEN_ERR.
+void rc_qp::deliver_datagram(const roce_packet& p, recv_op& r) {
     const auto payload = static_cast<uint32_t>(p.payload.size());
     proto::cqe c{};
     c.wr_id = r.wr_id;

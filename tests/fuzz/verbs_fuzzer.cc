@@ -25,7 +25,7 @@
 // what jakirod mapped faults instead of landing in a neighbour.
 //
 // Optional, off by default: JAKIRO_FUZZ_MAX_CQES_PER_POLL=N aborts when one poll writes more
-// than N completions (issue 12 item 3: flushes and completions in a per-visit budget).
+// than N completions (the engine flushes and completes within a per-visit budget).
 //
 // Input: a sequence of operations, each an opcode byte then its arguments (little-endian;
 // past the end every read is 0). make_verbs_seeds.py writes valid sequences in this layout.

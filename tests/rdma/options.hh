@@ -14,40 +14,32 @@
 
 namespace jakiro::rdma_test {
 
+// What every program's params hold (each derives its own from it): which side, where, how
+// long, on which device.
+struct side_params {
+    // The overall limit (deadline.hh) unless --timeout says otherwise.
+    static constexpr int default_timeout_s = 60;
+
+    explicit side_params(uint16_t default_port) : port(default_port) {}
+
+    bool server = false;
+    std::string connect_ip;
+    uint16_t port;
+    int timeout_s = default_timeout_s;
+    link_options link;
+};
+
 struct program_option {
     const char* name;  // the long option, without "--"
     bool takes_value;
     std::function<void(const std::string& value)> set;  // may throw test_error (a bad number)
 };
 
-// The options every program takes, writing into its params (fields server, connect_ip, port,
-// timeout_s and link).
-template <typename Params>
-std::vector<program_option> side_options(Params& p) {
-    return {
-        {"server", false, [&p](const std::string&) { p.server = true; }},
-        {"connect", true, [&p](const std::string& v) { p.connect_ip = v; }},
-        {"port", true,
-         [&p](const std::string& v) { p.port = static_cast<uint16_t>(parse_u64(v)); }},
-        {"timeout", true,
-         [&p](const std::string& v) { p.timeout_s = static_cast<int>(parse_u64(v)); }},
-        {"device", true, [&p](const std::string& v) { p.link.device = v; }},
-        {"ib-port", true,
-         [&p](const std::string& v) { p.link.ib_port = static_cast<uint8_t>(parse_u64(v)); }},
-        {"gid-index", true,
-         [&p](const std::string& v) { p.link.gid_index = static_cast<int>(parse_u64(v)); }},
-    };
-}
-
-// Parses argv with `options` (and --help): `usage(0)` for --help, `usage(2)` for an unknown
-// option, a bad value (its message first) or a stray argument.
-void parse_options(int argc, char** argv, const char* program,
-                   const std::vector<program_option>& options, void (*usage)(int));
-
-// Exactly one of --server and --connect.
-template <typename Params>
-bool one_side(const Params& p) {
-    return p.server == p.connect_ip.empty();
-}
+// Parses argv with the side options and the program's `own` (and --help): `usage(0)` for
+// --help; `usage(2)` for an unknown option, a bad value (its message first), a stray
+// argument, not exactly one of --server and --connect, or a timeout that is not positive.
+// The program checks its own options' ranges afterwards.
+void parse_side_options(int argc, char** argv, const char* program, side_params& p,
+                        std::vector<program_option> own, void (*usage)(int));
 
 }  // namespace jakiro::rdma_test

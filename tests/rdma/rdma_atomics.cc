@@ -34,6 +34,7 @@
 #include "deadline.hh"
 #include "options.hh"
 #include "pattern.hh"
+#include "program.hh"
 #include "rc_link.hh"
 #include "tcp_line.hh"
 
@@ -48,7 +49,6 @@ constexpr uint32_t default_window = 16;
 constexpr uint32_t default_clients = 2;
 constexpr uint64_t default_initial = 0x100000000ULL;  // above 32 bits: a torn add shows
 constexpr uint64_t max_add = 1 << 16;
-constexpr int default_timeout_s = 60;
 constexpr std::size_t counter_page = 4096;  // the counter, then bytes that must not change
 constexpr std::size_t values_per_line = 100;
 constexpr int max_reported = 20;
@@ -56,17 +56,14 @@ constexpr uint64_t poison = 0xdeadbeefdeadbeefULL;  // result slots before the a
 
 enum : int { fetch_add = 0, swapped = 1, not_swapped = 2 };
 
-struct params {
-    bool server = false;
-    std::string connect_ip;
-    uint16_t port = default_port;
+struct params : side_params {
+    params() : side_params(default_port) {}
+
     uint64_t atomics = default_atomics;
     uint64_t seed = 1;
     uint32_t window = default_window;
     uint32_t clients = default_clients;
     uint64_t initial = default_initial;
-    int timeout_s = default_timeout_s;
-    link_options link;
 };
 
 [[noreturn]] void usage(int status) {
@@ -78,15 +75,14 @@ struct params {
                  "timeout %d s\n",
                  program, program, default_port, default_clients,
                  static_cast<unsigned long long>(default_atomics), default_window,
-                 default_timeout_s);
+                 side_params::default_timeout_s);
     std::exit(status);
 }
 
 params parse(int argc, char** argv) {
     params p;
-    std::vector<program_option> options = side_options(p);
-    options.insert(
-        options.end(),
+    parse_side_options(
+        argc, argv, program, p,
         {
             {"atomics", true, [&p](const std::string& v) { p.atomics = parse_u64(v); }},
             {"seed", true, [&p](const std::string& v) { p.seed = parse_u64(v); }},
@@ -95,10 +91,10 @@ params parse(int argc, char** argv) {
             {"clients", true,
              [&p](const std::string& v) { p.clients = static_cast<uint32_t>(parse_u64(v)); }},
             {"initial", true, [&p](const std::string& v) { p.initial = parse_u64(v); }},
-        });
-    parse_options(argc, argv, program, options, usage);
-    if (!one_side(p) || p.atomics == 0 || p.atomics > 1000000 || p.window == 0 || p.window > 256 ||
-        p.clients == 0 || p.clients > 16 || p.timeout_s <= 0) {
+        },
+        usage);
+    if (p.atomics == 0 || p.atomics > 1000000 || p.window == 0 || p.window > 256 ||
+        p.clients == 0 || p.clients > 16) {
         usage(2);
     }
     return p;
@@ -432,13 +428,5 @@ int run_client(params& p) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    params p = parse(argc, argv);
-    arm_deadline(program, p.timeout_s);
-    std::setvbuf(stdout, nullptr, _IOLBF, 0);
-    try {
-        return p.server ? run_server(p) : run_client(p);
-    } catch (const test_error& e) {
-        report_error(e);
-        return 1;
-    }
+    return run_test_program(argc, argv, program, parse, run_server, run_client);
 }

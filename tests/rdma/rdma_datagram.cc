@@ -33,6 +33,7 @@
 #include "deadline.hh"
 #include "options.hh"
 #include "pattern.hh"
+#include "program.hh"
 #include "rc_link.hh"
 #include "tcp_line.hh"
 
@@ -44,7 +45,6 @@ constexpr const char* program = "rdma_datagram";
 constexpr uint16_t default_port = 7473;
 constexpr uint64_t default_datagrams = 2000;
 constexpr uint32_t default_batch = 32;
-constexpr int default_timeout_s = 60;
 constexpr uint32_t grh_bytes = 40;  // the GRH area ahead of every UD payload
 // Any Q_Key both sides agree on; not 0x11111111 (ibv_ud_pingpong's), to tell the two apart.
 constexpr uint32_t qkey = 0x4a4b0d01;
@@ -53,16 +53,13 @@ constexpr int max_reported = 20;
 // A datagram still missing this long after the client's send queue drained is lost.
 constexpr auto lossy_quiet = std::chrono::milliseconds(300);
 
-struct params {
-    bool server = false;
-    std::string connect_ip;
-    uint16_t port = default_port;
+struct params : side_params {
+    params() : side_params(default_port) {}
+
     uint64_t datagrams = default_datagrams;
     uint64_t seed = 1;
     uint32_t batch = default_batch;
     uint64_t lossy_min_percent = 0;
-    int timeout_s = default_timeout_s;
-    link_options link;
 };
 
 [[noreturn]] void usage(int status) {
@@ -73,25 +70,23 @@ struct params {
                  "common: [--device NAME] [--ib-port N] [--gid-index N] [--timeout SECONDS]\n"
                  "defaults: port %u, %llu datagrams, seed 1, batch %u, timeout %d s\n",
                  program, program, default_port, static_cast<unsigned long long>(default_datagrams),
-                 default_batch, default_timeout_s);
+                 default_batch, side_params::default_timeout_s);
     std::exit(status);
 }
 
 params parse(int argc, char** argv) {
     params p;
-    std::vector<program_option> options = side_options(p);
-    options.insert(
-        options.end(),
+    parse_side_options(
+        argc, argv, program, p,
         {
             {"datagrams", true, [&p](const std::string& v) { p.datagrams = parse_u64(v); }},
             {"seed", true, [&p](const std::string& v) { p.seed = parse_u64(v); }},
             {"batch", true,
              [&p](const std::string& v) { p.batch = static_cast<uint32_t>(parse_u64(v)); }},
             {"lossy", true, [&p](const std::string& v) { p.lossy_min_percent = parse_u64(v); }},
-        });
-    parse_options(argc, argv, program, options, usage);
-    if (!one_side(p) || p.batch == 0 || p.batch > 1024 || p.datagrams == 0 || p.timeout_s <= 0 ||
-        p.lossy_min_percent > 100) {
+        },
+        usage);
+    if (p.batch == 0 || p.batch > 1024 || p.datagrams == 0 || p.lossy_min_percent > 100) {
         usage(2);
     }
     return p;
@@ -590,13 +585,5 @@ int run_client(params& p) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    params p = parse(argc, argv);
-    arm_deadline(program, p.timeout_s);
-    std::setvbuf(stdout, nullptr, _IOLBF, 0);
-    try {
-        return p.server ? run_server(p) : run_client(p);
-    } catch (const test_error& e) {
-        report_error(e);
-        return 1;
-    }
+    return run_test_program(argc, argv, program, parse, run_server, run_client);
 }

@@ -45,6 +45,7 @@
 #include "deadline.hh"
 #include "options.hh"
 #include "pattern.hh"
+#include "program.hh"
 #include "rc_link.hh"
 #include "tcp_line.hh"
 
@@ -58,7 +59,6 @@ constexpr uint64_t default_ops = 1000;
 constexpr uint64_t default_max_size = 256 * 1024;
 constexpr uint64_t default_buffer = 16 * 1024 * 1024;  // room for a batch of max-size ops
 constexpr uint32_t default_batch = 16;
-constexpr int default_timeout_s = 60;
 // Bytes on each side of a written range that are checked to be unchanged: a write that runs
 // over its end by a packet's padding or a few bytes is caught.
 constexpr uint64_t guard_bytes = 64;
@@ -162,16 +162,14 @@ struct op {
     }
 };
 
-struct params {
-    bool server = false;
-    std::string connect_ip;
-    uint16_t port = default_port;
+struct params : side_params {
+    params() : side_params(default_port) {}
+
     uint64_t ops = default_ops;
     uint64_t seed = 1;
     uint64_t max_size = default_max_size;
     uint64_t buffer_size = default_buffer;
     uint32_t batch = default_batch;
-    int timeout_s = default_timeout_s;
     bool use_inline = true;
     bool verbose = false;
     bool inject_fault = false;       // corrupt what arrives, once per kind: checks the checker
@@ -180,7 +178,6 @@ struct params {
     bool resize_cq = false;          // --resize-cq: the client resizes its CQ under every batch
     // Server: which of ops, seed, max-size were given, to check them against the client's.
     bool ops_given = false, seed_given = false, max_size_given = false, buffer_given = false;
-    link_options link;
 };
 
 [[noreturn]] void usage(int status) {
@@ -197,15 +194,15 @@ struct params {
                  "          a server given --ops/--seed/--max-size checks they agree.\n",
                  program, program, default_port, static_cast<unsigned long long>(default_ops),
                  static_cast<unsigned long long>(default_max_size),
-                 static_cast<unsigned long long>(default_buffer), default_batch, default_timeout_s);
+                 static_cast<unsigned long long>(default_buffer), default_batch,
+                 side_params::default_timeout_s);
     std::exit(status);
 }
 
 params parse(int argc, char** argv) {
     params p;
-    std::vector<program_option> options = side_options(p);
-    options.insert(
-        options.end(),
+    parse_side_options(
+        argc, argv, program, p,
         {
             {"ops", true,
              [&p](const std::string& v) {
@@ -248,11 +245,8 @@ params parse(int argc, char** argv) {
                  }
              }},
             {"resize-cq", false, [&p](const std::string&) { p.resize_cq = true; }},
-        });
-    parse_options(argc, argv, program, options, usage);
-    if (!one_side(p)) {
-        usage(2);
-    }
+        },
+        usage);
     if (p.lossy_min_percent != 0 && (!p.uc || p.inject_fault)) {
         std::fprintf(stderr, "%s: --lossy is for --transport uc, without --inject-fault\n",
                      program);
@@ -262,10 +256,10 @@ params parse(int argc, char** argv) {
         p.buffer_size = std::max(default_buffer, 4 * p.max_size);
     }
     if (p.max_size == 0 || p.max_size > (1u << 30) || p.batch == 0 || p.batch > 1024 ||
-        p.timeout_s <= 0 || p.buffer_size < 4 * p.max_size || p.buffer_size > (1ull << 30)) {
+        p.buffer_size < 4 * p.max_size || p.buffer_size > (1ull << 30)) {
         std::fprintf(stderr,
-                     "%s: need 1 <= max-size <= 1 GiB, 1 <= batch <= 1024, timeout > 0 and "
-                     "4 x max-size <= buffer-size <= 1 GiB\n",
+                     "%s: need 1 <= max-size <= 1 GiB, 1 <= batch <= 1024 and 4 x max-size <= "
+                     "buffer-size <= 1 GiB\n",
                      program);
         std::exit(2);
     }
@@ -1218,13 +1212,5 @@ int run_client(params& p) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    params p = parse(argc, argv);
-    arm_deadline(program, p.timeout_s);
-    std::setvbuf(stdout, nullptr, _IOLBF, 0);
-    try {
-        return p.server ? run_server(p) : run_client(p);
-    } catch (const test_error& e) {
-        report_error(e);
-        return 1;
-    }
+    return run_test_program(argc, argv, program, parse, run_server, run_client);
 }

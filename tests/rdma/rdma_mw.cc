@@ -30,6 +30,7 @@
 #include "deadline.hh"
 #include "options.hh"
 #include "pattern.hh"
+#include "program.hh"
 #include "rc_link.hh"
 #include "tcp_line.hh"
 
@@ -39,7 +40,6 @@ namespace {
 
 constexpr const char* program = "rdma_mw";
 constexpr uint16_t default_port = 7493;
-constexpr int default_timeout_s = 60;
 constexpr std::size_t server_size = 1 << 20;
 constexpr std::size_t window_offset = 256 * 1024;
 constexpr std::size_t window_size = 512 * 1024;
@@ -48,12 +48,8 @@ constexpr uint64_t server_seed = 0x5e5e;
 constexpr uint64_t client_seed = 0xc1c1;
 constexpr auto completion_wait = std::chrono::seconds(20);
 
-struct params {
-    bool server = false;
-    std::string connect_ip;
-    uint16_t port = default_port;
-    int timeout_s = default_timeout_s;
-    link_options link;
+struct params : side_params {
+    params() : side_params(default_port) {}
 };
 
 [[noreturn]] void usage(int status) {
@@ -66,11 +62,7 @@ struct params {
 
 params parse(int argc, char** argv) {
     params p;
-    std::vector<program_option> options = side_options(p);
-    parse_options(argc, argv, program, options, usage);
-    if (!one_side(p) || p.timeout_s <= 0) {
-        usage(2);
-    }
+    parse_side_options(argc, argv, program, p, {}, usage);
     p.link.access = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
     return p;
 }
@@ -300,13 +292,5 @@ int run_client(params& p) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    params p = parse(argc, argv);
-    arm_deadline(program, p.timeout_s);
-    std::setvbuf(stdout, nullptr, _IOLBF, 0);
-    try {
-        return p.server ? run_server(p) : run_client(p);
-    } catch (const test_error& e) {
-        report_error(e);
-        return 1;
-    }
+    return run_test_program(argc, argv, program, parse, run_server, run_client);
 }

@@ -28,6 +28,7 @@
 #include "deadline.hh"
 #include "options.hh"
 #include "pattern.hh"
+#include "program.hh"
 #include "rc_link.hh"
 #include "tcp_line.hh"
 
@@ -37,7 +38,6 @@ namespace {
 
 constexpr const char* program = "rdma_protection";
 constexpr uint16_t default_port = 7472;
-constexpr int default_timeout_s = 60;
 constexpr std::size_t region_size = 64 * 1024;
 constexpr std::size_t scratch_size = 4096;
 constexpr uint8_t fill_a = 0xa5;
@@ -68,12 +68,8 @@ constexpr bad_case cases[] = {
 };
 constexpr std::size_t case_count = sizeof(cases) / sizeof(cases[0]);
 
-struct params {
-    bool server = false;
-    std::string connect_ip;
-    uint16_t port = default_port;
-    int timeout_s = default_timeout_s;
-    link_options link;
+struct params : side_params {
+    params() : side_params(default_port) {}
 };
 
 [[noreturn]] void usage(int status) {
@@ -81,17 +77,13 @@ struct params {
                  "usage: %s --server [--port P] | --connect IP [--port P]\n"
                  "          [--device NAME] [--ib-port N] [--gid-index N] [--timeout SECONDS]\n"
                  "defaults: port %u, GID index 0, timeout %d s\n",
-                 program, default_port, default_timeout_s);
+                 program, default_port, side_params::default_timeout_s);
     std::exit(status);
 }
 
 params parse(int argc, char** argv) {
     params p;
-    std::vector<program_option> options = side_options(p);
-    parse_options(argc, argv, program, options, usage);
-    if (!one_side(p) || p.timeout_s <= 0) {
-        usage(2);
-    }
+    parse_side_options(argc, argv, program, p, {}, usage);
     return p;
 }
 
@@ -376,13 +368,5 @@ int run_client(params& p) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    params p = parse(argc, argv);
-    arm_deadline(program, p.timeout_s);
-    std::setvbuf(stdout, nullptr, _IOLBF, 0);
-    try {
-        return p.server ? run_server(p) : run_client(p);
-    } catch (const test_error& e) {
-        report_error(e);
-        return 1;
-    }
+    return run_test_program(argc, argv, program, parse, run_server, run_client);
 }

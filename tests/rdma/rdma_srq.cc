@@ -34,6 +34,7 @@
 #include "deadline.hh"
 #include "options.hh"
 #include "pattern.hh"
+#include "program.hh"
 #include "rc_link.hh"
 #include "tcp_line.hh"
 
@@ -47,44 +48,40 @@ constexpr uint32_t default_qps = 4;
 constexpr uint64_t default_ops = 1000;
 constexpr uint64_t default_max_size = 64 * 1024;
 constexpr uint32_t default_batch = 16;
-constexpr int default_timeout_s = 60;
 constexpr uint8_t slot_guard = 0xdb;
 constexpr int max_reported = 20;
 // How long an SRQ_LIMIT_REACHED event may take after the SRQ went below its limit, and how
 // long the server listens for a second one that must not come.
 constexpr int event_wait_ms = 2000;
 
-struct params {
-    bool server = false;
-    std::string connect_ip;
-    uint16_t port = default_port;
+struct params : side_params {
+    params() : side_params(default_port) {}
+
     uint32_t qps = default_qps;
     uint64_t ops = default_ops;
     uint64_t seed = 1;
     uint64_t max_size = default_max_size;
     uint32_t batch = default_batch;
-    int timeout_s = default_timeout_s;
-    link_options link;
 };
 
 [[noreturn]] void usage(int status) {
-    std::fprintf(
-        status == 0 ? stdout : stderr,
-        "usage: %s --server [--port P]\n"
-        "       %s --connect IP [--port P] [--qps N] [--ops N] [--seed S]\n"
-        "          [--max-size BYTES] [--batch N]\n"
-        "common: [--device NAME] [--ib-port N] [--gid-index N] [--timeout SECONDS]\n"
-        "defaults: port %u, %u QPs, %llu ops, max-size %llu, batch %u, timeout %d s\n",
-        program, program, default_port, default_qps, static_cast<unsigned long long>(default_ops),
-        static_cast<unsigned long long>(default_max_size), default_batch, default_timeout_s);
+    std::fprintf(status == 0 ? stdout : stderr,
+                 "usage: %s --server [--port P]\n"
+                 "       %s --connect IP [--port P] [--qps N] [--ops N] [--seed S]\n"
+                 "          [--max-size BYTES] [--batch N]\n"
+                 "common: [--device NAME] [--ib-port N] [--gid-index N] [--timeout SECONDS]\n"
+                 "defaults: port %u, %u QPs, %llu ops, max-size %llu, batch %u, timeout %d s\n",
+                 program, program, default_port, default_qps,
+                 static_cast<unsigned long long>(default_ops),
+                 static_cast<unsigned long long>(default_max_size), default_batch,
+                 side_params::default_timeout_s);
     std::exit(status);
 }
 
 params parse(int argc, char** argv) {
     params p;
-    std::vector<program_option> options = side_options(p);
-    options.insert(
-        options.end(),
+    parse_side_options(
+        argc, argv, program, p,
         {
             {"qps", true,
              [&p](const std::string& v) { p.qps = static_cast<uint32_t>(parse_u64(v)); }},
@@ -93,10 +90,10 @@ params parse(int argc, char** argv) {
             {"max-size", true, [&p](const std::string& v) { p.max_size = parse_u64(v); }},
             {"batch", true,
              [&p](const std::string& v) { p.batch = static_cast<uint32_t>(parse_u64(v)); }},
-        });
-    parse_options(argc, argv, program, options, usage);
-    if (!one_side(p) || p.qps == 0 || p.qps > 64 || p.ops == 0 || p.max_size == 0 ||
-        p.max_size > (1u << 24) || p.batch < 2 || p.batch > 512 || p.timeout_s <= 0) {
+        },
+        usage);
+    if (p.qps == 0 || p.qps > 64 || p.ops == 0 || p.max_size == 0 || p.max_size > (1u << 24) ||
+        p.batch < 2 || p.batch > 512) {
         usage(2);
     }
     return p;
@@ -535,13 +532,5 @@ int run_client(params& p) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    params p = parse(argc, argv);
-    arm_deadline(program, p.timeout_s);
-    std::setvbuf(stdout, nullptr, _IOLBF, 0);
-    try {
-        return p.server ? run_server(p) : run_client(p);
-    } catch (const test_error& e) {
-        report_error(e);
-        return 1;
-    }
+    return run_test_program(argc, argv, program, parse, run_server, run_client);
 }

@@ -8,8 +8,10 @@
 #include <rte_tcp.h>
 #include <rte_udp.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "arp.hh"
 #include "config/host_config.hh"
@@ -82,6 +84,30 @@ inline rte_mbuf* mbuf_from(rte_mempool* pool, const uint8_t* bytes, uint32_t len
     rte_mbuf* m = rte_pktmbuf_alloc(pool);
     std::memcpy(rte_pktmbuf_append(m, static_cast<uint16_t>(len)), bytes, len);
     return m;
+}
+
+// Every byte of `m`, across its segments.
+inline std::vector<uint8_t> bytes_of(const rte_mbuf* m) {
+    std::vector<uint8_t> out(rte_pktmbuf_pkt_len(m));
+    // rte_pktmbuf_read copies only when the bytes span segments; otherwise it points at them.
+    const auto* at = static_cast<const uint8_t*>(rte_pktmbuf_read(m, 0, out.size(), out.data()));
+    std::memcpy(out.data(), at, out.size());
+    return out;
+}
+
+// A message from the fabric as the uplink face reads it: its first bytes, as many as a fresh
+// mbuf of `pool` holds (at most `head_max`), in that mbuf; the rest in `tail`.
+inline rte_mbuf* head_and_tail(rte_mempool* pool, const std::vector<uint8_t>& bytes,
+                               std::vector<uint8_t>& tail, uint32_t head_max = UINT32_MAX) {
+    rte_mbuf* head = rte_pktmbuf_alloc(pool);
+    if (head == nullptr) {
+        return nullptr;
+    }
+    const auto head_len = static_cast<uint32_t>(
+        std::min<std::size_t>({rte_pktmbuf_tailroom(head), head_max, bytes.size()}));
+    std::memcpy(rte_pktmbuf_append(head, static_cast<uint16_t>(head_len)), bytes.data(), head_len);
+    tail.assign(bytes.begin() + head_len, bytes.end());
+    return head;
 }
 
 inline rte_mbuf* ipv4_mbuf(rte_mempool* pool, const ipv4_frame_spec& spec) {

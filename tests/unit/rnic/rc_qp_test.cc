@@ -24,6 +24,7 @@
 #include "rnic/queues/memory_window.hh"
 #include "rnic/verbs/device_model.hh"
 #include "rnic/verbs/resources.hh"
+#include "rnic/wire/aeth.hh"
 #include "rnic/wire/icrc.hh"
 #include "verbs_abi/qp_attr_wire.hh"
 
@@ -2639,6 +2640,178 @@ TEST_F(rc_qp_mw_test, on_one_host_writes_through_a_window_and_send_with_inv_beha
     c = complete(a, wqe(4, IBV_WR_RDMA_WRITE, a.iova(0), 16, a.mr, b.iova(0x30000), rkey));
     EXPECT_EQ(c.status, IBV_WC_REM_ACCESS_ERR);
     EXPECT_EQ(static_cast<uint8_t>(b.region[0x30000]), 0);
+}
+
+// The responder's verdicts (responder.cc's steps) that the tests above do not reach, each as the
+// requester and the responder's owner see it. Where a test needs a request no requester would
+// send, it takes a's frames off the wire, rewrites them (opcode, PSN) and seals them again.
+class responder_verdict_test : public rc_qp_test {
+  protected:
+    static constexpr std::size_t bth_at = 14 + 20 + 8;  // Ethernet, IPv4, UDP
+    static constexpr std::size_t aeth_at = bth_at + 12;
+
+    static uint8_t opcode_of(const test_wire::frame& f) { return f.bytes[bth_at]; }
+    static uint32_t psn_of(const test_wire::frame& f) {
+        const uint8_t* b = f.bytes.data() + bth_at + 9;
+        return (uint32_t{b[0]} << 16) | (uint32_t{b[1]} << 8) | b[2];
+    }
+    static void set_psn(test_wire::frame& f, uint32_t psn) {
+        uint8_t* b = f.bytes.data() + bth_at + 9;
+        b[0] = static_cast<uint8_t>(psn >> 16);
+        b[1] = static_cast<uint8_t>(psn >> 8);
+        b[2] = static_cast<uint8_t>(psn);
+    }
+    // The AETH syndrome of an ACK or NAK b sent; -1 for any other frame.
+    static int syndrome_from_b(const test_wire::frame& f) {
+        return f.from == 1 && opcode_of(f) == opcode::rc_acknowledge ? f.bytes[aeth_at] : -1;
+    }
+    // Hands `f` (rewritten or not) to the engine as the wire would, with a fresh ICRC.
+    void deliver(test_wire::frame f) {
+        uint8_t* ip = f.bytes.data() + 14;
+        const auto ip_len = static_cast<uint32_t>(f.bytes.size() - 14);
+        store_icrc(ip + ip_len - 4, *compute_icrc(ip, ip_len - 4));
+        eng.receive(f.dst_ip_be == htonl(ip_a) ? 0 : 1, ip, ip_len, wire, now);
+    }
+    // a's frames of what it posted, taken off the wire before anyone receives them.
+    std::deque<test_wire::frame> frames_of_a() {
+        eng.poll(wire, now);
+        std::deque<test_wire::frame> out;
+        out.swap(wire.frames);
+        return out;
+    }
+    bool heard(proto::event_type e) const {
+        return std::find(events.begin(), events.end(), static_cast<uint32_t>(e)) != events.end();
+    }
+    proto::cqe completion(side& s, bool send) {
+        proto::cqe c{};
+        EXPECT_TRUE(send ? s.poll_send(c) : s.poll_recv(c));
+        return c;
+    }
+};
+
+TEST_F(responder_verdict_test,
+       a_psn_gap_is_nakked_once_as_a_sequence_error_and_go_back_n_heals_it) {
+    connect_both();
+    b.post_recv(1, 0, 8192);
+    fill(a, 0, 4096, 7);
+    a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 4096, a.mr));  // 4 packets at MTU 1024
+    bool lost_first = false;
+    int sequence_naks = 0;
+    run(200, 10'000, [&](const test_wire::frame& f) {
+        if (f.from == 0 && !lost_first) {
+            lost_first = true;  // packets 2-4 arrive ahead of the expected PSN
+            return false;
+        }
+        sequence_naks += syndrome_from_b(f) == syndrome_nak(nak_code::psn_sequence_error);
+        return true;
+    });
+    EXPECT_EQ(sequence_naks, 1) << "three packets ahead, one NAK until the expected PSN comes";
+    EXPECT_EQ(completion(a, true).status, IBV_WC_SUCCESS);
+    const proto::cqe r = completion(b, false);
+    EXPECT_EQ(r.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(r.byte_len, 4096u);
+    EXPECT_TRUE(same(a, 0, b, 0, 4096));
+    for (const auto& q : eng.report()) {
+        if (q.vnic == 1) {
+            EXPECT_EQ(q.out_of_sequence, 3u);
+            EXPECT_EQ(q.naks_sent, 1u);
+        }
+    }
+}
+
+TEST_F(responder_verdict_test, a_middle_packet_with_no_message_under_way_is_an_invalid_request) {
+    connect_both();
+    b.post_recv(1, 0, 8192);
+    std::memset(b.region, 0x5A, 8192);
+    fill(a, 0, 3000, 8);
+    a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 3000, a.mr));
+    auto frames = frames_of_a();
+    ASSERT_EQ(frames.size(), 3u);
+    ASSERT_EQ(opcode_of(frames[1]), opcode::rc_send_middle);
+    // The middle packet at the expected PSN, its first packet never seen: out of sequence.
+    set_psn(frames[1], psn_of(frames[0]));
+    deliver(frames[1]);
+    ASSERT_FALSE(wire.frames.empty());
+    EXPECT_EQ(syndrome_from_b(wire.frames.back()), syndrome_nak(nak_code::invalid_request));
+    EXPECT_TRUE(heard(proto::event_type::qp_req_err));
+    run(50);
+    EXPECT_EQ(completion(a, true).status, IBV_WC_REM_INV_REQ_ERR);
+    EXPECT_EQ(completion(b, false).status, IBV_WC_WR_FLUSH_ERR) << "the WQE was never taken";
+    for (std::size_t i = 0; i < 8192; ++i) {
+        ASSERT_EQ(static_cast<uint8_t>(b.region[i]), 0x5A) << "nothing placed, byte " << i;
+    }
+}
+
+TEST_F(responder_verdict_test, a_first_packet_shorter_than_the_mtu_is_an_invalid_request) {
+    connect_both();
+    b.post_recv(1, 0, 8192);
+    std::memset(b.region, 0x5A, 8192);
+    a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 100, a.mr));
+    auto frames = frames_of_a();
+    ASSERT_EQ(frames.size(), 1u);
+    ASSERT_EQ(opcode_of(frames[0]), opcode::rc_send_only);
+    frames[0].bytes[bth_at] = opcode::rc_send_first;  // 100 bytes, yet more would follow
+    deliver(frames[0]);
+    ASSERT_FALSE(wire.frames.empty());
+    EXPECT_EQ(syndrome_from_b(wire.frames.back()), syndrome_nak(nak_code::invalid_request));
+    run(50);
+    EXPECT_EQ(completion(a, true).status, IBV_WC_REM_INV_REQ_ERR);
+    EXPECT_EQ(completion(b, false).status, IBV_WC_WR_FLUSH_ERR)
+        << "refused for its length before it took a receive WQE";
+    EXPECT_EQ(static_cast<uint8_t>(b.region[0]), 0x5A);
+}
+
+TEST_F(responder_verdict_test,
+       a_send_longer_than_its_receive_fails_loc_len_there_and_rem_inv_req_here) {
+    connect_both();
+    b.post_recv(1, 0, 100);
+    a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 200, a.mr));
+    run(50);
+    EXPECT_EQ(completion(a, true).status, IBV_WC_REM_INV_REQ_ERR);
+    const proto::cqe r = completion(b, false);
+    EXPECT_EQ(r.wr_id, 1u);
+    EXPECT_EQ(r.status, IBV_WC_LOC_LEN_ERR);
+    EXPECT_TRUE(heard(proto::event_type::qp_req_err));
+}
+
+TEST_F(responder_verdict_test, a_receive_wqe_with_a_bad_lkey_fails_there_and_rem_op_err_here) {
+    connect_both();
+    proto::recv_wqe w{};
+    w.wr_id = 9;
+    w.num_sge = 1;
+    w.sg[0] = {b.iova(0), 4096, b.mr ^ 0x55};  // no such local key
+    proto::rq_slots(b.ring, b.ring->sq_capacity)[b.rq_posted & (b.ring->rq_capacity - 1)] = w;
+    proto::publish_wqes(b.ring->rq_producer, ++b.rq_posted);
+    a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 64, a.mr));
+    run(50);
+    EXPECT_EQ(completion(a, true).status, IBV_WC_REM_OP_ERR);
+    const proto::cqe r = completion(b, false);
+    EXPECT_EQ(r.wr_id, 9u);
+    EXPECT_EQ(r.status, IBV_WC_LOC_PROT_ERR);
+    EXPECT_TRUE(heard(proto::event_type::qp_fatal));
+}
+
+TEST_F(responder_verdict_test, reads_beyond_the_responders_resources_are_an_invalid_request) {
+    connect_both();
+    a.post_send(wqe(1, IBV_WR_RDMA_READ, a.iova(0), 1, a.mr, b.iova(0), b.mr));
+    auto frames = frames_of_a();
+    ASSERT_EQ(frames.size(), 1u);
+    // A requester ignoring max_dest_rd_atomic (16): one-packet READs, each at the next PSN,
+    // before b has sent a single response.
+    const uint32_t psn = psn_of(frames[0]);
+    int refused_at = -1;
+    for (int k = 0; k < 32 && refused_at < 0; ++k) {
+        set_psn(frames[0], (psn + k) & 0xFFFFFF);
+        deliver(frames[0]);
+        for (const auto& f : wire.frames) {
+            if (syndrome_from_b(f) == syndrome_nak(nak_code::invalid_request)) {
+                refused_at = k;
+            }
+        }
+    }
+    EXPECT_GE(refused_at, 16) << "the READs a QP may have outstanding are taken";
+    EXPECT_LT(refused_at, 32) << "a queue without bound is refused";
+    EXPECT_TRUE(heard(proto::event_type::qp_req_err));
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 namespace jakiro::overlay {
 namespace {
 
+using test::bytes_of;
 using test::ip;
 using test::mac;
 
@@ -29,14 +30,6 @@ rte_mempool* small_pool() {
     static rte_mempool* pool = rte_pktmbuf_pool_create("gso_test_small", 4095, 0, 0,
                                                        RTE_MBUF_DEFAULT_BUF_SIZE, rte_socket_id());
     return pool;
-}
-
-std::vector<uint8_t> bytes_of(const rte_mbuf* m) {
-    std::vector<uint8_t> out(rte_pktmbuf_pkt_len(m));
-    // rte_pktmbuf_read copies only when the bytes span segments; otherwise it points at them.
-    const auto* at = static_cast<const uint8_t*>(rte_pktmbuf_read(m, 0, out.size(), out.data()));
-    std::memcpy(out.data(), at, out.size());
-    return out;
 }
 
 struct UdpGsoTest : testing::Test {
@@ -138,13 +131,12 @@ TEST_F(UdpGsoTest, ReceivedDatagramIsCutIntoFramesThatGroMergesIntoTheTenantsSup
     owned.push_back(datagram);
     const auto bytes = bytes_of(datagram);
     // As the uplink face reads it: the first 1920 bytes into an ordinary mbuf, the rest aside.
-    rte_mbuf* head = rte_pktmbuf_alloc(small_pool());
-    const uint32_t head_len = std::min<uint32_t>(rte_pktmbuf_tailroom(head), bytes.size());
-    std::memcpy(rte_pktmbuf_append(head, static_cast<uint16_t>(head_len)), bytes.data(), head_len);
+    std::vector<uint8_t> tail;
+    rte_mbuf* head = test::head_and_tail(small_pool(), bytes, tail);
     rte_mbuf* cut[max_gso_chunks];
     uint16_t count = 0;
-    ASSERT_EQ(split_udp_gso(head, bytes.data() + head_len, bytes.size(), datagram->tso_segsz,
-                            small_pool(), cut, count),
+    ASSERT_EQ(split_udp_gso(head, tail.data(), bytes.size(), datagram->tso_segsz, small_pool(), cut,
+                            count),
               split_verdict::ok);
     ASSERT_EQ(count, n);
     for (uint16_t i = 0; i < count; ++i) {
@@ -186,11 +178,7 @@ rte_mbuf* received(uint32_t len, std::vector<uint8_t>& tail) {
     spec.proto = IPPROTO_UDP;
     spec.payload = 8;
     test::write_ipv4_frame(bytes.data(), spec);
-    rte_mbuf* head = rte_pktmbuf_alloc(small_pool());
-    const uint32_t head_len = std::min<uint32_t>(rte_pktmbuf_tailroom(head), len);
-    std::memcpy(rte_pktmbuf_append(head, static_cast<uint16_t>(head_len)), bytes.data(), head_len);
-    tail.assign(bytes.begin() + head_len, bytes.end());
-    return head;
+    return test::head_and_tail(small_pool(), bytes, tail);
 }
 
 // Splits a datagram from the fabric of `len` bytes at `gso_size` into `cut`.
@@ -241,17 +229,14 @@ TEST_F(UdpGsoTest, RandomDatagramsAreRefusedOrCutIntoFramesWithinTheirBytes) {
             bytes[14] = 0x45;
             bytes[23] = IPPROTO_UDP;
         }
-        rte_mbuf* head = rte_pktmbuf_alloc(small_pool());
+        std::vector<uint8_t> tail;
+        rte_mbuf* head =
+            test::head_and_tail(small_pool(), bytes, tail, rng() % 2 ? UINT32_MAX : rng() % 64);
         ASSERT_NE(head, nullptr);
-        const uint32_t head_len =
-            std::min<uint32_t>(rng() % 2 ? rte_pktmbuf_tailroom(head) : rng() % 64, len);
-        std::memcpy(rte_pktmbuf_append(head, static_cast<uint16_t>(head_len)), bytes.data(),
-                    head_len);
         const uint16_t gso = static_cast<uint16_t>(rng() % 3 ? rng() % 2000 : rng());
         rte_mbuf* cut[max_gso_chunks];
         uint16_t count = 0;
-        const auto v =
-            split_udp_gso(head, bytes.data() + head_len, len, gso, small_pool(), cut, count);
+        const auto v = split_udp_gso(head, tail.data(), len, gso, small_pool(), cut, count);
         if (v != split_verdict::ok) {
             EXPECT_EQ(count, 0);
             continue;

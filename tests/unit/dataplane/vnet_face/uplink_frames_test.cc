@@ -35,11 +35,7 @@ rte_mbuf* from_fabric(uint32_t len, std::vector<uint8_t>& tail) {
     test::write_ipv4_frame(bytes.data(), spec);
     auto* iph = reinterpret_cast<rte_ipv4_hdr*>(bytes.data() + 14);
     reinterpret_cast<rte_udp_hdr*>(iph + 1)->dgram_cksum = rte_ipv4_phdr_cksum(iph, 0);
-    rte_mbuf* head = rte_pktmbuf_alloc(pool());
-    const uint32_t head_len = std::min<uint32_t>(rte_pktmbuf_tailroom(head), len);
-    std::memcpy(rte_pktmbuf_append(head, static_cast<uint16_t>(head_len)), bytes.data(), head_len);
-    tail.assign(bytes.begin() + head_len, bytes.end());
-    return head;
+    return test::head_and_tail(pool(), bytes, tail);
 }
 
 struct UplinkFramesTest : testing::Test {

@@ -142,10 +142,7 @@ int connect_to(const std::string& address) {
 class ChannelServer : public testing::Test {
   protected:
     void SetUp() override {
-        config.endpoint_prefix = test::unique_prefix();
-        config.host_name = "h1";
-        config.tenant_mtu = 1450;
-        config.vnics = {own_vnic("t1", 0x01, 0), own_vnic("t5", 0x03, 1)};
+        config = test::test_host({own_vnic("t1", 0x01, 0), own_vnic("t5", 0x03, 1)});
     }
 
     // A client of the vNIC in `slot` over a socketpair; returns our end.
@@ -154,6 +151,26 @@ class ChannelServer : public testing::Test {
         EXPECT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair), 0);
         EXPECT_TRUE(server.adopt(pair[1], slot));
         return pair[0];
+    }
+
+    // A client of each vNIC that said HELLO, t1's owning a PD: for tests that change one vNIC's
+    // face and check the other's client never notices. A failed step leaves its fd at -1.
+    struct two_clients {
+        int t1 = -1, t1_events = -1;  // t1's control connection and its async channel
+        int t5 = -1, t5_events = -1;
+    };
+    two_clients hello_from_both(channel_server& server) {
+        two_clients c;
+        c.t1 = adopted_client(server, 0);
+        send_message(c.t1, hello());
+        c.t1_events = receive(c.t1).fd;
+        send_message(c.t1, proto::make_message<proto::alloc_pd_request>(
+                               static_cast<uint16_t>(proto::opcode::alloc_pd), 2));
+        EXPECT_EQ(decode_reply<proto::alloc_pd_reply>(receive(c.t1)).rh.status, 0);
+        c.t5 = adopted_client(server, 1);
+        send_message(c.t5, hello());
+        c.t5_events = receive(c.t5).fd;
+        return c;
     }
 
     channel_config config;
@@ -513,25 +530,17 @@ TEST_F(ChannelServer, SyncTearsDownARemovedVnicAndServesAnAddedOne) {
     std::string error;
     ASSERT_TRUE(server.start(error)) << error;
     const std::string t1_address = server.socket_path(0);
-    const int fd = adopted_client(server, 0);
-    send_message(fd, hello());
-    const auto h = receive(fd);
-    ASSERT_GE(h.fd, 0);
-    send_message(fd, proto::make_message<proto::alloc_pd_request>(
-                         static_cast<uint16_t>(proto::opcode::alloc_pd), 2));
-    ASSERT_EQ(decode_reply<proto::alloc_pd_reply>(receive(fd)).rh.status, 0);
-    const int t5 = adopted_client(server, 1);
-    send_message(t5, hello());
-    const auto h5 = receive(t5);
-    ASSERT_GE(h5.fd, 0);
+    const two_clients c = hello_from_both(server);
+    ASSERT_GE(c.t1_events, 0);
+    ASSERT_GE(c.t5_events, 0);
 
     // t1 leaves the configuration; t7 arrives.
     ASSERT_TRUE(server.sync({config.vnics[1], own_vnic("t7", 0x07, 2)}, error)) << error;
     proto::async_event_message e{};
-    ASSERT_EQ(recv(h.fd, &e, sizeof(e), 0), static_cast<ssize_t>(sizeof(e)));
+    ASSERT_EQ(recv(c.t1_events, &e, sizeof(e), 0), static_cast<ssize_t>(sizeof(e)));
     EXPECT_EQ(e.type, static_cast<uint32_t>(proto::event_type::device_fatal));
     char buf[8];
-    EXPECT_EQ(recv(fd, buf, sizeof(buf), 0), 0) << "t1's client is closed";
+    EXPECT_EQ(recv(c.t1, buf, sizeof(buf), 0), 0) << "t1's client is closed";
     EXPECT_FALSE(server.serves(0));
     EXPECT_EQ(connect_to(t1_address), -1);
     EXPECT_EQ(server.stats().vnics_removed, 1u);
@@ -543,9 +552,9 @@ TEST_F(ChannelServer, SyncTearsDownARemovedVnicAndServesAnAddedOne) {
     std::memcpy(&reply, h7.bytes.data(), sizeof(reply));
     EXPECT_STREQ(reply.vnic_name, "t7");
     // Control: t5's client never noticed.
-    send_message(t5, query(9));
-    EXPECT_EQ(receive(t5).status(), 0);
-    for (const int f : {h.fd, fd, h5.fd, t5, h7.fd, t7}) {
+    send_message(c.t5, query(9));
+    EXPECT_EQ(receive(c.t5).status(), 0);
+    for (const int f : {c.t1_events, c.t1, c.t5_events, c.t5, h7.fd, t7}) {
         close(f);
     }
 }
@@ -557,21 +566,13 @@ TEST_F(ChannelServer, OneVnicsFaceIsWithdrawnAndServedAgainWithoutTouchingAnothe
     channel_server server(config);
     std::string error;
     ASSERT_TRUE(server.start(error)) << error;
-    const int fd = adopted_client(server, 0);
-    send_message(fd, hello());
-    const auto h = receive(fd);
-    ASSERT_GE(h.fd, 0);
-    send_message(fd, proto::make_message<proto::alloc_pd_request>(
-                         static_cast<uint16_t>(proto::opcode::alloc_pd), 2));
-    ASSERT_EQ(decode_reply<proto::alloc_pd_reply>(receive(fd)).rh.status, 0);
-    const int t5 = adopted_client(server, 1);
-    send_message(t5, hello());
-    const auto h5 = receive(t5);
-    ASSERT_GE(h5.fd, 0);
+    const two_clients c = hello_from_both(server);
+    ASSERT_GE(c.t1_events, 0);
+    ASSERT_GE(c.t5_events, 0);
 
     server.withdraw(0);
     proto::async_event_message e{};
-    ASSERT_EQ(recv(h.fd, &e, sizeof(e), MSG_DONTWAIT), static_cast<ssize_t>(sizeof(e)))
+    ASSERT_EQ(recv(c.t1_events, &e, sizeof(e), MSG_DONTWAIT), static_cast<ssize_t>(sizeof(e)))
         << "the client was told before withdraw() returned";
     EXPECT_EQ(e.type, static_cast<uint32_t>(proto::event_type::device_fatal));
     EXPECT_FALSE(server.serves(0));
@@ -588,9 +589,9 @@ TEST_F(ChannelServer, OneVnicsFaceIsWithdrawnAndServedAgainWithoutTouchingAnothe
     const auto r = receive(again);
     EXPECT_EQ(r.status(), 0);
     // Control: t5's client never noticed.
-    send_message(t5, query(9));
-    EXPECT_EQ(receive(t5).status(), 0);
-    for (const int f : {h.fd, fd, h5.fd, t5, r.fd, again}) {
+    send_message(c.t5, query(9));
+    EXPECT_EQ(receive(c.t5).status(), 0);
+    for (const int f : {c.t1_events, c.t1, c.t5_events, c.t5, r.fd, again}) {
         close(f);
     }
 }

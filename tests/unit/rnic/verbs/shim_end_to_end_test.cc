@@ -30,10 +30,7 @@ namespace {
 class ShimEndToEnd : public testing::Test {
   protected:
     void SetUp() override {
-        config.endpoint_prefix = verbs::test::unique_prefix();
-        config.host_name = "h1";
-        config.tenant_mtu = 1450;
-        config.vnics = {verbs::test::own_vnic("t1", 0x01, 0)};
+        config = verbs::test::test_host({verbs::test::own_vnic("t1", 0x01, 0)});
         server = std::make_unique<verbs::channel_server>(config);
         if (with_qps) {
             // No worker attached: the engine runs control calls inline, nobody sends packets.

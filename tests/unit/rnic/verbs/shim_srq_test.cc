@@ -23,10 +23,7 @@ namespace {
 class ShimSrq : public testing::Test {
   protected:
     void SetUp() override {
-        config.endpoint_prefix = verbs::test::unique_prefix();
-        config.host_name = "h1";
-        config.tenant_mtu = 1450;
-        config.vnics = {verbs::test::own_vnic("t1", 0x01, 0)};
+        config = verbs::test::test_host({verbs::test::own_vnic("t1", 0x01, 0)});
         server = std::make_unique<verbs::channel_server>(config);
         engine = std::make_unique<roce::engine>(1, 16);
         server->enable_qps(engine.get(), {});

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "rnic/verbs/channel_server.hh"
 
@@ -22,6 +24,16 @@ inline endpoint_config own_vnic(const char* name, uint8_t last, uint16_t slot) {
 inline std::string unique_prefix() {
     static int serial = 0;
     return "@jakiro-test-" + std::to_string(getpid()) + "-" + std::to_string(++serial) + "/";
+}
+
+// A host "h1" (tenant MTU 1450) serving `vnics` under a prefix of the test's own.
+inline channel_config test_host(std::vector<endpoint_config> vnics) {
+    channel_config config;
+    config.endpoint_prefix = unique_prefix();
+    config.host_name = "h1";
+    config.tenant_mtu = 1450;
+    config.vnics = std::move(vnics);
+    return config;
 }
 
 }  // namespace jakiro::verbs::test
