@@ -29,6 +29,7 @@ struct vnic_view {
     uint32_t vpc;  // index into datapath_tables::vni_of_vpc
     rte_be32_t ip;
     rte_ether_addr mac;
+    uint8_t worker = 0;  // the worker that owns it (control/worker_assignment.hh)
 };
 
 // VNI -> VPC index, an rte_hash because VNIs are sparse 24-bit numbers.

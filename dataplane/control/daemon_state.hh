@@ -43,11 +43,12 @@ struct daemon_state {
     std::vector<std::string> slot_names;  // vNIC name by counter slot ("" once removed)
     overlay::underlay_neighbors* neighbors = nullptr;
     tables_publisher* publisher = nullptr;
-    std::vector<const worker_context*> workers;
-    const roce::engine* engine = nullptr;      // the RDMA face's QPs (jakiroctl qps)
-    const egress_shaper* shaper = nullptr;     // DHTB egress (jakiroctl qos, top)
-    const ingress_policer* policer = nullptr;  // DHTB ingress (jakiroctl qos)
-    verbs::channel_server* verbs = nullptr;    // the vNICs' RDMA faces (follow apply)
+    std::vector<const worker_context*> workers;  // by worker id
+    unsigned worker_count = 1;                   // host.workers or --workers, fixed at start
+    const roce::engine* engine = nullptr;        // the RDMA face's QPs (jakiroctl qps)
+    const egress_shaper* shaper = nullptr;       // DHTB egress (jakiroctl qos, top)
+    const ingress_policer* policer = nullptr;    // DHTB ingress (jakiroctl qos)
+    verbs::channel_server* verbs = nullptr;      // the vNICs' RDMA faces (follow apply)
     // With control: in the host YAML, the etcd follower's state (control_plane/status.hh).
     const control_plane::control_plane_status* control_plane = nullptr;
 };

@@ -43,6 +43,15 @@ class tx_batch {
     // removed are dropped instead of sent to a device that is being closed.
     template <typename Live>
     void flush(Live port_live, lcore_counters& counters) {
+        flush(
+            port_live, [](uint16_t, rte_mbuf**, uint16_t) { return -1; }, counters);
+    }
+
+    // As flush() above, but a port another worker owns goes to that worker instead:
+    // `hand(port, pkts, n)` returns how many it passed on (the rest wait, as a full port's
+    // frames do), or -1 when this worker sends on `port` itself.
+    template <typename Live, typename Hand>
+    void flush(Live port_live, Hand hand, lcore_counters& counters) {
         uint16_t still_pending = 0;
         for (uint16_t i = 0; i < _pending_count; ++i) {
             const uint16_t port = _pending_ports[i];
@@ -55,8 +64,14 @@ class tx_batch {
                 queue.pending = false;
                 continue;
             }
-            send(port);
-            if (_queues[port].count > 0) {
+            auto& queue = _queues[port];
+            const int handed = hand(port, queue.pkts, queue.count);
+            if (handed < 0) {
+                send(port);
+            } else {
+                drop_front(queue, static_cast<uint16_t>(handed));
+            }
+            if (queue.count > 0) {
                 _pending_ports[still_pending++] = port;
             } else {
                 _queues[port].pending = false;
@@ -83,11 +98,7 @@ class tx_batch {
   private:
     void send(uint16_t port) {
         auto& queue = _queues[port];
-        const uint16_t sent = port_tx_burst(port, queue.pkts, queue.count);
-        if (sent > 0 && sent < queue.count) {
-            std::memmove(queue.pkts, queue.pkts + sent, (queue.count - sent) * sizeof(rte_mbuf*));
-        }
-        queue.count -= sent;
+        drop_front(queue, port_tx_burst(port, queue.pkts, queue.count));
     }
 
     struct queue {
@@ -95,6 +106,13 @@ class tx_batch {
         bool pending = false;
         rte_mbuf* pkts[capacity];
     };
+    // Forgets the first `sent` packets (gone to the port or another worker).
+    static void drop_front(queue& queue, uint16_t sent) {
+        if (sent > 0 && sent < queue.count) {
+            std::memmove(queue.pkts, queue.pkts + sent, (queue.count - sent) * sizeof(rte_mbuf*));
+        }
+        queue.count -= sent;
+    }
     // Indexed by port id: ethdevs and vnet faces (port_io.hh).
     std::array<queue, vnet::port_id_space> _queues{};
     std::array<uint16_t, vnet::port_id_space> _pending_ports{};
