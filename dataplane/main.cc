@@ -157,6 +157,8 @@ std::string default_lcores(unsigned workers) {
     return lcores;
 }
 
+static_assert(jakiro::max_workers <= jakiro::worker_handoff::max_lanes);
+
 struct worker_launch {
     jakiro::tables_publisher* publisher;
     unsigned id;

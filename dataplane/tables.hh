@@ -48,6 +48,9 @@ class vni_map {
 };
 
 struct datapath_tables {
+    // Which publication this is (tables_publisher): a worker that slept through several tells
+    // snapshots apart by it, not by their address, which a later one may reuse.
+    uint64_t publication = 0;
     uint16_t uplink_port = 0;
     rte_be32_t underlay_ip = 0;
     rte_ether_addr underlay_mac{};

@@ -12,8 +12,8 @@ namespace jakiro {
 
 std::unique_ptr<worker_handoff> worker_handoff::create(unsigned workers, const std::string& name,
                                                        std::string& error) {
-    if (workers == 0 || workers > max_workers) {
-        error = "workers must be 1.." + std::to_string(max_workers);
+    if (workers == 0 || workers > max_lanes) {
+        error = "workers must be 1.." + std::to_string(max_lanes);
         return nullptr;
     }
     std::unique_ptr<worker_handoff> handoff(new worker_handoff(workers));

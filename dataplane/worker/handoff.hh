@@ -28,13 +28,12 @@
 #include <memory>
 #include <string>
 
-#include "../config/host_config.hh"
-
 namespace jakiro {
 
 class worker_handoff {
   public:
     static constexpr unsigned ring_size = 4096;  // per worker and kind: ~1 ms at 4 Mpps
+    static constexpr unsigned max_lanes = 16;    // workers (host.workers' bound is no higher)
 
     static std::unique_ptr<worker_handoff> create(unsigned workers, const std::string& name,
                                                   std::string& error);
@@ -78,7 +77,7 @@ class worker_handoff {
         std::function<void()> wake;
     };
     unsigned _workers;
-    std::array<lane, max_workers> _lanes;
+    std::array<lane, max_lanes> _lanes;
 };
 
 }  // namespace jakiro

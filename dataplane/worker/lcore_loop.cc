@@ -76,8 +76,8 @@ void request_neighbors(worker_context& ctx, const datapath_tables& tables, bool 
 uint16_t hand_off_fabric(worker_context& ctx, const datapath_tables& tables, rte_mbuf** pkts,
                          uint16_t count) {
     worker_handoff& handoff = *ctx.handoff;
-    rte_mbuf* theirs[max_workers][overlay::max_merged];
-    uint16_t their_count[max_workers] = {};
+    rte_mbuf* theirs[worker_handoff::max_lanes][overlay::max_merged];
+    uint16_t their_count[worker_handoff::max_lanes] = {};
     uint16_t kept = 0;
     for (uint16_t i = 0; i < count; ++i) {
         const uint8_t owner = fabric_frame_owner(tables, pkts[i], ctx.id);
@@ -141,10 +141,13 @@ unsigned take_handoffs(worker_context& ctx, const datapath_tables& tables) {
     return taken;
 }
 
-// The worker that owns `port`: the uplink is worker 0's, a vNIC's port its owner's.
-uint8_t port_owner(const datapath_tables& tables, uint16_t port) {
-    const uint16_t slot = tables.vnic_of_port[port];
-    return slot == no_vnic ? 0 : tables.vnics[slot].worker;
+// Tells the tx batch who owns each port of a new snapshot: the uplink is worker 0's, a
+// vNIC's port its owner's.
+void learn_port_owners(worker_context& ctx, const datapath_tables& tables) {
+    ctx.tx.set_owner(tables.uplink_port, 0);
+    for (const uint16_t slot : tables.active_slots) {
+        ctx.tx.set_owner(tables.vnics[slot].port_id, tables.vnics[slot].worker);
+    }
 }
 
 bool any_unresolved(const overlay::underlay_neighbors& neighbors) {
@@ -190,6 +193,10 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
         });
     }
     const bool owns_uplink = ctx.id == 0;
+    uint64_t owners_of = UINT64_MAX;  // the publication the tx batch's port owners are from
+    if (ctx.handoff != nullptr) {
+        ctx.tx.hand_off_through(ctx.handoff, ctx.id);
+    }
     // Sleeps up to `us`, less if a tenant's post rings the doorbell or, with `wake_on_rx`, a
     // frame arrives (an idle nap; a throttled one ends when tokens are due anyway). False if
     // work arrived while deciding to sleep, so the loop must go on instead.
@@ -234,6 +241,10 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
     }
     while (!stop.load(std::memory_order_relaxed)) {
         const datapath_tables& tables = *publisher.current();
+        if (ctx.handoff != nullptr && tables.publication != owners_of) {
+            learn_port_owners(ctx, tables);
+            owners_of = tables.publication;
+        }
         unsigned received = 0;
         if (ctx.policer != nullptr) {
             ctx.policer->sync(tables, now_ns());  // before any packet meets a meter
@@ -331,25 +342,11 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
             next_aging = now + hz * aging_interval_ms / 1000;
             ctx.flows->expire(now, aging_budget);
         }
-        const auto live = [&](uint16_t port) {
-            return port == tables.uplink_port || tables.vnic_of_port[port] != no_vnic;
-        };
-        if (ctx.handoff == nullptr) {
-            ctx.tx.flush(live, ctx.counters);
-        } else {
-            ctx.tx.flush(
-                live,
-                [&](uint16_t port, rte_mbuf** pkts, uint16_t n) {
-                    const uint8_t owner = port_owner(tables, port);
-                    if (owner == ctx.id) {
-                        return -1;
-                    }
-                    const uint16_t handed = ctx.handoff->give_port(owner, port, pkts, n);
-                    ctx.counters.handed_port.add(handed);
-                    return static_cast<int>(handed);
-                },
-                ctx.counters);
-        }
+        ctx.tx.flush(
+            [&](uint16_t port) {
+                return port == tables.uplink_port || tables.vnic_of_port[port] != no_vnic;
+            },
+            ctx.counters);
         publisher.quiescent(worker_id);
 
         if (received > 0 || options.busy_poll || !ctx.tx.empty()) {
