@@ -12,7 +12,7 @@ uint8_t fabric_frame_owner(const datapath_tables& tables, const rte_mbuf* m,
                            uint8_t uplink_worker) {
     const uint32_t first = rte_pktmbuf_data_len(m);  // GRO chains: headers are in the first
     const auto* frame = rte_pktmbuf_mtod(m, const uint8_t*);
-    if (first < sizeof(rte_ether_hdr)) {
+    if (first < overlay::outer_header_bytes) {
         return uplink_worker;
     }
     const auto* eth = reinterpret_cast<const rte_ether_hdr*>(frame);
@@ -20,7 +20,9 @@ uint8_t fabric_frame_owner(const datapath_tables& tables, const rte_mbuf* m,
         !rte_is_same_ether_addr(&eth->dst_addr, &tables.underlay_mac)) {
         return uplink_worker;
     }
-    const auto check = overlay::check_outer(frame, first, tables.underlay_ip);
+    // As the ingress pipeline does: the outer lengths describe the whole chain GRO made, whose
+    // first segment holds every header (checked below before the inner ones are read).
+    const auto check = overlay::check_outer(frame, rte_pktmbuf_pkt_len(m), tables.underlay_ip);
     if (!check.ok) {
         return uplink_worker;
     }
