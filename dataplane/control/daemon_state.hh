@@ -41,6 +41,7 @@ struct daemon_state {
     std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
     std::vector<port_record> ports;       // ports[0] is the uplink
     std::vector<std::string> slot_names;  // vNIC name by counter slot ("" once removed)
+    std::vector<uint8_t> slot_workers;    // the worker that owns each slot's vNIC
     overlay::underlay_neighbors* neighbors = nullptr;
     tables_publisher* publisher = nullptr;
     std::vector<const worker_context*> workers;  // by worker id

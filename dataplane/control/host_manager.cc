@@ -64,6 +64,7 @@ void host_manager::refresh_port_records() {
     _state.ports.clear();
     _state.ports.push_back({"uplink", _state.config.underlay.port, _uplink_port});
     _state.slot_names.assign(_next_slot, "");
+    _state.slot_workers = _worker_of_slot;
     for (const auto& vnic : _state.config.vnics) {
         const auto& v = *_vnics.at(vnic.name);
         _state.ports.push_back({vnic.name, v.devargs(), v.port()});
