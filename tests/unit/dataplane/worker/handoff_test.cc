@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <rte_mbuf.h>
 
+#include <span>
 #include <string>
 #include <vector>
 
