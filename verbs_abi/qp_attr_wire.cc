@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "stored_enum.hh"
+
 namespace jakiro::verbs_proto {
 
 namespace proto = verbs_proto;
@@ -45,13 +47,15 @@ void ah_from_wire(const proto::ah_attr_wire& w, ibv_ah_attr& a) {
 
 }  // namespace
 
+// Enum fields cross as the integers they hold: the fields a mask does not name are often
+// garbage (stored_enum.hh); masked() keeps only the named ones and jakirod validates those.
 proto::qp_attr_wire to_wire(const ibv_qp_attr& a) {
     proto::qp_attr_wire w;
     std::memset(&w, 0, sizeof(w));  // padding and reserved fields included
-    w.qp_state = a.qp_state;
-    w.cur_qp_state = a.cur_qp_state;
-    w.path_mtu = a.path_mtu;
-    w.path_mig_state = a.path_mig_state;
+    w.qp_state = stored_value(a.qp_state);
+    w.cur_qp_state = stored_value(a.cur_qp_state);
+    w.path_mtu = stored_value(a.path_mtu);
+    w.path_mig_state = stored_value(a.path_mig_state);
     w.qkey = a.qkey;
     w.rq_psn = a.rq_psn;
     w.sq_psn = a.sq_psn;

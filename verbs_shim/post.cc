@@ -13,6 +13,7 @@
 #include "qp.hh"
 #include "verbs_abi/protocol.hh"
 #include "verbs_abi/rings.hh"
+#include "verbs_abi/stored_enum.hh"
 
 namespace jakiro::shim {
 
@@ -22,7 +23,7 @@ namespace {
 
 // What the engine executes: SEND, WRITE, READ (+imm), the two atomics (atomic_cap HCA),
 // ATOMIC WRITE (IBTA 1.5), memory-window binds and invalidation; no TSO (RC has none).
-bool supported_opcode(ibv_wr_opcode op) {
+bool supported_opcode(uint32_t op) {
     switch (op) {
         case IBV_WR_SEND:
         case IBV_WR_SEND_WITH_IMM:
@@ -98,9 +99,9 @@ uint32_t free_slots(uint32_t head, const uint32_t& consumer, uint32_t capacity) 
 // Checks one send work request against the QP; 0 or an errno. `inline_bytes` gets the total
 // inline length.
 int check_send(const shim_qp& q, const ibv_send_wr& wr, uint64_t& inline_bytes) {
-    if (!supported_opcode(wr.opcode) || !opcode_fits_type(wr.opcode, q.qp.qp_type) ||
-        (wr.send_flags & ~rc_send_flags) != 0 || wr.num_sge < 0 ||
-        (wr.num_sge > 0 && wr.sg_list == nullptr)) {
+    if (!supported_opcode(proto::stored_value(wr.opcode)) ||
+        !opcode_fits_type(wr.opcode, q.qp.qp_type) || (wr.send_flags & ~rc_send_flags) != 0 ||
+        wr.num_sge < 0 || (wr.num_sge > 0 && wr.sg_list == nullptr)) {
         return EINVAL;
     }
     if (q.qp.qp_type == IBV_QPT_UD) {

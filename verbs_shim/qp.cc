@@ -17,6 +17,7 @@
 #include "qp_ex.hh"
 #include "srq.hh"
 #include "verbs_abi/qp_attr_wire.hh"
+#include "verbs_abi/stored_enum.hh"
 
 namespace jakiro::shim {
 
@@ -40,7 +41,7 @@ void abandon_qp(shim_context* c, uint32_t handle) {
 
 // RC, UC and UD run on the engine; the other types of verbs.h fail as unsupported (a vNIC has
 // no raw Ethernet queue, XRC domains are not built); anything else is invalid.
-int check_type(ibv_qp_type type) {
+int check_type(uint32_t type) {
     switch (type) {
         case IBV_QPT_RC:
         case IBV_QPT_UC:
@@ -50,7 +51,7 @@ int check_type(ibv_qp_type type) {
         case IBV_QPT_XRC_SEND:
         case IBV_QPT_XRC_RECV:
         case IBV_QPT_DRIVER:
-            debug("ibv_create_qp: RC, UC and UD queue pairs are supported (asked for type %d)",
+            debug("ibv_create_qp: RC, UC and UD queue pairs are supported (asked for type %u)",
                   type);
             return EOPNOTSUPP;
     }
@@ -144,7 +145,7 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
         return nullptr;
     }
     shim_context* c = p->context;
-    if (const int error = check_type(attr->qp_type); error != 0) {
+    if (const int error = check_type(proto::stored_value(attr->qp_type)); error != 0) {
         errno = error;
         return nullptr;
     }

@@ -443,3 +443,12 @@ TEST_F(ShimQpEx, TheSendQueueTakesWorkFromRtsOnOnly) {
 
 }  // namespace
 }  // namespace jakiro::shim::testing
+
+// verbs.h's inline ibv_create_qp_ex falls back to ibv_create_qp when a QP asks for nothing but
+// a PD, and a program takes that symbol from libibverbs, here the shim. This test links the
+// shim's core rather than the exported library, so it gives itself the same entry the shim
+// exports. An optimising build drops the call when it proves the fallback unused, a
+// sanitized one keeps it and would not link without this.
+extern "C" ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
+    return jakiro::shim::create_qp(pd, attr);
+}
