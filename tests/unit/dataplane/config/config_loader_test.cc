@@ -132,8 +132,8 @@ TEST(ConfigLoader, MtuOutsideTheSupportedRangeIsRejected) {
 
 TEST(ConfigLoader, WorkersDefaultToOneAndTakeACountUpToTheLimit) {
     EXPECT_EQ(load_host_config_text(valid_config, "h1.yaml").config.workers, 1u);
-    const auto two = load_host_config_text(with("  name: h1\n", "  name: h1\n  workers: 2\n"),
-                                           "h1.yaml");
+    const auto two =
+        load_host_config_text(with("  name: h1\n", "  name: h1\n  workers: 2\n"), "h1.yaml");
     ASSERT_TRUE(two.ok()) << two.errors[0].to_string();
     EXPECT_EQ(two.config.workers, 2u);
 }
