@@ -73,6 +73,24 @@ constexpr uint32_t charged_bytes(uint32_t inner_frame_bytes, uint32_t l1_overhea
     return inner_frame_bytes + vxlan_overhead_bytes + l1_overhead_bytes;
 }
 
+// A class's share of its vNIC's rate: the rate split by weight (what it gets while both classes
+// are backlogged), at least its min, at most its max. The ingress meter signals above it;
+// `jakiroctl qos`, `jakiroctl top` and the metrics show it. `q` must pass `validate`.
+constexpr uint64_t class_share_bps(const vnic_qos& q, traffic_class c) {
+    const class_qos& k = q.classes[index_of(c)];
+    uint64_t weights = 0;
+    for (const class_qos& each : q.classes) {
+        weights += each.weight;
+    }
+    // rate <= 2 Tbit/s and weight <= 1000: the product stays below 2^51.
+    uint64_t share = weights == 0 ? q.rate_bps / class_count : q.rate_bps * k.weight / weights;
+    share = share > k.min_bps ? share : k.min_bps;
+    if (k.max_bps != 0 && share > k.max_bps) {
+        share = k.max_bps;
+    }
+    return share;
+}
+
 // A burst that lets the scheduler run at a rate whatever the caller's poll period: one
 // millisecond of traffic, and never less than 64 KiB (seven 9000-byte frames).
 constexpr uint64_t default_burst_bytes(uint64_t rate_bps) {

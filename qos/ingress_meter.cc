@@ -30,18 +30,10 @@ void ingress_meter::configure(const vnic_qos& q, uint64_t now_ns) {
     const uint64_t debt = _burst_bytes * std::max<uint32_t>(_p.hard_limit_bursts, 1);
     set_or_create(_vnic, !fresh, q.rate_bps, _burst_bytes, debt, now_ns);
 
-    const uint64_t weight_sum = uint64_t{q.classes[0].weight} + q.classes[1].weight;
     for (std::size_t i = 0; i < class_count; ++i) {
         class_state& k = _cls[i];
         const class_qos& c = q.classes[i];
-        uint64_t share = weight_sum == 0
-                             ? q.rate_bps / class_count
-                             : static_cast<uint64_t>(static_cast<unsigned __int128>(q.rate_bps) *
-                                                     c.weight / weight_sum);
-        share = std::max(share, c.min_bps);
-        if (c.max_bps != 0) {
-            share = std::min(share, c.max_bps);
-        }
+        const uint64_t share = class_share_bps(q, all_classes[i]);
         set_or_create(k.share, !fresh, share, _burst_bytes, debt, now_ns);
         if (c.max_bps != 0) {
             set_or_create(k.max_bucket, !fresh && k.has_max, c.max_bps, _burst_bytes, debt, now_ns);

@@ -33,10 +33,28 @@ void rc_qp::on_cnp(uint64_t now_ns) {
     _last_cnp_ns = now_ns;
 }
 
+void rc_qp::set_line_rate(uint64_t now_ns, uint64_t rate_bps) {
+    const uint64_t line = qos::rdma_line_rate_bps(rate_bps);
+    if (line == _line_rate_bps) {
+        return;
+    }
+    _line_rate_bps = line;
+    if (_rate.cnps() == 0) {
+        // Never cut: start over at the new rate (alpha 1, so the first CNP halves it).
+        qos::dcqcn_params p = _rate.params();
+        p.line_rate_bps = line;
+        _rate = qos::dcqcn_rate(p, now_ns);
+    } else if (!_ceiling_lowered || line < _rate.params().line_rate_bps) {
+        // A ceiling lowered to what the QP really sends stays until it is restored, unless
+        // the vNIC's new rate is lower still.
+        _rate.set_line_rate(now_ns, line);
+    }
+}
+
 bool rc_qp::pacer_open(uint64_t now_ns) {
     if (_ceiling_lowered && now_ns - _last_cnp_ns > ceiling_restore_ns) {
         // Quiet for a while: let recovery climb back towards the nominal line rate.
-        _rate.set_line_rate(now_ns, dcqcn_line_rate_bps);
+        _rate.set_line_rate(now_ns, _line_rate_bps);
         _ceiling_lowered = false;
     }
     return _rate.grant(now_ns) > 0;

@@ -153,9 +153,29 @@ void engine::add_qp(std::shared_ptr<rc_qp> qp) {
     }
     slots[slot] = qp.get();
     qp->attach(this);
+    if (vnic < _vnic_rate_bps.size()) {
+        qp->set_line_rate(0, _vnic_rate_bps[vnic]);  // a new QP's DCQCN clock starts at 0
+    }
     _active.push_back(std::move(qp));
     std::lock_guard lock(_report_mutex);
     _reported = _active;
+}
+
+void engine::set_vnic_rate(uint16_t vnic, uint64_t rate_bps, uint64_t now_ns) {
+    if (vnic >= _vnic_rate_bps.size()) {
+        _vnic_rate_bps.resize(vnic + 1, 0);
+    }
+    if (_vnic_rate_bps[vnic] == rate_bps) {
+        return;
+    }
+    _vnic_rate_bps[vnic] = rate_bps;
+    if (vnic < _by_slot.size()) {
+        for (rc_qp* qp : _by_slot[vnic]) {
+            if (qp != nullptr) {
+                qp->set_line_rate(now_ns, rate_bps);
+            }
+        }
+    }
 }
 
 void engine::remove_qp(uint16_t vnic, uint32_t qpn) {

@@ -138,6 +138,10 @@ class engine {
     // The policy generation of the tables the worker runs with (once per iteration, before any
     // receive or poll of that iteration).
     void use_policy(uint32_t generation) { _policy_generation = generation; }
+    // vNIC `vnic`'s QoS rate in bit/s, 0 when it is not shaped (at start and on every QoS
+    // change the worker sees): DCQCN's line rate for each of its QPs (rc_qp::set_line_rate),
+    // now and for every QP added later.
+    void set_vnic_rate(uint16_t vnic, uint64_t rate_bps, uint64_t now_ns);
     uint32_t policy_generation() const { return _policy_generation; }
     // The worker that will poll from now on; call() then goes through the mailbox.
     void attach();
@@ -197,6 +201,7 @@ class engine {
     std::vector<unsigned> _vnic_left;               // [vnic] packets left this pass; engine
     std::size_t _rotation = 0;                      // which active QP polls first; engine
     uint32_t _policy_generation = 0;                // engine thread
+    std::vector<uint64_t> _vnic_rate_bps;           // [vnic] set_vnic_rate; engine thread
     uint32_t _gsi_psn = 0;                          // engine thread
     std::atomic<bool> _attached{false};
     std::atomic<bool> _calls_pending{false};

@@ -26,7 +26,8 @@ rc_qp::rc_qp(rc_qp_setup setup)
     : _s(std::move(setup)),
       _machine(_s.type, _s.limits),
       _sends(_s.ring->sq_capacity()),
-      _rate(dcqcn_defaults(), 0) {
+      _rate(dcqcn_defaults(), 0),
+      _line_rate_bps(dcqcn_line_rate_bps) {
     _reads.reserve(_s.limits.max_qp_rd_atom + read_job_slack);
     if (_s.type == IBV_QPT_UD) {
         // A UD QP has no path: its datagrams are at most the port's MTU, and its source

@@ -132,6 +132,13 @@ class rc_qp {
     void on_cnp(uint64_t now_ns);
     void send_cnp(packet_port& port);
     uint64_t rate_bps() const { return _rate.rate_bps(); }
+    // DCQCN's line rate (where the QP starts and what recovery climbs back to): its vNIC's QoS
+    // rate, or dcqcn_line_rate_bps for a vNIC that is not shaped (`rate_bps` 0). Cutting from
+    // a rate the vNIC can never reach would make the first CNPs bite on nothing. A QP that was
+    // never cut moves to the new rate at once; a cut one keeps its rate and recovers towards
+    // the new ceiling (and is lowered to it if it is lower).
+    void set_line_rate(uint64_t now_ns, uint64_t rate_bps);
+    uint64_t line_rate_bps() const { return _line_rate_bps; }
 
     // Security groups (DESIGN.md §7). The policy generation this QP's peer was last admitted
     // under; unchecked_generation after its address vector changed. The engine compares it
@@ -361,6 +368,7 @@ class rc_qp {
     uint64_t _window_bytes = 0;
     uint64_t _last_cnp_ns = 0;
     bool _ceiling_lowered = false;
+    uint64_t _line_rate_bps;  // set_line_rate
 };
 
 // ibv_mtu → bytes (IBV_MTU_256 = 1 ... IBV_MTU_4096 = 5).

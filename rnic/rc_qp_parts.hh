@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "qos/rate_control.hh"
+#include "qos/rdma_class.hh"
 #include "verbs_abi/protocol.hh"
 
 namespace jakiro::roce::rc_qp_parts {
@@ -126,9 +127,9 @@ inline bool has_imm(const proto::send_wqe& w) {
     return w.opcode == IBV_WR_SEND_WITH_IMM || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
 }
 
-// Where DCQCN starts and what it recovers to: above anything one software worker sends, so it
-// never limits a QP that no receiver complains about.
-inline constexpr uint64_t dcqcn_line_rate_bps = 25'000'000'000;
+// Where DCQCN starts and what it recovers to until the QP learns its vNIC's rate
+// (rc_qp::set_line_rate; qos/rdma_class.hh says why).
+inline constexpr uint64_t dcqcn_line_rate_bps = qos::unshaped_rdma_line_rate_bps;
 // After this long without a CNP a lowered ceiling goes back to the line rate.
 inline constexpr uint64_t ceiling_restore_ns = 10'000'000;
 

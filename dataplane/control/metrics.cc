@@ -363,19 +363,14 @@ void qos_metrics(const daemon_state& state, families& f) {
             continue;
         }
         const auto& q = *v.qos;
-        uint32_t weights = 0;
-        for (const auto& c : q.classes) {
-            weights += c.weight;
-        }
         const bool shaped = state.shaper != nullptr && state.shaper->scheduler().configured(slot);
         const auto* sc = state.shaper != nullptr ? &state.shaper->counters(slot) : nullptr;
         per_vnic.emplace_back(v.name, q.rate_bps, shaped ? sc->grants.read() : 0,
                               shaped ? sc->rdma_waits.read() : 0);
         for (const auto c : qos::all_classes) {
             const auto& k = q.classes[qos::index_of(c)];
-            row r{v.name,    c,         q.rate_bps, k.weight, q.rate_bps / weights * k.weight,
-                  k.min_bps, k.max_bps, {},         0,        0,
-                  {}};
+            row r{v.name, c, q.rate_bps, k.weight, qos::class_share_bps(q, c), k.min_bps, k.max_bps,
+                  {},     0, 0,          {}};
             if (shaped) {
                 r.sent = state.shaper->scheduler().counters(slot, c);
                 const bool rdma = c == qos::traffic_class::rdma;

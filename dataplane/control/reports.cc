@@ -564,9 +564,13 @@ std::string render_qos(const daemon_state& state, bool json, bool raw) {
     text << "vnic     rate Mbit/s  class weight share Mbit/s  min Mbit/s  max Mbit/s  sent_bytes   "
             "   "
             "sent_pkts  tail_drops rdma_waits\n";
-    const auto now = std::chrono::steady_clock::now().time_since_epoch();
-    lines << "time_ns " << std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()
-          << "\n";
+    // When the counters were read, on jakirod's monotonic clock: a rate is the difference of two
+    // reports over the difference of their times, exact however long the client took to ask.
+    const auto time_ns =
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::steady_clock::now().time_since_epoch())
+                                  .count());
+    lines << "time_ns " << time_ns << "\n";
     for (std::size_t i = 0; i < state.config.vnics.size(); ++i) {
         const auto& v = state.config.vnics[i];
         if (!v.qos) {
@@ -581,11 +585,10 @@ std::string render_qos(const daemon_state& state, bool json, bool raw) {
             continue;
         }
         const auto& q = *v.qos;
-        uint32_t weights = 0;
-        for (const auto& c : q.classes) {
-            weights += c.weight;
-        }
-        out.begin_object().value("vnic", v.name).value("rate_bps", q.rate_bps);
+        out.begin_object()
+            .value("vnic", v.name)
+            .value("rate_bps", q.rate_bps)
+            .value("time_ns", time_ns);
         out.begin_array("classes");
         lines << v.name << " rate " << q.rate_bps;
         for (const auto c : qos::all_classes) {
@@ -618,7 +621,7 @@ std::string render_qos(const daemon_state& state, bool json, bool raw) {
                     in = meter->counters(c);
                 }
             }
-            const uint64_t share = q.rate_bps / weights * k.weight;
+            const uint64_t share = qos::class_share_bps(q, c);
             out.begin_object()
                 .value("class", qos::class_name(c))
                 .value("weight", uint64_t{k.weight})
@@ -646,7 +649,7 @@ std::string render_qos(const daemon_state& state, bool json, bool raw) {
                 .value("ingress_dropped", in.dropped)
                 .value("cnps", in.cnps)
                 .end_object();
-            lines << " " << qos::class_name(c) << " " << k.weight << " " << sent.bytes << " "
+            lines << " " << qos::class_name(c) << " " << share << " " << sent.bytes << " "
                   << sent.packets << " " << in.bytes;
             char line[256];
             std::snprintf(line, sizeof(line),

@@ -10,9 +10,10 @@
 #include "../worker/clock.hh"
 #include "../worker/egress_shaper.hh"
 #include "firewall.hh"
+#include "ingress_metering.hh"
 #include "ipv4_check.hh"
 #include "roce_guard.hh"
-#include "tcp_ingress_meter.hh"
+#include "to_remote_host.hh"
 
 #include <rte_cycles.h>
 
@@ -239,23 +240,11 @@ void process_tenant_burst(worker_context& ctx, const datapath_tables& tables, ui
             }
             continue;
         }
-        const auto remote_mac = ctx.neighbors->mac(entry->neighbor);
-        if (!remote_mac) {
-            ctx.drop(m, drop_reason::underlay_neighbor_unresolved, vnic.slot);
-            continue;
-        }
-        eth->dst_addr = entry->has_inner_mac ? entry->inner_mac : tables.gateway_mac;
-        const overlay::tunnel_endpoints ends{tables.underlay_mac, *remote_mac, tables.underlay_ip,
-                                             entry->host_ip};
-        const rte_ipv4_hdr* ip = requests[i].ip;
-        const uint16_t port = overlay::flow_entropy_port(ip, requests[i].ip_len);
-        if (!overlay::encapsulate(m, ends, tables.vni_of_vpc[vnic.vpc], ip->type_of_service,
-                                  port)) {
-            ctx.drop(m, drop_reason::tenant_too_big, vnic.slot);
+        if (!encapsulate_to_remote_host(ctx, tables, vnic.slot, *entry, m, requests[i].ip,
+                                        requests[i].ip_len)) {
             continue;
         }
         if (!is_superframe(m)) {
-            ctx.counters.encapsulated.add(1);
             transmit(tables.uplink_port, m, rte_pktmbuf_pkt_len(m));  // outer frame: inner + 50
             continue;
         }

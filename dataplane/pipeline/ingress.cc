@@ -11,10 +11,10 @@
 #include "../worker/ingress_policer.hh"
 #include "../worker/roce_port.hh"
 #include "firewall.hh"
+#include "ingress_metering.hh"
 #include "ipv4_check.hh"
 #include "rnic/engine.hh"
 #include "roce_guard.hh"
-#include "tcp_ingress_meter.hh"
 
 #include <rte_cycles.h>
 
@@ -225,13 +225,9 @@ void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rt
                 ctx.drop(m, drop_reason::inner_ce_on_not_ect, slot);
                 continue;
             }
-            auto& to_vnic = ctx.counters.vnics[slot];
-            to_vnic.rdma_rx_packets.add(1);
-            to_vnic.rdma_rx_bytes.add(sizeof(rte_ether_hdr) + ip_len);
             ctx.counters.decapsulated.add(1);
-            ctx.engine->receive(slot, reinterpret_cast<const uint8_t*>(inner_ips[i]), ip_len,
-                                *ctx.rdma_port, now,
-                                ctx.policer != nullptr ? ctx.policer->meter(slot) : nullptr);
+            receive_rdma(ctx, *ctx.engine, *ctx.rdma_port, slot,
+                         reinterpret_cast<const uint8_t*>(inner_ips[i]), ip_len, now);
             rte_pktmbuf_free(m);
             continue;
         }

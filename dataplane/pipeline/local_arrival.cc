@@ -7,7 +7,7 @@
 #include "../port_io.hh"
 #include "../worker/clock.hh"
 #include "firewall.hh"
-#include "tcp_ingress_meter.hh"
+#include "ingress_metering.hh"
 
 namespace jakiro {
 

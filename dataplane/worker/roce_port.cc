@@ -3,11 +3,29 @@
 #include <rte_ip.h>
 
 #include "../overlay/vxlan.hh"
+#include "../pipeline/ingress_metering.hh"
 #include "../pipeline/rdma_admission.hh"
+#include "../pipeline/to_remote_host.hh"
+#include "clock.hh"
 #include "egress_shaper.hh"
 #include "rnic/engine.hh"
 
 namespace jakiro {
+
+void roce_port::use(const datapath_tables* tables) {
+    if (tables == _tables) {
+        return;
+    }
+    _tables = tables;
+    if (tables == nullptr || _ctx.engine == nullptr) {
+        return;
+    }
+    const uint64_t now = now_ns();
+    for (uint16_t slot = 0; slot < tables->qos.size(); ++slot) {
+        const auto& q = tables->qos[slot];
+        _ctx.engine->set_vnic_rate(slot, q ? q->rate_bps : 0, now);  // unchanged: no work
+    }
+}
 
 uint8_t* roce_port::begin_frame(uint32_t len) {
     if (_pending != nullptr) {
@@ -59,23 +77,11 @@ void roce_port::end_frame(uint16_t vnic_slot, uint32_t dst_ip_be, uint32_t len) 
         _ctx.counters.switched_locally.add(1);
         return;
     }
-    const auto remote_mac = _ctx.neighbors->mac(entry->neighbor);
-    if (!remote_mac) {
-        _ctx.drop(m, drop_reason::underlay_neighbor_unresolved, vnic_slot);
+    const auto* ip = rte_pktmbuf_mtod_offset(m, const rte_ipv4_hdr*, sizeof(rte_ether_hdr));
+    if (!encapsulate_to_remote_host(_ctx, *_tables, vnic_slot, *entry, m, ip,
+                                    rte_be_to_cpu_16(ip->total_length))) {
         return;
     }
-    auto* eth = rte_pktmbuf_mtod(m, rte_ether_hdr*);
-    eth->dst_addr = entry->has_inner_mac ? entry->inner_mac : _tables->gateway_mac;
-    const overlay::tunnel_endpoints ends{_tables->underlay_mac, *remote_mac, _tables->underlay_ip,
-                                         entry->host_ip};
-    const auto* ip = reinterpret_cast<const rte_ipv4_hdr*>(eth + 1);
-    const uint32_t ip_len = rte_be_to_cpu_16(ip->total_length);
-    const uint16_t port = overlay::flow_entropy_port(ip, ip_len);
-    if (!overlay::encapsulate(m, ends, _tables->vni_of_vpc[vnic.vpc], ip->type_of_service, port)) {
-        _ctx.drop(m, drop_reason::tenant_too_big, vnic_slot);
-        return;
-    }
-    _ctx.counters.encapsulated.add(1);
     _ctx.tx.enqueue(_tables->uplink_port, m, _ctx.counters);
 }
 
@@ -138,10 +144,8 @@ unsigned roce_port::deliver_loopback(roce::engine& engine, uint64_t now_ns) {
         rte_mbuf* m = batch[i];
         const auto* ip = rte_pktmbuf_mtod_offset(m, const uint8_t*, sizeof(rte_ether_hdr));
         const uint32_t ip_len = rte_pktmbuf_pkt_len(m) - sizeof(rte_ether_hdr);
-        auto& counters = _ctx.counters.vnics[slots[i]];
-        counters.rdma_rx_packets.add(1);
-        counters.rdma_rx_bytes.add(rte_pktmbuf_pkt_len(m));
-        engine.receive(slots[i], ip, ip_len, *this, now_ns);
+        // Metered as if it had come over the fabric (pipeline/ingress_metering.hh).
+        receive_rdma(_ctx, engine, *this, slots[i], ip, ip_len, now_ns);
         rte_pktmbuf_free(m);
     }
     return count;

@@ -22,8 +22,9 @@ class roce_port final : public roce::packet_port {
 
     explicit roce_port(worker_context& ctx) : _ctx(ctx) {}
 
-    // The snapshot to route with; set by the worker once per iteration.
-    void use(const datapath_tables* tables) { _tables = tables; }
+    // The snapshot to route with; set by the worker once per iteration. A new snapshot also
+    // tells the engine each vNIC's QoS rate, DCQCN's line rate for its QPs.
+    void use(const datapath_tables* tables);
 
     uint8_t* begin_frame(uint32_t len) override;
     void end_frame(uint16_t vnic, uint32_t dst_ip_be, uint32_t len) override;

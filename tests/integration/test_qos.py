@@ -52,10 +52,13 @@ def shaped_config(tmp_path, rdma_weight, tcp_weight, rate=None):
 
 
 def class_counters():
-    """{class: counters} of t1 from jakiroctl qos, and the time they were read."""
+    """{class: counters} of t1 from jakiroctl qos, and the time jakirod read them (its own
+    monotonic clock, in seconds): on a busy box jakiroctl itself may take a good part of a
+    second to start and answer, and the test's clock would count that as time the counters
+    had to move in."""
     out = json.loads(jakiroctl("h1", "qos", "--json").stdout)
     t1 = next(v for v in out if v["vnic"] == "t1")
-    return time.monotonic(), {c["class"]: c for c in t1["classes"]}
+    return t1["time_ns"] / 1e9, {c["class"]: c for c in t1["classes"]}
 
 
 def rates(seconds, counter="sent_bytes"):
@@ -139,9 +142,13 @@ def test_rdma_and_tcp_share_the_vnic_rate_by_weight_and_follow_a_live_change(sha
     with ns_bg(T2, "iperf3", "-s", "-p", "5301", "-1"):
         wait_listening(T2, 5301)
         iperf = subprocess.Popen(["ip", "netns", "exec", T1, "iperf3", "-c", IP[T2], "-p", "5301",
-                                  "-t", "24", "-J", *LOSS_BASED], stdout=subprocess.PIPE,
+                                  "-t", "30", "-J", *LOSS_BASED], stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True, start_new_session=True)
-        server, client = start_write_bw(14)
+        # Both samples must end before ib_write_bw does: 3 + 4 + 2 + 4 s of sleeping and
+        # sampling, plus four jakiroctl calls and an apply, which take seconds on a busy box,
+        # plus perftest's own connection setup. With 14 s the 1:1 sample could outlast RDMA
+        # there and find its class "not backlogged".
+        server, client = start_write_bw(20)
         try:
             time.sleep(3)  # both classes backlogged, TCP's window opened
             assert_shares(*sample(SAMPLE_S), 3, 1, "3:1")

@@ -14,7 +14,7 @@ namespace {
 
 struct class_sample {
     std::string name;
-    uint64_t weight = 0;
+    uint64_t share_bps = 0;  // jakirod's qos::class_share_bps: weights, min and max applied
     uint64_t bytes = 0;
     uint64_t packets = 0;
     uint64_t in_bytes = 0;
@@ -30,7 +30,7 @@ struct sample {
     std::map<std::string, vnic_sample> vnics;
 };
 
-// Lines: "time_ns N", then "VNIC rate BPS CLASS WEIGHT BYTES PACKETS CLASS WEIGHT ...".
+// Lines: "time_ns N", then "VNIC rate BPS CLASS SHARE_BPS BYTES PACKETS IN_BYTES CLASS ...".
 bool parse(const std::string& body, sample& out) {
     std::istringstream lines(body);
     std::string line;
@@ -48,7 +48,7 @@ bool parse(const std::string& body, sample& out) {
         vnic_sample v;
         words >> v.rate_bps;
         class_sample c;
-        while (words >> c.name >> c.weight >> c.bytes >> c.packets >> c.in_bytes) {
+        while (words >> c.name >> c.share_bps >> c.bytes >> c.packets >> c.in_bytes) {
             v.classes.push_back(c);
         }
         out.vnics[first] = v;
@@ -108,10 +108,6 @@ int run_top(const std::string& path, const std::string& command) {
                     "share Mbit/s", "of rate", "pkts/s", "in Mbit/s");
         for (const auto& [name, v] : now.vnics) {
             const auto before = previous.vnics.find(name);
-            uint64_t weights = 0;
-            for (const auto& c : v.classes) {
-                weights += c.weight;
-            }
             double total = 0;
             for (std::size_t i = 0; i < v.classes.size(); ++i) {
                 const auto& c = v.classes[i];
@@ -123,7 +119,7 @@ int run_top(const std::string& path, const std::string& command) {
                 }
                 const double mbps = seconds > 0 ? bytes * 8 / seconds / 1e6 : 0;
                 total += mbps;
-                const double share = weights > 0 ? v.rate_bps / 1e6 * c.weight / weights : 0;
+                const double share = c.share_bps / 1e6;
                 std::printf("%-8s %-5s %12.1f %12.1f %7.1f%% %12.0f %12.1f\n", name.c_str(),
                             c.name.c_str(), mbps, share, 100.0 * mbps / (v.rate_bps / 1e6),
                             seconds > 0 ? packets / seconds : 0,

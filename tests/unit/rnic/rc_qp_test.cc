@@ -2259,6 +2259,40 @@ TEST_F(rc_qp_test, a_ce_mark_from_the_fabric_makes_the_receiver_send_a_cnp_and_t
     EXPECT_LT(lowest_rate, rate_before) << "DCQCN cut the sender's rate";
 }
 
+TEST_F(rc_qp_test, dcqcn_starts_cuts_and_recovers_relative_to_the_vnic_rate_not_25_gbit) {
+    constexpr uint64_t vnic_rate = 1'000'000'000;  // a vNIC shaped to 1 Gbit/s
+    eng.set_vnic_rate(0, vnic_rate, now);
+    connect_both();
+    rc_qp* qp = eng.find(0, a.qp);
+    ASSERT_NE(qp, nullptr);
+    EXPECT_EQ(qp->line_rate_bps(), vnic_rate) << "learnt when the QP was created";
+    EXPECT_EQ(qp->rate_bps(), vnic_rate) << "DCQCN starts at the vNIC's rate";
+    EXPECT_EQ(eng.find(1, b.qp)->line_rate_bps(), 25'000'000'000u)
+        << "a vNIC that is not shaped keeps the nominal line rate";
+
+    qp->on_cnp(now);
+    EXPECT_NEAR(static_cast<double>(qp->rate_bps()), vnic_rate / 2.0, vnic_rate * 0.01)
+        << "the first CNP halves the vNIC's rate (alpha 1)";
+
+    // Traffic with no more CNPs: recovery climbs back to the vNIC's rate and no further
+    // (with a 25 Gbit/s ceiling additive increase would pass 1 Gbit/s within 2 ms).
+    for (int i = 0; i < 16; ++i) {
+        a.post_send(wqe(i, IBV_WR_RDMA_WRITE, a.iova(0), 65536, a.mr, b.iova(0), b.mr));
+    }
+    uint64_t highest = 0;
+    for (int i = 0; i < 200; ++i) {
+        run(1, 50'000);
+        highest = std::max(highest, qp->rate_bps());
+    }
+    EXPECT_LE(highest, vnic_rate);
+    EXPECT_GE(qp->rate_bps(), vnic_rate * 95 / 100) << "recovered to the vNIC's rate";
+
+    // A live QoS change (jakiroctl apply) moves the ceiling of the QPs that exist.
+    eng.set_vnic_rate(0, vnic_rate / 4, now);
+    EXPECT_EQ(qp->line_rate_bps(), vnic_rate / 4);
+    EXPECT_LE(qp->rate_bps(), vnic_rate / 4);
+}
+
 TEST_F(rc_qp_test, without_a_ce_mark_no_cnp_is_sent) {
     connect_both();
     a.post_send(wqe(1, IBV_WR_RDMA_WRITE, a.iova(0), 65536, a.mr, b.iova(0), b.mr));

@@ -1,5 +1,7 @@
 #include "overlay/superframe.hh"
 #include "pipeline_fixture.hh"
+#include "rnic/engine.hh"
+#include "worker/roce_port.hh"
 
 namespace jakiro::test {
 namespace {
@@ -205,6 +207,48 @@ TEST_F(IngressSuperframes, MergedFramesReachAnAfPacketPortCutToTheTenantMtu) {
         payload += rte_pktmbuf_pkt_len(frame) - 54;
     }
     EXPECT_EQ(payload, 30000u);
+}
+
+}  // namespace
+}  // namespace jakiro::test
+
+namespace jakiro::test {
+namespace {
+
+// RoCEv2 leaves the pipeline for the RNIC, but only after the RFC 6040 step: the outer CE the
+// fabric set is DCQCN's congestion signal, and the engine reads it from the inner header (that
+// an inner CE makes the receiver send a CNP is pinned in tests/unit/rnic/rc_qp_test.cc,
+// a_ce_mark_from_the_fabric_makes_the_receiver_send_a_cnp_and_the_sender_slow).
+struct IngressRoce : PipelineTest {
+    roce::engine engine{4, 16};
+    std::unique_ptr<roce_port> port;
+
+    void SetUp() override {
+        PipelineTest::SetUp();
+        port = std::make_unique<roce_port>(*ctx);
+        ctx->engine = &engine;
+        ctx->rdma_port = port.get();
+    }
+
+    rte_mbuf* roce_from_h2(uint8_t inner_tos, uint8_t outer_tos) {
+        ipv4_frame_spec spec{mac("02:00:c6:13:01:02"), gateway, ip("198.19.1.2"), ip("198.19.1.1")};
+        spec.dst_port = roce::roce_udp_port;
+        spec.tos = inner_tos;
+        rte_mbuf* m = ipv4_mbuf(pool, spec);
+        vxlan_wrap(m, {h2_mac, h1_mac, ip("198.18.0.2"), ip("198.18.0.1")}, 100, outer_tos);
+        return m;
+    }
+};
+
+TEST_F(IngressRoce, OuterCeOnRoceReachesTheEngineAsInnerCeAndNotEctUnderCeIsDropped) {
+    from_uplink(roce_from_h2(0x02, 0x03));  // ECT(0) inside, CE outside
+    EXPECT_EQ(ctx->counters.ce_marked_on_decap.read(), 1u) << "the RFC 6040 step ran";
+    EXPECT_EQ(engine.counters().received.load(), 1u) << "then the RNIC got it";
+    EXPECT_EQ(ctx->counters.vnics[slot_t1].rdma_rx_packets.read(), 1u);
+
+    from_uplink(roce_from_h2(0x00, 0x03));  // Not-ECT inside, CE outside
+    EXPECT_EQ(drops(drop_reason::inner_ce_on_not_ect), 1u);
+    EXPECT_EQ(engine.counters().received.load(), 1u) << "RFC 6040: dropped, not delivered";
 }
 
 }  // namespace

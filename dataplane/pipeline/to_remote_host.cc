@@ -1,0 +1,33 @@
+#include "to_remote_host.hh"
+
+#include "../overlay/vxlan.hh"
+
+namespace jakiro {
+
+bool encapsulate_to_remote_host(worker_context& ctx, const datapath_tables& tables,
+                                uint16_t vnic_slot, const overlay::vlt_entry& remote, rte_mbuf* m,
+                                const rte_ipv4_hdr* inner_ip, uint32_t inner_ip_len) {
+    const auto remote_mac = ctx.neighbors->mac(remote.neighbor);
+    if (!remote_mac) {
+        ctx.drop(m, drop_reason::underlay_neighbor_unresolved, vnic_slot);
+        return false;
+    }
+    auto* eth = rte_pktmbuf_mtod(m, rte_ether_hdr*);
+    eth->dst_addr = remote.has_inner_mac ? remote.inner_mac : tables.gateway_mac;
+    const overlay::tunnel_endpoints ends{tables.underlay_mac, *remote_mac, tables.underlay_ip,
+                                         remote.host_ip};
+    // Read before encapsulate: the TOS and the ports are in the inner header, which stays put.
+    const uint8_t inner_tos = inner_ip->type_of_service;
+    const uint16_t source_port = overlay::flow_entropy_port(inner_ip, inner_ip_len);
+    const uint32_t vni = tables.vni_of_vpc[tables.vnics[vnic_slot].vpc];
+    if (!overlay::encapsulate(m, ends, vni, inner_tos, source_port)) {
+        ctx.drop(m, drop_reason::tenant_too_big, vnic_slot);
+        return false;
+    }
+    if ((m->ol_flags & RTE_MBUF_F_TX_TCP_SEG) == 0) {
+        ctx.counters.encapsulated.add(1);
+    }
+    return true;
+}
+
+}  // namespace jakiro
