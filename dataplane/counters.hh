@@ -61,6 +61,11 @@ struct alignas(RTE_CACHE_LINE_SIZE) lcore_counters {
     counter idle_sleeps;
     counter throttled_sleeps;  // naps while only shaped frames waited for tokens
     counter rx_wakes;          // naps cut short by a frame (rx_waker's thread writes it)
+    // With several workers (worker/handoff.hh): frames this worker passed to the owner of their
+    // vNIC or port, by kind, and frames it took from the others.
+    counter handed_fabric;   // from the uplink, for another worker's vNIC
+    counter handed_port;     // to transmit on a port another worker owns
+    counter taken_handoffs;  // either kind, received from another worker
 };
 
 }  // namespace jakiro

@@ -32,6 +32,7 @@
 #include "service/notify.hh"
 #include "worker/clock.hh"
 #include "worker/egress_shaper.hh"
+#include "worker/handoff.hh"
 #include "worker/ingress_policer.hh"
 #include "worker/lcore_loop.hh"
 #include "worker/roce_port.hh"
@@ -57,13 +58,16 @@ constexpr int exit_failure = 1;
 
 const char* usage =
     "usage: jakirod --config HOST.yaml [--busy-poll] [--socket PATH] [--lcores EAL_LCORES]\n"
+    "               [--workers N]\n"
     "       jakirod --check-config HOST.yaml\n"
     "  --config FILE        host configuration (YAML; see jakirod(8))\n"
     "  --check-config FILE  validate FILE and exit: 0 if valid, 78 with file:line: field:\n"
     "                       errors if not; touches no device and starts no DPDK\n"
     "  --busy-poll          never sleep when idle (dedicated cores); default is adaptive polling\n"
     "  --socket PATH        control socket (default /run/jakiro/<host name>.sock)\n"
-    "  --lcores LIST        EAL --lcores mapping (default: lcore 0 floating over every CPU)\n"
+    "  --lcores LIST        EAL --lcores mapping (default: one lcore per worker, each\n"
+    "                       floating over every CPU)\n"
+    "  --workers N          poll loops sharing the vNICs (default: host.workers, else 1)\n"
     "  --version            print the version and exit\n"
     "  --help               print this and exit\n"
     "Signals: TERM and INT stop; HUP applies --config again (as jakiroctl apply).\n"
@@ -74,6 +78,7 @@ struct options {
     std::string check_config;
     std::string socket;
     std::string lcores;
+    unsigned workers = 0;  // 0: host.workers from the YAML
     bool busy_poll = false;
 };
 
@@ -100,6 +105,19 @@ bool parse_options(int argc, char** argv, options& out) {
         } else if (arg == "--lcores") {
             if (!value(out.lcores))
                 return false;
+        } else if (arg == "--workers") {
+            std::string text;
+            if (!value(text)) {
+                return false;
+            }
+            char* end = nullptr;
+            const unsigned long n = std::strtoul(text.c_str(), &end, 10);
+            if (text.empty() || *end != '\0' || n < 1 || n > jakiro::max_workers) {
+                std::cerr << "jakirod: --workers: '" << text << "' is not a number in 1.."
+                          << jakiro::max_workers << "\n";
+                return false;
+            }
+            out.workers = static_cast<unsigned>(n);
         } else if (arg == "--busy-poll") {
             out.busy_poll = true;
         } else if (arg == "--help" || arg == "-h") {
@@ -124,9 +142,34 @@ bool parse_options(int argc, char** argv, options& out) {
     return true;
 }
 
-std::string default_lcores() {
-    const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
-    return "0@(0-" + std::to_string(cpus - 1) + ")";
+unsigned host_cpus() {
+    return std::max(1u, std::thread::hardware_concurrency());
+}
+
+// One EAL lcore per worker, each a thread the kernel may run on any CPU: on a shared host the
+// scheduler, not a pinning, decides (dedicated cores: pass --lcores).
+std::string default_lcores(unsigned workers) {
+    const std::string cpus = "(0-" + std::to_string(host_cpus() - 1) + ")";
+    std::string lcores;
+    for (unsigned w = 0; w < workers; ++w) {
+        lcores += (w == 0 ? "" : ",") + std::to_string(w) + "@" + cpus;
+    }
+    return lcores;
+}
+
+static_assert(jakiro::max_workers <= jakiro::worker_handoff::max_lanes);
+
+struct worker_launch {
+    jakiro::tables_publisher* publisher;
+    unsigned id;
+    jakiro::worker_context* ctx;
+    const jakiro::loop_options* options;
+};
+
+int run_worker(void* arg) {
+    const auto& w = *static_cast<const worker_launch*>(arg);
+    jakiro::run_lcore_loop(*w.publisher, w.id, *w.ctx, *w.options, stop_requested);
+    return 0;
 }
 
 int fail(const std::string& message) {
@@ -200,13 +243,26 @@ int main(int argc, char** argv) {
     }
     state.busy_poll = opts.busy_poll;
     const auto& config = state.config;
+    // More workers than CPUs would only take turns on them: refused, naming where N came from.
+    const unsigned workers = opts.workers != 0 ? opts.workers : config.workers;
+    const std::string workers_from =
+        opts.workers != 0 ? std::string("--workers") : opts.config + ": host.workers";
+    if (opts.lcores.empty() && workers > host_cpus()) {
+        const std::string message = workers_from + ": " + std::to_string(workers) +
+                                    " workers, but this host has " + std::to_string(host_cpus()) +
+                                    " CPUs";
+        std::cerr << message << "\n";
+        service::notify("STATUS=configuration rejected: " + message);
+        return exit_config;
+    }
+    state.worker_count = workers;
     if (opts.socket.empty()) {
         opts.socket = "/run/jakiro/" + config.name + ".sock";
     }
 
-    auto eal =
-        make_eal_args(config.name, free_hugepages_now(),
-                      opts.lcores.empty() ? default_lcores() : opts.lcores, config.underlay.mtu);
+    auto eal = make_eal_args(config.name, free_hugepages_now(),
+                             opts.lcores.empty() ? default_lcores(workers) : opts.lcores,
+                             config.underlay.mtu);
     state.memory_mode = eal.memory_mode;
     std::vector<char*> eal_argv;
     for (auto& arg : eal.args) {
@@ -219,6 +275,10 @@ int main(int argc, char** argv) {
     struct eal_cleanup {
         ~eal_cleanup() { rte_eal_cleanup(); }
     } eal_cleanup_at_exit;
+    if (rte_lcore_count() < workers) {
+        return fail(workers_from + ": " + std::to_string(workers) + " workers, but --lcores gave " +
+                    std::to_string(rte_lcore_count()) + " lcores");
+    }
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
     std::signal(SIGHUP, on_signal);
@@ -237,8 +297,7 @@ int main(int argc, char** argv) {
 
     std::string error;
     auto neighbors = std::make_unique<overlay::underlay_neighbors>();
-    constexpr unsigned worker_count = 1;  // one poll loop on the main lcore; see README
-    tables_publisher publisher(worker_count);
+    tables_publisher publisher(workers);
     state.neighbors = neighbors.get();
     state.publisher = &publisher;
     host_manager host(state, pool);
@@ -251,18 +310,38 @@ int main(int argc, char** argv) {
     if (!host.start(error)) {
         return fail(error);
     }
+    // One context per worker (worker/README: each owns its vNICs' ports, flows, shaper and
+    // meters); with more than one, the hand-off rings between them.
+    std::unique_ptr<worker_handoff> handoff;
+    if (workers > 1) {
+        handoff = worker_handoff::create(workers, "jk_handoff", error);
+        if (!handoff) {
+            return fail(error);
+        }
+    }
+    std::vector<std::unique_ptr<worker_context>> contexts;
+    std::vector<std::unique_ptr<egress_shaper>> shapers;
+    std::vector<std::unique_ptr<ingress_policer>> policers;
+    for (unsigned w = 0; w < workers; ++w) {
+        contexts.push_back(std::make_unique<worker_context>());
+        shapers.push_back(std::make_unique<egress_shaper>(now_ns()));
+        policers.push_back(std::make_unique<ingress_policer>());
+        contexts[w]->id = static_cast<uint8_t>(w);
+        contexts[w]->handoff = handoff.get();
+        contexts[w]->shaper = shapers[w].get();
+        contexts[w]->policer = policers[w].get();
+    }
+    worker_context* worker = contexts[0].get();
     // The RDMA face: one verbs socket per vNIC for libjakiro_verbs.so (control side thread),
-    // whose QPs the worker's RoCE engine runs.
-    auto worker = std::make_unique<worker_context>();
+    // whose QPs the RoCE engine runs on worker 0, every vNIC's (dataplane/README.md).
     roce::engine rdma_engine(static_cast<uint16_t>(config.vnics.size()),
                              rdma_config::max_qps_limit);
     roce_port rdma_port(*worker);
-    egress_shaper shaper(now_ns());
-    ingress_policer policer;
     worker->engine = &rdma_engine;
     worker->rdma_port = &rdma_port;
-    worker->shaper = &shaper;
-    worker->policer = &policer;
+    if (handoff) {
+        handoff->set_waker(0, [&rdma_engine] { rdma_engine.wake(); });
+    }
     verbs::channel_config verbs_config;
     verbs_config.host_name = config.name;
     verbs_config.tenant_mtu = config.tenant_mtu();
@@ -283,17 +362,19 @@ int main(int argc, char** argv) {
                      rdma_warnings.substr(0, rdma_warnings.find_last_not_of('\n') + 1));
     }
 
-    worker->neighbors = neighbors.get();
-    worker->pool = pool;
-    worker->flows = secgroup::flow_table::create(
-        config.conntrack.max_flows, config.conntrack.timeouts, rte_get_tsc_hz(), error);
-    if (!worker->flows) {
-        return fail(error);
+    for (auto& ctx : contexts) {
+        ctx->neighbors = neighbors.get();
+        ctx->pool = pool;
+        ctx->flows = secgroup::flow_table::create(
+            config.conntrack.max_flows, config.conntrack.timeouts, rte_get_tsc_hz(), error);
+        if (!ctx->flows) {
+            return fail(error);
+        }
+        state.workers.push_back(ctx.get());
     }
-    state.workers.push_back(worker.get());
     state.engine = &rdma_engine;
-    state.shaper = &shaper;
-    state.policer = &policer;
+    state.shaper = shapers[0].get();
+    state.policer = policers[0].get();
 
     const std::size_t vnic_count = config.vnics.size();
     const std::string metrics_at = config.metrics ? config.metrics->text() : "off";
@@ -322,13 +403,32 @@ int main(int argc, char** argv) {
                {"underlay", format_ipv4(state.config.underlay.ip)},
                {"memory", state.memory_mode},
                {"polling", opts.busy_poll ? "busy" : "adaptive"},
+               {"workers", workers},
                {"control", opts.socket},
                {"metrics", metrics_at},
                {"version", JAKIRO_VERSION}});
 
     loop_options loop;
     loop.busy_poll = opts.busy_poll;
+    // Workers 1.. on the other lcores, worker 0 (the uplink's and the engine's) on this one.
+    std::vector<worker_launch> launches;
+    launches.reserve(workers);
+    unsigned next_id = 1;
+    unsigned lcore = 0;
+    RTE_LCORE_FOREACH_WORKER(lcore) {
+        if (next_id == workers) {
+            break;
+        }
+        launches.push_back({&publisher, next_id, contexts[next_id].get(), &loop});
+        if (rte_eal_remote_launch(run_worker, &launches.back(), lcore) != 0) {
+            stop_requested = true;
+            log::error("start_failed", "cannot launch worker " + std::to_string(next_id));
+            break;
+        }
+        ++next_id;
+    }
     run_lcore_loop(publisher, 0, *worker, loop, stop_requested);
+    rte_eal_mp_wait_lcore();
 
     service::notify("STOPPING=1\nSTATUS=stopping");
     log::info("stopping", "signal received; closing ports");

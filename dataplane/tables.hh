@@ -29,6 +29,7 @@ struct vnic_view {
     uint32_t vpc;  // index into datapath_tables::vni_of_vpc
     rte_be32_t ip;
     rte_ether_addr mac;
+    uint8_t worker = 0;  // the worker that owns it (control/worker_assignment.hh)
 };
 
 // VNI -> VPC index, an rte_hash because VNIs are sparse 24-bit numbers.
@@ -47,6 +48,9 @@ class vni_map {
 };
 
 struct datapath_tables {
+    // Which publication this is (tables_publisher): a worker that slept through several tells
+    // snapshots apart by it, not by their address, which a later one may reuse.
+    uint64_t publication = 0;
     uint16_t uplink_port = 0;
     rte_be32_t underlay_ip = 0;
     rte_ether_addr underlay_mac{};

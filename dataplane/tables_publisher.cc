@@ -26,6 +26,7 @@ void tables_publisher::register_worker(unsigned id) {
 
 void tables_publisher::publish(std::unique_ptr<datapath_tables> next) {
     std::lock_guard lock(_publish_mutex);
+    next->publication = ++_publications;
     const datapath_tables* old = _current.exchange(next.release(), std::memory_order_acq_rel);
     // Wait until every online worker has finished any iteration that may still read `old`.
     rte_rcu_qsbr_synchronize(_rcu, RTE_QSBR_THRID_INVALID);

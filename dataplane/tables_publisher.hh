@@ -42,6 +42,7 @@ class tables_publisher {
     rte_rcu_qsbr* _rcu;
     std::atomic<const datapath_tables*> _current{nullptr};
     std::mutex _publish_mutex;
+    uint64_t _publications = 0;
 };
 
 }  // namespace jakiro

@@ -210,10 +210,15 @@ void load_host(checker& check, const YAML::Node& root, host_config& config) {
         check.error(root, "host", "missing");
         return;
     }
-    if (!check.only_keys(host, "host",
-                         {"name", "underlay", "gateway_mac", "conntrack", "qos", "metrics"})) {
+    if (!check.only_keys(
+            host, "host",
+            {"name", "underlay", "gateway_mac", "conntrack", "qos", "metrics", "workers"})) {
         return;
     }
+    // Poll loops, each owning a share of the vNICs (worker/README.md); whether the host has the
+    // cores for them is checked when jakirod starts, not here (the file may be checked elsewhere).
+    config.workers =
+        check.number(host, "workers", "host", 1, max_workers, false).value_or(config.workers);
     if (const auto m = host["metrics"]; m.IsDefined() && !m.IsNull()) {
         const std::string field = "host.metrics";
         if (check.only_keys(m, field, {"listen"})) {

@@ -136,6 +136,9 @@ struct cluster_host {
     bool operator==(const cluster_host&) const = default;
 };
 
+// Most poll loops one jakirod runs (host.workers, --workers): one per core of a big host.
+constexpr uint32_t max_workers = 16;
+
 struct host_config {
     std::string source_file;
     std::string name;
@@ -146,6 +149,7 @@ struct host_config {
     std::vector<peer_config> peers;
     std::vector<secgroup::group> security_groups;
     conntrack_config conntrack;
+    uint32_t workers = 1;  // host.workers: poll loops (lcores), vNICs shared out among them
     std::optional<qos::uplink_qos> uplink_qos;  // host.qos.uplink_rate: all vNICs together
     std::optional<metrics_config> metrics;      // none: no metrics listener
     std::optional<control_config> control;      // none: no control plane, the YAML is all

@@ -41,13 +41,15 @@ struct daemon_state {
     std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
     std::vector<port_record> ports;       // ports[0] is the uplink
     std::vector<std::string> slot_names;  // vNIC name by counter slot ("" once removed)
+    std::vector<uint8_t> slot_workers;    // the worker that owns each slot's vNIC
     overlay::underlay_neighbors* neighbors = nullptr;
     tables_publisher* publisher = nullptr;
-    std::vector<const worker_context*> workers;
-    const roce::engine* engine = nullptr;      // the RDMA face's QPs (jakiroctl qps)
-    const egress_shaper* shaper = nullptr;     // DHTB egress (jakiroctl qos, top)
-    const ingress_policer* policer = nullptr;  // DHTB ingress (jakiroctl qos)
-    verbs::channel_server* verbs = nullptr;    // the vNICs' RDMA faces (follow apply)
+    std::vector<const worker_context*> workers;  // by worker id
+    unsigned worker_count = 1;                   // host.workers or --workers, fixed at start
+    const roce::engine* engine = nullptr;        // the RDMA face's QPs (jakiroctl qps)
+    const egress_shaper* shaper = nullptr;       // DHTB egress (jakiroctl qos, top)
+    const ingress_policer* policer = nullptr;    // DHTB ingress (jakiroctl qos)
+    verbs::channel_server* verbs = nullptr;      // the vNICs' RDMA faces (follow apply)
     // With control: in the host YAML, the etcd follower's state (control_plane/status.hh).
     const control_plane::control_plane_status* control_plane = nullptr;
 };

@@ -8,6 +8,7 @@
 #include "../ports.hh"
 #include "rnic/verbs/channel_server.hh"
 #include "table_builder.hh"
+#include "worker_assignment.hh"
 
 namespace jakiro {
 
@@ -24,6 +25,7 @@ bool host_manager::start(std::string& error) {
         if (opened == nullptr) {
             return false;
         }
+        place_next_slot();
         ++_next_slot;
         _vnics[v.name] = std::move(opened);
     }
@@ -49,10 +51,20 @@ bool host_manager::serve_rdma(verbs::channel_server& server, std::string& warnin
     return all;
 }
 
+void host_manager::place_next_slot() {
+    std::vector<uint8_t> owners;
+    for (const auto& [name, v] : _vnics) {
+        owners.push_back(_worker_of_slot.at(v->slot()));
+    }
+    _worker_of_slot.resize(_next_slot + 1u, 0);
+    _worker_of_slot[_next_slot] = least_loaded_worker(owners, _state.worker_count);
+}
+
 void host_manager::refresh_port_records() {
     _state.ports.clear();
     _state.ports.push_back({"uplink", _state.config.underlay.port, _uplink_port});
     _state.slot_names.assign(_next_slot, "");
+    _state.slot_workers = _worker_of_slot;
     for (const auto& vnic : _state.config.vnics) {
         const auto& v = *_vnics.at(vnic.name);
         _state.ports.push_back({vnic.name, v.devargs(), v.port()});
@@ -69,6 +81,7 @@ std::unique_ptr<datapath_tables> host_manager::build(const host_config& config,
         const auto& v = *_vnics.at(vnic.name);
         assignment.vnic_ports.push_back(v.port());
         assignment.vnic_slots.push_back(v.slot());
+        assignment.vnic_workers.push_back(_worker_of_slot.at(v.slot()));
     }
     return build_tables(config, assignment, *_state.neighbors, _generation + 1, error);
 }
@@ -148,6 +161,7 @@ bool host_manager::apply(host_config next, std::string& summary, std::string& er
             }
             return false;
         }
+        place_next_slot();
         ++_next_slot;
         _vnics[v.name] = std::move(fresh);
         opened.push_back(v.name);

@@ -46,6 +46,8 @@ class host_manager {
     std::unique_ptr<datapath_tables> build(const host_config& config, std::string& error) const;
     void publish(std::unique_ptr<datapath_tables> tables);
     void refresh_port_records();
+    // Gives slot `_next_slot` to the least loaded worker (control/worker_assignment.hh).
+    void place_next_slot();
 
     daemon_state& _state;
     rte_mempool* _pool;
@@ -54,6 +56,8 @@ class host_manager {
     // Slots are never reused while the daemon runs, so per-slot counters always belong to one
     // vNIC (a removed vNIC's numbers do not flow into a new one's).
     uint16_t _next_slot = 0;
+    // The worker that owns each slot's vNIC, chosen when the slot is taken and kept for life.
+    std::vector<uint8_t> _worker_of_slot;
     uint32_t _generation = 0;
 };
 

@@ -74,8 +74,60 @@ const global_counter global_counters[] = {
     JK_GLOBAL(idle_sleeps),
     JK_GLOBAL(throttled_sleeps),
     JK_GLOBAL(rx_wakes),
+    JK_GLOBAL(handed_fabric),
+    JK_GLOBAL(handed_port),
+    JK_GLOBAL(taken_handoffs),
 };
 #undef JK_GLOBAL
+
+// Each worker's share (host.workers): the vNICs it owns and its own counters; the totals above
+// are their sums.
+void render_workers(const daemon_state& state, json_writer& out, std::ostringstream& text) {
+    static constexpr const char* columns[] = {"from_tenant_pkts", "to_tenant_pkts", "encapsulated",
+                                              "decapsulated",     "handed_fabric",  "handed_port",
+                                              "taken_handoffs",   "idle_sleeps"};
+    out.begin_array("workers");
+    text << "workers  vnics";
+    for (const char* column : columns) {
+        text << "  " << column;
+    }
+    text << "\n";
+    for (std::size_t w = 0; w < state.workers.size(); ++w) {
+        const lcore_counters& c = state.workers[w]->counters;
+        std::string owned;
+        out.begin_object().value("id", static_cast<uint64_t>(w)).begin_array("vnics");
+        for (std::size_t slot = 0; slot < state.slot_names.size(); ++slot) {
+            if (!state.slot_names[slot].empty() && slot < state.slot_workers.size() &&
+                state.slot_workers[slot] == w) {
+                out.value({}, state.slot_names[slot]);
+                owned += (owned.empty() ? "" : ",") + state.slot_names[slot];
+            }
+        }
+        out.end_array();
+        uint64_t from_tenant = 0;
+        uint64_t to_tenant = 0;
+        for (const auto& v : c.vnics) {
+            from_tenant += v.from_tenant_packets.read();
+            to_tenant += v.to_tenant_packets.read();
+        }
+        const uint64_t values[] = {from_tenant,
+                                   to_tenant,
+                                   c.encapsulated.read(),
+                                   c.decapsulated.read(),
+                                   c.handed_fabric.read(),
+                                   c.handed_port.read(),
+                                   c.taken_handoffs.read(),
+                                   c.idle_sleeps.read()};
+        text << "  " << w << "      " << (owned.empty() ? "-" : owned);
+        for (std::size_t i = 0; i < std::size(columns); ++i) {
+            out.value(columns[i], values[i]);
+            text << "  " << values[i];
+        }
+        text << "\n";
+        out.end_object();
+    }
+    out.end_array();
+}
 
 }  // namespace
 
@@ -328,7 +380,9 @@ std::string render_stats(const daemon_state& state, bool json) {
                  << drop_reason_texts[reason] << ")\n";
         }
     }
-    out.end_object().end_object();
+    out.end_object();
+    render_workers(state, out, text);
+    out.end_object();
     return json ? out.str() + "\n" : text.str();
 }
 

@@ -129,6 +129,7 @@ std::unique_ptr<datapath_tables> build_tables(const host_config& config,
         view.vpc = vpc_index(vnic.vpc);
         view.ip = rte_cpu_to_be_32(vnic.ip.address);
         view.mac = to_ether(vnic.mac);
+        view.worker = ports.vnic_workers.empty() ? 0 : ports.vnic_workers[i];
         tables->vnics[slot] = view;
         tables->qos[slot] = vnic.qos;
         tables->active_slots.push_back(slot);

@@ -17,8 +17,9 @@ namespace jakiro {
 struct port_assignment {
     uint16_t uplink_port = 0;
     rte_ether_addr uplink_mac{};
-    std::vector<uint16_t> vnic_ports;  // same order as host_config::vnics
-    std::vector<uint16_t> vnic_slots;  // same order; empty means slot = position
+    std::vector<uint16_t> vnic_ports;   // same order as host_config::vnics
+    std::vector<uint16_t> vnic_slots;   // same order; empty means slot = position
+    std::vector<uint8_t> vnic_workers;  // same order; empty means worker 0 for all
 };
 
 // Addresses of the members of every group: local vNICs and peers that carry it.

@@ -157,7 +157,9 @@ void process_tenant_burst(worker_context& ctx, const datapath_tables& tables, ui
     unsigned local_index[overlay::vlt::max_bulk];
     unsigned local_count = 0;
     for (unsigned i = 0; i < routed_count; ++i) {
-        if (pass[i] && entries[i]->kind == overlay::vlt_kind::local_vnic) {
+        // A receiver another worker owns is judged there (pipeline/local_arrival.hh).
+        if (pass[i] && entries[i]->kind == overlay::vlt_kind::local_vnic &&
+            tables.vnics[entries[i]->vnic].worker == ctx.id) {
             local_requests[local_count] = requests[i];
             local_requests[local_count].vnic = entries[i]->vnic;
             local_requests[local_count].dir = secgroup::direction::ingress;
@@ -197,6 +199,13 @@ void process_tenant_burst(worker_context& ctx, const datapath_tables& tables, ui
             continue;
         }
         auto* eth = rte_pktmbuf_mtod(m, rte_ether_hdr*);
+        if (entry->kind == overlay::vlt_kind::local_vnic &&
+            tables.vnics[entry->vnic].worker != ctx.id) {
+            // Sent as it is: the tx batch hands it to the owner (worker/handoff.hh).
+            transmit(tables.vnics[entry->vnic].port_id, m,
+                     overlay::charged_wire_bytes(headers[i], m->tso_segsz));
+            continue;
+        }
         if (entry->kind == overlay::vlt_kind::local_vnic) {
             // Intra-host shortcut: port to port, no tunnel; the receiver meters it as if it had
             // come over the fabric.

@@ -11,9 +11,12 @@
 #include "../overlay/superframe.hh"
 #include "../pipeline/egress.hh"
 #include "../pipeline/ingress.hh"
+#include "../pipeline/local_arrival.hh"
 #include "../port_io.hh"
 #include "clock.hh"
 #include "egress_shaper.hh"
+#include "fabric_dispatch.hh"
+#include "handoff.hh"
 #include "ingress_policer.hh"
 #include "rnic/engine.hh"
 #include "roce_port.hh"
@@ -68,6 +71,85 @@ void request_neighbors(worker_context& ctx, const datapath_tables& tables, bool 
     }
 }
 
+// The uplink's frames that belong to another worker's vNICs go to it (worker/handoff.hh);
+// the rest stay, in order, at the front of `pkts`. Returns how many stayed.
+uint16_t hand_off_fabric(worker_context& ctx, const datapath_tables& tables, rte_mbuf** pkts,
+                         uint16_t count) {
+    worker_handoff& handoff = *ctx.handoff;
+    rte_mbuf* theirs[worker_handoff::max_lanes][overlay::max_merged];
+    uint16_t their_count[worker_handoff::max_lanes] = {};
+    uint16_t kept = 0;
+    for (uint16_t i = 0; i < count; ++i) {
+        const uint8_t owner = fabric_frame_owner(tables, pkts[i], ctx.id);
+        if (owner == ctx.id || owner >= handoff.workers()) {
+            pkts[kept++] = pkts[i];
+        } else {
+            theirs[owner][their_count[owner]++] = pkts[i];
+        }
+    }
+    for (unsigned w = 0; w < handoff.workers(); ++w) {
+        const uint16_t n = their_count[w];
+        if (n == 0) {
+            continue;
+        }
+        const uint16_t taken = handoff.give_fabric(w, theirs[w], n);
+        ctx.counters.handed_fabric.add(taken);
+        for (uint16_t i = taken; i < n; ++i) {
+            ctx.drop(theirs[w][i], drop_reason::handoff_ring_full);
+        }
+    }
+    return kept;
+}
+
+// What the other workers handed this one: frames from the uplink for its vNICs, frames
+// to send on its ports (the uplink, or one of its vNICs after judging them as the receiver).
+unsigned take_handoffs(worker_context& ctx, const datapath_tables& tables) {
+    worker_handoff& handoff = *ctx.handoff;
+    constexpr uint16_t burst = 32;
+    rte_mbuf* pkts[burst];
+    unsigned taken = 0;
+    for (unsigned b = 0; b < max_rx_bursts; ++b) {
+        const uint16_t n = handoff.take_fabric(ctx.id, pkts, burst);
+        if (n > 0) {
+            process_uplink_burst(ctx, tables, pkts, n);
+        }
+        taken += n;
+        if (n < burst) {
+            break;
+        }
+    }
+    for (unsigned b = 0; b < max_rx_bursts; ++b) {
+        const uint16_t n = handoff.take_port(ctx.id, pkts, burst);
+        rte_mbuf* arrivals[burst];
+        uint16_t arrival_count = 0;
+        for (uint16_t i = 0; i < n; ++i) {
+            if (pkts[i]->port == tables.uplink_port) {
+                ctx.tx.enqueue(tables.uplink_port, pkts[i], ctx.counters);
+            } else {
+                arrivals[arrival_count++] = pkts[i];
+            }
+        }
+        if (arrival_count > 0) {
+            process_local_arrivals(ctx, tables, arrivals, arrival_count);
+        }
+        taken += n;
+        if (n < burst) {
+            break;
+        }
+    }
+    ctx.counters.taken_handoffs.add(taken);
+    return taken;
+}
+
+// Tells the tx batch who owns each port of a new snapshot: the uplink is worker 0's, a
+// vNIC's port its owner's.
+void learn_port_owners(worker_context& ctx, const datapath_tables& tables) {
+    ctx.tx.set_owner(tables.uplink_port, 0);
+    for (const uint16_t slot : tables.active_slots) {
+        ctx.tx.set_owner(tables.vnics[slot].port_id, tables.vnics[slot].worker);
+    }
+}
+
 bool any_unresolved(const overlay::underlay_neighbors& neighbors) {
     for (uint16_t slot = 0; slot < neighbors.size(); ++slot) {
         if (!neighbors.mac(slot)) {
@@ -103,6 +185,17 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
             ctx.counters.rx_wakes.add(1);
             ctx.engine->wake();
         });
+    } else if (ctx.handoff != nullptr && !options.busy_poll) {
+        // A worker without the engine sleeps on the hand-off's futex.
+        waker.emplace([&ctx] {
+            ctx.counters.rx_wakes.add(1);
+            ctx.handoff->ring(ctx.id);
+        });
+    }
+    const bool owns_uplink = ctx.id == 0;
+    uint64_t owners_of = UINT64_MAX;  // the publication the tx batch's port owners are from
+    if (ctx.handoff != nullptr) {
+        ctx.tx.hand_off_through(ctx.handoff, ctx.id);
     }
     // Sleeps up to `us`, less if a tenant's post rings the doorbell or, with `wake_on_rx`, a
     // frame arrives (an idle nap; a throttled one ends when tokens are due anyway). False if
@@ -111,18 +204,29 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
         if (ctx.engine != nullptr && !ctx.engine->prepare_sleep()) {
             return false;
         }
+        if (ctx.handoff != nullptr && !ctx.handoff->before_sleep(ctx.id)) {
+            if (ctx.engine != nullptr) {
+                ctx.engine->after_sleep();
+            }
+            return false;
+        }
         publisher.offline(worker_id);
+        const bool watch = waker && wake_on_rx;
+        if (watch) {
+            waker->before_sleep();
+        }
         if (ctx.engine != nullptr) {
-            const bool watch = waker && wake_on_rx;
-            if (watch) {
-                waker->before_sleep();
-            }
             ctx.engine->sleep(us);
-            if (watch) {
-                waker->after_sleep();
-            }
+        } else if (ctx.handoff != nullptr) {
+            ctx.handoff->sleep(ctx.id, us);
         } else {
             sleep_us(us);
+        }
+        if (watch) {
+            waker->after_sleep();
+        }
+        if (ctx.handoff != nullptr) {
+            ctx.handoff->after_sleep(ctx.id);
         }
         publisher.online(worker_id);
         if (ctx.engine != nullptr) {
@@ -137,6 +241,10 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
     }
     while (!stop.load(std::memory_order_relaxed)) {
         const datapath_tables& tables = *publisher.current();
+        if (ctx.handoff != nullptr && tables.publication != owners_of) {
+            learn_port_owners(ctx, tables);
+            owners_of = tables.publication;
+        }
         unsigned received = 0;
         if (ctx.policer != nullptr) {
             ctx.policer->sync(tables, now_ns());  // before any packet meets a meter
@@ -154,7 +262,7 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
         // The uplink's bursts are gathered first so GRO sees up to 128 frames at once: a
         // TCP flow's frames go to its tenant as one super-frame (overlay/superframe.hh).
         uint16_t from_fabric = 0;
-        for (unsigned b = 0; b < max_rx_bursts; ++b) {
+        for (unsigned b = 0; owns_uplink && b < max_rx_bursts; ++b) {
             const uint16_t n = port_rx_uplink(tables.uplink_port, uplink_pkts + from_fabric,
                                               rx_burst_size, ctx.counters);
             from_fabric += n;
@@ -164,7 +272,10 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
         }
         if (from_fabric > 0) {
             received += from_fabric;
-            const uint16_t left = overlay::merge_burst(uplink_pkts, from_fabric);
+            uint16_t left = overlay::merge_burst(uplink_pkts, from_fabric);
+            if (ctx.handoff != nullptr) {
+                left = hand_off_fabric(ctx, tables, uplink_pkts, left);
+            }
             for (uint16_t off = 0; off < left; off += rx_burst_size) {
                 process_uplink_burst(ctx, tables, uplink_pkts + off,
                                      std::min<uint16_t>(rx_burst_size, left - off));
@@ -177,7 +288,13 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
             vnet::collect_ready_faces(ready_faces);
             polls_since_face_check = 0;
         }
+        if (ctx.handoff != nullptr) {
+            received += take_handoffs(ctx, tables);
+        }
         for (const uint16_t slot : tables.active_slots) {
+            if (tables.vnics[slot].worker != ctx.id) {
+                continue;  // another worker's vNIC
+            }
             const uint16_t port = tables.vnics[slot].port_id;
             if (vnet::is_face_port(port) && !ready_faces[port - vnet::first_face_port]) {
                 continue;
@@ -211,7 +328,7 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
         }
 
         const uint64_t now = rte_get_tsc_cycles();
-        if (now >= next_arp_retry) {
+        if (owns_uplink && now >= next_arp_retry) {
             next_arp_retry = now + hz * arp_retry_ms / 1000;
             const bool refresh = now >= next_arp_refresh;
             if (refresh) {

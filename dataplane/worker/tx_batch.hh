@@ -3,6 +3,10 @@
 // with one rte_eth_tx_burst per port at the end of it. What a port cannot take yet stays queued
 // for the next round (a full memif or af_packet ring drains within microseconds); only a packet
 // that finds its port's queue still full is dropped, and counted.
+//
+// With several workers only a port's owner may send on it (an ethdev or vnet face queue is
+// single-threaded): frames for a port another worker owns go to that worker's hand-off ring
+// instead (worker/handoff.hh), in order, with the same keep-the-leftovers rule.
 
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
@@ -14,6 +18,7 @@
 
 #include "../counters.hh"
 #include "../port_io.hh"
+#include "handoff.hh"
 
 namespace jakiro {
 
@@ -21,10 +26,18 @@ class tx_batch {
   public:
     static constexpr uint16_t capacity = 256;  // per port: several rx bursts of backlog
 
+    // Several workers: `self` is this batch's worker, ports it does not own go through
+    // `handoff`. Until set_owner() says otherwise a port is worker 0's.
+    void hand_off_through(worker_handoff* handoff, uint8_t self) {
+        _handoff = handoff;
+        _self = self;
+    }
+    void set_owner(uint16_t port, uint8_t worker) { _owner[port] = worker; }
+
     void enqueue(uint16_t port, rte_mbuf* m, lcore_counters& counters) {
         auto& queue = _queues[port];
         if (queue.count == capacity) {
-            send(port);
+            send(port, counters);
             if (queue.count == capacity) {
                 counters.drops[static_cast<std::size_t>(drop_reason::tx_queue_full)].add(1);
                 rte_pktmbuf_free(m);
@@ -55,7 +68,7 @@ class tx_batch {
                 queue.pending = false;
                 continue;
             }
-            send(port);
+            send(port, counters);
             if (_queues[port].count > 0) {
                 _pending_ports[still_pending++] = port;
             } else {
@@ -81,9 +94,15 @@ class tx_batch {
     }
 
   private:
-    void send(uint16_t port) {
+    void send(uint16_t port, lcore_counters& counters) {
         auto& queue = _queues[port];
-        const uint16_t sent = port_tx_burst(port, queue.pkts, queue.count);
+        uint16_t sent;
+        if (_handoff != nullptr && _owner[port] != _self) {
+            sent = _handoff->give_port(_owner[port], port, queue.pkts, queue.count);
+            counters.handed_port.add(sent);
+        } else {
+            sent = port_tx_burst(port, queue.pkts, queue.count);
+        }
         if (sent > 0 && sent < queue.count) {
             std::memmove(queue.pkts, queue.pkts + sent, (queue.count - sent) * sizeof(rte_mbuf*));
         }
@@ -99,6 +118,9 @@ class tx_batch {
     std::array<queue, vnet::port_id_space> _queues{};
     std::array<uint16_t, vnet::port_id_space> _pending_ports{};
     uint16_t _pending_count = 0;
+    worker_handoff* _handoff = nullptr;
+    uint8_t _self = 0;
+    std::array<uint8_t, vnet::port_id_space> _owner{};
 };
 
 }  // namespace jakiro

@@ -21,8 +21,12 @@ class roce_port;
 class egress_shaper;
 class ingress_policer;
 
+class worker_handoff;
+
 struct alignas(RTE_CACHE_LINE_SIZE) worker_context {
     lcore_counters counters;
+    uint8_t id = 0;                     // the worker's number; vnic_view::worker names the owner
+    worker_handoff* handoff = nullptr;  // to the other workers; null: this is the only one
     tx_batch tx;
     overlay::underlay_neighbors* neighbors = nullptr;
     rte_mempool* pool = nullptr;

@@ -130,6 +130,21 @@ TEST(ConfigLoader, MtuOutsideTheSupportedRangeIsRejected) {
     expect_error(with("mtu: 1500", "mtu: 9200"), 3, "host.underlay.mtu", "not a number");
 }
 
+TEST(ConfigLoader, WorkersDefaultToOneAndTakeACountUpToTheLimit) {
+    EXPECT_EQ(load_host_config_text(valid_config, "h1.yaml").config.workers, 1u);
+    const auto two =
+        load_host_config_text(with("  name: h1\n", "  name: h1\n  workers: 2\n"), "h1.yaml");
+    ASSERT_TRUE(two.ok()) << two.errors[0].to_string();
+    EXPECT_EQ(two.config.workers, 2u);
+}
+
+TEST(ConfigLoader, WorkersOutsideOneToTheLimitAreRejected) {
+    for (const char* bad : {"0", "17", "two", "-1"}) {
+        expect_error(with("  name: h1\n", std::string("  name: h1\n  workers: ") + bad + "\n"), 3,
+                     "host.workers", "not a number");
+    }
+}
+
 TEST(ConfigLoader, PortUsedTwiceIsRejected) {
     expect_error(with("net_af_packet2,iface=t3", "net_af_packet1,iface=t3"), 9, "vnics[1].port",
                  "used twice");

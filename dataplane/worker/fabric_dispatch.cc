@@ -1,0 +1,59 @@
+#include "fabric_dispatch.hh"
+
+#include <rte_ip.h>
+#include <rte_udp.h>
+
+#include "../overlay/vxlan.hh"
+#include "rnic/wire/headers.hh"
+
+namespace jakiro {
+
+uint8_t fabric_frame_owner(const datapath_tables& tables, const rte_mbuf* m,
+                           uint8_t uplink_worker) {
+    const uint32_t first = rte_pktmbuf_data_len(m);  // GRO chains: headers are in the first
+    const auto* frame = rte_pktmbuf_mtod(m, const uint8_t*);
+    if (first < overlay::outer_header_bytes) {
+        return uplink_worker;
+    }
+    const auto* eth = reinterpret_cast<const rte_ether_hdr*>(frame);
+    if (eth->ether_type != rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4) ||
+        !rte_is_same_ether_addr(&eth->dst_addr, &tables.underlay_mac)) {
+        return uplink_worker;
+    }
+    // As the ingress pipeline does: the outer lengths describe the whole chain GRO made, whose
+    // first segment holds every header (checked below before the inner ones are read).
+    const auto check = overlay::check_outer(frame, rte_pktmbuf_pkt_len(m), tables.underlay_ip);
+    if (!check.ok) {
+        return uplink_worker;
+    }
+    const uint32_t inner = check.view.inner_offset;
+    if (first < inner + sizeof(rte_ether_hdr) + sizeof(rte_ipv4_hdr)) {
+        return uplink_worker;
+    }
+    const auto* inner_eth = reinterpret_cast<const rte_ether_hdr*>(frame + inner);
+    if (inner_eth->ether_type != rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4)) {
+        return uplink_worker;
+    }
+    const auto* ip = reinterpret_cast<const rte_ipv4_hdr*>(inner_eth + 1);
+    const uint32_t ihl = (ip->version_ihl & 0x0f) * 4u;
+    if (ip->next_proto_id == IPPROTO_UDP &&
+        first >= inner + sizeof(rte_ether_hdr) + ihl + sizeof(rte_udp_hdr)) {
+        const auto* udp =
+            reinterpret_cast<const rte_udp_hdr*>(reinterpret_cast<const uint8_t*>(ip) + ihl);
+        if (udp->dst_port == rte_cpu_to_be_16(roce::roce_udp_port)) {
+            return uplink_worker;  // the engine's
+        }
+    }
+    const uint32_t vpc = tables.vpcs->find(check.view.vni);
+    if (vpc == no_vpc) {
+        return uplink_worker;
+    }
+    const overlay::vlt_entry* dst = tables.vlt->lookup(vpc, ip->dst_addr);
+    if (dst == nullptr || dst->kind != overlay::vlt_kind::local_vnic ||
+        dst->vnic >= tables.vnics.size()) {
+        return uplink_worker;
+    }
+    return tables.vnics[dst->vnic].worker;
+}
+
+}  // namespace jakiro
