@@ -326,6 +326,15 @@ void drops_and_globals(const daemon_state& state, families& f) {
          JK_GET(throttled_sleeps)},
         {"jakiro_worker_rx_wakes_total", "Idle sleeps cut short by an arriving frame",
          JK_GET(rx_wakes)},
+        // host.workers > 1: what crossed between workers (worker/handoff.hh).
+        {"jakiro_worker_handed_fabric_total",
+         "Frames from the uplink this worker passed to the worker owning their vNIC",
+         JK_GET(handed_fabric)},
+        {"jakiro_worker_handed_port_total",
+         "Frames this worker passed to the worker owning the port they leave by",
+         JK_GET(handed_port)},
+        {"jakiro_worker_taken_handoffs_total", "Frames this worker took from other workers",
+         JK_GET(taken_handoffs)},
     };
 #undef JK_GET
     for (const auto& w : worker) {

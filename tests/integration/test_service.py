@@ -383,7 +383,10 @@ class TestWithTestbed:
                    "busy_polls": ("jakiro_worker_busy_polls_total", {"worker": "0"}),
                    "idle_sleeps": ("jakiro_worker_idle_sleeps_total", {"worker": "0"}),
                    "throttled_sleeps": ("jakiro_worker_throttled_sleeps_total", {"worker": "0"}),
-                   "rx_wakes": ("jakiro_worker_rx_wakes_total", {"worker": "0"})}
+                   "rx_wakes": ("jakiro_worker_rx_wakes_total", {"worker": "0"}),
+                   "handed_fabric": ("jakiro_worker_handed_fabric_total", {"worker": "0"}),
+                   "handed_port": ("jakiro_worker_handed_port_total", {"worker": "0"}),
+                   "taken_handoffs": ("jakiro_worker_taken_handoffs_total", {"worker": "0"})}
         assert set(overlay) == set(before["overlay"]), "a global counter has no metric"
         for key, (name, labels) in overlay.items():
             moved += between(name, labels, ["overlay", key])
