@@ -76,7 +76,28 @@ bool rc_qp::checked_with(const rc_qp& peer) const {
            _admitted_generation == _engine->policy_generation();
 }
 
-unsigned rc_qp::send_local(rc_qp& peer, packet_port& port, unsigned budget) {
+// The ingress meter of the vNIC the data goes to (the peer's; ours for a READ) sees the
+// message as the packets it would have been, and what the wire would do follows: above its rdma
+// share the receiving QP's CNP pacer lets a CNP through and this QP, which drives the local
+// exchange either way, cuts its rate (on_cnp) as if that CNP had come back over the fabric. So
+// a peer on the same host cannot take more of a shaped vNIC's ingress than one across it.
+void rc_qp::meter_local(rc_qp& receiver, packet_port& port, uint64_t now_ns, uint32_t packets,
+                        uint32_t frames_bytes) {
+    if (qos::ingress_meter* meter = port.receiving_meter(receiver._s.local.vnic)) {
+        const auto verdict = meter->on_packet(now_ns, qos::traffic_class::rdma,
+                                              frames_bytes + packets * qos::charged_bytes(0),
+                                              qos::ecn::ect0, &receiver.cnp_pacer());
+        if (verdict.send_cnp) {
+            receiver._stats.cnps_sent.fetch_add(1, std::memory_order_relaxed);
+            on_cnp(now_ns);
+        }
+    }
+    if (dcqcn_slowed()) {
+        pacer_charge(now_ns, frames_bytes);
+    }
+}
+
+unsigned rc_qp::send_local(rc_qp& peer, packet_port& port, uint64_t now_ns, unsigned budget) {
     verbs::qp_ring& ring = *_s.ring;
     const uint32_t mask = ring.sq_capacity() - 1;
     unsigned moved = 0;  // in packets' worth, the unit of the budget
@@ -106,7 +127,12 @@ unsigned rc_qp::send_local(rc_qp& peer, packet_port& port, unsigned budget) {
         const uint32_t slice = std::min(op.length - _local.moved, (budget - moved) * _mtu);
         const uint32_t packets = std::max(1u, (slice + _mtu - 1) / _mtu);
         // Charged as the packets it replaces would have been.
-        if (!port.admit(_s.local.vnic, packets * frame_bytes(opcode::rc_write_middle, 0) + slice)) {
+        const uint32_t header = frame_bytes(opcode::rc_write_middle, 0);
+        const uint32_t frames_bytes = packets * header + slice;
+        if (dcqcn_slowed() && !pacer_open(now_ns)) {
+            break;  // a CNP slowed this QP: its rate holds memory to memory too
+        }
+        if (!port.admit(_s.local.vnic, frames_bytes)) {
             break;
         }
         if (!_local.active) {
@@ -125,6 +151,7 @@ unsigned rc_qp::send_local(rc_qp& peer, packet_port& port, unsigned budget) {
                 _local.moved = op.length;  // an atomic: executed whole
             }
         }
+        meter_local(is_read(op.wqe) ? *this : peer, port, now_ns, packets, frames_bytes);
         if (_local.moved < op.length) {
             peer.place_local(op, _local, slice);
         }
@@ -151,15 +178,10 @@ unsigned rc_qp::send_local(rc_qp& peer, packet_port& port, unsigned budget) {
     return moved;
 }
 
-void rc_qp::complete_local_recv(recv_op& r, const send_op& op, const rc_qp& requester,
-                                ibv_wc_status status, uint32_t opcode, uint32_t len) {
+void rc_qp::complete_local_recv(const send_op& op, const rc_qp& requester, ibv_wc_status status,
+                                uint32_t opcode, uint32_t len) {
     const proto::send_wqe& w = op.wqe;
-    proto::cqe c{};
-    c.wr_id = r.wr_id;
-    c.status = status;
-    c.opcode = opcode;
-    c.byte_len = len;
-    c.qp_num = _s.qpn;
+    proto::cqe c = recv_completion(status, opcode, len);
     c.src_qp = requester._s.qpn;
     c.solicited = (w.send_flags & IBV_SEND_SOLICITED) != 0 ? 1 : 0;
     if (status == IBV_WC_SUCCESS && has_imm(w)) {
@@ -170,11 +192,7 @@ void rc_qp::complete_local_recv(recv_op& r, const send_op& op, const rc_qp& requ
         c.imm_data = w.imm_data;  // the invalidated rkey, host order
         c.wc_flags = IBV_WC_WITH_INV;
     }
-    for (uint8_t s = 0; s < r.sges; ++s) {
-        r.pins[s].reset();
-    }
-    _s.ring->retire_recv(1);
-    complete(*_s.recv_cq, c);
+    complete_recv(c);
 }
 
 rc_qp::local_result rc_qp::begin_local(const send_op& op, const rc_qp& requester, local_transfer& t,
@@ -196,16 +214,16 @@ rc_qp::local_result rc_qp::begin_local(const send_op& op, const rc_qp& requester
                 return local_result::rnr;
             }
             if (_recv.local_error != IBV_WC_SUCCESS) {
-                complete_local_recv(_recv, op, requester, _recv.local_error, IBV_WC_RECV, 0);
+                complete_local_recv(op, requester, _recv.local_error, IBV_WC_RECV, 0);
                 return fail(proto::event_type::qp_fatal, IBV_WC_REM_OP_ERR);
             }
             if (op.length > _recv.length) {
-                complete_local_recv(_recv, op, requester, IBV_WC_LOC_LEN_ERR, IBV_WC_RECV, 0);
+                complete_local_recv(op, requester, IBV_WC_LOC_LEN_ERR, IBV_WC_RECV, 0);
                 return fail(proto::event_type::qp_req_err, IBV_WC_REM_INV_REQ_ERR);
             }
             if (w.opcode == IBV_WR_SEND_WITH_INV &&
                 !verbs::invalidate_window(*_s.mrs, w.imm_data, _s.pd)) {
-                complete_local_recv(_recv, op, requester, IBV_WC_LOC_QP_OP_ERR, IBV_WC_RECV, 0);
+                complete_local_recv(op, requester, IBV_WC_LOC_QP_OP_ERR, IBV_WC_RECV, 0);
                 return fail(proto::event_type::qp_req_err, IBV_WC_REM_INV_REQ_ERR);
             }
             // The peer's message in progress, as if its first packet had come: should the
@@ -316,11 +334,11 @@ void rc_qp::finish_local(const send_op& op, const rc_qp& requester, local_transf
         case IBV_WR_SEND_WITH_IMM:
         case IBV_WR_SEND_WITH_INV:
             _in_send = false;
-            complete_local_recv(_recv, op, requester, IBV_WC_SUCCESS, IBV_WC_RECV, op.length);
+            complete_local_recv(op, requester, IBV_WC_SUCCESS, IBV_WC_RECV, op.length);
             break;
         case IBV_WR_RDMA_WRITE_WITH_IMM:
             _recv_held = false;
-            complete_local_recv(_recv, op, requester, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM,
+            complete_local_recv(op, requester, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM,
                                 op.length);
             break;
         default:

@@ -7,6 +7,8 @@
 #include <array>
 #include <cstdint>
 
+#include "qos/ingress_meter.hh"
+
 namespace jakiro::roce {
 
 constexpr uint32_t frame_l2_l4_bytes = 14 + 20 + 8;  // Ethernet, IPv4 (no options), UDP
@@ -33,6 +35,12 @@ class packet_port {
         (void)vnic;
         (void)frame_len;
         return true;
+    }
+    // DHTB ingress for a message moved memory to memory: the ingress meter of receiving vNIC
+    // `vnic`, or nullptr when it is not metered (not shaped, or no QoS).
+    virtual qos::ingress_meter* receiving_meter(uint16_t vnic) {
+        (void)vnic;
+        return nullptr;
     }
     // UD (no connection was admitted): may vNIC `vnic` send a datagram to `remote_ip_be`
     // (`outbound`) or receive one from it? The port counts what it refuses.

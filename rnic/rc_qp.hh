@@ -244,7 +244,11 @@ class rc_qp {
     rc_qp* local_peer(packet_port& port) const;
     // Both ends checked under the policy the engine runs with.
     bool checked_with(const rc_qp& peer) const;
-    unsigned send_local(rc_qp& peer, packet_port& port, unsigned budget);
+    unsigned send_local(rc_qp& peer, packet_port& port, uint64_t now_ns, unsigned budget);
+    // DHTB and DCQCN for a slice of `packets` packets' worth (`frames_bytes` as frames) whose
+    // data goes to `receiver` (the peer, or this QP for a READ).
+    void meter_local(rc_qp& receiver, packet_port& port, uint64_t now_ns, uint32_t packets,
+                     uint32_t frames_bytes);
     enum class local_result { started, done, rnr, failed };
     // The responder's half of a message of `requester`, in three steps. begin_local checks it
     // and takes what it needs (keys, a receive WQE; an atomic executes at once: `done`). On
@@ -255,8 +259,8 @@ class rc_qp {
     bool continues_local(const send_op& op) const;
     void place_local(const send_op& op, local_transfer& t, uint32_t len);
     void finish_local(const send_op& op, const rc_qp& requester, local_transfer& t);
-    void complete_local_recv(recv_op& r, const send_op& op, const rc_qp& requester,
-                             ibv_wc_status status, uint32_t opcode, uint32_t len);
+    void complete_local_recv(const send_op& op, const rc_qp& requester, ibv_wc_status status,
+                             uint32_t opcode, uint32_t len);
 
     // ---- responder (responder.cc): RC and UC requests walk the same named steps
     // What a step decided about an inbound request; the first that is not `proceed` ends the
@@ -294,10 +298,19 @@ class rc_qp {
     void replay_read(inbound_request& r);
     void queue_read(inbound_request& r, uint32_t psn);
     void release_recv_pins();
+    // The receive WQE in hand (_recv) ends, on the packet path and the local path alike:
+    // recv_completion() starts its CQE, complete_recv() drops its pins, retires its RQ (or SRQ)
+    // slot and writes the CQE.
+    verbs_proto::cqe recv_completion(ibv_wc_status status, uint32_t opcode,
+                                     uint32_t byte_len) const;
+    void complete_recv(const verbs_proto::cqe& c);
     bool take_recv(recv_op& out);
     unsigned send_read_responses(packet_port& port, uint64_t now_ns, unsigned budget);
     // DCQCN pacing: may a data packet leave now? And charging one that left.
     bool pacer_open(uint64_t now_ns);
+    // Below the line rate after a CNP (memory-to-memory messages are paced only then: at the
+    // line rate they move at memory speed).
+    bool dcqcn_slowed() const { return _rate.rate_bps() < _line_rate_bps; }
     void pacer_charge(uint64_t now_ns, uint32_t frame_len);
     void send_ack(packet_port& port, uint8_t syndrome, uint32_t psn);
     void replay_atomic(const roce_packet& p, packet_port& port);

@@ -165,7 +165,7 @@ unsigned rc_qp::send_packets(packet_port& port, uint64_t now_ns, unsigned budget
         }
         if (peer != nullptr) {
             _local_fallback = false;
-            const unsigned moved = send_local(*peer, port, budget);
+            const unsigned moved = send_local(*peer, port, now_ns, budget);
             if (!_local_fallback) {
                 return moved;
             }

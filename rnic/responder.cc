@@ -323,12 +323,7 @@ rc_qp::verdict rc_qp::complete_request(inbound_request& r) {
             if (!last) {
                 return verdict::proceed;
             }
-            proto::cqe c{};
-            c.wr_id = _recv.wr_id;
-            c.status = IBV_WC_SUCCESS;
-            c.opcode = IBV_WC_RECV;
-            c.byte_len = _recv_offset;
-            c.qp_num = _s.qpn;
+            proto::cqe c = recv_completion(IBV_WC_SUCCESS, IBV_WC_RECV, _recv_offset);
             c.src_qp = _machine.attr().dest_qp_num;
             c.solicited = p.solicited ? 1 : 0;
             if (p.immdt != nullptr) {
@@ -343,11 +338,9 @@ rc_qp::verdict rc_qp::complete_request(inbound_request& r) {
                 c.imm_data = p.ieth->rkey();  // ibv_wc.invalidated_rkey, host order
                 c.wc_flags = IBV_WC_WITH_INV;
             }
-            release_recv_pins();
             _in_send = false;
             _msn = psn_add(_msn, 1);
-            _s.ring->retire_recv(1);
-            complete(*_s.recv_cq, c);
+            complete_recv(c);
             return verdict::proceed;
         }
         case op_kind::write: {
@@ -361,19 +354,13 @@ rc_qp::verdict rc_qp::complete_request(inbound_request& r) {
             if (p.immdt == nullptr) {
                 return verdict::proceed;
             }
-            proto::cqe c{};
-            c.wr_id = _recv.wr_id;
-            c.status = IBV_WC_SUCCESS;
-            c.opcode = IBV_WC_RECV_RDMA_WITH_IMM;
-            c.byte_len = _write_length;
+            proto::cqe c =
+                recv_completion(IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, _write_length);
             c.imm_data = p.immdt->imm_be();
             c.wc_flags = IBV_WC_WITH_IMM;
-            c.qp_num = _s.qpn;
             c.src_qp = _machine.attr().dest_qp_num;
             c.solicited = p.solicited ? 1 : 0;
-            release_recv_pins();
-            _s.ring->retire_recv(1);
-            complete(*_s.recv_cq, c);
+            complete_recv(c);
             return verdict::proceed;
         }
         default:
@@ -510,6 +497,22 @@ void rc_qp::release_recv_pins() {
     for (uint8_t s = 0; s < _recv.sges; ++s) {
         _recv.pins[s].reset();
     }
+}
+
+proto::cqe rc_qp::recv_completion(ibv_wc_status status, uint32_t opcode, uint32_t byte_len) const {
+    proto::cqe c{};
+    c.wr_id = _recv.wr_id;
+    c.status = status;
+    c.opcode = opcode;
+    c.byte_len = byte_len;
+    c.qp_num = _s.qpn;
+    return c;
+}
+
+void rc_qp::complete_recv(const proto::cqe& c) {
+    release_recv_pins();
+    _s.ring->retire_recv(1);
+    complete(*_s.recv_cq, c);
 }
 
 void rc_qp::replay_atomic(const roce_packet& p, packet_port& port) {
@@ -683,17 +686,12 @@ void rc_qp::responder_error(packet_port& port, proto::event_type event, uint8_t 
         _stats.naks_sent.fetch_add(1, std::memory_order_relaxed);
     }
     if (_in_send) {
-        proto::cqe c{};
-        c.wr_id = _recv.wr_id;
-        c.status = recv_status == IBV_WC_REM_INV_REQ_ERR || recv_status == IBV_WC_REM_ACCESS_ERR
-                       ? IBV_WC_LOC_QP_OP_ERR
-                       : recv_status;
-        c.opcode = IBV_WC_RECV;
-        c.qp_num = _s.qpn;
-        release_recv_pins();
         _in_send = false;
-        _s.ring->retire_recv(1);
-        complete(*_s.recv_cq, c);
+        complete_recv(recv_completion(
+            recv_status == IBV_WC_REM_INV_REQ_ERR || recv_status == IBV_WC_REM_ACCESS_ERR
+                ? IBV_WC_LOC_QP_OP_ERR
+                : recv_status,
+            IBV_WC_RECV, 0));
     }
     if (_s.events.raise != nullptr) {
         _s.events.raise(_s.events.context, _s.owner, static_cast<uint32_t>(event), _s.qpn);

@@ -10,8 +10,8 @@
 #include "../worker/clock.hh"
 #include "../worker/egress_shaper.hh"
 #include "firewall.hh"
-#include "ingress_metering.hh"
 #include "ipv4_check.hh"
+#include "local_delivery.hh"
 #include "roce_guard.hh"
 #include "to_remote_host.hh"
 
@@ -20,10 +20,6 @@
 namespace jakiro {
 
 namespace {
-
-bool is_superframe(const rte_mbuf* m) {
-    return (m->ol_flags & RTE_MBUF_F_TX_TCP_SEG) != 0;
-}
 
 // Answers "who has X" from a tenant when X is an address of its VPC: every such address is
 // reached through jakirod, so the answer is always the gateway MAC.
@@ -198,45 +194,14 @@ void process_tenant_burst(worker_context& ctx, const datapath_tables& tables, ui
             ctx.drop(m, reasons[i], vnic.slot);
             continue;
         }
-        auto* eth = rte_pktmbuf_mtod(m, rte_ether_hdr*);
-        if (entry->kind == overlay::vlt_kind::local_vnic &&
-            tables.vnics[entry->vnic].worker != ctx.id) {
-            // Sent as it is: the tx batch hands it to the owner (worker/handoff.hh).
-            transmit(tables.vnics[entry->vnic].port_id, m,
-                     overlay::charged_wire_bytes(headers[i], m->tso_segsz));
-            continue;
-        }
         if (entry->kind == overlay::vlt_kind::local_vnic) {
-            // Intra-host shortcut: port to port, no tunnel; the receiver meters it as if it had
-            // come over the fabric.
-            if (!meter_tcp_ingress(ctx, m, headers[i], entry->vnic, meter_now)) {
-                continue;
-            }
-            const vnic_view& peer = tables.vnics[entry->vnic];
-            eth->dst_addr = peer.mac;
-            eth->src_addr = tables.gateway_mac;
-            auto& to_peer = ctx.counters.vnics[entry->vnic];
-            to_peer.to_tenant_packets.add(1);
-            to_peer.to_tenant_bytes.add(rte_pktmbuf_pkt_len(m));
-            ctx.counters.switched_locally.add(1);
-            if (!is_superframe(m) || port_takes_superframes(peer.port_id)) {
-                // Whole, super-frame or not; charged the frames it would be on the wire.
-                transmit(peer.port_id, m, overlay::charged_wire_bytes(headers[i], m->tso_segsz));
-                continue;
-            }
-            // A peer behind an af_packet or memif port gets MTU-sized frames.
-            rte_mbuf* frames[overlay::max_segments];
-            const int n = overlay::segment_superframe(
-                m, false, static_cast<uint16_t>(tables.tenant_mtu + sizeof(rte_ether_hdr)),
-                ctx.pool, frames, overlay::max_segments);
-            if (n < 0) {
-                ctx.counters.drops[static_cast<std::size_t>(drop_reason::segmentation_no_mbufs)]
-                    .add(1);
-                continue;
-            }
-            for (int f = 0; f < n; ++f) {
-                transmit(peer.port_id, frames[f],
-                         qos::charged_bytes(rte_pktmbuf_pkt_len(frames[f])));
+            if (tables.vnics[entry->vnic].worker != ctx.id) {
+                // Sent as it is: the tx batch hands it to the owner (worker/handoff.hh).
+                transmit(tables.vnics[entry->vnic].port_id, m,
+                         overlay::charged_wire_bytes(headers[i], m->tso_segsz));
+            } else {
+                // Intra-host shortcut: port to port, no tunnel.
+                deliver_to_local_vnic(ctx, tables, entry->vnic, m, headers[i], meter_now, transmit);
             }
             continue;
         }

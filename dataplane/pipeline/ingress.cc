@@ -10,6 +10,7 @@
 #include "../worker/clock.hh"
 #include "../worker/ingress_policer.hh"
 #include "../worker/roce_port.hh"
+#include "cut_to_tenant_mtu.hh"
 #include "firewall.hh"
 #include "ingress_metering.hh"
 #include "ipv4_check.hh"
@@ -283,17 +284,9 @@ void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rt
             ctx.tx.enqueue(vnic.port_id, m, ctx.counters);
             continue;
         }
-        rte_mbuf* frames[overlay::max_merged];
-        const int cut = overlay::segment_superframe(
-            m, false, static_cast<uint16_t>(tables.tenant_mtu + sizeof(rte_ether_hdr)), ctx.pool,
-            frames, overlay::max_merged);
-        if (cut < 0) {
-            ctx.counters.drops[static_cast<std::size_t>(drop_reason::segmentation_no_mbufs)].add(1);
-            continue;
-        }
-        for (int f = 0; f < cut; ++f) {
-            ctx.tx.enqueue(vnic.port_id, frames[f], ctx.counters);
-        }
+        cut_to_tenant_mtu(ctx, tables, m, [&](rte_mbuf* frame) {
+            ctx.tx.enqueue(vnic.port_id, frame, ctx.counters);
+        });
     }
 }
 

@@ -12,8 +12,9 @@
 //   the engine holds, so receive_rdma hands the engine the meter with the packet and the engine
 //   applies it: an RC/UC QP above its share gets a CNP (paced, never dropped: a drop would cost
 //   a go-back-N retransmission), a UD datagram is dropped.
-// Messages the RNIC moves memory to memory between two QPs of this host never become packets;
-// they are charged to the sender's egress class (roce_port::admit) only.
+// Messages the RNIC moves memory to memory between two QPs of this host never become packets:
+// the engine meters them itself, as the packets they would have been, through
+// roce_port::receiving_meter (rnic/local_path.cc, meter_local).
 //
 // Worker side, one clock read per burst by the caller; no allocation.
 

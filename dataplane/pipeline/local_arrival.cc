@@ -3,11 +3,9 @@
 #include <rte_cycles.h>
 #include <rte_ip.h>
 
-#include "../overlay/superframe.hh"
-#include "../port_io.hh"
 #include "../worker/clock.hh"
 #include "firewall.hh"
-#include "ingress_metering.hh"
+#include "local_delivery.hh"
 
 namespace jakiro {
 
@@ -43,36 +41,10 @@ void process_local_arrivals(worker_context& ctx, const datapath_tables& tables, 
                 ctx.drop(m, reasons[i], slot);
                 continue;
             }
-            auto* ip = const_cast<rte_ipv4_hdr*>(requests[i].ip);
-            if (!meter_tcp_ingress(ctx, m, ip, slot, now)) {
-                continue;
-            }
-            const vnic_view& peer = tables.vnics[slot];
-            auto* eth = rte_pktmbuf_mtod(m, rte_ether_hdr*);
-            eth->dst_addr = peer.mac;
-            eth->src_addr = tables.gateway_mac;
-            auto& to_peer = ctx.counters.vnics[slot];
-            to_peer.to_tenant_packets.add(1);
-            to_peer.to_tenant_bytes.add(rte_pktmbuf_pkt_len(m));
-            ctx.counters.switched_locally.add(1);
-            if ((m->ol_flags & RTE_MBUF_F_TX_TCP_SEG) == 0 ||
-                port_takes_superframes(peer.port_id)) {
-                ctx.tx.enqueue(peer.port_id, m, ctx.counters);
-                continue;
-            }
-            // A peer behind an af_packet or memif port gets MTU-sized frames.
-            rte_mbuf* frames[overlay::max_segments];
-            const int cut = overlay::segment_superframe(
-                m, false, static_cast<uint16_t>(tables.tenant_mtu + sizeof(rte_ether_hdr)),
-                ctx.pool, frames, overlay::max_segments);
-            if (cut < 0) {
-                ctx.counters.drops[static_cast<std::size_t>(drop_reason::segmentation_no_mbufs)]
-                    .add(1);
-                continue;
-            }
-            for (int f = 0; f < cut; ++f) {
-                ctx.tx.enqueue(peer.port_id, frames[f], ctx.counters);
-            }
+            deliver_to_local_vnic(ctx, tables, slot, m, const_cast<rte_ipv4_hdr*>(requests[i].ip),
+                                  now, [&](uint16_t port, rte_mbuf* frame, uint32_t /*charged*/) {
+                                      ctx.tx.enqueue(port, frame, ctx.counters);
+                                  });
         }
     }
 }

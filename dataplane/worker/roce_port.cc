@@ -102,6 +102,10 @@ bool roce_port::admit(uint16_t vnic_slot, uint32_t frame_len) {
            _ctx.shaper->admit_rdma(vnic_slot, qos::charged_bytes(frame_len));
 }
 
+qos::ingress_meter* roce_port::receiving_meter(uint16_t vnic_slot) {
+    return jakiro::receiving_meter(_ctx, vnic_slot);
+}
+
 void roce_port::count_local(uint16_t from_vnic, uint16_t to_vnic, uint64_t bytes) {
     _ctx.counters.vnics[from_vnic].rdma_tx_bytes.add(bytes);
     _ctx.counters.vnics[to_vnic].rdma_rx_bytes.add(bytes);

@@ -30,6 +30,7 @@ class roce_port final : public roce::packet_port {
     void end_frame(uint16_t vnic, uint32_t dst_ip_be, uint32_t len) override;
     uint16_t local_vnic(uint16_t vnic, uint32_t dst_ip_be) const override;
     bool admit(uint16_t vnic, uint32_t frame_len) override;
+    qos::ingress_meter* receiving_meter(uint16_t vnic) override;
     void count_local(uint16_t from_vnic, uint16_t to_vnic, uint64_t bytes) override;
     bool permits_datagram(uint16_t vnic, uint32_t remote_ip_be, bool outbound) override;
     bool admits_connection(uint16_t vnic, uint32_t remote_ip_be) override;

@@ -224,6 +224,29 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # fields 14, 15
 
 
+@contextlib.contextmanager
+def quiet_machine():
+    """For a measurement of how much CPU a daemon uses: pauses the process group named by
+    JAKIRO_PAUSE_PGID while it runs. tools/test-all names its background compiles there (they
+    run at SCHED_IDLE, so they take no CPU from a test, but they still fill the caches and
+    memory bus an idle daemon's wake-ups share, which shows in a figure of a few percent)."""
+    pgid = int(os.environ.get("JAKIRO_PAUSE_PGID", "0") or 0)
+    paused = False
+    if pgid > 0:
+        try:
+            os.killpg(pgid, signal.SIGSTOP)
+            paused = True
+            time.sleep(0.2)  # let the cores' caches settle
+        except ProcessLookupError:
+            pass  # it has finished
+    try:
+        yield
+    finally:
+        if paused:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGCONT)
+
+
 def alive(pid):
     try:
         os.kill(pid, 0)

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from conftest import (IP, PYTHON, RUN_DIR, T1, cpu_seconds, jakiroctl, jakirod_pids, ns, ns_bg,
-                      run, stats, wait_listening)
+                      quiet_machine, run, stats, wait_listening)
 
 pytestmark = pytest.mark.usefixtures("testbed")
 
@@ -67,9 +67,10 @@ def rss_kib(pid):
 
 def idle_percent(pid):
     time.sleep(1)
-    before, t0 = cpu_seconds(pid), time.monotonic()
-    time.sleep(IDLE_S)
-    return 100 * (cpu_seconds(pid) - before) / (time.monotonic() - t0)
+    with quiet_machine():
+        before, t0 = cpu_seconds(pid), time.monotonic()
+        time.sleep(IDLE_S)
+        return 100 * (cpu_seconds(pid) - before) / (time.monotonic() - t0)
 
 
 def build_ports(tmp_path):

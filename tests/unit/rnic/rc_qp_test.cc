@@ -68,6 +68,9 @@ class test_wire final : public packet_port {
                                                 : no_local_vnic;
     }
     void count_local(uint16_t, uint16_t, uint64_t bytes) override { local_bytes += bytes; }
+    qos::ingress_meter* receiving_meter(uint16_t vnic) override {
+        return vnic < meters.size() ? meters[vnic] : nullptr;
+    }
     // The security groups after a policy change: (vNIC, peer) pairs no longer allowed.
     bool admits_connection(uint16_t vnic, uint32_t remote_ip_be) override {
         ++connection_checks;
@@ -80,6 +83,7 @@ class test_wire final : public packet_port {
     uint64_t local_bytes = 0;
     bool refuse_buffers = false;
     bool same_host = false;  // local_vnic() finds the peer: the intra-host shortcut
+    std::array<qos::ingress_meter*, 2> meters{};  // each vNIC's ingress meter, if shaped
     std::vector<std::pair<uint16_t, uint32_t>> refused;
     uint64_t connection_checks = 0;
 
@@ -1124,6 +1128,68 @@ TEST_F(rc_qp_test, on_one_host_a_large_message_moves_in_slices_of_one_visits_bud
     ASSERT_TRUE(a.poll_send(c));
     EXPECT_EQ(c.status, IBV_WC_SUCCESS);
     EXPECT_TRUE(same(a, 0, b, 0, region_bytes));
+}
+
+TEST_F(rc_qp_test, on_one_host_a_receiver_over_its_rdma_share_slows_the_sender_as_a_cnp_would) {
+    // Memory to memory, the receiver's ingress meter still sees every message (as the packets
+    // it would have been), and above its share the sender is cut back as a CNP would cut it.
+    wire.same_host = true;
+    connect_both();
+    fill(a, 0, region_bytes, 41);
+    constexpr uint32_t write_bytes = 128 * 1024;
+    auto write_eight = [&](uint64_t first_id) {
+        for (uint64_t i = 0; i < 8; ++i) {
+            a.post_send(wqe(first_id + i, IBV_WR_RDMA_WRITE, a.iova(i * write_bytes), write_bytes,
+                            a.mr, b.iova(i * write_bytes), b.mr));
+        }
+        unsigned completed = 0;
+        proto::cqe c{};
+        for (int step = 0; step < 200'000 && completed < 8; ++step) {
+            now += 10'000;
+            eng.poll(wire, now);
+            while (a.poll_send(c)) {
+                EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+                ++completed;
+            }
+        }
+        EXPECT_EQ(completed, 8u);
+        EXPECT_TRUE(same(a, 0, b, 0, 8 * write_bytes));
+        EXPECT_EQ(wire.sent, 0u) << "memory to memory, no frame";
+    };
+    const uint64_t line_rate = eng.report()[0].rate_bps;
+
+    // The control: a receiver well within its share is charged and sends no CNP.
+    qos::vnic_qos roomy{};
+    roomy.rate_bps = 400'000'000'000;
+    qos::ingress_meter roomy_meter(roomy, now);
+    wire.meters[1] = &roomy_meter;
+    for (uint64_t round = 0; round < 4; ++round) {
+        write_eight(1 + 8 * round);
+    }
+    EXPECT_GT(roomy_meter.counters(qos::traffic_class::rdma).bytes, 4u * 8 * write_bytes)
+        << "charged the data and the headers of the packets it replaces";
+    EXPECT_EQ(eng.report()[0].cnps_received, 0u);
+    EXPECT_EQ(eng.report()[0].rate_bps, line_rate);
+
+    // A 200 Mbit/s receiver: far above its share, its CNP pacer lets CNPs through and the
+    // sender's DCQCN rate falls; every byte still lands.
+    qos::vnic_qos tight{};
+    tight.rate_bps = 200'000'000;
+    qos::ingress_meter tight_meter(tight, now);
+    wire.meters[1] = &tight_meter;
+    fill(a, 0, region_bytes, 42);
+    // DCQCN's alpha decayed while the sender was quiet: the first CNPs cut little, the
+    // following ones more. Each round is one MiB.
+    unsigned rounds = 0;
+    while (eng.report()[0].rate_bps >= line_rate / 2 && rounds < 64) {
+        write_eight(100 + 8 * rounds);
+        ++rounds;
+    }
+    const auto report = eng.report();
+    EXPECT_GT(report[0].cnps_received, 1u);
+    EXPECT_EQ(report[1].cnps_sent, report[0].cnps_received);
+    EXPECT_EQ(tight_meter.counters(qos::traffic_class::rdma).cnps, report[0].cnps_received);
+    EXPECT_LT(report[0].rate_bps, line_rate / 2) << "DCQCN cut the sender, " << rounds << " MiB";
 }
 
 TEST_F(rc_qp_test, on_one_host_a_peer_failing_mid_message_flushes_its_receive_and_loses_nothing) {

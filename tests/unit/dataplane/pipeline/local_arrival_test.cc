@@ -10,13 +10,11 @@ namespace {
 struct LocalArrival : PipelineTest {
     std::unique_ptr<worker_context> other = std::make_unique<worker_context>();
 
+    LocalArrival() { vnic_workers = {0, 1, 0}; }
+
     void SetUp() override {
         PipelineTest::SetUp();
-        const auto loaded = load_host_config_text(config_yaml(), "h1.yaml");
-        port_assignment ports{uplink, h1_mac, {port_t1, port_t5, port_t3}, {}, {0, 1, 0}};
         std::string error;
-        tables = build_tables(loaded.config, ports, neighbors, 1, error);
-        ASSERT_TRUE(tables) << error;
         other->id = 1;
         other->neighbors = &neighbors;
         other->pool = pool;

@@ -58,11 +58,15 @@ peers:
 )";
     }
 
+    // The worker of each vNIC (t1, t5, t3); empty: worker 0 for all. A fixture for two
+    // workers sets it before SetUp.
+    std::vector<uint8_t> vnic_workers;
+
     void SetUp() override {
         ASSERT_NE(pool, nullptr);
         const auto loaded = load_host_config_text(config_yaml(), "h1.yaml");
         ASSERT_TRUE(loaded.ok()) << loaded.errors[0].to_string();
-        port_assignment ports{uplink, h1_mac, {port_t1, port_t5, port_t3}};
+        port_assignment ports{uplink, h1_mac, {port_t1, port_t5, port_t3}, {}, vnic_workers};
         std::string error;
         tables = build_tables(loaded.config, ports, neighbors, 1, error);
         ASSERT_TRUE(tables) << error;
