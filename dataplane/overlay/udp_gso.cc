@@ -84,6 +84,22 @@ uint16_t join_vxlan_frames(rte_mbuf** frames, uint16_t n, rte_mbuf** out) {
     return produced;
 }
 
+bool same_outer_flow(const rte_mbuf* a, const rte_mbuf* b) {
+    if (rte_pktmbuf_data_len(a) < gso_outer_bytes || rte_pktmbuf_data_len(b) < gso_outer_bytes) {
+        return false;
+    }
+    const auto* x = rte_pktmbuf_mtod(a, const uint8_t*);
+    const auto* y = rte_pktmbuf_mtod(b, const uint8_t*);
+    const auto* xi = reinterpret_cast<const rte_ipv4_hdr*>(x + ip_offset);
+    const auto* yi = reinterpret_cast<const rte_ipv4_hdr*>(y + ip_offset);
+    return std::memcmp(x, y, ip_offset) == 0 && xi->version_ihl == RTE_IPV4_VHL_DEF &&
+           xi->version_ihl == yi->version_ihl && xi->type_of_service == yi->type_of_service &&
+           xi->fragment_offset == yi->fragment_offset && xi->time_to_live == yi->time_to_live &&
+           xi->next_proto_id == IPPROTO_UDP && yi->next_proto_id == IPPROTO_UDP &&
+           xi->src_addr == yi->src_addr && xi->dst_addr == yi->dst_addr &&
+           std::memcmp(x + udp_offset, y + udp_offset, 4) == 0;  // the ports
+}
+
 uint32_t wire_bytes(const rte_mbuf* m) {
     const uint32_t len = rte_pktmbuf_pkt_len(m);
     if ((m->ol_flags & RTE_MBUF_F_TX_UDP_SEG) == 0 || m->tso_segsz == 0) {

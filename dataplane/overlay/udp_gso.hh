@@ -36,6 +36,74 @@ constexpr uint16_t max_gso_chunks = 64;
 // stays an ordinary frame. Returns how many mbufs are in `out`; `frames` are consumed.
 uint16_t join_vxlan_frames(rte_mbuf** frames, uint16_t n, rte_mbuf** out);
 
+// Whether VXLAN frames `a` and `b` (single mbufs, outer headers as encapsulation writes them)
+// may travel in one super-datagram: the same outer Ethernet header, the same IPv4 header but
+// for its length, id and checksum (no options), the same UDP ports. The kernel gives every
+// segment the first one's headers, so nothing else may differ.
+bool same_outer_flow(const rte_mbuf* a, const rte_mbuf* b);
+
+// Frames sent one at a time (the RNIC's packets: requests, READ responses, ACKs) gathered into
+// super-datagrams on their way to a vnet uplink. add() keeps consecutive frames of one outer
+// flow whose chunks join_vxlan_frames can carry together (equal sizes, at most one shorter one
+// last, within IPv4's length and max_gso_chunks); a frame that cannot join hands the run on
+// first, joined, to `send(mbuf)`, and flush() hands on the rest (at the end of each burst, so
+// no frame waits for the next). Order is kept.
+class datagram_run {
+  public:
+    datagram_run() = default;
+    datagram_run(const datagram_run&) = delete;
+    datagram_run& operator=(const datagram_run&) = delete;
+    ~datagram_run() { rte_pktmbuf_free_bulk(_frames, _count); }
+
+    template <typename Send>
+    void add(rte_mbuf* m, Send&& send) {
+        if (m->nb_segs != 1 || rte_pktmbuf_pkt_len(m) <= gso_outer_bytes) {
+            flush(send);  // not a frame a datagram carries: on its own, in order
+            send(m);
+            return;
+        }
+        if (_count > 0 && !joins(m)) {
+            flush(send);
+        }
+        const uint32_t chunk = rte_pktmbuf_pkt_len(m) - gso_outer_bytes;
+        _closed = _count > 0 && chunk < _chunk;
+        if (_count == 0) {
+            _chunk = chunk;
+        }
+        _frames[_count++] = m;
+        _bytes += chunk;
+    }
+    template <typename Send>
+    void flush(Send&& send) {
+        if (_count == 0) {
+            return;
+        }
+        rte_mbuf* out[max_gso_chunks];
+        const uint16_t n = join_vxlan_frames(_frames, _count, out);
+        _count = 0;
+        _bytes = 0;
+        _closed = false;
+        for (uint16_t i = 0; i < n; ++i) {
+            send(out[i]);
+        }
+    }
+    uint16_t size() const { return _count; }
+
+  private:
+    bool joins(const rte_mbuf* m) const {
+        const uint32_t len = rte_pktmbuf_pkt_len(m);
+        return !_closed && _count < max_gso_chunks && len - gso_outer_bytes <= _chunk &&
+               _bytes + (len - gso_outer_bytes) <= max_gso_chunk_bytes &&
+               same_outer_flow(_frames[0], m);
+    }
+
+    rte_mbuf* _frames[max_gso_chunks] = {};
+    uint16_t _count = 0;
+    uint32_t _chunk = 0;  // the first frame's: every other must be as large, or the last
+    uint32_t _bytes = 0;
+    bool _closed = false;  // a shorter frame ended it
+};
+
 // The bytes `m` (a super-datagram or an ordinary frame) puts on the wire once segmented: its
 // outer headers once per chunk. What QoS charges.
 uint32_t wire_bytes(const rte_mbuf* m);

@@ -322,6 +322,7 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
             // Loopback first (intra-host peers' frames), then the QPs' own sending and timers.
             received += ctx.rdma_port->deliver_loopback(*ctx.engine, ns);
             received += ctx.engine->poll(*ctx.rdma_port, ns);
+            ctx.rdma_port->flush_to_uplink();
         }
         if (ctx.shaper != nullptr) {
             ctx.shaper->commit_rdma();

@@ -6,6 +6,7 @@
 #include "../pipeline/ingress_metering.hh"
 #include "../pipeline/rdma_admission.hh"
 #include "../pipeline/to_remote_host.hh"
+#include "../port_io.hh"
 #include "clock.hh"
 #include "egress_shaper.hh"
 #include "rnic/engine.hh"
@@ -16,6 +17,7 @@ void roce_port::use(const datapath_tables* tables) {
     if (tables == _tables) {
         return;
     }
+    flush_to_uplink();  // routed with the old snapshot: they leave by its uplink
     _tables = tables;
     if (tables == nullptr || _ctx.engine == nullptr) {
         return;
@@ -82,7 +84,17 @@ void roce_port::end_frame(uint16_t vnic_slot, uint32_t dst_ip_be, uint32_t len) 
                                     rte_be_to_cpu_16(ip->total_length))) {
         return;
     }
-    _ctx.tx.enqueue(_tables->uplink_port, m, _ctx.counters);
+    if (!uplink_takes_udp_gso(_tables->uplink_port)) {
+        _ctx.tx.enqueue(_tables->uplink_port, m, _ctx.counters);
+        return;
+    }
+    _uplink_port = _tables->uplink_port;
+    _to_uplink.add(m,
+                   [&](rte_mbuf* frame) { _ctx.tx.enqueue(_uplink_port, frame, _ctx.counters); });
+}
+
+void roce_port::flush_to_uplink() {
+    _to_uplink.flush([&](rte_mbuf* frame) { _ctx.tx.enqueue(_uplink_port, frame, _ctx.counters); });
 }
 
 uint16_t roce_port::local_vnic(uint16_t vnic_slot, uint32_t dst_ip_be) const {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "../overlay/udp_gso.hh"
 #include "../tables.hh"
 #include "rnic/packet_port.hh"
 #include "worker_context.hh"
@@ -37,6 +38,11 @@ class roce_port final : public roce::packet_port {
 
     // Hands every looped-back frame queued before this call to the engine. Returns how many.
     unsigned deliver_loopback(roce::engine& engine, uint64_t now_ns);
+    // Queues what the RNIC sent to other hosts since the last call for the uplink. Through a
+    // vnet uplink, consecutive frames of one QP's flow leave as UDP GSO super-datagrams (one
+    // message for up to 64 packets, as a tenant's TCP does); the worker calls this once per
+    // iteration, after the engine's poll and before the transmit batch is flushed.
+    void flush_to_uplink();
 
   private:
     worker_context& _ctx;
@@ -45,6 +51,8 @@ class roce_port final : public roce::packet_port {
     rte_mbuf* _loopback[loopback_capacity];
     uint16_t _loopback_slot[loopback_capacity];
     unsigned _loopback_count = 0;
+    overlay::datagram_run _to_uplink;
+    uint16_t _uplink_port = 0;  // of the snapshot _to_uplink's frames were routed with
 };
 
 }  // namespace jakiro

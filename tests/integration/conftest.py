@@ -224,24 +224,31 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # fields 14, 15
 
 
+_quiet_depth = 0
+
+
 @contextlib.contextmanager
 def quiet_machine():
-    """For a measurement of how much CPU a daemon uses: pauses the process group named by
-    JAKIRO_PAUSE_PGID while it runs. tools/test-all names its background compiles there (they
-    run at SCHED_IDLE, so they take no CPU from a test, but they still fill the caches and
-    memory bus an idle daemon's wake-ups share, which shows in a figure of a few percent)."""
+    """For a measurement of CPU use or of rates a CPU-bound sender reaches: pauses the process
+    group named by JAKIRO_PAUSE_PGID while it runs (nested uses pause once). tools/test-all names
+    its background compiles there: they run at SCHED_IDLE, so they take no CPU from a test, but
+    they still fill the caches and memory bus a daemon's wake-ups share, which shows in a
+    figure of a few percent."""
+    global _quiet_depth
     pgid = int(os.environ.get("JAKIRO_PAUSE_PGID", "0") or 0)
     paused = False
-    if pgid > 0:
+    if pgid > 0 and _quiet_depth == 0:
         try:
             os.killpg(pgid, signal.SIGSTOP)
             paused = True
             time.sleep(0.2)  # let the cores' caches settle
         except ProcessLookupError:
             pass  # it has finished
+    _quiet_depth += 1
     try:
         yield
     finally:
+        _quiet_depth -= 1
         if paused:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGCONT)
@@ -373,6 +380,39 @@ def shim_env():
     if lib.exists():
         env["JAKIRO_VERBS_LIB"] = str(lib)
     return env
+
+
+def build_tool(env_name, name):
+    """A tests/rdma program: from meson's environment, else beside the jakirod under test."""
+    path = os.environ.get(env_name)
+    if path:
+        return path
+    guess = Path(JAKIROD).resolve().parents[1] / "tests" / "rdma" / name
+    return str(guess) if guess.exists() else name
+
+
+def verbs_pair(server_tenant, client_tenant, server_cmd, client_cmd, port, timeout=40):
+    """Runs a verbs server (listening on TCP `port` for its out-of-band exchange) and then its
+    client, both under jakiro-run; both must exit 0 within `timeout` seconds. Returns (client
+    output, server output)."""
+    env = shim_env()
+    srv = subprocess.Popen(under_jakiro_run(server_tenant, server_cmd), stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                           start_new_session=True)
+    try:
+        wait_until(lambda: srv.poll() is not None or ns(
+            server_tenant, "ss", "-Hltn", f"sport = :{port}", check=False).stdout.strip(),
+            15, f"{server_cmd[0]} to listen in {server_tenant}")
+        cli = ns(client_tenant, JAKIRO_RUN, "--", *client_cmd, timeout=timeout, check=False,
+                 env=env)
+        srv_out, _ = srv.communicate(timeout=timeout)
+    finally:
+        if srv.poll() is None:
+            os.killpg(srv.pid, 9)
+            srv.wait()
+    assert cli.returncode == 0 and srv.returncode == 0, (
+        f"client {cli.returncode}:\n{cli.stdout}{cli.stderr}\nserver {srv.returncode}:\n{srv_out}")
+    return cli.stdout, srv_out
 
 
 def under_jakiro_run(tenant, cmd):

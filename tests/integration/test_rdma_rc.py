@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (IP, JAKIRO_RUN, JAKIROCTL, JAKIROD, SRC, T1, T2, T5, global_counter,
-                      impaired_fabric, ns, ns_bg, run, shim_env, stop, wait_until)
+from conftest import (IP, JAKIRO_RUN, JAKIROCTL, SRC, T1, T2, T5, build_tool,
+                      global_counter, impaired_fabric, ns, ns_bg, run, shim_env, stop, wait_until)
 
 pytestmark = pytest.mark.usefixtures("testbed")
 
@@ -44,15 +44,6 @@ CLIENT_TIMEOUT_S = 60
 SERVER_EXIT_S = 20  # after the client is done
 
 _ports = itertools.count(19000)  # a fresh TCP port per run: no TIME_WAIT surprises
-
-
-def build_tool(env_name, name):
-    """A tests/rdma program: from meson's environment, else beside the jakirod under test."""
-    path = os.environ.get(env_name)
-    if path:
-        return path
-    guess = Path(JAKIROD).resolve().parents[1] / "tests" / "rdma" / name
-    return str(guess) if guess.exists() else name
 
 
 INTEGRITY = build_tool("JAKIRO_RDMA_INTEGRITY", "rdma_integrity")

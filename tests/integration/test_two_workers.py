@@ -11,24 +11,21 @@ checked), through jakiro-run. Each check is time-bounded; the module takes well 
 minute here.
 """
 
-import os
 import re
-import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
-from conftest import (IP, JAKIRO_RUN, JAKIROD, T1, T2, T3, T4, T5, alive, cpu_seconds, drops,
-                      iperf3_gbps, iperf3_server, jakirod_pids, link_mac, ns, ping, quiet_machine,
-                      send_frames, shim_env, stats, wait_until)
+from conftest import (IP, T1, T2, T3, T4, T5, alive, build_tool, cpu_seconds, drops,
+                      iperf3_gbps, iperf3_server, jakirod_pids, link_mac, ping, quiet_machine,
+                      send_frames, stats, verbs_pair, wait_until)
 from malformed_frames import CASES as OUTER_CASES, INNER_CASES, vxlan_frame
 
 pytestmark = pytest.mark.usefixtures("testbed")
 TESTBED_ARGS = ["--workers", "2"]
 
 VNIC = {T1: "t1", T2: "t2", T5: "t5"}
-RDMA_TIMEOUT_S = 40
+INTEGRITY = build_tool("JAKIRO_RDMA_INTEGRITY", "rdma_integrity")
 
 
 def workers(host):
@@ -37,41 +34,6 @@ def workers(host):
 
 def worker_counter(host, worker, name):
     return workers(host)[worker][name]
-
-
-def rdma_tool(env_name, name):
-    path = os.environ.get(env_name)
-    if path:
-        return path
-    guess = Path(JAKIROD).resolve().parents[1] / "tests" / "rdma" / name
-    return str(guess) if guess.exists() else name
-
-
-INTEGRITY = rdma_tool("JAKIRO_RDMA_INTEGRITY", "rdma_integrity")
-
-
-def rdma_pair(server_tenant, client_tenant, server_cmd, client_cmd, port):
-    """Runs a verbs server and its client under jakiro-run; returns (client, server) output.
-    Both must exit 0 within RDMA_TIMEOUT_S."""
-    env = shim_env()
-    srv = subprocess.Popen(["ip", "netns", "exec", server_tenant, str(JAKIRO_RUN), "--",
-                            *map(str, server_cmd)], stdin=subprocess.DEVNULL,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                           start_new_session=True)
-    try:
-        wait_until(lambda: srv.poll() is not None or ns(
-            server_tenant, "ss", "-Hltn", f"sport = :{port}", check=False).stdout.strip(),
-            15, f"{server_cmd[0]} to listen in {server_tenant}")
-        cli = ns(client_tenant, JAKIRO_RUN, "--", *client_cmd, timeout=RDMA_TIMEOUT_S,
-                 check=False, env=env)
-        srv_out, _ = srv.communicate(timeout=RDMA_TIMEOUT_S)
-    finally:
-        if srv.poll() is None:
-            os.killpg(srv.pid, 9)
-            srv.wait()
-    assert cli.returncode == 0 and srv.returncode == 0, (
-        f"client {cli.returncode}:\n{cli.stdout}{cli.stderr}\nserver {srv.returncode}:\n{srv_out}")
-    return cli.stdout, srv_out
 
 
 def test_idle_jakirod_with_two_workers_sleeps():
@@ -177,7 +139,7 @@ def test_malformed_inner_packets_for_the_second_worker_are_dropped_there(case):
 def test_ib_write_bw_between_tenants_of_different_workers(server, client):
     port = 19511 if client == T1 else 19512
     common = ["-x", "0", "-F", "-s", "65536", "-n", "100", "-p", str(port)]
-    out, srv_out = rdma_pair(server, client, ["ib_write_bw", "-d", f"jakiro_{VNIC[server]}",
+    out, srv_out = verbs_pair(server, client, ["ib_write_bw", "-d", f"jakiro_{VNIC[server]}",
                                               *common],
                              ["ib_write_bw", "-d", f"jakiro_{VNIC[client]}", *common,
                               IP[server]], port)
@@ -191,7 +153,7 @@ def test_ib_write_bw_between_tenants_of_different_workers(server, client):
 def test_rdma_integrity_between_tenants_of_different_workers():
     port = 19513
     common = ["--port", port, "--timeout", 30]
-    out, srv_out = rdma_pair(T5, T1, [INTEGRITY, "--server", *common],
+    out, srv_out = verbs_pair(T5, T1, [INTEGRITY, "--server", *common],
                              [INTEGRITY, "--connect", IP[T5], "--ops", 300, "--seed", 5,
                               *common], port)
     m = re.search(r"rdma_integrity: (\d+) of (\d+) ops \([^)]*\), \d+ bytes, (\d+) failures",

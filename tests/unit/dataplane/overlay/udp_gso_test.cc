@@ -123,6 +123,121 @@ TEST_F(UdpGsoTest, FramesOfOneSuperFrameBecomeDatagramsTheKernelCutsBackIntoTheS
     EXPECT_EQ(next, expected.size()) << "every frame once";
 }
 
+// A RoCE-like VXLAN frame of `payload` inner UDP bytes from outer source port `port` (one QP's
+// flow), as roce_port has it after encapsulation.
+rte_mbuf* flow_frame(uint16_t port, uint16_t payload, uint8_t fill) {
+    test::ipv4_frame_spec spec{mac("02:00:c6:13:01:01"), mac("02:6a:6b:00:00:01"), ip("198.19.1.1"),
+                               ip("198.19.1.2")};
+    spec.dst_port = 4791;
+    spec.payload = payload;
+    spec.tos = 0x02;  // ECT(0), copied outward
+    rte_mbuf* m = test::ipv4_mbuf(small_pool(), spec);
+    EXPECT_NE(m, nullptr);
+    rte_pktmbuf_mtod_offset(m, uint8_t*, rte_pktmbuf_pkt_len(m) - 1)[0] = fill;
+    EXPECT_TRUE(encapsulate(m, h1_to_h2, 100, spec.tos, port));
+    return m;
+}
+
+TEST_F(UdpGsoTest, ARunOfOneFlowsFramesLeavesAsDatagramsAndEveryOtherFrameInOrder) {
+    datagram_run run;
+    std::vector<rte_mbuf*> sent;
+    std::vector<std::vector<uint8_t>> expected;  // every frame, in the order it was added
+    auto send = [&](rte_mbuf* m) {
+        sent.push_back(m);
+        owned.push_back(m);
+    };
+    auto add = [&](rte_mbuf* m) {
+        expected.push_back(bytes_of(m));
+        run.add(m, send);
+    };
+    // Flow A: ten full frames and a shorter last one (one message of 11 chunks); then flow B
+    // (another QP: another source port), three frames; then A again, larger than before.
+    for (int i = 0; i < 10; ++i) {
+        add(flow_frame(50001, 1024, static_cast<uint8_t>(i)));
+    }
+    add(flow_frame(50001, 300, 10));
+    EXPECT_EQ(sent.size(), 0u) << "held until something cannot join";
+    add(flow_frame(50001, 1024, 11));  // after the shorter one: a new run
+    EXPECT_EQ(sent.size(), 1u);
+    add(flow_frame(50002, 1024, 12));
+    add(flow_frame(50002, 1024, 13));
+    add(flow_frame(50002, 1024, 14));
+    add(flow_frame(50001, 1400, 15));
+    run.flush(send);
+    EXPECT_EQ(run.size(), 0u);
+    ASSERT_EQ(sent.size(), 4u) << "A x11, A x1, B x3, A x1";
+    EXPECT_EQ(sent[0]->tso_segsz, expected[0].size() - gso_outer_bytes);
+    EXPECT_TRUE(sent[0]->ol_flags & RTE_MBUF_F_TX_UDP_SEG);
+    EXPECT_FALSE(sent[1]->ol_flags & RTE_MBUF_F_TX_UDP_SEG) << "one frame stays a frame";
+    EXPECT_TRUE(sent[2]->ol_flags & RTE_MBUF_F_TX_UDP_SEG);
+    EXPECT_FALSE(sent[3]->ol_flags & RTE_MBUF_F_TX_UDP_SEG);
+    // What the kernel cuts them into is every frame, in order, byte for byte.
+    size_t next = 0;
+    for (rte_mbuf* m : sent) {
+        const uint16_t gso = (m->ol_flags & RTE_MBUF_F_TX_UDP_SEG) ? m->tso_segsz : 65535;
+        for (auto& seg : kernel_segments(bytes_of(m), gso)) {
+            ASSERT_LT(next, expected.size());
+            auto want = expected[next++];
+            for (auto* v : {&seg, &want}) {
+                auto* h = reinterpret_cast<rte_ipv4_hdr*>(v->data() + 14);
+                h->packet_id = 0;
+                h->hdr_checksum = 0;
+                reinterpret_cast<rte_udp_hdr*>(v->data() + 34)->dgram_cksum = 0;
+            }
+            EXPECT_EQ(seg, want) << "frame " << next - 1;
+        }
+    }
+    EXPECT_EQ(next, expected.size());
+}
+
+TEST_F(UdpGsoTest, ARunStopsAtWhatOneDatagramMayHold) {
+    datagram_run run;
+    std::vector<rte_mbuf*> sent;
+    auto send = [&](rte_mbuf* m) {
+        sent.push_back(m);
+        owned.push_back(m);
+    };
+    // 1450-byte chunks (1400 bytes of payload): an IPv4 datagram holds 45 of them, fewer
+    // than max_gso_chunks; 100 frames are three datagrams.
+    uint32_t chunk = 0;
+    for (int i = 0; i < 100; ++i) {
+        rte_mbuf* m = flow_frame(50001, 1400, static_cast<uint8_t>(i));
+        chunk = rte_pktmbuf_pkt_len(m) - gso_outer_bytes;
+        run.add(m, send);
+    }
+    ASSERT_EQ(max_gso_chunk_bytes / chunk, 45u);
+    run.flush(send);
+    uint32_t chunks = 0;
+    for (rte_mbuf* m : sent) {
+        ASSERT_LE(rte_pktmbuf_pkt_len(m) - 14, 65535u);
+        const uint32_t n = (m->ol_flags & RTE_MBUF_F_TX_UDP_SEG)
+                               ? (rte_pktmbuf_pkt_len(m) - gso_outer_bytes) / m->tso_segsz
+                               : 1;
+        EXPECT_LE(n, max_gso_chunks);
+        chunks += n;
+    }
+    EXPECT_EQ(chunks, 100u);
+    EXPECT_EQ(sent.size(), 3u) << "45 + 45 + 10";
+}
+
+TEST_F(UdpGsoTest, FramesThatDifferInAnyHeaderTheKernelCopiesNeverShareADatagram) {
+    rte_mbuf* a = flow_frame(50001, 1024, 1);
+    owned.push_back(a);
+    auto differs = [&](auto change) {
+        rte_mbuf* b = flow_frame(50001, 1024, 2);
+        owned.push_back(b);
+        EXPECT_TRUE(same_outer_flow(a, b));
+        change(rte_pktmbuf_mtod(b, uint8_t*));
+        return !same_outer_flow(a, b);
+    };
+    EXPECT_TRUE(differs([](uint8_t* f) { f[0] ^= 1; })) << "outer destination MAC";
+    EXPECT_TRUE(differs([](uint8_t* f) { f[14 + 1] ^= 0x03; })) << "outer ECN";
+    EXPECT_TRUE(differs([](uint8_t* f) { f[14 + 8] ^= 1; })) << "TTL";
+    EXPECT_TRUE(differs([](uint8_t* f) { f[14 + 19] ^= 1; })) << "outer destination IPv4";
+    EXPECT_TRUE(differs([](uint8_t* f) { f[34 + 1] ^= 1; })) << "UDP source port";
+    EXPECT_FALSE(differs([](uint8_t* f) { f[14 + 5] ^= 1; })) << "the IPv4 id may differ";
+}
+
 TEST_F(UdpGsoTest, ReceivedDatagramIsCutIntoFramesThatGroMergesIntoTheTenantsSuperFrame) {
     auto frames = wire_frames(40000, 1448);
     const size_t n = frames.size();
