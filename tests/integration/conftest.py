@@ -298,6 +298,22 @@ _SEND_RAW = ("import socket, sys\n"
              "for h in sys.argv[2:]: s.send(bytes.fromhex(h))\n")
 
 
+@contextlib.contextmanager
+def uplinks_cut_by_the_kernel(*hosts):
+    """The hosts' ul0 (default: every host's) with tx checksumming (and so scatter-gather and
+    UDP segmentation) off: the kernel cuts jakirod's super-datagrams into MTU frames and
+    checksums each in software, as a NIC would on a wire, so a capture on the fabric sees what
+    a wire would carry (veth with its offloads on carries a super-datagram whole)."""
+    hosts = hosts or ("jk-h1", "jk-h2")
+    for h in hosts:
+        ns(h, "ethtool", "-K", "ul0", "tx", "off")
+    try:
+        yield
+    finally:
+        for h in hosts:
+            ns(h, "ethtool", "-K", "ul0", "tx", "on", "sg", "on", "tx-udp-segmentation", "on")
+
+
 def send_frames(name, ifname, frames):
     """Send raw frames (bytes, e.g. bytes(scapy_packet)) out of `ifname` in namespace `name`."""
     ns(name, PYTHON, "-c", _SEND_RAW, ifname, *(bytes(f).hex() for f in frames), timeout=15)

@@ -4,7 +4,6 @@ GSO super-datagrams of ordinary VXLAN frames (the vnet uplink face: one skb per 
 cut to the MTU by the kernel wherever frames must appear), and reach a tenant on the other host
 merged again."""
 
-import contextlib
 import hashlib
 import os
 import re
@@ -14,7 +13,7 @@ import time
 import pytest
 
 from conftest import (IP, T1, T2, T5, PYTHON, build_tool, iperf3_server, ns, ns_bg, stats,
-                      verbs_pair, wait_listening)
+                      uplinks_cut_by_the_kernel, verbs_pair, wait_listening)
 
 pytestmark = pytest.mark.usefixtures("testbed")
 TESTBED_ARGS = ["--tenant-face", "vnet", "--uplink-face", "vnet"]
@@ -80,18 +79,6 @@ def test_tenant_super_frames_are_received_and_delivered_whole(where):
     assert received > SUPER, f"{vnic} should receive super-frames"
 
 
-@contextlib.contextmanager
-def h1_uplink_without_tx_offloads():
-    """h1's ul0 with tx checksumming (and so scatter-gather and UDP segmentation) off: the
-    kernel cuts jakirod's super-datagrams into MTU frames and checksums each in software, as a
-    NIC would on a wire, so a capture on the fabric sees what a wire would carry."""
-    ns("jk-h1", "ethtool", "-K", "ul0", "tx", "off")
-    try:
-        yield
-    finally:
-        ns("jk-h1", "ethtool", "-K", "ul0", "tx", "on", "sg", "on", "tx-udp-segmentation", "on")
-
-
 def capture_fabric(pcap, *extra):
     # No capture filter: with `-f "udp port 4789"` tshark captured nothing in two runs here
     # while tcpdump with the same filter did; VXLAN is picked out when the file is read.
@@ -106,7 +93,7 @@ def test_underlay_carries_only_mtu_sized_vxlan_frames(tmp_path):
     # decoded afterwards: tshark decoding a line-rate transfer live could not keep up on a
     # loaded 2-core box (it ran past 90 s).
     pcap = tmp_path / "fabric.pcap"
-    with h1_uplink_without_tx_offloads():
+    with uplinks_cut_by_the_kernel("jk-h1"):
         capture = capture_fabric(pcap, "-c", "3000")
         time.sleep(1.5)  # tshark needs a moment before it captures
         with iperf3_server(T2):
