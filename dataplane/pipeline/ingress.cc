@@ -266,13 +266,7 @@ void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rt
         rte_pktmbuf_adj(m, static_cast<uint16_t>(outers[i].inner_offset));
         const uint32_t frame_len = sizeof(rte_ether_hdr) + rte_be_to_cpu_16(ip->total_length);
         rte_pktmbuf_trim(m, static_cast<uint16_t>(rte_pktmbuf_pkt_len(m) - frame_len));
-        const vnic_view& vnic = tables.vnics[slot];
-        auto* eth = rte_pktmbuf_mtod(m, rte_ether_hdr*);
-        eth->dst_addr = vnic.mac;
-        eth->src_addr = tables.gateway_mac;
-        auto& to_tenant = ctx.counters.vnics[slot];
-        to_tenant.to_tenant_packets.add(1);
-        to_tenant.to_tenant_bytes.add(frame_len);
+        const vnic_view& vnic = address_to_tenant(ctx, tables, slot, m, frame_len);
         ctx.counters.decapsulated.add(1);
         if (m->tso_segsz == 0) {
             ctx.tx.enqueue(vnic.port_id, m, ctx.counters);

@@ -33,13 +33,7 @@ void deliver_to_local_vnic(worker_context& ctx, const datapath_tables& tables, u
     if (!meter_tcp_ingress(ctx, m, ip, slot, meter_now)) {
         return;
     }
-    const vnic_view& peer = tables.vnics[slot];
-    auto* eth = rte_pktmbuf_mtod(m, rte_ether_hdr*);
-    eth->dst_addr = peer.mac;
-    eth->src_addr = tables.gateway_mac;
-    auto& to_peer = ctx.counters.vnics[slot];
-    to_peer.to_tenant_packets.add(1);
-    to_peer.to_tenant_bytes.add(rte_pktmbuf_pkt_len(m));
+    const vnic_view& peer = address_to_tenant(ctx, tables, slot, m, rte_pktmbuf_pkt_len(m));
     ctx.counters.switched_locally.add(1);
     if (!is_superframe(m) || port_takes_superframes(peer.port_id)) {
         // Charged the frames it would be on the wire.

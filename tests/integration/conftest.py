@@ -9,6 +9,7 @@ import collections
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -429,6 +430,22 @@ def verbs_pair(server_tenant, client_tenant, server_cmd, client_cmd, port, timeo
     assert cli.returncode == 0 and srv.returncode == 0, (
         f"client {cli.returncode}:\n{cli.stdout}{cli.stderr}\nserver {srv.returncode}:\n{srv_out}")
     return cli.stdout, srv_out
+
+
+def integrity_pair(server_tenant, client_tenant, server_ip, port, ops=300, seed=1):
+    """rdma_integrity (every byte of every WRITE, READ and SEND checked) from `client_tenant` to
+    `server_tenant`; asserts all `ops` completed with no failure on either side and returns the
+    bytes moved."""
+    integrity = build_tool("JAKIRO_RDMA_INTEGRITY", "rdma_integrity")
+    common = ["--port", port, "--timeout", 30]
+    out, srv_out = verbs_pair(server_tenant, client_tenant, [integrity, "--server", *common],
+                              [integrity, "--connect", server_ip, "--ops", ops, "--seed", seed,
+                               *common], port)
+    m = re.search(r"rdma_integrity: (\d+) of (\d+) ops \([^)]*\), (\d+) bytes, (\d+) failures",
+                  out)
+    assert m and m.group(1) == m.group(2) == str(ops) and m.group(4) == "0", out
+    assert " 0 failures" in srv_out, srv_out
+    return int(m.group(3))
 
 
 def under_jakiro_run(tenant, cmd):

@@ -6,14 +6,13 @@ merged again."""
 
 import hashlib
 import os
-import re
 import subprocess
 import time
 
 import pytest
 
-from conftest import (IP, T1, T2, T5, PYTHON, build_tool, iperf3_server, ns, ns_bg, stats,
-                      uplinks_cut_by_the_kernel, verbs_pair, wait_listening)
+from conftest import (IP, T1, T2, T5, PYTHON, integrity_pair, iperf3_server, ns, ns_bg, stats,
+                      uplinks_cut_by_the_kernel, wait_listening)
 
 pytestmark = pytest.mark.usefixtures("testbed")
 TESTBED_ARGS = ["--tenant-face", "vnet", "--uplink-face", "vnet"]
@@ -21,7 +20,6 @@ TESTBED_ARGS = ["--tenant-face", "vnet", "--uplink-face", "vnet"]
 # (client namespace, server namespace, server's host, server's vNIC)
 PAIRS = {"inter_host": (T1, T2, "h2", "t2"), "intra_host": (T1, T5, "h1", "t5")}
 FABRIC = "jk-fabric"
-INTEGRITY = build_tool("JAKIRO_RDMA_INTEGRITY", "rdma_integrity")
 SUPER = 3000  # average bytes per frame twice the MTU: super-frames were moved (GRO merges
               # fewer frames per burst when the machine is loaded)
 
@@ -130,19 +128,11 @@ def test_rdma_between_hosts_travels_in_super_datagrams_and_arrives_intact():
     # host leave joined (roce_port), and the other jakirod cuts them back into RoCE frames.
     # rdma_integrity checks every byte of every WRITE, READ and SEND.
     h1_before, h2_before = port("h1", "uplink"), port("h2", "uplink")
-    port_no = 19611
-    common = ["--port", port_no, "--timeout", 30]
-    out, srv_out = verbs_pair(T2, T1, [INTEGRITY, "--server", *common],
-                              [INTEGRITY, "--connect", IP[T2], "--ops", 300, "--seed", 11,
-                               *common], port_no)
-    m = re.search(r"rdma_integrity: (\d+) of (\d+) ops \([^)]*\), (\d+) bytes, (\d+) failures",
-                  out)
-    assert m and m.group(1) == m.group(2) == "300" and m.group(4) == "0", out
-    assert " 0 failures" in srv_out, srv_out
+    moved = integrity_pair(T2, T1, IP[T2], 19611, seed=11)
     h1_after, h2_after = port("h1", "uplink"), port("h2", "uplink")
     sent = {host: average(after, before, "tx_packets", "tx_bytes")
             for host, before, after in (("h1", h1_before, h1_after), ("h2", h2_before, h2_after))}
     print(f"\nuplinks: h1 {sent['h1']:.0f}, h2 {sent['h2']:.0f} B per message sent; "
-          f"{m.group(3)} bytes moved")
+          f"{moved} bytes moved")
     # h1 sends the WRITEs and SENDs (h2 mostly ACKs, and the READ responses).
     assert sent["h1"] > 2 * 1514, "h1 should send several RoCE frames per message"

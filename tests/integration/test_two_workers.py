@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import (IP, T1, T2, T3, T4, T5, alive, build_tool, cpu_seconds, drops,
+from conftest import (IP, T1, T2, T3, T4, T5, alive, cpu_seconds, drops, integrity_pair,
                       iperf3_gbps, iperf3_server, jakirod_pids, link_mac, ping, quiet_machine,
                       send_frames, stats, verbs_pair, wait_until)
 from malformed_frames import CASES as OUTER_CASES, INNER_CASES, vxlan_frame
@@ -25,7 +25,6 @@ pytestmark = pytest.mark.usefixtures("testbed")
 TESTBED_ARGS = ["--workers", "2"]
 
 VNIC = {T1: "t1", T2: "t2", T5: "t5"}
-INTEGRITY = build_tool("JAKIRO_RDMA_INTEGRITY", "rdma_integrity")
 
 
 def workers(host):
@@ -151,15 +150,7 @@ def test_ib_write_bw_between_tenants_of_different_workers(server, client):
 
 
 def test_rdma_integrity_between_tenants_of_different_workers():
-    port = 19513
-    common = ["--port", port, "--timeout", 30]
-    out, srv_out = verbs_pair(T5, T1, [INTEGRITY, "--server", *common],
-                             [INTEGRITY, "--connect", IP[T5], "--ops", 300, "--seed", 5,
-                              *common], port)
-    m = re.search(r"rdma_integrity: (\d+) of (\d+) ops \([^)]*\), \d+ bytes, (\d+) failures",
-                  out)
-    assert m and m.group(1) == m.group(2) == "300" and m.group(3) == "0", out
-    assert " 0 failures" in srv_out, srv_out
+    integrity_pair(T5, T1, IP[T5], 19513, seed=5)
 
 
 def test_per_worker_counters_sum_to_the_totals():

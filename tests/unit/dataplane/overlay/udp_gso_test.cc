@@ -75,6 +75,23 @@ std::vector<std::vector<uint8_t>> kernel_segments(const std::vector<uint8_t>& da
     return out;
 }
 
+// The segment size the kernel cuts `m` at: its GSO size, or the whole of an ordinary frame.
+uint16_t gso_size_of(const rte_mbuf* m) {
+    return (m->ol_flags & RTE_MBUF_F_TX_UDP_SEG) ? m->tso_segsz : 65535;
+}
+
+// A segment the kernel cut is frame `index` as it was before joining, but for what the kernel
+// owns: outer IPv4 ids and checksums, which it counts up and fills in.
+void expect_same_frame(std::vector<uint8_t> seg, std::vector<uint8_t> want, size_t index) {
+    for (auto* v : {&seg, &want}) {
+        auto* h = reinterpret_cast<rte_ipv4_hdr*>(v->data() + 14);
+        h->packet_id = 0;
+        h->hdr_checksum = 0;
+        reinterpret_cast<rte_udp_hdr*>(v->data() + 34)->dgram_cksum = 0;
+    }
+    EXPECT_EQ(seg, want) << "frame " << index;
+}
+
 TEST_F(UdpGsoTest, FramesOfOneSuperFrameBecomeDatagramsTheKernelCutsBackIntoTheSameFrames) {
     auto frames = wire_frames(60000, 1448);
     std::vector<std::vector<uint8_t>> expected;
@@ -106,18 +123,10 @@ TEST_F(UdpGsoTest, FramesOfOneSuperFrameBecomeDatagramsTheKernelCutsBackIntoTheS
                 wire_bytes(m),
                 bytes.size() + (kernel_segments(bytes, m->tso_segsz).size() - 1) * gso_outer_bytes);
         }
-        const uint16_t gso = (m->ol_flags & RTE_MBUF_F_TX_UDP_SEG) ? m->tso_segsz : 65535;
-        for (auto& seg : kernel_segments(bytes, gso)) {
+        for (auto& seg : kernel_segments(bytes, gso_size_of(m))) {
             ASSERT_LT(next, expected.size());
-            auto want = expected[next++];
-            // Outer IPv4 ids and checksums are the kernel's to count up and fill in.
-            for (auto* v : {&seg, &want}) {
-                auto* h = reinterpret_cast<rte_ipv4_hdr*>(v->data() + 14);
-                h->packet_id = 0;
-                h->hdr_checksum = 0;
-                reinterpret_cast<rte_udp_hdr*>(v->data() + 34)->dgram_cksum = 0;
-            }
-            EXPECT_EQ(seg, want) << "segment " << next - 1;
+            expect_same_frame(seg, expected[next], next);
+            ++next;
         }
     }
     EXPECT_EQ(next, expected.size()) << "every frame once";
@@ -174,17 +183,10 @@ TEST_F(UdpGsoTest, ARunOfOneFlowsFramesLeavesAsDatagramsAndEveryOtherFrameInOrde
     // What the kernel cuts them into is every frame, in order, byte for byte.
     size_t next = 0;
     for (rte_mbuf* m : sent) {
-        const uint16_t gso = (m->ol_flags & RTE_MBUF_F_TX_UDP_SEG) ? m->tso_segsz : 65535;
-        for (auto& seg : kernel_segments(bytes_of(m), gso)) {
+        for (auto& seg : kernel_segments(bytes_of(m), gso_size_of(m))) {
             ASSERT_LT(next, expected.size());
-            auto want = expected[next++];
-            for (auto* v : {&seg, &want}) {
-                auto* h = reinterpret_cast<rte_ipv4_hdr*>(v->data() + 14);
-                h->packet_id = 0;
-                h->hdr_checksum = 0;
-                reinterpret_cast<rte_udp_hdr*>(v->data() + 34)->dgram_cksum = 0;
-            }
-            EXPECT_EQ(seg, want) << "frame " << next - 1;
+            expect_same_frame(seg, expected[next], next);
+            ++next;
         }
     }
     EXPECT_EQ(next, expected.size());
