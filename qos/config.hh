@@ -97,9 +97,12 @@ constexpr uint64_t class_share_bps(const vnic_qos& q, traffic_class c) {
 // the tokens of that gap were lost and a backlogged vNIC fell to 60 % of its rate on a busy
 // 2-core box. Four ms is what Linux HTB's default buffer gives at HZ=250, and stays below the
 // receiving meter's 5 ms of jitter allowance (ingress_meter.hh), so a full burst still passes it.
+// A QP's DCQCN pacer holds as much (rate_control.hh), so that one grant after such a gap can be
+// taken by the rdma class, not given to tcp.
+constexpr uint64_t default_burst_ns = 4'000'000;
 constexpr uint64_t default_burst_bytes(uint64_t rate_bps) {
-    const uint64_t four_ms = rate_bps / 8 / 250;
-    return four_ms > (64u << 10) ? four_ms : (64u << 10);
+    const uint64_t timed = rate_bps / 8 * default_burst_ns / 1'000'000'000;
+    return timed > (64u << 10) ? timed : (64u << 10);
 }
 
 // Empty when the configuration is usable, otherwise what is wrong ("classes.rdma.weight: 0 is

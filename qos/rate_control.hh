@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "config.hh"
 #include "token_bucket.hh"
 
 namespace jakiro::qos {
@@ -35,15 +36,15 @@ struct dcqcn_params {
     // Pacer depth: what a QP may send back to back, `pacer_burst_ns` at its current rate but at
     // least `pacer_burst_bytes` (four 4096-byte MTU packets, so the pacer never splits a burst
     // of the engine). The time term is for shared cores, where the worker may come round to a
-    // QP only once a millisecond and the vNIC's scheduler then grants a millisecond at once
-    // (default_burst_bytes): 2 ms at the QP's rate, which starts at the vNIC's rate
-    // (rdma_class.hh), takes that grant whatever the vNIC rate. A fixed 16 KiB left most of such
-    // grants unused (they went to TCP: RDMA:TCP 3:1 measured 2:1 at 1 Gbit/s). It stays well
-    // below the receiver's meter burst (5 ms of the vNIC rate at least, ingress_meter.hh), so a
-    // QP that was just cut cannot burst past the meter. (When QPs started at a nominal 25 Gbit/s,
-    // 250 µs of that rate did the same for vNIC rates up to 6 Gbit/s.)
+    // QP only after milliseconds and the vNIC's scheduler then grants up to its whole burst at
+    // once (default_burst_ns, config.hh). The pacer, which starts at the vNIC's rate
+    // (rdma_class.hh), must hold as much: a grant the QP cannot take is given to TCP. With a
+    // fixed 16 KiB, RDMA:TCP 3:1 measured 2:1 at 1 Gbit/s; with 2 ms against the scheduler's
+    // 4 ms it measured 2.05-2.4 on a loaded 2-core box. It stays below the receiver's meter
+    // burst (5 ms of the vNIC rate at least, ingress_meter.hh), so a QP that was just cut
+    // cannot burst past the meter.
     uint64_t pacer_burst_bytes = 16384;
-    uint64_t pacer_burst_ns = 2'000'000;
+    uint64_t pacer_burst_ns = default_burst_ns;
 };
 
 enum class dcqcn_stage : uint8_t { fast_recovery, additive_increase, hyper_increase };

@@ -158,14 +158,25 @@ void engine::remove_qp(uint16_t vnic, uint32_t qpn) {
     if (rc_qp* qp = find(vnic, qpn); qp != nullptr) {
         _by_slot[vnic][qpn >> 8] = nullptr;
     }
+    std::shared_ptr<rc_qp> gone;
     for (auto it = _active.begin(); it != _active.end(); ++it) {
         if ((*it)->vnic() == vnic && (*it)->qpn() == qpn) {
+            gone = *it;
             _active.erase(it);
             break;
         }
     }
     std::lock_guard lock(_report_mutex);
     _reported = _active;
+    if (gone != nullptr) {
+        // This thread is the counters' only writer, so they are final here.
+        const rc_qp_stats& s = gone->stats();
+        qp_report& sum = _retired[vnic];
+        sum.vnic = vnic;
+#define JAKIRO_QP_COUNTER(name) sum.name += s.name.load(std::memory_order_relaxed);
+#include "qp_counters.def"
+#undef JAKIRO_QP_COUNTER
+    }
 }
 
 bool engine::vnic_wants_to_send(uint16_t vnic) const {
@@ -467,6 +478,15 @@ std::vector<qp_report> engine::report() const {
 #undef JAKIRO_QP_COUNTER
         r.rate_bps = s.rate_bps.load(std::memory_order_relaxed);
         out.push_back(r);
+    }
+    return out;
+}
+
+std::vector<qp_report> engine::retired() const {
+    std::vector<qp_report> out;
+    std::lock_guard lock(_report_mutex);
+    for (const auto& [vnic, sum] : _retired) {
+        out.push_back(sum);
     }
     return out;
 }

@@ -34,6 +34,7 @@
 #include <deque>
 #include <functional>
 #include <future>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -101,6 +102,9 @@ class engine {
     void wake();
     const engine_counters& counters() const { return _counters; }
     std::vector<qp_report> report() const;
+    // One row per vNIC slot with what its destroyed QPs counted (qpn 0): the per-vNIC totals
+    // (report() plus these) never go down and miss no QP, however briefly it lived.
+    std::vector<qp_report> retired() const;
     // QP1 of every vNIC: MADs to and from the rdma_cm agents (gsi_port.hh).
     gsi_port& gsi() { return _gsi; }
 
@@ -184,8 +188,9 @@ class engine {
     std::atomic<bool> _calls_pending{false};
     std::mutex _mutex;  // guards _calls; inline calls (no worker) also hold it
     std::deque<task> _calls;
-    mutable std::mutex _report_mutex;  // guards _reported (the engine thread updates it)
+    mutable std::mutex _report_mutex;  // guards _reported and _retired
     std::vector<std::shared_ptr<rc_qp>> _reported;
+    std::map<uint16_t, qp_report> _retired;          // [vnic] counters of its destroyed QPs
     std::unique_ptr<doorbell_memory> _own_doorbell;  // null if it could not be created
     doorbell_set _doorbells;
     engine_counters _counters;

@@ -70,7 +70,7 @@ std::vector<prometheus::MetricFamily> control_server::collect() {
     control.control_dropped = _socket.dropped();
     control.scrapes = _scrapes;
     control.log_suppressed = log::suppressed();
-    return collect_metrics(_state, _qps, control);
+    return collect_metrics(_state, control);
 }
 
 std::string control_server::metrics_text() {
@@ -131,10 +131,6 @@ void control_server::tick() {
         _next_second = now + std::chrono::seconds(1);
         if (_on_second) {
             _on_second();
-        }
-        // QPs destroyed between scrapes keep counting in the per-vNIC totals.
-        if (_state.engine != nullptr) {
-            _qps.observe(_state.engine->report());
         }
         auto status = status_line();
         if (status != _last_status) {

@@ -66,7 +66,6 @@ class control_server {
     daemon_state& _state;
     host_manager& _host;
     command_socket _socket;
-    qp_totals _qps;
     uint64_t _scrapes = 0;
     // systemd: the watchdog period (0: none), when to ping next and what the worker had done.
     std::chrono::microseconds _watchdog{0};

@@ -40,35 +40,13 @@ void add_to(qp_totals::sums& total, const qp_totals::sums& more) {
 
 }  // namespace
 
-void qp_totals::observe(const std::vector<roce::qp_report>& qps) {
-    std::map<std::pair<uint16_t, uint32_t>, sums> now;
-    for (const auto& q : qps) {
-        const auto key = std::make_pair(q.vnic, q.qpn);
-        const sums s = of(q);
-        const auto old = _live.find(key);
-        if (old != _live.end()) {
-            // A counter that went down belongs to a new QP with a reused number: the old one
-            // retires with what it had.
-            for (std::size_t i = 0; i < s.size(); ++i) {
-                if (s[i] < old->second[i]) {
-                    add_to(_retired[key.first], old->second);
-                    break;
-                }
-            }
-            _live.erase(old);
+std::map<uint16_t, qp_totals::sums> qp_totals::by_vnic(
+    const std::vector<roce::qp_report>& live, const std::vector<roce::qp_report>& retired) {
+    std::map<uint16_t, sums> out;
+    for (const auto* rows : {&live, &retired}) {
+        for (const auto& q : *rows) {
+            add_to(out[q.vnic], of(q));
         }
-        now[key] = s;
-    }
-    for (const auto& [key, s] : _live) {
-        add_to(_retired[key.first], s);  // gone since the last look
-    }
-    _live = std::move(now);
-}
-
-std::map<uint16_t, qp_totals::sums> qp_totals::by_vnic() const {
-    auto out = _retired;
-    for (const auto& [key, s] : _live) {
-        add_to(out[key.first], s);
     }
     return out;
 }
@@ -453,11 +431,12 @@ void qos_metrics(const daemon_state& state, families& f) {
     }
 }
 
-void rdma_metrics(const daemon_state& state, qp_totals& totals, families& f) {
+void rdma_metrics(const daemon_state& state, families& f) {
     static const char* states[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
     const auto qps =
         state.engine != nullptr ? state.engine->report() : std::vector<roce::qp_report>{};
-    totals.observe(qps);
+    const auto retired =
+        state.engine != nullptr ? state.engine->retired() : std::vector<roce::qp_report>{};
     auto name_of_slot = [&](uint16_t slot) -> std::string {
         return slot < state.slot_names.size() ? state.slot_names[slot] : "";
     };
@@ -475,7 +454,7 @@ void rdma_metrics(const daemon_state& state, qp_totals& totals, families& f) {
             {{"state", std::get<2>(key)}, {"type", std::get<1>(key)}, {"vnic", std::get<0>(key)}},
             static_cast<double>(n));
     }
-    const auto sums = totals.by_vnic();
+    const auto sums = qp_totals::by_vnic(qps, retired);
     const auto live = live_vnics(state);
     auto value = [&](uint16_t slot, qp_totals::field field) -> double {
         const auto it = sums.find(slot);
@@ -584,7 +563,7 @@ void rdma_metrics(const daemon_state& state, qp_totals& totals, families& f) {
 
 }  // namespace
 
-std::vector<MetricFamily> collect_metrics(const daemon_state& state, qp_totals& qps,
+std::vector<MetricFamily> collect_metrics(const daemon_state& state,
                                           const control_counters& control) {
     families f;
     const auto uptime =
@@ -609,7 +588,7 @@ std::vector<MetricFamily> collect_metrics(const daemon_state& state, qp_totals& 
     security_groups(state, f);
     drops_and_globals(state, f);
     qos_metrics(state, f);
-    rdma_metrics(state, qps, f);
+    rdma_metrics(state, f);
     f.counter("jakiro_control_dropped_clients_total",
               "Control and metrics clients dropped at their deadline (slow to ask or not reading)")
         .sample({}, static_cast<double>(control.control_dropped));

@@ -25,12 +25,10 @@ namespace roce {
 struct qp_report;
 }
 
-// Per-vNIC totals of the QPs' own counters (retransmits, NAKs, RNR NAKs, CNPs...). A QP's
-// counters go away with the QP; these keep counting what destroyed QPs had done, so that
-// the per-vNIC series are proper (monotonic) counters. A QP created and destroyed between two
-// observations (the control thread observes every second and at each scrape) is not seen.
-class qp_totals {
-  public:
+// Per-vNIC totals of the QPs' own counters (retransmits, NAKs, RNR NAKs, CNPs...): the live
+// QPs' (engine::report) plus what the destroyed ones counted (engine::retired), so that the
+// per-vNIC series are proper (monotonic) counters that miss no QP, however briefly it lived.
+struct qp_totals {
     enum field : std::size_t {
 #define JAKIRO_QP_COUNTER(name) name,
 #include "rnic/qp_counters.def"
@@ -40,14 +38,9 @@ class qp_totals {
     using sums = std::array<uint64_t, field_count>;
 
     static sums of(const roce::qp_report& qp);
-    // Takes in the QPs that exist now; those no longer there keep what they counted.
-    void observe(const std::vector<roce::qp_report>& qps);
-    // What every QP of each vNIC slot has counted, the destroyed ones included.
-    std::map<uint16_t, sums> by_vnic() const;
-
-  private:
-    std::map<std::pair<uint16_t, uint32_t>, sums> _live;  // by (vNIC slot, QPN)
-    std::map<uint16_t, sums> _retired;
+    // What every QP of each vNIC slot has counted: the live rows and the retired ones.
+    static std::map<uint16_t, sums> by_vnic(const std::vector<roce::qp_report>& live,
+                                            const std::vector<roce::qp_report>& retired);
 };
 
 // What the control side counts about itself.
@@ -57,7 +50,7 @@ struct control_counters {
     uint64_t log_suppressed = 0;   // log lines the rate limit held back
 };
 
-std::vector<prometheus::MetricFamily> collect_metrics(const daemon_state& state, qp_totals& qps,
+std::vector<prometheus::MetricFamily> collect_metrics(const daemon_state& state,
                                                       const control_counters& control);
 // The families in the Prometheus text exposition format (version 0.0.4).
 std::string render_metrics_text(const std::vector<prometheus::MetricFamily>& families);
