@@ -482,6 +482,12 @@ std::vector<qp_report> engine::report() const {
     return out;
 }
 
+void engine::forget_vnic(uint16_t vnic) {
+    _doorbells.set(vnic, nullptr);
+    std::lock_guard lock(_report_mutex);
+    _retired.erase(vnic);
+}
+
 std::vector<qp_report> engine::retired() const {
     std::vector<qp_report> out;
     std::lock_guard lock(_report_mutex);

@@ -116,6 +116,9 @@ class engine {
     void set_vnic_doorbell(uint16_t vnic, verbs_proto::doorbell_page* page) {
         _doorbells.set(vnic, page);
     }
+    // vNIC `vnic` is going away, its QPs already removed: its doorbell goes, and so do the
+    // counters its QPs left in retired(), so that a vNIC given the slot later starts at zero.
+    void forget_vnic(uint16_t vnic);
     // The policy generation of the tables the worker runs with (once per iteration, before any
     // receive or poll of that iteration).
     void use_policy(uint32_t generation) { _policy_generation = generation; }

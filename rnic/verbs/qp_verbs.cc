@@ -43,7 +43,7 @@ void vnic_resources::disable_doorbell() {
     const uint16_t slot = _qp_support.local.vnic;
     if (engine->call(
             [engine, slot] {
-                engine->set_vnic_doorbell(slot, nullptr);
+                engine->forget_vnic(slot);
                 return 0;
             },
             roce::engine::on_timeout::run_later) != 0) {
