@@ -505,9 +505,10 @@ std::optional<qos::vnic_qos> load_vnic_qos(checker& check, const YAML::Node& nod
         }
         auto& k = q.classes[qos::index_of(c)];
         const auto weight = check.number(cls, "weight", class_field, 1, qos::max_weight, false);
-        k.weight = weight.value_or(1);
-        k.min_bps = check.rate(cls, "min", class_field).value_or(0);
-        k.max_bps = check.rate(cls, "max", class_field).value_or(0);
+        // Absent keys keep qos::class_qos's defaults.
+        k.weight = weight.value_or(k.weight);
+        k.min_bps = check.rate(cls, "min", class_field).value_or(k.min_bps);
+        k.max_bps = check.rate(cls, "max", class_field).value_or(k.max_bps);
     }
     if (const auto problem = qos::validate(q); !problem.empty()) {
         check.error(node, field, problem);

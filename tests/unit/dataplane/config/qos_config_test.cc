@@ -60,6 +60,23 @@ TEST(QosConfig, AVnicRateWithClassWeightsLoadsWithADefaultBurst) {
     EXPECT_EQ(q.classes[qos::index_of(qos::traffic_class::tcp)].max_bps, 4'000'000'000u);
 }
 
+TEST(QosConfig, KeysAClassLeavesOutKeepTheClassDefaults) {
+    const auto r = load(R"(    qos:
+      rate: 1Gbit
+      rdma: {min: 100Mbit}
+)");
+    ASSERT_TRUE(r.ok()) << r.errors[0].to_string();
+    const auto& q = *r.config.vnics[0].qos;
+    const qos::class_qos defaults;
+    const auto& rdma = q.classes[qos::index_of(qos::traffic_class::rdma)];
+    EXPECT_EQ(rdma.weight, defaults.weight);
+    EXPECT_EQ(rdma.min_bps, 100'000'000u);
+    EXPECT_EQ(rdma.max_bps, defaults.max_bps);
+    const auto& tcp = q.classes[qos::index_of(qos::traffic_class::tcp)];
+    EXPECT_EQ(tcp.weight, defaults.weight) << "a class not named at all";
+    EXPECT_EQ(tcp.min_bps, defaults.min_bps);
+}
+
 TEST(QosConfig, WithoutQosAVnicIsNotShapedAndHasTheDefaultQpQuota) {
     const auto r = load("");
     ASSERT_TRUE(r.ok());
