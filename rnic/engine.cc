@@ -453,11 +453,17 @@ void engine::after_sleep() {
     }
 }
 
-std::vector<qp_report> engine::report() const {
+std::vector<qp_report> engine::report(std::vector<qp_report>* retired) const {
     std::vector<std::shared_ptr<rc_qp>> qps;
     {
         std::lock_guard lock(_report_mutex);
         qps = _reported;
+        if (retired != nullptr) {
+            retired->clear();
+            for (const auto& [vnic, sum] : _retired) {
+                retired->push_back(sum);
+            }
+        }
     }
     std::vector<qp_report> out;
     for (const auto& qp : qps) {
@@ -486,15 +492,6 @@ void engine::forget_vnic(uint16_t vnic) {
     _doorbells.set(vnic, nullptr);
     std::lock_guard lock(_report_mutex);
     _retired.erase(vnic);
-}
-
-std::vector<qp_report> engine::retired() const {
-    std::vector<qp_report> out;
-    std::lock_guard lock(_report_mutex);
-    for (const auto& [vnic, sum] : _retired) {
-        out.push_back(sum);
-    }
-    return out;
 }
 
 }  // namespace jakiro::roce

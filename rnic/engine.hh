@@ -101,10 +101,11 @@ class engine {
     // Rings jakirod's own doorbell (any thread; no tenant maps it): a sleeping worker wakes now.
     void wake();
     const engine_counters& counters() const { return _counters; }
-    std::vector<qp_report> report() const;
-    // One row per vNIC slot with what its destroyed QPs counted (qpn 0): the per-vNIC totals
-    // (report() plus these) never go down and miss no QP, however briefly it lived.
-    std::vector<qp_report> retired() const;
+    // The live QPs, and with `retired` one row per vNIC slot with what its destroyed QPs
+    // counted (qpn 0). Both are taken under one lock, so a QP is in exactly one of them: the
+    // per-vNIC sums never count a QP twice, never go down, and miss no QP however briefly it
+    // lived.
+    std::vector<qp_report> report(std::vector<qp_report>* retired = nullptr) const;
     // QP1 of every vNIC: MADs to and from the rdma_cm agents (gsi_port.hh).
     gsi_port& gsi() { return _gsi; }
 
@@ -117,7 +118,8 @@ class engine {
         _doorbells.set(vnic, page);
     }
     // vNIC `vnic` is going away, its QPs already removed: its doorbell goes, and so do the
-    // counters its QPs left in retired(), so that a vNIC given the slot later starts at zero.
+    // counters its QPs left in report()'s `retired`, so that a vNIC given the slot later starts at
+    // zero.
     void forget_vnic(uint16_t vnic);
     // The policy generation of the tables the worker runs with (once per iteration, before any
     // receive or poll of that iteration).

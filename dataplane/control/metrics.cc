@@ -433,10 +433,10 @@ void qos_metrics(const daemon_state& state, families& f) {
 
 void rdma_metrics(const daemon_state& state, families& f) {
     static const char* states[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
-    const auto qps =
-        state.engine != nullptr ? state.engine->report() : std::vector<roce::qp_report>{};
-    const auto retired =
-        state.engine != nullptr ? state.engine->retired() : std::vector<roce::qp_report>{};
+    std::vector<roce::qp_report> qps, retired;
+    if (state.engine != nullptr) {
+        qps = state.engine->report(&retired);
+    }
     auto name_of_slot = [&](uint16_t slot) -> std::string {
         return slot < state.slot_names.size() ? state.slot_names[slot] : "";
     };

@@ -26,7 +26,7 @@ struct qp_report;
 }
 
 // Per-vNIC totals of the QPs' own counters (retransmits, NAKs, RNR NAKs, CNPs...): the live
-// QPs' (engine::report) plus what the destroyed ones counted (engine::retired), so that the
+// QPs' plus what the destroyed ones counted (both from engine::report), so that the
 // per-vNIC series are proper (monotonic) counters that miss no QP, however briefly it lived.
 struct qp_totals {
     enum field : std::size_t {
