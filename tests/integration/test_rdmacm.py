@@ -44,8 +44,19 @@ def run_pair(placement, server_cmd, client_cmd, tmp_path):
                                env=shim_env(), start_new_session=True)
     try:
         time.sleep(SERVER_LISTEN_S)
-        cli = subprocess.run(under_jakiro_run(cli_tenant, client_cmd), capture_output=True,
-                             text=True, timeout=TIMEOUT_S, env=shim_env())
+        # A REQ that comes before the server has listened is rejected with "invalid service
+        # ID" (IB CM reason 8), as on any fabric; a client that meets it tries again. CI run W
+        # saw it once (an ib_send_lat server that had printed nothing after 1.5 s).
+        deadline = time.monotonic() + 15
+        while True:
+            cli = subprocess.run(under_jakiro_run(cli_tenant, client_cmd), capture_output=True,
+                                 text=True, timeout=TIMEOUT_S, env=shim_env())
+            not_listening = "RDMA_CM_EVENT_REJECTED; error: 8." in cli.stdout + cli.stderr
+            if (cli.returncode == 0 or not not_listening or srv.poll() is not None
+                    or time.monotonic() > deadline):
+                break
+            print(f"\n{client_cmd[0]}: no listener yet, the client tries again")
+            time.sleep(0.5)
         try:
             status = srv.wait(timeout=20)
         except subprocess.TimeoutExpired:
