@@ -65,7 +65,8 @@ struct alignas(RTE_CACHE_LINE_SIZE) lcore_counters {
     // vNIC or port, by kind, and frames it took from the others.
     counter handed_fabric;   // from the uplink, for another worker's vNIC
     counter handed_port;     // to transmit on a port another worker owns
-    counter taken_handoffs;  // either kind, received from another worker
+    counter handed_roce;     // RoCE from this worker's engine to another's, on this host
+    counter taken_handoffs;  // any kind, received from another worker
 };
 
 }  // namespace jakiro

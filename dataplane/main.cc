@@ -333,20 +333,27 @@ int main(int argc, char** argv) {
     }
     worker_context* worker = contexts[0].get();
     // The RDMA face: one verbs socket per vNIC for libjakiro_verbs.so (control side thread),
-    // whose QPs the RoCE engine runs on worker 0, every vNIC's (dataplane/README.md).
-    roce::engine rdma_engine(static_cast<uint16_t>(config.vnics.size()),
-                             rdma_config::max_qps_limit);
-    roce_port rdma_port(*worker);
-    worker->engine = &rdma_engine;
-    worker->rdma_port = &rdma_port;
-    if (handoff) {
-        handoff->set_waker(0, [&rdma_engine] { rdma_engine.wake(); });
+    // whose QPs the RoCE engine of the vNIC's worker runs, next to its shaper: both classes of
+    // a vNIC are scheduled in one place (dataplane/README.md).
+    std::vector<std::unique_ptr<roce::engine>> engines;
+    std::vector<std::unique_ptr<roce_port>> rdma_ports;
+    std::vector<roce::engine*> engine_of_worker;
+    for (unsigned w = 0; w < workers; ++w) {
+        engines.push_back(std::make_unique<roce::engine>(static_cast<uint16_t>(config.vnics.size()),
+                                                         rdma_config::max_qps_limit));
+        rdma_ports.push_back(std::make_unique<roce_port>(*contexts[w]));
+        contexts[w]->engine = engines[w].get();
+        contexts[w]->rdma_port = rdma_ports[w].get();
+        engine_of_worker.push_back(engines[w].get());
+        if (handoff) {
+            handoff->set_waker(w, [engine = engines[w].get()] { engine->wake(); });
+        }
     }
     verbs::channel_config verbs_config;
     verbs_config.host_name = config.name;
     verbs_config.tenant_mtu = config.tenant_mtu();
     verbs::channel_server verbs_channel(std::move(verbs_config));
-    verbs_channel.enable_qps(&rdma_engine, [&publisher](uint16_t slot, uint32_t remote_ip_be) {
+    verbs_channel.enable_qps(engine_of_worker, [&publisher](uint16_t slot, uint32_t remote_ip_be) {
         return publisher.read_current([&](const datapath_tables& tables) {
             return admit_rdma_peer(tables, slot, remote_ip_be);
         });
@@ -372,9 +379,6 @@ int main(int argc, char** argv) {
         }
         state.workers.push_back(ctx.get());
     }
-    state.engine = &rdma_engine;
-    state.shaper = shapers[0].get();
-    state.policer = policers[0].get();
 
     const std::size_t vnic_count = config.vnics.size();
     const std::string metrics_at = config.metrics ? config.metrics->text() : "off";
@@ -410,7 +414,7 @@ int main(int argc, char** argv) {
 
     loop_options loop;
     loop.busy_poll = opts.busy_poll;
-    // Workers 1.. on the other lcores, worker 0 (the uplink's and the engine's) on this one.
+    // Workers 1.. on the other lcores, worker 0 (the uplink's) on this one.
     std::vector<worker_launch> launches;
     launches.reserve(workers);
     unsigned next_id = 1;

@@ -44,14 +44,27 @@ struct daemon_state {
     std::vector<uint8_t> slot_workers;    // the worker that owns each slot's vNIC
     overlay::underlay_neighbors* neighbors = nullptr;
     tables_publisher* publisher = nullptr;
-    std::vector<const worker_context*> workers;  // by worker id
-    unsigned worker_count = 1;                   // host.workers or --workers, fixed at start
-    const roce::engine* engine = nullptr;        // the RDMA face's QPs (jakiroctl qps)
-    const egress_shaper* shaper = nullptr;       // DHTB egress (jakiroctl qos, top)
-    const ingress_policer* policer = nullptr;    // DHTB ingress (jakiroctl qos)
-    verbs::channel_server* verbs = nullptr;      // the vNICs' RDMA faces (follow apply)
+    // By worker id; each holds its RoCE engine (its vNICs' QPs, jakiroctl qps), its DHTB
+    // shaper (egress) and policer (ingress) (jakiroctl qos, top).
+    std::vector<const worker_context*> workers;
+    unsigned worker_count = 1;               // host.workers or --workers, fixed at start
+    verbs::channel_server* verbs = nullptr;  // the vNICs' RDMA faces (follow apply)
     // With control: in the host YAML, the etcd follower's state (control_plane/status.hh).
     const control_plane::control_plane_status* control_plane = nullptr;
+
+    // The worker that owns the vNIC in `slot`, or null.
+    const worker_context* owner_of(uint16_t slot) const {
+        const unsigned w = slot < slot_workers.size() ? slot_workers[slot] : 0;
+        return w < workers.size() ? workers[w] : nullptr;
+    }
+    const egress_shaper* shaper_of(uint16_t slot) const {
+        const worker_context* w = owner_of(slot);
+        return w != nullptr ? w->shaper : nullptr;
+    }
+    const ingress_policer* policer_of(uint16_t slot) const {
+        const worker_context* w = owner_of(slot);
+        return w != nullptr ? w->policer : nullptr;
+    }
 };
 
 }  // namespace jakiro

@@ -43,7 +43,8 @@ bool host_manager::serve_rdma(verbs::channel_server& server, std::string& warnin
     bool all = true;
     for (const auto& v : _state.config.vnics) {
         std::string why;
-        if (!_vnics.at(v.name)->open_rdma_face(server, v, why)) {
+        auto& opened = *_vnics.at(v.name);
+        if (!opened.open_rdma_face(server, v, _worker_of_slot.at(opened.slot()), why)) {
             warnings += why + "\n";
             all = false;
         }
@@ -192,7 +193,8 @@ bool host_manager::apply(host_config next, std::string& summary, std::string& er
     if (_state.verbs != nullptr) {
         for (const auto& v : _state.config.vnics) {
             std::string why;
-            if (!_vnics.at(v.name)->open_rdma_face(*_state.verbs, v, why)) {
+            auto& opened = *_vnics.at(v.name);
+            if (!opened.open_rdma_face(*_state.verbs, v, _worker_of_slot.at(opened.slot()), why)) {
                 rdma_error += "RDMA face: " + why + "\n";
             }
         }

@@ -17,9 +17,9 @@ vnic_quota quota_of(const rdma_config& rdma) {
     return q;
 }
 
-endpoint_config endpoint_of(const vnic_config& vnic, uint16_t slot) {
+endpoint_config endpoint_of(const vnic_config& vnic, uint16_t slot, uint8_t worker) {
     endpoint_config e;
-    e.identity = {vnic.name, vnic.mac, vnic.ip.address, slot, quota_of(vnic.rdma)};
+    e.identity = {vnic.name, vnic.mac, vnic.ip.address, slot, quota_of(vnic.rdma), worker};
     e.netns = vnic.netns;
     e.port = vnic.port;
     return e;

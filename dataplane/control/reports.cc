@@ -4,6 +4,7 @@
 #include "../ports.hh"
 #include "../worker/egress_shaper.hh"
 #include "../worker/ingress_policer.hh"
+#include "rdma_engines.hh"
 #include "rnic/engine.hh"
 #include "rnic/verbs/channel_server.hh"
 
@@ -76,6 +77,7 @@ const global_counter global_counters[] = {
     JK_GLOBAL(rx_wakes),
     JK_GLOBAL(handed_fabric),
     JK_GLOBAL(handed_port),
+    JK_GLOBAL(handed_roce),
     JK_GLOBAL(taken_handoffs),
 };
 #undef JK_GLOBAL
@@ -85,7 +87,7 @@ const global_counter global_counters[] = {
 void render_workers(const daemon_state& state, json_writer& out, std::ostringstream& text) {
     static constexpr const char* columns[] = {"from_tenant_pkts", "to_tenant_pkts", "encapsulated",
                                               "decapsulated",     "handed_fabric",  "handed_port",
-                                              "taken_handoffs",   "idle_sleeps"};
+                                              "handed_roce",      "taken_handoffs", "idle_sleeps"};
     out.begin_array("workers");
     text << "workers  vnics";
     for (const char* column : columns) {
@@ -116,6 +118,7 @@ void render_workers(const daemon_state& state, json_writer& out, std::ostringstr
                                    c.decapsulated.read(),
                                    c.handed_fabric.read(),
                                    c.handed_port.read(),
+                                   c.handed_roce.read(),
                                    c.taken_handoffs.read(),
                                    c.idle_sleeps.read()};
         text << "  " << w << "      " << (owned.empty() ? "-" : owned);
@@ -456,8 +459,7 @@ std::string render_qps(const daemon_state& state, const std::string& vnic, bool 
     text << "vnic     qpn      type state remote            rqpn     next-psn una-psn  exp-psn  "
             "pkts-out   pkts-in    retrans  timeouts naks-in naks-out rnr-in rnr-out dropped\n";
     static const char* states[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
-    const auto qps =
-        state.engine != nullptr ? state.engine->report() : std::vector<roce::qp_report>{};
+    const auto qps = report_qps(state);
     for (const auto& q : qps) {
         const std::string name = q.vnic < state.slot_names.size() ? state.slot_names[q.vnic] : "?";
         if (!vnic.empty() && name != vnic) {
@@ -493,18 +495,20 @@ std::string render_qps(const daemon_state& state, const std::string& vnic, bool 
     out.end_array();
     out.begin_object("engine");
     text << "engine:";
-    if (state.engine != nullptr) {
-        const auto& c = state.engine->counters();
-        out.value("received", c.received.load()).value("sent", c.sent.load());
-        out.value("doorbells", c.doorbells.load());
-        out.value("rechecks", c.rechecks.load()).value("qps_revoked", c.qps_revoked.load());
-        text << " received " << c.received.load() << ", sent " << c.sent.load() << ", doorbells "
-             << c.doorbells.load() << ", policy rechecks " << c.rechecks.load() << ", QPs revoked "
-             << c.qps_revoked.load();
+    if (const engine_summary engines = sum_engines(state); engines.engines > 0) {
+        // Summed over the engines, one per worker.
+        const engine_totals& c = engines.totals;
+        out.value("engines", uint64_t{engines.engines});
+        out.value("received", c.received).value("sent", c.sent);
+        out.value("doorbells", c.doorbells);
+        out.value("rechecks", c.rechecks).value("qps_revoked", c.qps_revoked);
+        text << " " << engines.engines << (engines.engines == 1 ? " engine" : " engines")
+             << ", received " << c.received << ", sent " << c.sent << ", doorbells " << c.doorbells
+             << ", policy rechecks " << c.rechecks << ", QPs revoked " << c.qps_revoked;
         out.begin_object("drops");
         for (std::size_t d = 0; d < static_cast<std::size_t>(roce::engine_drop::count); ++d) {
             const auto reason = static_cast<roce::engine_drop>(d);
-            const uint64_t n = c.drops[d].load();
+            const uint64_t n = c.drops[d];
             out.value(roce::engine_drop_name(reason), n);
             if (n > 0) {
                 text << "\n  drop " << roce::engine_drop_name(reason) << ": " << n << " ("
@@ -591,33 +595,33 @@ std::string render_qos(const daemon_state& state, bool json, bool raw) {
             .value("time_ns", time_ns);
         out.begin_array("classes");
         lines << v.name << " rate " << q.rate_bps;
+        // The vNIC's owner shapes and meters both of its classes (its engine runs its QPs).
+        const egress_shaper* shaper = state.shaper_of(slot);
+        const ingress_policer* policer = state.policer_of(slot);
         for (const auto c : qos::all_classes) {
             const auto& k = q.classes[qos::index_of(c)];
             qos::class_counters sent{};
             uint64_t drops = 0, waits = 0;
-            const bool shaped =
-                state.shaper != nullptr && state.shaper->scheduler().configured(slot);
+            const bool shaped = shaper != nullptr && shaper->scheduler().configured(slot);
             if (shaped) {
-                sent = state.shaper->scheduler().counters(slot, c);
-                drops = c == qos::traffic_class::tcp
-                            ? state.shaper->counters(slot).tcp_queue_drops.read()
-                            : 0;
-                waits = c == qos::traffic_class::rdma
-                            ? state.shaper->counters(slot).rdma_waits.read()
-                            : 0;
+                sent = shaper->scheduler().counters(slot, c);
+                drops = c == qos::traffic_class::tcp ? shaper->counters(slot).tcp_queue_drops.read()
+                                                     : 0;
+                waits =
+                    c == qos::traffic_class::rdma ? shaper->counters(slot).rdma_waits.read() : 0;
             }
             // How many of the vNIC's grants found this class with something to send: a class
             // that was not backlogged throughout had its unused share given to the other.
             uint64_t grants = 0, busy_grants = 0;
             if (shaped) {
-                const auto& sc = state.shaper->counters(slot);
+                const auto& sc = shaper->counters(slot);
                 grants = sc.grants.read();
                 busy_grants = c == qos::traffic_class::rdma ? sc.rdma_busy_grants.read()
                                                             : sc.tcp_busy_grants.read();
             }
             qos::ingress_class_counters in{};
-            if (state.policer != nullptr) {
-                if (const auto* meter = state.policer->meter(slot)) {
+            if (policer != nullptr) {
+                if (const auto* meter = policer->meter(slot)) {
                     in = meter->counters(c);
                 }
             }
@@ -632,13 +636,12 @@ std::string render_qos(const daemon_state& state, bool json, bool raw) {
                 .value("sent_packets", sent.packets)
                 .value("tail_drops", drops)
                 .value("rdma_waits", waits)
-                .value("rdma_granted", c == qos::traffic_class::rdma && state.shaper != nullptr
-                                           ? state.shaper->counters(slot).rdma_granted.read()
+                .value("rdma_granted", c == qos::traffic_class::rdma && shaper != nullptr
+                                           ? shaper->counters(slot).rdma_granted.read()
                                            : 0)
-                .value("rdma_busy_grants",
-                       c == qos::traffic_class::rdma && state.shaper != nullptr
-                           ? state.shaper->counters(slot).rdma_busy_grants.read()
-                           : 0)
+                .value("rdma_busy_grants", c == qos::traffic_class::rdma && shaper != nullptr
+                                               ? shaper->counters(slot).rdma_busy_grants.read()
+                                               : 0)
                 // How many of the vNIC's grants found this class with something to send: a
                 // class that was not backlogged throughout had its unused share given away.
                 .value("grants", grants)

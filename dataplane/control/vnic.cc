@@ -35,12 +35,12 @@ vnic::~vnic() {
     }
 }
 
-bool vnic::open_rdma_face(verbs::channel_server& server, const vnic_config& config,
+bool vnic::open_rdma_face(verbs::channel_server& server, const vnic_config& config, uint8_t worker,
                           std::string& error) {
     if (_rdma != nullptr && _rdma != &server) {
         close_rdma_face();
     }
-    if (!server.serve(verbs::endpoint_of(config, _slot), error)) {
+    if (!server.serve(verbs::endpoint_of(config, _slot, worker), error)) {
         _rdma = nullptr;
         return false;
     }

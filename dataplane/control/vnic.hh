@@ -43,10 +43,10 @@ class vnic {
     const std::string& devargs() const { return _devargs; }
     bool serves_rdma() const { return _rdma != nullptr; }
 
-    // Serves the RDMA face of `config` (this vNIC's current configuration) on `server`, or
-    // changes its limits in place when it is already served; false with `error` set (the
-    // Ethernet face works regardless).
-    bool open_rdma_face(verbs::channel_server& server, const vnic_config& config,
+    // Serves the RDMA face of `config` (this vNIC's current configuration) on `server`, its
+    // QPs run by the engine of `worker` (the vNIC's owner), or changes its limits in place when
+    // it is already served; false with `error` set (the Ethernet face works regardless).
+    bool open_rdma_face(verbs::channel_server& server, const vnic_config& config, uint8_t worker,
                         std::string& error);
     // Tells the face's clients the device is gone and destroys everything they created;
     // returns when that is done. Idempotent.

@@ -49,7 +49,8 @@ void egress_shaper::sync(const datapath_tables& tables, worker_context& ctx, uin
     for (uint16_t slot = 0; slot < max_vnics; ++slot) {
         const std::optional<qos::vnic_qos>* wanted =
             slot < tables.qos.size() ? &tables.qos[slot] : nullptr;
-        const bool active = wanted != nullptr && wanted->has_value() && slot < tables.vnics.size();
+        const bool active = wanted != nullptr && wanted->has_value() &&
+                            slot < tables.vnics.size() && tables.vnics[slot].worker == ctx.id;
         if (!active) {
             if (_vnics[slot] != nullptr) {
                 flush_unshaped(slot, ctx);  // queued frames leave now, unshaped

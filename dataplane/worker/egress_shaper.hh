@@ -46,7 +46,8 @@ class egress_shaper {
     ~egress_shaper();
 
     // Applies the QoS settings of a snapshot the first time it is seen: vNICs gain, change
-    // or lose shaping live; frames already queued stay queued (or leave unshaped).
+    // or lose shaping live; frames already queued stay queued (or leave unshaped). Only the
+    // vNICs `ctx` owns are shaped here: both their classes, as its engine runs their QPs.
     void sync(const datapath_tables& tables, worker_context& ctx, uint64_t now_ns);
     bool shaped(uint16_t slot) const { return slot < max_vnics && _vnics[slot] != nullptr; }
 

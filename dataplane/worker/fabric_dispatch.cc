@@ -35,15 +35,6 @@ uint8_t fabric_frame_owner(const datapath_tables& tables, const rte_mbuf* m,
         return uplink_worker;
     }
     const auto* ip = reinterpret_cast<const rte_ipv4_hdr*>(inner_eth + 1);
-    const uint32_t ihl = (ip->version_ihl & 0x0f) * 4u;
-    if (ip->next_proto_id == IPPROTO_UDP &&
-        first >= inner + sizeof(rte_ether_hdr) + ihl + sizeof(rte_udp_hdr)) {
-        const auto* udp =
-            reinterpret_cast<const rte_udp_hdr*>(reinterpret_cast<const uint8_t*>(ip) + ihl);
-        if (udp->dst_port == rte_cpu_to_be_16(roce::roce_udp_port)) {
-            return uplink_worker;  // the engine's
-        }
-    }
     const uint32_t vpc = tables.vpcs->find(check.view.vni);
     if (vpc == no_vpc) {
         return uplink_worker;

@@ -18,16 +18,16 @@ std::unique_ptr<worker_handoff> worker_handoff::create(unsigned workers, const s
     }
     std::unique_ptr<worker_handoff> handoff(new worker_handoff(workers));
     for (unsigned w = 0; w < workers; ++w) {
-        for (const char* kind : {"fabric", "port"}) {
+        for (unsigned k = 0; k < kinds; ++k) {
             // rte_ring names are global to the process: `name` keeps two handoffs apart.
-            const std::string ring_name = name + "_" + kind + std::to_string(w);
+            const std::string ring_name = name + "_" + kind_names[k] + std::to_string(w);
             rte_ring* ring =
                 rte_ring_create(ring_name.c_str(), ring_size, SOCKET_ID_ANY, RING_F_SC_DEQ);
             if (ring == nullptr) {
                 error = "cannot create hand-off ring " + ring_name + ": " + rte_strerror(rte_errno);
                 return nullptr;
             }
-            (kind[0] == 'f' ? handoff->_lanes[w].fabric : handoff->_lanes[w].port) = ring;
+            handoff->_lanes[w].rings[k] = ring;
         }
     }
     return handoff;
@@ -35,7 +35,7 @@ std::unique_ptr<worker_handoff> worker_handoff::create(unsigned workers, const s
 
 worker_handoff::~worker_handoff() {
     for (unsigned w = 0; w < _workers; ++w) {
-        for (rte_ring* ring : {_lanes[w].fabric, _lanes[w].port}) {
+        for (rte_ring* ring : _lanes[w].rings) {
             if (ring == nullptr) {
                 continue;
             }
@@ -50,39 +50,54 @@ worker_handoff::~worker_handoff() {
     }
 }
 
-uint16_t worker_handoff::give_fabric(unsigned to, rte_mbuf** pkts, uint16_t n) {
+uint16_t worker_handoff::give(kind k, unsigned to, rte_mbuf** pkts, uint16_t n) {
     const auto taken = static_cast<uint16_t>(rte_ring_enqueue_burst(
-        _lanes[to].fabric, reinterpret_cast<void* const*>(pkts), n, nullptr));
+        _lanes[to].rings[k], reinterpret_cast<void* const*>(pkts), n, nullptr));
     if (taken > 0) {
         wake_if_sleeping(to);
     }
     return taken;
+}
+
+uint16_t worker_handoff::take(kind k, unsigned self, rte_mbuf** out, uint16_t max) {
+    return static_cast<uint16_t>(
+        rte_ring_dequeue_burst(_lanes[self].rings[k], reinterpret_cast<void**>(out), max, nullptr));
+}
+
+uint16_t worker_handoff::give_fabric(unsigned to, rte_mbuf** pkts, uint16_t n) {
+    return give(fabric_ring, to, pkts, n);
 }
 
 uint16_t worker_handoff::give_port(unsigned to, uint16_t port, rte_mbuf** pkts, uint16_t n) {
     for (uint16_t i = 0; i < n; ++i) {
         pkts[i]->port = port;  // the receiving worker's only clue where it goes
     }
-    const auto taken = static_cast<uint16_t>(
-        rte_ring_enqueue_burst(_lanes[to].port, reinterpret_cast<void* const*>(pkts), n, nullptr));
-    if (taken > 0) {
-        wake_if_sleeping(to);
-    }
-    return taken;
+    return give(port_ring, to, pkts, n);
+}
+
+uint16_t worker_handoff::give_roce(unsigned to, rte_mbuf** pkts, uint16_t n) {
+    return give(roce_ring, to, pkts, n);
 }
 
 uint16_t worker_handoff::take_fabric(unsigned self, rte_mbuf** out, uint16_t max) {
-    return static_cast<uint16_t>(
-        rte_ring_dequeue_burst(_lanes[self].fabric, reinterpret_cast<void**>(out), max, nullptr));
+    return take(fabric_ring, self, out, max);
 }
 
 uint16_t worker_handoff::take_port(unsigned self, rte_mbuf** out, uint16_t max) {
-    return static_cast<uint16_t>(
-        rte_ring_dequeue_burst(_lanes[self].port, reinterpret_cast<void**>(out), max, nullptr));
+    return take(port_ring, self, out, max);
+}
+
+uint16_t worker_handoff::take_roce(unsigned self, rte_mbuf** out, uint16_t max) {
+    return take(roce_ring, self, out, max);
 }
 
 bool worker_handoff::pending(unsigned self) const {
-    return !rte_ring_empty(_lanes[self].fabric) || !rte_ring_empty(_lanes[self].port);
+    for (const rte_ring* ring : _lanes[self].rings) {
+        if (!rte_ring_empty(ring)) {
+            return true;
+        }
+    }
+    return false;
 }
 
 void worker_handoff::set_waker(unsigned worker, std::function<void()> wake) {

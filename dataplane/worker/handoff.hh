@@ -11,6 +11,9 @@
 //           or the port of a vNIC it owns, in which case a vNIC of another worker on this host
 //           sent them and this worker judges them first as their receiver
 //           (pipeline/local_arrival.hh).
+//   roce    RoCE frames a QP of another worker's engine sent to a QP of a vNIC this worker
+//           owns, on this host (worker/roce_port.hh): this worker's engine receives them as if
+//           they had come from the fabric, metered as such. `m->port` is the vNIC's port.
 //
 // A sleeping worker is woken when something is handed to it (its engine's doorbell, or a futex
 // of its own), so a hand-off adds no sleep to a frame's path.
@@ -47,9 +50,11 @@ class worker_handoff {
     // and must count and free, the rest.
     uint16_t give_fabric(unsigned to, rte_mbuf** pkts, uint16_t n);
     uint16_t give_port(unsigned to, uint16_t port, rte_mbuf** pkts, uint16_t n);
+    uint16_t give_roce(unsigned to, rte_mbuf** pkts, uint16_t n);  // `port` set by the giver
 
     uint16_t take_fabric(unsigned self, rte_mbuf** out, uint16_t max);
     uint16_t take_port(unsigned self, rte_mbuf** out, uint16_t max);
+    uint16_t take_roce(unsigned self, rte_mbuf** out, uint16_t max);
     bool pending(unsigned self) const;
 
     // How `worker` is woken when it sleeps in its engine (engine::wake); without one the
@@ -65,12 +70,16 @@ class worker_handoff {
     void ring(unsigned worker);
 
   private:
+    enum kind : unsigned { fabric_ring, port_ring, roce_ring, kinds };
+    static constexpr const char* kind_names[kinds] = {"fabric", "port", "roce"};
+
     explicit worker_handoff(unsigned workers) : _workers(workers) {}
     void wake_if_sleeping(unsigned worker);
+    uint16_t give(kind k, unsigned to, rte_mbuf** pkts, uint16_t n);
+    uint16_t take(kind k, unsigned self, rte_mbuf** out, uint16_t max);
 
     struct alignas(RTE_CACHE_LINE_SIZE) lane {
-        rte_ring* fabric = nullptr;
-        rte_ring* port = nullptr;
+        std::array<rte_ring*, kinds> rings{};
         std::atomic<uint32_t> bell{0};  // futex word
         std::atomic<bool> sleeping{false};
         uint32_t bell_seen = 0;  // owner only: the bell's value when it decided to sleep

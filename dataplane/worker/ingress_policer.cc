@@ -2,13 +2,14 @@
 
 namespace jakiro {
 
-void ingress_policer::sync(const datapath_tables& tables, uint64_t now_ns) {
+void ingress_policer::sync(const datapath_tables& tables, uint8_t worker, uint64_t now_ns) {
     if (&tables == _seen) {
         return;
     }
     _seen = &tables;
     for (uint16_t slot = 0; slot < max_vnics; ++slot) {
-        const bool shaped = slot < tables.qos.size() && tables.qos[slot].has_value();
+        const bool shaped = slot < tables.qos.size() && tables.qos[slot].has_value() &&
+                            slot < tables.vnics.size() && tables.vnics[slot].worker == worker;
         if (!shaped) {
             _meters[slot].reset();
         } else if (_meters[slot] == nullptr) {

@@ -19,7 +19,8 @@ namespace jakiro {
 
 class ingress_policer {
   public:
-    void sync(const datapath_tables& tables, uint64_t now_ns);
+    // Meters the shaped vNICs `worker` owns (the others' traffic never reaches it).
+    void sync(const datapath_tables& tables, uint8_t worker, uint64_t now_ns);
     // The meter of `slot`, or nullptr when the vNIC is not shaped.
     qos::ingress_meter* meter(uint16_t slot) {
         return slot < max_vnics ? _meters[slot].get() : nullptr;

@@ -102,7 +102,8 @@ uint16_t hand_off_fabric(worker_context& ctx, const datapath_tables& tables, rte
 }
 
 // What the other workers handed this one: frames from the uplink for its vNICs, frames
-// to send on its ports (the uplink, or one of its vNICs after judging them as the receiver).
+// to send on its ports (the uplink, or one of its vNICs after judging them as the receiver),
+// and RoCE from their engines to its engine's QPs.
 unsigned take_handoffs(worker_context& ctx, const datapath_tables& tables) {
     worker_handoff& handoff = *ctx.handoff;
     constexpr uint16_t burst = 32;
@@ -131,6 +132,20 @@ unsigned take_handoffs(worker_context& ctx, const datapath_tables& tables) {
         }
         if (arrival_count > 0) {
             process_local_arrivals(ctx, tables, arrivals, arrival_count);
+        }
+        taken += n;
+        if (n < burst) {
+            break;
+        }
+    }
+    for (unsigned b = 0; b < max_rx_bursts; ++b) {
+        const uint16_t n = handoff.take_roce(ctx.id, pkts, burst);
+        if (n > 0 && ctx.rdma_port != nullptr) {
+            ctx.rdma_port->receive_handed(pkts, n, now_ns());
+        } else {
+            for (uint16_t i = 0; i < n; ++i) {
+                ctx.drop(pkts[i], drop_reason::port_removed);  // no engine here (never in jakirod)
+            }
         }
         taken += n;
         if (n < burst) {
@@ -247,7 +262,7 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
         }
         unsigned received = 0;
         if (ctx.policer != nullptr) {
-            ctx.policer->sync(tables, now_ns());  // before any packet meets a meter
+            ctx.policer->sync(tables, ctx.id, now_ns());  // before any packet meets a meter
         }
         if (ctx.rdma_port != nullptr) {
             ctx.rdma_port->use(&tables);
@@ -322,7 +337,7 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
             // Loopback first (intra-host peers' frames), then the QPs' own sending and timers.
             received += ctx.rdma_port->deliver_loopback(*ctx.engine, ns);
             received += ctx.engine->poll(*ctx.rdma_port, ns);
-            ctx.rdma_port->flush_to_uplink();
+            ctx.rdma_port->flush();
         }
         if (ctx.shaper != nullptr) {
             ctx.shaper->commit_rdma();

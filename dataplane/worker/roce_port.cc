@@ -13,11 +13,17 @@
 
 namespace jakiro {
 
+roce_port::~roce_port() {
+    rte_pktmbuf_free(_pending);
+    rte_pktmbuf_free_bulk(_loopback, _loopback_count);
+    rte_pktmbuf_free_bulk(_handed, _handed_count);
+}
+
 void roce_port::use(const datapath_tables* tables) {
     if (tables == _tables) {
         return;
     }
-    flush_to_uplink();  // routed with the old snapshot: they leave by its uplink
+    flush();  // routed with the old snapshot: they leave by its uplink
     _tables = tables;
     if (tables == nullptr || _ctx.engine == nullptr) {
         return;
@@ -69,6 +75,21 @@ void roce_port::end_frame(uint16_t vnic_slot, uint32_t dst_ip_be, uint32_t len) 
     auto& counters = _ctx.counters.vnics[vnic_slot];
     counters.rdma_tx_packets.add(1);
     counters.rdma_tx_bytes.add(rte_pktmbuf_pkt_len(m));
+    if (entry->kind == overlay::vlt_kind::local_vnic &&
+        _tables->vnics[entry->vnic].worker != _ctx.id) {
+        if (_ctx.handoff == nullptr) {  // never: a vNIC of another worker needs workers
+            _ctx.drop(m, drop_reason::vnic_removed, vnic_slot);
+            return;
+        }
+        if (_handed_count == handed_capacity) {
+            hand_over();
+        }
+        m->port = _tables->vnics[entry->vnic].port_id;
+        _handed[_handed_count] = m;
+        _handed_worker[_handed_count++] = _tables->vnics[entry->vnic].worker;
+        _ctx.counters.switched_locally.add(1);
+        return;
+    }
     if (entry->kind == overlay::vlt_kind::local_vnic) {
         if (_loopback_count == loopback_capacity) {
             _ctx.drop(m, drop_reason::tx_queue_full, vnic_slot);
@@ -93,8 +114,45 @@ void roce_port::end_frame(uint16_t vnic_slot, uint32_t dst_ip_be, uint32_t len) 
                    [&](rte_mbuf* frame) { _ctx.tx.enqueue(_uplink_port, frame, _ctx.counters); });
 }
 
-void roce_port::flush_to_uplink() {
+void roce_port::flush() {
     _to_uplink.flush([&](rte_mbuf* frame) { _ctx.tx.enqueue(_uplink_port, frame, _ctx.counters); });
+    hand_over();
+}
+
+void roce_port::hand_over() {
+    // Consecutive frames for one worker go in one enqueue (usually all of them: with two
+    // workers there is only one other).
+    for (unsigned start = 0; start < _handed_count;) {
+        const uint8_t to = _handed_worker[start];
+        unsigned end = start + 1;
+        while (end < _handed_count && _handed_worker[end] == to) {
+            ++end;
+        }
+        const auto n = static_cast<uint16_t>(end - start);
+        const uint16_t taken = _ctx.handoff->give_roce(to, _handed + start, n);
+        for (uint16_t i = taken; i < n; ++i) {
+            _ctx.drop(_handed[start + i], drop_reason::handoff_ring_full);
+        }
+        _ctx.counters.handed_roce.add(taken);
+        start = end;
+    }
+    _handed_count = 0;
+}
+
+void roce_port::receive_handed(rte_mbuf** pkts, uint16_t count, uint64_t now_ns) {
+    for (uint16_t i = 0; i < count; ++i) {
+        rte_mbuf* m = pkts[i];
+        const uint16_t slot = _tables != nullptr ? _tables->vnic_of_port[m->port] : no_vnic;
+        // The receiver went away while the frame was handed: its QPs went with it.
+        if (slot == no_vnic || _tables->vnics[slot].worker != _ctx.id || _ctx.engine == nullptr) {
+            _ctx.drop(m, drop_reason::port_removed);
+            continue;
+        }
+        const auto* ip = rte_pktmbuf_mtod_offset(m, const uint8_t*, sizeof(rte_ether_hdr));
+        const uint32_t ip_len = rte_pktmbuf_pkt_len(m) - sizeof(rte_ether_hdr);
+        receive_rdma(_ctx, *_ctx.engine, *this, slot, ip, ip_len, now_ns);
+        rte_pktmbuf_free(m);
+    }
 }
 
 uint16_t roce_port::local_vnic(uint16_t vnic_slot, uint32_t dst_ip_be) const {
@@ -104,8 +162,11 @@ uint16_t roce_port::local_vnic(uint16_t vnic_slot, uint32_t dst_ip_be) const {
     }
     const overlay::vlt_entry* entry =
         _tables->vlt->lookup(_tables->vnics[vnic_slot].vpc, dst_ip_be);
-    return entry != nullptr && entry->kind == overlay::vlt_kind::local_vnic ? entry->vnic
-                                                                            : no_local_vnic;
+    // Only a vNIC whose QPs this worker's engine runs: another worker's are reached by packets.
+    return entry != nullptr && entry->kind == overlay::vlt_kind::local_vnic &&
+                   _tables->vnics[entry->vnic].worker == _ctx.id
+               ? entry->vnic
+               : no_local_vnic;
 }
 
 bool roce_port::admit(uint16_t vnic_slot, uint32_t frame_len) {

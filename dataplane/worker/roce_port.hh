@@ -1,10 +1,14 @@
 #pragma once
-// The RoCE engine's packet_port in jakirod: engine frames become mbufs and take the egress
-// path from the VLT on — RDMA traffic is already admitted per connection (RCFT, checked at
-// RTR) or, for UD, per datagram by the engine asking permits_datagram, so it skips the NFT. A
-// remote destination is VXLAN-encapsulated to its host; a vNIC on this host gets the frame back
-// through the loopback queue, which the worker hands to the engine on its next iteration (never
-// recursively: an ACK to a local peer must not re-enter the engine while it is sending).
+// The RoCE engine's packet_port in jakirod, one per worker as the engine is: engine frames
+// become mbufs and take the egress path from the VLT on — RDMA traffic is already admitted per
+// connection (RCFT, checked at RTR) or, for UD, per datagram by the engine asking
+// permits_datagram, so it skips the NFT. A remote destination is VXLAN-encapsulated to its
+// host. A vNIC of this worker gets the frame back through the loopback queue, which the worker
+// hands to the engine on its next iteration (never recursively: an ACK to a local peer must not
+// re-enter the engine while it is sending). A vNIC of another worker on this host gets it
+// through that worker's roce hand-off ring (worker/handoff.hh), since its QPs live in that
+// worker's engine; local_vnic() answers only for this worker's vNICs, so the engine's
+// memory-to-memory path never looks for a QP it does not run.
 
 #include <rte_mbuf.h>
 
@@ -22,6 +26,9 @@ class roce_port final : public roce::packet_port {
     static constexpr unsigned loopback_capacity = 1024;
 
     explicit roce_port(worker_context& ctx) : _ctx(ctx) {}
+    ~roce_port();  // frees what was queued and never delivered
+    roce_port(const roce_port&) = delete;
+    roce_port& operator=(const roce_port&) = delete;
 
     // The snapshot to route with; set by the worker once per iteration. A new snapshot also
     // tells the engine each vNIC's QoS rate, DCQCN's line rate for its QPs.
@@ -38,11 +45,15 @@ class roce_port final : public roce::packet_port {
 
     // Hands every looped-back frame queued before this call to the engine. Returns how many.
     unsigned deliver_loopback(roce::engine& engine, uint64_t now_ns);
-    // Queues what the RNIC sent to other hosts since the last call for the uplink. Through a
-    // vnet uplink, consecutive frames of one QP's flow leave as UDP GSO super-datagrams (one
-    // message for up to 64 packets, as a tenant's TCP does); the worker calls this once per
-    // iteration, after the engine's poll and before the transmit batch is flushed.
-    void flush_to_uplink();
+    // Frames other workers' engines sent to this worker's vNICs (take_roce): each goes to the
+    // engine, metered as from the fabric; one for a vNIC this worker no longer owns is dropped.
+    void receive_handed(rte_mbuf** pkts, uint16_t count, uint64_t now_ns);
+    // Queues what the RNIC sent since the last call: frames to other hosts for the uplink,
+    // frames to other workers' vNICs for those workers. Through a vnet uplink, consecutive
+    // frames of one QP's flow leave as UDP GSO super-datagrams (one message for up to 64
+    // packets, as a tenant's TCP does); the worker calls this once per iteration, after the
+    // engine's poll and before the transmit batch is flushed.
+    void flush();
 
   private:
     worker_context& _ctx;
@@ -51,6 +62,12 @@ class roce_port final : public roce::packet_port {
     rte_mbuf* _loopback[loopback_capacity];
     uint16_t _loopback_slot[loopback_capacity];
     unsigned _loopback_count = 0;
+    // For other workers' engines, handed over in flush() (or when full).
+    static constexpr unsigned handed_capacity = 64;
+    rte_mbuf* _handed[handed_capacity];
+    uint8_t _handed_worker[handed_capacity];
+    unsigned _handed_count = 0;
+    void hand_over();
     overlay::datagram_run _to_uplink;
     uint16_t _uplink_port = 0;  // of the snapshot _to_uplink's frames were routed with
 };

@@ -56,7 +56,8 @@ bool send_with_fd(int fd, const void* data, std::size_t size, int passed_fd) {
 bool same_endpoint(const endpoint_config& a, const endpoint_config& b) {
     return a.identity.name == b.identity.name && a.identity.mac == b.identity.mac &&
            a.identity.ip == b.identity.ip && a.identity.slot == b.identity.slot &&
-           a.netns == b.netns && a.port == b.port && a.own_namespace == b.own_namespace;
+           a.identity.engine == b.identity.engine && a.netns == b.netns && a.port == b.port &&
+           a.own_namespace == b.own_namespace;
 }
 
 }  // namespace
@@ -167,10 +168,14 @@ void channel_server::publish_cm_stats() {
     _cm.mads_forged.store(sum.mads_forged, std::memory_order_relaxed);
 }
 
-void channel_server::enable_qps(roce::engine* engine,
+void channel_server::enable_qps(std::vector<roce::engine*> engines,
                                 std::function<int(uint16_t slot, uint32_t remote_ip_be)> admit) {
-    _engine = engine;
+    _engines = std::move(engines);
     _admit = std::move(admit);
+}
+
+roce::engine* channel_server::engine_for(const vnic_identity& v) const {
+    return v.engine < _engines.size() ? _engines[v.engine] : nullptr;
 }
 
 bool channel_server::start(std::string& error, std::string& warnings) {
@@ -215,7 +220,12 @@ std::shared_ptr<channel_server::endpoint> channel_server::make_endpoint(const en
     }
     ep->resources = std::make_unique<vnic_resources>(engine_limits(), _sink, spec.identity.quota);
     ep->device = {&ep->spec.identity, _config.host_name, _config.tenant_mtu, ep->resources.get()};
-    if (_engine != nullptr) {
+    if (!_engines.empty()) {
+        if (engine_for(spec.identity) == nullptr) {
+            error = "vNIC " + spec.identity.name + ": no RoCE engine " +
+                    std::to_string(spec.identity.engine);
+            return nullptr;
+        }
         ep->resources->enable_qps(qp_support_for(ep->spec.identity));
         ep->cm = make_cm_agent(ep->spec.identity);
     }
@@ -229,7 +239,7 @@ std::unique_ptr<rdmacm::cm_agent> channel_server::make_cm_agent(const vnic_ident
     self.node_guid_be = htobe64(node_guid_from_mac(v.mac));
     const uint32_t mtu = path_mtu_for(_config.tenant_mtu);
     self.path_mtu = mtu >= 4096 ? 5 : mtu >= 2048 ? 4 : mtu >= 1024 ? 3 : mtu >= 512 ? 2 : 1;
-    roce::engine* engine = _engine;
+    roce::engine* engine = engine_for(v);
     const uint16_t slot = v.slot;
     const auto mac = v.mac;
     const uint32_t ip_be = self.ip_be;
@@ -267,7 +277,7 @@ std::string channel_server::socket_path_for(const endpoint_config& spec) const {
 
 qp_support channel_server::qp_support_for(const vnic_identity& v) {
     qp_support support;
-    support.engine = _engine;
+    support.engine = engine_for(v);
     support.local.vnic = v.slot;
     support.local.mac = v.mac;
     support.local.ip_be = htonl(v.ip);
@@ -787,7 +797,7 @@ bool channel_server::serve_cm(client& c, std::span<const std::byte> message, boo
 }
 
 void channel_server::serve_gsi() {
-    if (_engine == nullptr) {
+    if (_engines.empty()) {
         return;
     }
     auto deliver = [this](uint16_t slot, uint32_t from, std::span<const uint8_t> mad) {
@@ -797,8 +807,10 @@ void channel_server::serve_gsi() {
             it->second->cm->on_mad(from, mad);
         }
     };
-    for (const auto& d : _engine->gsi().take_rx()) {
-        deliver(d.vnic, d.remote_ip_be, d.mad);
+    for (roce::engine* engine : _engines) {
+        for (const auto& d : engine->gsi().take_rx()) {
+            deliver(d.vnic, d.remote_ip_be, d.mad);
+        }
     }
     // Replies to ourselves may queue more: bounded rounds.
     for (int round = 0; round < 8 && !_local_mads.empty(); ++round) {
@@ -892,8 +904,11 @@ void channel_server::serve() {
         }
         fds.clear();
         fds.push_back({_wake_fd, POLLIN, 0});
-        const std::size_t gsi_index = fds.size();
-        fds.push_back({_engine != nullptr ? _engine->gsi().rx_notify_fd() : -1, POLLIN, 0});
+        const std::size_t first_gsi = fds.size();
+        for (roce::engine* engine : _engines) {
+            fds.push_back({engine->gsi().rx_notify_fd(), POLLIN, 0});
+        }
+        const std::size_t first_listener = fds.size();
         for (const auto& [ep, fd] : listening) {
             fds.push_back({listen_now ? fd : -1, POLLIN, 0});
         }
@@ -912,12 +927,14 @@ void channel_server::serve() {
             break;
         }
         // Clients first: their indices in `fds` are only valid until the vector changes.
-        if (fds[gsi_index].revents != 0) {
-            uint64_t count;
-            [[maybe_unused]] const ssize_t n = read(fds[gsi_index].fd, &count, sizeof(count));
+        for (std::size_t i = first_gsi; i < first_listener; ++i) {
+            if (fds[i].revents != 0) {
+                uint64_t count;
+                [[maybe_unused]] const ssize_t n = read(fds[i].fd, &count, sizeof(count));
+            }
         }
         serve_gsi();
-        const std::size_t first_client = 2 + listening.size();
+        const std::size_t first_client = first_listener + listening.size();
         const auto now = std::chrono::steady_clock::now();
         const std::size_t served = _clients.size();
         std::vector<bool> keep(served, true);
@@ -942,7 +959,7 @@ void channel_server::serve() {
         _client_count.store(_clients.size(), std::memory_order_relaxed);
 
         for (std::size_t i = 0; i < listening.size(); ++i) {
-            if (fds[2 + i].revents != 0 &&
+            if (fds[first_listener + i].revents != 0 &&
                 !accept_clients(*listening[i].first, listening[i].second)) {
                 listeners_resume =
                     std::chrono::steady_clock::now() + std::chrono::milliseconds(accept_backoff_ms);

@@ -126,9 +126,10 @@ class channel_server {
     void raise_cq_error(uint64_t client, uint32_t cq_handle);
     // Queues any async event (QP events from the engine thread) for `client`; any thread.
     void raise_event(uint64_t client, proto_event_type type, uint64_t handle);
-    // Gives every vNIC's clients QPs run by `engine` (before start()); `admit` is the
+    // Gives every vNIC's clients QPs (before start()), run by `engines[identity.engine]`: one
+    // engine per worker, each running the QPs of the vNICs its worker owns. `admit` is the
     // security-group check of a peer (may be empty: everything admitted).
-    void enable_qps(roce::engine* engine,
+    void enable_qps(std::vector<roce::engine*> engines,
                     std::function<int(uint16_t slot, uint32_t remote_ip_be)> admit);
     std::size_t client_count() const { return _client_count.load(std::memory_order_relaxed); }
     channel_stats stats() const;
@@ -154,6 +155,7 @@ class channel_server {
     std::shared_ptr<endpoint> make_endpoint(const endpoint_config& spec, std::string& error);
     std::string socket_path_for(const endpoint_config& spec) const;
     qp_support qp_support_for(const vnic_identity& v);
+    roce::engine* engine_for(const vnic_identity& v) const;  // null: no such engine
     void post(std::vector<change> changes);  // and wait until the server thread applied them
     void apply_changes();
     void serve();
@@ -172,7 +174,7 @@ class channel_server {
 
     channel_config _config;
     cq_error_sink _sink;
-    roce::engine* _engine = nullptr;
+    std::vector<roce::engine*> _engines;  // [worker]; empty: no QPs
     std::function<int(uint16_t, uint32_t)> _admit;
 
     mutable std::mutex _endpoints_mutex;  // guards _endpoints (the server thread and sync()

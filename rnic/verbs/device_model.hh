@@ -18,9 +18,10 @@ namespace jakiro::verbs {
 struct vnic_identity {
     std::string name;
     std::array<uint8_t, 6> mac{};
-    uint32_t ip = 0;    // host byte order, like host_config
-    uint16_t slot = 0;  // the vNIC's datapath slot (its index in the startup configuration)
-    vnic_quota quota;   // YAML rdma.*, what its vnic_resources starts with (it holds the live one)
+    uint32_t ip = 0;     // host byte order, like host_config
+    uint16_t slot = 0;   // the vNIC's datapath slot (its index in the startup configuration)
+    vnic_quota quota;    // YAML rdma.*, what its vnic_resources starts with (it holds the live one)
+    uint8_t engine = 0;  // which of the host's RoCE engines runs its QPs: its worker's
 };
 
 // Largest IB MTU (256, 512, 1024, 2048, 4096) whose RoCEv2 packet fits the tenant MTU:

@@ -1,6 +1,8 @@
 """Two workers per jakirod (host.workers: 2): every vNIC belongs to one worker, frames from the
 uplink reach their vNIC's worker through the hand-off rings, and a vNIC's frames to a vNIC of
-the other worker are judged there. On the default test bed the vNICs are shared out in config
+the other worker are judged there. Each worker runs its own RoCE engine with its own vNICs'
+QPs, so RDMA between vNICs of different workers on one host crosses engines through the
+`roce` hand-off, and a shaped vNIC of worker 1 has both classes scheduled by worker 1. On the default test bed the vNICs are shared out in config
 order, least loaded first: h1 gives t1 and t3 to worker 0 and t5 to worker 1; h2 gives t2 to
 worker 0 and t4 to worker 1. So t1 <-> t5 crosses workers on one host, t2 -> t5 and t5 -> t2
 cross hosts into and out of worker 1, and isolation between blue and red still holds with red
@@ -11,14 +13,17 @@ checked), through jakiro-run. Each check is time-bounded; the module takes well 
 minute here.
 """
 
+import json
 import re
+import subprocess
 import time
 
 import pytest
 
-from conftest import (IP, T1, T2, T3, T4, T5, alive, cpu_seconds, drops, integrity_pair,
-                      iperf3_gbps, iperf3_server, jakirod_pids, link_mac, ping, quiet_machine,
-                      send_frames, stats, verbs_pair, wait_until)
+from conftest import (IP, RUN_DIR, T1, T2, T3, T4, T5, alive, cpu_seconds, drops,
+                      host_config_with, integrity_pair, iperf3_gbps, iperf3_server, jakirod_pids,
+                      jakiroctl, link_mac, ns_bg, ping, quiet_machine, send_frames, stats, stop,
+                      under_jakiro_run, shim_env, verbs_pair, wait_listening, wait_until)
 from malformed_frames import CASES as OUTER_CASES, INNER_CASES, vxlan_frame
 
 pytestmark = pytest.mark.usefixtures("testbed")
@@ -137,6 +142,7 @@ def test_malformed_inner_packets_for_the_second_worker_are_dropped_there(case):
                          ids=["one_host_across_workers", "across_hosts_into_worker_1"])
 def test_ib_write_bw_between_tenants_of_different_workers(server, client):
     port = 19511 if client == T1 else 19512
+    handed = [worker_counter("h1", w, "handed_roce") for w in (0, 1)]
     common = ["-x", "0", "-F", "-s", "65536", "-n", "100", "-p", str(port)]
     out, srv_out = verbs_pair(server, client, ["ib_write_bw", "-d", f"jakiro_{VNIC[server]}",
                                               *common],
@@ -147,6 +153,99 @@ def test_ib_write_bw_between_tenants_of_different_workers(server, client):
     assert rows, f"no result row:\n{out}\n{srv_out}"
     print(f"\nib_write_bw {client} -> {server}: {rows[0]}")
     assert float(rows[0][3]) > 0, rows[0]
+    if client == T1:
+        # t1's QP runs in worker 0's engine and t5's in worker 1's: the WRITEs went from engine
+        # 0 to engine 1 through worker 1's roce ring, the ACKs back through worker 0's.
+        assert worker_counter("h1", 0, "handed_roce") > handed[0] + 100
+        assert worker_counter("h1", 1, "handed_roce") > handed[1]
+
+
+def test_each_worker_runs_an_engine_with_its_own_vnics_qps():
+    """While t5 (worker 1) holds QPs, `jakiroctl qps` reports two engines and lists t5's QPs
+    (read from worker 1's engine)."""
+    port = 19514
+    common = ["-x", "0", "-F", "-s", "65536", "-D", "4", "-p", str(port)]
+    srv = subprocess.Popen(under_jakiro_run(T5, ["ib_write_bw", "-d", "jakiro_t5", *common]),
+                           env=shim_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, start_new_session=True)
+    cli = None
+    try:
+        wait_listening(T5, port, timeout=15)
+        cli = subprocess.Popen(under_jakiro_run(T2, ["ib_write_bw", "-d", "jakiro_t2", *common,
+                                                     IP[T5]]),
+                               env=shim_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, start_new_session=True)
+        seen = {}
+
+        def t5_qp_listed():
+            seen.update(json.loads(jakiroctl("h1", "qps", "--json").stdout))
+            return any(q["vnic"] == "t5" and q["state"] in ("RTR", "RTS") for q in seen["qps"])
+        wait_until(t5_qp_listed, 15, "t5's connected QP in jakiroctl qps")
+        assert seen["engine"]["engines"] == 2, seen["engine"]
+    finally:
+        for p in (cli, srv):
+            if p is not None:
+                stop(p)
+
+
+def t5_class_counters():
+    out = json.loads(jakiroctl("h1", "qos", "--json").stdout)
+    t5 = next(v for v in out if v["vnic"] == "t5")
+    return t5["time_ns"] / 1e9, {c["class"]: c for c in t5["classes"]}
+
+
+def test_a_shaped_vnic_of_worker_1_has_both_classes_scheduled_together(tmp_path):
+    """t5 (worker 1) shaped to 300 Mbit/s, RDMA:TCP = 3:1, iperf3 and ib_write_bw from t5 to t2
+    at once. Worker 1's scheduler sees both classes (its engine runs t5's QPs): the shares follow
+    the weights and together stay within the rate. With the engine on worker 0 alone, worker 0
+    shaped t5's RDMA and worker 1 its TCP, each to the whole rate, so `jakiroctl qos` showed no
+    TCP for t5 and the two classes could send up to twice the rate."""
+    rate = 300_000_000
+    shaped = host_config_with(tmp_path, "t5", "qos: {rate: 300Mbit, rdma: {weight: 3}, "
+                              "tcp: {weight: 1}}")
+    jakiroctl("h1", "apply", str(shaped))
+    port = 19515
+    common = ["-x", "0", "-F", "-s", "65536", "-D", "12", "-p", str(port)]
+    srv = cli = iperf = None
+    try:
+        with ns_bg(T2, "iperf3", "-s", "-p", "5315", "-1"):
+            wait_listening(T2, 5315)
+            iperf = subprocess.Popen(["ip", "netns", "exec", T5, "iperf3", "-c", IP[T2], "-p",
+                                      "5315", "-t", "14", "-C", "cubic"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True)
+            srv = subprocess.Popen(under_jakiro_run(T2, ["ib_write_bw", "-d", "jakiro_t2",
+                                                         *common]),
+                                   env=shim_env(), stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True, start_new_session=True)
+            wait_listening(T2, port, timeout=15)
+            cli = subprocess.Popen(under_jakiro_run(T5, ["ib_write_bw", "-d", "jakiro_t5",
+                                                         *common, IP[T2]]),
+                                   env=shim_env(), stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True, start_new_session=True)
+            time.sleep(4)  # both connected and backlogged
+            with quiet_machine():
+                t0, c0 = t5_class_counters()
+                time.sleep(4)
+                t1, c1 = t5_class_counters()
+            r = {c: (c1[c]["sent_bytes"] - c0[c]["sent_bytes"]) * 8 / (t1 - t0) for c in c1}
+            busy = {c: (c1[c]["busy_grants"] - c0[c]["busy_grants"]) /
+                    max(1, c1[c]["grants"] - c0[c]["grants"]) for c in c1}
+            summary = (f"t5 (worker 1) at 300 Mbit/s 3:1: rdma {r['rdma'] / 1e6:.1f} Mbit/s "
+                       f"(busy {busy['rdma']:.0%}), tcp {r['tcp'] / 1e6:.1f} Mbit/s "
+                       f"(busy {busy['tcp']:.0%})")
+            print("\n" + summary)
+            assert r["rdma"] > 0 and r["tcp"] > 0, "one scheduler did not see both: " + summary
+            assert r["rdma"] + r["tcp"] <= 1.10 * rate, summary
+            if min(busy.values()) >= 0.9:  # both backlogged: the weights decide
+                assert r["rdma"] / r["tcp"] == pytest.approx(3, rel=0.2), summary
+            else:  # one fell short (the box): the other takes what it leaves, still in the rate
+                assert r["rdma"] + r["tcp"] >= 0.7 * rate, summary
+    finally:
+        for p in (cli, srv, iperf):
+            if p is not None:
+                stop(p)
+        jakiroctl("h1", "apply", str(RUN_DIR / "h1.yaml"))
 
 
 def test_rdma_integrity_between_tenants_of_different_workers():
@@ -157,14 +256,15 @@ def test_per_worker_counters_sum_to_the_totals():
     for host in ("h1", "h2"):
         s = stats(host)
         for name in ("encapsulated", "decapsulated", "handed_fabric", "handed_port",
-                     "taken_handoffs", "idle_sleeps"):
+                     "handed_roce", "taken_handoffs", "idle_sleeps"):
             per_worker = [w[name] for w in s["workers"]]
             # Counters only grow, and `stats` reads the totals before the workers' rows: their
             # sum is at least the total (idle_sleeps moves between the two reads).
             assert sum(per_worker) >= s["overlay"][name], (host, name, per_worker)
         # Frames handed are frames taken (none were lost to a full ring here).
         assert s["drops"]["handoff_ring_full"] == 0
-        handed = sum(w["handed_fabric"] + w["handed_port"] for w in s["workers"])
+        handed = sum(w["handed_fabric"] + w["handed_port"] + w["handed_roce"]
+                     for w in s["workers"])
         taken = sum(w["taken_handoffs"] for w in s["workers"])
         assert handed == taken, (host, handed, taken)
         assert handed > 0, host

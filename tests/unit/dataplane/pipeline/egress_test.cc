@@ -202,7 +202,7 @@ vnics:
     }
     void SetUp() override {
         PipelineTest::SetUp();
-        policer.sync(*tables, now_ns());
+        policer.sync(*tables, 0, now_ns());
         ctx->policer = &policer;
     }
     ingress_policer policer;

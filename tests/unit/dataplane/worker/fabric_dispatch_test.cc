@@ -38,12 +38,17 @@ TEST_F(FabricDispatch, WhatIsNoVnicsStaysWithTheUplinksWorkerToBeDroppedAndCount
     EXPECT_EQ(owner(not_ours), 0);
 }
 
-TEST_F(FabricDispatch, RoceStaysWithTheEngine) {
+// Each worker's engine runs its own vNICs' QPs, so RoCEv2 goes where TCP goes.
+TEST_F(FabricDispatch, RoceGoesToTheWorkerWhoseEngineRunsTheVnicsQps) {
     ipv4_frame_spec spec{mac("02:00:c6:13:01:02"), gateway, ip("198.19.1.2"), ip("198.19.1.3")};
     spec.dst_port = 4791;
     rte_mbuf* m = ipv4_mbuf(pool, spec);
     vxlan_wrap(m, {h2_mac, h1_mac, ip("198.18.0.2"), ip("198.18.0.1")}, 100, 0);
-    EXPECT_EQ(owner(m), 0);
+    EXPECT_EQ(owner(m), 1) << "t5's";
+    spec.dst_ip = ip("198.19.1.1");
+    rte_mbuf* to_t1 = ipv4_mbuf(pool, spec);
+    vxlan_wrap(to_t1, {h2_mac, h1_mac, ip("198.18.0.2"), ip("198.18.0.1")}, 100, 0);
+    EXPECT_EQ(owner(to_t1), 0) << "t1's";
 }
 
 // The dispatcher reads every frame off the wire before any check of the ingress pipeline:

@@ -35,7 +35,7 @@ class ShimEndToEnd : public testing::Test {
         if (with_qps) {
             // No worker attached: the engine runs control calls inline, nobody sends packets.
             engine = std::make_unique<roce::engine>(1, 16);
-            server->enable_qps(engine.get(), {});
+            server->enable_qps({engine.get()}, {});
         }
         std::string error;
         ASSERT_TRUE(server->start(error)) << error;

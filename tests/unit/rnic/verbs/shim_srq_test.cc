@@ -26,7 +26,7 @@ class ShimSrq : public testing::Test {
         config = verbs::test::test_host({verbs::test::own_vnic("t1", 0x01, 0)});
         server = std::make_unique<verbs::channel_server>(config);
         engine = std::make_unique<roce::engine>(1, 16);
-        server->enable_qps(engine.get(), {});
+        server->enable_qps({engine.get()}, {});
         std::string error;
         ASSERT_TRUE(server->start(error)) << error;
         setenv("JAKIRO_VERBS_SOCKET", server->socket_path(0).c_str(), 1);

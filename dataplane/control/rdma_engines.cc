@@ -1,0 +1,42 @@
+#include "rdma_engines.hh"
+
+namespace jakiro {
+
+std::vector<roce::qp_report> report_qps(const daemon_state& state,
+                                        std::vector<roce::qp_report>* retired) {
+    std::vector<roce::qp_report> qps;
+    for (const worker_context* w : state.workers) {
+        if (w->engine == nullptr) {
+            continue;
+        }
+        std::vector<roce::qp_report> its_retired;
+        auto its = w->engine->report(retired != nullptr ? &its_retired : nullptr);
+        qps.insert(qps.end(), its.begin(), its.end());
+        if (retired != nullptr) {
+            retired->insert(retired->end(), its_retired.begin(), its_retired.end());
+        }
+    }
+    return qps;
+}
+
+engine_summary sum_engines(const daemon_state& state) {
+    engine_summary out;
+    for (const worker_context* w : state.workers) {
+        if (w->engine == nullptr) {
+            continue;
+        }
+        const roce::engine_counters& c = w->engine->counters();
+        ++out.engines;
+        out.totals.received += c.received.load(std::memory_order_relaxed);
+        out.totals.sent += c.sent.load(std::memory_order_relaxed);
+        out.totals.doorbells += c.doorbells.load(std::memory_order_relaxed);
+        out.totals.rechecks += c.rechecks.load(std::memory_order_relaxed);
+        out.totals.qps_revoked += c.qps_revoked.load(std::memory_order_relaxed);
+        for (std::size_t d = 0; d < out.totals.drops.size(); ++d) {
+            out.totals.drops[d] += c.drops[d].load(std::memory_order_relaxed);
+        }
+    }
+    return out;
+}
+
+}  // namespace jakiro
