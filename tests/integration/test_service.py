@@ -386,6 +386,7 @@ class TestWithTestbed:
                    "rx_wakes": ("jakiro_worker_rx_wakes_total", {"worker": "0"}),
                    "handed_fabric": ("jakiro_worker_handed_fabric_total", {"worker": "0"}),
                    "handed_port": ("jakiro_worker_handed_port_total", {"worker": "0"}),
+                   "handed_roce": ("jakiro_worker_handed_roce_total", {"worker": "0"}),
                    "taken_handoffs": ("jakiro_worker_taken_handoffs_total", {"worker": "0"})}
         assert set(overlay) == set(before["overlay"]), "a global counter has no metric"
         for key, (name, labels) in overlay.items():

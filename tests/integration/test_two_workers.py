@@ -25,6 +25,7 @@ from conftest import (IP, RUN_DIR, T1, T2, T3, T4, T5, alive, cpu_seconds, drops
                       jakiroctl, link_mac, ns_bg, ping, quiet_machine, send_frames, stats, stop,
                       under_jakiro_run, shim_env, verbs_pair, wait_listening, wait_until)
 from malformed_frames import CASES as OUTER_CASES, INNER_CASES, vxlan_frame
+from test_rdmacm import run_pair
 
 pytestmark = pytest.mark.usefixtures("testbed")
 TESTBED_ARGS = ["--workers", "2"]
@@ -158,6 +159,17 @@ def test_ib_write_bw_between_tenants_of_different_workers(server, client):
         # 0 to engine 1 through worker 1's roce ring, the ACKs back through worker 0's.
         assert worker_counter("h1", 0, "handed_roce") > handed[0] + 100
         assert worker_counter("h1", 1, "handed_roce") > handed[1]
+
+
+@pytest.mark.parametrize("server,client", [(T5, T1), (T5, T2)],
+                         ids=["one_host_across_workers", "across_hosts_into_worker_1"])
+def test_rping_connects_through_rdma_cm_to_the_second_workers_vnic(server, client, tmp_path):
+    """rdma_cm's MADs go through QP1 of each side's engine: t5's is worker 1's, so the CM
+    agent hears them from that engine, and t1's REQ crosses engines on one host."""
+    port = 7191 if client == T1 else 7192
+    args = ["-a", IP[server], "-p", port, "-C", 50, "-S", 4000, "-V", "-v"]
+    cli, _ = run_pair((server, client), ["rping", "-s", *args], ["rping", "-c", *args], tmp_path)
+    assert cli.count("ping data: rdma-ping-") == 50, cli[-2000:]
 
 
 def test_each_worker_runs_an_engine_with_its_own_vnics_qps():
