@@ -354,6 +354,8 @@ void engine::receive(uint16_t vnic, const uint8_t* ipv4, uint32_t ip_len, packet
         qp->on_cnp(now_ns);  // the receiver of our traffic is over its share: slow down
         return;
     }
+    // What the QP sends while receiving (ACKs, NAKs, CNPs) counts as the engine's too.
+    const uint64_t sent_before = qp->stats().packets_sent.load(std::memory_order_relaxed);
     const auto codepoint = static_cast<qos::ecn>(ipv4[1] & 0x03);
     if (meter == nullptr && codepoint == qos::ecn::ce && qp->cnp_pacer().try_send(now_ns)) {
         // No share to police, but the fabric marked congestion (the outer CE, carried in by
@@ -371,6 +373,11 @@ void engine::receive(uint16_t vnic, const uint8_t* ipv4, uint32_t ip_len, packet
         // signal, and the sender is another jakirod, which honours it.
     }
     qp->receive(p, port, now_ns);
+    if (const uint64_t sent =
+            qp->stats().packets_sent.load(std::memory_order_relaxed) - sent_before;
+        sent > 0) {
+        _counters.sent.fetch_add(sent, std::memory_order_relaxed);
+    }
 }
 
 void engine::receive_gsi(uint16_t vnic, const roce_packet& p, uint32_t src_ip_be) {

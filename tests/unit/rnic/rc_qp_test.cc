@@ -443,6 +443,19 @@ TEST_F(rc_qp_test, write_and_read_move_scattered_buffers_and_write_with_imm_comp
     EXPECT_TRUE(same(a, 0xA0000, b, 0x40000, 65536));
 }
 
+TEST_F(rc_qp_test, the_engines_sent_counter_counts_every_packet_on_the_wire_acks_included) {
+    connect_both();
+    const uint64_t before = eng.counters().sent.load();
+    const uint64_t wire_before = wire.sent;
+    a.post_send(wqe(1, IBV_WR_RDMA_WRITE, a.iova(0), 20000, a.mr, b.iova(0), b.mr));
+    run(300);
+    proto::cqe c{};
+    ASSERT_TRUE(a.poll_send(c));
+    // The WRITE's packets come from polls, its ACKs from receiving them: one counter for both.
+    EXPECT_GT(wire.sent - wire_before, 20000u / 4096);
+    EXPECT_EQ(eng.counters().sent.load() - before, wire.sent - wire_before);
+}
+
 TEST_F(rc_qp_test, loss_duplication_and_reordering_lose_duplicate_and_corrupt_nothing) {
     connect_both();
     reorder = true;
