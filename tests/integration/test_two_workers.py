@@ -191,7 +191,8 @@ def test_each_worker_runs_an_engine_with_its_own_vnics_qps():
 
         def t5_qp_listed():
             seen.update(json.loads(jakiroctl("h1", "qps", "--json").stdout))
-            return any(q["vnic"] == "t5" and q["state"] in ("RTR", "RTS") for q in seen["qps"])
+            return any(q["vnic"] == "t5" and q["worker"] == 1 and q["state"] in ("RTR", "RTS")
+                       for q in seen["qps"])
         wait_until(t5_qp_listed, 15, "t5's connected QP in jakiroctl qps")
         assert seen["engine"]["engines"] == 2, seen["engine"]
     finally:
@@ -258,6 +259,29 @@ def test_a_shaped_vnic_of_worker_1_has_both_classes_scheduled_together(tmp_path)
             if p is not None:
                 stop(p)
         jakiroctl("h1", "apply", str(RUN_DIR / "h1.yaml"))
+
+
+@pytest.mark.parametrize("program,extra", [("ibv_ud_pingpong", ["-s", "1024"]),
+                                           ("ibv_uc_pingpong", ["-s", "65536"])],
+                         ids=["ud", "uc"])
+def test_unreliable_transports_between_tenants_of_different_workers(program, extra):
+    """UD datagrams (checked one by one against the security groups by the sending engine) and
+    UC messages, t1 (worker 0's engine) <-> t5 (worker 1's) on one host."""
+    port = 19516 if program == "ibv_ud_pingpong" else 19517
+    args = ["-g", "0", "-n", "50", "-p", str(port), "-c", *extra]
+    out, srv_out = verbs_pair(T5, T1, [program, *args], [program, *args, IP[T5]], port)
+    assert "50 iters in" in out, out
+    assert "invalid data" not in (out + srv_out).lower(), out + srv_out
+
+
+def test_atomics_between_tenants_of_different_workers():
+    port = 19518
+    common = ["-x", "0", "-F", "-s", "8", "-n", "300", "-p", str(port), "-A", "FETCH_AND_ADD"]
+    out, srv_out = verbs_pair(T5, T1, ["ib_atomic_bw", "-d", "jakiro_t5", *common],
+                              ["ib_atomic_bw", "-d", "jakiro_t1", *common, IP[T5]], port)
+    rows = [line.split() for line in (out + srv_out).splitlines()
+            if re.match(r"\s*8\s+300\s", line)]
+    assert rows and float(rows[0][3]) > 0, out + srv_out
 
 
 def test_rdma_integrity_between_tenants_of_different_workers():
