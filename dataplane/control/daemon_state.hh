@@ -52,9 +52,13 @@ struct daemon_state {
     // With control: in the host YAML, the etcd follower's state (control_plane/status.hh).
     const control_plane::control_plane_status* control_plane = nullptr;
 
-    // The worker that owns the vNIC in `slot`, or null.
+    // The id of the worker that owns the vNIC in `slot` (0 for a slot never given out).
+    uint8_t worker_of(uint16_t slot) const {
+        return slot < slot_workers.size() ? slot_workers[slot] : 0;
+    }
+    // That worker, or null.
     const worker_context* owner_of(uint16_t slot) const {
-        const unsigned w = slot < slot_workers.size() ? slot_workers[slot] : 0;
+        const unsigned w = worker_of(slot);
         return w < workers.size() ? workers[w] : nullptr;
     }
     const egress_shaper* shaper_of(uint16_t slot) const {

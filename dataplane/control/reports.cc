@@ -470,9 +470,7 @@ std::string render_qps(const daemon_state& state, const std::string& vnic, bool 
         const std::string remote = format_ipv4(rte_be_to_cpu_32(q.remote_ip_be));
         out.begin_object()
             .value("vnic", name)
-            .value("worker", uint64_t{q.vnic < state.slot_workers.size()
-                                          ? state.slot_workers[q.vnic]
-                                          : uint8_t{0}})  // whose engine runs it
+            .value("worker", uint64_t{state.worker_of(q.vnic)})  // whose engine runs it
             .value("qpn", uint64_t{q.qpn})
             .value("type", type)
             .value("state", st)

@@ -75,22 +75,22 @@ void roce_port::end_frame(uint16_t vnic_slot, uint32_t dst_ip_be, uint32_t len) 
     auto& counters = _ctx.counters.vnics[vnic_slot];
     counters.rdma_tx_packets.add(1);
     counters.rdma_tx_bytes.add(rte_pktmbuf_pkt_len(m));
-    if (entry->kind == overlay::vlt_kind::local_vnic &&
-        _tables->vnics[entry->vnic].worker != _ctx.id) {
-        if (_ctx.handoff == nullptr) {  // never: a vNIC of another worker needs workers
-            _ctx.drop(m, drop_reason::vnic_removed, vnic_slot);
+    if (entry->kind == overlay::vlt_kind::local_vnic) {
+        const vnic_view& receiver = _tables->vnics[entry->vnic];
+        if (receiver.worker != _ctx.id) {   // its QPs are in another worker's engine
+            if (_ctx.handoff == nullptr) {  // never: a vNIC of another worker needs workers
+                _ctx.drop(m, drop_reason::vnic_removed, vnic_slot);
+                return;
+            }
+            if (_handed_count == handed_capacity) {
+                hand_over();
+            }
+            m->port = receiver.port_id;
+            _handed[_handed_count] = m;
+            _handed_worker[_handed_count++] = receiver.worker;
+            _ctx.counters.switched_locally.add(1);
             return;
         }
-        if (_handed_count == handed_capacity) {
-            hand_over();
-        }
-        m->port = _tables->vnics[entry->vnic].port_id;
-        _handed[_handed_count] = m;
-        _handed_worker[_handed_count++] = _tables->vnics[entry->vnic].worker;
-        _ctx.counters.switched_locally.add(1);
-        return;
-    }
-    if (entry->kind == overlay::vlt_kind::local_vnic) {
         if (_loopback_count == loopback_capacity) {
             _ctx.drop(m, drop_reason::tx_queue_full, vnic_slot);
             return;
@@ -148,11 +148,16 @@ void roce_port::receive_handed(rte_mbuf** pkts, uint16_t count, uint64_t now_ns)
             _ctx.drop(m, drop_reason::port_removed);
             continue;
         }
-        const auto* ip = rte_pktmbuf_mtod_offset(m, const uint8_t*, sizeof(rte_ether_hdr));
-        const uint32_t ip_len = rte_pktmbuf_pkt_len(m) - sizeof(rte_ether_hdr);
-        receive_rdma(_ctx, *_ctx.engine, *this, slot, ip, ip_len, now_ns);
-        rte_pktmbuf_free(m);
+        deliver(*_ctx.engine, slot, m, now_ns);
     }
+}
+
+void roce_port::deliver(roce::engine& engine, uint16_t slot, rte_mbuf* m, uint64_t now_ns) {
+    const auto* ip = rte_pktmbuf_mtod_offset(m, const uint8_t*, sizeof(rte_ether_hdr));
+    const uint32_t ip_len = rte_pktmbuf_pkt_len(m) - sizeof(rte_ether_hdr);
+    // Metered as if it had come over the fabric (pipeline/ingress_metering.hh).
+    receive_rdma(_ctx, engine, *this, slot, ip, ip_len, now_ns);
+    rte_pktmbuf_free(m);
 }
 
 uint16_t roce_port::local_vnic(uint16_t vnic_slot, uint32_t dst_ip_be) const {
@@ -218,12 +223,7 @@ unsigned roce_port::deliver_loopback(roce::engine& engine, uint64_t now_ns) {
     }
     _loopback_count = 0;
     for (unsigned i = 0; i < count; ++i) {
-        rte_mbuf* m = batch[i];
-        const auto* ip = rte_pktmbuf_mtod_offset(m, const uint8_t*, sizeof(rte_ether_hdr));
-        const uint32_t ip_len = rte_pktmbuf_pkt_len(m) - sizeof(rte_ether_hdr);
-        // Metered as if it had come over the fabric (pipeline/ingress_metering.hh).
-        receive_rdma(_ctx, engine, *this, slots[i], ip, ip_len, now_ns);
-        rte_pktmbuf_free(m);
+        deliver(engine, slots[i], batch[i], now_ns);
     }
     return count;
 }

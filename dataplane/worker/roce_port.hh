@@ -68,6 +68,8 @@ class roce_port final : public roce::packet_port {
     uint8_t _handed_worker[handed_capacity];
     unsigned _handed_count = 0;
     void hand_over();
+    // One frame of this host's RoCE to the engine, for local vNIC `slot`; frees it.
+    void deliver(roce::engine& engine, uint16_t slot, rte_mbuf* m, uint64_t now_ns);
     overlay::datagram_run _to_uplink;
     uint16_t _uplink_port = 0;  // of the snapshot _to_uplink's frames were routed with
 };

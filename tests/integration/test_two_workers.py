@@ -172,6 +172,37 @@ def test_rping_connects_through_rdma_cm_to_the_second_workers_vnic(server, clien
     assert cli.count("ping data: rdma-ping-") == 50, cli[-2000:]
 
 
+def test_a_red_tenant_cannot_reach_a_blue_listener_in_the_other_workers_engine(tmp_path):
+    """DESIGN.md §8a across engines: blue t5 (worker 1) listens with rping; red t3 (worker 0,
+    same host) dials t5's address, which red's VPC does not have, so nothing of it reaches
+    t5's engine. Control: blue t1 (also worker 0) then completes 5 pings with the same
+    listener, so the probe failed for being red, not for the path between engines."""
+    port = 7193
+    out = tmp_path / "t5.srv"
+    with open(out, "w") as o:
+        blue = subprocess.Popen(under_jakiro_run(T5, ["rping", "-s", "-a", IP[T5], "-p", port,
+                                                      "-C", 5, "-v"]),
+                                stdout=o, stderr=subprocess.STDOUT, env=shim_env(),
+                                start_new_session=True)
+    try:
+        time.sleep(1.5)  # jakiro-run, device open and listen (as test_rdmacm waits)
+        red = subprocess.run(under_jakiro_run(T3, ["rping", "-c", "-a", IP[T5], "-p", port,
+                                                   "-C", 5, "-V"]),
+                             capture_output=True, text=True, timeout=60, env=shim_env())
+        print(f"\nred t3 -> blue t5's address: {(red.stdout + red.stderr).strip()[-300:]}")
+        assert red.returncode != 0, "ISOLATION BROKEN: red t3 reached blue t5: " + red.stdout
+        assert blue.poll() is None, "blue's listener should still be waiting"
+        assert "ping data" not in out.read_text(), "t5 served red"
+        blue_client = subprocess.run(under_jakiro_run(T1, ["rping", "-c", "-a", IP[T5], "-p",
+                                                           port, "-C", 5, "-V", "-v"]),
+                                     capture_output=True, text=True, timeout=60,
+                                     env=shim_env())
+        assert blue_client.returncode == 0, blue_client.stdout + blue_client.stderr
+        assert blue_client.stdout.count("ping data: rdma-ping-") == 5, blue_client.stdout
+    finally:
+        stop(blue)
+
+
 def test_each_worker_runs_an_engine_with_its_own_vnics_qps():
     """While t5 (worker 1) holds QPs, `jakiroctl qps` reports two engines and lists t5's QPs
     (read from worker 1's engine)."""
