@@ -503,9 +503,10 @@ std::string render_qps(const daemon_state& state, const std::string& vnic, bool 
         out.value("received", c.received).value("sent", c.sent);
         out.value("doorbells", c.doorbells);
         out.value("rechecks", c.rechecks).value("qps_revoked", c.qps_revoked);
-        text << " " << engines.engines << (engines.engines == 1 ? " engine" : " engines")
-             << ", received " << c.received << ", sent " << c.sent << ", doorbells " << c.doorbells
-             << ", policy rechecks " << c.rechecks << ", QPs revoked " << c.qps_revoked;
+        // "engine: received N, ..." is read by scripts; the engine count goes last.
+        text << " received " << c.received << ", sent " << c.sent << ", doorbells " << c.doorbells
+             << ", policy rechecks " << c.rechecks << ", QPs revoked " << c.qps_revoked << " ("
+             << engines.engines << (engines.engines == 1 ? " engine)" : " engines)");
         out.begin_object("drops");
         for (std::size_t d = 0; d < static_cast<std::size_t>(roce::engine_drop::count); ++d) {
             const auto reason = static_cast<roce::engine_drop>(d);

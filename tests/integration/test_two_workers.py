@@ -226,6 +226,13 @@ def test_each_worker_runs_an_engine_with_its_own_vnics_qps():
                        for q in seen["qps"])
         wait_until(t5_qp_listed, 15, "t5's connected QP in jakiroctl qps")
         assert seen["engine"]["engines"] == 2, seen["engine"]
+        # The text form keeps "engine: received N, sent N, ..." for scripts that read it,
+        # summed over both engines, with the engine count last.
+        line = next(l for l in jakiroctl("h1", "qps").stdout.splitlines()
+                    if l.startswith("engine:"))
+        fields = line.replace(",", "").split()
+        assert fields[1] == "received" and int(fields[2]) >= seen["engine"]["received"], line
+        assert line.endswith("(2 engines)"), line
     finally:
         for p in (cli, srv):
             if p is not None:
