@@ -361,14 +361,10 @@ void ack_cq_events(ibv_cq* cq, unsigned int nevents) {
     pthread_mutex_unlock(&cq->mutex);
 }
 
-int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
-    shim_cq* q = to_cq(cq);
-    if (q == nullptr || (num_entries > 0 && wc == nullptr)) {
-        return -EINVAL;  // negative: never a count of completions
-    }
-    if (num_entries <= 0) {
-        return 0;
-    }
+namespace {
+
+// poll_cq under the CQ's poll lock; `nap` says whether the caller should nap once it is out.
+int poll_under_lock(shim_cq* q, int num_entries, ibv_wc* wc, bool& nap) {
     const std::lock_guard lock(q->poll_lock);
     const uint32_t consumer = proto::load_own_consumer(*q->ring);
     const uint32_t producer = proto::load_producer_acquire(*q->ring);
@@ -386,9 +382,27 @@ int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
         // jakirod is gone and what it published is read: flush what it never completed.
         return q->context->death->flush_completions(*q, num_entries, wc);
     } else {
-        q->empty_polls.on_empty();
+        nap = q->empty_polls.nap_after_empty_poll();
     }
     return static_cast<int>(n);
+}
+
+}  // namespace
+
+int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
+    shim_cq* q = to_cq(cq);
+    if (q == nullptr || (num_entries > 0 && wc == nullptr)) {
+        return -EINVAL;  // negative: never a count of completions
+    }
+    if (num_entries <= 0) {
+        return 0;
+    }
+    bool nap = false;
+    const int n = poll_under_lock(q, num_entries, wc, nap);
+    if (nap) {
+        nap_on_idle_cq();  // after the lock: another thread may poll the CQ meanwhile
+    }
+    return n;
 }
 
 int req_notify_cq(ibv_cq* cq, int solicited_only) {

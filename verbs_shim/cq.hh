@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <mutex>
 
-#include "idle_yield.hh"
+#include "idle_backoff.hh"
 #include "verbs_abi/rings.hh"
 
 namespace jakiro::shim {
@@ -49,7 +49,7 @@ struct shim_cq {
     verbs_proto::cq_ring_header* retired_ring;
     std::size_t retired_ring_bytes;
     std::mutex poll_lock;
-    idle_yield empty_polls;  // under poll_lock
+    idle_backoff empty_polls;  // under poll_lock
     // ibv_start_poll .. ibv_end_poll (cq_ex.cc), under poll_lock: the completion being read
     // and the consumer index the session will hand back.
     const verbs_proto::cqe* ex_current;

@@ -94,10 +94,11 @@ int start_poll(ibv_cq_ex* cq, ibv_poll_cq_attr* attr) {
         error = look_at_flushed(*q);
     }
     if (error != 0) {
-        if (error == ENOENT) {
-            q->empty_polls.on_empty();
-        }
+        const bool nap = error == ENOENT && q->empty_polls.nap_after_empty_poll();
         q->poll_lock.unlock();  // ENOENT: the caller must not call ibv_end_poll
+        if (nap) {
+            nap_on_idle_cq();
+        }
         return error;
     }
     q->empty_polls.on_progress();

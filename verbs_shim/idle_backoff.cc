@@ -1,0 +1,29 @@
+#include "idle_backoff.hh"
+
+#include <time.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace jakiro::shim {
+
+namespace {
+
+bool naps_enabled() {
+    static const bool on = [] {
+        const char* v = std::getenv("JAKIRO_POLL_YIELD");
+        return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    return on;
+}
+
+}  // namespace
+
+void nap_on_idle_cq() {
+    if (naps_enabled()) {
+        const timespec nap{0, idle_backoff::nap_ns};
+        nanosleep(&nap, nullptr);
+    }
+}
+
+}  // namespace jakiro::shim
