@@ -1,7 +1,3 @@
-// rte_ipv4_udptcp_cksum_mbuf (the checksum over a frame that spans a header mbuf and an indirect
-// payload mbuf) is still marked experimental in DPDK 22.11; its behaviour is pinned by
-// tests/unit/dataplane/overlay/superframe_test.cc.
-#define ALLOW_EXPERIMENTAL_API 1
 #include "superframe.hh"
 
 #include <rte_ethdev.h>
@@ -14,6 +10,7 @@
 
 #include <algorithm>
 
+#include "../internet_checksum.hh"
 #include "vxlan.hh"
 
 namespace jakiro::overlay {
@@ -54,7 +51,8 @@ void finish_segment(rte_mbuf* seg, bool tunnelled) {
     const uint32_t l4_off = inner + sizeof(rte_ether_hdr) + rte_ipv4_hdr_len(ip);
     auto* tcp = reinterpret_cast<rte_tcp_hdr*>(frame + l4_off);
     tcp->cksum = 0;
-    tcp->cksum = rte_ipv4_udptcp_cksum_mbuf(seg, ip, static_cast<uint16_t>(l4_off));
+    // Over the header mbuf and the indirect payload mbuf the frame spans.
+    tcp->cksum = ipv4_l4_checksum(seg, ip, l4_off);
     seg->ol_flags = 0;
     seg->tso_segsz = 0;
 }

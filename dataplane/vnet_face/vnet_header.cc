@@ -6,13 +6,15 @@
 
 #include <cstring>
 
+#include "../internet_checksum.hh"
+
 namespace jakiro::vnet {
 
 // The field already holds the pseudo-header sum (CHECKSUM_PARTIAL semantics), so the sum from
 // `start` to the end, folded and inverted, is the final value. The sender chooses the offsets: the
 // field may be at an odd address, so it is written with memcpy.
 void complete_partial_checksum(uint8_t* frame, uint32_t len, uint16_t start, uint16_t offset) {
-    uint16_t sum = static_cast<uint16_t>(~rte_raw_cksum(frame + start, len - start));
+    uint16_t sum = static_cast<uint16_t>(~fold_sum(ones_sum(frame + start, len - start)));
     if (sum == 0 && offset == udp_csum_offset) {
         sum = 0xffff;  // UDP sends a computed 0 as all ones (0 means "no checksum")
     }
