@@ -51,6 +51,9 @@ uint16_t join_vxlan_frames(rte_mbuf** frames, uint16_t n, rte_mbuf** out) {
     uint16_t i = 0;
     while (i < n) {
         rte_mbuf* head = frames[i++];
+        // rte_pktmbuf_chain would walk the whole chain for its last segment at every join:
+        // quadratic in a datagram's ~43 two-segment frames (4 % of a TCP stream's samples).
+        rte_mbuf* last = rte_pktmbuf_lastseg(head);
         const uint32_t chunk = rte_pktmbuf_pkt_len(head) - gso_outer_bytes;
         uint32_t bytes = chunk;
         uint16_t chunks = 1;
@@ -63,7 +66,11 @@ uint16_t join_vxlan_frames(rte_mbuf** frames, uint16_t n, rte_mbuf** out) {
             }
             rte_mbuf* tail = frames[i++];
             rte_pktmbuf_adj(tail, gso_outer_bytes);  // the outer headers go once, in `head`
-            rte_pktmbuf_chain(head, tail);
+            last->next = tail;
+            head->nb_segs = static_cast<uint16_t>(head->nb_segs + tail->nb_segs);
+            head->pkt_len += tail->pkt_len;
+            tail->pkt_len = tail->data_len;
+            last = rte_pktmbuf_lastseg(tail);
             bytes += next;
             ++chunks;
             if (next < chunk) {
