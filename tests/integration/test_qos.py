@@ -215,7 +215,12 @@ def test_with_the_default_congestion_control_tcp_left_short_is_tcp_not_backlogge
             assert rate["rdma"] + rate["tcp"] == pytest.approx(RATE, rel=0.10), summary
             assert rate["rdma"] >= 0.9 * half, summary
             assert rate["tcp"] <= 1.1 * half, summary
-            if rate["tcp"] < 0.9 * half:
+            # Short of half of what the vNIC sent is allowed only with a queue that ran dry.
+            # Half of what was sent, not of the rate: one CI run (vnet uplink, a compile beside
+            # it) sent 92 % of the rate, rdma 245 and tcp 215 Mbit/s with tcp backlogged; the box
+            # fell short there, and tcp's 47 % of what was sent was DHTB's fair split of it.
+            sent = rate["rdma"] + rate["tcp"]
+            if rate["tcp"] < 0.9 * sent / 2:
                 assert busy["tcp"] < BACKLOGGED, "tcp short while backlogged: " + summary
             code, out = finish(client, 60)
             assert code == 0, f"ib_write_bw broke: {out[-800:]}"
