@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (FABRIC_NS, IP, JAKIRO_RUN, SRC, T1, T2, T4, T5, impaired_fabric, jakiroctl,
-                      ns, shim_env, stop, under_jakiro_run, wait_until)
+from conftest import (FABRIC_NS, IP, JAKIROCTL, JAKIRO_RUN, SRC, T1, T2, T4, T5, impaired_fabric,
+                      jakiroctl, ns, run, shim_env, stop, under_jakiro_run, wait_until)
 from test_secgroups import policy  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.usefixtures("testbed")
@@ -31,6 +31,24 @@ PLACEMENTS = {"cross_host": (T2, T1), "intra_host": (T5, T1)}
 SERVER_LISTEN_S = 1.5  # jakiro-run + device open + listen, measured < 0.3 s here
 TIMEOUT_S = 60
 _ports = itertools.count(7100)
+
+
+def run_client(cmd, server_out):
+    """The client, killed after TIMEOUT_S; a client that had to be killed fails the test with
+    what it printed, what its server printed and both hosts' QPs, to tell a hang's side."""
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S,
+                              env=shim_env())
+    except subprocess.TimeoutExpired as e:
+        def said(b):
+            return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+        qps = ""
+        for h in ("h1", "h2"):
+            r = run(JAKIROCTL, "--host", h, "qps", check=False, timeout=10)
+            qps += f"\n--- jakiroctl --host {h} qps\n{r.stdout}{r.stderr}"
+        pytest.fail(f"client still running after {TIMEOUT_S} s: {' '.join(map(str, cmd))}\n"
+                    f"--- client\n{said(e.stdout)[-1500:]}{said(e.stderr)[-1500:]}\n"
+                    f"--- server\n{server_out.read_text(errors='replace')[-1500:]}{qps}")
 
 
 def run_pair(placement, server_cmd, client_cmd, tmp_path):
@@ -49,8 +67,7 @@ def run_pair(placement, server_cmd, client_cmd, tmp_path):
         # saw it once (an ib_send_lat server that had printed nothing after 1.5 s).
         deadline = time.monotonic() + 15
         while True:
-            cli = subprocess.run(under_jakiro_run(cli_tenant, client_cmd), capture_output=True,
-                                 text=True, timeout=TIMEOUT_S, env=shim_env())
+            cli = run_client(under_jakiro_run(cli_tenant, client_cmd), out)
             too_early = "RDMA_CM_EVENT_REJECTED; error: 8." in cli.stdout + cli.stderr
             if not too_early or srv.poll() is not None or time.monotonic() > deadline:
                 break
