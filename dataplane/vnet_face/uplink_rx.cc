@@ -16,6 +16,10 @@ bool face::receive_uplink() {
     if (u.spare_count < max_burst) {
         if (rte_pktmbuf_alloc_bulk(_pool, u.spare + u.spare_count, max_burst - u.spare_count) ==
             0) {
+            for (uint16_t s = u.spare_count; s < max_burst; ++s) {
+                rte_mbuf* m = u.spare[s];
+                u.spare_room[s] = {rte_pktmbuf_mtod(m, void*), rte_pktmbuf_tailroom(m)};
+            }
             u.spare_count = max_burst;
         } else {
             bump(_counters.rx_nombuf, 1);
@@ -28,9 +32,8 @@ bool face::receive_uplink() {
     mmsghdr msgs[max_burst];
     iovec iov[max_burst][3];
     for (uint16_t i = 0; i < count; ++i) {
-        rte_mbuf* m = u.spare[u.spare_count - 1 - i];
         iov[i][0] = {&u.headers[i], header_bytes};
-        iov[i][1] = {rte_pktmbuf_mtod(m, void*), rte_pktmbuf_tailroom(m)};
+        iov[i][1] = u.spare_room[u.spare_count - 1 - i];
         iov[i][2] = {u.tails[i], uplink_state::tail_bytes};
         msgs[i].msg_hdr = {};
         msgs[i].msg_hdr.msg_iov = iov[i];

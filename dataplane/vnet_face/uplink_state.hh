@@ -3,6 +3,7 @@
 // yet handed on, and the frames of a super-datagram cut but not yet handed on. Worker only.
 
 #include <rte_mbuf.h>
+#include <sys/uio.h>
 
 #include <cstdint>
 
@@ -16,6 +17,10 @@ struct face::uplink_state {
     static constexpr uint32_t tail_bytes = 65536;
 
     rte_mbuf* spare[max_burst] = {};  // head mbufs allocated ahead
+    // Each spare's data room, noted when it is allocated (its header is in cache then): a
+    // receive that read it from the mbufs missed the cache on every spare, at every recvmmsg,
+    // whether a message came for it or not (43 % of receive_uplink's samples).
+    iovec spare_room[max_burst] = {};
     uint16_t spare_count = 0;
 
     // The last recvmmsg: message i is heads[i] + tails[i], lengths[i] bytes.

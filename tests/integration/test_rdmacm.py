@@ -369,14 +369,28 @@ def test_connections_survive_a_fabric_losing_a_fifth_of_the_packets(tmp_path):
 # QPs' directions (SENDs towards the client, and what go-back-N resends), but never the ACK
 # that opens perftest's window.
 LOSSY_PLACEMENT = {"ib_send_lat": (T1, T2), "ib_write_bw": (T1, T2)}
+# The mirror of that race remains, and this placement cannot avoid it: when the server's ACK of
+# the client's last handshake SEND is lost, the server, which has the message, tears its
+# control QP down, and the client's retransmissions find no QP: "Bad wc status 12" (retries
+# exceeded), "Failed to exchange data between server and clients" (CI run AD, once; a real
+# RNIC answers a destroyed QP with silence too). It happens before any measured message, so
+# the run is made once more when perftest says exactly that.
+PERFTEST_CONTROL_RACE = "Failed to exchange data between server and clients"
 
 
 @pytest.mark.parametrize("name", [p for p in PROGRAMS if p != "rdma_server"])
 def test_each_program_works_over_a_fabric_losing_some_packets(name, tmp_path):
     """3 % of everything towards h2 is lost: CM MADs are retransmitted, RC data too."""
     report = {}
+    placement = LOSSY_PLACEMENT.get(name, "cross_host")
     with lossy_fabric(tmp_path, 3, report):
-        run_program(name, LOSSY_PLACEMENT.get(name, "cross_host"), tmp_path, LOSSY_MESSAGES)
+        try:
+            run_program(name, placement, tmp_path, LOSSY_MESSAGES)
+        except AssertionError as e:
+            if name not in LOSSY_PLACEMENT or PERFTEST_CONTROL_RACE not in str(e):
+                raise
+            print(f"\nperftest lost its control-exchange race; once more. It said:\n{e}")
+            run_program(name, placement, tmp_path, LOSSY_MESSAGES)
     print(f"\nimpairment: {report}")
     assert isinstance(report.get("ul-h2"), dict) and report["ul-h2"].get("dropped", 0) > 0, report
 
