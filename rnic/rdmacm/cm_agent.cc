@@ -302,6 +302,9 @@ cm_agent::clock::time_point cm_agent::next_deadline() const {
             soonest = std::min(soonest, clock::now() + std::chrono::milliseconds(10));
         }
     }
+    for (const held_req& h : _held) {
+        soonest = std::min(soonest, h.until);
+    }
     return soonest;
 }
 
@@ -309,6 +312,15 @@ void cm_agent::run_timers(clock::time_point now) {
     for (auto& [cl, ch] : _channels) {
         flush(ch);
     }
+    std::erase_if(_held, [&](const held_req& h) {
+        if (h.until > now) {
+            return false;
+        }
+        ++_stats.rejected_no_listener;  // no listener came
+        send_rej(h.src_ip_be, h.tid, 0, h.req.local_comm_id, message_kind::req,
+                 rej_reason::invalid_service_id);
+        return true;
+    });
     std::vector<uint32_t> finished_orphans;
     for (auto& [h, id] : _ids) {
         if (id.deadline > now || !id.outstanding) {

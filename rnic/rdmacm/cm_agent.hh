@@ -189,8 +189,8 @@ class cm_agent {
     int notify(uint64_t client, std::span<const uint8_t> in);
     int migrate_id(uint64_t client, std::span<const uint8_t> in, std::vector<uint8_t>& out);
 
-    // MADs.
-    void on_req(uint32_t src_ip_be, uint64_t tid, const cm_req& m);
+    // MADs. `may_hold`: a REQ that finds no listener may wait for one (held_req).
+    void on_req(uint32_t src_ip_be, uint64_t tid, const cm_req& m, bool may_hold = true);
     void on_rep(uint32_t src_ip_be, const cm_rep& m);
     void on_rtu(uint32_t src_ip_be, const cm_rtu& m);
     void on_rej(uint32_t src_ip_be, const cm_rej& m);
@@ -257,7 +257,25 @@ class cm_agent {
     agent_stats _stats;
     std::unordered_map<uint32_t, cm_id> _ids;
     std::unordered_map<uint32_t, uint32_t> _by_comm_id;  // local comm id -> handle
-    std::map<uint64_t, channel> _channels;               // by client
+
+    // A REQ that found no listener waits `hold_for_listener` before its REJ (invalid service
+    // ID): a program that listens again right after a connection, as perftest -R does between
+    // its control and its data connection, may be dialled before it listens (by a few hundred
+    // µs, or by a 67 ms ACK timeout when its last control message's ACK was lost), and the
+    // active side waits 268 ms for an answer anyway. A listen() on its port takes it at once.
+    // At most `max_held_reqs` wait; beyond that the REJ goes at once.
+    struct held_req {
+        uint32_t src_ip_be = 0;
+        uint64_t tid = 0;
+        cm_req req;
+        clock::time_point until;
+    };
+    static constexpr auto hold_for_listener = std::chrono::milliseconds(100);
+    static constexpr std::size_t max_held_reqs = 16;
+    std::vector<held_req> _held;
+    bool hold(uint32_t src_ip_be, uint64_t tid, const cm_req& m);
+    void take_held(uint16_t ps, uint16_t port);  // a listener on `port` appeared
+    std::map<uint64_t, channel> _channels;       // by client
     uint32_t _next_handle = 1;
     uint32_t _next_token = 1;
     uint64_t _next_tid;

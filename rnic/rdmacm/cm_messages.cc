@@ -50,7 +50,7 @@ void cm_agent::on_mad(uint32_t src_ip_be, std::span<const uint8_t> mad) {
         m->body);
 }
 
-void cm_agent::on_req(uint32_t src_ip_be, uint64_t tid, const cm_req& m) {
+void cm_agent::on_req(uint32_t src_ip_be, uint64_t tid, const cm_req& m, bool may_hold) {
     // A retransmission of a REQ we already hold: answer as we did (MRA while the application
     // decides, the REP again once it accepted).
     for (auto& [h, id] : _ids) {
@@ -75,6 +75,9 @@ void cm_agent::on_req(uint32_t src_ip_be, uint64_t tid, const cm_req& m) {
     }
     cm_id* listener =
         find_listener(port_space_of(m.service_id), port_of(m.service_id), _self.ip_be);
+    if (listener == nullptr && may_hold && hold(src_ip_be, tid, m)) {
+        return;  // answered when a listener comes, or with the REJ below once the hold ends
+    }
     if (listener == nullptr || listener->qp_type == IBV_QPT_UD) {
         ++_stats.rejected_no_listener;
         send_rej(src_ip_be, tid, 0, m.local_comm_id, message_kind::req,
@@ -340,6 +343,37 @@ void cm_agent::on_sidr_rep(uint32_t src_ip_be, const cm_sidr_rep& m) {
     p.qkey = m.qkey;
     p.ah_ip_be = src_ip_be;
     raise(*id, ev_established, 0, &p);
+}
+
+// ---- REQs waiting for their listener -----------------------------------------------------
+
+bool cm_agent::hold(uint32_t src_ip_be, uint64_t tid, const cm_req& m) {
+    for (held_req& h : _held) {
+        if (h.src_ip_be == src_ip_be && h.req.local_comm_id == m.local_comm_id) {
+            h.tid = tid;  // a retransmission: answered under its latest transaction id
+            return true;
+        }
+    }
+    if (_held.size() >= max_held_reqs) {
+        return false;
+    }
+    _held.push_back({src_ip_be, tid, m, clock::now() + hold_for_listener});
+    return true;
+}
+
+void cm_agent::take_held(uint16_t ps, uint16_t port) {
+    std::vector<held_req> taken;
+    std::erase_if(_held, [&](const held_req& h) {
+        const bool match =
+            port_space_of(h.req.service_id) == ps && port_of(h.req.service_id) == port;
+        if (match) {
+            taken.push_back(h);
+        }
+        return match;
+    });
+    for (const held_req& h : taken) {
+        on_req(h.src_ip_be, h.tid, h.req, false);
+    }
 }
 
 }  // namespace jakiro::rdmacm

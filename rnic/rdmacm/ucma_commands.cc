@@ -451,6 +451,7 @@ int cm_agent::listen(uint64_t client, std::span<const uint8_t> in) {
     }
     id->backlog = c.backlog > 0 ? std::min<int>(static_cast<int>(c.backlog), 1024) : 128;
     id->st = state::listening;
+    take_held(id->ps, id->src_port);
     return 0;
 }
 

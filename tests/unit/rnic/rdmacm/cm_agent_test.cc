@@ -259,11 +259,52 @@ TEST_F(CmAgentTest, NoListenerIsRejectedWithInvalidServiceId) {
     const uint32_t id = resolved(a, ip_b, 7999);
     ASSERT_EQ(connect(a, id, 0x111), 0);
     pump();
+    EXPECT_FALSE(next_event(a).has_value()) << "held a moment for a listener first";
+    EXPECT_LE(b.agent->next_deadline(), cm_agent::clock::now() + std::chrono::milliseconds(100));
+    b.agent->run_timers(cm_agent::clock::now() + std::chrono::milliseconds(101));
+    pump();
     const auto ev = next_event(a);
     ASSERT_TRUE(ev.has_value());
     EXPECT_EQ(ev->event, 8u);   // REJECTED
     EXPECT_EQ(ev->status, 8u);  // invalid service ID
     EXPECT_EQ(b.agent->stats().rejected_no_listener, 1u);
+}
+
+// perftest -R's server listens again for its data connection right after its control
+// connection, and its client dials at once: the REQ may come first.
+TEST_F(CmAgentTest, ARequestThatComesJustBeforeItsListenerIsTakenWhenTheListenerComes) {
+    const uint32_t id = resolved(a, ip_b, 7001);
+    ASSERT_EQ(connect(a, id, 0x111), 0);
+    pump();
+    ASSERT_FALSE(next_event(a).has_value());
+    // Retransmitted while held (the active side's timer): still one request.
+    a.agent->run_timers(cm_agent::clock::now() + std::chrono::seconds(1));
+    pump();
+    listen_on(b, 7001);
+    const auto req = next_event(b);
+    ASSERT_TRUE(req.has_value());
+    EXPECT_EQ(req->event, 4u);  // CONNECT_REQUEST
+    EXPECT_EQ(req->param.conn.qp_num, 0x111u);
+    EXPECT_FALSE(next_event(b).has_value()) << "one request for one REQ, retransmitted or not";
+    pump();
+    b.agent->run_timers(cm_agent::clock::now() + std::chrono::milliseconds(101));
+    pump();
+    EXPECT_FALSE(next_event(a).has_value()) << "no REJ once the listener took it";
+    EXPECT_EQ(b.agent->stats().rejected_no_listener, 0u);
+}
+
+TEST_F(CmAgentTest, OnlyAFewRequestsWaitForAListenerTheRestAreRejectedAtOnce) {
+    for (uint16_t port = 7100; port < 7100 + 17; ++port) {
+        ASSERT_EQ(connect(a, resolved(a, ip_b, port), 0x100 + port), 0);
+    }
+    pump();
+    // 16 held, the 17th rejected at once.
+    EXPECT_EQ(b.agent->stats().rejected_no_listener, 1u);
+    int rejected = 0;
+    while (const auto ev = next_event(a)) {
+        rejected += ev->event == 8u;
+    }
+    EXPECT_EQ(rejected, 1);
 }
 
 TEST_F(CmAgentTest, SecurityGroupRefusalIsARejectAndCounted) {
