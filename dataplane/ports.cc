@@ -129,4 +129,12 @@ rte_eth_stats port_stats(uint16_t port) {
     return out;
 }
 
+superframe_counts port_superframes(uint16_t port) {
+    if (!vnet::is_face_port(port)) {
+        return {};
+    }
+    const auto s = vnet::face_of(port)->stats();
+    return {s.rx_superframes, s.tx_superframes};
+}
+
 }  // namespace jakiro

@@ -28,5 +28,11 @@ void stop_port(uint16_t port);
 bool port_link_up(uint16_t port);
 rte_ether_addr port_mac(uint16_t port);
 rte_eth_stats port_stats(uint16_t port);
+// Super-frames a vnet face received and sent (TCP GSO frames on a tenant face, UDP GSO
+// super-datagrams on the uplink); a DPDK port has none.
+struct superframe_counts {
+    uint64_t rx = 0, tx = 0;
+};
+superframe_counts port_superframes(uint16_t port);
 
 }  // namespace jakiro

@@ -131,6 +131,14 @@ void ports(const daemon_state& state, families& f) {
         f.sample({{"direction", "rx"}, {"port", role}}, static_cast<double>(s.ibytes));
         f.sample({{"direction", "tx"}, {"port", role}}, static_cast<double>(s.obytes));
     }
+    f.counter("jakiro_port_superframes_total",
+              "Super-frames a vnet port received (rx) and sent (tx): a tenant's TCP GSO frames, "
+              "UDP GSO super-datagrams on the uplink (each counts once in packets_total)");
+    for (const auto& port : state.ports) {
+        const superframe_counts super = port_superframes(port.port_id);
+        f.sample({{"direction", "rx"}, {"port", port.role}}, static_cast<double>(super.rx));
+        f.sample({{"direction", "tx"}, {"port", port.role}}, static_cast<double>(super.tx));
+    }
     f.counter("jakiro_port_missed_total",
               "Frames the port dropped because rx was not polled in time");
     for (const auto& [role, s] : stats) {

@@ -222,8 +222,10 @@ std::string render_stats(const daemon_state& state, bool json) {
     std::ostringstream text;
     out.begin_object().value("host", state.config.name).begin_object("ports");
     text << "ports            rx_pkts      rx_bytes      tx_pkts      tx_bytes   missed   errors\n";
+    std::string superframes;
     for (const auto& port : state.ports) {
         const rte_eth_stats stats = port_stats(port.port_id);
+        const superframe_counts super = port_superframes(port.port_id);
         out.begin_object(port.role)
             .value("rx_packets", stats.ipackets)
             .value("rx_bytes", stats.ibytes)
@@ -232,12 +234,21 @@ std::string render_stats(const daemon_state& state, bool json) {
             .value("rx_missed", stats.imissed)
             .value("rx_errors", stats.ierrors)
             .value("tx_errors", stats.oerrors)
+            .value("rx_superframes", super.rx)
+            .value("tx_superframes", super.tx)
             .end_object();
+        if (super.rx != 0 || super.tx != 0) {
+            superframes +=
+                " " + port.role + " " + std::to_string(super.rx) + "/" + std::to_string(super.tx);
+        }
         char line[160];
         std::snprintf(line, sizeof(line), "  %-10s %12lu %13lu %12lu %13lu %8lu %8lu\n",
                       port.role.c_str(), stats.ipackets, stats.ibytes, stats.opackets, stats.obytes,
                       stats.imissed, stats.ierrors + stats.oerrors);
         text << line;
+    }
+    if (!superframes.empty()) {
+        text << "super-frames rx/tx:" << superframes << "\n";
     }
     out.end_object().begin_object("vnics");
     text << "vnics      from_tenant_pkts   from_tenant_bytes  to_tenant_pkts   to_tenant_bytes    "

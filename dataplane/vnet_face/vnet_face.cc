@@ -240,7 +240,7 @@ uint16_t face::tx_chunk(rte_mbuf** pkts, uint16_t count) {
             for (int i = 0; i < r; ++i) {
                 const rte_mbuf* m = pkts[done + i];
                 bytes += m->pkt_len;
-                superframes += (m->ol_flags & RTE_MBUF_F_TX_TCP_SEG) != 0;
+                superframes += (m->ol_flags & (RTE_MBUF_F_TX_TCP_SEG | RTE_MBUF_F_TX_UDP_SEG)) != 0;
             }
             rte_pktmbuf_free_bulk(pkts + done, r);
             done += r;

@@ -345,6 +345,8 @@ class TestWithTestbed:
                                  ["ports", port, f"{d}_bytes"])
                 between("jakiro_port_errors_total", {"port": port, "direction": d},
                         ["ports", port, f"{d}_errors"])
+                between("jakiro_port_superframes_total", {"port": port, "direction": d},
+                        ["ports", port, f"{d}_superframes"])
             between("jakiro_port_missed_total", {"port": port}, ["ports", port, "rx_missed"])
         vnic_fields = [("jakiro_vnic_packets_total", "ingress", "to_tenant_packets"),
                        ("jakiro_vnic_packets_total", "egress", "from_tenant_packets"),
