@@ -41,9 +41,9 @@
 namespace jakiro::vnet {
 
 struct face_stats {
-    // Super-frames: messages that stand for several wire frames (a tenant's TCP GSO frame, a
-    // UDP GSO super-datagram on the uplink). packets counts messages, so packets per super-frame
-    // shows how well batching works.
+    // packets counts messages; superframes, those of them that stand for several wire frames
+    // (a tenant's TCP GSO frame, a UDP GSO super-datagram on the uplink): the share of
+    // messages that batched.
     uint64_t rx_packets = 0, rx_bytes = 0, rx_superframes = 0;
     uint64_t tx_packets = 0, tx_bytes = 0, tx_superframes = 0;
     uint64_t rx_bad_header = 0;  // refused vnet headers (header_verdict other than ok)
