@@ -133,8 +133,8 @@ superframe_counts port_superframes(uint16_t port) {
     if (!vnet::is_face_port(port)) {
         return {};
     }
-    const auto s = vnet::face_of(port)->stats();
-    return {s.rx_superframes, s.tx_superframes};
+    const vnet::face* face = vnet::face_of(port);
+    return {face->superframes_received(), face->superframes_sent()};
 }
 
 }  // namespace jakiro

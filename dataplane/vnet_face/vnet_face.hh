@@ -79,6 +79,13 @@ class face {
 
     // Control thread only (it also collects the kernel's drop count, which reading resets).
     face_stats stats();
+    // The super-frame counts alone (any thread): no system call, unlike stats().
+    uint64_t superframes_received() const {
+        return _counters.rx_superframes.load(std::memory_order_relaxed);
+    }
+    uint64_t superframes_sent() const {
+        return _counters.tx_superframes.load(std::memory_order_relaxed);
+    }
     const rte_ether_addr& mac() const { return _mac; }
     bool link_up() const;
     const std::string& iface() const { return _iface; }
