@@ -39,6 +39,12 @@ inline bool uplink_takes_udp_gso(uint16_t port) {
     return vnet::is_face_port(port);
 }
 
+// Whether the uplink `port` takes a VXLAN super-frame whole and has the kernel cut it (a tap
+// face with UDP-tunnel GSO; vnet_face/tap_header.hh).
+inline bool uplink_takes_vxlan_superframes(uint16_t port) {
+    return vnet::is_face_port(port) && vnet::face_of(port)->takes_vxlan_superframes();
+}
+
 // Whether frames sent to `port` may stay super-frames (else they are cut to the MTU first).
 inline bool port_takes_superframes(uint16_t port) {
     return vnet::is_face_port(port);

@@ -59,16 +59,33 @@ void finish_segment(rte_mbuf* seg, bool tunnelled) {
 
 }  // namespace
 
-uint32_t charged_wire_bytes(const rte_ipv4_hdr* ip, uint16_t mss) {
+namespace {
+
+struct cut {
+    uint32_t payload = 0;  // TCP payload bytes
+    uint32_t headers = 0;  // IPv4 + TCP header bytes each frame repeats
+    uint32_t frames = 1;
+};
+
+cut cut_of(const rte_ipv4_hdr* ip, uint16_t mss) {
     const uint32_t ip_len = rte_be_to_cpu_16(ip->total_length);
-    const uint32_t per_frame = sizeof(rte_ether_hdr) + outer_header_bytes;
     if (mss == 0 || ip->next_proto_id != IPPROTO_TCP) {
-        return ip_len + per_frame;
+        return {0, ip_len, 1};
     }
     const uint32_t headers = rte_ipv4_hdr_len(ip) + tcp_header_len(ip);
     const uint32_t payload = ip_len > headers ? ip_len - headers : 0;
-    const uint32_t frames = std::max<uint32_t>(1, (payload + mss - 1) / mss);
-    return payload + frames * (headers + per_frame);
+    return {payload, headers, std::max<uint32_t>(1, (payload + mss - 1) / mss)};
+}
+
+}  // namespace
+
+uint32_t charged_wire_bytes(const rte_ipv4_hdr* ip, uint16_t mss) {
+    const cut c = cut_of(ip, mss);
+    return c.payload + c.frames * (c.headers + sizeof(rte_ether_hdr) + outer_header_bytes);
+}
+
+uint32_t frames_of(const rte_ipv4_hdr* ip, uint16_t mss) {
+    return cut_of(ip, mss).frames;
 }
 
 bool superframe_fits(const rte_mbuf* m, uint32_t mtu) {
@@ -118,8 +135,23 @@ int segment_superframe(rte_mbuf* m, bool tunnelled, uint16_t max_frame, rte_memp
     return n;
 }
 
+bool mark_vxlan_superframe(rte_mbuf* m) {
+    if (rte_pktmbuf_pkt_len(m) - sizeof(rte_ether_hdr) > UINT16_MAX) {
+        return false;
+    }
+    m->outer_l2_len = sizeof(rte_ether_hdr);
+    m->outer_l3_len = sizeof(rte_ipv4_hdr);
+    m->l2_len = vxlan_headers + sizeof(rte_ether_hdr);
+    m->ol_flags = RTE_MBUF_F_TX_TCP_SEG | RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_TCP_CKSUM |
+                  RTE_MBUF_F_TX_OUTER_IPV4 | RTE_MBUF_F_TX_TUNNEL_VXLAN;
+    return true;
+}
+
 void prepare_for_gro(rte_mbuf* m) {
     m->packet_type = 0;
+    if ((m->ol_flags & RTE_MBUF_F_RX_LRO) != 0) {
+        return;
+    }
     m->tso_segsz = 0;
     const uint32_t len = rte_pktmbuf_data_len(m);
     constexpr uint32_t min_len =

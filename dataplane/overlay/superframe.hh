@@ -26,6 +26,8 @@ constexpr uint16_t max_merged = 128;
 // becomes (cut at `mss` payload bytes; 0: it is one frame) with its own headers and 50 bytes
 // of VXLAN.
 uint32_t charged_wire_bytes(const rte_ipv4_hdr* ip, uint16_t mss);
+// How many frames that is.
+uint32_t frames_of(const rte_ipv4_hdr* ip, uint16_t mss);
 
 // Whether every frame cut from super-frame `m` (inner Ethernet at its start) fits an IPv4 MTU
 // of `mtu` and the cut stays within max_segments.
@@ -39,6 +41,14 @@ bool superframe_fits(const rte_mbuf* m, uint32_t mtu);
 int segment_superframe(rte_mbuf* m, bool tunnelled, uint16_t max_frame, rte_mempool* pool,
                        rte_mbuf** out, uint16_t max_out);
 
+// Leaves super-frame `m`, already VXLAN-encapsulated by encapsulate(), whole for an uplink
+// that cuts it itself (a tap with UDP-tunnel GSO, vnet_face/tap_header.hh): marks it as DPDK
+// describes VXLAN TSO (RTE_MBUF_F_TX_TUNNEL_VXLAN | RTE_MBUF_F_TX_TCP_SEG, outer and inner
+// header lengths), segment size unchanged. False, and `m` untouched, when its outer IPv4
+// length would not fit 16 bits (an inner frame of more than 65 499 bytes): segment_superframe
+// cuts that one instead.
+bool mark_vxlan_superframe(rte_mbuf* m);
+
 // Merges the VXLAN/IPv4/TCP frames of one flow in `pkts` (at most max_merged) into chains with
 // rte_gro and completes them (prepare_for_gro, finish_gro); returns how many frames are left.
 // Frames of other kinds come back untouched, in order among themselves.
@@ -46,6 +56,8 @@ uint16_t merge_burst(rte_mbuf** pkts, uint16_t count);
 
 // Sets what rte_gro needs (packet type, header lengths) on an underlay frame that is
 // VXLAN/IPv4/TCP, and clears tso_segsz; others get packet type 0, which GRO passes untouched.
+// A frame that arrived whole as a super-frame (RTE_MBUF_F_RX_LRO, its segment size in
+// tso_segsz: a tap uplink's) is one of the others: it is merged already.
 void prepare_for_gro(rte_mbuf* m);
 
 // After rte_gro: a merged frame (a chain) gets its outer and inner IPv4 lengths, outer UDP

@@ -56,16 +56,79 @@ rte_mempool* superframe_pool(std::string& error) {
     return pool;
 }
 
+namespace {
+
+// "vnet:iface=NAME" or "vnet:tap=NAME[,mac=XX:XX:XX:XX:XX:XX]".
+struct face_args {
+    std::string iface;
+    bool tap = false;
+    std::optional<rte_ether_addr> mac;
+};
+
+std::optional<face_args> parse_face_args(const std::string& devargs, std::string& error) {
+    const auto refuse = [&](const std::string& why) {
+        error = "'" + devargs + "': " + why +
+                " (vnet:iface=NAME, or vnet:tap=NAME[,mac=XX:XX:XX:XX:XX:XX] for the uplink)";
+        return std::nullopt;
+    };
+    if (devargs.rfind(devargs_prefix, 0) != 0) {
+        return refuse("not a vnet face");
+    }
+    face_args args;
+    std::string rest = devargs.substr(std::strlen(devargs_prefix));
+    bool named = false;
+    while (!rest.empty()) {
+        const std::size_t comma = rest.find(',');
+        const std::string item = rest.substr(0, comma);
+        rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+        const std::size_t eq = item.find('=');
+        const std::string key = item.substr(0, eq);
+        const std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);
+        if (value.empty()) {
+            return refuse("'" + key + "' needs a value");
+        }
+        if (key == "iface" || key == "tap") {
+            if (named) {
+                return refuse("one of iface= or tap=, once");
+            }
+            named = true;
+            args.iface = value;
+            args.tap = key == "tap";
+        } else if (key == "mac") {
+            rte_ether_addr mac;
+            if (rte_ether_unformat_addr(value.c_str(), &mac) != 0 ||
+                !rte_is_unicast_ether_addr(&mac) || rte_is_zero_ether_addr(&mac)) {
+                return refuse("mac '" + value + "' is not a unicast MAC address");
+            }
+            args.mac = mac;
+        } else {
+            return refuse("unknown key '" + key + "'");
+        }
+    }
+    if (!named) {
+        return refuse("no interface named");
+    }
+    if (args.mac && !args.tap) {
+        return refuse("mac= is for a tap (an AF_PACKET face answers to its interface's MAC)");
+    }
+    return args;
+}
+
+}  // namespace
+
 std::optional<uint16_t> add_face(const std::string& devargs, std::string& error,
                                  rte_mempool* uplink_pool) {
-    const std::string key = std::string(devargs_prefix) + "iface=";
-    if (devargs.rfind(key, 0) != 0 || devargs.size() == key.size() ||
-        devargs.find(',') != std::string::npos) {
-        error = "'" + devargs + "' is not vnet:iface=NAME";
+    const auto args = parse_face_args(devargs, error);
+    if (!args) {
         return std::nullopt;
     }
-    rte_mempool* mbufs = uplink_pool != nullptr ? uplink_pool : superframe_pool(error);
-    if (mbufs == nullptr) {
+    if (args->tap && uplink_pool == nullptr) {
+        error = "'" + devargs + "': a tap face is for the uplink only";
+        return std::nullopt;
+    }
+    rte_mempool* superframes = superframe_pool(error);
+    rte_mempool* mbufs = uplink_pool != nullptr ? uplink_pool : superframes;
+    if (mbufs == nullptr || superframes == nullptr) {
         return std::nullopt;
     }
     for (uint16_t i = 0; i < max_faces; ++i) {
@@ -74,8 +137,9 @@ std::optional<uint16_t> add_face(const std::string& devargs, std::string& error,
                 error = std::string("epoll_create1: ") + std::strerror(errno);
                 return std::nullopt;
             }
-            auto opened =
-                face::open(devargs.substr(key.size()), mbufs, error, uplink_pool != nullptr);
+            auto opened = args->tap
+                              ? face::open_tap(args->iface, mbufs, superframes, args->mac, error)
+                              : face::open(args->iface, mbufs, error, uplink_pool != nullptr);
             if (!opened) {
                 return std::nullopt;
             }

@@ -25,7 +25,8 @@ constexpr uint16_t first_face_port = RTE_MAX_ETHPORTS;
 constexpr uint16_t max_faces = max_vnics + 1;                    // every vNIC's, and the uplink's
 constexpr uint16_t port_id_space = first_face_port + max_faces;  // every port id is below
 
-// The devargs-like string that selects a vnet face in the YAML: "vnet:iface=t1".
+// The devargs-like string that selects a vnet face in the YAML: "vnet:iface=t1" (an AF_PACKET
+// socket on that interface), or for the uplink "vnet:tap=ultap[,mac=...]" (a tap device).
 constexpr const char* devargs_prefix = "vnet:";
 
 inline bool is_face_port(uint16_t port) {
@@ -41,7 +42,7 @@ face* face_of(uint16_t port);
 using face_set = std::bitset<max_faces>;
 void collect_ready_faces(face_set& ready);
 
-// Opens the face described by `devargs` ("vnet:iface=NAME") and returns its port id. With
+// Opens the face described by `devargs` and returns its port id. With
 // `uplink_pool` it is the uplink face, receiving into that pool (vnet_face.hh).
 std::optional<uint16_t> add_face(const std::string& devargs, std::string& error,
                                  rte_mempool* uplink_pool = nullptr);

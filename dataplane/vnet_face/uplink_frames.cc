@@ -2,8 +2,12 @@
 
 #include <rte_ether.h>
 #include <rte_ip.h>
+#include <rte_tcp.h>
+#include <rte_udp.h>
 
+#include "../overlay/superframe.hh"
 #include "../overlay/udp_gso.hh"
+#include "../overlay/vxlan.hh"
 
 namespace jakiro::vnet {
 
@@ -68,6 +72,60 @@ std::optional<drop_reason> take_uplink_message(const virtio_net_hdr& hdr, rte_mb
     if (verdict != overlay::split_verdict::ok) {
         return reason_of(verdict);
     }
+    return std::nullopt;
+}
+
+std::optional<drop_reason> take_vxlan_superframe(const tap_header& hdr, rte_mbuf* m) {
+    const auto drop = [&] {
+        rte_pktmbuf_free(m);
+        return drop_reason::uplink_bad_superframe;
+    };
+    constexpr uint8_t allowed_flags =
+        VIRTIO_NET_HDR_F_NEEDS_CSUM | VIRTIO_NET_HDR_F_UDP_TUNNEL_CSUM;
+    const uint8_t gso = hdr.base.gso_type & ~VIRTIO_NET_HDR_GSO_ECN;
+    if (gso != (VIRTIO_NET_HDR_GSO_UDP_TUNNEL_IPV4 | VIRTIO_NET_HDR_GSO_TCPV4) ||
+        (hdr.base.flags & ~allowed_flags) != 0 ||
+        (hdr.base.flags & VIRTIO_NET_HDR_F_NEEDS_CSUM) == 0 || hdr.base.gso_size == 0 ||
+        hdr.outer_th_offset != tunnel_outer_udp_offset ||
+        hdr.inner_nh_offset != tunnel_inner_ip_offset) {
+        return drop();
+    }
+    // Every header up to the inner TCP options must be in the first segment.
+    const uint32_t first = rte_pktmbuf_data_len(m);
+    constexpr uint32_t fixed = tunnel_inner_ip_offset + sizeof(rte_ipv4_hdr) + sizeof(rte_tcp_hdr);
+    if (first < fixed) {
+        return drop();
+    }
+    const uint8_t* frame = rte_pktmbuf_mtod(m, const uint8_t*);
+    const auto* eth = reinterpret_cast<const rte_ether_hdr*>(frame);
+    const auto* outer_ip = reinterpret_cast<const rte_ipv4_hdr*>(eth + 1);
+    const auto* udp = reinterpret_cast<const rte_udp_hdr*>(frame + tunnel_outer_udp_offset);
+    const auto* inner_eth =
+        reinterpret_cast<const rte_ether_hdr*>(frame + tunnel_inner_ip_offset) - 1;
+    const auto* ip = reinterpret_cast<const rte_ipv4_hdr*>(frame + tunnel_inner_ip_offset);
+    if (eth->ether_type != rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4) ||
+        outer_ip->version_ihl != RTE_IPV4_VHL_DEF || outer_ip->next_proto_id != IPPROTO_UDP ||
+        udp->dst_port != rte_cpu_to_be_16(overlay::vxlan_udp_port) ||
+        inner_eth->ether_type != rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4) ||
+        (ip->version_ihl >> 4) != 4 || rte_ipv4_hdr_len(ip) < sizeof(rte_ipv4_hdr) ||
+        ip->next_proto_id != IPPROTO_TCP) {
+        return drop();
+    }
+    const uint32_t tcp_start = tunnel_inner_ip_offset + rte_ipv4_hdr_len(ip);
+    if (hdr.base.csum_start != tcp_start || hdr.base.csum_offset != tcp_csum_offset ||
+        tcp_start + sizeof(rte_tcp_hdr) > first) {
+        return drop();
+    }
+    const auto* tcp = reinterpret_cast<const rte_tcp_hdr*>(frame + tcp_start);
+    const uint32_t headers = tcp_start + (tcp->data_off >> 4) * 4u;
+    const uint32_t len = rte_pktmbuf_pkt_len(m);
+    if ((tcp->data_off >> 4) < 5 || headers > first || len <= headers ||
+        (len - headers + hdr.base.gso_size - 1) / hdr.base.gso_size > overlay::max_segments) {
+        return drop();
+    }
+    m->ol_flags = RTE_MBUF_F_RX_LRO;
+    m->tso_segsz = hdr.base.gso_size;
+    m->packet_type = 0;
     return std::nullopt;
 }
 

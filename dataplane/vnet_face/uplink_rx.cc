@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "uplink_frames.hh"
 #include "uplink_state.hh"
@@ -10,9 +11,8 @@
 
 namespace jakiro::vnet {
 
-bool face::receive_uplink() {
+bool face::refill_uplink_spares() {
     uplink_state& u = *_uplink;
-    u.received = u.next = 0;
     if (u.spare_count < max_burst) {
         if (rte_pktmbuf_alloc_bulk(_pool, u.spare + u.spare_count, max_burst - u.spare_count) ==
             0) {
@@ -27,6 +27,18 @@ bool face::receive_uplink() {
                 return false;  // the socket holds the frames until mbufs come back
             }
         }
+    }
+    return true;
+}
+
+bool face::receive_uplink() {
+    if (_tap) {
+        return receive_uplink_tap();
+    }
+    uplink_state& u = *_uplink;
+    u.received = u.next = 0;
+    if (!refill_uplink_spares()) {
+        return false;
     }
     const uint16_t count = u.spare_count;
     mmsghdr msgs[max_burst];
@@ -82,8 +94,29 @@ uint16_t face::rx_uplink(rte_mbuf** pkts, uint16_t count, lcore_counters& counte
                 continue;
             }
             uint16_t frames = 0;
-            const auto dropped = take_uplink_message(u.headers[i], u.heads[i], u.tails[i],
-                                                     u.lengths[i], _pool, u.cut, frames);
+            std::optional<drop_reason> dropped;
+            if (_tap && (u.headers[i].gso_type & VIRTIO_NET_HDR_GSO_UDP_TUNNEL_IPV4) != 0) {
+                // One VXLAN frame carrying a whole TCP super-frame: its tail mbuf joins it.
+                rte_mbuf* m = u.heads[i];
+                if (u.lengths[i] > m->data_len) {
+                    rte_mbuf* tail = std::exchange(u.bigs[i], nullptr);
+                    tail->data_len = static_cast<uint16_t>(u.lengths[i] - m->data_len);
+                    tail->pkt_len = tail->data_len;
+                    m->next = tail;
+                    m->nb_segs = 2;
+                    m->pkt_len = u.lengths[i];
+                }
+                dropped = take_vxlan_superframe(u.tap_headers[i], m);
+                if (!dropped) {
+                    u.cut[0] = m;
+                    frames = 1;
+                }
+            } else {
+                const uint8_t* tail =
+                    _tap ? rte_pktmbuf_mtod(u.bigs[i], const uint8_t*) : u.tails[i];
+                dropped = take_uplink_message(u.headers[i], u.heads[i], tail, u.lengths[i], _pool,
+                                              u.cut, frames);
+            }
             if (dropped) {
                 counters.drops[static_cast<std::size_t>(*dropped)].add(1);
                 continue;

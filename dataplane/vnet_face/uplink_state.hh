@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "../overlay/udp_gso.hh"
+#include "tap_header.hh"
 #include "vnet_face.hh"
 
 namespace jakiro::vnet {
@@ -31,6 +32,11 @@ struct face::uplink_state {
     uint16_t received = 0;
     uint16_t next = 0;  // the first message not yet taken
 
+    // A tap uplink's (tap_face.cc): message i's full header, and the 64 KB mbuf its bytes
+    // beyond heads[i] went to (kept for the next message unless a VXLAN super-frame took it).
+    tap_header tap_headers[max_burst] = {};
+    rte_mbuf* bigs[max_burst] = {};
+
     // The frames cut from the last super-datagram, cut[cut_next..cut_count) still to go.
     rte_mbuf* cut[overlay::max_gso_chunks] = {};
     uint16_t cut_count = 0;
@@ -47,6 +53,9 @@ struct face::uplink_state {
         }
         if (spare_count > 0) {
             rte_pktmbuf_free_bulk(spare, spare_count);
+        }
+        for (rte_mbuf* big : bigs) {
+            rte_pktmbuf_free(big);  // null-safe
         }
     }
 };

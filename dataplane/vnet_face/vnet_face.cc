@@ -21,15 +21,11 @@ namespace {
 // Socket buffers deep enough to ride out a worker that lost its core for a few ms on a shared
 // machine (a 64 KB super-frame costs about 66 KB of buffer).
 constexpr int socket_buffer_bytes = 8 << 20;
-// A frame sent to a tenant is one message: the vnet header plus one iovec per mbuf segment.
-// GRO merges at most RTE_GRO_MAX_BURST_ITEM_NUM (128) frames into one.
-constexpr unsigned max_tx_segments = 128;
-
 // Per worker thread: the messages of one tx burst (66 KB; one set per thread, not per face).
 struct tx_scratch {
     mmsghdr msgs[face::max_burst];
     virtio_net_hdr headers[face::max_burst];
-    iovec iov[face::max_burst][1 + max_tx_segments];
+    iovec iov[face::max_burst][1 + face::max_tx_segments];
 };
 thread_local tx_scratch tx;
 
@@ -208,6 +204,9 @@ uint16_t face::tx_burst(rte_mbuf** pkts, uint16_t count) {
 }
 
 uint16_t face::tx_chunk(rte_mbuf** pkts, uint16_t count) {
+    if (_tap) {
+        return tx_chunk_tap(pkts, count);
+    }
     uint16_t done = 0;  // sent, or refused and freed
     uint16_t sent = 0;
     uint64_t bytes = 0, superframes = 0, errors = 0;
@@ -267,7 +266,9 @@ uint16_t face::tx_chunk(rte_mbuf** pkts, uint16_t count) {
 face_stats face::stats() {
     tpacket_stats kernel{};
     socklen_t len = sizeof(kernel);
-    if (getsockopt(_fd, SOL_PACKET, PACKET_STATISTICS, &kernel, &len) == 0) {
+    if (_tap) {
+        _kernel_drops = tap_drops();
+    } else if (getsockopt(_fd, SOL_PACKET, PACKET_STATISTICS, &kernel, &len) == 0) {
         _kernel_drops += kernel.tp_drops;
     }
     face_stats s;
@@ -288,7 +289,17 @@ face_stats face::stats() {
 bool face::link_up() const {
     ifreq req{};
     std::strncpy(req.ifr_name, _iface.c_str(), IFNAMSIZ - 1);
-    return ioctl(_fd, SIOCGIFFLAGS, &req) == 0 && (req.ifr_flags & IFF_RUNNING) != 0;
+    if (!_tap) {
+        return ioctl(_fd, SIOCGIFFLAGS, &req) == 0 && (req.ifr_flags & IFF_RUNNING) != 0;
+    }
+    // A tap's descriptor answers only tun ioctls: ask through a socket.
+    const int sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    const bool up =
+        sock >= 0 && ioctl(sock, SIOCGIFFLAGS, &req) == 0 && (req.ifr_flags & IFF_RUNNING) != 0;
+    if (sock >= 0) {
+        close(sock);
+    }
+    return up;
 }
 
 }  // namespace jakiro::vnet

@@ -23,6 +23,11 @@
 // ones the egress pipeline joined (overlay/udp_gso.hh). One system call and one skb per
 // super-frame instead of one per 1.5 KB frame.
 //
+// The uplink may instead be a tap device bridged to the underlay ("vnet:tap=NAME", open_tap):
+// the same receive and send, one readv/writev per message (a tap has no recvmmsg), plus what
+// a packet socket cannot say: a tenant's TCP super-frame crosses the fabric as ONE VXLAN frame
+// (UDP-tunnel GSO, tap_header.hh) where the kernel supports it (Linux 6.16).
+//
 // Thread-safety: rx_burst/rx_uplink/tx_burst from the one worker that polls the vNIC; stats(),
 // mac() and link_up() from the control thread (counters are single-writer atomics).
 
@@ -33,6 +38,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "../counters.hh"
@@ -56,11 +62,22 @@ struct face_stats {
 class face {
   public:
     static constexpr uint16_t max_burst = 32;
+    // A frame sent is one message: the vnet header plus one iovec per mbuf segment. GRO
+    // merges at most RTE_GRO_MAX_BURST_ITEM_NUM (128) frames into one.
+    static constexpr unsigned max_tx_segments = 128;
 
     // Opens the face on host interface `iface`; frames are received into mbufs of `pool`.
     // `uplink`: the fabric's face (rx_uplink, not rx_burst).
     static std::unique_ptr<face> open(const std::string& iface, rte_mempool* pool,
                                       std::string& error, bool uplink = false);
+    // Opens the uplink face on the existing tap device `iface` (tap_face.cc): frames are
+    // received into mbufs of `pool`, a VXLAN super-frame's tail into one of `superframes`.
+    // jakirod's underlay MAC is `mac`, or else the tap's own with the last byte's low bit
+    // flipped (the tap's own MAC is the bridge's side of the link, delivered locally there).
+    static std::unique_ptr<face> open_tap(const std::string& iface, rte_mempool* pool,
+                                          rte_mempool* superframes,
+                                          const std::optional<rte_ether_addr>& mac,
+                                          std::string& error);
     ~face();
     face(const face&) = delete;
     face& operator=(const face&) = delete;
@@ -73,6 +90,8 @@ class face {
     // `counters`' drops. At most one system call.
     uint16_t rx_uplink(rte_mbuf** pkts, uint16_t count, lcore_counters& counters);
     bool is_uplink() const { return _uplink != nullptr; }
+    // A tap uplink whose kernel agreed to UDP-tunnel GSO: it takes VXLAN super-frames whole.
+    bool takes_vxlan_superframes() const { return _vxlan_superframes; }
     // Sends and frees the first N frames, N returned; the rest stay the caller's (socket
     // buffer full). A frame the kernel refuses is counted as an error, freed, and counts as sent.
     uint16_t tx_burst(rte_mbuf** pkts, uint16_t count);
@@ -94,8 +113,12 @@ class face {
   private:
     struct uplink_state;  // uplink_rx.cc
     face(int fd, rte_mempool* pool, std::string iface, rte_ether_addr mac);
-    uint16_t tx_chunk(rte_mbuf** pkts, uint16_t count);  // count <= max_burst
-    bool receive_uplink();                               // one recvmmsg into _uplink
+    uint16_t tx_chunk(rte_mbuf** pkts, uint16_t count);      // count <= max_burst
+    uint16_t tx_chunk_tap(rte_mbuf** pkts, uint16_t count);  // tap_face.cc
+    bool receive_uplink();                                   // one recvmmsg into _uplink
+    bool receive_uplink_tap();                               // readv until drained (tap_face.cc)
+    bool refill_uplink_spares();
+    uint64_t tap_drops() const;  // the tap's tx_dropped: frames its queue had no room for
     // Single writer (the worker): a relaxed load and store, no locked add.
     static void bump(std::atomic<uint64_t>& c, uint64_t n) {
         c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
@@ -109,6 +132,9 @@ class face {
     uint16_t _spare_count = 0;
     uint64_t _kernel_drops = 0;             // control thread only
     std::unique_ptr<uplink_state> _uplink;  // the uplink face only
+    bool _tap = false;                      // a tap device, not an AF_PACKET socket
+    bool _vxlan_superframes = false;
+    rte_mempool* _superframes = nullptr;  // a tap uplink's: the tails of VXLAN super-frames
 
     struct counters {
         std::atomic<uint64_t> rx_packets{0}, rx_bytes{0}, rx_superframes{0};

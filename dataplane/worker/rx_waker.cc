@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
+#include <string>
 
 namespace jakiro {
 
@@ -15,10 +17,17 @@ namespace {
 constexpr int max_wait_ms = 50;
 constexpr auto rescan_period = std::chrono::seconds(1);
 
-bool is_packet_socket(int fd) {
+// An AF_PACKET socket (the PMD's, a vnet face's) or a tap (a tap uplink's).
+bool is_frame_source(int fd) {
     int domain = 0;
     socklen_t len = sizeof(domain);
-    return getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 && domain == AF_PACKET;
+    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0) {
+        return domain == AF_PACKET;
+    }
+    char target[32] = {};
+    const std::string link = "/proc/self/fd/" + std::to_string(fd);
+    return readlink(link.c_str(), target, sizeof(target) - 1) > 0 &&
+           std::strcmp(target, "/dev/net/tun") == 0;
 }
 
 }  // namespace
@@ -63,7 +72,7 @@ void rx_waker::find_packet_sockets() {
         char* end = nullptr;
         const long fd = std::strtol(e->d_name, &end, 10);
         if (end != e->d_name && *end == '\0' && fd != dirfd(dir) &&
-            is_packet_socket(static_cast<int>(fd))) {
+            is_frame_source(static_cast<int>(fd))) {
             _fds.push_back({static_cast<int>(fd), POLLIN, 0});
         }
     }

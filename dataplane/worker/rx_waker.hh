@@ -8,6 +8,8 @@
 // doorbell (the same futex tenants ring). It looks for the sockets again every second, and
 // at once when one of them is closed, so ports added or removed live are followed.
 //
+// A tap uplink's descriptor (/dev/net/tun) is polled the same way.
+//
 // Per sleep the worker pays one eventfd write; the helper one wake-up and one poll(). Ports
 // that are not af_packet (memif, tap) keep the timed sleep.
 //
