@@ -332,6 +332,12 @@ def link_mac(name, ifname):
     return json.loads(ns(name, "ip", "-j", "link", "show", ifname, timeout=5).stdout)[0]["address"]
 
 
+def underlay_mac(host_index):
+    """The MAC jakirod on host i answers to on the underlay (tools/testbed's underlay_mac: ul0's
+    own with a vnet or af_packet uplink, the one the tap uplink is given with a tap)."""
+    return f"02:00:c6:12:00:{host_index:02x}"
+
+
 # ---------------------------------------------------------------- an impaired fabric
 
 FABRIC_NS = "jk-fabric"

@@ -3,7 +3,8 @@ reason; jakirod stays up and the overlay keeps working."""
 
 import pytest
 
-from conftest import IP, T1, T2, alive, drops, jakirod_pids, link_mac, ping, send_frames, wait_until
+from conftest import (IP, T1, T2, alive, drops, jakirod_pids, ping, send_frames, underlay_mac,
+                      wait_until)
 from malformed_frames import CASES
 
 pytestmark = pytest.mark.usefixtures("testbed")
@@ -12,7 +13,7 @@ pytestmark = pytest.mark.usefixtures("testbed")
 @pytest.fixture(scope="module")
 def h1_mac():
     assert ping(T1, IP[T2], count=1)  # the bridge learns where h1 is
-    return link_mac("jk-h1", "ul0")
+    return underlay_mac(1)
 
 
 @pytest.mark.parametrize("case", CASES)

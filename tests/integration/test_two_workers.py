@@ -22,7 +22,7 @@ import pytest
 
 from conftest import (IP, RUN_DIR, T1, T2, T3, T4, T5, alive, cpu_seconds, drops,
                       host_config_with, integrity_pair, iperf3_gbps, iperf3_server, jakirod_pids,
-                      jakiroctl, link_mac, ns_bg, ping, quiet_machine, send_frames, stats, stop,
+                      jakiroctl, ns_bg, ping, quiet_machine, send_frames, stats, stop, underlay_mac,
                       under_jakiro_run, shim_env, verbs_pair, wait_listening, wait_until)
 from malformed_frames import CASES as OUTER_CASES, INNER_CASES, vxlan_frame
 from test_rdmacm import run_pair
@@ -111,7 +111,7 @@ def test_malformed_outer_headers_with_two_workers_are_dropped_with_reason(case):
     build, words = OUTER_CASES[case]
     assert ping(T2, IP[T5], count=1), "t2 cannot ping t5 (control)"
     before = drops("h1")
-    send_frames("jk-fabric", "br0", [build(link_mac("jk-h1", "ul0"), T5)] * 3)
+    send_frames("jk-fabric", "br0", [build(underlay_mac(1), T5)] * 3)
 
     def grown():
         after = drops("h1")
@@ -128,7 +128,7 @@ def test_malformed_outer_headers_with_two_workers_are_dropped_with_reason(case):
 def test_malformed_inner_packets_for_the_second_worker_are_dropped_there(case):
     inner_ip, outer_ip, reason = INNER_CASES[case]
     assert ping(T2, IP[T5], count=1), "t2 cannot ping t5 (control)"
-    frame = vxlan_frame(link_mac("jk-h1", "ul0"), to=T5, ip=outer_ip, inner_ip=inner_ip)
+    frame = vxlan_frame(underlay_mac(1), to=T5, ip=outer_ip, inner_ip=inner_ip)
     before = (stats("h1")["drops"][reason], worker_counter("h1", 0, "handed_fabric"))
     send_frames("jk-fabric", "br0", [frame] * 3)
     wait_until(lambda: stats("h1")["drops"][reason] >= before[0] + 3, 3,
