@@ -161,23 +161,16 @@ uint16_t face::tx_chunk_tap(rte_mbuf** pkts, uint16_t count) {
         }
         if (writev(_fd, tap_iov, n) >= 0) {
             bytes += m->pkt_len;
-            superframes += (m->ol_flags & (RTE_MBUF_F_TX_TCP_SEG | RTE_MBUF_F_TX_UDP_SEG)) != 0;
+            superframes += stands_for_several(m);
             ++sent;
-        } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS || errno == EINTR) {
+        } else if (full(errno)) {
             break;  // the caller keeps the rest for the next round
         } else {
             ++errors;  // refused (EINVAL: a header the kernel will not take; EIO: tap down)
         }
         rte_pktmbuf_free(pkts[done++]);
     }
-    bump(_counters.tx_packets, sent);
-    bump(_counters.tx_bytes, bytes);
-    if (superframes != 0) {
-        bump(_counters.tx_superframes, superframes);
-    }
-    if (errors != 0) {
-        bump(_counters.tx_errors, errors);
-    }
+    count_sent(sent, bytes, superframes, errors);
     return done;
 }
 

@@ -239,19 +239,24 @@ uint16_t face::tx_chunk(rte_mbuf** pkts, uint16_t count) {
             for (int i = 0; i < r; ++i) {
                 const rte_mbuf* m = pkts[done + i];
                 bytes += m->pkt_len;
-                superframes += (m->ol_flags & (RTE_MBUF_F_TX_TCP_SEG | RTE_MBUF_F_TX_UDP_SEG)) != 0;
+                superframes += stands_for_several(m);
             }
             rte_pktmbuf_free_bulk(pkts + done, r);
             done += r;
             sent += r;
             continue;
         }
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS || errno == EINTR) {
+        if (full(errno)) {
             break;  // the socket is full: the caller keeps the rest for the next round
         }
         ++errors;  // this frame is refused (EINVAL, EMSGSIZE, ...): never retried
         rte_pktmbuf_free(pkts[done++]);
     }
+    count_sent(sent, bytes, superframes, errors);
+    return done;
+}
+
+void face::count_sent(uint16_t sent, uint64_t bytes, uint64_t superframes, uint64_t errors) {
     bump(_counters.tx_packets, sent);
     bump(_counters.tx_bytes, bytes);
     if (superframes != 0) {
@@ -260,7 +265,6 @@ uint16_t face::tx_chunk(rte_mbuf** pkts, uint16_t count) {
     if (errors != 0) {
         bump(_counters.tx_errors, errors);
     }
-    return done;
 }
 
 face_stats face::stats() {

@@ -36,6 +36,7 @@
 #include <rte_mempool.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -119,6 +120,16 @@ class face {
     bool receive_uplink_tap();                               // readv until drained (tap_face.cc)
     bool refill_uplink_spares();
     uint64_t tap_drops() const;  // the tap's tx_dropped: frames its queue had no room for
+    // After a send: the counters of what went (sent, its bytes, how many were super-frames)
+    // and of what the kernel refused.
+    void count_sent(uint16_t sent, uint64_t bytes, uint64_t superframes, uint64_t errors);
+    static bool stands_for_several(const rte_mbuf* m) {
+        return (m->ol_flags & (RTE_MBUF_F_TX_TCP_SEG | RTE_MBUF_F_TX_UDP_SEG)) != 0;
+    }
+    // A send that failed with `err` is tried again next round (the socket or queue is full).
+    static bool full(int err) {
+        return err == EAGAIN || err == EWOULDBLOCK || err == ENOBUFS || err == EINTR;
+    }
     // Single writer (the worker): a relaxed load and store, no locked add.
     static void bump(std::atomic<uint64_t>& c, uint64_t n) {
         c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);

@@ -86,17 +86,22 @@ def capture_fabric(pcap, *extra):
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
-def test_underlay_carries_only_mtu_sized_vxlan_frames(tmp_path):
-    # Into a file while iperf3 runs (at most 3000 frames, whole, to verify UDP checksums),
-    # decoded afterwards: tshark decoding a line-rate transfer live could not keep up on a
-    # loaded 2-core box (it ran past 90 s).
-    pcap = tmp_path / "fabric.pcap"
+def capture_cut_transfer(pcap):
+    """A 2 s TCP stream t1 -> t2 with h1's ul0 offloads off (the kernel cuts what jakirod sends
+    as a NIC without offloads would), the fabric captured into `pcap` meanwhile: at most 3000
+    frames, whole, decoded afterwards (tshark decoding a line-rate transfer live could not keep
+    up on a loaded 2-core box; it ran past 90 s)."""
     with uplinks_cut_by_the_kernel("jk-h1"):
         capture = capture_fabric(pcap, "-c", "3000")
         time.sleep(1.5)  # tshark needs a moment before it captures
         with iperf3_server(T2):
             ns(T1, "iperf3", "-c", IP[T2], "-t", "2", "-C", "cubic", timeout=30)
         capture.wait(timeout=60)
+
+
+def test_underlay_carries_only_mtu_sized_vxlan_frames(tmp_path):
+    pcap = tmp_path / "fabric.pcap"
+    capture_cut_transfer(pcap)
     out = ns(FABRIC, "tshark", "-n", "-r", str(pcap), "-o", "udp.check_checksum:TRUE",
              "-Y", "udp.dstport == 4789", "-T", "fields", "-e", "frame.len", "-e", "udp.checksum", "-e",
              "udp.checksum.status", timeout=120).stdout

@@ -8,14 +8,12 @@ host's super-frame that lies about its segment size is a counted drop."""
 import hashlib
 import os
 import subprocess
-import time
 
 import pytest
 
 from conftest import (IP, MAC, PYTHON, T1, T2, drops_matching, integrity_pair, iperf3_gbps,
-                      iperf3_server, ns, ns_bg, ping, stats, uplinks_cut_by_the_kernel,
-                      wait_listening, wait_until)
-from test_superframes import _SINK, _SOURCE, average, capture_fabric
+                      iperf3_server, ns, ns_bg, ping, stats, wait_listening, wait_until)
+from test_superframes import _SINK, _SOURCE, average, capture_cut_transfer
 
 pytestmark = pytest.mark.usefixtures("testbed")
 TESTBED_ARGS = ["--tenant-face", "vnet", "--uplink-face", "tap", "--kernel-vtep"]
@@ -65,12 +63,7 @@ def test_where_the_kernel_must_cut_the_wire_carries_valid_mtu_vxlan_frames(tmp_p
     # ul0's offloads off on h1: the kernel cuts each tunnel super-frame in software as a NIC
     # without VXLAN TSO would, so the fabric shows what a wire would carry.
     pcap = tmp_path / "fabric.pcap"
-    with uplinks_cut_by_the_kernel("jk-h1"):
-        capture = capture_fabric(pcap, "-c", "3000")
-        time.sleep(1.5)  # tshark needs a moment before it captures
-        with iperf3_server(T2):
-            ns(T1, "iperf3", "-c", IP[T2], "-t", "2", "-C", "cubic", timeout=30)
-        capture.wait(timeout=60)
+    capture_cut_transfer(pcap)
     out = ns(FABRIC, "tshark", "-n", "-r", str(pcap), "-o", "tcp.check_checksum:TRUE",
              "-Y", "udp.dstport == 4789 && tcp.len > 0", "-T", "fields", "-e", "frame.len",
              "-e", "udp.checksum", "-e", "tcp.checksum.status", timeout=120).stdout
