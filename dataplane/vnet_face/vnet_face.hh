@@ -88,7 +88,8 @@ class face {
     uint16_t rx_burst(rte_mbuf** pkts, uint16_t count);
     // The uplink's receive: up to `count` frames, a super-datagram's cut into its VXLAN frames
     // (those that do not fit wait for the next call); refused messages are counted in
-    // `counters`' drops. At most one system call.
+    // `counters`' drops. At most one recvmmsg (a tap: readv until it is drained or a burst
+    // is read).
     uint16_t rx_uplink(rte_mbuf** pkts, uint16_t count, lcore_counters& counters);
     bool is_uplink() const { return _uplink != nullptr; }
     // A tap uplink whose kernel agreed to UDP-tunnel GSO: it takes VXLAN super-frames whole.
