@@ -73,6 +73,13 @@ constexpr uint32_t charged_bytes(uint32_t inner_frame_bytes, uint32_t l1_overhea
     return inner_frame_bytes + vxlan_overhead_bytes + l1_overhead_bytes;
 }
 
+// The most one queued frame can be charged: a tenant's TCP super-frame (an IPv4 packet of up to
+// 65 535 bytes) that leaves as at most 64 segments (overlay/superframe.hh), each carrying its
+// inner Ethernet, IPv4 and TCP headers (up to 134 bytes) and the VXLAN encapsulation. A bucket
+// must be able to go this far into debt, or a super-frame sent on the last token would be partly
+// free; the scheduler's fairness allowances are counted in it.
+constexpr uint32_t largest_charged_frame_bytes = 65'535 + 64 * (14 + 120 + vxlan_overhead_bytes);
+
 // A class's share of its vNIC's rate: the rate split by weight (what it gets while both classes
 // are backlogged), at least its min, at most its max. The ingress meter signals above it;
 // `jakiroctl qos`, `jakiroctl top` and the metrics show it. `q` must pass `validate`.

@@ -71,9 +71,11 @@ ingress_verdict ingress_meter::on_packet(uint64_t now_ns, traffic_class c, uint3
             return (!over_vnic || _vnic.fits(bytes, debt)) &&
                    (!over_max || k.max_bucket.fits(bytes, debt));
         };
+        // A not-ECT frame passes while the excess before it is within one burst: a TCP
+        // super-frame is judged whole, and at a low rate it can outweigh the whole burst.
         const bool ect = codepoint != ecn::not_ect;
         const uint64_t allowance =
-            ect ? _burst_bytes * std::max<uint32_t>(_p.hard_limit_bursts, 1) : _burst_bytes;
+            ect ? _burst_bytes * std::max<uint32_t>(_p.hard_limit_bursts, 1) : _burst_bytes + bytes;
         if (fits(allowance)) {
             charge(k, bytes);
             if (ect) {

@@ -3,7 +3,8 @@
 // where a class is above its share, signals the senders instead of queueing:
 //  - ECN-capable inner packets (ECT(0), ECT(1)) are marked CE and delivered, so TCP with ECN
 //    backs off;
-//  - not-ECT packets are delivered while the excess stays within one burst, then dropped;
+//  - not-ECT packets are delivered while the excess before them is within one burst, then
+//    dropped (before, not after: a TCP super-frame can outweigh a whole burst);
 //  - anything beyond `hard_limit_bursts` of excess is dropped, marked or not (a sender that
 //    ignores CE cannot take the vNIC);
 //  - RDMA packets above the share, and RDMA packets that arrive already CE-marked, make the

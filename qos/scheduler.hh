@@ -126,6 +126,9 @@ class scheduler {
         // Virtual clock: bytes served × vt_scale, where vt_scale = (product of all weights) /
         // own weight. Equal clocks mean byte counts in the ratio of the weights.
         uint64_t vtime = 0;
+        // The clock before its latest commit: the start tag of the burst it sent last. A class
+        // that falls idle is pulled up to the other's start tag, not its clock (SFQ's v(t)).
+        uint64_t start_vtime = 0;
         uint64_t vt_scale = 1;
         uint32_t weight = 1;
         bool has_min = false;

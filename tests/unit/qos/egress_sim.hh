@@ -32,11 +32,17 @@ constexpr uint32_t rdma_4096 = rdma_frame(4096);  // path MTU 4096 (underlay 900
 constexpr uint32_t tcp_1450 = tcp_frame(1450);    // tenant MTU 1450 (underlay 1500)
 constexpr uint32_t tcp_8950 = tcp_frame(8950);    // tenant MTU 8950 (underlay 9000)
 constexpr uint32_t min_frame = charged_bytes(64);
+// A tenant TCP super-frame that the tap uplink sends as one VXLAN frame, charged as the most a
+// frame can be (at 100 Mbit/s it outweighs the default 64 KiB burst).
+constexpr uint32_t tcp_superframe = largest_charged_frame_bytes;
 
 struct source {
     std::vector<uint32_t> sizes{tcp_1450};
     std::size_t next = 0;
     bool active = true;
+    // Every `pause_every`-th poll (0: never) the class can send nothing although packets wait,
+    // as a QP whose send window is full: it is not backlogged for that grant.
+    uint64_t pause_every = 0;
     std::deque<uint32_t> queue;
 };
 
@@ -74,6 +80,7 @@ class egress_sim {
 
     // One poll: top up the active queues, grant, send, commit.
     void step() {
+        ++_polls;
         for (auto& [vnic, classes] : _vnics) {
             for (traffic_class c : all_classes) {
                 source& q = classes[index_of(c)];
@@ -92,6 +99,9 @@ class egress_sim {
                 for (std::size_t i = 0; i < q.queue.size() && i < max_packets_per_burst; ++i) {
                     room += q.queue[i];
                 }
+                if (q.pause_every != 0 && _polls % q.pause_every == 0) {
+                    room = 0;
+                }
                 burst_limits[index_of(c)] = std::min(burst_limits[index_of(c)], room);
             }
             last_grant = _s.grant(_now, vnic, burst_limits);
@@ -100,7 +110,7 @@ class egress_sim {
                 source& q = classes[index_of(c)];
                 uint64_t sent = 0;
                 uint32_t packets = 0;
-                while (sent < last_grant[c] && !q.queue.empty() &&
+                while (sent < last_grant[c] && !q.queue.empty() && burst_limits[index_of(c)] != 0 &&
                        packets < max_packets_per_burst &&
                        !(decline_rdma && c == traffic_class::rdma)) {
                     sent += q.queue.front();
@@ -130,6 +140,7 @@ class egress_sim {
     uint64_t _now;
     uint64_t _poll_ns;
     std::mt19937_64 _rng;
+    uint64_t _polls = 0;
     std::map<uint32_t, std::array<source, class_count>> _vnics;
 };
 

@@ -120,6 +120,39 @@ TEST(IngressMeter, DropsNotEctBeyondABurst) {
     EXPECT_NEAR((st[0].delivered_bps(100 * ms) + st[1].delivered_bps(100 * ms)) / 5e9, 1.0, 0.02);
 }
 
+// A TCP super-frame is judged whole, and at 100 Mbit/s one (up to 77 KB charged) outweighs the
+// default 64 KiB burst: a tenant sending them two at a time within its rate loses none, one far
+// above its rate is still held to it.
+TEST(IngressMeter, SuperFramesLargerThanTheBurstPassWithinTheRate) {
+    constexpr uint64_t rate = 100'000'000;
+    vnic_qos q = ingress(rate, 3, 1);
+    q.burst_bytes = default_burst_bytes(rate);
+    ASSERT_GT(largest_charged_frame_bytes, q.burst_bytes);
+    for (const double load : {0.9, 1.5}) {
+        SCOPED_TRACE(load);
+        ingress_meter m(q, 0, exact);
+        const auto pair_ns = static_cast<uint64_t>(2.0 * largest_charged_frame_bytes * 8e9 /
+                                                   (load * static_cast<double>(rate)));
+        uint64_t delivered = 0, dropped = 0;
+        const uint64_t end = 2'000 * ms;
+        for (uint64_t t = 0; t < end; t += pair_ns) {
+            for (int i = 0; i < 2; ++i) {  // back to back
+                const ingress_verdict v =
+                    m.on_packet(t, tcp, largest_charged_frame_bytes, ecn::not_ect, nullptr);
+                (v.action == ingress_action::drop ? dropped : delivered) +=
+                    largest_charged_frame_bytes;
+            }
+        }
+        const double bps = static_cast<double>(delivered) * 8e9 / static_cast<double>(end);
+        if (load < 1) {
+            EXPECT_EQ(dropped, 0u);
+        } else {
+            EXPECT_GT(dropped, 0u);
+            EXPECT_LT(bps, 1.05 * static_cast<double>(rate));
+        }
+    }
+}
+
 // A sender that ignores CE cannot take the vNIC: beyond `hard_limit_bursts` of excess even ECT
 // packets are dropped.
 TEST(IngressMeter, HardLimitDropsEvenEct) {
