@@ -226,6 +226,7 @@ class rc_qp {
     // or visit: has_work() says so).
     void retire_sends(uint32_t budget = wqe_budget);
     bool retire_pending() const;  // the oldest unretired WR is finished (or failed locally)
+    bool initiator_depth_reached() const;  // max_rd_atomic READs/atomics await responses
     void run_timers(uint64_t now_ns);
     void fail_requester(uint32_t psn, ibv_wc_status status);
 

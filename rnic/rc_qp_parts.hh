@@ -23,10 +23,12 @@ namespace proto = verbs_proto;
 // Unacknowledged packets a requester keeps in flight per QP: enough to cover the RTT of a
 // software path on a shared host, where a poll loop that loses its core for tens of
 // milliseconds holds the ACKs back (1024 packets, 43 ms at 27 MB/s, left a QP idle several
-// times a second on two cores, and its share went to TCP). Packets in flight are in rings and
-// the kernel's queues, not held by the requester (a retransmission rereads the MR), and the
-// rings are bounded, so one QP still cannot drain the mbuf pool.
-inline constexpr uint32_t send_window_packets = 4096;
+// times a second on two cores, and its share went to TCP). Half a hand-off ring
+// (dataplane/worker/handoff.hh): with 4096 one QP arriving from the fabric filled a
+// descheduled worker's ring and lost packets. Packets in flight are in rings and the kernel's
+// queues, not held by the requester (a retransmission rereads the MR), so one QP still cannot
+// drain the mbuf pool.
+inline constexpr uint32_t send_window_packets = 2048;
 // The requester asks for an ACK at least this often inside long messages, so the window
 // opens before the message ends.
 inline constexpr uint32_t ack_request_interval = 64;

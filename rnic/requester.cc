@@ -183,6 +183,9 @@ unsigned rc_qp::send_packets(packet_port& port, uint64_t now_ns, unsigned budget
             ++_send_index;
             continue;
         }
+        if (needs_response(op.wqe) && initiator_depth_reached()) {
+            break;  // max_rd_atomic READs and atomics already wait for their responses
+        }
         if (!pacer_open(now_ns)) {
             break;  // DCQCN: a CNP slowed this QP down
         }
@@ -215,6 +218,26 @@ unsigned rc_qp::send_packets(packet_port& port, uint64_t now_ns, unsigned budget
         }
     }
     return sent;
+}
+
+// The initiator depth (max_rd_atomic, IB spec 9.4.4 / 10.2.3): READs and atomics sent and not
+// yet answered, counted over the ops between the oldest unretired one and the next to send.
+// The responder holds at most max_dest_rd_atomic of them (plus a little slack for duplicates)
+// and drops the rest, so a requester that sends more retries until its retry count runs out.
+// A QP set up with 0 still gets one at a time.
+bool rc_qp::initiator_depth_reached() const {
+    const verbs::qp_ring& ring = *_s.ring;
+    const uint32_t mask = ring.sq_capacity() - 1;
+    const uint32_t depth = std::max<uint32_t>(_machine.attr().max_rd_atomic, 1);
+    uint32_t waiting = 0;
+    for (uint32_t i = ring.send_retired(); i != _send_index; ++i) {
+        const send_op& op = _sends[i & mask];
+        if (!op.done && op.local_error == IBV_WC_SUCCESS && needs_response(op.wqe) &&
+            ++waiting >= depth) {
+            return true;
+        }
+    }
+    return false;
 }
 
 bool rc_qp::emit_request(packet_port& port, send_op& op, uint32_t k) {

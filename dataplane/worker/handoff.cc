@@ -79,6 +79,16 @@ uint16_t worker_handoff::give_roce(unsigned to, rte_mbuf** pkts, uint16_t n) {
     return give(roce_ring, to, pkts, n);
 }
 
+unsigned worker_handoff::roce_room(unsigned self) const {
+    unsigned room = ring_size;
+    for (unsigned w = 0; w < _workers; ++w) {
+        if (w != self) {
+            room = std::min(room, rte_ring_free_count(_lanes[w].rings[roce_ring]));
+        }
+    }
+    return room;
+}
+
 uint16_t worker_handoff::take_fabric(unsigned self, rte_mbuf** out, uint16_t max) {
     return take(fabric_ring, self, out, max);
 }

@@ -51,6 +51,9 @@ class worker_handoff {
     uint16_t give_fabric(unsigned to, rte_mbuf** pkts, uint16_t n);
     uint16_t give_port(unsigned to, uint16_t port, rte_mbuf** pkts, uint16_t n);
     uint16_t give_roce(unsigned to, rte_mbuf** pkts, uint16_t n);  // `port` set by the giver
+    // The fewest free slots in the roce rings of the workers other than `self`: how many
+    // frames `self`'s engine may still hand over before one of them refuses.
+    unsigned roce_room(unsigned self) const;
 
     uint16_t take_fabric(unsigned self, rte_mbuf** out, uint16_t max);
     uint16_t take_port(unsigned self, rte_mbuf** out, uint16_t max);

@@ -35,9 +35,28 @@ void roce_port::use(const datapath_tables* tables) {
     }
 }
 
+// Back-pressure instead of loss: a QP may have 2048 packets in flight, half a hand-off ring,
+// and a few QPs of this engine towards a worker that lost its core for a moment would overflow
+// its ring. The engine is refused a frame instead (its QPs wait
+// and send later, uncharged), whatever the frame's destination: it is not known yet.
+bool roce_port::handoff_has_room() {
+    if (_ctx.handoff == nullptr || _ctx.handoff->workers() < 2) {
+        return true;
+    }
+    if (_handoff_room <= _handed_count) {
+        hand_over();  // what is pending goes first; then look again
+        _handoff_room = _ctx.handoff->roce_room(_ctx.id);
+    }
+    return _handoff_room > _handed_count;
+}
+
 uint8_t* roce_port::begin_frame(uint32_t len) {
     if (_pending != nullptr) {
         rte_pktmbuf_free(_pending);  // begun and never ended: not sent
+        _pending = nullptr;
+    }
+    if (!handoff_has_room()) {
+        return nullptr;
     }
     _pending = rte_pktmbuf_alloc(_ctx.pool);
     if (_pending == nullptr) {
@@ -134,6 +153,7 @@ void roce_port::hand_over() {
             _ctx.drop(_handed[start + i], drop_reason::handoff_ring_full);
         }
         _ctx.counters.handed_roce.add(taken);
+        _handoff_room -= std::min<unsigned>(_handoff_room, taken);
         start = end;
     }
     _handed_count = 0;

@@ -67,6 +67,9 @@ class roce_port final : public roce::packet_port {
     rte_mbuf* _handed[handed_capacity];
     uint8_t _handed_worker[handed_capacity];
     unsigned _handed_count = 0;
+    // Free slots the other workers' roce rings had when last looked at (refreshed when spent).
+    unsigned _handoff_room = 0;
+    bool handoff_has_room();
     void hand_over();
     // One frame of this host's RoCE to the engine, for local vNIC `slot`; frees it.
     void deliver(roce::engine& engine, uint16_t slot, rte_mbuf* m, uint64_t now_ns);

@@ -443,6 +443,33 @@ TEST_F(rc_qp_test, write_and_read_move_scattered_buffers_and_write_with_imm_comp
     EXPECT_TRUE(same(a, 0xA0000, b, 0x40000, 65536));
 }
 
+// The initiator depth: with max_rd_atomic 16, a 17th READ waits until one of the 16 has its
+// responses, though the send window has room for all 24 (8 KiB, 8 packets each). A requester
+// that sent them all would exceed the responder's max_dest_rd_atomic, which refuses the rest.
+TEST_F(rc_qp_test, a_requester_keeps_no_more_reads_outstanding_than_max_rd_atomic) {
+    connect_both();
+    constexpr uint32_t reads = 24, bytes = 8192;
+    fill(b, 0, reads * bytes, 5);
+    for (uint32_t i = 0; i < reads; ++i) {
+        a.post_send(wqe(100 + i, IBV_WR_RDMA_READ, a.iova(0x80000 + i * bytes), bytes, a.mr,
+                        b.iova(i * bytes), b.mr));
+    }
+    unsigned requests = 0;
+    run(1, 10'000, [&](const test_wire::frame& f) {  // b has answered none of them yet
+        requests += f.bytes[42] == opcode::rc_read_request ? 1 : 0;
+        return true;
+    });
+    EXPECT_EQ(requests, 16u) << "max_rd_atomic is 16";
+    run(3000);
+    for (uint32_t i = 0; i < reads; ++i) {
+        proto::cqe c{};
+        ASSERT_TRUE(a.poll_send(c)) << i;
+        EXPECT_EQ(c.status, IBV_WC_SUCCESS) << i;
+        EXPECT_EQ(c.wr_id, 100u + i);
+    }
+    EXPECT_TRUE(same(a, 0x80000, b, 0, reads * bytes));
+}
+
 TEST_F(rc_qp_test, the_engines_sent_counter_counts_every_packet_on_the_wire_acks_included) {
     connect_both();
     const uint64_t before = eng.counters().sent.load();
