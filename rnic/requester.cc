@@ -220,10 +220,11 @@ unsigned rc_qp::send_packets(packet_port& port, uint64_t now_ns, unsigned budget
     return sent;
 }
 
-// The initiator depth (max_rd_atomic, IB spec 9.4.4 / 10.2.3): READs and atomics sent and not
-// yet answered, counted over the ops between the oldest unretired one and the next to send.
-// The responder holds at most max_dest_rd_atomic of them (plus a little slack for duplicates)
-// and drops the rest, so a requester that sends more retries until its retry count runs out.
+// The initiator depth (max_rd_atomic): READs and atomics sent and not yet answered, counted
+// over the ops between the oldest unretired one and the next to send (at most the send queue,
+// and only while a READ or atomic is next). The responder holds at most max_dest_rd_atomic of
+// them (plus a little slack for duplicates) and refuses the rest; ib_read_bw across hosts
+// ended in IBV_WC_RETRY_EXC_ERR once the window no longer kept the count down by chance.
 // A QP set up with 0 still gets one at a time.
 bool rc_qp::initiator_depth_reached() const {
     const verbs::qp_ring& ring = *_s.ring;

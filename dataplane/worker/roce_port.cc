@@ -37,8 +37,8 @@ void roce_port::use(const datapath_tables* tables) {
 
 // Back-pressure instead of loss: a QP may have 2048 packets in flight, half a hand-off ring,
 // and a few QPs of this engine towards a worker that lost its core for a moment would overflow
-// its ring. The engine is refused a frame instead (its QPs wait
-// and send later, uncharged), whatever the frame's destination: it is not known yet.
+// its ring. The engine is refused a frame instead (its QPs wait and send later, uncharged),
+// whatever the frame's destination: it is not known yet.
 bool roce_port::handoff_has_room() {
     if (_ctx.handoff == nullptr || _ctx.handoff->workers() < 2) {
         return true;
