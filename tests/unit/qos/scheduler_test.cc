@@ -66,10 +66,12 @@ const std::vector<packet_mix>& mixes() {
     static const std::vector<packet_mix> m = {
         {"underlay 1500: RDMA MTU 1024, TCP MSS 1450", {rdma_1024}, {tcp_1450}},
         {"underlay 9000: RDMA MTU 4096, TCP 8950", {rdma_4096}, {tcp_8950}},
-        {"tap uplink: RDMA MTU 1024, TCP super-frames", {rdma_1024}, {tcp_superframe}},
         {"mixed 64 B .. 9000 B",
          {rdma_1024, rdma_4096, rdma_frame(64), rdma_frame(256), rdma_frame(4000)},
          {min_frame, tcp_1450, tcp_frame(576), tcp_8950, tcp_frame(40), tcp_frame(1200)}},
+        // Last: the share test over every weight leaves it out (at 100 Mbit/s a case takes
+        // seconds of simulation, too slow under ASan); the 3:1 test runs it at every rate.
+        {"tap uplink: RDMA MTU 1024, TCP super-frames", {rdma_1024}, {tcp_superframe}},
     };
     return m;
 }
@@ -98,6 +100,9 @@ TEST(Scheduler, SharesFollowWeightsWithinTwoPercent) {
     int cases = 0;
     double worst = 0;
     for (const packet_mix& mix : mixes()) {
+        if (mix.tcp[0] == tcp_superframe) {
+            continue;
+        }
         for (auto [wr, wt] : weights) {
             for (uint64_t rate : rates) {
                 SCOPED_TRACE(std::string(mix.name) + ", " + std::to_string(wr) + ":" +
@@ -115,7 +120,7 @@ TEST(Scheduler, SharesFollowWeightsWithinTwoPercent) {
             }
         }
     }
-    EXPECT_EQ(cases, 256);
+    EXPECT_EQ(cases, 192);
     std::printf("worst relative share error over %d cases: %.3f %%\n", cases, 100 * worst);
 }
 
