@@ -23,9 +23,6 @@ constexpr uint64_t shaping_debt_bytes(uint64_t burst_bytes) {
     return std::max<uint64_t>(burst_bytes, uint64_t{2} * largest_charged_frame_bytes);
 }
 
-// The largest frame a class can send (a TCP super-frame), for the lag allowance.
-constexpr uint64_t largest_frame_bytes = largest_charged_frame_bytes;
-
 }  // namespace
 
 scheduler::scheduler(uint32_t max_vnics, const uplink_qos& uplink, uint64_t now_ns)
@@ -166,7 +163,7 @@ void scheduler::sync_virtual_time(vnic_state& s, const std::array<bool, class_co
         class_state& lag = a.vtime <= b.vtime ? a : b;
         class_state& lead = a.vtime <= b.vtime ? b : a;
         const uint64_t max_gap =
-            s.lag_bytes * lag.vt_scale + 2 * largest_frame_bytes * lead.vt_scale;
+            s.lag_bytes * lag.vt_scale + uint64_t{2} * largest_charged_frame_bytes * lead.vt_scale;
         if (lead.vtime - lag.vtime > max_gap) {
             lag.vtime = lead.vtime - max_gap;
         }

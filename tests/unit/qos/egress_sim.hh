@@ -110,7 +110,7 @@ class egress_sim {
                 source& q = classes[index_of(c)];
                 uint64_t sent = 0;
                 uint32_t packets = 0;
-                while (sent < last_grant[c] && !q.queue.empty() && burst_limits[index_of(c)] != 0 &&
+                while (sent < last_grant[c] && !q.queue.empty() &&
                        packets < max_packets_per_burst &&
                        !(decline_rdma && c == traffic_class::rdma)) {
                     sent += q.queue.front();
