@@ -92,6 +92,10 @@ class scheduler {
     // and the class's virtual clock, and takes the bytes off the backlog. Once per class per
     // burst, or per packet.
     void commit(uint32_t vnic, traffic_class c, uint64_t bytes, uint32_t packets);
+    // Class `c` of `vnic` left part of its last grant for a reason that may last, not because
+    // its queue ran dry: its sender is paced (a QP that DCQCN slowed down), waits for the
+    // receiver (RNR) or found its port full. It is owed nothing for those tokens (see grant).
+    void held_back(uint32_t vnic, traffic_class c) { _vnics[vnic].cls[index_of(c)].held = true; }
     // Undoes part of a commit: bytes that were charged but did not leave after all (the tx ring
     // was full) and are back in the queue.
     void refund(uint32_t vnic, traffic_class c, uint64_t bytes, uint32_t packets);
@@ -136,6 +140,7 @@ class scheduler {
         uint64_t granted = 0;    // by the last grant
         uint64_t used = 0;       // committed since the last grant
         bool satisfied = false;  // the last grant gave it all it could take
+        bool held = false;       // held_back() since the last grant
         counter bytes;
         counter packets;
     };

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "qos/config.hh"
 #include "rnic/wire/icrc.hh"
 
 namespace jakiro::roce {
@@ -30,7 +31,10 @@ constexpr unsigned recheck_budget = 128;
 
 // The QP count per vNIC is verbs::qp_verbs' quota to enforce; the slot tables grow as QPs come.
 engine::engine(uint16_t vnic_slots, uint32_t /*max_qps_per_vnic*/)
-    : _by_slot(vnic_slots), _vnic_left(vnic_slots), _own_doorbell(doorbell_memory::create()) {}
+    : _by_slot(vnic_slots),
+      _vnic_left(vnic_slots),
+      _vnic_held(vnic_slots),
+      _own_doorbell(doorbell_memory::create()) {}
 
 engine::~engine() = default;
 
@@ -179,18 +183,20 @@ void engine::remove_qp(uint16_t vnic, uint32_t qpn) {
     }
 }
 
-bool engine::vnic_wants_to_send(uint16_t vnic) const {
+uint64_t engine::vnic_send_room(uint16_t vnic) const {
     // Only this vNIC's QPs: the shaper asks for every shaped vNIC, and another tenant's
     // thousand QPs must not make that question expensive.
     if (vnic >= _by_slot.size()) {
-        return false;
+        return 0;
     }
     for (const rc_qp* qp : _by_slot[vnic]) {
         if (qp != nullptr && qp->has_work()) {
-            return true;
+            // The largest request: Ethernet/IPv4/UDP, BTH and RETH, a full payload, ICRC.
+            const uint32_t frame = frame_l2_l4_bytes + 12 + 16 + qp->path_mtu_bytes() + 4;
+            return uint64_t{max_passes} * vnic_budget * qos::charged_bytes(frame);
         }
     }
-    return false;
+    return 0;
 }
 
 rc_qp* engine::find(uint16_t vnic, uint32_t qpn) const {
@@ -242,6 +248,7 @@ unsigned engine::poll(packet_port& port, uint64_t now_ns) {
     // moves on every poll, so a vNIC's QPs take turns at its budget.
     const std::size_t count = _active.size();
     const std::size_t first = count == 0 ? 0 : _rotation++ % count;
+    std::fill(_vnic_held.begin(), _vnic_held.end(), 0);
     for (unsigned pass = 0; pass < max_passes; ++pass) {
         std::fill(_vnic_left.begin(), _vnic_left.end(), vnic_budget);
         unsigned this_pass = 0;
@@ -256,6 +263,7 @@ unsigned engine::poll(packet_port& port, uint64_t now_ns) {
             }
             const unsigned sent_now = qp.poll(port, now_ns, left);
             left -= std::min(left, sent_now);
+            _vnic_held[qp.vnic()] |= qp.held_back() ? 1 : 0;
             this_pass += sent_now;
         }
         sent += this_pass;

@@ -148,8 +148,16 @@ class engine {
     // After sleeping: clears the flags.
     void after_sleep();
     bool has_qps() const { return !_active.empty(); }
-    // Has any QP of `vnic` something to send right now (the rdma class is backlogged)?
-    bool vnic_wants_to_send(uint16_t vnic) const;
+    // What one poll can send for `vnic`, in bytes as QoS charges them: 0 when none of its QPs
+    // has anything to send now (the rdma class is not backlogged), otherwise the poll's packet
+    // cap for one vNIC at the path MTU of the first QP that has. The shaper grants the rdma
+    // class no more than this: a grant the engine cannot take in one poll would read as a
+    // blocked class (qos/scheduler.cc) and cost it its share.
+    uint64_t vnic_send_room(uint16_t vnic) const;
+    // Did a QP of `vnic` stop in the last poll with requests left, held back (rc_qp::held_back)?
+    bool vnic_held_back(uint16_t vnic) const {
+        return vnic < _vnic_held.size() && _vnic_held[vnic] != 0;
+    }
     // The QP `qpn` of local vNIC `vnic`, or nullptr (engine thread).
     rc_qp* find(uint16_t vnic, uint32_t qpn) const;
 
@@ -185,6 +193,7 @@ class engine {
     std::vector<std::vector<rc_qp*>> _by_slot;      // [vnic][qpn >> 8], engine thread
     std::vector<std::shared_ptr<rc_qp>> _active;    // engine thread; copied into _reported
     std::vector<unsigned> _vnic_left;               // [vnic] packets left this pass; engine
+    std::vector<uint8_t> _vnic_held;                // [vnic] vnic_held_back(); engine
     std::size_t _rotation = 0;                      // which active QP polls first; engine
     uint32_t _policy_generation = 0;                // engine thread
     std::vector<uint64_t> _vnic_rate_bps;           // [vnic] set_vnic_rate; engine thread

@@ -122,6 +122,7 @@ unsigned rc_qp::poll(packet_port& port, uint64_t now_ns, unsigned budget) {
         return 0;
     }
     unsigned sent = 0;
+    _held_back = false;
     if (_ack_pending) {
         send_ack(port, syndrome_ack(credits_invalid), _ack_psn);
         _ack_pending = false;

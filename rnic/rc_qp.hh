@@ -124,6 +124,11 @@ class rc_qp {
     void receive(const roce_packet& p, packet_port& port, uint64_t now_ns);
     // Anything posted or owed that poll() would act on right now?
     bool has_work() const;
+    // The path MTU's payload bytes per packet (IB MTU, ibv_modify_qp).
+    uint32_t path_mtu_bytes() const { return _mtu; }
+    // The last poll stopped with requests left for a reason that may last: DCQCN's pacer, an
+    // RNR wait, or no frame buffer from the port (the shaper tells DHTB, qos/scheduler.hh).
+    bool held_back() const { return _held_back; }
     // The engine that runs it (for the intra-host shortcut's peer lookup); set by add_qp.
     void attach(const engine* e) { _engine = e; }
 
@@ -362,6 +367,7 @@ class rc_qp {
     bool _revoked = false;
     uint16_t _udp_src_port = 0;
     uint32_t _mtu = 1024;
+    bool _held_back = false;  // see held_back()
 
     // requester
     std::vector<send_op> _sends;  // indexed by ring index & (sq capacity - 1)

@@ -172,6 +172,9 @@ unsigned rc_qp::send_packets(packet_port& port, uint64_t now_ns, unsigned budget
         }
     }
     unsigned sent = 0;
+    if (_rnr_resume_ns != 0 && _send_index != ring.send_taken()) {
+        _held_back = true;  // the responder had no receive buffer: it may have none for long
+    }
     while (sent < budget && _send_index != ring.send_taken() && _rnr_resume_ns == 0 &&
            psn_diff(_next_psn, _una) < static_cast<int32_t>(send_window_packets)) {
         send_op& op = _sends[_send_index & mask];
@@ -187,6 +190,7 @@ unsigned rc_qp::send_packets(packet_port& port, uint64_t now_ns, unsigned budget
             break;  // max_rd_atomic READs and atomics already wait for their responses
         }
         if (!pacer_open(now_ns)) {
+            _held_back = true;
             break;  // DCQCN: a CNP slowed this QP down
         }
         const bool was_idle = _una == _next_psn;
@@ -292,6 +296,7 @@ bool rc_qp::emit_request(packet_port& port, send_op& op, uint32_t k) {
     uint32_t payload_at = 0;
     uint8_t* frame = begin_packet(port, code, payload, payload_at);
     if (frame == nullptr) {
+        _held_back = true;  // the port has no buffer: not the share, the port holds it back
         return false;
     }
     if (payload > 0) {

@@ -24,6 +24,14 @@ constexpr auto tcp = qos::traffic_class::tcp;
 
 }  // namespace
 
+rdma_queues rdma_queues::of(const roce::engine* engine) {
+    if (engine == nullptr) {
+        return {[](uint16_t) { return uint64_t{0}; }, [](uint16_t) { return false; }};
+    }
+    return {[engine](uint16_t slot) { return engine->vnic_send_room(slot); },
+            [engine](uint16_t slot) { return engine->vnic_held_back(slot); }};
+}
+
 egress_shaper::egress_shaper(uint64_t now_ns, uint32_t queue_limit)
     : _sched(std::make_unique<qos::scheduler>(max_vnics, unlimited_uplink(), now_ns)),
       _queue_limit(std::min(queue_limit, tcp_queue_frames)) {}
@@ -96,7 +104,7 @@ bool egress_shaper::enqueue_tcp(uint16_t slot, uint16_t port, rte_mbuf* m, uint3
     return true;
 }
 
-void egress_shaper::run(worker_context& ctx, const roce::engine* engine, uint64_t now_ns) {
+void egress_shaper::run(worker_context& ctx, const rdma_queues& rdma_q, uint64_t now_ns) {
     for (const uint16_t slot : _active) {
         vnic_state& v = *_vnics[slot];
         // Grants come every 4 KiB of the rate (at least every 100 µs), the period the
@@ -109,8 +117,10 @@ void egress_shaper::run(worker_context& ctx, const roce::engine* engine, uint64_
         }
         v.next_grant_ns = now_ns + grant_period_ns(_config[slot]->rate_bps);
         // The rdma class's backlog is what the engine could send now: one burst's worth when
-        // any QP of the vNIC has something, nothing otherwise (its queues are the QPs' rings).
-        const bool rdma_busy = engine != nullptr && engine->vnic_wants_to_send(slot);
+        // any QP of the vNIC has something, nothing otherwise (its queues are the QPs' rings);
+        // its grant, at most what the engine's next poll can send.
+        const uint64_t rdma_room = rdma_q.send_room(slot);
+        const bool rdma_busy = rdma_room > 0;
         const uint64_t rdma_backlog = rdma_busy ? _config[slot]->burst_bytes : 0;
         if (rdma_backlog != v.rdma_reported) {
             if (v.rdma_reported > 0) {
@@ -123,7 +133,7 @@ void egress_shaper::run(worker_context& ctx, const roce::engine* engine, uint64_
         }
         _counters[slot].grants.add(1);
         _counters[slot].tcp_busy_grants.add(v.count > 0 ? 1 : 0);
-        const qos::burst_grant g = _sched->grant(now_ns, slot);
+        const qos::burst_grant g = _sched->grant(now_ns, slot, {rdma_room, qos::no_limits[1]});
         // tcp: frames leave while the grant is positive; the last may overshoot.
         uint64_t sent = 0;
         uint32_t packets = 0;
@@ -176,9 +186,14 @@ bool egress_shaper::admit_rdma(uint16_t slot, uint32_t bytes) {
     return true;
 }
 
-void egress_shaper::commit_rdma() {
+void egress_shaper::commit_rdma(const rdma_queues& rdma_q) {
     for (const uint16_t slot : _active) {
         vnic_state& v = *_vnics[slot];
+        if (v.rdma_budget > 0 && rdma_q.held_back(slot)) {
+            // Left part of this grant because a QP is paced or its port is full, not because
+            // it ran dry: owed nothing for it (qos/scheduler.cc).
+            _sched->held_back(slot, rdma);
+        }
         if (v.rdma_packets == 0) {
             continue;
         }

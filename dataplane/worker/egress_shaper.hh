@@ -13,6 +13,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -26,6 +27,16 @@ namespace roce {
 class engine;
 }
 struct worker_context;
+
+// What the shaper must know of the RoCE engine's QPs, per vNIC slot (rnic/engine.hh answers;
+// a test may stand in): how many bytes its next poll could send (0: nothing waits), and
+// whether its last poll left sends for a reason that may last (a paced QP, a full port).
+struct rdma_queues {
+    std::function<uint64_t(uint16_t)> send_room;
+    std::function<bool(uint16_t)> held_back;
+
+    static rdma_queues of(const roce::engine* engine);  // no engine: nothing ever waits
+};
 
 struct shaper_vnic_counters {
     counter tcp_queue_drops;   // frames tail-dropped: the tcp FIFO was full
@@ -56,14 +67,15 @@ class egress_shaper {
     bool enqueue_tcp(uint16_t slot, uint16_t port, rte_mbuf* m, uint32_t bytes);
 
     // Once per iteration, before the engine polls: grants every shaped vNIC's classes, moves
-    // tcp frames within their grant to the tx batches and sets the rdma budgets. `rdma_busy`
-    // says whether the engine has sends waiting for that vNIC.
-    void run(worker_context& ctx, const roce::engine* engine, uint64_t now_ns);
+    // tcp frames within their grant to the tx batches and sets the rdma budgets, each at most
+    // what `rdma` says the engine's next poll can send.
+    void run(worker_context& ctx, const rdma_queues& rdma, uint64_t now_ns);
     // The engine wants to send `bytes` (charged) for `slot`: true while its grant lasts (the
     // last packet may overshoot; the scheduler carries the debt).
     bool admit_rdma(uint16_t slot, uint32_t bytes);
-    // After the engine polled: charges what it sent.
-    void commit_rdma();
+    // After the engine polled: charges what it sent, and tells the scheduler of a grant it
+    // left because a QP was held back (`rdma`: paced, port full).
+    void commit_rdma(const rdma_queues& rdma);
 
     bool has_queued() const { return _queued_frames > 0; }
     // Nanoseconds from `now_ns` until a vNIC with queued tcp frames can send again (its next

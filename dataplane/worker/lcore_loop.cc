@@ -254,6 +254,7 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
     if (ctx.engine != nullptr) {
         ctx.engine->attach();
     }
+    const rdma_queues rdma = rdma_queues::of(ctx.engine);  // what the shaper asks of the engine
     while (!stop.load(std::memory_order_relaxed)) {
         const datapath_tables& tables = *publisher.current();
         if (ctx.handoff != nullptr && tables.publication != owners_of) {
@@ -331,7 +332,7 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
             // DHTB: grants for this iteration; tcp frames within them leave now, the engine
             // sends rdma within its share below.
             ctx.shaper->sync(tables, ctx, ns);
-            ctx.shaper->run(ctx, ctx.engine, ns);
+            ctx.shaper->run(ctx, rdma, ns);
         }
         if (ctx.engine != nullptr) {
             // Loopback first (intra-host peers' frames), then the QPs' own sending and timers.
@@ -340,7 +341,7 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
             ctx.rdma_port->flush();
         }
         if (ctx.shaper != nullptr) {
-            ctx.shaper->commit_rdma();
+            ctx.shaper->commit_rdma(rdma);
         }
 
         const uint64_t now = rte_get_tsc_cycles();

@@ -81,6 +81,10 @@ class egress_sim {
     // One poll: top up the active queues, grant, send, commit.
     void step() {
         ++_polls;
+        if (rdma_paced_bytes_per_poll != 0) {
+            _paced_tokens = std::min<uint64_t>(_paced_tokens + rdma_paced_bytes_per_poll,
+                                               4 * rdma_paced_bytes_per_poll + 65536);
+        }
         for (auto& [vnic, classes] : _vnics) {
             for (traffic_class c : all_classes) {
                 source& q = classes[index_of(c)];
@@ -101,6 +105,8 @@ class egress_sim {
                 }
                 if (q.pause_every != 0 && _polls % q.pause_every == 0) {
                     room = 0;
+                } else if (c == traffic_class::rdma && rdma_room_untold && room > 0) {
+                    continue;  // backlogged, but how much one burst carries is not said
                 }
                 burst_limits[index_of(c)] = std::min(burst_limits[index_of(c)], room);
             }
@@ -110,9 +116,19 @@ class egress_sim {
                 source& q = classes[index_of(c)];
                 uint64_t sent = 0;
                 uint32_t packets = 0;
+                const bool paced = c == traffic_class::rdma && rdma_paced_bytes_per_poll != 0;
                 while (sent < last_grant[c] && !q.queue.empty() &&
                        packets < max_packets_per_burst &&
                        !(decline_rdma && c == traffic_class::rdma)) {
+                    if (paced && _paced_tokens < q.queue.front()) {
+                        if (tell_held_back) {
+                            _s.held_back(vnic, c);  // as the engine says of a paced QP
+                        }
+                        break;
+                    }
+                    if (paced) {
+                        _paced_tokens -= q.queue.front();
+                    }
                     sent += q.queue.front();
                     q.queue.pop_front();
                     ++packets;
@@ -131,6 +147,14 @@ class egress_sim {
     std::size_t queue_target = 128;       // packets an active source keeps queued
     uint32_t max_packets_per_burst = 64;  // per class per poll
     bool decline_rdma = false;            // the RDMA queue is blocked: granted, never sent
+    // As the worker's shaper: the rdma class's limit is its backlog, not what one burst can
+    // carry (the engine's per-poll packet cap), so a grant may be larger than what it sends.
+    bool rdma_room_untold = false;
+    // A paced RDMA class (a DCQCN-cut QP): at most this many bytes per poll on average, 0 for
+    // none; with `tell_held_back`, a grant it leaves for that reason is reported like the
+    // engine reports it (scheduler::held_back).
+    uint64_t rdma_paced_bytes_per_poll = 0;
+    bool tell_held_back = true;
     class_limits limits = no_limits;
     burst_grant last_grant;
     uint64_t grants = 0;
@@ -138,6 +162,7 @@ class egress_sim {
   private:
     scheduler& _s;
     uint64_t _now;
+    uint64_t _paced_tokens = 0;
     uint64_t _poll_ns;
     std::mt19937_64 _rng;
     uint64_t _polls = 0;

@@ -1011,16 +1011,22 @@ TEST_F(rc_qp_test, wqe_qp_and_srq_quotas_refuse_with_edquot_and_change_live) {
     EXPECT_EQ(c.status, IBV_WC_SUCCESS);
 }
 
-// The shaper asks, for every shaped vNIC, whether its QPs have work: only that vNIC's QPs are
-// looked at, and another vNIC's busy QP does not make this one look backlogged.
-TEST_F(rc_qp_test, a_vnic_wants_to_send_only_when_its_own_qps_have_work) {
+// The shaper asks, for every shaped vNIC, how much its QPs could send in one poll: only that
+// vNIC's QPs are looked at, another vNIC's busy QP does not make this one look backlogged, and
+// the room covers a full poll of path-MTU packets (a smaller one would hold RDMA below its
+// share, a larger one lets a grant outrun the poll).
+TEST_F(rc_qp_test, a_vnic_has_send_room_only_when_its_own_qps_have_work) {
     connect_both();
-    EXPECT_FALSE(eng.vnic_wants_to_send(0));
-    EXPECT_FALSE(eng.vnic_wants_to_send(1));
+    EXPECT_EQ(eng.vnic_send_room(0), 0u);
+    EXPECT_EQ(eng.vnic_send_room(1), 0u);
     a.post_send(wqe(1, IBV_WR_RDMA_WRITE, a.iova(0), 8, a.mr, b.iova(0), b.mr));
-    EXPECT_TRUE(eng.vnic_wants_to_send(0));
-    EXPECT_FALSE(eng.vnic_wants_to_send(1));
-    EXPECT_FALSE(eng.vnic_wants_to_send(7)) << "no such vNIC";
+    const uint64_t room = eng.vnic_send_room(0);
+    const uint64_t packets_per_poll = 8 * 32;
+    const uint64_t mtu = eng.find(0, a.qp)->path_mtu_bytes();
+    EXPECT_GE(room, packets_per_poll * mtu);
+    EXPECT_LE(room, packets_per_poll * (mtu + 200));
+    EXPECT_EQ(eng.vnic_send_room(1), 0u);
+    EXPECT_EQ(eng.vnic_send_room(7), 0u) << "no such vNIC";
 }
 
 TEST_F(rc_qp_test, a_full_port_delays_packets_without_losing_them) {

@@ -72,7 +72,7 @@ TEST_F(ShaperTest, AShapedVnicsFramesLeaveAtItsRate) {
     // 10 ms of 100 µs iterations at 100 Mbit/s: 125 000 bytes plus the burst may leave.
     for (int step = 0; step < 100; ++step) {
         now += 100'000;
-        shaper->run(*ctx, nullptr, now);
+        shaper->run(*ctx, rdma_queues::of(nullptr), now);
         sent += drain_t5();
     }
     EXPECT_GT(sent, 125'000u * 9 / 10);
@@ -95,18 +95,22 @@ TEST_F(ShaperTest, UnshapedVnicsPassStraightThrough) {
 }
 
 TEST_F(ShaperTest, RdmaIsAdmittedAgainstItsShareAndNeverBeyondTheRate) {
-    // Only rdma is backlogged here (no engine: admission is asked directly): it may use the
-    // whole rate, and is refused once the grant is spent until tokens come back.
+    // Only rdma is backlogged here (a stand-in for the engine says t1's QPs could send 64 KB
+    // per poll; admission is asked directly): it may use the whole rate, and is refused once
+    // the grant is spent until tokens come back.
+    const rdma_queues t1_backlogged{[](uint16_t slot) { return slot == slot_t1 ? 65536u : 0u; },
+                                    [](uint16_t) { return false; }};
     uint64_t admitted = 0;
     for (int step = 0; step < 100; ++step) {
         now += 100'000;
-        shaper->run(*ctx, nullptr, now);
+        shaper->run(*ctx, t1_backlogged, now);
         while (shaper->admit_rdma(slot_t1, 1100)) {
             admitted += 1100;
         }
-        shaper->commit_rdma();
+        shaper->commit_rdma(t1_backlogged);
     }
     EXPECT_GT(shaper->counters(slot_t1).rdma_waits.read(), 0u);
+    EXPECT_GT(admitted, 125'000u * 9 / 10) << "alone, rdma may use the whole rate";
     EXPECT_LT(admitted, 125'000u + 16384 + 2 * 1100);
     EXPECT_TRUE(shaper->admit_rdma(slot_t5, 1 << 20)) << "an unshaped vNIC is never refused";
 }
