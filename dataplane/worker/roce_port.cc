@@ -25,6 +25,7 @@ void roce_port::use(const datapath_tables* tables) {
     }
     flush();  // routed with the old snapshot: they leave by its uplink
     _tables = tables;
+    _route = nullptr;  // an entry of the old snapshot's VLT
     if (tables == nullptr || _ctx.engine == nullptr) {
         return;
     }
@@ -86,7 +87,14 @@ void roce_port::end_frame(uint16_t vnic_slot, uint32_t dst_ip_be, uint32_t len) 
         _ctx.drop(m, drop_reason::vnic_removed, vnic_slot);
         return;
     }
-    const overlay::vlt_entry* entry = _tables->vlt->lookup(vnic.vpc, dst_ip_be);
+    // A snapshot's VLT is read-only while it is in use: the last route holds for the next
+    // packet to the same peer, one hash lookup per run of packets instead of per packet.
+    if (_route == nullptr || _route_vpc != vnic.vpc || _route_dst != dst_ip_be) {
+        _route = _tables->vlt->lookup(vnic.vpc, dst_ip_be);
+        _route_vpc = vnic.vpc;
+        _route_dst = dst_ip_be;
+    }
+    const overlay::vlt_entry* entry = _route;
     if (entry == nullptr) {
         _ctx.drop(m, drop_reason::vlt_miss, vnic_slot);
         return;

@@ -73,6 +73,11 @@ class roce_port final : public roce::packet_port {
     void hand_over();
     // One frame of this host's RoCE to the engine, for local vNIC `slot`; frees it.
     void deliver(roce::engine& engine, uint16_t slot, rte_mbuf* m, uint64_t now_ns);
+    // The route of the frame sent last (a QP sends runs of packets to one peer): the VLT entry
+    // of (_route_vpc, _route_dst) in _tables, null when none is kept. use() forgets it.
+    uint32_t _route_vpc = 0;
+    uint32_t _route_dst = 0;
+    const overlay::vlt_entry* _route = nullptr;
     overlay::datagram_run _to_uplink;
     uint16_t _uplink_port = 0;  // of the snapshot _to_uplink's frames were routed with
 };

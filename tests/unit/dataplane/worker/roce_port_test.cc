@@ -65,6 +65,22 @@ TEST_F(RocePortTwoWorkers, FramesForAnotherWorkersVnicGoToItsRoceRingMarkedWithI
     rte_pktmbuf_free_bulk(out, n);
 }
 
+TEST_F(RocePortTwoWorkers, EachFrameFollowsItsOwnDestinationsRoute) {
+    // The port keeps the route of the frame sent last; interleaved peers must not share it.
+    for (const char* dst :
+         {"198.19.1.3", "198.19.1.2", "198.19.9.9", "198.19.1.3", "198.19.1.2", "198.19.1.2"}) {
+        send_from_t1(dst);
+    }
+    port->flush();
+    rte_mbuf* out[8];
+    const uint16_t handed = handoff->take_roce(1, out, 8);
+    EXPECT_EQ(handed, 2) << "t5's frames to worker 1";
+    rte_pktmbuf_free_bulk(out, handed);
+    EXPECT_EQ(drops(drop_reason::vlt_miss), 1u) << "no such address in the VPC";
+    EXPECT_EQ(ctx->counters.vnics[slot_t1].rdma_tx_packets.read(), 5u)
+        << "t2's three to the uplink, t5's two";
+}
+
 TEST_F(RocePortTwoWorkers, AHandedFrameForAVnicThisWorkerDoesNotOwnIsDropped) {
     // Worker 0 is handed a frame marked for t5's port (worker 1's vNIC): t5 cannot be served
     // here (its QPs are not in this engine), so it is a counted drop, not a delivery.
