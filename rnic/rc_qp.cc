@@ -112,6 +112,7 @@ bool rc_qp::has_work() const {
 }
 
 unsigned rc_qp::poll(packet_port& port, uint64_t now_ns, unsigned budget) {
+    _held_back = false;  // this poll's answer only (a QP in ERR or RESET holds nothing back)
     const ibv_qp_state st = _machine.state();
     if (st == IBV_QPS_ERR) {
         flush();
@@ -122,7 +123,6 @@ unsigned rc_qp::poll(packet_port& port, uint64_t now_ns, unsigned budget) {
         return 0;
     }
     unsigned sent = 0;
-    _held_back = false;
     if (_ack_pending) {
         send_ack(port, syndrome_ack(credits_invalid), _ack_psn);
         _ack_pending = false;
