@@ -121,9 +121,7 @@ class egress_sim {
                        packets < max_packets_per_burst &&
                        !(decline_rdma && c == traffic_class::rdma)) {
                     if (paced && _paced_tokens < q.queue.front()) {
-                        if (tell_held_back) {
-                            _s.held_back(vnic, c);  // as the engine says of a paced QP
-                        }
+                        _s.held_back(vnic, c);  // as the engine says of a paced QP
                         break;
                     }
                     if (paced) {
@@ -147,14 +145,14 @@ class egress_sim {
     std::size_t queue_target = 128;       // packets an active source keeps queued
     uint32_t max_packets_per_burst = 64;  // per class per poll
     bool decline_rdma = false;            // the RDMA queue is blocked: granted, never sent
-    // As the worker's shaper: the rdma class's limit is its backlog, not what one burst can
-    // carry (the engine's per-poll packet cap), so a grant may be larger than what it sends.
+    // The rdma class's limit is its backlog, not what one burst can carry (the engine's
+    // per-poll packet cap, which the worker did not tell before the seventeenth session), so a
+    // grant may be larger than what it sends.
     bool rdma_room_untold = false;
-    // A paced RDMA class (a DCQCN-cut QP): at most this many bytes per poll on average, 0 for
-    // none; with `tell_held_back`, a grant it leaves for that reason is reported like the
-    // engine reports it (scheduler::held_back).
+    // A paced RDMA class (a DCQCN-cut QP): at most this many bytes per poll on average (a few
+    // polls' worth may be saved up), 0 for none; a grant it leaves for that reason is reported
+    // as the engine reports it (scheduler::held_back).
     uint64_t rdma_paced_bytes_per_poll = 0;
-    bool tell_held_back = true;
     class_limits limits = no_limits;
     burst_grant last_grant;
     uint64_t grants = 0;
