@@ -191,8 +191,10 @@ uint64_t engine::vnic_send_room(uint16_t vnic) const {
     }
     for (const rc_qp* qp : _by_slot[vnic]) {
         if (qp != nullptr && qp->has_work()) {
-            // The largest request: Ethernet/IPv4/UDP, BTH and RETH, a full payload, ICRC.
-            const uint32_t frame = frame_l2_l4_bytes + 12 + 16 + qp->path_mtu_bytes() + 4;
+            // The largest request: a WRITE First's headers (BTH, RETH), a full payload, ICRC.
+            const uint32_t frame = frame_l2_l4_bytes +
+                                   opcode_info_of(opcode::rc_write_first).header_bytes +
+                                   qp->path_mtu_bytes() + icrc_bytes;
             return uint64_t{max_passes} * vnic_budget * qos::charged_bytes(frame);
         }
     }
