@@ -91,6 +91,19 @@ uint16_t join_vxlan_frames(rte_mbuf** frames, uint16_t n, rte_mbuf** out) {
     return produced;
 }
 
+void datagram_run::pad_to_chunk() {
+    const uint16_t full = _closed ? _count - 1 : _count;
+    for (uint16_t i = 0; i < full; ++i) {
+        const uint32_t pad = _chunk + gso_outer_bytes - rte_pktmbuf_pkt_len(_frames[i]);
+        if (pad == 0) {
+            continue;
+        }
+        // add() kept every full frame within the room its mbuf has behind it.
+        std::memset(rte_pktmbuf_append(_frames[i], static_cast<uint16_t>(pad)), 0, pad);
+        _padding += pad;
+    }
+}
+
 bool same_outer_flow(const rte_mbuf* a, const rte_mbuf* b) {
     if (rte_pktmbuf_data_len(a) < gso_outer_bytes || rte_pktmbuf_data_len(b) < gso_outer_bytes) {
         return false;

@@ -186,6 +186,15 @@ bool egress_shaper::admit_rdma(uint16_t slot, uint32_t bytes) {
     return true;
 }
 
+void egress_shaper::charge_rdma(uint16_t slot, uint32_t bytes) {
+    if (slot >= max_vnics || _vnics[slot] == nullptr) {
+        return;  // not shaped
+    }
+    vnic_state& v = *_vnics[slot];
+    v.rdma_budget -= bytes;
+    v.rdma_used += bytes;  // committed with the packets that carried it
+}
+
 void egress_shaper::commit_rdma(const rdma_queues& rdma_q) {
     for (const uint16_t slot : _active) {
         vnic_state& v = *_vnics[slot];

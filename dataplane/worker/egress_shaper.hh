@@ -73,6 +73,9 @@ class egress_shaper {
     // The engine wants to send `bytes` (charged) for `slot`: true while its grant lasts (the
     // last packet may overshoot; the scheduler carries the debt).
     bool admit_rdma(uint16_t slot, uint32_t bytes);
+    // Bytes `slot`'s rdma class put on the wire beyond what admit_rdma was asked for (the
+    // padding that lets a QP's packets share a super-datagram, overlay/udp_gso.hh).
+    void charge_rdma(uint16_t slot, uint32_t bytes);
     // After the engine polled: charges what it sent, and tells the scheduler of a grant it
     // left because a QP was held back (`rdma`: paced, port full).
     void commit_rdma(const rdma_queues& rdma);

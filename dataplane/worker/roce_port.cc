@@ -136,14 +136,31 @@ void roce_port::end_frame(uint16_t vnic_slot, uint32_t dst_ip_be, uint32_t len) 
         _ctx.tx.enqueue(_tables->uplink_port, m, _ctx.counters);
         return;
     }
+    if (_to_uplink.size() > 0 && _run_vnic != vnic_slot) {
+        flush_to_uplink();  // a run is one vNIC's: its padding is charged to it
+    }
     _uplink_port = _tables->uplink_port;
+    _run_vnic = vnic_slot;
     _to_uplink.add(m,
                    [&](rte_mbuf* frame) { _ctx.tx.enqueue(_uplink_port, frame, _ctx.counters); });
+    charge_padding();
 }
 
 void roce_port::flush() {
-    _to_uplink.flush([&](rte_mbuf* frame) { _ctx.tx.enqueue(_uplink_port, frame, _ctx.counters); });
+    flush_to_uplink();
     hand_over();
+}
+
+void roce_port::flush_to_uplink() {
+    _to_uplink.flush([&](rte_mbuf* frame) { _ctx.tx.enqueue(_uplink_port, frame, _ctx.counters); });
+    charge_padding();
+}
+
+void roce_port::charge_padding() {
+    const uint64_t padding = _to_uplink.take_padding();
+    if (padding > 0 && _ctx.shaper != nullptr) {
+        _ctx.shaper->charge_rdma(_run_vnic, static_cast<uint32_t>(padding));
+    }
 }
 
 void roce_port::hand_over() {

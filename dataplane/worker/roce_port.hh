@@ -49,10 +49,10 @@ class roce_port final : public roce::packet_port {
     // engine, metered as from the fabric; one for a vNIC this worker no longer owns is dropped.
     void receive_handed(rte_mbuf** pkts, uint16_t count, uint64_t now_ns);
     // Queues what the RNIC sent since the last call: frames to other hosts for the uplink,
-    // frames to other workers' vNICs for those workers. Through a vnet uplink, consecutive
-    // frames of one QP's flow leave as UDP GSO super-datagrams (one message for up to 64
-    // packets, as a tenant's TCP does); the worker calls this once per iteration, after the
-    // engine's poll and before the transmit batch is flushed.
+    // frames to other workers' vNICs for those workers. Through an uplink that takes UDP GSO
+    // (tap, vnet), consecutive frames of one QP's flow leave as UDP GSO super-datagrams (about
+    // one per 64-packet message, as a tenant's TCP sends one per 64 KB); the worker calls this
+    // once per iteration, after the engine's poll and before the transmit batch is flushed.
     void flush();
 
   private:
@@ -80,6 +80,10 @@ class roce_port final : public roce::packet_port {
     const overlay::vlt_entry* _route = nullptr;
     overlay::datagram_run _to_uplink;
     uint16_t _uplink_port = 0;  // of the snapshot _to_uplink's frames were routed with
+    uint16_t _run_vnic = 0;     // whose frames _to_uplink holds (one vNIC's at a time)
+    void flush_to_uplink();
+    // QoS charges the sending vNIC for the zero padding its frames took in a super-datagram.
+    void charge_padding();
 };
 
 }  // namespace jakiro

@@ -563,6 +563,33 @@ def test_captured_icrcs_match_scapy_and_the_spec(roce_capture):
     assert ACK in checked and (WRITE_FIRST in checked or WRITE_ONLY in checked), checked
 
 
+def test_padding_behind_roce_packets_is_zeros_and_never_more_than_a_reth(roce_capture):
+    """A QP's full packets share super-datagrams at one size: a WRITE's middle packets are
+    padded to its first's (16 bytes of RETH) behind the inner IPv4 packet. The padding is
+    zeros (nothing of another buffer leaks) and the inner packet stays whole and first."""
+    from scapy.all import raw, rdpcap
+    from scapy.layers.inet import IP as IPv4, UDP
+    from scapy.layers.vxlan import VXLAN
+
+    padded = unpadded = 0
+    for frame in rdpcap(str(roce_capture)):
+        if VXLAN not in frame:
+            continue
+        inner = frame[VXLAN].payload
+        if IPv4 not in inner or UDP not in inner[IPv4] or inner[IPv4][UDP].dport != 4791:
+            continue
+        inner_frame = raw(inner)
+        behind = inner_frame[14 + inner[IPv4].len:]
+        assert len(behind) <= 16, f"{len(behind)} bytes behind a {inner[IPv4].len}-byte packet"
+        assert behind == bytes(len(behind)), f"padding that is not zeros: {behind.hex()}"
+        if behind:
+            padded += 1
+        else:
+            unpadded += 1
+    print(f"\n{padded} RoCE frames padded, {unpadded} not")
+    assert padded > 0 and unpadded > 0, "64 KiB WRITEs: padded middles, unpadded firsts and ACKs"
+
+
 # ---------------------------------------------------------------- congestion from the fabric
 
 

@@ -4,6 +4,7 @@
 #include <rte_tcp.h>
 #include <rte_udp.h>
 
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -220,6 +221,94 @@ TEST_F(UdpGsoTest, ARunStopsAtWhatOneDatagramMayHold) {
     }
     EXPECT_EQ(chunks, 100u);
     EXPECT_EQ(sent.size(), 3u) << "45 + 45 + 10";
+}
+
+// A segment the kernel cut from a padded run is frame `index` followed by zeros: the inner
+// packet and its headers as they were, the outer lengths grown by the padding. Returns how
+// many bytes of padding it carried.
+size_t expect_padded_frame(std::vector<uint8_t> seg, const std::vector<uint8_t>& want,
+                           size_t index) {
+    EXPECT_GE(seg.size(), want.size()) << "frame " << index;
+    if (seg.size() < want.size()) {
+        return 0;
+    }
+    const size_t padding = seg.size() - want.size();
+    EXPECT_LE(padding, datagram_run::max_padding_bytes) << "frame " << index;
+    for (size_t i = want.size(); i < seg.size(); ++i) {
+        EXPECT_EQ(seg[i], 0) << "frame " << index << " padding byte " << i - want.size();
+    }
+    seg.resize(want.size());
+    auto* iph = reinterpret_cast<rte_ipv4_hdr*>(seg.data() + 14);
+    iph->total_length = rte_cpu_to_be_16(static_cast<uint16_t>(seg.size() - 14));
+    reinterpret_cast<rte_udp_hdr*>(seg.data() + 34)->dgram_len =
+        rte_cpu_to_be_16(static_cast<uint16_t>(seg.size() - 34));
+    expect_same_frame(seg, want, index);
+    return padding;
+}
+
+TEST_F(UdpGsoTest, AQpsFullPacketsOfDifferentHeadersShareDatagramsAcrossMessages) {
+    // Three 64-packet WRITEs of one QP: a first packet 16 bytes (a RETH) larger than the 62
+    // middle and the last. Equal sizes only, that is three datagrams a message; padded to one
+    // size, 192 chunks of 1106 bytes are four (59 fit in an IPv4 datagram).
+    datagram_run run;
+    std::vector<rte_mbuf*> sent;
+    std::vector<std::vector<uint8_t>> expected;
+    auto send = [&](rte_mbuf* m) {
+        sent.push_back(m);
+        owned.push_back(m);
+    };
+    for (int message = 0; message < 3; ++message) {
+        for (int k = 0; k < 64; ++k) {
+            rte_mbuf* m = flow_frame(50001, k == 0 ? 1056 : 1040, static_cast<uint8_t>(k));
+            expected.push_back(bytes_of(m));
+            run.add(m, send);
+        }
+    }
+    run.flush(send);
+    EXPECT_EQ(sent.size(), 4u);
+    size_t next = 0;
+    uint64_t padding = 0;
+    for (rte_mbuf* m : sent) {
+        EXPECT_TRUE(m->ol_flags & RTE_MBUF_F_TX_UDP_SEG);
+        for (auto& seg : kernel_segments(bytes_of(m), gso_size_of(m))) {
+            ASSERT_LT(next, expected.size());
+            padding += expect_padded_frame(seg, expected[next], next);
+            ++next;
+        }
+    }
+    EXPECT_EQ(next, expected.size()) << "every frame once, in order";
+    EXPECT_GT(padding, 0u);
+    EXPECT_EQ(run.take_padding(), padding) << "what QoS is charged is what went on the wire";
+    EXPECT_EQ(run.take_padding(), 0u);
+}
+
+TEST_F(UdpGsoTest, AFrameIsPaddedOnlyWithinItsOwnMbufAndByLittle) {
+    datagram_run run;
+    std::vector<rte_mbuf*> sent;
+    auto send = [&](rte_mbuf* m) {
+        sent.push_back(m);
+        owned.push_back(m);
+    };
+    // 17 bytes shorter than the frame before: not padded, it ends the run as its last chunk.
+    run.add(flow_frame(50001, 1057, 1), send);
+    run.add(flow_frame(50001, 1040, 2), send);
+    run.add(flow_frame(50001, 1057, 3), send);
+    run.flush(send);
+    ASSERT_EQ(sent.size(), 2u);
+    EXPECT_EQ(run.take_padding(), 0u);
+    // A frame whose mbuf has no room behind it cannot grow: a larger one after it starts anew.
+    sent.clear();
+    rte_mbuf* full = flow_frame(50001, 1040, 4);
+    const uint16_t at_the_end = static_cast<uint16_t>(full->buf_len - rte_pktmbuf_data_len(full));
+    std::memmove(static_cast<uint8_t*>(full->buf_addr) + at_the_end, rte_pktmbuf_mtod(full, void*),
+                 rte_pktmbuf_data_len(full));
+    full->data_off = at_the_end;
+    ASSERT_EQ(rte_pktmbuf_tailroom(full), 0u);
+    run.add(full, send);
+    run.add(flow_frame(50001, 1056, 5), send);
+    run.flush(send);
+    EXPECT_EQ(sent.size(), 2u);
+    EXPECT_EQ(run.take_padding(), 0u);
 }
 
 TEST_F(UdpGsoTest, FramesThatDifferInAnyHeaderTheKernelCopiesNeverShareADatagram) {

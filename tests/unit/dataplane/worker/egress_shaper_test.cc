@@ -115,6 +115,26 @@ TEST_F(ShaperTest, RdmaIsAdmittedAgainstItsShareAndNeverBeyondTheRate) {
     EXPECT_TRUE(shaper->admit_rdma(slot_t5, 1 << 20)) << "an unshaped vNIC is never refused";
 }
 
+TEST_F(ShaperTest, PaddingTheRdmaClassPutOnTheWireCountsAgainstItsRate) {
+    // Each admitted packet also took 550 bytes of padding in a super-datagram (far more than
+    // the real 16, so that an uncharged padding would show): packets and padding together stay
+    // within the rate.
+    const rdma_queues t1_backlogged{[](uint16_t slot) { return slot == slot_t1 ? 65536u : 0u; },
+                                    [](uint16_t) { return false; }};
+    uint64_t on_wire = 0;
+    for (int step = 0; step < 100; ++step) {
+        now += 100'000;
+        shaper->run(*ctx, t1_backlogged, now);
+        while (shaper->admit_rdma(slot_t1, 1100)) {
+            shaper->charge_rdma(slot_t1, 550);
+            on_wire += 1100 + 550;
+        }
+        shaper->commit_rdma(t1_backlogged);
+    }
+    EXPECT_GT(on_wire, 125'000u * 9 / 10);
+    EXPECT_LT(on_wire, 125'000u + 16384 + 2 * 1650);
+}
+
 TEST_F(ShaperTest, RemovingTheRateReleasesQueuedFramesAtOnce) {
     for (int i = 0; i < 50; ++i) {
         from_tenant(slot_t1, t1_packet("198.19.1.3"));
