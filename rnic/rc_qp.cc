@@ -103,6 +103,9 @@ bool rc_qp::has_work() const {
     if (st == IBV_QPS_ERR) {
         return flush_pending();
     }
+    if (awaits_ack_probe() && (st == IBV_QPS_RTS || st == IBV_QPS_SQD)) {
+        return true;  // ask_again_for_ack is due within ack_request_gap_ns
+    }
     if (st != IBV_QPS_RTS) {
         return false;
     }
@@ -136,11 +139,17 @@ unsigned rc_qp::poll(packet_port& port, uint64_t now_ns, unsigned budget) {
             run_timers(now_ns);
         }
         if (_machine.state() == IBV_QPS_RTS && sent < budget) {
-            sent += send_packets(port, now_ns, budget - sent);
+            const unsigned requests = send_packets(port, now_ns, budget - sent);
+            sent += requests;
             if (!reliable()) {
                 retire_sends();  // nothing to wait for: sent is done
             }
+            if (requests == 0 && reliable()) {
+                sent += ask_again_for_ack(port, now_ns);
+            }
         }
+    } else if (st == IBV_QPS_SQD && reliable()) {
+        sent += ask_again_for_ack(port, now_ns);  // draining: what was sent must be ACKed
     }
     if (_machine.state() == IBV_QPS_ERR) {
         flush();
@@ -329,6 +338,8 @@ void rc_qp::reset() {
     _revoked = false;
     _send_index = _s.ring->send_taken();
     _psn_cursor = _next_psn = _una = _sent_high = 0;
+    _packets_since_ack_req = 0;
+    _first_unasked_ns = 0;
     _local = local_transfer{};
     _rnr_resume_ns = 0;
     _rewound_for_gap = false;

@@ -213,7 +213,16 @@ class rc_qp {
     void fetch_sends(uint64_t now_ns);
     void check_local_buffers(send_op& op);
     unsigned send_packets(packet_port& port, uint64_t now_ns, unsigned budget);
-    bool emit_request(packet_port& port, send_op& op, uint32_t index_in_op);
+    bool emit_request(packet_port& port, send_op& op, uint32_t index_in_op, uint64_t now_ns);
+    // Whether the request packet about to leave asks for an ACK (AckReq); counts it.
+    bool asks_for_ack(const send_op& op, bool last, uint64_t now_ns);
+    // Whether the op after the one being sent is fetched and will be sent behind it, asking
+    // for an ACK itself if nothing follows it (a plain SEND/WRITE that did not fail locally).
+    bool next_op_follows() const;
+    // When packets left without AckReq and nothing has followed them for ack_request_gap_ns,
+    // sends the last of them again asking for an ACK; returns the packets sent (0 or 1).
+    unsigned ask_again_for_ack(packet_port& port, uint64_t now_ns);
+    bool awaits_ack_probe() const { return _packets_since_ack_req > 0 && _una != _next_psn; }
     void on_ack_psn(uint32_t psn, uint64_t now_ns);
     void on_response(const roce_packet& p, packet_port& port, uint64_t now_ns);
     void on_read_response(const roce_packet& p, uint64_t now_ns);
@@ -377,6 +386,9 @@ class rc_qp {
     uint32_t _una = 0;            // oldest unacknowledged PSN
     uint32_t _sent_high = 0;      // one past the highest PSN ever sent (a rewind keeps it)
     uint64_t _last_progress_ns = 0;
+    uint32_t _packets_since_ack_req = 0;  // request packets sent since one asked for an ACK
+    uint64_t _first_unasked_ns = 0;       // when the oldest of those left
+    bool _asking_again = false;           // ask_again_for_ack is sending: AckReq is set
     uint32_t _retries_left = 0;
     uint32_t _rnr_retries_left = 0;
     uint64_t _rnr_resume_ns = 0;  // != 0: waiting out an RNR NAK

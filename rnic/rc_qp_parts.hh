@@ -29,9 +29,14 @@ namespace proto = verbs_proto;
 // queues, not held by the requester (a retransmission rereads the MR), so one QP still cannot
 // drain the mbuf pool.
 inline constexpr uint32_t send_window_packets = 2048;
-// The requester asks for an ACK at least this often inside long messages, so the window
-// opens before the message ends.
-inline constexpr uint32_t ack_request_interval = 64;
+// The requester asks for an ACK at least every ack_request_interval packets and once a packet
+// sent without asking is ack_request_gap_ns old, so the window opens long before it fills
+// (an eighth of it) and a slow (paced, shaped) stream is acknowledged as promptly as a single
+// message, far within any retransmit timeout a program sets. Between those, a run of plain
+// WRITEs asks only when nothing ready follows: one ACK per four 64 KiB WRITEs at path MTU 1024
+// instead of one each (each ACK is a message through the uplink on both hosts).
+inline constexpr uint32_t ack_request_interval = 256;
+inline constexpr uint64_t ack_request_gap_ns = 100'000;
 // READs the responder queues beyond max_dest_rd_atomic (re-executed duplicates).
 inline constexpr std::size_t read_job_slack = 4;
 // What a UD receive buffer holds before the payload: the GRH, or on RoCE v2 over IPv4 its

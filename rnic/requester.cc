@@ -196,7 +196,7 @@ unsigned rc_qp::send_packets(packet_port& port, uint64_t now_ns, unsigned budget
         const bool was_idle = _una == _next_psn;
         // Only a packet that really leaves is charged to the pacer: a refusal by the vNIC's
         // QoS share or a full port must not eat the QP's rate.
-        if (!emit_request(port, op, k)) {
+        if (!emit_request(port, op, k, now_ns)) {
             break;
         }
         pacer_charge(now_ns, _mtu);
@@ -245,7 +245,7 @@ bool rc_qp::initiator_depth_reached() const {
     return false;
 }
 
-bool rc_qp::emit_request(packet_port& port, send_op& op, uint32_t k) {
+bool rc_qp::emit_request(packet_port& port, send_op& op, uint32_t k, uint64_t now_ns) {
     const proto::send_wqe& w = op.wqe;
     const bool first = k == 0;
     const bool last = k + 1 == op.packets;
@@ -311,7 +311,7 @@ bool rc_qp::emit_request(packet_port& port, send_op& op, uint32_t k) {
     bth.opcode = code;
     bth.dest_qp = _s.type == IBV_QPT_UD ? w.ud_remote_qpn : _machine.attr().dest_qp_num;
     bth.psn = psn_add(op.first_psn, k);
-    bth.ack_req = reliable() && !needs_response(w) && (last || (k + 1) % ack_request_interval == 0);
+    bth.ack_req = asks_for_ack(op, last, now_ns);
     bth.solicited = last && (w.send_flags & IBV_SEND_SOLICITED) != 0;
     ext_fields ext;
     if (_s.type == IBV_QPT_UD) {
@@ -334,6 +334,76 @@ bool rc_qp::emit_request(packet_port& port, send_op& op, uint32_t k) {
     }
     finish_packet(port, bth, ext, frame, payload);
     return true;
+}
+
+// A message the responder's program sees complete (a SEND, a WRITE with immediate) always
+// asks on its last packet: that program may destroy its QP on the completion, and an ACK
+// left for a later packet would never come. A plain WRITE's last packet asks only when no
+// ready op follows or the interval or the gap is due; the ACK that a later packet asks for
+// covers it (ACKs are cumulative). READs and atomics never ask: their responses answer.
+bool rc_qp::asks_for_ack(const send_op& op, bool last, uint64_t now_ns) {
+    if (!reliable()) {
+        return false;
+    }
+    if (needs_response(op.wqe)) {
+        _packets_since_ack_req = 0;  // its response acknowledges every request before it
+        return false;
+    }
+    if (_asking_again || _una == _next_psn) {
+        _packets_since_ack_req = 0;  // asked, or everything before this packet is ACKed
+    }
+    if (_asking_again) {
+        return true;
+    }
+    const bool due =
+        _packets_since_ack_req + 1 >= ack_request_interval ||
+        (_packets_since_ack_req > 0 && now_ns - _first_unasked_ns >= ack_request_gap_ns);
+    const bool ask = due || (last && (op.wqe.opcode != IBV_WR_RDMA_WRITE || !next_op_follows()));
+    if (ask) {
+        _packets_since_ack_req = 0;
+    } else if (_packets_since_ack_req++ == 0) {
+        _first_unasked_ns = now_ns;
+    }
+    return ask;
+}
+
+bool rc_qp::next_op_follows() const {
+    const verbs::qp_ring& ring = *_s.ring;
+    const uint32_t next = _send_index + 1;  // send_packets emits _sends[_send_index]
+    if (next == ring.send_taken()) {
+        return false;
+    }
+    const send_op& op = _sends[next & (ring.sq_capacity() - 1)];
+    return op.local_error == IBV_WC_SUCCESS && op.packets > 0 && !needs_response(op.wqe);
+}
+
+// Coalescing leaves a tail when the op that was to follow does not go after all (the vNIC's
+// QoS share, the pacer or a full port holds it, the program moves the QP to SQD): its packets
+// went without AckReq and the responder ACKs only when asked. Once nothing has followed them
+// for ack_request_gap_ns, the last of them goes again with AckReq, a duplicate the responder
+// answers with an ACK for everything up to it (IB spec 9.7.5.1.2). Once per tail: a lost
+// probe or ACK is the retransmit timer's, as any lost ACK is.
+unsigned rc_qp::ask_again_for_ack(packet_port& port, uint64_t now_ns) {
+    if (!awaits_ack_probe() || now_ns - _first_unasked_ns < ack_request_gap_ns) {
+        return 0;
+    }
+    const uint32_t psn = psn_sub(_next_psn, 1);
+    const verbs::qp_ring& ring = *_s.ring;
+    const uint32_t mask = ring.sq_capacity() - 1;
+    for (uint32_t i = ring.send_retired(); i != ring.send_taken(); ++i) {
+        send_op& op = _sends[i & mask];
+        if (op.packets == 0 || psn_diff(psn, op.first_psn) < 0 ||
+            psn_diff(psn, psn_add(op.first_psn, op.packets)) >= 0) {
+            continue;
+        }
+        _asking_again = true;
+        const bool sent =
+            emit_request(port, op, static_cast<uint32_t>(psn_diff(psn, op.first_psn)), now_ns);
+        _asking_again = false;
+        return sent ? 1 : 0;  // refused (port full): the next poll asks again
+    }
+    _packets_since_ack_req = 0;  // rewound past it: what is sent again asks anew
+    return 0;
 }
 
 }  // namespace jakiro::roce

@@ -69,6 +69,11 @@ bool face::receive_uplink() {
     return true;
 }
 
+bool face::holds_uplink_frames() const {
+    const uplink_state& u = *_uplink;
+    return u.cut_next < u.cut_count || u.next < u.received;
+}
+
 uint16_t face::rx_uplink(rte_mbuf** pkts, uint16_t count, lcore_counters& counters) {
     uplink_state& u = *_uplink;
     uint16_t out = 0;

@@ -91,6 +91,9 @@ class face {
     // `counters`' drops. At most one recvmmsg (a tap: readv until it is drained or a burst
     // is read).
     uint16_t rx_uplink(rte_mbuf** pkts, uint16_t count, lcore_counters& counters);
+    // Whether rx_uplink has frames or messages read earlier still to give (then it must be
+    // called whether or not the socket is readable).
+    bool holds_uplink_frames() const;
     bool is_uplink() const { return _uplink != nullptr; }
     // A tap uplink whose kernel agreed to UDP-tunnel GSO: it takes VXLAN super-frames whole.
     bool takes_vxlan_superframes() const { return _vxlan_superframes; }

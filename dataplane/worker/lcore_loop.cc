@@ -2,6 +2,7 @@
 
 #include <rte_cycles.h>
 #include <rte_ethdev.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <ctime>
@@ -277,8 +278,22 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
         // then cap every port at 32 frames per millisecond.
         // The uplink's bursts are gathered first so GRO sees up to 128 frames at once: a
         // TCP flow's frames go to its tenant as one super-frame (overlay/superframe.hh).
+        // Which vnet faces have frames: asked every poll while some face is busy, otherwise
+        // every face_check_period polls, so quiet faces cost the loop (and the RoCE engine's
+        // visits) a system call per 8 polls, not per poll. An uplink face is asked about every
+        // poll, in the same system call: one epoll_wait instead of a read that finds nothing,
+        // which is what most polls of a busy daemon would otherwise do.
+        const bool uplink_face = owns_uplink && vnet::is_face_port(tables.uplink_port);
+        if (uplink_face || ready_faces.any() || ++polls_since_face_check >= face_check_period) {
+            vnet::collect_ready_faces(ready_faces);
+            polls_since_face_check = 0;
+        }
+        const bool poll_uplink =
+            owns_uplink &&
+            (!uplink_face || ready_faces[tables.uplink_port - vnet::first_face_port] ||
+             vnet::face_of(tables.uplink_port)->holds_uplink_frames());
         uint16_t from_fabric = 0;
-        for (unsigned b = 0; owns_uplink && b < max_rx_bursts; ++b) {
+        for (unsigned b = 0; poll_uplink && b < max_rx_bursts; ++b) {
             const uint16_t n = port_rx_uplink(tables.uplink_port, uplink_pkts + from_fabric,
                                               rx_burst_size, ctx.counters);
             from_fabric += n;
@@ -296,13 +311,6 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
                 process_uplink_burst(ctx, tables, uplink_pkts + off,
                                      std::min<uint16_t>(rx_burst_size, left - off));
             }
-        }
-        // Which vnet faces have frames: asked every poll while some face is busy, otherwise
-        // every face_check_period polls, so quiet faces cost the loop (and the RoCE engine's
-        // visits) a system call per 8 polls, not per poll.
-        if (ready_faces.any() || ++polls_since_face_check >= face_check_period) {
-            vnet::collect_ready_faces(ready_faces);
-            polls_since_face_check = 0;
         }
         if (ctx.handoff != nullptr) {
             received += take_handoffs(ctx, tables);
@@ -387,6 +395,11 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
             continue;
         }
         if (now - last_packet_tsc < idle_spin_cycles) {
+            // Waiting for a stream's next packet without taking the core from whoever makes
+            // it: where tenants and daemons outnumber the cores, the core goes to anyone
+            // runnable and comes straight back if nobody is (one system call per empty poll).
+            // Two cores, one TCP stream across two hosts: 9.3 against 8.2 Gbit/s.
+            sched_yield();
             continue;
         }
         if (nap(sleep, true)) {

@@ -47,7 +47,7 @@ class test_wire final : public packet_port {
     };
 
     uint8_t* begin_frame(uint32_t len) override {
-        if (refuse_buffers) {
+        if (refuse_buffers || sent >= accept_until) {
             return nullptr;
         }
         _building.assign(len, 0xEE);
@@ -82,7 +82,8 @@ class test_wire final : public packet_port {
     uint64_t sent = 0;
     uint64_t local_bytes = 0;
     bool refuse_buffers = false;
-    bool same_host = false;  // local_vnic() finds the peer: the intra-host shortcut
+    uint64_t accept_until = UINT64_MAX;  // the port is full once `sent` reaches it
+    bool same_host = false;              // local_vnic() finds the peer: the intra-host shortcut
     std::array<qos::ingress_meter*, 2> meters{};  // each vNIC's ingress meter, if shaped
     std::vector<std::pair<uint16_t, uint32_t>> refused;
     uint64_t connection_checks = 0;
@@ -2954,6 +2955,127 @@ TEST_F(responder_verdict_test, reads_beyond_the_responders_resources_are_an_inva
     EXPECT_GE(refused_at, 16) << "the READs a QP may have outstanding are taken";
     EXPECT_LT(refused_at, 32) << "a queue without bound is refused";
     EXPECT_TRUE(heard(proto::event_type::qp_req_err));
+}
+
+}  // namespace
+}  // namespace jakiro::roce
+
+namespace jakiro::roce {
+namespace {
+
+// Whether a request asks for an ACK is the AckReq bit, the top bit of the BTH's byte 8.
+TEST_F(rc_qp_test, back_to_back_writes_ask_for_an_ack_every_256_packets_and_at_the_end) {
+    connect_both();
+    // ib_write_bw's pattern: sixteen 64 KiB WRITEs queued at once, 64 packets each at MTU 1024.
+    constexpr int writes = 16;
+    fill(a, 0, 65536, 7);
+    for (int i = 0; i < writes; ++i) {
+        auto w = wqe(i, IBV_WR_RDMA_WRITE, a.iova(0), 65536, a.mr, b.iova(0), b.mr);
+        w.send_flags = i == writes - 1 ? IBV_SEND_SIGNALED : 0;
+        a.post_send(w);
+    }
+    std::vector<bool> asks;
+    for (int step = 0; step < 2000; ++step) {
+        // 100 ns of virtual time per visit: the 100 us gap rule stays out of the way.
+        run(1, 100, [&](const test_wire::frame& f) {
+            const uint8_t op = f.bytes[42];
+            if (f.from == 0 && op >= 0x06 && op <= 0x08) {
+                asks.push_back((f.bytes[42 + 8] & 0x80) != 0);
+            }
+            return true;
+        });
+        proto::cqe c{};
+        if (a.poll_send(c)) {
+            ASSERT_EQ(c.status, IBV_WC_SUCCESS);
+            ASSERT_EQ(c.wr_id, writes - 1u);
+            break;
+        }
+    }
+    ASSERT_EQ(asks.size(), writes * 64u);
+    EXPECT_TRUE(same(a, 0, b, 0, 65536));
+    EXPECT_TRUE(asks.back()) << "the last packet of a burst asks, or its completion never comes";
+    std::size_t asked = 0, since = 0, longest = 0;
+    for (const bool ask : asks) {
+        asked += ask;
+        since = ask ? 0 : since + 1;
+        longest = std::max(longest, since);
+    }
+    EXPECT_LT(longest, 256u) << "the window must open long before 2048 packets are out";
+    EXPECT_LE(asked, asks.size() / 256 + 1) << "one ACK per WRITE is one message per 64 packets";
+}
+
+TEST_F(rc_qp_test, a_lone_write_and_every_send_ask_for_an_ack_on_their_last_packet) {
+    connect_both();
+    b.post_recv(1, 0, 4096);
+    b.post_recv(2, 4096, 4096);
+    std::vector<std::pair<uint8_t, bool>> requests;  // (opcode, asks)
+    const auto watch = [&](const test_wire::frame& f) {
+        if (f.from == 0 && f.bytes[42] != 0x11) {
+            requests.emplace_back(f.bytes[42], (f.bytes[42 + 8] & 0x80) != 0);
+        }
+        return true;
+    };
+    // A WRITE with nothing behind it, then two SENDs back to back: a responder's program may
+    // destroy its QP on a SEND's completion, so each SEND is acknowledged on its own.
+    a.post_send(wqe(1, IBV_WR_RDMA_WRITE, a.iova(0), 3000, a.mr, b.iova(8192), b.mr));
+    run(20, 100, watch);
+    a.post_send(wqe(2, IBV_WR_SEND, a.iova(0), 2000, a.mr));
+    a.post_send(wqe(3, IBV_WR_SEND, a.iova(0), 2000, a.mr));
+    run(50, 100, watch);
+    int completed = 0;
+    for (proto::cqe c{}; a.poll_send(c); ++completed) {
+        EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    }
+    EXPECT_EQ(completed, 3);
+    // WRITE first, middle, last (0x06 0x07 0x08), then each SEND's first and last (0x00 0x02).
+    const std::vector<std::pair<uint8_t, bool>> expected = {
+        {0x06, false}, {0x07, false}, {0x08, true}, {0x00, false},
+        {0x02, true},  {0x00, false}, {0x02, true}};
+    EXPECT_EQ(requests, expected);
+}
+
+}  // namespace
+}  // namespace jakiro::roce
+
+namespace jakiro::roce {
+namespace {
+
+// The tail of a coalesced run: a WRITE's last packet leaves without AckReq because another
+// WRITE follows, then that one does not go (the port is full) and the program moves the QP to
+// SQD, which starts nothing new. The responder ACKs only when asked; without a probe the first
+// WRITE would never complete and the drain never end.
+TEST_F(rc_qp_test, a_write_whose_follower_never_leaves_is_still_acknowledged) {
+    connect_both();
+    fill(a, 0, 3000, 11);
+    auto first = wqe(1, IBV_WR_RDMA_WRITE, a.iova(0), 3000, a.mr, b.iova(0), b.mr);
+    first.send_flags = IBV_SEND_SIGNALED;
+    a.post_send(first);
+    a.post_send(wqe(2, IBV_WR_RDMA_WRITE, a.iova(0), 3000, a.mr, b.iova(8192), b.mr));
+    std::vector<std::pair<uint32_t, bool>> requests;  // (PSN, asks) of a's requests
+    const auto watch = [&](const test_wire::frame& f) {
+        if (f.from == 0) {
+            const uint8_t* bth = f.bytes.data() + 42;
+            requests.emplace_back((bth[9] << 16) | (bth[10] << 8) | bth[11], (bth[8] & 0x80) != 0);
+        }
+        return true;
+    };
+    wire.accept_until = 3;  // the first WRITE's three packets, not the second's first
+    run(1, 1'000, watch);
+    ASSERT_EQ(requests.size(), 3u);
+    EXPECT_FALSE(requests.back().second) << "the second WRITE was to follow: no AckReq";
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_SQD;
+    ASSERT_EQ(modify(a, attr, IBV_QP_STATE), 0);
+    wire.accept_until = UINT64_MAX;
+    run(50, 10'000, watch);  // 500 us: well past the 100 us gap
+    proto::cqe c{};
+    ASSERT_TRUE(a.poll_send(c)) << "the first WRITE never completed";
+    EXPECT_EQ(c.wr_id, 1u);
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    EXPECT_TRUE(same(a, 0, b, 0, 3000));
+    // One probe: the last packet again, asking; nothing of the second WRITE (SQD).
+    ASSERT_EQ(requests.size(), 4u);
+    EXPECT_EQ(requests[3], std::make_pair(requests[2].first, true));
 }
 
 }  // namespace
