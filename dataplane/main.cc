@@ -30,6 +30,7 @@
 #include "rnic/engine.hh"
 #include "rnic/verbs/channel_server.hh"
 #include "service/notify.hh"
+#include "vnet_face/face_registry.hh"
 #include "worker/clock.hh"
 #include "worker/egress_shaper.hh"
 #include "worker/handoff.hh"
@@ -372,6 +373,9 @@ int main(int argc, char** argv) {
     for (auto& ctx : contexts) {
         ctx->neighbors = neighbors.get();
         ctx->pool = pool;
+        if (vnet::is_face_port(host.uplink_port())) {
+            ctx->superframes = vnet::superframe_pool(error);  // the uplink face opened it
+        }
         ctx->flows = secgroup::flow_table::create(
             config.conntrack.max_flows, config.conntrack.timeouts, rte_get_tsc_hz(), error);
         if (!ctx->flows) {

@@ -26,6 +26,8 @@ class host_manager {
 
     // Opens the uplink and the vNICs' Ethernet faces and publishes the first snapshot.
     bool start(std::string& error);
+    // The uplink's port id, once start() opened it.
+    uint16_t uplink_port() const { return _uplink_port; }
 
     // Opens every vNIC's RDMA face on `server` (once it runs) and keeps them in step with
     // apply() from then on (`_state.verbs`). False with `warnings` naming each vNIC that has no

@@ -15,19 +15,6 @@ constexpr uint32_t ip_offset = sizeof(rte_ether_hdr);
 constexpr uint32_t udp_offset = ip_offset + sizeof(rte_ipv4_hdr);
 static_assert(gso_outer_bytes == udp_offset + sizeof(rte_udp_hdr));
 
-// Outer IPv4 and UDP lengths from the frame's size; the IPv4 checksum done, and the UDP
-// checksum either 0 (a frame as RFC 7348 sends it) or the pseudo-header sum the kernel's
-// CHECKSUM_PARTIAL completes (a super-datagram).
-void set_outer_lengths(uint8_t* frame, uint32_t len, bool partial_udp_checksum) {
-    auto* ip = reinterpret_cast<rte_ipv4_hdr*>(frame + ip_offset);
-    auto* udp = reinterpret_cast<rte_udp_hdr*>(frame + udp_offset);
-    ip->total_length = rte_cpu_to_be_16(static_cast<uint16_t>(len - ip_offset));
-    ip->hdr_checksum = 0;
-    ip->hdr_checksum = rte_ipv4_cksum(ip);
-    udp->dgram_len = rte_cpu_to_be_16(static_cast<uint16_t>(len - udp_offset));
-    udp->dgram_cksum = partial_udp_checksum ? rte_ipv4_phdr_cksum(ip, 0) : 0;
-}
-
 // Copies `n` bytes at `offset` of a datagram whose first `head_len` bytes are at `head` and
 // the rest at `tail`.
 void copy_from(uint8_t* to, const uint8_t* head, uint32_t head_len, const uint8_t* tail,
@@ -45,6 +32,25 @@ void copy_from(uint8_t* to, const uint8_t* head, uint32_t head_len, const uint8_
 }
 
 }  // namespace
+
+void set_outer_lengths(uint8_t* frame, uint32_t len, bool super_datagram) {
+    auto* ip = reinterpret_cast<rte_ipv4_hdr*>(frame + ip_offset);
+    auto* udp = reinterpret_cast<rte_udp_hdr*>(frame + udp_offset);
+    ip->total_length = rte_cpu_to_be_16(static_cast<uint16_t>(len - ip_offset));
+    ip->hdr_checksum = 0;
+    ip->hdr_checksum = rte_ipv4_cksum(ip);
+    udp->dgram_len = rte_cpu_to_be_16(static_cast<uint16_t>(len - udp_offset));
+    udp->dgram_cksum = super_datagram ? rte_ipv4_phdr_cksum(ip, 0) : 0;
+}
+
+void mark_udp_gso(rte_mbuf* m, uint32_t chunk) {
+    m->ol_flags = RTE_MBUF_F_TX_UDP_SEG | RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM |
+                  RTE_MBUF_F_TX_UDP_CKSUM;
+    m->tso_segsz = static_cast<uint16_t>(chunk);
+    m->l2_len = sizeof(rte_ether_hdr);
+    m->l3_len = sizeof(rte_ipv4_hdr);
+    m->l4_len = sizeof(rte_udp_hdr);
+}
 
 uint16_t join_vxlan_frames(rte_mbuf** frames, uint16_t n, rte_mbuf** out) {
     uint16_t produced = 0;
@@ -79,45 +85,11 @@ uint16_t join_vxlan_frames(rte_mbuf** frames, uint16_t n, rte_mbuf** out) {
         }
         if (chunks > 1) {
             set_outer_lengths(rte_pktmbuf_mtod(head, uint8_t*), rte_pktmbuf_pkt_len(head), true);
-            head->ol_flags = RTE_MBUF_F_TX_UDP_SEG | RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM |
-                             RTE_MBUF_F_TX_UDP_CKSUM;
-            head->tso_segsz = static_cast<uint16_t>(chunk);
-            head->l2_len = sizeof(rte_ether_hdr);
-            head->l3_len = sizeof(rte_ipv4_hdr);
-            head->l4_len = sizeof(rte_udp_hdr);
+            mark_udp_gso(head, chunk);
         }
         out[produced++] = head;
     }
     return produced;
-}
-
-void datagram_run::pad_to_chunk() {
-    const uint16_t full = _closed ? _count - 1 : _count;
-    for (uint16_t i = 0; i < full; ++i) {
-        const uint32_t pad = _chunk + gso_outer_bytes - rte_pktmbuf_pkt_len(_frames[i]);
-        if (pad == 0) {
-            continue;
-        }
-        // add() kept every full frame within the room its mbuf has behind it.
-        std::memset(rte_pktmbuf_append(_frames[i], static_cast<uint16_t>(pad)), 0, pad);
-        _padding += pad;
-    }
-}
-
-bool same_outer_flow(const rte_mbuf* a, const rte_mbuf* b) {
-    if (rte_pktmbuf_data_len(a) < gso_outer_bytes || rte_pktmbuf_data_len(b) < gso_outer_bytes) {
-        return false;
-    }
-    const auto* x = rte_pktmbuf_mtod(a, const uint8_t*);
-    const auto* y = rte_pktmbuf_mtod(b, const uint8_t*);
-    const auto* xi = reinterpret_cast<const rte_ipv4_hdr*>(x + ip_offset);
-    const auto* yi = reinterpret_cast<const rte_ipv4_hdr*>(y + ip_offset);
-    return std::memcmp(x, y, ip_offset) == 0 && xi->version_ihl == RTE_IPV4_VHL_DEF &&
-           xi->version_ihl == yi->version_ihl && xi->type_of_service == yi->type_of_service &&
-           xi->fragment_offset == yi->fragment_offset && xi->time_to_live == yi->time_to_live &&
-           xi->next_proto_id == IPPROTO_UDP && yi->next_proto_id == IPPROTO_UDP &&
-           xi->src_addr == yi->src_addr && xi->dst_addr == yi->dst_addr &&
-           std::memcmp(x + udp_offset, y + udp_offset, 4) == 0;  // the ports
 }
 
 uint32_t wire_bytes(const rte_mbuf* m) {

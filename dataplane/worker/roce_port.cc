@@ -2,6 +2,8 @@
 
 #include <rte_ip.h>
 
+#include <cstring>
+
 #include "../overlay/vxlan.hh"
 #include "../pipeline/ingress_metering.hh"
 #include "../pipeline/rdma_admission.hh"
@@ -56,6 +58,12 @@ uint8_t* roce_port::begin_frame(uint32_t len) {
         rte_pktmbuf_free(_pending);  // begun and never ended: not sent
         _pending = nullptr;
     }
+    // Straight into the open super-datagram's next chunk, where it will leave from; end_frame
+    // moves it out if it turns out to go elsewhere. No hand-off room is needed for it: a
+    // frame for another worker is copied out, and that asks for room then.
+    if (uint8_t* in_place = _to_uplink.reserve(len)) {
+        return in_place;
+    }
     if (!handoff_has_room()) {
         return nullptr;
     }
@@ -72,19 +80,24 @@ uint8_t* roce_port::begin_frame(uint32_t len) {
     return frame;
 }
 
+bool roce_port::joins_datagram(uint16_t vnic_slot) const {
+    return _to_uplink.reserved() != nullptr && _run_vnic == vnic_slot &&
+           _uplink_port == _tables->uplink_port && _run_dst == _route_dst &&
+           _run_vpc == _route_vpc && _to_uplink.reserved_joins();
+}
+
 void roce_port::end_frame(uint16_t vnic_slot, uint32_t dst_ip_be, uint32_t len) {
     rte_mbuf* m = _pending;
     _pending = nullptr;
-    if (m == nullptr || _tables == nullptr || vnic_slot >= _tables->vnics.size()) {
-        if (m != nullptr) {
-            rte_pktmbuf_free(m);
-        }
+    const bool in_place = m == nullptr && _to_uplink.reserved() != nullptr;
+    if ((m == nullptr && !in_place) || _tables == nullptr || vnic_slot >= _tables->vnics.size()) {
+        rte_pktmbuf_free(m);
         return;
     }
     (void)len;
     const vnic_view& vnic = _tables->vnics[vnic_slot];
     if (vnic.vpc == no_vpc) {
-        _ctx.drop(m, drop_reason::vnic_removed, vnic_slot);
+        _ctx.drop(m, drop_reason::vnic_removed, vnic_slot);  // in place: nothing to free
         return;
     }
     // A snapshot's VLT is read-only while it is in use: the last route holds for the next
@@ -94,6 +107,32 @@ void roce_port::end_frame(uint16_t vnic_slot, uint32_t dst_ip_be, uint32_t len) 
         _route_vpc = vnic.vpc;
         _route_dst = dst_ip_be;
     }
+    if (in_place) {
+        if (joins_datagram(vnic_slot)) {
+            auto& counters = _ctx.counters.vnics[vnic_slot];
+            counters.rdma_tx_packets.add(1);
+            counters.rdma_tx_bytes.add(_to_uplink.reserved_len());
+            _ctx.counters.encapsulated.add(1);
+            const uint32_t padding = _to_uplink.commit();
+            if (padding > 0 && _ctx.shaper != nullptr) {
+                _ctx.shaper->charge_rdma(vnic_slot, padding);  // on the wire: the vNIC pays
+            }
+            if (!_to_uplink.takes_more()) {
+                flush_to_uplink();
+            }
+            return;
+        }
+        // Another peer, flow or vNIC: it leaves on its own, after the datagram (order kept).
+        const uint32_t bytes = _to_uplink.reserved_len();
+        m = rte_pktmbuf_alloc(_ctx.pool);
+        void* copy = m != nullptr ? rte_pktmbuf_append(m, static_cast<uint16_t>(bytes)) : nullptr;
+        if (copy == nullptr) {
+            _ctx.drop(m, drop_reason::rdma_no_mbufs, vnic_slot);  // the RC timer resends it
+            return;
+        }
+        std::memcpy(copy, _to_uplink.reserved(), bytes);
+    }
+    flush_to_uplink();  // whatever comes next, the datagram before this frame leaves first
     const overlay::vlt_entry* entry = _route;
     if (entry == nullptr) {
         _ctx.drop(m, drop_reason::vlt_miss, vnic_slot);
@@ -132,18 +171,21 @@ void roce_port::end_frame(uint16_t vnic_slot, uint32_t dst_ip_be, uint32_t len) 
                                     rte_be_to_cpu_16(ip->total_length))) {
         return;
     }
-    if (!uplink_takes_udp_gso(_tables->uplink_port)) {
-        _ctx.tx.enqueue(_tables->uplink_port, m, _ctx.counters);
+    // Through an uplink that takes UDP GSO, this frame opens a super-datagram the QP's next
+    // packets are written into (when there is a 64 KB buffer for it).
+    rte_mbuf* big = uplink_takes_udp_gso(_tables->uplink_port) && _ctx.superframes != nullptr
+                        ? rte_pktmbuf_alloc(_ctx.superframes)
+                        : nullptr;
+    if (big != nullptr && _to_uplink.start(big, m)) {
+        rte_pktmbuf_free(m);
+        _uplink_port = _tables->uplink_port;
+        _run_vnic = vnic_slot;
+        _run_vpc = vnic.vpc;
+        _run_dst = dst_ip_be;
         return;
     }
-    if (_to_uplink.size() > 0 && _run_vnic != vnic_slot) {
-        flush_to_uplink();  // a run is one vNIC's: its padding is charged to it
-    }
-    _uplink_port = _tables->uplink_port;
-    _run_vnic = vnic_slot;
-    _to_uplink.add(m,
-                   [&](rte_mbuf* frame) { _ctx.tx.enqueue(_uplink_port, frame, _ctx.counters); });
-    charge_padding();
+    rte_pktmbuf_free(big);
+    _ctx.tx.enqueue(_tables->uplink_port, m, _ctx.counters);
 }
 
 void roce_port::flush() {
@@ -152,14 +194,8 @@ void roce_port::flush() {
 }
 
 void roce_port::flush_to_uplink() {
-    _to_uplink.flush([&](rte_mbuf* frame) { _ctx.tx.enqueue(_uplink_port, frame, _ctx.counters); });
-    charge_padding();
-}
-
-void roce_port::charge_padding() {
-    const uint64_t padding = _to_uplink.take_padding();
-    if (padding > 0 && _ctx.shaper != nullptr) {
-        _ctx.shaper->charge_rdma(_run_vnic, static_cast<uint32_t>(padding));
+    if (rte_mbuf* datagram = _to_uplink.finish()) {
+        _ctx.tx.enqueue(_uplink_port, datagram, _ctx.counters);
     }
 }
 

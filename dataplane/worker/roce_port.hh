@@ -14,7 +14,7 @@
 
 #include <cstdint>
 
-#include "../overlay/udp_gso.hh"
+#include "../overlay/datagram_builder.hh"
 #include "../tables.hh"
 #include "rnic/packet_port.hh"
 #include "worker_context.hh"
@@ -78,12 +78,16 @@ class roce_port final : public roce::packet_port {
     uint32_t _route_vpc = 0;
     uint32_t _route_dst = 0;
     const overlay::vlt_entry* _route = nullptr;
-    overlay::datagram_run _to_uplink;
+    // The super-datagram the RNIC's next packet is written into (overlay/datagram_builder.hh):
+    // one vNIC's frames to one peer, of one QP's flow, through one uplink.
+    overlay::datagram_builder _to_uplink;
     uint16_t _uplink_port = 0;  // of the snapshot _to_uplink's frames were routed with
-    uint16_t _run_vnic = 0;     // whose frames _to_uplink holds (one vNIC's at a time)
+    uint16_t _run_vnic = 0;
+    uint32_t _run_vpc = 0;
+    uint32_t _run_dst = 0;
+    // Whether the frame just written into _to_uplink is of its flow (the route is looked up).
+    bool joins_datagram(uint16_t vnic_slot) const;
     void flush_to_uplink();
-    // QoS charges the sending vNIC for the zero padding its frames took in a super-datagram.
-    void charge_padding();
 };
 
 }  // namespace jakiro

@@ -30,6 +30,9 @@ struct alignas(RTE_CACHE_LINE_SIZE) worker_context {
     tx_batch tx;
     overlay::underlay_neighbors* neighbors = nullptr;
     rte_mempool* pool = nullptr;
+    // 64 KB mbufs (vnet_face: the super-frame pool), for the RNIC's super-datagrams; null when
+    // the uplink is not a face.
+    rte_mempool* superframes = nullptr;
     std::unique_ptr<secgroup::flow_table> flows;  // this worker's NFT
     roce::engine* engine = nullptr;               // the RDMA face; null: RoCE is dropped
     roce_port* rdma_port = nullptr;               // where the engine's frames go
