@@ -10,6 +10,7 @@
 #include "rnic/engine.hh"
 #include "rnic/packet_port.hh"
 #include "rnic/rc_qp_parts.hh"
+#include "rnic/single_writer.hh"
 #include "rnic/timers.hh"
 #include "rnic/wire/aeth.hh"
 #include "rnic/wire/psn.hh"
@@ -98,7 +99,7 @@ void rc_qp::on_response(const roce_packet& p, packet_port& port, uint64_t now_ns
         }
     }
     if (syndrome.kind == aeth_kind::rnr_nak) {
-        _stats.rnr_naks_received.fetch_add(1, std::memory_order_relaxed);
+        bump(_stats.rnr_naks_received, 1);
         if (_machine.attr().rnr_retry != rnr_retry_infinite) {
             if (_rnr_retries_left == 0) {
                 fail_requester(psn, IBV_WC_RNR_RETRY_EXC_ERR);
@@ -113,7 +114,7 @@ void rc_qp::on_response(const roce_packet& p, packet_port& port, uint64_t now_ns
     if (syndrome.kind != aeth_kind::nak) {
         return;
     }
-    _stats.naks_received.fetch_add(1, std::memory_order_relaxed);
+    bump(_stats.naks_received, 1);
     switch (static_cast<nak_code>(syndrome.value)) {
         case nak_code::psn_sequence_error:
             go_back(psn);
@@ -171,12 +172,12 @@ void rc_qp::response_progress(uint32_t psn, uint64_t now_ns) {
 void rc_qp::on_read_response(const roce_packet& p, uint64_t now_ns) {
     const uint32_t psn = p.psn;
     if (!psn_sent(psn)) {
-        _stats.duplicates.fetch_add(1, std::memory_order_relaxed);
+        bump(_stats.duplicates, 1);
         return;
     }
     if (psn != _una) {
         // Earlier responses were lost: ask again from the first missing one, once per gap.
-        _stats.out_of_sequence.fetch_add(1, std::memory_order_relaxed);
+        bump(_stats.out_of_sequence, 1);
         if (!_rewound_for_gap) {
             go_back(_una);
             _rewound_for_gap = true;
@@ -192,7 +193,7 @@ void rc_qp::on_read_response(const roce_packet& p, uint64_t now_ns) {
     const uint32_t expected =
         static_cast<uint32_t>(std::min<uint64_t>(_mtu, read->length - offset));
     if (k != read->read_received || p.payload.size() != expected) {
-        _stats.out_of_sequence.fetch_add(1, std::memory_order_relaxed);
+        bump(_stats.out_of_sequence, 1);
         return;
     }
     scatter(read->sge_data.data(), read->sge_len.data(), read->sges, offset, p.payload.data(),
@@ -207,7 +208,7 @@ void rc_qp::on_read_response(const roce_packet& p, uint64_t now_ns) {
 void rc_qp::on_atomic_ack(const roce_packet& p, uint64_t now_ns) {
     const uint32_t psn = p.psn;
     if (!psn_sent(psn) || psn != _una || p.atomic_ack_eth == nullptr) {
-        _stats.duplicates.fetch_add(1, std::memory_order_relaxed);
+        bump(_stats.duplicates, 1);
         return;
     }
     send_op* atomic = op_answered_by(psn);
@@ -225,7 +226,7 @@ void rc_qp::on_atomic_ack(const roce_packet& p, uint64_t now_ns) {
 void rc_qp::go_back(uint32_t psn) {
     const int32_t rewound = psn_diff(_next_psn, psn);
     if (rewound > 0) {
-        _stats.retransmitted.fetch_add(rewound, std::memory_order_relaxed);
+        bump(_stats.retransmitted, rewound);
     }
     move_send_pointer(psn);
 }
@@ -325,7 +326,7 @@ void rc_qp::run_timers(uint64_t now_ns) {
     if (!timeout || now_ns - _last_progress_ns < *timeout) {
         return;
     }
-    _stats.timeouts.fetch_add(1, std::memory_order_relaxed);
+    bump(_stats.timeouts, 1);
     if (_retries_left == 0) {
         fail_requester(_una, IBV_WC_RETRY_EXC_ERR);
         return;

@@ -10,6 +10,7 @@
 #include "rnic/engine.hh"
 #include "rnic/packet_port.hh"
 #include "rnic/rc_qp_parts.hh"
+#include "rnic/single_writer.hh"
 #include "rnic/timers.hh"
 #include "rnic/wire/aeth.hh"
 #include "rnic/wire/psn.hh"
@@ -20,7 +21,7 @@ namespace jakiro::roce {
 using namespace rc_qp_parts;
 
 void rc_qp::on_cnp(uint64_t now_ns) {
-    _stats.cnps_received.fetch_add(1, std::memory_order_relaxed);
+    bump(_stats.cnps_received, 1);
     // DCQCN cuts relative to the current rate, which on hardware is what the QP sends. A
     // software QP rarely sends at its nominal line rate, so the first cuts would not bite:
     // bring the ceiling down to a little above what the QP really sends, then cut.
@@ -85,7 +86,7 @@ void rc_qp::send_cnp(packet_port& port) {
     bth.dest_qp = _machine.attr().dest_qp_num;  // the QP that sends too fast
     ext_fields ext;
     finish_packet(port, bth, ext, frame, 0);
-    _stats.cnps_sent.fetch_add(1, std::memory_order_relaxed);
+    bump(_stats.cnps_sent, 1);
 }
 
 }  // namespace jakiro::roce

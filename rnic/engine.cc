@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "qos/config.hh"
+#include "rnic/single_writer.hh"
 #include "rnic/wire/icrc.hh"
 
 namespace jakiro::roce {
@@ -274,14 +275,14 @@ unsigned engine::poll(packet_port& port, uint64_t now_ns) {
         }
     }
     if (sent > 0) {
-        _counters.sent.fetch_add(sent, std::memory_order_relaxed);
+        bump(_counters.sent, sent);
     }
     return sent;
 }
 
 void engine::receive(uint16_t vnic, const uint8_t* ipv4, uint32_t ip_len, packet_port& port,
                      uint64_t now_ns, qos::ingress_meter* meter) {
-    _counters.received.fetch_add(1, std::memory_order_relaxed);
+    bump(_counters.received, 1);
     const uint32_t ihl = (ipv4[0] & 0x0F) * 4u;
     if (ip_len < ihl + 8 + sizeof(bth_hdr) + icrc_bytes) {
         drop(engine_drop::truncated);
@@ -386,7 +387,7 @@ void engine::receive(uint16_t vnic, const uint8_t* ipv4, uint32_t ip_len, packet
     if (const uint64_t sent =
             qp->stats().packets_sent.load(std::memory_order_relaxed) - sent_before;
         sent > 0) {
-        _counters.sent.fetch_add(sent, std::memory_order_relaxed);
+        bump(_counters.sent, sent);
     }
 }
 

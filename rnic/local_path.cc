@@ -11,6 +11,7 @@
 #include "rnic/packet_port.hh"
 #include "rnic/queues/memory_window.hh"
 #include "rnic/rc_qp_parts.hh"
+#include "rnic/single_writer.hh"
 #include "rnic/timers.hh"
 #include "rnic/wire/aeth.hh"
 #include "rnic/wire/psn.hh"
@@ -88,7 +89,7 @@ void rc_qp::meter_local(rc_qp& receiver, packet_port& port, uint64_t now_ns, uin
                                               frames_bytes + packets * qos::charged_bytes(0),
                                               qos::ecn::ect0, &receiver.cnp_pacer());
         if (verdict.send_cnp) {
-            receiver._stats.cnps_sent.fetch_add(1, std::memory_order_relaxed);
+            bump(receiver._stats.cnps_sent, 1);
             on_cnp(now_ns);
         }
     }
@@ -139,7 +140,7 @@ unsigned rc_qp::send_local(rc_qp& peer, packet_port& port, uint64_t now_ns, unsi
             ibv_wc_status status = IBV_WC_SUCCESS;
             const local_result r = peer.begin_local(op, *this, _local, status);
             if (r == local_result::rnr) {
-                _stats.rnr_naks_received.fetch_add(1, std::memory_order_relaxed);
+                bump(_stats.rnr_naks_received, 1);
                 break;  // no receive posted yet: the next poll tries again (the RNR wait)
             }
             if (r == local_result::failed) {
@@ -170,8 +171,8 @@ unsigned rc_qp::send_local(rc_qp& peer, packet_port& port, uint64_t now_ns, unsi
         op.done = true;
         _next_psn = _una = _sent_high = end;
         ++_send_index;
-        _stats.bytes_sent.fetch_add(op.length, std::memory_order_relaxed);
-        peer._stats.bytes_received.fetch_add(op.length, std::memory_order_relaxed);
+        bump(_stats.bytes_sent, op.length);
+        bump(peer._stats.bytes_received, op.length);
         port.count_local(_s.local.vnic, peer._s.local.vnic, op.length);
     }
     retire_sends();

@@ -13,6 +13,7 @@
 #include "rnic/engine.hh"
 #include "rnic/packet_port.hh"
 #include "rnic/rc_qp_parts.hh"
+#include "rnic/single_writer.hh"
 #include "rnic/timers.hh"
 #include "rnic/wire/aeth.hh"
 #include "rnic/wire/psn.hh"
@@ -159,8 +160,8 @@ unsigned rc_qp::poll(packet_port& port, uint64_t now_ns, unsigned budget) {
 }
 
 void rc_qp::receive(const roce_packet& p, packet_port& port, uint64_t now_ns) {
-    _stats.packets_received.fetch_add(1, std::memory_order_relaxed);
-    _stats.bytes_received.fetch_add(p.payload.size(), std::memory_order_relaxed);
+    bump(_stats.packets_received, 1);
+    bump(_stats.bytes_received, p.payload.size());
     const op_kind kind = p.info->kind;
     if (kind == op_kind::acknowledge || kind == op_kind::read_response ||
         kind == op_kind::atomic_acknowledge) {
@@ -180,9 +181,9 @@ void rc_qp::receive(const roce_packet& p, packet_port& port, uint64_t now_ns) {
 }
 
 bool rc_qp::complete(verbs::completion_queue& cq, const proto::cqe& c) {
-    _stats.completions.fetch_add(1, std::memory_order_relaxed);
+    bump(_stats.completions, 1);
     if (c.status != IBV_WC_SUCCESS) {
-        _stats.error_completions.fetch_add(1, std::memory_order_relaxed);
+        bump(_stats.error_completions, 1);
     }
     if (cq.complete(c)) {
         return true;
@@ -382,8 +383,8 @@ void rc_qp::finish_packet_to(packet_port& port, uint32_t dst_ip_be, const bth_fi
     std::memset(frame + frame_l2_l4_bytes + info.header_bytes + payload_len, 0, pad);
     seal_icrc(frame, roce_len);
     port.end_frame(_s.local.vnic, dst_ip_be, frame_l2_l4_bytes + roce_len);
-    _stats.packets_sent.fetch_add(1, std::memory_order_relaxed);
-    _stats.bytes_sent.fetch_add(payload_len, std::memory_order_relaxed);
+    bump(_stats.packets_sent, 1);
+    bump(_stats.bytes_sent, payload_len);
 }
 
 void rc_qp::publish_stats() {

@@ -14,6 +14,7 @@
 #include "rnic/packet_port.hh"
 #include "rnic/queues/memory_window.hh"
 #include "rnic/rc_qp_parts.hh"
+#include "rnic/single_writer.hh"
 #include "rnic/timers.hh"
 #include "rnic/wire/aeth.hh"
 #include "rnic/wire/psn.hh"
@@ -65,10 +66,10 @@ void rc_qp::on_request(const roce_packet& p, packet_port& port) {
 rc_qp::verdict rc_qp::check_psn(inbound_request& r) {
     switch (classify_request_psn(r.p.psn, _epsn)) {
         case psn_class::duplicate:
-            _stats.duplicates.fetch_add(1, std::memory_order_relaxed);
+            bump(_stats.duplicates, 1);
             return verdict::duplicate;
         case psn_class::ahead:
-            _stats.out_of_sequence.fetch_add(1, std::memory_order_relaxed);
+            bump(_stats.out_of_sequence, 1);
             if (reliable()) {
                 return verdict::nak_sequence_error;
             }
@@ -405,7 +406,7 @@ void rc_qp::answer(verdict v, inbound_request& r, packet_port& port) {
         case verdict::nak_sequence_error:
             if (!_nak_sent) {
                 send_ack(port, syndrome_nak(nak_code::psn_sequence_error), _epsn);
-                _stats.naks_sent.fetch_add(1, std::memory_order_relaxed);
+                bump(_stats.naks_sent, 1);
                 _nak_sent = true;
             }
             return;
@@ -431,7 +432,7 @@ void rc_qp::answer(verdict v, inbound_request& r, packet_port& port) {
                 return;
             }
             send_ack(port, syndrome_rnr_nak(_machine.attr().min_rnr_timer), r.p.psn);
-            _stats.rnr_naks_sent.fetch_add(1, std::memory_order_relaxed);
+            bump(_stats.rnr_naks_sent, 1);
             return;
     }
 }
@@ -683,7 +684,7 @@ void rc_qp::responder_error(packet_port& port, proto::event_type event, uint8_t 
         }
     } else {
         send_ack(port, syndrome, _epsn);
-        _stats.naks_sent.fetch_add(1, std::memory_order_relaxed);
+        bump(_stats.naks_sent, 1);
     }
     if (_in_send) {
         _in_send = false;

@@ -11,6 +11,7 @@
 #include "rnic/engine.hh"
 #include "rnic/packet_port.hh"
 #include "rnic/rc_qp_parts.hh"
+#include "rnic/single_writer.hh"
 #include "rnic/timers.hh"
 #include "rnic/wire/aeth.hh"
 #include "rnic/wire/psn.hh"
@@ -21,7 +22,7 @@ namespace jakiro::roce {
 using namespace rc_qp_parts;
 
 void rc_qp::abandon_message() {
-    _stats.messages_dropped.fetch_add(1, std::memory_order_relaxed);
+    bump(_stats.messages_dropped, 1);
     if (_in_send) {
         _recv_held = true;  // the next message fills it from the start
         _in_send = false;
@@ -35,12 +36,12 @@ void rc_qp::abandon_message() {
 // the datagram delivered; a refused datagram is lost alone and counted.
 void rc_qp::on_datagram(const roce_packet& p) {
     if (check_qkey(p) != verdict::proceed) {
-        _stats.messages_dropped.fetch_add(1, std::memory_order_relaxed);
+        bump(_stats.messages_dropped, 1);
         return;
     }
     recv_op r;
     if (!take_recv(r)) {
-        _stats.messages_dropped.fetch_add(1, std::memory_order_relaxed);
+        bump(_stats.messages_dropped, 1);
         return;
     }
     deliver_datagram(p, r);
@@ -71,7 +72,7 @@ void rc_qp::deliver_datagram(const roce_packet& p, recv_op& r) {
         c.status = r.local_error;
     } else if (c.byte_len > r.length) {
         c.status = IBV_WC_LOC_LEN_ERR;  // the buffer must hold the GRH and the payload
-        _stats.messages_dropped.fetch_add(1, std::memory_order_relaxed);
+        bump(_stats.messages_dropped, 1);
     } else {
         // The GRH area as RoCE v2 NICs fill it for IPv4: 20 bytes of nothing, then the IPv4
         // header (ibv_init_ah_from_wc reads the sender's address there).
