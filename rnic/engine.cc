@@ -1,6 +1,7 @@
 #include "rnic/engine.hh"
 
 #include <fcntl.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -35,9 +36,14 @@ engine::engine(uint16_t vnic_slots, uint32_t /*max_qps_per_vnic*/)
     : _by_slot(vnic_slots),
       _vnic_left(vnic_slots),
       _vnic_held(vnic_slots),
-      _own_doorbell(doorbell_memory::create()) {}
+      _own_doorbell(doorbell_memory::create()),
+      _wake_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
 
-engine::~engine() = default;
+engine::~engine() {
+    if (_wake_fd >= 0) {
+        close(_wake_fd);
+    }
+}
 
 verbs_proto::doorbell_page* engine::own_doorbell() const {
     return _own_doorbell != nullptr ? &_own_doorbell->page() : nullptr;
@@ -50,6 +56,10 @@ uint32_t engine::doorbell_count() const {
 void engine::wake() {
     if (_own_doorbell != nullptr) {
         verbs_proto::ring_doorbell(_own_doorbell->page());
+    }
+    if (_wake_fd >= 0) {
+        const uint64_t one = 1;
+        (void)!write(_wake_fd, &one, sizeof(one));  // EAGAIN: a wake is pending anyway
     }
 }
 

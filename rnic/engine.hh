@@ -98,8 +98,13 @@ class engine {
     void set_call_timeout(std::chrono::milliseconds timeout) { _call_timeout = timeout; }
     // How often the doorbells have been rung: jakirod's own and every vNIC's.
     uint32_t doorbell_count() const;
-    // Rings jakirod's own doorbell (any thread; no tenant maps it): a sleeping worker wakes now.
+    // Rings jakirod's own doorbell and signals wake_fd() (any thread; no tenant maps or holds
+    // either): a sleeping worker wakes now, whichever way it sleeps.
     void wake();
+    // An eventfd (non-blocking, jakirod's alone) that wake() writes: a worker sleeping in
+    // epoll on its frame sources instead of on the doorbells adds it to its set and drains it.
+    // -1 if it could not be created.
+    int wake_fd() const { return _wake_fd; }
     const engine_counters& counters() const { return _counters; }
     // The live QPs, and with `retired` one row per vNIC slot with what its destroyed QPs
     // counted (qpn 0). Both are taken under one lock, so a QP is in exactly one of them: the
@@ -148,6 +153,10 @@ class engine {
     // After sleeping: clears the flags.
     void after_sleep();
     bool has_qps() const { return !_active.empty(); }
+    // Whether only wake() can bring it work while the worker sleeps: no QP whose tenant could
+    // ring a doorbell, no MAD queued. A worker may then sleep on its frame sources and wake_fd()
+    // alone (dataplane/worker/frame_sleeper.hh). Engine thread.
+    bool wakes_only_by_call() const { return _active.empty() && !_gsi.tx_pending(); }
     // What one poll can send for `vnic`, in bytes as QoS charges them: 0 when none of its QPs
     // has anything to send now (the rdma class is not backlogged), otherwise the poll's packet
     // cap for one vNIC at the path MTU of the first QP that has. The shaper grants the rdma
@@ -206,6 +215,7 @@ class engine {
     std::vector<std::shared_ptr<rc_qp>> _reported;
     std::map<uint16_t, qp_report> _retired;          // [vnic] counters of its destroyed QPs
     std::unique_ptr<doorbell_memory> _own_doorbell;  // null if it could not be created
+    int _wake_fd = -1;
     doorbell_set _doorbells;
     engine_counters _counters;
 };

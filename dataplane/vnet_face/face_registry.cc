@@ -41,6 +41,11 @@ void collect_ready_faces(face_set& ready) {
     }
 }
 
+int faces_epoll_fd() {
+    // Created before the first face is counted, and never closed or replaced after.
+    return open_faces.load(std::memory_order_acquire) > 0 ? epoll_fd : -1;
+}
+
 face* face_of(uint16_t port) {
     return faces[port - first_face_port].load(std::memory_order_acquire);
 }

@@ -41,6 +41,9 @@ face* face_of(uint16_t port);
 // vNICs pays one system call per poll, not 256. Worker only.
 using face_set = std::bitset<max_faces>;
 void collect_ready_faces(face_set& ready);
+// That epoll set, readable while a face has frames (an epoll fd nests in another's set), or -1
+// before the first face opens. Worker only.
+int faces_epoll_fd();
 
 // Opens the face described by `devargs` and returns its port id. With
 // `uplink_pool` it is the uplink face, receiving into that pool (vnet_face.hh).

@@ -8,7 +8,9 @@
 // doorbell (the same futex tenants ring). It looks for the sockets again every second, and
 // at once when one of them is closed, so ports added or removed live are followed.
 //
-// A tap uplink's descriptor (/dev/net/tun) is polled the same way.
+// A tap uplink's descriptor (/dev/net/tun) is polled the same way. While the engine has no QP
+// and every port is a vnet face, the worker sleeps in frame_sleeper instead (one epoll_wait
+// that a frame ends directly) and this helper is not armed.
 //
 // Per sleep the worker pays one eventfd write; the helper one wake-up and one poll(). Ports
 // that are not af_packet (memif, tap) keep the timed sleep.

@@ -34,7 +34,8 @@ def test_idle_jakirod_uses_under_5_percent_of_a_core():
 
 def test_a_frame_arriving_while_jakirod_sleeps_wakes_it():
     """Pings 0.3 s apart: both daemons are asleep when each one arrives (on h1 from the tenant
-    port, on h2 from the uplink), and rx_waker cuts their naps short."""
+    port, on h2 from the uplink), and the frame cuts their naps short (frame_sleeper's epoll_wait
+    with no QP on the host, rx_waker's helper otherwise; both count rx_wakes)."""
     time.sleep(1)
     before = {h: global_counter(h, "rx_wakes") for h in ("h1", "h2")}
     ns(T1, "ping", "-c", "5", "-i", "0.3", "-W", "2", IP[T2], timeout=20)
