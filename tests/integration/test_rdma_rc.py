@@ -502,6 +502,20 @@ def roce_capture(tmp_path_factory):
     return pcap
 
 
+def roce_frames_in(capture):
+    """The inner Ethernet frames of a capture's VXLAN frames that carry RoCE v2 (UDP 4791)."""
+    from scapy.all import rdpcap
+    from scapy.layers.inet import IP as IPv4, UDP
+    from scapy.layers.vxlan import VXLAN
+
+    for frame in rdpcap(str(capture)):
+        if VXLAN not in frame:
+            continue
+        inner = frame[VXLAN].payload
+        if IPv4 in inner and UDP in inner[IPv4] and inner[IPv4][UDP].dport == 4791:
+            yield inner
+
+
 def test_tshark_decodes_vxlan_roce_bth_reth_aeth(roce_capture):
     cmd = ["tshark", "-n", "-r", str(roce_capture), "-Y", "infiniband", "-T", "fields",
            "-E", "separator=\t", "-E", "aggregator=,"]
@@ -532,18 +546,12 @@ def test_tshark_decodes_vxlan_roce_bth_reth_aeth(roce_capture):
 
 
 def test_captured_icrcs_match_scapy_and_the_spec(roce_capture):
-    from scapy.all import raw, rdpcap
+    from scapy.all import raw
     from scapy.contrib.roce import BTH
-    from scapy.layers.inet import IP as IPv4, UDP
-    from scapy.layers.vxlan import VXLAN
+    from scapy.layers.inet import IP as IPv4
 
     checked = {}  # opcode -> packets whose ICRC was checked
-    for frame in rdpcap(str(roce_capture)):
-        if VXLAN not in frame:
-            continue
-        inner = frame[VXLAN].payload
-        if IPv4 not in inner or UDP not in inner[IPv4] or inner[IPv4][UDP].dport != 4791:
-            continue
+    for inner in roce_frames_in(roce_capture):
         ip_bytes = raw(inner[IPv4])[:inner[IPv4].len]
         stored = struct.unpack("<I", ip_bytes[-4:])[0]  # least significant byte first
         opcode = ip_bytes[(ip_bytes[0] & 0x0F) * 4 + 8]
@@ -567,17 +575,11 @@ def test_padding_behind_roce_packets_is_zeros_and_never_more_than_a_reth(roce_ca
     """A QP's full packets share super-datagrams at one size: a WRITE's middle packets are
     padded to its first's (16 bytes of RETH) behind the inner IPv4 packet. The padding is
     zeros (nothing of another buffer leaks) and the inner packet stays whole and first."""
-    from scapy.all import raw, rdpcap
-    from scapy.layers.inet import IP as IPv4, UDP
-    from scapy.layers.vxlan import VXLAN
+    from scapy.all import raw
+    from scapy.layers.inet import IP as IPv4
 
     padded = unpadded = 0
-    for frame in rdpcap(str(roce_capture)):
-        if VXLAN not in frame:
-            continue
-        inner = frame[VXLAN].payload
-        if IPv4 not in inner or UDP not in inner[IPv4] or inner[IPv4][UDP].dport != 4791:
-            continue
+    for inner in roce_frames_in(roce_capture):
         inner_frame = raw(inner)
         behind = inner_frame[14 + inner[IPv4].len:]
         assert len(behind) <= 16, f"{len(behind)} bytes behind a {inner[IPv4].len}-byte packet"

@@ -3034,12 +3034,6 @@ TEST_F(rc_qp_test, a_lone_write_and_every_send_ask_for_an_ack_on_their_last_pack
     EXPECT_EQ(requests, expected);
 }
 
-}  // namespace
-}  // namespace jakiro::roce
-
-namespace jakiro::roce {
-namespace {
-
 // The tail of a coalesced run: a WRITE's last packet leaves without AckReq because another
 // WRITE follows, then that one does not go (the port is full) and the program moves the QP to
 // SQD, which starts nothing new. The responder ACKs only when asked; without a probe the first

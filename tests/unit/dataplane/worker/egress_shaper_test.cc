@@ -94,21 +94,31 @@ TEST_F(ShaperTest, UnshapedVnicsPassStraightThrough) {
     EXPECT_EQ(ctx->tx.queued(port_t1).size(), 1u);
 }
 
-TEST_F(ShaperTest, RdmaIsAdmittedAgainstItsShareAndNeverBeyondTheRate) {
-    // Only rdma is backlogged here (a stand-in for the engine says t1's QPs could send 64 KB
-    // per poll; admission is asked directly): it may use the whole rate, and is refused once
-    // the grant is spent until tokens come back.
+// 100 grant periods of 100 us with only t1's rdma class backlogged (a stand-in for the engine
+// says its QPs could send 64 KB per poll; admission is asked directly, 1100-byte packets, each
+// followed by `padding` bytes charged as a super-datagram's): the bytes it put on the wire.
+uint64_t backlogged_rdma_on_wire(ShaperTest& t, uint32_t padding) {
     const rdma_queues t1_backlogged{[](uint16_t slot) { return slot == slot_t1 ? 65536u : 0u; },
                                     [](uint16_t) { return false; }};
-    uint64_t admitted = 0;
+    uint64_t on_wire = 0;
     for (int step = 0; step < 100; ++step) {
-        now += 100'000;
-        shaper->run(*ctx, t1_backlogged, now);
-        while (shaper->admit_rdma(slot_t1, 1100)) {
-            admitted += 1100;
+        t.now += 100'000;
+        t.shaper->run(*t.ctx, t1_backlogged, t.now);
+        while (t.shaper->admit_rdma(slot_t1, 1100)) {
+            if (padding > 0) {
+                t.shaper->charge_rdma(slot_t1, padding);
+            }
+            on_wire += 1100 + padding;
         }
-        shaper->commit_rdma(t1_backlogged);
+        t.shaper->commit_rdma(t1_backlogged);
     }
+    return on_wire;
+}
+
+TEST_F(ShaperTest, RdmaIsAdmittedAgainstItsShareAndNeverBeyondTheRate) {
+    // Alone, rdma may use the whole rate, and is refused once the grant is spent until tokens
+    // come back.
+    const uint64_t admitted = backlogged_rdma_on_wire(*this, 0);
     EXPECT_GT(shaper->counters(slot_t1).rdma_waits.read(), 0u);
     EXPECT_GT(admitted, 125'000u * 9 / 10) << "alone, rdma may use the whole rate";
     EXPECT_LT(admitted, 125'000u + 16384 + 2 * 1100);
@@ -116,21 +126,9 @@ TEST_F(ShaperTest, RdmaIsAdmittedAgainstItsShareAndNeverBeyondTheRate) {
 }
 
 TEST_F(ShaperTest, PaddingTheRdmaClassPutOnTheWireCountsAgainstItsRate) {
-    // Each admitted packet also took 550 bytes of padding in a super-datagram (far more than
-    // the real 16, so that an uncharged padding would show): packets and padding together stay
-    // within the rate.
-    const rdma_queues t1_backlogged{[](uint16_t slot) { return slot == slot_t1 ? 65536u : 0u; },
-                                    [](uint16_t) { return false; }};
-    uint64_t on_wire = 0;
-    for (int step = 0; step < 100; ++step) {
-        now += 100'000;
-        shaper->run(*ctx, t1_backlogged, now);
-        while (shaper->admit_rdma(slot_t1, 1100)) {
-            shaper->charge_rdma(slot_t1, 550);
-            on_wire += 1100 + 550;
-        }
-        shaper->commit_rdma(t1_backlogged);
-    }
+    // 550 bytes of padding behind each packet (far more than the real 16, so that an uncharged
+    // padding would show): packets and padding together stay within the rate.
+    const uint64_t on_wire = backlogged_rdma_on_wire(*this, 550);
     EXPECT_GT(on_wire, 125'000u * 9 / 10);
     EXPECT_LT(on_wire, 125'000u + 16384 + 2 * 1650);
 }
