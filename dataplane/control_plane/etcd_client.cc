@@ -161,20 +161,25 @@ bool etcd_client::lease_keep_alive(int64_t id, int64_t& ttl_s, std::string& erro
 }
 
 etcd_client::watch_stream::watch_stream(etcd_client& client, const std::string& prefix,
-                                        int64_t start_revision) {
+                                        int64_t start_revision)
+    : _client(client), _prefix(prefix), _start_revision(start_revision) {
     _context.set_wait_for_ready(client._wait_for_ready);  // no deadline: cancel() ends it
-    _stream = client._watch->Watch(&_context);
-    etcdserverpb::WatchRequest request;
-    auto* create = request.mutable_create_request();
-    create->set_key(prefix);
-    create->set_range_end(prefix_range_end(prefix));
-    create->set_start_revision(start_revision);
-    // Empty responses now and then while nothing changes: the revision stays fresh.
-    create->set_progress_notify(true);
-    _stream->Write(request);  // a failure shows up as the first next() failing
 }
 
 bool etcd_client::watch_stream::next(etcdserverpb::WatchResponse& response, std::string& error) {
+    if (_stream == nullptr) {
+        // Opening the stream waits for a connection to etcd (wait_for_ready), however long:
+        // here, after the owner could register cancel(), so a stop never waits on a dead etcd.
+        _stream = _client._watch->Watch(&_context);
+        etcdserverpb::WatchRequest request;
+        auto* create = request.mutable_create_request();
+        create->set_key(_prefix);
+        create->set_range_end(prefix_range_end(_prefix));
+        create->set_start_revision(_start_revision);
+        // Empty responses now and then while nothing changes: the revision stays fresh.
+        create->set_progress_notify(true);
+        _stream->Write(request);  // a failure shows up as the Read below failing
+    }
     if (_stream->Read(&response)) {
         return true;
     }

@@ -56,13 +56,20 @@ class etcd_client {
     // A watch on every key under a prefix from a revision (inclusive).
     class watch_stream {
       public:
+        // Nothing is sent yet: the first next() opens the stream, so that cancel() can be
+        // registered with whoever must be able to end it before anything blocks.
         watch_stream(etcd_client& client, const std::string& prefix, int64_t start_revision);
-        // Blocks for the next response; false when the stream ended (error has why).
+        // Blocks for the next response (the first opens the stream and waits for etcd);
+        // false when the stream ended or could not open (error has why).
         bool next(etcdserverpb::WatchResponse& response, std::string& error);
-        // Ends a next() in progress from another thread.
+        // Ends a next() in progress from another thread, the first one included; a cancel()
+        // before the first next() makes it return false at once.
         void cancel();
 
       private:
+        etcd_client& _client;
+        std::string _prefix;
+        int64_t _start_revision;
         grpc::ClientContext _context;
         std::unique_ptr<
             grpc::ClientReaderWriter<etcdserverpb::WatchRequest, etcdserverpb::WatchResponse>>

@@ -145,3 +145,23 @@ def test_a_host_whose_lease_expires_is_stale_but_its_vnics_stay_reachable(testbe
     assert control_plane("h1")["peers"] == peers  # t19 and t5 are still in h1's tables
     listed = etcdctl("get", "hosts").stdout
     assert re.search(r"^h3\s+198\.18\.0\.3\s+stale", listed, re.M), listed
+
+
+def test_a_jakirod_stops_promptly_while_etcd_is_down(testbed):
+    """An operator stops a host (systemctl stop: SIGTERM) while etcd is unreachable: jakirod must
+    not wait for etcd. Its watch used to block opening a stream to the dead etcd, out of reach of
+    the stop, and the daemon never exited (the test bed's SIGKILL left its control socket)."""
+    pid = etcd_pid()
+    if pid:
+        os.kill(pid, 9)
+    wait_until(lambda: not control_plane("h2")["connected"], 5, "h2 to notice etcd is gone")
+    time.sleep(1)  # h2 is retrying its watch now
+    jakirod = int((RUN_DIR / "h2.pid").read_text())
+    socket = "/run/jakiro/h2.sock"
+    assert os.path.exists(socket)
+    os.kill(jakirod, 15)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and os.path.exists(f"/proc/{jakirod}"):
+        time.sleep(0.1)
+    assert not os.path.exists(f"/proc/{jakirod}"), "jakirod still runs 10 s after SIGTERM"
+    assert not os.path.exists(socket), "a clean stop removes the control socket"
