@@ -1745,7 +1745,7 @@ TEST_F(rc_qp_srq_test, an_srq_is_busy_while_a_qp_takes_from_it_and_belongs_to_it
     r.srq = srq;
     verbs::qp_created q;
     EXPECT_EQ(b.res->create_qp(b.client + 1, r, q), EINVAL);
-    r.srq = srq ^ 0x100;  // no such SRQ
+    r.srq = srq ^ 0xff;  // no such SRQ (its tag is wrong; ^ 0x100 made 0 when the tag was 0)
     EXPECT_EQ(b.res->create_qp(b.client, r, q), EINVAL);
     ASSERT_EQ(b.res->destroy_qp(b.client, b.qp), 0);
     EXPECT_EQ(b.res->destroy_srq(b.client, srq), 0);

@@ -314,7 +314,7 @@ TEST_F(Requests, AllocMwAnswersAWindowOfThisSessionsPdAndRefusesWhatIsNot) {
     bad.type = 0;
     EXPECT_EQ(status(send(bad)), EINVAL) << "no such window type";
     bad = req;
-    bad.pd_handle = pd ^ 0x100;
+    bad.pd_handle = pd ^ 0xff;
     EXPECT_EQ(status(send(bad)), EINVAL) << "no such PD";
     EXPECT_EQ(status(send(req, sizeof(req) - 4)), EBADMSG) << "short message";
 

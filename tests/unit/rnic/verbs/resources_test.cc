@@ -340,7 +340,7 @@ TEST_F(Resources, ReregSwapsTheRegistrationUnderTheSameKeyAllOrNothing) {
     bad = next;
     bad.access = proto::access_remote_write;
     EXPECT_EQ(res.rereg_mr(alice, rereg_request(key, bad), fd), EINVAL);
-    EXPECT_EQ(res.rereg_mr(alice, rereg_request(key ^ 0x100, next), fd), EINVAL) << "no such MR";
+    EXPECT_EQ(res.rereg_mr(alice, rereg_request(key ^ 0xff, next), fd), EINVAL) << "no such MR";
     EXPECT_TRUE(res.mrs().find(pd2, key, 0x5000, 6, proto::access_remote_write));
     EXPECT_EQ(res.dereg_mr(alice, key), 0);
     EXPECT_EQ(res.dealloc_pd(alice, pd2), 0);
