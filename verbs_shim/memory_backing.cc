@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "debug.hh"
+#include "raw_syscall.hh"
 
 // Moving pages reads them whole, including bytes no allocation owns (under valgrind, its
 // malloc's redzones): tell memcheck that is intended, as rdma-core's providers tell it about
@@ -121,14 +122,20 @@ int copy_into_memfd(int fd, uintptr_t start, std::size_t size) {
 // ---------------------------------------------------------------- fork()
 //
 // Moved pages are MAP_SHARED, so after a plain fork() parent and child would share them: a
-// child's malloc on a moved heap page would corrupt the parent's heap. So, unless
-// ibv_fork_init() kept them out of the child (MADV_DONTFORK), the child turns every mapping
-// of a jakiro-mr memfd back into private memory before fork() returns in it, with no malloc
-// (the heap pages are still shared while it works); the parent's forking thread waits for
-// that, so a single-threaded parent cannot change the pages meanwhile. The child then starts
-// with a fresh backing: its own registrations must never write into the parent's memfd.
-// Every backing operation holds the registration lock, and so does fork(), so no backing is
-// caught half-changed. posix_spawn()/vfork() copy nothing and need none of this.
+// child's malloc on a moved heap page would corrupt the parent's heap. Worse, glibc itself
+// writes into the heap in the child before any fork handler runs (it resets every malloc
+// arena's lock and count of attached threads, and clears the other threads' pthread keys),
+// and a thread's arena header shares the first page of its heap with its first chunks. So
+// the child never inherits a moved mapping itself: just before fork() the parent marks each
+// one MADV_DONTFORK and makes a second, inheritable view of its pages (mremap with old size
+// 0). In the child, a private copy is made at the original address from that view, on the
+// first touch (a SIGSEGV handler: glibc's own writes come first) or in the child handler,
+// with no malloc; the parent's forking thread waits for that, so a single-threaded parent
+// cannot change the pages meanwhile. Pages ibv_fork_init() keeps out of children
+// (MADV_DONTFORK already) stay out. The child then starts with a fresh backing: its own
+// registrations must never write into the parent's memfd. Every backing operation holds
+// the registration lock, and so does fork(), so no backing is caught half-changed.
+// posix_spawn()/vfork() copy nothing and need none of this.
 
 std::mutex& registration_lock() {
     static auto* m = new std::mutex;
@@ -142,8 +149,96 @@ std::vector<memory_backing*>& live_backings() {  // guarded by registration_lock
 
 int fork_done[2] = {-1, -1};  // child -> parent: "your pages are yours again"
 
+// One moved run as a fork sees it.
+struct fork_copy {
+    uintptr_t start;
+    uintptr_t end;
+    int prot;
+    char* view;  // the inheritable second view of the pages; null: inherited the old way
+    bool done;   // the child has its private copy
+};
+
+// Everything the child's fault handler reads, on a page of its own (no registration of
+// neighbouring static memory can move it); the table itself is an anonymous mapping.
+struct alignas(4096) fork_state_page {
+    fork_copy* copies = nullptr;
+    std::size_t count = 0;
+    std::size_t table_bytes = 0;
+    long parent = 0;
+    bool handler_set = false;
+    struct sigaction before {};
+};
+static_assert(sizeof(fork_state_page) == memory_backing::page);
+fork_state_page fork_state;
+
+// The copy into the child's private pages: whole words, no call (not even to memcpy).
+__attribute__((no_sanitize_address, optimize("no-tree-loop-distribute-patterns"))) void copy_words(
+    uintptr_t to, const char* from, std::size_t size) {
+    auto* out = reinterpret_cast<uint64_t*>(to);
+    const auto* in = reinterpret_cast<const uint64_t*>(from);
+    for (std::size_t i = 0; i < size / sizeof(uint64_t); ++i) {
+        out[i] = in[i];
+    }
+}
+
+bool failed(long syscall_result) {
+    return static_cast<unsigned long>(syscall_result) > static_cast<unsigned long>(-4096L);
+}
+
+// In the child: private memory at the run's address with the view's contents. No libc at
+// all (raw_syscall.hh): async-signal-safe, and safe before the child's pages are its own.
+bool make_private_copy(fork_copy& c) {
+    if (c.done || c.view == nullptr) {
+        return c.done;
+    }
+    const std::size_t len = c.end - c.start;
+    if (failed(raw_syscall(SYS_mmap, static_cast<long>(c.start), static_cast<long>(len),
+                           PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
+                           0))) {
+        return false;
+    }
+    copy_words(c.start, c.view, len);
+    if (c.prot != (PROT_READ | PROT_WRITE)) {
+        raw_syscall(SYS_mprotect, static_cast<long>(c.start), static_cast<long>(len), c.prot);
+    }
+    raw_syscall(SYS_munmap, reinterpret_cast<long>(c.view), static_cast<long>(len));
+    c.view = nullptr;
+    c.done = true;
+    return true;
+}
+
+// Installed from just before fork() until the handlers are done. In the child, a touch of a
+// run it has no copy of yet makes the copy and retries; anything else goes where it would
+// have gone without this handler.
+void fault_in_fork_child(int sig, siginfo_t* info, void* context) {
+    if (raw_syscall(SYS_getpid) != fork_state.parent) {
+        const auto at = reinterpret_cast<uintptr_t>(info->si_addr);
+        for (std::size_t i = 0; i < fork_state.count; ++i) {
+            fork_copy& c = fork_state.copies[i];
+            if (c.start <= at && at < c.end && c.view != nullptr && make_private_copy(c)) {
+                return;
+            }
+        }
+    }
+    const struct sigaction& before = fork_state.before;
+    if ((before.sa_flags & SA_SIGINFO) != 0 && before.sa_sigaction != nullptr) {
+        before.sa_sigaction(sig, info, context);
+    } else if (before.sa_handler != SIG_DFL && before.sa_handler != SIG_IGN) {
+        before.sa_handler(sig);
+    } else {
+        // The default action: the faulting instruction runs again and the process dies of it.
+        struct {
+            void* handler;
+            unsigned long flags;
+            void* restorer;
+            uint64_t mask;
+        } dfl{nullptr, 0, nullptr, 0};  // SIG_DFL, in the kernel's own layout
+        raw_syscall(SYS_rt_sigaction, SIGSEGV, reinterpret_cast<long>(&dfl), 0, sizeof dfl.mask);
+    }
+}
+
 // Turns one shared mapping of a memfd into private anonymous memory with the same contents
-// and protection. No malloc.
+// and protection, in place. No malloc. For runs that have no view (mremap refused one).
 void privatize(const vma& v) {
     const std::size_t len = v.end - v.start;
     void* tmp = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -165,8 +260,8 @@ void privatize(const vma& v) {
     }
 }
 
-// Every mapping of a jakiro-mr memfd in this (child) process, made private. No malloc: the
-// maps text goes to an mmap()ed buffer and is parsed in place.
+// Every mapping of a jakiro-mr memfd this (child) process still shares, made private. No
+// malloc: the maps text goes to an mmap()ed buffer and is parsed in place.
 void privatize_memfd_mappings() {
     std::size_t cap = std::size_t{1} << 20, len = 0;
     void* mem = mmap(nullptr, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -214,11 +309,100 @@ void privatize_memfd_mappings() {
     munmap(buf, cap);
 }
 
+// The parent, before fork(), with the registration lock held (malloc is still allowed):
+// every moved run that children inherit gets its view and MADV_DONTFORK. What is already
+// MADV_DONTFORK (ibv_fork_init()'s registrations, or the application's) stays as it is.
+void keep_moved_pages_from_the_child() {
+    std::vector<vma> maps;
+    std::vector<fork_copy> runs;
+    try {
+        if (!read_smaps(maps)) {
+            return;
+        }
+        for (const vma& v : maps) {
+            // A view another copy of this library made is MADV_DONTDUMP (tests load two).
+            if (v.shared && !v.dont_fork && !v.dont_dump && v.path.starts_with(memfd_maps_path)) {
+                runs.push_back({v.start, v.end,
+                                (v.read ? PROT_READ : 0) | (v.write ? PROT_WRITE : 0) |
+                                    (v.exec ? PROT_EXEC : 0),
+                                nullptr, false});
+            }
+        }
+    } catch (const std::bad_alloc&) {
+        return;  // the child then privatizes what it shares, the old way
+    }
+    if (runs.empty()) {
+        return;
+    }
+    const std::size_t bytes =
+        (runs.size() * sizeof(fork_copy) + memory_backing::page - 1) & ~(memory_backing::page - 1);
+    void* table = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (table == MAP_FAILED) {
+        return;
+    }
+    fork_state.copies = static_cast<fork_copy*>(table);
+    fork_state.table_bytes = bytes;
+    fork_state.count = runs.size();
+    bool any_view = false;
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+        fork_copy c = runs[i];
+        auto* start = reinterpret_cast<void*>(c.start);
+        const std::size_t len = c.end - c.start;
+        void* view = mremap(start, 0, len, MREMAP_MAYMOVE);
+        if (view != MAP_FAILED) {
+            if ((c.prot & PROT_READ) == 0) {
+                mprotect(view, len, PROT_READ);
+            }
+            madvise(view, len, MADV_DONTDUMP);  // a duplicate, and not a run of its own
+            if (madvise(start, len, MADV_DONTFORK) == 0) {
+                c.view = static_cast<char*>(view);
+                any_view = true;
+            } else {
+                munmap(view, len);
+            }
+        }
+        fork_state.copies[i] = c;
+    }
+    if (any_view) {
+        struct sigaction on_fault {};
+        on_fault.sa_sigaction = fault_in_fork_child;
+        on_fault.sa_flags = SA_SIGINFO | SA_ONSTACK;
+        sigemptyset(&on_fault.sa_mask);
+        fork_state.handler_set = sigaction(SIGSEGV, &on_fault, &fork_state.before) == 0;
+    }
+}
+
+// Both sides, after fork(): the views and the table go; the handler goes back.
+void end_fork_copies(bool in_parent) {
+    for (std::size_t i = 0; i < fork_state.count; ++i) {
+        fork_copy& c = fork_state.copies[i];
+        if (c.view == nullptr) {
+            continue;
+        }
+        munmap(c.view, c.end - c.start);
+        if (in_parent) {
+            madvise(reinterpret_cast<void*>(c.start), c.end - c.start, MADV_DOFORK);
+        }
+    }
+    if (fork_state.handler_set) {
+        sigaction(SIGSEGV, &fork_state.before, nullptr);
+        fork_state.handler_set = false;
+    }
+    if (fork_state.copies != nullptr) {
+        munmap(fork_state.copies, fork_state.table_bytes);
+    }
+    fork_state.copies = nullptr;
+    fork_state.count = 0;
+    fork_state.table_bytes = 0;
+}
+
 void fork_prepare() {
     registration_lock().lock();
     if (pipe2(fork_done, O_CLOEXEC) != 0) {
         fork_done[0] = fork_done[1] = -1;
     }
+    fork_state.parent = getpid();
+    keep_moved_pages_from_the_child();
 }
 
 void fork_parent() {
@@ -230,11 +414,16 @@ void fork_parent() {
         close(fork_done[0]);
     }
     fork_done[0] = fork_done[1] = -1;
+    end_fork_copies(true);
     registration_lock().unlock();
 }
 
 void fork_child() {
-    privatize_memfd_mappings();
+    for (std::size_t i = 0; i < fork_state.count; ++i) {
+        make_private_copy(fork_state.copies[i]);
+    }
+    privatize_memfd_mappings();  // runs that got no view
+    end_fork_copies(false);
     if (fork_done[1] >= 0) {
         close(fork_done[0]);
         [[maybe_unused]] const ssize_t n = write(fork_done[1], "k", 1);

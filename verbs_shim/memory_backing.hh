@@ -24,11 +24,12 @@
 // the memfd (it is the application's memory now); once the application unmaps it too, the
 // next registration, deregistration or context close gives the page back (hole punch).
 //
-// fork(): moved pages are MAP_SHARED, so a child would share them with its parent (and a
-// child's malloc on a moved heap page would corrupt the parent's heap). A fork handler makes
-// them private in the child before fork() returns there, while the parent's forking thread
-// waits (memory_backing.cc); with ibv_fork_init() they are MADV_DONTFORK, absent in the
-// child, as with libibverbs.
+// fork(): moved pages are MAP_SHARED, so a child would share them with its parent, and glibc
+// itself writes into the child's heap before any fork handler runs. So the child never
+// inherits a moved mapping: the prepare handler marks each MADV_DONTFORK and leaves the child
+// a second view, from which the child makes private copies at the original addresses, on the
+// first touch or in its handler, while the parent's forking thread waits (memory_backing.cc).
+// Pages already MADV_DONTFORK (ibv_fork_init()) stay absent in the child, as with libibverbs.
 //
 // Known limits: another thread that writes into a page while it is being moved (between the
 // copy and the remap, microseconds) loses that write, so register memory before handing it

@@ -91,13 +91,13 @@ bool parse_maps_line(std::string_view line, vma& out, std::string_view& path) {
     return true;
 }
 
-bool read_maps(std::vector<vma>& out) {
-    out.clear();
-    const int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+namespace {
+
+bool read_whole(const char* path, std::string& text) {
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         return false;
     }
-    std::string text;
     char chunk[16384];
     for (;;) {
         const ssize_t n = read(fd, chunk, sizeof(chunk));
@@ -116,6 +116,37 @@ bool read_maps(std::vector<vma>& out) {
         text.append(chunk, static_cast<std::size_t>(n));
     }
     close(fd);
+    return true;
+}
+
+// smaps: each mapping's maps line, then "Key: value" lines, "VmFlags: rd wr sh ... dc dd".
+bool parse_vm_flags(std::string_view line, vma& v) {
+    constexpr std::string_view key = "VmFlags:";
+    if (!line.starts_with(key)) {
+        return false;
+    }
+    line.remove_prefix(key.size());
+    while (!line.empty()) {
+        const auto start = line.find_first_not_of(' ');
+        if (start == std::string_view::npos) {
+            break;
+        }
+        line.remove_prefix(start);
+        const auto end = line.find(' ');
+        const std::string_view flag = line.substr(0, end);
+        v.dont_fork |= flag == "dc";
+        v.dont_dump |= flag == "dd";
+        line.remove_prefix(end == std::string_view::npos ? line.size() : end);
+    }
+    return true;
+}
+
+bool read_mappings(const char* path, std::vector<vma>& out) {
+    out.clear();
+    std::string text;
+    if (!read_whole(path, text)) {
+        return false;
+    }
     std::string_view rest(text);
     while (!rest.empty()) {
         const auto eol = rest.find('\n');
@@ -124,9 +155,21 @@ bool read_maps(std::vector<vma>& out) {
         vma v;
         if (parse_maps_line(line, v)) {
             out.push_back(std::move(v));
+        } else if (!out.empty()) {
+            parse_vm_flags(line, out.back());
         }
     }
     return true;
+}
+
+}  // namespace
+
+bool read_maps(std::vector<vma>& out) {
+    return read_mappings("/proc/self/maps", out);
+}
+
+bool read_smaps(std::vector<vma>& out) {
+    return read_mappings("/proc/self/smaps", out);
 }
 
 }  // namespace jakiro::shim

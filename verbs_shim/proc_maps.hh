@@ -21,7 +21,9 @@ struct vma {
     unsigned dev_major = 0;
     unsigned dev_minor = 0;
     uint64_t inode = 0;
-    std::string path;  // "" (anonymous), "[heap]", "[stack]", "/memfd:name (deleted)", a file
+    std::string path;        // "" (anonymous), "[heap]", "[stack]", "/memfd:name (deleted)", a file
+    bool dont_fork = false;  // MADV_DONTFORK: fork() leaves it out (read_smaps only)
+    bool dont_dump = false;  // MADV_DONTDUMP: not in core dumps (read_smaps only)
 
     // Private memory not backed by a file: what malloc, the brk heap, mmap(MAP_PRIVATE |
     // MAP_ANONYMOUS) and most of a program's .bss are made of. Stacks are excluded.
@@ -44,5 +46,9 @@ bool parse_maps_line(std::string_view line, vma& out, std::string_view& path);
 // The mappings of this process, in address order. False (errno set) if /proc/self/maps
 // cannot be read.
 bool read_maps(std::vector<vma>& out);
+
+// The same from /proc/self/smaps, which also has each mapping's advice flags (`dont_fork`,
+// `dont_dump`). Slower: the kernel counts every mapping's pages for it.
+bool read_smaps(std::vector<vma>& out);
 
 }  // namespace jakiro::shim

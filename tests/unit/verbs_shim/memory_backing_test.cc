@@ -6,15 +6,19 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 
 namespace jakiro::shim {
 namespace {
@@ -373,6 +377,157 @@ TEST(MemoryBacking, AForkedChildGetsPrivateCopiesAndAFreshBacking) {
     b.release(p, 2 * page);
     std::free(heap);
     munmap(p, 2 * page);
+}
+
+// A child of fork() writes before the backing's handler has made its pages private: glibc
+// resets every malloc arena's lock and count of attached threads, and any fork handler
+// registered earlier runs first. Those writes must stay in the child. Each scenario runs in a
+// freshly executed copy of this test program (gtest's "threadsafe" death-test style): no
+// other test's threads or fork handlers there, so it can register its own handler first and
+// compare whole pages. Exit 0: the parent's pages are unchanged.
+
+char* early_writer_target = nullptr;
+
+int writes_of_an_earlier_fork_handler() {
+    pthread_atfork(nullptr, nullptr, [] { early_writer_target[0] = 'X'; });  // before ours
+    memory_backing b;
+    char* p = anon_pages(1);
+    backing_span span;
+    if (p == nullptr || b.acquire(p, page, true, span) != 0) {
+        return 3;
+    }
+    early_writer_target = p;
+    const pid_t child = fork();
+    if (child == 0) {
+        _exit(p[0] == 'X' ? 0 : 1);
+    }
+    int status = 0;
+    if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status) ||
+        WEXITSTATUS(status) != 0) {
+        std::fprintf(stderr, "the child did not see its own write\n");
+        return 4;
+    }
+    if (!has_pattern(p, page)) {
+        std::fprintf(stderr, "the child's write reached the parent\n");
+        return 1;
+    }
+    return 0;
+}
+
+// glibc's malloc only: AddressSanitizer's allocator (tools/test-all's build-asan) has no
+// arenas; the ordinary build runs this.
+#if !defined(__SANITIZE_ADDRESS__)
+int glibcs_arena_reset_in_the_child() {
+    int park[2];
+    if (pipe2(park, O_CLOEXEC) != 0) {
+        return 3;
+    }
+    std::atomic<char*> chunk{nullptr};
+    std::thread owner([&] {
+        char* mine = static_cast<char*>(std::malloc(64));  // from this thread's arena
+        chunk = mine;
+        char byte;
+        [[maybe_unused]] const ssize_t n = read(park[0], &byte, 1);  // attached until told
+        std::free(mine);
+    });
+    while (chunk.load() == nullptr) {
+        usleep(1000);  // the death test's own timeout bounds this
+    }
+    // A glibc thread heap is aligned to its maximum size (64 MiB here) and starts with a
+    // heap_info whose first field points at the arena header that follows it.
+    constexpr uintptr_t heap_max = uintptr_t{64} << 20;
+    auto* heap =
+        reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(chunk.load()) & ~(heap_max - 1));
+    uintptr_t arena = 0;
+    std::memcpy(&arena, heap, sizeof(arena));
+    if (arena <= reinterpret_cast<uintptr_t>(heap) ||
+        arena >= reinterpret_cast<uintptr_t>(heap) + page) {
+        std::fprintf(stderr, "a thread's heap no longer starts with its arena\n");
+        return 2;
+    }
+    memory_backing b;
+    backing_span span;
+    if (b.acquire(heap, page, true, span) != 0) {
+        return 3;
+    }
+    static char before[page];
+    std::memcpy(before, heap, page);
+    const pid_t child = fork();
+    if (child == 0) {
+        _exit(0);
+    }
+    int status = 0;
+    if (child < 0 || waitpid(child, &status, 0) != child) {
+        return 3;
+    }
+    const bool same = std::memcmp(before, heap, page) == 0;
+    if (!same) {
+        std::fprintf(stderr, "the child's reset of the arena header reached the parent\n");
+        std::memcpy(heap, before, page);  // so that the thread's exit does not abort
+    }
+    [[maybe_unused]] const ssize_t n = write(park[1], "x", 1);
+    owner.join();
+    return same ? 0 : 1;
+}
+
+#endif
+
+TEST(MemoryBackingDeathTest, WritesOfAnEarlierForkHandlerStayInTheChild) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_EXIT(_exit(writes_of_an_earlier_fork_handler()), testing::ExitedWithCode(0), "");
+}
+
+#if !defined(__SANITIZE_ADDRESS__)
+// A thread's arena header shares the first page of its heap with its first chunks, so a
+// registered chunk there puts the header on the memfd; in the parent, the count reset to 0
+// made that thread's exit abort ("a->attached_threads > 0").
+TEST(MemoryBackingDeathTest, GlibcsArenaResetInTheChildNeverReachesTheParent) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_EXIT(_exit(glibcs_arena_reset_in_the_child()), testing::ExitedWithCode(0), "");
+}
+#endif
+
+// What a fork sets up in the parent (a second view of each moved run, MADV_DONTFORK) is
+// gone once fork() returns there: fork after fork, the parent's mappings stay as they were.
+TEST(MemoryBacking, AParentsMappingsAreTheSameAfterEachFork) {
+    memory_backing b;
+    char* p = anon_pages(3);
+    ASSERT_NE(p, nullptr);
+    backing_span span;
+    ASSERT_EQ(b.acquire(p + page, page, true, span), 0);
+    auto memfd_mappings = [] {
+        std::vector<vma> maps;
+        EXPECT_TRUE(read_maps(maps));
+        std::string shown;
+        for (const vma& v : maps) {
+            if (v.shared && v.path.starts_with("/memfd:jakiro-mr")) {
+                shown += std::to_string(v.start) + "-" + std::to_string(v.end) + " ";
+            }
+        }
+        return shown;
+    };
+    const std::string before = memfd_mappings();
+    for (int i = 0; i < 3; ++i) {
+        const pid_t child = fork();
+        ASSERT_GE(child, 0);
+        if (child == 0) {
+            _exit(has_pattern(p, 3 * page) && !mapping_of(p + page).shared ? 0 : 1);
+        }
+        int status = 0;
+        ASSERT_EQ(waitpid(child, &status, 0), child);
+        EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "fork " << i;
+        EXPECT_EQ(memfd_mappings(), before) << "fork " << i;
+    }
+    const pid_t child = fork();  // and the pages are inherited again after all that
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        _exit(p[page] == static_cast<char>(page * 7 + 3) ? 0 : 1);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    b.release(p + page, page);
+    munmap(p, 3 * page);
 }
 
 TEST(MemoryBacking, ForkProtectionKeepsRegisteredPagesOutOfChildren) {

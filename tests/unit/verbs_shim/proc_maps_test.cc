@@ -88,5 +88,38 @@ TEST(ProcMaps, ReadsThisProcessesMappings) {
     munmap(p, 3 * 4096);
 }
 
+TEST(ProcMaps, SmapsAlsoSaysWhatForkLeavesOutAndWhatDumpsLeaveOut) {
+    auto* p = static_cast<char*>(
+        mmap(nullptr, 3 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    ASSERT_NE(p, MAP_FAILED);
+    ASSERT_EQ(madvise(p, 4096, MADV_DONTFORK), 0);
+    ASSERT_EQ(madvise(p + 2 * 4096, 4096, MADV_DONTDUMP), 0);
+    std::vector<vma> maps;
+    ASSERT_TRUE(read_smaps(maps));
+    auto at = [&](const char* a) {
+        for (const vma& v : maps) {
+            if (v.start <= reinterpret_cast<uintptr_t>(a) &&
+                reinterpret_cast<uintptr_t>(a) < v.end) {
+                return v;
+            }
+        }
+        return vma{};
+    };
+    EXPECT_TRUE(at(p).dont_fork);
+    EXPECT_FALSE(at(p).dont_dump);
+    EXPECT_FALSE(at(p + 4096).dont_fork);
+    EXPECT_FALSE(at(p + 4096).dont_dump);
+    EXPECT_TRUE(at(p + 4096).anonymous_private()) << "the maps fields parse as in read_maps";
+    EXPECT_TRUE(at(p + 2 * 4096).dont_dump);
+    EXPECT_FALSE(at(p + 2 * 4096).dont_fork);
+    std::vector<vma> plain;
+    ASSERT_TRUE(read_maps(plain));
+    EXPECT_FALSE(plain.empty());
+    for (const vma& v : plain) {
+        EXPECT_FALSE(v.dont_fork || v.dont_dump) << "maps has no flags to read";
+    }
+    munmap(p, 3 * 4096);
+}
+
 }  // namespace
 }  // namespace jakiro::shim

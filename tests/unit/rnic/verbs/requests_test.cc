@@ -327,7 +327,8 @@ TEST_F(Requests, AllocMwAnswersAWindowOfThisSessionsPdAndRefusesWhatIsNot) {
     auto foreign = req;
     EXPECT_EQ(status(send(foreign)), EINVAL) << "nor allocate in its PD";
     std::swap(s, other);
-    dealloc.handle = pd;
+    // PDs and windows draw their tags apart: 1 in 256 the PD's handle equals the window's.
+    dealloc.handle = pd != r.mw_handle ? pd : pd ^ 0xff;
     EXPECT_EQ(status(send(dealloc)), EINVAL) << "a PD's handle is not a window";
     dealloc.handle = r.mw_handle;
     EXPECT_EQ(status(send(dealloc)), 0);
