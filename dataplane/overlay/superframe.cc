@@ -9,6 +9,7 @@
 #include <rte_vxlan.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "../internet_checksum.hh"
 #include "vxlan.hh"
@@ -196,26 +197,52 @@ void prepare_for_gro(rte_mbuf* m) {
     m->l4_len = l4;
 }
 
+bool gro_passes_by(const rte_mbuf* m) {
+    if (m->packet_type == 0) {
+        return true;
+    }
+    const uint32_t headers = m->outer_l2_len + m->outer_l3_len + m->l2_len + m->l3_len + m->l4_len;
+    const auto* tcp = rte_pktmbuf_mtod_offset(
+        m, const rte_tcp_hdr*, m->outer_l2_len + m->outer_l3_len + m->l2_len + m->l3_len);
+    return tcp->tcp_flags != RTE_TCP_ACK_FLAG || rte_pktmbuf_pkt_len(m) <= headers;
+}
+
 uint16_t merge_burst(rte_mbuf** pkts, uint16_t count) {
-    bool any = false;
     for (uint16_t i = 0; i < count; ++i) {
         prepare_for_gro(pkts[i]);
-        any |= pkts[i]->packet_type != 0;
     }
-    if (!any || count < 2) {
-        return count;
-    }
-    // Light-weight mode: tables on the stack for this burst only, nothing held across bursts
+    // Light-weight mode: tables on the stack for one call only, nothing held across bursts
     // (a frame is never delayed to wait for its successor).
     rte_gro_param param{};
     param.gro_types = RTE_GRO_IPV4_VXLAN_TCP_IPV4;
     param.max_flow_num = max_merged;
     param.max_item_per_flow = max_merged;
-    const uint16_t left = rte_gro_reassemble_burst(pkts, count, &param);
-    for (uint16_t i = 0; i < left; ++i) {
-        finish_gro(pkts[i]);
+    // rte_gro returns what it merged first and what it passed by after all of that: a
+    // stream's PSH segment or a tap's ready-made super-frame would land behind later frames
+    // of its flow, and the tenant's TCP takes that for loss (fast retransmit, smaller
+    // window). So each call ends at a frame it passes by: that frame stays last, in place.
+    uint16_t out = 0;
+    uint16_t start = 0;
+    for (uint16_t i = 0; i < count; ++i) {
+        const bool passed_by = gro_passes_by(pkts[i]);
+        if (!passed_by && i + 1 < count) {
+            continue;
+        }
+        const auto run = static_cast<uint16_t>(i + 1 - start);
+        uint16_t left = run;
+        if (run - (passed_by ? 1 : 0) >= 2) {
+            left = rte_gro_reassemble_burst(pkts + start, run, &param);
+            for (uint16_t j = 0; j < left; ++j) {
+                finish_gro(pkts[start + j]);
+            }
+        }
+        if (out != start) {
+            std::memmove(pkts + out, pkts + start, left * sizeof(*pkts));
+        }
+        out = static_cast<uint16_t>(out + left);
+        start = static_cast<uint16_t>(i + 1);
     }
-    return left;
+    return out;
 }
 
 void finish_gro(rte_mbuf* m) {

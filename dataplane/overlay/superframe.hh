@@ -51,8 +51,13 @@ bool mark_vxlan_superframe(rte_mbuf* m);
 
 // Merges the VXLAN/IPv4/TCP frames of one flow in `pkts` (at most max_merged) into chains with
 // rte_gro and completes them (prepare_for_gro, finish_gro); returns how many frames are left.
-// Frames of other kinds come back untouched, in order among themselves.
+// Frames rte_gro passes by come back untouched; every frame keeps its place in its flow.
 uint16_t merge_burst(rte_mbuf** pkts, uint16_t count);
+
+// Whether rte_gro hands frame `m` (after prepare_for_gro) back unmerged: not VXLAN/IPv4/TCP
+// (or a ready-made super-frame), a segment with any flag but ACK (PSH ends each tenant
+// super-frame), or one without payload (a pure ACK).
+bool gro_passes_by(const rte_mbuf* m);
 
 // Sets what rte_gro needs (packet type, header lengths) on an underlay frame that is
 // VXLAN/IPv4/TCP, and clears tso_segsz; others get packet type 0, which GRO passes untouched.

@@ -185,6 +185,49 @@ TEST_F(SuperframeTest, FabricFramesOfOneFlowAreMergedIntoOneSuperFrameThatChecks
     EXPECT_EQ(data, payload);
 }
 
+// rte_gro hands back what it cannot merge after everything it merged. A PSH segment (the last
+// of each tenant super-frame) or a tap's ready-made super-frame in the middle of a burst must
+// still leave before the later frames of its flow: the tenant's TCP reads reordering as loss.
+TEST_F(SuperframeTest, FramesRteGroPassesByKeepTheirPlaceInTheirFlow) {
+    for (const bool ready_made : {false, true}) {
+        SCOPED_TRACE(ready_made ? "a ready-made super-frame" : "a PSH segment");
+        rte_mbuf* m = tenant_superframe(40000, 1398);
+        ASSERT_TRUE(encapsulate(m, h1_to_h2, 100, 0, 50001));
+        rte_mbuf* frames[max_segments];
+        const int n = segment_superframe(m, true, 1514, small_pool(), frames, max_segments);
+        ASSERT_GT(n, 6);
+        rte_mbuf* burst[max_merged];
+        for (int i = 0; i < n; ++i) {
+            burst[i] = received_copy(frames[i]);
+            rte_pktmbuf_free(frames[i]);
+        }
+        const int middle = n / 2;
+        auto* tcp = rte_pktmbuf_mtod_offset(burst[middle], rte_tcp_hdr*, outer_header_bytes + 34);
+        if (ready_made) {
+            burst[middle]->ol_flags |= RTE_MBUF_F_RX_LRO;
+        } else {
+            tcp->tcp_flags |= RTE_TCP_PSH_FLAG;
+        }
+        const uint16_t left = merge_burst(burst, static_cast<uint16_t>(n));
+        for (uint16_t i = 0; i < left; ++i) {
+            owned.push_back(burst[i]);
+        }
+        ASSERT_EQ(left, 3) << "the frames before it, it, the frames after it";
+        uint32_t previous_end = start_seq;
+        for (uint16_t i = 0; i < left; ++i) {
+            const auto* inner =
+                rte_pktmbuf_mtod_offset(burst[i], const rte_ipv4_hdr*, outer_header_bytes + 14);
+            const auto* t = reinterpret_cast<const rte_tcp_hdr*>(inner + 1);
+            const uint32_t seq = rte_be_to_cpu_32(t->sent_seq);
+            EXPECT_EQ(seq, previous_end) << "frame " << i << " continues the stream";
+            previous_end = seq + rte_be_to_cpu_16(inner->total_length) - 40;
+        }
+        EXPECT_EQ(previous_end, start_seq + 40000);
+        EXPECT_EQ(burst[1]->nb_segs, 1) << "passed by untouched";
+        EXPECT_GT(burst[2]->nb_segs, 1) << "the frames after it are merged still";
+    }
+}
+
 TEST_F(SuperframeTest, ChargesEveryWireFrameWithItsHeadersAndVxlan) {
     rte_mbuf* m = tenant_superframe(14000, 1400);
     owned.push_back(m);
