@@ -96,6 +96,7 @@ class test_wire final : public packet_port {
 // test's own mappings of the region, the QP ring and the CQ rings (the shim's view).
 struct side {
     uint64_t client = 0;
+    uint16_t vnic = 0;  // its slot: QP numbers are per vNIC, so two sides' may be equal
     std::unique_ptr<verbs::vnic_resources> res;
     uint32_t pd = 0, mr = 0, scq = 0, rcq = 0, qp = 0;
     int region_fd = -1;
@@ -178,6 +179,7 @@ class rc_qp_test : public ::testing::Test {
 
     void make_side(side& s, uint16_t slot, uint32_t ip, uint64_t client, uint32_t quota = 4) {
         s.client = client;
+        s.vnic = slot;
         verbs::vnic_quota limits;
         limits.max_qps = quota;
         s.res = std::make_unique<verbs::vnic_resources>(verbs::engine_limits(),
@@ -1494,7 +1496,7 @@ TEST_F(rc_qp_test, a_repeated_atomic_write_is_acked_again_not_placed_over_a_newe
     EXPECT_EQ(word_at(b, 0), 9u);
     uint64_t retransmitted = 0;
     for (const qp_report& r : eng.report()) {
-        retransmitted += r.qpn == a.qp ? r.retransmitted : 0;
+        retransmitted += r.vnic == a.vnic && r.qpn == a.qp ? r.retransmitted : 0;
     }
     EXPECT_GE(retransmitted, 1u) << "the completion came from the duplicate's ACK";
 }
@@ -2141,9 +2143,10 @@ ibv_ah_attr av_to(uint32_t ip) {
     return ah;
 }
 
-const qp_report* report_of(const std::vector<qp_report>& r, uint32_t qpn) {
+// The report of side `s`'s QP: its vNIC's, since another vNIC's QP may have the same number.
+const qp_report* report_of(const std::vector<qp_report>& r, const side& s) {
     for (const auto& q : r) {
-        if (q.qpn == qpn) {
+        if (q.vnic == s.vnic && q.qpn == s.qp) {
             return &q;
         }
     }
@@ -2182,7 +2185,7 @@ TEST_F(rc_qp_test, every_address_vector_a_modify_sets_passes_the_security_groups
     std::memcpy(&peer, now_attr.ah_attr.grh.dgid.raw + 12, 4);
     EXPECT_EQ(peer, htonl(ip_b));
     EXPECT_EQ(now_attr.alt_port_num, 0);
-    EXPECT_EQ(report_of(eng.report(), a.qp)->remote_ip_be, htonl(ip_b));
+    EXPECT_EQ(report_of(eng.report(), a)->remote_ip_be, htonl(ip_b));
 
     // Control: a new AV towards an allowed peer is taken, and the QP works on.
     attr = {};
@@ -2241,7 +2244,7 @@ TEST_F(rc_qp_test, a_policy_change_that_refuses_the_peer_errs_the_qp_at_the_next
     eng.use_policy(2);
     run(1);
     EXPECT_EQ(wire.connection_checks, 4u);
-    EXPECT_EQ(report_of(eng.report(), a.qp)->state, IBV_QPS_RTS);
+    EXPECT_EQ(report_of(eng.report(), a)->state, IBV_QPS_RTS);
     EXPECT_EQ(eng.counters().qps_revoked.load(), 0u);
     // The rule that admitted a -> b goes: a's very next poll puts it in ERR.
     wire.refused = {{0, htonl(ip_b)}};
@@ -2250,8 +2253,8 @@ TEST_F(rc_qp_test, a_policy_change_that_refuses_the_peer_errs_the_qp_at_the_next
     wire.frames.clear();
     const uint64_t sent_before = wire.sent;
     eng.poll(wire, now += 10'000);
-    EXPECT_EQ(report_of(eng.report(), a.qp)->state, IBV_QPS_ERR);
-    EXPECT_EQ(report_of(eng.report(), b.qp)->state, IBV_QPS_RTS) << "b's groups still allow a";
+    EXPECT_EQ(report_of(eng.report(), a)->state, IBV_QPS_ERR);
+    EXPECT_EQ(report_of(eng.report(), b)->state, IBV_QPS_RTS) << "b's groups still allow a";
     EXPECT_EQ(eng.counters().qps_revoked.load(), 1u);
     EXPECT_NE(
         std::find(events.begin(), events.end(), static_cast<uint32_t>(proto::event_type::qp_fatal)),
@@ -2295,7 +2298,7 @@ TEST_F(rc_qp_test, on_one_host_a_peer_the_responders_groups_refuse_gets_no_more_
     a.post_send(wqe(2, IBV_WR_RDMA_WRITE, a.iova(0), 4096, a.mr, b.iova(0), b.mr));
     run(5);
     EXPECT_FALSE(same(a, 0, b, 0, 4096)) << "nothing reached b's memory";
-    EXPECT_EQ(report_of(eng.report(), b.qp)->state, IBV_QPS_ERR);
+    EXPECT_EQ(report_of(eng.report(), b)->state, IBV_QPS_ERR);
     EXPECT_EQ(eng.counters().qps_revoked.load(), 1u);
     EXPECT_GE(drops_of(eng, engine_drop::revoked), 1u) << "a's packets meet a revoked QP";
 }
@@ -2345,7 +2348,7 @@ TEST_F(rc_qp_test, the_responder_refuses_what_its_qp_access_flags_do_not_grant) 
                 }
                 EXPECT_EQ(c.status, IBV_WC_REM_ACCESS_ERR);
                 EXPECT_EQ(std::memcmp(before.data(), b.region, 64), 0) << "b's memory untouched";
-                EXPECT_EQ(report_of(eng.report(), b.qp)->state, IBV_QPS_ERR);
+                EXPECT_EQ(report_of(eng.report(), b)->state, IBV_QPS_ERR);
             }
         }
     }
