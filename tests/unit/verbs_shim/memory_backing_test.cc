@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <pthread.h>
+#include <spawn.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -19,6 +20,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace jakiro::shim {
 namespace {
@@ -382,9 +384,9 @@ TEST(MemoryBacking, AForkedChildGetsPrivateCopiesAndAFreshBacking) {
 // A child of fork() writes before the backing's handler has made its pages private: glibc
 // resets every malloc arena's lock and count of attached threads, and any fork handler
 // registered earlier runs first. Those writes must stay in the child. Each scenario runs in a
-// freshly executed copy of this test program (gtest's "threadsafe" death-test style): no
-// other test's threads or fork handlers there, so it can register its own handler first and
-// compare whole pages. Exit 0: the parent's pages are unchanged.
+// freshly executed copy of this test program, before gtest starts there (a static
+// initializer, below): no other test's threads or fork handlers, so it can register its own
+// handler first and compare whole pages. Exit 0: the parent's pages are unchanged.
 
 char* early_writer_target = nullptr;
 
@@ -472,18 +474,60 @@ int glibcs_arena_reset_in_the_child() {
 
 #endif
 
-TEST(MemoryBackingDeathTest, WritesOfAnEarlierForkHandlerStayInTheChild) {
-    GTEST_FLAG_SET(death_test_style, "threadsafe");
-    EXPECT_EXIT(_exit(writes_of_an_earlier_fork_handler()), testing::ExitedWithCode(0), "");
+constexpr const char* scenario_variable = "JAKIRO_TEST_FORK_SCENARIO";
+
+// In the fresh copy: run the scenario the environment names and exit with its result.
+[[maybe_unused]] const bool scenario_ran = [] {
+    const char* name = std::getenv(scenario_variable);
+    if (name == nullptr) {
+        return false;
+    }
+    int result = 5;  // unknown scenario
+    if (std::strcmp(name, "earlier_handler") == 0) {
+        result = writes_of_an_earlier_fork_handler();
+    }
+#if !defined(__SANITIZE_ADDRESS__)
+    if (std::strcmp(name, "arena_reset") == 0) {
+        result = glibcs_arena_reset_in_the_child();
+    }
+#endif
+    _exit(result);
+}();
+
+// Runs `scenario` in a freshly executed copy of this program; its exit status (-1: no status).
+int in_a_fresh_process(const std::string& scenario) {
+    const std::string variable = std::string(scenario_variable) + "=" + scenario;
+    std::vector<char*> env;
+    for (char** e = environ; *e != nullptr; ++e) {
+        env.push_back(*e);
+    }
+    env.push_back(const_cast<char*>(variable.c_str()));
+    env.push_back(nullptr);
+    char self[] = "/proc/self/exe";
+    char* argv[] = {self, nullptr};
+    pid_t pid = -1;
+    if (posix_spawn(&pid, self, nullptr, nullptr, argv, env.data()) != 0) {
+        return -1;
+    }
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) {
+        return -1;
+    }
+    return WEXITSTATUS(status);
+}
+
+TEST(MemoryBackingFork, WritesOfAnEarlierForkHandlerStayInTheChild) {
+    EXPECT_EQ(in_a_fresh_process("earlier_handler"), 0)
+        << "1: the child's write reached the parent; 3: setup; 4: the child lost its own write";
 }
 
 #if !defined(__SANITIZE_ADDRESS__)
 // A thread's arena header shares the first page of its heap with its first chunks, so a
 // registered chunk there puts the header on the memfd; in the parent, the count reset to 0
 // made that thread's exit abort ("a->attached_threads > 0").
-TEST(MemoryBackingDeathTest, GlibcsArenaResetInTheChildNeverReachesTheParent) {
-    GTEST_FLAG_SET(death_test_style, "threadsafe");
-    EXPECT_EXIT(_exit(glibcs_arena_reset_in_the_child()), testing::ExitedWithCode(0), "");
+TEST(MemoryBackingFork, GlibcsArenaResetInTheChildNeverReachesTheParent) {
+    EXPECT_EQ(in_a_fresh_process("arena_reset"), 0)
+        << "1: the child's reset reached the parent; 2: glibc's heap layout changed; 3: setup";
 }
 #endif
 
