@@ -73,6 +73,24 @@ struct SuperframeTest : testing::Test {
         return m;
     }
 
+    // A tenant super-frame of `bytes` (segment size 1398) as the other host's uplink receives
+    // it: cut into VXLAN frames of at most 1514 bytes, each in a plain mbuf, in `burst`.
+    // Returns how many (0 if something failed).
+    int fabric_frames(uint32_t bytes, rte_mbuf** burst) {
+        rte_mbuf* m = tenant_superframe(bytes, 1398);
+        if (!encapsulate(m, h1_to_h2, 100, 0, 50001)) {
+            rte_pktmbuf_free(m);
+            return 0;
+        }
+        rte_mbuf* frames[max_segments];
+        const int n = segment_superframe(m, true, 1514, small_pool(), frames, max_segments);
+        for (int i = 0; i < n; ++i) {
+            burst[i] = received_copy(frames[i]);
+            rte_pktmbuf_free(frames[i]);
+        }
+        return n < 0 ? 0 : n;
+    }
+
     // A frame copied into one plain mbuf, as a port would receive it.
     rte_mbuf* received_copy(const rte_mbuf* m) {
         rte_mbuf* copy = rte_pktmbuf_alloc(small_pool());
@@ -152,16 +170,9 @@ TEST_F(SuperframeTest, PlainSuperFrameIsCutForAPortWithoutSuperFrames) {
 }
 
 TEST_F(SuperframeTest, FabricFramesOfOneFlowAreMergedIntoOneSuperFrameThatChecksOut) {
-    rte_mbuf* m = tenant_superframe(40000, 1398);
-    ASSERT_TRUE(encapsulate(m, h1_to_h2, 100, 0, 50001));
-    rte_mbuf* frames[max_segments];
-    const int n = segment_superframe(m, true, 1514, small_pool(), frames, max_segments);
-    ASSERT_GT(n, 1);
     rte_mbuf* burst[max_merged];
-    for (int i = 0; i < n; ++i) {
-        burst[i] = received_copy(frames[i]);
-        rte_pktmbuf_free(frames[i]);
-    }
+    const int n = fabric_frames(40000, burst);
+    ASSERT_GT(n, 1);
     // Something that is not VXLAN-TCP in the middle of the burst stays as it is.
     uint8_t arp[64];
     burst[n] = test::mbuf_from(
@@ -191,16 +202,9 @@ TEST_F(SuperframeTest, FabricFramesOfOneFlowAreMergedIntoOneSuperFrameThatChecks
 TEST_F(SuperframeTest, FramesRteGroPassesByKeepTheirPlaceInTheirFlow) {
     for (const bool ready_made : {false, true}) {
         SCOPED_TRACE(ready_made ? "a ready-made super-frame" : "a PSH segment");
-        rte_mbuf* m = tenant_superframe(40000, 1398);
-        ASSERT_TRUE(encapsulate(m, h1_to_h2, 100, 0, 50001));
-        rte_mbuf* frames[max_segments];
-        const int n = segment_superframe(m, true, 1514, small_pool(), frames, max_segments);
-        ASSERT_GT(n, 6);
         rte_mbuf* burst[max_merged];
-        for (int i = 0; i < n; ++i) {
-            burst[i] = received_copy(frames[i]);
-            rte_pktmbuf_free(frames[i]);
-        }
+        const int n = fabric_frames(40000, burst);
+        ASSERT_GT(n, 6);
         const int middle = n / 2;
         auto* tcp = rte_pktmbuf_mtod_offset(burst[middle], rte_tcp_hdr*, outer_header_bytes + 34);
         if (ready_made) {
