@@ -154,8 +154,7 @@ struct fork_copy {
     uintptr_t start;
     uintptr_t end;
     int prot;
-    char* view;  // the inheritable second view of the pages; null: inherited the old way
-    bool done;   // the child has its private copy
+    char* view;  // the inheritable second view of its pages; null: none (any more)
 };
 
 // Everything the child's fault handler reads, on a page of its own (no registration of
@@ -188,8 +187,8 @@ bool failed(long syscall_result) {
 // In the child: private memory at the run's address with the view's contents. No libc at
 // all (raw_syscall.hh): async-signal-safe, and safe before the child's pages are its own.
 bool make_private_copy(fork_copy& c) {
-    if (c.done || c.view == nullptr) {
-        return c.done;
+    if (c.view == nullptr) {
+        return false;  // copied already, or inherited the old way
     }
     const std::size_t len = c.end - c.start;
     if (failed(raw_syscall(SYS_mmap, static_cast<long>(c.start), static_cast<long>(len),
@@ -203,7 +202,6 @@ bool make_private_copy(fork_copy& c) {
     }
     raw_syscall(SYS_munmap, reinterpret_cast<long>(c.view), static_cast<long>(len));
     c.view = nullptr;
-    c.done = true;
     return true;
 }
 
@@ -215,7 +213,7 @@ void fault_in_fork_child(int sig, siginfo_t* info, void* context) {
         const auto at = reinterpret_cast<uintptr_t>(info->si_addr);
         for (std::size_t i = 0; i < fork_state.count; ++i) {
             fork_copy& c = fork_state.copies[i];
-            if (c.start <= at && at < c.end && c.view != nullptr && make_private_copy(c)) {
+            if (c.start <= at && at < c.end && make_private_copy(c)) {
                 return;
             }
         }
@@ -325,7 +323,7 @@ void keep_moved_pages_from_the_child() {
                 runs.push_back({v.start, v.end,
                                 (v.read ? PROT_READ : 0) | (v.write ? PROT_WRITE : 0) |
                                     (v.exec ? PROT_EXEC : 0),
-                                nullptr, false});
+                                nullptr});
             }
         }
     } catch (const std::bad_alloc&) {

@@ -120,10 +120,10 @@ bool read_whole(const char* path, std::string& text) {
 }
 
 // smaps: each mapping's maps line, then "Key: value" lines, "VmFlags: rd wr sh ... dc dd".
-bool parse_vm_flags(std::string_view line, vma& v) {
+void parse_vm_flags(std::string_view line, vma& v) {
     constexpr std::string_view key = "VmFlags:";
     if (!line.starts_with(key)) {
-        return false;
+        return;
     }
     line.remove_prefix(key.size());
     while (!line.empty()) {
@@ -138,7 +138,6 @@ bool parse_vm_flags(std::string_view line, vma& v) {
         v.dont_dump |= flag == "dd";
         line.remove_prefix(end == std::string_view::npos ? line.size() : end);
     }
-    return true;
 }
 
 bool read_mappings(const char* path, std::vector<vma>& out) {

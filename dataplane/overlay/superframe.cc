@@ -187,6 +187,14 @@ void prepare_for_gro(rte_mbuf* m) {
             rte_pktmbuf_pkt_len(m) - outer_bytes - sizeof(rte_ether_hdr)) {
         return;
     }
+    // What rte_gro would hand back unmerged (merge_burst keeps such frames in place): a
+    // segment with any flag but ACK (PSH ends each tenant super-frame) or without payload.
+    const auto* tcp =
+        reinterpret_cast<const rte_tcp_hdr*>(frame + outer_bytes + sizeof(rte_ether_hdr) + l3);
+    if (tcp->tcp_flags != RTE_TCP_ACK_FLAG ||
+        rte_pktmbuf_pkt_len(m) == outer_bytes + sizeof(rte_ether_hdr) + l3 + l4) {
+        return;
+    }
     m->packet_type = RTE_PTYPE_L2_ETHER | RTE_PTYPE_L3_IPV4 | RTE_PTYPE_L4_UDP |
                      RTE_PTYPE_TUNNEL_VXLAN | RTE_PTYPE_INNER_L2_ETHER | RTE_PTYPE_INNER_L3_IPV4 |
                      RTE_PTYPE_INNER_L4_TCP;
@@ -195,16 +203,6 @@ void prepare_for_gro(rte_mbuf* m) {
     m->l2_len = vxlan_headers + sizeof(rte_ether_hdr);
     m->l3_len = l3;
     m->l4_len = l4;
-}
-
-bool gro_passes_by(const rte_mbuf* m) {
-    if (m->packet_type == 0) {
-        return true;
-    }
-    const uint32_t headers = m->outer_l2_len + m->outer_l3_len + m->l2_len + m->l3_len + m->l4_len;
-    const auto* tcp = rte_pktmbuf_mtod_offset(
-        m, const rte_tcp_hdr*, m->outer_l2_len + m->outer_l3_len + m->l2_len + m->l3_len);
-    return tcp->tcp_flags != RTE_TCP_ACK_FLAG || rte_pktmbuf_pkt_len(m) <= headers;
 }
 
 uint16_t merge_burst(rte_mbuf** pkts, uint16_t count) {
@@ -224,7 +222,7 @@ uint16_t merge_burst(rte_mbuf** pkts, uint16_t count) {
     uint16_t out = 0;
     uint16_t start = 0;
     for (uint16_t i = 0; i < count; ++i) {
-        const bool passed_by = gro_passes_by(pkts[i]);
+        const bool passed_by = pkts[i]->packet_type == 0;
         if (!passed_by && i + 1 < count) {
             continue;
         }

@@ -54,13 +54,9 @@ bool mark_vxlan_superframe(rte_mbuf* m);
 // Frames rte_gro passes by come back untouched; every frame keeps its place in its flow.
 uint16_t merge_burst(rte_mbuf** pkts, uint16_t count);
 
-// Whether rte_gro hands frame `m` (after prepare_for_gro) back unmerged: not VXLAN/IPv4/TCP
-// (or a ready-made super-frame), a segment with any flag but ACK (PSH ends each tenant
-// super-frame), or one without payload (a pure ACK).
-bool gro_passes_by(const rte_mbuf* m);
-
-// Sets what rte_gro needs (packet type, header lengths) on an underlay frame that is
-// VXLAN/IPv4/TCP, and clears tso_segsz; others get packet type 0, which GRO passes untouched.
+// Sets what rte_gro needs (packet type, header lengths) on an underlay frame that is a
+// VXLAN/IPv4/TCP segment rte_gro can merge (flags ACK alone, some payload), and clears
+// tso_segsz; others get packet type 0, which GRO passes untouched.
 // A frame that arrived whole as a super-frame (RTE_MBUF_F_RX_LRO, its segment size in
 // tso_segsz: a tap uplink's) is one of the others: it is merged already.
 void prepare_for_gro(rte_mbuf* m);
