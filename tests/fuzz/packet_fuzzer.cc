@@ -19,8 +19,9 @@
 //            "a new burst starts here and the other policy is in force from now on" (a live
 //            change between two bursts). Bursts hold at most 32 frames.
 // Each burst goes through process_tenant_burst (as the chosen vNIC's frames), through
-// process_uplink_burst as it is (underlay frames), and through process_uplink_burst again
-// inside valid outer VXLAN headers (so the inner parser and the classifier see it). After each
+// process_uplink_burst as it is (underlay frames), and through merge_burst (rte_gro) and
+// process_uplink_burst again inside valid outer VXLAN headers (so GRO, the inner parser and
+// the classifier see it). After each
 // burst every queued mbuf is freed and the harness checks that no mbuf leaked and that the
 // NFT's size is within its capacity; a violation aborts (a finding, like a crash). The NFT is
 // emptied before every input, so each finding replays alone.
@@ -40,6 +41,7 @@
 
 #include "config/config_loader.hh"
 #include "control/table_builder.hh"
+#include "overlay/superframe.hh"
 #include "overlay/vxlan.hh"
 #include "pipeline/egress.hh"
 #include "pipeline/ingress.hh"
@@ -444,7 +446,9 @@ struct harness {
         for (unsigned i = 0; i < n; ++i) {
             burst[i] = wrapped(frames[i], lengths[i], control);
         }
-        process_uplink_burst(*ctx, t, burst, static_cast<uint16_t>(n));
+        // As the worker takes fabric frames: merged per flow by rte_gro first.
+        const uint16_t left = overlay::merge_burst(burst, static_cast<uint16_t>(n));
+        process_uplink_burst(*ctx, t, burst, left);
         flush();
         ctx->flows->expire(rte_get_tsc_cycles(), 16);  // the worker's aging sweep, a slice of it
         if (ctx->flows->size() > ctx->flows->capacity()) {

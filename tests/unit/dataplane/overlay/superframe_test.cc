@@ -232,6 +232,39 @@ TEST_F(SuperframeTest, FramesRteGroPassesByKeepTheirPlaceInTheirFlow) {
     }
 }
 
+// A hostile frame in mid-burst: its TCP header claims 60 bytes but the frame ends 8 bytes into
+// it, or its IPv4 length says more than arrived. It is passed by in place, untouched; the
+// honest frames around it (the control) still merge, and none crosses it.
+TEST_F(SuperframeTest, AFrameWithLyingLengthsIsPassedByInPlaceAndItsNeighboursStillMerge) {
+    for (const bool short_tcp : {true, false}) {
+        SCOPED_TRACE(short_tcp ? "TCP header past the end" : "IPv4 length past the end");
+        rte_mbuf* burst[max_merged];
+        const int n = fabric_frames(40000, burst);
+        ASSERT_GT(n, 6);
+        const int middle = n / 2;
+        rte_mbuf* liar = burst[middle];
+        auto* inner = rte_pktmbuf_mtod_offset(liar, rte_ipv4_hdr*, outer_header_bytes + 14);
+        if (short_tcp) {
+            reinterpret_cast<rte_tcp_hdr*>(inner + 1)->data_off = 15 << 4;
+            rte_pktmbuf_trim(liar, static_cast<uint16_t>(rte_pktmbuf_pkt_len(liar) -
+                                                         (outer_header_bytes + 14 + 20 + 8)));
+        } else {
+            inner->total_length = rte_cpu_to_be_16(rte_be_to_cpu_16(inner->total_length) + 100);
+        }
+        const uint32_t liar_len = rte_pktmbuf_pkt_len(liar);
+        const uint16_t left = merge_burst(burst, static_cast<uint16_t>(n));
+        for (uint16_t i = 0; i < left; ++i) {
+            owned.push_back(burst[i]);
+        }
+        ASSERT_EQ(left, 3) << "the frames before it merged, it, the frames after it merged";
+        EXPECT_GT(burst[0]->nb_segs, 1) << "control: honest frames merge";
+        EXPECT_EQ(burst[1], liar);
+        EXPECT_EQ(rte_pktmbuf_pkt_len(liar), liar_len) << "untouched";
+        EXPECT_EQ(liar->packet_type, 0u);
+        EXPECT_GT(burst[2]->nb_segs, 1);
+    }
+}
+
 TEST_F(SuperframeTest, ChargesEveryWireFrameWithItsHeadersAndVxlan) {
     rte_mbuf* m = tenant_superframe(14000, 1400);
     owned.push_back(m);
