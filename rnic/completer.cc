@@ -262,14 +262,20 @@ bool rc_qp::retire_pending() const {
     return op.done || op.local_error != IBV_WC_SUCCESS;
 }
 
-void rc_qp::retire_sends(uint32_t budget) {
+unsigned rc_qp::retire_sends(uint32_t budget, unsigned* units) {
     verbs::qp_ring& ring = *_s.ring;
     const uint32_t mask = ring.sq_capacity() - 1;
     uint32_t unpublished = 0;
     uint32_t advanced = 0;
+    unsigned written = 0;  // completions written: the work `units` pays for
+    // Only as many completions as the visit has units left for.
+    auto may_write = [&] { return units == nullptr || written < *units; };
     for (uint32_t i = ring.send_retired(); i != ring.send_taken() && advanced < budget; ++i) {
         send_op& op = _sends[i & mask];
         if (op.local_error != IBV_WC_SUCCESS) {
+            if (!may_write()) {
+                break;
+            }
             proto::cqe c{};
             c.wr_id = op.wqe.wr_id;
             c.status = op.local_error;
@@ -278,11 +284,12 @@ void rc_qp::retire_sends(uint32_t budget) {
             ring.retire_send(unpublished + 1);
             unpublished = 0;
             ++advanced;
+            ++written;
             complete(*_s.send_cq, c);
             enter_error();
             break;
         }
-        if (!op.done) {
+        if (!op.done || (op.signaled && !may_write())) {
             break;
         }
         for (uint8_t s = 0; s < op.sges; ++s) {
@@ -299,6 +306,7 @@ void rc_qp::retire_sends(uint32_t budget) {
             c.qp_num = _s.qpn;
             ring.retire_send(unpublished);
             unpublished = 0;
+            ++written;
             complete(*_s.send_cq, c);
         }
     }
@@ -309,6 +317,7 @@ void rc_qp::retire_sends(uint32_t budget) {
     if (advanced > 0 && static_cast<int32_t>(_send_index - retired) < 0) {
         _send_index = retired;
     }
+    return written;
 }
 
 void rc_qp::run_timers(uint64_t now_ns) {

@@ -18,12 +18,6 @@ namespace jakiro::roce {
 
 namespace {
 
-// Packets one vNIC's QPs may send per pass, together: a tenant's QPs share one turn, so a
-// tenant with many QPs gets what a tenant with one gets, and the worker's time per poll is
-// bounded per vNIC, not per QP (the quota bounds how many QPs, not what they cost others).
-constexpr unsigned vnic_budget = 32;
-// Passes per poll: at most 8 × 32 packets per vNIC before the worker looks at its ports again.
-constexpr unsigned max_passes = 8;
 // Connected QPs admitted again per poll after a policy change: one ACL classification each
 // (~0.1-0.3 µs), so a poll spends at most some tens of µs on it; a host's QPs are all checked
 // within ceil(QPs / 128) polls.
@@ -206,7 +200,7 @@ uint64_t engine::vnic_send_room(uint16_t vnic) const {
             const uint32_t frame = frame_l2_l4_bytes +
                                    opcode_info_of(opcode::rc_write_first).header_bytes +
                                    qp->path_mtu_bytes() + icrc_bytes;
-            return uint64_t{max_passes} * vnic_budget * qos::charged_bytes(frame);
+            return uint64_t{vnic_units_per_poll} * qos::charged_bytes(frame);
         }
     }
     return 0;
@@ -256,15 +250,15 @@ unsigned engine::poll(packet_port& port, uint64_t now_ns) {
             admitted(*qp, port);  // refused: ERR, and its poll below flushes
         }
     }
-    // Round robin in passes of vnic_budget packets per vNIC, until nobody has anything more to
-    // send now (window, QoS share, buffers) or the poll's cap is reached. Which QP goes first
+    // Round robin in passes of vnic_units_per_pass units per vNIC, until nobody has anything more
+    // to do now (window, QoS share, buffers) or the poll's cap is reached. Which QP goes first
     // moves on every poll, so a vNIC's QPs take turns at its budget.
     const std::size_t count = _active.size();
     const std::size_t first = count == 0 ? 0 : _rotation++ % count;
     std::fill(_vnic_held.begin(), _vnic_held.end(), 0);
     for (unsigned pass = 0; pass < max_passes; ++pass) {
-        std::fill(_vnic_left.begin(), _vnic_left.end(), vnic_budget);
-        unsigned this_pass = 0;
+        std::fill(_vnic_left.begin(), _vnic_left.end(), vnic_units_per_pass);
+        unsigned this_pass = 0;  // packets and units: did anyone do anything?
         for (std::size_t i = 0; i < count; ++i) {
             rc_qp& qp = *_active[(first + i) % count];
             if (qp.admitted_generation() != _policy_generation) {
@@ -274,12 +268,12 @@ unsigned engine::poll(packet_port& port, uint64_t now_ns) {
             if (left == 0 && pass > 0) {
                 continue;  // its vNIC's turn is spent (the first pass still ran its timers)
             }
+            const unsigned before = left;
             const unsigned sent_now = qp.poll(port, now_ns, left);
-            left -= std::min(left, sent_now);
             _vnic_held[qp.vnic()] |= qp.held_back() ? 1 : 0;
-            this_pass += sent_now;
+            sent += sent_now;
+            this_pass += sent_now + (before - left);
         }
-        sent += this_pass;
         if (this_pass == 0) {
             break;
         }

@@ -78,6 +78,16 @@ struct qp_report {
 
 class engine {
   public:
+    // Units of work (rc_qp::poll: a packet, or a WQE that sends none, a completion, a flushed
+    // WR) one vNIC's QPs may spend per pass, together: a tenant's QPs share one turn, so a
+    // tenant with many QPs gets what a tenant with one gets, and the worker's time per poll is
+    // bounded per vNIC, not per QP (the quota bounds how many QPs, not what they cost others),
+    // whatever kind of work the tenant asks for.
+    static constexpr unsigned vnic_units_per_pass = 32;
+    // Passes per poll: at most 8 × 32 units per vNIC before the worker looks at its ports again.
+    static constexpr unsigned max_passes = 8;
+    static constexpr unsigned vnic_units_per_poll = max_passes * vnic_units_per_pass;
+
     // QP handles are (slot << 8) | tag with slots below `max_qps_per_vnic` + 1.
     engine(uint16_t vnic_slots, uint32_t max_qps_per_vnic);
     ~engine();

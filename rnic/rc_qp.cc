@@ -115,11 +115,11 @@ bool rc_qp::has_work() const {
             psn_diff(_next_psn, _una) < static_cast<int32_t>(send_window_packets));
 }
 
-unsigned rc_qp::poll(packet_port& port, uint64_t now_ns, unsigned budget) {
+unsigned rc_qp::poll(packet_port& port, uint64_t now_ns, unsigned& units) {
     _held_back = false;  // this poll's answer only (a QP in ERR or RESET holds nothing back)
     const ibv_qp_state st = _machine.state();
     if (st == IBV_QPS_ERR) {
-        flush();
+        units -= flush(std::min(units, wqe_budget));
         publish_stats();
         return 0;
     }
@@ -127,23 +127,30 @@ unsigned rc_qp::poll(packet_port& port, uint64_t now_ns, unsigned budget) {
         return 0;
     }
     unsigned sent = 0;
+    auto spend = [&units](unsigned n) { units -= std::min(units, n); };
     if (_ack_pending) {
+        // Owed for a packet already received: sent whatever the budget, one per visit.
         send_ack(port, syndrome_ack(credits_invalid), _ack_psn);
         _ack_pending = false;
         ++sent;
+        spend(1);
     }
-    sent += send_read_responses(port, now_ns, budget);
+    const unsigned responses = send_read_responses(port, now_ns, units);
+    sent += responses;
+    spend(responses);
     if (st == IBV_QPS_RTS && _machine.state() == IBV_QPS_RTS) {
-        fetch_sends(now_ns);
-        retire_sends();  // a WR that failed locally completes as soon as its turn comes
+        spend(fetch_sends(now_ns, units));
+        // A WR that failed locally completes as soon as its turn comes.
+        spend(retire_sends(wqe_budget, &units));
         if (reliable()) {
             run_timers(now_ns);
         }
-        if (_machine.state() == IBV_QPS_RTS && sent < budget) {
-            const unsigned requests = send_packets(port, now_ns, budget - sent);
+        if (_machine.state() == IBV_QPS_RTS && units > 0) {
+            const unsigned requests = send_packets(port, now_ns, units);
             sent += requests;
+            spend(requests);
             if (!reliable()) {
-                retire_sends();  // nothing to wait for: sent is done
+                spend(retire_sends(wqe_budget, &units));  // nothing to wait for: sent is done
             }
             if (requests == 0 && reliable()) {
                 sent += ask_again_for_ack(port, now_ns);
@@ -153,7 +160,7 @@ unsigned rc_qp::poll(packet_port& port, uint64_t now_ns, unsigned budget) {
         sent += ask_again_for_ack(port, now_ns);  // draining: what was sent must be ACKed
     }
     if (_machine.state() == IBV_QPS_ERR) {
-        flush();
+        units -= flush(std::min(units, wqe_budget));
     }
     publish_stats();
     return sent;
@@ -228,11 +235,11 @@ void rc_qp::revoke() {
     enter_error();  // the next poll flushes every outstanding WR
 }
 
-void rc_qp::flush() {
+unsigned rc_qp::flush(uint32_t limit) {
     verbs::qp_ring& ring = *_s.ring;
-    // At most wqe_budget WRs per visit, oldest first: a client that filled its rings (or keeps
+    // At most `limit` WRs per visit, oldest first: a client that filled its rings (or keeps
     // posting into an ERR QP) gets the rest flushed on its next visits, never the worker.
-    uint32_t budget = wqe_budget;
+    uint32_t budget = limit;
     // Send queue: whatever was taken and not retired, then whatever is still posted.
     const uint32_t mask = ring.sq_capacity() - 1;
     auto flush_send = [&](send_op& op) {
@@ -323,6 +330,7 @@ void rc_qp::flush() {
     _in_write = false;
     _write_pin.reset();
     _ack_pending = false;
+    return limit - budget;
 }
 
 void rc_qp::reset() {

@@ -116,9 +116,17 @@ class rc_qp {
     int modify(const ibv_qp_attr& attr, int mask);
     void query(ibv_qp_attr& attr, ibv_qp_cap& cap, bool& sq_sig_all) const;
 
-    // Fetches posted WQEs, sends up to `budget` packets, runs the timers and flushes a
-    // pending ACK. Returns the packets sent (0 = nothing to do).
-    unsigned poll(packet_port& port, uint64_t now_ns, unsigned budget);
+    // Fetches posted WQEs, sends packets, completes and flushes WRs, runs the timers and sends
+    // a pending ACK, spending at most `units` of work (counted down; see work units below).
+    // Returns the packets sent. With no units left it only runs the timers and sends an ACK
+    // it owes.
+    //
+    // A unit of work is what one packet costs the worker. Everything else a visit does is
+    // charged in the same units: a WQE that sends no packet (a memory-window bind or
+    // invalidate, a WR that fails locally) costs one, a completion written costs one, a WR
+    // flushed costs one. So a tenant cannot buy worker time with work that never reaches the
+    // wire; the engine gives each vNIC the same units per poll (engine.cc).
+    unsigned poll(packet_port& port, uint64_t now_ns, unsigned& units);
     // One packet addressed to this QP whose ICRC and source (the RCFT check) the engine
     // has already verified.
     void receive(const roce_packet& p, packet_port& port, uint64_t now_ns);
@@ -210,7 +218,9 @@ class rc_qp {
     };
 
     // ---- requester
-    void fetch_sends(uint64_t now_ns);
+    // Takes at most `units` (and wqe_budget) posted WQEs; returns how many of them send
+    // nothing (their cost in units; the others are paid for by their packets).
+    unsigned fetch_sends(uint64_t now_ns, unsigned units);
     void check_local_buffers(send_op& op);
     unsigned send_packets(packet_port& port, uint64_t now_ns, unsigned budget);
     bool emit_request(packet_port& port, send_op& op, uint32_t index_in_op, uint64_t now_ns);
@@ -237,8 +247,9 @@ class rc_qp {
     void move_send_pointer(uint32_t psn);
     bool psn_sent(uint32_t psn) const;  // in [una, sent_high)
     // Completes finished WRs in order, at most `budget` per call (the rest on the next event
-    // or visit: has_work() says so).
-    void retire_sends(uint32_t budget = wqe_budget);
+    // or visit: has_work() says so) and, when `units` is given, writing no more completions
+    // than it holds. Returns the completions written.
+    unsigned retire_sends(uint32_t budget = wqe_budget, unsigned* units = nullptr);
     bool retire_pending() const;  // the oldest unretired WR is finished (or failed locally)
     bool initiator_depth_reached() const;  // max_rd_atomic READs/atomics await responses
     void run_timers(uint64_t now_ns);
@@ -353,8 +364,9 @@ class rc_qp {
     // succeeds with no bytes to touch.
     verbs::mr_lookup remote_target(uint32_t rkey, uint64_t va, uint64_t length,
                                    uint32_t access) const;
-    // In ERR: completes up to wqe_budget WRs with IBV_WC_WR_FLUSH_ERR, oldest first.
-    void flush();
+    // In ERR: completes up to `limit` WRs with IBV_WC_WR_FLUSH_ERR, oldest first; returns how
+    // many.
+    unsigned flush(uint32_t limit);
     bool flush_pending() const;  // anything left for flush()
     void reset();
     static uint32_t frame_bytes(uint8_t opcode, uint32_t payload_len);

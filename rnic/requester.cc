@@ -20,7 +20,7 @@ namespace jakiro::roce {
 
 using namespace rc_qp_parts;
 
-void rc_qp::fetch_sends(uint64_t now_ns) {
+unsigned rc_qp::fetch_sends(uint64_t now_ns, unsigned units) {
     verbs::qp_ring& ring = *_s.ring;
     const auto pending = ring.send_pending();
     if (pending.corrupt) {
@@ -29,13 +29,15 @@ void rc_qp::fetch_sends(uint64_t now_ns) {
                             static_cast<uint32_t>(proto::event_type::qp_fatal), _s.qpn);
         }
         enter_error();
-        return;
+        return 0;
     }
     (void)now_ns;
     const uint32_t mask = ring.sq_capacity() - 1;
     // A bounded number per visit (each is a 512-byte copy and up to 16 MR lookups); the rest
-    // waits for the next visit, and has_work() keeps the worker awake for it.
-    const uint32_t count = std::min(pending.count, wqe_budget);
+    // waits for the next visit, and has_work() keeps the worker awake for it. No more than
+    // the visit has units for: each WQE costs at least one, as a packet or as work alone.
+    const uint32_t count = std::min({pending.count, wqe_budget, units});
+    unsigned silent = 0;  // WQEs that send nothing: their cost is the fetch
     for (uint32_t i = 0; i < count; ++i) {
         send_op& op = _sends[ring.send_taken() & mask];
         ring.take_send(op.wqe);
@@ -62,6 +64,7 @@ void rc_qp::fetch_sends(uint64_t now_ns) {
                 op.done = op.local_error == IBV_WC_SUCCESS;
                 op.first_psn = _psn_cursor;
                 op.packets = 0;
+                ++silent;
                 continue;
             case IBV_WR_RDMA_WRITE:
             case IBV_WR_RDMA_WRITE_WITH_IMM:
@@ -111,8 +114,10 @@ void rc_qp::fetch_sends(uint64_t now_ns) {
         if (op.packets > 0 && is_atomic(op.wqe)) {
             op.packets = 1;
         }
+        silent += op.packets == 0 ? 1 : 0;
         _psn_cursor = psn_add(_psn_cursor, op.packets);
     }
+    return silent;
 }
 
 void rc_qp::check_local_buffers(send_op& op) {

@@ -791,9 +791,9 @@ TEST_F(rc_qp_test, a_recv_producer_beyond_retired_plus_capacity_moves_the_qp_to_
 }
 
 // A tenant fills its rings, stalls the first WR and moves the QP to ERR: the flush goes over
-// several visits, each within the budget, and every WR completes exactly once, in order,
+// several polls, each within its vNIC's units, and every WR completes exactly once, in order,
 // with IBV_WC_WR_FLUSH_ERR.
-TEST_F(rc_qp_test, a_full_qp_in_err_is_flushed_over_several_visits_each_within_the_budget) {
+TEST_F(rc_qp_test, a_full_qp_in_err_is_flushed_over_several_polls_each_within_its_vnics_units) {
     connect_both();
     const uint32_t sq = a.ring->sq_capacity;
     const uint32_t rq = a.ring->rq_capacity;
@@ -827,9 +827,9 @@ TEST_F(rc_qp_test, a_full_qp_in_err_is_flushed_over_several_visits_each_within_t
             recvs.push_back(c.wr_id);
             ++this_visit;
         }
-        EXPECT_LE(this_visit, rc_qp::wqe_budget) << "visit " << visits;
+        EXPECT_LE(this_visit, engine::vnic_units_per_poll) << "poll " << visits;
     }
-    EXPECT_GE(visits, (sq + rq) / rc_qp::wqe_budget);
+    EXPECT_GE(visits, (sq + rq) / engine::vnic_units_per_poll);
     for (uint32_t i = 0; i < sq; ++i) {
         EXPECT_EQ(sends[i], i) << "in order";
     }
@@ -843,9 +843,9 @@ TEST_F(rc_qp_test, a_full_qp_in_err_is_flushed_over_several_visits_each_within_t
     EXPECT_EQ(proto::load_posted_acquire(a.ring->sq_consumer), sq) << "every slot handed back";
 }
 
-// One cumulative ACK that finishes a whole ring of WRs completes them over several visits,
-// at most the budget at a time, in order, each once and successfully.
-TEST_F(rc_qp_test, an_ack_that_finishes_a_full_ring_completes_it_within_the_budget_per_visit) {
+// One cumulative ACK that finishes a whole ring of WRs completes them over several polls,
+// at most the vNIC's units at a time, in order, each once and successfully.
+TEST_F(rc_qp_test, an_ack_that_finishes_a_full_ring_completes_it_within_its_vnics_units_per_poll) {
     connect_both();
     const uint32_t sq = a.ring->sq_capacity;
     for (uint32_t i = 0; i < sq; ++i) {
@@ -875,7 +875,7 @@ TEST_F(rc_qp_test, an_ack_that_finishes_a_full_ring_completes_it_within_the_budg
             done.push_back(c.wr_id);
             ++this_visit;
         }
-        EXPECT_LE(this_visit, rc_qp::wqe_budget) << "visit " << visits;
+        EXPECT_LE(this_visit, engine::vnic_units_per_poll) << "poll " << visits;
         if (done.size() >= sq || visits > 100) {
             break;
         }
@@ -885,7 +885,7 @@ TEST_F(rc_qp_test, an_ack_that_finishes_a_full_ring_completes_it_within_the_budg
         wire.frames.clear();
     }
     ASSERT_EQ(done.size(), sq);
-    EXPECT_GE(visits, sq / rc_qp::wqe_budget - 1);
+    EXPECT_GE(visits, sq / engine::vnic_units_per_poll - 1);
     for (uint32_t i = 0; i < sq; ++i) {
         EXPECT_EQ(done[i], i) << "in order";
     }
@@ -1537,7 +1537,7 @@ TEST_F(rc_qp_test, a_tenant_with_many_qps_gets_one_vnics_turn_per_poll) {
     }
     EXPECT_GT(by_vnic[2], 0u);
     EXPECT_EQ(by_vnic[0], by_vnic[2]) << "four QPs send what one QP of another vNIC sends";
-    EXPECT_LE(by_vnic[0], 8u * 32u) << "at most max_passes x vnic_budget per poll";
+    EXPECT_LE(by_vnic[0], engine::vnic_units_per_poll) << "at most a vNIC's units per poll";
     wire.frames.clear();
     hogs.clear();
     peers.clear();
@@ -2515,6 +2515,128 @@ class rc_qp_mw_test : public rc_qp_test {
 
     uint32_t bind_mr = 0;
 };
+
+// A noisy neighbour's QPs on vNIC 0, each connected to a peer on vNIC 1 and holding a type-2
+// window it may bind and invalidate: work that retires at once and never reaches the wire.
+struct silent_hog {
+    std::unique_ptr<side> qp, peer;
+    uint32_t bind_mr = 0, mw = 0;
+};
+
+class noisy_neighbour_test : public rc_qp_mw_test {
+  protected:
+    static constexpr uint32_t ip_c = 0xC6130103;
+    static constexpr unsigned hogs = 8;
+
+    void SetUp() override {
+        rc_qp_mw_test::SetUp();
+        make_side(victim, 2, ip_c, 900);
+        make_side(victim_peer, 1, ip_b, 901);
+        connect(victim, victim_peer, ip_b);
+        connect(victim_peer, victim, ip_c);
+        for (unsigned i = 0; i < hogs; ++i) {
+            silent_hog h{std::make_unique<side>(), std::make_unique<side>()};
+            make_side(*h.qp, 0, ip_a, 600 + i);
+            make_side(*h.peer, 1, ip_b, 700 + i);
+            connect(*h.qp, *h.peer, ip_b);
+            connect(*h.peer, *h.qp, ip_a);
+            auto mr = proto::make_message<proto::reg_mr_request>(
+                static_cast<uint16_t>(proto::opcode::reg_mr), 1);
+            mr.pd_handle = h.qp->pd;
+            mr.access = proto::mr_access_all | proto::access_mw_bind;
+            mr.addr = region_iova;
+            mr.iova = region_iova;
+            mr.length = region_bytes;
+            ASSERT_EQ(h.qp->res->reg_mr(h.qp->client, mr, h.qp->region_fd, h.bind_mr), 0);
+            ASSERT_EQ(h.qp->res->alloc_mw(h.qp->client, h.qp->pd, IBV_MW_TYPE_2, h.mw), 0);
+            hog.push_back(std::move(h));
+        }
+    }
+
+    // Fills every hog's send queue with unsignaled binds and invalidations of its window,
+    // each pair succeeding: nothing to send, nothing to complete.
+    void fill_with_silent_work() {
+        for (auto& h : hog) {
+            uint32_t rkey = h.mw;
+            for (uint32_t i = 0; i < h.qp->ring->sq_capacity / 2; ++i) {
+                rkey = next_key(rkey);
+                auto bind = bind_wqe(i, h.mw, rkey, h.bind_mr, h.qp->iova(0), 4096, window_rights);
+                bind.send_flags = 0;
+                auto inv = local_inv_wqe(i, rkey);
+                inv.send_flags = 0;
+                h.qp->post_send(bind);
+                h.qp->post_send(inv);
+            }
+        }
+    }
+
+    uint32_t hogs_retired() const {
+        uint32_t retired = 0;
+        for (const auto& h : hog) {
+            retired += proto::load_posted_acquire(h.qp->ring->sq_consumer);
+        }
+        return retired;
+    }
+
+    // Packets the victim's 64-packet WRITE puts on the wire in one poll.
+    std::size_t victim_packets_in_one_poll() {
+        wire.frames.clear();
+        victim.post_send(wqe(1, IBV_WR_RDMA_WRITE, victim.iova(0), 64 * 1024, victim.mr,
+                             victim_peer.iova(0), victim_peer.mr));
+        eng.poll(wire, now += 10'000);
+        std::size_t packets = 0;
+        for (const auto& f : wire.frames) {
+            packets += f.from == 2 ? 1 : 0;
+        }
+        wire.frames.clear();
+        return packets;
+    }
+
+    side victim, victim_peer;
+    std::vector<silent_hog> hog;
+};
+
+// WQEs that send nothing (memory-window binds and invalidations) cost the worker as much as
+// packets do: a tenant with many QPs full of them spends its vNIC's units per poll and no
+// more, and another tenant's QP sends in that poll what it sends alone.
+TEST_F(noisy_neighbour_test, wqes_that_send_nothing_spend_their_vnics_units_and_no_more) {
+    const std::size_t alone = victim_packets_in_one_poll();  // the control
+    ASSERT_GT(alone, 0u);
+    fill_with_silent_work();
+    const uint32_t before = hogs_retired();
+    const std::size_t loaded = victim_packets_in_one_poll();
+    const uint32_t retired = hogs_retired() - before;
+    EXPECT_GT(retired, 0u) << "the hogs' work is done, only bounded";
+    EXPECT_LE(retired, engine::vnic_units_per_poll) << "one vNIC's units per poll, in WQEs";
+    EXPECT_EQ(loaded, alone);
+    // Every WQE still retires, over later polls.
+    const uint32_t posted = hogs * hog.front().qp->ring->sq_capacity;
+    for (unsigned poll = 0; poll < 1000 && hogs_retired() < posted; ++poll) {
+        eng.poll(wire, now += 10'000);
+        wire.frames.clear();
+    }
+    EXPECT_EQ(hogs_retired(), posted);
+    EXPECT_EQ(events, std::vector<uint32_t>{}) << "no QP failed";
+}
+
+// A tenant's QPs in ERR with full rings: their flush writes at most the vNIC's units of
+// completions per poll, however many QPs flush at once.
+TEST_F(noisy_neighbour_test, qps_flushing_full_rings_write_their_vnics_units_of_completions) {
+    for (auto& h : hog) {
+        for (uint32_t i = 0; i < h.qp->ring->sq_capacity; ++i) {
+            h.qp->post_send(wqe(i, IBV_WR_SEND, h.qp->iova(0), 8, h.qp->mr));
+        }
+        ibv_qp_attr attr{};
+        attr.qp_state = IBV_QPS_ERR;
+        ASSERT_EQ(modify(*h.qp, attr, IBV_QP_STATE), 0);
+    }
+    const uint32_t before = hogs_retired();
+    const std::size_t loaded = victim_packets_in_one_poll();
+    const uint32_t flushed = hogs_retired() - before;
+    EXPECT_GT(flushed, 0u);
+    EXPECT_LE(flushed, engine::vnic_units_per_poll);
+    EXPECT_GT(loaded, 0u);
+}
 
 TEST_F(rc_qp_mw_test, a_bound_type2_window_takes_writes_and_reads_inside_its_range) {
     const uint32_t mw = alloc(IBV_MW_TYPE_2);
