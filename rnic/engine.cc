@@ -28,7 +28,7 @@ constexpr unsigned recheck_budget = 128;
 // The QP count per vNIC is verbs::qp_verbs' quota to enforce; the slot tables grow as QPs come.
 engine::engine(uint16_t vnic_slots, uint32_t /*max_qps_per_vnic*/)
     : _by_slot(vnic_slots),
-      _vnic_left(vnic_slots),
+      _turns(vnic_slots),
       _vnic_held(vnic_slots),
       _own_doorbell(doorbell_memory::create()),
       _wake_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
@@ -137,6 +137,11 @@ void engine::add_qp(std::shared_ptr<rc_qp> qp) {
         slots.resize(slot + 1, nullptr);
     }
     slots[slot] = qp.get();
+    if (vnic >= _turns.size()) {
+        _turns.resize(vnic + 1);
+        _vnic_held.resize(vnic + 1);
+    }
+    _turns[vnic].qps.push_back(qp.get());
     qp->attach(this);
     if (vnic < _vnic_rate_bps.size()) {
         qp->set_line_rate(0, _vnic_rate_bps[vnic]);  // a new QP's DCQCN clock starts at 0
@@ -166,6 +171,16 @@ void engine::set_vnic_rate(uint16_t vnic, uint64_t rate_bps, uint64_t now_ns) {
 void engine::remove_qp(uint16_t vnic, uint32_t qpn) {
     if (rc_qp* qp = find(vnic, qpn); qp != nullptr) {
         _by_slot[vnic][qpn >> 8] = nullptr;
+        vnic_turns& turns = _turns[vnic];
+        const auto at = std::find(turns.qps.begin(), turns.qps.end(), qp);
+        const auto index = static_cast<std::size_t>(at - turns.qps.begin());
+        turns.qps.erase(at);
+        if (index < turns.next) {
+            --turns.next;  // the same QP keeps the next turn
+        }
+        if (turns.next >= turns.qps.size()) {
+            turns.next = 0;
+        }
     }
     std::shared_ptr<rc_qp> gone;
     for (auto it = _active.begin(); it != _active.end(); ++it) {
@@ -251,29 +266,32 @@ unsigned engine::poll(packet_port& port, uint64_t now_ns) {
         }
     }
     // Round robin in passes of vnic_units_per_pass units per vNIC, until nobody has anything more
-    // to do now (window, QoS share, buffers) or the poll's cap is reached. Which QP goes first
-    // moves on every poll, so a vNIC's QPs take turns at its budget.
-    const std::size_t count = _active.size();
-    const std::size_t first = count == 0 ? 0 : _rotation++ % count;
+    // to do now (window, QoS share, buffers) or the poll's cap is reached. Within a vNIC its
+    // QPs take turns (vnic_turns); which vNIC goes first moves on every poll.
+    const std::size_t vnics = _turns.size();
+    const std::size_t first_vnic = vnics == 0 ? 0 : _first_vnic++ % vnics;
     std::fill(_vnic_held.begin(), _vnic_held.end(), 0);
+    unsigned work = sent;  // the MADs, then every pass's packets and units
     for (unsigned pass = 0; pass < max_passes; ++pass) {
-        std::fill(_vnic_left.begin(), _vnic_left.end(), vnic_units_per_pass);
         unsigned this_pass = 0;  // packets and units: did anyone do anything?
-        for (std::size_t i = 0; i < count; ++i) {
-            rc_qp& qp = *_active[(first + i) % count];
-            if (qp.admitted_generation() != _policy_generation) {
-                continue;  // not checked under the current policy yet: next poll
+        for (std::size_t k = 0; k < vnics; ++k) {
+            vnic_turns& turns = _turns[(first_vnic + k) % vnics];
+            const std::size_t count = turns.qps.size();
+            unsigned left = vnic_units_per_pass;
+            for (std::size_t visited = 0; visited < count && left > 0; ++visited) {
+                rc_qp& qp = *turns.qps[turns.next];
+                turns.next = turns.next + 1 == count ? 0 : turns.next + 1;
+                if (qp.admitted_generation() != _policy_generation) {
+                    continue;  // not checked under the current policy yet: next poll
+                }
+                const unsigned before = left;
+                const unsigned sent_now = qp.poll(port, now_ns, left);
+                _vnic_held[qp.vnic()] |= qp.held_back() ? 1 : 0;
+                sent += sent_now;
+                this_pass += sent_now + (before - left);
             }
-            unsigned& left = _vnic_left[qp.vnic()];
-            if (left == 0 && pass > 0) {
-                continue;  // its vNIC's turn is spent (the first pass still ran its timers)
-            }
-            const unsigned before = left;
-            const unsigned sent_now = qp.poll(port, now_ns, left);
-            _vnic_held[qp.vnic()] |= qp.held_back() ? 1 : 0;
-            sent += sent_now;
-            this_pass += sent_now + (before - left);
         }
+        work += this_pass;
         if (this_pass == 0) {
             break;
         }
@@ -281,7 +299,7 @@ unsigned engine::poll(packet_port& port, uint64_t now_ns) {
     if (sent > 0) {
         bump(_counters.sent, sent);
     }
-    return sent;
+    return work;
 }
 
 void engine::receive(uint16_t vnic, const uint8_t* ipv4, uint32_t ip_len, packet_port& port,

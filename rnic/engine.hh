@@ -148,7 +148,9 @@ class engine {
     void attach();
     // The worker stopped: call() runs inline again (shutdown releases QPs after the loop).
     void detach();
-    // Runs queued control calls, then polls every QP. Returns packets sent.
+    // Runs queued control calls, then polls every QP. Returns the work done: packets sent plus
+    // the other units the QPs spent (rc_qp::poll), so 0 only when there was nothing to do
+    // (work that sends nothing still keeps the worker from napping).
     unsigned poll(packet_port& port, uint64_t now_ns);
     // A RoCEv2 packet for local vNIC `vnic`: `ipv4` points at the inner IPv4 header of
     // `ip_len` bytes (its total length), UDP destination 4791. `meter`: the vNIC's ingress
@@ -211,12 +213,19 @@ class engine {
     std::chrono::milliseconds _call_timeout{5000};  // control thread
     std::vector<std::vector<rc_qp*>> _by_slot;      // [vnic][qpn >> 8], engine thread
     std::vector<std::shared_ptr<rc_qp>> _active;    // engine thread; copied into _reported
-    std::vector<unsigned> _vnic_left;               // [vnic] packets left this pass; engine
-    std::vector<uint8_t> _vnic_held;                // [vnic] vnic_held_back(); engine
-    std::size_t _rotation = 0;                      // which active QP polls first; engine
-    uint32_t _policy_generation = 0;                // engine thread
-    std::vector<uint64_t> _vnic_rate_bps;           // [vnic] set_vnic_rate; engine thread
-    uint32_t _gsi_psn = 0;                          // engine thread
+    // One vNIC's QPs in the order they take turns at its units, and whose turn is next: a
+    // vNIC whose units run out stops where it is and goes on from there in the next pass or
+    // poll, so its other QPs cost the worker nothing meanwhile.
+    struct vnic_turns {
+        std::vector<rc_qp*> qps;
+        std::size_t next = 0;
+    };
+    std::vector<vnic_turns> _turns;        // [vnic], engine thread
+    std::size_t _first_vnic = 0;           // which vNIC goes first; moves on every poll; engine
+    std::vector<uint8_t> _vnic_held;       // [vnic] vnic_held_back(); engine
+    uint32_t _policy_generation = 0;       // engine thread
+    std::vector<uint64_t> _vnic_rate_bps;  // [vnic] set_vnic_rate; engine thread
+    uint32_t _gsi_psn = 0;                 // engine thread
     std::atomic<bool> _attached{false};
     std::atomic<bool> _calls_pending{false};
     std::mutex _mutex;  // guards _calls; inline calls (no worker) also hold it
