@@ -7,8 +7,9 @@
 //
 //   silent_wqe_flood [--qps N] [--depth D] [--seconds S] [--device NAME]
 //
-// Prints "posted N wqes in S s" at the end (the benchmark checks that it did its work) and
-// exits 0; 1 with the failing verb and errno if the set-up fails.
+// Prints "posted N wqes in S s" at the end, also when SIGINT or SIGTERM cut it short (the
+// benchmark checks that it did its work), and exits 0; 1 with the failing verb and errno if the
+// set-up fails.
 
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
@@ -16,6 +17,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +27,8 @@
 namespace {
 
 constexpr std::size_t region_bytes = 64 * 1024;
+// SIGINT or SIGTERM ends the flood early, with its report.
+volatile std::sig_atomic_t stopping = 0;
 
 struct options {
     unsigned qps = 1024;
@@ -118,8 +122,7 @@ void to_rts(ibv_qp* qp, uint32_t peer_qpn, const ibv_gid& gid, ibv_mtu mtu) {
     a.ah_attr.grh.hop_limit = 64;
     if (int e = ibv_modify_qp(qp, &a,
                               IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-                                  IBV_QP_MIN_RNR_TIMER);
+                                  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
         e != 0) {
         fail("ibv_modify_qp RTR", e);
     }
@@ -130,8 +133,8 @@ void to_rts(ibv_qp* qp, uint32_t peer_qpn, const ibv_gid& gid, ibv_mtu mtu) {
     a.rnr_retry = 7;
     a.max_rd_atomic = 1;
     if (int e = ibv_modify_qp(qp, &a,
-                              IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                  IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+                              IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                  IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
         e != 0) {
         fail("ibv_modify_qp RTS", e);
     }
@@ -147,8 +150,8 @@ int main(int argc, char** argv) {
     if (pd == nullptr) {
         fail("ibv_alloc_pd", errno);
     }
-    void* memory = mmap(nullptr, region_bytes, PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* memory =
+        mmap(nullptr, region_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (memory == MAP_FAILED) {
         fail("mmap", errno);
     }
@@ -196,11 +199,13 @@ int main(int argc, char** argv) {
         to_rts(qps[i + 1].qp, qps[i].qp->qp_num, gid, port.active_mtu);
     }
     std::printf("flooding %u qps x %u slots\n", o.qps, o.depth);
+    std::signal(SIGINT, [](int) { stopping = 1; });
+    std::signal(SIGTERM, [](int) { stopping = 1; });
 
     uint64_t posted = 0;
     const auto start = std::chrono::steady_clock::now();
     const auto end = start + std::chrono::seconds(o.seconds);
-    while (std::chrono::steady_clock::now() < end) {
+    while (stopping == 0 && std::chrono::steady_clock::now() < end) {
         for (auto& f : qps) {
             // Bind, then invalidate, the window under the next key, until the queue is full.
             for (;;) {
