@@ -116,6 +116,18 @@ bool rc_qp::has_work() const {
 }
 
 unsigned rc_qp::poll(packet_port& port, uint64_t now_ns, unsigned& units) {
+    const unsigned given = units;
+    const unsigned sent = visit(port, now_ns, units);
+    if (given != units) {
+        bump(_stats.work_units, given - units);
+    }
+    if (units == 0 && has_work()) {
+        bump(_stats.out_of_units, 1);
+    }
+    return sent;
+}
+
+unsigned rc_qp::visit(packet_port& port, uint64_t now_ns, unsigned& units) {
     _held_back = false;  // this poll's answer only (a QP in ERR or RESET holds nothing back)
     const ibv_qp_state st = _machine.state();
     if (st == IBV_QPS_ERR) {

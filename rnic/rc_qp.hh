@@ -180,6 +180,8 @@ class rc_qp {
     const verbs::completion_queue& recv_cq() const { return *_s.recv_cq; }
 
   private:
+    // poll() without its counting.
+    unsigned visit(packet_port& port, uint64_t now_ns, unsigned& units);
     // A send WQE as the engine keeps it: the copy, its local buffers (checked and pinned),
     // its PSN range and progress.
     struct send_op {

@@ -489,6 +489,13 @@ void rdma_metrics(const daemon_state& state, families& f) {
          qp_totals::out_of_sequence},
         {"jakiro_rdma_messages_dropped_total", "UC and UD messages the vNIC's QPs dropped",
          qp_totals::messages_dropped},
+        {"jakiro_rdma_work_units_total",
+         "Units of worker time the vNIC's QPs spent (a packet, a WQE that sends nothing, a "
+         "completion, a flushed WR)",
+         qp_totals::work_units},
+        {"jakiro_rdma_out_of_units_total",
+         "QP visits that ended with the vNIC's units for the pass spent and work left",
+         qp_totals::out_of_units},
     };
     for (const auto& s : singles) {
         f.counter(s.name, s.help);

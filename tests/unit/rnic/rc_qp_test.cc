@@ -2609,6 +2609,15 @@ TEST_F(noisy_neighbour_test, wqes_that_send_nothing_spend_their_vnics_units_and_
     EXPECT_GT(retired, 0u) << "the hogs' work is done, only bounded";
     EXPECT_LE(retired, engine::vnic_units_per_poll) << "one vNIC's units per poll, in WQEs";
     EXPECT_EQ(loaded, alone);
+    // What the operator sees: the hogs' vNIC spent its units and met its bound.
+    std::map<uint16_t, std::pair<uint64_t, uint64_t>> units;  // vNIC: spent, out of units
+    for (const qp_report& r : eng.report()) {
+        units[r.vnic].first += r.work_units;
+        units[r.vnic].second += r.out_of_units;
+    }
+    EXPECT_GE(units[0].first, retired);
+    EXPECT_GT(units[0].second, 0u);
+    EXPECT_GT(units[2].first, 0u);
     // Every WQE still retires, over later polls.
     const uint32_t posted = hogs * hog.front().qp->ring->sq_capacity;
     for (unsigned poll = 0; poll < 1000 && hogs_retired() < posted; ++poll) {
