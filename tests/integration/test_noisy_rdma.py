@@ -1,0 +1,79 @@
+"""Noisy neighbours on the RDMA face: one tenant's QPs cannot take the worker from another's.
+
+The neighbour is red t3, on the same host and worker as blue t1 (the test bed runs one
+worker per host). It runs tests/hostile/silent_wqe_flood: hundreds of QPs whose send queues
+stay full of memory-window binds and invalidations, work that retires at once and never
+reaches the wire. The worker spends at most the vNIC's units per poll on it (rnic/engine.hh);
+the operator sees the neighbour meet its bound in `jakiroctl qps` and /metrics, and the
+victim's RDMA keeps moving every byte correctly meanwhile.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import JAKIROD, T3, jakiroctl, ns, shim_env, stop, wait_until
+from test_rdma_rc import JAKIRO_RUN, run_integrity
+
+pytestmark = pytest.mark.usefixtures("testbed")
+
+FLOOD = os.environ.get("JAKIRO_SILENT_WQE_FLOOD") or str(
+    Path(JAKIROD).resolve().parents[1] / "tests" / "hostile" / "silent_wqe_flood")
+FLOOD_QPS = 256
+METRICS_URL = "http://127.0.0.1:9417/metrics"  # every test-bed host's, in its namespace
+
+
+def units_of(vnic, host="h1"):
+    """(units spent, visits cut at the bound), summed over `vnic`'s live QPs."""
+    rows = json.loads(jakiroctl(host, "qps", "--json").stdout)["qps"]
+    mine = [r for r in rows if r["vnic"] == vnic]
+    return (sum(r["work_units"] for r in mine), sum(r["out_of_units"] for r in mine), len(mine))
+
+
+def metric(text, name, vnic):
+    m = re.search(rf'^{name}{{vnic="{vnic}"}} (\S+)$', text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def test_a_neighbour_flooding_silent_work_meets_its_bound_and_the_victims_rdma_completes(
+        tmp_path):
+    out = tmp_path / "flood.out"
+    with open(out, "w") as f:
+        flood = subprocess.Popen(
+            ["ip", "netns", "exec", T3, str(JAKIRO_RUN), "--", FLOOD, "--qps", str(FLOOD_QPS),
+             "--depth", "64", "--seconds", "120"],
+            stdout=f, stderr=subprocess.STDOUT, env=shim_env(), start_new_session=True)
+    try:
+        wait_until(lambda: flood.poll() is not None or units_of("t3")[1] > 0, 60,
+                   "the neighbour's QPs to meet their vNIC's bound")
+        assert flood.poll() is None, out.read_text()
+        spent, cut, qps = units_of("t3")
+        assert qps == FLOOD_QPS, f"{qps} of the neighbour's QPs are there"
+
+        # The victim, while the flood goes on: every byte of every op verified both ways.
+        run_integrity("cross_host", tmp_path, 300, 7)
+        run_integrity("intra_host", tmp_path, 300, 8)
+
+        assert flood.poll() is None, "the flood ran through the victim's runs"
+        spent_after, cut_after, _ = units_of("t3")
+        assert spent_after > spent and cut_after > cut, "the neighbour kept working, bounded"
+        # The same counters per vNIC in /metrics.
+        text = ns("jk-h1", "curl", "-sf", "--max-time", "5", METRICS_URL).stdout
+        assert metric(text, "jakiro_rdma_work_units_total", "t3") >= spent_after
+        assert metric(text, "jakiro_rdma_out_of_units_total", "t3") >= cut_after
+    finally:
+        try:
+            os.killpg(flood.pid, signal.SIGINT)
+            flood.wait(timeout=20)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            stop(flood)
+    report = out.read_text()
+    # The control: the neighbour's own work was done, only bounded.
+    m = re.search(r"posted (\d+) wqes", report)
+    assert m and int(m.group(1)) > FLOOD_QPS * 64, report
