@@ -29,6 +29,8 @@ constexpr unsigned recheck_budget = 128;
 engine::engine(uint16_t vnic_slots, uint32_t /*max_qps_per_vnic*/)
     : _by_slot(vnic_slots),
       _turns(vnic_slots),
+      _local_work(vnic_slots),
+      _over_allowance(vnic_slots),
       _vnic_held(vnic_slots),
       _own_doorbell(doorbell_memory::create()),
       _wake_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
@@ -140,6 +142,7 @@ void engine::add_qp(std::shared_ptr<rc_qp> qp) {
     if (vnic >= _turns.size()) {
         _turns.resize(vnic + 1);
         _vnic_held.resize(vnic + 1);
+        _local_work.resize(vnic + 1);
     }
     _turns[vnic].qps.push_back(qp.get());
     qp->attach(this);
@@ -201,6 +204,28 @@ void engine::remove_qp(uint16_t vnic, uint32_t qpn) {
 #include "qp_counters.def"
 #undef JAKIRO_QP_COUNTER
     }
+}
+
+void engine::set_vnic_local_work_rate(uint16_t vnic, uint64_t per_s) {
+    if (vnic >= _local_work.size()) {
+        _local_work.resize(vnic + 1);
+    }
+    _local_work[vnic].per_s = std::max<uint64_t>(per_s, 1);
+}
+
+bool engine::local_work::refill(uint64_t now_ns) {
+    if (refilled_ns == 0 || now_ns < refilled_ns) {
+        refilled_ns = now_ns;
+        return tokens > 0;
+    }
+    // At most a second's worth at once: the product stays far inside 64 bits.
+    const uint64_t elapsed = std::min<uint64_t>(now_ns - refilled_ns, 1'000'000'000);
+    const auto earned = static_cast<int64_t>(elapsed * per_s / 1'000'000'000);
+    if (earned > 0) {  // else the fraction keeps accruing from the same starting point
+        tokens = std::min(tokens + earned, local_work_burst);
+        refilled_ns = now_ns;
+    }
+    return tokens > 0;
 }
 
 uint64_t engine::vnic_send_room(uint16_t vnic) const {
@@ -275,17 +300,33 @@ unsigned engine::poll(packet_port& port, uint64_t now_ns) {
     for (unsigned pass = 0; pass < max_passes; ++pass) {
         unsigned this_pass = 0;  // packets and units: did anyone do anything?
         for (std::size_t k = 0; k < vnics; ++k) {
-            vnic_turns& turns = _turns[(first_vnic + k) % vnics];
+            const std::size_t vnic = (first_vnic + k) % vnics;
+            vnic_turns& turns = _turns[vnic];
             const std::size_t count = turns.qps.size();
+            if (count == 0) {
+                continue;
+            }
+            local_work& allowance = _local_work[vnic];
+            if (pass == 0 && !allowance.refill(now_ns)) {
+                if (vnic < _over_allowance.size()) {
+                    _over_allowance[vnic].fetch_add(1, std::memory_order_relaxed);
+                }
+                continue;  // over its allowance: it sits this poll out
+            }
             unsigned left = vnic_units_per_pass;
-            for (std::size_t visited = 0; visited < count && left > 0; ++visited) {
+            for (std::size_t visited = 0; visited < count && left > 0 && allowance.tokens > 0;
+                 ++visited) {
                 rc_qp& qp = *turns.qps[turns.next];
                 turns.next = turns.next + 1 == count ? 0 : turns.next + 1;
                 if (qp.admitted_generation() != _policy_generation) {
                     continue;  // not checked under the current policy yet: next poll
                 }
                 const unsigned before = left;
+                const uint64_t silent_before =
+                    qp.stats().silent_wrs.load(std::memory_order_relaxed);
                 const unsigned sent_now = qp.poll(port, now_ns, left);
+                allowance.tokens -= static_cast<int64_t>(
+                    qp.stats().silent_wrs.load(std::memory_order_relaxed) - silent_before);
                 _vnic_held[qp.vnic()] |= qp.held_back() ? 1 : 0;
                 sent += sent_now;
                 this_pass += sent_now + (before - left);
@@ -466,12 +507,17 @@ bool engine::prepare_sleep() {
     if (_calls_pending.load(std::memory_order_acquire) || _gsi.tx_pending()) {
         return false;
     }
+    // A vNIC over its local-work allowance has no work the worker could do before it refills
+    // (the nap is shorter than that), and its clients need not ring: the worker comes anyway.
+    auto waits_for_allowance = [this](const rc_qp& qp) {
+        return qp.vnic() < _local_work.size() && _local_work[qp.vnic()].tokens <= 0;
+    };
     for (const auto& qp : _active) {
-        qp->ring().set_sleeping(true);
+        qp->ring().set_sleeping(!waits_for_allowance(*qp));
     }
     verbs_proto::fence_before_sleeping();
     for (const auto& qp : _active) {
-        if (qp->has_work()) {
+        if (!waits_for_allowance(*qp) && qp->has_work()) {
             after_sleep();
             return false;
         }

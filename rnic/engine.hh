@@ -87,6 +87,15 @@ class engine {
     // Passes per poll: at most 8 × 32 units per vNIC before the worker looks at its ports again.
     static constexpr unsigned max_passes = 8;
     static constexpr unsigned vnic_units_per_poll = max_passes * vnic_units_per_pass;
+    // A vNIC's allowance of local work: WRs done without a packet (rc_qp_stats::silent_wrs:
+    // memory-window binds and invalidations, WRs that fail locally, flushed WRs). Packets are
+    // bounded by the vNIC's QoS rate and the wire; these by nothing else, so a tenant could
+    // keep the worker busy for ever with them and its neighbours would pay in CPU. Beyond the
+    // allowance the vNIC's QPs wait (none is visited) until it has refilled, and the worker
+    // may sleep meanwhile. Legitimate programs do a bind or a flush per message at most.
+    static constexpr uint64_t default_local_work_per_s = 100'000;
+    // What may be spent at once after a quiet spell: a full ring's flush of the largest SQ.
+    static constexpr int64_t local_work_burst = 4096;
 
     // QP handles are (slot << 8) | tag with slots below `max_qps_per_vnic` + 1.
     engine(uint16_t vnic_slots, uint32_t max_qps_per_vnic);
@@ -143,6 +152,14 @@ class engine {
     // change the worker sees): DCQCN's line rate for each of its QPs (rc_qp::set_line_rate),
     // now and for every QP added later.
     void set_vnic_rate(uint16_t vnic, uint64_t rate_bps, uint64_t now_ns);
+    // vNIC `vnic`'s local-work allowance in WRs per second (default_local_work_per_s until
+    // set). Engine thread.
+    void set_vnic_local_work_rate(uint16_t vnic, uint64_t per_s);
+    // Polls in which vNIC `vnic` sat out over its local-work allowance (any thread).
+    uint64_t vnic_over_allowance(uint16_t vnic) const {
+        return vnic < _over_allowance.size() ? _over_allowance[vnic].load(std::memory_order_relaxed)
+                                             : 0;
+    }
     uint32_t policy_generation() const { return _policy_generation; }
     // The worker that will poll from now on; call() then goes through the mailbox.
     void attach();
@@ -220,7 +237,18 @@ class engine {
         std::vector<rc_qp*> qps;
         std::size_t next = 0;
     };
-    std::vector<vnic_turns> _turns;        // [vnic], engine thread
+    std::vector<vnic_turns> _turns;  // [vnic], engine thread
+    // A vNIC's local-work token bucket (WRs; negative: in debt for the last visit's work).
+    struct local_work {
+        int64_t tokens = local_work_burst;
+        uint64_t per_s = default_local_work_per_s;
+        uint64_t refilled_ns = 0;
+        // Tops the bucket up for the time since the last refill; true if it may work now.
+        bool refill(uint64_t now_ns);
+    };
+    std::vector<local_work> _local_work;  // [vnic], engine thread
+    // [vnic] polls the vNIC sat out over its allowance; one per slot the engine was made for.
+    std::vector<std::atomic<uint64_t>> _over_allowance;
     std::size_t _first_vnic = 0;           // which vNIC goes first; moves on every poll; engine
     std::vector<uint8_t> _vnic_held;       // [vnic] vnic_held_back(); engine
     uint32_t _policy_generation = 0;       // engine thread

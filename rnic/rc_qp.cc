@@ -342,6 +342,9 @@ unsigned rc_qp::flush(uint32_t limit) {
     _in_write = false;
     _write_pin.reset();
     _ack_pending = false;
+    if (limit > budget) {
+        bump(_stats.silent_wrs, limit - budget);
+    }
     return limit - budget;
 }
 

@@ -11,6 +11,7 @@
 #include "rnic/packet_port.hh"
 #include "rnic/queues/memory_window.hh"
 #include "rnic/rc_qp_parts.hh"
+#include "rnic/single_writer.hh"
 #include "rnic/timers.hh"
 #include "rnic/wire/aeth.hh"
 #include "rnic/wire/psn.hh"
@@ -119,6 +120,9 @@ unsigned rc_qp::fetch_sends(uint64_t now_ns, unsigned units) {
         }
         silent += op.packets == 0 ? 1 : 0;
         _psn_cursor = psn_add(_psn_cursor, op.packets);
+    }
+    if (silent > 0) {
+        bump(_stats.silent_wrs, silent);
     }
     return silent;
 }

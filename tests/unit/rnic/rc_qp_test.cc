@@ -2521,6 +2521,7 @@ class rc_qp_mw_test : public rc_qp_test {
 struct silent_hog {
     std::unique_ptr<side> qp, peer;
     uint32_t bind_mr = 0, mw = 0;
+    uint32_t rkey = 0;  // the window's last key
 };
 
 class noisy_neighbour_test : public rc_qp_mw_test {
@@ -2553,16 +2554,21 @@ class noisy_neighbour_test : public rc_qp_mw_test {
         }
     }
 
-    // Fills every hog's send queue with unsignaled binds and invalidations of its window,
-    // each pair succeeding: nothing to send, nothing to complete.
+    // Fills every hog's free send-queue slots with unsignaled binds and invalidations of its
+    // window, each pair succeeding: nothing to send, nothing to complete.
     void fill_with_silent_work() {
         for (auto& h : hog) {
-            uint32_t rkey = h.mw;
-            for (uint32_t i = 0; i < h.qp->ring->sq_capacity / 2; ++i) {
-                rkey = next_key(rkey);
-                auto bind = bind_wqe(i, h.mw, rkey, h.bind_mr, h.qp->iova(0), 4096, window_rights);
+            if (h.rkey == 0) {
+                h.rkey = h.mw;
+            }
+            const uint32_t capacity = h.qp->ring->sq_capacity;
+            while (h.qp->sq_posted + 2 - proto::load_posted_acquire(h.qp->ring->sq_consumer) <=
+                   capacity) {
+                h.rkey = next_key(h.rkey);
+                auto bind =
+                    bind_wqe(1, h.mw, h.rkey, h.bind_mr, h.qp->iova(0), 4096, window_rights);
                 bind.send_flags = 0;
-                auto inv = local_inv_wqe(i, rkey);
+                auto inv = local_inv_wqe(2, h.rkey);
                 inv.send_flags = 0;
                 h.qp->post_send(bind);
                 h.qp->post_send(inv);
@@ -2626,6 +2632,32 @@ TEST_F(noisy_neighbour_test, wqes_that_send_nothing_spend_their_vnics_units_and_
     }
     EXPECT_EQ(hogs_retired(), posted);
     EXPECT_EQ(events, std::vector<uint32_t>{}) << "no QP failed";
+}
+
+// Work without packets is bounded in rate too, not only per poll: beyond its allowance a
+// vNIC sits polls out (counted), its QPs need no doorbell, and the worker may sleep although
+// their rings are full.
+TEST_F(noisy_neighbour_test, local_work_beyond_the_allowance_waits_and_lets_the_worker_sleep) {
+    constexpr uint64_t per_s = 20'000;
+    eng.set_vnic_local_work_rate(0, per_s);
+    for (unsigned poll = 0; poll < 4000; ++poll) {  // 40 ms, the rings kept full
+        fill_with_silent_work();
+        eng.poll(wire, now += 10'000);
+        wire.frames.clear();
+    }
+    const uint32_t done = hogs_retired();
+    // 40 ms at 20 000 WRs/s, after a full bucket; a visit may overdraw by a poll's units.
+    EXPECT_LE(done, engine::local_work_burst + per_s * 40 / 1000 + engine::vnic_units_per_poll);
+    EXPECT_GE(done, engine::local_work_burst);
+    EXPECT_GT(eng.vnic_over_allowance(0), 0u);
+    EXPECT_EQ(eng.vnic_over_allowance(2), 0u);
+    EXPECT_EQ(victim_packets_in_one_poll(), 64u) << "the victim's QP is served as ever";
+    // Only the hogs have work left, and they wait for their allowance: the worker may sleep,
+    // and their clients are not asked to ring.
+    run(100);
+    ASSERT_TRUE(eng.prepare_sleep());
+    EXPECT_FALSE(proto::engine_sleeping_after_publish(*hog.front().qp->ring));
+    eng.after_sleep();
 }
 
 // A tenant's QPs in ERR with full rings: their flush writes at most the vNIC's units of
