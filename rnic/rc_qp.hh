@@ -72,7 +72,10 @@ struct rc_qp_setup {
     std::shared_ptr<verbs::completion_queue> send_cq;
     std::shared_ptr<verbs::completion_queue> recv_cq;
     std::unique_ptr<verbs::qp_ring> ring;
-    const verbs::mr_table* mrs = nullptr;
+    // The vNIC's MR table, shared: the QP may outlive the vNIC's resources for as long as its
+    // removal waits behind a stalled worker (engine::on_timeout::run_later), and must still
+    // find keys (none: the table is emptied when its clients go) rather than freed memory.
+    std::shared_ptr<const verbs::mr_table> mrs;
     bool sq_sig_all = false;
     uint32_t max_send_sge = 0;
     uint32_t max_recv_sge = 0;
