@@ -76,13 +76,7 @@ host_amounts host_reserve::demand() const {
 
 host_amounts host_reserve::held() const {
     const std::lock_guard lock(_mutex);
-    host_amounts sum;
-    for (const auto& m : _members) {
-        for (const host_resource r : every_resource) {
-            sum[r] += m.held[r];
-        }
-    }
-    return sum;
+    return _held;
 }
 
 bool host_reserve::overcommitted(host_resource r) const {
@@ -127,13 +121,18 @@ bool vnic_account::take(host_resource r, uint64_t n) {
     host_reserve::member* m = _reserve->find(this);
     const uint64_t before = host_reserve::committed_by(*m, r, m->held[r]);
     const uint64_t after = host_reserve::committed_by(*m, r, saturating_add(m->held[r], n));
-    // Within its share `after` equals `before`: admitted whatever the others hold.
-    if (after > before &&
-        saturating_add(_reserve->_committed[r], after - before) > _reserve->_capacity[r]) {
+    const uint64_t capacity = _reserve->_capacity[r];
+    // Within its share `after` equals `before`: admitted whatever the others hold, unless the
+    // host itself is full, which happens only just after the shares shrank (a vNIC joined,
+    // the capacity went down) while another vNIC still holds more than its new share; that
+    // one cannot grow, so the moment ends as it lets go.
+    if (saturating_add(_reserve->_held[r], n) > capacity ||
+        (after > before && saturating_add(_reserve->_committed[r], after - before) > capacity)) {
         _refused[static_cast<std::size_t>(r)].fetch_add(1, std::memory_order_relaxed);
         return false;
     }
     m->held[r] += n;
+    _reserve->_held[r] += n;
     _reserve->_committed[r] += after - before;
     return true;
 }
@@ -142,7 +141,9 @@ void vnic_account::give(host_resource r, uint64_t n) {
     const std::lock_guard lock(_reserve->_mutex);
     host_reserve::member* m = _reserve->find(this);
     const uint64_t before = host_reserve::committed_by(*m, r, m->held[r]);
-    m->held[r] -= std::min(n, m->held[r]);
+    const uint64_t given = std::min(n, m->held[r]);
+    m->held[r] -= given;
+    _reserve->_held[r] -= given;
     _reserve->_committed[r] -= before - host_reserve::committed_by(*m, r, m->held[r]);
 }
 

@@ -13,8 +13,12 @@
 //     covers: the reserve keeps sum over vNICs of max(share, held) <= capacity, so taking
 //     beyond a share never eats into another vNIC's unused guarantee.
 //
-// So a vNIC within its share is never refused because of another, the host never crosses the
+// So a vNIC within its share is not refused because of another, the host never crosses the
 // capacity, and the vNIC that is refused is the one over its share (its `refused` counter).
+// (One exception, short: just after the shares shrank, when a vNIC joined or the capacity was
+// lowered, another vNIC may still hold more than its new share; the host is then full for a
+// while, and since that vNIC cannot grow, the while ends as it lets go.) A vNIC leaving the
+// host (its account gone) leaves nothing held: its objects went first.
 //
 // A charge is given back when the object really goes, which for an MR is when the last work
 // request that pinned it is done, on the engine's thread: so an MR a tenant deregistered while
@@ -82,6 +86,7 @@ class host_reserve {
     mutable std::mutex _mutex;
     host_amounts _capacity;
     host_amounts _committed{};  // sum of max(share, held) over the members
+    host_amounts _held{};       // sum of held over the members
     std::vector<member> _members;
 };
 

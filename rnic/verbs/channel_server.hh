@@ -137,7 +137,7 @@ class channel_server {
     std::size_t client_count() const { return _client_count.load(std::memory_order_relaxed); }
     // What every vNIC's objects and connections hold of the host; its capacity follows the
     // configuration and the kernel's limits (dataplane/control/rdma_endpoints.hh).
-    host_reserve& reserve() { return *_config.reserve; }
+    host_reserve& reserve() const { return *_config.reserve; }
     channel_stats stats() const;
 
   private:
