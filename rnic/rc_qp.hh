@@ -288,6 +288,11 @@ class rc_qp {
                              ibv_wc_status& status);
     // Still the message `t` began (the peer was not reset under it)?
     bool continues_local(const send_op& op) const;
+    // Does the rkey of a WRITE or READ `t` is moving still grant the rest of it, the same
+    // memory? Checked before every slice after the first, since a slice may come visits later:
+    // a window invalidated (LOCAL_INV, SEND_WITH_INV, dealloc), rebound or an MR deregistered
+    // meanwhile ends the message with a remote access error.
+    bool still_reaches(const send_op& op, const local_transfer& t) const;
     void place_local(const send_op& op, local_transfer& t, uint32_t len);
     void finish_local(const send_op& op, const rc_qp& requester, local_transfer& t);
     void complete_local_recv(const send_op& op, const rc_qp& requester, ibv_wc_status status,

@@ -41,17 +41,15 @@ void vnic_resources::disable_doorbell() {
     }
     roce::engine* engine = _qp_support.engine;
     const uint16_t slot = _qp_support.local.vnic;
-    if (engine->call(
-            [engine, slot] {
-                engine->forget_vnic(slot);
-                return 0;
-            },
-            roce::engine::on_timeout::run_later) != 0) {
-        // The worker did not answer: it may still wait on the page until it runs the call
-        // (queued, never cancelled), so the page must stay mapped.
-        [[maybe_unused]] auto* leaked = _doorbell.release();
-    }
-    _doorbell.reset();
+    // A worker that does not answer may still wait on the page until it runs the call (queued,
+    // never cancelled): the call holds the page, which goes when the call has run.
+    std::shared_ptr<roce::doorbell_memory> page(std::move(_doorbell));
+    engine->call(
+        [engine, slot, page] {
+            engine->forget_vnic(slot);
+            return 0;
+        },
+        roce::engine::on_timeout::run_later);
 }
 
 int vnic_resources::create_qp(uint64_t client, const proto::create_qp_request& req,
