@@ -120,13 +120,13 @@ def test_an_mr_pinned_by_posted_work_stays_charged_and_other_tenants_still_regis
     attacker = start_probe(T1, "pin-mrs", BY_NAME.format("t1"), IP[T5], 70, 60)
     try:
         verdict = lines_until_holding(attacker, timeout=120)[-1]
+        # While t1 holds all that: the other tenants register, whatever t1 did.
+        assert probe(T5, "reg-mr", BY_NAME.format("t5"), "shmem") == "registered alive", verdict
+        assert probe(T3, "reg-mr", BY_NAME.format("t3"), "shmem") == "registered alive", verdict
         m = re.fullmatch(r"rounds (\d+) registered (\d+)(?: refused (\S+))?", verdict)
         assert m, verdict
         assert int(m.group(2)) <= MAX_MRS and m.group(3) == "EDQUOT", (
             f"the pinned MRs are still t1's: its quota holds ({verdict})")
-        # While t1 holds all that: the other tenants register, whatever t1 did.
-        assert probe(T5, "reg-mr", BY_NAME.format("t5"), "shmem") == "registered alive"
-        assert probe(T3, "reg-mr", BY_NAME.format("t3"), "shmem") == "registered alive"
         held = memory("t1")
         assert held["mrs_pinned_after_dereg"] == int(m.group(2)), held
         assert held["mrs"] == int(m.group(2)), held
@@ -213,15 +213,21 @@ def test_resize_cq_never_copies_on_the_worker_and_old_rings_keep_no_host_memory(
         out, _ = attacker.communicate(timeout=60)
     finally:
         stop(attacker)
+    print(f"victim ping t5 -> t2: p50/p99 {statistics.median(alone):.2f}/{p99(alone):.2f} ms "
+          f"alone, {statistics.median(loaded):.2f}/{p99(loaded):.2f} ms under the resizes")
+    # The median shows the worker's time taken (a busy shared machine spreads the tail).
+    assert statistics.median(loaded) <= max(2 * statistics.median(alone), 1.0), (
+        f"victim ping median {statistics.median(alone):.2f} ms alone, "
+        f"{statistics.median(loaded):.2f} ms under the resizes; the attacker: {out}")
+    assert p99(loaded) <= max(2 * p99(alone), 10.0), (
+        f"victim ping p99 {p99(alone):.2f} ms alone, {p99(loaded):.2f} ms under the resizes "
+        f"(median {statistics.median(loaded):.2f}); the attacker: {out}")
     m = re.search(r"resized (\d+) refused (\d+) slowest_ms ([\d.]+) old_rings_bytes (\d+)", out)
     assert m, out
     assert int(m.group(1)) == 0 and int(m.group(2)) > 0, (
         f"a consumer index set back is refused: nothing is copied ({out})")
     assert int(m.group(4)) == 0, out
     assert memory("t1")["cq_resizes_refused"] >= int(m.group(2))
-    assert p99(loaded) <= max(2 * p99(alone), 10.0), (
-        f"victim ping p99 {p99(alone):.2f} ms alone, {p99(loaded):.2f} ms under the resizes "
-        f"(median {statistics.median(loaded):.2f})")
 
     # Control: honest resizes work, and of all the old rings t1 kept a page of, jakirod's
     # memory is gone but the header page of the last one (the shim reads its arm once more).
