@@ -434,6 +434,11 @@ class rc_qp {
     uint32_t _write_length = 0;
     uint32_t _write_offset = 0;
     std::shared_ptr<const verbs::mr_entry> _write_pin;
+    // A WRITE through a memory window is looked up again at every packet (check_rkey): the
+    // window's owner may invalidate or rebind it mid-message, and no byte may land after.
+    bool _write_through_window = false;
+    uint32_t _write_rkey = 0;
+    uint64_t _write_va = 0;
     std::vector<read_job> _reads;  // FIFO, at most max_dest_rd_atomic + 1
     // The last atomics executed, by PSN: a duplicate request is answered from here.
     struct atomic_reply {

@@ -3024,6 +3024,31 @@ TEST_F(rc_qp_mw_test, on_one_host_a_window_invalidated_mid_write_takes_no_more_b
         << "the window's owner hears of the refused access, as from the wire";
 }
 
+// The same across hosts: the packets of a WRITE through a window that arrive after its owner
+// invalidated it are refused (remote access error), never placed.
+TEST_F(rc_qp_mw_test, a_window_invalidated_mid_write_takes_no_more_packets) {
+    constexpr uint32_t length = 512 * 1024;
+    const uint32_t mw = alloc(IBV_MW_TYPE_2);
+    const uint32_t rkey = next_key(mw);
+    ASSERT_EQ(complete(b, bind_wqe(1, mw, rkey, bind_mr, b.iova(0), length, window_rights)).status,
+              IBV_WC_SUCCESS);
+    std::memset(a.region, 0xAB, length);
+    std::memset(b.region, 0, length);
+    auto landed = [&] { return std::count(b.region, b.region + length, std::byte{0xAB}); };
+    a.post_send(wqe(2, IBV_WR_RDMA_WRITE, a.iova(0), length, a.mr, b.iova(0), rkey));
+    run(1);
+    proto::cqe c{};
+    ASSERT_FALSE(a.poll_send(c));
+    const auto before = landed();
+    ASSERT_GT(before, 0);
+    ASSERT_LT(before, length);
+    ASSERT_TRUE(verbs::invalidate_window(b.res->mrs(), rkey, b.pd));  // b's LOCAL_INV
+    run(100);
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_REM_ACCESS_ERR);
+    EXPECT_EQ(landed(), before) << "not one byte through the window once it was invalidated";
+}
+
 // The responder's verdicts (responder.cc's steps) that the tests above do not reach, each as the
 // requester and the responder's owner see it. Where a test needs a request no requester would
 // send, it takes a's frames off the wire, rewrites them (opcode, PSN) and seals them again.
