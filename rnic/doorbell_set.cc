@@ -36,7 +36,7 @@ std::unique_ptr<doorbell_memory> doorbell_memory::create() {
 }
 
 doorbell_memory::~doorbell_memory() {
-    munmap(_page, proto::doorbell_bytes);
+    verbs::release_sealed_mapping(_page, proto::doorbell_bytes);
     close(_fd);
 }
 

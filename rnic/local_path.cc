@@ -152,6 +152,20 @@ unsigned rc_qp::send_local(rc_qp& peer, packet_port& port, uint64_t now_ns, unsi
                 _local.moved = op.length;  // an atomic: executed whole
             }
         }
+        if (_local.moved > 0 && !peer.still_reaches(op, _local)) {
+            // The peer's window (or MR) was invalidated, rebound or deregistered mid-message:
+            // no byte moves through it once its owner let it go. What the wire's responder
+            // would answer had the rkey been refused: a remote access error at both ends.
+            if (peer._s.events.raise != nullptr) {
+                peer._s.events.raise(peer._s.events.context, peer._s.owner,
+                                     static_cast<uint32_t>(proto::event_type::qp_access_err),
+                                     peer._s.qpn);
+            }
+            peer.enter_error();
+            _local = local_transfer{};
+            fail_requester(op.first_psn, IBV_WC_REM_ACCESS_ERR);
+            return moved + 1;
+        }
         meter_local(is_read(op.wqe) ? *this : peer, port, now_ns, packets, frames_bytes);
         if (_local.moved < op.length) {
             peer.place_local(op, _local, slice);
@@ -292,6 +306,21 @@ rc_qp::local_result rc_qp::begin_local(const send_op& op, const rc_qp& requester
         default:
             return fail(proto::event_type::qp_req_err, IBV_WC_REM_INV_REQ_ERR);
     }
+}
+
+bool rc_qp::still_reaches(const send_op& op, const local_transfer& t) const {
+    const bool write =
+        op.wqe.opcode == IBV_WR_RDMA_WRITE || op.wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+    if (!write && !is_read(op.wqe)) {
+        return true;  // a SEND lands in a receive WQE taken once; an atomic moves whole
+    }
+    // The rest of the message, looked up again as its first slice was: the same memory must
+    // still be granted (a window rebound elsewhere names other bytes).
+    const uint32_t access = is_read(op.wqe) ? uint32_t{proto::access_remote_read}
+                                            : uint32_t{proto::access_remote_write};
+    const auto found =
+        remote_target(op.wqe.rkey, op.wqe.remote_addr + t.moved, op.length - t.moved, access);
+    return found && found.bytes.data() == t.remote + t.moved;
 }
 
 bool rc_qp::continues_local(const send_op& op) const {

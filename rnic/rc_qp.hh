@@ -72,7 +72,10 @@ struct rc_qp_setup {
     std::shared_ptr<verbs::completion_queue> send_cq;
     std::shared_ptr<verbs::completion_queue> recv_cq;
     std::unique_ptr<verbs::qp_ring> ring;
-    const verbs::mr_table* mrs = nullptr;
+    // The vNIC's MR table, shared: the QP may outlive the vNIC's resources for as long as its
+    // removal waits behind a stalled worker (engine::on_timeout::run_later), and must still
+    // find keys (none: the table is emptied when its clients go) rather than freed memory.
+    std::shared_ptr<const verbs::mr_table> mrs;
     bool sq_sig_all = false;
     uint32_t max_send_sge = 0;
     uint32_t max_recv_sge = 0;
@@ -285,6 +288,11 @@ class rc_qp {
                              ibv_wc_status& status);
     // Still the message `t` began (the peer was not reset under it)?
     bool continues_local(const send_op& op) const;
+    // Does the rkey of a WRITE or READ `t` is moving still grant the rest of it, the same
+    // memory? Checked before every slice after the first, since a slice may come visits later:
+    // a window invalidated (LOCAL_INV, SEND_WITH_INV, dealloc), rebound or an MR deregistered
+    // meanwhile ends the message with a remote access error.
+    bool still_reaches(const send_op& op, const local_transfer& t) const;
     void place_local(const send_op& op, local_transfer& t, uint32_t len);
     void finish_local(const send_op& op, const rc_qp& requester, local_transfer& t);
     void complete_local_recv(const send_op& op, const rc_qp& requester, ibv_wc_status status,
@@ -426,6 +434,11 @@ class rc_qp {
     uint32_t _write_length = 0;
     uint32_t _write_offset = 0;
     std::shared_ptr<const verbs::mr_entry> _write_pin;
+    // A WRITE through a memory window is looked up again at every packet (check_rkey): the
+    // window's owner may invalidate or rebind it mid-message, and no byte may land after.
+    bool _write_through_window = false;
+    uint32_t _write_rkey = 0;
+    uint64_t _write_va = 0;
     std::vector<read_job> _reads;  // FIFO, at most max_dest_rd_atomic + 1
     // The last atomics executed, by PSN: a duplicate request is answered from here.
     struct atomic_reply {

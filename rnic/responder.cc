@@ -182,6 +182,10 @@ rc_qp::verdict rc_qp::check_rkey(inbound_request& r) {
                 _write_data = found.bytes.data();
                 _write_length = length;
                 _write_offset = 0;
+                // An rkey that is not its MR's key named a window.
+                _write_through_window = found.mr != nullptr && found.mr->key != p.reth->rkey();
+                _write_rkey = p.reth->rkey();
+                _write_va = p.reth->va();
                 _write_pin = std::move(found.mr);
             }
             const auto payload = static_cast<uint32_t>(p.payload.size());
@@ -189,6 +193,15 @@ rc_qp::verdict rc_qp::check_rkey(inbound_request& r) {
             if (uint64_t{_write_offset} + payload > _write_length ||
                 (last && _write_offset + payload != _write_length)) {
                 return verdict::nak_invalid_request;
+            }
+            if ((p.info->position & position::first) == 0 && _write_through_window && payload > 0) {
+                // Still the same bytes through the same window? (MR targets need no second
+                // look: the pin keeps the mapping, and the MR's owner gave the key out whole.)
+                const auto still = remote_target(_write_rkey, _write_va + _write_offset, payload,
+                                                 proto::access_remote_write);
+                if (!still || still.bytes.data() != _write_data + _write_offset) {
+                    return verdict::nak_remote_access;
+                }
             }
             return verdict::proceed;
         }

@@ -210,9 +210,9 @@ void load_host(checker& check, const YAML::Node& root, host_config& config) {
         check.error(root, "host", "missing");
         return;
     }
-    if (!check.only_keys(
-            host, "host",
-            {"name", "underlay", "gateway_mac", "conntrack", "qos", "metrics", "workers"})) {
+    if (!check.only_keys(host, "host",
+                         {"name", "underlay", "gateway_mac", "conntrack", "qos", "metrics",
+                          "workers", "rdma_limits"})) {
         return;
     }
     // Poll loops, each owning a share of the vNICs (worker/README.md); whether the host has the
@@ -246,6 +246,15 @@ void load_host(checker& check, const YAML::Node& root, host_config& config) {
                     config.uplink_qos = u;
                 }
             }
+        }
+    }
+    if (const auto limits = host["rdma_limits"]; limits.IsDefined()) {
+        const std::string field = "host.rdma_limits";
+        if (check.only_keys(limits, field, {"mappings", "descriptors"})) {
+            config.rdma_limits.mappings =
+                check.number(limits, "mappings", field, 0, UINT32_MAX, false);
+            config.rdma_limits.descriptors =
+                check.number(limits, "descriptors", field, 0, UINT32_MAX, false);
         }
     }
     if (const auto conntrack = host["conntrack"]; conntrack.IsDefined()) {

@@ -111,6 +111,16 @@ struct conntrack_config {
     secgroup::flow_timeouts timeouts;
 };
 
+// host.rdma_limits: the most mappings and descriptors the RDMA objects and connections of every
+// vNIC together may hold in jakirod (rnic/queues/host_reserve.hh). jakirod's own bound is the
+// kernel's (vm.max_map_count mappings, RLIMIT_NOFILE descriptors, less what it keeps for
+// itself); these lower it, never raise it. Unset: the kernel's.
+struct rdma_host_limits {
+    std::optional<uint32_t> mappings;
+    std::optional<uint32_t> descriptors;
+    bool operator==(const rdma_host_limits&) const = default;
+};
+
 // host.metrics: where jakirod serves /metrics (Prometheus text format) from its control thread.
 struct metrics_config {
     uint32_t ip = 0;  // host order; 0.0.0.0 listens on every address of the namespace
@@ -152,6 +162,7 @@ struct host_config {
     uint32_t workers = 1;  // host.workers: poll loops (lcores), vNICs shared out among them
     std::optional<qos::uplink_qos> uplink_qos;  // host.qos.uplink_rate: all vNICs together
     std::optional<metrics_config> metrics;      // none: no metrics listener
+    rdma_host_limits rdma_limits;               // host.rdma_limits; changed live by `apply`
     std::optional<control_config> control;      // none: no control plane, the YAML is all
     // Cluster documents only (`jakiroctl --etcd apply`, the records in etcd): the hosts.
     std::vector<cluster_host> hosts;

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "../ports.hh"
+#include "rdma_host_limits.hh"
 #include "rnic/verbs/channel_server.hh"
 #include "table_builder.hh"
 #include "worker_assignment.hh"
@@ -49,6 +50,8 @@ bool host_manager::serve_rdma(verbs::channel_server& server, std::string& warnin
             all = false;
         }
     }
+    // The vNICs' quotas are known now: the host's mappings and descriptors are shared out.
+    warnings += size_rdma_reserve(server.reserve(), _state.config);
     return all;
 }
 
@@ -198,6 +201,8 @@ bool host_manager::apply(host_config next, std::string& summary, std::string& er
                 rdma_error += "RDMA face: " + why + "\n";
             }
         }
+        // New quotas, vNICs added or gone, host.rdma_limits: the shares follow.
+        rdma_error += size_rdma_reserve(_state.verbs->reserve(), _state.config);
     }
 
     std::ostringstream out;

@@ -5,6 +5,7 @@
 #include "../worker/egress_shaper.hh"
 #include "../worker/ingress_policer.hh"
 #include "rdma_engines.hh"
+#include "rdma_memory_report.hh"
 #include "rnic/engine.hh"
 #include "rnic/verbs/channel_server.hh"
 
@@ -291,8 +292,9 @@ std::string render_stats(const daemon_state& state, bool json) {
             .value("rdma_rx_packets", values[9])
             .value("rdma_rx_bytes", values[10])
             .value("rdma_tx_packets", values[11])
-            .value("rdma_tx_bytes", values[12])
-            .end_object();
+            .value("rdma_tx_bytes", values[12]);
+        write_rdma_memory(out, state, static_cast<uint16_t>(slot));
+        out.end_object();
         char line[256];
         std::snprintf(line, sizeof(line),
                       "  %-8s %16lu %19lu %15lu %17lu %8lu %13lu %11lu %12lu %11lu\n", name.c_str(),
@@ -567,6 +569,27 @@ std::string render_qps(const daemon_state& state, const std::string& vnic, bool 
              << ", timeouts " << v.cm_timeouts << ", REQs rejected by security groups "
              << v.cm_rejected_by_policy << ", with no listener " << v.cm_rejected_no_listener
              << ", forged REQs " << v.cm_mads_forged << "\n";
+    }
+    out.end_object();
+    // What each vNIC's RDMA objects hold of the host's mappings and descriptors.
+    write_rdma_reserve(out, state);
+    out.begin_object("vnics");
+    for (std::size_t slot = 0; slot < state.slot_names.size(); ++slot) {
+        const auto& name = state.slot_names[slot];
+        if (name.empty() || (!vnic.empty() && name != vnic)) {
+            continue;
+        }
+        if (const auto m = rdma_memory_of(state, static_cast<uint16_t>(slot))) {
+            out.begin_object(name);
+            write_rdma_memory(out, state, static_cast<uint16_t>(slot));
+            out.end_object();
+            text << "memory " << name << ": " << m->mrs << " MRs (" << m->mrs_pinned
+                 << " pinned after dereg), " << m->held.mappings << "/" << m->share.mappings
+                 << " mappings, " << m->held.descriptors << "/" << m->share.descriptors
+                 << " descriptors, refused " << m->refused.mappings + m->refused.descriptors
+                 << " at the host reserve, " << m->quota_refusals << " over quota, "
+                 << m->cq_resizes << " CQ resizes\n";
+        }
     }
     out.end_object();
     out.end_object();

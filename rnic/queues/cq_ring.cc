@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -43,8 +44,15 @@ int cq_ring::create(uint32_t capacity, std::unique_ptr<cq_ring>& out, int& fd) {
 }
 
 cq_ring::~cq_ring() {
-    if (_header != nullptr) {
-        munmap(_header, _bytes);
+    release_sealed_mapping(_header, _bytes);
+}
+
+void cq_ring::retire() {
+    // Whole pages past the header's: the first page keeps the header (and the arm).
+    const std::size_t kept =
+        (proto::cq_slots_offset + proto::ring_page - 1) / proto::ring_page * proto::ring_page;
+    if (_bytes > kept) {
+        give_back_pages(reinterpret_cast<std::byte*>(_header) + kept, _bytes - kept);
     }
 }
 
@@ -56,6 +64,7 @@ bool cq_ring::push(const proto::cqe& completion) {
         proto::mark_overflow(*_header);
         return false;
     }
+    _consumer_seen = consumer;
     proto::cq_slots(_header)[_producer & (_capacity - 1)] = completion;
     ++_producer;
     proto::publish_producer(*_header, _producer);
@@ -63,18 +72,21 @@ bool cq_ring::push(const proto::cqe& completion) {
     return true;
 }
 
-int cq_ring::take_over(const cq_ring& old, uint32_t& moved) {
+int cq_ring::begin_take_over(const cq_ring& old, cq_take_over& plan) {
     const uint32_t consumer = proto::load_consumer_acquire(*old._header);
-    const uint32_t outstanding = old._producer - consumer;  // unsigned: "ahead" is huge
-    if (outstanding > old._capacity || outstanding > _capacity || _producer != 0) {
+    // Unsigned distances from the last consumer index seen: one that went back, or is ahead of
+    // the producer, is further away than the producer is.
+    const uint32_t unread_seen = old._producer - old._consumer_seen;
+    if (consumer - old._consumer_seen > unread_seen || _producer != 0) {
         return EINVAL;
     }
-    const proto::cqe* from = proto::cq_slots(old._header);
-    proto::cqe* to = proto::cq_slots(_header);
-    for (uint32_t i = 0; i < outstanding; ++i) {
-        to[i] = from[(consumer + i) & (old._capacity - 1)];
+    const uint32_t outstanding = old._producer - consumer;
+    if (outstanding > old._capacity || outstanding > _capacity) {
+        return EINVAL;
     }
+    plan = {consumer, outstanding};
     _producer = outstanding;
+    _consumer_seen = 0;
     proto::publish_producer(*_header, _producer);
     if (old.overflowed()) {
         proto::mark_overflow(*_header);  // a CQ in error stays in error
@@ -88,7 +100,26 @@ int cq_ring::take_over(const cq_ring& old, uint32_t& moved) {
         proto::arm_and_fence(*_header, arm);
     }
     _pushed.store(old._pushed.load(std::memory_order_relaxed), std::memory_order_relaxed);
-    moved = outstanding;
+    return 0;
+}
+
+void cq_ring::finish_take_over(const cq_ring& old, const cq_take_over& plan) {
+    const proto::cqe* from = proto::cq_slots(old._header);
+    proto::cqe* to = proto::cq_slots(_header);
+    // Two runs at most (the old ring may wrap), each one copy.
+    const uint32_t start = plan.first & (old._capacity - 1);
+    const uint32_t first_run = std::min(plan.count, old._capacity - start);
+    std::memcpy(to, from + start, std::size_t{first_run} * sizeof(proto::cqe));
+    std::memcpy(to + first_run, from, std::size_t{plan.count - first_run} * sizeof(proto::cqe));
+}
+
+int cq_ring::take_over(const cq_ring& old, uint32_t& moved) {
+    cq_take_over plan;
+    if (const int error = begin_take_over(old, plan); error != 0) {
+        return error;
+    }
+    finish_take_over(old, plan);
+    moved = plan.count;
     return 0;
 }
 
@@ -140,12 +171,17 @@ bool completion_queue::complete(const proto::cqe& given) {
     return true;
 }
 
-int completion_queue::replace_ring(std::unique_ptr<cq_ring>& ring, uint32_t& moved) {
-    if (const int error = ring->take_over(*_ring, moved); error != 0) {
+int completion_queue::replace_ring(std::unique_ptr<cq_ring>& ring, cq_take_over& plan) {
+    if (const int error = ring->begin_take_over(*_ring, plan); error != 0) {
         return error;
     }
     std::swap(_ring, ring);
     return 0;
+}
+
+void completion_queue::retire(std::unique_ptr<cq_ring> old) {
+    old->retire();
+    _retired = std::move(old);  // the one before goes now, every page of it
 }
 
 void completion_queue::notify() {

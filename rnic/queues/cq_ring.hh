@@ -16,9 +16,17 @@
 #include <cstdint>
 #include <memory>
 
+#include "host_reserve.hh"
 #include "verbs_abi/rings.hh"
 
 namespace jakiro::verbs {
+
+// ibv_resize_cq in two steps (cq_ring::begin_take_over, finish_take_over): which completions of
+// the old ring move to the new one's first slots.
+struct cq_take_over {
+    uint32_t first = 0;  // the old ring's consumer index when the engine switched rings
+    uint32_t count = 0;  // completions that move
+};
 
 class cq_ring {
   public:
@@ -41,12 +49,34 @@ class cq_ring {
     // the completion channel.
     bool take_arm_after_push(bool solicited);
 
-    // ibv_resize_cq, on the thread that pushes (nothing is pushed into either ring meanwhile):
-    // this fresh ring takes over `old`'s unconsumed completions (moved to its first slots, in
-    // order), its arm and overflow state and its count. EINVAL, with nothing changed, when they
-    // do not fit or `old`'s consumer index makes no sense (ahead of the producer, or more than
-    // a ring behind): a client cannot make jakirod copy what it never wrote.
+    // ibv_resize_cq: this fresh ring takes over `old`'s unconsumed completions (moved to its
+    // first slots, in order), its arm and overflow state and its count. EINVAL, with nothing
+    // changed, when they do not fit or `old`'s consumer index makes no sense: ahead of the
+    // producer, or behind where jakirod last saw it (a consumer index never goes back; one set
+    // back, e.g. a whole ring behind, would make jakirod copy completions the client had read
+    // or that were never written). So what moves is bounded by completions the client really
+    // has unread.
+    //
+    // Two steps, so that the work proportional to the ring's size never runs on the engine:
+    //   begin_take_over   on the thread that pushes (nothing is pushed into either ring
+    //                     meanwhile): checks, reserves the first `plan.count` slots, carries the
+    //                     arm, error state and count over. O(1). The engine then pushes into
+    //                     this ring, behind the reserved slots.
+    //   finish_take_over  on any one thread, after begin, before the ring is handed to the
+    //                     client: copies the reserved completions from `old`, which nothing
+    //                     writes any more (the client reads its new ring only once it has it).
+    // take_over() runs both at once (no engine).
+    int begin_take_over(const cq_ring& old, cq_take_over& plan);
+    void finish_take_over(const cq_ring& old, const cq_take_over& plan);
     int take_over(const cq_ring& old, uint32_t& moved);
+
+    // A ring replaced by ibv_resize_cq: its slots' pages go back to the host now (nothing reads
+    // them: the client polls its new ring), the header page stays until the ring is destroyed,
+    // because the client still reads the old ring's arm once after the resize (verbs_shim/cq.cc
+    // carries an arm another thread set during it). The destructor gives back every page.
+    void retire();
+    // The mapping this ring holds, charged to its vNIC until the ring goes.
+    void hold(account_charge charge) { _charge = std::move(charge); }
 
     uint32_t capacity() const { return _capacity; }
     uint64_t produced() const { return _pushed.load(std::memory_order_relaxed); }
@@ -61,7 +91,11 @@ class cq_ring {
     std::size_t _bytes = 0;
     uint32_t _capacity = 0;
     uint32_t _producer = 0;  // ours: never read back from shared memory
+    // The consumer index as push() last read it, sane (not ahead, not a ring behind): the
+    // client's consumer index may only be at or past it. Engine thread.
+    uint32_t _consumer_seen = 0;
     std::atomic<uint64_t> _pushed{0};
+    account_charge _charge;
 };
 
 // Who hears that a CQ overflowed: the channel server, which tells the owning client
@@ -88,9 +122,16 @@ class completion_queue {
     bool complete(const verbs_proto::cqe& completion);
 
     // ibv_resize_cq, on the thread that calls complete() (the engine's, through
-    // engine::call): `ring` takes over the unconsumed completions and replaces this CQ's ring;
-    // on 0 `ring` holds the old one, for the caller to drop. On an error nothing changed.
-    int replace_ring(std::unique_ptr<cq_ring>& ring, uint32_t& moved);
+    // engine::call): `ring` begins to take over the unconsumed completions (begin_take_over)
+    // and replaces this CQ's ring; on 0 `ring` holds the old one, and the caller finishes the
+    // take-over (finish_take_over into the new ring, off the engine) before it hands the new
+    // ring to the client, then retires the old one (retire). On an error nothing changed.
+    int replace_ring(std::unique_ptr<cq_ring>& ring, cq_take_over& plan);
+    // Control thread: the ring replace_ring() took out, kept (header page only) until the next
+    // resize or the CQ's end, when the previous one goes; see cq_ring::retire.
+    void retire(std::unique_ptr<cq_ring> old);
+    // The completion channel's descriptor, charged to the vNIC while the CQ holds it.
+    void hold_channel(account_charge charge) { _channel_charge = std::move(charge); }
 
     cq_ring& ring() { return *_ring; }
     uint32_t handle() const { return _handle; }
@@ -115,6 +156,8 @@ class completion_queue {
     std::atomic<bool> _error_raised{false};
     std::atomic<uint64_t> _notified{0};
     std::atomic<uint64_t> _lost{0};
+    std::unique_ptr<cq_ring> _retired;  // control thread
+    account_charge _channel_charge;
 };
 
 // The smallest power of two >= n (1 for 0), for ring capacities.

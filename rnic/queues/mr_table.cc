@@ -10,6 +10,9 @@ mr_entry::~mr_entry() {
     if (map_base != nullptr) {
         munmap(map_base, map_length);
     }
+    if (account != nullptr) {
+        account->give_mr(length);  // after the unmap: the count never says less than is held
+    }
 }
 
 ibv_wc_status wc_status_for(mr_status status, mr_side side) {
@@ -64,6 +67,17 @@ void mr_table::erase_owned_by(uint64_t owner) {
     for (uint32_t slot = 0; slot < _keys.capacity(); ++slot) {
         const auto entry = _slots[slot].load(std::memory_order_acquire);
         if (entry != nullptr && entry->owner == owner) {
+            erase(entry->key);
+        }
+    }
+}
+
+void mr_table::clear() {
+    for (uint32_t slot = 0; slot < _keys.capacity(); ++slot) {
+        if (const auto window = _windows[slot].load(std::memory_order_acquire)) {
+            erase_window(window->handle);
+        }
+        if (const auto entry = _slots[slot].load(std::memory_order_acquire)) {
             erase(entry->key);
         }
     }

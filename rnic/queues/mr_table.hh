@@ -19,6 +19,7 @@
 #include <memory>
 #include <span>
 
+#include "host_reserve.hh"
 #include "key_allocator.hh"
 
 namespace jakiro::verbs {
@@ -37,6 +38,11 @@ struct mr_entry {
     std::byte* data = nullptr;  // jakirod's address of the first byte
     void* map_base = nullptr;   // jakirod's mapping (page-aligned span), unmapped on destruction
     std::size_t map_length = 0;
+    // The vNIC the registration is charged to (its mapping, one of its MRs, `length` bytes)
+    // from registration until this entry goes: after the last pin, not at dereg_mr, so an MR
+    // that work requests still name keeps counting against the vNIC's quota and share.
+    // Null: not charged (vnic_account::take_mr was not called for it).
+    std::shared_ptr<vnic_account> account;
 
     mr_entry() = default;
     mr_entry(const mr_entry&) = delete;
@@ -85,6 +91,8 @@ class mr_table {
     bool replace(uint32_t key, std::shared_ptr<mr_entry> entry);
     // Control thread. Unpublishes `key`; its mapping goes when the last lookup drops its pin.
     void erase(uint32_t key);
+    // Control thread. Every MR and window, unpublished (the vNIC is going away).
+    void clear();
     // Control thread. Every MR of one client: unpublished / counted.
     void erase_owned_by(uint64_t owner);
     std::size_t count_owned_by(uint64_t owner) const;

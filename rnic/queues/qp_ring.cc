@@ -47,9 +47,7 @@ int qp_ring::create(uint32_t sq_capacity, uint32_t rq_capacity, uint32_t qp_num,
 }
 
 qp_ring::~qp_ring() {
-    if (_header != nullptr) {
-        munmap(_header, _bytes);
-    }
+    release_sealed_mapping(_header, _bytes);
 }
 
 qp_ring::pending qp_ring::pending_of(const uint32_t& producer, uint32_t taken, uint32_t retired,

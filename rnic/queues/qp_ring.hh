@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "host_reserve.hh"
 #include "verbs_abi/rings.hh"
 
 namespace jakiro::verbs {
@@ -68,6 +69,10 @@ class qp_ring {
     std::size_t bytes() const { return _bytes; }
     verbs_proto::qp_ring_header* header() const { return _header; }
 
+    // The mapping this ring holds, charged to its vNIC until the ring goes (whose destructor
+    // gives its pages back: release_sealed_mapping).
+    void hold(account_charge charge) { _charge = std::move(charge); }
+
   private:
     qp_ring() = default;
     static pending pending_of(const uint32_t& producer, uint32_t taken, uint32_t retired,
@@ -81,6 +86,7 @@ class qp_ring {
     uint32_t _sq_retired = 0;
     uint32_t _rq_taken = 0;
     uint32_t _rq_retired = 0;
+    account_charge _charge;
 };
 
 }  // namespace jakiro::verbs

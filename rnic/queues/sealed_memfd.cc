@@ -25,4 +25,20 @@ int create_sealed_memfd(const char* name, std::size_t bytes, sealed_memfd& out) 
     return 0;
 }
 
+void give_back_pages(void* base, std::size_t bytes) {
+    if (base != nullptr && bytes > 0) {
+        // It fails only for a mapping that is not a shared writable shmem one, which every
+        // caller's is; the memory then goes when the last mapping does, as before.
+        madvise(base, bytes, MADV_REMOVE);
+    }
+}
+
+void release_sealed_mapping(void* base, std::size_t bytes) {
+    if (base == nullptr) {
+        return;
+    }
+    give_back_pages(base, bytes);
+    munmap(base, bytes);
+}
+
 }  // namespace jakiro::verbs

@@ -48,9 +48,7 @@ int shared_receive_queue::create(uint32_t capacity, uint32_t handle, uint64_t ow
 }
 
 shared_receive_queue::~shared_receive_queue() {
-    if (_header != nullptr) {
-        munmap(_header, _bytes);
-    }
+    release_sealed_mapping(_header, _bytes);
 }
 
 void shared_receive_queue::raise(proto::event_type type) const {

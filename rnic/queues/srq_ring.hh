@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "host_reserve.hh"
 #include "verbs_abi/protocol.hh"
 #include "verbs_abi/rings.hh"
 
@@ -63,6 +64,10 @@ class shared_receive_queue {
 
     uint32_t users = 0;  // QPs attached (destroy answers EBUSY); the resources table's
 
+    // The mapping this ring holds, charged to its vNIC until the ring goes (whose destructor
+    // gives its pages back: release_sealed_mapping).
+    void hold(account_charge charge) { _charge = std::move(charge); }
+
   private:
     shared_receive_queue() = default;
     void raise(verbs_proto::event_type type) const;
@@ -78,6 +83,7 @@ class shared_receive_queue {
     uint32_t _taken = 0;  // engine thread; never read back from shared memory
     bool _broken = false;
     std::atomic<uint32_t> _limit{0};
+    account_charge _charge;
 };
 
 }  // namespace jakiro::verbs

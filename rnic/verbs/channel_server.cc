@@ -86,7 +86,11 @@ channel_server::channel_server(channel_config config)
       _sink{[](void* self, uint64_t client, uint32_t cq) {
                 static_cast<channel_server*>(self)->raise_cq_error(client, cq);
             },
-            this} {}
+            this} {
+    if (_config.reserve == nullptr) {
+        _config.reserve = std::make_shared<host_reserve>();
+    }
+}
 
 channel_server::~channel_server() {
     stop();
@@ -218,7 +222,8 @@ std::shared_ptr<channel_server::endpoint> channel_server::make_endpoint(const en
         }
         ep->listeners.push_back(fd);
     }
-    ep->resources = std::make_unique<vnic_resources>(engine_limits(), _sink, spec.identity.quota);
+    ep->resources = std::make_unique<vnic_resources>(engine_limits(), _sink, spec.identity.quota,
+                                                     _config.reserve);
     ep->device = {&ep->spec.identity, _config.host_name, _config.tenant_mtu, ep->resources.get()};
     if (!_engines.empty()) {
         if (engine_for(spec.identity) == nullptr) {
@@ -546,6 +551,13 @@ void channel_server::add_client(int fd, pid_t pid, const std::shared_ptr<endpoin
         return;
     }
     client c;
+    // Its descriptors, from the host reserve: refused only when the vNIC is over its share of
+    // a host whose descriptors are all taken (counted in the vNIC's account).
+    if (!charge(ep->resources->account(), host_resource::descriptors, descriptors_per_context,
+                c.descriptors)) {
+        close(fd);
+        return;
+    }
     c.fd = fd;
     c.pid = pid;
     c.ep = ep;
@@ -854,6 +866,7 @@ void channel_server::drop_client(client& c, bool device_gone) {
     --c.ep->clients;
     close(c.fd);
     c.fd = -1;
+    c.descriptors.reset();
     c.ep.reset();
     _disconnected.fetch_add(1, std::memory_order_relaxed);
 }

@@ -55,6 +55,9 @@ struct channel_config {
     std::string endpoint_prefix = "@jakiro/verbs/";
     std::chrono::milliseconds hello_timeout{2000};
     std::vector<endpoint_config> vnics;  // served from start()
+    // The host's mappings and descriptors, shared by every vNIC's objects and connections
+    // (rnic/queues/host_reserve.hh); null: an unbounded one of the server's own.
+    std::shared_ptr<host_reserve> reserve;
 };
 
 struct channel_stats {
@@ -132,15 +135,19 @@ class channel_server {
     void enable_qps(std::vector<roce::engine*> engines,
                     std::function<int(uint16_t slot, uint32_t remote_ip_be)> admit);
     std::size_t client_count() const { return _client_count.load(std::memory_order_relaxed); }
+    // What every vNIC's objects and connections hold of the host; its capacity follows the
+    // configuration and the kernel's limits (dataplane/control/rdma_endpoints.hh).
+    host_reserve& reserve() const { return *_config.reserve; }
     channel_stats stats() const;
 
   private:
     struct endpoint;
     struct client {
         int fd = -1;
-        int async_fd = -1;     // our end of the async event channel, after HELLO
-        int cm_event_fd = -1;  // our end of its rdma_cm event socket (cm_protocol.hh)
-        pid_t pid = 0;         // SO_PEERCRED at accept
+        int async_fd = -1;           // our end of the async event channel, after HELLO
+        int cm_event_fd = -1;        // our end of its rdma_cm event socket (cm_protocol.hh)
+        pid_t pid = 0;               // SO_PEERCRED at accept
+        account_charge descriptors;  // its descriptors, charged to its vNIC until dropped
         std::chrono::steady_clock::time_point hello_deadline;
         std::shared_ptr<endpoint> ep;
         session s;

@@ -41,17 +41,15 @@ void vnic_resources::disable_doorbell() {
     }
     roce::engine* engine = _qp_support.engine;
     const uint16_t slot = _qp_support.local.vnic;
-    if (engine->call(
-            [engine, slot] {
-                engine->forget_vnic(slot);
-                return 0;
-            },
-            roce::engine::on_timeout::run_later) != 0) {
-        // The worker did not answer: it may still wait on the page until it runs the call
-        // (queued, never cancelled), so the page must stay mapped.
-        [[maybe_unused]] auto* leaked = _doorbell.release();
-    }
-    _doorbell.reset();
+    // A worker that does not answer may still wait on the page until it runs the call (queued,
+    // never cancelled): the call holds the page, which goes when the call has run.
+    std::shared_ptr<roce::doorbell_memory> page(std::move(_doorbell));
+    engine->call(
+        [engine, slot, page] {
+            engine->forget_vnic(slot);
+            return 0;
+        },
+        roce::engine::on_timeout::run_later);
 }
 
 int vnic_resources::create_qp(uint64_t client, const proto::create_qp_request& req,
@@ -94,7 +92,11 @@ int vnic_resources::create_qp(uint64_t client, const proto::create_qp_request& r
         srq != nullptr ? 1 : ring_capacity_for(req.max_recv_wr == 0 ? 1 : req.max_recv_wr);
     if (_qps.size() >= _quota.max_qps ||
         uint64_t{sq} + rq > _quota.max_wqes - std::min(_wqes, _quota.max_wqes)) {
-        return EDQUOT;  // the vNIC's quota (rdma.max_qps, rdma.max_wqes)
+        return over_quota();  // the vNIC's quota (rdma.max_qps, rdma.max_wqes)
+    }
+    account_charge mapping;
+    if (!charge(_account, host_resource::mappings, 1, mapping)) {
+        return ENOMEM;  // over its share of a full host (host_reserve.hh)
     }
     const uint32_t handle = _qp_keys.allocate();
     if (handle == 0) {
@@ -106,6 +108,7 @@ int vnic_resources::create_qp(uint64_t client, const proto::create_qp_request& r
         _qp_keys.release(handle);
         return error;
     }
+    ring->hold(std::move(mapping));
     const int doorbell = _doorbell != nullptr ? dup(_doorbell->fd()) : -1;
     if (doorbell < 0) {
         const int error = _doorbell != nullptr ? errno : ENOMEM;
@@ -133,7 +136,7 @@ int vnic_resources::create_qp(uint64_t client, const proto::create_qp_request& r
     setup.send_cq = send_cq->second;
     setup.recv_cq = recv_cq->second;
     setup.ring = std::move(ring);
-    setup.mrs = &_mrs;
+    setup.mrs = _mrs;
     setup.sq_sig_all = req.sq_sig_all != 0;
     setup.max_send_sge = out.max_send_sge;
     setup.max_recv_sge = out.max_recv_sge;

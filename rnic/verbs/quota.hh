@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "rnic/queues/host_reserve.hh"
 #include "verbs_abi/protocol.hh"
 
 namespace jakiro::verbs {
@@ -41,6 +42,20 @@ struct vnic_quota {
     // enforces it.
     uint32_t max_contexts = 64;
 };
+
+// Descriptors one verbs connection holds in jakirod: the connection, its async event channel
+// and its rdma_cm event channel (rnic/verbs/channel_server.cc).
+constexpr uint64_t descriptors_per_context = 3;
+
+// The most of the host's mappings and descriptors a vNIC's quota lets its objects hold: an MR,
+// a QP's ring and an SRQ's ring are one mapping each, a CQ two (its ring, and the header page of
+// the ring a resize replaced, kept until the next one: cq_ring::retire); a connection holds
+// descriptors_per_context descriptors and a CQ its completion channel's. The host reserve
+// guarantees each vNIC this much when the host has it for all (host_reserve.hh).
+constexpr host_amounts host_demand(const vnic_quota& q) {
+    return {uint64_t{q.max_mrs} + 2 * uint64_t{q.max_cqs} + q.max_qps + q.max_srqs,
+            uint64_t{q.max_cqs} + descriptors_per_context * q.max_contexts};
+}
 
 // The largest power of two <= n (0 for 0): ring sizes a quota of n slots always admits.
 constexpr uint64_t floor_power_of_two(uint64_t n) {

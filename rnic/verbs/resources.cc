@@ -67,12 +67,13 @@ bool is_channel_socket(int fd) {
 }  // namespace
 
 vnic_resources::vnic_resources(const proto::limits& lim, cq_error_sink sink,
-                               const vnic_quota& quota)
+                               const vnic_quota& quota, std::shared_ptr<host_reserve> reserve)
     : _limits(lim),
       _sink(sink),
       _quota(quota),
+      _account(vnic_account::open(std::move(reserve), host_demand(quota))),
       _pd_keys(lim.max_pd),
-      _mrs(lim.max_mr),
+      _mrs(std::make_shared<mr_table>(lim.max_mr)),
       _cq_keys(lim.max_cq),
       _qp_keys(lim.max_qp),
       _srq_keys(lim.max_srq) {}
@@ -85,6 +86,9 @@ vnic_resources::~vnic_resources() {
             drop_qp(handle, q);
         }
         _qps.clear();
+        // A QP whose removal still waits for a stalled worker shares the table: it finds no
+        // key in it from now on, so it touches no tenant memory after the vNIC is gone.
+        _mrs->clear();
     }
     disable_doorbell();
 }
@@ -92,6 +96,7 @@ vnic_resources::~vnic_resources() {
 void vnic_resources::set_quota(const vnic_quota& quota) {
     const std::lock_guard lock(_mutex);
     _quota = quota;
+    _account->set_demand(host_demand(quota));
 }
 
 vnic_quota vnic_resources::quota() const {
@@ -107,7 +112,7 @@ vnic_resources::pd_object* vnic_resources::owned_pd(uint64_t client, uint32_t pd
 int vnic_resources::alloc_pd(uint64_t client, uint32_t& pd) {
     const std::lock_guard lock(_mutex);
     if (_pds.size() >= _quota.max_pds) {
-        return EDQUOT;  // the vNIC's quota (rdma.max_pds)
+        return over_quota();  // the vNIC's quota (rdma.max_pds)
     }
     const uint32_t key = _pd_keys.allocate();
     if (key == 0) {
@@ -135,15 +140,19 @@ int vnic_resources::dealloc_pd(uint64_t client, uint32_t pd) {
 int vnic_resources::reg_mr(uint64_t client, const proto::reg_mr_request& req, int memfd,
                            uint32_t& key) {
     const std::lock_guard lock(_mutex);
-    if (_mrs.size() >= _quota.max_mrs ||
-        req.length > _quota.max_mr_bytes - std::min(_mr_bytes, _quota.max_mr_bytes)) {
-        return EDQUOT;  // the vNIC's quota (rdma.max_mrs, rdma.max_mr_bytes)
+    // Every registration alive counts, deregistered ones that work requests still pin too:
+    // their mappings are still jakirod's, so a tenant cannot free its quota by dereg_mr while
+    // posted WQEs keep the memory (the account gives it back when the last pin goes).
+    const uint64_t held_bytes = _account->mr_bytes();
+    if (_account->mrs() >= _quota.max_mrs ||
+        req.length > _quota.max_mr_bytes - std::min(held_bytes, _quota.max_mr_bytes)) {
+        return over_quota();  // the vNIC's quota (rdma.max_mrs, rdma.max_mr_bytes)
     }
     std::shared_ptr<mr_entry> entry;
     if (const int error = map_mr(client, req, memfd, true, entry); error != 0) {
         return error;
     }
-    if (!_mrs.insert(entry)) {
+    if (!_mrs->insert(entry)) {
         return ENOMEM;
     }
     ++owned_pd(client, req.pd_handle)->mrs;
@@ -154,11 +163,11 @@ int vnic_resources::reg_mr(uint64_t client, const proto::reg_mr_request& req, in
 
 int vnic_resources::rereg_mr(uint64_t client, const proto::rereg_mr_request& req, int memfd) {
     const std::lock_guard lock(_mutex);
-    const auto old = _mrs.get(req.mr_handle);
+    const auto old = _mrs->get(req.mr_handle);
     if (old == nullptr || old->owner != client || req.reserved != 0) {
         return EINVAL;
     }
-    if (_mrs.windows_bound_to(req.mr_handle) != 0) {
+    if (_mrs->windows_bound_to(req.mr_handle) != 0) {
         return EBUSY;  // as dereg_mr: the windows' binding names this registration
     }
     // The new registration is checked and mapped exactly as a fresh one; only then does it
@@ -173,16 +182,17 @@ int vnic_resources::rereg_mr(uint64_t client, const proto::rereg_mr_request& req
     as_new.fd_offset = req.fd_offset;
     as_new.page_offset = req.page_offset;
     as_new.flags = req.flags;
-    // The quota counts the new length in place of the old one.
-    const uint64_t others = _mr_bytes - std::min(old->length, _mr_bytes);
+    // The quota counts the new length in place of the old one (which, while work requests
+    // still pin it, stays charged until they are done: the next registration sees it).
+    const uint64_t others = _account->mr_bytes() - std::min(old->length, _account->mr_bytes());
     if (req.length > _quota.max_mr_bytes - std::min(others, _quota.max_mr_bytes)) {
-        return EDQUOT;
+        return over_quota();
     }
     std::shared_ptr<mr_entry> entry;
     if (const int error = map_mr(client, as_new, memfd, false, entry); error != 0) {
         return error;
     }
-    if (!_mrs.replace(req.mr_handle, entry)) {
+    if (!_mrs->replace(req.mr_handle, entry)) {
         return EINVAL;
     }
     _mr_bytes = others + req.length;
@@ -219,7 +229,7 @@ int vnic_resources::map_mr(uint64_t client, const proto::reg_mr_request& req, in
     if (memfd < 0) {
         return EBADF;
     }
-    if (new_key && _mrs.size() >= _mrs.capacity()) {
+    if (new_key && _mrs->size() >= _mrs->capacity()) {
         return ENOMEM;
     }
     // length <= max_mr_size, so this cannot overflow.
@@ -228,13 +238,21 @@ int vnic_resources::map_mr(uint64_t client, const proto::reg_mr_request& req, in
     if (const int error = check_region_fd(memfd, req.fd_offset, span); error != 0) {
         return error;
     }
+    // One of the host's mappings: refused (ENOMEM, as a kernel driver out of memory answers)
+    // only when this vNIC is over its share of a full host (host_reserve.hh).
+    if (!_account->take_mr(req.length)) {
+        return ENOMEM;
+    }
     const int prot = PROT_READ | ((req.access & proto::mr_access_writes) != 0 ? PROT_WRITE : 0);
     void* base = mmap(nullptr, span, prot, MAP_SHARED, memfd, static_cast<off_t>(req.fd_offset));
     if (base == MAP_FAILED) {
-        return errno;
+        const int error = errno;
+        _account->give_mr(req.length);
+        return error;
     }
     auto entry = std::make_shared<mr_entry>();
-    entry->map_base = base;  // unmapped by the entry from here on
+    entry->account = _account;  // charged until the entry goes, after its last pin
+    entry->map_base = base;     // unmapped by the entry from here on
     entry->map_length = span;
     entry->data = static_cast<std::byte*>(base) + req.page_offset;
     entry->pd = req.pd_handle;
@@ -249,11 +267,11 @@ int vnic_resources::map_mr(uint64_t client, const proto::reg_mr_request& req, in
 
 int vnic_resources::dereg_mr(uint64_t client, uint32_t key) {
     const std::lock_guard lock(_mutex);
-    const auto mr = _mrs.get(key);
+    const auto mr = _mrs->get(key);
     if (mr == nullptr || mr->owner != client) {
         return EINVAL;
     }
-    if (_mrs.windows_bound_to(key) != 0) {
+    if (_mrs->windows_bound_to(key) != 0) {
         // IBA 10.6.7.2.6: not while windows are bound to it. rxe answers EINVAL; EBUSY is what
         // this daemon answers for every object still in use, and libibverbs passes it on.
         return EBUSY;
@@ -262,7 +280,7 @@ int vnic_resources::dereg_mr(uint64_t client, uint32_t key) {
         --pd->mrs;
     }
     _mr_bytes -= mr->length;
-    _mrs.erase(key);
+    _mrs->erase(key);  // the charge stays with the entry while work requests pin it
     return 0;
 }
 
@@ -287,7 +305,13 @@ int vnic_resources::create_cq(uint64_t client, const proto::create_cq_request& r
     const uint32_t capacity = ring_capacity_for(req.cqe);
     if (_cqs.size() >= _quota.max_cqs ||
         capacity > _quota.max_cqes - std::min(_cqes, _quota.max_cqes)) {
-        return EDQUOT;  // the vNIC's quota (rdma.max_cqs, rdma.max_cqes)
+        return over_quota();  // the vNIC's quota (rdma.max_cqs, rdma.max_cqes)
+    }
+    // The ring's mapping and the channel's descriptor, from the host reserve.
+    account_charge mapping, descriptor;
+    if (!charge(_account, host_resource::mappings, 1, mapping) ||
+        (with_channel && !charge(_account, host_resource::descriptors, 1, descriptor))) {
+        return ENOMEM;
     }
     const uint32_t handle = _cq_keys.allocate();
     if (handle == 0) {
@@ -299,14 +323,17 @@ int vnic_resources::create_cq(uint64_t client, const proto::create_cq_request& r
         _cq_keys.release(handle);
         return error;
     }
+    ring->hold(std::move(mapping));
     out.handle = handle;
     out.capacity = ring->capacity();
     out.ring_bytes = ring->bytes();
     out.ring_fd = ring_fd;
     _cqes += ring->capacity();
-    _cqs.emplace(handle, std::make_shared<completion_queue>(
-                             std::move(ring), handle, client, channel_fd, _sink,
-                             (req.flags & proto::cq_with_timestamps) != 0));
+    auto queue =
+        std::make_shared<completion_queue>(std::move(ring), handle, client, channel_fd, _sink,
+                                           (req.flags & proto::cq_with_timestamps) != 0);
+    queue->hold_channel(std::move(descriptor));
+    _cqs.emplace(handle, std::move(queue));
     channel_fd = -1;
     return 0;
 }
@@ -342,30 +369,46 @@ int vnic_resources::resize_cq(uint64_t client, uint32_t cq, uint32_t cqe, cq_cre
     // The quota counts slots: a shrink always fits; growth needs the difference to be free.
     if (capacity > old_capacity &&
         capacity - old_capacity > _quota.max_cqes - std::min(_cqes, _quota.max_cqes)) {
-        return EDQUOT;  // the vNIC's quota (rdma.max_cqes)
+        return over_quota();  // the vNIC's quota (rdma.max_cqes)
+    }
+    account_charge mapping;
+    if (!charge(_account, host_resource::mappings, 1, mapping)) {
+        return ENOMEM;
     }
     auto ring = std::make_shared<std::unique_ptr<cq_ring>>();
     int ring_fd = -1;
     if (const int error = cq_ring::create(capacity, *ring, ring_fd); error != 0) {
         return error;
     }
-    auto moved_here = std::make_shared<uint32_t>(0);
-    const auto swap = [queue, ring, moved_here] { return queue->replace_ring(*ring, *moved_here); };
+    (*ring)->hold(std::move(mapping));
+    cq_ring* const fresh = ring->get();
+    auto plan = std::make_shared<cq_take_over>();
+    const auto swap = [queue, ring, plan] { return queue->replace_ring(*ring, *plan); };
     // The engine pushes into the CQ's ring from its own thread, so the swap happens there,
-    // between two of its visits; with no engine nothing else pushes.
+    // between two of its visits; with no engine nothing else pushes. The worker only checks and
+    // switches rings (O(1)); the completions that move, as many as the client left unread (up
+    // to a ring of max_cqe), are copied here, off the worker, so a tenant resizing in a loop
+    // costs the other tenants of its worker nothing.
     roce::engine* engine = _qp_support.engine;
     const int error = engine != nullptr ? engine->call(swap) : swap();
     if (error != 0) {
         close(ring_fd);
+        _cq_resizes_refused += error == EINVAL ? 1 : 0;
         return error;
     }
+    fresh->finish_take_over(**ring, *plan);
+    // The old ring's slots go back to the host now; its header page when the next resize or
+    // the CQ's end comes (the shim reads its arm once more).
+    queue->retire(std::move(*ring));
     _cqes = _cqes - old_capacity + capacity;
+    ++_cq_resizes;
+    _cq_entries_moved += plan->count;
     out.handle = cq;
     out.capacity = capacity;
     out.ring_bytes = queue->ring().bytes();
     out.ring_fd = ring_fd;
-    moved = *moved_here;
-    return 0;  // `ring` now holds the old ring: unmapped here when the last copy goes
+    moved = plan->count;
+    return 0;
 }
 
 void vnic_resources::release_client(uint64_t client) {
@@ -392,9 +435,9 @@ void vnic_resources::release_client(uint64_t client) {
             ++it;
         }
     }
-    _mrs.erase_windows_owned_by(client);
-    _mr_bytes -= _mrs.bytes_owned_by(client);
-    _mrs.erase_owned_by(client);
+    _mrs->erase_windows_owned_by(client);
+    _mr_bytes -= _mrs->bytes_owned_by(client);
+    _mrs->erase_owned_by(client);
     for (auto it = _cqs.begin(); it != _cqs.end();) {
         if (it->second->owner() == client) {
             _cqes -= it->second->ring().capacity();
@@ -422,10 +465,30 @@ std::shared_ptr<completion_queue> vnic_resources::find_cq(uint32_t handle) const
 
 resource_counts vnic_resources::count() const {
     const std::lock_guard lock(_mutex);
-    resource_counts c{_pds.size(),  _mrs.size(), _cqs.size(), _qps.size(),
-                      _srqs.size(), _mr_bytes,   _cqes,       _wqes};
-    c.mws = _mrs.window_count();
+    resource_counts c{_pds.size(),  _mrs->size(), _cqs.size(), _qps.size(),
+                      _srqs.size(), _mr_bytes,    _cqes,       _wqes};
+    c.mws = _mrs->window_count();
     return c;
+}
+
+memory_report vnic_resources::memory() const {
+    const std::lock_guard lock(_mutex);
+    memory_report m;
+    m.mrs = _account->mrs();
+    m.mr_bytes = _account->mr_bytes();
+    // Alive but no longer published: deregistered while work requests still pin them. (An
+    // entry a rereg replaced counts here too, for the same reason.)
+    m.mrs_pinned = m.mrs - std::min<uint64_t>(m.mrs, _mrs->size());
+    m.mr_bytes_pinned = m.mr_bytes - std::min(m.mr_bytes, _mr_bytes);
+    m.held = _account->held();
+    m.share = _account->share();
+    m.refused = {_account->refused(host_resource::mappings),
+                 _account->refused(host_resource::descriptors)};
+    m.quota_refusals = _quota_refusals;
+    m.cq_resizes = _cq_resizes;
+    m.cq_entries_moved = _cq_entries_moved;
+    m.cq_resizes_refused = _cq_resizes_refused;
+    return m;
 }
 
 resource_counts vnic_resources::count(uint64_t client) const {
@@ -434,9 +497,9 @@ resource_counts vnic_resources::count(uint64_t client) const {
     for (const auto& [key, pd] : _pds) {
         c.pds += pd.owner == client ? 1 : 0;
     }
-    c.mrs = _mrs.count_owned_by(client);
-    c.mws = _mrs.count_windows_owned_by(client);
-    c.mr_bytes = _mrs.bytes_owned_by(client);
+    c.mrs = _mrs->count_owned_by(client);
+    c.mws = _mrs->count_windows_owned_by(client);
+    c.mr_bytes = _mrs->bytes_owned_by(client);
     for (const auto& [key, cq] : _cqs) {
         if (cq->owner() == client) {
             ++c.cqs;

@@ -68,6 +68,21 @@ struct resource_counts {
     std::size_t mws = 0;    // memory windows
 };
 
+// What a vNIC holds of the host and what it was refused (`jakiroctl qps --json`, /metrics).
+struct memory_report {
+    uint64_t mrs = 0;         // registrations alive: published, or pinned after dereg_mr
+    uint64_t mr_bytes = 0;    // their bytes (rdma.max_mrs and max_mr_bytes count these)
+    uint64_t mrs_pinned = 0;  // deregistered, still pinned by work requests (still charged)
+    uint64_t mr_bytes_pinned = 0;
+    host_amounts held;                // mappings and descriptors charged to the vNIC now
+    host_amounts share;               // what the host reserve guarantees it
+    host_amounts refused;             // refusals at the host reserve (over its share, host full)
+    uint64_t quota_refusals = 0;      // EDQUOT answers (any rdma: quota)
+    uint64_t cq_resizes = 0;          // ibv_resize_cq that took effect
+    uint64_t cq_entries_moved = 0;    // completions they moved, copied off the worker
+    uint64_t cq_resizes_refused = 0;  // refused for a consumer index that makes no sense
+};
+
 // What a vNIC needs to have QPs: the engine that runs them and who the vNIC is on the wire.
 struct qp_support {
     roce::engine* engine = nullptr;
@@ -83,9 +98,11 @@ struct qp_support {
 class vnic_resources {
   public:
     // `lim`: the engine's limits (engine_limits()); every request is held to them and to
-    // `quota`, whichever is smaller.
+    // `quota`, whichever is smaller. `reserve`: the host's mappings and descriptors, shared by
+    // every vNIC (null: a reserve of this vNIC's own, unbounded).
     explicit vnic_resources(const verbs_proto::limits& lim, cq_error_sink sink = {},
-                            const vnic_quota& quota = {});
+                            const vnic_quota& quota = {},
+                            std::shared_ptr<host_reserve> reserve = nullptr);
     ~vnic_resources();
     vnic_resources(const vnic_resources&) = delete;
     vnic_resources& operator=(const vnic_resources&) = delete;
@@ -141,7 +158,12 @@ class vnic_resources {
     void set_quota(const vnic_quota& quota);
     vnic_quota quota() const;
 
-    const mr_table& mrs() const { return _mrs; }
+    // What the vNIC's objects hold of the host (every MR, ring and channel is charged to it
+    // until it really goes) and the channel server's connections are charged to.
+    const std::shared_ptr<vnic_account>& account() const { return _account; }
+    memory_report memory() const;
+
+    const mr_table& mrs() const { return *_mrs; }
     std::shared_ptr<completion_queue> find_cq(uint32_t handle) const;
     std::shared_ptr<shared_receive_queue> find_srq(uint32_t handle) const;  // srq_verbs.cc
     resource_counts count() const;
@@ -172,17 +194,25 @@ class vnic_resources {
     int map_mr(uint64_t client, const verbs_proto::reg_mr_request& req, int memfd, bool new_key,
                std::shared_ptr<mr_entry>& out);
     void drop_qp(uint32_t handle, qp_object& q);  // with _mutex held
+    int over_quota() {                            // with _mutex held: EDQUOT, counted
+        ++_quota_refusals;
+        return EDQUOT;
+    }
 
     verbs_proto::limits _limits;
     cq_error_sink _sink;
     mutable std::mutex _mutex;  // guards the quota and the tables below
     vnic_quota _quota;
-    uint64_t _mr_bytes = 0;  // what the quota counts, kept with the tables
+    std::shared_ptr<vnic_account> _account;
+    uint64_t _mr_bytes = 0;  // published registrations' bytes (pinned ones: _account)
     uint64_t _cqes = 0;
     uint64_t _wqes = 0;
     key_allocator _pd_keys;
     std::unordered_map<uint32_t, pd_object> _pds;
-    mr_table _mrs;
+    // Shared with every QP of the vNIC (rc_qp_setup::mrs): a QP the engine has not let go of
+    // yet (its removal queued behind a stalled worker) still looks keys up in it after this
+    // object is gone.
+    std::shared_ptr<mr_table> _mrs;
     key_allocator _cq_keys;
     std::unordered_map<uint32_t, std::shared_ptr<completion_queue>> _cqs;
     qp_support _qp_support;
@@ -193,6 +223,10 @@ class vnic_resources {
     std::unordered_map<uint32_t, qp_object> _qps;
     key_allocator _srq_keys;
     std::unordered_map<uint32_t, std::shared_ptr<shared_receive_queue>> _srqs;
+    uint64_t _quota_refusals = 0;
+    uint64_t _cq_resizes = 0;
+    uint64_t _cq_entries_moved = 0;
+    uint64_t _cq_resizes_refused = 0;
 };
 
 }  // namespace jakiro::verbs

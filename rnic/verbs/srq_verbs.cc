@@ -35,7 +35,11 @@ int vnic_resources::create_srq(uint64_t client, const proto::create_srq_request&
     const uint32_t capacity = ring_capacity_for(req.max_wr);
     if (_srqs.size() >= _quota.max_srqs ||
         capacity > _quota.max_wqes - std::min(_wqes, _quota.max_wqes)) {
-        return EDQUOT;  // the vNIC's quota (rdma.max_srqs, rdma.max_wqes)
+        return over_quota();  // the vNIC's quota (rdma.max_srqs, rdma.max_wqes)
+    }
+    account_charge mapping;
+    if (!charge(_account, host_resource::mappings, 1, mapping)) {
+        return ENOMEM;  // over its share of a full host (host_reserve.hh)
     }
     const uint32_t handle = _srq_keys.allocate();
     if (handle == 0) {
@@ -51,6 +55,7 @@ int vnic_resources::create_srq(uint64_t client, const proto::create_srq_request&
         _srq_keys.release(handle);
         return error;
     }
+    srq->hold(std::move(mapping));
     out.handle = handle;
     out.capacity = srq->capacity();
     out.max_sge = srq->max_sge();

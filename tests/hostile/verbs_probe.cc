@@ -13,6 +13,24 @@
 //                                        unsealed: a memfd without F_SEAL_SHRINK; file: a file
 //                                        on disk; pipe), punch a hole under it if registered,
 //                                        HELLO again: "registered alive", "refused ERRNO-NAME"
+//   verbs_probe reg-many ADDRESS COUNT SECONDS
+//                                        register up to COUNT one-page MRs: "registered K" and
+//                                        " refused ERRNO-NAME" if one was; then "holding", and
+//                                        keep them SECONDS
+//   verbs_probe pin-mrs ADDRESS PEER_IP ROUNDS SECONDS
+//                                        an RC QP to a QP that does not exist at PEER_IP
+//                                        (local ACK timeout 0: its first WR never completes),
+//                                        then ROUNDS times: register MRs until refused, post
+//                                        WQEs naming every one behind that WR, deregister them.
+//                                        "rounds R registered N" and " refused ERRNO-NAME" if a
+//                                        registration was; then "holding", SECONDS
+//   verbs_probe resize-cq ADDRESS behind|honest SECONDS
+//                                        a CQ of 65536 entries resized again and again for
+//                                        SECONDS, keeping a page of every old ring mapped (and
+//                                        its memfd); `behind`: its consumer index set a whole
+//                                        ring behind before each resize. "resized K refused R
+//                                        slowest_ms T old_rings_bytes B" (B: what the old
+//                                        rings' memfds still hold)
 //
 // ADDRESS is "@abstract-name" or a path (verbs_abi/endpoint_address.hh). Exit status 0 when
 // the command ran (whatever jakirod answered), 2 on bad usage.
@@ -36,9 +54,15 @@
 #include <thread>
 #include <vector>
 
+#include <arpa/inet.h>
+
+#include <algorithm>
+
 #include "verbs_abi/endpoint_address.hh"
 #include "verbs_abi/fd_passing.hh"
 #include "verbs_abi/protocol.hh"
+#include "verbs_abi/qp_attr_wire.hh"
+#include "verbs_abi/rings.hh"
 
 namespace {
 
@@ -300,11 +324,336 @@ int reg_mr(const char* where, const std::string& kind) {
     return 0;
 }
 
+// ---- the memory a tenant makes jakirod hold
+
+// A connection that said HELLO, or -1 (the reason printed).
+int session(const char* where) {
+    const int fd = connect_to(where);
+    if (fd < 0 || !say_hello(fd)) {
+        std::printf("refused no-session\n");
+        return -1;
+    }
+    return fd;
+}
+
+uint16_t next_request_id = 100;
+
+template <typename Request>
+Request request(proto::opcode op) {
+    return proto::make_message<Request>(static_cast<uint16_t>(op), next_request_id++);
+}
+
+template <typename Reply>
+Reply reply_of(const reply& r) {
+    Reply out{};
+    std::memcpy(&out, r.bytes.data(), std::min<std::size_t>(sizeof(out), r.bytes.size()));
+    return out;
+}
+
+// -1 when jakirod did not answer, else the reply's status (0 or an errno).
+int status_of(const reply& r) {
+    return r.size <= 0 ? -1 : r.status();
+}
+
+const char* errno_name(int status) {
+    return status < 0 ? "no-answer" : strerrorname_np(status);
+}
+
+uint32_t alloc_pd(int fd) {
+    auto pd = request<proto::alloc_pd_request>(proto::opcode::alloc_pd);
+    return reply_of<proto::alloc_pd_reply>(call(fd, &pd, sizeof(pd))).pd_handle;
+}
+
+// One page of a sealed shmem memfd, as the shim hands it over.
+int one_page_memfd() {
+    const int fd = memfd_create("verbs-probe", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0 || ftruncate(fd, 4096) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) {
+        return -1;
+    }
+    return fd;
+}
+
+// Registers one page of `memory` (every MR at offset 0: each is a mapping of its own in
+// jakirod). 0 and the key, or the status.
+int reg_page(int fd, uint32_t pd, int memory, uint32_t& key) {
+    auto mr = request<proto::reg_mr_request>(proto::opcode::reg_mr);
+    mr.pd_handle = pd;
+    mr.access = proto::access_local_write;
+    mr.addr = mr.iova = 0x10000000;
+    mr.length = 4096;
+    const reply r = call(fd, &mr, sizeof(mr), memory);
+    key = reply_of<proto::reg_mr_reply>(r).lkey;
+    return status_of(r);
+}
+
+int dereg(int fd, uint32_t key) {
+    auto d = request<proto::destroy_request>(proto::opcode::dereg_mr);
+    d.handle = key;
+    return status_of(call(fd, &d, sizeof(d)));
+}
+
+int reg_many(const char* where, int count, int seconds) {
+    const int fd = session(where);
+    const int memory = one_page_memfd();
+    if (fd < 0 || memory < 0) {
+        return 0;
+    }
+    const uint32_t pd = alloc_pd(fd);
+    int registered = 0, status = 0;
+    uint32_t key = 0;
+    while (registered < count && (status = reg_page(fd, pd, memory, key)) == 0) {
+        ++registered;
+    }
+    std::printf("registered %d", registered);
+    if (status != 0) {
+        std::printf(" refused %s", errno_name(status));
+    }
+    std::printf("\nholding\n");
+    std::this_thread::sleep_for(std::chrono::seconds(seconds));
+    close(fd);
+    return 0;
+}
+
+int modify(int fd, uint32_t qp, const ibv_qp_attr& attr, int mask) {
+    auto m = request<proto::modify_qp_request>(proto::opcode::modify_qp);
+    m.qp_handle = qp;
+    m.attr_mask = mask;
+    m.attr = proto::to_wire(attr);
+    return status_of(call(fd, &m, sizeof(m)));
+}
+
+// An RC QP connected to a QP number nobody has at `peer`, with no local ACK timeout: the first
+// WR posted is never acknowledged, so it and every WR behind it stay outstanding.
+struct stuck_qp {
+    proto::qp_ring_header* ring = nullptr;
+    proto::doorbell_page* doorbell = nullptr;
+    uint32_t capacity = 0;
+    uint32_t posted = 0;
+
+    bool post(const proto::send_wqe& w) {
+        if (posted == capacity) {
+            return false;
+        }
+        proto::sq_slots(ring)[posted & (capacity - 1)] = w;
+        proto::publish_wqes(ring->sq_producer, ++posted);
+        return true;
+    }
+    void wake() const {
+        proto::ring_doorbell(*doorbell);  // whether or not the worker sleeps
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));  // it takes them
+    }
+};
+
+// 0 and `out`, or why not (printed).
+int open_stuck_qp(int fd, uint32_t pd, uint32_t cq, in_addr peer, stuck_qp& out) {
+    auto qp = request<proto::create_qp_request>(proto::opcode::create_qp);
+    qp.pd_handle = pd;
+    qp.send_cq = qp.recv_cq = cq;
+    qp.max_send_wr = 4096;  // max_qp_wr
+    qp.max_recv_wr = 1;
+    qp.max_send_sge = proto::wqe_max_sge;
+    qp.max_recv_sge = 1;
+    qp.qp_type = proto::qpt_rc;
+    const reply q = call(fd, &qp, sizeof(qp));
+    const auto qp_reply = reply_of<proto::create_qp_reply>(q);
+    if (status_of(q) != 0 || q.fds[0] < 0 || q.fds[1] < 0) {
+        std::printf("no-qp %s\n", errno_name(status_of(q)));
+        return -1;
+    }
+    out.ring = static_cast<proto::qp_ring_header*>(
+        mmap(nullptr, qp_reply.ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, q.fds[0], 0));
+    out.doorbell = static_cast<proto::doorbell_page*>(
+        mmap(nullptr, proto::doorbell_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, q.fds[1], 0));
+    close(q.fds[0]);
+    close(q.fds[1]);
+    if (out.ring == MAP_FAILED || out.doorbell == MAP_FAILED) {
+        std::printf("no-ring\n");
+        return -1;
+    }
+    out.capacity = qp_reply.sq_capacity;
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_INIT;
+    attr.port_num = 1;
+    int status = modify(fd, qp_reply.qp_handle, attr,
+                        IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+    attr = {};
+    attr.qp_state = IBV_QPS_RTR;
+    attr.path_mtu = IBV_MTU_1024;
+    attr.dest_qp_num = 0xABCD00;
+    attr.max_dest_rd_atomic = 1;
+    attr.min_rnr_timer = 1;
+    attr.ah_attr.is_global = 1;
+    attr.ah_attr.port_num = 1;
+    attr.ah_attr.grh.dgid.raw[10] = 0xff;
+    attr.ah_attr.grh.dgid.raw[11] = 0xff;
+    std::memcpy(attr.ah_attr.grh.dgid.raw + 12, &peer, 4);
+    status = status != 0
+                 ? status
+                 : modify(fd, qp_reply.qp_handle, attr,
+                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                              IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+    attr = {};
+    attr.qp_state = IBV_QPS_RTS;
+    attr.timeout = 0;
+    attr.retry_cnt = 7;
+    attr.rnr_retry = 7;
+    attr.max_rd_atomic = 1;
+    status = status != 0 ? status
+                         : modify(fd, qp_reply.qp_handle, attr,
+                                  IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                                      IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
+    if (status != 0) {
+        std::printf("no-connection %s\n", errno_name(status));
+        return -1;
+    }
+    proto::send_wqe first{};
+    first.opcode = IBV_WR_SEND;
+    first.send_flags = IBV_SEND_SIGNALED;
+    out.post(first);
+    out.wake();
+    return 0;
+}
+
+int pin_mrs(const char* where, const char* peer, int rounds, int seconds) {
+    const int fd = session(where);
+    const int memory = one_page_memfd();
+    in_addr peer_ip{};
+    if (fd < 0 || memory < 0 || inet_pton(AF_INET, peer, &peer_ip) != 1) {
+        return 0;
+    }
+    const uint32_t pd = alloc_pd(fd);
+    auto cq = request<proto::create_cq_request>(proto::opcode::create_cq);
+    cq.cqe = 16;
+    const uint32_t cq_handle =
+        reply_of<proto::create_cq_reply>(call(fd, &cq, sizeof(cq))).cq_handle;
+    std::vector<stuck_qp> qps(1);
+    if (open_stuck_qp(fd, pd, cq_handle, peer_ip, qps.back()) != 0) {
+        return 0;
+    }
+    // Each round registers until refused (the quota, normally), so a round that registers
+    // nothing means the vNIC is held to what it already has.
+    int round = 0, registered = 0, refused = 0;
+    for (bool more = true; round < rounds && more; ++round) {
+        std::vector<uint32_t> keys;
+        uint32_t key = 0;
+        while (keys.size() < 4096 && (refused = reg_page(fd, pd, memory, key)) == 0) {
+            keys.push_back(key);
+        }
+        more = !keys.empty();
+        registered += static_cast<int>(keys.size());
+        // WQEs naming every MR of the round, 16 to a WQE, one byte of each; a full send queue
+        // goes on in another stuck QP.
+        for (std::size_t i = 0; i < keys.size(); i += proto::wqe_max_sge) {
+            proto::send_wqe w{};
+            w.opcode = IBV_WR_SEND;
+            w.num_sge =
+                static_cast<uint32_t>(std::min<std::size_t>(proto::wqe_max_sge, keys.size() - i));
+            for (uint32_t k = 0; k < w.num_sge; ++k) {
+                w.sg[k] = {0x10000000, 1, keys[i + k]};
+            }
+            if (!qps.back().post(w)) {
+                qps.back().wake();
+                qps.emplace_back();
+                if (open_stuck_qp(fd, pd, cq_handle, peer_ip, qps.back()) != 0 ||
+                    !qps.back().post(w)) {
+                    break;
+                }
+            }
+        }
+        qps.back().wake();
+        for (const uint32_t k : keys) {
+            dereg(fd, k);
+        }
+    }
+    std::printf("rounds %d registered %d", round, registered);
+    if (refused != 0) {
+        std::printf(" refused %s", errno_name(refused));
+    }
+    std::printf("\nholding\n");
+    std::this_thread::sleep_for(std::chrono::seconds(seconds));
+    close(fd);
+    return 0;
+}
+
+int resize_cq(const char* where, const std::string& mode, int seconds) {
+    const int fd = session(where);
+    if (fd < 0) {
+        return 0;
+    }
+    constexpr uint32_t entries = 65536;
+    auto cq = request<proto::create_cq_request>(proto::opcode::create_cq);
+    cq.cqe = entries;
+    const reply created = call(fd, &cq, sizeof(cq));
+    if (status_of(created) != 0 || created.fds[0] < 0) {
+        std::printf("no-cq %s\n", errno_name(status_of(created)));
+        return 0;
+    }
+    const auto cq_reply = reply_of<proto::create_cq_reply>(created);
+    int ring_fd = created.fds[0];
+    std::size_t ring_bytes = cq_reply.ring_bytes;
+    constexpr std::size_t kept_at_most = 64;  // old rings kept mapped (a page each) and open
+    std::vector<int> old_rings;
+    int resized = 0, refused = 0;
+    double slowest_ms = 0;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    while (std::chrono::steady_clock::now() < end) {
+        auto* header = static_cast<proto::cq_ring_header*>(
+            mmap(nullptr, ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, ring_fd, 0));
+        if (header == MAP_FAILED) {
+            break;
+        }
+        if (mode == "behind") {
+            // "Unread": a whole ring of completions that were read long ago, or never written.
+            proto::release_slots(*header, proto::load_producer_acquire(*header) - entries);
+        }
+        auto r = request<proto::resize_cq_request>(proto::opcode::resize_cq);
+        r.cq_handle = cq_reply.cq_handle;
+        r.cqe = entries;
+        const auto start = std::chrono::steady_clock::now();
+        const reply got = call(fd, &r, sizeof(r));
+        slowest_ms = std::max(slowest_ms, std::chrono::duration<double, std::milli>(
+                                              std::chrono::steady_clock::now() - start)
+                                              .count());
+        munmap(header, ring_bytes);
+        if (status_of(got) != 0 || got.fds[0] < 0) {
+            ++refused;
+            if (status_of(got) < 0) {
+                break;
+            }
+            continue;
+        }
+        ++resized;
+        // The old ring: one page of it stays mapped here, and its memfd open.
+        if (old_rings.size() < kept_at_most &&
+            mmap(nullptr, 4096, PROT_READ, MAP_SHARED, ring_fd, 0) != MAP_FAILED) {
+            old_rings.push_back(ring_fd);
+        } else {
+            close(ring_fd);
+        }
+        ring_fd = got.fds[0];
+        ring_bytes = reply_of<proto::resize_cq_reply>(got).ring_bytes;
+    }
+    uint64_t held = 0;
+    for (const int old : old_rings) {
+        struct stat st {};
+        if (fstat(old, &st) == 0) {
+            held += static_cast<uint64_t>(st.st_blocks) * 512;
+        }
+    }
+    std::printf("resized %d refused %d slowest_ms %.1f old_rings_bytes %llu\n", resized, refused,
+                slowest_ms, static_cast<unsigned long long>(held));
+    close(fd);
+    return 0;
+}
+
 int usage() {
     std::fprintf(stderr,
                  "usage: verbs_probe hello|doorbell|leave-then-hello ADDRESS\n"
                  "       verbs_probe reg-mr ADDRESS shmem|hugetlb|unsealed|file|pipe\n"
-                 "       verbs_probe hold ADDRESS COUNT SECONDS\n");
+                 "       verbs_probe hold ADDRESS COUNT SECONDS\n"
+                 "       verbs_probe reg-many ADDRESS COUNT SECONDS\n"
+                 "       verbs_probe pin-mrs ADDRESS PEER_IP ROUNDS SECONDS\n"
+                 "       verbs_probe resize-cq ADDRESS behind|honest SECONDS\n");
     return 2;
 }
 
@@ -327,6 +676,15 @@ int main(int argc, char** argv) {
     }
     if (cmd == "reg-mr" && argc == 4) {
         return reg_mr(argv[2], argv[3]);
+    }
+    if (cmd == "reg-many" && argc == 5) {
+        return reg_many(argv[2], std::atoi(argv[3]), std::atoi(argv[4]));
+    }
+    if (cmd == "pin-mrs" && argc == 6) {
+        return pin_mrs(argv[2], argv[3], std::atoi(argv[4]), std::atoi(argv[5]));
+    }
+    if (cmd == "resize-cq" && argc == 5) {
+        return resize_cq(argv[2], argv[3], std::atoi(argv[4]));
     }
     if (cmd == "hold" && argc == 5) {
         return hold(argv[2], std::atoi(argv[3]), std::atoi(argv[4]));

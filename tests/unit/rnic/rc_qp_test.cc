@@ -412,6 +412,37 @@ TEST_F(rc_qp_test, send_of_every_size_lands_in_the_receive_buffer_with_its_lengt
     }
 }
 
+// jakirod removes a vNIC while its worker is stalled for longer than a verbs call waits: the
+// vNIC's QPs leave the engine only when the worker comes back, after the vNIC's objects went.
+// A packet the worker meets first (it receives before it runs queued calls) still reaches such
+// a QP: it must find no key in the vNIC's MR table (kept alive by the QP, emptied), never a
+// freed table, and write nothing into the tenant's memory.
+TEST_F(rc_qp_test, a_vnic_removed_while_its_worker_is_stalled_leaves_its_qps_no_freed_table) {
+    connect_both();
+    fill(a, 0, 8192, 5);
+    std::memset(b.region, 0, 8192);
+    a.post_send(wqe(1, IBV_WR_RDMA_WRITE, a.iova(0), 8192, a.mr, b.iova(0), b.mr));
+    now += 10'000;
+    eng.poll(wire, now);  // a's WRITE leaves; b's side has not received it
+    ASSERT_FALSE(wire.frames.empty());
+    // The worker stalls: calls wait 20 ms for it, then give up (removals stay queued).
+    eng.set_call_timeout(std::chrono::milliseconds(20));
+    eng.attach();
+    b.res->release_client(b.client);  // the channel server drops the vNIC's clients...
+    b.res.reset();                    // ...and its objects go
+    ASSERT_NE(eng.find(1, b.qp), nullptr) << "the worker has not run the removal yet";
+    // The worker comes back and receives before it polls.
+    for (const auto& f : wire.frames) {
+        eng.receive(1, f.bytes.data() + 14, static_cast<uint32_t>(f.bytes.size() - 14), wire, now);
+    }
+    wire.frames.clear();
+    EXPECT_EQ(std::count(b.region, b.region + 8192, std::byte{0}), 8192)
+        << "nothing lands in the memory of a vNIC that is gone";
+    eng.poll(wire, now);  // the queued removal runs
+    EXPECT_EQ(eng.find(1, b.qp), nullptr);
+    eng.detach();
+}
+
 TEST_F(rc_qp_test, write_and_read_move_scattered_buffers_and_write_with_imm_completes_a_recv) {
     connect_both();
     fill(a, 0, 70000, 7);
@@ -2949,6 +2980,73 @@ TEST_F(rc_qp_mw_test, on_one_host_writes_through_a_window_and_send_with_inv_beha
     c = complete(a, wqe(4, IBV_WR_RDMA_WRITE, a.iova(0), 16, a.mr, b.iova(0x30000), rkey));
     EXPECT_EQ(c.status, IBV_WC_REM_ACCESS_ERR);
     EXPECT_EQ(static_cast<uint8_t>(b.region[0x30000]), 0);
+}
+
+// A message between two QPs of one host moves in slices, visits apart. A window its owner
+// invalidates between two slices takes no byte after the invalidation (the wire's responder
+// refuses an rkey it no longer grants), and the WRITE fails with a remote access error.
+TEST_F(rc_qp_mw_test, on_one_host_a_window_invalidated_mid_write_takes_no_more_bytes) {
+    wire.same_host = true;
+    constexpr uint32_t length = 512 * 1024;  // more than one visit moves (256 packets of 1 KiB)
+    const uint32_t mw = alloc(IBV_MW_TYPE_2);
+    const uint32_t rkey = next_key(mw);
+    ASSERT_EQ(complete(b, bind_wqe(1, mw, rkey, bind_mr, b.iova(0), length, window_rights)).status,
+              IBV_WC_SUCCESS);
+    std::memset(a.region, 0xAB, length);
+    auto landed = [&] { return std::count(b.region, b.region + length, std::byte{0xAB}); };
+    // Control: the same WRITE, left alone, spans visits and lands whole.
+    std::memset(b.region, 0, length);
+    a.post_send(wqe(2, IBV_WR_RDMA_WRITE, a.iova(0), length, a.mr, b.iova(0), rkey));
+    run(1);
+    proto::cqe c{};
+    ASSERT_FALSE(a.poll_send(c)) << "one visit moves part of it";
+    run(50);
+    ASSERT_TRUE(a.poll_send(c));
+    ASSERT_EQ(c.status, IBV_WC_SUCCESS);
+    ASSERT_EQ(landed(), length);
+
+    std::memset(b.region, 0, length);
+    a.post_send(wqe(3, IBV_WR_RDMA_WRITE, a.iova(0), length, a.mr, b.iova(0), rkey));
+    run(1);
+    ASSERT_FALSE(a.poll_send(c));
+    const auto before = landed();
+    ASSERT_GT(before, 0);
+    ASSERT_LT(before, length);
+    // b's LOCAL_INV of its window executes between the two visits.
+    ASSERT_TRUE(verbs::invalidate_window(b.res->mrs(), rkey, b.pd));
+    run(50);
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_REM_ACCESS_ERR);
+    EXPECT_EQ(landed(), before) << "not one byte through the window once it was invalidated";
+    EXPECT_NE(std::find(events.begin(), events.end(),
+                        static_cast<uint32_t>(proto::event_type::qp_access_err)),
+              events.end())
+        << "the window's owner hears of the refused access, as from the wire";
+}
+
+// The same across hosts: the packets of a WRITE through a window that arrive after its owner
+// invalidated it are refused (remote access error), never placed.
+TEST_F(rc_qp_mw_test, a_window_invalidated_mid_write_takes_no_more_packets) {
+    constexpr uint32_t length = 512 * 1024;
+    const uint32_t mw = alloc(IBV_MW_TYPE_2);
+    const uint32_t rkey = next_key(mw);
+    ASSERT_EQ(complete(b, bind_wqe(1, mw, rkey, bind_mr, b.iova(0), length, window_rights)).status,
+              IBV_WC_SUCCESS);
+    std::memset(a.region, 0xAB, length);
+    std::memset(b.region, 0, length);
+    auto landed = [&] { return std::count(b.region, b.region + length, std::byte{0xAB}); };
+    a.post_send(wqe(2, IBV_WR_RDMA_WRITE, a.iova(0), length, a.mr, b.iova(0), rkey));
+    run(1);
+    proto::cqe c{};
+    ASSERT_FALSE(a.poll_send(c));
+    const auto before = landed();
+    ASSERT_GT(before, 0);
+    ASSERT_LT(before, length);
+    ASSERT_TRUE(verbs::invalidate_window(b.res->mrs(), rkey, b.pd));  // b's LOCAL_INV
+    run(100);
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_REM_ACCESS_ERR);
+    EXPECT_EQ(landed(), before) << "not one byte through the window once it was invalidated";
 }
 
 // The responder's verdicts (responder.cc's steps) that the tests above do not reach, each as the

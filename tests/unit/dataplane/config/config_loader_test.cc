@@ -145,6 +145,19 @@ TEST(ConfigLoader, WorkersOutsideOneToTheLimitAreRejected) {
     }
 }
 
+TEST(ConfigLoader, RdmaLimitsLowerTheHostsMappingsAndDescriptors) {
+    const auto none = load_host_config_text(valid_config, "h1.yaml");
+    EXPECT_FALSE(none.config.rdma_limits.mappings.has_value()) << "the kernel's, by default";
+    const auto set = load_host_config_text(
+        with("  name: h1\n", "  name: h1\n  rdma_limits: {mappings: 3000, descriptors: 500}\n"),
+        "h1.yaml");
+    ASSERT_TRUE(set.ok()) << set.errors[0].to_string();
+    EXPECT_EQ(set.config.rdma_limits.mappings, 3000u);
+    EXPECT_EQ(set.config.rdma_limits.descriptors, 500u);
+    expect_error(with("  name: h1\n", "  name: h1\n  rdma_limits: {maps: 3}\n"), 3,
+                 "host.rdma_limits.maps", "");
+}
+
 TEST(ConfigLoader, PortUsedTwiceIsRejected) {
     expect_error(with("net_af_packet2,iface=t3", "net_af_packet1,iface=t3"), 9, "vnics[1].port",
                  "used twice");

@@ -258,11 +258,12 @@ TEST(CompletionQueue, ReplaceRingCompletesIntoTheNewRingOnly) {
     consumer new_view(second.fd, second.ring->bytes());
     completion_queue cq(std::move(first.ring), 1, 1, -1, {});
     ASSERT_TRUE(cq.complete(completion(1)));
-    uint32_t moved = 0;
+    cq_take_over plan;
     std::unique_ptr<cq_ring> ring = std::move(second.ring);
-    ASSERT_EQ(cq.replace_ring(ring, moved), 0);
-    EXPECT_EQ(moved, 1u);
+    ASSERT_EQ(cq.replace_ring(ring, plan), 0);
+    EXPECT_EQ(plan.count, 1u);
     EXPECT_EQ(cq.ring().capacity(), 8u);
+    cq.ring().finish_take_over(*ring, plan);
     ring.reset();  // the old ring goes: jakirod's mapping of it too
     EXPECT_EQ(test::mappings_of(first_fd), 1) << "only the consumer's own mapping is left";
     for (uint64_t i = 2; i <= 8; ++i) {
@@ -273,7 +274,86 @@ TEST(CompletionQueue, ReplaceRingCompletesIntoTheNewRingOnly) {
     ASSERT_EQ(got.size(), 8u);
     EXPECT_EQ(got.front().wr_id, 1u);
     EXPECT_EQ(got.back().wr_id, 8u);
-    EXPECT_EQ(proto::load_producer_acquire(old_view.header()), 1u) << "the old ring saw no more";
+    EXPECT_EQ(proto::load_producer_acquire(old_view.header()), 0u)
+        << "jakirod let go of the old ring: its pages were given back, the client reads zeros";
+}
+
+// The engine's part of a resize is O(1): it switches rings and completes behind the slots the
+// unread completions will take; the copy of those happens after, on another thread.
+TEST(CompletionQueue, TheWorkersPartOfAResizeCopiesNothing) {
+    ring_and_fd first, second;
+    make(first, 1024);
+    make(second, 2048);
+    consumer new_view(second.fd, second.ring->bytes());
+    completion_queue cq(std::move(first.ring), 1, 1, -1, {});
+    for (uint64_t i = 1; i <= 1000; ++i) {
+        ASSERT_TRUE(cq.complete(completion(i)));
+    }
+    cq_take_over plan;
+    std::unique_ptr<cq_ring> old = std::move(second.ring);
+    ASSERT_EQ(cq.replace_ring(old, plan), 0);  // what the worker runs
+    EXPECT_EQ(plan.count, 1000u);
+    EXPECT_EQ(proto::cq_slots(&new_view.header())[0].wr_id, 0u) << "nothing copied yet";
+    ASSERT_TRUE(cq.complete(completion(1001))) << "the engine goes on completing meanwhile";
+    cq.ring().finish_take_over(*old, plan);  // what the control thread runs
+    const auto got = new_view.poll();
+    ASSERT_EQ(got.size(), 1001u);
+    for (uint64_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(got[i].wr_id, i + 1) << "in order, the moved ones first";
+    }
+}
+
+// A consumer index never goes back: set behind where jakirod last read it (a whole ring
+// behind, after the client had read everything), it would make a resize copy a ring of
+// completions the client had already read, or that were never written. Refused.
+TEST(CqRing, TakeOverRefusesAConsumerIndexSetBackBehindWhatJakirodSaw) {
+    ring_and_fd fresh, other;
+    make(fresh, 64);
+    make(other, 64);
+    consumer c(fresh.fd, fresh.ring->bytes());
+    proto::release_slots(c.header(), 0u - 64u);  // a ring behind a producer at 0
+    uint32_t moved = 0;
+    EXPECT_EQ(other.ring->take_over(*fresh.ring, moved), EINVAL)
+        << "nothing was ever written: nothing to move";
+
+    ring_and_fd used, target;
+    make(used, 64);
+    make(target, 64);
+    consumer u(used.fd, used.ring->bytes());
+    for (uint64_t i = 1; i <= 64; ++i) {
+        ASSERT_TRUE(used.ring->push(completion(i)));
+    }
+    ASSERT_EQ(u.poll().size(), 64u);
+    ASSERT_TRUE(used.ring->push(completion(65)));  // jakirod saw the consumer at 64
+    proto::release_slots(u.header(), 1);           // set back: "64 unread"
+    EXPECT_EQ(target.ring->take_over(*used.ring, moved), EINVAL);
+    proto::release_slots(u.header(), 64);  // where it really is: one unread
+    ASSERT_EQ(target.ring->take_over(*used.ring, moved), 0);
+    EXPECT_EQ(moved, 1u);
+}
+
+// A tenant keeps a mapping of every ring jakirod gave it (a page of each old CQ ring, say):
+// the memfd's pages must not stay with it, charged to jakirod. A ring replaced by a resize
+// keeps its header page only (the shim reads its arm once more), and every ring jakirod
+// lets go of gives all its pages back.
+TEST(CqRing, RingsJakirodLetsGoOfKeepNoPagesInTheTenantsMapping) {
+    constexpr uint32_t capacity = 65536;  // 4 MiB of slots
+    ring_and_fd r;
+    make(r, capacity);
+    consumer c(r.fd, r.ring->bytes());
+    for (uint64_t i = 1; i <= capacity; ++i) {
+        ASSERT_TRUE(r.ring->push(completion(i)));  // every page written
+    }
+    struct stat st {};
+    ASSERT_EQ(fstat(r.fd, &st), 0);
+    EXPECT_GE(uint64_t(st.st_blocks) * 512, capacity * sizeof(proto::cqe));
+    r.ring->retire();
+    ASSERT_EQ(fstat(r.fd, &st), 0);
+    EXPECT_LE(uint64_t(st.st_blocks) * 512, proto::ring_page) << "the header page only";
+    r.ring.reset();
+    ASSERT_EQ(fstat(r.fd, &st), 0);
+    EXPECT_EQ(st.st_blocks, 0) << "the tenant's mapping holds no memory of the host's";
+    EXPECT_EQ(test::mappings_of(r.fd), 1) << "and is still there";
 }
 
 TEST(CqRing, ProducerAndConsumerThreadsLoseNothing) {

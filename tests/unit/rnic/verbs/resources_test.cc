@@ -658,5 +658,114 @@ TEST_F(Quota, SetQuotaIsSafeWhileTheVerbsRun) {
     EXPECT_LE(res.count().pds, 2u);
 }
 
+// ---- what a vNIC's objects hold of the host, charged until they really go
+
+vnic_quota mrs_only(uint32_t max_mrs) {
+    vnic_quota q;
+    q.max_mrs = max_mrs;
+    q.max_cqs = 0;
+    q.max_qps = 0;
+    q.max_srqs = 0;
+    return q;
+}
+
+// A work request that names an MR pins it (the engine holds the lookup's pin until the WR is
+// done): deregistered meanwhile, the MR keeps its mapping, so it stays charged to the vNIC, and
+// the tenant cannot register new MRs in its place until the pin goes.
+TEST(ResourcesMemory, AnMrPinnedByWorkStaysChargedAfterDeregUntilTheLastPinGoes) {
+    vnic_resources res(engine_limits(), {}, mrs_only(2));
+    uint32_t pd = 0, first = 0, second = 0, third = 0;
+    ASSERT_EQ(res.alloc_pd(alice, pd), 0);
+    const int fd = region_fd(1);
+    ASSERT_EQ(res.reg_mr(alice, mr_request(pd, page), fd, first), 0);
+    ASSERT_EQ(res.reg_mr(alice, mr_request(pd, page), fd, second), 0);
+    auto pin = res.mrs().find(pd, first, 0x7f0000001000, 8, 0);  // what a posted WQE holds
+    ASSERT_TRUE(pin);
+    ASSERT_EQ(res.dereg_mr(alice, first), 0);
+    EXPECT_EQ(mappings_of(fd), 2) << "jakirod still maps the pinned MR";
+    EXPECT_EQ(res.reg_mr(alice, mr_request(pd, page), fd, third), EDQUOT)
+        << "its quota is still taken by the pinned registration";
+    memory_report m = res.memory();
+    EXPECT_EQ(m.mrs, 2u);
+    EXPECT_EQ(m.mrs_pinned, 1u);
+    EXPECT_EQ(m.mr_bytes_pinned, page);
+    EXPECT_EQ(m.held.mappings, 2u);
+    EXPECT_EQ(m.quota_refusals, 1u);
+    // Control: once the work is done, the registration goes, and so does its charge.
+    pin = {};
+    EXPECT_EQ(mappings_of(fd), 1);
+    EXPECT_EQ(res.reg_mr(alice, mr_request(pd, page), fd, third), 0);
+    m = res.memory();
+    EXPECT_EQ(m.mrs_pinned, 0u);
+    EXPECT_EQ(m.held.mappings, 2u);
+    res.release_client(alice);
+    EXPECT_EQ(res.memory().held.mappings, 0u);
+    close(fd);
+}
+
+// The host has fewer mappings than the vNICs' quotas allow together: each vNIC is guaranteed
+// its part, the one that wants more is refused (ENOMEM, counted), the other is never refused
+// within its part, and the host never passes its capacity.
+TEST(ResourcesMemory, AVnicOverItsShareOfAFullHostIsRefusedAndTheOtherIsNot) {
+    auto reserve = std::make_shared<host_reserve>(host_amounts{10, 1000});
+    vnic_resources attacker(engine_limits(), {}, mrs_only(20), reserve);
+    vnic_resources victim(engine_limits(), {}, mrs_only(20), reserve);
+    EXPECT_TRUE(reserve->overcommitted(host_resource::mappings));
+    EXPECT_EQ(attacker.memory().share.mappings, 5u);
+    uint32_t apd = 0, vpd = 0, key = 0;
+    ASSERT_EQ(attacker.alloc_pd(alice, apd), 0);
+    ASSERT_EQ(victim.alloc_pd(bob, vpd), 0);
+    const int fd = region_fd(1);
+    int registered = 0, error = 0;
+    while ((error = attacker.reg_mr(alice, mr_request(apd, page), fd, key)) == 0) {
+        ++registered;
+    }
+    EXPECT_EQ(error, ENOMEM);
+    EXPECT_EQ(registered, 5);
+    EXPECT_EQ(attacker.memory().refused.mappings, 1u);
+    for (int i = 0; i < 5; ++i) {
+        ASSERT_EQ(victim.reg_mr(bob, mr_request(vpd, page), fd, key), 0) << i;
+    }
+    EXPECT_EQ(victim.memory().refused.mappings, 0u);
+    EXPECT_EQ(reserve->held().mappings, 10u);
+    // Control: a host with room for both quotas refuses neither (the quota does, at 20).
+    reserve->set_capacity({100, 1000});
+    while ((error = attacker.reg_mr(alice, mr_request(apd, page), fd, key)) == 0) {
+        ++registered;
+    }
+    EXPECT_EQ(error, EDQUOT);
+    EXPECT_EQ(registered, 20);
+    close(fd);
+}
+
+// Every ring and completion channel is charged while jakirod holds it: a CQ with a channel is a
+// mapping and a descriptor; a resize keeps the replaced ring's header page (and its mapping)
+// until the next resize.
+TEST(ResourcesMemory, RingsAndChannelsAreChargedWhileJakirodHoldsThem) {
+    vnic_quota q;
+    vnic_resources res(engine_limits(), {}, q);
+    int pair[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair), 0);
+    int channel = pair[0];
+    cq_created cq;
+    ASSERT_EQ(res.create_cq(alice, cq_request(64, true), channel, cq), 0);
+    close(cq.ring_fd);
+    EXPECT_EQ(res.memory().held.mappings, 1u);
+    EXPECT_EQ(res.memory().held.descriptors, 1u);
+    uint32_t moved = 0;
+    cq_created resized;
+    ASSERT_EQ(res.resize_cq(alice, cq.handle, 128, resized, moved), 0);
+    close(resized.ring_fd);
+    EXPECT_EQ(res.memory().held.mappings, 2u) << "the ring and the replaced one's header page";
+    ASSERT_EQ(res.resize_cq(alice, cq.handle, 256, resized, moved), 0);
+    close(resized.ring_fd);
+    EXPECT_EQ(res.memory().held.mappings, 2u) << "one replaced ring at most";
+    EXPECT_EQ(res.memory().cq_resizes, 2u);
+    ASSERT_EQ(res.destroy_cq(alice, cq.handle), 0);
+    EXPECT_EQ(res.memory().held.mappings, 0u);
+    EXPECT_EQ(res.memory().held.descriptors, 0u);
+    close(pair[1]);
+}
+
 }  // namespace
 }  // namespace jakiro::verbs
