@@ -40,6 +40,10 @@ struct vnic_counters {
     // Security groups, by secgroup::direction: packets let through and refused.
     counter sg_allowed[2];
     counter sg_denied[2];
+    // Refused at the vNIC's own bounds (limits:), counted in `drops` too: new flows beyond its
+    // flow-table allowance, and tenant frames beyond its packet-buffer allowance.
+    counter conntrack_allowance_exceeded;
+    counter buffer_allowance_exceeded;
 };
 
 struct alignas(RTE_CACHE_LINE_SIZE) lcore_counters {

@@ -9,10 +9,16 @@
 
 namespace jakiro {
 
-inline uint16_t port_rx_burst(uint16_t port, rte_mbuf** pkts, uint16_t count) {
+// A tenant port's receive. A vnet face takes no more of the super-frame pool than `allowance`
+// leaves its vNIC, and reads and drops what it has no buffer for (`dropped`); an ethdev
+// receives into the PMD's own ring of buffers.
+inline uint16_t port_rx_burst(uint16_t port, rte_mbuf** pkts, uint16_t count,
+                              const vnet::buffer_allowance& allowance,
+                              vnet::over_allowance& dropped) {
     if (vnet::is_face_port(port)) {
-        return vnet::face_of(port)->rx_burst(pkts, count);
+        return vnet::face_of(port)->rx_burst(pkts, count, allowance, dropped);
     }
+    dropped = {};
     return rte_eth_rx_burst(port, 0, pkts, count);
 }
 

@@ -30,6 +30,10 @@ struct vnic_view {
     rte_be32_t ip;
     rte_ether_addr mac;
     uint8_t worker = 0;  // the worker that owns it (control/worker_assignment.hh)
+    // Its bounds in what it shares with the other vNICs of its worker (control/vnic_limits.hh):
+    // entries of the worker's flow table, and packet buffers it may hold at once.
+    uint32_t max_flows = 0;
+    uint32_t max_packet_buffers = 0;
 };
 
 // VNI -> VPC index, an rte_hash because VNIs are sparse 24-bit numbers.

@@ -8,7 +8,9 @@
 namespace jakiro::secgroup {
 
 namespace {
-constexpr uint32_t eviction_sample = 8;  // entries compared to pick the stalest on overflow
+// Entries compared to pick the stalest when a full table makes room: a vNIC's oldest few,
+// which after a while of steady traffic are mostly the ones it stopped using.
+constexpr uint32_t eviction_sample = 8;
 
 std::string next_table_name() {
     static std::atomic<unsigned> counter{0};
@@ -23,7 +25,8 @@ void bump(std::atomic<T>& value, T by = 1) {
 }  // namespace
 
 std::unique_ptr<flow_table> flow_table::create(uint32_t capacity, const flow_timeouts& timeouts,
-                                               uint64_t tsc_hz, std::string& error) {
+                                               uint64_t tsc_hz, std::string& error,
+                                               uint16_t vnic_slots) {
     const auto name = next_table_name();
     rte_hash_parameters params{};
     params.name = name.c_str();
@@ -38,12 +41,17 @@ std::unique_ptr<flow_table> flow_table::create(uint32_t capacity, const flow_tim
         error = std::string("cannot create the flow table: ") + rte_strerror(rte_errno);
         return nullptr;
     }
-    return std::unique_ptr<flow_table>(new flow_table(hash, params.entries, timeouts, tsc_hz));
+    return std::unique_ptr<flow_table>(
+        new flow_table(hash, params.entries, timeouts, tsc_hz, vnic_slots));
 }
 
 flow_table::flow_table(rte_hash* hash, uint32_t capacity, const flow_timeouts& timeouts,
-                       uint64_t hz)
-    : _hash(hash), _capacity(capacity), _entries(new flow_entry[capacity]()) {
+                       uint64_t hz, uint16_t vnic_slots)
+    : _hash(hash),
+      _capacity(capacity),
+      _entries(new flow_entry[capacity]()),
+      _vnic_slots(vnic_slots),
+      _vnics(new vnic_entries[vnic_slots]) {
     for (std::size_t s = 0; s < _timeout_tsc.size(); ++s) {
         _timeout_tsc[s] = timeouts.idle_s[s] * hz;
     }
@@ -70,22 +78,38 @@ flow_entry* flow_table::lookup(const flow_key& key) {
     return position >= 0 ? &_entries[position] : nullptr;
 }
 
-flow_entry* flow_table::insert(const flow_key& key, uint64_t now, bool& created) {
-    created = false;
+flow_entry* flow_table::insert(const flow_key& key, uint64_t now, uint32_t allowance,
+                               insert_result& result) {
+    if (key.vnic >= _vnic_slots) {
+        result = insert_result::table_full;  // a vNIC the table does not count: never one
+        return nullptr;
+    }
+    vnic_entries& vnic = _vnics[key.vnic];
+    if (vnic.flows.load(std::memory_order_relaxed) >= allowance) {
+        // An earlier packet of the same burst may have created this very flow.
+        const int32_t known = rte_hash_lookup(_hash, &key);
+        if (known >= 0) {
+            result = insert_result::found;
+            return &_entries[known];
+        }
+        result = insert_result::over_allowance;
+        return nullptr;
+    }
     int32_t position = rte_hash_add_key(_hash, &key);
-    if (position == -ENOSPC) {
-        evict_one();
+    if (position == -ENOSPC && evict_own(key.vnic)) {
         position = rte_hash_add_key(_hash, &key);
     }
     if (position < 0) {
+        result = insert_result::table_full;
         return nullptr;
     }
     flow_entry& e = _entries[position];
     // rte_hash_add_key returns the existing slot for a key it already holds.
     if (e.in_use && std::memcmp(&e.key, &key, sizeof(key)) == 0) {
+        result = insert_result::found;
         return &e;
     }
-    created = true;
+    result = insert_result::created;
     begin_update(e);
     e.key = key;
     e.last_seen = now;
@@ -97,6 +121,8 @@ flow_entry* flow_table::insert(const flow_key& key, uint64_t now, bool& created)
     e.revoked = false;
     e.in_use = true;
     end_update(e);
+    link(static_cast<uint32_t>(position), key.vnic);
+    bump(vnic.flows, 1u);
     bump(_size, 1u);
     bump(_inserts, uint64_t{1});
     return &e;
@@ -106,29 +132,55 @@ void flow_table::erase(flow_entry* entry) {
     begin_update(*entry);
     entry->in_use = false;
     end_update(*entry);
+    unlink(static_cast<uint32_t>(entry - _entries.get()));
+    bump(_vnics[entry->key.vnic].flows, static_cast<uint32_t>(-1));
     rte_hash_del_key(_hash, &entry->key);
     bump(_size, static_cast<uint32_t>(-1));
 }
 
-void flow_table::evict_one() {
+void flow_table::link(uint32_t position, uint16_t vnic) {
+    vnic_entries& v = _vnics[vnic];
+    flow_entry& e = _entries[position];
+    e.older = v.newest;
+    e.newer = no_entry;
+    if (v.newest != no_entry) {
+        _entries[v.newest].newer = position;
+    } else {
+        v.oldest = position;
+    }
+    v.newest = position;
+}
+
+void flow_table::unlink(uint32_t position) {
+    const flow_entry& e = _entries[position];
+    vnic_entries& v = _vnics[e.key.vnic];
+    if (e.older != no_entry) {
+        _entries[e.older].newer = e.newer;
+    } else {
+        v.oldest = e.newer;
+    }
+    if (e.newer != no_entry) {
+        _entries[e.newer].older = e.older;
+    } else {
+        v.newest = e.older;
+    }
+}
+
+bool flow_table::evict_own(uint16_t vnic) {
     flow_entry* stalest = nullptr;
     uint32_t seen = 0;
-    // Walk from the cursor until a few live entries were compared (bounded by the capacity).
-    for (uint32_t step = 0; step < _capacity && seen < eviction_sample; ++step) {
-        flow_entry& e = _entries[_evict_cursor];
-        _evict_cursor = (_evict_cursor + 1) % _capacity;
-        if (!e.in_use) {
-            continue;
-        }
-        ++seen;
-        if (stalest == nullptr || e.last_seen < stalest->last_seen) {
-            stalest = &e;
+    for (uint32_t i = _vnics[vnic].oldest; i != no_entry && seen < eviction_sample;
+         i = _entries[i].newer, ++seen) {
+        if (stalest == nullptr || _entries[i].last_seen < stalest->last_seen) {
+            stalest = &_entries[i];
         }
     }
-    if (stalest != nullptr) {
-        erase(stalest);
-        bump(_evictions, uint64_t{1});
+    if (stalest == nullptr) {
+        return false;
     }
+    erase(stalest);
+    bump(_evictions, uint64_t{1});
+    return true;
 }
 
 void flow_table::expire(uint64_t now, uint32_t budget) {

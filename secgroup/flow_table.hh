@@ -4,9 +4,16 @@
 // the conntrack state, which side opened the flow, the rule that allowed it, the policy
 // generation it was checked against, counters and the last time it was seen.
 //
+// Shared by every vNIC of a worker, so each vNIC has an allowance of entries (per zone, as
+// OVS/OVN limit conntrack; AWS ENA's conntrack allowance): a new flow beyond its vNIC's
+// allowance is refused, and when the table itself is full a new flow may take only an entry
+// of its own vNIC. So no vNIC's flows ever push out another's. Each vNIC's entries are chained
+// oldest to newest through the entries themselves (no allocation), which is where a full table
+// looks for one to evict.
+//
 // Thread-safety: one flow_table per worker; only that worker inserts, updates and erases.
 // The control thread may list entries with snapshot(), which retries around the per-entry
-// sequence counter the worker bumps on insert and erase.
+// sequence counter the worker bumps on insert and erase, and read the counters.
 
 #include <rte_byteorder.h>
 #include <rte_hash.h>
@@ -50,6 +57,9 @@ struct flow_entry {
     // next packet reopen the flow from the other side.
     bool revoked;
     std::atomic<uint32_t> sequence;  // odd while the worker rewrites the entry
+    // The vNIC's entries in the order they were created (slot numbers; no_entry ends).
+    uint32_t older;
+    uint32_t newer;
 };
 
 struct flow_timeouts {
@@ -67,10 +77,23 @@ struct flow_timeouts {
     };
 };
 
+// What insert() did.
+enum class insert_result : uint8_t {
+    found,           // the key had an entry already
+    created,         // a new entry (perhaps in the place of one of the same vNIC's)
+    over_allowance,  // refused: the vNIC holds its allowance of entries
+    table_full,      // refused: the table is full and holds no entry of the vNIC
+};
+
 class flow_table {
   public:
+    // Entries are counted for vNICs 0 .. vnic_slots-1 (flow_key::vnic).
+    static constexpr uint16_t default_vnic_slots = 256;
+    static constexpr uint32_t no_entry = UINT32_MAX;
+
     static std::unique_ptr<flow_table> create(uint32_t capacity, const flow_timeouts& timeouts,
-                                              uint64_t tsc_hz, std::string& error);
+                                              uint64_t tsc_hz, std::string& error,
+                                              uint16_t vnic_slots = default_vnic_slots);
     ~flow_table();
     flow_table(const flow_table&) = delete;
     flow_table& operator=(const flow_table&) = delete;
@@ -81,9 +104,11 @@ class flow_table {
     void lookup_bulk(const flow_key* keys, unsigned n, flow_entry** out);
     flow_entry* lookup(const flow_key& key);
 
-    // The entry for `key`, created (and `created` set) if it did not exist; when the table is
-    // full the stalest of a few sampled entries is evicted. nullptr only if even that fails.
-    flow_entry* insert(const flow_key& key, uint64_t now, bool& created);
+    // The entry for `key`, created if it did not exist and `key.vnic` holds fewer than
+    // `allowance` entries; when the table is full, the stalest of the vNIC's oldest entries
+    // makes room. nullptr when refused (`result` says why).
+    flow_entry* insert(const flow_key& key, uint64_t now, uint32_t allowance,
+                       insert_result& result);
     void erase(flow_entry* entry);
 
     // Forgets flows idle past their state's timeout, looking at no more than `budget` slots.
@@ -104,17 +129,33 @@ class flow_table {
     uint64_t inserts() const { return _inserts.load(std::memory_order_relaxed); }
     uint64_t evictions() const { return _evictions.load(std::memory_order_relaxed); }
     uint64_t expirations() const { return _expirations.load(std::memory_order_relaxed); }
+    // Entries vNIC `vnic` holds now (0 for a slot out of range).
+    uint32_t flows_of(uint16_t vnic) const {
+        return vnic < _vnic_slots ? _vnics[vnic].flows.load(std::memory_order_relaxed) : 0;
+    }
 
   private:
-    flow_table(rte_hash* hash, uint32_t capacity, const flow_timeouts& timeouts, uint64_t hz);
-    void evict_one();
+    // One vNIC's entries: how many, and both ends of their chain.
+    struct vnic_entries {
+        std::atomic<uint32_t> flows{0};
+        uint32_t oldest = no_entry;
+        uint32_t newest = no_entry;
+    };
+
+    flow_table(rte_hash* hash, uint32_t capacity, const flow_timeouts& timeouts, uint64_t hz,
+               uint16_t vnic_slots);
+    // Erases the stalest of the first few of `vnic`'s entries, oldest first; false if it has none.
+    bool evict_own(uint16_t vnic);
+    void link(uint32_t position, uint16_t vnic);
+    void unlink(uint32_t position);
 
     rte_hash* _hash;
     uint32_t _capacity;
     std::unique_ptr<flow_entry[]> _entries;  // indexed by the key's rte_hash position
     std::array<uint64_t, static_cast<std::size_t>(flow_state::count_)> _timeout_tsc{};
     uint32_t _expire_cursor = 0;
-    uint32_t _evict_cursor = 0;
+    uint16_t _vnic_slots;
+    std::unique_ptr<vnic_entries[]> _vnics;
     // Written by the owning worker only; atomics so the control thread reads them whole.
     std::atomic<uint32_t> _size{0};
     std::atomic<uint64_t> _inserts{0};

@@ -622,12 +622,12 @@ void load_vnics(checker& check, const YAML::Node& root, host_config& config,
     for (std::size_t i = 0; i < vnics.size(); ++i) {
         const auto field = checker::index("vnics", i);
         const auto node = vnics[i];
-        if (cluster ? !check.only_keys(
-                          node, field,
-                          {"name", "vpc", "mac", "ip", "host", "security_groups", "rdma", "qos"})
+        if (cluster ? !check.only_keys(node, field,
+                                       {"name", "vpc", "mac", "ip", "host", "security_groups",
+                                        "rdma", "qos", "limits"})
                     : !check.only_keys(node, field,
                                        {"name", "vpc", "mac", "ip", "port", "netns",
-                                        "security_groups", "rdma", "qos"})) {
+                                        "security_groups", "rdma", "qos", "limits"})) {
             continue;
         }
         vnic_config vnic;
@@ -720,6 +720,16 @@ void load_vnics(checker& check, const YAML::Node& root, host_config& config,
         }
         if (const auto q = node["qos"]; q.IsDefined()) {
             vnic.qos = load_vnic_qos(check, q, field + ".qos");
+        }
+        if (const auto limits = node["limits"]; limits.IsDefined()) {
+            const std::string limits_field = field + ".limits";
+            if (check.only_keys(limits, limits_field, {"max_flows", "max_packet_buffers"})) {
+                vnic.limits.max_flows = check.number(limits, "max_flows", limits_field, 0,
+                                                     vnic_limits::max_flows_limit, false);
+                vnic.limits.max_packet_buffers =
+                    check.number(limits, "max_packet_buffers", limits_field, 1,
+                                 vnic_limits::max_packet_buffers_limit, false);
+            }
         }
         config.vnics.push_back(vnic);
     }

@@ -76,6 +76,25 @@ struct rdma_config {
     uint32_t max_contexts = 64;
 };
 
+// What a vNIC may hold of what it shares with the other vNICs of its host, beyond its RDMA
+// quota (YAML `vnics[].limits`); unset, an equal share (control/vnic_limits.hh). At the bound
+// the vNIC alone is refused: its new flows, its frames, each counted for it. `jakiroctl apply`
+// changes them live (what a vNIC already holds beyond a lowered bound is kept).
+struct vnic_limits {
+    // Entries of its worker's flow table (conntrack) at once; default: the table's capacity
+    // shared equally among the vNICs of that worker.
+    static constexpr uint32_t max_flows_limit = 1u << 24;  // = host.conntrack.max_flows' bound
+    std::optional<uint32_t> max_flows;
+    // Packet buffers at once: 64 KB super-frame buffers of a vnet face wherever they wait (its
+    // face, QoS queue, transmit batches, hand-offs to other workers), and frames in its QoS
+    // queue on any face. Default: the super-frame pool shared equally among the host's vNICs and
+    // the host's own use.
+    static constexpr uint32_t max_packet_buffers_limit = 1u << 16;
+    std::optional<uint32_t> max_packet_buffers;
+
+    bool operator==(const vnic_limits&) const = default;
+};
+
 struct vnic_config {
     std::string name;
     std::string vpc;
@@ -87,6 +106,7 @@ struct vnic_config {
     std::string netns;
     std::vector<std::string> security_groups;  // none: ingress denied, egress denied
     rdma_config rdma;
+    vnic_limits limits;
     // The host the vNIC lives on (a host name): cluster records only (control plane, etcd);
     // empty in a host YAML, where every vNIC is local.
     std::string host;

@@ -212,6 +212,42 @@ void vnics(const daemon_state& state, families& f) {
         "jakiro_sg_denied_total", "Packets the vNIC's security groups refused (ingress, egress)",
         [](V v) -> const counter& { return v.sg_denied[0]; },
         [](V v) -> const counter& { return v.sg_denied[1]; });
+
+    // Its bounds in what the vNICs share (YAML vnics[].limits).
+    std::vector<std::pair<std::string, vnic_bounds>> bounds;
+    for (const auto& [slot, vnic] : live) {
+        bounds.emplace_back(vnic, bounds_of(state, slot));
+    }
+    struct bound {
+        const char* name;
+        const char* help;
+        bool counter;
+        uint64_t vnic_bounds::*value;
+    };
+    const bound kinds[] = {
+        {"jakiro_vnic_conntrack_flows", "Entries of its worker's flow table the vNIC holds", false,
+         &vnic_bounds::flows},
+        {"jakiro_vnic_conntrack_max_flows",
+         "The vNIC's allowance of flow-table entries (limits.max_flows or an equal share)", false,
+         &vnic_bounds::max_flows},
+        {"jakiro_vnic_conntrack_allowance_exceeded_total",
+         "New flows of the vNIC dropped because it held its allowance of flow-table entries", true,
+         &vnic_bounds::flows_refused},
+        {"jakiro_vnic_packet_buffers", "Super-frame packet buffers the vNIC holds now", false,
+         &vnic_bounds::packet_buffers},
+        {"jakiro_vnic_packet_buffers_max",
+         "The vNIC's allowance of packet buffers (limits.max_packet_buffers or an equal share)",
+         false, &vnic_bounds::max_packet_buffers},
+        {"jakiro_vnic_buffer_allowance_exceeded_total",
+         "Frames of the vNIC dropped because it held its allowance of packet buffers", true,
+         &vnic_bounds::buffers_refused},
+    };
+    for (const auto& k : kinds) {
+        k.counter ? f.counter(k.name, k.help) : f.gauge(k.name, k.help);
+        for (const auto& [vnic, b] : bounds) {
+            f.sample({{"vnic", vnic}}, static_cast<double>(b.*k.value));
+        }
+    }
 }
 
 void security_groups(const daemon_state& state, families& f) {

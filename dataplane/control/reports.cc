@@ -2,6 +2,7 @@
 
 #include "../control_plane/status.hh"
 #include "../ports.hh"
+#include "../vnet_face/face_registry.hh"
 #include "../worker/egress_shaper.hh"
 #include "../worker/ingress_policer.hh"
 #include "rdma_engines.hh"
@@ -135,6 +136,27 @@ void render_workers(const daemon_state& state, json_writer& out, std::ostringstr
 
 }  // namespace
 
+vnic_bounds bounds_of(const daemon_state& state, uint16_t slot) {
+    vnic_bounds b;
+    for (const auto* worker : state.workers) {
+        b.flows += worker->flows->flows_of(slot);
+        b.flows_refused += worker->counters.vnics[slot].conntrack_allowance_exceeded.read();
+        b.buffers_refused += worker->counters.vnics[slot].buffer_allowance_exceeded.read();
+    }
+    // The snapshot is the truth of what the datapath enforces (publish() runs on this thread).
+    state.publisher->read_current([&](const datapath_tables& tables) {
+        if (slot < tables.vnics.size()) {
+            b.max_flows = tables.vnics[slot].max_flows;
+            b.max_packet_buffers = tables.vnics[slot].max_packet_buffers;
+        }
+    });
+    b.packet_buffers = vnet::superframe_charges().held(slot);
+    if (const egress_shaper* shaper = state.shaper_of(slot)) {
+        b.qos_queue_drops = shaper->counters(slot).tcp_queue_drops.read();
+    }
+    return b;
+}
+
 bool daemon_ready(const daemon_state& state) {
     for (const auto& port : state.ports) {
         if (!link_up(port.port_id)) {
@@ -255,6 +277,7 @@ std::string render_stats(const daemon_state& state, bool json) {
     text << "vnics      from_tenant_pkts   from_tenant_bytes  to_tenant_pkts   to_tenant_bytes    "
             "drops"
             "   sg_allow_in  sg_deny_in sg_allow_out sg_deny_out\n";
+    std::string limits_text;
     for (std::size_t slot = 0; slot < state.slot_names.size(); ++slot) {
         const auto& name = state.slot_names[slot];
         if (name.empty()) {
@@ -279,6 +302,7 @@ std::string render_stats(const daemon_state& state, bool json) {
             sum([](const vnic_counters& v) -> const counter& { return v.rdma_rx_bytes; }),
             sum([](const vnic_counters& v) -> const counter& { return v.rdma_tx_packets; }),
             sum([](const vnic_counters& v) -> const counter& { return v.rdma_tx_bytes; })};
+        const vnic_bounds bounds = bounds_of(state, static_cast<uint16_t>(slot));
         out.begin_object(name)
             .value("from_tenant_packets", values[0])
             .value("from_tenant_bytes", values[1])
@@ -292,7 +316,14 @@ std::string render_stats(const daemon_state& state, bool json) {
             .value("rdma_rx_packets", values[9])
             .value("rdma_rx_bytes", values[10])
             .value("rdma_tx_packets", values[11])
-            .value("rdma_tx_bytes", values[12]);
+            .value("rdma_tx_bytes", values[12])
+            .value("conntrack_flows", bounds.flows)
+            .value("max_flows", bounds.max_flows)
+            .value("conntrack_allowance_exceeded", bounds.flows_refused)
+            .value("packet_buffers", bounds.packet_buffers)
+            .value("max_packet_buffers", bounds.max_packet_buffers)
+            .value("buffer_allowance_exceeded", bounds.buffers_refused)
+            .value("qos_queue_drops", bounds.qos_queue_drops);
         write_rdma_memory(out, state, static_cast<uint16_t>(slot));
         out.end_object();
         char line[256];
@@ -301,8 +332,16 @@ std::string render_stats(const daemon_state& state, bool json) {
                       values[0], values[1], values[2], values[3], values[4], values[5], values[6],
                       values[7], values[8]);
         text << line;
+        limits_text += "  " + name + std::string(name.size() < 8 ? 8 - name.size() : 0, ' ') + " " +
+                       std::to_string(bounds.flows) + "/" + std::to_string(bounds.max_flows) +
+                       " flows, " + std::to_string(bounds.flows_refused) + " refused; " +
+                       std::to_string(bounds.packet_buffers) + "/" +
+                       std::to_string(bounds.max_packet_buffers) + " buffers, " +
+                       std::to_string(bounds.buffers_refused) + " refused; " +
+                       std::to_string(bounds.qos_queue_drops) + " qos queue drops\n";
     }
     out.end_object();
+    text << "vnic limits (now/allowance, refused at the bound)\n" << limits_text;
 
     // Conntrack: the flow tables of all workers.
     uint64_t flows = 0, capacity = 0, inserts = 0, evictions = 0, expirations = 0;

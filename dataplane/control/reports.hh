@@ -7,6 +7,19 @@
 
 namespace jakiro {
 
+// Where a vNIC stands against its bounds in what the vNICs of a host share (YAML limits:, its
+// QoS queue): now and at most, and what was refused at each bound.
+struct vnic_bounds {
+    uint64_t flows = 0;           // entries of its worker's flow table it holds
+    uint64_t max_flows = 0;       // its allowance of them
+    uint64_t flows_refused = 0;   // new flows dropped at the allowance
+    uint64_t packet_buffers = 0;  // super-frame buffers it holds (vnet faces)
+    uint64_t max_packet_buffers = 0;
+    uint64_t buffers_refused = 0;  // tenant frames dropped at the allowance
+    uint64_t qos_queue_drops = 0;  // tail drops of its tcp-class queue (shaped vNICs)
+};
+vnic_bounds bounds_of(const daemon_state& state, uint16_t slot);
+
 // Ready means every port has link and every remote host's underlay MAC is resolved.
 bool daemon_ready(const daemon_state& state);
 std::string render_status(const daemon_state& state, bool json);

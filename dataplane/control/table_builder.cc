@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include "vnic_limits.hh"
+
 namespace jakiro {
 
 namespace {
@@ -120,6 +122,13 @@ std::unique_ptr<datapath_tables> build_tables(const host_config& config,
         tables->vni_of_vpc.push_back(config.vpcs[i].vni);
         tables->vpcs->add(config.vpcs[i].vni, i);
     }
+    auto worker_of = [&](std::size_t i) -> uint8_t {
+        return ports.vnic_workers.empty() ? 0 : ports.vnic_workers[i];
+    };
+    std::array<uint32_t, max_workers> vnics_of_worker{};
+    for (std::size_t i = 0; i < config.vnics.size(); ++i) {
+        ++vnics_of_worker[worker_of(i) % max_workers];
+    }
     for (std::size_t i = 0; i < config.vnics.size(); ++i) {
         const auto& vnic = config.vnics[i];
         const uint16_t slot = slots[i];
@@ -129,7 +138,11 @@ std::unique_ptr<datapath_tables> build_tables(const host_config& config,
         view.vpc = vpc_index(vnic.vpc);
         view.ip = rte_cpu_to_be_32(vnic.ip.address);
         view.mac = to_ether(vnic.mac);
-        view.worker = ports.vnic_workers.empty() ? 0 : ports.vnic_workers[i];
+        view.worker = worker_of(i);
+        view.max_flows = flow_allowance(vnic.limits, config.conntrack.max_flows,
+                                        vnics_of_worker[view.worker % max_workers]);
+        view.max_packet_buffers = packet_buffer_allowance(
+            vnic.limits, vnet::superframe_pool_buffers, static_cast<uint32_t>(config.vnics.size()));
         tables->vnics[slot] = view;
         tables->qos[slot] = vnic.qos;
         tables->active_slots.push_back(slot);

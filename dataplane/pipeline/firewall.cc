@@ -182,13 +182,15 @@ void firewall_burst(worker_context& ctx, const datapath_tables& tables,
             continue;
         }
         if (e == nullptr) {
-            bool created = false;
-            e = flows.insert(keys[i], now, created);
+            secgroup::insert_result result;
+            e = flows.insert(keys[i], now, tables.vnics[r.vnic].max_flows, result);
             if (e == nullptr) {
-                reasons[i] = drop_reason::flow_table_full;
+                reasons[i] = result == secgroup::insert_result::over_allowance
+                                 ? drop_reason::conntrack_allowance_exceeded
+                                 : drop_reason::flow_table_full;
                 continue;
             }
-            if (created) {
+            if (result == secgroup::insert_result::created) {
                 flows.begin_update(*e);
                 e->initiator = r.dir;
                 e->state = initial_state(keys[i].ip_proto, flags[i]);
@@ -217,7 +219,11 @@ void firewall_burst(worker_context& ctx, const datapath_tables& tables,
         const firewall_request& r = requests[i];
         auto& vnic_counters = ctx.counters.vnics[r.vnic];
         if (!pass[i]) {
-            vnic_counters.sg_denied[dir_index(r.dir)].add(1);
+            if (reasons[i] == drop_reason::conntrack_allowance_exceeded) {
+                vnic_counters.conntrack_allowance_exceeded.add(1);
+            } else if (reasons[i] != drop_reason::flow_table_full) {
+                vnic_counters.sg_denied[dir_index(r.dir)].add(1);
+            }
             continue;
         }
         // A later insert in step 2 may have evicted (and reused) this packet's entry.

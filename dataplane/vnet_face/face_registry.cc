@@ -16,13 +16,10 @@ namespace {
 
 // A whole TCP super-frame (at most 64 KB of IP) in one mbuf: the largest data room an mbuf has.
 constexpr uint16_t superframe_data_room = UINT16_MAX;
-// 64 MB: every vNIC's burst of 32 in flight plus the tx batches' backlog on a small host. An
-// empty pool is not an error: the face leaves frames in its socket until mbufs return.
-constexpr unsigned superframe_mbufs = 1023;
-constexpr unsigned superframe_cache = 32;
 
 std::array<std::atomic<face*>, max_faces> faces{};
 rte_mempool* pool = nullptr;  // control thread only (then read by faces it opened)
+buffer_charges charges;
 // Every open face's socket, registered by the control thread, waited on by the worker.
 int epoll_fd = -1;
 std::atomic<unsigned> open_faces{0};
@@ -52,13 +49,14 @@ face* face_of(uint16_t port) {
 
 rte_mempool* superframe_pool(std::string& error) {
     if (pool == nullptr) {
-        pool = rte_pktmbuf_pool_create("jakiro_superframes", superframe_mbufs, superframe_cache, 0,
-                                       superframe_data_room, rte_socket_id());
-        if (pool == nullptr) {
-            error = std::string("cannot create the super-frame pool: ") + rte_strerror(rte_errno);
-        }
+        pool = buffer_charges::create_pool("jakiro_superframes", superframe_pool_buffers,
+                                           superframe_data_room, charges, error);
     }
     return pool;
+}
+
+buffer_charges& superframe_charges() {
+    return charges;
 }
 
 namespace {
@@ -142,9 +140,10 @@ std::optional<uint16_t> add_face(const std::string& devargs, std::string& error,
                 error = std::string("epoll_create1: ") + std::strerror(errno);
                 return std::nullopt;
             }
-            auto opened = args->tap
-                              ? face::open_tap(args->iface, mbufs, superframes, args->mac, error)
-                              : face::open(args->iface, mbufs, error, uplink_pool != nullptr);
+            auto opened =
+                args->tap ? face::open_tap(args->iface, mbufs, superframes, args->mac, error)
+                : uplink_pool != nullptr ? face::open(args->iface, mbufs, error, true)
+                                         : face::open(args->iface, mbufs, error, false, &charges);
             if (!opened) {
                 return std::nullopt;
             }

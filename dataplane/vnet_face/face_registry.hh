@@ -17,6 +17,7 @@
 #include <string>
 
 #include "../counters.hh"
+#include "buffer_charges.hh"
 #include "vnet_face.hh"
 
 namespace jakiro::vnet {
@@ -52,6 +53,11 @@ std::optional<uint16_t> add_face(const std::string& devargs, std::string& error,
 void remove_face(uint16_t port);
 
 // The pool super-frames are received into (created on first use): one mbuf holds 64 KB.
+// 1023 of them (64 MB of the daemon's DPDK memory): every vNIC's share of it is bounded
+// (buffer_charges.hh, control/vnic_limits.hh).
+constexpr unsigned superframe_pool_buffers = 1023;
 rte_mempool* superframe_pool(std::string& error);
+// Who holds the pool's buffers: a vnet face charges its vNIC for each one it takes.
+buffer_charges& superframe_charges();
 
 }  // namespace jakiro::vnet

@@ -1,5 +1,6 @@
 #include "vnet_face.hh"
 
+#include "buffer_charges.hh"
 #include "uplink_state.hh"
 
 #include <arpa/inet.h>
@@ -36,7 +37,7 @@ std::string errno_text(const char* what) {
 }  // namespace
 
 std::unique_ptr<face> face::open(const std::string& iface, rte_mempool* pool, std::string& error,
-                                 bool uplink) {
+                                 bool uplink, buffer_charges* charges) {
     const unsigned index = if_nametoindex(iface.c_str());
     if (index == 0) {
         error = "no interface '" + iface + "' in this network namespace";
@@ -105,6 +106,7 @@ std::unique_ptr<face> face::open(const std::string& iface, rte_mempool* pool, st
     if (uplink) {
         opened->_uplink = std::make_unique<uplink_state>();
     }
+    opened->_charges = charges;
     return opened;
 }
 
@@ -118,10 +120,32 @@ face::~face() {
     close(_fd);
 }
 
-uint16_t face::rx_burst(rte_mbuf** pkts, uint16_t count) {
+uint16_t face::rx_burst(rte_mbuf** pkts, uint16_t count, const buffer_allowance& allowance,
+                        over_allowance& dropped) {
+    dropped = {};
     count = std::min<uint16_t>(count, max_burst);
+    // Frames of this burst the vNIC has no buffer for: read and dropped after the others, so a
+    // vNIC at its bound neither waits in its socket (the kernel would drop what overflows,
+    // uncounted for the vNIC) nor keeps it readable for the worker's epoll.
+    uint16_t beyond = 0;
+    if (_charges != nullptr) {
+        // The spares are charged already: what they hold and `room` more may be used.
+        const uint32_t held = _charges->held(allowance.vnic);
+        const uint32_t room = allowance.buffers > held ? allowance.buffers - held : 0;
+        const uint16_t usable =
+            static_cast<uint16_t>(std::min<uint32_t>(count, _spare_count + room));
+        beyond = count - usable;
+        count = usable;
+        if (count == 0) {
+            dropped = discard(beyond);
+            return 0;
+        }
+    }
     if (_spare_count < count) {
         if (rte_pktmbuf_alloc_bulk(_pool, _spare + _spare_count, count - _spare_count) == 0) {
+            if (_charges != nullptr) {
+                _charges->charge(allowance.vnic, _spare + _spare_count, count - _spare_count);
+            }
             _spare_count = count;
         } else {
             bump(_counters.rx_nombuf, 1);
@@ -154,6 +178,9 @@ uint16_t face::rx_burst(rte_mbuf** pkts, uint16_t count) {
     }
     if (got <= 0) {
         return 0;  // EAGAIN: nothing there
+    }
+    if (got == count && beyond > 0) {
+        dropped = discard(beyond);
     }
     uint16_t out = 0;
     uint64_t bytes = 0, superframes = 0, bad = 0, truncated = 0;
@@ -188,6 +215,27 @@ uint16_t face::rx_burst(rte_mbuf** pkts, uint16_t count) {
         bump(_counters.rx_truncated, truncated);
     }
     return out;
+}
+
+over_allowance face::discard(uint16_t count) {
+    // The kernel copies what fits (the vnet header, which it insists on having room for, and
+    // a few bytes of the frame), drops the rest of each and, asked with MSG_TRUNC, says how
+    // long it was.
+    static char nothing[header_bytes + 64];
+    mmsghdr msgs[max_burst];
+    iovec iov = {nothing, sizeof(nothing)};
+    for (uint16_t i = 0; i < count; ++i) {
+        msgs[i].msg_hdr = {};
+        msgs[i].msg_hdr.msg_iov = &iov;
+        msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    const int got = recvmmsg(_fd, msgs, count, MSG_DONTWAIT | MSG_TRUNC, nullptr);
+    over_allowance dropped;
+    for (int i = 0; i < got; ++i) {
+        dropped.frames += 1;
+        dropped.bytes += msgs[i].msg_len > header_bytes ? msgs[i].msg_len - header_bytes : 0;
+    }
+    return dropped;
 }
 
 uint16_t face::tx_burst(rte_mbuf** pkts, uint16_t count) {

@@ -11,7 +11,11 @@
 //
 // Memory: one mbuf per super-frame, from a pool with 64 KB data rooms (face_registry.hh), not
 // chains of 2 KB mbufs: the pipelines parse headers in place, and a single segment keeps the
-// payload contiguous for the checksum and for rte_gso's indirect segments.
+// payload contiguous for the checksum and for rte_gso's indirect segments. The pool is the
+// host's; a tenant face charges its vNIC for every buffer it takes (buffer_charges.hh) and,
+// with its vNIC at its allowance, reads what its tenant sends and drops it (counted) instead of
+// taking more: the frames another vNIC needs buffers for stay free, and the socket, drained,
+// does not keep the worker awake.
 //
 // Not an ethdev: it has no port id below RTE_MAX_ETHPORTS and no limit of 32 (see
 // face_registry.hh). The socket is an ordinary AF_PACKET socket of the process, so the worker's
@@ -60,6 +64,20 @@ struct face_stats {
     uint64_t rx_missed = 0;      // dropped by the kernel: the socket's buffer was full
 };
 
+class buffer_charges;
+
+// What a tenant face may hold for its vNIC: whose charge its buffers are, and how many the
+// vNIC may hold at once (vnic_view::max_packet_buffers).
+struct buffer_allowance {
+    uint16_t vnic;
+    uint32_t buffers;
+};
+// Frames a face read and dropped because its vNIC held its allowance, and their bytes.
+struct over_allowance {
+    uint16_t frames = 0;
+    uint32_t bytes = 0;
+};
+
 class face {
   public:
     static constexpr uint16_t max_burst = 32;
@@ -68,9 +86,11 @@ class face {
     static constexpr unsigned max_tx_segments = 128;
 
     // Opens the face on host interface `iface`; frames are received into mbufs of `pool`.
-    // `uplink`: the fabric's face (rx_uplink, not rx_burst).
+    // `uplink`: the fabric's face (rx_uplink, not rx_burst). `charges`: where a tenant face
+    // charges its vNIC for the buffers it takes (a pool of buffer_charges::create_pool).
     static std::unique_ptr<face> open(const std::string& iface, rte_mempool* pool,
-                                      std::string& error, bool uplink = false);
+                                      std::string& error, bool uplink = false,
+                                      buffer_charges* charges = nullptr);
     // Opens the uplink face on the existing tap device `iface` (tap_face.cc): frames are
     // received into mbufs of `pool`, a VXLAN super-frame's tail into one of `superframes`.
     // jakirod's underlay MAC is `mac`, or else the tap's own with the last byte's low bit
@@ -84,8 +104,10 @@ class face {
     face& operator=(const face&) = delete;
 
     // Up to `count` (<= max_burst) frames, with their offload metadata; refused ones are
-    // counted and freed here.
-    uint16_t rx_burst(rte_mbuf** pkts, uint16_t count);
+    // counted and freed here. A face with charges takes no more buffers than `allowance`
+    // leaves its vNIC, and reads and drops the rest of the `count` frames (`dropped`).
+    uint16_t rx_burst(rte_mbuf** pkts, uint16_t count, const buffer_allowance& allowance,
+                      over_allowance& dropped);
     // The uplink's receive: up to `count` frames, a super-datagram's cut into its VXLAN frames
     // (those that do not fit wait for the next call); refused messages are counted in
     // `counters`' drops. At most one recvmmsg (a tap: readv until it is drained or a burst
@@ -118,7 +140,8 @@ class face {
   private:
     struct uplink_state;  // uplink_rx.cc
     face(int fd, rte_mempool* pool, std::string iface, rte_ether_addr mac);
-    uint16_t tx_chunk(rte_mbuf** pkts, uint16_t count);      // count <= max_burst
+    over_allowance discard(uint16_t count);              // reads up to `count` frames into nothing
+    uint16_t tx_chunk(rte_mbuf** pkts, uint16_t count);  // count <= max_burst
     uint16_t tx_chunk_tap(rte_mbuf** pkts, uint16_t count);  // tap_face.cc
     bool receive_uplink();                                   // one recvmmsg into _uplink
     bool receive_uplink_tap();                               // readv until drained (tap_face.cc)
@@ -150,6 +173,7 @@ class face {
     bool _tap = false;                      // a tap device, not an AF_PACKET socket
     bool _vxlan_superframes = false;
     rte_mempool* _superframes = nullptr;  // a tap uplink's: the tails of VXLAN super-frames
+    buffer_charges* _charges = nullptr;   // a tenant face's: its vNIC's charge for _pool's buffers
 
     struct counters {
         std::atomic<uint64_t> rx_packets{0}, rx_bytes{0}, rx_superframes{0};

@@ -32,6 +32,12 @@ rdma_queues rdma_queues::of(const roce::engine* engine) {
             [engine](uint16_t slot) { return engine->vnic_held_back(slot); }};
 }
 
+uint64_t egress_shaper::queue_byte_limit(const qos::vnic_qos& q) {
+    // rate <= 2 Tbit/s: the product stays below 2^63.
+    const uint64_t timed = q.rate_bps / 8 * (tcp_queue_ns / 1'000'000) / 1'000;
+    return std::max({timed, q.burst_bytes, uint64_t{qos::largest_charged_frame_bytes}});
+}
+
 egress_shaper::egress_shaper(uint64_t now_ns, uint32_t queue_limit)
     : _sched(std::make_unique<qos::scheduler>(max_vnics, unlimited_uplink(), now_ns)),
       _queue_limit(std::min(queue_limit, tcp_queue_frames)) {}
@@ -75,6 +81,9 @@ void egress_shaper::sync(const datapath_tables& tables, worker_context& ctx, uin
             _sched->configure(now_ns, slot, **wanted);  // live: backlog and counters kept
             _config[slot] = *wanted;
         }
+        // Lowered bounds drop nothing already queued; the FIFO drains below them first.
+        _vnics[slot]->frame_limit = std::min(_queue_limit, tables.vnics[slot].max_packet_buffers);
+        _vnics[slot]->byte_limit = queue_byte_limit(**wanted);
         _active.push_back(slot);
     }
 }
@@ -92,7 +101,7 @@ void egress_shaper::flush_unshaped(uint16_t slot, worker_context& ctx) {
 
 bool egress_shaper::enqueue_tcp(uint16_t slot, uint16_t port, rte_mbuf* m, uint32_t bytes) {
     vnic_state& v = *_vnics[slot];
-    if (v.count >= _queue_limit) {
+    if (v.count >= v.frame_limit || (v.count > 0 && v.queued_bytes + bytes > v.byte_limit)) {
         _counters[slot].tcp_queue_drops.add(1);
         return false;
     }

@@ -2,10 +2,14 @@
 // DHTB on the sending side (DESIGN.md §6), one per worker: the vNIC → {rdma, tcp} scheduler
 // of qos/ driven once per poll iteration. A shaped vNIC's tenant frames (the tcp class: every
 // non-RDMA frame) wait in a per-vNIC FIFO after routing and leave within the class's grant;
-// a full FIFO tail-drops (counted). The RoCE engine's frames are the rdma class: they are
-// never queued or dropped here, the engine asks admit_rdma() before building each packet
-// (or each intra-host message) and simply waits while the grant is spent, so RC is paced,
-// not lost. Unshaped vNICs pass straight through.
+// a full FIFO tail-drops (counted). Full is measured in time of the vNIC's rate (20 ms of it,
+// at least a burst and one largest super-frame: a 10 Mbit/s vNIC gains nothing from a longer
+// queue but latency) and in frames (no more than the packet buffers the vNIC may hold,
+// vnic_view::max_packet_buffers), so a vNIC that sends far beyond its rate holds neither
+// seconds of its own traffic nor the buffers the other vNICs need. The RoCE engine's frames are the
+// rdma class: they are never queued or dropped here, the engine asks admit_rdma() before building
+// each packet (or each intra-host message) and simply waits while the grant is spent, so RC is
+// paced, not lost. Unshaped vNICs pass straight through.
 //
 // Thread-safety: the owning worker only, except counters() (relaxed reads).
 
@@ -51,6 +55,14 @@ struct shaper_vnic_counters {
 class egress_shaper {
   public:
     static constexpr uint32_t tcp_queue_frames = 1024;  // the FIFO's room (at most)
+    // How long a full tcp FIFO takes to leave at the vNIC's rate. TCP keeps the class
+    // backlogged with far less on the test bed's sub-millisecond RTTs (test_qos); Linux tbf
+    // setups commonly allow 50 ms.
+    static constexpr uint64_t tcp_queue_ns = 20'000'000;
+
+    // Bytes a shaped vNIC's tcp FIFO holds at most before tail drop: tcp_queue_ns of its rate,
+    // but never less than a burst or one largest frame (an empty FIFO takes any frame).
+    static uint64_t queue_byte_limit(const qos::vnic_qos& q);
 
     // `queue_limit` (<= tcp_queue_frames): frames a vNIC's tcp FIFO holds before tail drop.
     explicit egress_shaper(uint64_t now_ns, uint32_t queue_limit = tcp_queue_frames);
@@ -99,6 +111,8 @@ class egress_shaper {
         uint32_t head = 0;
         uint32_t count = 0;
         uint64_t queued_bytes = 0;
+        uint32_t frame_limit = 0;  // the FIFO's bounds for this vNIC (set by sync)
+        uint64_t byte_limit = 0;
         int64_t rdma_budget = 0;
         uint64_t rdma_used = 0;
         uint32_t rdma_packets = 0;

@@ -185,6 +185,18 @@ void learn_port_owners(worker_context& ctx, const datapath_tables& tables) {
     }
 }
 
+// Frames a vnet face read and dropped because its vNIC held its allowance of buffers: from
+// the tenant, and dropped, as any frame the pipeline drops is.
+void count_over_allowance(worker_context& ctx, uint16_t slot, const vnet::over_allowance& d) {
+    ctx.counters.drops[static_cast<std::size_t>(drop_reason::buffer_allowance_exceeded)].add(
+        d.frames);
+    auto& vnic = ctx.counters.vnics[slot];
+    vnic.from_tenant_packets.add(d.frames);
+    vnic.from_tenant_bytes.add(d.bytes);
+    vnic.drops.add(d.frames);
+    vnic.buffer_allowance_exceeded.add(d.frames);
+}
+
 bool any_unresolved(const overlay::underlay_neighbors& neighbors) {
     for (uint16_t slot = 0; slot < neighbors.size(); ++slot) {
         if (!neighbors.mac(slot)) {
@@ -362,13 +374,19 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
             if (vnet::is_face_port(port) && !ready_faces[port - vnet::first_face_port]) {
                 continue;
             }
+            const vnet::buffer_allowance allowance{slot, tables.vnics[slot].max_packet_buffers};
             for (unsigned b = 0; b < max_rx_bursts; ++b) {
-                const uint16_t n = port_rx_burst(port, pkts, rx_burst_size);
+                vnet::over_allowance dropped;
+                const uint16_t n = port_rx_burst(port, pkts, rx_burst_size, allowance, dropped);
                 if (n > 0) {
                     received += n;
                     process_tenant_burst(ctx, tables, slot, pkts, n);
                 }
-                if (n < rx_burst_size) {
+                if (dropped.frames > 0) {
+                    received += dropped.frames;  // work done: the frames were read
+                    count_over_allowance(ctx, slot, dropped);
+                }
+                if (n + dropped.frames < rx_burst_size) {
                     break;
                 }
             }

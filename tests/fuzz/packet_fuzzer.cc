@@ -100,7 +100,9 @@ peers:
   - {vpc: blue, ip: 198.19.1.9, host: 198.18.0.9, mac: "02:00:c6:13:01:09", security_groups: [default]}
 )";
 
-// The same host after a live change: rules removed and changed, t5 in default too.
+// The same host after a live change: rules removed and changed, t5 in default too and held to
+// 8 flows (its others refused, counted; policy_a shares the table out equally, more than it
+// holds, so it fills and each vNIC's own flows make room).
 constexpr const char* policy_b = R"(host:
   name: h1
   underlay: {port: "net_null0", ip: 198.18.0.1}
@@ -116,7 +118,7 @@ security_groups:
   - {name: closed, vpc: red, ingress: [{proto: icmp, from: 0.0.0.0/0}]}
 vnics:
   - {name: t1, vpc: blue, mac: "02:00:c6:13:01:01", ip: 198.19.1.1/24, port: "net_null1", security_groups: [web]}
-  - {name: t5, vpc: blue, mac: "02:00:c6:13:01:03", ip: 198.19.1.3/24, port: "net_null2", security_groups: [web, default]}
+  - {name: t5, vpc: blue, mac: "02:00:c6:13:01:03", ip: 198.19.1.3/24, port: "net_null2", security_groups: [web, default], limits: {max_flows: 8}}
   - {name: t3, vpc: red, mac: "02:00:c6:13:02:01", ip: 198.19.1.1/24, port: "net_null3", security_groups: [closed]}
 peers:
   - {vpc: blue, ip: 198.19.1.2, host: 198.18.0.2, security_groups: [default]}

@@ -7,9 +7,11 @@ namespace {
 
 constexpr uint64_t hz = 1000;  // one tick per millisecond keeps the timeouts readable
 
-flow_key key(uint16_t port) {
+constexpr uint32_t unlimited = UINT32_MAX;
+
+flow_key key(uint16_t port, uint16_t vnic = 1) {
     flow_key k{};
-    k.vnic = 1;
+    k.vnic = vnic;
     k.ip_proto = ip_proto_tcp;
     k.local_ip = rte_cpu_to_be_32(0xc6130101);
     k.remote_ip = rte_cpu_to_be_32(0xc6130102);
@@ -18,11 +20,18 @@ flow_key key(uint16_t port) {
     return k;
 }
 
-flow_entry* add(flow_table& table, const flow_key& k, uint64_t now) {
-    bool created = false;
-    flow_entry* e = table.insert(k, now, created);
-    EXPECT_TRUE(e == nullptr || created);
+flow_entry* add(flow_table& table, const flow_key& k, uint64_t now,
+                uint32_t allowance = unlimited) {
+    insert_result result;
+    flow_entry* e = table.insert(k, now, allowance, result);
+    EXPECT_EQ(e != nullptr, result == insert_result::created);
     return e;
+}
+
+insert_result try_add(flow_table& table, const flow_key& k, uint64_t now, uint32_t allowance) {
+    insert_result result;
+    table.insert(k, now, allowance, result);
+    return result;
 }
 
 std::unique_ptr<flow_table> make(uint32_t capacity) {
@@ -39,38 +48,122 @@ TEST(FlowTable, InsertedFlowIsFoundAndErasedFlowIsNot) {
     EXPECT_EQ(table->lookup(key(1000)), e);
     EXPECT_EQ(table->lookup(key(1001)), nullptr);
     EXPECT_EQ(table->size(), 1u);
+    EXPECT_EQ(table->flows_of(1), 1u);
     table->erase(e);
     EXPECT_EQ(table->lookup(key(1000)), nullptr);
     EXPECT_EQ(table->size(), 0u);
+    EXPECT_EQ(table->flows_of(1), 0u);
 }
 
 TEST(FlowTable, InsertingAKnownKeyReturnsTheExistingFlowUntouched) {
     auto table = make(64);
     flow_entry* e = add(*table, key(1000), 0);
     e->packets[0] = 5;
-    bool created = true;
-    EXPECT_EQ(table->insert(key(1000), 99, created), e);
-    EXPECT_FALSE(created);
+    insert_result result;
+    EXPECT_EQ(table->insert(key(1000), 99, unlimited, result), e);
+    EXPECT_EQ(result, insert_result::found);
     EXPECT_EQ(e->packets[0], 5u);
     EXPECT_EQ(table->size(), 1u);
 }
 
-TEST(FlowTable, FullTableEvictsTheStalestSampledFlow) {
+TEST(FlowTable, ANewFlowBeyondItsVnicsAllowanceIsRefusedAndOnlyThatVnicsIs) {
     auto table = make(64);
-    const uint32_t capacity = table->capacity();
-    for (uint32_t i = 0; i < capacity; ++i) {
-        flow_entry* e = add(*table, key(static_cast<uint16_t>(1000 + i)), 100 + i);
-        ASSERT_NE(e, nullptr) << i;
-        e->state = flow_state::tcp_established;
+    for (uint16_t i = 0; i < 10; ++i) {
+        ASSERT_NE(add(*table, key(1000 + i, 2), i, 10), nullptr) << i;
     }
-    EXPECT_EQ(table->size(), capacity);
-    // The oldest flow (seen at t=100) sits in the first sampled slots.
-    flow_entry* fresh = add(*table, key(5000), 10000);
+    EXPECT_EQ(try_add(*table, key(2000, 2), 20, 10), insert_result::over_allowance);
+    EXPECT_EQ(table->lookup(key(2000, 2)), nullptr);
+    EXPECT_EQ(table->flows_of(2), 10u);
+    // Control: another vNIC with the same allowance still opens flows, and a flow vNIC 2
+    // already has is still found (a later packet of the burst that created it).
+    EXPECT_EQ(try_add(*table, key(2000, 3), 20, 10), insert_result::created);
+    EXPECT_EQ(try_add(*table, key(1005, 2), 20, 10), insert_result::found);
+    EXPECT_EQ(table->evictions(), 0u) << "refusing a flow evicts nothing";
+    // A raised allowance lets the vNIC's next flow in.
+    EXPECT_EQ(try_add(*table, key(2000, 2), 20, 11), insert_result::created);
+}
+
+TEST(FlowTable, ErasedAndExpiredFlowsGiveTheirVnicItsAllowanceBack) {
+    auto table = make(64);
+    flow_entry* first = add(*table, key(1, 2), 0, 2);
+    flow_entry* second = add(*table, key(2, 2), 0, 2);
+    ASSERT_NE(first, nullptr);
+    ASSERT_NE(second, nullptr);
+    first->state = flow_state::udp;    // 60 s
+    second->state = flow_state::icmp;  // 30 s
+    EXPECT_EQ(try_add(*table, key(3, 2), 0, 2), insert_result::over_allowance);
+    table->erase(first);
+    flow_entry* third = add(*table, key(3, 2), 0, 2);
+    ASSERT_NE(third, nullptr);
+    third->state = flow_state::tcp_established;  // 3600 s
+    table->expire(31 * hz, table->capacity());   // `second` goes
+    EXPECT_EQ(table->flows_of(2), 1u);
+    EXPECT_EQ(try_add(*table, key(4, 2), 31 * hz, 2), insert_result::created);
+}
+
+// Fills all of a 64-entry table: vNIC 1 holds one flow, idle since t=0 (the stalest of all),
+// vNIC 2 the rest, each seen later than the one before. Allowances over-subscribe the table
+// (what a YAML may do), so it really fills.
+std::unique_ptr<flow_table> full_table() {
+    auto table = make(64);
+    flow_entry* idle = add(*table, key(7, 1), 0);
+    EXPECT_NE(idle, nullptr);
+    idle->state = flow_state::tcp_established;
+    for (uint32_t i = 1; i < table->capacity(); ++i) {
+        flow_entry* e = add(*table, key(static_cast<uint16_t>(1000 + i), 2), 100 + i);
+        EXPECT_NE(e, nullptr) << i;
+        if (e != nullptr) {
+            e->state = flow_state::tcp_established;
+        }
+    }
+    EXPECT_EQ(table->size(), table->capacity());
+    return table;
+}
+
+TEST(FlowTable, AFullTableMakesRoomFromTheInsertingVnicsOwnStalestFlow) {
+    auto table = full_table();
+    // vNIC 2's flow seen at t=101 has been used again since; its next oldest is now stalest.
+    table->lookup(key(1001, 2))->last_seen = 5000;
+    flow_entry* fresh = add(*table, key(5000, 2), 10000);
     ASSERT_NE(fresh, nullptr) << "a full table makes room instead of refusing";
-    EXPECT_EQ(table->size(), capacity);
+    EXPECT_EQ(table->size(), table->capacity());
     EXPECT_EQ(table->evictions(), 1u);
-    EXPECT_EQ(table->lookup(key(1000)), nullptr) << "the stalest flow went";
-    EXPECT_NE(table->lookup(key(1001)), nullptr);
+    EXPECT_NE(table->lookup(key(7, 1)), nullptr) << "another vNIC's idle flow stayed";
+    EXPECT_NE(table->lookup(key(1001, 2)), nullptr);
+    EXPECT_EQ(table->lookup(key(1002, 2)), nullptr) << "the stalest of its oldest went";
+    EXPECT_EQ(table->flows_of(1), 1u);
+    EXPECT_EQ(table->flows_of(2), table->capacity() - 1);
+}
+
+TEST(FlowTable, AFullTableRefusesAVnicWithoutFlowsOfItsOwnAndEvictsNothing) {
+    auto table = full_table();
+    EXPECT_EQ(try_add(*table, key(5000, 3), 10000, unlimited), insert_result::table_full);
+    EXPECT_EQ(table->evictions(), 0u);
+    EXPECT_NE(table->lookup(key(7, 1)), nullptr);
+    EXPECT_EQ(table->flows_of(2), table->capacity() - 1);
+}
+
+TEST(FlowTable, EvictionsFollowEachVnicsOwnFlowsOldestFirstAcrossErasures) {
+    auto table = full_table();
+    // Erase a few of vNIC 2's flows out of the middle and the ends of its chain, fill the
+    // table again with new ones: the chain stays whole, so a long run of evictions takes
+    // vNIC 2's flows oldest first and never vNIC 1's.
+    for (uint16_t port : {1001, 1030, 1063}) {
+        table->erase(table->lookup(key(port, 2)));
+    }
+    for (uint16_t i = 0; i < 3; ++i) {
+        ASSERT_NE(add(*table, key(3000 + i, 2), 200 + i), nullptr);
+    }
+    for (uint16_t i = 0; i < 200; ++i) {
+        ASSERT_NE(add(*table, key(6000 + i, 2), 1000 + i), nullptr) << i;
+    }
+    EXPECT_EQ(table->evictions(), 200u);
+    EXPECT_NE(table->lookup(key(7, 1)), nullptr);
+    EXPECT_EQ(table->flows_of(2), table->capacity() - 1);
+    // The newest of vNIC 2 are all there.
+    for (uint16_t i = 200 - 62; i < 200; ++i) {
+        EXPECT_NE(table->lookup(key(6000 + i, 2)), nullptr) << i;
+    }
 }
 
 TEST(FlowTable, IdleFlowsExpireByStateTimeout) {

@@ -218,5 +218,82 @@ TEST_F(Firewall, RuleHitsCountPacketsOfTheFlowsARuleAllowed) {
     EXPECT_EQ(ctx->counters.flow_misses.read(), 1u) << "one classification, then NFT hits";
 }
 
+// The same host with a flow table of 64 entries (host.conntrack.max_flows), which its three
+// vNICs share: 21 each by default; t3 may hold 4 (its YAML limit).
+struct FlowAllowance : Firewall {
+    std::string yaml = [] {
+        std::string y = firewall_yaml;
+        y.replace(y.find("  underlay:"), 0, "  conntrack: {max_flows: 64}\n");
+        const std::string t3 = "security_groups: [open]}";
+        y.replace(y.find(t3), t3.size(), "security_groups: [open], limits: {max_flows: 4}}");
+        return y;
+    }();
+    const char* config_yaml() const override { return yaml.c_str(); }
+
+    void SetUp() override {
+        Firewall::SetUp();
+        std::string error;
+        ctx->flows = secgroup::flow_table::create(64, {}, rte_get_tsc_hz(), error);
+        ASSERT_TRUE(ctx->flows) << error;
+    }
+
+    rte_mbuf* udp(const rte_ether_addr& src_mac, const char* src, const char* dst, uint16_t dport) {
+        ipv4_frame_spec spec{src_mac, gateway, ip(src), ip(dst), IPPROTO_UDP, 5000, dport};
+        return ipv4_mbuf(pool, spec);
+    }
+    const rte_ether_addr t3_mac = mac("02:00:c6:13:02:01");
+};
+
+TEST_F(FlowAllowance, EachVnicGetsItsYamlLimitOrAnEqualShareOfItsWorkersTable) {
+    EXPECT_EQ(tables->vnics[slot_t3].max_flows, 4u);
+    EXPECT_EQ(tables->vnics[slot_t1].max_flows, 64u / 3);
+    EXPECT_EQ(tables->vnics[slot_t5].max_flows, 64u / 3);
+}
+
+TEST_F(FlowAllowance, NewFlowsBeyondAVnicsAllowanceAreDroppedAndCountedForItAlone) {
+    for (uint16_t port = 1; port <= 6; ++port) {
+        from_tenant(slot_t3, udp(t3_mac, "198.19.1.1", "198.19.1.2", port));
+    }
+    EXPECT_EQ(sent_to_fabric(), 4u);
+    EXPECT_EQ(drops(drop_reason::conntrack_allowance_exceeded), 2u);
+    const auto& t3 = ctx->counters.vnics[slot_t3];
+    EXPECT_EQ(t3.conntrack_allowance_exceeded.read(), 2u);
+    EXPECT_EQ(t3.drops.read(), 2u);
+    EXPECT_EQ(t3.sg_denied[1].read(), 0u) << "not a security-group refusal";
+    EXPECT_EQ(ctx->flows->flows_of(slot_t3), 4u);
+    // Its open flows go on; another vNIC opens new ones.
+    from_tenant(slot_t3, udp(t3_mac, "198.19.1.1", "198.19.1.2", 1));
+    from_tenant(slot_t1, t1_tcp("198.19.1.2", 50000, 443, RTE_TCP_SYN_FLAG));
+    EXPECT_EQ(sent_to_fabric(), 6u);
+    EXPECT_EQ(ctx->counters.vnics[slot_t1].conntrack_allowance_exceeded.read(), 0u);
+}
+
+TEST_F(FlowAllowance, AFloodOfNewFlowsTakesNoEntryFromAnotherVnic) {
+    // t1's connection to t2, then quiet; t5 floods 200 flows to t2, nearly four times the
+    // whole table.
+    from_tenant(slot_t1, t1_tcp("198.19.1.2", 50000, 443, RTE_TCP_SYN_FLAG));
+    from_uplink(
+        tcp_to_t1("198.18.0.2", "198.19.1.2", 443, 50000, RTE_TCP_SYN_FLAG | RTE_TCP_ACK_FLAG));
+    for (uint16_t port = 1; port <= 200; ++port) {
+        from_tenant(slot_t5, udp(t5_mac, "198.19.1.3", "198.19.1.2", port));
+        if (port % 50 == 0) {  // the fabric takes what was sent (a batch holds 256)
+            for (rte_mbuf* m : ctx->tx.queued(uplink)) {
+                rte_pktmbuf_free(m);
+            }
+            for (rte_mbuf* m : ctx->tx.queued(port_t1)) {
+                rte_pktmbuf_free(m);
+            }
+            ctx->tx.discard_all();
+        }
+    }
+    EXPECT_EQ(ctx->flows->flows_of(slot_t5), 64u / 3);
+    EXPECT_EQ(ctx->counters.vnics[slot_t5].conntrack_allowance_exceeded.read(), 200u - 64 / 3);
+    EXPECT_EQ(ctx->flows->evictions(), 0u);
+    // t2's next packet on the quiet connection is still a reply.
+    from_uplink(tcp_to_t1("198.18.0.2", "198.19.1.2", 443, 50000, RTE_TCP_ACK_FLAG));
+    EXPECT_EQ(delivered_to_t1(), 1u);
+    EXPECT_EQ(drops(drop_reason::sg_denied_ingress), 0u);
+}
+
 }  // namespace
 }  // namespace jakiro::test

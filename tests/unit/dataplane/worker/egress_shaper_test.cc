@@ -19,7 +19,8 @@ security_groups:
   - {name: red-open, vpc: red, ingress: [{proto: any, from: 0.0.0.0/0}]}
 vnics:
   - {name: t1, vpc: blue, mac: "02:00:c6:13:01:01", ip: 198.19.1.1/24, port: "net_null1", security_groups: [blue-open],
-     qos: {rate: 100Mbit, burst: 16KiB, rdma: {weight: 3}, tcp: {weight: 1}}}
+     qos: {rate: 100Mbit, burst: 16KiB, rdma: {weight: 3}, tcp: {weight: 1}},
+     limits: {max_packet_buffers: 600}}
   - {name: t5, vpc: blue, mac: "02:00:c6:13:01:03", ip: 198.19.1.3/24, port: "net_null2", security_groups: [blue-open]}
   - {name: t3, vpc: red, mac: "02:00:c6:13:02:01", ip: 198.19.1.1/24, port: "net_null3", security_groups: [red-open]}
 peers:
@@ -56,7 +57,37 @@ peers:
         return ipv4_mbuf(pool, spec);
     }
 
+    // Publishes the host's YAML with `from` replaced by `to` (a live change of t1), as
+    // `jakiroctl apply` would, and lets the shaper see it.
+    void apply(const std::string& from, const std::string& to) {
+        std::string yaml = config_yaml();
+        const auto at = yaml.find(from);
+        ASSERT_NE(at, std::string::npos) << from;
+        yaml.replace(at, from.size(), to);
+        const auto loaded = load_host_config_text(yaml, "h1.yaml");
+        ASSERT_TRUE(loaded.ok()) << loaded.errors[0].to_string();
+        port_assignment ports{uplink, h1_mac, {port_t1, port_t5, port_t3}};
+        std::string error;
+        tables = build_tables(loaded.config, ports, neighbors, ++generation, error);
+        ASSERT_TRUE(tables) << error;
+        shaper->sync(*tables, *ctx, now);
+    }
+
+    // Queues small frames from t1 to t5 until the tcp FIFO refuses one (at most `most`);
+    // returns how many it took.
+    uint32_t fill_t1_queue(uint32_t most) {
+        const uint64_t drops_before = drops(drop_reason::qos_queue_full);
+        for (uint32_t i = 0; i < most; ++i) {
+            from_tenant(slot_t1, t1_packet("198.19.1.3"));
+            if (drops(drop_reason::qos_queue_full) > drops_before) {
+                return i;
+            }
+        }
+        return most;
+    }
+
     uint64_t now = 1'000'000'000;
+    uint32_t generation = 1;
     std::unique_ptr<egress_shaper> shaper;
 };
 
@@ -86,6 +117,50 @@ TEST_F(ShaperTest, AFullTcpQueueTailDropsAndCounts) {
     }
     EXPECT_EQ(drops(drop_reason::qos_queue_full), 5u);
     EXPECT_EQ(shaper->counters(slot_t1).tcp_queue_drops.read(), 5u);
+}
+
+TEST_F(ShaperTest, AShapedVnicsQueueHoldsNoMoreFramesThanItsPacketBuffers) {
+    apply("limits: {max_packet_buffers: 600}", "limits: {max_packet_buffers: 40}");
+    EXPECT_EQ(fill_t1_queue(100), 40u);
+    EXPECT_EQ(shaper->counters(slot_t1).tcp_queue_drops.read(), 1u);
+    // Raised live: the queue takes more at once; lowered again, what it holds stays queued.
+    apply("limits: {max_packet_buffers: 600}", "limits: {max_packet_buffers: 60}");
+    EXPECT_EQ(fill_t1_queue(100), 20u);
+    apply("limits: {max_packet_buffers: 600}", "limits: {max_packet_buffers: 10}");
+    EXPECT_EQ(fill_t1_queue(100), 0u);
+    EXPECT_TRUE(ctx->tx.queued(port_t5).empty()) << "nothing queued was let go or dropped";
+}
+
+TEST_F(ShaperTest, WithoutALimitAVnicsQueueHoldsAnEqualShareOfTheSuperframePool) {
+    apply("limits: {max_packet_buffers: 600}", "limits: {}");
+    // Three vNICs and the host itself share the pool.
+    const uint32_t share = vnet::superframe_pool_buffers / 4;
+    EXPECT_EQ(tables->vnics[slot_t1].max_packet_buffers, share);
+    EXPECT_EQ(fill_t1_queue(share + 10), share);
+}
+
+TEST_F(ShaperTest, AShapedVnicsQueueHoldsTwentyMillisecondsOfItsRate) {
+    // 100 Mbit/s: 250 000 bytes, far more than the 16 KiB burst or one super-frame.
+    qos::vnic_qos q{100'000'000, 16384, {}};
+    EXPECT_EQ(egress_shaper::queue_byte_limit(q), 250'000u);
+    // 10 Mbit/s: 20 ms is 25 000 bytes, less than a 64 KB super-frame must find: that decides.
+    q.rate_bps = 10'000'000;
+    EXPECT_EQ(egress_shaper::queue_byte_limit(q), qos::largest_charged_frame_bytes);
+
+    // Frames of 1000 bytes of payload, charged about 1.1 KB each: the queue takes 20 ms of
+    // t1's 100 Mbit/s and refuses the next one.
+    uint64_t queued = 0;
+    const uint64_t drops_before = drops(drop_reason::qos_queue_full);
+    while (drops(drop_reason::qos_queue_full) == drops_before) {
+        rte_mbuf* m = big_t1_frame();
+        const uint32_t charged = qos::charged_bytes(rte_pktmbuf_pkt_len(m));
+        from_tenant(slot_t1, m);
+        queued += charged;
+        ASSERT_LT(queued, 300'000u);
+    }
+    const uint64_t frame = qos::charged_bytes(1000 + 42);
+    EXPECT_LE(queued - frame, 250'000u);
+    EXPECT_GT(queued, 250'000u - frame);
 }
 
 TEST_F(ShaperTest, UnshapedVnicsPassStraightThrough) {

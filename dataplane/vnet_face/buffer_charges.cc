@@ -1,0 +1,107 @@
+#include "buffer_charges.hh"
+
+#include <rte_errno.h>
+#include <rte_lcore.h>
+
+#include <cstring>
+#include <mutex>
+
+namespace jakiro::vnet {
+
+namespace {
+
+constexpr const char* handler_name = "jakiro_charged";
+constexpr const char* ring_handler_name = "ring_mp_mc";  // DPDK's default pool handler
+
+// The tag: vNIC slot + 1 in the buffer's private area (0: charged to nobody). The area is the
+// pool's own (rte_pktmbuf_init zeroes it), so no other code reads or writes it.
+constexpr uint16_t priv_bytes = RTE_MBUF_PRIV_ALIGN;
+
+uint16_t& tag_of(rte_mbuf* m) {
+    return *static_cast<uint16_t*>(rte_mbuf_to_priv(m));
+}
+
+const rte_mempool_ops* ring_handler = nullptr;
+
+int charged_enqueue(rte_mempool* mp, void* const* objs, unsigned n) {
+    // pool_config is set once the pool is populated: the buffers the pool is filled with at
+    // creation are not coming home from anyone.
+    if (auto* charges = static_cast<buffer_charges*>(mp->pool_config)) {
+        charges->release(objs, n);
+    }
+    return ring_handler->enqueue(mp, objs, n);
+}
+
+// Registers the handler once: DPDK's ring handler with an enqueue that releases charges first.
+bool register_handler(std::string& error) {
+    static std::once_flag once;
+    static std::string failure;
+    std::call_once(once, [] {
+        for (uint32_t i = 0; i < rte_mempool_ops_table.num_ops; ++i) {
+            if (std::strcmp(rte_mempool_ops_table.ops[i].name, ring_handler_name) == 0) {
+                ring_handler = &rte_mempool_ops_table.ops[i];
+            }
+        }
+        if (ring_handler == nullptr) {
+            failure = std::string("no '") + ring_handler_name + "' mempool handler";
+            return;
+        }
+        static rte_mempool_ops charged = *ring_handler;
+        std::strncpy(charged.name, handler_name, sizeof(charged.name) - 1);
+        charged.enqueue = charged_enqueue;
+        if (rte_mempool_register_ops(&charged) < 0) {
+            failure = "cannot register the charged mempool handler";
+        }
+    });
+    error = failure;
+    return failure.empty();
+}
+
+}  // namespace
+
+rte_mempool* buffer_charges::create_pool(const std::string& name, unsigned buffers,
+                                         uint16_t data_room, buffer_charges& charges,
+                                         std::string& error) {
+    if (!register_handler(error)) {
+        return nullptr;
+    }
+    // No per-lcore cache: a buffer parked in one would be home for DPDK and still charged here.
+    rte_mempool* pool = rte_pktmbuf_pool_create_by_ops(name.c_str(), buffers, 0, priv_bytes,
+                                                       data_room, rte_socket_id(), handler_name);
+    if (pool == nullptr) {
+        error = "cannot create the pool '" + name + "': " + rte_strerror(rte_errno);
+        return nullptr;
+    }
+    pool->pool_config = &charges;
+    return pool;
+}
+
+void buffer_charges::charge(uint16_t vnic, rte_mbuf* const* buffers, unsigned n) {
+    for (unsigned i = 0; i < n; ++i) {
+        tag_of(buffers[i]) = static_cast<uint16_t>(vnic + 1);
+    }
+    _held[vnic].fetch_add(static_cast<int32_t>(n), std::memory_order_relaxed);
+}
+
+void buffer_charges::release(void* const* buffers, unsigned n) {
+    // A bulk free is mostly one vNIC's: one atomic per run of the same tag.
+    uint16_t run_tag = 0;
+    int32_t run = 0;
+    for (unsigned i = 0; i < n; ++i) {
+        uint16_t& tag = tag_of(static_cast<rte_mbuf*>(buffers[i]));
+        if (tag != run_tag) {
+            if (run_tag != 0) {
+                _held[run_tag - 1].fetch_sub(run, std::memory_order_relaxed);
+            }
+            run_tag = tag;
+            run = 0;
+        }
+        run += tag != 0;
+        tag = 0;
+    }
+    if (run_tag != 0) {
+        _held[run_tag - 1].fetch_sub(run, std::memory_order_relaxed);
+    }
+}
+
+}  // namespace jakiro::vnet
