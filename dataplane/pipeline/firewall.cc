@@ -127,9 +127,11 @@ void firewall_burst(worker_context& ctx, const datapath_tables& tables,
     flows.lookup_bulk(valid_keys, valid_count, found);
     flow_entry* entry_of[max_burst];  // by request index, once known
 
-    // 2. Known flows checked under the current policy are decided at once; the rest (new
-    //    flows, and flows whose verdict predates a policy change) are classified in runs of one
-    //    vNIC and direction, which is how bursts arrive.
+    // 2. Known flows checked under the current policy are decided at once, and so are new
+    //    flows of a vNIC that holds its allowance of entries (refused whatever the rules say:
+    //    a vNIC that floods new flows costs one lookup per packet, not a classification); the
+    //    rest (new flows, and flows whose verdict predates a policy change) are classified in
+    //    runs of one vNIC and direction, which is how bursts arrive.
     unsigned pending[max_burst];
     direction judged_as[max_burst];
     unsigned pending_count = 0;
@@ -140,6 +142,10 @@ void firewall_burst(worker_context& ctx, const datapath_tables& tables,
         if (e != nullptr && e->generation == generation) {
             pass[i] = !e->revoked;
             reasons[i] = drop_reason::sg_revoked;
+            continue;
+        }
+        if (e == nullptr && flows.flows_of(keys[i].vnic) >= tables.vnics[keys[i].vnic].max_flows) {
+            reasons[i] = drop_reason::conntrack_allowance_exceeded;
             continue;
         }
         pending[pending_count] = i;

@@ -11,7 +11,12 @@ namespace jakiro::vnet {
 namespace {
 
 constexpr const char* handler_name = "jakiro_charged";
-constexpr const char* ring_handler_name = "ring_mp_mc";  // DPDK's default pool handler
+// The handler underneath, the first DPDK has: its lock-free stack, LIFO, so the buffer freed
+// last (still in the core's caches and TLB) is the next one taken, as a per-lcore cache would
+// give; a FIFO ring hands out the coldest of 1023 buffers 64 KB apart (one TLB miss and cold
+// header lines each: jakirod spent 13 % more CPU per byte of one TCP stream between two
+// vNICs of a host, 600 against 530 ns/KB; the stack, 475). Else DPDK's default ring.
+constexpr const char* base_handler_names[] = {"lf_stack", "ring_mp_mc"};
 
 // The tag: vNIC slot + 1 in the buffer's private area (0: charged to nobody). The area is the
 // pool's own (rte_pktmbuf_init zeroes it), so no other code reads or writes it.
@@ -21,7 +26,7 @@ uint16_t& tag_of(rte_mbuf* m) {
     return *static_cast<uint16_t*>(rte_mbuf_to_priv(m));
 }
 
-const rte_mempool_ops* ring_handler = nullptr;
+const rte_mempool_ops* base_handler = nullptr;
 
 int charged_enqueue(rte_mempool* mp, void* const* objs, unsigned n) {
     // pool_config is set once the pool is populated: the buffers the pool is filled with at
@@ -29,24 +34,27 @@ int charged_enqueue(rte_mempool* mp, void* const* objs, unsigned n) {
     if (auto* charges = static_cast<buffer_charges*>(mp->pool_config)) {
         charges->release(objs, n);
     }
-    return ring_handler->enqueue(mp, objs, n);
+    return base_handler->enqueue(mp, objs, n);
 }
 
-// Registers the handler once: DPDK's ring handler with an enqueue that releases charges first.
+// Registers the handler once: a DPDK handler with an enqueue that releases charges first.
 bool register_handler(std::string& error) {
     static std::once_flag once;
     static std::string failure;
     std::call_once(once, [] {
-        for (uint32_t i = 0; i < rte_mempool_ops_table.num_ops; ++i) {
-            if (std::strcmp(rte_mempool_ops_table.ops[i].name, ring_handler_name) == 0) {
-                ring_handler = &rte_mempool_ops_table.ops[i];
+        for (const char* name : base_handler_names) {
+            for (uint32_t i = 0; i < rte_mempool_ops_table.num_ops && base_handler == nullptr;
+                 ++i) {
+                if (std::strcmp(rte_mempool_ops_table.ops[i].name, name) == 0) {
+                    base_handler = &rte_mempool_ops_table.ops[i];
+                }
             }
         }
-        if (ring_handler == nullptr) {
-            failure = std::string("no '") + ring_handler_name + "' mempool handler";
+        if (base_handler == nullptr) {
+            failure = "no mempool handler to build the charged one on (lf_stack, ring_mp_mc)";
             return;
         }
-        static rte_mempool_ops charged = *ring_handler;
+        static rte_mempool_ops charged = *base_handler;
         std::strncpy(charged.name, handler_name, sizeof(charged.name) - 1);
         charged.enqueue = charged_enqueue;
         if (rte_mempool_register_ops(&charged) < 0) {

@@ -8,11 +8,11 @@
 // whose port is slow, a ring to another worker) it is still its sender's: the face tags each
 // buffer it takes with its vNIC and charges it, and the pool gives the charge back when the
 // buffer comes home, whoever frees it and however (a free, a bulk free, the last indirect
-// mbuf of a cut super-frame). The pool's mempool handler does that: DPDK's ring handler plus
-// the bookkeeping, with no per-lcore cache so that every free reaches it (one ring operation
-// per burst, a few hundred nanoseconds per 64 KB). A face compares its vNIC's charge with its
-// allowance before it receives (vnet_face.hh), so one vNIC can never hold the buffers the
-// others need.
+// mbuf of a cut super-frame). The pool's mempool handler does that: DPDK's lock-free stack
+// handler plus the bookkeeping, with no per-lcore cache so that every free reaches it (one
+// stack operation per burst; LIFO, so the buffers stay as warm as a cache would keep them). A
+// face compares its vNIC's charge with its allowance before it receives (vnet_face.hh), so
+// one vNIC can never hold the buffers the others need.
 //
 // Buffers nobody charged (the uplink's, the RDMA engines' super-datagrams) carry no tag and
 // come from the host's own share of the pool (control/vnic_limits.hh).
