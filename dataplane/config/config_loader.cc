@@ -687,7 +687,8 @@ void load_vnics(checker& check, const YAML::Node& root, host_config& config,
             if (check.only_keys(
                     rdma, rdma_field,
                     {"max_qps", "max_rc_qps", "max_pds", "max_mrs", "max_mws", "max_mr_bytes",
-                     "max_cqs", "max_cqes", "max_srqs", "max_wqes", "max_contexts"})) {
+                     "max_cqs", "max_cqes", "max_srqs", "max_wqes", "max_contexts",
+                     "max_local_work_rate"})) {
                 // max_rc_qps: the older name, from before UC and UD QPs counted too.
                 const char* key = rdma["max_qps"].IsDefined() ? "max_qps" : "max_rc_qps";
                 if (rdma["max_qps"].IsDefined() && rdma["max_rc_qps"].IsDefined()) {
@@ -708,6 +709,11 @@ void load_vnics(checker& check, const YAML::Node& root, host_config& config,
                 quota("max_srqs", vnic.rdma.max_srqs, rdma_config::max_srqs_limit);
                 quota("max_wqes", vnic.rdma.max_wqes, rdma_config::max_wqes_limit);
                 quota("max_contexts", vnic.rdma.max_contexts, rdma_config::max_contexts_limit);
+                vnic.rdma.max_local_work_rate =
+                    check
+                        .number(rdma, "max_local_work_rate", rdma_field, 1,
+                                rdma_config::max_local_work_rate_limit, false)
+                        .value_or(vnic.rdma.max_local_work_rate);
                 if (const auto bytes = check.bytes(rdma, "max_mr_bytes", rdma_field)) {
                     if (*bytes > rdma_config::max_mr_bytes_limit) {
                         check.error(rdma["max_mr_bytes"], rdma_field + ".max_mr_bytes",

@@ -74,6 +74,11 @@ struct rdma_config {
     // Verbs connections (contexts and device scans) at once; the channel server enforces it.
     static constexpr uint32_t max_contexts_limit = 4096;  // the channel server's max_clients
     uint32_t max_contexts = 64;
+    // WRs per second the RNIC does for the vNIC without a packet (memory-window binds and
+    // invalidations, WRs that fail locally, flushes): worker time that nothing else bounds
+    // (rnic/engine.hh). Beyond it the vNIC's QPs wait.
+    static constexpr uint32_t max_local_work_rate_limit = 10'000'000;
+    uint32_t max_local_work_rate = 100'000;
 };
 
 // What a vNIC may hold of what it shares with the other vNICs of its host, beyond its RDMA

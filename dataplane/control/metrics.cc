@@ -241,6 +241,13 @@ void vnics(const daemon_state& state, families& f) {
         {"jakiro_vnic_buffer_allowance_exceeded_total",
          "Frames of the vNIC dropped because it held its allowance of packet buffers", true,
          &vnic_bounds::buffers_refused},
+        {"jakiro_vnic_rdma_local_work_rate_max",
+         "WRs per second the vNIC's RDMA engine may do without a packet "
+         "(rdma.max_local_work_rate)",
+         false, &vnic_bounds::max_local_work_rate},
+        {"jakiro_vnic_rdma_local_work_over_allowance_total",
+         "Engine polls the vNIC's QPs sat out over their local-work allowance", true,
+         &vnic_bounds::local_work_over_allowance},
     };
     for (const auto& k : kinds) {
         k.counter ? f.counter(k.name, k.help) : f.gauge(k.name, k.help);

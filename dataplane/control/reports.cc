@@ -142,12 +142,16 @@ vnic_bounds bounds_of(const daemon_state& state, uint16_t slot) {
         b.flows += worker->flows->flows_of(slot);
         b.flows_refused += worker->counters.vnics[slot].conntrack_allowance_exceeded.read();
         b.buffers_refused += worker->counters.vnics[slot].buffer_allowance_exceeded.read();
+        if (worker->engine != nullptr) {
+            b.local_work_over_allowance += worker->engine->vnic_over_allowance(slot);
+        }
     }
     // The snapshot is the truth of what the datapath enforces (publish() runs on this thread).
     state.publisher->read_current([&](const datapath_tables& tables) {
         if (slot < tables.vnics.size()) {
             b.max_flows = tables.vnics[slot].max_flows;
             b.max_packet_buffers = tables.vnics[slot].max_packet_buffers;
+            b.max_local_work_rate = tables.vnics[slot].rdma_local_work_rate;
         }
     });
     b.packet_buffers = vnet::superframe_charges().held(slot);
@@ -323,7 +327,9 @@ std::string render_stats(const daemon_state& state, bool json) {
             .value("packet_buffers", bounds.packet_buffers)
             .value("max_packet_buffers", bounds.max_packet_buffers)
             .value("buffer_allowance_exceeded", bounds.buffers_refused)
-            .value("qos_queue_drops", bounds.qos_queue_drops);
+            .value("qos_queue_drops", bounds.qos_queue_drops)
+            .value("rdma_max_local_work_rate", bounds.max_local_work_rate)
+            .value("rdma_local_work_over_allowance", bounds.local_work_over_allowance);
         write_rdma_memory(out, state, static_cast<uint16_t>(slot));
         out.end_object();
         char line[256];

@@ -17,6 +17,10 @@ struct vnic_bounds {
     uint64_t max_packet_buffers = 0;
     uint64_t buffers_refused = 0;  // tenant frames dropped at the allowance
     uint64_t qos_queue_drops = 0;  // tail drops of its tcp-class queue (shaped vNICs)
+    // Its RDMA engine's local work (WRs done without a packet): the allowance per second, and
+    // the polls it sat out over it.
+    uint64_t max_local_work_rate = 0;
+    uint64_t local_work_over_allowance = 0;
 };
 vnic_bounds bounds_of(const daemon_state& state, uint16_t slot);
 

@@ -36,6 +36,9 @@ void roce_port::use(const datapath_tables* tables) {
         const auto& q = tables->qos[slot];
         _ctx.engine->set_vnic_rate(slot, q ? q->rate_bps : 0, now);  // unchanged: no work
     }
+    for (const uint16_t slot : tables->active_slots) {
+        _ctx.engine->set_vnic_local_work_rate(slot, tables->vnics[slot].rdma_local_work_rate);
+    }
 }
 
 // Back-pressure instead of loss: a QP may have 2048 packets in flight, half a hand-off ring,

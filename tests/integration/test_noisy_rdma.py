@@ -4,8 +4,9 @@ The neighbour is red t3, on the same host and worker as blue t1 (the test bed ru
 worker per host). It runs tests/hostile/silent_wqe_flood: hundreds of QPs whose send queues
 stay full of memory-window binds and invalidations, work that retires at once and never
 reaches the wire. The worker spends at most the vNIC's units per poll on it (rnic/engine.hh);
-the operator sees the neighbour meet its bound in `jakiroctl qps` and /metrics, and the
-victim's RDMA keeps moving every byte correctly meanwhile.
+and at most its local-work allowance per second (rdma.max_local_work_rate) on WRs that send
+nothing. The operator sees the neighbour meet both bounds in `jakiroctl qps`, `stats --json`
+and /metrics, and the victim's RDMA keeps moving every byte correctly meanwhile.
 """
 
 import json
@@ -18,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import JAKIROD, T3, jakiroctl, ns, shim_env, stop, wait_until
+from conftest import (JAKIROD, T3, host_config_with, jakiroctl, ns, shim_env, stats, stop,
+                      wait_until)
 from test_rdma_rc import JAKIRO_RUN, run_integrity
 
 pytestmark = pytest.mark.usefixtures("testbed")
@@ -67,7 +69,19 @@ def test_a_neighbour_flooding_silent_work_meets_its_bound_and_the_victims_rdma_c
         text = ns("jk-h1", "curl", "-sf", "--max-time", "5", METRICS_URL).stdout
         assert metric(text, "jakiro_rdma_work_units_total", "t3") >= spent_after
         assert metric(text, "jakiro_rdma_out_of_units_total", "t3") >= cut_after
+        # Its binds outrun the default allowance: it sat polls out, the victim never did.
+        vnics = stats("h1")["vnics"]
+        assert vnics["t3"]["rdma_max_local_work_rate"] == 100000
+        assert vnics["t3"]["rdma_local_work_over_allowance"] > 0, vnics["t3"]
+        assert vnics["t1"]["rdma_local_work_over_allowance"] == 0, vnics["t1"]
+        assert metric(text, "jakiro_vnic_rdma_local_work_over_allowance_total", "t3") > 0
+        # The allowance is the operator's to change, live.
+        jakiroctl("h1", "apply", host_config_with(tmp_path, "t3",
+                                                  "rdma: {max_local_work_rate: 2000}"))
+        wait_until(lambda: stats("h1")["vnics"]["t3"]["rdma_max_local_work_rate"] == 2000, 10,
+                   "the new allowance in the datapath")
     finally:
+        jakiroctl("h1", "apply", "/run/jakiro/testbed/h1.yaml")  # the test bed's own again
         try:
             os.killpg(flood.pid, signal.SIGINT)
             flood.wait(timeout=20)

@@ -104,6 +104,7 @@ TEST(QosConfig, EveryRdmaQuotaHasADefaultASmallHostSurvives) {
     EXPECT_EQ(q.max_srqs, 256u);
     EXPECT_EQ(q.max_wqes, 1u << 17);
     EXPECT_EQ(q.max_contexts, 64u);
+    EXPECT_EQ(q.max_local_work_rate, 100'000u);
 }
 
 TEST(QosConfig, RdmaQuotasAreReadFromTheRdmaMap) {
@@ -123,6 +124,9 @@ TEST(QosConfig, RdmaQuotasAreReadFromTheRdmaMap) {
     EXPECT_EQ(q.max_contexts, 5u);
     EXPECT_EQ(load("    rdma: {max_mr_bytes: 2GiB}\n").config.vnics[0].rdma.max_mr_bytes,
               uint64_t{2} << 30);
+    EXPECT_EQ(
+        load("    rdma: {max_local_work_rate: 5000}\n").config.vnics[0].rdma.max_local_work_rate,
+        5000u);
 }
 
 TEST(QosConfig, ErrorsNameTheLineAndTheField) {
@@ -154,6 +158,8 @@ TEST(QosConfig, ErrorsNameTheLineAndTheField) {
         {"    rdma: {max_srqs: 1025}\n", 12, "vnics[0].rdma.max_srqs", "[0, 1024]"},
         {"    rdma: {max_wqes: 99999999}\n", 12, "vnics[0].rdma.max_wqes", "[0, 16777216]"},
         {"    rdma: {max_contexts: 5000}\n", 12, "vnics[0].rdma.max_contexts", "[0, 4096]"},
+        {"    rdma: {max_local_work_rate: 0}\n", 12, "vnics[0].rdma.max_local_work_rate",
+         "[1, 10000000]"},
     };
     for (const auto& c : cases) {
         const auto r = load(c.yaml);
