@@ -20,7 +20,8 @@
 namespace jakiro::cm_proto {
 
 constexpr uint32_t magic = 0x4d43'4b4a;  // "JKCM" in memory on little-endian hosts
-constexpr uint16_t version = 1;
+// 2: MIGRATE_ID proves the source channel by its event socket instead of naming a token.
+constexpr uint16_t version = 2;
 constexpr std::size_t max_message_size = 1024;
 // The largest ucma command (header + struct) librdmacm writes: rdma_ucm_join_mcast and
 // rdma_ucm_resolve_addr are under 300 bytes; rdma_ucm_accept/connect carry 56 + 196.
@@ -30,7 +31,7 @@ constexpr std::size_t max_option_bytes = 256;
 
 // Request opcodes 48..63 (issue 13's range), events 64.
 enum class opcode : uint16_t {
-    open_channel = 48,  // reply: channel token; fd: the event socket
+    open_channel = 48,  // reply: status; fd: the event socket
     ucma = 49,          // a ucma command; reply: status + the response struct
     event = 64,         // jakirod → shim on the event socket
 };
@@ -52,13 +53,19 @@ struct reply_header {
 };
 static_assert(sizeof(reply_header) == 24);
 
+// The channel's event socket comes with it (SCM_RIGHTS). It is also the channel's proof of
+// possession: MIGRATE_ID carries the source channel's event socket (SCM_RIGHTS), as the kernel's
+// ucma takes the source channel by descriptor, and jakirod moves the id only if that socket is
+// the one it handed out for the channel (its SO_COOKIE, never reused while the system runs).
+// A command without it, or with another socket, is ENOENT: nothing a process could guess (a
+// number, an id) names another process's channel.
 struct open_channel_reply {
     reply_header r;
-    uint32_t token;  // names this channel in MIGRATE_ID (the shim swaps the old fd for it)
-    uint32_t reserved;
 };
+static_assert(sizeof(open_channel_reply) == 24);
 
 // Followed by `command_bytes` of the ucma command, then `option_bytes` of SET_OPTION's value.
+// MIGRATE_ID alone comes with one descriptor: the source channel's event socket.
 struct ucma_request {
     header hdr;
     uint32_t command_bytes;

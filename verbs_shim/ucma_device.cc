@@ -18,6 +18,7 @@
 #include "channel.hh"
 #include "discovery.hh"
 #include "verbs_abi/cm_protocol.hh"
+#include "verbs_abi/fd_passing.hh"
 
 namespace jakiro::shim::ucma {
 
@@ -26,8 +27,7 @@ namespace {
 namespace cmp = cm_proto;
 
 struct device_file {
-    channel conn;  // to jakirod: commands and their replies
-    uint32_t token = 0;
+    channel conn;      // to jakirod: commands and their replies
     std::mutex mutex;  // one command at a time on this descriptor
     uint32_t next_id = 1;
 };
@@ -90,10 +90,12 @@ int copy_in(uint64_t address, void* data, std::size_t size) {
     return EFAULT;
 }
 
-// One request, one reply on the command connection. 0 or an errno; `reply` gets the bytes.
+// One request (with `fd_in`, when >= 0) and one reply on the command connection. 0 or an
+// errno; `reply` gets the bytes.
 int roundtrip(device_file& f, const void* request, std::size_t size, std::vector<uint8_t>& reply,
-              int* fd_out = nullptr) {
-    if (send(f.conn.fd(), request, size, MSG_NOSIGNAL) != static_cast<ssize_t>(size)) {
+              int* fd_out = nullptr, int fd_in = -1) {
+    if (verbs_proto::send_with_fd(f.conn.fd(), request, size, fd_in, MSG_NOSIGNAL) !=
+        static_cast<ssize_t>(size)) {
         return errno == EPIPE || errno == ECONNRESET ? EIO : errno;
     }
     reply.resize(cmp::max_message_size);
@@ -233,16 +235,13 @@ int open_device(int flags) {
         errno = e == EOPNOTSUPP ? ENODEV : e;
         return -1;
     }
-    cmp::open_channel_reply o;
-    if (reply.size() != sizeof(o) || event_fd < 0) {
+    if (reply.size() != sizeof(cmp::open_channel_reply) || event_fd < 0) {
         if (event_fd >= 0) {
             close(event_fd);
         }
         errno = EPROTO;
         return -1;
     }
-    std::memcpy(&o, reply.data(), sizeof(o));
-    f->token = o.token;
     if ((flags & O_CLOEXEC) == 0) {
         fcntl(event_fd, F_SETFD, 0);
     }
@@ -309,17 +308,17 @@ ssize_t write_command(int fd, const void* buf, std::size_t len) {
         }
     }
     uint32_t migrating_from = 0;
+    int source_channel = -1;
     if (hdr.cmd == RDMA_USER_CM_CMD_MIGRATE_ID && hdr.in >= sizeof(rdma_ucm_migrate_id)) {
-        // The old channel is a descriptor here and a token at jakirod.
+        // The old channel goes along as what it is, its descriptor (cm_protocol.hh): jakirod
+        // moves the id only for a caller that holds it, as the kernel does.
         rdma_ucm_migrate_id m;
         std::memcpy(&m, command.data() + sizeof(hdr), sizeof(m));
-        const auto old = lookup(static_cast<int>(m.fd));
-        if (old == nullptr) {
+        if (lookup(static_cast<int>(m.fd)) == nullptr) {
             return fail(EBADF);
         }
         migrating_from = m.id;
-        m.fd = old->token;
-        std::memcpy(command.data() + sizeof(hdr), &m, sizeof(m));
+        source_channel = static_cast<int>(m.fd);
     }
     const std::lock_guard lock(f->mutex);
     cmp::ucma_request q{};
@@ -331,7 +330,8 @@ ssize_t write_command(int fd, const void* buf, std::size_t len) {
     request.insert(request.end(), command.begin(), command.end());
     request.insert(request.end(), option.begin(), option.end());
     std::vector<uint8_t> reply;
-    if (const int e = roundtrip(*f, request.data(), request.size(), reply); e != 0) {
+    if (const int e = roundtrip(*f, request.data(), request.size(), reply, nullptr, source_channel);
+        e != 0) {
         return fail(e);
     }
     cmp::ucma_reply r;

@@ -21,20 +21,15 @@ cm_agent::cm_agent(agent_identity self, mad_sender send, admission admit, agent_
 
 cm_agent::~cm_agent() = default;
 
-uint32_t cm_agent::open_channel(uint64_t client, int event_fd) {
+bool cm_agent::open_channel(uint64_t client, int event_fd) {
     if (_channels.size() >= _limits.max_channels || _channels.count(client) != 0) {
-        return 0;
+        return false;
     }
     channel ch;
     ch.client = client;
     ch.event_fd = event_fd;
-    ch.token = _next_token++;
-    if (_next_token == 0) {
-        _next_token = 1;
-    }
-    const uint32_t token = ch.token;
     _channels.emplace(client, std::move(ch));
-    return token;
+    return true;
 }
 
 void cm_agent::close_channel(uint64_t client) {

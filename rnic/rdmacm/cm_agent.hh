@@ -83,18 +83,21 @@ class cm_agent {
     cm_agent& operator=(const cm_agent&) = delete;
 
     // A channel (one open of the rdma_cm device) of client `client`; events go to `event_fd`
-    // (borrowed: the caller closes it after close_channel). Returns its token, 0 when the vNIC
-    // has max_channels already.
-    uint32_t open_channel(uint64_t client, int event_fd);
+    // (borrowed: the caller closes it after close_channel). False when the vNIC has
+    // max_channels already (or the client has one).
+    bool open_channel(uint64_t client, int event_fd);
     // The client went away: its ids are destroyed (connected peers get a DREQ, requests a REJ).
     void close_channel(uint64_t client);
     bool has_channel(uint64_t client) const { return _channels.count(client) != 0; }
 
     // One ucma command (header + struct, as written to the device) of `client`. `option`:
-    // SET_OPTION's value. On 0, `response` holds the response struct (at most the command's
-    // `out` bytes; the kernel's size otherwise). Else a positive errno.
+    // SET_OPTION's value. `held_channel`: the client whose channel the caller proved it holds
+    // (the caller checked the descriptor that came with the command; 0: none), which is what
+    // MIGRATE_ID takes its id from, as the kernel takes the source channel by descriptor: a
+    // number in the command names nothing. On 0, `response` holds the response struct (at most
+    // the command's `out` bytes; the kernel's size otherwise). Else a positive errno.
     int command(uint64_t client, std::span<const uint8_t> cmd, std::span<const uint8_t> option,
-                std::vector<uint8_t>& response);
+                std::vector<uint8_t>& response, uint64_t held_channel = 0);
 
     // A MAD that arrived on QP1 from `src_ip_be` (already past the ICRC and Q_Key checks).
     void on_mad(uint32_t src_ip_be, std::span<const uint8_t> mad);
@@ -167,7 +170,6 @@ class cm_agent {
     struct channel {
         uint64_t client = 0;
         int event_fd = -1;
-        uint32_t token = 0;
         std::deque<std::vector<uint8_t>> queued;  // events the socket had no room for
     };
 
@@ -187,7 +189,8 @@ class cm_agent {
     int init_qp_attr(uint64_t client, std::span<const uint8_t> in, std::vector<uint8_t>& out);
     int set_option(uint64_t client, std::span<const uint8_t> in, std::span<const uint8_t> option);
     int notify(uint64_t client, std::span<const uint8_t> in);
-    int migrate_id(uint64_t client, std::span<const uint8_t> in, std::vector<uint8_t>& out);
+    int migrate_id(uint64_t client, uint64_t held_channel, std::span<const uint8_t> in,
+                   std::vector<uint8_t>& out);
 
     // MADs. `may_hold`: a REQ that finds no listener may wait for one (held_req).
     void on_req(uint32_t src_ip_be, uint64_t tid, const cm_req& m, bool may_hold = true);
@@ -277,7 +280,6 @@ class cm_agent {
     void take_held(uint16_t ps, uint16_t port);  // a listener on `port` appeared
     std::map<uint64_t, channel> _channels;       // by client
     uint32_t _next_handle = 1;
-    uint32_t _next_token = 1;
     uint64_t _next_tid;
     uint32_t _comm_id_seed;
 };

@@ -18,7 +18,8 @@ using namespace detail;
 // ---- commands ------------------------------------------------------------------------------
 
 int cm_agent::command(uint64_t client, std::span<const uint8_t> cmd,
-                      std::span<const uint8_t> option, std::vector<uint8_t>& response) {
+                      std::span<const uint8_t> option, std::vector<uint8_t>& response,
+                      uint64_t held_channel) {
     ++_stats.commands;
     response.clear();
     rdma_ucm_cmd_hdr hdr;
@@ -36,64 +37,74 @@ int cm_agent::command(uint64_t client, std::span<const uint8_t> cmd,
     // commands this agent refuses on purpose.
     using bytes = std::span<const uint8_t>;
     using out_t = std::vector<uint8_t>;
-    using handler = int (*)(cm_agent&, uint64_t, bytes in, bytes option, out_t & out);
+    // `held`: the channel the caller proved it holds (MIGRATE_ID's source), 0 if none.
+    struct caller {
+        uint64_t client;
+        uint64_t held;
+    };
+    using handler = int (*)(cm_agent&, caller, bytes in, bytes option, out_t & out);
     struct row {
         uint32_t cmd;
         handler run;
     };
     static constexpr row table[] = {
-        {RDMA_USER_CM_CMD_CREATE_ID, [](cm_agent& a, uint64_t c, bytes in, bytes,
-                                        out_t& out) { return a.create_id(c, in, out); }},
-        {RDMA_USER_CM_CMD_DESTROY_ID, [](cm_agent& a, uint64_t c, bytes in, bytes,
-                                         out_t& out) { return a.destroy_id(c, in, out); }},
-        {RDMA_USER_CM_CMD_BIND_IP,
-         [](cm_agent& a, uint64_t c, bytes in, bytes, out_t&) { return a.bind_ip(c, in, false); }},
-        {RDMA_USER_CM_CMD_BIND,
-         [](cm_agent& a, uint64_t c, bytes in, bytes, out_t&) { return a.bind_ip(c, in, true); }},
-        {RDMA_USER_CM_CMD_RESOLVE_IP, [](cm_agent& a, uint64_t c, bytes in, bytes,
-                                         out_t&) { return a.resolve_ip(c, in, false); }},
-        {RDMA_USER_CM_CMD_RESOLVE_ADDR, [](cm_agent& a, uint64_t c, bytes in, bytes,
-                                           out_t&) { return a.resolve_ip(c, in, true); }},
-        {RDMA_USER_CM_CMD_RESOLVE_ROUTE,
-         [](cm_agent& a, uint64_t c, bytes in, bytes, out_t&) { return a.resolve_route(c, in); }},
-        {RDMA_USER_CM_CMD_QUERY_ROUTE, [](cm_agent& a, uint64_t c, bytes in, bytes,
-                                          out_t& out) { return a.query_route(c, in, out); }},
-        {RDMA_USER_CM_CMD_QUERY,
-         [](cm_agent& a, uint64_t c, bytes in, bytes, out_t& out) { return a.query(c, in, out); }},
+        {RDMA_USER_CM_CMD_CREATE_ID, [](cm_agent& a, caller c, bytes in, bytes,
+                                        out_t& out) { return a.create_id(c.client, in, out); }},
+        {RDMA_USER_CM_CMD_DESTROY_ID, [](cm_agent& a, caller c, bytes in, bytes,
+                                         out_t& out) { return a.destroy_id(c.client, in, out); }},
+        {RDMA_USER_CM_CMD_BIND_IP, [](cm_agent& a, caller c, bytes in, bytes,
+                                      out_t&) { return a.bind_ip(c.client, in, false); }},
+        {RDMA_USER_CM_CMD_BIND, [](cm_agent& a, caller c, bytes in, bytes,
+                                   out_t&) { return a.bind_ip(c.client, in, true); }},
+        {RDMA_USER_CM_CMD_RESOLVE_IP, [](cm_agent& a, caller c, bytes in, bytes,
+                                         out_t&) { return a.resolve_ip(c.client, in, false); }},
+        {RDMA_USER_CM_CMD_RESOLVE_ADDR, [](cm_agent& a, caller c, bytes in, bytes,
+                                           out_t&) { return a.resolve_ip(c.client, in, true); }},
+        {RDMA_USER_CM_CMD_RESOLVE_ROUTE, [](cm_agent& a, caller c, bytes in, bytes,
+                                            out_t&) { return a.resolve_route(c.client, in); }},
+        {RDMA_USER_CM_CMD_QUERY_ROUTE, [](cm_agent& a, caller c, bytes in, bytes,
+                                          out_t& out) { return a.query_route(c.client, in, out); }},
+        {RDMA_USER_CM_CMD_QUERY, [](cm_agent& a, caller c, bytes in, bytes,
+                                    out_t& out) { return a.query(c.client, in, out); }},
         {RDMA_USER_CM_CMD_CONNECT,
-         [](cm_agent& a, uint64_t c, bytes in, bytes, out_t&) { return a.connect(c, in); }},
+         [](cm_agent& a, caller c, bytes in, bytes, out_t&) { return a.connect(c.client, in); }},
         {RDMA_USER_CM_CMD_LISTEN,
-         [](cm_agent& a, uint64_t c, bytes in, bytes, out_t&) { return a.listen(c, in); }},
+         [](cm_agent& a, caller c, bytes in, bytes, out_t&) { return a.listen(c.client, in); }},
         {RDMA_USER_CM_CMD_ACCEPT,
-         [](cm_agent& a, uint64_t c, bytes in, bytes, out_t&) { return a.accept(c, in); }},
+         [](cm_agent& a, caller c, bytes in, bytes, out_t&) { return a.accept(c.client, in); }},
         {RDMA_USER_CM_CMD_REJECT,
-         [](cm_agent& a, uint64_t c, bytes in, bytes, out_t&) { return a.reject(c, in); }},
+         [](cm_agent& a, caller c, bytes in, bytes, out_t&) { return a.reject(c.client, in); }},
         {RDMA_USER_CM_CMD_DISCONNECT,
-         [](cm_agent& a, uint64_t c, bytes in, bytes, out_t&) { return a.disconnect(c, in); }},
-        {RDMA_USER_CM_CMD_INIT_QP_ATTR, [](cm_agent& a, uint64_t c, bytes in, bytes,
-                                           out_t& out) { return a.init_qp_attr(c, in, out); }},
-        {RDMA_USER_CM_CMD_SET_OPTION, [](cm_agent& a, uint64_t c, bytes in, bytes option,
-                                         out_t&) { return a.set_option(c, in, option); }},
+         [](cm_agent& a, caller c, bytes in, bytes, out_t&) { return a.disconnect(c.client, in); }},
+        {RDMA_USER_CM_CMD_INIT_QP_ATTR,
+         [](cm_agent& a, caller c, bytes in, bytes, out_t& out) {
+             return a.init_qp_attr(c.client, in, out);
+         }},
+        {RDMA_USER_CM_CMD_SET_OPTION, [](cm_agent& a, caller c, bytes in, bytes option,
+                                         out_t&) { return a.set_option(c.client, in, option); }},
         {RDMA_USER_CM_CMD_NOTIFY,
-         [](cm_agent& a, uint64_t c, bytes in, bytes, out_t&) { return a.notify(c, in); }},
-        {RDMA_USER_CM_CMD_MIGRATE_ID, [](cm_agent& a, uint64_t c, bytes in, bytes,
-                                         out_t& out) { return a.migrate_id(c, in, out); }},
+         [](cm_agent& a, caller c, bytes in, bytes, out_t&) { return a.notify(c.client, in); }},
+        {RDMA_USER_CM_CMD_MIGRATE_ID,
+         [](cm_agent& a, caller c, bytes in, bytes, out_t& out) {
+             return a.migrate_id(c.client, c.held, in, out);
+         }},
         // The overlay carries no multicast: refused cleanly (issue 13, point 4).
         {RDMA_USER_CM_CMD_JOIN_IP_MCAST,
-         [](cm_agent&, uint64_t, bytes, bytes, out_t&) { return EOPNOTSUPP; }},
+         [](cm_agent&, caller, bytes, bytes, out_t&) { return EOPNOTSUPP; }},
         {RDMA_USER_CM_CMD_JOIN_MCAST,
-         [](cm_agent&, uint64_t, bytes, bytes, out_t&) { return EOPNOTSUPP; }},
+         [](cm_agent&, caller, bytes, bytes, out_t&) { return EOPNOTSUPP; }},
         // Nothing was ever joined.
         {RDMA_USER_CM_CMD_LEAVE_MCAST,
-         [](cm_agent&, uint64_t, bytes, bytes, out_t&) { return ENOENT; }},
+         [](cm_agent&, caller, bytes, bytes, out_t&) { return ENOENT; }},
         // The shim serves it from the event socket.
         {RDMA_USER_CM_CMD_GET_EVENT,
-         [](cm_agent&, uint64_t, bytes, bytes, out_t&) { return EINVAL; }},
+         [](cm_agent&, caller, bytes, bytes, out_t&) { return EINVAL; }},
     };
     const auto* found = std::find_if(std::begin(table), std::end(table),
                                      [&](const row& r) { return r.cmd == hdr.cmd; });
-    int rc = found != std::end(table) ? found->run(*this, client, in, option, response)
-                                      : (hdr.cmd > RDMA_USER_CM_CMD_JOIN_MCAST ? EINVAL : ENOSYS);
+    int rc = found != std::end(table)
+                 ? found->run(*this, {client, held_channel}, in, option, response)
+                 : (hdr.cmd > RDMA_USER_CM_CMD_JOIN_MCAST ? EINVAL : ENOSYS);
     if (rc == 0 && response.size() > hdr.out) {
         // The kernel answers ENOSPC when the caller's buffer cannot hold the response.
         response.clear();
@@ -688,20 +699,20 @@ int cm_agent::notify(uint64_t client, std::span<const uint8_t> in) {
     return 0;
 }
 
-int cm_agent::migrate_id(uint64_t client, std::span<const uint8_t> in, std::vector<uint8_t>& out) {
+int cm_agent::migrate_id(uint64_t client, uint64_t held_channel, std::span<const uint8_t> in,
+                         std::vector<uint8_t>& out) {
     rdma_ucm_migrate_id c;
     if (!read_cmd(in, c)) {
         return EINVAL;
     }
-    // `fd` is the old channel's token (the shim swapped the descriptor for it): only a channel
-    // of the same vNIC is found, and the id must be that channel's.
-    uint64_t from = 0;
-    for (const auto& [cl, ch] : _channels) {
-        if (ch.token == c.fd) {
-            from = cl;
-        }
+    // The source is the channel the caller proved it holds (its descriptor came with the
+    // command), never what `fd` says: a number can be guessed, and Linux too takes the source
+    // channel from the caller's own descriptor table. ENOENT, as the kernel answers a
+    // descriptor that is not open, and for an id that is not that channel's.
+    if (held_channel == 0 || _channels.count(held_channel) == 0) {
+        return ENOENT;
     }
-    cm_id* id = from != 0 ? find(from, c.id) : nullptr;
+    cm_id* id = find(held_channel, c.id);
     if (id == nullptr) {
         return ENOENT;
     }

@@ -652,11 +652,13 @@ bool channel_server::serve_client(client& c) {
         std::memcpy(&cm_hdr, buffer.data(), sizeof(cm_hdr));
     }
     if (cm_hdr.magic == cm_proto::magic) {
+        const bool keep =
+            serve_cm(c, std::span<const std::byte>(buffer.data(), static_cast<std::size_t>(n)),
+                     truncated, std::span<const int>(fds.data(), fd_count));
         for (std::size_t i = 0; i < fd_count; ++i) {
-            close(fds[i]);  // no rdma_cm request carries descriptors
+            close(fds[i]);  // MIGRATE_ID's proof, read and done with; nothing else carries any
         }
-        return serve_cm(c, std::span<const std::byte>(buffer.data(), static_cast<std::size_t>(n)),
-                        truncated);
+        return keep;
     }
     auto out =
         handle_request(std::span<const std::byte>(buffer.data(), static_cast<std::size_t>(n)),
@@ -711,7 +713,23 @@ bool channel_server::serve_client(client& c) {
     return sent && out.what == outcome::action::reply;
 }
 
-bool channel_server::serve_cm(client& c, std::span<const std::byte> message, bool truncated) {
+uint64_t channel_server::channel_held_by(const client& c, std::span<const int> fds) const {
+    uint64_t cookie = 0;
+    socklen_t len = sizeof(cookie);
+    if (fds.size() != 1 || getsockopt(fds[0], SOL_SOCKET, SO_COOKIE, &cookie, &len) != 0 ||
+        len != sizeof(cookie) || cookie == 0) {
+        return 0;
+    }
+    for (const auto& other : _clients) {
+        if (other.ep == c.ep && other.cm_channel_cookie == cookie) {
+            return other.s.client_id;
+        }
+    }
+    return 0;
+}
+
+bool channel_server::serve_cm(client& c, std::span<const std::byte> message, bool truncated,
+                              std::span<const int> fds) {
     cm_proto::header hdr;
     std::memcpy(&hdr, message.data(), sizeof(hdr));
     std::array<std::byte, cm_proto::max_message_size> reply{};
@@ -744,17 +762,20 @@ bool channel_server::serve_cm(client& c, std::span<const std::byte> message, boo
             fail(errno);
         } else {
             fcntl(pair[0], F_SETFL, fcntl(pair[0], F_GETFL) | O_NONBLOCK);
-            const uint32_t token = cm->open_channel(c.s.client_id, pair[0]);
-            if (token == 0) {
+            // The tenant's end is the channel: whoever shows it later (MIGRATE_ID) holds it.
+            uint64_t cookie = 0;
+            socklen_t len = sizeof(cookie);
+            if (getsockopt(pair[1], SOL_SOCKET, SO_COOKIE, &cookie, &len) != 0 ||
+                !cm->open_channel(c.s.client_id, pair[0])) {
                 close(pair[0]);
                 close(pair[1]);
                 fail(EMFILE);
             } else {
                 c.cm_event_fd = pair[0];
+                c.cm_channel_cookie = cookie;
                 passed = pair[1];
                 cm_proto::open_channel_reply o{};
                 o.r = r.r;
-                o.token = token;
                 std::memcpy(reply.data(), &o, sizeof(o));
                 reply_size = sizeof(o);
             }
@@ -775,9 +796,10 @@ bool channel_server::serve_cm(client& c, std::span<const std::byte> message, boo
                 fail(EPROTO);  // open_channel first
             } else {
                 std::vector<uint8_t> response;
-                const int rc = cm->command(
-                    c.s.client_id, bytes.subspan(sizeof(q), q.command_bytes),
-                    bytes.subspan(sizeof(q) + q.command_bytes, q.option_bytes), response);
+                const int rc =
+                    cm->command(c.s.client_id, bytes.subspan(sizeof(q), q.command_bytes),
+                                bytes.subspan(sizeof(q) + q.command_bytes, q.option_bytes),
+                                response, channel_held_by(c, fds));
                 if (rc != 0 || sizeof(r) + response.size() > reply.size()) {
                     fail(rc != 0 ? rc : EMSGSIZE);
                 } else {

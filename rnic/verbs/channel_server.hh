@@ -144,10 +144,11 @@ class channel_server {
     struct endpoint;
     struct client {
         int fd = -1;
-        int async_fd = -1;           // our end of the async event channel, after HELLO
-        int cm_event_fd = -1;        // our end of its rdma_cm event socket (cm_protocol.hh)
-        pid_t pid = 0;               // SO_PEERCRED at accept
-        account_charge descriptors;  // its descriptors, charged to its vNIC until dropped
+        int async_fd = -1;               // our end of the async event channel, after HELLO
+        int cm_event_fd = -1;            // our end of its rdma_cm event socket (cm_protocol.hh)
+        uint64_t cm_channel_cookie = 0;  // SO_COOKIE of the tenant's end: the channel's proof
+        pid_t pid = 0;                   // SO_PEERCRED at accept
+        account_charge descriptors;      // its descriptors, charged to its vNIC until dropped
         std::chrono::steady_clock::time_point hello_deadline;
         std::shared_ptr<endpoint> ep;
         session s;
@@ -170,7 +171,11 @@ class channel_server {
     void add_client(int fd, pid_t pid, const std::shared_ptr<endpoint>& ep);
     bool serve_client(client& c);  // false: drop it
     // An rdma_cm request (cm_protocol.hh) of a client that said HELLO; false: drop it.
-    bool serve_cm(client& c, std::span<const std::byte> message, bool truncated);
+    bool serve_cm(client& c, std::span<const std::byte> message, bool truncated,
+                  std::span<const int> fds);
+    // The client whose rdma_cm channel `fds` proves the caller holds: the one descriptor that
+    // came with the command is that channel's event socket (SO_COOKIE). 0 if none.
+    uint64_t channel_held_by(const client& c, std::span<const int> fds) const;
     // MADs from QP1 (and to ourselves) to the vNICs' agents, and their timers.
     void serve_gsi();
     std::unique_ptr<rdmacm::cm_agent> make_cm_agent(const vnic_identity& v);

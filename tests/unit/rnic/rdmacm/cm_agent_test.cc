@@ -72,7 +72,7 @@ class CmAgentTest : public ::testing::Test {
                 w.queue.push_back({ip, dst, m});
             },
             [this](uint32_t remote) { return refused == remote ? EACCES : 0; });
-        ASSERT_NE(n.agent->open_channel(n.client, n.events[0]), 0u);
+        ASSERT_TRUE(n.agent->open_channel(n.client, n.events[0]));
     }
 
     // Delivers queued MADs (and what they cause) until the wire is quiet.
@@ -443,7 +443,7 @@ TEST_F(CmAgentTest, IdsAreBoundedPerVnic) {
     ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, fds), 0);
     cm_agent small(
         agent_identity{0, ip_a, 1, 3}, [](uint32_t, const mad_buffer&) {}, {}, lim);
-    ASSERT_NE(small.open_channel(7, fds[0]), 0u);
+    ASSERT_TRUE(small.open_channel(7, fds[0]));
     rdma_ucm_create_id c{};
     c.ps = port_space_tcp;
     c.qp_type = IBV_QPT_RC;
@@ -456,6 +456,41 @@ TEST_F(CmAgentTest, IdsAreBoundedPerVnic) {
     EXPECT_EQ(small.id_count(), 0u);
     close(fds[0]);
     close(fds[1]);
+}
+
+// MIGRATE_ID moves an id from the channel the caller proved it holds (the channel server
+// checked the descriptor that came with the command), whatever number the command's `fd` names:
+// the kernel takes the source from the caller's descriptor table, not from a guess.
+TEST_F(CmAgentTest, MigrateIdTakesTheIdFromTheChannelTheCallerHoldsNeverFromANumber) {
+    const uint32_t listener = listen_on(b, 7000);
+    int second[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, second), 0);
+    const uint64_t other = 2;
+    ASSERT_TRUE(b.agent->open_channel(other, second[0]));
+    std::vector<uint8_t> out;
+    rdma_ucm_migrate_id m{};
+    m.id = listener;
+    for (m.fd = 0; m.fd < 8; ++m.fd) {
+        EXPECT_EQ(b.agent->command(other, command(RDMA_USER_CM_CMD_MIGRATE_ID, m), {}, out), ENOENT)
+            << "fd " << m.fd << " proves nothing";
+        EXPECT_EQ(b.agent->command(other, command(RDMA_USER_CM_CMD_MIGRATE_ID, m), {}, out, other),
+                  ENOENT)
+            << "its own channel holds no such id";
+    }
+    // Control: with the source channel proven, the id moves, and its next connection request
+    // is raised on the new channel.
+    EXPECT_EQ(b.agent->command(other, command(RDMA_USER_CM_CMD_MIGRATE_ID, m), {}, out, b.client),
+              0);
+    ASSERT_EQ(connect(a, resolved(a, ip_b, 7000), 0x111), 0);
+    pump();
+    EXPECT_FALSE(next_event(b).has_value()) << "the old channel hears nothing more of it";
+    alignas(8) uint8_t buf[1024];
+    EXPECT_EQ(
+        recv(second[1], buf, sizeof(buf), MSG_DONTWAIT),
+        static_cast<ssize_t>(sizeof(jakiro::cm_proto::event_header) + sizeof(rdma_ucm_event_resp)));
+    b.agent->close_channel(other);
+    close(second[0]);
+    close(second[1]);
 }
 
 TEST_F(CmAgentTest, MalformedAndForgedMadsAreDroppedAndCounted) {
