@@ -201,10 +201,10 @@ std::shared_ptr<channel_server::endpoint> channel_server::make_endpoint(const en
                                                                         std::string& error) {
     auto ep = std::make_shared<endpoint>();
     ep->spec = spec;
-    const bool found = spec.own_namespace    ? tenant_namespace::own(ep->ns, error)
-                       : !spec.netns.empty() ? tenant_namespace::named(spec.netns, ep->ns, error)
-                                             : tenant_namespace::veth_peer(
-                                                   spec.port, spec.identity.mac, ep->ns, error);
+    const bool found = spec.own_namespace ? tenant_namespace::own(ep->ns, error)
+                       : !spec.netns.empty()
+                           ? tenant_namespace::named(spec.netns, ep->ns, error)
+                           : tenant_namespace::veth_peer(spec.port, ep->ns, error);
     if (!found) {
         error = "vNIC " + spec.identity.name + ": no RDMA face: " + error;
         return nullptr;

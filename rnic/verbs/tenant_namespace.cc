@@ -2,20 +2,20 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <net/if.h>
 #include <sched.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <thread>
 #include <utility>
+#include <vector>
 
+#include "link_netns.hh"
 #include "verbs_abi/endpoint_address.hh"
 
 namespace jakiro::verbs {
@@ -59,27 +59,55 @@ std::string devarg(const std::string& devargs, const std::string& key) {
     return {};
 }
 
-bool read_number(const std::string& path, long& out) {
-    std::ifstream in(path);
-    return static_cast<bool>(in >> out);
-}
-
-// In the calling thread's namespace: does interface `ifindex` exist with MAC `mac`?
-bool has_interface(int ifindex, const std::array<uint8_t, 6>& mac) {
-    char name[IF_NAMESIZE] = {};
-    if (if_indextoname(static_cast<unsigned>(ifindex), name) == nullptr) {
+// Calls `fn(fd, description)` with a descriptor of every network namespace jakirod can find,
+// each once, until it returns true (it then owns the descriptor): the named ones first
+// (/run/netns, `ip netns`), then those of running processes (a container's), which need no
+// name. Returns whether `fn` took one.
+template <typename Fn>
+bool find_namespace(Fn fn) {
+    std::vector<std::pair<dev_t, ino_t>> seen;
+    auto offer = [&](const std::string& path, std::string description) {
+        const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        struct stat st {};
+        if (fd < 0) {
+            return false;
+        }
+        if (fstat(fd, &st) != 0 ||
+            std::find(seen.begin(), seen.end(), std::pair{st.st_dev, st.st_ino}) != seen.end()) {
+            close(fd);
+            return false;
+        }
+        seen.emplace_back(st.st_dev, st.st_ino);
+        if (fn(fd, std::move(description))) {
+            return true;
+        }
+        close(fd);
         return false;
-    }
-    const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        return false;
-    }
-    ifreq ifr{};
-    std::memcpy(ifr.ifr_name, name, IF_NAMESIZE);
-    const bool ok = ioctl(fd, SIOCGIFHWADDR, &ifr) == 0 &&
-                    std::memcmp(ifr.ifr_hwaddr.sa_data, mac.data(), mac.size()) == 0;
-    close(fd);
-    return ok;
+    };
+    auto each_entry = [&](const char* dir, auto visit) {
+        DIR* d = opendir(dir);
+        if (d == nullptr) {
+            return false;
+        }
+        bool taken = false;
+        while (const dirent* e = readdir(d)) {
+            if (e->d_name[0] != '.' && visit(std::string(e->d_name))) {
+                taken = true;
+                break;
+            }
+        }
+        closedir(d);
+        return taken;
+    };
+    return each_entry(named_dir,
+                      [&](const std::string& name) {
+                          const std::string path = std::string(named_dir) + "/" + name;
+                          return offer(path, path);
+                      }) ||
+           each_entry("/proc", [&](const std::string& pid) {
+               return pid.find_first_not_of("0123456789") == std::string::npos &&
+                      offer("/proc/" + pid + "/ns/net", "the namespace of pid " + pid);
+           });
 }
 
 }  // namespace
@@ -136,61 +164,31 @@ bool tenant_namespace::named(const std::string& name, tenant_namespace& out, std
     return out.adopt(open(path.c_str(), O_RDONLY | O_CLOEXEC), path, error);
 }
 
-bool tenant_namespace::veth_peer(const std::string& port_devargs, const std::array<uint8_t, 6>& mac,
-                                 tenant_namespace& out, std::string& error) {
+bool tenant_namespace::veth_peer(const std::string& port_devargs, tenant_namespace& out,
+                                 std::string& error) {
     const std::string iface = devarg(port_devargs, "iface");
-    long own_index = 0, peer_index = 0;
-    if (iface.empty() || iface.find('/') != std::string::npos ||
-        !read_number("/sys/class/net/" + iface + "/ifindex", own_index) ||
-        !read_number("/sys/class/net/" + iface + "/iflink", peer_index) ||
-        peer_index == own_index) {
-        error = "port '" + port_devargs +
-                "' is not a veth whose peer jakirod can see; set the vNIC's netns";
+    rtnl_socket rtnl;
+    int32_t nsid = -1;
+    std::string why;
+    if (iface.empty() || !rtnl.veth_peer_nsid(iface, nsid, why)) {
+        error = "port '" + port_devargs + "': " + (iface.empty() ? "no veth named" : why) +
+                "; set the vNIC's netns";
         return false;
     }
-    DIR* dir = opendir(named_dir);
-    if (dir == nullptr) {
-        error = std::string("no named network namespaces (") + named_dir + ") to find veth " +
-                iface + "'s peer in; set the vNIC's netns";
+    const bool found = find_namespace([&](int fd, std::string description) {
+        if (rtnl.nsid_of(fd) != nsid) {
+            return false;
+        }
+        std::string adopt_error;
+        out.adopt(fd, description + " (peer of veth " + iface + ")", adopt_error);
+        return true;
+    });
+    if (!found || !out.valid()) {
+        error = "the peer of veth " + iface + " (namespace id " + std::to_string(nsid) +
+                ") is in no namespace jakirod can open; set the vNIC's netns";
         return false;
     }
-    int found = -1;
-    std::string found_name;
-    unsigned matches = 0;
-    while (const dirent* e = readdir(dir)) {
-        if (e->d_name[0] == '.') {
-            continue;
-        }
-        const std::string path = std::string(named_dir) + "/" + e->d_name;
-        const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0) {
-            continue;
-        }
-        if (inside(fd, [&] { return has_interface(static_cast<int>(peer_index), mac); })) {
-            ++matches;
-            if (found >= 0) {
-                close(found);
-            }
-            found = fd;
-            found_name = path;
-        } else {
-            close(fd);
-        }
-    }
-    closedir(dir);
-    if (matches != 1) {
-        if (found >= 0) {
-            close(found);
-        }
-        error =
-            matches == 0
-                ? "the peer of veth " + iface + " (ifindex " + std::to_string(peer_index) +
-                      ", the vNIC's MAC) is in no named network namespace; set "
-                      "the vNIC's netns"
-                : "the peer of veth " + iface + " matches several namespaces; set the vNIC's netns";
-        return false;
-    }
-    return out.adopt(found, found_name + " (peer of veth " + iface + ")", error);
+    return true;
 }
 
 int tenant_namespace::listen_inside(const std::string& address, int backlog,

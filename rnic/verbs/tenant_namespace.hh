@@ -8,7 +8,6 @@
 
 #include <sys/types.h>
 
-#include <array>
 #include <cstdint>
 #include <string>
 
@@ -27,11 +26,14 @@ class tenant_namespace {
     static bool own(tenant_namespace& out, std::string& error);
     // `name` under /run/netns (YAML vnics[].netns).
     static bool named(const std::string& name, tenant_namespace& out, std::string& error);
-    // The namespace holding the peer of the veth in `port_devargs` ("...,iface=t1"), found
-    // among the named namespaces by the peer's ifindex and the vNIC's MAC (the tenant's eth0
-    // carries it). False with `error` saying why (not a veth, peer not in a named namespace).
-    static bool veth_peer(const std::string& port_devargs, const std::array<uint8_t, 6>& mac,
-                          tenant_namespace& out, std::string& error);
+    // The namespace holding the peer of the veth in `port_devargs` ("...,iface=t1"), as the
+    // kernel records it for the host-side veth (link_netns.hh), found among the named
+    // namespaces and those of running processes by its namespace id. Nothing seen inside a
+    // tenant (its interfaces' MACs or ifindexes, which its root sets at will) takes part, so no
+    // tenant can pass for another's. False with `error` saying why (not a veth, its peer in
+    // jakirod's own namespace or in none jakirod can open).
+    static bool veth_peer(const std::string& port_devargs, tenant_namespace& out,
+                          std::string& error);
 
     bool valid() const { return _fd >= 0; }
     const std::string& description() const { return _description; }
