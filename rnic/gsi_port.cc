@@ -3,54 +3,118 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 namespace jakiro::roce {
 
-gsi_port::gsi_port() : _notify_fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+gsi_port::gsi_port() = default;
 
 gsi_port::~gsi_port() {
-    if (_notify_fd >= 0) {
-        close(_notify_fd);
+    for (auto& [slot, q] : _vnics) {
+        if (q->notify_fd >= 0) {
+            ::close(q->notify_fd);
+        }
+    }
+}
+
+int gsi_port::open(uint16_t slot, uint32_t max_queued) {
+    std::lock_guard lock(_mutex);
+    auto& q = _vnics[slot];
+    if (q == nullptr) {
+        q = std::make_unique<vnic_queues>();
+        q->notify_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    }
+    q->max_queued = max_queued;
+    return q->notify_fd;
+}
+
+void gsi_port::set_limit(uint16_t slot, uint32_t max_queued) {
+    std::lock_guard lock(_mutex);
+    if (const auto it = _vnics.find(slot); it != _vnics.end()) {
+        it->second->max_queued = max_queued;
+    }
+}
+
+void gsi_port::close(uint16_t slot) {
+    std::unique_ptr<vnic_queues> gone;
+    {
+        std::lock_guard lock(_mutex);
+        const auto it = _vnics.find(slot);
+        if (it == _vnics.end()) {
+            return;
+        }
+        gone = std::move(it->second);
+        _vnics.erase(it);
+    }
+    if (gone->notify_fd >= 0) {
+        ::close(gone->notify_fd);
     }
 }
 
 bool gsi_port::push_tx(const gsi_datagram& d) {
     std::lock_guard lock(_mutex);
-    if (_tx.size() >= max_queued) {
+    const auto it = _vnics.find(d.vnic);
+    if (it == _vnics.end() || it->second->tx.size() >= it->second->max_queued) {
+        if (it != _vnics.end()) {
+            ++it->second->counters.tx_dropped;
+        }
         _dropped.fetch_add(1, std::memory_order_relaxed);
         return false;
     }
-    _tx.push_back(d);
+    it->second->tx.push_back(d);
     _tx_pending.store(true, std::memory_order_release);
     return true;
 }
 
-std::vector<gsi_datagram> gsi_port::take_rx() {
+std::vector<gsi_datagram> gsi_port::take_rx(uint16_t slot) {
     std::lock_guard lock(_mutex);
-    std::vector<gsi_datagram> out(_rx.begin(), _rx.end());
-    _rx.clear();
+    const auto it = _vnics.find(slot);
+    if (it == _vnics.end()) {
+        return {};
+    }
+    std::vector<gsi_datagram> out(it->second->rx.begin(), it->second->rx.end());
+    it->second->rx.clear();
     return out;
+}
+
+gsi_counters gsi_port::counters(uint16_t slot) const {
+    std::lock_guard lock(_mutex);
+    const auto it = _vnics.find(slot);
+    return it != _vnics.end() ? it->second->counters : gsi_counters{};
 }
 
 std::vector<gsi_datagram> gsi_port::take_tx() {
     std::lock_guard lock(_mutex);
-    std::vector<gsi_datagram> out(_tx.begin(), _tx.end());
-    _tx.clear();
-    _tx_pending.store(false, std::memory_order_release);
+    std::vector<gsi_datagram> out;
+    bool more = false;
+    for (auto& [slot, q] : _vnics) {
+        const std::size_t n = std::min(q->tx.size(), tx_burst);
+        out.insert(out.end(), q->tx.begin(), q->tx.begin() + static_cast<std::ptrdiff_t>(n));
+        q->tx.erase(q->tx.begin(), q->tx.begin() + static_cast<std::ptrdiff_t>(n));
+        q->counters.sent += n;
+        more = more || !q->tx.empty();
+    }
+    _tx_pending.store(more, std::memory_order_release);
     return out;
 }
 
 void gsi_port::push_rx(const gsi_datagram& d) {
-    {
-        std::lock_guard lock(_mutex);
-        if (_rx.size() >= max_queued) {
-            _dropped.fetch_add(1, std::memory_order_relaxed);
-            return;
+    std::lock_guard lock(_mutex);
+    const auto it = _vnics.find(d.vnic);
+    if (it == _vnics.end() || it->second->rx.size() >= it->second->max_queued) {
+        if (it != _vnics.end()) {
+            ++it->second->counters.rx_dropped;
         }
-        _rx.push_back(d);
+        _dropped.fetch_add(1, std::memory_order_relaxed);
+        return;
     }
-    if (_notify_fd >= 0) {
+    it->second->rx.push_back(d);
+    ++it->second->counters.received;
+    if (it->second->notify_fd >= 0) {
+        // Under the mutex: close() cannot close the descriptor (and let another file take its
+        // number) between the lookup and this write. A non-blocking eventfd write is brief.
         const uint64_t one = 1;
-        [[maybe_unused]] const ssize_t n = write(_notify_fd, &one, sizeof(one));
+        [[maybe_unused]] const ssize_t n = write(it->second->notify_fd, &one, sizeof(one));
     }
 }
 

@@ -1,19 +1,29 @@
 #pragma once
 // QP1 of every vNIC (the General Services Interface, IBTA 13.4.6.1): MADs between jakirod's
 // control side (the rdma_cm agents, rnic/rdmacm/) and the wire. The engine thread hands
-// every datagram addressed to QP1 with the GSI Q_Key to `received`, and sends whatever the
-// control side queued on its next poll, as UD SEND Only packets from QP1 to QP1.
+// every datagram addressed to QP1 with the GSI Q_Key to the queue of the vNIC it came to, and
+// sends whatever the vNICs' agents queued on its next polls, as UD SEND Only packets from QP1
+// to QP1.
+//
+// Every vNIC has queues of its own, each bounded by the vNIC's quota (`rdma.max_qp1_queue`):
+// a vNIC whose MADs pile up (a peer flooding it, its own agent sending thousands of requests)
+// fills only its own queues and loses only its own MADs (counted per vNIC); another vNIC's
+// MADs always find room. A full queue drops, and the CM's retransmissions recover, as they do
+// from a lossy fabric. The engine takes at most `tx_burst` of a vNIC's MADs per poll, so no
+// vNIC's burst holds the worker either.
 //
 // Neither queue is on the datapath's fast path: the engine looks at one atomic flag per poll
-// and takes the mutex only when MADs move. Both are bounded; a full queue drops (counted), and
-// the CM's retransmissions recover, as they do from a lossy fabric.
+// and takes the mutex only when MADs move (a datagram to QP1 is not a data packet).
 //
-// Thread-safety: push_tx/take_rx from the control thread, take_tx/push_rx from the engine's.
+// Thread-safety: open/close/set_limit/push_tx/take_rx from the control side (any thread, each
+// vNIC's from its own); take_tx/push_rx from the engine's; counters() from any thread.
 
 #include <array>
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -33,36 +43,60 @@ struct gsi_datagram {
     std::array<uint8_t, gsi_mad_bytes> mad{};
 };
 
+// One vNIC's QP1 counters.
+struct gsi_counters {
+    uint64_t received = 0;    // handed to its agent's queue
+    uint64_t sent = 0;        // taken by the engine to send
+    uint64_t rx_dropped = 0;  // its receive queue was full
+    uint64_t tx_dropped = 0;  // its send queue was full
+};
+
 class gsi_port {
   public:
-    static constexpr std::size_t max_queued = 512;
-
-    // ---- control thread
-    // False (and counted) when the queue is full.
-    bool push_tx(const gsi_datagram& d);
-    // Everything received so far.
-    std::vector<gsi_datagram> take_rx();
-    // An eventfd that becomes readable when MADs arrive (the control thread polls it).
-    int rx_notify_fd() const { return _notify_fd; }
-    uint64_t dropped() const { return _dropped.load(std::memory_order_relaxed); }
-
-    // ---- engine thread
-    bool tx_pending() const { return _tx_pending.load(std::memory_order_acquire); }
-    std::vector<gsi_datagram> take_tx();
-    void push_rx(const gsi_datagram& d);
+    // MADs of one vNIC the engine sends per poll; the rest wait for the next one.
+    static constexpr std::size_t tx_burst = 32;
+    static constexpr uint32_t default_max_queued = 256;
 
     gsi_port();
     ~gsi_port();
     gsi_port(const gsi_port&) = delete;
     gsi_port& operator=(const gsi_port&) = delete;
 
+    // ---- control side
+    // Gives vNIC `slot` its queues, at most `max_queued` MADs each way, and returns an eventfd
+    // that becomes readable when MADs arrive for it (-1 if none could be made: its MADs are
+    // still queued and taken, only nobody is woken). Opening an open slot changes its limit.
+    int open(uint16_t slot, uint32_t max_queued = default_max_queued);
+    // A new bound, live: lowering it drops nothing queued, it only refuses more.
+    void set_limit(uint16_t slot, uint32_t max_queued);
+    // The vNIC's queues go (what waits in them is lost) and its eventfd is closed.
+    void close(uint16_t slot);
+    // False (and counted for the vNIC) when its send queue is full or it has none.
+    bool push_tx(const gsi_datagram& d);
+    // Everything received for `slot` so far.
+    std::vector<gsi_datagram> take_rx(uint16_t slot);
+    gsi_counters counters(uint16_t slot) const;
+    // MADs dropped for every vNIC together, and for vNICs with no queues (none served).
+    uint64_t dropped() const { return _dropped.load(std::memory_order_relaxed); }
+
+    // ---- engine thread
+    bool tx_pending() const { return _tx_pending.load(std::memory_order_acquire); }
+    // Up to tx_burst MADs of every vNIC, vNIC by vNIC.
+    std::vector<gsi_datagram> take_tx();
+    void push_rx(const gsi_datagram& d);
+
   private:
-    std::mutex _mutex;
-    std::deque<gsi_datagram> _tx;  // guarded by _mutex
-    std::deque<gsi_datagram> _rx;  // guarded by _mutex
+    struct vnic_queues {
+        std::deque<gsi_datagram> tx, rx;
+        uint32_t max_queued = default_max_queued;
+        int notify_fd = -1;
+        gsi_counters counters;
+    };
+
+    mutable std::mutex _mutex;
+    std::map<uint16_t, std::unique_ptr<vnic_queues>> _vnics;  // guarded by _mutex
     std::atomic<bool> _tx_pending{false};
     std::atomic<uint64_t> _dropped{0};
-    int _notify_fd = -1;
 };
 
 }  // namespace jakiro::roce

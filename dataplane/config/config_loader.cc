@@ -684,11 +684,11 @@ void load_vnics(checker& check, const YAML::Node& root, host_config& config,
                           vnic.security_groups, vnic.vpc, config);
         if (const auto rdma = node["rdma"]; rdma.IsDefined()) {
             const std::string rdma_field = field + ".rdma";
-            if (check.only_keys(
-                    rdma, rdma_field,
-                    {"max_qps", "max_rc_qps", "max_pds", "max_mrs", "max_mws", "max_mr_bytes",
-                     "max_cqs", "max_cqes", "max_srqs", "max_wqes", "max_contexts",
-                     "max_local_work_rate"})) {
+            if (check.only_keys(rdma, rdma_field,
+                                {"max_qps", "max_rc_qps", "max_pds", "max_mrs", "max_mws",
+                                 "max_mr_bytes", "max_cqs", "max_cqes", "max_srqs", "max_wqes",
+                                 "max_contexts", "max_local_work_rate", "max_cm_ids",
+                                 "max_cm_backlog", "max_cm_held_reqs", "max_qp1_queue"})) {
                 // max_rc_qps: the older name, from before UC and UD QPs counted too.
                 const char* key = rdma["max_qps"].IsDefined() ? "max_qps" : "max_rc_qps";
                 if (rdma["max_qps"].IsDefined() && rdma["max_rc_qps"].IsDefined()) {
@@ -714,6 +714,12 @@ void load_vnics(checker& check, const YAML::Node& root, host_config& config,
                         .number(rdma, "max_local_work_rate", rdma_field, 1,
                                 rdma_config::max_local_work_rate_limit, false)
                         .value_or(vnic.rdma.max_local_work_rate);
+                quota("max_cm_ids", vnic.rdma.max_cm_ids, rdma_config::max_cm_ids_limit);
+                quota("max_cm_backlog", vnic.rdma.max_cm_backlog,
+                      rdma_config::max_cm_backlog_limit);
+                quota("max_cm_held_reqs", vnic.rdma.max_cm_held_reqs,
+                      rdma_config::max_cm_held_reqs_limit);
+                quota("max_qp1_queue", vnic.rdma.max_qp1_queue, rdma_config::max_qp1_queue_limit);
                 if (const auto bytes = check.bytes(rdma, "max_mr_bytes", rdma_field)) {
                     if (*bytes > rdma_config::max_mr_bytes_limit) {
                         check.error(rdma["max_mr_bytes"], rdma_field + ".max_mr_bytes",

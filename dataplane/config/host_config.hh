@@ -79,6 +79,20 @@ struct rdma_config {
     // (rnic/engine.hh). Beyond it the vNIC's QPs wait.
     static constexpr uint32_t max_local_work_rate_limit = 10'000'000;
     uint32_t max_local_work_rate = 100'000;
+    // rdma_cm ids at once (rnic/rdmacm): the applications' own, those peers' requests created
+    // for them, and closed connections still saying goodbye.
+    static constexpr uint32_t max_cm_ids_limit = 65536;
+    uint32_t max_cm_ids = 1024;
+    // Peers' connection requests (REQ, SIDR_REQ) the vNIC's applications have not taken yet,
+    // over all its listeners: peers never hold more of its rdma_cm ids than this.
+    static constexpr uint32_t max_cm_backlog_limit = 65536;
+    uint32_t max_cm_backlog = 128;
+    // REQs that wait (100 ms) for a listener that is about to listen.
+    static constexpr uint32_t max_cm_held_reqs_limit = 1024;
+    uint32_t max_cm_held_reqs = 16;
+    // MADs queued on the vNIC's QP1, each way (~300 bytes each).
+    static constexpr uint32_t max_qp1_queue_limit = 65536;
+    uint32_t max_qp1_queue = 256;
 };
 
 // What a vNIC may hold of what it shares with the other vNICs of its host, beyond its RDMA

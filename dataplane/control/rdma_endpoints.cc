@@ -14,6 +14,10 @@ vnic_quota quota_of(const rdma_config& rdma) {
     q.max_srqs = rdma.max_srqs;
     q.max_wqes = rdma.max_wqes;
     q.max_contexts = rdma.max_contexts;
+    q.max_cm_ids = rdma.max_cm_ids;
+    q.max_cm_backlog = rdma.max_cm_backlog;
+    q.max_cm_held_reqs = rdma.max_cm_held_reqs;
+    q.max_qp1_queue = rdma.max_qp1_queue;
     return q;
 }
 

@@ -46,10 +46,21 @@ struct agent_identity {
     uint8_t path_mtu = 3;       // IB MTU enum (3 = 1024)
 };
 
+// The vNIC's rdma_cm quota (YAML `vnics[].rdma`: max_cm_ids, max_cm_backlog,
+// max_cm_held_reqs; max_contexts for the channels), changed live with set_limits().
 struct agent_limits {
+    // Ids at once: the applications' own, those peers' requests created for them, orphans.
     uint32_t max_ids = 1024;
     uint32_t max_channels = 256;
     uint32_t max_queued_events = 1024;  // per channel, while its socket is full
+    // Requests from peers (REQ, SIDR_REQ) that the vNIC's applications have not taken yet
+    // (accepted or rejected), summed over its listeners; each listener also keeps its own
+    // backlog. Beyond it a request is dropped and its sender retries, as from a full TCP
+    // backlog: peers can never hold more than this many of the vNIC's ids.
+    uint32_t max_backlog = 128;
+    // REQs that wait for a listener to appear (hold_for_listener); beyond it the REJ goes at
+    // once. A peer holding more of them than a newcomer gives its oldest up to it.
+    uint32_t max_held_reqs = 16;
 };
 
 struct agent_stats {
@@ -67,6 +78,12 @@ struct agent_stats {
     uint64_t timeouts = 0;
     uint64_t events = 0;
     uint64_t events_dropped = 0;  // a channel that does not read
+    // At the vNIC's bounds (agent_limits): ids refused (CREATE_ID's EDQUOT, or a peer's
+    // request rejected for want of an id), requests dropped over a backlog, REQs that could
+    // not wait for a listener (rejected at once, or given up to another peer's).
+    uint64_t ids_refused = 0;
+    uint64_t requests_over_backlog = 0;
+    uint64_t held_reqs_refused = 0;
 };
 
 class cm_agent {
@@ -108,6 +125,9 @@ class cm_agent {
 
     const agent_stats& stats() const { return _stats; }
     std::size_t id_count() const { return _ids.size(); }
+    // The quota, live: lowering a bound refuses what comes next and keeps what is there.
+    void set_limits(const agent_limits& limits) { _limits = limits; }
+    const agent_limits& limits() const { return _limits; }
 
   private:
     enum class state : uint8_t {
@@ -266,7 +286,11 @@ class cm_agent {
     // its control and its data connection, may be dialled before it listens (by a few hundred
     // µs, or by a 67 ms ACK timeout when its last control message's ACK was lost), and the
     // active side waits 268 ms for an answer anyway. A listen() on its port takes it at once.
-    // At most `max_held_reqs` wait; beyond that the REJ goes at once.
+    // At most `max_held_reqs` wait, and only from peers the security groups admit (QP1 is not
+    // filtered, so a refused peer would otherwise take them); when they are taken, a peer that
+    // holds more of them than the newcomer gives its oldest up (its REJ goes at once), so one
+    // member of the VPC cannot keep every other's REQ from waiting; otherwise the newcomer's
+    // REJ goes at once.
     struct held_req {
         uint32_t src_ip_be = 0;
         uint64_t tid = 0;
@@ -274,11 +298,16 @@ class cm_agent {
         clock::time_point until;
     };
     static constexpr auto hold_for_listener = std::chrono::milliseconds(100);
-    static constexpr std::size_t max_held_reqs = 16;
     std::vector<held_req> _held;
     bool hold(uint32_t src_ip_be, uint64_t tid, const cm_req& m);
     void take_held(uint16_t ps, uint16_t port);  // a listener on `port` appeared
-    std::map<uint64_t, channel> _channels;       // by client
+    // Requests from peers the applications have not taken yet: of `listener`, or of every
+    // listener (0).
+    std::size_t waiting_requests(uint32_t listener = 0) const;
+    // Whether one more request may wait for `listener` (its backlog and the vNIC's); counted
+    // when not.
+    bool backlog_has_room(const cm_id& listener);
+    std::map<uint64_t, channel> _channels;  // by client
     uint32_t _next_handle = 1;
     uint64_t _next_tid;
     uint32_t _comm_id_seed;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <random>
 
 #include "rnic/rdmacm/agent_support.hh"
@@ -73,6 +74,14 @@ void cm_agent::on_req(uint32_t src_ip_be, uint64_t tid, const cm_req& m, bool ma
     if (!addressed_to_us(m.service_id, ip, src_ip_be)) {
         return;
     }
+    // The security groups first: a refused peer neither waits for a listener (taking a held
+    // slot) nor learns whether one is there.
+    if (_admit && _admit(src_ip_be) != 0) {
+        ++_stats.rejected_by_policy;
+        send_rej(src_ip_be, tid, 0, m.local_comm_id, message_kind::req,
+                 rej_reason::consumer_defined);
+        return;
+    }
     cm_id* listener =
         find_listener(port_space_of(m.service_id), port_of(m.service_id), _self.ip_be);
     if (listener == nullptr && may_hold && hold(src_ip_be, tid, m)) {
@@ -84,23 +93,13 @@ void cm_agent::on_req(uint32_t src_ip_be, uint64_t tid, const cm_req& m, bool ma
                  rej_reason::invalid_service_id);
         return;
     }
-    if (_admit && _admit(src_ip_be) != 0) {
-        ++_stats.rejected_by_policy;
-        send_rej(src_ip_be, tid, 0, m.local_comm_id, message_kind::req,
-                 rej_reason::consumer_defined);
-        return;
-    }
-    int pending = 0;
-    for (const auto& [h, id] : _ids) {
-        pending += id.listener == listener->handle && id.st == state::req_rcvd;
-    }
-    if (pending >= listener->backlog) {
-        ++_stats.mads_dropped;  // the peer retries, as a full TCP backlog makes it do
-        return;
+    if (!backlog_has_room(*listener)) {
+        return;  // the peer retries, as a full TCP backlog makes it do
     }
     const uint32_t listener_handle = listener->handle;
     cm_id* child = new_id(listener->client, listener->ps, listener->qp_type);
     if (child == nullptr) {
+        ++_stats.ids_refused;
         send_rej(src_ip_be, tid, 0, m.local_comm_id, message_kind::req, rej_reason::no_qp);
         return;
     }
@@ -283,6 +282,11 @@ void cm_agent::on_sidr_req(uint32_t src_ip_be, uint64_t tid, const cm_sidr_req& 
     if (!addressed_to_us(m.service_id, ip, src_ip_be)) {
         return;
     }
+    if (_admit && _admit(src_ip_be) != 0) {
+        ++_stats.rejected_by_policy;
+        refuse(sidr_status::rejected);
+        return;
+    }
     cm_id* listener =
         find_listener(port_space_of(m.service_id), port_of(m.service_id), _self.ip_be);
     if (listener == nullptr || listener->qp_type != IBV_QPT_UD) {
@@ -290,14 +294,15 @@ void cm_agent::on_sidr_req(uint32_t src_ip_be, uint64_t tid, const cm_sidr_req& 
         refuse(sidr_status::no_service);
         return;
     }
-    if (_admit && _admit(src_ip_be) != 0) {
-        ++_stats.rejected_by_policy;
-        refuse(sidr_status::rejected);
+    // Each SIDR_REQ an application has not answered holds an id: bounded like REQs, so no
+    // peer fills the vNIC's ids with requests (the sender retries, as for a full backlog).
+    if (!backlog_has_room(*listener)) {
         return;
     }
     const uint32_t listener_handle = listener->handle;
     cm_id* child = new_id(listener->client, listener->ps, listener->qp_type);
     if (child == nullptr) {
+        ++_stats.ids_refused;
         refuse(sidr_status::no_qp);
         return;
     }
@@ -348,16 +353,53 @@ void cm_agent::on_sidr_rep(uint32_t src_ip_be, const cm_sidr_rep& m) {
 // ---- REQs waiting for their listener -----------------------------------------------------
 
 bool cm_agent::hold(uint32_t src_ip_be, uint64_t tid, const cm_req& m) {
+    std::map<uint32_t, std::size_t> per_peer;
     for (held_req& h : _held) {
         if (h.src_ip_be == src_ip_be && h.req.local_comm_id == m.local_comm_id) {
             h.tid = tid;  // a retransmission: answered under its latest transaction id
             return true;
         }
+        ++per_peer[h.src_ip_be];
     }
-    if (_held.size() >= max_held_reqs) {
-        return false;
+    if (_held.size() >= _limits.max_held_reqs) {
+        // Taken: the peer holding the most (the oldest of its REQs) makes room for a peer
+        // holding fewer; a newcomer that already holds as many as anyone is refused itself.
+        const auto heaviest =
+            std::max_element(per_peer.begin(), per_peer.end(),
+                             [](const auto& x, const auto& y) { return x.second < y.second; });
+        const std::size_t mine = per_peer.count(src_ip_be) != 0 ? per_peer[src_ip_be] : 0;
+        ++_stats.held_reqs_refused;
+        if (heaviest == per_peer.end() || heaviest->second <= mine) {
+            return false;
+        }
+        const auto oldest = std::find_if(_held.begin(), _held.end(), [&](const held_req& h) {
+            return h.src_ip_be == heaviest->first;
+        });
+        ++_stats.rejected_no_listener;
+        send_rej(oldest->src_ip_be, oldest->tid, 0, oldest->req.local_comm_id, message_kind::req,
+                 rej_reason::invalid_service_id);
+        _held.erase(oldest);
     }
     _held.push_back({src_ip_be, tid, m, clock::now() + hold_for_listener});
+    return true;
+}
+
+std::size_t cm_agent::waiting_requests(uint32_t listener) const {
+    std::size_t n = 0;
+    for (const auto& [h, id] : _ids) {
+        n += id.listener != 0 && (listener == 0 || id.listener == listener) &&
+             (id.st == state::req_rcvd || id.st == state::sidr_req_rcvd);
+    }
+    return n;
+}
+
+bool cm_agent::backlog_has_room(const cm_id& listener) {
+    if (waiting_requests(listener.handle) >= static_cast<std::size_t>(listener.backlog) ||
+        waiting_requests() >= _limits.max_backlog) {
+        ++_stats.mads_dropped;
+        ++_stats.requests_over_backlog;
+        return false;
+    }
     return true;
 }
 

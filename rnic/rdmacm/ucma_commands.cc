@@ -139,6 +139,7 @@ int cm_agent::create_id(uint64_t client, std::span<const uint8_t> in, std::vecto
     }
     cm_id* id = new_id(client, c.ps, c.qp_type);
     if (id == nullptr) {
+        ++_stats.ids_refused;
         return EDQUOT;
     }
     id->uid = c.uid;

@@ -14,14 +14,15 @@
 // (IBV_EVENT_DEVICE_FATAL), destroys its QPs and objects, and closes the listeners; a vNIC's
 // RDMA face thus lives and dies with its Ethernet face (host_manager).
 //
-// Control side only: its own thread, blocking in poll(); it never touches the datapath.
-// Thread-safety: start(), stop(), sync() and adopt() are called from one thread at a time (main,
-// the control thread, a test); the server thread owns the clients; resources() and stats() may
-// be called from any thread; raise_event() and raise_cq_error() from any thread.
+// Every vNIC's face is served by a thread of its own (vnic_endpoint.hh), so that one vNIC's
+// slow or stuck call never delays another vNIC's verbs or rdma_cm calls.
+//
+// Control side only: it never touches the datapath. Thread-safety: start(), stop(), sync(),
+// serve() and withdraw() from any thread, one at a time (they serialize); adopt(),
+// resources(), stats(), reports(), raise_event() and raise_cq_error() from any thread.
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -29,24 +30,13 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "device_model.hh"
-#include "requests.hh"
 #include "resources.hh"
-#include "rnic/rdmacm/cm_agent.hh"
-#include "tenant_namespace.hh"
+#include "vnic_endpoint.hh"
 
 namespace jakiro::verbs {
-
-// One vNIC's RDMA face as the configuration describes it.
-struct endpoint_config {
-    vnic_identity identity;
-    std::string netns;           // YAML vnics[].netns; "" = the veth peer's namespace of `port`
-    std::string port;            // the Ethernet face's devargs (to find the veth peer)
-    bool own_namespace = false;  // serve in jakirod's own namespace (tests; never from YAML)
-};
 
 struct channel_config {
     std::string host_name;
@@ -60,6 +50,7 @@ struct channel_config {
     std::shared_ptr<host_reserve> reserve;
 };
 
+// Every vNIC's face summed, removed vNICs' counts included (they never go down).
 struct channel_stats {
     uint64_t accepted = 0;
     uint64_t refused = 0;          // over the vNIC's max_clients
@@ -69,7 +60,7 @@ struct channel_stats {
     uint64_t requests = 0;
     uint64_t bad_requests = 0;  // answered with an error status or dropped
     uint64_t vnics_removed = 0;
-    // The rdma_cm agents of the vNICs served now (rnic/rdmacm/cm_agent.hh), summed.
+    // The rdma_cm agents of the vNICs (rnic/rdmacm/cm_agent.hh), summed.
     uint64_t cm_commands = 0;
     uint64_t cm_bad_commands = 0;
     uint64_t cm_mads_sent = 0;
@@ -91,8 +82,8 @@ class channel_server {
     channel_server(const channel_server&) = delete;
     channel_server& operator=(const channel_server&) = delete;
 
-    // Starts the thread and serves `config.vnics`; false with `error` set if the server cannot
-    // run. A vNIC that cannot be served (its namespace is unknown, or another process holds its
+    // Serves `config.vnics` from now on; false with `error` set if the server cannot run. A
+    // vNIC that cannot be served (its namespace is unknown, or another process holds its
     // name) has no RDMA face: `warnings` says why, and its Ethernet face works regardless.
     bool start(std::string& error, std::string& warnings);
     bool start(std::string& error) {
@@ -100,7 +91,7 @@ class channel_server {
         return start(error, warnings) && warnings.empty();
     }
     // Tells every client the device is gone (IBV_EVENT_DEVICE_FATAL), closes every
-    // connection and listener and joins the thread. Idempotent.
+    // connection and listener and joins every vNIC's thread. Idempotent.
     void stop();
 
     // Serves exactly `vnics` from now on: endpoints of vNICs no longer listed (or whose
@@ -134,101 +125,37 @@ class channel_server {
     // security-group check of a peer (may be empty: everything admitted).
     void enable_qps(std::vector<roce::engine*> engines,
                     std::function<int(uint16_t slot, uint32_t remote_ip_be)> admit);
-    std::size_t client_count() const { return _client_count.load(std::memory_order_relaxed); }
+    std::size_t client_count() const;
     // What every vNIC's objects and connections hold of the host; its capacity follows the
     // configuration and the kernel's limits (dataplane/control/rdma_endpoints.hh).
     host_reserve& reserve() const { return *_config.reserve; }
     channel_stats stats() const;
+    // One row per vNIC served now, by slot.
+    std::vector<endpoint_report> reports() const;
 
   private:
-    struct endpoint;
-    struct client {
-        int fd = -1;
-        int async_fd = -1;               // our end of the async event channel, after HELLO
-        int cm_event_fd = -1;            // our end of its rdma_cm event socket (cm_protocol.hh)
-        uint64_t cm_channel_cookie = 0;  // SO_COOKIE of the tenant's end: the channel's proof
-        pid_t pid = 0;                   // SO_PEERCRED at accept
-        account_charge descriptors;      // its descriptors, charged to its vNIC until dropped
-        std::chrono::steady_clock::time_point hello_deadline;
-        std::shared_ptr<endpoint> ep;
-        session s;
-    };
-    // What sync() hands the server thread.
-    struct change {
-        std::shared_ptr<endpoint> add;  // or
-        uint16_t remove_slot = 0;
-        bool remove = false;
-    };
-
-    std::shared_ptr<endpoint> make_endpoint(const endpoint_config& spec, std::string& error);
+    std::unique_ptr<vnic_endpoint> make_endpoint(const endpoint_config& spec, std::string& error);
     std::string socket_path_for(const endpoint_config& spec) const;
     qp_support qp_support_for(const vnic_identity& v);
     roce::engine* engine_for(const vnic_identity& v) const;  // null: no such engine
-    void post(std::vector<change> changes);  // and wait until the server thread applied them
-    void apply_changes();
-    void serve();
-    bool accept_clients(endpoint& ep, int listener);  // false: out of descriptors
-    void add_client(int fd, pid_t pid, const std::shared_ptr<endpoint>& ep);
-    bool serve_client(client& c);  // false: drop it
-    // An rdma_cm request (cm_protocol.hh) of a client that said HELLO; false: drop it.
-    bool serve_cm(client& c, std::span<const std::byte> message, bool truncated,
-                  std::span<const int> fds);
-    // The client whose rdma_cm channel `fds` proves the caller holds: the one descriptor that
-    // came with the command is that channel's event socket (SO_COOKIE). 0 if none.
-    uint64_t channel_held_by(const client& c, std::span<const int> fds) const;
-    // MADs from QP1 (and to ourselves) to the vNICs' agents, and their timers.
-    void serve_gsi();
-    std::unique_ptr<rdmacm::cm_agent> make_cm_agent(const vnic_identity& v);
-    void drop_client(client& c, bool device_gone);
-    void take_adopted();
-    void send_pending_events();
-    int poll_timeout_ms(bool listen_now) const;
+    void withdraw(uint16_t slot, bool removed);
+    // Stops the endpoint (before it returns) and keeps what it counted in _retired; `removed`:
+    // the configuration no longer has it (vnics_removed), rather than jakirod stopping.
+    void retire(std::unique_ptr<vnic_endpoint> ep, bool removed);
 
     channel_config _config;
     cq_error_sink _sink;
     std::vector<roce::engine*> _engines;  // [worker]; empty: no QPs
     std::function<int(uint16_t, uint32_t)> _admit;
+    std::atomic<uint64_t> _client_ids{0};
 
-    mutable std::mutex _endpoints_mutex;  // guards _endpoints (the server thread and sync()
-                                          // change it; resources() reads it)
-    std::map<uint16_t, std::shared_ptr<endpoint>> _endpoints;
-    std::vector<client> _clients;  // server thread only
-    struct local_mad {
-        uint16_t slot;
-        uint32_t from_ip_be;
-        rdmacm::mad_buffer mad;
-    };
-    std::vector<local_mad> _local_mads;  // server thread only: MADs a vNIC sent itself
-    uint64_t _next_client_id = 0;        // server thread only
-    int _wake_fd = -1;  // eventfd: stop(), adopt(), sync() and events wake the poll
-
-    std::mutex _adopt_mutex;
-    std::vector<std::pair<int, uint16_t>> _adopted;  // guarded by _adopt_mutex
-    std::vector<change> _changes;                    // guarded by _adopt_mutex
-    uint64_t _changes_posted = 0;                    // guarded by _adopt_mutex
-    uint64_t _changes_done = 0;                      // guarded by _adopt_mutex
-    std::condition_variable _changes_applied;
-    struct pending_event {
-        uint64_t client;
-        proto_event_type type;
-        uint64_t handle;
-    };
-    std::vector<pending_event> _pending_events;  // guarded by _adopt_mutex
-
-    // The agents' counters, summed by the server thread after each round (stats() reads them).
-    struct cm_totals {
-        std::atomic<uint64_t> commands{0}, bad_commands{0}, mads_sent{0}, mads_received{0},
-            mads_dropped{0}, retransmissions{0}, timeouts{0}, rejected_by_policy{0},
-            rejected_no_listener{0}, mads_forged{0};
-    };
-    cm_totals _cm;
-    void publish_cm_stats();
-
-    std::atomic<bool> _stopping{false};
-    std::atomic<std::size_t> _client_count{0};
-    std::atomic<uint64_t> _accepted{0}, _refused{0}, _refused_foreign{0}, _hello_timeouts{0},
-        _disconnected{0}, _requests{0}, _bad_requests{0}, _vnics_removed{0};
-    std::thread _thread;
+    std::mutex _changes_mutex;  // one sync/serve/withdraw/stop at a time
+    bool _running = false;      // guarded by _changes_mutex
+    // Guards _endpoints and _retired: changes take it briefly (never while an endpoint
+    // stops), readers (resources(), raise_event(), stats()) too.
+    mutable std::mutex _endpoints_mutex;
+    std::map<uint16_t, std::unique_ptr<vnic_endpoint>> _endpoints;
+    channel_stats _retired;  // what withdrawn vNICs counted
 };
 
 }  // namespace jakiro::verbs

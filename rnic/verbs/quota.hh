@@ -41,6 +41,14 @@ struct vnic_quota {
     // Verbs connections (contexts, device scans) of the vNIC at once; the channel server
     // enforces it.
     uint32_t max_contexts = 64;
+    // rdma_cm (rnic/rdmacm/cm_agent.hh, agent_limits): ids held at once (CREATE_ID beyond is
+    // EDQUOT); requests from peers its applications have not taken yet, so that peers never
+    // hold more than these of its ids; REQs waiting for a listener to appear.
+    uint32_t max_cm_ids = 1024;
+    uint32_t max_cm_backlog = 128;
+    uint32_t max_cm_held_reqs = 16;
+    // MADs queued on the vNIC's QP1 each way (rnic/gsi_port.hh), 256 bytes and a little each.
+    uint32_t max_qp1_queue = 256;
 };
 
 // Descriptors one verbs connection holds in jakirod: the connection, its async event channel

@@ -107,7 +107,7 @@ struct harness {
                 if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0, fds[a][c]) != 0) {
                     fail("socketpair");
                 }
-                open[a][c] = agents[a]->open_channel(c + 1, fds[a][c][0]) != 0;
+                open[a][c] = agents[a]->open_channel(c + 1, fds[a][c][0]);
             }
         }
     }
@@ -286,7 +286,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 std::vector<uint8_t> option(in.u8() % 8);
                 in.bytes(option.data(), option.size());
                 std::vector<uint8_t> response;
-                (void)h.agents[a]->command(c + 1, cmd, option, response);
+                // The channel the caller proved it holds (MIGRATE_ID's source): none, or any
+                // of the agent's clients, open or not.
+                const uint64_t held = in.u8() % (clients_per_agent + 1);
+                (void)h.agents[a]->command(c + 1, cmd, option, response, held);
                 if (response.size() > 1024) {
                     fail("a response larger than any ucma struct");
                 }

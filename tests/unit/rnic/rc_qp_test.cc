@@ -2100,6 +2100,8 @@ TEST_F(ud_qp_test, wrong_qkeys_missing_receives_and_short_buffers_lose_only_that
 // the QP's own instead (IBTA 10.2.5), and its source QPN is never 1; the receiving engine
 // hands QP1 only what carries both, so nothing a tenant sends reaches the CM agent.
 TEST_F(ud_qp_test, a_tenant_datagram_to_qp1_never_reaches_the_cm_agent_even_naming_the_gsi_qkey) {
+    eng.gsi().open(0);  // both vNICs have agents
+    eng.gsi().open(1);
     fill(a, 0, gsi_mad_bytes, 13);
     a.post_send(datagram(1, gsi_mad_bytes, gsi_qpn, gsi_qkey));  // replaced by 0x11111111
     a.post_send(datagram(2, gsi_mad_bytes, gsi_qpn));            // its own Q_Key
@@ -2109,7 +2111,7 @@ TEST_F(ud_qp_test, a_tenant_datagram_to_qp1_never_reaches_the_cm_agent_even_nami
         ASSERT_TRUE(a.poll_send(c));
         EXPECT_EQ(c.status, IBV_WC_SUCCESS) << "sent, as a UD send always is";
     }
-    EXPECT_TRUE(eng.gsi().take_rx().empty());
+    EXPECT_TRUE(eng.gsi().take_rx(1).empty());
     EXPECT_EQ(eng.counters().drops[static_cast<std::size_t>(engine_drop::gsi_forged)].load(), 2u);
 
     // The control: the same bytes queued by an agent of vNIC a leave QP1 with the GSI Q_Key
@@ -2126,7 +2128,7 @@ TEST_F(ud_qp_test, a_tenant_datagram_to_qp1_never_reaches_the_cm_agent_even_nami
         agent_frame = f.bytes;
         return true;
     });
-    const auto rx = eng.gsi().take_rx();
+    const auto rx = eng.gsi().take_rx(1);
     ASSERT_EQ(rx.size(), 1u);
     EXPECT_EQ(rx[0].vnic, 1);
     EXPECT_EQ(rx[0].remote_ip_be, htonl(ip_a));
@@ -2140,7 +2142,7 @@ TEST_F(ud_qp_test, a_tenant_datagram_to_qp1_never_reaches_the_cm_agent_even_nami
     seal_icrc(agent_frame.data(), static_cast<uint32_t>(agent_frame.size() - frame_l2_l4_bytes));
     eng.receive(1, agent_frame.data() + 14, static_cast<uint32_t>(agent_frame.size() - 14), wire,
                 now);
-    EXPECT_TRUE(eng.gsi().take_rx().empty());
+    EXPECT_TRUE(eng.gsi().take_rx(1).empty());
     EXPECT_EQ(eng.counters().drops[static_cast<std::size_t>(engine_drop::gsi_forged)].load(), 3u);
     EXPECT_EQ(eng.counters().drops[static_cast<std::size_t>(engine_drop::bad_icrc)].load(), 0u);
 }

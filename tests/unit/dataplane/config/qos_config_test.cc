@@ -129,6 +129,43 @@ TEST(QosConfig, RdmaQuotasAreReadFromTheRdmaMap) {
         5000u);
 }
 
+// The rdma_cm and QP1 bounds (rnic/rdmacm, rnic/gsi_port): defaults that leave the vNIC's
+// own processes most of its ids whatever its peers send, and each bound set in the rdma map.
+TEST(QosConfig, RdmaCmAndQp1BoundsHaveSafeDefaultsAndAreReadFromTheRdmaMap) {
+    const rdma_config defaults = load("").config.vnics[0].rdma;
+    EXPECT_EQ(defaults.max_cm_ids, 1024u);
+    EXPECT_EQ(defaults.max_cm_backlog, 128u);
+    EXPECT_LT(defaults.max_cm_backlog, defaults.max_cm_ids);
+    EXPECT_EQ(defaults.max_cm_held_reqs, 16u);
+    EXPECT_EQ(defaults.max_qp1_queue, 256u);
+    const auto r = load(
+        "    rdma: {max_cm_ids: 64, max_cm_backlog: 8, max_cm_held_reqs: 2, max_qp1_queue: 32}\n");
+    ASSERT_TRUE(r.ok()) << r.errors[0].to_string();
+    const rdma_config& q = r.config.vnics[0].rdma;
+    EXPECT_EQ(q.max_cm_ids, 64u);
+    EXPECT_EQ(q.max_cm_backlog, 8u);
+    EXPECT_EQ(q.max_cm_held_reqs, 2u);
+    EXPECT_EQ(q.max_qp1_queue, 32u);
+    struct bad {
+        const char* yaml;
+        const char* field;
+        const char* words;
+    };
+    const bad cases[] = {
+        {"    rdma: {max_cm_ids: 70000}\n", "vnics[0].rdma.max_cm_ids", "[0, 65536]"},
+        {"    rdma: {max_cm_backlog: -1}\n", "vnics[0].rdma.max_cm_backlog", "[0, 65536]"},
+        {"    rdma: {max_cm_held_reqs: 2000}\n", "vnics[0].rdma.max_cm_held_reqs", "[0, 1024]"},
+        {"    rdma: {max_qp1_queue: lots}\n", "vnics[0].rdma.max_qp1_queue", "[0, 65536]"},
+    };
+    for (const auto& c : cases) {
+        const auto bad_load = load(c.yaml);
+        ASSERT_EQ(bad_load.errors.size(), 1u) << c.yaml;
+        EXPECT_EQ(bad_load.errors[0].field, c.field) << bad_load.errors[0].to_string();
+        EXPECT_NE(bad_load.errors[0].to_string().find(c.words), std::string::npos)
+            << bad_load.errors[0].to_string();
+    }
+}
+
 TEST(QosConfig, ErrorsNameTheLineAndTheField) {
     struct bad {
         const char* yaml;

@@ -26,6 +26,7 @@ namespace {
 
 const uint32_t ip_a = inet_addr("198.19.1.1");
 const uint32_t ip_b = inet_addr("198.19.1.2");
+const uint32_t ip_c = inet_addr("198.19.1.3");
 
 struct wire {
     struct mad {
@@ -61,6 +62,7 @@ class CmAgentTest : public ::testing::Test {
     void SetUp() override {
         make(a, ip_a, 0x0211'22ff'fe00'0001ull);
         make(b, ip_b, 0x0211'22ff'fe00'0002ull);
+        make(c, ip_c, 0x0211'22ff'fe00'0003ull);
     }
 
     void make(node& n, uint32_t ip, uint64_t guid) {
@@ -87,7 +89,7 @@ class CmAgentTest : public ::testing::Test {
                 --w.drop_next;
                 continue;
             }
-            (m.to == ip_a ? a : b).agent->on_mad(m.from, m.bytes);
+            (m.to == ip_a ? a : m.to == ip_b ? b : c).agent->on_mad(m.from, m.bytes);
         }
     }
 
@@ -186,7 +188,7 @@ class CmAgentTest : public ::testing::Test {
     }
 
     wire w;
-    node a, b;
+    node a, b, c;
     uint32_t refused = 0;
 };
 
@@ -305,6 +307,78 @@ TEST_F(CmAgentTest, OnlyAFewRequestsWaitForAListenerTheRestAreRejectedAtOnce) {
         rejected += ev->event == 8u;
     }
     EXPECT_EQ(rejected, 1);
+}
+
+// Any member of the VPC can send REQs for ports nobody listens on (QP1 is not filtered by the
+// security groups). One that keeps every wait slot of a vNIC taken gives its oldest up to a
+// peer holding fewer, so another peer's REQ still waits and is taken when its listener comes.
+TEST_F(CmAgentTest, APeerThatHoldsEveryWaitingSlotGivesOneUpToAnotherPeersRequest) {
+    for (uint16_t port = 7100; port < 7100 + 40; ++port) {
+        ASSERT_EQ(connect(a, resolved(a, ip_b, port), 0x100 + port), 0);
+    }
+    pump();
+    EXPECT_EQ(b.agent->stats().held_reqs_refused, 40u - 16u) << "a's own beyond 16: at once";
+    ASSERT_EQ(connect(c, resolved(c, ip_b, 7300), 0x333), 0);
+    pump();
+    EXPECT_EQ(b.agent->stats().held_reqs_refused, 40u - 16u + 1u);
+    listen_on(b, 7300);
+    const auto req = next_event(b);
+    ASSERT_TRUE(req.has_value()) << "c's REQ waited for its listener";
+    EXPECT_EQ(req->event, 4u);  // CONNECT_REQUEST
+    EXPECT_EQ(req->param.conn.qp_num, 0x333u);
+    int rejected = 0;
+    while (const auto ev = next_event(a)) {
+        rejected += ev->event == 8u && ev->status == 8u;
+    }
+    EXPECT_EQ(rejected, 40 - 16 + 1) << "a's extra ones and the one it gave up: invalid service ID";
+}
+
+// A peer the security groups refuse takes no waiting slot: its REJ (consumer defined) goes at
+// once, and a listener that comes later never hears of it.
+TEST_F(CmAgentTest, ARefusedPeersRequestNeverWaitsForAListener) {
+    refused = ip_a;
+    ASSERT_EQ(connect(a, resolved(a, ip_b, 7400), 0x111), 0);
+    pump();
+    const auto ev = next_event(a);
+    ASSERT_TRUE(ev.has_value()) << "rejected at once";
+    EXPECT_EQ(ev->status, 28u);
+    listen_on(b, 7400);
+    EXPECT_FALSE(next_event(b).has_value());
+    EXPECT_EQ(b.agent->next_deadline(), cm_agent::clock::time_point::max()) << "nothing held";
+}
+
+// SIDR_REQs that no application answered each hold an id of the vNIC: bounded like REQs, by
+// the listener's backlog and by the vNIC's (max_backlog), so a peer's requests never fill the
+// vNIC's ids. Beyond the bound they are dropped (the sender retries) and counted; the vNIC's
+// own processes still create ids. The control: the first ones are taken as requests.
+TEST_F(CmAgentTest, SidrRequestsNobodyAnsweredAreBoundedAndNeverFillTheVnicsIds) {
+    agent_limits small;
+    small.max_ids = 64;
+    small.max_backlog = 16;
+    b.agent->set_limits(small);
+    const uint32_t listener = create(b, port_space_udp, IBV_QPT_UD);
+    rdma_ucm_bind_ip bind{};
+    bind.id = listener;
+    sockaddr_in sin{};
+    sin.sin_family = AF_INET;
+    sin.sin_port = htons(7500);
+    std::memcpy(&bind.addr, &sin, sizeof(sin));
+    ASSERT_EQ(run(b, command(RDMA_USER_CM_CMD_BIND_IP, bind)), 0);
+    rdma_ucm_listen l{listener, 1024};  // the application asks for a deep backlog
+    ASSERT_EQ(run(b, command(RDMA_USER_CM_CMD_LISTEN, l)), 0);
+    for (int i = 0; i < 100; ++i) {
+        ASSERT_EQ(connect(a, resolved(a, ip_b, 7500, port_space_udp, IBV_QPT_UD), 0x200 + i), 0);
+    }
+    pump();
+    int requests = 0;
+    while (const auto ev = next_event(b)) {
+        requests += ev->event == 4u;
+    }
+    EXPECT_EQ(requests, 16);
+    EXPECT_EQ(b.agent->id_count(), 1u + 16u);
+    EXPECT_EQ(b.agent->stats().requests_over_backlog, 100u - 16u);
+    EXPECT_NE(create(b), 0u) << "the vNIC's own processes still get ids";
+    EXPECT_EQ(b.agent->stats().ids_refused, 0u);
 }
 
 TEST_F(CmAgentTest, SecurityGroupRefusalIsARejectAndCounted) {

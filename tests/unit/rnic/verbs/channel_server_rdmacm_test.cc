@@ -217,5 +217,29 @@ TEST_F(ChannelServerRdmaCm, MigrateIdTakesAnIdOnlyFromAChannelTheCallerHolds) {
     EXPECT_NE(owner->query(listening), 0);
 }
 
+// `apply` changes a vNIC's rdma_cm quota in place (serve() with the same endpoint): lowered,
+// the next CREATE_ID is EDQUOT and counted for that vNIC, the ids it holds stay; raised, ids
+// come again. Its clients never notice the change otherwise.
+TEST_F(ChannelServerRdmaCm, ApplyChangesAVnicsRdmaCmIdsQuotaLive) {
+    auto tenant = connect();
+    ASSERT_NE(tenant->listener(7001), 0u);
+    auto spec = test::own_vnic("t1", 0x01, 0);
+    spec.identity.quota.max_cm_ids = 1;
+    std::string error;
+    ASSERT_TRUE(server->serve(spec, error)) << error;
+    rdma_ucm_create_id c{};
+    c.ps = RDMA_PS_TCP;
+    c.qp_type = IBV_QPT_RC;
+    // The endpoint's thread takes the new bound with its next turn: a request is one.
+    EXPECT_EQ(tenant->ucma(RDMA_USER_CM_CMD_CREATE_ID, c).status, EDQUOT);
+    const auto refused = server->reports().at(0);
+    EXPECT_EQ(refused.cm.ids_refused, 1u);
+    EXPECT_EQ(refused.cm_ids, 1u) << "the listener it held stays";
+    EXPECT_EQ(refused.quota.max_cm_ids, 1u);
+    spec.identity.quota.max_cm_ids = 2;
+    ASSERT_TRUE(server->serve(spec, error)) << error;
+    EXPECT_EQ(tenant->ucma(RDMA_USER_CM_CMD_CREATE_ID, c).status, 0);
+}
+
 }  // namespace
 }  // namespace jakiro::verbs

@@ -4,6 +4,7 @@
 
 #include "rnic/verbs/channel_server.hh"
 
+#include "verbs_abi/cm_protocol.hh"
 #include "verbs_abi/endpoint_address.hh"
 
 #include <fcntl.h>
@@ -21,9 +22,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <future>
 #include <thread>
 
 #include "maps_helper.hh"
+#include "rnic/engine.hh"
 #include "test_endpoints.hh"
 
 namespace jakiro::verbs {
@@ -710,6 +713,92 @@ TEST_F(ChannelServer, ManyClientsAreServedIndependently) {
         close(fd);
     }
     EXPECT_TRUE(eventually([&] { return server.client_count() == 0; }));
+}
+
+// Control-plane time is charged per vNIC: a verbs call of one vNIC that waits (here t1's
+// create_qp on a worker that does not come, as a stalled or flooded worker would not) holds up
+// that vNIC's clients alone. t5, whose QPs another worker runs, gets its answers at once,
+// verbs and rdma_cm alike, while t1's call is still waiting.
+TEST_F(ChannelServer, OneVnicsStuckCallDelaysNoOtherVnicsVerbsOrRdmaCmCalls) {
+    config.vnics[1].identity.engine = 1;
+    roce::engine stalled(2, 16), running(2, 16);
+    const auto stall = std::chrono::milliseconds(1500);
+    stalled.set_call_timeout(stall);
+    channel_server server(config);
+    server.enable_qps({&stalled, &running}, {});
+    std::string error;
+    ASSERT_TRUE(server.start(error)) << error;
+    stalled.attach();  // from now on its calls go to a worker's mailbox, and no worker polls it
+    const int t1 = adopted_client(server, 0);
+    const int t5 = adopted_client(server, 1);
+    for (const int fd : {t1, t5}) {
+        send_message(fd, hello());
+        close(receive(fd).fd);
+    }
+    send_message(t1, proto::make_message<proto::alloc_pd_request>(
+                         static_cast<uint16_t>(proto::opcode::alloc_pd), 2));
+    const auto pd = decode_reply<proto::alloc_pd_reply>(receive(t1));
+    auto cq = proto::make_message<proto::create_cq_request>(
+        static_cast<uint16_t>(proto::opcode::create_cq), 3);
+    cq.cqe = 16;
+    send_message(t1, cq);
+    const auto cq_reply = receive(t1);
+    close(cq_reply.fd);
+    const auto created_cq = decode_reply<proto::create_cq_reply>(cq_reply);
+    auto qp = proto::make_message<proto::create_qp_request>(
+        static_cast<uint16_t>(proto::opcode::create_qp), 4);
+    qp.pd_handle = pd.pd_handle;
+    qp.send_cq = qp.recv_cq = created_cq.cq_handle;
+    qp.max_send_wr = qp.max_recv_wr = 4;
+    qp.max_send_sge = qp.max_recv_sge = 1;
+    qp.qp_type = proto::qpt_rc;
+    const auto asked = std::chrono::steady_clock::now();
+    send_message(t1, qp);
+    auto t1_answer = std::async(std::launch::async, [&] {
+        // receive() gives up after 2 s: wait as long as the stall and a margin.
+        pollfd p{t1, POLLIN, 0};
+        poll(&p, 1, static_cast<int>(stall.count()) + 3000);
+        return receive(t1);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // t1's call is waiting now
+
+    auto timed = [](auto&& call) {
+        const auto start = std::chrono::steady_clock::now();
+        call();
+        return std::chrono::steady_clock::now() - start;
+    };
+    const auto query_time = timed([&] {
+        send_message(t5, query(5));
+        EXPECT_EQ(decode_reply<proto::query_reply>(receive(t5)).rh.status, 0);
+    });
+    cm_proto::header open{};
+    open.magic = cm_proto::magic;
+    open.version = cm_proto::version;
+    open.opcode = static_cast<uint16_t>(cm_proto::opcode::open_channel);
+    open.length = sizeof(open);
+    open.request_id = 6;
+    const auto cm_time = timed([&] {
+        send_message(t5, open);
+        const auto r = receive(t5);
+        cm_proto::reply_header rh{};
+        std::memcpy(&rh, r.bytes.data(), sizeof(rh));
+        EXPECT_EQ(rh.status, 0);
+        EXPECT_GE(r.fd, 0) << "the rdma_cm channel";
+        close(r.fd);
+    });
+    EXPECT_LT(query_time, std::chrono::milliseconds(500));
+    EXPECT_LT(cm_time, std::chrono::milliseconds(500));
+    EXPECT_EQ(t1_answer.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
+        << "t5 was answered while t1's call still waited";
+
+    // t1's own call ends as the engine says: the worker never came, nothing was created.
+    const auto stuck = t1_answer.get();
+    EXPECT_GE(std::chrono::steady_clock::now() - asked, stall);
+    EXPECT_EQ(stuck.status(), ETIMEDOUT);
+    close(stuck.fd);
+    close(t1);
+    close(t5);
+    server.stop();
 }
 
 }  // namespace

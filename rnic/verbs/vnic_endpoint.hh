@@ -1,0 +1,199 @@
+#pragma once
+// One vNIC's RDMA face, served by a thread of its own: its listeners (abstract sockets bound in
+// the tenant's namespace), its clients' verbs and rdma_cm requests, its rdma_cm agent's MADs
+// (its own QP1 queues, gsi_port.hh) and timers, its clients' async events.
+//
+// A thread per vNIC, because a verbs call may wait: on the worker that runs the vNIC's QPs (up
+// to 5 s, engine::call), on a large registration, on whatever a hostile tenant can make one of
+// its calls cost. Whatever it is, it holds up this vNIC's clients alone: no other vNIC's verbs
+// or rdma_cm call, MAD or timer waits behind it (DESIGN.md §8a, control-plane time).
+//
+// Owned by channel_server, which builds it (binding the listeners, making the resources) and
+// withdraws it. Thread-safety: start() and stop() from the owner's thread; set_quota(),
+// adopt(), post_event(), report() and client_count() from any thread; everything else runs on
+// the endpoint's thread.
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "device_model.hh"
+#include "requests.hh"
+#include "resources.hh"
+#include "rnic/gsi_port.hh"
+#include "rnic/rdmacm/cm_agent.hh"
+#include "tenant_namespace.hh"
+#include "verbs_abi/protocol.hh"
+
+namespace jakiro::roce {
+class engine;
+}
+
+namespace jakiro::verbs {
+
+// One vNIC's RDMA face as the configuration describes it.
+struct endpoint_config {
+    vnic_identity identity;
+    std::string netns;           // YAML vnics[].netns; "" = the veth peer's namespace of `port`
+    std::string port;            // the Ethernet face's devargs (to find the veth peer)
+    bool own_namespace = false;  // serve in jakirod's own namespace (tests; never from YAML)
+};
+
+// What one vNIC's face counted since it was served.
+struct endpoint_counters {
+    uint64_t accepted = 0;
+    uint64_t refused = 0;          // over the vNIC's max_contexts
+    uint64_t refused_foreign = 0;  // peer outside the vNIC's namespace
+    uint64_t hello_timeouts = 0;   // dropped before HELLO
+    uint64_t disconnected = 0;
+    uint64_t requests = 0;
+    uint64_t bad_requests = 0;  // answered with an error status or dropped
+};
+
+// One vNIC's face as jakiroctl and /metrics show it.
+struct endpoint_report {
+    uint16_t slot = 0;
+    std::string name;
+    std::size_t clients = 0;
+    endpoint_counters counters;
+    rdmacm::agent_stats cm;  // all zero without an agent (no engine)
+    std::size_t cm_ids = 0;  // rdma_cm ids held now
+    roce::gsi_counters qp1;
+    vnic_quota quota;  // the bounds in force
+};
+
+class vnic_endpoint {
+  public:
+    using event_type = verbs_proto::event_type;
+
+    // What every endpoint of one channel server shares.
+    struct settings {
+        std::string host_name;
+        uint32_t tenant_mtu = 1450;
+        std::chrono::milliseconds hello_timeout{2000};
+        // The server's: client ids are unique across its endpoints, and carry the slot in their
+        // top 16 bits so that an event for a client finds its endpoint (client_slot()).
+        std::atomic<uint64_t>* client_ids = nullptr;
+    };
+    // What the channel server made for the vNIC before it is served.
+    struct parts {
+        endpoint_config spec;
+        tenant_namespace ns;
+        std::vector<int> listeners;  // owned from here on
+        std::unique_ptr<vnic_resources> resources;
+        // Runs the vNIC's QPs and QP1 (its rdma_cm agent speaks through it); none: no QPs and
+        // no rdma_cm.
+        roce::engine* engine = nullptr;
+        // The vNIC's security groups for a peer (0: admitted); empty admits everyone.
+        std::function<int(uint32_t remote_ip_be)> admit;
+    };
+
+    static uint16_t client_slot(uint64_t client) { return static_cast<uint16_t>(client >> 48); }
+
+    vnic_endpoint(parts p, settings s);
+    // stop()s.
+    ~vnic_endpoint();
+    vnic_endpoint(const vnic_endpoint&) = delete;
+    vnic_endpoint& operator=(const vnic_endpoint&) = delete;
+
+    // Starts the endpoint's thread; false (with `error`) if it cannot run.
+    bool start(std::string& error);
+    // Tells every client the device is gone (IBV_EVENT_DEVICE_FATAL), closes every connection
+    // and listener, joins the thread and destroys everything the clients created (QPs leave
+    // the engine, MRs are unmapped, QP1's queues go). Returns when that is done. Idempotent.
+    void stop();
+
+    const endpoint_config& spec() const { return _spec; }
+    vnic_resources& resources() { return *_resources; }
+    // The quota, live: the resources take it now, the rdma_cm agent and QP1 with the thread's
+    // next turn. Lowering refuses new objects and keeps existing ones.
+    void set_quota(const vnic_quota& quota);
+    // Serves an already connected socket (a test's socketpair) as a client; takes `fd`.
+    void adopt(int fd);
+    // Queues an async event for `client`, sent by the endpoint's thread.
+    void post_event(uint64_t client, event_type type, uint64_t handle);
+    std::size_t client_count() const { return _client_count.load(std::memory_order_relaxed); }
+    endpoint_report report() const;
+
+  private:
+    struct client {
+        int fd = -1;
+        int async_fd = -1;               // our end of the async event channel, after HELLO
+        int cm_event_fd = -1;            // our end of its rdma_cm event socket (cm_protocol.hh)
+        uint64_t cm_channel_cookie = 0;  // SO_COOKIE of the tenant's end: the channel's proof
+        pid_t pid = 0;                   // SO_PEERCRED at accept
+        account_charge descriptors;      // its descriptors, charged to its vNIC until dropped
+        std::chrono::steady_clock::time_point hello_deadline;
+        session s;
+    };
+    struct pending_event {
+        uint64_t client;
+        event_type type;
+        uint64_t handle;
+    };
+    struct local_mad {
+        uint32_t from_ip_be;
+        rdmacm::mad_buffer mad;
+    };
+
+    void make_cm_agent(std::function<int(uint32_t)> admit);
+    void serve();
+    bool accept_clients(int listener);  // false: out of descriptors
+    void add_client(int fd, pid_t pid);
+    bool serve_client(client& c);  // false: drop it
+    // An rdma_cm request (cm_protocol.hh) of a client that said HELLO; false: drop it.
+    bool serve_cm(client& c, std::span<const std::byte> message, bool truncated,
+                  std::span<const int> fds);
+    // The client whose rdma_cm channel `fds` proves the caller holds: the one descriptor that
+    // came with the command is that channel's event socket (SO_COOKIE). 0 if none.
+    uint64_t channel_held_by(std::span<const int> fds) const;
+    // MADs from QP1 (`mads_arrived`: its eventfd said so) and to ourselves to the agent, and
+    // its timers.
+    void serve_gsi(bool mads_arrived);
+    void drop_client(client& c, bool device_gone);
+    void take_posted();  // adopted sockets, events, a new quota
+    int poll_timeout_ms(bool listen_now) const;
+    void publish();  // the report's snapshot of the agent
+
+    endpoint_config _spec;
+    tenant_namespace _ns;
+    std::vector<int> _listeners;
+    std::unique_ptr<vnic_resources> _resources;
+    device_context _device;
+    roce::engine* _engine = nullptr;
+    bool _qp1_open = false;  // the vNIC's queues in the engine's gsi_port
+    int _gsi_fd = -1;        // QP1's receive eventfd (gsi_port owns it)
+    std::unique_ptr<rdmacm::cm_agent> _cm;
+    settings _settings;
+
+    std::vector<client> _clients;        // the thread's
+    std::vector<local_mad> _local_mads;  // the thread's: MADs the vNIC sent itself
+    int _wake_fd = -1;                   // eventfd: stop(), adopt(), events, a quota
+    std::atomic<bool> _stopping{false};
+    std::thread _thread;
+
+    mutable std::mutex _mutex;  // guards what follows
+    std::vector<int> _adopted;
+    std::vector<pending_event> _events;
+    std::optional<vnic_quota> _new_quota;
+    rdmacm::agent_stats _cm_snapshot;
+    std::size_t _cm_ids = 0;
+
+    std::atomic<std::size_t> _client_count{0};
+    struct {
+        std::atomic<uint64_t> accepted{0}, refused{0}, refused_foreign{0}, hello_timeouts{0},
+            disconnected{0}, requests{0}, bad_requests{0};
+    } _counters;
+};
+
+}  // namespace jakiro::verbs
