@@ -567,6 +567,42 @@ void rdma_memory_metrics(const daemon_state& state, families& f,
     f.sample({{"resource", "descriptors"}}, static_cast<double>(demand.descriptors));
 }
 
+// Each vNIC's RDMA face (rnic/verbs/vnic_endpoint.hh): what its tenant holds of the control
+// side and what each of its bounds refused.
+void rdma_face_metrics(const std::vector<verbs::endpoint_report>& faces, families& f) {
+    f.gauge("jakiro_rdma_vnic_clients", "Verbs connections of the vNIC now (bound: max_contexts)");
+    for (const auto& r : faces) {
+        f.sample({{"vnic", r.name}}, static_cast<double>(r.clients));
+    }
+    f.gauge("jakiro_rdma_cm_ids", "rdma_cm ids the vNIC holds now (bound: rdma.max_cm_ids)");
+    for (const auto& r : faces) {
+        f.sample({{"vnic", r.name}}, static_cast<double>(r.cm_ids));
+    }
+    f.counter("jakiro_rdma_cm_refused_total",
+              "rdma_cm work the vNIC's bounds refused: ids (max_cm_ids), peers' requests over "
+              "the backlog (max_cm_backlog), REQs that could not wait for a listener "
+              "(max_cm_held_reqs)");
+    for (const auto& r : faces) {
+        f.sample({{"reason", "ids"}, {"vnic", r.name}}, static_cast<double>(r.cm.ids_refused));
+        f.sample({{"reason", "backlog"}, {"vnic", r.name}},
+                 static_cast<double>(r.cm.requests_over_backlog));
+        f.sample({{"reason", "held_reqs"}, {"vnic", r.name}},
+                 static_cast<double>(r.cm.held_reqs_refused));
+    }
+    f.counter("jakiro_rdma_qp1_mads_total",
+              "MADs through the vNIC's QP1: received (rx), sent (tx)");
+    for (const auto& r : faces) {
+        f.sample({{"direction", "rx"}, {"vnic", r.name}}, static_cast<double>(r.qp1.received));
+        f.sample({{"direction", "tx"}, {"vnic", r.name}}, static_cast<double>(r.qp1.sent));
+    }
+    f.counter("jakiro_rdma_qp1_dropped_total",
+              "MADs the vNIC's QP1 queues had no room for (bound: rdma.max_qp1_queue)");
+    for (const auto& r : faces) {
+        f.sample({{"direction", "rx"}, {"vnic", r.name}}, static_cast<double>(r.qp1.rx_dropped));
+        f.sample({{"direction", "tx"}, {"vnic", r.name}}, static_cast<double>(r.qp1.tx_dropped));
+    }
+}
+
 void rdma_metrics(const daemon_state& state, families& f) {
     static const char* states[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
     std::vector<roce::qp_report> retired;
@@ -700,6 +736,7 @@ void rdma_metrics(const daemon_state& state, families& f) {
         f.counter("jakiro_rdma_bad_requests_total", "Verbs requests refused as malformed")
             .sample({}, static_cast<double>(v.bad_requests));
         rdma_memory_metrics(state, f, live);
+        rdma_face_metrics(state.verbs->reports(), f);
     }
 }
 

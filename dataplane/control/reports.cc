@@ -244,6 +244,50 @@ std::string render_status(const daemon_state& state, bool json) {
     return text.str();
 }
 
+namespace {
+
+// One vNIC's RDMA face: its connections, its rdma_cm agent and QP1, each bound with what it
+// refused at it (rnic/verbs/vnic_endpoint.hh), as `stats --json` and `qps --json` show it.
+void write_rdma_face(json_writer& out, const verbs::endpoint_report& r) {
+    out.begin_object(r.name)
+        .value("clients", uint64_t{r.clients})
+        .value("max_contexts", uint64_t{r.quota.max_contexts})
+        .value("accepted", r.counters.accepted)
+        .value("refused_over_limit", r.counters.refused)
+        .value("refused_foreign", r.counters.refused_foreign)
+        .value("hello_timeouts", r.counters.hello_timeouts)
+        .value("requests", r.counters.requests)
+        .value("bad_requests", r.counters.bad_requests);
+    out.begin_object("rdma_cm")
+        .value("ids", uint64_t{r.cm_ids})
+        .value("max_ids", uint64_t{r.quota.max_cm_ids})
+        .value("ids_refused", r.cm.ids_refused)
+        .value("max_backlog", uint64_t{r.quota.max_cm_backlog})
+        .value("requests_over_backlog", r.cm.requests_over_backlog)
+        .value("max_held_reqs", uint64_t{r.quota.max_cm_held_reqs})
+        .value("held_reqs_refused", r.cm.held_reqs_refused)
+        .value("commands", r.cm.commands)
+        .value("bad_commands", r.cm.bad_commands)
+        .value("mads_sent", r.cm.mads_sent)
+        .value("mads_received", r.cm.mads_received)
+        .value("mads_dropped", r.cm.mads_dropped)
+        .value("rejected_by_policy", r.cm.rejected_by_policy)
+        .value("rejected_no_listener", r.cm.rejected_no_listener)
+        .value("mads_forged", r.cm.mads_forged)
+        .value("events_dropped", r.cm.events_dropped)
+        .end_object();
+    out.begin_object("qp1")
+        .value("max_queue", uint64_t{r.quota.max_qp1_queue})
+        .value("received", r.qp1.received)
+        .value("sent", r.qp1.sent)
+        .value("rx_dropped", r.qp1.rx_dropped)
+        .value("tx_dropped", r.qp1.tx_dropped)
+        .end_object();
+    out.end_object();
+}
+
+}  // namespace
+
 std::string render_stats(const daemon_state& state, bool json) {
     json_writer out;
     std::ostringstream text;
@@ -348,6 +392,15 @@ std::string render_stats(const daemon_state& state, bool json) {
     }
     out.end_object();
     text << "vnic limits (now/allowance, refused at the bound)\n" << limits_text;
+    // Each vNIC's RDMA face, by name: what its tenant's verbs and rdma_cm calls hold of
+    // jakirod's control side, and what its bounds refused.
+    out.begin_object("rdma_faces");
+    if (state.verbs != nullptr) {
+        for (const auto& r : state.verbs->reports()) {
+            write_rdma_face(out, r);
+        }
+    }
+    out.end_object();
 
     // Conntrack: the flow tables of all workers.
     uint64_t flows = 0, capacity = 0, inserts = 0, evictions = 0, expirations = 0;
@@ -607,6 +660,19 @@ std::string render_qps(const daemon_state& state, const std::string& vnic, bool 
             .value("rejected_by_policy", v.cm_rejected_by_policy)
             .value("rejected_no_listener", v.cm_rejected_no_listener)
             .value("mads_forged", v.cm_mads_forged);
+        out.end_object();
+        out.begin_object("vnics");
+        for (const auto& r : state.verbs->reports()) {
+            if (vnic.empty() || r.name == vnic) {
+                write_rdma_face(out, r);
+                text << "rdma face " << r.name << ": clients " << r.clients << "/"
+                     << r.quota.max_contexts << ", rdma_cm ids " << r.cm_ids << "/"
+                     << r.quota.max_cm_ids << " (refused " << r.cm.ids_refused
+                     << "), requests over backlog " << r.cm.requests_over_backlog
+                     << ", held REQs refused " << r.cm.held_reqs_refused << ", QP1 drops rx "
+                     << r.qp1.rx_dropped << " tx " << r.qp1.tx_dropped << "\n";
+            }
+        }
         out.end_object();
         text << "rdma_cm: " << v.cm_commands << " commands (" << v.cm_bad_commands
              << " refused), MADs sent " << v.cm_mads_sent << ", received " << v.cm_mads_received

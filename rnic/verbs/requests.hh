@@ -15,7 +15,7 @@
 
 namespace jakiro::verbs {
 
-// Per-connection protocol state. Owned by the channel server thread.
+// Per-connection protocol state. Owned by the thread of the vNIC's endpoint.
 struct session {
     uint64_t client_id = 0;
     bool hello_done = false;

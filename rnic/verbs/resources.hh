@@ -7,7 +7,7 @@
 // object still in use answers EBUSY as libibverbs does; a client that goes away loses everything it
 // owned (release_client: unmapped, closed).
 //
-// Thread-safety: the verbs (alloc_pd ... release_client) run on the channel server thread.
+// Thread-safety: the verbs (alloc_pd ... release_client) run on the vNIC's endpoint thread.
 // mrs().find() is for any thread (see mr_table.hh); find_cq(), count(), quota() and
 // set_quota() take the mutex that the verbs hold while they change the tables, so tests,
 // jakiroctl and `apply` may call them from any thread.
