@@ -20,9 +20,14 @@ gsi_port::~gsi_port() {
 int gsi_port::open(uint16_t slot, uint32_t max_queued) {
     std::lock_guard lock(_mutex);
     auto& q = _vnics[slot];
-    if (q == nullptr) {
-        q = std::make_unique<vnic_queues>();
-        q->notify_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (q == nullptr || q->closed) {
+        // A vNIC served (again) in this slot: nothing of a former one's but its last MADs out.
+        auto fresh = std::make_unique<vnic_queues>();
+        if (q != nullptr) {
+            fresh->tx = std::move(q->tx);
+        }
+        fresh->notify_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        q = std::move(fresh);
     }
     q->max_queued = max_queued;
     return q->notify_fd;
@@ -30,31 +35,34 @@ int gsi_port::open(uint16_t slot, uint32_t max_queued) {
 
 void gsi_port::set_limit(uint16_t slot, uint32_t max_queued) {
     std::lock_guard lock(_mutex);
-    if (const auto it = _vnics.find(slot); it != _vnics.end()) {
+    if (const auto it = _vnics.find(slot); it != _vnics.end() && !it->second->closed) {
         it->second->max_queued = max_queued;
     }
 }
 
 void gsi_port::close(uint16_t slot) {
-    std::unique_ptr<vnic_queues> gone;
-    {
-        std::lock_guard lock(_mutex);
-        const auto it = _vnics.find(slot);
-        if (it == _vnics.end()) {
-            return;
-        }
-        gone = std::move(it->second);
-        _vnics.erase(it);
+    std::lock_guard lock(_mutex);
+    const auto it = _vnics.find(slot);
+    if (it == _vnics.end() || it->second->closed) {
+        return;
     }
-    if (gone->notify_fd >= 0) {
-        ::close(gone->notify_fd);
+    vnic_queues& q = *it->second;
+    if (q.notify_fd >= 0) {
+        ::close(q.notify_fd);
+        q.notify_fd = -1;
+    }
+    q.rx.clear();
+    q.closed = true;
+    if (q.tx.empty()) {
+        _vnics.erase(it);
     }
 }
 
 bool gsi_port::push_tx(const gsi_datagram& d) {
     std::lock_guard lock(_mutex);
     const auto it = _vnics.find(d.vnic);
-    if (it == _vnics.end() || it->second->tx.size() >= it->second->max_queued) {
+    if (it == _vnics.end() || it->second->closed ||
+        it->second->tx.size() >= it->second->max_queued) {
         if (it != _vnics.end()) {
             ++it->second->counters.tx_dropped;
         }
@@ -69,7 +77,7 @@ bool gsi_port::push_tx(const gsi_datagram& d) {
 std::vector<gsi_datagram> gsi_port::take_rx(uint16_t slot) {
     std::lock_guard lock(_mutex);
     const auto it = _vnics.find(slot);
-    if (it == _vnics.end()) {
+    if (it == _vnics.end() || it->second->closed) {
         return {};
     }
     std::vector<gsi_datagram> out(it->second->rx.begin(), it->second->rx.end());
@@ -87,12 +95,14 @@ std::vector<gsi_datagram> gsi_port::take_tx() {
     std::lock_guard lock(_mutex);
     std::vector<gsi_datagram> out;
     bool more = false;
-    for (auto& [slot, q] : _vnics) {
-        const std::size_t n = std::min(q->tx.size(), tx_burst);
-        out.insert(out.end(), q->tx.begin(), q->tx.begin() + static_cast<std::ptrdiff_t>(n));
-        q->tx.erase(q->tx.begin(), q->tx.begin() + static_cast<std::ptrdiff_t>(n));
-        q->counters.sent += n;
-        more = more || !q->tx.empty();
+    for (auto it = _vnics.begin(); it != _vnics.end();) {
+        vnic_queues& q = *it->second;
+        const std::size_t n = std::min(q.tx.size(), tx_burst);
+        out.insert(out.end(), q.tx.begin(), q.tx.begin() + static_cast<std::ptrdiff_t>(n));
+        q.tx.erase(q.tx.begin(), q.tx.begin() + static_cast<std::ptrdiff_t>(n));
+        q.counters.sent += n;
+        more = more || !q.tx.empty();
+        it = q.closed && q.tx.empty() ? _vnics.erase(it) : std::next(it);
     }
     _tx_pending.store(more, std::memory_order_release);
     return out;
@@ -101,7 +111,8 @@ std::vector<gsi_datagram> gsi_port::take_tx() {
 void gsi_port::push_rx(const gsi_datagram& d) {
     std::lock_guard lock(_mutex);
     const auto it = _vnics.find(d.vnic);
-    if (it == _vnics.end() || it->second->rx.size() >= it->second->max_queued) {
+    if (it == _vnics.end() || it->second->closed ||
+        it->second->rx.size() >= it->second->max_queued) {
         if (it != _vnics.end()) {
             ++it->second->counters.rx_dropped;
         }

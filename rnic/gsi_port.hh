@@ -69,7 +69,9 @@ class gsi_port {
     int open(uint16_t slot, uint32_t max_queued = default_max_queued);
     // A new bound, live: lowering it drops nothing queued, it only refuses more.
     void set_limit(uint16_t slot, uint32_t max_queued);
-    // The vNIC's queues go (what waits in them is lost) and its eventfd is closed.
+    // The vNIC's agent is gone: its eventfd is closed and nothing more is received or queued
+    // for it; the MADs it queued last (a removed vNIC's DREQs and REJs) still leave, then its
+    // queues go.
     void close(uint16_t slot);
     // False (and counted for the vNIC) when its send queue is full or it has none.
     bool push_tx(const gsi_datagram& d);
@@ -90,6 +92,7 @@ class gsi_port {
         std::deque<gsi_datagram> tx, rx;
         uint32_t max_queued = default_max_queued;
         int notify_fd = -1;
+        bool closed = false;  // sending what is left, then erased
         gsi_counters counters;
     };
 

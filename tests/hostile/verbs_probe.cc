@@ -31,12 +31,24 @@
 //                                        ring behind before each resize. "resized K refused R
 //                                        slowest_ms T old_rings_bytes B" (B: what the old
 //                                        rings' memfds still hold)
+//   verbs_probe cm-steal ADDRESS MAX SECONDS
+//                                        open an rdma_cm channel and send MIGRATE_ID for every
+//                                        channel number and id up to MAX, without the source
+//                                        channel's descriptor (which only its holder has):
+//                                        "migrated K"; then count the events that reach this
+//                                        channel for SECONDS: "events E"
+//   verbs_probe cm-migrate-own ADDRESS   two channels of its own, a listening id on the first,
+//                                        MIGRATE_ID to the second with the first's event socket
+//                                        (what the shim sends): "migrated own", or "refused ..."
 //
 // ADDRESS is "@abstract-name" or a path (verbs_abi/endpoint_address.hh). Exit status 0 when
 // the command ran (whatever jakirod answered), 2 on bad usage.
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <infiniband/verbs.h>
 #include <poll.h>
+#include <rdma/rdma_user_cm.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -44,6 +56,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <chrono>
@@ -54,10 +67,7 @@
 #include <thread>
 #include <vector>
 
-#include <arpa/inet.h>
-
-#include <algorithm>
-
+#include "verbs_abi/cm_protocol.hh"
 #include "verbs_abi/endpoint_address.hh"
 #include "verbs_abi/fd_passing.hh"
 #include "verbs_abi/protocol.hh"
@@ -646,6 +656,151 @@ int resize_cq(const char* where, const std::string& mode, int seconds) {
     return 0;
 }
 
+// ---- rdma_cm over the verbs connection (verbs_abi/cm_protocol.hh), as the shim speaks it
+
+namespace cmp = jakiro::cm_proto;
+
+// One connection with an rdma_cm channel: `fd` carries the commands, `events` is the channel
+// (the descriptor a program holds as its rdma_cm fd).
+struct cm_channel {
+    int fd = -1;
+    int events = -1;
+    uint32_t next_request = 10;
+    ~cm_channel() {
+        for (const int f : {fd, events}) {
+            if (f >= 0) {
+                close(f);
+            }
+        }
+    }
+};
+
+cmp::header cm_header(cm_channel& ch, cmp::opcode op, std::size_t length) {
+    cmp::header h{};
+    h.magic = cmp::magic;
+    h.version = cmp::version;
+    h.opcode = static_cast<uint16_t>(op);
+    h.length = static_cast<uint32_t>(length);
+    h.request_id = ch.next_request++;
+    return h;
+}
+
+// Connect, HELLO, open_channel; false (and a verdict line) when jakirod refused.
+bool open_cm_channel(const char* where, cm_channel& ch) {
+    ch.fd = connect_to(where);
+    if (ch.fd < 0 || !say_hello(ch.fd)) {
+        std::printf("refused no-session\n");
+        return false;
+    }
+    const cmp::header h = cm_header(ch, cmp::opcode::open_channel, sizeof(cmp::header));
+    reply r = call(ch.fd, &h, sizeof(h));
+    ch.events = r.fds[0];
+    if (r.size < static_cast<ssize_t>(sizeof(cmp::reply_header)) || r.status() != 0 ||
+        ch.events < 0) {
+        std::printf("refused open-channel status %d\n", r.size > 0 ? r.status() : -1);
+        return false;
+    }
+    return true;
+}
+
+// One ucma command; its status (0, an errno, or -1 with no answer) and its response.
+template <typename Command>
+int ucma(cm_channel& ch, uint32_t cmd, const Command& body,
+         std::vector<std::byte>* response = nullptr, int passed = -1) {
+    rdma_ucm_cmd_hdr ucmd{cmd, sizeof(Command), 512};
+    const std::size_t size = sizeof(cmp::ucma_request) + sizeof(ucmd) + sizeof(body);
+    cmp::ucma_request q{};
+    q.hdr = cm_header(ch, cmp::opcode::ucma, size);
+    q.command_bytes = sizeof(ucmd) + sizeof(body);
+    std::vector<std::byte> bytes(size);
+    std::memcpy(bytes.data(), &q, sizeof(q));
+    std::memcpy(bytes.data() + sizeof(q), &ucmd, sizeof(ucmd));
+    std::memcpy(bytes.data() + sizeof(q) + sizeof(ucmd), &body, sizeof(body));
+    const reply r = call(ch.fd, bytes.data(), bytes.size(), passed);
+    if (r.size < static_cast<ssize_t>(sizeof(cmp::reply_header))) {
+        return -1;
+    }
+    if (response != nullptr && r.size > static_cast<ssize_t>(sizeof(cmp::ucma_reply))) {
+        response->assign(r.bytes.begin() + sizeof(cmp::ucma_reply), r.bytes.begin() + r.size);
+    }
+    return r.status();
+}
+
+int cm_steal(const char* where, uint32_t max, int seconds) {
+    cm_channel ch;
+    if (!open_cm_channel(where, ch)) {
+        return 0;
+    }
+    int migrated = 0;
+    for (uint32_t channel = 0; channel <= max; ++channel) {
+        for (uint32_t id = 0; id <= max; ++id) {
+            rdma_ucm_migrate_id m{};
+            m.id = id;
+            m.fd = channel;
+            migrated += ucma(ch, RDMA_USER_CM_CMD_MIGRATE_ID, m) == 0;
+        }
+    }
+    std::printf("migrated %d\n", migrated);
+    std::fflush(stdout);
+    // Whatever reaches this channel now would have been another process's.
+    int events = 0;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    for (;;) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              until - std::chrono::steady_clock::now())
+                              .count();
+        pollfd p{ch.events, POLLIN, 0};
+        if (left <= 0 || poll(&p, 1, static_cast<int>(left)) != 1) {
+            break;
+        }
+        std::array<std::byte, 1024> buf;
+        if (recv(ch.events, buf.data(), buf.size(), 0) <= 0) {
+            break;
+        }
+        ++events;
+    }
+    std::printf("events %d\n", events);
+    return 0;
+}
+
+int cm_migrate_own(const char* where) {
+    cm_channel from, to;
+    if (!open_cm_channel(where, from) || !open_cm_channel(where, to)) {
+        return 0;
+    }
+    rdma_ucm_create_id c{};
+    c.ps = RDMA_PS_TCP;
+    c.qp_type = IBV_QPT_RC;
+    std::vector<std::byte> out;
+    if (const int e = ucma(from, RDMA_USER_CM_CMD_CREATE_ID, c, &out);
+        e != 0 || out.size() < sizeof(rdma_ucm_create_id_resp)) {
+        std::printf("refused create-id %d\n", e);
+        return 0;
+    }
+    rdma_ucm_create_id_resp created{};
+    std::memcpy(&created, out.data(), sizeof(created));
+    rdma_ucm_listen l{created.id, 4};
+    if (const int e = ucma(from, RDMA_USER_CM_CMD_LISTEN, l); e != 0) {
+        std::printf("refused listen %d\n", e);
+        return 0;
+    }
+    rdma_ucm_migrate_id m{};
+    m.id = created.id;
+    m.fd = static_cast<uint32_t>(from.events);
+    const int e = ucma(to, RDMA_USER_CM_CMD_MIGRATE_ID, m, nullptr, from.events);
+    rdma_ucm_query q{};
+    q.id = created.id;
+    q.option = RDMA_USER_CM_QUERY_ADDR;
+    const bool moved = e == 0 && ucma(to, RDMA_USER_CM_CMD_QUERY, q) == 0 &&
+                       ucma(from, RDMA_USER_CM_CMD_QUERY, q) != 0;
+    if (moved) {
+        std::printf("migrated own\n");
+    } else {
+        std::printf("refused %s\n", e > 0 ? strerrorname_np(e) : "not-moved");
+    }
+    return 0;
+}
+
 int usage() {
     std::fprintf(stderr,
                  "usage: verbs_probe hello|doorbell|leave-then-hello ADDRESS\n"
@@ -653,7 +808,9 @@ int usage() {
                  "       verbs_probe hold ADDRESS COUNT SECONDS\n"
                  "       verbs_probe reg-many ADDRESS COUNT SECONDS\n"
                  "       verbs_probe pin-mrs ADDRESS PEER_IP ROUNDS SECONDS\n"
-                 "       verbs_probe resize-cq ADDRESS behind|honest SECONDS\n");
+                 "       verbs_probe resize-cq ADDRESS behind|honest SECONDS\n"
+                 "       verbs_probe cm-steal ADDRESS MAX SECONDS\n"
+                 "       verbs_probe cm-migrate-own ADDRESS\n");
     return 2;
 }
 
@@ -685,6 +842,12 @@ int main(int argc, char** argv) {
     }
     if (cmd == "resize-cq" && argc == 5) {
         return resize_cq(argv[2], argv[3], std::atoi(argv[4]));
+    }
+    if (cmd == "cm-steal" && argc == 5) {
+        return cm_steal(argv[2], static_cast<uint32_t>(std::atoi(argv[3])), std::atoi(argv[4]));
+    }
+    if (cmd == "cm-migrate-own") {
+        return cm_migrate_own(argv[2]);
     }
     if (cmd == "hold" && argc == 5) {
         return hold(argv[2], std::atoi(argv[3]), std::atoi(argv[4]));

@@ -77,9 +77,14 @@ TEST(GsiPort, AVnicsBoundChangesLiveAndAVnicWithoutQueuesGetsNothing) {
     port.push_rx(mad_for(9, 1));  // no agent serves vNIC 9
     EXPECT_TRUE(port.take_rx(9).empty());
     EXPECT_EQ(port.dropped(), 2u);
+    port.push_rx(mad_for(3, 9));
     port.close(3);
-    EXPECT_TRUE(port.take_tx().empty()) << "a closed vNIC's MADs are gone with it";
-    EXPECT_FALSE(port.push_tx(mad_for(3, 4)));
+    EXPECT_FALSE(port.push_tx(mad_for(3, 4))) << "nobody queues for a vNIC that is gone";
+    port.push_rx(mad_for(3, 5));
+    EXPECT_TRUE(port.take_rx(3).empty()) << "nor receives for it";
+    EXPECT_EQ(port.take_tx().size(), 3u) << "its last MADs (goodbyes) still leave";
+    EXPECT_FALSE(port.tx_pending());
+    EXPECT_EQ(port.counters(3).sent, 0u) << "then its queues are gone";
 }
 
 }  // namespace
