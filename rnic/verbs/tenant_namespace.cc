@@ -66,7 +66,7 @@ std::string devarg(const std::string& devargs, const std::string& key) {
 template <typename Fn>
 bool find_namespace(Fn fn) {
     std::vector<std::pair<dev_t, ino_t>> seen;
-    auto offer = [&](const std::string& path, std::string description) {
+    auto offer = [&](const std::string& path, const std::string& description) {
         const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
         struct stat st {};
         if (fd < 0) {
@@ -78,7 +78,7 @@ bool find_namespace(Fn fn) {
             return false;
         }
         seen.emplace_back(st.st_dev, st.st_ino);
-        if (fn(fd, std::move(description))) {
+        if (fn(fd, description)) {
             return true;
         }
         close(fd);
@@ -175,7 +175,7 @@ bool tenant_namespace::veth_peer(const std::string& port_devargs, tenant_namespa
                 "; set the vNIC's netns";
         return false;
     }
-    const bool found = find_namespace([&](int fd, std::string description) {
+    const bool found = find_namespace([&](int fd, const std::string& description) {
         if (rtnl.nsid_of(fd) != nsid) {
             return false;
         }

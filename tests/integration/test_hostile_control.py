@@ -193,6 +193,8 @@ def test_a_victim_whose_namespace_has_no_name_is_still_bound_in_its_own_never_th
         assert probe(T1, "hello", BY_NAME.format("t1")) == "vnic t1"
     finally:
         stop(keeper)
+        # Whatever happened above, t1's face is bound afresh for the tests that follow.
+        add_again(tmp_path, "t1")
 
 
 # ---- row 7: MIGRATE_ID takes ids only from a channel the caller holds
