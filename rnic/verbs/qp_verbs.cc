@@ -1,5 +1,5 @@
-// vnic_resources: the queue-pair verbs. Validation and ownership happen here, on the channel
-// server thread; the QP itself lives on the engine's thread, reached through engine::call.
+// vnic_resources: the queue-pair verbs. Validation and ownership happen here, on the vNIC's
+// endpoint thread; the QP itself lives on the engine's thread, reached through engine::call.
 
 #include <unistd.h>
 

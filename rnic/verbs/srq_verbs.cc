@@ -1,5 +1,5 @@
 // vnic_resources: the shared-receive-queue verbs. Validation and ownership happen here, on the
-// channel server thread. The SRQ's ring is consumed on the engine's thread by the QPs that
+// vNIC's endpoint thread. The SRQ's ring is consumed on the engine's thread by the QPs that
 // take from it; the only state both threads touch is the armed limit, an atomic, so modify
 // and query need no engine::call.
 
