@@ -7,6 +7,8 @@
 //   verbs_probe hold ADDRESS N SECONDS   open N connections, never say HELLO; after SECONDS
 //                                        print "open K" (how many jakirod still keeps open)
 //   verbs_probe doorbell ADDRESS         create a QP, print "doorbell DEV:INODE" of its page
+//   verbs_probe create-qp-timed ADDRESS  create a QP, waiting for every answer: "qp status S
+//                                        after MS ms"
 //   verbs_probe leave-then-hello ADDRESS connect, move to a new network namespace, then HELLO
 //   verbs_probe reg-mr ADDRESS KIND      register 2 MiB of memory of KIND (shmem: a sealed memfd,
 //                                        as the shim sends; hugetlb: a sealed MFD_HUGETLB memfd;
@@ -111,7 +113,7 @@ struct reply {
     }
 };
 
-reply call(int fd, const void* request, std::size_t size, int passed_fd = -1) {
+reply call(int fd, const void* request, std::size_t size, int passed_fd = -1, int wait_ms = 2000) {
     reply r;
     if (jakiro::verbs_proto::send_with_fd(fd, request, size, passed_fd, MSG_NOSIGNAL) !=
         static_cast<ssize_t>(size)) {
@@ -119,7 +121,7 @@ reply call(int fd, const void* request, std::size_t size, int passed_fd = -1) {
         return r;
     }
     pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 2000) != 1) {
+    if (poll(&p, 1, wait_ms) != 1) {
         r.error = ETIMEDOUT;
         return r;
     }
@@ -203,21 +205,23 @@ int hold(const char* where, int count, int seconds) {
     return 0;
 }
 
-int doorbell(const char* where) {
+int doorbell(const char* where, bool patient = false) {
     const int fd = connect_to(where);
     if (fd < 0 || !say_hello(fd)) {
         std::printf("doorbell none\n");
         return 0;
     }
+    // Patient: every reply is waited for (up to 20 s), and the QP's is timed.
+    const int wait_ms = patient ? 20000 : 2000;
     auto pd = proto::make_message<proto::alloc_pd_request>(
         static_cast<uint16_t>(proto::opcode::alloc_pd), 2);
-    const reply p = call(fd, &pd, sizeof(pd));
+    const reply p = call(fd, &pd, sizeof(pd), -1, wait_ms);
     proto::alloc_pd_reply pr{};
     std::memcpy(&pr, p.bytes.data(), sizeof(pr));
     auto cq = proto::make_message<proto::create_cq_request>(
         static_cast<uint16_t>(proto::opcode::create_cq), 3);
     cq.cqe = 16;
-    const reply c = call(fd, &cq, sizeof(cq));
+    const reply c = call(fd, &cq, sizeof(cq), -1, wait_ms);
     proto::create_cq_reply cr{};
     std::memcpy(&cr, c.bytes.data(), sizeof(cr));
     auto qp = proto::make_message<proto::create_qp_request>(
@@ -230,7 +234,17 @@ int doorbell(const char* where) {
     qp.max_send_sge = 1;
     qp.max_recv_sge = 1;
     qp.qp_type = proto::qpt_rc;
-    const reply q = call(fd, &qp, sizeof(qp));
+    const auto asked = std::chrono::steady_clock::now();
+    const reply q = call(fd, &qp, sizeof(qp), -1, wait_ms);
+    if (patient) {
+        const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::steady_clock::now() - asked)
+                            .count();
+        std::printf("qp status %d after %lld ms\n", q.size > 0 ? q.status() : -1,
+                    static_cast<long long>(ms));
+        close(fd);
+        return 0;
+    }
     struct stat st {};
     if (q.size <= 0 || q.status() != 0 || q.fds[1] < 0 || fstat(q.fds[1], &st) != 0) {
         std::printf("doorbell none status %d\n", q.size > 0 ? q.status() : -1);
@@ -803,7 +817,7 @@ int cm_migrate_own(const char* where) {
 
 int usage() {
     std::fprintf(stderr,
-                 "usage: verbs_probe hello|doorbell|leave-then-hello ADDRESS\n"
+                 "usage: verbs_probe hello|doorbell|create-qp-timed|leave-then-hello ADDRESS\n"
                  "       verbs_probe reg-mr ADDRESS shmem|hugetlb|unsealed|file|pipe\n"
                  "       verbs_probe hold ADDRESS COUNT SECONDS\n"
                  "       verbs_probe reg-many ADDRESS COUNT SECONDS\n"
@@ -827,6 +841,9 @@ int main(int argc, char** argv) {
     }
     if (cmd == "doorbell") {
         return doorbell(argv[2]);
+    }
+    if (cmd == "create-qp-timed") {
+        return doorbell(argv[2], true);
     }
     if (cmd == "leave-then-hello") {
         return leave_then_hello(argv[2]);

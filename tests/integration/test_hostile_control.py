@@ -10,6 +10,7 @@ jakiro-run (tests/hostile/cm_probe).
 """
 
 import contextlib
+import ctypes
 import json
 import os
 import queue
@@ -21,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (IP, JAKIROD, RUN_DIR, T1, T2, T3, T5, host_config_with, jakiroctl,
-                      link_mac, ns, run, shim_env, stats, stop, under_jakiro_run, wait_until)
+from conftest import (IP, JAKIROD, RUN_DIR, T1, T2, T3, T5, host_config_with, jakirod_pids,
+                      jakiroctl, link_mac, ns, run, shim_env, stats, stop, under_jakiro_run,
+                      wait_until)
 
 pytestmark = pytest.mark.usefixtures("testbed")
 
@@ -271,3 +273,67 @@ def test_a_neighbour_holding_every_waiting_slot_leaves_another_peers_request_its
         assert dial_just_before_the_listener(7811) == ("established", "accepted")
         assert flood.proc.poll() is None, flood.line(1)
     assert rdma_face("t1")["rdma_cm"]["held_reqs_refused"] > before
+
+
+# ---- control-plane time: one vNIC's stuck call and everyone else's calls
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+PTRACE_SEIZE, PTRACE_INTERRUPT, PTRACE_DETACH = 0x4206, 0x4207, 17
+WALL = 0x40000000  # __WALL: wait for a thread that is not the process's leader too
+
+
+@contextlib.contextmanager
+def thread_stopped(tid):
+    """Thread `tid` alone stopped (ptrace's group-stop of one thread), as a worker stalled by
+    a flood would be; the rest of the process runs on. Resumed when the block ends, and by the
+    kernel should this process die first."""
+    for request in (PTRACE_SEIZE, PTRACE_INTERRUPT):
+        if _libc.ptrace(request, tid, None, None) != 0:
+            raise OSError(ctypes.get_errno(), f"ptrace {request:#x} of thread {tid}")
+    os.waitpid(tid, WALL)
+    try:
+        yield
+    finally:
+        _libc.ptrace(PTRACE_DETACH, tid, None, None)
+
+
+def timed(cmd):
+    start = time.monotonic()
+    r = run(*cmd, timeout=30, check=False)
+    return last_line(r.stdout), time.monotonic() - start
+
+
+def test_a_vnics_call_stuck_on_its_worker_delays_no_other_vnics_verbs_or_rdma_cm_calls():
+    # h1's one worker is jakirod's main thread, which runs every vNIC's QPs.
+    worker = jakirod_pids()["h1"]
+    others = [(T5, "t5"), (T3, "t3")]
+    # Control: with the worker running, t1 creates its QP at once, and every other vNIC's
+    # HELLO and rdma_cm commands are answered at once.
+    verdict, _ = timed(["ip", "netns", "exec", T1, PROBE, "create-qp-timed", BY_NAME.format("t1")])
+    assert re.fullmatch(r"qp status 0 after \d+ ms", verdict), verdict
+    for namespace, vnic in others:
+        assert timed(["ip", "netns", "exec", namespace, PROBE, "hello", BY_NAME.format(vnic)])[
+            1] < 1
+    with thread_stopped(worker):
+        # t1's create_qp waits for the worker (up to jakirod's 5 s call timeout)...
+        with background(["ip", "netns", "exec", T1, PROBE, "create-qp-timed",
+                         BY_NAME.format("t1")]) as stuck:
+            assert stuck.line(10) == "vnic t1"
+            time.sleep(0.5)  # its create_qp is waiting now
+            # ...while t5's and t3's verbs and rdma_cm calls are answered at once: they used to
+            # wait behind t1's call, the rest of its 5 s.
+            for namespace, vnic in others:
+                hello, took = timed(["ip", "netns", "exec", namespace, PROBE, "hello",
+                                     BY_NAME.format(vnic)])
+                assert hello == f"vnic {vnic}" and took < 1.5, (vnic, hello, took)
+                cm, took = timed(["ip", "netns", "exec", namespace, PROBE, "cm-migrate-own",
+                                  BY_NAME.format(vnic)])
+                assert cm == "migrated own" and took < 1.5, (vnic, cm, took)
+            verdict = stuck.line(15)
+    # t1's own call did wait, and ended as the engine says (ETIMEDOUT: the worker never came).
+    m = re.fullmatch(r"qp status (\d+) after (\d+) ms", verdict)
+    assert m and m.group(1) == "110" and int(m.group(2)) >= 4500, verdict
+    # And the worker is back: t1 creates a QP again.
+    verdict, _ = timed(["ip", "netns", "exec", T1, PROBE, "create-qp-timed", BY_NAME.format("t1")])
+    assert re.fullmatch(r"qp status 0 after \d+ ms", verdict), verdict
