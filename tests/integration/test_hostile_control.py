@@ -247,6 +247,10 @@ def test_a_neighbours_sidr_requests_never_take_a_vnics_rdma_cm_ids():
         assert metric("h1", "jakiro_rdma_cm_refused_total", reason="backlog", vnic="t1") >= (
             1000 - CM_BACKLOG)
         assert metric("h1", "jakiro_rdma_cm_ids", vnic="t1") <= 1 + CM_BACKLOG
+        qps = json.loads(jakiroctl("h1", "qps", "--json").stdout)["endpoints"]["vnics"]
+        assert qps["t1"]["rdma_cm"]["max_backlog"] == CM_BACKLOG
+        assert qps["t1"]["rdma_cm"]["requests_over_backlog"] >= 1000 - CM_BACKLOG
+        assert qps["t5"]["rdma_cm"]["requests_over_backlog"] == 0, "the sender's own is clean"
         assert listener.last(30) == f"requests {CM_BACKLOG}"
 
 
