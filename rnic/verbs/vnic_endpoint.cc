@@ -500,7 +500,9 @@ bool vnic_endpoint::serve_cm(client& c, std::span<const std::byte> message, bool
                 } else {
                     r.response_bytes = static_cast<uint32_t>(response.size());
                     reply_size = sizeof(r) + response.size();
-                    std::memcpy(reply.data() + sizeof(r), response.data(), response.size());
+                    if (!response.empty()) {
+                        std::memcpy(reply.data() + sizeof(r), response.data(), response.size());
+                    }
                 }
             }
         }
@@ -637,12 +639,14 @@ void vnic_endpoint::serve() {
             take_posted();
         }
         serve_gsi(fds[1].revents != 0);
-        // Clients first: their indices in `fds` are only valid until the vector changes.
+        // Clients first: their indices in `fds` are only valid until the vector changes. Those
+        // take_posted() just adopted come after the polled ones, and are read next round.
         const auto now = std::chrono::steady_clock::now();
+        const std::size_t polled = fds.size() - first_client;
         const std::size_t served = _clients.size();
         std::vector<bool> keep(served, true);
         for (std::size_t i = 0; i < served; ++i) {
-            if (fds[first_client + i].revents != 0) {
+            if (i < polled && fds[first_client + i].revents != 0) {
                 keep[i] = serve_client(_clients[i]);
             }
             if (keep[i] && !_clients[i].s.hello_done && now >= _clients[i].hello_deadline) {

@@ -798,6 +798,7 @@ TEST_F(ChannelServer, OneVnicsStuckCallDelaysNoOtherVnicsVerbsOrRdmaCmCalls) {
     close(stuck.fd);
     close(t1);
     close(t5);
+    stalled.detach();  // the worker is back: what t1's teardown asks of it runs
     server.stop();
 }
 
