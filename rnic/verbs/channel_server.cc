@@ -271,18 +271,24 @@ bool channel_server::serve(const endpoint_config& vnic, std::string& error) {
         return false;
     }
     std::unique_ptr<vnic_endpoint> moved;
+    vnic_endpoint* kept = nullptr;
     {
         const std::lock_guard lock(_endpoints_mutex);
         const auto it = _endpoints.find(vnic.identity.slot);
         if (it != _endpoints.end() && same_endpoint(vnic, it->second->spec())) {
-            // Limits change in place: lowering one refuses new objects, existing ones stay.
-            it->second->set_quota(vnic.identity.quota);
-            return true;
-        }
-        if (it != _endpoints.end()) {
+            kept = it->second.get();
+        } else if (it != _endpoints.end()) {
             moved = std::move(it->second);  // its old names go before the new ones are bound
             _endpoints.erase(it);
         }
+    }
+    if (kept != nullptr) {
+        // Limits change in place: lowering one refuses new objects, existing ones stay. Not
+        // under _endpoints_mutex: the resources' mutex may be held by a verb waiting for the
+        // worker, and the worker's events need _endpoints_mutex. The endpoint stays, as only
+        // changes (which _changes_mutex serializes) remove one.
+        kept->set_quota(vnic.identity.quota);
+        return true;
     }
     if (moved != nullptr) {
         retire(std::move(moved), true);

@@ -60,7 +60,8 @@ vnic_endpoint::vnic_endpoint(parts p, settings s)
       _listeners(std::move(p.listeners)),
       _resources(std::move(p.resources)),
       _engine(p.engine),
-      _settings(std::move(s)) {
+      _settings(std::move(s)),
+      _quota(_spec.identity.quota) {
     _device = {&_spec.identity, _settings.host_name, _settings.tenant_mtu, _resources.get()};
     if (_engine != nullptr) {
         _gsi_fd = _engine->gsi().open(_spec.identity.slot, _spec.identity.quota.max_qp1_queue);
@@ -159,6 +160,10 @@ void vnic_endpoint::stop() {
 }
 
 void vnic_endpoint::set_quota(const vnic_quota& quota) {
+    {
+        const std::lock_guard lock(_mutex);
+        _quota = quota;
+    }
     if (_resources != nullptr) {
         _resources->set_quota(quota);
     }
@@ -204,11 +209,13 @@ endpoint_report vnic_endpoint::report() const {
         r.qp1 = _engine->gsi().counters(_spec.identity.slot);
     }
     {
+        // Never the resources' mutex here: a verb may hold it for as long as the worker makes
+        // it wait, and reports are read under the channel server's lock.
         const std::lock_guard lock(_mutex);
         r.cm = _cm_snapshot;
         r.cm_ids = _cm_ids;
+        r.quota = _quota;
     }
-    r.quota = _resources != nullptr ? _resources->quota() : _spec.identity.quota;
     return r;
 }
 

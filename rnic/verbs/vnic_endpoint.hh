@@ -188,6 +188,7 @@ class vnic_endpoint {
     std::optional<vnic_quota> _new_quota;
     rdmacm::agent_stats _cm_snapshot;
     std::size_t _cm_ids = 0;
+    vnic_quota _quota;  // the bounds in force (the resources hold their own copy)
 
     std::atomic<std::size_t> _client_count{0};
     struct {

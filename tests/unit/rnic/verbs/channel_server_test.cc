@@ -786,8 +786,16 @@ TEST_F(ChannelServer, OneVnicsStuckCallDelaysNoOtherVnicsVerbsOrRdmaCmCalls) {
         EXPECT_GE(r.fd, 0) << "the rdma_cm channel";
         close(r.fd);
     });
+    // Nor does anyone wait who reads the counters (jakiroctl, /metrics) or raises an event
+    // for another vNIC's client, as the worker does.
+    const auto report_time = timed([&] {
+        EXPECT_EQ(server.reports().size(), 2u);
+        EXPECT_GE(server.stats().requests, 5u);
+        server.raise_event(0, proto::event_type::cq_err, 1);  // a client nobody has
+    });
     EXPECT_LT(query_time, std::chrono::milliseconds(500));
     EXPECT_LT(cm_time, std::chrono::milliseconds(500));
+    EXPECT_LT(report_time, std::chrono::milliseconds(500));
     EXPECT_EQ(t1_answer.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
         << "t5 was answered while t1's call still waited";
 
