@@ -1,6 +1,5 @@
 #include "rnic/gsi_port.hh"
 
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,15 +8,9 @@ namespace jakiro::roce {
 
 gsi_port::gsi_port() = default;
 
-gsi_port::~gsi_port() {
-    for (auto& [slot, q] : _vnics) {
-        if (q->notify_fd >= 0) {
-            ::close(q->notify_fd);
-        }
-    }
-}
+gsi_port::~gsi_port() = default;
 
-int gsi_port::open(uint16_t slot, uint32_t max_queued) {
+void gsi_port::open(uint16_t slot, uint32_t max_queued, int notify_fd) {
     std::lock_guard lock(_mutex);
     auto& q = _vnics[slot];
     if (q == nullptr || q->closed) {
@@ -26,11 +19,10 @@ int gsi_port::open(uint16_t slot, uint32_t max_queued) {
         if (q != nullptr) {
             fresh->tx = std::move(q->tx);
         }
-        fresh->notify_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         q = std::move(fresh);
     }
     q->max_queued = max_queued;
-    return q->notify_fd;
+    q->notify_fd = notify_fd;
 }
 
 void gsi_port::set_limit(uint16_t slot, uint32_t max_queued) {
@@ -47,10 +39,7 @@ void gsi_port::close(uint16_t slot) {
         return;
     }
     vnic_queues& q = *it->second;
-    if (q.notify_fd >= 0) {
-        ::close(q.notify_fd);
-        q.notify_fd = -1;
-    }
+    q.notify_fd = -1;
     q.rx.clear();
     q.closed = true;
     if (q.tx.empty()) {
@@ -122,8 +111,9 @@ void gsi_port::push_rx(const gsi_datagram& d) {
     it->second->rx.push_back(d);
     ++it->second->counters.received;
     if (it->second->notify_fd >= 0) {
-        // Under the mutex: close() cannot close the descriptor (and let another file take its
-        // number) between the lookup and this write. A non-blocking eventfd write is brief.
+        // Under the mutex: once close() returned, its owner may close the descriptor (and
+        // another file take its number), so never between the lookup and this write. A
+        // non-blocking eventfd write is brief.
         const uint64_t one = 1;
         [[maybe_unused]] const ssize_t n = write(it->second->notify_fd, &one, sizeof(one));
     }

@@ -63,15 +63,15 @@ class gsi_port {
     gsi_port& operator=(const gsi_port&) = delete;
 
     // ---- control side
-    // Gives vNIC `slot` its queues, at most `max_queued` MADs each way, and returns an eventfd
-    // that becomes readable when MADs arrive for it (-1 if none could be made: its MADs are
-    // still queued and taken, only nobody is woken). Opening an open slot changes its limit.
-    int open(uint16_t slot, uint32_t max_queued = default_max_queued);
+    // Gives vNIC `slot` its queues, at most `max_queued` MADs each way; `notify_fd` (an
+    // eventfd, borrowed until close(), -1: none) is written when MADs arrive for it. Opening an
+    // open slot changes its limit.
+    void open(uint16_t slot, uint32_t max_queued = default_max_queued, int notify_fd = -1);
     // A new bound, live: lowering it drops nothing queued, it only refuses more.
     void set_limit(uint16_t slot, uint32_t max_queued);
-    // The vNIC's agent is gone: its eventfd is closed and nothing more is received or queued
-    // for it; the MADs it queued last (a removed vNIC's DREQs and REJs) still leave, then its
-    // queues go.
+    // The vNIC's agent is gone: its eventfd is written no more (the caller may close it once
+    // this returns) and nothing more is received or queued for it; the MADs it queued last (a
+    // removed vNIC's DREQs and REJs) still leave, then its queues go.
     void close(uint16_t slot);
     // False (and counted for the vNIC) when its send queue is full or it has none.
     bool push_tx(const gsi_datagram& d);

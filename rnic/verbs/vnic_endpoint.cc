@@ -64,8 +64,6 @@ vnic_endpoint::vnic_endpoint(parts p, settings s)
       _quota(_spec.identity.quota) {
     _device = {&_spec.identity, _settings.host_name, _settings.tenant_mtu, _resources.get()};
     if (_engine != nullptr) {
-        _gsi_fd = _engine->gsi().open(_spec.identity.slot, _spec.identity.quota.max_qp1_queue);
-        _qp1_open = true;
         make_cm_agent(std::move(p.admit));
     }
 }
@@ -113,6 +111,11 @@ bool vnic_endpoint::start(std::string& error) {
         error = "vNIC " + _spec.identity.name + ": eventfd: " + std::strerror(errno);
         return false;
     }
+    if (_engine != nullptr) {
+        // MADs for the vNIC wake its thread as any other news does.
+        _engine->gsi().open(_spec.identity.slot, _quota.max_qp1_queue, _wake_fd);
+        _qp1_open = true;
+    }
     _stopping = false;
     _thread = std::thread([this] {
         // "jk-verbs-<vnic>" in top and /proc/PID/task (15 characters at most).
@@ -147,9 +150,8 @@ void vnic_endpoint::stop() {
     // doorbell installed, nor the old agent's MADs in QP1's queues.
     _cm.reset();
     if (_engine != nullptr && _qp1_open) {
-        _engine->gsi().close(_spec.identity.slot);  // and its eventfd, _gsi_fd
+        _engine->gsi().close(_spec.identity.slot);  // before _wake_fd closes: it writes it
         _qp1_open = false;
-        _gsi_fd = -1;
     }
     _device.resources = nullptr;
     _resources.reset();
@@ -535,13 +537,9 @@ bool vnic_endpoint::serve_cm(client& c, std::span<const std::byte> message, bool
     return sent;
 }
 
-void vnic_endpoint::serve_gsi(bool mads_arrived) {
+void vnic_endpoint::serve_gsi() {
     if (_cm == nullptr) {
         return;
-    }
-    if (mads_arrived) {
-        uint64_t count;
-        [[maybe_unused]] const ssize_t n = read(_gsi_fd, &count, sizeof(count));
     }
     for (const auto& d : _engine->gsi().take_rx(_spec.identity.slot)) {
         _cm->on_mad(d.remote_ip_be, d.mad);
@@ -618,7 +616,6 @@ void vnic_endpoint::serve() {
         const bool listen_now = std::chrono::steady_clock::now() >= listeners_resume;
         fds.clear();
         fds.push_back({_wake_fd, POLLIN, 0});
-        fds.push_back({_gsi_fd, POLLIN, 0});  // -1: ignored by poll
         const std::size_t first_listener = fds.size();
         for (const int fd : _listeners) {
             fds.push_back({listen_now ? fd : -1, POLLIN, 0});
@@ -645,7 +642,7 @@ void vnic_endpoint::serve() {
             [[maybe_unused]] const ssize_t n = read(_wake_fd, &count, sizeof(count));
             take_posted();
         }
-        serve_gsi(fds[1].revents != 0);
+        serve_gsi();  // MADs that arrived wrote _wake_fd too; timers may be due anyway
         // Clients first: their indices in `fds` are only valid until the vector changes. Those
         // take_posted() just adopted come after the polled ones, and are read next round.
         const auto now = std::chrono::steady_clock::now();

@@ -157,9 +157,8 @@ class vnic_endpoint {
     // The client whose rdma_cm channel `fds` proves the caller holds: the one descriptor that
     // came with the command is that channel's event socket (SO_COOKIE). 0 if none.
     uint64_t channel_held_by(std::span<const int> fds) const;
-    // MADs from QP1 (`mads_arrived`: its eventfd said so) and to ourselves to the agent, and
-    // its timers.
-    void serve_gsi(bool mads_arrived);
+    // MADs from QP1 and to ourselves to the agent, and its timers.
+    void serve_gsi();
     void drop_client(client& c, bool device_gone);
     void take_posted();  // adopted sockets, events, a new quota
     int poll_timeout_ms(bool listen_now) const;
@@ -171,14 +170,13 @@ class vnic_endpoint {
     std::unique_ptr<vnic_resources> _resources;
     device_context _device;
     roce::engine* _engine = nullptr;
-    bool _qp1_open = false;  // the vNIC's queues in the engine's gsi_port
-    int _gsi_fd = -1;        // QP1's receive eventfd (gsi_port owns it)
+    bool _qp1_open = false;  // the vNIC's queues in the engine's gsi_port (they write _wake_fd)
     std::unique_ptr<rdmacm::cm_agent> _cm;
     settings _settings;
 
     std::vector<client> _clients;        // the thread's
     std::vector<local_mad> _local_mads;  // the thread's: MADs the vNIC sent itself
-    int _wake_fd = -1;                   // eventfd: stop(), adopt(), events, a quota
+    int _wake_fd = -1;                   // eventfd: stop(), adopt(), events, a quota, MADs arrived
     std::atomic<bool> _stopping{false};
     std::thread _thread;
 

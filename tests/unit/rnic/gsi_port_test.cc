@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,8 +28,10 @@ bool readable(int fd) {
 
 TEST(GsiPort, AFloodOfOneVnicsMadsNeverCrowdsOutAnothersOnTheWayIn) {
     gsi_port port;
-    const int flooded = port.open(0, 64);
-    const int quiet = port.open(1, 64);
+    const int flooded = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    const int quiet = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    port.open(0, 64, flooded);
+    port.open(1, 64, quiet);
     for (int i = 0; i < 1000; ++i) {
         port.push_rx(mad_for(0, 0xf));
     }
@@ -42,6 +45,10 @@ TEST(GsiPort, AFloodOfOneVnicsMadsNeverCrowdsOutAnothersOnTheWayIn) {
     EXPECT_EQ(port.counters(0).rx_dropped, 1000u - 64u);
     EXPECT_EQ(port.counters(1).rx_dropped, 0u);
     EXPECT_EQ(port.counters(1).received, 1u);
+    port.close(0);
+    port.close(1);
+    close(flooded);
+    close(quiet);
 }
 
 TEST(GsiPort, OneVnicsBurstOfMadsOutNeitherCrowdsOutAnothersNorHoldsTheEngine) {
