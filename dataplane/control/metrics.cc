@@ -727,14 +727,14 @@ void rdma_metrics(const daemon_state& state, families& f) {
         f.counter("jakiro_rdma_connections_total",
                   "Verbs connections by outcome: accepted, refused over the vNIC's limit, refused "
                   "from a foreign namespace, closed without HELLO in time");
-        f.sample({{"result", "accepted"}}, static_cast<double>(v.accepted));
-        f.sample({{"result", "refused_over_limit"}}, static_cast<double>(v.refused));
-        f.sample({{"result", "refused_foreign"}}, static_cast<double>(v.refused_foreign));
-        f.sample({{"result", "hello_timeout"}}, static_cast<double>(v.hello_timeouts));
+        f.sample({{"result", "accepted"}}, static_cast<double>(v.faces.accepted));
+        f.sample({{"result", "refused_over_limit"}}, static_cast<double>(v.faces.refused));
+        f.sample({{"result", "refused_foreign"}}, static_cast<double>(v.faces.refused_foreign));
+        f.sample({{"result", "hello_timeout"}}, static_cast<double>(v.faces.hello_timeouts));
         f.counter("jakiro_rdma_requests_total", "Verbs requests received (all)")
-            .sample({}, static_cast<double>(v.requests));
+            .sample({}, static_cast<double>(v.faces.requests));
         f.counter("jakiro_rdma_bad_requests_total", "Verbs requests refused as malformed")
-            .sample({}, static_cast<double>(v.bad_requests));
+            .sample({}, static_cast<double>(v.faces.bad_requests));
         rdma_memory_metrics(state, f, live);
         rdma_face_metrics(state.verbs->reports(), f);
     }

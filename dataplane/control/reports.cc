@@ -637,17 +637,18 @@ std::string render_qps(const daemon_state& state, const std::string& vnic, bool 
     if (state.verbs != nullptr) {
         const verbs::channel_stats v = state.verbs->stats();
         out.value("clients", uint64_t{state.verbs->client_count()})
-            .value("accepted", v.accepted)
-            .value("refused_over_limit", v.refused)
-            .value("refused_foreign", v.refused_foreign)
-            .value("hello_timeouts", v.hello_timeouts)
-            .value("disconnected", v.disconnected)
-            .value("requests", v.requests)
-            .value("bad_requests", v.bad_requests)
+            .value("accepted", v.faces.accepted)
+            .value("refused_over_limit", v.faces.refused)
+            .value("refused_foreign", v.faces.refused_foreign)
+            .value("hello_timeouts", v.faces.hello_timeouts)
+            .value("disconnected", v.faces.disconnected)
+            .value("requests", v.faces.requests)
+            .value("bad_requests", v.faces.bad_requests)
             .value("vnics_removed", v.vnics_removed);
-        text << "endpoints: " << state.verbs->client_count() << " clients, accepted " << v.accepted
-             << ", refused over limit " << v.refused << ", refused foreign " << v.refused_foreign
-             << ", hello timeouts " << v.hello_timeouts << ", bad requests " << v.bad_requests
+        text << "endpoints: " << state.verbs->client_count() << " clients, accepted "
+             << v.faces.accepted << ", refused over limit " << v.faces.refused
+             << ", refused foreign " << v.faces.refused_foreign << ", hello timeouts "
+             << v.faces.hello_timeouts << ", bad requests " << v.faces.bad_requests
              << ", vNICs removed " << v.vnics_removed << "\n";
         out.begin_object("rdma_cm")
             .value("commands", v.cm_commands)

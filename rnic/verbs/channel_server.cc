@@ -37,13 +37,7 @@ bool same_endpoint(const endpoint_config& a, const endpoint_config& b) {
 }
 
 void add(channel_stats& sum, const endpoint_report& r) {
-    sum.accepted += r.counters.accepted;
-    sum.refused += r.counters.refused;
-    sum.refused_foreign += r.counters.refused_foreign;
-    sum.hello_timeouts += r.counters.hello_timeouts;
-    sum.disconnected += r.counters.disconnected;
-    sum.requests += r.counters.requests;
-    sum.bad_requests += r.counters.bad_requests;
+    sum.faces += r.counters;
     sum.cm_commands += r.cm.commands;
     sum.cm_bad_commands += r.cm.bad_commands;
     sum.cm_mads_sent += r.cm.mads_sent;

@@ -52,13 +52,7 @@ struct channel_config {
 
 // Every vNIC's face summed, removed vNICs' counts included (they never go down).
 struct channel_stats {
-    uint64_t accepted = 0;
-    uint64_t refused = 0;          // over the vNIC's max_clients
-    uint64_t refused_foreign = 0;  // peer outside the vNIC's namespace
-    uint64_t hello_timeouts = 0;   // dropped before HELLO
-    uint64_t disconnected = 0;
-    uint64_t requests = 0;
-    uint64_t bad_requests = 0;  // answered with an error status or dropped
+    endpoint_counters faces;  // connections and requests of every vNIC's face
     uint64_t vnics_removed = 0;
     // The rdma_cm agents of the vNICs (rnic/rdmacm/cm_agent.hh), summed.
     uint64_t cm_commands = 0;

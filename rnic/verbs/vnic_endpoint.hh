@@ -58,6 +58,17 @@ struct endpoint_counters {
     uint64_t disconnected = 0;
     uint64_t requests = 0;
     uint64_t bad_requests = 0;  // answered with an error status or dropped
+
+    endpoint_counters& operator+=(const endpoint_counters& o) {
+        accepted += o.accepted;
+        refused += o.refused;
+        refused_foreign += o.refused_foreign;
+        hello_timeouts += o.hello_timeouts;
+        disconnected += o.disconnected;
+        requests += o.requests;
+        bad_requests += o.bad_requests;
+        return *this;
+    }
 };
 
 // One vNIC's face as jakiroctl and /metrics show it.

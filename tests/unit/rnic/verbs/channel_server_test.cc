@@ -230,7 +230,7 @@ TEST_F(ChannelServer, AnswersQueryAndSurvivesBadMessages) {
     EXPECT_EQ(a.rh.status, 0);
     EXPECT_EQ(a.port.state, static_cast<uint8_t>(proto::port_state::active));
     EXPECT_EQ(a.port.gid0[15], 1);
-    EXPECT_GE(server.stats().bad_requests, 3u);
+    EXPECT_GE(server.stats().faces.bad_requests, 3u);
     close(fd);
 }
 
@@ -295,7 +295,7 @@ TEST_F(ChannelServer, ForgetsAClientThatDisconnects) {
     char buf[64];
     EXPECT_EQ(recv(h.fd, buf, sizeof(buf), 0), 0);
     close(h.fd);
-    EXPECT_EQ(server.stats().disconnected, 1u);
+    EXPECT_EQ(server.stats().faces.disconnected, 1u);
 }
 
 TEST_F(ChannelServer, StopTellsClientsTheDeviceIsGoneAndClosesTheEndpoints) {
@@ -381,7 +381,7 @@ TEST_F(ChannelServer, AVnicServesAtMostItsClientLimitAndOtherVnicsAreUnaffected)
         fds.push_back(connect_to(server.socket_path(0)));
         ASSERT_GE(fds.back(), 0);
     }
-    ASSERT_TRUE(eventually([&] { return server.stats().refused == 3; }));
+    ASSERT_TRUE(eventually([&] { return server.stats().faces.refused == 3; }));
     EXPECT_EQ(server.client_count(), 3u);
     int answered = 0;
     for (const int fd : fds) {
@@ -416,7 +416,7 @@ TEST_F(ChannelServer, AClientThatNeverSaysHelloIsDroppedAfterTheTimeout) {
     send_message(talker, hello());
     const auto h = receive(talker);
     ASSERT_EQ(h.status(), 0);
-    ASSERT_TRUE(eventually([&] { return server.stats().hello_timeouts == 1; }));
+    ASSERT_TRUE(eventually([&] { return server.stats().faces.hello_timeouts == 1; }));
     char byte;
     EXPECT_EQ(recv(silent, &byte, 1, 0), 0) << "the silent one was closed";
     EXPECT_EQ(server.client_count(), 1u) << "the one that said HELLO stays";
@@ -459,7 +459,7 @@ TEST_F(ChannelServer, APeerOutsideTheVnicsNamespaceAtHelloIsRefused) {
     };
     EXPECT_EQ(child_says_hello(false), 'y');
     EXPECT_EQ(child_says_hello(true), 'n');
-    EXPECT_EQ(server.stats().refused_foreign, 1u);
+    EXPECT_EQ(server.stats().faces.refused_foreign, 1u);
 }
 
 // `apply` changes a vNIC's quota in place (sync with the same endpoint): lowered, new objects
@@ -790,7 +790,7 @@ TEST_F(ChannelServer, OneVnicsStuckCallDelaysNoOtherVnicsVerbsOrRdmaCmCalls) {
     // for another vNIC's client, as the worker does.
     const auto report_time = timed([&] {
         EXPECT_EQ(server.reports().size(), 2u);
-        EXPECT_GE(server.stats().requests, 5u);
+        EXPECT_GE(server.stats().faces.requests, 5u);
         server.raise_event(0, proto::event_type::cq_err, 1);  // a client nobody has
     });
     EXPECT_LT(query_time, std::chrono::milliseconds(500));
