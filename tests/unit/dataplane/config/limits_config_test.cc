@@ -7,25 +7,13 @@
 #include <string>
 
 #include "config/config_loader.hh"
+#include "one_vnic_yaml.hh"
 
 namespace jakiro {
 namespace {
 
-const char* base = R"(host:
-  name: h1
-  underlay: {port: "net_af_packet0,iface=ul0", ip: 198.18.0.1}
-vpcs:
-  - {name: blue, vni: 100}
-vnics:
-  - name: t1
-    vpc: blue
-    mac: "02:00:c6:13:01:01"
-    ip: 198.19.1.1/24
-    port: "net_af_packet1,iface=t1"
-)";
-
 config_result load(const std::string& extra) {
-    return load_host_config_text(std::string(base) + extra, "h1.yaml");
+    return test::load_with_vnic_keys(extra);
 }
 
 TEST(LimitsConfig, WithoutLimitsAVnicGetsTheDefaultShares) {
