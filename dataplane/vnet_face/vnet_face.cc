@@ -221,7 +221,7 @@ over_allowance face::discard(uint16_t count) {
     // The kernel copies what fits (the vnet header, which it insists on having room for, and
     // a few bytes of the frame), drops the rest of each and, asked with MSG_TRUNC, says how
     // long it was.
-    static char nothing[header_bytes + 64];
+    char nothing[header_bytes + 64];  // on the stack: faces of several workers discard at once
     mmsghdr msgs[max_burst];
     iovec iov = {nothing, sizeof(nothing)};
     for (uint16_t i = 0; i < count; ++i) {
