@@ -357,6 +357,13 @@ void drops_and_globals(const daemon_state& state, families& f) {
          JK_GET(throttled_sleeps)},
         {"jakiro_worker_rx_wakes_total", "Idle sleeps cut short by an arriving frame",
          JK_GET(rx_wakes)},
+        {"jakiro_worker_slow_yields_total",
+         "Yields while waiting for a packet that kept the core away over 250 us (someone "
+         "runnable did not give it back)",
+         JK_GET(slow_yields)},
+        {"jakiro_worker_waiting_naps_total",
+         "Short naps taken instead of yields while waiting for a packet, after a slow yield",
+         JK_GET(waiting_naps)},
         // host.workers > 1: what crossed between workers (worker/handoff.hh).
         {"jakiro_worker_handed_fabric_total",
          "Frames from the uplink this worker passed to the worker owning their vNIC",

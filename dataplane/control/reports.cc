@@ -77,6 +77,8 @@ const global_counter global_counters[] = {
     JK_GLOBAL(idle_sleeps),
     JK_GLOBAL(throttled_sleeps),
     JK_GLOBAL(rx_wakes),
+    JK_GLOBAL(slow_yields),
+    JK_GLOBAL(waiting_naps),
     JK_GLOBAL(handed_fabric),
     JK_GLOBAL(handed_port),
     JK_GLOBAL(handed_roce),
