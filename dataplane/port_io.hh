@@ -5,6 +5,8 @@
 
 #include <rte_ethdev.h>
 
+#include <algorithm>
+
 #include "vnet_face/face_registry.hh"
 
 namespace jakiro {
@@ -20,6 +22,24 @@ inline uint16_t port_rx_burst(uint16_t port, rte_mbuf** pkts, uint16_t count,
     }
     dropped = {};
     return rte_eth_rx_burst(port, 0, pkts, count);
+}
+
+// Reads up to `count` (<= 32) frames of a tenant port and drops them: the frames a vNIC sends
+// beyond its packet-rate allowance. A vnet face reads them into nothing; an ethdev has them in
+// its own buffers already.
+inline vnet::over_allowance port_rx_discard(uint16_t port, uint16_t count) {
+    if (vnet::is_face_port(port)) {
+        return vnet::face_of(port)->discard(count);
+    }
+    rte_mbuf* pkts[vnet::face::max_burst];
+    const uint16_t n = rte_eth_rx_burst(port, 0, pkts, std::min(count, vnet::face::max_burst));
+    vnet::over_allowance dropped;
+    for (uint16_t i = 0; i < n; ++i) {
+        dropped.frames += 1;
+        dropped.bytes += pkts[i]->pkt_len;
+    }
+    rte_pktmbuf_free_bulk(pkts, n);
+    return dropped;
 }
 
 // The uplink's receive: a vnet face cuts the fabric's UDP GSO super-datagrams into VXLAN

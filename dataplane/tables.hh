@@ -34,6 +34,8 @@ struct vnic_view {
     // entries of the worker's flow table, and packet buffers it may hold at once.
     uint32_t max_flows = 0;
     uint32_t max_packet_buffers = 0;
+    // Frames per second its worker reads from its port (limits.max_packet_rate).
+    uint32_t max_packet_rate = 0;
     // WRs per second its RDMA engine does without a packet (rdma.max_local_work_rate).
     uint32_t rdma_local_work_rate = 0;
 };

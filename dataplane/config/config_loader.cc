@@ -735,12 +735,16 @@ void load_vnics(checker& check, const YAML::Node& root, host_config& config,
         }
         if (const auto limits = node["limits"]; limits.IsDefined()) {
             const std::string limits_field = field + ".limits";
-            if (check.only_keys(limits, limits_field, {"max_flows", "max_packet_buffers"})) {
+            if (check.only_keys(limits, limits_field,
+                                {"max_flows", "max_packet_buffers", "max_packet_rate"})) {
                 vnic.limits.max_flows = check.number(limits, "max_flows", limits_field, 0,
                                                      vnic_limits::max_flows_limit, false);
                 vnic.limits.max_packet_buffers =
                     check.number(limits, "max_packet_buffers", limits_field, 1,
                                  vnic_limits::max_packet_buffers_limit, false);
+                vnic.limits.max_packet_rate =
+                    check.number(limits, "max_packet_rate", limits_field, 1,
+                                 vnic_limits::max_packet_rate_limit, false);
             }
         }
         config.vnics.push_back(vnic);

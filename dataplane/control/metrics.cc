@@ -241,6 +241,12 @@ void vnics(const daemon_state& state, families& f) {
         {"jakiro_vnic_buffer_allowance_exceeded_total",
          "Frames of the vNIC dropped because it held its allowance of packet buffers", true,
          &vnic_bounds::buffers_refused},
+        {"jakiro_vnic_packet_rate_max",
+         "Frames per second the worker reads from the vNIC (limits.max_packet_rate)", false,
+         &vnic_bounds::max_packet_rate},
+        {"jakiro_vnic_packet_rate_exceeded_total",
+         "Frames of the vNIC dropped because they came faster than its packet-rate allowance", true,
+         &vnic_bounds::packet_rate_exceeded},
         {"jakiro_vnic_rdma_local_work_rate_max",
          "WRs per second the vNIC's RDMA engine may do without a packet "
          "(rdma.max_local_work_rate)",

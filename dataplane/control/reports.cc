@@ -144,6 +144,7 @@ vnic_bounds bounds_of(const daemon_state& state, uint16_t slot) {
         b.flows += worker->flows->flows_of(slot);
         b.flows_refused += worker->counters.vnics[slot].conntrack_allowance_exceeded.read();
         b.buffers_refused += worker->counters.vnics[slot].buffer_allowance_exceeded.read();
+        b.packet_rate_exceeded += worker->counters.vnics[slot].packet_rate_exceeded.read();
         if (worker->engine != nullptr) {
             b.local_work_over_allowance += worker->engine->vnic_over_allowance(slot);
         }
@@ -153,6 +154,7 @@ vnic_bounds bounds_of(const daemon_state& state, uint16_t slot) {
         if (slot < tables.vnics.size()) {
             b.max_flows = tables.vnics[slot].max_flows;
             b.max_packet_buffers = tables.vnics[slot].max_packet_buffers;
+            b.max_packet_rate = tables.vnics[slot].max_packet_rate;
             b.max_local_work_rate = tables.vnics[slot].rdma_local_work_rate;
         }
     });
@@ -373,6 +375,8 @@ std::string render_stats(const daemon_state& state, bool json) {
             .value("packet_buffers", bounds.packet_buffers)
             .value("max_packet_buffers", bounds.max_packet_buffers)
             .value("buffer_allowance_exceeded", bounds.buffers_refused)
+            .value("max_packet_rate", bounds.max_packet_rate)
+            .value("packet_rate_exceeded", bounds.packet_rate_exceeded)
             .value("qos_queue_drops", bounds.qos_queue_drops)
             .value("rdma_max_local_work_rate", bounds.max_local_work_rate)
             .value("rdma_local_work_over_allowance", bounds.local_work_over_allowance);
@@ -390,6 +394,8 @@ std::string render_stats(const daemon_state& state, bool json) {
                        std::to_string(bounds.packet_buffers) + "/" +
                        std::to_string(bounds.max_packet_buffers) + " buffers, " +
                        std::to_string(bounds.buffers_refused) + " refused; " +
+                       std::to_string(bounds.max_packet_rate) + " frames/s, " +
+                       std::to_string(bounds.packet_rate_exceeded) + " over; " +
                        std::to_string(bounds.qos_queue_drops) + " qos queue drops\n";
     }
     out.end_object();

@@ -20,4 +20,8 @@ uint32_t packet_buffer_allowance(const vnic_limits& limits, uint32_t pool_buffer
     return std::max(pool_buffers / (vnics_on_host + 1), min_default_packet_buffers);
 }
 
+uint32_t packet_rate_allowance(const vnic_limits& limits) {
+    return limits.max_packet_rate.value_or(vnic_limits::default_max_packet_rate);
+}
+
 }  // namespace jakiro

@@ -10,6 +10,8 @@
 //            more share for the host itself (the uplink's and the RDMA engines' super-frames),
 //            but never fewer than a few buffers: a host with very many vNICs on vnet faces
 //            is over-subscribed, each vNIC still bounded.
+//   packets  frames per second its worker reads from it: a fixed default, not a share (what
+//            a worker can do depends on the host; the worker serves its vNICs round robin).
 //
 // Plain arithmetic, control thread only.
 
@@ -26,5 +28,6 @@ uint32_t flow_allowance(const vnic_limits& limits, uint32_t table_capacity,
                         uint32_t vnics_on_worker);
 uint32_t packet_buffer_allowance(const vnic_limits& limits, uint32_t pool_buffers,
                                  uint32_t vnics_on_host);
+uint32_t packet_rate_allowance(const vnic_limits& limits);
 
 }  // namespace jakiro

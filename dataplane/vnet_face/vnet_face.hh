@@ -136,12 +136,14 @@ class face {
     bool link_up() const;
     const std::string& iface() const { return _iface; }
     int fd() const { return _fd; }
+    // Reads up to `count` (<= max_burst) frames into nothing: what a vNIC sends beyond an
+    // allowance, dropped without taking a buffer.
+    over_allowance discard(uint16_t count);
 
   private:
     struct uplink_state;  // uplink_rx.cc
     face(int fd, rte_mempool* pool, std::string iface, rte_ether_addr mac);
-    over_allowance discard(uint16_t count);              // reads up to `count` frames into nothing
-    uint16_t tx_chunk(rte_mbuf** pkts, uint16_t count);  // count <= max_burst
+    uint16_t tx_chunk(rte_mbuf** pkts, uint16_t count);      // count <= max_burst
     uint16_t tx_chunk_tap(rte_mbuf** pkts, uint16_t count);  // tap_face.cc
     bool receive_uplink();                                   // one recvmmsg into _uplink
     bool receive_uplink_tap();                               // readv until drained (tap_face.cc)

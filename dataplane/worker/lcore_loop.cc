@@ -186,16 +186,17 @@ void learn_port_owners(worker_context& ctx, const datapath_tables& tables) {
     }
 }
 
-// Frames a vnet face read and dropped because its vNIC held its allowance of buffers: from
-// the tenant, and dropped, as any frame the pipeline drops is.
-void count_over_allowance(worker_context& ctx, uint16_t slot, const vnet::over_allowance& d) {
-    ctx.counters.drops[static_cast<std::size_t>(drop_reason::buffer_allowance_exceeded)].add(
-        d.frames);
+// Frames read from a vNIC's port and dropped at once, over one of its allowances (`reason`,
+// counted for it in `allowance_counter` too): from the tenant, and dropped, as any frame the
+// pipeline drops is.
+void count_dropped(worker_context& ctx, uint16_t slot, const vnet::over_allowance& d,
+                   drop_reason reason, counter vnic_counters::*allowance_counter) {
+    ctx.counters.drops[static_cast<std::size_t>(reason)].add(d.frames);
     auto& vnic = ctx.counters.vnics[slot];
     vnic.from_tenant_packets.add(d.frames);
     vnic.from_tenant_bytes.add(d.bytes);
     vnic.drops.add(d.frames);
-    vnic.buffer_allowance_exceeded.add(d.frames);
+    (vnic.*allowance_counter).add(d.frames);
 }
 
 bool any_unresolved(const overlay::underlay_neighbors& neighbors) {
@@ -368,6 +369,7 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
         if (ctx.handoff != nullptr) {
             received += take_handoffs(ctx, tables);
         }
+        const uint64_t rx_ns = now_ns();
         for (const uint16_t slot : tables.active_slots) {
             if (tables.vnics[slot].worker != ctx.id) {
                 continue;  // another worker's vNIC
@@ -377,18 +379,39 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
                 continue;
             }
             const vnet::buffer_allowance allowance{slot, tables.vnics[slot].max_packet_buffers};
+            uint32_t rate_left =
+                ctx.packet_rates.available(slot, tables.vnics[slot].max_packet_rate, rx_ns);
             for (unsigned b = 0; b < max_rx_bursts; ++b) {
+                // Frames beyond the vNIC's packet rate are read and dropped, not left waiting.
+                const uint16_t want =
+                    static_cast<uint16_t>(std::min<uint32_t>(rx_burst_size, rate_left));
                 vnet::over_allowance dropped;
-                const uint16_t n = port_rx_burst(port, pkts, rx_burst_size, allowance, dropped);
+                const uint16_t n =
+                    want > 0 ? port_rx_burst(port, pkts, want, allowance, dropped) : 0;
                 if (n > 0) {
                     received += n;
                     process_tenant_burst(ctx, tables, slot, pkts, n);
                 }
                 if (dropped.frames > 0) {
                     received += dropped.frames;  // work done: the frames were read
-                    count_over_allowance(ctx, slot, dropped);
+                    count_dropped(ctx, slot, dropped, drop_reason::buffer_allowance_exceeded,
+                                  &vnic_counters::buffer_allowance_exceeded);
                 }
-                if (n + dropped.frames < rx_burst_size) {
+                const uint32_t read = n + dropped.frames;
+                ctx.packet_rates.charge(slot, read);
+                rate_left -= std::min(rate_left, read);
+                uint32_t over = 0;
+                if (read == want && want < rx_burst_size) {
+                    const vnet::over_allowance beyond =
+                        port_rx_discard(port, static_cast<uint16_t>(rx_burst_size - want));
+                    if (beyond.frames > 0) {
+                        over = beyond.frames;
+                        received += beyond.frames;
+                        count_dropped(ctx, slot, beyond, drop_reason::packet_rate_exceeded,
+                                      &vnic_counters::packet_rate_exceeded);
+                    }
+                }
+                if (read + over < rx_burst_size) {
                     break;
                 }
             }

@@ -9,6 +9,7 @@
 
 #include "../counters.hh"
 #include "../overlay/underlay_neighbors.hh"
+#include "packet_rate_buckets.hh"
 #include "secgroup/flow_table.hh"
 #include "tx_batch.hh"
 
@@ -38,6 +39,7 @@ struct alignas(RTE_CACHE_LINE_SIZE) worker_context {
     roce_port* rdma_port = nullptr;               // where the engine's frames go
     egress_shaper* shaper = nullptr;              // DHTB egress; null: nothing is shaped
     ingress_policer* policer = nullptr;           // DHTB ingress; null: nothing is metered
+    packet_rate_buckets packet_rates;             // its vNICs' frames-per-second allowances
 
     void drop(rte_mbuf* m, drop_reason reason) {
         counters.drops[static_cast<std::size_t>(reason)].add(1);

@@ -8,6 +8,8 @@ worker (the test bed runs one worker per host, so t1, t5 and t3 on h1 share it).
   own share of the packet buffers (`vnics[].limits.max_packet_buffers`) and a queue of a few
   milliseconds of its rate; what it sends beyond is dropped and counted for it alone, and the
   other tenants' pings neither get lost nor slow down.
+- Packet rate: a tenant held to a few thousand frames a second (`vnics[].limits.max_packet_rate`)
+  that sends many more has the rest read and dropped, counted for it alone.
 
 Each attack is measured against a control: the victim alone, then the victim while the attacker
 runs, on the same host and worker.
@@ -315,3 +317,60 @@ def test_a_shaped_tenants_small_packet_flood_takes_no_buffers_or_latency_from_it
                 for name in after}
     print(f"dropped at the bounds: {exceeded}")
     assert exceeded["t3"] > 0 and exceeded["t1"] == 0 and exceeded["t5"] == 0
+
+
+# ---------------------------------------------------------------- packet rate
+
+def test_a_tenants_packet_rate_is_held_to_its_allowance_and_counted_for_it_alone(configs):
+    """Red t3 (unshaped) sends 40 000 small datagrams a second to t4 while held to 5 000
+    frames a second (`limits.max_packet_rate`): the worker reads the rest only to drop them,
+    counted as t3's `packet_rate_exceeded`, t4 gets no more than the allowance, and the other
+    tenants of the worker neither lose pings nor see a drop counted. The control: the same
+    flood with the allowance raised live goes through whole."""
+    cfg = host_yaml("h1")
+    vnic(cfg, "t3")["limits"] = {"max_packet_rate": 5000}
+    apply("h1", cfg)
+    names = ("t1", "t5", "t3")
+    assert vnic_stats("h1", "t3")["max_packet_rate"] == 5000
+    count = 150
+    victims = {T1: IP[T2], T5: IP[T1]}
+    alone = pings(victims, count)
+    for v in victims:
+        print(f"{v} alone: {summary(alone[v], count)}")
+        assert len(alone[v]) >= count - 1, f"control: {v} loses pings alone"
+
+    def flood_t3(seconds):
+        before = {name: vnic_stats("h1", name) for name in names}
+        t4_before = vnic_stats("h2", "t4")["to_tenant_packets"]
+        attacker = flood_in_background(T3, IP["jk-h2-t4"], rate=40_000, seconds=seconds)
+        try:
+            loaded = pings(victims, count)
+            sent = int(attacker.communicate(timeout=seconds + 20)[0].split()[-1])
+        finally:
+            stop(attacker)
+        time.sleep(0.5)  # the last frames cross
+        after = {name: vnic_stats("h1", name) for name in names}
+        over = {name: after[name]["packet_rate_exceeded"] - before[name]["packet_rate_exceeded"]
+                for name in names}
+        arrived = vnic_stats("h2", "t4")["to_tenant_packets"] - t4_before
+        print(f"t3 sent {sent} in {seconds} s; {over} over the allowance; t4 got {arrived}")
+        return loaded, sent, over, arrived
+
+    seconds = 4
+    loaded, sent, over, arrived = flood_t3(seconds)
+    assert sent >= 30_000 * seconds, "t3's flood was not fast enough: the test proves nothing"
+    for v in victims:
+        print(f"{v} while t3 floods at its bound: {summary(loaded[v], count)}")
+        assert len(loaded[v]) >= count - 2, f"{v} lost pings: {summary(loaded[v], count)}"
+    # The allowance and one burst (10 ms of it, at least 128 frames) pass; t4's host may
+    # also see an ARP or two.
+    assert arrived <= 5000 * (seconds + 1) + 128
+    assert over["t3"] >= sent - 5000 * (seconds + 1) - 128 - sent // 50  # a few die in sockets
+    assert over["t1"] == 0 and over["t5"] == 0
+
+    # Control: raised live, the same flood goes through (but for what the sockets drop).
+    vnic(cfg, "t3")["limits"] = {"max_packet_rate": 1_000_000}
+    apply("h1", cfg)
+    _, sent, over, arrived = flood_t3(seconds)
+    assert over["t3"] == 0
+    assert arrived >= 0.9 * sent, f"control: t4 got {arrived} of {sent} without the bound"

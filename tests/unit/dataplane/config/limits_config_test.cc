@@ -1,6 +1,6 @@
 // vnics[].limits in the host YAML: what a vNIC may hold of what it shares with the other vNICs
-// of its host (flow-table entries, packet buffers); unset by default, errors that name the
-// file, line and field.
+// of its host (flow-table entries, packet buffers, frames per second); unset by default, errors
+// that name the file, line and field.
 
 #include <gtest/gtest.h>
 
@@ -21,13 +21,16 @@ TEST(LimitsConfig, WithoutLimitsAVnicGetsTheDefaultShares) {
     ASSERT_TRUE(r.ok());
     EXPECT_FALSE(r.config.vnics[0].limits.max_flows);
     EXPECT_FALSE(r.config.vnics[0].limits.max_packet_buffers);
+    EXPECT_FALSE(r.config.vnics[0].limits.max_packet_rate);
 }
 
 TEST(LimitsConfig, LimitsAreReadFromTheLimitsMap) {
-    const auto r = load("    limits: {max_flows: 2000, max_packet_buffers: 64}\n");
+    const auto r =
+        load("    limits: {max_flows: 2000, max_packet_buffers: 64, max_packet_rate: 20000}\n");
     ASSERT_TRUE(r.ok()) << r.errors[0].to_string();
     EXPECT_EQ(r.config.vnics[0].limits.max_flows, 2000u);
     EXPECT_EQ(r.config.vnics[0].limits.max_packet_buffers, 64u);
+    EXPECT_EQ(r.config.vnics[0].limits.max_packet_rate, 20000u);
     // Either alone; no flows at all is a limit too (the vNIC opens nothing new).
     const auto flows_only = load("    limits: {max_flows: 0}\n");
     ASSERT_TRUE(flows_only.ok());
@@ -46,6 +49,9 @@ TEST(LimitsConfig, ErrorsNameTheLineAndTheField) {
         {"    limits: {max_flows: many}\n", "vnics[0].limits.max_flows", "[0, 16777216]"},
         {"    limits: {max_packet_buffers: 0}\n", "vnics[0].limits.max_packet_buffers",
          "[1, 65536]"},
+        {"    limits: {max_packet_rate: 0}\n", "vnics[0].limits.max_packet_rate", "[1, 100000000]"},
+        {"    limits: {max_packet_rate: -5}\n", "vnics[0].limits.max_packet_rate",
+         "[1, 100000000]"},
         {"    limits: {max_fds: 5}\n", "vnics[0].limits.max_fds", "unknown key"},
     };
     for (const auto& c : cases) {

@@ -30,12 +30,18 @@ TEST(VnicLimits, ByDefaultTheHostKeepsOneShareOfThePacketBuffers) {
     EXPECT_EQ(packet_buffer_allowance(unset, 1023, 256), min_default_packet_buffers);
 }
 
+TEST(VnicLimits, ByDefaultAVnicMayReadAFixedPacketRate) {
+    EXPECT_EQ(packet_rate_allowance(vnic_limits{}), vnic_limits::default_max_packet_rate);
+}
+
 TEST(VnicLimits, AYamlLimitIsTakenAsItIs) {
     vnic_limits set;
     set.max_flows = 100;
     set.max_packet_buffers = 600;
     EXPECT_EQ(flow_allowance(set, 65536, 3), 100u);
     EXPECT_EQ(packet_buffer_allowance(set, 1023, 3), 600u);
+    set.max_packet_rate = 5000;
+    EXPECT_EQ(packet_rate_allowance(set), 5000u);
     set.max_flows = 0;
     EXPECT_EQ(flow_allowance(set, 65536, 3), 0u);
 }

@@ -1,0 +1,46 @@
+#pragma once
+// Each vNIC's allowance of frames per second that the worker reads from its port (YAML
+// vnics[].limits.max_packet_rate), as AWS ENA's per-interface pps allowance. A frame costs the
+// worker its read, classification, flow lookup, encapsulation and send, and the far host as
+// much again, whatever its size; a vNIC that sends small frames as fast as its kernel can
+// would otherwise take the worker's time from every other vNIC it serves. Frames beyond the
+// allowance are read and dropped at once (counted for the vNIC, packet_rate_exceeded), so
+// they neither wait in the port, where they would delay the vNIC's own later frames, nor
+// keep it readable for the worker's epoll.
+//
+// A token bucket per vNIC slot that refills at the rate and holds `burst_ns` of it, at least
+// one pass's reads (worker/lcore_loop.cc). A GSO super-frame counts once: a TCP stream of
+// 64 KB super-frames at 10 Gbit/s is ~20 000 frames a second.
+//
+// Thread-safety: none; one per worker (per-lcore state). Times are passed in.
+
+#include <array>
+#include <cstdint>
+
+#include "../counters.hh"
+
+namespace jakiro {
+
+class packet_rate_buckets {
+  public:
+    static constexpr uint64_t burst_ns = 10'000'000;
+    static constexpr uint32_t min_burst = 128;
+
+    // Frames vNIC `slot` may read at `now_ns` under an allowance of `per_s` frames a second.
+    // A changed allowance (`apply`, or a new vNIC in the slot) starts with a full bucket.
+    uint32_t available(uint16_t slot, uint32_t per_s, uint64_t now_ns);
+    // Charges `frames` read for `slot` (at most what available() said).
+    void charge(uint16_t slot, uint32_t frames);
+
+  private:
+    static constexpr int64_t units_per_frame = 1'000'000'000;  // a frame·s in frame·ns
+    struct bucket {
+        int64_t units = 0;  // frames × units_per_frame
+        int64_t burst_units = 0;
+        uint32_t per_s = 0;
+        uint64_t last_ns = 0;
+    };
+    std::array<bucket, max_vnics> _buckets{};
+};
+
+}  // namespace jakiro
