@@ -44,7 +44,7 @@ struct vnic_counters {
     // flow-table allowance, and tenant frames beyond its packet-buffer allowance.
     counter conntrack_allowance_exceeded;
     counter buffer_allowance_exceeded;
-    counter packet_rate_exceeded;  // tenant frames beyond its packet-rate allowance
+    counter packet_rate_exceeded;  // times it ran out of its packet-rate allowance, frames waiting
 };
 
 struct alignas(RTE_CACHE_LINE_SIZE) lcore_counters {

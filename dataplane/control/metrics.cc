@@ -245,8 +245,9 @@ void vnics(const daemon_state& state, families& f) {
          "Frames per second the worker reads from the vNIC (limits.max_packet_rate)", false,
          &vnic_bounds::max_packet_rate},
         {"jakiro_vnic_packet_rate_exceeded_total",
-         "Frames of the vNIC dropped because they came faster than its packet-rate allowance", true,
-         &vnic_bounds::packet_rate_exceeded},
+         "Times the vNIC ran out of its packet-rate allowance with frames waiting (its face "
+         "then goes unread until it refills)",
+         true, &vnic_bounds::packet_rate_exceeded},
         {"jakiro_vnic_rdma_local_work_rate_max",
          "WRs per second the vNIC's RDMA engine may do without a packet "
          "(rdma.max_local_work_rate)",

@@ -17,7 +17,7 @@ struct vnic_bounds {
     uint64_t max_packet_buffers = 0;
     uint64_t buffers_refused = 0;       // tenant frames dropped at the allowance
     uint64_t max_packet_rate = 0;       // frames per second read from it
-    uint64_t packet_rate_exceeded = 0;  // tenant frames dropped over that
+    uint64_t packet_rate_exceeded = 0;  // times it ran out of that with frames waiting
     uint64_t qos_queue_drops = 0;       // tail drops of its tcp-class queue (shaped vNICs)
     // Its RDMA engine's local work (WRs done without a packet): the allowance per second, and
     // the polls it sat out over it.

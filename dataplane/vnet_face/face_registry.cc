@@ -38,6 +38,17 @@ void collect_ready_faces(face_set& ready) {
     }
 }
 
+void mute_face(uint16_t port, bool muted) {
+    const face* f = face_of(port);
+    if (f == nullptr) {
+        return;  // removed by a live change meanwhile
+    }
+    epoll_event ev{};
+    ev.events = muted ? 0u : static_cast<uint32_t>(EPOLLIN);
+    ev.data.u32 = port - first_face_port;
+    epoll_ctl(epoll_fd, EPOLL_CTL_MOD, f->fd(), &ev);
+}
+
 int faces_epoll_fd() {
     // Created before the first face is counted, and never closed or replaced after.
     return open_faces.load(std::memory_order_acquire) > 0 ? epoll_fd : -1;

@@ -42,6 +42,9 @@ face* face_of(uint16_t port);
 // vNICs pays one system call per poll, not 256. Worker only.
 using face_set = std::bitset<max_faces>;
 void collect_ready_faces(face_set& ready);
+// Takes face `port` out of that set (its frames wait in its socket, and neither the worker's
+// poll nor its sleep hears of them) or puts it back. Worker only: the owner of the face's vNIC.
+void mute_face(uint16_t port, bool muted);
 // That epoll set, readable while a face has frames (an epoll fd nests in another's set), or -1
 // before the first face opens. Worker only.
 int faces_epoll_fd();

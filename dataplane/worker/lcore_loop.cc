@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <ctime>
 #include <optional>
+#include <vector>
 
 #include "../arp.hh"
 #include "../overlay/superframe.hh"
@@ -186,17 +187,15 @@ void learn_port_owners(worker_context& ctx, const datapath_tables& tables) {
     }
 }
 
-// Frames read from a vNIC's port and dropped at once, over one of its allowances (`reason`,
-// counted for it in `allowance_counter` too): from the tenant, and dropped, as any frame the
-// pipeline drops is.
+// Frames read from a vNIC's port and dropped at once, over one of its allowances: from the
+// tenant, and dropped, as any frame the pipeline drops is.
 void count_dropped(worker_context& ctx, uint16_t slot, const vnet::over_allowance& d,
-                   drop_reason reason, counter vnic_counters::*allowance_counter) {
+                   drop_reason reason) {
     ctx.counters.drops[static_cast<std::size_t>(reason)].add(d.frames);
     auto& vnic = ctx.counters.vnics[slot];
     vnic.from_tenant_packets.add(d.frames);
     vnic.from_tenant_bytes.add(d.bytes);
     vnic.drops.add(d.frames);
-    (vnic.*allowance_counter).add(d.frames);
 }
 
 bool any_unresolved(const overlay::underlay_neighbors& neighbors) {
@@ -301,6 +300,49 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
         return true;
     };
 
+    // Faces of vNICs over their packet rate, unread until it refills (a burst's worth): out of
+    // the faces' epoll set and rx_waker's watch meanwhile, so that neither a poll nor a sleep
+    // hears of their frames.
+    struct held_face {
+        uint16_t slot;
+        uint16_t port;
+        int fd;
+    };
+    std::vector<held_face> held;
+    held.reserve(max_vnics);
+    const auto hold_face = [&](uint16_t slot, uint16_t port) {
+        const int fd = vnet::face_of(port)->fd();
+        vnet::mute_face(port, true);
+        ready_faces.reset(port - vnet::first_face_port);
+        if (waker) {
+            waker->ignore(fd, true);
+        }
+        held.push_back({slot, port, fd});
+    };
+    const auto release_held_faces = [&](uint64_t ns) {
+        const datapath_tables& tables = *publisher.current();
+        for (std::size_t i = 0; i < held.size();) {
+            const held_face h = held[i];
+            // Gone (a live change removed the vNIC or gave it another port): a new face is
+            // heard from the start, and this one's descriptor may be another's by now.
+            const bool gone = tables.vnic_of_port[h.port] != h.slot;
+            if (!gone && ctx.packet_rates.available(h.slot, tables.vnics[h.slot].max_packet_rate,
+                                                    ns) < rx_burst_size) {
+                ++i;
+                continue;
+            }
+            if (!gone) {
+                vnet::mute_face(h.port, false);
+                ready_faces.set(h.port - vnet::first_face_port);  // what waited is read now
+            }
+            if (waker) {
+                waker->ignore(h.fd, false);
+            }
+            held[i] = held.back();
+            held.pop_back();
+        }
+    };
+
     publisher.register_worker(worker_id);
     if (ctx.engine != nullptr) {
         ctx.engine->attach();
@@ -370,50 +412,61 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
             received += take_handoffs(ctx, tables);
         }
         const uint64_t rx_ns = now_ns();
+        release_held_faces(rx_ns);
         for (const uint16_t slot : tables.active_slots) {
             if (tables.vnics[slot].worker != ctx.id) {
                 continue;  // another worker's vNIC
             }
             const uint16_t port = tables.vnics[slot].port_id;
-            if (vnet::is_face_port(port) && !ready_faces[port - vnet::first_face_port]) {
+            const bool face = vnet::is_face_port(port);
+            if (face && !ready_faces[port - vnet::first_face_port]) {
                 continue;
             }
             const vnet::buffer_allowance allowance{slot, tables.vnics[slot].max_packet_buffers};
             uint32_t rate_left =
                 ctx.packet_rates.available(slot, tables.vnics[slot].max_packet_rate, rx_ns);
+            bool over_rate = false;
             for (unsigned b = 0; b < max_rx_bursts; ++b) {
-                // Frames beyond the vNIC's packet rate are read and dropped, not left waiting.
                 const uint16_t want =
                     static_cast<uint16_t>(std::min<uint32_t>(rx_burst_size, rate_left));
+                if (want == 0) {
+                    // Out of its packet rate with frames waiting. A face is left unread until
+                    // the rate refills: the kernel drops what its socket cannot hold, in the
+                    // sender's time, not the worker's. An ethdev's frames are read and dropped
+                    // (its socket is the PMD's; its readiness cannot be muted).
+                    over_rate = true;
+                    if (face) {
+                        hold_face(slot, port);
+                        break;
+                    }
+                    const vnet::over_allowance beyond = port_rx_discard(port, rx_burst_size);
+                    received += beyond.frames;
+                    count_dropped(ctx, slot, beyond, drop_reason::packet_rate_exceeded);
+                    if (beyond.frames < rx_burst_size) {
+                        break;
+                    }
+                    continue;
+                }
                 vnet::over_allowance dropped;
-                const uint16_t n =
-                    want > 0 ? port_rx_burst(port, pkts, want, allowance, dropped) : 0;
+                const uint16_t n = port_rx_burst(port, pkts, want, allowance, dropped);
                 if (n > 0) {
                     received += n;
                     process_tenant_burst(ctx, tables, slot, pkts, n);
                 }
                 if (dropped.frames > 0) {
                     received += dropped.frames;  // work done: the frames were read
-                    count_dropped(ctx, slot, dropped, drop_reason::buffer_allowance_exceeded,
-                                  &vnic_counters::buffer_allowance_exceeded);
+                    count_dropped(ctx, slot, dropped, drop_reason::buffer_allowance_exceeded);
+                    ctx.counters.vnics[slot].buffer_allowance_exceeded.add(dropped.frames);
                 }
                 const uint32_t read = n + dropped.frames;
                 ctx.packet_rates.charge(slot, read);
                 rate_left -= std::min(rate_left, read);
-                uint32_t over = 0;
-                if (read == want && want < rx_burst_size) {
-                    const vnet::over_allowance beyond =
-                        port_rx_discard(port, static_cast<uint16_t>(rx_burst_size - want));
-                    if (beyond.frames > 0) {
-                        over = beyond.frames;
-                        received += beyond.frames;
-                        count_dropped(ctx, slot, beyond, drop_reason::packet_rate_exceeded,
-                                      &vnic_counters::packet_rate_exceeded);
-                    }
+                if (read < want) {
+                    break;  // drained
                 }
-                if (read + over < rx_burst_size) {
-                    break;
-                }
+            }
+            if (over_rate) {
+                ctx.counters.vnics[slot].packet_rate_exceeded.add(1);
             }
         }
 

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -60,6 +61,31 @@ void rx_waker::before_sleep() {
     (void)!write(_arm_fd, &one, sizeof(one));
 }
 
+void rx_waker::ignore(int fd, bool ignored) {
+    {
+        const std::lock_guard lock(_ignored_mutex);
+        const auto at = std::find(_ignored.begin(), _ignored.end(), fd);
+        if (ignored && at == _ignored.end()) {
+            _ignored.push_back(fd);
+        } else if (!ignored && at != _ignored.end()) {
+            _ignored.erase(at);
+        } else {
+            return;
+        }
+    }
+    _ignored_generation.fetch_add(1, std::memory_order_release);
+}
+
+void rx_waker::apply_ignored() {
+    _applied_generation = _ignored_generation.load(std::memory_order_acquire);
+    const std::lock_guard lock(_ignored_mutex);
+    for (std::size_t i = 1; i < _fds.size(); ++i) {
+        const bool ignored =
+            std::find(_ignored.begin(), _ignored.end(), _fds[i].fd) != _ignored.end();
+        _fds[i].events = ignored ? 0 : POLLIN;
+    }
+}
+
 void rx_waker::find_packet_sockets() {
     _fds.assign(1, {_stop_fd, POLLIN, 0});
     _scanned = std::chrono::steady_clock::now();
@@ -77,6 +103,7 @@ void rx_waker::find_packet_sockets() {
         }
     }
     closedir(dir);
+    apply_ignored();
 }
 
 bool rx_waker::wait_for_sleep() {
@@ -97,6 +124,9 @@ bool rx_waker::watch_sockets() {
         find_packet_sockets();
     }
     while (_sleeping.load(std::memory_order_relaxed)) {
+        if (_ignored_generation.load(std::memory_order_acquire) != _applied_generation) {
+            apply_ignored();
+        }
         if (poll(_fds.data(), _fds.size(), max_wait_ms) <= 0) {
             continue;  // timeout or EINTR
         }

@@ -15,11 +15,16 @@
 // Per sleep the worker pays one eventfd write; the helper one wake-up and one poll(). Ports
 // that are not af_packet (memif, tap) keep the timed sleep.
 //
-// Thread-safety: before_sleep()/after_sleep() from the worker only.
+// A socket the worker has stopped reading for a while (a vNIC over its packet rate,
+// worker/packet_rate_buckets.hh) is left out of the watch: ignore(fd, true) until
+// ignore(fd, false).
+//
+// Thread-safety: before_sleep()/after_sleep()/ignore() from the worker only.
 
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -37,6 +42,7 @@ class rx_waker {
 
     void before_sleep();
     void after_sleep() { _sleeping.store(false, std::memory_order_relaxed); }
+    void ignore(int fd, bool ignored);
 
   private:
     void run();
@@ -45,6 +51,8 @@ class rx_waker {
     // While the worker sleeps: until a frame is there (then wakes it), or the end (false).
     bool watch_sockets();
     void find_packet_sockets();
+    // Helper thread: the watched sockets' events after a change of the ignored set.
+    void apply_ignored();
 
     std::function<void()> _wake;
     int _arm_fd = -1;   // eventfd: the worker is going to sleep
@@ -54,6 +62,12 @@ class rx_waker {
     std::chrono::steady_clock::time_point _scanned{};
     bool _rescan = true;
     std::atomic<bool> _sleeping{false};
+    // The sockets to leave out: written by the worker, read by the helper, under the mutex
+    // (a change is rare: a vNIC running out of its allowance); the generation says when.
+    std::mutex _ignored_mutex;
+    std::vector<int> _ignored;
+    std::atomic<uint64_t> _ignored_generation{0};
+    uint64_t _applied_generation = 0;  // helper thread
     std::thread _thread;
 };
 

@@ -323,10 +323,11 @@ def test_a_shaped_tenants_small_packet_flood_takes_no_buffers_or_latency_from_it
 
 def test_a_tenants_packet_rate_is_held_to_its_allowance_and_counted_for_it_alone(configs):
     """Red t3 (unshaped) sends 40 000 small datagrams a second to t4 while held to 5 000
-    frames a second (`limits.max_packet_rate`): the worker reads the rest only to drop them,
-    counted as t3's `packet_rate_exceeded`, t4 gets no more than the allowance, and the other
-    tenants of the worker neither lose pings nor see a drop counted. The control: the same
-    flood with the allowance raised live goes through whole."""
+    frames a second (`limits.max_packet_rate`): its face is left unread whenever it is out of
+    its allowance (counted as t3's `packet_rate_exceeded`), the kernel drops what its socket
+    cannot hold (the port's `rx_missed`), t4 gets no more than the allowance, and the other
+    tenants of the worker neither lose pings nor see their allowance touched. The control: the
+    same flood with the allowance raised live goes through whole."""
     cfg = host_yaml("h1")
     vnic(cfg, "t3")["limits"] = {"max_packet_rate": 5000}
     apply("h1", cfg)
@@ -341,6 +342,7 @@ def test_a_tenants_packet_rate_is_held_to_its_allowance_and_counted_for_it_alone
 
     def flood_t3(seconds):
         before = {name: vnic_stats("h1", name) for name in names}
+        missed_before = stats("h1")["ports"]["t3"]["rx_missed"]
         t4_before = vnic_stats("h2", "t4")["to_tenant_packets"]
         attacker = flood_in_background(T3, IP["jk-h2-t4"], rate=40_000, seconds=seconds)
         try:
@@ -353,11 +355,13 @@ def test_a_tenants_packet_rate_is_held_to_its_allowance_and_counted_for_it_alone
         over = {name: after[name]["packet_rate_exceeded"] - before[name]["packet_rate_exceeded"]
                 for name in names}
         arrived = vnic_stats("h2", "t4")["to_tenant_packets"] - t4_before
-        print(f"t3 sent {sent} in {seconds} s; {over} over the allowance; t4 got {arrived}")
-        return loaded, sent, over, arrived
+        missed = stats("h1")["ports"]["t3"]["rx_missed"] - missed_before
+        print(f"t3 sent {sent} in {seconds} s; times over the allowance {over}; the kernel "
+              f"dropped {missed} at t3's face; t4 got {arrived}")
+        return loaded, sent, over, arrived, missed
 
     seconds = 4
-    loaded, sent, over, arrived = flood_t3(seconds)
+    loaded, sent, over, arrived, missed = flood_t3(seconds)
     assert sent >= 30_000 * seconds, "t3's flood was not fast enough: the test proves nothing"
     for v in victims:
         print(f"{v} while t3 floods at its bound: {summary(loaded[v], count)}")
@@ -365,12 +369,14 @@ def test_a_tenants_packet_rate_is_held_to_its_allowance_and_counted_for_it_alone
     # The allowance and one burst (10 ms of it, at least 128 frames) pass; t4's host may
     # also see an ARP or two.
     assert arrived <= 5000 * (seconds + 1) + 128
-    assert over["t3"] >= sent - 5000 * (seconds + 1) - 128 - sent // 50  # a few die in sockets
-    assert over["t1"] == 0 and over["t5"] == 0
+    assert over["t3"] > 0 and over["t1"] == 0 and over["t5"] == 0
+    # What did not pass waited in t3's socket until the kernel dropped it there (the socket
+    # still holds a few thousand).
+    assert missed >= sent - arrived - 20_000 > 0
 
     # Control: raised live, the same flood goes through (but for what the sockets drop).
     vnic(cfg, "t3")["limits"] = {"max_packet_rate": 1_000_000}
     apply("h1", cfg)
-    _, sent, over, arrived = flood_t3(seconds)
-    assert over["t3"] == 0
+    _, sent, over, arrived, missed = flood_t3(seconds)
+    assert over["t3"] == 0 and missed < sent // 20
     assert arrived >= 0.9 * sent, f"control: t4 got {arrived} of {sent} without the bound"
