@@ -301,8 +301,8 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
     };
 
     // Faces of vNICs over their packet rate, unread until it refills (a burst's worth): out of
-    // the faces' epoll set and rx_waker's watch meanwhile, so that neither a poll nor a sleep
-    // hears of their frames.
+    // the faces' epoll set and every rx_waker's watch meanwhile, so that neither a poll nor a
+    // sleep hears of their frames.
     struct held_face {
         uint16_t slot;
         uint16_t port;
@@ -314,9 +314,7 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
         const int fd = vnet::face_of(port)->fd();
         vnet::mute_face(port, true);
         ready_faces.reset(port - vnet::first_face_port);
-        if (waker) {
-            waker->ignore(fd, true);
-        }
+        rx_waker::ignore(fd, true);
         held.push_back({slot, port, fd});
     };
     const auto release_held_faces = [&](uint64_t ns) {
@@ -335,9 +333,7 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
                 vnet::mute_face(h.port, false);
                 ready_faces.set(h.port - vnet::first_face_port);  // what waited is read now
             }
-            if (waker) {
-                waker->ignore(h.fd, false);
-            }
+            rx_waker::ignore(h.fd, false);
             held[i] = held.back();
             held.pop_back();
         }

@@ -15,11 +15,13 @@
 // Per sleep the worker pays one eventfd write; the helper one wake-up and one poll(). Ports
 // that are not af_packet (memif, tap) keep the timed sleep.
 //
-// A socket the worker has stopped reading for a while (a vNIC over its packet rate,
-// worker/packet_rate_buckets.hh) is left out of the watch: ignore(fd, true) until
-// ignore(fd, false).
+// A socket its owner has stopped reading for a while (a vNIC over its packet rate,
+// worker/packet_rate_buckets.hh) is left out of every worker's watch: ignore(fd, true) until
+// ignore(fd, false). Every helper watches every socket of the process, so the set is the
+// process's, not one helper's: another worker's helper would otherwise wake its worker for
+// that socket on every nap.
 //
-// Thread-safety: before_sleep()/after_sleep()/ignore() from the worker only.
+// Thread-safety: before_sleep()/after_sleep() from the worker only; ignore() from any worker.
 
 #include <atomic>
 #include <chrono>
@@ -42,7 +44,7 @@ class rx_waker {
 
     void before_sleep();
     void after_sleep() { _sleeping.store(false, std::memory_order_relaxed); }
-    void ignore(int fd, bool ignored);
+    static void ignore(int fd, bool ignored);
 
   private:
     void run();
@@ -62,11 +64,11 @@ class rx_waker {
     std::chrono::steady_clock::time_point _scanned{};
     bool _rescan = true;
     std::atomic<bool> _sleeping{false};
-    // The sockets to leave out: written by the worker, read by the helper, under the mutex
+    // The sockets to leave out: written by the workers, read by the helpers, under the mutex
     // (a change is rare: a vNIC running out of its allowance); the generation says when.
-    std::mutex _ignored_mutex;
-    std::vector<int> _ignored;
-    std::atomic<uint64_t> _ignored_generation{0};
+    static inline std::mutex _ignored_mutex;
+    static inline std::vector<int> _ignored;
+    static inline std::atomic<uint64_t> _ignored_generation{0};
     uint64_t _applied_generation = 0;  // helper thread
     std::thread _thread;
 };

@@ -342,3 +342,39 @@ def test_per_worker_counters_sum_to_the_totals():
         taken = sum(w["taken_handoffs"] for w in s["workers"])
         assert handed == taken, (host, handed, taken)
         assert handed > 0, host
+
+
+def test_a_face_held_at_its_packet_rate_keeps_no_worker_awake(tmp_path):
+    """Red t3 (worker 0 on h1) sends 40 000 small datagrams a second to t4 while held to 1 000
+    frames a second: its face is left unread, out of the faces' epoll set and out of both
+    workers' wake-up watch, so h1's jakirod spends much less CPU than on the same flood let
+    through (the control). A worker whose wake-up helper still heard of the held face would wake
+    on every nap and spin."""
+    from test_noisy_packets import flood_in_background
+
+    def jakirod_cpu_under_flood(extra):
+        jakiroctl("h1", "apply", host_config_with(tmp_path, "t3", extra), timeout=60)
+        pid = jakirod_pids()["h1"]
+        seconds = 4
+        attacker = flood_in_background(T3, IP[T4], rate=40_000, seconds=seconds)
+        try:
+            time.sleep(1)  # the face is full and held by now
+            before, t0 = cpu_seconds(pid), time.monotonic()
+            time.sleep(2)
+            percent = 100 * (cpu_seconds(pid) - before) / (time.monotonic() - t0)
+            sent = int(attacker.communicate(timeout=seconds + 20)[0].split()[-1])
+        finally:
+            stop(attacker)
+        return percent, sent
+
+    try:
+        with quiet_machine():
+            held, sent_held = jakirod_cpu_under_flood("limits: {max_packet_rate: 1000}")
+            let_through, sent = jakirod_cpu_under_flood("limits: {max_packet_rate: 1000000}")
+    finally:
+        jakiroctl("h1", "apply", RUN_DIR / "h1.yaml", timeout=60)
+    print(f"\nh1's jakirod: {held:.0f} % of a core with t3 held ({sent_held} sent), "
+          f"{let_through:.0f} % with its flood let through ({sent} sent)")
+    assert sent_held >= 100_000 and sent >= 100_000, "the flood was too slow to prove anything"
+    assert held < let_through / 2
+    assert stats("h1")["vnics"]["t3"]["packet_rate_exceeded"] > 0
