@@ -276,11 +276,26 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
         errno = EINVAL;
         return nullptr;
     }
-    // The PD, and send ops for ibv_qp_ex (qp_ex.hh); no creation flags, XRC, RSS or TSO.
-    constexpr uint32_t supported_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    // The PD, creation flags (none of which is built, so only an empty set), and send ops for
+    // ibv_qp_ex (qp_ex.hh). XRC, RSS and TSO are not built: ibv_query_device_ex advertises no
+    // TSO, RSS or XRC, so asking for them is EOPNOTSUPP, as rxe answers.
+    constexpr uint32_t supported_mask =
+        IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
     if ((attr->comp_mask & ~supported_mask) != 0) {
-        debug("ibv_create_qp_ex: only the PD and send ops attributes are supported (comp_mask %#x)",
-              attr->comp_mask);
+        debug(
+            "ibv_create_qp_ex: only the PD, creation flags and send ops attributes are "
+            "supported (comp_mask %#x)",
+            attr->comp_mask);
+        errno = EOPNOTSUPP;
+        return nullptr;
+    }
+    // Every creation flag needs a device capability ibv_query_device_ex does not advertise
+    // (multicast loopback blocking, scatter FCS, CVLAN stripping, end padding, a source QPN
+    // for a UD QP standing in for another): any flag is EOPNOTSUPP, none is a plain QP. The
+    // field means nothing without its comp_mask bit (as in libibverbs).
+    if ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) != 0 && attr->create_flags != 0) {
+        debug("ibv_create_qp_ex: no creation flag is supported (create_flags %#x)",
+              attr->create_flags);
         errno = EOPNOTSUPP;
         return nullptr;
     }

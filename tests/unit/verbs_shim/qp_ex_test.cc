@@ -180,9 +180,15 @@ TEST_F(ShimQpEx, CreateRefusesSendOpsTheEngineLacksWithoutAskingJakirod) {
         EXPECT_EQ(ibv_create_qp_ex(ctx, &x), nullptr);
         EXPECT_EQ(errno, EOPNOTSUPP);
     }
-    // Creation flags and the rest of comp_mask are not built; a PD is needed.
+    // No creation flag and none of the rest of comp_mask is built; a PD is needed.
     ibv_qp_init_attr_ex x = ex_attr(IBV_QP_EX_WITH_SEND);
     x.comp_mask |= IBV_QP_INIT_ATTR_CREATE_FLAGS;
+    x.create_flags = IBV_QP_CREATE_BLOCK_SELF_MCAST_LB;
+    EXPECT_EQ(ibv_create_qp_ex(ctx, &x), nullptr);
+    EXPECT_EQ(errno, EOPNOTSUPP);
+    x = ex_attr(IBV_QP_EX_WITH_SEND);
+    x.comp_mask |= IBV_QP_INIT_ATTR_MAX_TSO_HEADER;
+    x.max_tso_header = 64;
     EXPECT_EQ(ibv_create_qp_ex(ctx, &x), nullptr);
     EXPECT_EQ(errno, EOPNOTSUPP);
     x = ex_attr(IBV_QP_EX_WITH_SEND);

@@ -16,6 +16,7 @@
 
 #include "qp_fixture.hh"
 #include "verbs_abi/qp_attr_wire.hh"
+#include "verbs_shim/qp_ex.hh"
 
 namespace jakiro::shim::testing {
 namespace {
@@ -254,9 +255,12 @@ TEST_F(ShimQp, CreateQpExTakesThePdOnlyPath) {
     EXPECT_EQ(qp->pd, pd);
     EXPECT_EQ(destroy_qp(qp), 0);
 
-    // Anything more but send ops (qp_ex_test.cc) is refused.
-    for (uint32_t mask : {uint32_t{IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS},
-                          uint32_t{IBV_QP_INIT_ATTR_XRCD}}) {
+    // XRC, TSO and RSS are not built: refused, as is anything comp_mask does not name yet.
+    for (uint32_t mask : {uint32_t{IBV_QP_INIT_ATTR_XRCD},
+                          uint32_t{IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_MAX_TSO_HEADER},
+                          uint32_t{IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_IND_TABLE},
+                          uint32_t{IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_RX_HASH},
+                          uint32_t{IBV_QP_INIT_ATTR_PD} | uint32_t{1} << 7}) {
         ex.comp_mask = mask;
         errno = 0;
         EXPECT_EQ(verbs_get_ctx(ctx)->create_qp_ex(ctx, &ex), nullptr) << mask;
@@ -272,6 +276,55 @@ TEST_F(ShimQp, CreateQpExTakesThePdOnlyPath) {
     EXPECT_EQ(errno, EINVAL);
     EXPECT_EQ(close_device(other_ctx), 0);
     EXPECT_EQ(fake->count(proto::opcode::create_qp), 1u);
+}
+
+// rdma-core's own QP tests (and programs written like them) name IBV_QP_INIT_ATTR_CREATE_FLAGS
+// with no flag: that is a plain QP. Every flag needs a device capability the vNIC does not
+// advertise, so each is refused before jakirod is asked, whatever the QP type.
+TEST_F(ShimQp, CreateQpExTakesNoCreationFlagAndRefusesEveryFlag) {
+    for (ibv_qp_type type : {IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD}) {
+        SCOPED_TRACE(type);
+        ibv_qp_init_attr_ex ex{};
+        ex.send_cq = cq;
+        ex.recv_cq = cq;
+        ex.qp_type = type;
+        ex.sq_sig_all = 1;
+        ex.cap.max_send_wr = 512;  // max_qp_wr / 8 and max_sge / 2, as rdma-core's tests ask
+        ex.cap.max_recv_wr = 512;
+        ex.cap.max_send_sge = 8;
+        ex.cap.max_recv_sge = 8;
+        ex.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+        ex.pd = pd;
+        const std::size_t before = fake->count(proto::opcode::create_qp);
+        ibv_qp* qp = ibv_create_qp_ex(ctx, &ex);
+        ASSERT_NE(qp, nullptr) << std::strerror(errno);
+        EXPECT_EQ(fake->count(proto::opcode::create_qp), before + 1);
+        EXPECT_EQ(qp->qp_type, type);
+        EXPECT_EQ(qp->state, IBV_QPS_RESET);
+        EXPECT_GE(ex.cap.max_send_wr, 512u) << "the caps it really has are written back";
+        EXPECT_GE(ex.cap.max_send_sge, 8u);
+        EXPECT_EQ(qp_to_qp_ex(qp), nullptr) << "no send ops asked, no ibv_qp_ex";
+        EXPECT_EQ(destroy_qp(qp), 0);
+
+        for (uint32_t flag :
+             {uint32_t{IBV_QP_CREATE_BLOCK_SELF_MCAST_LB}, uint32_t{IBV_QP_CREATE_SCATTER_FCS},
+              uint32_t{IBV_QP_CREATE_CVLAN_STRIPPING}, uint32_t{IBV_QP_CREATE_SOURCE_QPN},
+              uint32_t{IBV_QP_CREATE_PCI_WRITE_END_PADDING}, uint32_t{1} << 30}) {
+            ex.create_flags = flag;
+            ex.source_qpn = flag == IBV_QP_CREATE_SOURCE_QPN ? 0x1234 : 0;
+            errno = 0;
+            EXPECT_EQ(ibv_create_qp_ex(ctx, &ex), nullptr) << flag;
+            EXPECT_EQ(errno, EOPNOTSUPP) << flag;
+        }
+        // Without its comp_mask bit the field means nothing (as in libibverbs).
+        ex.create_flags = IBV_QP_CREATE_SOURCE_QPN;
+        ex.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+        ex.send_ops_flags = IBV_QP_EX_WITH_SEND;
+        qp = ibv_create_qp_ex(ctx, &ex);
+        ASSERT_NE(qp, nullptr) << std::strerror(errno);
+        EXPECT_EQ(destroy_qp(qp), 0);
+        EXPECT_EQ(fake->count(proto::opcode::create_qp), before + 2) << "refusals ask nothing";
+    }
 }
 
 // An ibv_qp_attr with a distinct value in every field.
