@@ -899,6 +899,118 @@ TEST_F(ShimEndToEndQp, TheCapsPromiseNothingThatFailsWithEopnotsupp) {
     finish();
 }
 
+// rdma-core's generic QP tests build ibv_qp_init_attr_ex from the device's own answers
+// (caps up to max_qp_wr / 8 and max_sge / 2, IBV_QP_INIT_ATTR_CREATE_FLAGS with no flag, send
+// ops): such a QP of every type is made, reports at least those caps, and moves on to INIT.
+// What the answers do not promise (TSO, RSS, XRC, multicast, raw packet offloads) is refused
+// with EOPNOTSUPP at creation and leaves nothing in jakirod.
+TEST_F(ShimEndToEndQp, CreateQpExTakesInitAttrsBuiltFromTheDevicesOwnLimits) {
+    ibv_device_attr_ex dev{};
+    ASSERT_EQ(ibv_query_device_ex(ctx, nullptr, &dev), 0);
+    const ibv_device_attr& lim = dev.orig_attr;
+    ASSERT_GE(lim.max_qp_wr, 8);
+    ASSERT_GE(lim.max_sge, 2);
+    struct shape {
+        uint32_t wr, sge;
+        uint32_t mask;
+        uint64_t ops;
+    };
+    const uint32_t flags_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+    const uint32_t wr = static_cast<uint32_t>(lim.max_qp_wr);
+    const uint32_t sge = static_cast<uint32_t>(lim.max_sge);
+    for (ibv_qp_type type : {IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD}) {
+        for (const shape& sh :
+             {shape{wr / 8, sge / 2, flags_mask, 0},
+              shape{1, 1, flags_mask | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+                    IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM},
+              shape{wr, sge, IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+                    IBV_QP_EX_WITH_SEND}}) {
+            SCOPED_TRACE(testing::Message() << "type " << type << " mask " << sh.mask << " wr "
+                                            << sh.wr << " sge " << sh.sge);
+            ibv_qp_init_attr_ex init{};
+            init.qp_type = type;
+            init.send_cq = init.recv_cq = cq;
+            init.pd = pd;
+            init.sq_sig_all = 1;
+            init.cap.max_send_wr = init.cap.max_recv_wr = sh.wr;
+            init.cap.max_send_sge = init.cap.max_recv_sge = sh.sge;
+            init.comp_mask = sh.mask;
+            init.send_ops_flags = sh.ops;
+            const ibv_qp_cap asked = init.cap;
+            ibv_qp* qp = ibv_create_qp_ex(ctx, &init);
+            ASSERT_NE(qp, nullptr) << std::strerror(errno);
+            EXPECT_EQ(ibv_qp_to_qp_ex(qp) != nullptr, sh.ops != 0);
+            ibv_qp_attr attr{};
+            ibv_qp_init_attr got{};
+            ASSERT_EQ(ibv_query_qp(qp, &attr, IBV_QP_STATE | IBV_QP_CAP, &got), 0);
+            EXPECT_EQ(attr.qp_state, IBV_QPS_RESET);
+            EXPECT_EQ(got.qp_type, type);
+            EXPECT_GE(got.cap.max_send_wr, asked.max_send_wr);
+            EXPECT_GE(got.cap.max_recv_wr, asked.max_recv_wr);
+            EXPECT_GE(got.cap.max_send_sge, asked.max_send_sge);
+            EXPECT_GE(got.cap.max_recv_sge, asked.max_recv_sge);
+
+            ibv_qp_attr to_init{};
+            to_init.qp_state = IBV_QPS_INIT;
+            to_init.pkey_index = 0;
+            to_init.port_num = 1;
+            int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+            if (type == IBV_QPT_UD) {
+                to_init.qkey = 0x11111111;
+                mask |= IBV_QP_QKEY;
+            } else {
+                to_init.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+                mask |= IBV_QP_ACCESS_FLAGS;
+            }
+            ASSERT_EQ(ibv_modify_qp(qp, &to_init, mask), 0);
+            attr = {};
+            ASSERT_EQ(ibv_query_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PORT, &got), 0);
+            EXPECT_EQ(attr.qp_state, IBV_QPS_INIT);
+            EXPECT_EQ(attr.port_num, 1);
+            EXPECT_EQ(ibv_destroy_qp(qp), 0);
+        }
+    }
+
+    // Not advertised, not made.
+    EXPECT_EQ(dev.tso_caps.max_tso, 0u);
+    EXPECT_EQ(dev.rss_caps.max_rwq_indirection_tables, 0u);
+    EXPECT_EQ(dev.raw_packet_caps, 0u);
+    EXPECT_EQ(lim.max_mcast_grp, 0);
+    EXPECT_EQ(lim.device_cap_flags & IBV_DEVICE_XRC, 0u);
+    EXPECT_EQ(
+        dev.device_cap_flags_ex & (IBV_DEVICE_RAW_SCATTER_FCS | IBV_DEVICE_PCI_WRITE_END_PADDING),
+        0u);
+    ibv_qp_init_attr_ex init{};
+    init.qp_type = IBV_QPT_UD;
+    init.send_cq = init.recv_cq = cq;
+    init.pd = pd;
+    init.cap.max_send_wr = init.cap.max_recv_wr = 4;
+    init.cap.max_send_sge = init.cap.max_recv_sge = 1;
+    for (uint32_t flag :
+         {uint32_t{IBV_QP_CREATE_BLOCK_SELF_MCAST_LB}, uint32_t{IBV_QP_CREATE_SCATTER_FCS},
+          uint32_t{IBV_QP_CREATE_CVLAN_STRIPPING}, uint32_t{IBV_QP_CREATE_SOURCE_QPN},
+          uint32_t{IBV_QP_CREATE_PCI_WRITE_END_PADDING}}) {
+        init.comp_mask = flags_mask;
+        init.create_flags = flag;
+        init.source_qpn = 0x1234;
+        errno = 0;
+        EXPECT_EQ(ibv_create_qp_ex(ctx, &init), nullptr) << flag;
+        EXPECT_EQ(errno, EOPNOTSUPP) << flag;
+    }
+    init.create_flags = 0;
+    for (uint32_t more :
+         {uint32_t{IBV_QP_INIT_ATTR_MAX_TSO_HEADER}, uint32_t{IBV_QP_INIT_ATTR_IND_TABLE},
+          uint32_t{IBV_QP_INIT_ATTR_RX_HASH}, uint32_t{IBV_QP_INIT_ATTR_XRCD}}) {
+        init.comp_mask = flags_mask | more;
+        init.max_tso_header = 64;
+        errno = 0;
+        EXPECT_EQ(ibv_create_qp_ex(ctx, &init), nullptr) << more;
+        EXPECT_EQ(errno, EOPNOTSUPP) << more;
+    }
+    EXPECT_EQ(server->resources(0).count().qps, 0u) << "no refusal left a QP in jakirod";
+    finish();
+}
+
 TEST_F(ShimEndToEndQp, ParentDomainsRefuseWhatRdmaCoreRefuses) {
     ibv_parent_domain_init_attr attr{};
     errno = 0;
