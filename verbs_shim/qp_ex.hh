@@ -13,10 +13,11 @@
 // rings the doorbell if the engine sleeps); ibv_wr_abort, or any error, discards the batch.
 // The first error (invalid request, no room, the QP's state) is ibv_wr_complete's return.
 //
-// Send ops a QP can be created with: RC: SEND, SEND_WITH_IMM, RDMA_WRITE(_WITH_IMM),
-// RDMA_READ, both atomics; UC: SEND(_WITH_IMM), RDMA_WRITE(_WITH_IMM); UD: SEND(_WITH_IMM).
-// Anything else (invalidation, memory windows, TSO, atomic write) is EOPNOTSUPP at creation;
-// its builder, called anyway, makes ibv_wr_complete fail with EINVAL as ibv_post_send would.
+// Send ops a QP can be created with: RC: SEND(_WITH_IMM, _WITH_INV), RDMA_WRITE(_WITH_IMM),
+// RDMA_READ, both atomics, ATOMIC_WRITE, BIND_MW, LOCAL_INV; UC: SEND(_WITH_IMM),
+// RDMA_WRITE(_WITH_IMM), BIND_MW, LOCAL_INV; UD: SEND(_WITH_IMM). Anything else (TSO, what a
+// transport does not carry) is EOPNOTSUPP at creation; its builder, called anyway, makes
+// ibv_wr_complete fail with EINVAL as ibv_post_send would.
 //
 // Thread-safety: ibv_wr_start takes the send queue's lock and ibv_wr_complete / ibv_wr_abort
 // release it, so the region is a per-QP critical section (the man page's CONCURRENCY); an
