@@ -80,6 +80,12 @@ bool is_rdma(ibv_wr_opcode op) {
            op == IBV_WR_ATOMIC_WRITE;
 }
 
+// A bind's access flags as jakirod takes them: the optional bits (IBV_ACCESS_OPTIONAL_RANGE,
+// e.g. relaxed ordering) dropped, as libibverbs drops those a device does not support.
+uint32_t window_access(unsigned mw_access_flags) {
+    return mw_access_flags & ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
+}
+
 // ATOMIC WRITE's 8 bytes come from its one SGE (ibv_post_send) or the value ibv_wr_atomic_write
 // was given, and are taken now: they travel in the WQE, as inline data does.
 constexpr uint32_t atomic_write_bytes = 8;
@@ -117,7 +123,7 @@ int check_send(const shim_qp& q, const ibv_send_wr& wr, uint64_t& inline_bytes) 
         const ibv_mw_bind_info& b = wr.bind_mw.bind_info;
         const shim_mw* w = to_mw(wr.bind_mw.mw);
         if (w == nullptr || w->mw.context != q.qp.context ||
-            (b.mw_access_flags & ~proto::mw_access_all) != 0) {
+            (window_access(b.mw_access_flags) & ~proto::mw_access_all) != 0) {
             return EINVAL;
         }
         if (b.length != 0 && (to_mr(b.mr) == nullptr || b.mr->context != q.qp.context)) {
@@ -183,7 +189,7 @@ void write_send(proto::send_wqe& slot, const ibv_send_wr& wr, uint64_t inline_by
         slot.remote_addr = b.addr;
         slot.compare_add = b.length;
         slot.mw_mr_lkey = b.length != 0 ? b.mr->lkey : 0;
-        slot.mw_access = b.mw_access_flags;
+        slot.mw_access = window_access(b.mw_access_flags);
         return;  // no data
     }
     if (wr.opcode == IBV_WR_LOCAL_INV) {

@@ -2862,6 +2862,43 @@ TEST_F(rc_qp_mw_test, a_bind_onto_an_mr_without_mw_bind_fails_with_mw_bind_err) 
     EXPECT_EQ(c.opcode, IBV_WC_BIND_MW);
 }
 
+// The bind mlx5 and rxe accept: a window asking for LOCAL_WRITE besides REMOTE_WRITE, over an
+// MR registered with LOCAL_WRITE and MW_BIND only (C10-74 asks local write of the MR, nothing
+// of the window). Both types bind, a peer's WRITE lands through each, and the window grants
+// what it was asked for remotely and no more: a READ is still refused.
+TEST_F(rc_qp_mw_test, a_window_asking_for_local_write_binds_and_takes_a_peers_write) {
+    auto req =
+        proto::make_message<proto::reg_mr_request>(static_cast<uint16_t>(proto::opcode::reg_mr), 2);
+    req.pd_handle = b.pd;
+    req.access = proto::access_local_write | proto::access_mw_bind;
+    req.addr = region_iova;
+    req.iova = region_iova;
+    req.length = region_bytes;
+    uint32_t local_only_mr = 0;
+    ASSERT_EQ(b.res->reg_mr(b.client, req, b.region_fd, local_only_mr), 0);
+    constexpr uint32_t rights = proto::access_remote_write | proto::access_local_write;
+    const uint32_t t1 = alloc(IBV_MW_TYPE_1);
+    const uint32_t t2 = alloc(IBV_MW_TYPE_2);
+    uint64_t id = 1;
+    for (const auto& [mw, at] : {std::pair{t1, uint64_t{0}}, std::pair{t2, uint64_t{4096}}}) {
+        SCOPED_TRACE(mw == t1 ? "type 1" : "type 2");
+        const uint32_t rkey = next_key(mw);
+        const auto c =
+            complete(b, bind_wqe(id++, mw, rkey, local_only_mr, b.iova(at), 4096, rights));
+        ASSERT_EQ(c.status, IBV_WC_SUCCESS);
+        EXPECT_EQ(c.opcode, IBV_WC_BIND_MW);
+        fill(a, 0, 64, static_cast<uint8_t>(at / 4096 + 3));
+        const auto w =
+            complete(a, wqe(id++, IBV_WR_RDMA_WRITE, a.iova(0), 64, a.mr, b.iova(at), rkey));
+        ASSERT_EQ(w.status, IBV_WC_SUCCESS);
+        EXPECT_TRUE(same(a, 0, b, at, 64));
+        EXPECT_EQ(b.res->mrs()
+                      .find_remote(b.pd, b.qp, rkey, b.iova(at), 8, proto::access_remote_read)
+                      .status,
+                  verbs::mr_status::no_access);
+    }
+}
+
 TEST_F(rc_qp_mw_test, bind_rules_refuse_what_rxe_refuses) {
     const uint32_t t2 = alloc(IBV_MW_TYPE_2);
     const uint32_t t1 = alloc(IBV_MW_TYPE_1);

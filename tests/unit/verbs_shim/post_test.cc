@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "qp_fixture.hh"
+#include "verbs_shim/memory_window.hh"
 
 namespace jakiro::shim::testing {
 namespace {
@@ -231,6 +232,51 @@ TEST_F(ShimPost, AtomicWriteTakesItsEightBytesAtPostTime) {
     uint64_t carried = 0;
     std::memcpy(&carried, q.inline_data, 8);
     EXPECT_EQ(carried, 0x1122334455667788u);
+}
+
+// What mlx5 and rxe take in a window's access flags, ibv_post_send takes too: LOCAL_WRITE (a
+// window grants remote rights only, so it adds nothing) and the optional bits libibverbs lets
+// a device ignore (relaxed ordering), which are dropped; the window's remote rights travel.
+TEST_F(ShimPost, BindMwTakesLocalWriteAndOptionalBitsInTheWindowsAccessFlags) {
+    shim_mw window{};
+    window.mw.context = ctx;
+    window.mw.pd = pd;
+    window.mw.handle = window.mw.rkey = 0x4200;
+    window.mw.type = IBV_MW_TYPE_2;
+    window.magic = mw_magic;
+    shim_mr region{};
+    region.mr.context = ctx;
+    region.mr.pd = pd;
+    region.mr.lkey = region.mr.rkey = 0x5300;
+    region.magic = mr_magic;
+    region.access = proto::access_local_write | proto::access_mw_bind;
+    ibv_send_wr w{};
+    w.wr_id = 7;
+    w.opcode = IBV_WR_BIND_MW;
+    w.send_flags = IBV_SEND_SIGNALED;
+    w.bind_mw.mw = &window.mw;
+    w.bind_mw.rkey = ibv_inc_rkey(window.mw.rkey);
+    w.bind_mw.bind_info.mr = &region.mr;
+    w.bind_mw.bind_info.addr = 0x10000;
+    w.bind_mw.bind_info.length = 4096;
+    w.bind_mw.bind_info.mw_access_flags =
+        IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_RELAXED_ORDERING;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(qp, &w, &bad), 0);
+    ASSERT_EQ(sq_producer(), 1u);
+    const proto::send_wqe& q = sent(0);
+    EXPECT_EQ(q.opcode, unsigned{IBV_WR_BIND_MW});
+    EXPECT_EQ(q.mw_handle, 0x4200u);
+    EXPECT_EQ(q.rkey, 0x4201u);
+    EXPECT_EQ(q.mw_mr_lkey, 0x5300u);
+    EXPECT_EQ(q.remote_addr, 0x10000u);
+    EXPECT_EQ(q.compare_add, 4096u);
+    EXPECT_EQ(q.mw_access, uint32_t{IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE});
+    // A bit that names nothing a window could grant is still refused.
+    w.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE | (1u << 15);
+    EXPECT_EQ(ibv_post_send(qp, &w, &bad), EINVAL);
+    EXPECT_EQ(bad, &w);
+    EXPECT_EQ(sq_producer(), 1u);
 }
 
 TEST_F(ShimPost, SendRefusesInvalidWorkRequestsAndNamesTheFirst) {
