@@ -10,7 +10,9 @@ completes from its own thread.
   makes a CQ, QPs and MRs that move real data, as its PD (another PD's rkey is refused).
 - Memory windows (tests/rdma/pyverbs_mw.py and rdma_mw.cc, two hosts, the latter under a lossy
   fabric): type-1 and type-2 binds, access through
-  the windows, SEND_WITH_INV, and no data through an invalidated window.
+  the windows, SEND_WITH_INV, and no data through an invalidated window; rdma_mw_lifecycle.cc:
+  the binds mlx5 and rxe take (a window asking for LOCAL_WRITE too, an MR with only LOCAL_WRITE
+  and MW_BIND), by each bind verb, through to the peer's WRITE, invalidation and dealloc.
 - ibv_create_qp_ex (tests/rdma/pyverbs_qp_ex.py) with the init attributes rdma-core's own QP
   tests build from the device's limits (creation flags named but empty, send ops): RC, UC and
   UD QPs made, moved on, queried and carrying a message each across hosts; what the device does
@@ -127,3 +129,26 @@ def test_qps_made_by_create_qp_ex_carry_a_message_each_across_hosts(tmp_path):
         assert f"{qpt}: every byte arrived as sent" in out, qpt
     assert "pyverbs_qp_ex: server: all verified" in out
     assert "pyverbs_qp_ex: client: all verified" in out
+
+
+@pytest.mark.parametrize("bind", ["type1", "type2-post-send", "type2-wr-bind"])
+def test_a_window_bound_as_mlx5_and_rxe_allow_takes_a_peers_write_until_invalidated(bind,
+                                                                                    tmp_path):
+    """tests/rdma/rdma_mw_lifecycle.cc across hosts: over an MR registered LOCAL_WRITE | MW_BIND
+    on a QP with LOCAL_WRITE | REMOTE_WRITE, a window bound with REMOTE_WRITE | LOCAL_WRITE (by
+    ibv_bind_mw, an IBV_WR_BIND_MW to ibv_post_send, or ibv_wr_bind_mw) completes
+    IBV_WC_BIND_MW; the other host's WRITE through it lands in the window's page and nowhere
+    else; once invalidated (type 1: unbound by a bind of length 0) the same WRITE is a remote
+    access error that changes nothing; and ibv_dealloc_mw succeeds."""
+    tool = build_tool("JAKIRO_RDMA_MW_LIFECYCLE", "rdma_mw_lifecycle")
+    cli, srv = run_pair("cross_host", [tool, "--server", "--bind", bind],
+                        [tool, "--connect", "198.19.1.2", "--bind", bind], 7497, tmp_path)
+    out = cli.stdout + srv
+    assert "bound with REMOTE_WRITE | LOCAL_WRITE" in out
+    assert "through the window (rkey" in out and ": completed" in out
+    assert "after the WRITE through the window: memory as it must be" in out
+    assert "a WRITE through the invalidated window: remote access error" in out
+    assert "after the WRITE through the invalidated window: memory as it must be" in out
+    assert "ibv_dealloc_mw succeeded" in out
+    assert "rdma_mw_lifecycle: server: all verified" in out
+    assert "rdma_mw_lifecycle: client: all verified" in out

@@ -191,9 +191,27 @@ rc_link::rc_link(device& dev, const link_options& options, uint32_t psn_seed)
     init.cap.max_send_sge = options.send_sge;
     init.cap.max_recv_sge = options.recv_sge;
     init.cap.max_inline_data = options.inline_bytes;
-    qp = ibv_create_qp(dev.pd, &init);
-    if (qp == nullptr) {
-        verb_failed(options.qp_type == IBV_QPT_UC ? "ibv_create_qp (UC)" : "ibv_create_qp (RC)");
+    if (options.send_ops_flags != 0) {
+        ibv_qp_init_attr_ex ex{};
+        ex.send_cq = init.send_cq;
+        ex.recv_cq = init.recv_cq;
+        ex.srq = init.srq;
+        ex.qp_type = init.qp_type;
+        ex.cap = init.cap;
+        ex.pd = dev.pd;
+        ex.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+        ex.send_ops_flags = options.send_ops_flags;
+        qp = ibv_create_qp_ex(dev.context, &ex);
+        if (qp == nullptr) {
+            verb_failed("ibv_create_qp_ex");
+        }
+        init.cap = ex.cap;
+    } else {
+        qp = ibv_create_qp(dev.pd, &init);
+        if (qp == nullptr) {
+            verb_failed(options.qp_type == IBV_QPT_UC ? "ibv_create_qp (UC)"
+                                                      : "ibv_create_qp (RC)");
+        }
     }
     _max_inline = init.cap.max_inline_data;
 

@@ -33,6 +33,9 @@ struct link_options {
     ibv_qp_type qp_type = IBV_QPT_RC;
     ibv_srq* srq = nullptr;  // receives come from this SRQ instead of the QP's own queue
     int access = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;  // qp_access_flags at INIT
+    // Non-zero: the QP is made with ibv_create_qp_ex and these IBV_QP_EX_WITH_* operations, so
+    // that ibv_qp_to_qp_ex gives the ibv_wr_* API for it.
+    uint64_t send_ops_flags = 0;
 };
 
 // What the peer needs to reach a QP, sent as one line: "QP qpn psn lid mtu gid".
@@ -76,6 +79,7 @@ class region {
     uint64_t addr() const { return reinterpret_cast<uint64_t>(_data); }
     uint32_t lkey() const { return _mr->lkey; }
     uint32_t rkey() const { return _mr->rkey; }
+    ibv_mr* mr() const { return _mr; }
     // Registers the memory (after filling it, if the caller wants it filled first).
     void register_with(device& dev);
 
