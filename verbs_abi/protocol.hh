@@ -295,10 +295,11 @@ constexpr uint32_t mr_access_writes =
     access_local_write | access_remote_write | access_remote_atomic;
 
 // What a window bind may ask for (ibv_mw_bind_info.mw_access_flags, libibverbs' values). A
-// window is reached by its rkey only, so it grants remote rights only: local write is taken
-// (mlx5 and rxe take it, and programs set it) and grants nothing.
+// window is reached by its rkey only, so it grants remote rights only: local write and MW_BIND
+// (an MR's rights, which programs pass on with the MR's flags, and mlx5 and rxe take) are
+// taken and grant nothing.
 constexpr uint32_t mw_access_all = access_local_write | access_remote_write | access_remote_read |
-                                   access_remote_atomic | access_zero_based;
+                                   access_remote_atomic | access_mw_bind | access_zero_based;
 
 // Registrations are in pages of this size (x86-64; the shim refuses to run on anything else).
 constexpr uint64_t mr_page_size = 4096;

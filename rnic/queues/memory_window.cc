@@ -25,7 +25,7 @@ bool bind_window(const mr_table& table, const proto::send_wqe& wqe, uint32_t qp_
     if ((wqe.rkey >> 8) != (window->handle >> 8)) {
         return false;
     }
-    // Local write is taken and grants nothing (only the remote rights are kept below).
+    // Local write and MW_BIND are taken and grant nothing (only remote rights are kept below).
     const uint32_t access = wqe.mw_access;
     if ((access & ~proto::mw_access_all) != 0) {
         return false;

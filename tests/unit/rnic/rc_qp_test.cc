@@ -2862,10 +2862,11 @@ TEST_F(rc_qp_mw_test, a_bind_onto_an_mr_without_mw_bind_fails_with_mw_bind_err) 
     EXPECT_EQ(c.opcode, IBV_WC_BIND_MW);
 }
 
-// The bind mlx5 and rxe accept: a window asking for LOCAL_WRITE besides REMOTE_WRITE, over an
-// MR registered with LOCAL_WRITE and MW_BIND only (C10-74 asks local write of the MR, nothing
-// of the window). Both types bind, a peer's WRITE lands through each, and the window grants
-// what it was asked for remotely and no more: a READ is still refused.
+// The bind mlx5 and rxe accept: a window asking for LOCAL_WRITE (and MW_BIND, as a program
+// passing on its MR's flags does) besides REMOTE_WRITE, over an MR registered with LOCAL_WRITE
+// and MW_BIND only (C10-74 asks local write of the MR, nothing of the window). Both types
+// bind, a peer's WRITE lands through each, and the window grants what it was asked for
+// remotely and no more: a READ is still refused.
 TEST_F(rc_qp_mw_test, a_window_asking_for_local_write_binds_and_takes_a_peers_write) {
     auto req =
         proto::make_message<proto::reg_mr_request>(static_cast<uint16_t>(proto::opcode::reg_mr), 2);
@@ -2876,7 +2877,8 @@ TEST_F(rc_qp_mw_test, a_window_asking_for_local_write_binds_and_takes_a_peers_wr
     req.length = region_bytes;
     uint32_t local_only_mr = 0;
     ASSERT_EQ(b.res->reg_mr(b.client, req, b.region_fd, local_only_mr), 0);
-    constexpr uint32_t rights = proto::access_remote_write | proto::access_local_write;
+    constexpr uint32_t rights =
+        proto::access_remote_write | proto::access_local_write | proto::access_mw_bind;
     const uint32_t t1 = alloc(IBV_MW_TYPE_1);
     const uint32_t t2 = alloc(IBV_MW_TYPE_2);
     uint64_t id = 1;

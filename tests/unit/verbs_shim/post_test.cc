@@ -234,9 +234,9 @@ TEST_F(ShimPost, AtomicWriteTakesItsEightBytesAtPostTime) {
     EXPECT_EQ(carried, 0x1122334455667788u);
 }
 
-// What mlx5 and rxe take in a window's access flags, ibv_post_send takes too: LOCAL_WRITE (a
-// window grants remote rights only, so it adds nothing) and the optional bits libibverbs lets
-// a device ignore (relaxed ordering), which are dropped; the window's remote rights travel.
+// What mlx5 and rxe take in a window's access flags, ibv_post_send takes too: LOCAL_WRITE and
+// MW_BIND (a window grants remote rights only, so they add nothing) and the optional bits
+// libibverbs lets a device ignore (relaxed ordering), which are dropped.
 TEST_F(ShimPost, BindMwTakesLocalWriteAndOptionalBitsInTheWindowsAccessFlags) {
     shim_mw window{};
     window.mw.context = ctx;
@@ -272,11 +272,17 @@ TEST_F(ShimPost, BindMwTakesLocalWriteAndOptionalBitsInTheWindowsAccessFlags) {
     EXPECT_EQ(q.remote_addr, 0x10000u);
     EXPECT_EQ(q.compare_add, 4096u);
     EXPECT_EQ(q.mw_access, uint32_t{IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE});
+    // A program that passes on its MR's flags.
+    w.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                          IBV_ACCESS_REMOTE_READ | IBV_ACCESS_MW_BIND;
+    ASSERT_EQ(ibv_post_send(qp, &w, &bad), 0);
+    ASSERT_EQ(sq_producer(), 2u);
+    EXPECT_EQ(sent(1).mw_access, w.bind_mw.bind_info.mw_access_flags);
     // A bit that names nothing a window could grant is still refused.
     w.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE | (1u << 15);
     EXPECT_EQ(ibv_post_send(qp, &w, &bad), EINVAL);
     EXPECT_EQ(bad, &w);
-    EXPECT_EQ(sq_producer(), 1u);
+    EXPECT_EQ(sq_producer(), 2u);
 }
 
 TEST_F(ShimPost, SendRefusesInvalidWorkRequestsAndNamesTheFirst) {
