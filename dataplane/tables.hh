@@ -79,8 +79,8 @@ struct datapath_tables {
     std::vector<vnic_policy> policies;  // indexed by vNIC slot
     // Bumped by every policy change; flows checked under an older one are checked again.
     uint32_t policy_generation = 1;
-    // DHTB egress shaping (DESIGN.md §6), by vNIC slot: none = not shaped. Workers apply a
-    // new snapshot's values to their scheduler when they first see it.
+    // DHTB egress shaping (docs/architecture.md §6), by vNIC slot: none = not shaped. Workers apply
+    // a new snapshot's values to their scheduler when they first see it.
     std::vector<std::optional<qos::vnic_qos>> qos;
     std::optional<qos::uplink_qos> uplink_qos;
 };

@@ -96,7 +96,7 @@ void BM_ParseRoce(benchmark::State& state) {
 }
 BENCHMARK(BM_ParseRoce)->Arg(64)->Arg(1024);
 
-// The anchor issue 4 measures RDMA against: one core copying memory (64 KiB stays in cache,
+// The baseline RDMA is measured against: one core copying memory (64 KiB stays in cache,
 // as perftest's buffers do; 64 MiB goes to DRAM).
 void BM_memcpy(benchmark::State& state) {
     const auto n = static_cast<std::size_t>(state.range(0));

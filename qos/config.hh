@@ -1,7 +1,7 @@
 #pragma once
 // The QoS model shared by the egress scheduler and the ingress meter: the two traffic classes,
-// per-vNIC rate, burst and class weights (DESIGN §6), and which bytes a packet is charged.
-// Plain data; `validate` runs on the control side (it allocates its message).
+// per-vNIC rate, burst and class weights (docs/architecture.md §6), and which bytes a packet is
+// charged. Plain data; `validate` runs on the control side (it allocates its message).
 
 #include <array>
 #include <cstddef>

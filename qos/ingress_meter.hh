@@ -1,6 +1,6 @@
 #pragma once
-// The receiving half of DHTB (DESIGN §6): jakirod meters each vNIC's ingress per class and,
-// where a class is above its share, signals the senders instead of queueing:
+// The receiving half of DHTB (docs/architecture.md §6): jakirod meters each vNIC's ingress per
+// class and, where a class is above its share, signals the senders instead of queueing:
 //  - ECN-capable inner packets (ECT(0), ECT(1)) are marked CE and delivered, so TCP with ECN
 //    backs off;
 //  - not-ECT packets are delivered while the excess before them is within one burst, then

@@ -1,10 +1,10 @@
 #pragma once
-// The doorbells a sleeping worker waits on (DESIGN.md §1, §8a): one page of jakirod's own
-// (control calls, the rx waker) that no tenant ever maps, and one page per vNIC that only that
-// vNIC's clients map. No page is shared by two vNICs, so a tenant can neither see another's
-// rings (a covert channel) nor ring on its behalf; all it can do with its own page is wake the
-// worker early, which costs it one bounded visit. The worker waits on every page at once with
-// futex_waitv (Linux 5.16+), up to its 128 waiters; past 127 vNIC pages it caps each sleep at
+// The doorbells a sleeping worker waits on (docs/architecture.md §1, docs/threat-model.md): one
+// page of jakirod's own (control calls, the rx waker) that no tenant ever maps, and one page per
+// vNIC that only that vNIC's clients map. No page is shared by two vNICs, so a tenant can neither
+// see another's rings (a covert channel) nor ring on its behalf; all it can do with its own page is
+// wake the worker early, which costs it one bounded visit. The worker waits on every page at once
+// with futex_waitv (Linux 5.16+), up to its 128 waiters; past 127 vNIC pages it caps each sleep at
 // `crowded_sleep_us` instead, so a page it does not watch is still seen soon.
 //
 // Thread-safety: the engine thread owns the set. `page_of` reads are for any thread (atomic

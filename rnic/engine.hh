@@ -1,12 +1,12 @@
 #pragma once
-// The software RNIC of one jakirod worker (DESIGN.md §5): every QP of every vNIC on the host,
-// polled from the worker's loop, fed the RoCEv2 packets the ingress pipeline found for its
+// The software RNIC of one jakirod worker (docs/architecture.md §5): every QP of every vNIC on the
+// host, polled from the worker's loop, fed the RoCEv2 packets the ingress pipeline found for its
 // vNICs, emitting through a packet_port.
 //
-// receive() is where the RCFT check happens (DESIGN.md §3): a packet is executed only if its
-// destination QP exists on that vNIC, is connected (RTR or later) and its source address is
-// the QP's peer; everything else is a counted drop, so no tenant of another VPC or another
-// connection can inject into a QP. The ICRC is verified before anything else is believed.
+// receive() is where the RCFT check happens (docs/architecture.md §3): a packet is executed only if
+// its destination QP exists on that vNIC, is connected (RTR or later) and its source address is the
+// QP's peer; everything else is a counted drop, so no tenant of another VPC or another connection
+// can inject into a QP. The ICRC is verified before anything else is believed.
 //
 // Control-plane changes (create, modify, query, destroy) reach the engine's thread through
 // call(): a small mailbox the loop drains once per iteration; the caller waits (bounded). A
@@ -14,8 +14,8 @@
 // cancelled (it never runs), one it has started is waited for and its result returned.
 // Until a worker attaches, call() runs the function inline (unit tests, startup).
 //
-// Policy changes (DESIGN.md §7): every table snapshot carries a policy generation, and every
-// QP the generation its peer was last admitted under. The worker tells the engine the
+// Policy changes (docs/architecture.md §7): every table snapshot carries a policy generation, and
+// every QP the generation its peer was last admitted under. The worker tells the engine the
 // generation it runs with each iteration (use_policy). A connected QP whose generation differs
 // is admitted again (packet_port::admits_connection) before it may send (poll, at most
 // recheck_budget QPs per poll; the others wait for the next one) or receive (receive, one

@@ -143,8 +143,8 @@ class rc_qp {
     // The engine that runs it (for the intra-host shortcut's peer lookup); set by add_qp.
     void attach(const engine* e) { _engine = e; }
 
-    // DCQCN (DESIGN.md §6): the receiver's CNP pacing for this QP, a CNP from the peer (cut
-    // the sending rate), and sending one to the peer.
+    // DCQCN (docs/architecture.md §6): the receiver's CNP pacing for this QP, a CNP from the peer
+    // (cut the sending rate), and sending one to the peer.
     qos::cnp_pacer& cnp_pacer() { return _cnp_pacer; }
     void on_cnp(uint64_t now_ns);
     void send_cnp(packet_port& port);
@@ -157,8 +157,8 @@ class rc_qp {
     void set_line_rate(uint64_t now_ns, uint64_t rate_bps);
     uint64_t line_rate_bps() const { return _line_rate_bps; }
 
-    // Security groups (DESIGN.md §7). The policy generation this QP's peer was last admitted
-    // under; unchecked_generation after its address vector changed. The engine compares it
+    // Security groups (docs/architecture.md §7). The policy generation this QP's peer was last
+    // admitted under; unchecked_generation after its address vector changed. The engine compares it
     // with the generation of the tables it runs with and admits the peer again on a mismatch.
     static constexpr uint32_t unchecked_generation = UINT32_MAX;
     uint32_t admitted_generation() const { return _admitted_generation; }

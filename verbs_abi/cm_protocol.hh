@@ -1,5 +1,5 @@
 #pragma once
-// shim ⇄ jakirod messages for rdma_cm (issue 13): a message family of its own ("JKCM") on a
+// shim ⇄ jakirod messages for rdma_cm: a message family of its own ("JKCM") on a
 // verbs connection that said HELLO, so it never collides with the verbs opcodes.
 //
 // The shim emulates the rdma_cm character device: every write() librdmacm makes on it is one
@@ -29,7 +29,7 @@ constexpr std::size_t max_command_bytes = 512;
 // SET_OPTION values are small (u8, int, or an ibv_path_data array capped here).
 constexpr std::size_t max_option_bytes = 256;
 
-// Request opcodes 48..63 (issue 13's range), events 64.
+// Request opcodes 48..63, events 64.
 enum class opcode : uint16_t {
     open_channel = 48,  // reply: status; fd: the event socket
     ucma = 49,          // a ucma command; reply: status + the response struct

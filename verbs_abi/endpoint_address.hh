@@ -1,8 +1,8 @@
 #pragma once
-// Where a vNIC's RDMA face listens (DESIGN.md §1, §8a): abstract Unix socket names, bound by
-// jakirod *inside the tenant's network namespace*. Abstract names are private to a network
-// namespace, so a process can only ever reach the vNICs whose endpoints live in its own
-// namespace; there is no file a process elsewhere could open. Each vNIC has two names:
+// Where a vNIC's RDMA face listens (docs/architecture.md §1, docs/threat-model.md): abstract Unix
+// socket names, bound by jakirod *inside the tenant's network namespace*. Abstract names are
+// private to a network namespace, so a process can only ever reach the vNICs whose endpoints live
+// in its own namespace; there is no file a process elsewhere could open. Each vNIC has two names:
 //   @jakiro/verbs/mac/<aa:bb:cc:dd:ee:ff>   how the shim finds the vNIC behind eth0
 //   @jakiro/verbs/name/<vnic>                what `jakiro-run --vnic NAME` asks for
 // An address string starting with '@' is abstract (as ss(8) prints them); anything else is a

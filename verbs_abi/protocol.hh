@@ -126,7 +126,7 @@ enum class event_type : uint32_t {
 };
 
 // Device capability bits, mapped by the shim to ibv_device_cap_flags. Only what the engine
-// implements (or, for the bits marked so, what issue 4 commits it to) is ever set.
+// implements is ever set.
 enum device_caps : uint32_t {
     cap_rc_rnr_nak_gen = 1u << 0,  // responder sends RNR NAKs (engine: RNR with rnr_retry)
     cap_sys_image_guid = 1u << 1,  // sys_image_guid is meaningful

@@ -1,5 +1,5 @@
 #pragma once
-// jakirod going away (issue 5): how a context notices, and what its verbs do from then on.
+// jakirod going away: how a context notices, and what its verbs do from then on.
 //
 // Noticing. jakirod holds the far end of the context's channel (its connection); when it
 // exits, or drops us, that socket hangs up. The hot paths (ibv_poll_cq finding nothing,

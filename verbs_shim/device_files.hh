@@ -1,7 +1,7 @@
 #pragma once
 // The device nodes a program under jakiro-run looks for in /dev/infiniband, answered as the
 // kernel's would be: librdmacm's rdma_cm (fstat must say character device) and, for UCX
-// (issue 18), each verbs device's /dev/infiniband/<dev_name> (stat: a character device;
+// (for UCX), each verbs device's /dev/infiniband/<dev_name> (stat: a character device;
 // access R_OK|W_OK: allowed). Only while this namespace has a vNIC, and only where the real
 // file does not exist, so a host with real RDMA devices is never overridden.
 

@@ -8,7 +8,7 @@
 
 namespace jakiro::shim {
 
-constexpr const char* tenant_netdev = "eth0";  // DESIGN.md §9: a tenant sees one eth0
+constexpr const char* tenant_netdev = "eth0";  // docs/testbed.md: a tenant sees one eth0
 
 struct vnic_socket {
     std::string path;

@@ -1,6 +1,6 @@
 #pragma once
-// Zero-copy memory registration (DESIGN.md §5). jakirod must read and write an MR's pages
-// without a copy on the hot path, and it is another process, so the pages must be shared
+// Zero-copy memory registration (docs/architecture.md §5). jakirod must read and write an MR's
+// pages without a copy on the hot path, and it is another process, so the pages must be shared
 // memory it can map. At ibv_reg_mr the shim therefore moves the pages of the region onto a
 // memfd: it copies their current contents into the memfd and maps the memfd MAP_SHARED |
 // MAP_FIXED over the same virtual range, so the application keeps its pointer and its data.
@@ -15,9 +15,9 @@
 // What can be moved: private anonymous memory (malloc, brk, mmap(MAP_PRIVATE|MAP_ANONYMOUS),
 // .bss), writable private file memory (a program's .data: copy-on-write pages that are
 // already the process's own) and pages another backing of this process moved before. What cannot
-// fails with a clear errno, never a silent copy (STYLE.md): memory that is not mapped (EFAULT, as
-// the kernel's ib_umem_get), read-only memory asked to be writable (EFAULT), and shared memory of
-// any kind, read-only file mappings (whose later file changes the program may expect to see),
+// fails with a clear errno, never a silent copy (docs/style.md): memory that is not mapped (EFAULT,
+// as the kernel's ib_umem_get), read-only memory asked to be writable (EFAULT), and shared memory
+// of any kind, read-only file mappings (whose later file changes the program may expect to see),
 // hugetlbfs and stacks (EOPNOTSUPP; JAKIRO_VERBS_DEBUG says what the range was).
 //
 // Lifetime: each registered page is counted. When no MR covers a page any more it stays on

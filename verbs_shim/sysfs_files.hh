@@ -1,5 +1,5 @@
 #pragma once
-// The sysfs attributes of a shim device that UCX reads (issue 18), answered as the kernel's
+// The sysfs attributes of a shim device that UCX reads, answered as the kernel's
 // /sys/class/infiniband/<device>/ would answer them for a RoCE v2 port:
 //   ports/1/gid_attrs/types/<i>  "RoCE v2"  (UCX assumes RoCE v1 when the file is missing)
 //   ports/1/gid_attrs/ndevs/<i>  the netdev carrying the vNIC's MAC ("eth0")

@@ -1,5 +1,5 @@
 #pragma once
-// The rdma_cm character device, emulated (issue 13). librdmacm opens /dev/infiniband/rdma_cm,
+// The rdma_cm character device, emulated. librdmacm opens /dev/infiniband/rdma_cm,
 // checks with fstat that it is a character device, and then drives everything with write()s
 // of ucma ABI v4 commands whose responses go through a pointer in the command. Here, an open
 // of that path connects to the vNIC's verbs endpoint, says HELLO and opens an rdma_cm channel

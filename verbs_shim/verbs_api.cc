@@ -341,7 +341,7 @@ JAKIRO_EXPORT int ibv_destroy_ah(ibv_ah* ah) {
     return destroy_ah(ah);
 }
 
-// Multicast groups: the overlay carries no multicast (DESIGN.md).
+// Multicast groups: the overlay carries no multicast (docs/architecture.md §2).
 JAKIRO_EXPORT int ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) {
     return fail_errno();
 }

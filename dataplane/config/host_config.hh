@@ -136,7 +136,7 @@ struct vnic_config {
     // The host the vNIC lives on (a host name): cluster records only (control plane, etcd);
     // empty in a host YAML, where every vNIC is local.
     std::string host;
-    // DHTB (DESIGN.md §6): rate, burst and the rdma/tcp classes; none = not shaped.
+    // DHTB (docs/architecture.md §6): rate, burst and the rdma/tcp classes; none = not shaped.
     std::optional<qos::vnic_qos> qos;
 };
 

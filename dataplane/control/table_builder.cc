@@ -54,7 +54,8 @@ bool compile_policies(const host_config& config, const std::vector<uint16_t>& sl
             auto flat =
                 secgroup::expand_rules(config.security_groups, groups, dir, members, catalog);
             if (groups.empty() && dir == secgroup::direction::egress) {
-                // DESIGN §7 default for a vNIC without groups: egress allowed, ingress denied.
+                // docs/architecture.md §7 default for a vNIC without groups: egress allowed,
+                // ingress denied.
                 flat.push_back({implicit_egress_rule, true, 0, {0, 0}, {}});
             }
             policy.acl[static_cast<int>(dir)] = secgroup::acl_table::build(flat, error);

@@ -5,7 +5,7 @@
 //
 // host_manager creates one per configured vNIC and destroys it when `apply` removes the vNIC.
 // The faces open and close in one order, so that no tenant can act through a vNIC that is half
-// there (DESIGN.md §8a): the Ethernet face opens first and the RDMA face after the datapath
+// there (docs/threat-model.md): the Ethernet face opens first and the RDMA face after the datapath
 // snapshot knows the slot; on the way out the RDMA face goes first (its clients learn the device
 // is gone and its QPs leave the engine), then the snapshot forgets the slot, then the port closes
 // (the destructor).

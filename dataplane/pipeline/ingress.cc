@@ -70,7 +70,7 @@ void answer_overlay_arp(worker_context& ctx, const datapath_tables& tables, uint
 }
 
 // RoCEv2 (UDP to 4791, not a fragment) goes to the RoCE engine instead of the NFT: RC traffic
-// is admitted per connection (RCFT) by the engine itself (DESIGN.md §4).
+// is admitted per connection (RCFT) by the engine itself (docs/architecture.md §4).
 bool is_roce(const rte_ipv4_hdr* ip, uint32_t ip_len) {
     const uint32_t ihl = rte_ipv4_hdr_len(ip);
     if (ip->next_proto_id != IPPROTO_UDP || ip_len < ihl + sizeof(rte_udp_hdr) ||

@@ -1,5 +1,5 @@
 #pragma once
-// DHTB ingress (DESIGN.md §6), one contract for both classes: every packet a shaped vNIC
+// DHTB ingress (docs/architecture.md §6), one contract for both classes: every packet a shaped vNIC
 // receives meets that vNIC's meter exactly once, whether it crossed the fabric or came from a
 // vNIC on this host (switched port to port by egress.cc, or looped back by the RNIC through
 // roce_port), charged the bytes it is or would be on the wire (qos::charged_bytes: the inner

@@ -1,6 +1,6 @@
 #pragma once
-// The security-group check an RC connection passes when its QP moves to RTR (DESIGN.md §7):
-// the peer must be an address of the vNIC's VPC, and the vNIC's `rdma` rules (UDP 4791) must
+// The security-group check an RC connection passes when its QP moves to RTR (docs/architecture.md
+// §7): the peer must be an address of the vNIC's VPC, and the vNIC's `rdma` rules (UDP 4791) must
 // let traffic go to it (egress) and come from it (ingress). Afterwards the engine checks each
 // packet against the connected QP (RCFT) instead of the NFT. A QP connected to another QP of
 // its own vNIC (loopback, as on any RNIC port) passes: its packets never leave the vNIC.

@@ -1,9 +1,9 @@
 #pragma once
-// The Ethernet face never carries RoCE (DESIGN.md §8a): RoCEv2 for a vNIC comes only from its
-// RoCE engine, which checks every connection against the security groups and the RCFT. A
-// tenant that crafted UDP to or from port 4791 (BTH + RETH, or a CNP) with a raw socket would
-// otherwise cross the fabric like any UDP and meet a peer's engine, or a tenant stack, as
-// RoCE (the ReDMArk attack class). Both pipelines drop such frames as `tenant_roce`.
+// The Ethernet face never carries RoCE (docs/threat-model.md): RoCEv2 for a vNIC comes only from
+// its RoCE engine, which checks every connection against the security groups and the RCFT. A tenant
+// that crafted UDP to or from port 4791 (BTH + RETH, or a CNP) with a raw socket would otherwise
+// cross the fabric like any UDP and meet a peer's engine, or a tenant stack, as RoCE (the ReDMArk
+// attack class). Both pipelines drop such frames as `tenant_roce`.
 //
 // Fragments: only a first fragment (offset 0) carries the UDP ports, and it is judged here like
 // a whole datagram. Later fragments carry no ports; the firewall drops every IPv4 fragment

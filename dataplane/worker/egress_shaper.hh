@@ -1,7 +1,7 @@
 #pragma once
-// DHTB on the sending side (DESIGN.md §6), one per worker: the vNIC → {rdma, tcp} scheduler
-// of qos/ driven once per poll iteration. A shaped vNIC's tenant frames (the tcp class: every
-// non-RDMA frame) wait in a per-vNIC FIFO after routing and leave within the class's grant;
+// DHTB on the sending side (docs/architecture.md §6), one per worker: the vNIC → {rdma, tcp}
+// scheduler of qos/ driven once per poll iteration. A shaped vNIC's tenant frames (the tcp class:
+// every non-RDMA frame) wait in a per-vNIC FIFO after routing and leave within the class's grant;
 // a full FIFO tail-drops (counted). Full is measured in time of the vNIC's rate (20 ms of it,
 // at least a burst and one largest super-frame: a 10 Mbit/s vNIC gains nothing from a longer
 // queue but latency) and in frames (no more than the packet buffers the vNIC may hold,

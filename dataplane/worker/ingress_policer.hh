@@ -1,6 +1,6 @@
 #pragma once
-// DHTB on the receiving side (DESIGN.md §6), one per worker: a qos::ingress_meter per shaped
-// vNIC, kept in step with each snapshot's QoS settings. The ingress pipeline asks it about
+// DHTB on the receiving side (docs/architecture.md §6), one per worker: a qos::ingress_meter per
+// shaped vNIC, kept in step with each snapshot's QoS settings. The ingress pipeline asks it about
 // every IP packet for a shaped vNIC (tcp class: mark CE or drop above the share), the RoCE
 // engine about every RoCEv2 packet (rdma class: a CNP to the sending QP above the share).
 //

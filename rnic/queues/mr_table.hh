@@ -1,5 +1,5 @@
 #pragma once
-// The MR table of one vNIC (DESIGN.md §3, "MR"): key → PD, IOVA range, access rights and
+// The MR table of one vNIC (docs/architecture.md §3, "MR"): key → PD, IOVA range, access rights and
 // jakirod's own mapping of the region's pages (the memfd the shim remapped them onto, so the
 // engine reads and writes the application's memory with no copy). The verbs channel server
 // registers and deregisters; the RoCE engine looks keys up with find(), which applies the

@@ -1,5 +1,5 @@
 #pragma once
-// One vNIC's rdma_cm agent (issue 13): what the kernel's ucma + rdma_cm + IB CM do for a port,
+// One vNIC's rdma_cm agent: what the kernel's ucma + rdma_cm + IB CM do for a port,
 // for the rdma_cm ids of that vNIC's processes. It executes the ucma ABI v4 commands the shim
 // forwards (cm_protocol.hh) and speaks IB CM MADs (cm_mad.hh) with the peers' agents — or a
 // kernel rdma_cm behind a real RNIC — through QP1 of the vNIC (the engine's GSI port).

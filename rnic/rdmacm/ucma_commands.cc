@@ -88,7 +88,7 @@ int cm_agent::command(uint64_t client, std::span<const uint8_t> cmd,
          [](cm_agent& a, caller c, bytes in, bytes, out_t& out) {
              return a.migrate_id(c.client, c.held, in, out);
          }},
-        // The overlay carries no multicast: refused cleanly (issue 13, point 4).
+        // The overlay carries no multicast: refused cleanly.
         {RDMA_USER_CM_CMD_JOIN_IP_MCAST,
          [](cm_agent&, caller, bytes, bytes, out_t&) { return EOPNOTSUPP; }},
         {RDMA_USER_CM_CMD_JOIN_MCAST,

@@ -1,13 +1,13 @@
 #pragma once
-// jakirod's end of the verbs channel: each vNIC's RDMA face (DESIGN.md §1, §8a). A vNIC's
-// endpoint is a SOCK_SEQPACKET listener bound as an abstract name *inside its tenant's network
-// namespace* (verbs_abi/endpoint_address.hh: @jakiro/verbs/mac/<mac> and
-// @jakiro/verbs/name/<vnic>), so only that tenant's processes can reach it; at accept and again
-// at HELLO the peer's namespace (SO_PEERCRED pid -> /proc/<pid>/ns/net) must be the vNIC's.
-// Each connection is one verbs context (or one device scan); its state dies with it. A vNIC
-// serves at most its quota's `max_contexts` connections at once, and one that has not said HELLO
-// within `hello_timeout` is dropped, so no tenant can hold the server's descriptors or another
-// tenant's slots.
+// jakirod's end of the verbs channel: each vNIC's RDMA face (docs/architecture.md §1,
+// docs/threat-model.md). A vNIC's endpoint is a SOCK_SEQPACKET listener bound as an abstract name
+// *inside its tenant's network namespace* (verbs_abi/endpoint_address.hh:
+// @jakiro/verbs/mac/<mac> and @jakiro/verbs/name/<vnic>), so only that tenant's processes can reach
+// it; at accept and again at HELLO the peer's namespace (SO_PEERCRED pid -> /proc/<pid>/ns/net)
+// must be the vNIC's. Each connection is one verbs context (or one device scan); its state dies
+// with it. A vNIC serves at most its quota's `max_contexts` connections at once, and one that has
+// not said HELLO within `hello_timeout` is dropped, so no tenant can hold the server's descriptors
+// or another tenant's slots.
 //
 // The set of endpoints follows the configuration: sync() (from startup and `jakiroctl apply`)
 // adds the endpoints of new vNICs, and for removed ones tells every client the device is gone

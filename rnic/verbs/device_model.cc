@@ -60,7 +60,7 @@ verbs_proto::limits engine_limits() {
     verbs_proto::limits l{};
     l.max_mr_size = uint64_t{1} << 30;  // 1 GiB: one memfd mapping per MR in jakirod
     l.page_size_cap = ~uint64_t{4095};  // any multiple of 4 KiB pages
-    l.max_qp = 1024;                    // the default per-vNIC RC QP quota (DESIGN.md §8)
+    l.max_qp = 1024;                    // the default per-vNIC RC QP quota (docs/configuration.md)
     l.max_qp_wr = 4096;                 // ring slots per SQ/RQ
     l.max_sge = 16;
     l.max_sge_rd = 16;

@@ -1,6 +1,6 @@
 #pragma once
 // Where the peer of a host-side veth lives, asked of the kernel over rtnetlink: the facts a
-// vNIC's namespace is learnt from (DESIGN.md §8a), none of which a tenant can change. A veth
+// vNIC's namespace is learnt from (docs/threat-model.md), none of which a tenant can change. A veth
 // knows its peer's namespace (IFLA_LINK_NETNSID, a namespace id in the asking namespace's own
 // numbering); RTM_GETNSID gives the id of any namespace jakirod holds a descriptor of, so the
 // two meet without looking inside the tenant at all: not at its interfaces, their MACs or

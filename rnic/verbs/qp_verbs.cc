@@ -186,13 +186,13 @@ int vnic_resources::modify_qp(uint64_t client, uint32_t handle, const proto::qp_
     }
     ibv_qp_attr attr{};
     verbs_proto::from_wire(wire, attr);
-    // The security groups decide whether this vNIC may talk RDMA to the peer (DESIGN.md §7)
-    // on every modify that sets an address vector, in any state: RTR, but also SQD -> SQD
-    // with a new path (else RTR towards an allowed peer, then SQD with a denied one, would
-    // connect it). The alternate path is held to the same rule although no path ever
-    // migrates (qp_state.cc). Denied: EACCES and the QP unchanged. Afterwards RCFT (the
-    // connected QP) is checked per packet, and the engine checks the peer again after every
-    // policy change (engine.hh, "Policy changes").
+    // The security groups decide whether this vNIC may talk RDMA to the peer (docs/architecture.md
+    // §7) on every modify that sets an address vector, in any state: RTR, but also SQD -> SQD with
+    // a new path (else RTR towards an allowed peer, then SQD with a denied one, would connect it).
+    // The alternate path is held to the same rule although no path ever migrates (qp_state.cc).
+    // Denied: EACCES and the QP unchanged. Afterwards RCFT (the connected QP) is checked per
+    // packet, and the engine checks the peer again after every policy change (engine.hh, "Policy
+    // changes").
     if (admit) {
         const auto peer_of = [](const ibv_ah_attr& ah) {
             uint32_t remote_ip_be = 0;

@@ -1,6 +1,6 @@
 #pragma once
-// A vNIC's RDMA quota (YAML `vnics[].rdma`, DESIGN.md §8): how much of jakirod one tenant's
-// verbs objects may hold, so that no tenant can exhaust the host's memory, mappings or the
+// A vNIC's RDMA quota (YAML `vnics[].rdma`, docs/configuration.md): how much of jakirod one
+// tenant's verbs objects may hold, so that no tenant can exhaust the host's memory, mappings or the
 // engine's tables for the others. vnic_resources enforces it (EDQUOT beyond) and takes a new
 // one live (set_quota: lowering refuses new objects, never destroys existing ones); HELLO and
 // QUERY advertise device limits no larger than it allows (clamp_to_quota).

@@ -89,8 +89,8 @@ struct qp_support {
     roce::qp_endpoint local;
     roce::qp_event_sink events;
     roce::qp_device_limits limits;
-    // Security groups for every address vector a modify sets (DESIGN.md §7): 0, or EACCES when
-    // no `rdma` rule lets this vNIC talk to `remote_ip_be` in both directions. Unset:
+    // Security groups for every address vector a modify sets (docs/architecture.md §7): 0, or
+    // EACCES when no `rdma` rule lets this vNIC talk to `remote_ip_be` in both directions. Unset:
     // everything is admitted.
     std::function<int(uint32_t remote_ip_be)> admit;
 };

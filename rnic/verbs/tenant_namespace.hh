@@ -1,8 +1,8 @@
 #pragma once
 // The network namespace a vNIC's tenant lives in, and the two things jakirod does with it
-// (DESIGN.md §1, §8a): it binds the vNIC's RDMA endpoint there as an abstract Unix socket,
-// which only processes of that namespace can reach, and it checks that a connecting process
-// really is in it (SO_PEERCRED pid -> /proc/<pid>/ns/net).
+// (docs/architecture.md §1, docs/threat-model.md): it binds the vNIC's RDMA endpoint there as an
+// abstract Unix socket, which only processes of that namespace can reach, and it checks that a
+// connecting process really is in it (SO_PEERCRED pid -> /proc/<pid>/ns/net).
 //
 // Control side only (the channel server and apply); every function may block briefly.
 

@@ -6,7 +6,7 @@
 // A thread per vNIC, because a verbs call may wait: on the worker that runs the vNIC's QPs (up
 // to 5 s, engine::call), on a large registration, on whatever a hostile tenant can make one of
 // its calls cost. Whatever it is, it holds up this vNIC's clients alone: no other vNIC's verbs
-// or rdma_cm call, MAD or timer waits behind it (DESIGN.md §8a, control-plane time).
+// or rdma_cm call, MAD or timer waits behind it (docs/threat-model.md, control-plane time).
 //
 // Owned by channel_server, which builds it (binding the listeners, making the resources) and
 // withdraws it. Thread-safety: start() and stop() from the owner's thread; set_quota(),

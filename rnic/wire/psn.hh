@@ -38,9 +38,10 @@ constexpr bool psn_in_window(uint32_t psn, uint32_t first, uint32_t end) {
     return psn_diff(psn, first) >= 0 && psn_diff(end, psn) > 0;
 }
 
-// How a responder treats a request PSN relative to the one it expects (IBTA ch. 9.7 / ROCE-WIRE
-// "PSN validity"): the 2^23 PSNs before `expected` are duplicates (re-ACK, re-execute READ, replay
-// atomics); the 2^23 - 1 after it are a sequence error (NAK once, then drop until `expected`).
+// How a responder treats a request PSN relative to the one it expects (IBTA ch. 9.7 /
+// docs/roce-wire.md "PSN validity"): the 2^23 PSNs before `expected` are duplicates (re-ACK,
+// re-execute READ, replay atomics); the 2^23 - 1 after it are a sequence error (NAK once, then drop
+// until `expected`).
 enum class psn_class : uint8_t { expected, ahead, duplicate };
 
 constexpr psn_class classify_request_psn(uint32_t psn, uint32_t expected) {

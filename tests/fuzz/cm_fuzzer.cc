@@ -1,4 +1,4 @@
-// libFuzzer target over the rdma_cm agent (issue 13), from both of its hostile sides: ucma
+// libFuzzer target over the rdma_cm agent, from both of its hostile sides: ucma
 // commands a tenant writes to its emulated rdma_cm device (raw bytes: any command number,
 // `in`/`out` sizes that lie, ids that are not the caller's, AF_IB and IPv6 addresses, option
 // values of any length) and MADs off the wire (raw 256-byte buffers, and valid CM messages

@@ -25,7 +25,7 @@ TESTBED = SRC / "tools" / "testbed"
 RUN_DIR = Path("/run/jakiro/testbed")
 PYTHON = "/usr/bin/python3"  # Debian's, the one that can import scapy
 
-# Test bed plan (DESIGN.md section 9).
+# Test bed plan (docs/testbed.md).
 T1, T2, T5 = "jk-h1-t1", "jk-h2-t2", "jk-h1-t5"  # blue, VNI 100
 T3, T4 = "jk-h1-t3", "jk-h2-t4"  # red, VNI 200
 IP = {T1: "198.19.1.1", T2: "198.19.1.2", T5: "198.19.1.3", T3: "198.19.1.1", T4: "198.19.1.2"}

@@ -1,4 +1,4 @@
-"""The control plane in etcd (issue 15): `tools/testbed up --hosts 3 --control etcd`.
+"""The control plane in etcd: `tools/testbed up --hosts 3 --control etcd`.
 
 Every host's YAML holds only host facts and `control:`; the cluster (VPCs, groups, every vNIC)
 lives in one etcd in jk-fabric. These tests change it the way an operator would (testbed

@@ -1,4 +1,4 @@
-"""The hostile-tenant suite for the RDMA face's endpoints (issue 12, DESIGN.md §8a): a tenant
+"""The hostile-tenant suite for the RDMA face's endpoints (docs/threat-model.md): a tenant
 reaches only its own vNIC's endpoint, cannot lock other tenants out of theirs, shares no
 doorbell with them, and a vNIC removed by `apply` takes its RDMA face with it.
 
@@ -166,7 +166,7 @@ def test_removing_a_vnic_ends_its_rdma_face_and_adding_it_back_creates_a_new_one
         jakiroctl("h1", "apply", str(RUN_DIR / "h1.yaml"), timeout=60)
 
 
-# ---- row 2: MR memory jakirod could lose (issue 12, item 4)
+# ---- row 2: MR memory jakirod could lose
 
 def test_an_mr_is_registered_only_on_a_sealed_shmem_memfd():
     pid = jakirod_pids()["h1"]

@@ -1,4 +1,4 @@
-"""256 vNICs on one host (issue 19 item 8): vnet faces are not ethdevs, so a host is not bound by
+"""256 vNICs on one host: vnet faces are not ethdevs, so a host is not bound by
 Debian DPDK's 32 ports. h1 gets 253 vNICs more than the test bed's 3, in a VPC of their own;
 8 pairs of them, each in a tenant namespace, pass ping and TCP to each other, the VPCs stay
 apart, and the daemon with 256 faces still sleeps when idle. The others are veths in h1's

@@ -3,11 +3,11 @@ ib_write_bw (RDMA, unmodified, through jakiro-run) from t1 to t2 at the same tim
 follow the weights and add up to the rate; `jakiroctl apply` to 1:1 takes effect within 2 s
 without breaking either connection; RDMA alone gets the whole rate (work conservation).
 
-The rate is JAKIRO_QOS_RATE_MBIT (default 500), not the issue's 5 Gbit/s: on this 2-core
+The rate is JAKIRO_QOS_RATE_MBIT (default 500), not the 5 Gbit/s it is meant for: on this 2-core
 machine the af_packet overlay carries about 2 Gbit/s of TCP in total (perf/overlay_throughput),
 and six busy processes (two jakirods, iperf3's two ends, two perftest halves) share the two
 cores, so a rate must stay well below that to be binding whatever else the machine is doing.
-On a machine that carries more, JAKIRO_QOS_RATE_MBIT=5000 runs the issue's own numbers.
+On a machine that carries more, JAKIRO_QOS_RATE_MBIT=5000 runs the full-rate check.
 Shares are read from jakiroctl qos (the scheduler's own byte counters, the
 charged bytes: inner frame + 50 bytes of VXLAN) and cross-checked against iperf3's own report.
 """
@@ -166,7 +166,7 @@ def test_rdma_and_tcp_share_the_vnic_rate_by_weight_and_follow_a_live_change(sha
             assert_shares(*sample(SAMPLE_S), 3, 1, "3:1")
 
             jakiroctl("h1", "apply", str(shaped_config(shaped, 1, 1)))
-            time.sleep(2)  # the issue's bound for shares to follow
+            time.sleep(2)  # the bound for shares to follow
             assert_shares(*sample(SAMPLE_S), 1, 1, "1:1")
 
             code, out = finish(client, 60)

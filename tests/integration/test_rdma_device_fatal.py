@@ -1,4 +1,4 @@
-"""jakirod going away never hangs a verbs program (issue 5): perftest (ib_write_bw polling,
+"""jakirod going away never hangs a verbs program: perftest (ib_write_bw polling,
 ib_send_bw -e sleeping on completion events) runs between t1 (h1) and t2 (h2) for far longer
 than the test waits, then one host's jakirod is SIGKILLed. The perftest process on that host
 must exit non-zero within a few seconds, with a completion error (flushed work requests) or a

@@ -1,4 +1,4 @@
-"""Security groups and the RDMA face, as a hostile tenant would try them (issue 12, rows 7 and 9).
+"""Security groups and the RDMA face, as a hostile tenant would try them (docs/threat-model.md).
 
 - Removing the `rdma` rule that admitted a live RC connection (`jakiroctl apply`) stops it: the
   engine checks every connected QP again under the new policy, moves the refused one to ERR

@@ -37,7 +37,7 @@ VNIC = {T1: "t1", T2: "t2", T5: "t5"}
 PLACEMENTS = {"cross_host": (T2, T1), "intra_host": (T5, T1)}
 
 FABRIC = "jk-fabric"
-FABRIC_LINK = "ul-h2"  # the fabric side of h2's underlay veth (tools/testbed, DESIGN.md §9)
+FABRIC_LINK = "ul-h2"  # the fabric side of h2's underlay veth (tools/testbed, docs/testbed.md)
 IMPAIRMENT = ["--loss", 1, "--reorder", 25, "--delay-ms", 1]
 
 SERVER_START_S = 15  # jakiro-run + device open + listen
@@ -462,12 +462,12 @@ BTH_FIELDS = ["vxlan.vni", "udp.dstport", "infiniband.bth.opcode", "infiniband.b
               "infiniband.bth.psn", "infiniband.reth.va", "infiniband.reth.r_key",
               "infiniband.reth.dmalen", "infiniband.aeth.syndrome", "infiniband.aeth.msn"]
 
-# RC opcodes (ROCE-WIRE.md).
+# RC opcodes (docs/roce-wire.md).
 WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_ONLY, ACK = 0x06, 0x07, 0x08, 0x0A, 0x11
 
 
 def icrc_by_hand(ip_bytes):
-    """ROCE-WIRE.md's ICRC: CRC-32 over 8 bytes of 0xFF and the inner IPv4 packet up to the
+    """docs/roce-wire.md's ICRC: CRC-32 over 8 bytes of 0xFF and the inner IPv4 packet up to the
     ICRC, with TOS, TTL, IPv4 checksum, UDP checksum and BTH byte 4 set to 0xFF."""
     ihl = (ip_bytes[0] & 0x0F) * 4
     body = bytearray(ip_bytes[:-4])

@@ -1,4 +1,4 @@
-"""Verbs beyond the basic set (issue 14), each as a Python user runs it: rdma-core's pyverbs
+"""Verbs beyond the basic set, each as a Python user runs it: rdma-core's pyverbs
 scripts of tests/rdma under jakiro-run in a tenant namespace, against real jakirods whose engine
 completes from its own thread.
 

@@ -1,4 +1,4 @@
-"""rdma_cm for unmodified programs (issue 13): Debian's rdmacm-utils (rping with data
+"""rdma_cm for unmodified programs: Debian's rdmacm-utils (rping with data
 validation, ucmatose, udaddy, rdma_server/rdma_client, rstream over rsocket), perftest's -R
 (rdma_cm connection setup) and libfabric's verbs provider, under jakiro-run in tenant
 namespaces: t1 (h1) <-> t2 (h2) over the overlay and t1 <-> t5 on one host. The CM messages
@@ -260,7 +260,7 @@ FORGED_CM = SRC / "tests" / "rdma" / "pyverbs_forged_cm.py"
 
 
 def test_a_tenants_forged_cm_mads_never_reach_a_peers_qp1(tmp_path):
-    """DESIGN.md §8a: t1's own UD QP aims 20 well-formed CM REQs at QP1 of t2, where rping
+    """docs/threat-model.md: t1's own UD QP aims 20 well-formed CM REQs at QP1 of t2, where rping
     listens on their service ID: half name t1, half t5 (a hijack), half carry the GSI Q_Key
     0x80010000 in the work request. t1 cannot hold that Q_Key (INIT refuses it), the WR's is
     replaced by the QP's own, and t2's QP1 takes only the GSI Q_Key from a QP1: all 20 are

@@ -1,4 +1,4 @@
-"""jakirod as a service an operator runs (issue 16): --help everywhere, --check-config on good
+"""jakirod as a service an operator runs: --help everywhere, --check-config on good
 and bad files, the man pages, the systemd unit (systemd-analyze verify, its capability set is
 enough, its ExecReload applies live), sd_notify (READY=1 after the ports are up, STATUS=,
 WATCHDOG=1, STOPPING=1), Prometheus metrics under traffic (promtool check metrics; a scrape

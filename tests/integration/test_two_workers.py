@@ -173,7 +173,7 @@ def test_rping_connects_through_rdma_cm_to_the_second_workers_vnic(server, clien
 
 
 def test_a_red_tenant_cannot_reach_a_blue_listener_in_the_other_workers_engine(tmp_path):
-    """DESIGN.md §8a across engines: blue t5 (worker 1) listens with rping; red t3 (worker 0,
+    """docs/threat-model.md across engines: blue t5 (worker 1) listens with rping; red t3 (worker 0,
     same host) dials t5's address, which red's VPC does not have, so nothing of it reaches
     t5's engine. Control: blue t1 (also worker 0) then completes 5 pings with the same
     listener, so the probe failed for being red, not for the path between engines."""

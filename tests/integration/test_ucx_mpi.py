@@ -1,4 +1,4 @@
-"""HPC over the vNIC (issue 18): UCX, Open MPI and MPICH, unmodified, under jakiro-run in tenant
+"""HPC over the vNIC: UCX, Open MPI and MPICH, unmodified, under jakiro-run in tenant
 namespaces: t1 (h1) <-> t2 (h2) over the overlay and t1 <-> t5 on one host.
 
 What a user checks: `ucx_info -d` lists rc_verbs and ud_verbs on the Jakiro device;

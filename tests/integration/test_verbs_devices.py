@@ -78,7 +78,7 @@ def test_jakiro_run_selects_a_vnic_by_name_only_inside_its_tenant_namespace():
     assert "hca_id:\tjakiro_t5" in r.stdout
     assert f"::ffff:{IP[T5]}" in r.stdout
     # From the test's own namespace (the host's), no vNIC's endpoint is reachable: each lives
-    # in its tenant's namespace only (DESIGN.md §8a).
+    # in its tenant's namespace only (docs/threat-model.md).
     r = run(JAKIRO_RUN, "--vnic", "t5", "--", "true", check=False, env=shim_env())
     assert r.returncode == 2 and "no vNIC named 't5' in this network namespace" in r.stderr, r
     r = ns(T5, JAKIRO_RUN, "--vnic", "no-such-vnic", "--", "true", check=False, env=shim_env())

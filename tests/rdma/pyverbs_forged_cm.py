@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""pyverbs_forged_cm: a hostile tenant aiming forged IB CM MADs at a peer's QP1 (DESIGN.md §8a,
-issue 13), through rdma-core's own Python bindings and nothing else.
+"""pyverbs_forged_cm: a hostile tenant aiming forged IB CM MADs at a peer's QP1
+(docs/threat-model.md), through rdma-core's own Python bindings and nothing else.
 
     ip netns exec jk-h2-t2 tools/jakiro-run -- /usr/bin/python3 tests/rdma/pyverbs_forged_cm.py \\
         --receiver --port 7476

@@ -145,9 +145,9 @@ class egress_sim {
     std::size_t queue_target = 128;       // packets an active source keeps queued
     uint32_t max_packets_per_burst = 64;  // per class per poll
     bool decline_rdma = false;            // the RDMA queue is blocked: granted, never sent
-    // The rdma class's limit is its backlog, not what one burst can carry (the engine's
-    // per-poll packet cap, which the worker did not tell before the seventeenth session), so a
-    // grant may be larger than what it sends.
+    // The rdma class's limit is its backlog, not what one burst can carry (a worker that does
+    // not pass the engine's per-poll packet cap on), so a grant may be larger than what it
+    // sends.
     bool rdma_room_untold = false;
     // A paced RDMA class (a DCQCN-cut QP): at most this many bytes per poll on average (a few
     // polls' worth may be saved up), 0 for none; a grant it leaves for that reason is reported

@@ -209,10 +209,10 @@ TEST(IngressMeter, LiveReconfigurationChangesTheShares) {
     EXPECT_EQ(m.counters(tcp).packets, 1u) << "counters survive";
 }
 
-// The distributed loop of DESIGN §6: two DCQCN senders (say t2 and t3, each with a 10 Gbit/s
-// vNIC) write to one receiver whose ingress is limited to 5 Gbit/s. The receiver's meter marks
-// and asks for CNPs, the CNPs reach the senders 10 µs later, their rates come down, and the
-// receiver's ingress settles at its limit (issue 6: within 10 %).
+// The distributed loop of docs/architecture.md §6: two DCQCN senders (say t2 and t3, each with a 10
+// Gbit/s vNIC) write to one receiver whose ingress is limited to 5 Gbit/s. The receiver's meter
+// marks and asks for CNPs, the CNPs reach the senders 10 µs later, their rates come down, and the
+// receiver's ingress settles at its limit (within 10 %).
 TEST(IngressMeter, AWorkerOffItsCoreForFiveMillisecondsDoesNotSignalSendersWithinTheRate) {
     // Senders at 90 % of the rate, but the worker meters what arrived only every 5 ms, all at
     // once (time as the meter sees it): nothing is over the rate, so nothing is signalled.

@@ -138,7 +138,7 @@ TEST(Scheduler, SharesFollowWeightsWithinTwoPercent) {
     std::printf("worst relative share error over %d cases: %.3f %%\n", cases, 100 * worst);
 }
 
-// Linux HTB with default bursts drifts from 3:1 to about 2.3:1 at 20 Gbit/s (issue 6's anchor):
+// Linux HTB with default bursts drifts from 3:1 to about 2.3:1 at 20 Gbit/s (the baseline to beat):
 // its quantum and burst are computed in coarse ticks, so at high rates a class borrows in
 // chunks larger than the ratio can absorb. Here the ratio is a property of byte-exact virtual
 // clocks and integer token units, so it holds at every rate.

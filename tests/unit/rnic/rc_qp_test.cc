@@ -782,7 +782,7 @@ TEST_F(rc_qp_test, the_rc_qp_quota_refuses_one_more_qp_with_edquot) {
     close(q.doorbell_fd);
 }
 
-// ---- bounded work per tenant (issue 12, row 3)
+// ---- bounded work per tenant (docs/threat-model.md, "Resources tenants share")
 
 // The shim may post into slots jakirod has retired, no further: a send producer more than a
 // ring ahead of the oldest unretired WR (here: the first WR never completes, every other one
@@ -922,7 +922,7 @@ TEST_F(rc_qp_test, an_ack_that_finishes_a_full_ring_completes_it_within_its_vnic
     }
 }
 
-// ---- engine::call: a timed-out call leaves nothing half done (issue 12, row 11)
+// ---- engine::call: a timed-out call leaves nothing half done
 
 TEST(engine_call, a_call_the_worker_never_started_times_out_and_never_runs) {
     engine e{1, 16};
@@ -2095,7 +2095,7 @@ TEST_F(ud_qp_test, wrong_qkeys_missing_receives_and_short_buffers_lose_only_that
     EXPECT_FALSE(b.poll_recv(c));
 }
 
-// DESIGN.md §8a, issue 13: a tenant's UD QP aiming forged CM MADs at a peer's QP1. It cannot
+// docs/threat-model.md: a tenant's UD QP aiming forged CM MADs at a peer's QP1. It cannot
 // hold the GSI Q_Key (modify refuses controlled Q_Keys: qp_state_test), a WR naming it sends
 // the QP's own instead (IBTA 10.2.5), and its source QPN is never 1; the receiving engine
 // hands QP1 only what carries both, so nothing a tenant sends reaches the CM agent.

@@ -25,7 +25,7 @@
 
 namespace jakiro::shim::testing {
 
-// The device limits the fake reports: jakirod's (README's table).
+// The device limits the fake reports: jakirod's (verbs_shim/README.md's table).
 verbs_proto::limits fake_limits();
 
 class fake_jakirod {

@@ -24,7 +24,7 @@ from scapy.all import IP, UDP, Raw, raw
 from scapy.layers.inet import IPOption_NOP
 from scapy.contrib.roce import BTH, AETH
 
-SRC, DST = "198.19.1.1", "198.19.1.2"  # the test bed's tenant addresses (DESIGN.md §9)
+SRC, DST = "198.19.1.1", "198.19.1.2"  # the test bed's tenant addresses (docs/testbed.md)
 
 
 def pattern(n, seed):
@@ -45,7 +45,7 @@ def padded(payload):
 
 
 def icrc_by_hand(packet):
-    """Annex A17 masking over zlib.crc32, written from ROCE-WIRE.md without scapy's help."""
+    """Annex A17 masking over zlib.crc32, written from docs/roce-wire.md without scapy's help."""
     ihl = (packet[0] & 0x0F) * 4
     body = bytearray(packet[:-4])
     body[1] = 0xFF  # TOS
