@@ -121,7 +121,8 @@ class Queue:
                         packet_id = struct.unpack_from("!I", data, a + 4)[0]
                         ids.append(packet_id)
                     elif atype & 0x7FFF == NFQA_HWADDR:  # be16 length, 2 pad, 8 address
-                        mac = bytes(data[a + 8:a + 8 + min(6, struct.unpack_from("!H", data, a + 4)[0])])
+                        mac_len = min(6, struct.unpack_from("!H", data, a + 4)[0])
+                        mac = bytes(data[a + 8:a + 8 + mac_len])
                     elif atype & 0x7FFF == NFQA_PAYLOAD:
                         payload = bytes(data[a + 4:a + alen])
                     a += (alen + 3) & ~3

@@ -7,6 +7,7 @@ import pytest
 
 from conftest import JAKIROD
 
+# (A backslash-newline in the text joins two source lines: t1 is one YAML line, line 7.)
 GOOD = """\
 host:
   name: hbad
@@ -14,7 +15,8 @@ host:
 vpcs:
   - {name: blue, vni: 100}
 vnics:
-  - {name: t1, vpc: blue, mac: "02:00:c6:13:01:01", ip: 198.19.1.1/24, port: "net_af_packet1,iface=jk-none1"}
+  - {name: t1, vpc: blue, mac: "02:00:c6:13:01:01", ip: 198.19.1.1/24, \
+port: "net_af_packet1,iface=jk-none1"}
 peers:
   - {vpc: blue, ip: 198.19.1.2, host: 198.18.0.2}
 """

@@ -13,8 +13,6 @@ import re
 import subprocess
 import time
 
-import pytest
-
 from conftest import (JAKIROCTL, RUN_DIR, T1, T2, T4, TESTBED, jakiroctl, ns, ns_bg, run,
                       wait_until)
 

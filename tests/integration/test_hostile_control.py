@@ -1,7 +1,7 @@
 """The hostile-tenant suite for jakirod's control side (docs/threat-model.md, "Resources,
 too"): what a tenant can do to another vNIC through the namespace its RDMA endpoint is bound
-in, through rdma_cm (its own processes' ids, and a neighbour's requests over QP1), and through the time
-jakirod's control side spends on it.
+in, through rdma_cm (its own processes' ids, and a neighbour's requests over QP1), and through the
+time jakirod's control side spends on it.
 
 Every attack has its control: the same steps without the hostile part, or the probe against
 the attacker's own vNIC, so that a refusal is the isolation and not a broken probe. The probes

@@ -1,8 +1,9 @@
 """The hostile-tenant suite for what a tenant makes jakirod hold: memory, mappings and descriptors
 (docs/threat-model.md, "Resources, too"). Every MR, ring and verbs connection is a mapping or a
-descriptor of the one jakirod process that serves every tenant of the host, so each is charged to its vNIC
-until it really goes (an MR a tenant deregistered while posted work still names it, too); the
-host's reserve keeps jakirod inside the kernel's limits and refuses only the vNIC over its share;
+descriptor of the one jakirod process that serves every tenant of the host, so each is charged to
+its vNIC until it really goes (an MR a tenant deregistered while posted work still names it, too);
+the host's reserve keeps jakirod inside the kernel's limits and refuses only the vNIC over its
+share;
 work a tenant can size (an ibv_resize_cq) never runs on the worker that other tenants share;
 rings jakirod lets go of keep no host memory in a tenant's mapping.
 

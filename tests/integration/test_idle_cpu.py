@@ -31,7 +31,6 @@ def test_idle_jakirod_uses_under_5_percent_of_a_core():
     assert all(v < LIMIT_PERCENT for v in percent.values()), percent
 
 
-
 def test_a_frame_arriving_while_jakirod_sleeps_wakes_it():
     """Pings 0.3 s apart: both daemons are asleep when each one arrives (on h1 from the tenant
     port, on h2 from the uplink), and the frame cuts their naps short (frame_sleeper's epoll_wait

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from conftest import (IP, RUN_DIR, T1, T2, T3, T5, jakiroctl, ns, ns_bg, stats, stop,
-                      wait_listening, wait_until)
+                      wait_listening)
 
 pytestmark = pytest.mark.usefixtures("testbed")
 

@@ -37,6 +37,7 @@ def quiet_for_the_module():
     with quiet_machine():
         yield
 
+
 JAKIRO_RUN = SRC / "tools" / "jakiro-run"
 TESTBED = SRC / "tools" / "testbed"
 # A third blue tenant on h2 for the incast (built live with `testbed add-tenant`).
@@ -345,4 +346,3 @@ def test_a_vnic_held_to_a_low_rate_does_not_make_its_worker_spin(shaped):
             assert iperf.returncode == 0, err[-500:]
         finally:
             stop(iperf)
-

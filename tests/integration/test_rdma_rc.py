@@ -265,8 +265,8 @@ def test_pyverbs_extended_verbs_move_and_check_data(placement, receive, tmp_path
     """rdma-core's Python bindings across two tenants: extended CQs (start/next/end_poll and
     the read accessors), RC QPs made with send ops (ibv_qp_to_qp_ex), the server receiving on
     an SRQ (or its own receive queue); SEND, SEND with immediate and inline data, RDMA WRITE
-    and READ, both atomics, ATOMIC WRITE and a batch ibv_wr_abort discards, all through ibv_wr_*. Both
-    sides check every byte and completion (tests/rdma/pyverbs_smoke.py)."""
+    and READ, both atomics, ATOMIC WRITE and a batch ibv_wr_abort discards, all through ibv_wr_*.
+    Both sides check every byte and completion (tests/rdma/pyverbs_smoke.py)."""
     srv_tenant, _ = PLACEMENTS[placement]
     port = next(_ports)
     extra = ["--no-srq"] if receive == "own_rq" else []

@@ -1,10 +1,10 @@
 """The unreliable transports and the atomics, end to end with unmodified Debian programs:
 ibverbs-utils' ibv_ud_pingpong and ibv_uc_pingpong, perftest over UD (ib_send_bw/_lat -c UD)
 and UC (ib_write_bw, ib_send_bw -c UC), ib_atomic_bw/_lat with both atomic operations, across
-hosts (t1 on h1 <-> t2 on h2), on one host (t1 <-> t5) and on one vNIC (two programs in t1). A UD datagram is checked against the
-vNIC's security groups one by one: with the rdma rule gone, nothing arrives and jakiroctl
-counts the refusals. Two processes on one vNIC connect their QPs to each other (loopback, as on
-any RNIC port).
+hosts (t1 on h1 <-> t2 on h2), on one host (t1 <-> t5) and on one vNIC (two programs in t1). A UD
+datagram is checked against the vNIC's security groups one by one: with the rdma rule gone,
+nothing arrives and jakiroctl counts the refusals. Two processes on one vNIC connect their QPs to
+each other (loopback, as on any RNIC port).
 """
 
 import time
@@ -29,7 +29,7 @@ test_rdma_rc.PLACEMENTS["same_vnic"] = (T1, T1)
 @pytest.mark.parametrize("events", [False, True], ids=["poll", "events"])
 @pytest.mark.parametrize("size", [1, 1024])
 def test_ibv_ud_pingpong_exchanges_datagrams_through_address_handles(placement, events, size,
-                                                                      tmp_path):
+                                                                     tmp_path):
     """ibv_ud_pingpong: address handles from the peer's GID, a 40-byte GRH ahead of every
     payload, Q_Key 0x11111111; 1024 bytes is the path MTU of a 1500-byte underlay."""
     port = next(_ports)
@@ -106,7 +106,8 @@ def test_two_processes_on_one_vnic_connect_rc_qps(tmp_path):
 
 HOSTS = ("h1", "h2")
 # t2 admits TCP from the blue tenants (the programs' side channel) and nothing else: no rdma.
-TCP_ONLY = {"name": "tcp_only", "vpc": "blue", "ingress": [{"proto": "tcp", "from_group": "default"}]}
+TCP_ONLY = {"name": "tcp_only", "vpc": "blue",
+            "ingress": [{"proto": "tcp", "from_group": "default"}]}
 
 
 def apply_members(members, groups=()):

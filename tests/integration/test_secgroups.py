@@ -530,7 +530,8 @@ def test_tenant_fragments_are_dropped_and_counted():
 
     def grown():
         after = drops("h1")
-        return {k: after[k] - before[k] for k in ("fragment", "tenant_bad_ip_header", "tenant_too_big")
+        return {k: after[k] - before[k]
+                for k in ("fragment", "tenant_bad_ip_header", "tenant_too_big")
                 if after[k] > before[k]}
 
     wait_until(lambda: sum(grown().values()) >= 2, 3, "2 drops of fragmented pings")

@@ -38,6 +38,7 @@ JAKIRO_RUN = SRC / "tools" / "jakiro-run"
 METRICS_URL = "http://127.0.0.1:9417/metrics"
 EX_CONFIG = 78
 
+# (A backslash-newline in the text joins two source lines: t1 is one YAML line, line 10.)
 GOOD = """\
 host:
   name: hcheck
@@ -48,7 +49,8 @@ vpcs:
 security_groups:
   - {name: web, vpc: blue, ingress: [{proto: tcp, ports: 8080, from: 198.19.0.0/16}]}
 vnics:
-  - {name: t1, vpc: blue, mac: "02:00:c6:13:01:01", ip: 198.19.1.1/24, port: "net_af_packet1,iface=jk-none1", security_groups: [web]}
+  - {name: t1, vpc: blue, mac: "02:00:c6:13:01:01", ip: 198.19.1.1/24, \
+port: "net_af_packet1,iface=jk-none1", security_groups: [web]}
 peers:
   - {vpc: blue, ip: 198.19.1.2, host: 198.18.0.2}
 """
@@ -320,9 +322,11 @@ class TestWithTestbed:
         jakiroctl("h1", "apply", shaped)
         try:
             with traffic():
-                before, qos_before = stats("h1"), json.loads(jakiroctl("h1", "qos", "--json").stdout)
+                before = stats("h1")
+                qos_before = json.loads(jakiroctl("h1", "qos", "--json").stdout)
                 samples = parse_metrics(scrape("h1"))
-                after, qos_after = stats("h1"), json.loads(jakiroctl("h1", "qos", "--json").stdout)
+                after = stats("h1")
+                qos_after = json.loads(jakiroctl("h1", "qos", "--json").stdout)
         finally:
             jakiroctl("h1", "apply", RUN_DIR / "h1.yaml")
         checked = []
@@ -534,8 +538,8 @@ class TestWithTestbed:
             reload_cmd = unit_setting("ExecReload").replace(f"{BINDIR}/jakiroctl", JAKIROCTL)
             reload_cmd = reload_cmd.replace("/run/jakiro/%i.sock", "/run/jakiro/h1.sock")
             bad = tmp_path / "h1-bad.yaml"
-            bad.write_text((RUN_DIR / "h1.yaml").read_text().replace("name: default", "name: 1x",
-                                                                   1).replace("vni: 100", "vni: 0"))
+            bad.write_text((RUN_DIR / "h1.yaml").read_text()
+                           .replace("name: default", "name: 1x", 1).replace("vni: 100", "vni: 0"))
             r = run(*reload_cmd.replace("/etc/jakiro/%i.yaml", str(bad)).split(), check=False)
             assert r.returncode != 0 and "nothing changed" in r.stdout + r.stderr
             r = run(*reload_cmd.replace("/etc/jakiro/%i.yaml", str(RUN_DIR / "h1.yaml")).split())

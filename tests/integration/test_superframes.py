@@ -20,8 +20,9 @@ TESTBED_ARGS = ["--tenant-face", "vnet", "--uplink-face", "vnet"]
 # (client namespace, server namespace, server's host, server's vNIC)
 PAIRS = {"inter_host": (T1, T2, "h2", "t2"), "intra_host": (T1, T5, "h1", "t5")}
 FABRIC = "jk-fabric"
-SUPER = 3000  # average bytes per frame twice the MTU: super-frames were moved (GRO merges
-              # fewer frames per burst when the machine is loaded)
+# Average bytes per frame twice the MTU: super-frames were moved (GRO merges fewer frames per
+# burst when the machine is loaded).
+SUPER = 3000
 
 # Receives one TCP stream and prints its length and SHA-256.
 _SINK = ("import hashlib, socket, sys\n"
@@ -103,8 +104,8 @@ def test_underlay_carries_only_mtu_sized_vxlan_frames(tmp_path):
     pcap = tmp_path / "fabric.pcap"
     capture_cut_transfer(pcap)
     out = ns(FABRIC, "tshark", "-n", "-r", str(pcap), "-o", "udp.check_checksum:TRUE",
-             "-Y", "udp.dstport == 4789", "-T", "fields", "-e", "frame.len", "-e", "udp.checksum", "-e",
-             "udp.checksum.status", timeout=120).stdout
+             "-Y", "udp.dstport == 4789", "-T", "fields", "-e", "frame.len", "-e", "udp.checksum",
+             "-e", "udp.checksum.status", timeout=120).stdout
     frames = [line.split("\t") for line in out.splitlines() if line.strip()]
     lengths = [int(f[0]) for f in frames]
     assert len(lengths) > 1000, "the capture should have seen the transfer"

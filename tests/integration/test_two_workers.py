@@ -2,11 +2,12 @@
 uplink reach their vNIC's worker through the hand-off rings, and a vNIC's frames to a vNIC of
 the other worker are judged there. Each worker runs its own RoCE engine with its own vNICs'
 QPs, so RDMA between vNICs of different workers on one host crosses engines through the
-`roce` hand-off, and a shaped vNIC of worker 1 has both classes scheduled by worker 1. On the default test bed the vNICs are shared out in config
-order, least loaded first: h1 gives t1 and t3 to worker 0 and t5 to worker 1; h2 gives t2 to
-worker 0 and t4 to worker 1. So t1 <-> t5 crosses workers on one host, t2 -> t5 and t5 -> t2
-cross hosts into and out of worker 1, and isolation between blue and red still holds with red
-t3 (worker 0) and blue t5 (worker 1) on one host.
+`roce` hand-off, and a shaped vNIC of worker 1 has both classes scheduled by worker 1. On the
+default test bed the vNICs are shared out in config order, least loaded first: h1 gives t1 and
+t3 to worker 0 and t5 to worker 1; h2 gives t2 to worker 0 and t4 to worker 1. So t1 <-> t5
+crosses workers on one host, t2 -> t5 and t5 -> t2 cross hosts into and out of worker 1, and
+isolation between blue and red still holds with red t3 (worker 0) and blue t5 (worker 1) on one
+host.
 
 TCP is iperf3; RDMA is ib_write_bw (perftest) and the project's rdma_integrity (every byte
 checked), through jakiro-run. Each check is time-bounded; the module takes well under a
@@ -54,7 +55,7 @@ def test_idle_jakirod_with_two_workers_sleeps():
         elapsed = time.monotonic() - t0
         percent = {h: 100 * (cpu_seconds(p) - before[h]) / elapsed for h, p in pids.items()}
     print("\nidle CPU, 2 workers: " + ", ".join(f"{h} {v:.1f} %" for h, v in
-                                                 sorted(percent.items())))
+                                                sorted(percent.items())))
     assert all(v < 15 for v in percent.values()), percent
 
 
@@ -73,11 +74,11 @@ def test_tcp_between_vnics_of_different_workers_on_one_host():
     assert worker_counter("h1", 0, "handed_port") > handed
 
 
-@pytest.mark.parametrize("client,server", [(T2, T5), (T5, T2)], ids=["into_worker_1",
-                                                                      "out_of_worker_1"])
+@pytest.mark.parametrize("client,server", [(T2, T5), (T5, T2)],
+                         ids=["into_worker_1", "out_of_worker_1"])
 def test_tcp_across_hosts_to_and_from_the_second_worker(client, server):
     before = {k: worker_counter("h1", w, k) for w, k in ((0, "handed_fabric"),
-                                                          (1, "handed_port"))}
+                                                         (1, "handed_port"))}
     with iperf3_server(server, port=5312):
         gbps = iperf3_gbps(client, IP[server], 2, port=5312)
     print(f"\nTCP {client} -> {server} across hosts: {gbps:.2f} Gbit/s")
@@ -96,6 +97,7 @@ def test_isolation_holds_across_workers():
     assert ping(T3, IP[T4], count=2), "red t3 cannot ping red t4 (control)"
     # red t3 probes blue t5's address on its own host: red has no such address. Its ARP goes
     # unanswered (or, with a forced neighbour entry, the frame misses the VLT): counted drops.
+
     def refused():
         d = stats("h1")["drops"]
         return d["tenant_arp_ignored"] + d["vlt_miss"]
@@ -145,10 +147,10 @@ def test_ib_write_bw_between_tenants_of_different_workers(server, client):
     port = 19511 if client == T1 else 19512
     handed = [worker_counter("h1", w, "handed_roce") for w in (0, 1)]
     common = ["-x", "0", "-F", "-s", "65536", "-n", "100", "-p", str(port)]
-    out, srv_out = verbs_pair(server, client, ["ib_write_bw", "-d", f"jakiro_{VNIC[server]}",
-                                              *common],
-                             ["ib_write_bw", "-d", f"jakiro_{VNIC[client]}", *common,
-                              IP[server]], port)
+    out, srv_out = verbs_pair(server, client,
+                              ["ib_write_bw", "-d", f"jakiro_{VNIC[server]}", *common],
+                              ["ib_write_bw", "-d", f"jakiro_{VNIC[client]}", *common,
+                               IP[server]], port)
     rows = [line.split() for line in (out + srv_out).splitlines()
             if re.match(r"\s*65536\s+100\s", line)]
     assert rows, f"no result row:\n{out}\n{srv_out}"
@@ -228,8 +230,8 @@ def test_each_worker_runs_an_engine_with_its_own_vnics_qps():
         assert seen["engine"]["engines"] == 2, seen["engine"]
         # The text form keeps "engine: received N, sent N, ..." for scripts that read it,
         # summed over both engines, with the engine count last.
-        line = next(l for l in jakiroctl("h1", "qps").stdout.splitlines()
-                    if l.startswith("engine:"))
+        line = next(text for text in jakiroctl("h1", "qps").stdout.splitlines()
+                    if text.startswith("engine:"))
         fields = line.replace(",", "").split()
         assert fields[1] == "received" and int(fields[2]) >= seen["engine"]["received"], line
         assert line.endswith("(2 engines)"), line

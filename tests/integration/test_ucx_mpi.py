@@ -67,7 +67,8 @@ def mpi_programs(tmp_path_factory):
     out = tmp_path_factory.mktemp("mpi")
     programs = {}
     for mpi, cc in (("openmpi", "mpicc.openmpi"), ("mpich", "mpicc.mpich")):
-        assert shutil.which(cc), f"{cc} missing: tools/bootstrap installs libopenmpi-dev, libmpich-dev"
+        assert shutil.which(cc), \
+            f"{cc} missing: tools/bootstrap installs libopenmpi-dev, libmpich-dev"
         programs[mpi] = out / f"pingpong.{mpi}"
         subprocess.run([cc, "-O2", "-o", programs[mpi], PINGPONG_C], check=True, timeout=60)
     return programs
@@ -166,7 +167,7 @@ MPI_LAUNCH = {
 @pytest.mark.parametrize("placement", PLACEMENTS)
 @pytest.mark.parametrize("mpi", MPI_LAUNCH)
 def test_mpi_pingpong_verifies_every_byte_from_1_byte_to_4_mib(mpi, placement, mpi_programs,
-                                                                tmp_path):
+                                                               tmp_path):
     rank0, rank1 = PLACEMENTS[placement]
     agent = rsh_agent(tmp_path, (rank0, rank1))
     cmd = MPI_LAUNCH[mpi]((IP[rank0], IP[rank1]), agent) + [mpi_programs[mpi]]

@@ -148,8 +148,8 @@ def client(args):
     w = hear(f)
 
     def rdma(opcode, addr, rkey, offset, length, what):
-        wr = SendWR(wr_id=1, opcode=opcode, num_sge=1, sg=[SGE(mr.buf + offset, length,
-                                                                mr.lkey)],
+        wr = SendWR(wr_id=1, opcode=opcode, num_sge=1,
+                    sg=[SGE(mr.buf + offset, length, mr.lkey)],
                     send_flags=e.IBV_SEND_SIGNALED)
         wr.set_wr_rdma(rkey, addr)
         qp.post_send(wr)

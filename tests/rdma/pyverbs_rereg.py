@@ -56,8 +56,8 @@ class Pair:
         self.src = MR(pd, SIZE, WRITABLE)
 
     def rdma(self, opcode, addr, rkey, length=64):
-        wr = SendWR(wr_id=1, opcode=opcode, num_sge=1, sg=[SGE(self.src.buf, length,
-                                                              self.src.lkey)],
+        wr = SendWR(wr_id=1, opcode=opcode, num_sge=1,
+                    sg=[SGE(self.src.buf, length, self.src.lkey)],
                     send_flags=e.IBV_SEND_SIGNALED)
         wr.set_wr_rdma(rkey, addr)
         self.requester.post_send(wr)

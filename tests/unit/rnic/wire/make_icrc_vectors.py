@@ -51,7 +51,7 @@ def icrc_by_hand(packet):
     body[1] = 0xFF  # TOS
     body[8] = 0xFF  # TTL
     body[10:12] = b"\xff\xff"  # IPv4 header checksum
-    body[ihl + 6 : ihl + 8] = b"\xff\xff"  # UDP checksum
+    body[ihl + 6:ihl + 8] = b"\xff\xff"  # UDP checksum
     body[ihl + 8 + 4] = 0xFF  # BTH byte 4
     return zlib.crc32(b"\xff" * 8 + bytes(body)) & 0xFFFFFFFF
 
