@@ -295,6 +295,16 @@ class TestWithTestbed:
         r = run("curl", "-sf", "--max-time", "2", METRICS_URL, check=False)
         assert r.returncode != 0 or "jakiro_info" not in r.stdout
 
+    def test_the_man_page_names_every_metric_a_scrape_serves(self):
+        """jakirod(8)'s METRICS section is where an operator looks a name up: every family a
+        scrape has (# TYPE lines) must be named there."""
+        families = set(re.findall(r"^# TYPE (\S+) ", jakiroctl("h1", "metrics").stdout, re.M))
+        assert len(families) > 50, families
+        # man(1) hyphenates a long name at the end of a line: join it again.
+        page = re.sub(r"[\u2010-]\n\s*", "", man_text(MAN_PAGES["jakirod"]))
+        missing = sorted(f for f in families if not re.search(rf"\b{f}\b", page))
+        assert not missing, f"jakirod(8) does not name {missing}"
+
     def test_promtool_accepts_a_scrape_taken_under_traffic(self, tmp_path):
         with traffic():
             for host in ("h1", "h2"):
