@@ -1084,6 +1084,62 @@ TEST_F(ShimEndToEndQp, AnRcQpGoesToRtsReportsItsAttributesAndIsDestroyed) {
     finish();
 }
 
+// RESET empties a QP, its unread completions included (as mlx4/mlx5 clean their CQs): a QP
+// brought back from ERR through RESET must not hand its old flushes to the program's next
+// poll as if they were its new WRs' results. Other QPs' completions stay, in order.
+TEST_F(ShimEndToEndQp, ResetTakesTheQpsUnreadCompletionsWithItAndNoOtherQps) {
+    ibv_cq* recv_cq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
+    ASSERT_NE(recv_cq, nullptr);
+    ibv_qp_init_attr attr{};
+    attr.send_cq = cq;
+    attr.recv_cq = recv_cq;
+    attr.qp_type = IBV_QPT_RC;
+    attr.cap.max_send_wr = attr.cap.max_recv_wr = 4;
+    attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+    ibv_qp* reset = ibv_create_qp(pd, &attr);
+    ibv_qp* other = create_rc();
+    ASSERT_TRUE(reset && other);
+    ASSERT_EQ(to_rts(reset), 0);
+    const auto publish = [&](ibv_cq* into, ibv_qp* of, uint64_t wr_id) {
+        auto queue = server->resources(0).find_cq(into->handle);
+        ASSERT_NE(queue, nullptr);
+        verbs_proto::cqe e{};
+        e.wr_id = wr_id;
+        e.status = IBV_WC_WR_FLUSH_ERR;
+        e.opcode = IBV_WC_RECV;
+        e.qp_num = of->qp_num;
+        ASSERT_TRUE(queue->complete(e));
+    };
+    publish(cq, reset, 1);
+    publish(cq, other, 2);
+    publish(cq, reset, 3);
+    publish(cq, other, 4);
+    publish(recv_cq, reset, 5);
+    publish(recv_cq, other, 6);
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_ERR;
+    ASSERT_EQ(ibv_modify_qp(reset, &a, IBV_QP_STATE), 0);
+    ibv_wc wc[8];
+    ASSERT_EQ(ibv_poll_cq(cq, 1, wc), 1) << "ERR keeps them: the program may read its flushes";
+    EXPECT_EQ(wc[0].wr_id, 1u);
+    a.qp_state = IBV_QPS_RESET;
+    ASSERT_EQ(ibv_modify_qp(reset, &a, IBV_QP_STATE), 0);
+    ASSERT_EQ(ibv_poll_cq(cq, 8, wc), 2) << "the send CQ keeps only the other QP's";
+    EXPECT_EQ(wc[0].wr_id, 2u);
+    EXPECT_EQ(wc[1].wr_id, 4u);
+    ASSERT_EQ(ibv_poll_cq(recv_cq, 8, wc), 1) << "the receive CQ is cleaned too";
+    EXPECT_EQ(wc[0].wr_id, 6u);
+    // Back to RTS: what completes from now on is the program's to read.
+    ASSERT_EQ(to_rts(reset), 0);
+    publish(cq, reset, 7);
+    ASSERT_EQ(ibv_poll_cq(cq, 8, wc), 1);
+    EXPECT_EQ(wc[0].wr_id, 7u);
+    EXPECT_EQ(ibv_destroy_qp(reset), 0);
+    EXPECT_EQ(ibv_destroy_qp(other), 0);
+    EXPECT_EQ(ibv_destroy_cq(recv_cq), 0);
+    finish();
+}
+
 TEST_F(ShimEndToEndQp, PostedWorkRingsTheSleepingEnginesDoorbellOnly) {
     ibv_qp* qp = create_rc();
     ASSERT_NE(qp, nullptr);
