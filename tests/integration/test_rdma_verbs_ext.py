@@ -163,7 +163,7 @@ def test_rereg_mr_with_every_flag_combination_carries_rc_traffic_across_hosts(tm
     must be the new WRs' completions, never the flushes of the QPs' earlier life."""
     script = SRC / "tests" / "rdma" / "pyverbs_rereg_traffic.py"
     cli, srv = run_pair("cross_host", [PYTHON, script, "--server"],
-                        [PYTHON, script, "--connect", "198.19.1.2"], 7497, tmp_path)
+                        [PYTHON, script, "--connect", "198.19.1.2"], 7499, tmp_path)
     out = cli.stdout + srv
     for flags in ("translation", "pd", "translation+pd", "access", "translation+access",
                   "pd+access", "translation+pd+access"):

@@ -37,7 +37,7 @@ from pyverbs.wr import RecvWR, SGE, SendWR
 
 from pyverbs_common import Failed, buffer, checker, connect
 
-PORT = 7497
+PORT = 7499
 PAGE = 4096
 MSG = 256
 QP_ACCESS = e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ | e.IBV_ACCESS_LOCAL_WRITE
