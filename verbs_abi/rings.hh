@@ -176,6 +176,34 @@ inline bool overflowed(const cq_ring_header& h) {
     return shared_index(h.overflow).load(std::memory_order_acquire) != 0;
 }
 
+// A QP moved to RESET takes its unread completions with it (as mlx4/mlx5 clean their CQs in
+// ibv_modify_qp): drops every published, unconsumed completion of `qp_num`, keeps the others
+// in order, and returns how many went. The slots between the consumer and the producer are
+// the consumer's alone (jakirod writes only at and past its producer), so the survivors move
+// towards the producer end and the consumer index skips the freed slots: one release store,
+// whatever jakirod publishes meanwhile. The caller holds the CQ's poll lock.
+inline uint32_t drop_completions_of(cq_ring_header& h, uint32_t capacity, uint32_t qp_num) {
+    const uint32_t consumer = load_own_consumer(h);
+    const uint32_t producer = load_producer_acquire(h);
+    // jakirod never runs more than `capacity` ahead; if it seemed to, look at a ring's worth.
+    const uint32_t ready = producer - consumer < capacity ? producer - consumer : capacity;
+    const uint32_t mask = capacity - 1;
+    cqe* slots = cq_slots(&h);
+    uint32_t dropped = 0;
+    for (uint32_t i = ready; i-- > 0;) {
+        const uint32_t at = consumer + i;
+        if (slots[at & mask].qp_num == qp_num) {
+            ++dropped;
+        } else if (dropped != 0) {
+            slots[(at + dropped) & mask] = slots[at & mask];
+        }
+    }
+    if (dropped != 0) {
+        release_slots(h, consumer + dropped);
+    }
+    return dropped;
+}
+
 // ================================================================ QP rings
 //
 // One memfd per QP, created, sized and sealed by jakirod, mapped shared by both:

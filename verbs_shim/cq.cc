@@ -307,6 +307,16 @@ int resize_cq(ibv_cq* cq, int cqe) {
     return 0;
 }
 
+void drop_qp_completions(ibv_cq* cq, uint32_t qp_num) {
+    shim_cq* q = to_cq(cq);
+    if (q == nullptr) {
+        return;
+    }
+    // Under the poll lock: no poll (or ibv_start_poll session) reads the slots being moved.
+    const std::lock_guard lock(q->poll_lock);
+    proto::drop_completions_of(*q->ring, q->capacity, qp_num);
+}
+
 int get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
     shim_comp_channel* ch = to_channel(channel);
     if (ch == nullptr || cq == nullptr || cq_context == nullptr) {

@@ -78,6 +78,10 @@ int destroy_cq(ibv_cq* cq);
 // ibv_resize_cq: 0 or an errno (EINVAL when more completions wait than `cqe` holds, as rxe;
 // EDQUOT beyond the vNIC's quota). Unconsumed completions survive, in order.
 int resize_cq(ibv_cq* cq, int cqe);
+// A QP went to RESET: its completions still unread in `cq` go with it (ibv_modify_qp, as
+// mlx4/mlx5 clean their CQs), so a QP brought back to RTS starts from an empty slate and a
+// program's next poll never finds the flush completions of the QP's earlier life.
+void drop_qp_completions(ibv_cq* cq, uint32_t qp_num);
 int get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context);
 void ack_cq_events(ibv_cq* cq, unsigned int nevents);
 

@@ -198,14 +198,23 @@ int rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, std::size_t length, 
         IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS;
     shim_mr* m = to_mr(mr);
     shim_pd* old_pd = m != nullptr ? to_pd(mr->pd) : nullptr;
-    // As libibverbs: no flag or an unknown one, a missing range or PD is invalid input, and
-    // the MR stays usable.
-    if (old_pd == nullptr || flags == 0 || (flags & ~known_flags) != 0 ||
+    // What libibverbs refuses before it asks the device (IBV_REREG_MR_ERR_INPUT, EINVAL, the
+    // MR untouched): no MR of ours, an unknown flag (IBV_REREG_MR_KEEP_VALID too), a new
+    // translation without a range, access bits without IBV_REREG_MR_CHANGE_ACCESS.
+    if (old_pd == nullptr || (flags & ~known_flags) != 0 ||
         ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) != 0 && (addr == nullptr || length == 0)) ||
-        ((flags & IBV_REREG_MR_CHANGE_PD) != 0 &&
-         (to_pd(pd) == nullptr || pd->context != mr->context))) {
+        (access != 0 && (flags & IBV_REREG_MR_CHANGE_ACCESS) == 0)) {
         errno = EINVAL;
         return IBV_REREG_MR_ERR_INPUT;
+    }
+    // What the device refuses (the kernel's rereg command: no flag at all, a PD that is not
+    // this context's, rights it cannot grant, a length past max_mr_size) is a command error,
+    // IBV_REREG_MR_ERR_CMD with its errno. The API then says the MR should not be used; here
+    // the old registration is in fact untouched and usable.
+    if (flags == 0 || ((flags & IBV_REREG_MR_CHANGE_PD) != 0 &&
+                       (to_pd(pd) == nullptr || pd->context != mr->context))) {
+        errno = EINVAL;
+        return IBV_REREG_MR_ERR_CMD;
     }
     ibv_pd* new_pd = (flags & IBV_REREG_MR_CHANGE_PD) != 0 ? pd : mr->pd;
     const bool translate = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) != 0;
@@ -216,12 +225,12 @@ int rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, std::size_t length, 
     if ((flags & IBV_REREG_MR_CHANGE_ACCESS) != 0) {
         if (const int error = translate_access(static_cast<unsigned>(access), rights); error != 0) {
             errno = error;
-            return IBV_REREG_MR_ERR_INPUT;
+            return IBV_REREG_MR_ERR_CMD;
         }
     }
-    if (new_length == 0 || new_length > old_pd->context->hello.lim.max_mr_size) {
+    if (new_length > old_pd->context->hello.lim.max_mr_size) {
         errno = EINVAL;
-        return IBV_REREG_MR_ERR_INPUT;
+        return IBV_REREG_MR_ERR_CMD;
     }
     // The new range's pages on a memfd first (pages shared by both ranges are counted twice
     // for a moment); jakirod then swaps the registration under the same keys, so a peer that

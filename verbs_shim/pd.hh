@@ -52,8 +52,9 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, std::size_t length, uint64_t iova, unsign
 int dereg_mr(ibv_mr* mr);
 // ibv_rereg_mr: translation, PD and access change as `flags` say (any combination), the rest
 // stays; jakirod swaps the registration under the same lkey/rkey, so peers keep their rkey.
-// 0 or an IBV_REREG_MR_ERR_* code with errno set; on any error the old registration is left
-// as it was.
+// 0 or an IBV_REREG_MR_ERR_* code with errno set, as libibverbs sorts them (ERR_INPUT: what
+// libibverbs checks; ERR_CMD: what the device refuses); on any error the old registration is
+// left as it was.
 int rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, std::size_t length, int access);
 
 // ibv_fork_init(): from now on registered pages are MADV_DONTFORK.

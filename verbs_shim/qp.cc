@@ -350,6 +350,16 @@ int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
         qp->state = attr->qp_state;
         q->state.store(attr->qp_state, std::memory_order_relaxed);
     }
+    // RESET empties the QP's queues, completions not yet read included (as mlx4/mlx5 do):
+    // jakirod answered once its engine had reset the QP, so nothing of the old life follows.
+    // Without this, a program that recovers a QP from ERR (RESET, INIT, RTR, RTS) would poll
+    // the flush completions of its earlier WRs as if they were its new WRs' results.
+    if ((attr_mask & IBV_QP_STATE) != 0 && attr->qp_state == IBV_QPS_RESET) {
+        drop_qp_completions(qp->send_cq, qp->qp_num);
+        if (qp->recv_cq != qp->send_cq) {
+            drop_qp_completions(qp->recv_cq, qp->qp_num);
+        }
+    }
     return 0;
 }
 

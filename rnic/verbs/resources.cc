@@ -195,7 +195,9 @@ int vnic_resources::rereg_mr(uint64_t client, const proto::rereg_mr_request& req
     if (!_mrs->replace(req.mr_handle, entry)) {
         return EINVAL;
     }
-    _mr_bytes = others + req.length;
+    // The vNIC's live registrations: this one at its new length. (Not `others`: that counts
+    // pinned registrations too, which are no longer published.)
+    _mr_bytes = _mr_bytes - old->length + req.length;
     if (pd_object* pd = owned_pd(client, old->pd)) {
         --pd->mrs;
     }

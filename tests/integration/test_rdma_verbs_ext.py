@@ -17,6 +17,8 @@ completes from its own thread.
   tests build from the device's limits (creation flags named but empty, send ops): RC, UC and
   UD QPs made, moved on, queried and carrying a message each across hosts; what the device does
   not advertise refused with EOPNOTSUPP.
+- ibv_rereg_mr across hosts (tests/rdma/pyverbs_rereg_traffic.py): every combination of its
+  flags, then RC traffic through the MR, also after a QP recovered from ERR through RESET.
 """
 
 import pytest
@@ -152,3 +154,22 @@ def test_a_window_bound_as_mlx5_and_rxe_allow_takes_a_peers_write_until_invalida
     assert "ibv_dealloc_mw succeeded" in out
     assert "rdma_mw_lifecycle: server: all verified" in out
     assert "rdma_mw_lifecycle: client: all verified" in out
+def test_rereg_mr_with_every_flag_combination_carries_rc_traffic_across_hosts(tmp_path):
+    """tests/rdma/pyverbs_rereg_traffic.py: for each of the seven flag combinations the MR
+    re-registered on h2 takes a SEND, an RDMA WRITE (where the new rights allow), serves an
+    RDMA READ and is the source of a SEND to h1, through the QP of its (new) PD with the keys
+    the rereg left. Where the rereg invalidated a receive posted before it (new range or PD),
+    the SEND into it fails IBV_WC_REM_OP_ERR and both QPs come back through RESET: what follows
+    must be the new WRs' completions, never the flushes of the QPs' earlier life."""
+    script = SRC / "tests" / "rdma" / "pyverbs_rereg_traffic.py"
+    cli, srv = run_pair("cross_host", [PYTHON, script, "--server"],
+                        [PYTHON, script, "--connect", "198.19.1.2"], 7499, tmp_path)
+    out = cli.stdout + srv
+    for flags in ("translation", "pd", "translation+pd", "access", "translation+access",
+                  "pd+access", "translation+pd+access"):
+        assert f"server: {flags}: verified" in out, out[-3000:]
+        assert f"client: {flags}: verified" in out, out[-3000:]
+    assert "a SEND into a receive the rereg invalidated" in out
+    assert "the RDMA WRITE the new rights allow landed" in out
+    assert "pyverbs_rereg_traffic: server: all verified" in out
+    assert "pyverbs_rereg_traffic: client: all verified" in out

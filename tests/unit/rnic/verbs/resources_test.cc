@@ -703,6 +703,54 @@ TEST(ResourcesMemory, AnMrPinnedByWorkStaysChargedAfterDeregUntilTheLastPinGoes)
     close(fd);
 }
 
+// ibv_rereg_mr while work requests pin the old registration (and another MR, deregistered,
+// is still pinned too): the vNIC's registered bytes become the new length, the pinned ones
+// stay charged and reported as pinned until their work is done, the quota counts them all, and
+// when the pins go nothing is left behind (no mapping, no byte).
+TEST(ResourcesMemory, AReregUnderPinsCountsTheNewLengthAndKeepsThePinnedCharged) {
+    vnic_quota quota = mrs_only(4);
+    quota.max_mr_bytes = 4 * page;
+    vnic_resources res(engine_limits(), {}, quota);
+    uint32_t pd = 0, mr = 0, other = 0;
+    ASSERT_EQ(res.alloc_pd(alice, pd), 0);
+    const int fd = region_fd(4);
+    ASSERT_EQ(res.reg_mr(alice, mr_request(pd, page), fd, mr), 0);
+    ASSERT_EQ(res.reg_mr(alice, mr_request(pd, page), fd, other), 0);
+    auto other_pin = res.mrs().find(pd, other, 0x7f0000001000, 8, 0);
+    ASSERT_TRUE(other_pin);
+    ASSERT_EQ(res.dereg_mr(alice, other), 0);
+    auto old_pin = res.mrs().find(pd, mr, 0x7f0000001000, 8, 0);  // a WQE in flight on it
+    ASSERT_TRUE(old_pin);
+    ASSERT_EQ(res.rereg_mr(alice, rereg_request(mr, mr_request(pd, 2 * page)), fd), 0);
+    EXPECT_EQ(res.count().mr_bytes, 2 * page) << "the one live MR, at its new length";
+    memory_report m = res.memory();
+    EXPECT_EQ(m.mrs, 3u) << "the new registration and the two pinned ones";
+    EXPECT_EQ(m.mrs_pinned, 2u);
+    EXPECT_EQ(m.mr_bytes, 4 * page);
+    EXPECT_EQ(m.mr_bytes_pinned, 2 * page);
+    EXPECT_EQ(mappings_of(fd), 3);
+    EXPECT_EQ(res.rereg_mr(alice, rereg_request(mr, mr_request(pd, 3 * page)), fd), EDQUOT)
+        << "the pinned bytes still take the quota";
+    EXPECT_TRUE(res.mrs().find(pd, mr, 0x7f0000001000, 2 * page, 0)) << "refused: unchanged";
+    old_pin = {};
+    other_pin = {};
+    EXPECT_EQ(mappings_of(fd), 1) << "the pins gone, their mappings go";
+    m = res.memory();
+    EXPECT_EQ(m.mrs_pinned, 0u);
+    EXPECT_EQ(m.mr_bytes_pinned, 0u);
+    EXPECT_EQ(m.mr_bytes, 2 * page);
+    // Control: the quota they held is free again.
+    ASSERT_EQ(res.rereg_mr(alice, rereg_request(mr, mr_request(pd, 4 * page)), fd), 0);
+    EXPECT_EQ(res.count().mr_bytes, 4 * page);
+    EXPECT_EQ(res.dereg_mr(alice, mr), 0);
+    EXPECT_EQ(res.count().mr_bytes, 0u) << "nothing registered, nothing counted";
+    m = res.memory();
+    EXPECT_EQ(m.mr_bytes, 0u);
+    EXPECT_EQ(m.mrs, 0u);
+    EXPECT_EQ(mappings_of(fd), 0);
+    close(fd);
+}
+
 // The host has fewer mappings than the vNICs' quotas allow together: each vNIC is guaranteed
 // its part, the one that wants more is refused (ENOMEM, counted), the other is never refused
 // within its part, and the host never passes its capacity.

@@ -1084,6 +1084,62 @@ TEST_F(ShimEndToEndQp, AnRcQpGoesToRtsReportsItsAttributesAndIsDestroyed) {
     finish();
 }
 
+// RESET empties a QP, its unread completions included (as mlx4/mlx5 clean their CQs): a QP
+// brought back from ERR through RESET must not hand its old flushes to the program's next
+// poll as if they were its new WRs' results. Other QPs' completions stay, in order.
+TEST_F(ShimEndToEndQp, ResetTakesTheQpsUnreadCompletionsWithItAndNoOtherQps) {
+    ibv_cq* recv_cq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
+    ASSERT_NE(recv_cq, nullptr);
+    ibv_qp_init_attr attr{};
+    attr.send_cq = cq;
+    attr.recv_cq = recv_cq;
+    attr.qp_type = IBV_QPT_RC;
+    attr.cap.max_send_wr = attr.cap.max_recv_wr = 4;
+    attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+    ibv_qp* reset = ibv_create_qp(pd, &attr);
+    ibv_qp* other = create_rc();
+    ASSERT_TRUE(reset && other);
+    ASSERT_EQ(to_rts(reset), 0);
+    const auto publish = [&](ibv_cq* into, ibv_qp* of, uint64_t wr_id) {
+        auto queue = server->resources(0).find_cq(into->handle);
+        ASSERT_NE(queue, nullptr);
+        verbs_proto::cqe e{};
+        e.wr_id = wr_id;
+        e.status = IBV_WC_WR_FLUSH_ERR;
+        e.opcode = IBV_WC_RECV;
+        e.qp_num = of->qp_num;
+        ASSERT_TRUE(queue->complete(e));
+    };
+    publish(cq, reset, 1);
+    publish(cq, other, 2);
+    publish(cq, reset, 3);
+    publish(cq, other, 4);
+    publish(recv_cq, reset, 5);
+    publish(recv_cq, other, 6);
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_ERR;
+    ASSERT_EQ(ibv_modify_qp(reset, &a, IBV_QP_STATE), 0);
+    ibv_wc wc[8];
+    ASSERT_EQ(ibv_poll_cq(cq, 1, wc), 1) << "ERR keeps them: the program may read its flushes";
+    EXPECT_EQ(wc[0].wr_id, 1u);
+    a.qp_state = IBV_QPS_RESET;
+    ASSERT_EQ(ibv_modify_qp(reset, &a, IBV_QP_STATE), 0);
+    ASSERT_EQ(ibv_poll_cq(cq, 8, wc), 2) << "the send CQ keeps only the other QP's";
+    EXPECT_EQ(wc[0].wr_id, 2u);
+    EXPECT_EQ(wc[1].wr_id, 4u);
+    ASSERT_EQ(ibv_poll_cq(recv_cq, 8, wc), 1) << "the receive CQ is cleaned too";
+    EXPECT_EQ(wc[0].wr_id, 6u);
+    // Back to RTS: what completes from now on is the program's to read.
+    ASSERT_EQ(to_rts(reset), 0);
+    publish(cq, reset, 7);
+    ASSERT_EQ(ibv_poll_cq(cq, 8, wc), 1);
+    EXPECT_EQ(wc[0].wr_id, 7u);
+    EXPECT_EQ(ibv_destroy_qp(reset), 0);
+    EXPECT_EQ(ibv_destroy_qp(other), 0);
+    EXPECT_EQ(ibv_destroy_cq(recv_cq), 0);
+    finish();
+}
+
 TEST_F(ShimEndToEndQp, PostedWorkRingsTheSleepingEnginesDoorbellOnly) {
     ibv_qp* qp = create_rc();
     ASSERT_NE(qp, nullptr);
@@ -1193,7 +1249,9 @@ TEST_F(ShimEndToEnd, ReregKeepsTheKeysAndTakesEveryFlagCombination) {
         const bool access = (flags & IBV_REREG_MR_CHANGE_ACCESS) != 0;
         const bool translation = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) != 0;
         const bool new_pd = (flags & IBV_REREG_MR_CHANGE_PD) != 0;
-        ASSERT_EQ(ibv_rereg_mr(mr, flags, pd2, second, size, writable), 0) << std::strerror(errno);
+        // libibverbs: access bits only with CHANGE_ACCESS.
+        ASSERT_EQ(ibv_rereg_mr(mr, flags, pd2, second, size, access ? writable : 0), 0)
+            << std::strerror(errno);
         EXPECT_EQ(mr->lkey, lkey) << "the keys stay";
         EXPECT_EQ(mr->rkey, rkey);
         EXPECT_EQ(mr->pd, new_pd ? pd2 : pd1);
@@ -1229,15 +1287,54 @@ TEST_F(ShimEndToEnd, ReregKeepsTheKeysAndTakesEveryFlagCombination) {
         EXPECT_EQ(ibv_dereg_mr(mr), 0);
         EXPECT_EQ(server->resources(0).count().mrs, 0u);
     }
-    // Refused input leaves the MR as it was, and usable.
+    // Refused as libibverbs and the kernel refuse them: what libibverbs checks is an input
+    // error, what the device refuses a command error; either way the MR stays as it was.
     ibv_mr* mr = ibv_reg_mr(pd1, first, size, read_only);
     ASSERT_NE(mr, nullptr);
-    EXPECT_EQ(
-        ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, IBV_ACCESS_REMOTE_WRITE),
-        IBV_REREG_MR_ERR_INPUT)
-        << "remote write needs local write";
-    EXPECT_TRUE(mrs.find(pd1->handle, mr->rkey, reinterpret_cast<uintptr_t>(first), 8,
-                         verbs_proto::access_remote_read));
+    const uint32_t rkey = mr->rkey;
+    struct refusal {
+        const char* what;
+        int flags;
+        ibv_pd* pd;
+        void* addr;
+        std::size_t length;
+        int access;
+        int result;
+        int error;
+    };
+    const refusal refusals[] = {
+        {"remote write needs local write", IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
+         IBV_ACCESS_REMOTE_WRITE, IBV_REREG_MR_ERR_CMD, EINVAL},
+        {"on-demand paging is not offered", IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
+         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND, IBV_REREG_MR_ERR_CMD, EOPNOTSUPP},
+        {"access without CHANGE_ACCESS", IBV_REREG_MR_CHANGE_PD, pd2, nullptr, 0, writable,
+         IBV_REREG_MR_ERR_INPUT, EINVAL},
+        {"no flag at all", 0, nullptr, nullptr, 0, 0, IBV_REREG_MR_ERR_CMD, EINVAL},
+        {"an unknown flag (KEEP_VALID in newer headers)", (1 << 3) | IBV_REREG_MR_CHANGE_ACCESS,
+         nullptr, nullptr, 0, writable, IBV_REREG_MR_ERR_INPUT, EINVAL},
+        {"a translation without an address", IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, nullptr,
+         size, 0, IBV_REREG_MR_ERR_INPUT, EINVAL},
+        {"a translation without a length", IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, second, 0, 0,
+         IBV_REREG_MR_ERR_INPUT, EINVAL},
+        {"CHANGE_PD without a PD", IBV_REREG_MR_CHANGE_PD, nullptr, nullptr, 0, 0,
+         IBV_REREG_MR_ERR_CMD, EINVAL},
+    };
+    for (const refusal& r : refusals) {
+        errno = 0;
+        EXPECT_EQ(ibv_rereg_mr(mr, r.flags, r.pd, r.addr, r.length, r.access), r.result) << r.what;
+        EXPECT_EQ(errno, r.error) << r.what;
+        EXPECT_EQ(mr->pd, pd1) << r.what;
+        EXPECT_EQ(mr->addr, first) << r.what;
+        EXPECT_EQ(mr->rkey, rkey) << r.what;
+        EXPECT_TRUE(mrs.find(pd1->handle, rkey, reinterpret_cast<uintptr_t>(first), 8,
+                             verbs_proto::access_remote_read))
+            << r.what << ": the old registration is still in place";
+        EXPECT_EQ(mrs.find(pd1->handle, rkey, reinterpret_cast<uintptr_t>(first), 8,
+                           verbs_proto::access_remote_write)
+                      .status,
+                  verbs::mr_status::no_access)
+            << r.what << ": with its old rights";
+    }
     EXPECT_EQ(ibv_dereg_mr(mr), 0);
     EXPECT_EQ(ibv_dealloc_pd(pd1), 0);
     EXPECT_EQ(ibv_dealloc_pd(pd2), 0);
