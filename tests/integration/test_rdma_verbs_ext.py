@@ -154,6 +154,8 @@ def test_a_window_bound_as_mlx5_and_rxe_allow_takes_a_peers_write_until_invalida
     assert "ibv_dealloc_mw succeeded" in out
     assert "rdma_mw_lifecycle: server: all verified" in out
     assert "rdma_mw_lifecycle: client: all verified" in out
+
+
 def test_rereg_mr_with_every_flag_combination_carries_rc_traffic_across_hosts(tmp_path):
     """tests/rdma/pyverbs_rereg_traffic.py: for each of the seven flag combinations the MR
     re-registered on h2 takes a SEND, an RDMA WRITE (where the new rights allow), serves an
