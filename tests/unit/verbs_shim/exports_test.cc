@@ -158,6 +158,22 @@ TEST_F(Shim, UnbuiltConstructorsReturnNullWithEopnotsupp) {
     EXPECT_EQ(shim_fn<ibv_qp_ex*(ibv_qp*)>("ibv_qp_to_qp_ex")(nullptr), nullptr);
 }
 
+TEST_F(Shim, ImportingAContextOrItsObjectsIsRefusedWithEopnotsupp) {
+    // A vNIC's context has no kernel command descriptor another process could import.
+    errno = 0;
+    EXPECT_EQ(shim_fn<ibv_context*(int)>("ibv_import_device")(3), nullptr);
+    EXPECT_EQ(errno, EOPNOTSUPP);
+    errno = 0;
+    EXPECT_EQ(shim_fn<ibv_pd*(ibv_context*, uint32_t)>("ibv_import_pd")(nullptr, 1), nullptr);
+    EXPECT_EQ(errno, EOPNOTSUPP);
+    errno = 0;
+    EXPECT_EQ(shim_fn<ibv_mr*(ibv_pd*, uint32_t)>("ibv_import_mr")(nullptr, 1), nullptr);
+    EXPECT_EQ(errno, EOPNOTSUPP);
+    errno = 0;
+    EXPECT_EQ(shim_fn<ibv_dm*(ibv_context*, uint32_t)>("ibv_import_dm")(nullptr, 1), nullptr);
+    EXPECT_EQ(errno, EOPNOTSUPP);
+}
+
 TEST_F(Shim, UnbuiltDestructorsAndModifiersReturnEopnotsupp) {
     EXPECT_EQ(shim_fn<int(ibv_cq*, int)>("ibv_resize_cq")(nullptr, 4), EINVAL)
         << "built: a NULL CQ is not ours";
