@@ -66,7 +66,7 @@ struct alignas(RTE_CACHE_LINE_SIZE) lcore_counters {
     counter idle_sleeps;
     counter throttled_sleeps;  // naps while only shaped frames waited for tokens
     counter rx_wakes;          // naps cut short by a frame (rx_waker's thread writes it)
-    // Waiting for a stream's next packet (worker/lcore_loop.cc): yields that kept the core away
+    // Waiting for a stream's next packet (poll_loop/lcore_loop.cc): yields that kept the core away
     // too long, and the short naps taken instead of yields for a while after one.
     counter slow_yields;
     counter waiting_naps;

@@ -26,17 +26,17 @@
 #include "eal_options.hh"
 #include "jakiro_version.hh"
 #include "log.hh"
-#include "pipeline/rdma_admission.hh"
+#include "poll_loop/lcore_loop.hh"
 #include "rnic/engine.hh"
 #include "rnic/verbs/channel_server.hh"
+#include "rnic_glue/rdma_admission.hh"
+#include "rnic_glue/roce_port.hh"
 #include "service/notify.hh"
+#include "shaping/egress_shaper.hh"
+#include "shaping/ingress_policer.hh"
 #include "vnet_face/face_registry.hh"
 #include "worker/clock.hh"
-#include "worker/egress_shaper.hh"
 #include "worker/handoff.hh"
-#include "worker/ingress_policer.hh"
-#include "worker/lcore_loop.hh"
-#include "worker/roce_port.hh"
 
 namespace {
 
@@ -164,12 +164,13 @@ struct worker_launch {
     jakiro::tables_publisher* publisher;
     unsigned id;
     jakiro::worker_context* ctx;
+    jakiro::roce_port* rdma_port;
     const jakiro::loop_options* options;
 };
 
 int run_worker(void* arg) {
     const auto& w = *static_cast<const worker_launch*>(arg);
-    jakiro::run_lcore_loop(*w.publisher, w.id, *w.ctx, *w.options, stop_requested);
+    jakiro::run_lcore_loop(*w.publisher, w.id, *w.ctx, w.rdma_port, *w.options, stop_requested);
     return 0;
 }
 
@@ -306,7 +307,7 @@ int main(int argc, char** argv) {
     if (etcd) {
         follower = std::make_unique<control_plane::cluster_follower>(state, host, state.config);
         state.config = follower->initial_config(first_view);
-        state.control_plane = &follower->status();
+        state.control_plane = follower.get();
     }
     if (!host.start(error)) {
         return fail(error);
@@ -427,7 +428,8 @@ int main(int argc, char** argv) {
         if (next_id == workers) {
             break;
         }
-        launches.push_back({&publisher, next_id, contexts[next_id].get(), &loop});
+        launches.push_back(
+            {&publisher, next_id, contexts[next_id].get(), rdma_ports[next_id].get(), &loop});
         if (rte_eal_remote_launch(run_worker, &launches.back(), lcore) != 0) {
             stop_requested = true;
             log::error("start_failed", "cannot launch worker " + std::to_string(next_id));
@@ -435,7 +437,7 @@ int main(int argc, char** argv) {
         }
         ++next_id;
     }
-    run_lcore_loop(publisher, 0, *worker, loop, stop_requested);
+    run_lcore_loop(publisher, 0, *worker, rdma_ports[0].get(), loop, stop_requested);
     rte_eal_mp_wait_lcore();
 
     service::notify("STOPPING=1\nSTATUS=stopping");

@@ -1,8 +1,8 @@
 #pragma once
 // The rdma class's contract, in one place: what a vNIC's RDMA traffic gets from DHTB and how
 // RoCE is charged. The pieces that carry it out point here: the egress shaper
-// (dataplane/worker/egress_shaper: admit_rdma), the ingress meter (ingress_meter.hh) as the
-// pipeline hands it over (dataplane/pipeline/ingress_metering.hh), and the RoCE engine's DCQCN
+// (dataplane/shaping/egress_shaper: admit_rdma), the ingress meter (ingress_meter.hh) as the
+// pipeline hands it over (dataplane/shaping/ingress_metering.hh), and the RoCE engine's DCQCN
 // (rnic/dcqcn.cc).
 //
 // What it gets. Every RoCEv2 packet a vNIC's RDMA face sends or receives is the rdma class;

@@ -184,7 +184,7 @@ class engine {
     bool has_qps() const { return !_active.empty(); }
     // Whether only wake() can bring it work while the worker sleeps: no QP whose tenant could
     // ring a doorbell, no MAD queued. A worker may then sleep on its frame sources and wake_fd()
-    // alone (dataplane/worker/frame_sleeper.hh). Engine thread.
+    // alone (dataplane/poll_loop/frame_sleeper.hh). Engine thread.
     bool wakes_only_by_call() const { return _active.empty() && !_gsi.tx_pending(); }
     // What one poll can send for `vnic`, in bytes as QoS charges them: 0 when none of its QPs
     // has anything to send now (the rdma class is not backlogged), otherwise the poll's packet

@@ -22,9 +22,7 @@ class engine;
 namespace verbs {
 class channel_server;
 }
-namespace control_plane {
-struct control_plane_status;
-}
+class control_plane_report;
 class egress_shaper;
 class ingress_policer;
 
@@ -49,8 +47,8 @@ struct daemon_state {
     std::vector<const worker_context*> workers;
     unsigned worker_count = 1;               // host.workers or --workers, fixed at start
     verbs::channel_server* verbs = nullptr;  // the vNICs' RDMA faces (follow apply)
-    // With control: in the host YAML, the etcd follower's state (control_plane/status.hh).
-    const control_plane::control_plane_status* control_plane = nullptr;
+    // With control: in the host YAML, the etcd follower's state (control_plane_report.hh).
+    const control_plane_report* control_plane = nullptr;
 
     // The id of the worker that owns the vNIC in `slot` (0 for a slot never given out).
     uint8_t worker_of(uint16_t slot) const {

@@ -7,8 +7,8 @@
 #include <sstream>
 
 #include "../ports.hh"
-#include "../worker/egress_shaper.hh"
-#include "../worker/ingress_policer.hh"
+#include "../shaping/egress_shaper.hh"
+#include "../shaping/ingress_policer.hh"
 #include "rdma_engines.hh"
 #include "rdma_memory_report.hh"
 #include "rnic/engine.hh"

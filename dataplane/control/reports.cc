@@ -1,10 +1,10 @@
 #include "reports.hh"
 
-#include "../control_plane/status.hh"
 #include "../ports.hh"
+#include "../shaping/egress_shaper.hh"
+#include "../shaping/ingress_policer.hh"
 #include "../vnet_face/face_registry.hh"
-#include "../worker/egress_shaper.hh"
-#include "../worker/ingress_policer.hh"
+#include "control_plane_report.hh"
 #include "rdma_engines.hh"
 #include "rdma_memory_report.hh"
 #include "rnic/engine.hh"
@@ -225,7 +225,7 @@ std::string render_status(const daemon_state& state, bool json) {
         }
         out.end_array();
         if (state.control_plane != nullptr) {
-            control_plane::write_control_plane_json(out, *state.control_plane);
+            state.control_plane->write_json(out);
         }
         out.end_object();
         return out.str() + "\n";
@@ -243,7 +243,7 @@ std::string render_status(const daemon_state& state, bool json) {
     text << "  underlay neighbors resolved: " << resolved_neighbors(state) << "/"
          << state.neighbors->size() << "\n";
     if (state.control_plane != nullptr) {
-        text << control_plane::render_control_plane_text(*state.control_plane);
+        text << state.control_plane->text();
     }
     return text.str();
 }

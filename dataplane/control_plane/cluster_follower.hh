@@ -18,6 +18,7 @@
 #include <mutex>
 #include <set>
 
+#include "../control/control_plane_report.hh"
 #include "../control/daemon_state.hh"
 #include "../control/host_manager.hh"
 #include "cluster_records.hh"
@@ -26,7 +27,7 @@
 
 namespace jakiro::control_plane {
 
-class cluster_follower {
+class cluster_follower final : public control_plane_report {
   public:
     using poster = std::function<void(std::function<void()>)>;
 
@@ -48,7 +49,9 @@ class cluster_follower {
     void apply_pending();
     // Control thread, about once a second: retries vNICs waiting for their port.
     void tick();
-    const control_plane_status& status() const { return _status; }
+    // What `jakiroctl status` prints of it (control/ reads it through control_plane_report).
+    std::string text() const override { return render_control_plane_text(_status); }
+    void write_json(json_writer& out) const override { write_control_plane_json(out, _status); }
 
   private:
     void apply_view(const cluster_view& view, std::chrono::steady_clock::time_point received);

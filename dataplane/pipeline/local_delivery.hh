@@ -15,10 +15,10 @@
 
 #include "../overlay/superframe.hh"
 #include "../port_io.hh"
+#include "../shaping/ingress_metering.hh"
 #include "../tables.hh"
 #include "../worker/worker_context.hh"
 #include "cut_to_tenant_mtu.hh"
-#include "ingress_metering.hh"
 
 namespace jakiro {
 

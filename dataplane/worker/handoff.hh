@@ -12,7 +12,7 @@
 //           sent them and this worker judges them first as their receiver
 //           (pipeline/local_arrival.hh).
 //   roce    RoCE frames a QP of another worker's engine sent to a QP of a vNIC this worker
-//           owns, on this host (worker/roce_port.hh): this worker's engine receives them as if
+//           owns, on this host (rnic_glue/roce_port.hh): this worker's engine receives them as if
 //           they had come from the fabric, metered as such. `m->port` is the vNIC's port.
 //
 // A sleeping worker is woken when something is handed to it (its engine's doorbell, or a futex

@@ -10,7 +10,7 @@
 // frames only to drop them cost the worker 70 % of a core at 250 000 a second here.
 //
 // A token bucket per vNIC slot that refills at the rate and holds `burst_ns` of it, at least
-// one pass's reads (worker/lcore_loop.cc). A GSO super-frame counts once: a TCP stream of
+// one pass's reads (poll_loop/lcore_loop.cc). A GSO super-frame counts once: a TCP stream of
 // 64 KB super-frames at 10 Gbit/s is ~20 000 frames a second.
 //
 // Thread-safety: none; one per worker (per-lcore state). Times are passed in.

@@ -17,8 +17,8 @@ namespace jakiro {
 
 namespace roce {
 class engine;
-}
-class roce_port;
+class packet_port;
+}  // namespace roce
 class egress_shaper;
 class ingress_policer;
 
@@ -36,10 +36,12 @@ struct alignas(RTE_CACHE_LINE_SIZE) worker_context {
     rte_mempool* superframes = nullptr;
     std::unique_ptr<secgroup::flow_table> flows;  // this worker's NFT
     roce::engine* engine = nullptr;               // the RDMA face; null: RoCE is dropped
-    roce_port* rdma_port = nullptr;               // where the engine's frames go
-    egress_shaper* shaper = nullptr;              // DHTB egress; null: nothing is shaped
-    ingress_policer* policer = nullptr;           // DHTB ingress; null: nothing is metered
-    packet_rate_buckets packet_rates;             // its vNICs' frames-per-second allowances
+    // Where the engine's frames go (rnic_glue/roce_port, which the poll loop also drives by its
+    // own name); the stages need only the RNIC's interface, so the context sits below the glue.
+    roce::packet_port* rdma_port = nullptr;
+    egress_shaper* shaper = nullptr;     // DHTB egress; null: nothing is shaped
+    ingress_policer* policer = nullptr;  // DHTB ingress; null: nothing is metered
+    packet_rate_buckets packet_rates;    // its vNICs' frames-per-second allowances
 
     void drop(rte_mbuf* m, drop_reason reason) {
         counters.drops[static_cast<std::size_t>(reason)].add(1);

@@ -49,8 +49,8 @@
 #include "rnic/verbs/device_model.hh"
 #include "rnic/verbs/resources.hh"
 #include "rnic/wire/icrc.hh"
+#include "rnic_glue/roce_port.hh"
 #include "verbs_abi/qp_attr_wire.hh"
-#include "worker/roce_port.hh"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 #include "pipeline_fixture.hh"
+#include "shaping/ingress_policer.hh"
 #include "worker/clock.hh"
-#include "worker/ingress_policer.hh"
 
 namespace jakiro::test {
 namespace {

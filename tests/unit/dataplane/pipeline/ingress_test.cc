@@ -1,7 +1,7 @@
 #include "overlay/superframe.hh"
 #include "pipeline_fixture.hh"
 #include "rnic/engine.hh"
-#include "worker/roce_port.hh"
+#include "rnic_glue/roce_port.hh"
 
 namespace jakiro::test {
 namespace {

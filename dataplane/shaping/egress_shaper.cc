@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
+#include "../worker/worker_context.hh"
 #include "rnic/engine.hh"
-#include "worker_context.hh"
 
 namespace jakiro {
 

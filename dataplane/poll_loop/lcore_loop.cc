@@ -15,15 +15,15 @@
 #include "../pipeline/ingress.hh"
 #include "../pipeline/local_arrival.hh"
 #include "../port_io.hh"
-#include "clock.hh"
-#include "egress_shaper.hh"
-#include "fabric_dispatch.hh"
+#include "../rnic_glue/roce_port.hh"
+#include "../shaping/egress_shaper.hh"
+#include "../shaping/ingress_policer.hh"
+#include "../worker/clock.hh"
+#include "../worker/fabric_dispatch.hh"
+#include "../worker/handoff.hh"
 #include "frame_sleeper.hh"
-#include "handoff.hh"
-#include "ingress_policer.hh"
 #include "packet_wait.hh"
 #include "rnic/engine.hh"
-#include "roce_port.hh"
 #include "rx_waker.hh"
 
 namespace jakiro {
@@ -126,7 +126,7 @@ uint16_t hand_off_fabric(worker_context& ctx, const datapath_tables& tables, rte
 // What the other workers handed this one: frames from the uplink for its vNICs, frames
 // to send on its ports (the uplink, or one of its vNICs after judging them as the receiver),
 // and RoCE from their engines to its engine's QPs.
-unsigned take_handoffs(worker_context& ctx, const datapath_tables& tables) {
+unsigned take_handoffs(worker_context& ctx, roce_port* rdma_port, const datapath_tables& tables) {
     worker_handoff& handoff = *ctx.handoff;
     constexpr uint16_t burst = 32;
     rte_mbuf* pkts[burst];
@@ -162,8 +162,8 @@ unsigned take_handoffs(worker_context& ctx, const datapath_tables& tables) {
     }
     for (unsigned b = 0; b < max_rx_bursts; ++b) {
         const uint16_t n = handoff.take_roce(ctx.id, pkts, burst);
-        if (n > 0 && ctx.rdma_port != nullptr) {
-            ctx.rdma_port->receive_handed(pkts, n, now_ns());
+        if (n > 0 && rdma_port != nullptr) {
+            rdma_port->receive_handed(pkts, n, now_ns());
         } else {
             for (uint16_t i = 0; i < n; ++i) {
                 ctx.drop(pkts[i], drop_reason::port_removed);  // no engine here (never in jakirod)
@@ -210,7 +210,8 @@ bool any_unresolved(const overlay::underlay_neighbors& neighbors) {
 }  // namespace
 
 void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_context& ctx,
-                    const loop_options& options, const std::atomic<bool>& stop) {
+                    roce_port* rdma_port, const loop_options& options,
+                    const std::atomic<bool>& stop) {
     const uint64_t hz = rte_get_tsc_hz();
     const uint64_t idle_spin_cycles = hz * idle_spin_us / 1000000;
     const uint64_t frames_spin_cycles = hz * frames_spin_us / 1000000;
@@ -358,8 +359,8 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
         if (ctx.policer != nullptr) {
             ctx.policer->sync(tables, ctx.id, now_ns());  // before any packet meets a meter
         }
-        if (ctx.rdma_port != nullptr) {
-            ctx.rdma_port->use(&tables);
+        if (rdma_port != nullptr) {
+            rdma_port->use(&tables);
         }
         if (ctx.engine != nullptr) {
             ctx.engine->use_policy(tables.policy_generation);  // QPs are checked again on change
@@ -405,7 +406,7 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
             }
         }
         if (ctx.handoff != nullptr) {
-            received += take_handoffs(ctx, tables);
+            received += take_handoffs(ctx, rdma_port, tables);
         }
         const uint64_t rx_ns = now_ns();
         release_held_faces(rx_ns);
@@ -475,9 +476,9 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
         }
         if (ctx.engine != nullptr) {
             // Loopback first (intra-host peers' frames), then the QPs' own sending and timers.
-            received += ctx.rdma_port->deliver_loopback(*ctx.engine, ns);
-            received += ctx.engine->poll(*ctx.rdma_port, ns);
-            ctx.rdma_port->flush();
+            received += rdma_port->deliver_loopback(*ctx.engine, ns);
+            received += ctx.engine->poll(*rdma_port, ns);
+            rdma_port->flush();
         }
         if (ctx.shaper != nullptr) {
             ctx.shaper->commit_rdma(rdma);
@@ -531,7 +532,7 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
             // runnable and comes straight back if nobody is (one system call per empty poll).
             // Two cores, one TCP stream across two hosts: 9.3 against 8.2 Gbit/s.
             // A spinning neighbour would keep a yielded core until the next tick, so after one
-            // slow yield the waits are naps for a while (worker/packet_wait.hh).
+            // slow yield the waits are naps for a while (poll_loop/packet_wait.hh).
             if (waiting.nap_now(now)) {
                 if (nap(first_sleep_us, true)) {
                     ctx.counters.waiting_naps.add(1);

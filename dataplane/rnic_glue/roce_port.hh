@@ -16,8 +16,8 @@
 
 #include "../overlay/datagram_builder.hh"
 #include "../tables.hh"
+#include "../worker/worker_context.hh"
 #include "rnic/packet_port.hh"
-#include "worker_context.hh"
 
 namespace jakiro {
 

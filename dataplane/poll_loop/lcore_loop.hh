@@ -5,7 +5,7 @@
 #include <atomic>
 
 #include "../tables_publisher.hh"
-#include "worker_context.hh"
+#include "../worker/worker_context.hh"
 
 namespace jakiro {
 
@@ -15,7 +15,11 @@ struct loop_options {
     bool busy_poll = false;
 };
 
+class roce_port;
+
+// rdma_port: the worker's RNIC port (the one ctx.rdma_port points at); null without an engine.
 void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_context& ctx,
-                    const loop_options& options, const std::atomic<bool>& stop);
+                    roce_port* rdma_port, const loop_options& options,
+                    const std::atomic<bool>& stop);
 
 }  // namespace jakiro

@@ -25,8 +25,8 @@
 
 #include "../overlay/superframe.hh"
 #include "../overlay/vxlan.hh"
-#include "../worker/ingress_policer.hh"
 #include "../worker/worker_context.hh"
+#include "ingress_policer.hh"
 #include "rnic/engine.hh"
 
 namespace jakiro {

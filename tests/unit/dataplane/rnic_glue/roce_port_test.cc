@@ -1,4 +1,4 @@
-#include "worker/roce_port.hh"
+#include "rnic_glue/roce_port.hh"
 
 #include "../pipeline/pipeline_fixture.hh"
 #include "worker/handoff.hh"

@@ -5,12 +5,12 @@
 #include <cstring>
 
 #include "../overlay/vxlan.hh"
-#include "../pipeline/ingress_metering.hh"
-#include "../pipeline/rdma_admission.hh"
 #include "../pipeline/to_remote_host.hh"
 #include "../port_io.hh"
-#include "clock.hh"
-#include "egress_shaper.hh"
+#include "../shaping/egress_shaper.hh"
+#include "../shaping/ingress_metering.hh"
+#include "../worker/clock.hh"
+#include "rdma_admission.hh"
 #include "rnic/engine.hh"
 
 namespace jakiro {
@@ -239,7 +239,7 @@ void roce_port::receive_handed(rte_mbuf** pkts, uint16_t count, uint64_t now_ns)
 void roce_port::deliver(roce::engine& engine, uint16_t slot, rte_mbuf* m, uint64_t now_ns) {
     const auto* ip = rte_pktmbuf_mtod_offset(m, const uint8_t*, sizeof(rte_ether_hdr));
     const uint32_t ip_len = rte_pktmbuf_pkt_len(m) - sizeof(rte_ether_hdr);
-    // Metered as if it had come over the fabric (pipeline/ingress_metering.hh).
+    // Metered as if it had come over the fabric (shaping/ingress_metering.hh).
     receive_rdma(_ctx, engine, *this, slot, ip, ip_len, now_ns);
     rte_pktmbuf_free(m);
 }

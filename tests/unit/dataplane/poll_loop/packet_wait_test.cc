@@ -1,4 +1,4 @@
-#include "worker/packet_wait.hh"
+#include "poll_loop/packet_wait.hh"
 
 #include <gtest/gtest.h>
 

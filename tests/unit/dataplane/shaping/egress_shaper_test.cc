@@ -2,7 +2,7 @@
 // leave at its rate; the rdma class is admitted against its weighted share; an unshaped vNIC
 // is not touched; a live change takes effect on the next snapshot.
 
-#include "worker/egress_shaper.hh"
+#include "shaping/egress_shaper.hh"
 #include "../pipeline/pipeline_fixture.hh"
 
 namespace jakiro::test {
