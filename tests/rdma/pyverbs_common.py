@@ -3,7 +3,10 @@ that prints each verified step, private anonymous buffers, and connecting an RC 
 of the same vNIC (loopback through jakirod's engine). Imported from the scripts' own folder."""
 
 import ctypes
+import json
 import mmap
+import socket
+import time
 
 import pyverbs.enums as e
 from pyverbs.addr import GID, AHAttr, GlobalRoute
@@ -55,3 +58,37 @@ def connect(qp, remote_qpn, gid, mtu, access=0, retry_cnt=7):
     a.max_rd_atomic = 1
     qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_SQ_PSN | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT |
               e.IBV_QP_RNR_RETRY | e.IBV_QP_MAX_QP_RD_ATOMIC)
+
+
+def rendezvous(args, port):
+    """The TCP connection the two sides swap QP numbers and keys over: `--server` listens on
+    `port`, a client (`--connect HOST`) connects, retrying while nobody listens yet (30 s)."""
+    if args[0] == "--server":
+        srv = socket.create_server(("", port))
+        srv.settimeout(30)
+        conn, _ = srv.accept()
+        srv.close()
+    else:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                conn = socket.create_connection((args[1], port), timeout=30)
+                break
+            except ConnectionRefusedError:
+                if time.monotonic() > deadline:
+                    raise Failed(f"nobody listens on {args[1]}:{port} within 30 s")
+                time.sleep(0.2)
+    conn.settimeout(30)
+    return conn, conn.makefile("rw")
+
+
+def say(f, **kw):
+    f.write(json.dumps(kw) + "\n")
+    f.flush()
+
+
+def hear(f):
+    line = f.readline()
+    if not line:
+        raise Failed("the peer hung up")
+    return json.loads(line)

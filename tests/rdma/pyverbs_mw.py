@@ -17,8 +17,6 @@ outside the windows must never change.
 Exit status: 0 when everything was verified, 1 otherwise.
 """
 
-import json
-import socket
 import sys
 import time
 
@@ -30,7 +28,7 @@ from pyverbs.pd import PD
 from pyverbs.qp import QP, QPCap, QPInitAttr
 from pyverbs.wr import RecvWR, SGE, SendWR
 
-from pyverbs_common import Failed, checker, connect
+from pyverbs_common import Failed, checker, connect, hear, rendezvous, say
 
 PORT = 7491
 PAGE = 4096
@@ -50,30 +48,6 @@ def wait_wc(cq, what):
             return wcs[0]
         time.sleep(0.001)
     raise Failed(f"no completion for {what} within 10 s")
-
-
-def rendezvous(args):
-    if args[0] == "--server":
-        srv = socket.create_server(("", PORT))
-        srv.settimeout(30)
-        conn, _ = srv.accept()
-        srv.close()
-    else:
-        conn = socket.create_connection((args[1], PORT), timeout=30)
-    conn.settimeout(30)
-    return conn, conn.makefile("rw")
-
-
-def say(f, **kw):
-    f.write(json.dumps(kw) + "\n")
-    f.flush()
-
-
-def hear(f):
-    line = f.readline()
-    if not line:
-        raise Failed("the peer hung up")
-    return json.loads(line)
 
 
 def setup():
@@ -99,7 +73,7 @@ def server(args):
     mr.write(b"\0" * PAGE + pattern(2) + pattern(3) + pattern(4), 4 * PAGE, 0)
     mw1 = MW(pd, e.IBV_MW_TYPE_1)
     mw2 = MW(pd, e.IBV_MW_TYPE_2)
-    conn, f = rendezvous(args)
+    conn, f = rendezvous(args, PORT)
     say(f, qpn=qp.qp_num, gid=gid)
     peer = hear(f)
     connect(qp, peer["qpn"], peer["gid"], mtu, access=QP_ACCESS)
@@ -141,7 +115,7 @@ def server(args):
 def client(args):
     ctx, pd, cq, qp, gid, mtu = setup()
     mr = MR(pd, 2 * PAGE, e.IBV_ACCESS_LOCAL_WRITE)
-    conn, f = rendezvous(args)
+    conn, f = rendezvous(args, PORT)
     peer = hear(f)
     say(f, qpn=qp.qp_num, gid=gid)
     connect(qp, peer["qpn"], peer["gid"], mtu, access=QP_ACCESS)

@@ -25,8 +25,6 @@ Exit status: 0 when everything was verified, 1 otherwise.
 """
 
 import errno
-import json
-import socket
 import sys
 import time
 
@@ -40,7 +38,7 @@ from pyverbs.pyverbs_error import PyverbsRDMAError
 from pyverbs.qp import QP, QPAttr, QPCap, QPEx, QPInitAttrEx
 from pyverbs.wr import RecvWR, SGE, SendWR
 
-from pyverbs_common import Failed, checker
+from pyverbs_common import Failed, checker, hear, rendezvous, say
 
 PORT = 7495
 QKEY = 0x11111111
@@ -163,38 +161,6 @@ def local():
 # ---------------------------------------------------------------- across hosts
 
 
-def rendezvous(args):
-    if args[0] == "--server":
-        srv = socket.create_server(("", PORT))
-        srv.settimeout(30)
-        conn, _ = srv.accept()
-        srv.close()
-    else:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                conn = socket.create_connection((args[1], PORT), timeout=30)
-                break
-            except ConnectionRefusedError:
-                if time.monotonic() > deadline:
-                    raise Failed(f"nobody listens on {args[1]}:{PORT} within 30 s")
-                time.sleep(0.2)
-    conn.settimeout(30)
-    return conn, conn.makefile("rw")
-
-
-def say(f, **kw):
-    f.write(json.dumps(kw) + "\n")
-    f.flush()
-
-
-def hear(f):
-    line = f.readline()
-    if not line:
-        raise Failed("the peer hung up")
-    return json.loads(line)
-
-
 def wait_wc(cq, what):
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -280,7 +246,7 @@ def payload(qpt):
 def server(args):
     ctx, pd, qps, mr, gid, mtu = setup()
     mr.write(b"\0" * (3 * (GRH + MSG)), 3 * (GRH + MSG), 0)
-    conn, f = rendezvous(args)
+    conn, f = rendezvous(args, PORT)
     say(f, gid=gid, qpns={str(t): qp.qp_num for t, (qp, _) in qps.items()})
     peer = hear(f)
     for i, (qpt, (qp, cq)) in enumerate(qps.items()):
@@ -304,7 +270,7 @@ def server(args):
 
 def client(args):
     ctx, pd, qps, mr, gid, mtu = setup()
-    conn, f = rendezvous(args)
+    conn, f = rendezvous(args, PORT)
     peer = hear(f)
     say(f, gid=gid, qpns={str(t): qp.qp_num for t, (qp, _) in qps.items()})
     for qpt, (qp, _) in qps.items():

@@ -22,8 +22,6 @@ SEND from the MR reaches the client. Every byte is checked where it lands.
 Exit status: 0 when everything was verified, 1 otherwise.
 """
 
-import json
-import socket
 import sys
 import time
 
@@ -35,7 +33,7 @@ from pyverbs.pd import PD
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyverbs.wr import RecvWR, SGE, SendWR
 
-from pyverbs_common import Failed, buffer, checker, connect
+from pyverbs_common import Failed, buffer, checker, connect, hear, rendezvous, say
 
 PORT = 7499
 PAGE = 4096
@@ -74,30 +72,6 @@ def expect_wc(cq, check, wr_id, status, what):
           f"{what}: wr_id {wc.wr_id} status {wc.status}; "
           f"expected wr_id {wr_id} status {status}")
     return wc
-
-
-def rendezvous(args):
-    if args[0] == "--server":
-        srv = socket.create_server(("", PORT))
-        srv.settimeout(30)
-        conn, _ = srv.accept()
-        srv.close()
-    else:
-        conn = socket.create_connection((args[1], PORT), timeout=30)
-    conn.settimeout(30)
-    return conn, conn.makefile("rw")
-
-
-def say(f, **kw):
-    f.write(json.dumps(kw) + "\n")
-    f.flush()
-
-
-def hear(f):
-    line = f.readline()
-    if not line:
-        raise Failed("the peer hung up")
-    return json.loads(line)
 
 
 class Side:
@@ -143,7 +117,7 @@ class Side:
 def server(args):
     check = checker("pyverbs_rereg_traffic: server")
     side = Side()
-    conn, f = rendezvous(args)
+    conn, f = rendezvous(args, PORT)
     say(f, **side.hello())
     side.connect(hear(f))
     small, small_addr = buffer(PAGE)  # the MR's first translation: one page
@@ -217,7 +191,7 @@ def server(args):
 def client(args):
     check = checker("pyverbs_rereg_traffic: client")
     side = Side()
-    conn, f = rendezvous(args)
+    conn, f = rendezvous(args, PORT)
     peer = hear(f)
     say(f, **side.hello())
     side.connect(peer)
