@@ -2,23 +2,29 @@
 // find the emulated device nodes (device_files.hh) and drive the emulated rdma_cm device
 // (ucma_device.hh): open/openat of /dev/infiniband/rdma_cm, fstat of its descriptor,
 // stat/access of the nodes, write() of ucma commands, close(); and read the emulated sysfs
-// attributes (sysfs_files.hh) through open/openat/fopen. Everything else goes to the
-// next definition (libc's) untouched; a program that never opens the device pays one relaxed
+// attributes (sysfs_files.hh) through open/openat/fopen, and stat or list the emulated sysfs
+// directories above them (stat family, access, opendir/readdir/closedir). Everything else goes to
+// the next definition (libc's) untouched; a program that never opens the device pays one relaxed
 // load per write() and close().
 // Declared with their own names, not the LFS aliases the build's _FILE_OFFSET_BITS=64 would
 // redirect them to: open64/fstat64/stat64 are defined separately below.
 #undef _FILE_OFFSET_BITS
 #undef _FORTIFY_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <unordered_set>
+#include <vector>
 
 #include "device_files.hh"
 #include "sysfs_files.hh"
@@ -107,7 +113,167 @@ FILE* fopen_emulated(const char* path, const char* mode, bool& handled) {
     return f;
 }
 
+// `path` with "." and ".." segments and repeated slashes taken out, as the kernel resolves
+// them (an emulated directory has no links to follow).
+std::string lexically_normal(const char* path) {
+    std::vector<std::string> parts;
+    for (const char* p = path; *p != '\0';) {
+        const char* end = std::strchr(p, '/');
+        const std::string part(p, end != nullptr ? end : p + std::strlen(p));
+        if (part == "..") {
+            if (!parts.empty()) {
+                parts.pop_back();
+            }
+        } else if (!part.empty() && part != ".") {
+            parts.push_back(part);
+        }
+        if (end == nullptr) {
+            break;
+        }
+        p = end + 1;
+    }
+    std::string out;
+    for (const auto& part : parts) {
+        out += "/" + part;
+    }
+    return out.empty() ? "/" : out;
+}
+
+// stat of an emulated sysfs directory or attribute (sysfs_files.hh) where the real one does
+// not exist: read-only, as sysfs's are (an attribute reports sysfs's 4096 bytes). False if
+// `path` is neither. Only absolute paths: the emulated tree is under /sys.
+bool emulated_stat(const char* path, struct stat* st) {
+    if (path[0] != '/') {
+        return false;
+    }
+    const std::string normal = lexically_normal(path);
+    std::vector<sysfs_files::dir_entry> entries;
+    std::string text;
+    const bool directory = sysfs_files::directory_entries(normal.c_str(), entries);
+    if (!directory && !sysfs_files::attribute_text(normal.c_str(), text)) {
+        return false;
+    }
+    struct stat real;
+    if (real_stat(normal.c_str(), &real) == 0) {
+        return false;
+    }
+    std::memset(st, 0, sizeof(*st));
+    st->st_mode = directory ? (S_IFDIR | 0555) : (S_IFREG | 0444);
+    st->st_nlink = directory ? 2 : 1;
+    st->st_size = directory ? 0 : 4096;
+    st->st_blksize = 4096;
+    return true;
+}
+
+// What opendir returned for an emulated directory: readdir and closedir know it by address
+// (a program never looks inside a DIR).
+struct emulated_dir {
+    std::vector<sysfs_files::dir_entry> entries;  // ".", "..", then the directory's
+    std::size_t next = 0;
+    struct dirent entry {};
+};
+std::mutex dirs_mutex;
+std::unordered_set<const void*> open_dirs;  // under dirs_mutex
+std::atomic<unsigned> open_dir_count{0};    // lets every other readdir skip the lock
+
+emulated_dir* ours(DIR* d) {
+    if (open_dir_count.load(std::memory_order_acquire) == 0) {
+        return nullptr;
+    }
+    const std::lock_guard lock(dirs_mutex);
+    return open_dirs.count(d) != 0 ? reinterpret_cast<emulated_dir*>(d) : nullptr;
+}
+
+struct dirent* next_entry(emulated_dir* d) {
+    if (d->next >= d->entries.size()) {
+        return nullptr;  // the end; errno unchanged, as readdir leaves it
+    }
+    const auto& e = d->entries[d->next++];
+    d->entry = {};
+    d->entry.d_ino = d->next;
+    d->entry.d_off = static_cast<off_t>(d->next);
+    d->entry.d_reclen = sizeof(d->entry);
+    d->entry.d_type = e.directory ? DT_DIR : DT_REG;
+    std::strncpy(d->entry.d_name, e.name.c_str(), sizeof(d->entry.d_name) - 1);
+    return &d->entry;
+}
+
 }  // namespace
+
+JAKIRO_EXPORT DIR* opendir(const char* path) {
+    static const auto real = next<DIR* (*)(const char*)>("opendir");
+    DIR* d = real != nullptr ? real(path) : nullptr;
+    if (d != nullptr || errno != ENOENT) {
+        return d;
+    }
+    std::vector<sysfs_files::dir_entry> entries;
+    if (path[0] != '/' ||
+        !sysfs_files::directory_entries(lexically_normal(path).c_str(), entries)) {
+        errno = ENOENT;
+        return nullptr;
+    }
+    auto* e = new emulated_dir;
+    e->entries = {{".", true}, {"..", true}};
+    e->entries.insert(e->entries.end(), entries.begin(), entries.end());
+    {
+        const std::lock_guard lock(dirs_mutex);
+        open_dirs.insert(e);
+    }
+    open_dir_count.fetch_add(1, std::memory_order_release);
+    return reinterpret_cast<DIR*>(e);
+}
+
+JAKIRO_EXPORT struct dirent* readdir(DIR* d) {
+    if (emulated_dir* e = ours(d)) {
+        return next_entry(e);
+    }
+    static const auto real = next<struct dirent* (*)(DIR*)>("readdir");
+    return real != nullptr ? real(d) : nullptr;
+}
+
+// x86-64: struct dirent64 is struct dirent.
+JAKIRO_EXPORT struct dirent64* readdir64(DIR* d) {
+    if (emulated_dir* e = ours(d)) {
+        return reinterpret_cast<struct dirent64*>(next_entry(e));
+    }
+    static const auto real = next<struct dirent64* (*)(DIR*)>("readdir64");
+    return real != nullptr ? real(d) : nullptr;
+}
+
+JAKIRO_EXPORT int closedir(DIR* d) {
+    if (emulated_dir* e = ours(d)) {
+        {
+            const std::lock_guard lock(dirs_mutex);
+            open_dirs.erase(e);
+        }
+        open_dir_count.fetch_sub(1, std::memory_order_release);
+        delete e;
+        return 0;
+    }
+    NEXT("closedir", int (*)(DIR*));
+    return real(d);
+}
+
+JAKIRO_EXPORT void rewinddir(DIR* d) {
+    if (emulated_dir* e = ours(d)) {
+        e->next = 0;
+        return;
+    }
+    static const auto real = next<void (*)(DIR*)>("rewinddir");
+    if (real != nullptr) {
+        real(d);
+    }
+}
+
+// An emulated directory has no descriptor (fstatat on one would find nothing).
+JAKIRO_EXPORT int dirfd(DIR* d) {
+    if (ours(d) != nullptr) {
+        errno = ENOTSUP;
+        return -1;
+    }
+    NEXT("dirfd", int (*)(DIR*));
+    return real(d);
+}
 
 JAKIRO_EXPORT int open(const char* path, int flags, ...) {
     JAKIRO_MODE_ARGUMENT(flags, mode);
@@ -205,6 +371,59 @@ JAKIRO_EXPORT int stat(const char* path, struct stat* st) {
     if (rc != 0 && errno == ENOENT && device_files::stat_node(path, st)) {
         return 0;
     }
+    if (rc != 0 && errno == ENOENT && emulated_stat(path, st)) {
+        return 0;
+    }
+    return rc;
+}
+
+JAKIRO_EXPORT int lstat(const char* path, struct stat* st) {
+    NEXT("lstat", int (*)(const char*, struct stat*));
+    const int rc = real(path, st);
+    if (rc != 0 && errno == ENOENT && emulated_stat(path, st)) {
+        return 0;
+    }
+    return rc;
+}
+
+JAKIRO_EXPORT int lstat64(const char* path, struct stat64* st) {
+    NEXT("lstat64", int (*)(const char*, struct stat64*));
+    const int rc = real(path, st);
+    if (rc != 0 && errno == ENOENT && emulated_stat(path, reinterpret_cast<struct stat*>(st))) {
+        return 0;
+    }
+    return rc;
+}
+
+// Python's os.stat and os.path.exists come here (with AT_FDCWD and an absolute path).
+JAKIRO_EXPORT int fstatat64(int dirfd, const char* path, struct stat64* st, int flags) {
+    NEXT("fstatat64", int (*)(int, const char*, struct stat64*, int));
+    const int rc = real(dirfd, path, st, flags);
+    // ENOENT: the kernel read `path`, so it is a string.
+    if (rc != 0 && errno == ENOENT && emulated_stat(path, reinterpret_cast<struct stat*>(st))) {
+        return 0;
+    }
+    return rc;
+}
+
+JAKIRO_EXPORT int fstatat(int dirfd, const char* path, struct stat* st, int flags) {
+    return fstatat64(dirfd, path, reinterpret_cast<struct stat64*>(st), flags);
+}
+
+// coreutils (ls) asks statx.
+JAKIRO_EXPORT int statx(int dirfd, const char* path, int flags, unsigned mask, struct statx* st) {
+    NEXT("statx", int (*)(int, const char*, int, unsigned, struct statx*));
+    const int rc = real(dirfd, path, flags, mask, st);
+    struct stat emulated;
+    if (rc != 0 && errno == ENOENT && emulated_stat(path, &emulated)) {
+        std::memset(st, 0, sizeof(*st));
+        st->stx_mask = STATX_TYPE | STATX_MODE | STATX_NLINK | STATX_SIZE;
+        st->stx_mode = static_cast<uint16_t>(emulated.st_mode);
+        st->stx_nlink = static_cast<uint32_t>(emulated.st_nlink);
+        st->stx_size = static_cast<uint64_t>(emulated.st_size);
+        st->stx_blksize = 4096;
+        return 0;
+    }
     return rc;
 }
 
@@ -213,6 +432,9 @@ JAKIRO_EXPORT int stat64(const char* path, struct stat64* st) {
     const int rc = real(path, st);
     if (rc != 0 && errno == ENOENT &&
         device_files::stat_node(path, reinterpret_cast<struct stat*>(st))) {
+        return 0;
+    }
+    if (rc != 0 && errno == ENOENT && emulated_stat(path, reinterpret_cast<struct stat*>(st))) {
         return 0;
     }
     return rc;
@@ -224,6 +446,11 @@ JAKIRO_EXPORT int access(const char* path, int mode) {
     struct stat st;
     if (rc != 0 && errno == ENOENT && device_files::stat_node(path, &st)) {
         return (mode & X_OK) != 0 ? (errno = EACCES, -1) : 0;
+    }
+    if (rc != 0 && errno == ENOENT && emulated_stat(path, &st)) {
+        // Read-only, as sysfs is; a directory may be searched.
+        const bool refused = (mode & W_OK) != 0 || ((mode & X_OK) != 0 && !S_ISDIR(st.st_mode));
+        return refused ? (errno = EACCES, -1) : 0;
     }
     return rc;
 }

@@ -34,7 +34,87 @@ bool valid_gid_index(std::string_view rest) {
            index < vnic_gid_entries;
 }
 
+// The netdev carrying device `d`'s vNIC MAC in this namespace, or "" if none does.
+std::string netdev_of(const shim_device& d) {
+    char name[IF_NAMESIZE] = {};
+    const int ifindex = netdev_with_mac(d.hello.mac);
+    if (ifindex <= 0 || if_indextoname(static_cast<unsigned>(ifindex), name) == nullptr) {
+        return {};
+    }
+    return name;
+}
+
+// The device named `name`, listing this process's devices first if it has not yet.
+const shim_device* device_named(std::string_view name) {
+    if (!name.starts_with(device_name_prefix)) {
+        return nullptr;
+    }
+    const shim_device* d = find_device(name);
+    if (d == nullptr) {
+        // A program that reads sysfs before (or without) listing devices, like cat: list them
+        // now, so the files agree with ibv_get_device_list.
+        free_device_list(get_device_list(nullptr));
+        d = find_device(name);
+    }
+    return d;
+}
+
 }  // namespace
+
+bool directory_entries(const char* path, std::vector<dir_entry>& entries) {
+    entries.clear();
+    if (path == nullptr) {
+        return false;
+    }
+    std::string_view p(path);
+    while (p.size() > 1 && p.back() == '/') {
+        p.remove_suffix(1);
+    }
+    const std::string_view root(infiniband_class, std::strlen(infiniband_class) - 1);
+    if (p == root) {
+        ibv_device** list = get_device_list(nullptr);
+        for (ibv_device** d = list; d != nullptr && *d != nullptr; ++d) {
+            entries.push_back({device_name(*d), true});
+        }
+        free_device_list(list);
+        return !entries.empty();  // no device: no class directory, as without the module
+    }
+    if (!p.starts_with(infiniband_class)) {
+        return false;
+    }
+    std::string_view rest = p.substr(std::strlen(infiniband_class));
+    const auto slash = rest.find('/');
+    const shim_device* d = device_named(rest.substr(0, slash));
+    if (d == nullptr) {
+        return false;
+    }
+    const std::string_view below = slash == std::string_view::npos ? "" : rest.substr(slash);
+    const std::string netdev = netdev_of(*d);
+    if (below.empty()) {
+        entries = {{"device", true}, {"ports", true}};
+    } else if (below == "/device") {
+        entries = {{"net", true}};
+    } else if (below == "/device/net") {
+        if (!netdev.empty()) {
+            entries = {{netdev, true}};
+        }
+    } else if (!netdev.empty() && below == "/device/net/" + netdev) {
+        // the interface's own directory: nothing of it is emulated
+    } else if (below == "/ports") {
+        entries = {{"1", true}};
+    } else if (below == "/ports/1") {
+        entries = {{"gid_attrs", true}};
+    } else if (below == "/ports/1/gid_attrs") {
+        entries = {{"ndevs", true}, {"types", true}};
+    } else if (below == "/ports/1/gid_attrs/types" || below == "/ports/1/gid_attrs/ndevs") {
+        for (unsigned i = 0; i < vnic_gid_entries; ++i) {
+            entries.push_back({std::to_string(i), false});
+        }
+    } else {
+        return false;
+    }
+    return true;
+}
 
 bool attribute_text(const char* path, std::string& text) {
     if (path == nullptr ||
@@ -46,17 +126,7 @@ bool attribute_text(const char* path, std::string& text) {
     if (slash == std::string_view::npos) {
         return false;
     }
-    const std::string_view name = rest.substr(0, slash);
-    if (!name.starts_with(device_name_prefix)) {
-        return false;
-    }
-    const shim_device* d = find_device(name);
-    if (d == nullptr) {
-        // A program that reads sysfs before (or without) listing devices, like cat: list them
-        // now, so the files agree with ibv_get_device_list.
-        free_device_list(get_device_list(nullptr));
-        d = find_device(name);
-    }
+    const shim_device* d = device_named(rest.substr(0, slash));
     if (d == nullptr) {
         return false;
     }
@@ -68,12 +138,11 @@ bool attribute_text(const char* path, std::string& text) {
     }
     if (attribute.starts_with(gid_ndevs_dir) &&
         valid_gid_index(attribute.substr(gid_ndevs_dir.size()))) {
-        char name[IF_NAMESIZE] = {};
-        const int ifindex = netdev_with_mac(d->hello.mac);
-        if (ifindex <= 0 || if_indextoname(static_cast<unsigned>(ifindex), name) == nullptr) {
+        const std::string netdev = netdev_of(*d);
+        if (netdev.empty()) {
             return false;  // no netdev carries the vNIC's MAC here: the kernel has no entry
         }
-        text = std::string(name) + "\n";
+        text = netdev + "\n";
         return true;
     }
     return false;

@@ -72,6 +72,43 @@ def test_each_tenant_sees_exactly_one_device():
         assert "1 HCA found:" in out and f"jakiro_{VNIC[tenant]}" in out, out
 
 
+# What rdma-core's tests (base.py: `ls /sys/class/infiniband/<dev>/device/net/`, then
+# `ip -j addr show <netdev>`), ibdev2netdev-style scripts and Python programs do to find the
+# network interface behind an RDMA device.
+FIND_NETDEV = r"""
+import json, os, subprocess, sys
+dev = sys.argv[1]
+net = f"/sys/class/infiniband/{dev}/device/net/"
+assert os.path.exists(net) and os.path.isdir(net), net
+names = os.listdir(net)
+listed = subprocess.check_output(["ls", net], text=True).split()
+assert names == listed, (names, listed)
+assert [e.name for e in os.scandir(net)] == names and os.path.isdir(net + names[0])
+addr = json.loads(subprocess.check_output(["ip", "-j", "addr", "show", names[0]]))
+ndev = open(f"/sys/class/infiniband/{dev}/ports/1/gid_attrs/ndevs/0").read().strip()
+assert ndev == names[0], (ndev, names)
+print(os.listdir("/sys/class/infiniband"), names[0], addr[0]["address"],
+      addr[0]["addr_info"][0]["local"])
+"""
+
+
+@pytest.mark.parametrize("tenant", [T1, T3])
+def test_the_device_names_its_netdev_where_programs_look_in_sysfs(tenant):
+    """/sys/class/infiniband/<dev>/device/net/ lists the tenant's eth0, which carries the
+    vNIC's MAC and address; /sys/class/infiniband lists the tenant's own device only. The
+    control: without the shim the tenant has no such directory (no kernel RDMA here)."""
+    dev = f"jakiro_{VNIC[tenant]}"
+    out = jakiro_run(tenant, PYTHON, "-c", FIND_NETDEV, dev).stdout.split()
+    print(out)
+    assert out == [f"['{dev}']", "eth0", MAC[tenant], IP[tenant]]
+    r = ns(tenant, "ls", f"/sys/class/infiniband/{dev}/device/net/", check=False)
+    assert r.returncode != 0, "a real sysfs directory: the test bed is not what this test means"
+    # Another tenant's device is nowhere in this one's tree.
+    other = "jakiro_t3" if tenant == T1 else "jakiro_t1"
+    r = jakiro_run(tenant, "ls", f"/sys/class/infiniband/{other}/device/net/", check=False)
+    assert r.returncode != 0
+
+
 def test_jakiro_run_selects_a_vnic_by_name_only_inside_its_tenant_namespace():
     # Inside t5's namespace, --vnic picks its endpoint by name.
     r = ns(T5, JAKIRO_RUN, "--vnic", "t5", "--", "ibv_devinfo", "-v", env=shim_env())

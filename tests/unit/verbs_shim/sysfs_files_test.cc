@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -31,6 +32,20 @@ TEST(SysfsFiles, AJakiroDeviceThisProcessCannotReachHasNoAttributes) {
     std::string text;
     EXPECT_FALSE(sysfs_files::attribute_text(
         "/sys/class/infiniband/jakiro_t1/ports/1/gid_attrs/types/0", text));
+    unsetenv("JAKIRO_VERBS_SOCKET");
+}
+
+TEST(SysfsFiles, OnlyAJakiroDeviceThisProcessHasGetsDirectories) {
+    setenv("JAKIRO_VERBS_SOCKET", "/nonexistent/jakiro.sock", 1);
+    std::vector<sysfs_files::dir_entry> entries;
+    for (const char* path :
+         {"/sys/class/infiniband", "/sys/class/infiniband/", "/sys/class/infiniband/jakiro_t1",
+          "/sys/class/infiniband/jakiro_t1/device/net", "/sys/class/infiniband/mlx5_0/device/net",
+          "/sys/class/net", "class/infiniband/jakiro_t1/device", "/sys/class/infinibandx", ""}) {
+        EXPECT_FALSE(sysfs_files::directory_entries(path, entries)) << path;
+        EXPECT_TRUE(entries.empty()) << path;
+    }
+    EXPECT_FALSE(sysfs_files::directory_entries(nullptr, entries));
     unsetenv("JAKIRO_VERBS_SOCKET");
 }
 
