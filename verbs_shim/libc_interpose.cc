@@ -232,6 +232,7 @@ JAKIRO_EXPORT struct dirent* readdir(DIR* d) {
 }
 
 // x86-64: struct dirent64 is struct dirent.
+static_assert(sizeof(struct dirent) == sizeof(struct dirent64));
 JAKIRO_EXPORT struct dirent64* readdir64(DIR* d) {
     if (emulated_dir* e = ours(d)) {
         return reinterpret_cast<struct dirent64*>(next_entry(e));
@@ -262,6 +263,52 @@ JAKIRO_EXPORT void rewinddir(DIR* d) {
     static const auto real = next<void (*)(DIR*)>("rewinddir");
     if (real != nullptr) {
         real(d);
+    }
+}
+
+// The rest of <dirent.h> that takes a DIR: libc's would read an emulated one as its own.
+JAKIRO_EXPORT int readdir_r(DIR* d, struct dirent* entry, struct dirent** result) {
+    if (emulated_dir* e = ours(d)) {
+        struct dirent* next = next_entry(e);
+        if (next != nullptr) {
+            *entry = *next;
+        }
+        *result = next != nullptr ? entry : nullptr;
+        return 0;
+    }
+    NEXT("readdir_r", int (*)(DIR*, struct dirent*, struct dirent**));
+    return real(d, entry, result);
+}
+
+JAKIRO_EXPORT int readdir64_r(DIR* d, struct dirent64* entry, struct dirent64** result) {
+    if (emulated_dir* e = ours(d)) {
+        struct dirent* next = next_entry(e);
+        if (next != nullptr) {
+            std::memcpy(entry, next, sizeof(*next));  // x86-64: the same layout
+        }
+        *result = next != nullptr ? entry : nullptr;
+        return 0;
+    }
+    NEXT("readdir64_r", int (*)(DIR*, struct dirent64*, struct dirent64**));
+    return real(d, entry, result);
+}
+
+JAKIRO_EXPORT long telldir(DIR* d) {
+    if (emulated_dir* e = ours(d)) {
+        return static_cast<long>(e->next);
+    }
+    NEXT("telldir", long (*)(DIR*));
+    return real(d);
+}
+
+JAKIRO_EXPORT void seekdir(DIR* d, long at) {
+    if (emulated_dir* e = ours(d)) {
+        e->next = at >= 0 ? static_cast<std::size_t>(at) : 0;
+        return;
+    }
+    static const auto real = next<void (*)(DIR*, long)>("seekdir");
+    if (real != nullptr) {
+        real(d, at);
     }
 }
 
