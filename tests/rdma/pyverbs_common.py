@@ -6,6 +6,7 @@ import ctypes
 import json
 import mmap
 import socket
+import sys
 import time
 
 import pyverbs.enums as e
@@ -92,3 +93,30 @@ def hear(f):
     if not line:
         raise Failed("the peer hung up")
     return json.loads(line)
+
+
+def wait_wc(cq, what):
+    """The next completion on `cq`, polled for up to 10 s."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        n, wcs = cq.poll(1)
+        if n > 0:
+            return wcs[0]
+        time.sleep(0.001)
+    raise Failed(f"no completion for {what} within 10 s")
+
+
+def two_sided_main(name, doc, server, client):
+    """A two-host program's main: `--server` or `--connect HOST`; 1 with the failure, 2 on bad
+    arguments."""
+    args = sys.argv[1:]
+    if not args or args[0] not in ("--server", "--connect") or \
+            (args[0] == "--connect" and len(args) != 2):
+        print(doc, file=sys.stderr)
+        return 2
+    try:
+        (server if args[0] == "--server" else client)(args)
+    except Failed as exc:
+        print(f"{name}: FAILED: {exc}", flush=True)
+        return 1
+    return 0

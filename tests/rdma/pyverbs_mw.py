@@ -18,7 +18,6 @@ Exit status: 0 when everything was verified, 1 otherwise.
 """
 
 import sys
-import time
 
 import pyverbs.enums as e
 from pyverbs.cq import CQ
@@ -28,7 +27,7 @@ from pyverbs.pd import PD
 from pyverbs.qp import QP, QPCap, QPInitAttr
 from pyverbs.wr import RecvWR, SGE, SendWR
 
-from pyverbs_common import Failed, checker, connect, hear, rendezvous, say
+from pyverbs_common import checker, connect, hear, rendezvous, say, two_sided_main, wait_wc
 
 PORT = 7491
 PAGE = 4096
@@ -38,16 +37,6 @@ check = checker("pyverbs_mw")
 
 def pattern(seed, n=PAGE):
     return bytes((i * 31 + seed) % 251 for i in range(n))
-
-
-def wait_wc(cq, what):
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        n, wcs = cq.poll(1)
-        if n > 0:
-            return wcs[0]
-        time.sleep(0.001)
-    raise Failed(f"no completion for {what} within 10 s")
 
 
 def setup():
@@ -153,17 +142,7 @@ def client(args):
 
 
 def main():
-    args = sys.argv[1:]
-    if not args or args[0] not in ("--server", "--connect") or \
-            (args[0] == "--connect" and len(args) != 2):
-        print(__doc__, file=sys.stderr)
-        return 2
-    try:
-        (server if args[0] == "--server" else client)(args)
-    except Failed as exc:
-        print(f"pyverbs_mw: FAILED: {exc}", flush=True)
-        return 1
-    return 0
+    return two_sided_main("pyverbs_mw", __doc__, server, client)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ Exit status: 0 when everything was verified, 1 otherwise.
 
 import errno
 import sys
-import time
 
 import pyverbs.enums as e
 from pyverbs.addr import AH, AHAttr, GID, GlobalRoute
@@ -38,7 +37,7 @@ from pyverbs.pyverbs_error import PyverbsRDMAError
 from pyverbs.qp import QP, QPAttr, QPCap, QPEx, QPInitAttrEx
 from pyverbs.wr import RecvWR, SGE, SendWR
 
-from pyverbs_common import Failed, checker, hear, rendezvous, say
+from pyverbs_common import Failed, checker, hear, rendezvous, say, wait_wc
 
 PORT = 7495
 QKEY = 0x11111111
@@ -159,16 +158,6 @@ def local():
 
 
 # ---------------------------------------------------------------- across hosts
-
-
-def wait_wc(cq, what):
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        n, wcs = cq.poll(1)
-        if n > 0:
-            return wcs[0]
-        time.sleep(0.001)
-    raise Failed(f"no completion for {what} within 10 s")
 
 
 def global_ah(gid):

@@ -33,7 +33,7 @@ from pyverbs.pd import PD
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyverbs.wr import RecvWR, SGE, SendWR
 
-from pyverbs_common import Failed, buffer, checker, connect, hear, rendezvous, say
+from pyverbs_common import Failed, buffer, checker, connect, hear, rendezvous, say, two_sided_main
 
 PORT = 7499
 PAGE = 4096
@@ -250,17 +250,7 @@ def client(args):
 
 
 def main():
-    args = sys.argv[1:]
-    if not args or args[0] not in ("--server", "--connect") or \
-            (args[0] == "--connect" and len(args) != 2):
-        print(__doc__, file=sys.stderr)
-        return 2
-    try:
-        (server if args[0] == "--server" else client)(args)
-    except Failed as exc:
-        print(f"pyverbs_rereg_traffic: FAILED: {exc}", flush=True)
-        return 1
-    return 0
+    return two_sided_main("pyverbs_rereg_traffic", __doc__, server, client)
 
 
 if __name__ == "__main__":
