@@ -1,5 +1,8 @@
 #include "eal_options.hh"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <fstream>
 #include <sstream>
 
@@ -12,11 +15,31 @@ constexpr const char* no_huge_memory_mb = "384";
 constexpr const char* no_huge_memory_mb_jumbo = "640";
 }  // namespace
 
+static bool prefix_in_use(const std::string& prefix) {
+    // A primary process holds a write lock on its runtime config file while it runs.
+    const int fd = ::open(("/run/dpdk/" + prefix + "/config").c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return false;
+    }
+    struct flock probe {};
+    probe.l_type = F_WRLCK;
+    probe.l_whence = SEEK_SET;
+    const bool locked = fcntl(fd, F_GETLK, &probe) == 0 && probe.l_type != F_UNLCK;
+    close(fd);
+    return locked;
+}
+
+std::string file_prefix(const std::string& host_name) {
+    const std::string first = "jakiro-" + host_name;
+    // While a predecessor still runs (a take-over), its prefix is taken: use the other one.
+    return prefix_in_use(first) ? first + ".b" : first;
+}
+
 eal_choice make_eal_args(const std::string& host_name, long free_hugepages,
                          const std::string& lcores, uint32_t underlay_mtu) {
     eal_choice choice;
     auto& a = choice.args;
-    a = {"jakirod",     "--no-pci", "--lcores", lcores, "--file-prefix", "jakiro-" + host_name,
+    a = {"jakirod",     "--no-pci", "--lcores", lcores, "--file-prefix", file_prefix(host_name),
          "--log-level", "*:notice"};
     if (free_hugepages > 0) {
         choice.memory_mode = "hugepages";

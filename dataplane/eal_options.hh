@@ -18,4 +18,8 @@ eal_choice make_eal_args(const std::string& host_name, long free_hugepages,
 
 long free_hugepages_now();
 
+// "jakiro-<host>", or "jakiro-<host>.b" while a running jakirod holds the first (the successor
+// of a take-over starts its EAL beside its predecessor's; docs/restart.md).
+std::string file_prefix(const std::string& host_name);
+
 }  // namespace jakiro

@@ -7,12 +7,15 @@
 #include <rte_mbuf.h>
 
 #include <climits>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -20,6 +23,7 @@
 #include "control/control_server.hh"
 #include "control/host_manager.hh"
 #include "control/rdma_endpoints.hh"
+#include "control/restart_report.hh"
 #include "control/telemetry.hh"
 #include "control_plane/cluster_follower.hh"
 #include "control_plane/etcd_agent.hh"
@@ -27,6 +31,11 @@
 #include "jakiro_version.hh"
 #include "log.hh"
 #include "poll_loop/lcore_loop.hh"
+#include "restart/daemon_image.hh"
+#include "restart/handover_server.hh"
+#include "restart/run_marker.hh"
+#include "restart/successor.hh"
+#include "restart/take_over.hh"
 #include "rnic/engine.hh"
 #include "rnic/verbs/channel_server.hh"
 #include "rnic_glue/rdma_admission.hh"
@@ -40,16 +49,33 @@
 
 namespace {
 
-std::atomic<bool> stop_requested{false};
+std::atomic<bool> stop_requested{false};  // the workers leave their loops
 std::atomic<bool> reload_requested{false};
+std::atomic<bool> termination_requested{false};  // ... and the daemon stops
 
 void on_signal(int signal) {
     if (signal == SIGHUP) {
         reload_requested = true;  // the control thread applies --config again
     } else {
+        termination_requested = true;
         stop_requested = true;
     }
 }
+
+// A take-over freezes the workers (they leave their loops, main waits) and either ends the
+// process or lets them run again (restart/handover_server.hh).
+struct worker_freeze {
+    std::mutex mutex;
+    std::condition_variable changed;
+    bool requested = false;
+    bool stopped = false;
+    bool resumed = false;
+};
+worker_freeze freeze;
+
+// The take-over this process is making, if any: a failure to start tells the predecessor, which
+// then serves on.
+jakiro::inheritance* pending_inheritance = nullptr;
 
 // sysexits.h's EX_CONFIG: the unit's RestartPreventExitStatus, so systemd does not restart a
 // daemon whose YAML is wrong until someone fixes it.
@@ -59,7 +85,7 @@ constexpr int exit_failure = 1;
 
 const char* usage =
     "usage: jakirod --config HOST.yaml [--busy-poll] [--socket PATH] [--lcores EAL_LCORES]\n"
-    "               [--workers N]\n"
+    "               [--workers N] [--take-over [--drop-rdma]]\n"
     "       jakirod --check-config HOST.yaml\n"
     "  --config FILE        host configuration (YAML; see jakirod(8))\n"
     "  --check-config FILE  validate FILE and exit: 0 if valid, 78 with file:line: field:\n"
@@ -69,6 +95,9 @@ const char* usage =
     "  --lcores LIST        EAL --lcores mapping (default: one lcore per worker, each\n"
     "                       floating over every CPU)\n"
     "  --workers N          poll loops sharing the vNICs (default: host.workers, else 1)\n"
+    "  --take-over          take over from the running jakirod of this host with its state\n"
+    "                       (docs/restart.md); it serves on if this one refuses or fails\n"
+    "  --drop-rdma          with --take-over: accept that open RDMA contexts are lost\n"
     "  --version            print the version and exit\n"
     "  --help               print this and exit\n"
     "Signals: TERM and INT stop; HUP applies --config again (as jakiroctl apply).\n"
@@ -81,6 +110,8 @@ struct options {
     std::string lcores;
     unsigned workers = 0;  // 0: host.workers from the YAML
     bool busy_poll = false;
+    bool take_over = false;
+    bool drop_rdma = false;
 };
 
 bool parse_options(int argc, char** argv, options& out) {
@@ -121,6 +152,10 @@ bool parse_options(int argc, char** argv, options& out) {
             out.workers = static_cast<unsigned>(n);
         } else if (arg == "--busy-poll") {
             out.busy_poll = true;
+        } else if (arg == "--take-over") {
+            out.take_over = true;
+        } else if (arg == "--drop-rdma") {
+            out.drop_rdma = true;
         } else if (arg == "--help" || arg == "-h") {
             std::cout << usage;
             std::exit(0);
@@ -134,6 +169,10 @@ bool parse_options(int argc, char** argv, options& out) {
     }
     if (out.config.empty() && out.check_config.empty()) {
         std::cerr << "jakirod: --config or --check-config is required\n" << usage;
+        return false;
+    }
+    if (out.drop_rdma && !out.take_over) {
+        std::cerr << "jakirod: --drop-rdma goes with --take-over\n" << usage;
         return false;
     }
     if (!out.config.empty() && !out.check_config.empty()) {
@@ -175,6 +214,9 @@ int run_worker(void* arg) {
 }
 
 int fail(const std::string& message) {
+    if (pending_inheritance != nullptr) {
+        jakiro::report_outcome(*pending_inheritance, message);
+    }
     jakiro::log::error("start_failed", message);
     jakiro::service::notify("STATUS=failed: " + message);
     return exit_failure;
@@ -205,6 +247,7 @@ int check_config(const std::string& path) {
 int main(int argc, char** argv) {
     using namespace jakiro;
     options opts;
+    const own_command own = read_own_command(argc, argv);
     if (!parse_options(argc, argv, opts)) {
         return exit_usage;
     }
@@ -297,6 +340,35 @@ int main(int argc, char** argv) {
         return fail(std::string("cannot create the mbuf pool: ") + rte_strerror(rte_errno));
     }
 
+    // A take-over: the predecessor's state, before any port opens. Once take_over returns, the
+    // predecessor's workers have stopped: from here to our own workers is the blackout.
+    std::optional<inheritance> inherited;
+    early_inheritance early;
+    const std::string marker = run_marker_path(opts.socket);
+    if (opts.take_over) {
+        std::string why;
+        inherited = take_over(handover_path(opts.socket), opts.drop_rdma, why);
+        if (!inherited) {
+            std::cerr << "jakirod: " << why << "\n";
+            return fail(why);
+        }
+        pending_inheritance = &*inherited;
+        if (!read_image_early(*inherited->image, state, early)) {
+            return fail("the state image: " + inherited->image->error());
+        }
+        state.restarts.from_version = early.from_version;
+        state.restarts.last =
+            early.from_version == writer_version() ? restart_kind::restart : restart_kind::upgrade;
+    } else if (predecessor_crashed(marker, state.restarts)) {
+        state.restarts.last = restart_kind::crash;
+    }
+    if (state.restarts.last != restart_kind::none) {
+        ++state.restarts.counts[static_cast<std::size_t>(state.restarts.last)];
+    }
+    state.restarts.at_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    std::chrono::system_clock::now().time_since_epoch())
+                                    .count();
+
     std::string error;
     auto neighbors = std::make_unique<overlay::underlay_neighbors>();
     tables_publisher publisher(workers);
@@ -384,14 +456,161 @@ int main(int argc, char** argv) {
         }
         state.workers.push_back(ctx.get());
     }
+    if (inherited) {
+        std::vector<worker_context*> owners;
+        for (auto& ctx : contexts) {
+            owners.push_back(ctx.get());
+        }
+        if (!read_image_late(*inherited->image, state, owners)) {
+            return fail("the state image: " + inherited->image->error());
+        }
+    }
 
     const std::size_t vnic_count = config.vnics.size();
     const std::string metrics_at = config.metrics ? config.metrics->text() : "off";
     control_server control(state, host, opts.socket);
     control.reload_on(&reload_requested, opts.config);
+    if (early.metrics_listener >= 0) {
+        control.inherit_metrics_listener(early.metrics_listener);
+    }
+    if (inherited) {
+        control.replace_predecessor();
+    }
     if (!control.start(error)) {
         return fail(error);
     }
+    // The old side of a future take-over (restart/handover_server.hh).
+    std::chrono::steady_clock::time_point frozen_at;
+    std::size_t rdma_lost = 0;
+    handover_server::hooks hooks;
+    hooks.refusal = [&](const handover::offer& o) -> std::string {
+        std::size_t clients = 0;
+        control.run_on_control_thread([&] { clients = verbs_channel.client_count(); },
+                                      std::chrono::seconds(2));
+        if (clients != 0 && !o.may_lose_rdma) {
+            return std::to_string(clients) +
+                   " RDMA contexts are open, and RDMA state is not carried over yet: they would "
+                   "be told their device is gone (take over with --drop-rdma to accept that)";
+        }
+        return "";
+    };
+    hooks.freeze = [&](const handover::offer&) {
+        // The RDMA faces close while the workers still run (QPs leave their engines through
+        // them), and always: their listeners are bound in the tenants' namespaces, where the
+        // successor binds its own.
+        const bool closed = control.run_on_control_thread(
+            [&] {
+                state.handing_over = true;
+                rdma_lost = verbs_channel.client_count();
+                host.close_rdma_faces();
+            },
+            std::chrono::seconds(20));
+        if (!closed) {
+            return false;
+        }
+        {
+            std::lock_guard lock(freeze.mutex);
+            freeze.requested = true;
+            freeze.stopped = false;
+            freeze.resumed = false;
+        }
+        stop_requested = true;
+        for (auto& e : engines) {
+            e->wake();
+        }
+        std::unique_lock lock(freeze.mutex);
+        if (!freeze.changed.wait_for(lock, std::chrono::seconds(5),
+                                     [] { return freeze.stopped; })) {
+            return false;
+        }
+        frozen_at = std::chrono::steady_clock::now();
+        return true;
+    };
+    hooks.write = [&](handover::image_writer& w) {
+        control.run_on_control_thread(
+            [&] {
+                image_sources sources;
+                sources.frozen = frozen_at;
+                sources.metrics_listener = control.metrics_listener();
+                if (vnet::is_face_port(host.uplink_port())) {
+                    if (vnet::face* uplink = vnet::face_of(host.uplink_port()); uplink->is_tap()) {
+                        sources.tap_iface = uplink->iface();
+                        sources.tap_fd = uplink->fd();
+                    }
+                }
+                sources.counters = counter_values(control.collect());
+                sources.rdma_contexts_lost = rdma_lost;
+                write_image(w, state, sources);
+            },
+            std::chrono::seconds(20));
+    };
+    hooks.resume = [&](const std::string& why) {
+        log::warning("handover_failed", why + "; serving on");
+        {
+            std::lock_guard lock(freeze.mutex);
+            freeze.resumed = true;
+            freeze.changed.notify_all();
+        }
+        // With the workers back (the faces' QP1 queues join their engines), and once the
+        // failed successor has gone with its listeners in the tenants' namespaces.
+        std::string warnings;
+        for (int attempt = 0; attempt < 50; ++attempt) {
+            warnings.clear();
+            control.run_on_control_thread([&] { host.reopen_rdma_faces(warnings); },
+                                          std::chrono::seconds(20));
+            if (warnings.empty()) {
+                break;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        if (!warnings.empty()) {
+            log::warning("rdma_face", warnings);
+        }
+        control.post([&] { state.handing_over = false; });
+    };
+    hooks.exit = [] {
+        std::fflush(nullptr);
+        _exit(0);  // tear nothing down: the successor holds the same devices and sockets
+    };
+    handover_server handover(handover_path(opts.socket), hooks);
+    if (!handover.start(error)) {
+        return fail(error);
+    }
+    control.on_restart([&](const std::vector<std::string>& args) -> std::string {
+        std::string binary = own.binary;
+        bool drop_rdma = false;
+        for (std::size_t i = 0; i < args.size(); ++i) {
+            if (args[i] == "--binary" && i + 1 < args.size()) {
+                binary = args[++i];
+            } else if (args[i] == "--drop-rdma") {
+                drop_rdma = true;
+            } else {
+                return "ERR usage: restart [--binary PATH] [--drop-rdma]\n";
+            }
+        }
+        if (handover.busy() || state.handing_over) {
+            return "ERR a take-over is under way\n";
+        }
+        if (const std::size_t clients = verbs_channel.client_count(); clients != 0 && !drop_rdma) {
+            return "ERR " + std::to_string(clients) +
+                   " RDMA contexts are open, and RDMA state is not carried over yet: they would "
+                   "be told their device is gone (restart --drop-rdma to accept that)\n";
+        }
+        auto successor_args = own.args;
+        successor_args.push_back("--take-over");
+        if (drop_rdma) {
+            successor_args.push_back("--drop-rdma");
+        }
+        std::string why;
+        const pid_t pid = start_successor(binary, successor_args, why);
+        if (pid < 0) {
+            return "ERR " + why + "\n";
+        }
+        log::info("restarting",
+                  "successor " + std::to_string(pid) + " (" + binary + ") takes over");
+        return "OK\nsuccessor " + std::to_string(pid) + " (" + binary +
+               ") is taking over; `jakiroctl status` names the last restart once it runs\n";
+    });
     register_telemetry(&control);
     if (follower) {
         follower->set_poster([&control](std::function<void()> fn) { control.post(std::move(fn)); });
@@ -406,7 +625,12 @@ int main(int argc, char** argv) {
     // starts polling next: systemd may consider the service started.
     std::string status;
     control.run_on_control_thread([&] { status = control.status_line(); }, std::chrono::seconds(2));
-    service::notify("READY=1\nSTATUS=" + status);
+    // Taking over under systemd: we become the unit's main process (NotifyAccess=all).
+    service::notify((inherited ? "MAINPID=" + std::to_string(getpid()) + "\n" : std::string()) +
+                    "READY=1\nSTATUS=" + status);
+    if (!inherited) {
+        write_run_marker(marker, state.restarts);
+    }
     log::info("started", status,
               {{"vnics", vnic_count},
                {"underlay", format_ipv4(state.config.underlay.ip)},
@@ -419,26 +643,60 @@ int main(int argc, char** argv) {
 
     loop_options loop;
     loop.busy_poll = opts.busy_poll;
-    // Workers 1.. on the other lcores, worker 0 (the uplink's) on this one.
+    // Workers 1.. on the other lcores, worker 0 (the uplink's) on this one; again after a
+    // take-over that failed (the freeze stopped them).
     std::vector<worker_launch> launches;
     launches.reserve(workers);
-    unsigned next_id = 1;
-    unsigned lcore = 0;
-    RTE_LCORE_FOREACH_WORKER(lcore) {
-        if (next_id == workers) {
+    for (;;) {
+        launches.clear();
+        unsigned next_id = 1;
+        unsigned lcore = 0;
+        RTE_LCORE_FOREACH_WORKER(lcore) {
+            if (next_id == workers) {
+                break;
+            }
+            launches.push_back(
+                {&publisher, next_id, contexts[next_id].get(), rdma_ports[next_id].get(), &loop});
+            if (rte_eal_remote_launch(run_worker, &launches.back(), lcore) != 0) {
+                stop_requested = true;
+                termination_requested = true;
+                log::error("start_failed", "cannot launch worker " + std::to_string(next_id));
+                break;
+            }
+            ++next_id;
+        }
+        if (inherited && inherited->sock >= 0) {
+            // The predecessor exits when it reads this: our workers take over now.
+            const auto now = std::chrono::steady_clock::now();
+            const double blackout =
+                std::chrono::duration<double, std::milli>(now - early.frozen).count();
+            const double takeover =
+                std::chrono::duration<double, std::milli>(now - inherited->asked).count();
+            control.run_on_control_thread(
+                [&] {
+                    state.restarts.blackout_ms = blackout;
+                    state.restarts.takeover_ms = takeover;
+                },
+                std::chrono::seconds(2));
+            report_outcome(*inherited, "");
+            pending_inheritance = nullptr;
+            write_run_marker(marker, state.restarts);
+            log::info("took_over", "from " + early.from_version,
+                      {{"blackout_ms", blackout}, {"takeover_ms", takeover}});
+        }
+        run_lcore_loop(publisher, 0, *worker, rdma_ports[0].get(), loop, stop_requested);
+        rte_eal_mp_wait_lcore();
+        std::unique_lock lock(freeze.mutex);
+        if (termination_requested || !freeze.requested) {
             break;
         }
-        launches.push_back(
-            {&publisher, next_id, contexts[next_id].get(), rdma_ports[next_id].get(), &loop});
-        if (rte_eal_remote_launch(run_worker, &launches.back(), lcore) != 0) {
-            stop_requested = true;
-            log::error("start_failed", "cannot launch worker " + std::to_string(next_id));
-            break;
-        }
-        ++next_id;
+        // Frozen for a take-over: it ends this process (hooks.exit) or lets the workers run.
+        freeze.stopped = true;
+        freeze.changed.notify_all();
+        freeze.changed.wait(lock, [] { return freeze.resumed; });
+        freeze.requested = false;
+        stop_requested = false;
     }
-    run_lcore_loop(publisher, 0, *worker, rdma_ports[0].get(), loop, stop_requested);
-    rte_eal_mp_wait_lcore();
 
     service::notify("STOPPING=1\nSTATUS=stopping");
     log::info("stopping", "signal received; closing ports");
@@ -446,8 +704,10 @@ int main(int argc, char** argv) {
     if (etcd) {
         etcd->stop();  // before the control thread: its callbacks post there
     }
+    handover.stop();
     control.stop();
     host.stop();  // each vNIC's RDMA face, then its port
     verbs_channel.stop();
+    remove_run_marker(marker);
     return 0;
 }

@@ -128,6 +128,32 @@ flow_entry* flow_table::insert(const flow_key& key, uint64_t now, uint32_t allow
     return &e;
 }
 
+bool flow_table::restore(const flow_entry& saved) {
+    insert_result result{};
+    flow_entry* e = insert(saved.key, saved.last_seen, UINT32_MAX, result);
+    if (e == nullptr) {
+        return false;
+    }
+    if (result == insert_result::created) {
+        // Not a new flow: the inserts counter counts what tenants opened, once.
+        _inserts.store(_inserts.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+    }
+    begin_update(*e);
+    e->last_seen = saved.last_seen;
+    e->packets[0] = saved.packets[0];
+    e->packets[1] = saved.packets[1];
+    e->bytes[0] = saved.bytes[0];
+    e->bytes[1] = saved.bytes[1];
+    e->rule = saved.rule;
+    e->generation = saved.generation;
+    e->state = saved.state;
+    e->initiator = saved.initiator;
+    e->fins = saved.fins;
+    e->revoked = saved.revoked;
+    end_update(*e);
+    return true;
+}
+
 void flow_table::erase(flow_entry* entry) {
     begin_update(*entry);
     entry->in_use = false;

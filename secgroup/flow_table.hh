@@ -110,6 +110,10 @@ class flow_table {
     flow_entry* insert(const flow_key& key, uint64_t now, uint32_t allowance,
                        insert_result& result);
     void erase(flow_entry* entry);
+    // A take-over (docs/restart.md): an entry a predecessor's table held, as it was, whatever
+    // the vNIC's allowance (it held it already). Not counted as an insert. False when the table
+    // is full.
+    bool restore(const flow_entry& saved);
 
     // Forgets flows idle past their state's timeout, looking at no more than `budget` slots.
     void expire(uint64_t now, uint32_t budget);

@@ -63,7 +63,8 @@ bool command_socket::start(std::string& error) {
     std::strncpy(addr.sun_path, _path.c_str(), sizeof(addr.sun_path) - 1);
     // A socket file left by a crashed daemon is stale if nobody accepts on it. (A blocking
     // probe: a non-blocking connect to a full backlog would look like nobody.)
-    const int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    // A successor taking over replaces its predecessor's (docs/restart.md).
+    const int probe = _replace ? -1 : socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     const bool taken =
         probe >= 0 && connect(probe, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
     if (probe >= 0) {

@@ -54,6 +54,10 @@ class command_socket {
     bool start(std::string& error);
     void stop();
 
+    // start() binds the path even while another process serves it: a successor taking over
+    // (its predecessor's clients finish; new ones reach the successor).
+    void replace_existing() { _replace = true; }
+
     // Clients dropped because their deadline passed (slow to ask, or not reading).
     uint64_t dropped() const { return _dropped.load(std::memory_order_relaxed); }
 
@@ -62,6 +66,8 @@ class command_socket {
     // Serves `fd` (from open_tcp_listener, or -1 for none) as HTTP with `on_request`; a
     // listener set before is closed (its clients still get their answers).
     void set_http_listener(int fd, http_handler on_request);
+    // The HTTP listener's descriptor (-1: none), handed to a successor (docs/restart.md).
+    int http_listener() const { return _http_fd; }
     // The port the HTTP listener is bound to (0: none); for tests that bind port 0.
     uint16_t http_port() const;
 
@@ -79,6 +85,7 @@ class command_socket {
     handler _on_line;
     limits _limits;
     int _listen_fd = -1;
+    bool _replace = false;
     int _http_fd = -1;
     http_handler _on_http;
     int _wake_fd = -1;  // eventfd: post() wakes the thread

@@ -34,7 +34,10 @@ control_server::~control_server() {
 }
 
 bool control_server::start(std::string& error) {
-    if (!bind_metrics(_state.config.metrics, error)) {
+    if (_inherited_metrics >= 0) {
+        _socket.set_http_listener(_inherited_metrics, metrics_handler());
+        _inherited_metrics = -1;
+    } else if (!bind_metrics(_state.config.metrics, error)) {
         return false;
     }
     _watchdog = service::watchdog_period();
@@ -200,6 +203,12 @@ std::string control_server::handle(const std::string& command_line) {
         } else {
             rest.push_back(args[i]);
         }
+    }
+    if (command == "apply" && _state.handing_over.load()) {
+        return "ERR jakirod is handing over to its successor: apply to the new one\n";
+    }
+    if (command == "restart") {
+        return _on_restart ? _on_restart(rest) : "ERR restart is not available here\n";
     }
     if (command == "apply" && _state.control_plane != nullptr) {
         // The running configuration is host YAML + etcd; a host YAML alone would drop the

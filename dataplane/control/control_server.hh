@@ -14,6 +14,7 @@
 #include <chrono>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "command_socket.hh"
 #include "daemon_state.hh"
@@ -34,6 +35,14 @@ class control_server {
     bool start(std::string& error);
     void stop();
 
+    // A predecessor's metrics listener (docs/restart.md): start() serves it instead of binding
+    // host.metrics.listen, which the predecessor still holds. Takes `fd`.
+    void inherit_metrics_listener(int fd) { _inherited_metrics = fd; }
+    // A successor: start() takes over the control socket's path from the predecessor.
+    void replace_predecessor() { _socket.replace_existing(); }
+    // The metrics listener now (-1: none), to hand to a successor.
+    int metrics_listener() const { return _socket.http_listener(); }
+
     // Exposed for tests: the reply to one command line.
     std::string handle(const std::string& command_line);
     // The daemon's metrics now, and as Prometheus text (control thread only).
@@ -46,6 +55,12 @@ class control_server {
     void reload_on(std::atomic<bool>* flag, std::string file) {
         _reload_flag = flag;
         _reload_file = std::move(file);
+    }
+
+    // `restart [--binary PATH] [--drop-rdma]`: `fn` starts the successor and answers the client
+    // (docs/restart.md).
+    void on_restart(std::function<std::string(const std::vector<std::string>& args)> fn) {
+        _on_restart = std::move(fn);
     }
 
     // Runs `fn` on the control thread soon, without waiting (any thread).
@@ -76,6 +91,8 @@ class control_server {
     std::atomic<bool>* _reload_flag = nullptr;
     std::string _reload_file;
     std::function<void()> _on_second;
+    int _inherited_metrics = -1;
+    std::function<std::string(const std::vector<std::string>&)> _on_restart;
 };
 
 }  // namespace jakiro

@@ -5,7 +5,9 @@
 // control thread reads it, and the worker-owned parts it points to (counters, neighbors) are
 // read through their single-writer atomics.
 
+#include <atomic>
 #include <chrono>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "../overlay/underlay_neighbors.hh"
 #include "../tables_publisher.hh"
 #include "../worker/worker_context.hh"
+#include "restart_record.hh"
 
 namespace jakiro {
 
@@ -49,6 +52,13 @@ struct daemon_state {
     verbs::channel_server* verbs = nullptr;  // the vNICs' RDMA faces (follow apply)
     // With control: in the host YAML, the etcd follower's state (control_plane_report.hh).
     const control_plane_report* control_plane = nullptr;
+    // The last restart and the host's restart history (docs/restart.md).
+    restart_record restarts;
+    // Counter values a predecessor exported, added to ours so /metrics never goes down across
+    // a take-over: "name{label=\"value\",...}" (labels sorted) to the predecessor's value.
+    std::map<std::string, double> counter_bases;
+    // A take-over is in progress: commands that change the daemon are refused until it ends.
+    std::atomic<bool> handing_over{false};
 
     // The id of the worker that owns the vNIC in `slot` (0 for a slot never given out).
     uint8_t worker_of(uint16_t slot) const {

@@ -1,4 +1,5 @@
 #include "metrics.hh"
+#include "restart_report.hh"
 
 #include <prometheus/text_serializer.h>
 #include <rte_ethdev.h>
@@ -789,7 +790,10 @@ std::vector<MetricFamily> collect_metrics(const daemon_state& state,
         .sample({}, static_cast<double>(control.scrapes));
     f.counter("jakiro_log_lines_suppressed_total", "Log lines the rate limit held back")
         .sample({}, static_cast<double>(control.log_suppressed));
-    return f.take();
+    auto out = f.take();
+    append_restart_metrics(state.restarts, out);
+    add_counter_bases(state.counter_bases, out);
+    return out;
 }
 
 std::string render_metrics_text(const std::vector<MetricFamily>& families) {

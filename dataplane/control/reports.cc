@@ -1,4 +1,5 @@
 #include "reports.hh"
+#include "restart_report.hh"
 
 #include "../ports.hh"
 #include "../shaping/egress_shaper.hh"
@@ -224,6 +225,7 @@ std::string render_status(const daemon_state& state, bool json) {
                 .end_object();
         }
         out.end_array();
+        write_restart_json(out, state.restarts);
         if (state.control_plane != nullptr) {
             state.control_plane->write_json(out);
         }
@@ -242,6 +244,7 @@ std::string render_status(const daemon_state& state, bool json) {
     }
     text << "  underlay neighbors resolved: " << resolved_neighbors(state) << "/"
          << state.neighbors->size() << "\n";
+    text << restart_text(state.restarts);
     if (state.control_plane != nullptr) {
         text << state.control_plane->text();
     }

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
 
 #include "tap_header.hh"
 #include "uplink_state.hh"
@@ -48,10 +49,35 @@ bool negotiate_offloads(int fd) {
     return false;
 }
 
+// Tap descriptors a predecessor handed over, by interface name (control thread / main).
+std::map<std::string, int>& inherited_taps() {
+    static std::map<std::string, int> taps;
+    return taps;
+}
+
+int take_inherited_tap(const std::string& iface) {
+    auto& taps = inherited_taps();
+    const auto it = taps.find(iface);
+    if (it == taps.end()) {
+        return -1;
+    }
+    const int fd = it->second;
+    taps.erase(it);
+    return fd;
+}
+
 // Per worker thread: the iovecs of one message.
 thread_local iovec tap_iov[1 + 128];
 
 }  // namespace
+
+void inherit_tap(const std::string& iface, int fd) {
+    auto& taps = inherited_taps();
+    if (const auto it = taps.find(iface); it != taps.end()) {
+        close(it->second);
+    }
+    taps[iface] = fd;
+}
 
 std::unique_ptr<face> face::open_tap(const std::string& iface, rte_mempool* pool,
                                      rte_mempool* superframes,
@@ -62,7 +88,12 @@ std::unique_ptr<face> face::open_tap(const std::string& iface, rte_mempool* pool
         error = "no interface '" + iface + "' in this network namespace";
         return nullptr;
     }
-    const int fd = ::open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC);
+    // A predecessor's descriptor, attached to the tap already (a single-queue tap takes one).
+    int fd = take_inherited_tap(iface);
+    const bool inherited = fd >= 0;
+    if (!inherited) {
+        fd = ::open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC);
+    }
     if (fd < 0) {
         error = errno_text("open(/dev/net/tun)", iface);
         return nullptr;
@@ -75,7 +106,7 @@ std::unique_ptr<face> face::open_tap(const std::string& iface, rte_mempool* pool
     ifreq req{};
     std::strncpy(req.ifr_name, iface.c_str(), IFNAMSIZ - 1);
     req.ifr_flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR;
-    if (ioctl(fd, TUNSETIFF, &req) != 0) {
+    if (!inherited && ioctl(fd, TUNSETIFF, &req) != 0) {
         return fail("TUNSETIFF (is it a tap device, not attached elsewhere?)");
     }
     const int header_size = tap_header_bytes;

@@ -78,6 +78,11 @@ struct over_allowance {
     uint32_t bytes = 0;
 };
 
+// A take-over (docs/restart.md): the tap `iface` is already attached to `fd`, a predecessor's
+// descriptor; the next open_tap of `iface` uses it instead of attaching anew (a single-queue
+// tap admits one attachment, and reattaching would drop what it queued). Takes `fd`.
+void inherit_tap(const std::string& iface, int fd);
+
 class face {
   public:
     static constexpr uint16_t max_burst = 32;
@@ -117,6 +122,7 @@ class face {
     // called whether or not the socket is readable).
     bool holds_uplink_frames() const;
     bool is_uplink() const { return _uplink != nullptr; }
+    bool is_tap() const { return _tap; }
     // A tap uplink whose kernel agreed to UDP-tunnel GSO: it takes VXLAN super-frames whole.
     bool takes_vxlan_superframes() const { return _vxlan_superframes; }
     // Sends and frees the first N frames, N returned; the rest stay the caller's (socket

@@ -35,6 +35,9 @@ const char* usage =
     "  metrics               every metric in the Prometheus text format (as GET /metrics)\n"
     "  apply FILE            apply a host YAML live: security groups, rules, peers, vNICs,\n"
     "                        QoS, quotas, the metrics address (what systemctl reload does)\n"
+    "  restart [--binary PATH] [--drop-rdma]   start a successor (PATH, default the same\n"
+    "                        binary) that takes over with the state: tenants keep their\n"
+    "                        flows; refused while RDMA contexts are open unless --drop-rdma\n"
     "cluster commands (the control plane in etcd; no jakirod needed):\n"
     "  --etcd URL apply CLUSTER.yaml   write the cluster's VPCs, groups, vNICs (and hosts)\n"
     "                                  in one transaction; refused with file:line: field\n"
@@ -97,7 +100,10 @@ int main(int argc, char** argv) {
         } else if (arg == "--host" || arg == "--socket") {
             std::cerr << "jakiroctl: " << arg << " needs a value\n" << usage;
             return 2;
-        } else if (command == "apply" && arg.find('/') != 0) {
+        } else if ((command == "apply" ||
+                    (command.rfind("restart", 0) == 0 && command.size() >= 8 &&
+                     command.compare(command.size() - 8, 8, "--binary") == 0)) &&
+                   arg.find('/') != 0) {
             // jakirod reads the file itself, from its own working directory: send a full path.
             char* full = realpath(arg.c_str(), nullptr);
             if (full == nullptr) {

@@ -1,0 +1,161 @@
+#include "handover_server.hh"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "../log.hh"
+#include "jakiro_version.hh"
+
+namespace jakiro {
+
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr auto offer_deadline = 5s;
+// The successor opens its ports, adopts what it was given and starts its workers before it
+// answers; on a loaded two-core host that can take a few seconds.
+constexpr auto outcome_deadline = 30s;
+
+}  // namespace
+
+std::string writer_version() {
+    return std::string("jakirod ") + JAKIRO_VERSION;
+}
+
+handover_server::handover_server(std::string path, hooks h)
+    : _path(std::move(path)), _hooks(std::move(h)) {}
+
+handover_server::~handover_server() {
+    stop();
+}
+
+bool handover_server::start(std::string& error) {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    if (_path.size() >= sizeof(addr.sun_path)) {
+        error = "hand-over socket path too long: " + _path;
+        return false;
+    }
+    std::memcpy(addr.sun_path, _path.c_str(), _path.size() + 1);
+    _listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    _wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (_listen_fd < 0 || _wake_fd < 0) {
+        error = std::string("hand-over socket: ") + std::strerror(errno);
+        return false;
+    }
+    unlink(_path.c_str());
+    // Root only, whatever the umask: the credentials are checked again on every connection.
+    const mode_t old_mask = umask(0077);
+    const bool bound = bind(_listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    umask(old_mask);
+    if (!bound || listen(_listen_fd, 4) != 0) {
+        error = "hand-over socket " + _path + ": " + std::strerror(errno);
+        return false;
+    }
+    _thread = std::thread([this] { serve(); });
+    return true;
+}
+
+void handover_server::stop() {
+    if (_thread.joinable()) {
+        _stopping = true;
+        const uint64_t one = 1;
+        (void)!write(_wake_fd, &one, sizeof one);
+        _thread.join();
+    }
+    if (_listen_fd >= 0) {
+        close(_listen_fd);
+        _listen_fd = -1;
+        unlink(_path.c_str());
+    }
+    if (_wake_fd >= 0) {
+        close(_wake_fd);
+        _wake_fd = -1;
+    }
+}
+
+void handover_server::serve() {
+    while (!_stopping) {
+        pollfd p[2] = {{_listen_fd, POLLIN, 0}, {_wake_fd, POLLIN, 0}};
+        if (poll(p, 2, -1) < 0 || (p[1].revents & POLLIN) != 0) {
+            continue;
+        }
+        const int sock = accept4(_listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+        if (sock < 0) {
+            continue;
+        }
+        _busy = true;
+        converse(sock);
+        close(sock);
+        _busy = false;
+    }
+}
+
+void handover_server::converse(int sock) {
+    std::string error;
+    if (!handover::peer_is_trusted(sock, error)) {
+        log::warning("handover_refused", "a take-over from an untrusted peer: " + error);
+        return;
+    }
+    const auto offer = handover::receive_offer(sock, offer_deadline, error);
+    if (!offer) {
+        log::warning("handover_failed", error);
+        return;
+    }
+    // What this binary writes, checked before anything stops.
+    handover::image_writer probe(writer_version());
+    for (const auto kind : {
+#define JAKIRO_SECTION(name, number, version, required) handover::section_kind::name,
+#include "handover/sections.def"
+#undef JAKIRO_SECTION
+         }) {
+        probe.begin(kind);
+        probe.end();
+    }
+    std::string refusal =
+        handover::incompatibility(offer->reads, probe.written(), probe.required());
+    if (refusal.empty() && _hooks.refusal) {
+        refusal = _hooks.refusal(*offer);
+    }
+    if (!refusal.empty()) {
+        log::warning("handover_refused", offer->version + " may not take over: " + refusal);
+        handover::send_verdict(sock, refusal, error);
+        return;
+    }
+    if (!handover::send_verdict(sock, "", error)) {
+        log::warning("handover_failed", error);
+        return;
+    }
+    log::info("handing_over", "to " + offer->version);
+    if (!_hooks.freeze(*offer)) {
+        _hooks.resume("could not stop the workers");
+        return;  // the successor sees the socket close before any image: it gives up
+    }
+    handover::image_writer image(writer_version());
+    _hooks.write(image);
+    if (!handover::send_image(sock, image, error)) {
+        _hooks.resume(error);
+        return;
+    }
+    const auto outcome = handover::receive_outcome(
+        sock, std::chrono::duration_cast<std::chrono::milliseconds>(outcome_deadline), error);
+    if (!outcome) {
+        _hooks.resume("the successor did not report: " + error);
+        return;
+    }
+    if (!outcome->empty()) {
+        _hooks.resume("the successor failed: " + *outcome);
+        return;
+    }
+    log::info("handed_over", "the successor runs; exiting");
+    _hooks.exit();
+}
+
+}  // namespace jakiro
