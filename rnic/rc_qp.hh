@@ -217,7 +217,8 @@ class rc_qp {
         std::array<std::shared_ptr<const verbs::mr_entry>, verbs_proto::wqe_max_sge> pins;
     };
     struct recv_op {
-        verbs_proto::recv_wqe wqe{};  // as taken: a restart looks its SGEs up again
+        verbs_proto::recv_wqe wqe;  // as taken (no zeroing: take_recv writes it first); a
+                                    // restart looks its SGEs up again
         uint64_t wr_id = 0;
         uint32_t length = 0;
         ibv_wc_status local_error = IBV_WC_SUCCESS;
