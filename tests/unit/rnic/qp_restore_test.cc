@@ -86,6 +86,8 @@ struct side {
     proto::cq_ring_header* scq_view = nullptr;
     proto::cq_ring_header* rcq_view = nullptr;
     std::size_t cq_bytes = 0;
+    std::shared_ptr<verbs::shared_receive_queue> srq;  // receives come from here, if set
+    uint32_t srq_posted = 0;
     std::shared_ptr<rc_qp> qp;
     uint32_t sq_posted = 0, rq_posted = 0, send_consumed = 0, recv_consumed = 0;
 
@@ -117,6 +119,7 @@ struct side {
         s.recv_cq = rcq;
         s.ring = std::move(r);
         s.mrs = mrs;
+        s.srq = srq;
         s.max_send_sge = 4;
         s.max_recv_sge = 4;
         s.max_inline = 64;
@@ -135,6 +138,14 @@ struct side {
         w.sg[0] = {iova(offset), length, mr};
         proto::rq_slots(ring, sq_depth)[rq_posted & (rq_depth - 1)] = w;
         proto::publish_wqes(ring->rq_producer, ++rq_posted);
+    }
+    void post_srq(uint64_t wr_id, std::size_t offset, uint32_t length) {
+        proto::recv_wqe w{};
+        w.wr_id = wr_id;
+        w.num_sge = 1;
+        w.sg[0] = {iova(offset), length, mr};
+        proto::srq_slots(srq->header())[srq_posted & (srq->capacity() - 1)] = w;
+        proto::publish_wqes(srq->header()->producer, ++srq_posted);
     }
     static bool poll(proto::cq_ring_header* cq, uint32_t& consumed, proto::cqe& out) {
         if (proto::load_producer_acquire(*cq) == consumed) {
@@ -183,7 +194,7 @@ proto::send_wqe wqe(uint64_t wr_id, ibv_wr_opcode op, uint64_t local, uint32_t l
 
 class qp_restore_test : public ::testing::Test {
   protected:
-    void make(side& s, uint16_t vnic, uint32_t ip, ibv_qp_type type) {
+    void make(side& s, uint16_t vnic, uint32_t ip, ibv_qp_type type, bool on_srq = false) {
         s.vnic = vnic;
         s.ip = ip;
         s.type = type;
@@ -218,6 +229,11 @@ class qp_restore_test : public ::testing::Test {
                                                           verbs::cq_error_sink{});
         s.rcq = std::make_shared<verbs::completion_queue>(std::move(rcq_ring), 2, 1, -1,
                                                           verbs::cq_error_sink{});
+        if (on_srq) {
+            int srq_fd = -1;
+            ASSERT_EQ(verbs::shared_receive_queue::create(64, 1, 1, s.pd, 4, {}, s.srq, srq_fd), 0);
+            close(srq_fd);
+        }
         std::unique_ptr<verbs::qp_ring> ring;
         ASSERT_EQ(verbs::qp_ring::create(sq_depth, rq_depth, s.qpn, ring, s.ring_fd), 0);
         s.ring_bytes = ring->bytes();
@@ -597,6 +613,38 @@ TEST_F(rc_restore_test, intra_host_messages_restarted_between_slices_complete_wh
     ASSERT_NO_FATAL_FAILURE(restart(a));
     ASSERT_NO_FATAL_FAILURE(expect_stream_delivered());
     EXPECT_TRUE(wire.frames.empty());
+}
+
+// A QP on a shared receive queue, restarted mid-SEND: the receive WQE it had taken from the
+// SRQ (whose slot is free again, so it lives only in the QP's state) is the one the rest of the
+// message fills and completes.
+TEST_F(qp_restore_test, a_qp_on_an_srq_restarted_mid_send_completes_the_wqe_it_had_taken) {
+    make(a, 0, ip_a, IBV_QPT_RC);
+    make(b, 1, ip_b, IBV_QPT_RC, true);
+    connect_both();
+    constexpr uint32_t first = 512 << 10, second = 100 << 10;
+    fill(a, 0, first + second, 77);
+    b.post_srq(500, 1 << 20, first);
+    b.post_srq(501, 2 << 20, second);
+    a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), first, a.mr));
+    a.post_send(wqe(2, IBV_WR_SEND, a.iova(first), second, a.mr));
+    step();
+    ASSERT_LT(a.qp->stats().packets_sent.load(), first / 1024) << "inside the first SEND";
+    ASSERT_NO_FATAL_FAILURE(restart(b));
+    ASSERT_TRUE(run_until([&] { return a.qp->stats().completions.load() == 2; }, 5000));
+    run(200);
+    const auto sends = a.drain_send();
+    ASSERT_EQ(sends.size(), 2u);
+    EXPECT_EQ(sends[0].status, IBV_WC_SUCCESS);
+    EXPECT_EQ(sends[1].status, IBV_WC_SUCCESS);
+    const auto recvs = b.drain_recv();
+    ASSERT_EQ(recvs.size(), 2u);
+    EXPECT_EQ(recvs[0].wr_id, 500u);
+    EXPECT_EQ(recvs[0].byte_len, first);
+    EXPECT_EQ(recvs[1].wr_id, 501u);
+    EXPECT_EQ(recvs[1].byte_len, second);
+    EXPECT_TRUE(same(a, 0, b, 1 << 20, first));
+    EXPECT_TRUE(same(a, first, b, 2 << 20, second));
 }
 
 // The MRs a restored WQE names are pinned again: deregistered while the WR is outstanding,
