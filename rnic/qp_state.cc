@@ -245,9 +245,12 @@ int qp_state_machine::check_values(const ibv_qp_attr& a, int mask) const {
 }
 
 bool qp_state_machine::resume(const ibv_qp_attr& attr) {
-    const int state = static_cast<int>(attr.qp_state);
-    if (state < IBV_QPS_RESET || state > IBV_QPS_ERR || attr.cur_qp_state != attr.qp_state ||
-        attr.sq_draining > 1 || (attr.sq_draining != 0 && attr.qp_state != IBV_QPS_SQD)) {
+    // The enum fields as integers first: a corrupt image may hold anything in them.
+    const int state = raw(attr.qp_state);
+    if (!state_in_range(state) || raw(attr.cur_qp_state) != state || attr.sq_draining > 1 ||
+        (attr.sq_draining != 0 && state != IBV_QPS_SQD) || raw(attr.path_mtu) < 0 ||
+        raw(attr.path_mtu) > IBV_MTU_4096 || raw(attr.path_mig_state) < IBV_MIG_MIGRATED ||
+        raw(attr.path_mig_state) > IBV_MIG_ARMED) {
         return false;
     }
     // Every value modify() checks, whether or not this type or state sets it: an attribute
@@ -258,13 +261,13 @@ bool qp_state_machine::resume(const ibv_qp_attr& attr) {
     if (attr.port_num != 0) {
         mask |= IBV_QP_PORT;
     }
-    if (attr.path_mtu != 0) {
+    if (raw(attr.path_mtu) != 0) {
         mask |= IBV_QP_PATH_MTU;
     }
     if (attr.ah_attr.port_num != 0) {
         mask |= IBV_QP_AV;
     }
-    if (attr.path_mig_state != 0) {
+    if (raw(attr.path_mig_state) != 0) {
         mask |= IBV_QP_PATH_MIG_STATE;
     }
     if (check_values(attr, mask) != 0) {
