@@ -126,7 +126,10 @@ class rc_qp {
     // ring's memfd attached with qp_ring::attach, its indices left to restore). Frames in
     // flight meanwhile are lost, as on a lossy fabric, and recovered the same way; timers
     // restart at the restored QP's first poll or packet. restore() returns null, with the
-    // reader failed and its error saying why, for fields that cannot be this QP's.
+    // reader failed and its error saying why, for fields that cannot be this QP's. save() runs
+    // where the QP does (engine::call) or with its worker stopped; restore() before the QP is
+    // added to its engine. The old QP must not punch its ring out when it goes: its owner calls
+    // ring().leave_pages_to_successor() first.
     void save(handover::image_writer& w) const;
     static std::unique_ptr<rc_qp> restore(rc_qp_setup setup, handover::section_reader& r);
 
