@@ -131,6 +131,20 @@ void dcqcn_rate::on_cnp(uint64_t now_ns) {
     apply_rate(now_ns);
 }
 
+dcqcn_rate dcqcn_rate::resumed(const dcqcn_params& p, const carried& c, uint64_t now_ns) {
+    dcqcn_rate r(p, now_ns);
+    const uint64_t floor = std::min(r._p.min_rate_bps, r._p.line_rate_bps);
+    r._rc = std::clamp(c.rate_bps, floor, r._p.line_rate_bps);
+    r._rt = std::clamp(c.target_bps, floor, r._p.line_rate_bps);
+    r._alpha = std::min(c.alpha, alpha_one);
+    r._t_stage = c.time_stage;
+    r._bc_stage = c.byte_stage;
+    r._bytes_since = r._p.byte_counter_bytes == 0 ? 0 : c.bytes_since % r._p.byte_counter_bytes;
+    r._cnps = c.cnps;
+    r.apply_rate(now_ns);
+    return r;
+}
+
 void dcqcn_rate::on_sent(uint64_t bytes) {
     _pacer.consume(bytes);
     if (_p.byte_counter_bytes == 0) {

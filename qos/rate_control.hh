@@ -86,6 +86,22 @@ class dcqcn_rate {
     uint64_t cnps() const { return _cnps; }
     const dcqcn_params& params() const { return _p; }
 
+    // What a restarted jakirod carries over of a QP's rate: where recovery stands. Its timers
+    // are not carried: they restart when the rate is resumed, as after a CNP.
+    struct carried {
+        uint64_t rate_bps = 0;
+        uint64_t target_bps = 0;
+        uint64_t bytes_since = 0;
+        uint64_t cnps = 0;
+        uint32_t alpha = 0;
+        uint32_t time_stage = 0;
+        uint32_t byte_stage = 0;
+    };
+    carried carry() const { return {_rc, _rt, _bytes_since, _cnps, _alpha, _t_stage, _bc_stage}; }
+    // The rate `c` describes under `p`, its timers and pacer starting at `now_ns`; values
+    // out of range (a corrupt image) are clamped to what the rate could have reached.
+    static dcqcn_rate resumed(const dcqcn_params& p, const carried& c, uint64_t now_ns);
+
   private:
     void increase(uint64_t at_ns);
     void decay_alpha();

@@ -108,7 +108,8 @@ void rc_qp::on_response(const roce_packet& p, packet_port& port, uint64_t now_ns
             --_rnr_retries_left;
         }
         go_back(psn);
-        _rnr_resume_ns = now_ns + uint64_t{rnr_timer_us(syndrome.value)} * 1000;
+        _rnr_wait_ns = uint64_t{rnr_timer_us(syndrome.value)} * 1000;
+        _rnr_resume_ns = now_ns + _rnr_wait_ns;
         return;
     }
     if (syndrome.kind != aeth_kind::nak) {

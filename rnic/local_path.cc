@@ -152,6 +152,11 @@ unsigned rc_qp::send_local(rc_qp& peer, packet_port& port, uint64_t now_ns, unsi
                 _local.moved = op.length;  // an atomic: executed whole
             }
         }
+        if (_local.moved > 0 && _local.remote == nullptr) {
+            // Restored mid-message (a restart keeps how far it got, not the peer's address):
+            // the rkey is looked up again, and still_reaches then checks it as any slice.
+            peer.resume_local(op, _local);
+        }
         if (_local.moved > 0 && !peer.still_reaches(op, _local)) {
             // The peer's window (or MR) was invalidated, rebound or deregistered mid-message:
             // no byte moves through it once its owner let it go. What the wire's responder
@@ -305,6 +310,21 @@ rc_qp::local_result rc_qp::begin_local(const send_op& op, const rc_qp& requester
         }
         default:
             return fail(proto::event_type::qp_req_err, IBV_WC_REM_INV_REQ_ERR);
+    }
+}
+
+void rc_qp::resume_local(const send_op& op, local_transfer& t) const {
+    const bool write =
+        op.wqe.opcode == IBV_WR_RDMA_WRITE || op.wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+    if (!write && !is_read(op.wqe)) {
+        return;  // a SEND lands in the receive WQE the peer restored with its message
+    }
+    const uint32_t access = is_read(op.wqe) ? uint32_t{proto::access_remote_read}
+                                            : uint32_t{proto::access_remote_write};
+    auto found = remote_target(op.wqe.rkey, op.wqe.remote_addr, op.length, access);
+    if (found) {
+        t.remote = found.bytes.data();
+        t.pin = std::move(found.mr);
     }
 }
 

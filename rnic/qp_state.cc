@@ -244,6 +244,39 @@ int qp_state_machine::check_values(const ibv_qp_attr& a, int mask) const {
     return 0;
 }
 
+bool qp_state_machine::resume(const ibv_qp_attr& attr) {
+    // The enum fields as integers first: a corrupt image may hold anything in them.
+    const int state = raw(attr.qp_state);
+    if (!state_in_range(state) || raw(attr.cur_qp_state) != state || attr.sq_draining > 1 ||
+        (attr.sq_draining != 0 && state != IBV_QPS_SQD) || raw(attr.path_mtu) < 0 ||
+        raw(attr.path_mtu) > IBV_MTU_4096 || raw(attr.path_mig_state) < IBV_MIG_MIGRATED ||
+        raw(attr.path_mig_state) > IBV_MIG_ARMED) {
+        return false;
+    }
+    // Every value modify() checks, whether or not this type or state sets it: an attribute
+    // never set is zero, which passes wherever zero is allowed.
+    int mask = IBV_QP_TIMEOUT | IBV_QP_MIN_RNR_TIMER | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+               IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_PKEY_INDEX |
+               IBV_QP_QKEY;
+    if (attr.port_num != 0) {
+        mask |= IBV_QP_PORT;
+    }
+    if (raw(attr.path_mtu) != 0) {
+        mask |= IBV_QP_PATH_MTU;
+    }
+    if (attr.ah_attr.port_num != 0) {
+        mask |= IBV_QP_AV;
+    }
+    if (raw(attr.path_mig_state) != 0) {
+        mask |= IBV_QP_PATH_MIG_STATE;
+    }
+    if (check_values(attr, mask) != 0) {
+        return false;
+    }
+    _attr = attr;
+    return true;
+}
+
 void qp_state_machine::apply(const ibv_qp_attr& a, int mask, ibv_qp_state next) {
     if (next == IBV_QPS_RESET) {
         // IBTA ch. 10: RESET forgets everything; the next INIT starts from scratch.

@@ -60,6 +60,11 @@ class qp_state_machine {
     // ibv_modify_qp: 0, EINVAL, EPERM or EOPNOTSUPP. All or nothing.
     int modify(const ibv_qp_attr& attr, int mask);
 
+    // A restarted jakirod: the machine exactly as its predecessor left it (state and every
+    // attribute). False, changing nothing, for attributes no sequence of modify() calls could
+    // have produced on this QP type and device (a corrupt image).
+    bool resume(const ibv_qp_attr& attr);
+
     // Transitions the engine makes by itself.
     void enter_error();            // fatal QP error, retries exhausted, destroy with WRs
     ibv_qp_state on_send_error();  // RC -> ERR; UC/UD RTS or SQD -> SQE. Returns the state

@@ -98,7 +98,7 @@ void rc_qp::query(ibv_qp_attr& attr, ibv_qp_cap& cap, bool& sq_sig_all) const {
 
 bool rc_qp::has_work() const {
     const ibv_qp_state st = _machine.state();
-    if (_ack_pending || !_reads.empty()) {
+    if (_ack_pending || !_reads.empty() || _clock_restarts) {
         return true;
     }
     if (st == IBV_QPS_ERR) {
@@ -128,6 +128,9 @@ unsigned rc_qp::poll(packet_port& port, uint64_t now_ns, unsigned& units) {
 }
 
 unsigned rc_qp::visit(packet_port& port, uint64_t now_ns, unsigned& units) {
+    if (_clock_restarts) [[unlikely]] {
+        restart_clock(now_ns);
+    }
     _held_back = false;  // this poll's answer only (a QP in ERR or RESET holds nothing back)
     const ibv_qp_state st = _machine.state();
     if (st == IBV_QPS_ERR) {
@@ -179,6 +182,9 @@ unsigned rc_qp::visit(packet_port& port, uint64_t now_ns, unsigned& units) {
 }
 
 void rc_qp::receive(const roce_packet& p, packet_port& port, uint64_t now_ns) {
+    if (_clock_restarts) [[unlikely]] {
+        restart_clock(now_ns);
+    }
     bump(_stats.packets_received, 1);
     bump(_stats.bytes_received, p.payload.size());
     const op_kind kind = p.info->kind;

@@ -44,6 +44,11 @@
 #include "rnic/wire/headers.hh"
 #include "verbs_abi/protocol.hh"
 
+namespace jakiro::handover {
+class image_writer;
+class section_reader;
+}  // namespace jakiro::handover
+
 namespace jakiro::roce {
 
 class packet_port;
@@ -114,6 +119,19 @@ class rc_qp {
     ~rc_qp();
     rc_qp(const rc_qp&) = delete;
     rc_qp& operator=(const rc_qp&) = delete;
+
+    // A restarted jakirod (qp_handover.cc): the QP's protocol state as fields of the section
+    // the caller has open, and the QP built again from them in the successor, over `setup`'s
+    // rings, CQs, MRs and SRQ as the caller restored them from the same shared memory (the
+    // ring's memfd attached with qp_ring::attach, its indices left to restore). Frames in
+    // flight meanwhile are lost, as on a lossy fabric, and recovered the same way; timers
+    // restart at the restored QP's first poll or packet. restore() returns null, with the
+    // reader failed and its error saying why, for fields that cannot be this QP's. save() runs
+    // where the QP does (engine::call) or with its worker stopped; restore() before the QP is
+    // added to its engine. The old QP must not punch its ring out when it goes: its owner calls
+    // ring().leave_pages_to_successor() first.
+    void save(handover::image_writer& w) const;
+    static std::unique_ptr<rc_qp> restore(rc_qp_setup setup, handover::section_reader& r);
 
     // ibv_modify_qp: 0 or an errno, all or nothing.
     int modify(const ibv_qp_attr& attr, int mask);
@@ -202,6 +220,8 @@ class rc_qp {
         std::array<std::shared_ptr<const verbs::mr_entry>, verbs_proto::wqe_max_sge> pins;
     };
     struct recv_op {
+        verbs_proto::recv_wqe wqe;  // as taken (no zeroing: take_recv writes it first); a
+                                    // restart looks its SGEs up again
         uint64_t wr_id = 0;
         uint32_t length = 0;
         ibv_wc_status local_error = IBV_WC_SUCCESS;
@@ -218,6 +238,8 @@ class rc_qp {
         uint32_t total_packets = 0;
         uint32_t length = 0;
         uint32_t msn = 0;
+        uint32_t rkey = 0;  // what the request named: a restart looks `data` up again
+        uint64_t va = 0;
         std::byte* data = nullptr;
         std::shared_ptr<const verbs::mr_entry> pin;
     };
@@ -293,6 +315,9 @@ class rc_qp {
     // a window invalidated (LOCAL_INV, SEND_WITH_INV, dealloc), rebound or an MR deregistered
     // meanwhile ends the message with a remote access error.
     bool still_reaches(const send_op& op, const local_transfer& t) const;
+    // `t` restored mid-message: its WRITE or READ's memory looked up again (left null when
+    // the rkey no longer grants it, which still_reaches then refuses).
+    void resume_local(const send_op& op, local_transfer& t) const;
     void place_local(const send_op& op, local_transfer& t, uint32_t len);
     void finish_local(const send_op& op, const rc_qp& requester, local_transfer& t);
     void complete_local_recv(const send_op& op, const rc_qp& requester, ibv_wc_status status,
@@ -363,6 +388,17 @@ class rc_qp {
     verdict check_qkey(const roce_packet& p) const;
     void deliver_datagram(const roce_packet& p, recv_op& r);
 
+    // ---- a restart (qp_handover.cc)
+    bool restore_fields(handover::section_reader& r);
+    // A restored WQE's buffers, looked up again through the MR table by key and address (and
+    // pinned again); false when the saved op cannot be what this QP took (a corrupt image).
+    bool repin_send(send_op& op);
+    bool repin_recv();
+    bool repin_write();
+    bool repin_read(read_job& job);
+    // The restored QP's first poll or packet: its timers restart at `now_ns`.
+    void restart_clock(uint64_t now_ns);
+
     // ---- both
     bool complete(verbs::completion_queue& cq, const verbs_proto::cqe& c);
     void enter_error();
@@ -398,7 +434,8 @@ class rc_qp {
     bool _revoked = false;
     uint16_t _udp_src_port = 0;
     uint32_t _mtu = 1024;
-    bool _held_back = false;  // see held_back()
+    bool _held_back = false;       // see held_back()
+    bool _clock_restarts = false;  // restored: the first poll or packet restarts the timers
 
     // requester
     std::vector<send_op> _sends;  // indexed by ring index & (sq capacity - 1)
@@ -414,6 +451,7 @@ class rc_qp {
     uint32_t _retries_left = 0;
     uint32_t _rnr_retries_left = 0;
     uint64_t _rnr_resume_ns = 0;  // != 0: waiting out an RNR NAK
+    uint64_t _rnr_wait_ns = 0;    // how long that wait is (a restart waits it again)
     bool _rewound_for_gap = false;
     bool _local_fallback = false;  // the shortcut met a half-done message: use packets
     local_transfer _local;

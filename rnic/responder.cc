@@ -504,6 +504,8 @@ void rc_qp::queue_read(inbound_request& r, uint32_t psn) {
     job.data = r.target.bytes.data();
     job.pin = std::move(r.target.mr);
     job.msn = _msn;
+    job.rkey = r.p.reth->rkey();
+    job.va = r.p.reth->va();
     _reads.push_back(std::move(job));
 }
 
@@ -557,7 +559,7 @@ void rc_qp::send_atomic_ack(packet_port& port, uint32_t psn, uint64_t orig) {
 }
 
 bool rc_qp::take_recv(recv_op& out) {
-    proto::recv_wqe w;
+    proto::recv_wqe& w = out.wqe;
     uint32_t pd = _s.pd;
     uint32_t max_sge = _s.max_recv_sge;
     if (_s.srq != nullptr) {

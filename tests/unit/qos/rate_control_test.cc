@@ -26,6 +26,40 @@ TEST(Dcqcn, StartsAtLineRateWithAlphaOne) {
     EXPECT_EQ(r.alpha(), alpha_one);
 }
 
+// A restarted jakirod carries a QP's rate over: the resumed rate recovers from where the old
+// one stood, its timers counted from the resume.
+TEST(Dcqcn, ResumedRateRecoversFromWhereItStood) {
+    dcqcn_rate r(at(10 * gbit), 0);
+    r.on_cnp(1 * us);
+    r.on_cnp(60 * us);
+    r.advance(200 * us);
+    const dcqcn_rate::carried c = r.carry();
+    dcqcn_rate resumed = dcqcn_rate::resumed(r.params(), c, 5 * ms);
+    EXPECT_EQ(resumed.rate_bps(), r.rate_bps());
+    EXPECT_EQ(resumed.target_rate_bps(), r.target_rate_bps());
+    EXPECT_EQ(resumed.alpha(), r.alpha());
+    EXPECT_EQ(resumed.time_stage(), r.time_stage());
+    EXPECT_EQ(resumed.byte_stage(), r.byte_stage());
+    EXPECT_EQ(resumed.cnps(), 2u);
+    // No increase is due before one timer period after the resume, then recovery goes on.
+    resumed.advance(5 * ms + 54 * us);
+    EXPECT_EQ(resumed.rate_bps(), r.rate_bps());
+    resumed.advance(5 * ms + 56 * us);
+    EXPECT_GT(resumed.rate_bps(), r.rate_bps());
+    EXPECT_LE(resumed.rate_bps(), 10 * gbit);
+}
+
+TEST(Dcqcn, ResumedRateClampsWhatNoRateCouldBe) {
+    dcqcn_rate::carried c;
+    c.rate_bps = 99 * gbit;
+    c.target_bps = 1;
+    c.alpha = ~0u;
+    const dcqcn_rate r = dcqcn_rate::resumed(at(10 * gbit), c, 0);
+    EXPECT_EQ(r.rate_bps(), 10 * gbit);
+    EXPECT_EQ(r.target_rate_bps(), r.params().min_rate_bps);
+    EXPECT_EQ(r.alpha(), alpha_one);
+}
+
 TEST(Dcqcn, FirstCnpHalvesTheRate) {
     dcqcn_rate r(at(10 * gbit), 0);
     r.on_cnp(1 * us);
