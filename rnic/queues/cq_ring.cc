@@ -43,8 +43,38 @@ int cq_ring::create(uint32_t capacity, std::unique_ptr<cq_ring>& out, int& fd) {
     return 0;
 }
 
+int cq_ring::resume(int fd, const carried& c, std::unique_ptr<cq_ring>& out) {
+    if (!proto::is_power_of_two(c.capacity)) {
+        return EINVAL;
+    }
+    const std::size_t bytes = proto::cq_ring_bytes(c.capacity);
+    void* base = nullptr;
+    if (const int error = map_sealed_memfd(fd, bytes, base); error != 0) {
+        return error;
+    }
+    std::unique_ptr<cq_ring> ring(new cq_ring);
+    ring->_header = static_cast<proto::cq_ring_header*>(base);
+    ring->_bytes = bytes;
+    ring->_capacity = c.capacity;
+    ring->_producer = c.producer;
+    ring->_consumer_seen = c.consumer_seen;
+    ring->_pushed = c.pushed;
+    const auto& h = *ring->_header;
+    if (h.magic != proto::cq_ring_magic || h.capacity != c.capacity ||
+        c.producer - c.consumer_seen > c.capacity) {
+        ring->_handed_over = true;  // not ours to punch: the tenant's ring whatever it holds
+        return EINVAL;
+    }
+    out = std::move(ring);
+    return 0;
+}
+
 cq_ring::~cq_ring() {
-    release_sealed_mapping(_header, _bytes);
+    if (_handed_over) {
+        munmap(_header, _bytes);
+    } else {
+        release_sealed_mapping(_header, _bytes);
+    }
 }
 
 void cq_ring::retire() {
@@ -136,6 +166,13 @@ completion_queue::completion_queue(std::unique_ptr<cq_ring> ring, uint32_t handl
       _channel_fd(channel_fd),
       _sink(sink),
       _timestamps(timestamps) {}
+
+void completion_queue::hand_over() {
+    _ring->hand_over();
+    if (_retired != nullptr) {
+        _retired->hand_over();
+    }
+}
 
 completion_queue::~completion_queue() {
     if (_channel_fd >= 0) {

@@ -46,8 +46,41 @@ int qp_ring::create(uint32_t sq_capacity, uint32_t rq_capacity, uint32_t qp_num,
     return 0;
 }
 
+int qp_ring::resume(int fd, const carried& c, uint32_t qp_num, std::unique_ptr<qp_ring>& out) {
+    if (!proto::is_power_of_two(c.sq_capacity) || !proto::is_power_of_two(c.rq_capacity)) {
+        return EINVAL;
+    }
+    const std::size_t bytes = proto::qp_ring_bytes(c.sq_capacity, c.rq_capacity);
+    void* base = nullptr;
+    if (const int error = map_sealed_memfd(fd, bytes, base); error != 0) {
+        return error;
+    }
+    std::unique_ptr<qp_ring> ring(new qp_ring);
+    ring->_header = static_cast<proto::qp_ring_header*>(base);
+    ring->_bytes = bytes;
+    ring->_sq_cap = c.sq_capacity;
+    ring->_rq_cap = c.rq_capacity;
+    ring->_sq_taken = c.sq_taken;
+    ring->_sq_retired = c.sq_retired;
+    ring->_rq_taken = c.rq_taken;
+    ring->_rq_retired = c.rq_retired;
+    const auto& h = *ring->_header;
+    if (h.magic != proto::qp_ring_magic || h.sq_capacity != c.sq_capacity ||
+        h.rq_capacity != c.rq_capacity || h.qp_num != qp_num ||
+        c.sq_taken - c.sq_retired > c.sq_capacity || c.rq_taken - c.rq_retired > c.rq_capacity) {
+        ring->_handed_over = true;  // the tenant's ring whatever it holds: never punched
+        return EINVAL;
+    }
+    out = std::move(ring);
+    return 0;
+}
+
 qp_ring::~qp_ring() {
-    release_sealed_mapping(_header, _bytes);
+    if (_handed_over) {
+        munmap(_header, _bytes);
+    } else {
+        release_sealed_mapping(_header, _bytes);
+    }
 }
 
 qp_ring::pending qp_ring::pending_of(const uint32_t& producer, uint32_t taken, uint32_t retired,

@@ -26,6 +26,25 @@ class qp_ring {
     // (the caller closes it once sent: the mapping keeps the memory).
     static int create(uint32_t sq_capacity, uint32_t rq_capacity, uint32_t qp_num,
                       std::unique_ptr<qp_ring>& out, int& fd);
+    // What a successor needs besides the memfd (a state image, handover/): the capacities and
+    // the indices only jakirod keeps.
+    struct carried {
+        uint32_t sq_capacity = 0;
+        uint32_t rq_capacity = 0;
+        uint32_t sq_taken = 0;
+        uint32_t sq_retired = 0;
+        uint32_t rq_taken = 0;
+        uint32_t rq_retired = 0;
+    };
+    carried carry() const {
+        return {_sq_cap, _rq_cap, _sq_taken, _sq_retired, _rq_taken, _rq_retired};
+    }
+    // The ring of QP `qp_num` a predecessor `carry()`d, mapped from its memfd `fd` (borrowed):
+    // EINVAL when the memfd or its header is not that QP's ring.
+    static int resume(int fd, const carried& c, uint32_t qp_num, std::unique_ptr<qp_ring>& out);
+    // A successor maps these pages now: the destructor only unmaps them.
+    void hand_over() { _handed_over = true; }
+
     ~qp_ring();
     qp_ring(const qp_ring&) = delete;
     qp_ring& operator=(const qp_ring&) = delete;
@@ -87,6 +106,7 @@ class qp_ring {
     uint32_t _rq_taken = 0;
     uint32_t _rq_retired = 0;
     account_charge _charge;
+    bool _handed_over = false;
 };
 
 }  // namespace jakiro::verbs
