@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <infiniband/verbs.h>
 #include <poll.h>
 #include <rdma/rdma_user_cm.h>
 #include <sys/socket.h>
