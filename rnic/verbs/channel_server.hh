@@ -153,6 +153,7 @@ class channel_server {
     qp_support qp_support_for(const vnic_identity& v);
     roce::engine* engine_for(const vnic_identity& v) const;  // null: no such engine
     void withdraw(uint16_t slot, bool removed);
+    std::vector<vnic_endpoint*> served_endpoints() const;  // a snapshot of _endpoints
     // Stops the endpoint (before it returns) and keeps what it counted in _retired; `removed`:
     // the configuration no longer has it (vnics_removed), rather than jakirod stopping.
     void retire(std::unique_ptr<vnic_endpoint> ep, bool removed);

@@ -47,19 +47,28 @@ endpoint_config read_spec(handover::section_reader& r) {
 
 }  // namespace
 
+std::vector<vnic_endpoint*> channel_server::served_endpoints() const {
+    const std::lock_guard lock(_endpoints_mutex);
+    std::vector<vnic_endpoint*> out;
+    for (const auto& [slot, ep] : _endpoints) {
+        out.push_back(ep.get());
+    }
+    return out;
+}
+
+// Not under _endpoints_mutex: a face's thread may be waiting for a worker whose events need it
+// (as retire() says); only changes remove an endpoint, and _changes_mutex holds them off.
 void channel_server::freeze() {
     const std::lock_guard changes(_changes_mutex);
-    const std::lock_guard lock(_endpoints_mutex);
-    for (auto& [slot, ep] : _endpoints) {
+    for (vnic_endpoint* ep : served_endpoints()) {
         ep->freeze();
     }
 }
 
 bool channel_server::thaw(std::string& error) {
     const std::lock_guard changes(_changes_mutex);
-    const std::lock_guard lock(_endpoints_mutex);
     bool ok = true;
-    for (auto& [slot, ep] : _endpoints) {
+    for (vnic_endpoint* ep : served_endpoints()) {
         std::string why;
         if (ep->frozen() && !ep->thaw(why)) {
             error += (error.empty() ? "" : "; ") + why;
@@ -71,12 +80,12 @@ bool channel_server::thaw(std::string& error) {
 
 bool channel_server::save(handover::image_writer& w, std::string& error) {
     const std::lock_guard changes(_changes_mutex);
-    const std::lock_guard lock(_endpoints_mutex);
+    const std::vector<vnic_endpoint*> faces = served_endpoints();
     w.begin(handover::section_kind::rdma_faces);
     w.u64(_client_ids.load(std::memory_order_relaxed));
-    w.u32(static_cast<uint32_t>(_endpoints.size()));
+    w.u32(static_cast<uint32_t>(faces.size()));
     bool ok = true;
-    for (auto& [slot, ep] : _endpoints) {
+    for (vnic_endpoint* ep : faces) {
         write_spec(w, ep->spec());
         if (!ep->save(w, error)) {
             ok = false;
