@@ -166,7 +166,7 @@ bool cm_agent::restore(handover::section_reader& r,
             break;
         }
         id.st = static_cast<state>(st);
-        _ids.emplace(id.handle, std::move(id));
+        _ids.emplace(id.handle, id);
     }
     const uint32_t comm_ids = r.count(max_listed_ids);
     for (uint32_t i = 0; i < comm_ids && r.ok(); ++i) {
