@@ -48,7 +48,7 @@ std::unique_ptr<doorbell_memory> doorbell_memory::resume(int fd) {
 }
 
 doorbell_memory::~doorbell_memory() {
-    if (_handed_over) {
+    if (_leave_pages) {
         munmap(_page, proto::doorbell_bytes);
     } else {
         verbs::release_sealed_mapping(_page, proto::doorbell_bytes);

@@ -59,10 +59,8 @@ int cq_ring::resume(int fd, const carried& c, std::unique_ptr<cq_ring>& out) {
     ring->_producer = c.producer;
     ring->_consumer_seen = c.consumer_seen;
     ring->_pushed = c.pushed;
-    const auto& h = *ring->_header;
-    if (h.magic != proto::cq_ring_magic || h.capacity != c.capacity ||
-        c.producer - c.consumer_seen > c.capacity) {
-        ring->_handed_over = true;  // not ours to punch: the tenant's ring whatever it holds
+    if (c.producer - c.consumer_seen > c.capacity) {
+        ring->_leave_pages = true;  // the tenant's ring: a failure never punches it
         return EINVAL;
     }
     out = std::move(ring);
@@ -70,7 +68,7 @@ int cq_ring::resume(int fd, const carried& c, std::unique_ptr<cq_ring>& out) {
 }
 
 cq_ring::~cq_ring() {
-    if (_handed_over) {
+    if (_leave_pages) {
         munmap(_header, _bytes);
     } else {
         release_sealed_mapping(_header, _bytes);
@@ -167,10 +165,10 @@ completion_queue::completion_queue(std::unique_ptr<cq_ring> ring, uint32_t handl
       _sink(sink),
       _timestamps(timestamps) {}
 
-void completion_queue::hand_over() {
-    _ring->hand_over();
+void completion_queue::leave_pages_to_successor() {
+    _ring->leave_pages_to_successor();
     if (_retired != nullptr) {
-        _retired->hand_over();
+        _retired->leave_pages_to_successor();
     }
 }
 

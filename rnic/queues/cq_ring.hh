@@ -44,11 +44,13 @@ class cq_ring {
         uint64_t pushed = 0;
     };
     carried carry() const { return {_capacity, _producer, _consumer_seen, produced()}; }
-    // The ring a predecessor `carry()`d, mapped from its memfd `fd` (borrowed): EINVAL when
-    // the memfd or its header is not a ring of that capacity.
+    // The ring a predecessor `carry()`d, mapped from its memfd `fd` (borrowed), checked against
+    // what it carried (never the header's fields: the tenant writes that page). EINVAL when the
+    // memfd is not a sealed ring of that capacity.
     static int resume(int fd, const carried& c, std::unique_ptr<cq_ring>& out);
-    // A successor maps these pages now: the destructor only unmaps them, it gives nothing back.
-    void hand_over() { _handed_over = true; }
+    // The ring goes on in a successor that mapped the same memfd: the destructor unmaps
+    // jakirod's mapping without punching the pages out.
+    void leave_pages_to_successor() { _leave_pages = true; }
 
     ~cq_ring();
     cq_ring(const cq_ring&) = delete;
@@ -111,7 +113,7 @@ class cq_ring {
     uint32_t _consumer_seen = 0;
     std::atomic<uint64_t> _pushed{0};
     account_charge _charge;
-    bool _handed_over = false;
+    bool _leave_pages = false;
 };
 
 // Who hears that a CQ overflowed: the channel server, which tells the owning client
@@ -146,8 +148,8 @@ class completion_queue {
     // Control thread: the ring replace_ring() took out, kept (header page only) until the next
     // resize or the CQ's end, when the previous one goes; see cq_ring::retire.
     void retire(std::unique_ptr<cq_ring> old);
-    // A successor produces into the rings from now on (cq_ring::hand_over).
-    void hand_over();
+    // A successor produces into the rings from now on (cq_ring::leave_pages_to_successor).
+    void leave_pages_to_successor();
     // A state image's counts and the error already raised, in a successor.
     int channel_fd() const { return _channel_fd; }
     bool error_raised() const { return _error_raised.load(std::memory_order_relaxed); }

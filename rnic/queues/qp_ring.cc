@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -46,41 +47,54 @@ int qp_ring::create(uint32_t sq_capacity, uint32_t rq_capacity, uint32_t qp_num,
     return 0;
 }
 
-int qp_ring::resume(int fd, const carried& c, uint32_t qp_num, std::unique_ptr<qp_ring>& out) {
-    if (!proto::is_power_of_two(c.sq_capacity) || !proto::is_power_of_two(c.rq_capacity)) {
+int qp_ring::attach(int fd, uint32_t sq_capacity, uint32_t rq_capacity,
+                    std::unique_ptr<qp_ring>& out) {
+    if (!proto::is_power_of_two(sq_capacity) || !proto::is_power_of_two(rq_capacity)) {
         return EINVAL;
     }
-    const std::size_t bytes = proto::qp_ring_bytes(c.sq_capacity, c.rq_capacity);
-    void* base = nullptr;
-    if (const int error = map_sealed_memfd(fd, bytes, base); error != 0) {
-        return error;
+    const std::size_t bytes = proto::qp_ring_bytes(sq_capacity, rq_capacity);
+    struct stat st {};
+    if (fstat(fd, &st) != 0) {
+        return errno;
+    }
+    // Exactly the size create() made, and sealed against shrinking: a shorter file would turn
+    // an access into SIGBUS, and only the seal keeps it from becoming one later.
+    const int seals = fcntl(fd, F_GET_SEALS);
+    if (static_cast<std::size_t>(st.st_size) != bytes || seals < 0 ||
+        (seals & F_SEAL_SHRINK) == 0) {
+        return EINVAL;
+    }
+    void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+        return errno;
     }
     std::unique_ptr<qp_ring> ring(new qp_ring);
     ring->_header = static_cast<proto::qp_ring_header*>(base);
     ring->_bytes = bytes;
-    ring->_sq_cap = c.sq_capacity;
-    ring->_rq_cap = c.rq_capacity;
-    ring->_sq_taken = c.sq_taken;
-    ring->_sq_retired = c.sq_retired;
-    ring->_rq_taken = c.rq_taken;
-    ring->_rq_retired = c.rq_retired;
-    const auto& h = *ring->_header;
-    if (h.magic != proto::qp_ring_magic || h.sq_capacity != c.sq_capacity ||
-        h.rq_capacity != c.rq_capacity || h.qp_num != qp_num ||
-        c.sq_taken - c.sq_retired > c.sq_capacity || c.rq_taken - c.rq_retired > c.rq_capacity) {
-        ring->_handed_over = true;  // the tenant's ring whatever it holds: never punched
-        return EINVAL;
-    }
+    ring->_sq_cap = sq_capacity;
+    ring->_rq_cap = rq_capacity;
     out = std::move(ring);
     return 0;
 }
 
-qp_ring::~qp_ring() {
-    if (_handed_over) {
-        munmap(_header, _bytes);
-    } else {
-        release_sealed_mapping(_header, _bytes);
+bool qp_ring::resume(uint32_t sq_taken, uint32_t sq_retired, uint32_t rq_taken,
+                     uint32_t rq_retired) {
+    if (sq_taken - sq_retired > _sq_cap || rq_taken - rq_retired > _rq_cap) {
+        return false;
     }
+    _sq_taken = sq_taken;
+    _sq_retired = sq_retired;
+    _rq_taken = rq_taken;
+    _rq_retired = rq_retired;
+    return true;
+}
+
+qp_ring::~qp_ring() {
+    if (_leave_pages) {
+        munmap(_header, _bytes);
+        return;
+    }
+    release_sealed_mapping(_header, _bytes);
 }
 
 qp_ring::pending qp_ring::pending_of(const uint32_t& producer, uint32_t taken, uint32_t retired,

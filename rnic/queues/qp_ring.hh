@@ -26,25 +26,13 @@ class qp_ring {
     // (the caller closes it once sent: the mapping keeps the memory).
     static int create(uint32_t sq_capacity, uint32_t rq_capacity, uint32_t qp_num,
                       std::unique_ptr<qp_ring>& out, int& fd);
-    // What a successor needs besides the memfd (a state image, handover/): the capacities and
-    // the indices only jakirod keeps.
-    struct carried {
-        uint32_t sq_capacity = 0;
-        uint32_t rq_capacity = 0;
-        uint32_t sq_taken = 0;
-        uint32_t sq_retired = 0;
-        uint32_t rq_taken = 0;
-        uint32_t rq_retired = 0;
-    };
-    carried carry() const {
-        return {_sq_cap, _rq_cap, _sq_taken, _sq_retired, _rq_taken, _rq_retired};
-    }
-    // The ring of QP `qp_num` a predecessor `carry()`d, mapped from its memfd `fd` (borrowed):
-    // EINVAL when the memfd or its header is not that QP's ring.
-    static int resume(int fd, const carried& c, uint32_t qp_num, std::unique_ptr<qp_ring>& out);
-    // A successor maps these pages now: the destructor only unmaps them.
-    void hand_over() { _handed_over = true; }
-
+    // A restarted jakirod: maps the ring in `fd`, a memfd its predecessor made with create()
+    // and handed over, checked against the capacities the caller kept (never the header's: the
+    // tenant writes that page). The WQEs and the shim's producer indices are in the memfd; the
+    // engine's own indices (what it took and retired) start at zero until the QP that owns the
+    // ring resumes them. 0 or an errno (EINVAL: not such a ring); the caller keeps `fd`.
+    static int attach(int fd, uint32_t sq_capacity, uint32_t rq_capacity,
+                      std::unique_ptr<qp_ring>& out);
     ~qp_ring();
     qp_ring(const qp_ring&) = delete;
     qp_ring& operator=(const qp_ring&) = delete;
@@ -75,6 +63,14 @@ class qp_ring {
     uint32_t send_retired() const { return _sq_retired; }
     uint32_t recv_taken() const { return _rq_taken; }
     uint32_t recv_retired() const { return _rq_retired; }
+    // The engine's indices as its predecessor left them (the QP saves them: they are never read
+    // back from shared memory). False, changing nothing, when they cannot be a ring's: more
+    // taken than retired by over a ring, or retired past taken.
+    bool resume(uint32_t sq_taken, uint32_t sq_retired, uint32_t rq_taken, uint32_t rq_retired);
+    // The ring goes on in a successor that attached the same memfd: the destructor unmaps
+    // jakirod's mapping without punching the pages out (release_sealed_mapping would hand the
+    // tenant, and the successor, zeros).
+    void leave_pages_to_successor() { _leave_pages = true; }
     // Forgets everything posted so far (modify to RESET): all of it counts as taken and retired.
     void discard_all();
     // The same for one queue (a flush that met a corrupt producer index).
@@ -105,8 +101,8 @@ class qp_ring {
     uint32_t _sq_retired = 0;
     uint32_t _rq_taken = 0;
     uint32_t _rq_retired = 0;
+    bool _leave_pages = false;
     account_charge _charge;
-    bool _handed_over = false;
 };
 
 }  // namespace jakiro::verbs

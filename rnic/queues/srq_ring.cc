@@ -69,17 +69,12 @@ int shared_receive_queue::resume(int fd, const carried& c, srq_event_sink events
     srq->_taken = c.taken;
     srq->_broken = c.broken;
     srq->_limit = c.limit;
-    const auto& h = *srq->_header;
-    if (h.magic != proto::srq_ring_magic || h.capacity != c.capacity || h.srq_handle != c.handle) {
-        srq->_handed_over = true;  // the tenant's ring whatever it holds: never punched
-        return EINVAL;
-    }
     out = std::move(srq);
     return 0;
 }
 
 shared_receive_queue::~shared_receive_queue() {
-    if (_handed_over) {
+    if (_leave_pages) {
         munmap(_header, _bytes);
     } else {
         release_sealed_mapping(_header, _bytes);

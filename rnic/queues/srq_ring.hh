@@ -52,12 +52,14 @@ class shared_receive_queue {
     carried carry() const {
         return {_capacity, _handle, _owner, _pd, _max_sge, _taken, armed_limit(), _broken};
     }
-    // The SRQ a predecessor `carry()`d, mapped from its memfd `fd` (borrowed): EINVAL when the
-    // memfd or its header is not that SRQ's ring.
+    // The SRQ a predecessor `carry()`d, mapped from its memfd `fd` (borrowed), checked against
+    // what it carried (never the header's fields: the tenant writes that page). EINVAL when the
+    // memfd is not a sealed ring of that capacity.
     static int resume(int fd, const carried& c, srq_event_sink events,
                       std::shared_ptr<shared_receive_queue>& out);
-    // A successor maps these pages now: the destructor only unmaps them.
-    void hand_over() { _handed_over = true; }
+    // The ring goes on in a successor that mapped the same memfd: the destructor unmaps
+    // jakirod's mapping without punching the pages out.
+    void leave_pages_to_successor() { _leave_pages = true; }
 
     ~shared_receive_queue();
     shared_receive_queue(const shared_receive_queue&) = delete;
@@ -105,7 +107,7 @@ class shared_receive_queue {
     bool _broken = false;
     std::atomic<uint32_t> _limit{0};
     account_charge _charge;
-    bool _handed_over = false;
+    bool _leave_pages = false;
 };
 
 }  // namespace jakiro::verbs

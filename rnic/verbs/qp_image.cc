@@ -92,7 +92,11 @@ bool vnic_resources::save_qp(handover::image_writer& w, const qp_object& q,
     bool sig_all = false;
     qp.query(attr, cap, sig_all);
     w.boolean(sig_all);
-    w.pod(qp.ring().carry());
+    const qp_ring& ring = qp.ring();
+    for (const uint32_t v : {ring.sq_capacity(), ring.rq_capacity(), ring.send_taken(),
+                             ring.send_retired(), ring.recv_taken(), ring.recv_retired()}) {
+        w.u32(v);
+    }
     uint64_t offset = 0;
     const int fd = maps.open(qp.ring().header(), offset, error);
     if (fd < 0) {
@@ -117,7 +121,12 @@ bool vnic_resources::restore_qp(handover::section_reader& r) {
     const uint32_t wqes = r.u32();
     const auto type = static_cast<ibv_qp_type>(r.u8());
     const bool sig_all = r.boolean();
-    auto carried = r.pod<qp_ring::carried>();
+    const uint32_t sq_capacity = r.u32();
+    const uint32_t rq_capacity = r.u32();
+    [[maybe_unused]] const uint32_t sq_taken = r.u32();
+    const uint32_t sq_retired = r.u32();
+    [[maybe_unused]] const uint32_t rq_taken = r.u32();
+    const uint32_t rq_retired = r.u32();
     const int ring_fd = r.fd();
     const auto attr = r.pod<ibv_qp_attr>();
     const uint32_t next_psn = r.u32();
@@ -146,17 +155,20 @@ bool vnic_resources::restore_qp(handover::section_reader& r) {
         r.fail(what + " names objects this vNIC does not have");
         return false;
     }
-    // Taken and not retired: taken again (see the top of this file).
-    carried.sq_taken = carried.sq_retired;
-    carried.rq_taken = carried.rq_retired;
     std::unique_ptr<qp_ring> ring;
-    if (qp_ring::resume(ring_fd, carried, handle, ring) != 0) {
+    if (qp_ring::attach(ring_fd, sq_capacity, rq_capacity, ring) != 0) {
         r.fail(what + " does not fit its ring");
+        return false;
+    }
+    // Taken and not retired: taken again (see the top of this file).
+    if (!ring->resume(sq_retired, sq_retired, rq_retired, rq_retired)) {
+        ring->leave_pages_to_successor();  // the tenant's ring: a failure never punches it
+        r.fail(what + ": its ring indices cannot be its ring's");
         return false;
     }
     account_charge mapping;
     if (!charge(_account, host_resource::mappings, 1, mapping)) {
-        ring->hand_over();
+        ring->leave_pages_to_successor();
         r.fail(what + ": the host reserve refuses its ring");
         return false;
     }
@@ -183,7 +195,7 @@ bool vnic_resources::restore_qp(handover::section_reader& r) {
     auto qp = std::make_shared<roce::rc_qp>(std::move(setup));
     if (const int error = replay_states(*qp, type, attr, next_psn, una_psn, expected_psn);
         error != 0) {
-        qp->ring().hand_over();
+        qp->ring().leave_pages_to_successor();
         r.fail(what + ": its attributes are refused (" + std::strerror(error) + ")");
         return false;
     }
@@ -192,7 +204,7 @@ bool vnic_resources::restore_qp(handover::section_reader& r) {
             engine->add_qp(qp);
             return 0;
         }) != 0) {
-        qp->ring().hand_over();
+        qp->ring().leave_pages_to_successor();
         r.fail(what + ": the engine did not take it");
         return false;
     }

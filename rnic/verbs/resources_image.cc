@@ -376,7 +376,7 @@ bool vnic_resources::restore(handover::section_reader& r) {
         }
         if (!charge(_account, host_resource::mappings, 1, mapping) ||
             (channel.fd >= 0 && !charge(_account, host_resource::descriptors, 1, descriptor))) {
-            ring->hand_over();  // the tenant's ring: never punched
+            ring->leave_pages_to_successor();  // the tenant's ring: never punched
             r.fail("state section 'rdma_faces': CQ " + std::to_string(handle) +
                    ": the host reserve refuses it");
             break;
@@ -408,7 +408,7 @@ bool vnic_resources::restore(handover::section_reader& r) {
             break;
         }
         if (!charge(_account, host_resource::mappings, 1, mapping)) {
-            srq->hand_over();
+            srq->leave_pages_to_successor();
             r.fail("state section 'rdma_faces': SRQ " + std::to_string(carried.handle) +
                    ": the host reserve refuses it");
             break;
@@ -437,16 +437,16 @@ void vnic_resources::hand_over() {
 
 void vnic_resources::hand_over_locked() {
     for (auto& [handle, cq] : _cqs) {
-        cq->hand_over();
+        cq->leave_pages_to_successor();
     }
     for (auto& [handle, srq] : _srqs) {
-        srq->hand_over();
+        srq->leave_pages_to_successor();
     }
     for (auto& [handle, q] : _qps) {
-        q.qp->ring().hand_over();
+        q.qp->ring().leave_pages_to_successor();
     }
     if (_doorbell != nullptr) {
-        _doorbell->hand_over();
+        _doorbell->leave_pages_to_successor();
     }
 }
 
