@@ -20,9 +20,11 @@
 
 #include <array>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cm_connection.hh"
@@ -32,6 +34,7 @@
 #include "rnic/verbs/channel_server.hh"
 #include "rnic/wire/icrc.hh"
 #include "test_endpoints.hh"
+#include "verbs_abi/rings.hh"
 
 namespace jakiro::verbs {
 namespace {
@@ -516,6 +519,57 @@ TEST_F(EndpointImage, EveryObjectAndRdmaCmIdCarriesOverAndTheSameProgramGoesOnUs
     ASSERT_NE(another, nullptr);
     EXPECT_NE(another->handle, p.pd->handle);
     EXPECT_EQ(ibv_dealloc_pd(another), 0);
+    EXPECT_EQ(ibv_close_device(ctx), 0);
+}
+
+// What a tenant writes into its rings' shared pages is no reason to refuse a take-over (one
+// tenant would hold every tenant of the host on the old binary): the successor restores each
+// ring from what the image says, never from the ring's own header. Here the program scribbles
+// over the identity fields (magic, version, capacities, QP number) of every ring it maps.
+TEST_F(EndpointImage, ScribbledRingHeadersDoNotStopTheTakeOver) {
+    ibv_context* ctx = open_first();
+    ASSERT_NE(ctx, nullptr);
+    program p;
+    ASSERT_TRUE(p.build(ctx)) << std::strerror(errno);
+    struct identity {
+        const char* memfd;
+        std::size_t offset, bytes;
+    };
+    const identity rings[] = {
+        {"/memfd:jakiro-cq", offsetof(verbs_proto::cq_ring_header, magic), 16},
+        {"/memfd:jakiro-qp", offsetof(verbs_proto::qp_ring_header, magic), 36},
+        {"/memfd:jakiro-srq", offsetof(verbs_proto::srq_ring_header, magic), 20},
+    };
+    int scribbled = 0;
+    FILE* maps = fopen("/proc/self/maps", "re");
+    ASSERT_NE(maps, nullptr);
+    char line[512];
+    while (fgets(line, sizeof line, maps) != nullptr) {
+        for (const identity& r : rings) {
+            if (std::strstr(line, r.memfd) == nullptr) {
+                continue;
+            }
+            const std::string range(line, std::strchr(line, ' '));
+            const int fd = ::open(("/proc/self/map_files/" + range).c_str(), O_RDWR | O_CLOEXEC);
+            ASSERT_GE(fd, 0) << range;
+            const std::vector<uint8_t> junk(r.bytes, 0xA5);
+            ASSERT_EQ(pwrite(fd, junk.data(), junk.size(), static_cast<off_t>(r.offset)),
+                      static_cast<ssize_t>(junk.size()));
+            close(fd);
+            ++scribbled;
+        }
+    }
+    fclose(maps);
+    ASSERT_GE(scribbled, 7) << "2 CQs, 4 QPs and an SRQ";
+
+    take_over();
+    ASSERT_FALSE(HasFatalFailure());
+    std::memcpy(p.region, "scribbled", 9);
+    ASSERT_EQ(p.post_srq_recv(4096, 64), 0);
+    ASSERT_EQ(p.post_send(p.rc_a, 0, 9), 0);
+    EXPECT_EQ(poll_until(p.send_cq, 1).size(), 1u);
+    EXPECT_EQ(poll_until(p.recv_cq, 1).size(), 1u);
+    EXPECT_EQ(std::memcmp(p.region + 4096, "scribbled", 9), 0);
     EXPECT_EQ(ibv_close_device(ctx), 0);
 }
 
