@@ -198,8 +198,11 @@ bool cm_agent::restore(handover::section_reader& r,
                 r.fail("state section 'rdma_faces': an rdma_cm event too large");
                 break;
             }
-            std::vector<uint8_t> event(b.size());
-            std::memcpy(event.data(), b.data(), b.size());
+            std::vector<uint8_t> event;
+            event.reserve(b.size());
+            for (const std::byte byte : b) {
+                event.push_back(static_cast<uint8_t>(byte));
+            }
             ch.queued.push_back(std::move(event));
         }
         if (!r.ok()) {

@@ -36,10 +36,12 @@ key_allocator::state read_keys(handover::section_reader& r) {
     key_allocator::state k;
     const auto tags = r.bytes();
     const auto used = r.bytes();
-    k.tags.resize(tags.size());
-    std::memcpy(k.tags.data(), tags.data(), tags.size());
-    k.used.resize(used.size());
-    std::memcpy(k.used.data(), used.data(), used.size());
+    for (const std::byte b : tags) {
+        k.tags.push_back(static_cast<uint8_t>(b));
+    }
+    for (const std::byte b : used) {
+        k.used.push_back(static_cast<uint8_t>(b));
+    }
     const uint32_t n = r.count(max_listed);
     for (uint32_t i = 0; i < n && r.ok(); ++i) {
         k.free.push_back(r.u32());

@@ -305,6 +305,24 @@ struct program {
                connect(uc, uc->qp_num, IBV_QPT_UC) == 0 && connect(ud, 0, IBV_QPT_UD) == 0;
     }
 
+    // Everything gone again, as a program tears down; true when every verb succeeded.
+    bool destroy() {
+        bool ok = true;
+        for (ibv_qp* qp : {rc_a, rc_b, uc, ud}) {
+            ok = ibv_destroy_qp(qp) == 0 && ok;
+        }
+        ok = ibv_destroy_ah(ah) == 0 && ok;
+        ok = ibv_dealloc_mw(mw) == 0 && ok;
+        ok = ibv_destroy_srq(srq) == 0 && ok;
+        ok = ibv_destroy_cq(send_cq) == 0 && ok;
+        ok = ibv_destroy_cq(recv_cq) == 0 && ok;
+        ok = ibv_destroy_comp_channel(channel) == 0 && ok;
+        ok = ibv_dereg_mr(mr) == 0 && ok;
+        ok = ibv_dealloc_pd(pd) == 0 && ok;
+        munmap(region, region_bytes);
+        return ok;
+    }
+
     int post_srq_recv(std::size_t offset, uint32_t length) {
         ibv_sge sge{reinterpret_cast<uint64_t>(region + offset), length, mr->lkey};
         ibv_recv_wr wr{};
@@ -519,6 +537,7 @@ TEST_F(EndpointImage, EveryObjectAndRdmaCmIdCarriesOverAndTheSameProgramGoesOnUs
     ASSERT_NE(another, nullptr);
     EXPECT_NE(another->handle, p.pd->handle);
     EXPECT_EQ(ibv_dealloc_pd(another), 0);
+    EXPECT_TRUE(p.destroy()) << "every object destroyed as usual";
     EXPECT_EQ(ibv_close_device(ctx), 0);
 }
 
@@ -570,6 +589,7 @@ TEST_F(EndpointImage, ScribbledRingHeadersDoNotStopTheTakeOver) {
     EXPECT_EQ(poll_until(p.send_cq, 1).size(), 1u);
     EXPECT_EQ(poll_until(p.recv_cq, 1).size(), 1u);
     EXPECT_EQ(std::memcmp(p.region + 4096, "scribbled", 9), 0);
+    EXPECT_TRUE(p.destroy()) << "every object destroyed as usual";
     EXPECT_EQ(ibv_close_device(ctx), 0);
 }
 
@@ -688,6 +708,7 @@ TEST_F(EndpointImage, ATruncatedOrCorruptSectionIsRefusedAndTheOldFaceServesOn) 
     EXPECT_EQ(std::memcmp(p.region + 4096, "still", 5), 0);
     EXPECT_EQ(cm.query(listening), 0) << "the rdma_cm listener is still there";
     EXPECT_FALSE(readable(ctx->async_fd, 0));
+    EXPECT_TRUE(p.destroy()) << "every object destroyed as usual";
     EXPECT_EQ(ibv_close_device(ctx), 0);
 }
 
