@@ -79,7 +79,6 @@ class EndpointImage : public testing::Test {
         unsetenv("JAKIRO_VERBS_SOCKET");
         server.reset();
         engine.reset();
-        retired_engine.reset();
     }
 
     ibv_context* open_first() {
@@ -146,17 +145,20 @@ class EndpointImage : public testing::Test {
         return next;
     }
 
-    // The whole take-over, successful: the old server lets go and is gone, the new one serves.
+    // The whole take-over, successful. As when the old process has exited before the new one
+    // restores: the old server lets go and is gone with its engine, so that only the image
+    // (and the descriptors it names, the successor's own copies) carries the faces over.
     void take_over() {
         const auto image = freeze_and_save();
         std::vector<int> fds = received_fds(*image);
-        std::unique_ptr<roce::engine> next_engine;
-        std::string error;
-        auto next = restore(image->data(), std::move(fds), next_engine, error);
-        ASSERT_NE(next, nullptr) << error;
+        const std::vector<std::byte> data = image->data();
         server->hand_over();
         server.reset();
-        retired_engine = std::move(engine);
+        engine.reset();
+        std::unique_ptr<roce::engine> next_engine;
+        std::string error;
+        auto next = restore(data, std::move(fds), next_engine, error);
+        ASSERT_NE(next, nullptr) << error;
         engine = std::move(next_engine);
         server = std::move(next);
     }
@@ -182,7 +184,6 @@ class EndpointImage : public testing::Test {
 
     channel_config config;
     std::unique_ptr<roce::engine> engine;
-    std::unique_ptr<roce::engine> retired_engine;  // the old process's, kept to the end
     std::unique_ptr<channel_server> server;
     loopback_port port;
     uint64_t now_ns = 1'000'000'000;
