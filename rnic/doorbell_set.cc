@@ -35,8 +35,24 @@ std::unique_ptr<doorbell_memory> doorbell_memory::create() {
         new doorbell_memory(shared.fd, static_cast<proto::doorbell_page*>(shared.base)));
 }
 
+std::unique_ptr<doorbell_memory> doorbell_memory::resume(int fd) {
+    void* base = nullptr;
+    if (fd < 0 || verbs::map_sealed_memfd(fd, proto::doorbell_bytes, base) != 0) {
+        if (fd >= 0) {
+            close(fd);
+        }
+        return nullptr;
+    }
+    return std::unique_ptr<doorbell_memory>(
+        new doorbell_memory(fd, static_cast<proto::doorbell_page*>(base)));
+}
+
 doorbell_memory::~doorbell_memory() {
-    verbs::release_sealed_mapping(_page, proto::doorbell_bytes);
+    if (_leave_pages) {
+        munmap(_page, proto::doorbell_bytes);
+    } else {
+        verbs::release_sealed_mapping(_page, proto::doorbell_bytes);
+    }
     close(_fd);
 }
 

@@ -25,6 +25,11 @@ namespace jakiro::roce {
 class doorbell_memory {
   public:
     static std::unique_ptr<doorbell_memory> create();
+    // A predecessor's page (a state image, handover/): takes `fd`; null (and `fd` closed) when
+    // it is not a sealed doorbell memfd.
+    static std::unique_ptr<doorbell_memory> resume(int fd);
+    // A successor rings this page now: the destructor unmaps it without punching it out.
+    void leave_pages_to_successor() { _leave_pages = true; }
     ~doorbell_memory();
     doorbell_memory(const doorbell_memory&) = delete;
     doorbell_memory& operator=(const doorbell_memory&) = delete;
@@ -36,6 +41,7 @@ class doorbell_memory {
     doorbell_memory(int fd, verbs_proto::doorbell_page* page) : _fd(fd), _page(page) {}
     int _fd;
     verbs_proto::doorbell_page* _page;
+    bool _leave_pages = false;
 };
 
 class doorbell_set {

@@ -30,6 +30,8 @@ rc_qp::rc_qp(rc_qp_setup setup)
       _rate(dcqcn_defaults(), 0),
       _line_rate_bps(dcqcn_line_rate_bps) {
     _reads.reserve(_s.limits.max_qp_rd_atom + read_job_slack);
+    // A fresh ring starts at 0; one a predecessor handed over (a restart) at what it took.
+    _send_index = _s.ring->send_taken();
     if (_s.type == IBV_QPT_UD) {
         // A UD QP has no path: its datagrams are at most the port's MTU, and its source
         // port (ECMP entropy) is fixed per QP.

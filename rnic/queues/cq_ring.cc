@@ -43,8 +43,36 @@ int cq_ring::create(uint32_t capacity, std::unique_ptr<cq_ring>& out, int& fd) {
     return 0;
 }
 
+int cq_ring::resume(int fd, const carried& c, std::unique_ptr<cq_ring>& out) {
+    if (!proto::is_power_of_two(c.capacity)) {
+        return EINVAL;
+    }
+    const std::size_t bytes = proto::cq_ring_bytes(c.capacity);
+    void* base = nullptr;
+    if (const int error = map_sealed_memfd(fd, bytes, base); error != 0) {
+        return error;
+    }
+    std::unique_ptr<cq_ring> ring(new cq_ring);
+    ring->_header = static_cast<proto::cq_ring_header*>(base);
+    ring->_bytes = bytes;
+    ring->_capacity = c.capacity;
+    ring->_producer = c.producer;
+    ring->_consumer_seen = c.consumer_seen;
+    ring->_pushed = c.pushed;
+    if (c.producer - c.consumer_seen > c.capacity) {
+        ring->_leave_pages = true;  // the tenant's ring: a failure never punches it
+        return EINVAL;
+    }
+    out = std::move(ring);
+    return 0;
+}
+
 cq_ring::~cq_ring() {
-    release_sealed_mapping(_header, _bytes);
+    if (_leave_pages) {
+        munmap(_header, _bytes);
+    } else {
+        release_sealed_mapping(_header, _bytes);
+    }
 }
 
 void cq_ring::retire() {
@@ -136,6 +164,13 @@ completion_queue::completion_queue(std::unique_ptr<cq_ring> ring, uint32_t handl
       _channel_fd(channel_fd),
       _sink(sink),
       _timestamps(timestamps) {}
+
+void completion_queue::leave_pages_to_successor() {
+    _ring->leave_pages_to_successor();
+    if (_retired != nullptr) {
+        _retired->leave_pages_to_successor();
+    }
+}
 
 completion_queue::~completion_queue() {
     if (_channel_fd >= 0) {

@@ -35,6 +35,23 @@ class cq_ring {
     // once sent: the mapping keeps the memory).
     static int create(uint32_t capacity, std::unique_ptr<cq_ring>& out, int& fd);
 
+    // What a successor needs besides the memfd to go on producing into the same ring (a state
+    // image, handover/): the indices only jakirod keeps.
+    struct carried {
+        uint32_t capacity = 0;
+        uint32_t producer = 0;
+        uint32_t consumer_seen = 0;
+        uint64_t pushed = 0;
+    };
+    carried carry() const { return {_capacity, _producer, _consumer_seen, produced()}; }
+    // The ring a predecessor `carry()`d, mapped from its memfd `fd` (borrowed), checked against
+    // what it carried (never the header's fields: the tenant writes that page). EINVAL when the
+    // memfd is not a sealed ring of that capacity.
+    static int resume(int fd, const carried& c, std::unique_ptr<cq_ring>& out);
+    // The ring goes on in a successor that mapped the same memfd: the destructor unmaps
+    // jakirod's mapping without punching the pages out.
+    void leave_pages_to_successor() { _leave_pages = true; }
+
     ~cq_ring();
     cq_ring(const cq_ring&) = delete;
     cq_ring& operator=(const cq_ring&) = delete;
@@ -96,6 +113,7 @@ class cq_ring {
     uint32_t _consumer_seen = 0;
     std::atomic<uint64_t> _pushed{0};
     account_charge _charge;
+    bool _leave_pages = false;
 };
 
 // Who hears that a CQ overflowed: the channel server, which tells the owning client
@@ -130,6 +148,16 @@ class completion_queue {
     // Control thread: the ring replace_ring() took out, kept (header page only) until the next
     // resize or the CQ's end, when the previous one goes; see cq_ring::retire.
     void retire(std::unique_ptr<cq_ring> old);
+    // A successor produces into the rings from now on (cq_ring::leave_pages_to_successor).
+    void leave_pages_to_successor();
+    // A state image's counts and the error already raised, in a successor.
+    int channel_fd() const { return _channel_fd; }
+    bool error_raised() const { return _error_raised.load(std::memory_order_relaxed); }
+    void resume_counts(bool error_raised, uint64_t notified, uint64_t lost) {
+        _error_raised = error_raised;
+        _notified = notified;
+        _lost = lost;
+    }
     // The completion channel's descriptor, charged to the vNIC while the CQ holds it.
     void hold_channel(account_charge charge) { _channel_charge = std::move(charge); }
 

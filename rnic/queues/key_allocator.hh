@@ -6,6 +6,7 @@
 //
 // Control side only: one owner thread (the verbs channel server), no locking.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -64,6 +65,37 @@ class key_allocator {
 
     uint32_t capacity() const { return _capacity; }
     std::size_t size() const { return _live; }
+
+    // Everything that decides the keys handed out next, for a state image (handover/): a
+    // successor that resumes it hands out exactly what this one would have.
+    struct state {
+        std::vector<uint8_t> tags;
+        std::vector<uint8_t> used;
+        std::vector<uint32_t> free;  // in FIFO order
+    };
+    state save() const {
+        return {_tags, std::vector<uint8_t>(_used.begin(), _used.end()),
+                std::vector<uint32_t>(_free.begin(), _free.end())};
+    }
+    // False (nothing changed) when `s` cannot be this allocator's: more slots than its
+    // capacity, or a free list that names a slot in use or out of range.
+    bool resume(const state& s) {
+        if (s.tags.size() > _capacity || s.used.size() != s.tags.size()) {
+            return false;
+        }
+        std::vector<uint8_t> listed(s.tags.size(), 0);
+        for (const uint32_t slot : s.free) {
+            if (slot >= s.tags.size() || s.used[slot] != 0 || listed[slot] != 0) {
+                return false;
+            }
+            listed[slot] = 1;
+        }
+        _tags = s.tags;
+        _used.assign(s.used.begin(), s.used.end());
+        _free.assign(s.free.begin(), s.free.end());
+        _live = static_cast<std::size_t>(std::count(s.used.begin(), s.used.end(), uint8_t{1}));
+        return true;
+    }
 
   private:
     uint32_t _capacity;

@@ -38,6 +38,28 @@ bool mr_table::insert(std::shared_ptr<mr_entry> entry) {
     return true;
 }
 
+bool mr_table::place(std::shared_ptr<mr_entry> entry) {
+    const uint32_t key = entry->key;
+    if (!_keys.live(key) || _slots[key_allocator::slot_of(key)].load() != nullptr ||
+        _windows[key_allocator::slot_of(key)].load() != nullptr) {
+        return false;
+    }
+    _slots[key_allocator::slot_of(key)].store(std::move(entry), std::memory_order_release);
+    _size.fetch_add(1, std::memory_order_relaxed);
+    return true;
+}
+
+bool mr_table::place_window(std::shared_ptr<mw_entry> window) {
+    const uint32_t key = window->handle;
+    if (!_keys.live(key) || _slots[key_allocator::slot_of(key)].load() != nullptr ||
+        _windows[key_allocator::slot_of(key)].load() != nullptr) {
+        return false;
+    }
+    _windows[key_allocator::slot_of(key)].store(std::move(window), std::memory_order_release);
+    _window_count.fetch_add(1, std::memory_order_relaxed);
+    return true;
+}
+
 bool mr_table::replace(uint32_t key, std::shared_ptr<mr_entry> entry) {
     if (!_keys.live(key) || _slots[key_allocator::slot_of(key)].load() == nullptr) {
         return false;

@@ -130,6 +130,26 @@ class mr_table {
     std::size_t size() const { return _size.load(std::memory_order_relaxed); }
     uint32_t capacity() const { return _keys.capacity(); }
 
+    // A state image (handover/), control thread: the key allocator as it stands, and in a
+    // successor, after resuming it, each MR and window published again under its own key.
+    // place() and place_window() are false when the key is not live or its slot is taken.
+    key_allocator::state save_keys() const { return _keys.save(); }
+    bool resume_keys(const key_allocator::state& s) { return _keys.resume(s); }
+    bool place(std::shared_ptr<mr_entry> entry);
+    bool place_window(std::shared_ptr<mw_entry> window);
+    // Every live MR and window, by slot.
+    template <class F>
+    void for_each(F&& visit_mr, auto&& visit_window) const {
+        for (uint32_t slot = 0; slot < _keys.capacity(); ++slot) {
+            if (auto entry = _slots[slot].load(std::memory_order_acquire)) {
+                visit_mr(*entry);
+            }
+            if (auto window = _windows[slot].load(std::memory_order_acquire)) {
+                visit_window(*window);
+            }
+        }
+    }
+
   private:
     key_allocator _keys;  // control thread
     std::unique_ptr<std::atomic<std::shared_ptr<const mr_entry>>[]> _slots;

@@ -2,9 +2,11 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 
 namespace jakiro::verbs {
 
@@ -22,6 +24,24 @@ int create_sealed_memfd(const char* name, std::size_t bytes, sealed_memfd& out) 
         return error;
     }
     out = sealed_memfd{fd, base};
+    return 0;
+}
+
+int map_sealed_memfd(int fd, std::size_t bytes, void*& base) {
+    struct stat st {};
+    if (fstat(fd, &st) != 0) {
+        return errno;
+    }
+    const int seals = fcntl(fd, F_GET_SEALS);
+    if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) != bytes || seals < 0 ||
+        (seals & F_SEAL_SHRINK) == 0) {
+        return EINVAL;
+    }
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        return errno;
+    }
+    base = p;
     return 0;
 }
 

@@ -17,6 +17,11 @@ struct sealed_memfd {
 // failed (nothing is left open then).
 int create_sealed_memfd(const char* name, std::size_t bytes, sealed_memfd& out);
 
+// Maps `bytes` of a memfd create_sealed_memfd made (a predecessor's, from a state image) read-
+// write; `fd` is borrowed. EINVAL unless it is sealed against shrinking and exactly that size,
+// so no later access can fault.
+int map_sealed_memfd(int fd, std::size_t bytes, void*& base);
+
 // Gives back the pages under [base, base + bytes) of jakirod's mapping (page-aligned) by
 // punching them out of the memfd (MADV_REMOVE). A tenant keeps its own mapping of a ring
 // jakirod let go (it may unmap whenever it likes), and a mapping keeps the file alive: without

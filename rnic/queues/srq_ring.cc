@@ -47,8 +47,38 @@ int shared_receive_queue::create(uint32_t capacity, uint32_t handle, uint64_t ow
     return 0;
 }
 
+int shared_receive_queue::resume(int fd, const carried& c, srq_event_sink events,
+                                 std::shared_ptr<shared_receive_queue>& out) {
+    if (!proto::is_power_of_two(c.capacity) || c.limit > c.capacity) {
+        return EINVAL;
+    }
+    const std::size_t bytes = proto::srq_ring_bytes(c.capacity);
+    void* base = nullptr;
+    if (const int error = map_sealed_memfd(fd, bytes, base); error != 0) {
+        return error;
+    }
+    std::shared_ptr<shared_receive_queue> srq(new shared_receive_queue);
+    srq->_header = static_cast<proto::srq_ring_header*>(base);
+    srq->_bytes = bytes;
+    srq->_capacity = c.capacity;
+    srq->_handle = c.handle;
+    srq->_owner = c.owner;
+    srq->_pd = c.pd;
+    srq->_max_sge = c.max_sge;
+    srq->_events = events;
+    srq->_taken = c.taken;
+    srq->_broken = c.broken;
+    srq->_limit = c.limit;
+    out = std::move(srq);
+    return 0;
+}
+
 shared_receive_queue::~shared_receive_queue() {
-    release_sealed_mapping(_header, _bytes);
+    if (_leave_pages) {
+        munmap(_header, _bytes);
+    } else {
+        release_sealed_mapping(_header, _bytes);
+    }
 }
 
 void shared_receive_queue::raise(proto::event_type type) const {

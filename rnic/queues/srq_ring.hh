@@ -38,6 +38,29 @@ class shared_receive_queue {
     static int create(uint32_t capacity, uint32_t handle, uint64_t owner, uint32_t pd,
                       uint32_t max_sge, srq_event_sink events,
                       std::shared_ptr<shared_receive_queue>& out, int& fd);
+    // What a successor needs besides the memfd (a state image, handover/).
+    struct carried {
+        uint32_t capacity = 0;
+        uint32_t handle = 0;
+        uint64_t owner = 0;
+        uint32_t pd = 0;
+        uint32_t max_sge = 0;
+        uint32_t taken = 0;
+        uint32_t limit = 0;
+        bool broken = false;
+    };
+    carried carry() const {
+        return {_capacity, _handle, _owner, _pd, _max_sge, _taken, armed_limit(), _broken};
+    }
+    // The SRQ a predecessor `carry()`d, mapped from its memfd `fd` (borrowed), checked against
+    // what it carried (never the header's fields: the tenant writes that page). EINVAL when the
+    // memfd is not a sealed ring of that capacity.
+    static int resume(int fd, const carried& c, srq_event_sink events,
+                      std::shared_ptr<shared_receive_queue>& out);
+    // The ring goes on in a successor that mapped the same memfd: the destructor unmaps
+    // jakirod's mapping without punching the pages out.
+    void leave_pages_to_successor() { _leave_pages = true; }
+
     ~shared_receive_queue();
     shared_receive_queue(const shared_receive_queue&) = delete;
     shared_receive_queue& operator=(const shared_receive_queue&) = delete;
@@ -84,6 +107,7 @@ class shared_receive_queue {
     bool _broken = false;
     std::atomic<uint32_t> _limit{0};
     account_charge _charge;
+    bool _leave_pages = false;
 };
 
 }  // namespace jakiro::verbs

@@ -34,6 +34,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "handover/image.hh"
 #include "rnic/rdmacm/cm_mad.hh"
 #include "rnic/rdmacm/cma_header.hh"
 
@@ -125,6 +126,15 @@ class cm_agent {
 
     const agent_stats& stats() const { return _stats; }
     std::size_t id_count() const { return _ids.size(); }
+
+    // A state image (handover/image.hh, cm_agent_image.cc), written into the section its caller
+    // opened: every id with its state machine and what its timer resends, the REQs waiting for
+    // a listener, each channel's undelivered events, the counters and what numbers ids,
+    // transactions and communication IDs next. restore() into an agent just made (no channel,
+    // no id): `event_fd_of(client)` is each channel's event socket as its endpoint restored it
+    // (-1: none, which fails). False with the reader failed when the image is not one it can use.
+    void save(handover::image_writer& w) const;
+    bool restore(handover::section_reader& r, const std::function<int(uint64_t)>& event_fd_of);
     // The quota, live: lowering a bound refuses what comes next and keeps what is there.
     void set_limits(const agent_limits& limits) { _limits = limits; }
     const agent_limits& limits() const { return _limits; }

@@ -141,7 +141,8 @@ bool channel_server::start(std::string& error, std::string& warnings) {
 }
 
 std::unique_ptr<vnic_endpoint> channel_server::make_endpoint(const endpoint_config& spec,
-                                                             std::string& error) {
+                                                             std::string& error,
+                                                             handover::section_reader* image) {
     vnic_endpoint::parts p;
     p.spec = spec;
     const bool found = spec.own_namespace    ? tenant_namespace::own(p.ns, error)
@@ -152,7 +153,9 @@ std::unique_ptr<vnic_endpoint> channel_server::make_endpoint(const endpoint_conf
         return nullptr;
     }
     std::vector<std::string> addresses = {socket_path_for(spec)};
-    if (verbs_endpoint::valid_name(spec.identity.name)) {
+    if (image != nullptr) {
+        addresses.clear();  // the predecessor's listeners, bound already, come in the image
+    } else if (verbs_endpoint::valid_name(spec.identity.name)) {
         addresses.push_back(name_address(spec.identity.name));
     }
     for (const auto& address : addresses) {
@@ -190,6 +193,13 @@ std::unique_ptr<vnic_endpoint> channel_server::make_endpoint(const endpoint_conf
     s.tenant_mtu = _config.tenant_mtu;
     s.hello_timeout = _config.hello_timeout;
     s.client_ids = &_client_ids;
+    if (image != nullptr) {
+        auto ep = vnic_endpoint::restore(std::move(p), std::move(s), *image);
+        if (ep == nullptr) {
+            error = image->ok() ? "vNIC " + spec.identity.name + ": not restored" : "";
+        }
+        return ep;
+    }
     return std::make_unique<vnic_endpoint>(std::move(p), std::move(s));
 }
 

@@ -17,6 +17,12 @@
 // Every vNIC's face is served by a thread of its own (vnic_endpoint.hh), so that one vNIC's
 // slow or stuck call never delays another vNIC's verbs or rdma_cm calls.
 //
+// Restart without tenants noticing (docs/restart.md; channel_server_image.cc): the old process
+// freeze()s every face, save()s them into the state image, and hand_over()s once the successor
+// runs (or thaw()s when it does not); the successor restore()s them before start(), which then
+// serves the configuration as sync() does (restored faces still configured are kept as they
+// are, the others withdrawn as removed vNICs are).
+//
 // Control side only: it never touches the datapath. Thread-safety: start(), stop(), sync(),
 // serve() and withdraw() from any thread, one at a time (they serialize); adopt(),
 // resources(), stats(), reports(), raise_event() and raise_cq_error() from any thread.
@@ -120,6 +126,18 @@ class channel_server {
     void enable_qps(std::vector<roce::engine*> engines,
                     std::function<int(uint16_t slot, uint32_t remote_ip_be)> admit);
     std::size_t client_count() const;
+
+    // Restart (see the top): every face frozen, saved into the section rdma_faces, let go or
+    // served again. save() needs the engines' workers stopped. False with `error` when a face
+    // cannot be saved or served again.
+    void freeze();
+    bool thaw(std::string& error);
+    bool save(handover::image_writer& w, std::string& error);
+    void hand_over();
+    // In a successor, before start(): every face of the image's rdma_faces section, served
+    // again. All or nothing: false with `error` (and the image failed), and no face restored,
+    // when one cannot be; nothing a tenant holds was touched then.
+    bool restore(handover::image_reader& image, std::string& error);
     // What every vNIC's objects and connections hold of the host; its capacity follows the
     // configuration and the kernel's limits (dataplane/control/rdma_endpoints.hh).
     host_reserve& reserve() const { return *_config.reserve; }
@@ -128,11 +146,14 @@ class channel_server {
     std::vector<endpoint_report> reports() const;
 
   private:
-    std::unique_ptr<vnic_endpoint> make_endpoint(const endpoint_config& spec, std::string& error);
+    // `image`: the face restored from a state image (no listeners bound: they are in it).
+    std::unique_ptr<vnic_endpoint> make_endpoint(const endpoint_config& spec, std::string& error,
+                                                 handover::section_reader* image = nullptr);
     std::string socket_path_for(const endpoint_config& spec) const;
     qp_support qp_support_for(const vnic_identity& v);
     roce::engine* engine_for(const vnic_identity& v) const;  // null: no such engine
     void withdraw(uint16_t slot, bool removed);
+    std::vector<vnic_endpoint*> served_endpoints() const;  // a snapshot of _endpoints
     // Stops the endpoint (before it returns) and keeps what it counted in _retired; `removed`:
     // the configuration no longer has it (vnics_removed), rather than jakirod stopping.
     void retire(std::unique_ptr<vnic_endpoint> ep, bool removed);

@@ -19,6 +19,21 @@ namespace proto = verbs_proto;
 
 namespace {
 
+// A completion channel is the far end of a connected AF_UNIX SOCK_SEQPACKET pair: jakirod
+// sends on it with MSG_DONTWAIT, which no other kind of descriptor lets it do safely (an
+// eventfd a client filled up would block the daemon's write).
+bool is_channel_socket(int fd) {
+    int type = 0, domain = 0;
+    socklen_t len = sizeof(type);
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_SEQPACKET) {
+        return false;
+    }
+    len = sizeof(domain);
+    return getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 && domain == AF_UNIX;
+}
+
+}  // namespace
+
 // The memory of an MR must be a shmem memfd (tmpfs, a regular file) sealed against shrinking:
 // jakirod maps it and the engine touches it whenever a packet says so, so nothing the client
 // does afterwards may turn that access into a signal. Truncating the file under the mapping
@@ -50,21 +65,6 @@ int check_region_fd(int fd, uint64_t offset, uint64_t span) {
     }
     return 0;
 }
-
-// A completion channel is the far end of a connected AF_UNIX SOCK_SEQPACKET pair: jakirod
-// sends on it with MSG_DONTWAIT, which no other kind of descriptor lets it do safely (an
-// eventfd a client filled up would block the daemon's write).
-bool is_channel_socket(int fd) {
-    int type = 0, domain = 0;
-    socklen_t len = sizeof(type);
-    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_SEQPACKET) {
-        return false;
-    }
-    len = sizeof(domain);
-    return getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 && domain == AF_UNIX;
-}
-
-}  // namespace
 
 vnic_resources::vnic_resources(const proto::limits& lim, cq_error_sink sink,
                                const vnic_quota& quota, std::shared_ptr<host_reserve> reserve)

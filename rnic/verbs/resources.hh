@@ -17,8 +17,11 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
+#include <vector>
 
+#include "handover/image.hh"
 #include "quota.hh"
 #include "rnic/engine.hh"
 #include "rnic/queues/cq_ring.hh"
@@ -28,6 +31,8 @@
 #include "verbs_abi/protocol.hh"
 
 namespace jakiro::verbs {
+
+class mapped_files;  // rnic/queues/mapped_files.hh
 
 struct cq_created {
     uint32_t handle = 0;
@@ -82,6 +87,10 @@ struct memory_report {
     uint64_t cq_entries_moved = 0;    // completions they moved, copied off the worker
     uint64_t cq_resizes_refused = 0;  // refused for a consumer index that makes no sense
 };
+
+// 0 if `fd` may back an MR's [offset, offset + span): a shmem memfd sealed against shrinking
+// (resources.cc says why), else EBADF or EINVAL.
+int check_region_fd(int fd, uint64_t offset, uint64_t span);
 
 // What a vNIC needs to have QPs: the engine that runs them and who the vNIC is on the wire.
 struct qp_support {
@@ -163,6 +172,24 @@ class vnic_resources {
     const std::shared_ptr<vnic_account>& account() const { return _account; }
     memory_report memory() const;
 
+    // A state image (handover/image.hh, docs/restart.md; resources_image.cc). save() writes
+    // every object into the section its caller opened: handles and keys, the key allocators,
+    // attributes, ring indices, and each ring's, MR's and channel's descriptor by index. Only
+    // while nothing changes them: the endpoint frozen and the engine's workers stopped (the
+    // QPs' state is read directly, not through engine::call). `opened`: descriptors save()
+    // opened for the image (the memfds of MRs and rings, found again through their mappings),
+    // the caller's to close once the image is sent. False with `error` when one cannot be.
+    bool save(handover::image_writer& w, std::vector<int>& opened, std::string& error) const;
+    // In a successor, into a vnic_resources made as for a new vNIC (enable_qps done, nothing
+    // created): every object again under its own handle, mapped from the same memfds, the QPs
+    // back in the engine. False with the reader failed when the image is truncated or names
+    // objects that cannot be (what was restored so far is destroyed with this object).
+    bool restore(handover::section_reader& r);
+    // After save() was taken over: the rings, pages and doorbell are the successor's, so
+    // destroying this object unmaps them without giving their pages back (and takes its QPs
+    // out of this process's engine), and tells no client anything.
+    void hand_over();
+
     const mr_table& mrs() const { return *_mrs; }
     std::shared_ptr<completion_queue> find_cq(uint32_t handle) const;
     std::shared_ptr<shared_receive_queue> find_srq(uint32_t handle) const;  // srq_verbs.cc
@@ -188,6 +215,13 @@ class vnic_resources {
     };
 
     pd_object* owned_pd(uint64_t client, uint32_t pd);
+    // One QP in a state image: what the verbs layer holds of it (creation attributes, ring,
+    // attributes and PSNs as a query reads them) and, in a successor, the QP rebuilt from that
+    // and moved through the states to where it was. qp_image.cc.
+    bool save_qp(handover::image_writer& w, const qp_object& q, const mapped_files& maps,
+                 std::vector<int>& opened, std::string& error) const;
+    bool restore_qp(handover::section_reader& r);
+    void hand_over_locked();  // with _mutex held
     void disable_doorbell();  // takes the vNIC's doorbell out of the engine (destructor)
     // With _mutex held: checks a registration and maps its region into `out`, unpublished.
     // `new_key`: it needs a free key (ENOMEM when the table is full); rereg reuses one.

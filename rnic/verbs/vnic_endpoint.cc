@@ -116,14 +116,19 @@ bool vnic_endpoint::start(std::string& error) {
         _engine->gsi().open(_spec.identity.slot, _quota.max_qp1_queue, _wake_fd);
         _qp1_open = true;
     }
+    launch();
+    return true;
+}
+
+void vnic_endpoint::launch() {
     _stopping = false;
+    _freezing = false;
     _thread = std::thread([this] {
         // "jk-verbs-<vnic>" in top and /proc/PID/task (15 characters at most).
         const std::string name = ("jk-verbs-" + _spec.identity.name).substr(0, 15);
         pthread_setname_np(pthread_self(), name.c_str());
         serve();
     });
-    return true;
 }
 
 void vnic_endpoint::stop() {
@@ -132,6 +137,12 @@ void vnic_endpoint::stop() {
         wake(_wake_fd);
         _thread.join();
     }
+    if (_frozen) {
+        // Nobody serves them any more: they learn the device is gone, as from a running one.
+        drop_all_clients();
+        _frozen = false;
+    }
+    close_image_fds();
     // Its names are free from here on: the vNIC may be bound again (it moved) at once.
     for (const int fd : _listeners) {
         close(fd);
@@ -677,6 +688,12 @@ void vnic_endpoint::serve() {
         }
         publish();
     }
+    if (!_freezing) {
+        drop_all_clients();
+    }
+}
+
+void vnic_endpoint::drop_all_clients() {
     for (auto& c : _clients) {
         drop_client(c, true);
     }

@@ -8,8 +8,14 @@
 // its calls cost. Whatever it is, it holds up this vNIC's clients alone: no other vNIC's verbs
 // or rdma_cm call, MAD or timer waits behind it (docs/threat-model.md, control-plane time).
 //
+// Restart without tenants noticing (docs/restart.md; endpoint_image.cc): freeze() stops the
+// thread and tells nobody, save() writes the frozen face into a state image, hand_over() lets go
+// of this process's side once a successor has taken it (restore()), thaw() serves again when it
+// has not.
+//
 // Owned by channel_server, which builds it (binding the listeners, making the resources) and
-// withdraws it. Thread-safety: start() and stop() from the owner's thread; set_quota(),
+// withdraws it. Thread-safety: start(), stop(), freeze(), thaw(), save() and hand_over() from
+// the owner's thread; set_quota(),
 // adopt(), post_event(), report() and client_count() from any thread; everything else runs on
 // the endpoint's thread.
 
@@ -28,6 +34,7 @@
 #include <vector>
 
 #include "device_model.hh"
+#include "handover/image.hh"
 #include "requests.hh"
 #include "resources.hh"
 #include "rnic/gsi_port.hh"
@@ -124,6 +131,31 @@ class vnic_endpoint {
     // the engine, MRs are unmapped, QP1's queues go). Returns when that is done. Idempotent.
     void stop();
 
+    // Stops the thread WITHOUT a word to any client and without closing or destroying
+    // anything (the opposite of stop()): connections, listeners, async and rdma_cm channels,
+    // memfds, objects and QP1's queues stay; requests wait in the sockets, events and MADs in
+    // their queues. Idempotent.
+    void freeze();
+    bool frozen() const { return _frozen; }
+    // A frozen endpoint serves again (the take-over failed): false with `error` if its thread
+    // cannot start.
+    bool thaw(std::string& error);
+    // The frozen endpoint into the section its caller opened: its listeners and clients (their
+    // sockets, pids, sessions), undelivered events, its counters, every object its clients
+    // created (vnic_resources::save) and its rdma_cm agent. Descriptors go by index; those
+    // opened for the image stay open until hand_over(), thaw() or destruction. Needs the
+    // engine's workers stopped (the QPs are read directly). False with `error` otherwise.
+    bool save(handover::image_writer& w, std::string& error);
+    // After save() was taken over (the successor runs): this process's side goes, silently,
+    // leaving everything the tenants hold to the successor: no DEVICE_FATAL, no DREQ, no page
+    // given back; QPs and QP1's queues leave this process's engine. Frozen endpoints only.
+    void hand_over();
+    // In a successor: the endpoint `save()` wrote, from `p` made as for a new vNIC except for
+    // its listeners (the image's) and with `s` as the server's; not started (start() it). The
+    // server's client ids continue past the restored ones. Null with the reader failed when the
+    // image is not this vNIC's or cannot be used; then nothing a tenant holds was touched.
+    static std::unique_ptr<vnic_endpoint> restore(parts p, settings s, handover::section_reader& r);
+
     const endpoint_config& spec() const { return _spec; }
     vnic_resources& resources() { return *_resources; }
     // The quota, live: the resources take it now, the rdma_cm agent and QP1 with the thread's
@@ -158,7 +190,10 @@ class vnic_endpoint {
     };
 
     void make_cm_agent(std::function<int(uint32_t)> admit);
+    void launch();  // the thread, serving
     void serve();
+    void drop_all_clients();  // IBV_EVENT_DEVICE_FATAL to each, then gone
+    void close_image_fds();
     bool accept_clients(int listener);  // false: out of descriptors
     void add_client(int fd, pid_t pid);
     bool serve_client(client& c);  // false: drop it
@@ -189,6 +224,9 @@ class vnic_endpoint {
     std::vector<local_mad> _local_mads;  // the thread's: MADs the vNIC sent itself
     int _wake_fd = -1;                   // eventfd: stop(), adopt(), events, a quota, MADs arrived
     std::atomic<bool> _stopping{false};
+    bool _freezing = false;       // the thread leaves its clients as they are
+    bool _frozen = false;         // owner's thread
+    std::vector<int> _image_fds;  // opened for save()'s image
     std::thread _thread;
 
     mutable std::mutex _mutex;  // guards what follows
