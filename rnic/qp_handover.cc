@@ -250,7 +250,9 @@ bool rc_qp::restore_fields(handover::section_reader& r) {
     if (!r.ok()) {
         return false;
     }
-    if (!ring.resume(sq_taken, sq_retired, rq_taken, rq_retired)) {
+    // A QP on an SRQ never takes from its own RQ, yet its completions retire slots there
+    // (responder.cc): that RQ's indices mean nothing and may have crossed.
+    if (!ring.resume(sq_taken, sq_retired, _s.srq != nullptr ? rq_retired : rq_taken, rq_retired)) {
         return bad("ring indices beyond the ring");
     }
 

@@ -1,17 +1,11 @@
-// One QP in a state image (resources.hh, save_qp and restore_qp): what the verbs layer holds of
-// it. The QP's transport state is read as ibv_query_qp reads it (attributes, state) plus its
-// PSNs; the successor builds the QP on the same ring memfd and moves it RESET -> INIT -> RTR ->
-// RTS (-> SQD) with those attributes, sending from the oldest unacknowledged PSN. Work requests
-// the engine had taken and not yet completed are taken again from the ring (their slots are
-// not the shim's until retired): an RC peer answers the repeated PSNs as duplicates, as after
-// any retransmission. What lives only inside rc_qp (in-flight READ responses, the atomic
-// replay cache, DCQCN's rate) starts afresh; a QP that can write itself into the image
-// replaces save_qp's transport half and restore_qp's replay.
+// One QP in a state image (resources.hh, save_qp and restore_qp): what the verbs layer holds
+// of it (owner, PD, CQs, SRQ, its ring's memfd and capacities), then the QP's own record
+// (rc_qp::save: attributes, PSNs, the WQEs it had taken, the responder's message in progress,
+// the atomic replay cache, DCQCN; rnic/qp_handover.cc). The successor attaches the same ring
+// and rc_qp::restore goes on where its predecessor stopped, as after a burst of loss.
 
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <string>
 
 #include "resources.hh"
@@ -21,59 +15,6 @@
 namespace jakiro::verbs {
 
 namespace proto = verbs_proto;
-
-namespace {
-
-// Moves a QP just built (RESET) to where `a` says its predecessor was. 0 or the errno of the
-// modify that refused.
-int replay_states(roce::rc_qp& qp, ibv_qp_type type, ibv_qp_attr a, uint32_t next_psn,
-                  uint32_t una_psn, uint32_t expected_psn) {
-    const ibv_qp_state target = a.qp_state;
-    if (target == IBV_QPS_RESET) {
-        return 0;
-    }
-    if (target == IBV_QPS_ERR) {
-        a.qp_state = IBV_QPS_ERR;
-        return qp.modify(a, IBV_QP_STATE);
-    }
-    a.qp_state = IBV_QPS_INIT;
-    int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-               (type == IBV_QPT_UD ? IBV_QP_QKEY : IBV_QP_ACCESS_FLAGS);
-    if (const int error = qp.modify(a, mask); error != 0 || target == IBV_QPS_INIT) {
-        return error;
-    }
-    a.qp_state = IBV_QPS_RTR;
-    mask = IBV_QP_STATE;
-    if (type != IBV_QPT_UD) {
-        a.rq_psn = expected_psn;
-        mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-    }
-    if (type == IBV_QPT_RC) {
-        mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-    }
-    if (const int error = qp.modify(a, mask); error != 0 || target == IBV_QPS_RTR) {
-        return error;
-    }
-    a.qp_state = IBV_QPS_RTS;
-    // RC sends again from the oldest unacknowledged PSN (the WRs behind it are taken again);
-    // UC and UD never resend.
-    a.sq_psn = type == IBV_QPT_RC ? una_psn : next_psn;
-    mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-    if (type == IBV_QPT_RC) {
-        mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
-    }
-    if (const int error = qp.modify(a, mask); error != 0) {
-        return error;
-    }
-    if (target == IBV_QPS_SQD) {
-        a.qp_state = IBV_QPS_SQD;
-        return qp.modify(a, IBV_QP_STATE);
-    }
-    // SQE (UC/UD after a send error) resumes in RTS: the error was reported already.
-    return 0;
-}
-
-}  // namespace
 
 bool vnic_resources::save_qp(handover::image_writer& w, const qp_object& q,
                              const mapped_files& maps, std::vector<int>& opened,
@@ -90,7 +31,7 @@ bool vnic_resources::save_qp(handover::image_writer& w, const qp_object& q,
     ibv_qp_attr attr{};
     ibv_qp_cap cap{};
     bool sig_all = false;
-    qp.query(attr, cap, sig_all);
+    qp.query(attr, cap, sig_all);  // sq_sig_all: the setup's, not the record's
     w.boolean(sig_all);
     const qp_ring& ring = qp.ring();
     for (const uint32_t v : {ring.sq_capacity(), ring.rq_capacity(), ring.send_taken(),
@@ -104,10 +45,7 @@ bool vnic_resources::save_qp(handover::image_writer& w, const qp_object& q,
     }
     opened.push_back(fd);
     w.fd(fd);
-    w.pod(attr);
-    w.u32(qp.stats().next_psn.load(std::memory_order_relaxed));
-    w.u32(qp.stats().una_psn.load(std::memory_order_relaxed));
-    w.u32(qp.stats().expected_psn.load(std::memory_order_relaxed));
+    qp.save(w);
     return true;
 }
 
@@ -128,10 +66,6 @@ bool vnic_resources::restore_qp(handover::section_reader& r) {
     [[maybe_unused]] const uint32_t rq_taken = r.u32();
     const uint32_t rq_retired = r.u32();
     const int ring_fd = r.fd();
-    const auto attr = r.pod<ibv_qp_attr>();
-    const uint32_t next_psn = r.u32();
-    const uint32_t una_psn = r.u32();
-    const uint32_t expected_psn = r.u32();
     struct closer {
         int fd;
         ~closer() {
@@ -160,7 +94,7 @@ bool vnic_resources::restore_qp(handover::section_reader& r) {
         r.fail(what + " does not fit its ring");
         return false;
     }
-    // Taken and not retired: taken again (see the top of this file).
+    // The QP's record sets the indices it had taken; retired ones are checked here first.
     if (!ring->resume(sq_retired, sq_retired, rq_retired, rq_retired)) {
         ring->leave_pages_to_successor();  // the tenant's ring: a failure never punches it
         r.fail(what + ": its ring indices cannot be its ring's");
@@ -192,11 +126,9 @@ bool vnic_resources::restore_qp(handover::section_reader& r) {
     setup.events = _qp_support.events;
     setup.srq = srq_handle != 0 ? srq->second : nullptr;
     setup.type = type;
-    auto qp = std::make_shared<roce::rc_qp>(std::move(setup));
-    if (const int error = replay_states(*qp, type, attr, next_psn, una_psn, expected_psn);
-        error != 0) {
-        qp->ring().leave_pages_to_successor();
-        r.fail(what + ": its attributes are refused (" + std::strerror(error) + ")");
+    // On failure restore leaves the ring's pages alone and says why through `r`.
+    std::shared_ptr<roce::rc_qp> qp = roce::rc_qp::restore(std::move(setup), r);
+    if (qp == nullptr) {
         return false;
     }
     roce::engine* engine = _qp_support.engine;
