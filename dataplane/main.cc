@@ -85,7 +85,7 @@ constexpr int exit_failure = 1;
 
 const char* usage =
     "usage: jakirod --config HOST.yaml [--busy-poll] [--socket PATH] [--lcores EAL_LCORES]\n"
-    "               [--workers N] [--take-over [--drop-rdma]]\n"
+    "               [--workers N] [--take-over]\n"
     "       jakirod --check-config HOST.yaml\n"
     "  --config FILE        host configuration (YAML; see jakirod(8))\n"
     "  --check-config FILE  validate FILE and exit: 0 if valid, 78 with file:line: field:\n"
@@ -97,7 +97,7 @@ const char* usage =
     "  --workers N          poll loops sharing the vNICs (default: host.workers, else 1)\n"
     "  --take-over          take over from the running jakirod of this host with its state\n"
     "                       (docs/restart.md); it serves on if this one refuses or fails\n"
-    "  --drop-rdma          with --take-over: accept that open RDMA contexts are lost\n"
+
     "  --version            print the version and exit\n"
     "  --help               print this and exit\n"
     "Signals: TERM and INT stop; HUP applies --config again (as jakiroctl apply).\n"
@@ -111,7 +111,6 @@ struct options {
     unsigned workers = 0;  // 0: host.workers from the YAML
     bool busy_poll = false;
     bool take_over = false;
-    bool drop_rdma = false;
 };
 
 bool parse_options(int argc, char** argv, options& out) {
@@ -154,8 +153,7 @@ bool parse_options(int argc, char** argv, options& out) {
             out.busy_poll = true;
         } else if (arg == "--take-over") {
             out.take_over = true;
-        } else if (arg == "--drop-rdma") {
-            out.drop_rdma = true;
+
         } else if (arg == "--help" || arg == "-h") {
             std::cout << usage;
             std::exit(0);
@@ -169,10 +167,6 @@ bool parse_options(int argc, char** argv, options& out) {
     }
     if (out.config.empty() && out.check_config.empty()) {
         std::cerr << "jakirod: --config or --check-config is required\n" << usage;
-        return false;
-    }
-    if (out.drop_rdma && !out.take_over) {
-        std::cerr << "jakirod: --drop-rdma goes with --take-over\n" << usage;
         return false;
     }
     if (!out.config.empty() && !out.check_config.empty()) {
@@ -347,7 +341,7 @@ int main(int argc, char** argv) {
     const std::string marker = run_marker_path(opts.socket);
     if (opts.take_over) {
         std::string why;
-        inherited = take_over(handover_path(opts.socket), opts.drop_rdma, why);
+        inherited = take_over(handover_path(opts.socket), why);
         if (!inherited) {
             std::cerr << "jakirod: " << why << "\n";
             return fail(why);
@@ -436,6 +430,15 @@ int main(int argc, char** argv) {
     if (!verbs_channel.start(error, rdma_warnings)) {
         return fail(error);
     }
+    // A take-over: every vNIC's RDMA face as the predecessor left it (its tenants' connections,
+    // objects, QPs and rdma_cm ids), once the server runs (its own configuration names no vNIC,
+    // so starting withdraws none) and before the faces are served: serve_rdma keeps each.
+    if (inherited && inherited->image->has(handover::section_kind::rdma_faces)) {
+        if (!verbs_channel.restore(*inherited->image, error)) {
+            return fail("the state image: " + error);
+        }
+        state.restarts.carried["rdma_clients"] = verbs_channel.client_count();
+    }
     // Each vNIC opens its own RDMA face, now that the datapath knows its slot.
     host.serve_rdma(verbs_channel, rdma_warnings);
     if (!rdma_warnings.empty()) {
@@ -481,31 +484,17 @@ int main(int argc, char** argv) {
     }
     // The old side of a future take-over (restart/handover_server.hh).
     std::chrono::steady_clock::time_point frozen_at;
-    std::size_t rdma_lost = 0;
     handover_server::hooks hooks;
-    hooks.refusal = [&](const handover::offer& o) -> std::string {
-        std::size_t clients = 0;
-        control.run_on_control_thread([&] { clients = verbs_channel.client_count(); },
-                                      std::chrono::seconds(2));
-        if (clients != 0 && !o.may_lose_rdma) {
-            return std::to_string(clients) +
-                   " RDMA contexts are open, and RDMA state is not carried over yet: they would "
-                   "be told their device is gone (take over with --drop-rdma to accept that)";
-        }
-        return "";
-    };
     hooks.freeze = [&](const handover::offer&) {
-        // The RDMA faces close while the workers still run (QPs leave their engines through
-        // them), and always: their listeners are bound in the tenants' namespaces, where the
-        // successor binds its own.
-        const bool closed = control.run_on_control_thread(
+        // The RDMA faces freeze while the workers still run (a face's thread may be waiting for
+        // its engine): their threads stop, telling the tenants nothing, holding everything.
+        const bool frozen = control.run_on_control_thread(
             [&] {
                 state.handing_over = true;
-                rdma_lost = verbs_channel.client_count();
-                host.close_rdma_faces();
+                verbs_channel.freeze();
             },
             std::chrono::seconds(20));
-        if (!closed) {
+        if (!frozen) {
             return false;
         }
         {
@@ -526,7 +515,8 @@ int main(int argc, char** argv) {
         frozen_at = std::chrono::steady_clock::now();
         return true;
     };
-    hooks.write = [&](handover::image_writer& w) {
+    hooks.write = [&](handover::image_writer& w, std::string& why) {
+        bool written = false;
         control.run_on_control_thread(
             [&] {
                 image_sources sources;
@@ -539,10 +529,15 @@ int main(int argc, char** argv) {
                     }
                 }
                 sources.counters = counter_values(control.collect());
-                sources.rdma_contexts_lost = rdma_lost;
                 write_image(w, state, sources);
+                // The workers are stopped: the QPs' state is read where it lies.
+                written = verbs_channel.save(w, why);
             },
             std::chrono::seconds(20));
+        if (!written && why.empty()) {
+            why = "the control thread did not write the image in time";
+        }
+        return written;
     };
     hooks.resume = [&](const std::string& why) {
         log::warning("handover_failed", why + "; serving on");
@@ -551,21 +546,15 @@ int main(int argc, char** argv) {
             freeze.resumed = true;
             freeze.changed.notify_all();
         }
-        // With the workers back (the faces' QP1 queues join their engines), and once the
-        // failed successor has gone with its listeners in the tenants' namespaces.
-        std::string warnings;
-        for (int attempt = 0; attempt < 50; ++attempt) {
-            warnings.clear();
-            control.run_on_control_thread([&] { host.reopen_rdma_faces(warnings); },
-                                          std::chrono::seconds(20));
-            if (warnings.empty()) {
-                break;
-            }
-            std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        }
-        if (!warnings.empty()) {
-            log::warning("rdma_face", warnings);
-        }
+        // With the workers back: the faces' threads may wait for their engines.
+        control.run_on_control_thread(
+            [&] {
+                std::string thaw_error;
+                if (!verbs_channel.thaw(thaw_error)) {
+                    log::error("rdma_face", "after a failed take-over: " + thaw_error);
+                }
+            },
+            std::chrono::seconds(20));
         control.post([&] { state.handing_over = false; });
     };
     hooks.exit = [] {
@@ -578,29 +567,18 @@ int main(int argc, char** argv) {
     }
     control.on_restart([&](const std::vector<std::string>& args) -> std::string {
         std::string binary = own.binary;
-        bool drop_rdma = false;
         for (std::size_t i = 0; i < args.size(); ++i) {
             if (args[i] == "--binary" && i + 1 < args.size()) {
                 binary = args[++i];
-            } else if (args[i] == "--drop-rdma") {
-                drop_rdma = true;
             } else {
-                return "ERR usage: restart [--binary PATH] [--drop-rdma]\n";
+                return "ERR usage: restart [--binary PATH]\n";
             }
         }
         if (handover.busy() || state.handing_over) {
             return "ERR a take-over is under way\n";
         }
-        if (const std::size_t clients = verbs_channel.client_count(); clients != 0 && !drop_rdma) {
-            return "ERR " + std::to_string(clients) +
-                   " RDMA contexts are open, and RDMA state is not carried over yet: they would "
-                   "be told their device is gone (restart --drop-rdma to accept that)\n";
-        }
         auto successor_args = own.args;
         successor_args.push_back("--take-over");
-        if (drop_rdma) {
-            successor_args.push_back("--drop-rdma");
-        }
         std::string why;
         const pid_t pid = start_successor(binary, successor_args, why);
         if (pid < 0) {

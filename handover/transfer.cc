@@ -231,7 +231,6 @@ bool peer_is_trusted(int sock, std::string& why) {
 bool send_offer(int sock, const offer& o, std::string& error) {
     payload_writer w;
     w.string(o.version);
-    w.u32(o.may_lose_rdma ? 1 : 0);
     w.u32(static_cast<uint32_t>(o.reads.size()));
     for (const auto& [kind, version] : o.reads) {
         w.u32(kind);
@@ -249,7 +248,6 @@ std::optional<offer> receive_offer(int sock, std::chrono::milliseconds timeout,
     payload_reader r{in->payload};
     offer o;
     o.version = r.string();
-    o.may_lose_rdma = r.u32() != 0;
     const uint32_t n = r.u32();
     for (uint32_t i = 0; r.ok && i < n && i < 1024; ++i) {
         const uint32_t kind = r.u32();

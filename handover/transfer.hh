@@ -29,8 +29,6 @@ namespace jakiro::handover {
 struct offer {
     section_versions reads;
     std::string version;
-    // The successor accepts losing state it cannot carry (RDMA faces, until it can).
-    bool may_lose_rdma = false;
 };
 
 struct received_image {

@@ -55,25 +55,6 @@ bool host_manager::serve_rdma(verbs::channel_server& server, std::string& warnin
     return all;
 }
 
-void host_manager::close_rdma_faces() {
-    for (auto& [name, v] : _vnics) {
-        v->close_rdma_face();
-    }
-}
-
-void host_manager::reopen_rdma_faces(std::string& warnings) {
-    if (_state.verbs == nullptr) {
-        return;
-    }
-    for (const auto& v : _state.config.vnics) {
-        std::string why;
-        auto& opened = *_vnics.at(v.name);
-        if (!opened.open_rdma_face(*_state.verbs, v, _worker_of_slot.at(opened.slot()), why)) {
-            warnings += why + "\n";
-        }
-    }
-}
-
 void host_manager::place_next_slot() {
     std::vector<uint8_t> owners;
     for (const auto& [name, v] : _vnics) {

@@ -34,12 +34,6 @@ class host_manager {
     // RDMA face; its Ethernet face works regardless.
     bool serve_rdma(verbs::channel_server& server, std::string& warnings);
 
-    // A take-over that cannot carry RDMA state (docs/restart.md): every vNIC's RDMA face
-    // closes (its clients are told the device is gone) and, if the take-over fails, opens
-    // again. Control thread.
-    void close_rdma_faces();
-    void reopen_rdma_faces(std::string& warnings);
-
     // Applies `next`; on failure nothing changes and the reason is returned in `error`.
     // `summary` says what changed.
     bool apply(host_config next, std::string& summary, std::string& error);

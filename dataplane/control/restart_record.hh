@@ -34,7 +34,7 @@ struct restart_record {
     double takeover_ms = 0;
     std::string from_version;                 // the predecessor's, for a take-over
     std::map<std::string, uint64_t> carried;  // what came across: flows, neighbours, ...
-    std::map<std::string, uint64_t> lost;     // what could not: rdma_contexts, ...
+    std::map<std::string, uint64_t> lost;     // what could not: flows of removed vNICs
     // Restarts of each kind this host has seen (restart_kind order; `none` unused).
     std::array<uint64_t, 4> counts{};
 };

@@ -100,7 +100,7 @@ void append_restart_metrics(const restart_record& r, std::vector<MetricFamily>& 
     families.push_back(std::move(blackout));
     auto carried = family("jakiro_last_restart_carried",
                           "Last take-over: state carried over, by what (flows, neighbours, "
-                          "counters)",
+                          "counters, rdma_clients)",
                           MetricType::Gauge);
     for (const auto& [what, n] : r.carried) {
         sample(carried, {{"what", what}}, static_cast<double>(n));
@@ -108,7 +108,7 @@ void append_restart_metrics(const restart_record& r, std::vector<MetricFamily>& 
     families.push_back(std::move(carried));
     auto lost = family("jakiro_last_restart_lost",
                        "Last take-over: state that could not be carried over, by what "
-                       "(rdma_contexts: tenants told their device is gone)",
+                       "(flows of vNICs the successor's configuration no longer has)",
                        MetricType::Gauge);
     for (const auto& [what, n] : r.lost) {
         sample(lost, {{"what", what}}, static_cast<double>(n));

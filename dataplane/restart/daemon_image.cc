@@ -36,7 +36,6 @@ void write_image(handover::image_writer& w, const daemon_state& state, const ima
     for (const uint64_t n : state.restarts.counts) {
         w.u64(n);
     }
-    w.u64(s.rdma_contexts_lost);
     w.u32(static_cast<uint32_t>(state.slot_names.size()));
     for (const auto& name : state.slot_names) {
         w.string(name);
@@ -122,10 +121,6 @@ bool read_image_early(handover::image_reader& r, daemon_state& state, early_inhe
     for (auto& n : state.restarts.counts) {
         n = d.u64();
     }
-    const uint64_t lost = d.u64();
-    if (lost != 0) {
-        state.restarts.lost["rdma_contexts"] = lost;
-    }
     // The slot names are read again by read_image_late.
     out.from_version = r.writer();
 
@@ -160,7 +155,6 @@ bool read_image_late(handover::image_reader& r, daemon_state& state,
     for (std::size_t i = 0; i < state.restarts.counts.size(); ++i) {
         (void)d.u64();
     }
-    (void)d.u64();
     const uint32_t slots = d.count(max_slots);
     std::vector<std::string> old_names(slots);
     for (auto& name : old_names) {

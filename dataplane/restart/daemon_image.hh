@@ -24,7 +24,6 @@ struct image_sources {
     std::string tap_iface;  // the tap uplink ("" if the uplink is something else)
     int tap_fd = -1;
     std::map<std::string, double> counters;  // what /metrics says now
-    uint64_t rdma_contexts_lost = 0;
 };
 
 void write_image(handover::image_writer& w, const daemon_state& state, const image_sources& s);

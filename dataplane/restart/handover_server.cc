@@ -119,11 +119,8 @@ void handover_server::converse(int sock) {
         probe.begin(kind);
         probe.end();
     }
-    std::string refusal =
+    const std::string refusal =
         handover::incompatibility(offer->reads, probe.written(), probe.required());
-    if (refusal.empty() && _hooks.refusal) {
-        refusal = _hooks.refusal(*offer);
-    }
     if (!refusal.empty()) {
         log::warning("handover_refused", offer->version + " may not take over: " + refusal);
         handover::send_verdict(sock, refusal, error);
@@ -139,7 +136,10 @@ void handover_server::converse(int sock) {
         return;  // the successor sees the socket close before any image: it gives up
     }
     handover::image_writer image(writer_version());
-    _hooks.write(image);
+    if (std::string why; !_hooks.write(image, why)) {
+        _hooks.resume("writing the state image: " + why);
+        return;  // the successor sees the socket close before any image: it gives up
+    }
     if (!handover::send_image(sock, image, error)) {
         _hooks.resume(error);
         return;

@@ -26,13 +26,11 @@ namespace jakiro {
 class handover_server {
   public:
     struct hooks {
-        // Why this take-over is refused beyond section versions ("" if it is not): e.g. state
-        // that would be lost and the successor did not accept losing it.
-        std::function<std::string(const handover::offer&)> refusal;
         // Stops forwarding and whatever must not change during the image; false if that could
         // not be done (then resume() runs).
         std::function<bool(const handover::offer&)> freeze;
-        std::function<void(handover::image_writer&)> write;
+        // False (with why): the image could not be written whole; resume() runs.
+        std::function<bool(handover::image_writer&, std::string& why)> write;
         std::function<void(const std::string& why)> resume;
         // The successor runs: end this process now (never returns).
         std::function<void()> exit;

@@ -1,5 +1,6 @@
 #include "take_over.hh"
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -56,7 +57,13 @@ handover::section_versions what_we_read() {
 
 }  // namespace
 
-std::optional<inheritance> take_over(const std::string& path, bool drop_rdma, std::string& error) {
+std::optional<inheritance> take_over(const std::string& path, std::string& error) {
+    // The image names a descriptor per listener, tenant connection, memory region and ring of
+    // every vNIC: as many as the predecessor held.
+    if (rlimit files{}; getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+        files.rlim_cur = files.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &files);
+    }
     inheritance in;
     in.asked = std::chrono::steady_clock::now();
     sockaddr_un addr{};
@@ -82,7 +89,7 @@ std::optional<inheritance> take_over(const std::string& path, bool drop_rdma, st
     if (std::string why; !handover::peer_is_trusted(in.sock, why)) {
         return fail("the hand-over socket is not our service's: " + why);
     }
-    handover::offer o{what_we_read(), writer_version(), drop_rdma};
+    handover::offer o{what_we_read(), writer_version()};
     if (!handover::send_offer(in.sock, o, error)) {
         return fail(error);
     }

@@ -21,10 +21,9 @@ struct inheritance {
     std::chrono::steady_clock::time_point received;  // when the image was in
 };
 
-// Connects to the predecessor at `path`, offers what this binary reads (`drop_rdma`: it may
-// lose RDMA state it cannot carry), and receives the image. nullopt with `error`: refused (the
-// predecessor serves on) or failed.
-std::optional<inheritance> take_over(const std::string& path, bool drop_rdma, std::string& error);
+// Connects to the predecessor at `path`, offers what this binary reads and receives the image.
+// nullopt with `error`: refused (the predecessor serves on) or failed.
+std::optional<inheritance> take_over(const std::string& path, std::string& error);
 
 // Tells the predecessor: running (`failure` empty; it exits) or failed (it resumes).
 void report_outcome(inheritance& from, const std::string& failure);

@@ -140,7 +140,7 @@ def offer_from(namespace, user=None):
         "except OSError as e:\n"
         "    print('connect', e.errno); sys.exit(0)\n"
         "v = b'attacker'\n"
-        "body = struct.pack('<I', len(v)) + v + struct.pack('<IIII', 0, 1, 1, 0)\n"
+        "body = struct.pack('<I', len(v)) + v + struct.pack('<III', 1, 1, 0)\n"
         "try:\n"
         "    s.send(struct.pack('<II', 1, 1) + body)\n"
         "except OSError:\n"
