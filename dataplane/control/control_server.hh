@@ -57,7 +57,7 @@ class control_server {
         _reload_file = std::move(file);
     }
 
-    // `restart [--binary PATH] [--drop-rdma]`: `fn` starts the successor and answers the client
+    // `restart [--binary PATH]`: `fn` starts the successor and answers the client
     // (docs/restart.md).
     void on_restart(std::function<std::string(const std::vector<std::string>& args)> fn) {
         _on_restart = std::move(fn);

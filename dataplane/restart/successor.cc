@@ -23,7 +23,7 @@ own_command read_own_command(int argc, char** argv) {
     }
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
-        if (arg != "--take-over" && arg != "--drop-rdma") {
+        if (arg != "--take-over") {
             own.args.push_back(arg);
         }
     }
