@@ -151,7 +151,7 @@ inline bool take_arm(cq_ring_header& h, bool solicited) {
 // (nap_until_completion). The fence pairs with the poller's: either jakirod sees the flag or the
 // poller sees the new producer. A system call only while a poller naps, and at most one per nap
 // (the flag is taken); a program that keeps the flag set costs jakirod one wake per completion of
-// its own, what an armed completion channel costs.
+// its own, less than an armed completion channel costs it.
 inline void wake_napping_poller(cq_ring_header& h) {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     auto napping = shared_index(h.poller_napping);
