@@ -6,7 +6,8 @@
 //
 //  offset   0  line 0: producer index (u32, free-running)   written by jakirod only
 //  offset  64  line 1: consumer index (u32, free-running)   written by the shim only
-//  offset 128  line 2: arm bits (shim sets, jakirod clears), overflow flag (jakirod sets)
+//  offset 128  line 2: arm bits (shim sets, jakirod clears), overflow flag (jakirod sets),
+//               poller_napping (a napping poller sets it, jakirod takes it and wakes the poller)
 //  offset 192  line 3: magic, version, capacity, slot size  written by jakirod before sharing
 //  offset 256  slots[capacity], 64 bytes each (`cqe`)
 //
@@ -76,6 +77,7 @@ struct cq_ring_header {
     alignas(cache_line) uint32_t consumer;
     alignas(cache_line) uint32_t arm;  // cq_arm bits
     uint32_t overflow;                 // 1 once jakirod refused a completion: the CQ is in error
+    uint32_t poller_napping;           // a poller naps until the next completion (futex word)
     alignas(cache_line) uint32_t magic;
     uint32_t version;
     uint32_t capacity;
@@ -85,6 +87,7 @@ static_assert(sizeof(cq_ring_header) == 256);
 static_assert(offsetof(cq_ring_header, consumer) == 64);
 static_assert(offsetof(cq_ring_header, arm) == 128);
 static_assert(offsetof(cq_ring_header, overflow) == 132);
+static_assert(offsetof(cq_ring_header, poller_napping) == 136);
 static_assert(offsetof(cq_ring_header, magic) == 192);
 static_assert(offsetof(cq_ring_header, capacity) == 200);
 static_assert(std::atomic_ref<uint32_t>::is_always_lock_free,
@@ -144,6 +147,20 @@ inline bool take_arm(cq_ring_header& h, bool solicited) {
     return arm.exchange(0, std::memory_order_acq_rel) != 0;
 }
 
+// After publishing a completion: ends the nap of a poller that found the ring empty
+// (nap_until_completion). The fence pairs with the poller's: either jakirod sees the flag or the
+// poller sees the new producer. A system call only while a poller naps, and at most one per nap
+// (the flag is taken); a program that keeps the flag set costs jakirod one wake per completion of
+// its own, less than an armed completion channel costs it.
+inline void wake_napping_poller(cq_ring_header& h) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    auto napping = shared_index(h.poller_napping);
+    if (napping.load(std::memory_order_relaxed) != 0 &&
+        napping.exchange(0, std::memory_order_relaxed) != 0) {
+        syscall(SYS_futex, &h.poller_napping, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+    }
+}
+
 inline void mark_overflow(cq_ring_header& h) {
     shared_index(h.overflow).store(1, std::memory_order_release);
 }
@@ -170,6 +187,20 @@ inline void release_slots(cq_ring_header& h, uint32_t consumer) {
 inline void arm_and_fence(cq_ring_header& h, uint32_t bits) {
     shared_index(h.arm).fetch_or(bits, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+// An empty poll's nap: sleeps until jakirod publishes a producer other than `seen` (the one
+// the empty poll read) or `timeout` (relative) passes, whichever comes first; returns at once
+// if one already has. A napping poller gives its core to jakirod as a timed sleep does, and
+// sees the completion it waits for as soon as jakirod writes it rather than at the sleep's end.
+inline void nap_until_completion(cq_ring_header& h, uint32_t seen, const timespec& timeout) {
+    auto napping = shared_index(h.poller_napping);
+    napping.store(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (load_producer_acquire(h) == seen) {
+        syscall(SYS_futex, &h.poller_napping, FUTEX_WAIT, 1, &timeout, nullptr, 0);
+    }
+    napping.store(0, std::memory_order_relaxed);  // no wake for a nap that is over
 }
 
 inline bool overflowed(const cq_ring_header& h) {

@@ -373,8 +373,14 @@ void ack_cq_events(ibv_cq* cq, unsigned int nevents) {
 
 namespace {
 
-// poll_cq under the CQ's poll lock; `nap` says whether the caller should nap once it is out.
-int poll_under_lock(shim_cq* q, int num_entries, ibv_wc* wc, bool& nap) {
+// What an empty poll saw: the ring and its producer index, for the nap that follows.
+struct empty_poll {
+    proto::cq_ring_header* ring = nullptr;
+    uint32_t producer = 0;
+};
+
+// poll_cq under the CQ's poll lock; `nap.ring` says whether the caller should nap once it is out.
+int poll_under_lock(shim_cq* q, int num_entries, ibv_wc* wc, empty_poll& nap) {
     const std::lock_guard lock(q->poll_lock);
     const uint32_t consumer = proto::load_own_consumer(*q->ring);
     const uint32_t producer = proto::load_producer_acquire(*q->ring);
@@ -391,8 +397,8 @@ int poll_under_lock(shim_cq* q, int num_entries, ibv_wc* wc, bool& nap) {
     } else if (q->context->death->check()) {
         // jakirod is gone and what it published is read: flush what it never completed.
         return q->context->death->flush_completions(*q, num_entries, wc);
-    } else {
-        nap = q->empty_polls.nap_after_empty_poll();
+    } else if (q->empty_polls.nap_after_empty_poll()) {
+        nap = {q->ring, producer};
     }
     return static_cast<int>(n);
 }
@@ -407,10 +413,12 @@ int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
     if (num_entries <= 0) {
         return 0;
     }
-    bool nap = false;
+    empty_poll nap;
     const int n = poll_under_lock(q, num_entries, wc, nap);
-    if (nap) {
-        nap_on_idle_cq();  // after the lock: another thread may poll the CQ meanwhile
+    if (nap.ring != nullptr) {
+        // After the lock: another thread may poll the CQ meanwhile. A resize meanwhile keeps
+        // the old ring mapped (retired_ring), and a nap on it just runs to its end.
+        nap_on_idle_cq(*nap.ring, nap.producer);
     }
     return n;
 }

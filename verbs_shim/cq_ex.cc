@@ -95,9 +95,11 @@ int start_poll(ibv_cq_ex* cq, ibv_poll_cq_attr* attr) {
     }
     if (error != 0) {
         const bool nap = error == ENOENT && q->empty_polls.nap_after_empty_poll();
-        q->poll_lock.unlock();  // ENOENT: the caller must not call ibv_end_poll
+        proto::cq_ring_header* const ring = q->ring;
+        const uint32_t seen = q->ex_consumer;  // empty: the producer stood here
+        q->poll_lock.unlock();                 // ENOENT: the caller must not call ibv_end_poll
         if (nap) {
-            nap_on_idle_cq();
+            nap_on_idle_cq(*ring, seen);
         }
         return error;
     }

@@ -1,7 +1,5 @@
 #include "idle_backoff.hh"
 
-#include <time.h>
-
 #include <cstdlib>
 #include <cstring>
 
@@ -19,10 +17,10 @@ bool naps_enabled() {
 
 }  // namespace
 
-void nap_on_idle_cq() {
+void nap_on_idle_cq(verbs_proto::cq_ring_header& ring, uint32_t seen) {
     if (naps_enabled()) {
         const timespec nap{0, idle_backoff::nap_ns};
-        nanosleep(&nap, nullptr);
+        verbs_proto::nap_until_completion(ring, seen, nap);
     }
 }
 

@@ -66,6 +66,11 @@ class cq_ring {
     // the completion channel.
     bool take_arm_after_push(bool solicited);
 
+    // After a successful push: wakes a poller napping on the empty ring
+    // (verbs_proto::nap_until_completion), so that a program that polls sees the completion now
+    // and not at the end of its nap.
+    void wake_napping_poller() { verbs_proto::wake_napping_poller(*_header); }
+
     // ibv_resize_cq: this fresh ring takes over `old`'s unconsumed completions (moved to its
     // first slots, in order), its arm and overflow state and its count. EINVAL, with nothing
     // changed, when they do not fit or `old`'s consumer index makes no sense: ahead of the

@@ -1,15 +1,19 @@
 // ibv_resize_cq in the shim against a fake jakirod that plays the engine's timing: completions
 // the engine adds to the new ring before the shim has mapped it are the program's, in order;
-// a ring that claims more than it can hold is refused (EPROTO), never read past its end.
+// a ring that claims more than it can hold is refused (EPROTO), never read past its end. And
+// what an empty poll does: it naps on the ring until the next completion.
 
 #include "verbs_shim/cq.hh"
 
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <memory>
+#include <thread>
 
 #include "fake_jakirod.hh"
 #include "verbs_shim/context.hh"
@@ -65,6 +69,38 @@ TEST_F(ShimCq, ResizeRefusesNonsenseBeforeAskingJakirod) {
     EXPECT_EQ(resize_cq(cq, static_cast<int>(fake_limits().max_cqe) + 1), EINVAL);
     EXPECT_EQ(resize_cq(nullptr, 8), EINVAL);
     EXPECT_EQ(fake->count(proto::opcode::resize_cq), before);
+}
+
+// A program spinning on an empty CQ naps between polls (idle_backoff.hh) on the CQ ring's
+// futex word, so that jakirod's next completion ends the nap instead of the nap's timer.
+TEST_F(ShimCq, AnEmptyPollNapsOnTheRingAndTheCompletionWrittenMeanwhileIsReturned) {
+    using clock = std::chrono::steady_clock;
+    proto::cq_ring_header& ring = *to_cq(cq)->ring;
+    std::atomic<bool> done{false};
+    ibv_wc got{};
+    std::thread program([&] {
+        const auto deadline = clock::now() + std::chrono::seconds(10);
+        while (poll_cq(cq, 1, &got) == 0 && clock::now() < deadline) {
+        }
+        done = true;
+    });
+    const auto deadline = clock::now() + std::chrono::seconds(5);
+    while (proto::shared_index(ring.poller_napping).load() == 0 && clock::now() < deadline) {
+        std::this_thread::yield();
+    }
+    const bool napped_on_ring = proto::shared_index(ring.poller_napping).load() != 0;
+    // What the engine does for a completion (rnic/queues/cq_ring.cc): write, publish, wake.
+    const uint32_t producer = proto::load_producer_acquire(ring);
+    proto::cqe e{};
+    e.wr_id = 77;
+    e.opcode = IBV_WC_RECV;
+    proto::cq_slots(&ring)[producer & (ring.capacity - 1)] = e;
+    proto::publish_producer(ring, producer + 1);
+    proto::wake_napping_poller(ring);
+    program.join();
+    EXPECT_TRUE(napped_on_ring) << "the empty polls never napped on the CQ ring";
+    EXPECT_TRUE(done);
+    EXPECT_EQ(got.wr_id, 77u);
 }
 
 }  // namespace

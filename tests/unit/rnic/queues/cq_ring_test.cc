@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -428,6 +430,48 @@ TEST(CompletionQueue, AChannelNobodyReadsNeverBlocksAndKeepsTheCqArmed) {
     EXPECT_TRUE(cq.complete(completion(1))) << "the completion itself is there";
     EXPECT_EQ(cq.lost_notifications(), 1u);
     EXPECT_NE(c.header().arm, 0u) << "still armed: the next completion tries again";
+}
+
+// A program polling an empty CQ naps (verbs_shim/idle_backoff.hh); the completion it waits
+// for must end the nap at once, not when the nap's timer runs out.
+TEST(CompletionQueue, ACompletionEndsTheNapOfAPollerOnTheEmptyRing) {
+    using clock = std::chrono::steady_clock;
+    ring_and_fd r;
+    make(r, 8);
+    consumer c(r.fd, r.ring->bytes());
+    completion_queue cq(std::move(r.ring), 1, 7, -1, {});
+    const uint32_t seen = proto::load_producer_acquire(c.header());
+    std::atomic<bool> napping{false};
+    clock::duration napped{};
+    std::thread poller([&] {
+        napping = true;
+        const auto began = clock::now();
+        proto::nap_until_completion(c.header(), seen, timespec{10, 0});  // a nap of 10 s at most
+        napped = clock::now() - began;
+    });
+    while (!napping || proto::shared_index(c.header().poller_napping).load() == 0) {
+        std::this_thread::yield();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // asleep in the futex by now
+    ASSERT_TRUE(cq.complete(completion(1)));
+    poller.join();
+    EXPECT_LT(napped, std::chrono::seconds(2)) << "woken by the completion, not the timer";
+    EXPECT_EQ(c.poll().size(), 1u);
+    EXPECT_EQ(c.header().poller_napping, 0u) << "the nap is over: no wake owed";
+}
+
+TEST(CompletionQueue, APollerDoesNotNapOnACompletionThatIsAlreadyThere) {
+    using clock = std::chrono::steady_clock;
+    ring_and_fd r;
+    make(r, 8);
+    consumer c(r.fd, r.ring->bytes());
+    completion_queue cq(std::move(r.ring), 1, 7, -1, {});
+    const uint32_t seen = proto::load_producer_acquire(c.header());
+    ASSERT_TRUE(cq.complete(completion(1)));  // lands between the empty poll and the nap
+    const auto began = clock::now();
+    proto::nap_until_completion(c.header(), seen, timespec{10, 0});
+    EXPECT_LT(clock::now() - began, std::chrono::seconds(2));
+    EXPECT_EQ(c.header().poller_napping, 0u);
 }
 
 TEST(CompletionQueue, OverflowDropsTheCompletionAndRaisesOneError) {
