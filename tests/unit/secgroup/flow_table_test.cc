@@ -196,5 +196,43 @@ TEST(FlowTable, SnapshotSeesLiveEntriesOnly) {
     EXPECT_EQ(live, 1u);
 }
 
+TEST(FlowTable, ARestoredFlowIsTheSameFlowAndNotCountedAsNew) {
+    auto old_table = make(64);
+    flow_entry* e = add(*old_table, key(1000), 5);
+    ASSERT_NE(e, nullptr);
+    e->state = flow_state::tcp_established;
+    e->initiator = direction::egress;
+    e->packets[1] = 42;
+    e->bytes[1] = 4200;
+    e->rule = 3;
+    e->revoked = true;
+    // What the successor's table gets: the entry as the predecessor held it.
+    flow_entry copy{};
+    copy.key = e->key;
+    copy.last_seen = e->last_seen;
+    copy.packets[1] = e->packets[1];
+    copy.bytes[1] = e->bytes[1];
+    copy.rule = e->rule;
+    copy.state = e->state;
+    copy.initiator = e->initiator;
+    copy.revoked = e->revoked;
+    auto table = make(64);
+    // Over any allowance: the vNIC held the flow already.
+    ASSERT_TRUE(table->restore(copy));
+    const flow_entry* restored = table->lookup(key(1000));
+    ASSERT_NE(restored, nullptr);
+    EXPECT_EQ(restored->state, flow_state::tcp_established);
+    EXPECT_EQ(restored->initiator, direction::egress);
+    EXPECT_EQ(restored->packets[1], 42u);
+    EXPECT_EQ(restored->bytes[1], 4200u);
+    EXPECT_TRUE(restored->revoked);
+    EXPECT_EQ(restored->last_seen, 5u);
+    EXPECT_EQ(table->flows_of(1), 1u);
+    EXPECT_EQ(table->inserts(), 0u);
+    // Control: a flow a tenant opens counts.
+    add(*table, key(1001), 6);
+    EXPECT_EQ(table->inserts(), 1u);
+}
+
 }  // namespace
 }  // namespace jakiro::secgroup
