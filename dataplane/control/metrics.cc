@@ -23,37 +23,6 @@
 
 namespace jakiro {
 
-// ---------------------------------------------------------------- QP totals
-
-qp_totals::sums qp_totals::of(const roce::qp_report& q) {
-    sums s{};
-#define JAKIRO_QP_COUNTER(name) s[name] = q.name;
-#include "rnic/qp_counters.def"
-#undef JAKIRO_QP_COUNTER
-    return s;
-}
-
-namespace {
-
-void add_to(qp_totals::sums& total, const qp_totals::sums& more) {
-    for (std::size_t i = 0; i < total.size(); ++i) {
-        total[i] += more[i];
-    }
-}
-
-}  // namespace
-
-std::map<uint16_t, qp_totals::sums> qp_totals::by_vnic(
-    const std::vector<roce::qp_report>& live, const std::vector<roce::qp_report>& retired) {
-    std::map<uint16_t, sums> out;
-    for (const auto* rows : {&live, &retired}) {
-        for (const auto& q : *rows) {
-            add_to(out[q.vnic], of(q));
-        }
-    }
-    return out;
-}
-
 // ---------------------------------------------------------------- collection
 
 namespace {

@@ -18,37 +18,9 @@
 #include <vector>
 
 #include "daemon_state.hh"
+#include "stats_snapshot.hh"
 
 namespace jakiro {
-
-namespace roce {
-struct qp_report;
-}
-
-// Per-vNIC totals of the QPs' own counters (retransmits, NAKs, RNR NAKs, CNPs...): the live
-// QPs' plus what the destroyed ones counted (both from engine::report), so that the
-// per-vNIC series are proper (monotonic) counters that miss no QP, however briefly it lived.
-struct qp_totals {
-    enum field : std::size_t {
-#define JAKIRO_QP_COUNTER(name) name,
-#include "rnic/qp_counters.def"
-#undef JAKIRO_QP_COUNTER
-        field_count
-    };
-    using sums = std::array<uint64_t, field_count>;
-
-    static sums of(const roce::qp_report& qp);
-    // What every QP of each vNIC slot has counted: the live rows and the retired ones.
-    static std::map<uint16_t, sums> by_vnic(const std::vector<roce::qp_report>& live,
-                                            const std::vector<roce::qp_report>& retired);
-};
-
-// What the control side counts about itself.
-struct control_counters {
-    uint64_t control_dropped = 0;  // control/metrics clients dropped at their deadline
-    uint64_t scrapes = 0;          // /metrics answered
-    uint64_t log_suppressed = 0;   // log lines the rate limit held back
-};
 
 std::vector<prometheus::MetricFamily> collect_metrics(const daemon_state& state,
                                                       const control_counters& control);

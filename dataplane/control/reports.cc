@@ -139,42 +139,6 @@ void render_workers(const daemon_state& state, json_writer& out, std::ostringstr
 
 }  // namespace
 
-vnic_bounds bounds_of(const daemon_state& state, uint16_t slot) {
-    vnic_bounds b;
-    for (const auto* worker : state.workers) {
-        b.flows += worker->flows->flows_of(slot);
-        b.flows_refused += worker->counters.vnics[slot].conntrack_allowance_exceeded.read();
-        b.buffers_refused += worker->counters.vnics[slot].buffer_allowance_exceeded.read();
-        b.packet_rate_exceeded += worker->counters.vnics[slot].packet_rate_exceeded.read();
-        if (worker->engine != nullptr) {
-            b.local_work_over_allowance += worker->engine->vnic_over_allowance(slot);
-        }
-    }
-    // The snapshot is the truth of what the datapath enforces (publish() runs on this thread).
-    state.publisher->read_current([&](const datapath_tables& tables) {
-        if (slot < tables.vnics.size()) {
-            b.max_flows = tables.vnics[slot].max_flows;
-            b.max_packet_buffers = tables.vnics[slot].max_packet_buffers;
-            b.max_packet_rate = tables.vnics[slot].max_packet_rate;
-            b.max_local_work_rate = tables.vnics[slot].rdma_local_work_rate;
-        }
-    });
-    b.packet_buffers = vnet::superframe_charges().held(slot);
-    if (const egress_shaper* shaper = state.shaper_of(slot)) {
-        b.qos_queue_drops = shaper->counters(slot).tcp_queue_drops.read();
-    }
-    return b;
-}
-
-bool daemon_ready(const daemon_state& state) {
-    for (const auto& port : state.ports) {
-        if (!link_up(port.port_id)) {
-            return false;
-        }
-    }
-    return resolved_neighbors(state) == state.neighbors->size();
-}
-
 std::string render_status(const daemon_state& state, bool json) {
     const auto uptime = std::chrono::duration_cast<std::chrono::seconds>(
                             std::chrono::steady_clock::now() - state.started)
