@@ -68,12 +68,16 @@ command_socket::http_handler control_server::metrics_handler() {
     };
 }
 
-std::vector<prometheus::MetricFamily> control_server::collect() {
+stats_snapshot control_server::snapshot() const {
     control_counters control;
     control.control_dropped = _socket.dropped();
     control.scrapes = _scrapes;
     control.log_suppressed = log::suppressed();
-    return collect_metrics(_state, control);
+    return collect_stats(_state, control);
+}
+
+std::vector<prometheus::MetricFamily> control_server::collect() {
+    return metric_families(snapshot());
 }
 
 std::string control_server::metrics_text() {

@@ -1,29 +1,20 @@
 #pragma once
-// jakirod's metrics in the Prometheus model (prometheus-cpp's MetricFamily), read from the same
-// counters as `jakiroctl stats`, `qos` and `qps`: served as /metrics in the text format
+// jakirod's metrics in the Prometheus model (prometheus-cpp's MetricFamily): the families of
+// metric_table.hh read from one stats snapshot, served as /metrics in the text format
 // (control_server) and through DPDK telemetry (telemetry.hh).
-//
-// Thread-safety: control thread only (it reads daemon_state, which the control thread owns).
-// Nothing here writes to or waits for the worker: its counters are single-writer atomics and
-// the RoCE engine's QP list is copied under the engine's report lock, as `jakiroctl qps` does.
 
 #include <prometheus/metric_family.h>
 
-#include <array>
-#include <cstdint>
 #include <functional>
-#include <map>
 #include <string>
-#include <utility>
 #include <vector>
 
-#include "daemon_state.hh"
 #include "stats_snapshot.hh"
 
 namespace jakiro {
 
-std::vector<prometheus::MetricFamily> collect_metrics(const daemon_state& state,
-                                                      const control_counters& control);
+// Every family of the table the daemon has (metric_def::read), with its samples.
+std::vector<prometheus::MetricFamily> metric_families(const stats_snapshot& snapshot);
 // The families in the Prometheus text exposition format (version 0.0.4).
 std::string render_metrics_text(const std::vector<prometheus::MetricFamily>& families);
 

@@ -351,6 +351,8 @@ stats_snapshot collect_stats(const daemon_state& state, const control_counters& 
     s.engine = engines_of(state);
     s.rdma = rdma_of(state);
     s.control = control;
+    s.restarts = state.restarts;
+    s.counter_bases = state.counter_bases;
     s.slot_names = state.slot_names;
     s.slot_workers = state.slot_workers;
     return s;

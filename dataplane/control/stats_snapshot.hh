@@ -19,6 +19,7 @@
 #include "qos/config.hh"
 #include "qos/ingress_meter.hh"
 #include "qos/scheduler.hh"
+#include "restart_record.hh"
 #include "rnic/engine.hh"
 #include "rnic/verbs/channel_server.hh"
 #include "rnic/verbs/resources.hh"
@@ -190,6 +191,9 @@ struct stats_snapshot {
     std::optional<engine_snapshot> engine;  // when the daemon runs engines
     std::optional<verbs_snapshot> rdma;     // when it serves RDMA faces
     control_counters control;
+    restart_record restarts;  // the last restart and the host's history of them
+    // A predecessor's counter samples by key (restart_report.hh), added to ours in /metrics.
+    std::map<std::string, double> counter_bases;
     std::vector<std::string> slot_names;  // vNIC name by counter slot ("" once removed)
     std::vector<uint8_t> slot_workers;    // the worker that owns each slot's vNIC
 
