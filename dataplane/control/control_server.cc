@@ -269,7 +269,7 @@ std::string control_server::handle(const std::string& command_line) {
         return "OK\n" + render_status(_state, json);
     }
     if (command == "stats") {
-        return "OK\n" + render_stats(_state, json);
+        return "OK\n" + render_stats(snapshot(), json);
     }
     if (command == "flows") {
         if (!vnic.empty() && std::find(_state.slot_names.begin(), _state.slot_names.end(), vnic) ==
@@ -283,10 +283,10 @@ std::string control_server::handle(const std::string& command_line) {
                                  _state.slot_names.end()) {
             return "ERR no vNIC named '" + vnic + "'\n";
         }
-        return "OK\n" + render_qps(_state, vnic, json);
+        return "OK\n" + render_qps(snapshot(), vnic, json);
     }
     if (command == "qos") {
-        return "OK\n" + render_qos(_state, json, raw);
+        return "OK\n" + render_qos(snapshot(), json, raw);
     }
     if (command == "metrics") {
         return "OK\n" + metrics_text();

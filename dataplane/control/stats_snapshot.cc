@@ -81,6 +81,33 @@ std::vector<port_snapshot> ports_of(const daemon_state& state) {
     return out;
 }
 
+vnic_bounds bounds_of(const daemon_state& state, uint16_t slot) {
+    vnic_bounds b;
+    for (const auto* worker : state.workers) {
+        b.flows += worker->flows->flows_of(slot);
+        b.flows_refused += worker->counters.vnics[slot].conntrack_allowance_exceeded.read();
+        b.buffers_refused += worker->counters.vnics[slot].buffer_allowance_exceeded.read();
+        b.packet_rate_exceeded += worker->counters.vnics[slot].packet_rate_exceeded.read();
+        if (worker->engine != nullptr) {
+            b.local_work_over_allowance += worker->engine->vnic_over_allowance(slot);
+        }
+    }
+    // The snapshot is the truth of what the datapath enforces (publish() runs on this thread).
+    state.publisher->read_current([&](const datapath_tables& tables) {
+        if (slot < tables.vnics.size()) {
+            b.max_flows = tables.vnics[slot].max_flows;
+            b.max_packet_buffers = tables.vnics[slot].max_packet_buffers;
+            b.max_packet_rate = tables.vnics[slot].max_packet_rate;
+            b.max_local_work_rate = tables.vnics[slot].rdma_local_work_rate;
+        }
+    });
+    b.packet_buffers = vnet::superframe_charges().held(slot);
+    if (const egress_shaper* shaper = state.shaper_of(slot)) {
+        b.qos_queue_drops = shaper->counters(slot).tcp_queue_drops.read();
+    }
+    return b;
+}
+
 // Every live vNIC's counters, summed over the workers, with its QPs' totals.
 std::vector<vnic_snapshot> vnics_of(const daemon_state& state,
                                     const std::map<uint16_t, qp_totals::sums>& qps) {
@@ -283,33 +310,6 @@ std::optional<verbs_snapshot> rdma_of(const daemon_state& state) {
 
 }  // namespace
 
-vnic_bounds bounds_of(const daemon_state& state, uint16_t slot) {
-    vnic_bounds b;
-    for (const auto* worker : state.workers) {
-        b.flows += worker->flows->flows_of(slot);
-        b.flows_refused += worker->counters.vnics[slot].conntrack_allowance_exceeded.read();
-        b.buffers_refused += worker->counters.vnics[slot].buffer_allowance_exceeded.read();
-        b.packet_rate_exceeded += worker->counters.vnics[slot].packet_rate_exceeded.read();
-        if (worker->engine != nullptr) {
-            b.local_work_over_allowance += worker->engine->vnic_over_allowance(slot);
-        }
-    }
-    // The snapshot is the truth of what the datapath enforces (publish() runs on this thread).
-    state.publisher->read_current([&](const datapath_tables& tables) {
-        if (slot < tables.vnics.size()) {
-            b.max_flows = tables.vnics[slot].max_flows;
-            b.max_packet_buffers = tables.vnics[slot].max_packet_buffers;
-            b.max_packet_rate = tables.vnics[slot].max_packet_rate;
-            b.max_local_work_rate = tables.vnics[slot].rdma_local_work_rate;
-        }
-    });
-    b.packet_buffers = vnet::superframe_charges().held(slot);
-    if (const egress_shaper* shaper = state.shaper_of(slot)) {
-        b.qos_queue_drops = shaper->counters(slot).tcp_queue_drops.read();
-    }
-    return b;
-}
-
 bool daemon_ready(const daemon_state& state) {
     for (const auto& port : state.ports) {
         if (!port_link_up(port.port_id)) {
@@ -324,8 +324,6 @@ stats_snapshot collect_stats(const daemon_state& state, const control_counters& 
     const auto now = std::chrono::steady_clock::now();
     s.host = state.config.name;
     s.uptime_s = std::chrono::duration<double>(now - state.started).count();
-    s.time_ns = static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count());
     s.ready = daemon_ready(state);
     s.busy_poll = state.busy_poll;
     s.vnics_configured = state.config.vnics.size();
@@ -347,6 +345,10 @@ stats_snapshot collect_stats(const daemon_state& state, const control_counters& 
             s.drops[reason] += worker->counters.drops[reason].read();
         }
     }
+    // Taken next to the QoS counters it dates (jakiroctl top divides by its differences).
+    s.time_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          std::chrono::steady_clock::now().time_since_epoch())
+                                          .count());
     s.qos = qos_of(state);
     s.engine = engines_of(state);
     s.rdma = rdma_of(state);

@@ -171,7 +171,7 @@ struct verbs_snapshot {
 struct stats_snapshot {
     std::string host;
     double uptime_s = 0;
-    // Read on jakirod's monotonic clock when the counters were read: a rate is the difference
+    // When the QoS counters were read, on jakirod's monotonic clock: a rate is the difference
     // of two snapshots over the difference of their times, however long a client took to ask.
     uint64_t time_ns = 0;
     bool ready = false;
@@ -204,9 +204,6 @@ struct stats_snapshot {
         return slot < slot_workers.size() ? slot_workers[slot] : 0;
     }
 };
-
-// Where the vNIC in `slot` stands against its bounds now.
-vnic_bounds bounds_of(const daemon_state& state, uint16_t slot);
 
 // Ready means every port has link and every remote host's underlay MAC is resolved.
 bool daemon_ready(const daemon_state& state);
