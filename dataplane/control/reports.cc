@@ -241,21 +241,11 @@ std::string render_stats(const stats_snapshot& snapshot, bool json) {
     std::string limits_text;
     for (const auto& v : snapshot.vnics) {
         const vnic_bounds& bounds = v.bounds;
-        out.begin_object(v.name)
-            .value("from_tenant_packets", v.from_tenant_packets)
-            .value("from_tenant_bytes", v.from_tenant_bytes)
-            .value("to_tenant_packets", v.to_tenant_packets)
-            .value("to_tenant_bytes", v.to_tenant_bytes)
-            .value("drops", v.drops)
-            .value("sg_allowed_ingress", v.sg_allowed_ingress)
-            .value("sg_denied_ingress", v.sg_denied_ingress)
-            .value("sg_allowed_egress", v.sg_allowed_egress)
-            .value("sg_denied_egress", v.sg_denied_egress)
-            .value("rdma_rx_packets", v.rdma_rx_packets)
-            .value("rdma_rx_bytes", v.rdma_rx_bytes)
-            .value("rdma_tx_packets", v.rdma_tx_packets)
-            .value("rdma_tx_bytes", v.rdma_tx_bytes)
-            .value("conntrack_flows", bounds.flows)
+        out.begin_object(v.name);
+#define JAKIRO_VNIC_COUNTER(name, field) out.value(#name, v.name);
+#include "vnic_counters.def"
+#undef JAKIRO_VNIC_COUNTER
+        out.value("conntrack_flows", bounds.flows)
             .value("max_flows", bounds.max_flows)
             .value("conntrack_allowance_exceeded", bounds.flows_refused)
             .value("packet_buffers", bounds.packet_buffers)

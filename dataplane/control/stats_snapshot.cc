@@ -122,19 +122,9 @@ std::vector<vnic_snapshot> vnics_of(const daemon_state& state,
         v.name = state.slot_names[s];
         for (const auto* worker : state.workers) {
             const vnic_counters& c = worker->counters.vnics[slot];
-            v.from_tenant_packets += c.from_tenant_packets.read();
-            v.from_tenant_bytes += c.from_tenant_bytes.read();
-            v.to_tenant_packets += c.to_tenant_packets.read();
-            v.to_tenant_bytes += c.to_tenant_bytes.read();
-            v.drops += c.drops.read();
-            v.sg_allowed_ingress += c.sg_allowed[0].read();
-            v.sg_denied_ingress += c.sg_denied[0].read();
-            v.sg_allowed_egress += c.sg_allowed[1].read();
-            v.sg_denied_egress += c.sg_denied[1].read();
-            v.rdma_rx_packets += c.rdma_rx_packets.read();
-            v.rdma_rx_bytes += c.rdma_rx_bytes.read();
-            v.rdma_tx_packets += c.rdma_tx_packets.read();
-            v.rdma_tx_bytes += c.rdma_tx_bytes.read();
+#define JAKIRO_VNIC_COUNTER(name, field) v.name += c.field.read();
+#include "vnic_counters.def"
+#undef JAKIRO_VNIC_COUNTER
         }
         v.bounds = bounds_of(state, slot);
         if (const auto it = qps.find(slot); it != qps.end()) {

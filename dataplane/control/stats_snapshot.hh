@@ -93,16 +93,11 @@ struct vnic_bounds {
 struct vnic_snapshot {
     uint16_t slot = 0;
     std::string name;
-    // Its Ethernet face: from the tenant (egress) and to it (ingress).
-    uint64_t from_tenant_packets = 0, from_tenant_bytes = 0;
-    uint64_t to_tenant_packets = 0, to_tenant_bytes = 0;
-    uint64_t drops = 0;
-    // Security groups, as the groups see it: let in (ingress) and out (egress), refused.
-    uint64_t sg_allowed_ingress = 0, sg_denied_ingress = 0;
-    uint64_t sg_allowed_egress = 0, sg_denied_egress = 0;
-    // Its RDMA face: RoCEv2 frames received for it and sent by it.
-    uint64_t rdma_rx_packets = 0, rdma_rx_bytes = 0;
-    uint64_t rdma_tx_packets = 0, rdma_tx_bytes = 0;
+    // Its Ethernet face (from the tenant, to it), drops, security groups (let in, let out,
+    // refused) and RDMA face (received for it, sent by it): vnic_counters.def.
+#define JAKIRO_VNIC_COUNTER(name, field) uint64_t name = 0;
+#include "vnic_counters.def"
+#undef JAKIRO_VNIC_COUNTER
     vnic_bounds bounds;
     qp_totals::sums qps{};                            // its QPs' counters, live and destroyed
     std::optional<verbs::memory_report> rdma_memory;  // with an RDMA face
