@@ -218,6 +218,16 @@ reader per_face(Fill fill) {
     });
 }
 
+// What the last take-over carried or lost, by what (label what).
+reader per_restart_item(std::map<std::string, uint64_t> restart_record::*items) {
+    return [items](S s, samples& out) {
+        for (const auto& [what, n] : s.restarts.*items) {
+            out.push_back({{what}, num(n)});
+        }
+        return true;
+    };
+}
+
 // ---------------------------------------------------------------- readers of their own
 
 bool rdma_qps(S s, samples& out) {
@@ -697,6 +707,39 @@ std::vector<metric_def> build_table() {
         {"jakiro_log_lines_suppressed_total", counter, {},
          "Log lines the rate limit held back",
          one([](S s) { return s.control.log_suppressed; })},
+
+        // Restarts: the last one and the host's history, which travels in the state image so
+        // that the counts never go down across take-overs (restart_record.hh).
+        {"jakiro_restarts_total", counter, {"kind"},
+         "Restarts this host's jakirod has seen, by kind (restart, upgrade: taken over with its "
+         "state; crash: started after one that ended without)",
+         [](S s, samples& out) {
+             for (std::size_t k = 1; k < s.restarts.counts.size(); ++k) {
+                 out.push_back({{restart_kind_names[k]}, num(s.restarts.counts[k])});
+             }
+             return true;
+         }},
+        {"jakiro_last_restart_info", gauge, {"from_version", "kind"},
+         "Always 1; the labels say the last restart's kind and the predecessor's version",
+         [](S s, samples& out) {
+             out.push_back({{s.restarts.from_version, name_of(s.restarts.last)}, 1});
+             return true;
+         }},
+        {"jakiro_last_restart_timestamp_seconds", gauge, {},
+         "When this process took over or started (Unix time)",
+         one([](S s) { return s.restarts.at_unix_ms / 1000.0; })},
+        {"jakiro_last_restart_blackout_seconds", gauge, {},
+         "Last take-over: how long no worker forwarded (from the predecessor stopping its "
+         "workers to this one running its own)",
+         one([](S s) { return s.restarts.blackout_ms / 1000.0; })},
+        {"jakiro_last_restart_carried", gauge, {"what"},
+         "Last take-over: state carried over, by what (flows, neighbours, counters, "
+         "rdma_clients)",
+         per_restart_item(&restart_record::carried)},
+        {"jakiro_last_restart_lost", gauge, {"what"},
+         "Last take-over: state that could not be carried over, by what (flows of vNICs the "
+         "successor's configuration no longer has)",
+         per_restart_item(&restart_record::lost)},
     };
     // clang-format on
 }

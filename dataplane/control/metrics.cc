@@ -34,7 +34,6 @@ std::vector<prometheus::MetricFamily> metric_families(const stats_snapshot& snap
         }
         out.push_back(std::move(family));
     }
-    append_restart_metrics(snapshot.restarts, out);
     // After a take-over, what the predecessor had counted: /metrics never goes down.
     add_counter_bases(snapshot.counter_bases, out);
     return out;

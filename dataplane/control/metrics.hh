@@ -13,7 +13,8 @@
 
 namespace jakiro {
 
-// Every family of the table the daemon has (metric_def::read), with its samples.
+// Every family of the table the daemon has (metric_def::read), with its samples; after a
+// take-over each counter also holds what the predecessor had counted (counter_bases).
 std::vector<prometheus::MetricFamily> metric_families(const stats_snapshot& snapshot);
 // The families in the Prometheus text exposition format (version 0.0.4).
 std::string render_metrics_text(const std::vector<prometheus::MetricFamily>& families);

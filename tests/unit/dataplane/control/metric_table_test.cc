@@ -13,12 +13,13 @@
 #include <string>
 
 #include "control/metrics.hh"
+#include "control/restart_report.hh"
 
 namespace jakiro {
 namespace {
 
 // A host with one of everything: a port, a vNIC with an RDMA face and a QP, a rule, a worker, a
-// shaped vNIC, an engine.
+// shaped vNIC, an engine, a take-over behind it.
 stats_snapshot full_snapshot() {
     stats_snapshot s;
     s.host = "h1";
@@ -61,6 +62,10 @@ stats_snapshot full_snapshot() {
     rdma.faces.push_back({});
     rdma.faces[0].name = "t1";
     s.rdma = rdma;
+    s.restarts.last = restart_kind::upgrade;
+    s.restarts.counts = {0, 2, 1, 0};
+    s.restarts.carried = {{"flows", 7}};
+    s.restarts.lost = {{"rdma_contexts", 1}};
     return s;
 }
 
@@ -181,6 +186,26 @@ TEST(MetricTable, ReadsEachSampleFromItsOwnCounter) {
     EXPECT_EQ(value_of("jakiro_sg_rule_hits_total", {"egress", "default", "10", "0", "blue"}, s),
               5);
     EXPECT_EQ(value_of("jakiro_qos_weight", {"tcp", "t1"}, s), 0);
+    EXPECT_EQ(value_of("jakiro_restarts_total", {"restart"}, s), 2);
+    EXPECT_EQ(value_of("jakiro_restarts_total", {"upgrade"}, s), 1);
+    EXPECT_EQ(value_of("jakiro_last_restart_carried", {"flows"}, s), 7);
+}
+
+TEST(MetricFamilies, AddAPredecessorsCountersButNotItsRestartCount) {
+    stats_snapshot s = full_snapshot();
+    const auto before = metric_families(s);
+    s.counter_bases[counter_key("jakiro_port_missed_total", {{"port", "uplink"}})] = 100;
+    s.counter_bases[counter_key("jakiro_restarts_total", {{"kind", "restart"}})] = 100;
+    for (const auto& f : metric_families(s)) {
+        for (const auto& m : f.metric) {
+            if (f.name == "jakiro_port_missed_total") {
+                EXPECT_EQ(m.counter.value, 105);
+            }
+            if (f.name == "jakiro_restarts_total" && m.label[0].value == "restart") {
+                EXPECT_EQ(m.counter.value, 2) << "the history carries the count already";
+            }
+        }
+    }
 }
 
 }  // namespace
