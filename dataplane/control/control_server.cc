@@ -68,12 +68,16 @@ command_socket::http_handler control_server::metrics_handler() {
     };
 }
 
-std::vector<prometheus::MetricFamily> control_server::collect() {
+stats_snapshot control_server::snapshot() const {
     control_counters control;
     control.control_dropped = _socket.dropped();
     control.scrapes = _scrapes;
     control.log_suppressed = log::suppressed();
-    return collect_metrics(_state, control);
+    return collect_stats(_state, control);
+}
+
+std::vector<prometheus::MetricFamily> control_server::collect() {
+    return metric_families(snapshot());
 }
 
 std::string control_server::metrics_text() {
@@ -265,7 +269,7 @@ std::string control_server::handle(const std::string& command_line) {
         return "OK\n" + render_status(_state, json);
     }
     if (command == "stats") {
-        return "OK\n" + render_stats(_state, json);
+        return "OK\n" + render_stats(snapshot(), json);
     }
     if (command == "flows") {
         if (!vnic.empty() && std::find(_state.slot_names.begin(), _state.slot_names.end(), vnic) ==
@@ -279,10 +283,10 @@ std::string control_server::handle(const std::string& command_line) {
                                  _state.slot_names.end()) {
             return "ERR no vNIC named '" + vnic + "'\n";
         }
-        return "OK\n" + render_qps(_state, vnic, json);
+        return "OK\n" + render_qps(snapshot(), vnic, json);
     }
     if (command == "qos") {
-        return "OK\n" + render_qos(_state, json, raw);
+        return "OK\n" + render_qos(snapshot(), json, raw);
     }
     if (command == "metrics") {
         return "OK\n" + metrics_text();

@@ -20,6 +20,7 @@
 #include "daemon_state.hh"
 #include "host_manager.hh"
 #include "metrics.hh"
+#include "stats_snapshot.hh"
 
 namespace jakiro {
 
@@ -45,6 +46,9 @@ class control_server {
 
     // Exposed for tests: the reply to one command line.
     std::string handle(const std::string& command_line);
+    // Every counter of the daemon now, read once (control thread only): what stats, qps, qos
+    // and the metrics render.
+    stats_snapshot snapshot() const;
     // The daemon's metrics now, and as Prometheus text (control thread only).
     std::vector<prometheus::MetricFamily> collect();
     std::string metrics_text();

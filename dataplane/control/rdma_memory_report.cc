@@ -11,8 +11,7 @@ std::optional<verbs::memory_report> rdma_memory_of(const daemon_state& state, ui
     return state.verbs->resources(slot).memory();
 }
 
-void write_rdma_memory(json_writer& out, const daemon_state& state, uint16_t slot) {
-    const auto m = rdma_memory_of(state, slot);
+void write_rdma_memory(json_writer& out, const std::optional<verbs::memory_report>& m) {
     if (!m) {
         return;
     }
@@ -34,12 +33,12 @@ void write_rdma_memory(json_writer& out, const daemon_state& state, uint16_t slo
         .end_object();
 }
 
-void write_rdma_reserve(json_writer& out, const daemon_state& state) {
-    if (state.verbs == nullptr) {
+void write_rdma_reserve(json_writer& out, const std::optional<verbs_snapshot>& rdma) {
+    if (!rdma) {
         return;
     }
-    const verbs::host_reserve& r = state.verbs->reserve();
-    const verbs::host_amounts capacity = r.capacity(), demand = r.demand(), held = r.held();
+    const verbs::host_amounts &capacity = rdma->capacity, &demand = rdma->demand,
+                              &held = rdma->held;
     out.begin_object("rdma_reserve");
     for (const auto res : {verbs::host_resource::mappings, verbs::host_resource::descriptors}) {
         out.begin_object(res == verbs::host_resource::mappings ? "mappings" : "descriptors")

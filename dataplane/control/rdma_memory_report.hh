@@ -9,14 +9,16 @@
 #include "daemon_state.hh"
 #include "json_writer.hh"
 #include "rnic/verbs/resources.hh"
+#include "stats_snapshot.hh"
 
 namespace jakiro {
 
 // The vNIC in `slot`'s report, if it has an RDMA face.
 std::optional<verbs::memory_report> rdma_memory_of(const daemon_state& state, uint16_t slot);
 // "rdma_memory": {...} inside the vNIC's object (nothing without an RDMA face).
-void write_rdma_memory(json_writer& out, const daemon_state& state, uint16_t slot);
-// "rdma_reserve": the host's capacity for every vNIC's objects, their demand and what they hold.
-void write_rdma_reserve(json_writer& out, const daemon_state& state);
+void write_rdma_memory(json_writer& out, const std::optional<verbs::memory_report>& m);
+// "rdma_reserve": the host's capacity for every vNIC's objects, their demand and what they hold
+// (nothing without RDMA faces).
+void write_rdma_reserve(json_writer& out, const std::optional<verbs_snapshot>& rdma);
 
 }  // namespace jakiro

@@ -1,25 +1,18 @@
 #include "reports.hh"
 #include "restart_report.hh"
 
-#include "../ports.hh"
-#include "../shaping/egress_shaper.hh"
-#include "../shaping/ingress_policer.hh"
-#include "../vnet_face/face_registry.hh"
-#include "control_plane_report.hh"
-#include "rdma_engines.hh"
-#include "rdma_memory_report.hh"
-#include "rnic/engine.hh"
-#include "rnic/verbs/channel_server.hh"
-
-#include <chrono>
-
 #include <rte_cycles.h>
 #include <rte_ethdev.h>
 
+#include <chrono>
 #include <cstdio>
 #include <sstream>
+#include <string_view>
 
+#include "../ports.hh"
+#include "control_plane_report.hh"
 #include "json_writer.hh"
+#include "rdma_memory_report.hh"
 
 namespace jakiro {
 
@@ -37,16 +30,6 @@ uint16_t resolved_neighbors(const daemon_state& state) {
     return resolved;
 }
 
-// Sums one counter over all workers.
-template <typename Get>
-uint64_t total(const daemon_state& state, Get get) {
-    uint64_t sum = 0;
-    for (const auto* worker : state.workers) {
-        sum += get(worker->counters).read();
-    }
-    return sum;
-}
-
 std::string mac_of_port(uint16_t port) {
     const rte_ether_addr mac = port_mac(port);
     char text[RTE_ETHER_ADDR_FMT_SIZE];
@@ -54,42 +37,18 @@ std::string mac_of_port(uint16_t port) {
     return text;
 }
 
-struct global_counter {
-    const char* name;
-    const counter& (*get)(const lcore_counters&);
-};
-
-#define JK_GLOBAL(field)                                                          \
-    {                                                                             \
-#field, [](const lcore_counters& c) -> const counter& { return c.field; } \
-    }
-const global_counter global_counters[] = {
-    JK_GLOBAL(encapsulated),
-    JK_GLOBAL(decapsulated),
-    JK_GLOBAL(switched_locally),
-    JK_GLOBAL(rdma_local_messages),
-    JK_GLOBAL(arp_replies_to_tenants),
-    JK_GLOBAL(arp_replies_on_underlay),
-    JK_GLOBAL(arp_replies_in_overlay),
-    JK_GLOBAL(arp_requests_sent),
-    JK_GLOBAL(ce_marked_on_decap),
-    JK_GLOBAL(qos_ce_marked),
-    JK_GLOBAL(busy_polls),
-    JK_GLOBAL(idle_sleeps),
-    JK_GLOBAL(throttled_sleeps),
-    JK_GLOBAL(rx_wakes),
-    JK_GLOBAL(slow_yields),
-    JK_GLOBAL(waiting_naps),
-    JK_GLOBAL(handed_fabric),
-    JK_GLOBAL(handed_port),
-    JK_GLOBAL(handed_roce),
-    JK_GLOBAL(taken_handoffs),
-};
-#undef JK_GLOBAL
+// The host's datapath totals by name (datapath_counters.def), as `stats` shows them.
+void write_datapath(const datapath_totals& totals, json_writer& out, std::ostringstream& text) {
+#define JAKIRO_DATAPATH_COUNTER(name) \
+    out.value(#name, totals.name);    \
+    text << "  " << #name << " " << totals.name << "\n";
+#include "datapath_counters.def"
+#undef JAKIRO_DATAPATH_COUNTER
+}
 
 // Each worker's share (host.workers): the vNICs it owns and its own counters; the totals above
 // are their sums.
-void render_workers(const daemon_state& state, json_writer& out, std::ostringstream& text) {
+void render_workers(const stats_snapshot& snapshot, json_writer& out, std::ostringstream& text) {
     static constexpr const char* columns[] = {"from_tenant_pkts", "to_tenant_pkts", "encapsulated",
                                               "decapsulated",     "handed_fabric",  "handed_port",
                                               "handed_roce",      "taken_handoffs", "idle_sleeps"};
@@ -99,34 +58,19 @@ void render_workers(const daemon_state& state, json_writer& out, std::ostringstr
         text << "  " << column;
     }
     text << "\n";
-    for (std::size_t w = 0; w < state.workers.size(); ++w) {
-        const lcore_counters& c = state.workers[w]->counters;
+    for (const auto& w : snapshot.workers) {
         std::string owned;
-        out.begin_object().value("id", static_cast<uint64_t>(w)).begin_array("vnics");
-        for (std::size_t slot = 0; slot < state.slot_names.size(); ++slot) {
-            if (!state.slot_names[slot].empty() && slot < state.slot_workers.size() &&
-                state.slot_workers[slot] == w) {
-                out.value({}, state.slot_names[slot]);
-                owned += (owned.empty() ? "" : ",") + state.slot_names[slot];
-            }
+        out.begin_object().value("id", uint64_t{w.id}).begin_array("vnics");
+        for (const auto& name : w.vnics) {
+            out.value({}, name);
+            owned += (owned.empty() ? "" : ",") + name;
         }
         out.end_array();
-        uint64_t from_tenant = 0;
-        uint64_t to_tenant = 0;
-        for (const auto& v : c.vnics) {
-            from_tenant += v.from_tenant_packets.read();
-            to_tenant += v.to_tenant_packets.read();
-        }
-        const uint64_t values[] = {from_tenant,
-                                   to_tenant,
-                                   c.encapsulated.read(),
-                                   c.decapsulated.read(),
-                                   c.handed_fabric.read(),
-                                   c.handed_port.read(),
-                                   c.handed_roce.read(),
-                                   c.taken_handoffs.read(),
-                                   c.idle_sleeps.read()};
-        text << "  " << w << "      " << (owned.empty() ? "-" : owned);
+        const datapath_totals& c = w.counters;
+        const uint64_t values[] = {w.from_tenant_packets, w.to_tenant_packets, c.encapsulated,
+                                   c.decapsulated,        c.handed_fabric,     c.handed_port,
+                                   c.handed_roce,         c.taken_handoffs,    c.idle_sleeps};
+        text << "  " << w.id << "      " << (owned.empty() ? "-" : owned);
         for (std::size_t i = 0; i < std::size(columns); ++i) {
             out.value(columns[i], values[i]);
             text << "  " << values[i];
@@ -138,42 +82,6 @@ void render_workers(const daemon_state& state, json_writer& out, std::ostringstr
 }
 
 }  // namespace
-
-vnic_bounds bounds_of(const daemon_state& state, uint16_t slot) {
-    vnic_bounds b;
-    for (const auto* worker : state.workers) {
-        b.flows += worker->flows->flows_of(slot);
-        b.flows_refused += worker->counters.vnics[slot].conntrack_allowance_exceeded.read();
-        b.buffers_refused += worker->counters.vnics[slot].buffer_allowance_exceeded.read();
-        b.packet_rate_exceeded += worker->counters.vnics[slot].packet_rate_exceeded.read();
-        if (worker->engine != nullptr) {
-            b.local_work_over_allowance += worker->engine->vnic_over_allowance(slot);
-        }
-    }
-    // The snapshot is the truth of what the datapath enforces (publish() runs on this thread).
-    state.publisher->read_current([&](const datapath_tables& tables) {
-        if (slot < tables.vnics.size()) {
-            b.max_flows = tables.vnics[slot].max_flows;
-            b.max_packet_buffers = tables.vnics[slot].max_packet_buffers;
-            b.max_packet_rate = tables.vnics[slot].max_packet_rate;
-            b.max_local_work_rate = tables.vnics[slot].rdma_local_work_rate;
-        }
-    });
-    b.packet_buffers = vnet::superframe_charges().held(slot);
-    if (const egress_shaper* shaper = state.shaper_of(slot)) {
-        b.qos_queue_drops = shaper->counters(slot).tcp_queue_drops.read();
-    }
-    return b;
-}
-
-bool daemon_ready(const daemon_state& state) {
-    for (const auto& port : state.ports) {
-        if (!link_up(port.port_id)) {
-            return false;
-        }
-    }
-    return resolved_neighbors(state) == state.neighbors->size();
-}
 
 std::string render_status(const daemon_state& state, bool json) {
     const auto uptime = std::chrono::duration_cast<std::chrono::seconds>(
@@ -295,34 +203,32 @@ void write_rdma_face(json_writer& out, const verbs::endpoint_report& r) {
 
 }  // namespace
 
-std::string render_stats(const daemon_state& state, bool json) {
+std::string render_stats(const stats_snapshot& snapshot, bool json) {
     json_writer out;
     std::ostringstream text;
-    out.begin_object().value("host", state.config.name).begin_object("ports");
+    out.begin_object().value("host", snapshot.host).begin_object("ports");
     text << "ports            rx_pkts      rx_bytes      tx_pkts      tx_bytes   missed   errors\n";
     std::string superframes;
-    for (const auto& port : state.ports) {
-        const rte_eth_stats stats = port_stats(port.port_id);
-        const superframe_counts super = port_superframes(port.port_id);
+    for (const auto& port : snapshot.ports) {
         out.begin_object(port.role)
-            .value("rx_packets", stats.ipackets)
-            .value("rx_bytes", stats.ibytes)
-            .value("tx_packets", stats.opackets)
-            .value("tx_bytes", stats.obytes)
-            .value("rx_missed", stats.imissed)
-            .value("rx_errors", stats.ierrors)
-            .value("tx_errors", stats.oerrors)
-            .value("rx_superframes", super.rx)
-            .value("tx_superframes", super.tx)
+            .value("rx_packets", port.rx_packets)
+            .value("rx_bytes", port.rx_bytes)
+            .value("tx_packets", port.tx_packets)
+            .value("tx_bytes", port.tx_bytes)
+            .value("rx_missed", port.rx_missed)
+            .value("rx_errors", port.rx_errors)
+            .value("tx_errors", port.tx_errors)
+            .value("rx_superframes", port.rx_superframes)
+            .value("tx_superframes", port.tx_superframes)
             .end_object();
-        if (super.rx != 0 || super.tx != 0) {
-            superframes +=
-                " " + port.role + " " + std::to_string(super.rx) + "/" + std::to_string(super.tx);
+        if (port.rx_superframes != 0 || port.tx_superframes != 0) {
+            superframes += " " + port.role + " " + std::to_string(port.rx_superframes) + "/" +
+                           std::to_string(port.tx_superframes);
         }
         char line[160];
         std::snprintf(line, sizeof(line), "  %-10s %12lu %13lu %12lu %13lu %8lu %8lu\n",
-                      port.role.c_str(), stats.ipackets, stats.ibytes, stats.opackets, stats.obytes,
-                      stats.imissed, stats.ierrors + stats.oerrors);
+                      port.role.c_str(), port.rx_packets, port.rx_bytes, port.tx_packets,
+                      port.tx_bytes, port.rx_missed, port.rx_errors + port.tx_errors);
         text << line;
     }
     if (!superframes.empty()) {
@@ -333,46 +239,13 @@ std::string render_stats(const daemon_state& state, bool json) {
             "drops"
             "   sg_allow_in  sg_deny_in sg_allow_out sg_deny_out\n";
     std::string limits_text;
-    for (std::size_t slot = 0; slot < state.slot_names.size(); ++slot) {
-        const auto& name = state.slot_names[slot];
-        if (name.empty()) {
-            continue;
-        }
-        auto sum = [&](auto pick) {
-            return total(state, [&](const lcore_counters& c) -> const counter& {
-                return pick(c.vnics[slot]);
-            });
-        };
-        const uint64_t values[] = {
-            sum([](const vnic_counters& v) -> const counter& { return v.from_tenant_packets; }),
-            sum([](const vnic_counters& v) -> const counter& { return v.from_tenant_bytes; }),
-            sum([](const vnic_counters& v) -> const counter& { return v.to_tenant_packets; }),
-            sum([](const vnic_counters& v) -> const counter& { return v.to_tenant_bytes; }),
-            sum([](const vnic_counters& v) -> const counter& { return v.drops; }),
-            sum([](const vnic_counters& v) -> const counter& { return v.sg_allowed[0]; }),
-            sum([](const vnic_counters& v) -> const counter& { return v.sg_denied[0]; }),
-            sum([](const vnic_counters& v) -> const counter& { return v.sg_allowed[1]; }),
-            sum([](const vnic_counters& v) -> const counter& { return v.sg_denied[1]; }),
-            sum([](const vnic_counters& v) -> const counter& { return v.rdma_rx_packets; }),
-            sum([](const vnic_counters& v) -> const counter& { return v.rdma_rx_bytes; }),
-            sum([](const vnic_counters& v) -> const counter& { return v.rdma_tx_packets; }),
-            sum([](const vnic_counters& v) -> const counter& { return v.rdma_tx_bytes; })};
-        const vnic_bounds bounds = bounds_of(state, static_cast<uint16_t>(slot));
-        out.begin_object(name)
-            .value("from_tenant_packets", values[0])
-            .value("from_tenant_bytes", values[1])
-            .value("to_tenant_packets", values[2])
-            .value("to_tenant_bytes", values[3])
-            .value("drops", values[4])
-            .value("sg_allowed_ingress", values[5])
-            .value("sg_denied_ingress", values[6])
-            .value("sg_allowed_egress", values[7])
-            .value("sg_denied_egress", values[8])
-            .value("rdma_rx_packets", values[9])
-            .value("rdma_rx_bytes", values[10])
-            .value("rdma_tx_packets", values[11])
-            .value("rdma_tx_bytes", values[12])
-            .value("conntrack_flows", bounds.flows)
+    for (const auto& v : snapshot.vnics) {
+        const vnic_bounds& bounds = v.bounds;
+        out.begin_object(v.name);
+#define JAKIRO_VNIC_COUNTER(name, field) out.value(#name, v.name);
+#include "vnic_counters.def"
+#undef JAKIRO_VNIC_COUNTER
+        out.value("conntrack_flows", bounds.flows)
             .value("max_flows", bounds.max_flows)
             .value("conntrack_allowance_exceeded", bounds.flows_refused)
             .value("packet_buffers", bounds.packet_buffers)
@@ -383,16 +256,17 @@ std::string render_stats(const daemon_state& state, bool json) {
             .value("qos_queue_drops", bounds.qos_queue_drops)
             .value("rdma_max_local_work_rate", bounds.max_local_work_rate)
             .value("rdma_local_work_over_allowance", bounds.local_work_over_allowance);
-        write_rdma_memory(out, state, static_cast<uint16_t>(slot));
+        write_rdma_memory(out, v.rdma_memory);
         out.end_object();
         char line[256];
         std::snprintf(line, sizeof(line),
-                      "  %-8s %16lu %19lu %15lu %17lu %8lu %13lu %11lu %12lu %11lu\n", name.c_str(),
-                      values[0], values[1], values[2], values[3], values[4], values[5], values[6],
-                      values[7], values[8]);
+                      "  %-8s %16lu %19lu %15lu %17lu %8lu %13lu %11lu %12lu %11lu\n",
+                      v.name.c_str(), v.from_tenant_packets, v.from_tenant_bytes,
+                      v.to_tenant_packets, v.to_tenant_bytes, v.drops, v.sg_allowed_ingress,
+                      v.sg_denied_ingress, v.sg_allowed_egress, v.sg_denied_egress);
         text << line;
-        limits_text += "  " + name + std::string(name.size() < 8 ? 8 - name.size() : 0, ' ') + " " +
-                       std::to_string(bounds.flows) + "/" + std::to_string(bounds.max_flows) +
+        limits_text += "  " + v.name + std::string(v.name.size() < 8 ? 8 - v.name.size() : 0, ' ') +
+                       " " + std::to_string(bounds.flows) + "/" + std::to_string(bounds.max_flows) +
                        " flows, " + std::to_string(bounds.flows_refused) + " refused; " +
                        std::to_string(bounds.packet_buffers) + "/" +
                        std::to_string(bounds.max_packet_buffers) + " buffers, " +
@@ -406,99 +280,59 @@ std::string render_stats(const daemon_state& state, bool json) {
     // Each vNIC's RDMA face, by name: what its tenant's verbs and rdma_cm calls hold of
     // jakirod's control side, and what its bounds refused.
     out.begin_object("rdma_faces");
-    if (state.verbs != nullptr) {
-        for (const auto& r : state.verbs->reports()) {
+    if (snapshot.rdma) {
+        for (const auto& r : snapshot.rdma->faces) {
             write_rdma_face(out, r);
         }
     }
     out.end_object();
 
     // Conntrack: the flow tables of all workers.
-    uint64_t flows = 0, capacity = 0, inserts = 0, evictions = 0, expirations = 0;
-    for (const auto* worker : state.workers) {
-        flows += worker->flows->size();
-        capacity += worker->flows->capacity();
-        inserts += worker->flows->inserts();
-        evictions += worker->flows->evictions();
-        expirations += worker->flows->expirations();
-    }
-    const uint64_t misses =
-        total(state, [](const lcore_counters& c) -> const counter& { return c.flow_misses; });
+    const conntrack_snapshot& ct = snapshot.conntrack;
     out.begin_object("conntrack")
-        .value("flows", flows)
-        .value("capacity", capacity)
-        .value("created", inserts)
-        .value("evicted", evictions)
-        .value("expired", expirations)
-        .value("classifications", misses)
+        .value("flows", ct.flows)
+        .value("capacity", ct.capacity)
+        .value("created", ct.created)
+        .value("evicted", ct.evicted)
+        .value("expired", ct.expired)
+        .value("classifications", ct.classifications)
         .end_object();
-    text << "conntrack: " << flows << "/" << capacity << " flows, " << inserts << " created, "
-         << evictions << " evicted (table full), " << expirations << " expired, " << misses
-         << " full classifications\n";
+    text << "conntrack: " << ct.flows << "/" << ct.capacity << " flows, " << ct.created
+         << " created, " << ct.evicted << " evicted (table full), " << ct.expired << " expired, "
+         << ct.classifications << " full classifications\n";
 
     // Security-group rules with their hit counts (packets of flows each rule let in or out).
     out.begin_array("rules");
     text << "security-group rules                                   hits\n";
-    const secgroup::rule_catalog catalog(state.config.security_groups);
-    for (std::size_t g = 0; g < state.config.security_groups.size(); ++g) {
-        const auto& group = state.config.security_groups[g];
-        for (auto dir : {secgroup::direction::ingress, secgroup::direction::egress}) {
-            const auto& rules = dir == secgroup::direction::ingress ? group.ingress : group.egress;
-            for (std::size_t r = 0; r < rules.size(); ++r) {
-                const uint32_t id = catalog.id(g, dir, r);
-                const uint64_t hits = id < max_rules
-                                          ? total(state,
-                                                  [&](const lcore_counters& c) -> const counter& {
-                                                      return c.rule_hits[id];
-                                                  })
-                                          : 0;
-                const auto& rule = rules[r];
-                std::string remote = rule.remote ? format_ipv4(rule.remote->address) + "/" +
-                                                       std::to_string(rule.remote->length)
-                                                 : "group " + rule.remote_group;
-                const bool has_ports =
-                    rule.proto == secgroup::protocol::tcp || rule.proto == secgroup::protocol::udp;
-                std::string ports =
-                    !has_ports                          ? "-"
-                    : rule.ports.low == rule.ports.high ? std::to_string(rule.ports.low)
-                    : rule.ports.low == 0 && rule.ports.high == 65535
-                        ? "any"
-                        : std::to_string(rule.ports.low) + "-" + std::to_string(rule.ports.high);
-                const char* dir_name = dir == secgroup::direction::ingress ? "ingress" : "egress";
-                out.begin_object()
-                    .value("vpc", group.vpc)
-                    .value("group", group.name)
-                    .value("direction", dir_name)
-                    .value("index", uint64_t{r})
-                    .value("line", uint64_t(rule.line))
-                    .value("proto", secgroup::to_string(rule.proto))
-                    .value("ports", ports)
-                    .value("remote", remote)
-                    .value("hits", hits)
-                    .end_object();
-                char line[256];
-                std::snprintf(
-                    line, sizeof(line), "  %s/%s %s[%zu] %s %s %s %s%*lu\n", group.vpc.c_str(),
-                    group.name.c_str(), dir_name, r, secgroup::to_string(rule.proto), ports.c_str(),
-                    dir == secgroup::direction::ingress ? "from" : "to", remote.c_str(), 8, hits);
-                text << line;
-            }
-        }
+    for (const auto& rule : snapshot.rules) {
+        out.begin_object()
+            .value("vpc", rule.vpc)
+            .value("group", rule.group)
+            .value("direction", rule.direction)
+            .value("index", uint64_t{rule.index})
+            .value("line", rule.line)
+            .value("proto", rule.proto)
+            .value("ports", rule.ports)
+            .value("remote", rule.remote)
+            .value("hits", rule.hits)
+            .end_object();
+        const bool ingress = std::string_view(rule.direction) == "ingress";
+        char line[256];
+        std::snprintf(line, sizeof(line), "  %s/%s %s[%zu] %s %s %s %s%*lu\n", rule.vpc.c_str(),
+                      rule.group.c_str(), rule.direction, rule.index, rule.proto.c_str(),
+                      rule.ports.c_str(), ingress ? "from" : "to", rule.remote.c_str(), 8,
+                      rule.hits);
+        text << line;
     }
     out.end_array();
 
     out.begin_object("overlay");
     text << "overlay\n";
-    for (const auto& global : global_counters) {
-        const uint64_t value = total(state, global.get);
-        out.value(global.name, value);
-        text << "  " << global.name << " " << value << "\n";
-    }
+    write_datapath(snapshot.datapath, out, text);
     out.end_object().begin_object("drops");
     text << "drops by reason\n";
     for (std::size_t reason = 0; reason < drop_reason_count; ++reason) {
-        const uint64_t value = total(
-            state, [&](const lcore_counters& c) -> const counter& { return c.drops[reason]; });
+        const uint64_t value = snapshot.drops[reason];
         out.value(drop_reason_names[reason], value);
         if (value > 0) {
             text << "  " << drop_reason_names[reason] << " " << value << "  ("
@@ -506,7 +340,7 @@ std::string render_stats(const daemon_state& state, bool json) {
         }
     }
     out.end_object();
-    render_workers(state, out, text);
+    render_workers(snapshot, out, text);
     out.end_object();
     return json ? out.str() + "\n" : text.str();
 }
@@ -573,7 +407,7 @@ std::string render_flows(const daemon_state& state, const std::string& vnic, boo
     return json ? out.str() + "\n" : text.str();
 }
 
-std::string render_qps(const daemon_state& state, const std::string& vnic, bool json) {
+std::string render_qps(const stats_snapshot& snapshot, const std::string& vnic, bool json) {
     json_writer out;
     std::ostringstream text;
     out.begin_object();
@@ -581,9 +415,9 @@ std::string render_qps(const daemon_state& state, const std::string& vnic, bool 
     text << "vnic     qpn      type state remote            rqpn     next-psn una-psn  exp-psn  "
             "pkts-out   pkts-in    retrans  timeouts naks-in naks-out rnr-in rnr-out dropped\n";
     static const char* states[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
-    const auto qps = report_qps(state);
-    for (const auto& q : qps) {
-        const std::string name = q.vnic < state.slot_names.size() ? state.slot_names[q.vnic] : "?";
+    for (const auto& q : snapshot.qps) {
+        const std::string name =
+            q.vnic < snapshot.slot_names.size() ? snapshot.slot_names[q.vnic] : "?";
         if (!vnic.empty() && name != vnic) {
             continue;
         }
@@ -592,7 +426,7 @@ std::string render_qps(const daemon_state& state, const std::string& vnic, bool 
         const std::string remote = format_ipv4(rte_be_to_cpu_32(q.remote_ip_be));
         out.begin_object()
             .value("vnic", name)
-            .value("worker", uint64_t{state.worker_of(q.vnic)})  // whose engine runs it
+            .value("worker", uint64_t{snapshot.worker_of(q.vnic)})  // whose engine runs it
             .value("qpn", uint64_t{q.qpn})
             .value("type", type)
             .value("state", st)
@@ -618,17 +452,17 @@ std::string render_qps(const daemon_state& state, const std::string& vnic, bool 
     out.end_array();
     out.begin_object("engine");
     text << "engine:";
-    if (const engine_summary engines = sum_engines(state); engines.engines > 0) {
+    if (snapshot.engine) {
         // Summed over the engines, one per worker.
-        const engine_totals& c = engines.totals;
-        out.value("engines", uint64_t{engines.engines});
+        const engine_snapshot& c = *snapshot.engine;
+        out.value("engines", uint64_t{c.engines});
         out.value("received", c.received).value("sent", c.sent);
         out.value("doorbells", c.doorbells);
         out.value("rechecks", c.rechecks).value("qps_revoked", c.qps_revoked);
         // "engine: received N, ..." is read by scripts; the engine count goes last.
         text << " received " << c.received << ", sent " << c.sent << ", doorbells " << c.doorbells
              << ", policy rechecks " << c.rechecks << ", QPs revoked " << c.qps_revoked << " ("
-             << engines.engines << (engines.engines == 1 ? " engine)" : " engines)");
+             << c.engines << (c.engines == 1 ? " engine)" : " engines)");
         out.begin_object("drops");
         for (std::size_t d = 0; d < static_cast<std::size_t>(roce::engine_drop::count); ++d) {
             const auto reason = static_cast<roce::engine_drop>(d);
@@ -645,9 +479,9 @@ std::string render_qps(const daemon_state& state, const std::string& vnic, bool 
     out.end_object();
     // The RDMA faces' endpoints: who was let in, who was turned away and why.
     out.begin_object("endpoints");
-    if (state.verbs != nullptr) {
-        const verbs::channel_stats v = state.verbs->stats();
-        out.value("clients", uint64_t{state.verbs->client_count()})
+    if (snapshot.rdma) {
+        const verbs::channel_stats& v = snapshot.rdma->stats;
+        out.value("clients", uint64_t{snapshot.rdma->clients})
             .value("accepted", v.faces.accepted)
             .value("refused_over_limit", v.faces.refused)
             .value("refused_foreign", v.faces.refused_foreign)
@@ -656,11 +490,11 @@ std::string render_qps(const daemon_state& state, const std::string& vnic, bool 
             .value("requests", v.faces.requests)
             .value("bad_requests", v.faces.bad_requests)
             .value("vnics_removed", v.vnics_removed);
-        text << "endpoints: " << state.verbs->client_count() << " clients, accepted "
-             << v.faces.accepted << ", refused over limit " << v.faces.refused
-             << ", refused foreign " << v.faces.refused_foreign << ", hello timeouts "
-             << v.faces.hello_timeouts << ", bad requests " << v.faces.bad_requests
-             << ", vNICs removed " << v.vnics_removed << "\n";
+        text << "endpoints: " << snapshot.rdma->clients << " clients, accepted " << v.faces.accepted
+             << ", refused over limit " << v.faces.refused << ", refused foreign "
+             << v.faces.refused_foreign << ", hello timeouts " << v.faces.hello_timeouts
+             << ", bad requests " << v.faces.bad_requests << ", vNICs removed " << v.vnics_removed
+             << "\n";
         out.begin_object("rdma_cm")
             .value("commands", v.cm_commands)
             .value("bad_commands", v.cm_bad_commands)
@@ -674,7 +508,7 @@ std::string render_qps(const daemon_state& state, const std::string& vnic, bool 
             .value("mads_forged", v.cm_mads_forged);
         out.end_object();
         out.begin_object("vnics");
-        for (const auto& r : state.verbs->reports()) {
+        for (const auto& r : snapshot.rdma->faces) {
             if (vnic.empty() || r.name == vnic) {
                 write_rdma_face(out, r);
                 text << "rdma face " << r.name << ": clients " << r.clients << "/"
@@ -695,31 +529,29 @@ std::string render_qps(const daemon_state& state, const std::string& vnic, bool 
     }
     out.end_object();
     // What each vNIC's RDMA objects hold of the host's mappings and descriptors.
-    write_rdma_reserve(out, state);
+    write_rdma_reserve(out, snapshot.rdma);
     out.begin_object("vnics");
-    for (std::size_t slot = 0; slot < state.slot_names.size(); ++slot) {
-        const auto& name = state.slot_names[slot];
-        if (name.empty() || (!vnic.empty() && name != vnic)) {
+    for (const auto& v : snapshot.vnics) {
+        if (!v.rdma_memory || (!vnic.empty() && v.name != vnic)) {
             continue;
         }
-        if (const auto m = rdma_memory_of(state, static_cast<uint16_t>(slot))) {
-            out.begin_object(name);
-            write_rdma_memory(out, state, static_cast<uint16_t>(slot));
-            out.end_object();
-            text << "memory " << name << ": " << m->mrs << " MRs (" << m->mrs_pinned
-                 << " pinned after dereg), " << m->held.mappings << "/" << m->share.mappings
-                 << " mappings, " << m->held.descriptors << "/" << m->share.descriptors
-                 << " descriptors, refused " << m->refused.mappings + m->refused.descriptors
-                 << " at the host reserve, " << m->quota_refusals << " over quota, "
-                 << m->cq_resizes << " CQ resizes\n";
-        }
+        const verbs::memory_report& m = *v.rdma_memory;
+        out.begin_object(v.name);
+        write_rdma_memory(out, v.rdma_memory);
+        out.end_object();
+        text << "memory " << v.name << ": " << m.mrs << " MRs (" << m.mrs_pinned
+             << " pinned after dereg), " << m.held.mappings << "/" << m.share.mappings
+             << " mappings, " << m.held.descriptors << "/" << m.share.descriptors
+             << " descriptors, refused " << m.refused.mappings + m.refused.descriptors
+             << " at the host reserve, " << m.quota_refusals << " over quota, " << m.cq_resizes
+             << " CQ resizes\n";
     }
     out.end_object();
     out.end_object();
     return json ? out.str() + "\n" : text.str();
 }
 
-std::string render_qos(const daemon_state& state, bool json, bool raw) {
+std::string render_qos(const stats_snapshot& snapshot, bool json, bool raw) {
     json_writer out;
     std::ostringstream text;
     std::ostringstream lines;
@@ -729,97 +561,47 @@ std::string render_qos(const daemon_state& state, bool json, bool raw) {
             "sent_pkts  tail_drops rdma_waits\n";
     // When the counters were read, on jakirod's monotonic clock: a rate is the difference of two
     // reports over the difference of their times, exact however long the client took to ask.
-    const auto time_ns =
-        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                  std::chrono::steady_clock::now().time_since_epoch())
-                                  .count());
-    lines << "time_ns " << time_ns << "\n";
-    for (std::size_t i = 0; i < state.config.vnics.size(); ++i) {
-        const auto& v = state.config.vnics[i];
-        if (!v.qos) {
-            continue;
-        }
-        // The vNIC's slot: slot_names holds every slot ever used, by name.
-        uint16_t slot = 0;
-        while (slot < state.slot_names.size() && state.slot_names[slot] != v.name) {
-            ++slot;
-        }
-        if (slot >= state.slot_names.size()) {
-            continue;
-        }
-        const auto& q = *v.qos;
+    lines << "time_ns " << snapshot.time_ns << "\n";
+    for (const auto& v : snapshot.qos) {
         out.begin_object()
             .value("vnic", v.name)
-            .value("rate_bps", q.rate_bps)
-            .value("time_ns", time_ns);
+            .value("rate_bps", v.rate_bps)
+            .value("time_ns", snapshot.time_ns);
         out.begin_array("classes");
-        lines << v.name << " rate " << q.rate_bps;
-        // The vNIC's owner shapes and meters both of its classes (its engine runs its QPs).
-        const egress_shaper* shaper = state.shaper_of(slot);
-        const ingress_policer* policer = state.policer_of(slot);
-        for (const auto c : qos::all_classes) {
-            const auto& k = q.classes[qos::index_of(c)];
-            qos::class_counters sent{};
-            uint64_t drops = 0, waits = 0;
-            const bool shaped = shaper != nullptr && shaper->scheduler().configured(slot);
-            if (shaped) {
-                sent = shaper->scheduler().counters(slot, c);
-                drops = c == qos::traffic_class::tcp ? shaper->counters(slot).tcp_queue_drops.read()
-                                                     : 0;
-                waits =
-                    c == qos::traffic_class::rdma ? shaper->counters(slot).rdma_waits.read() : 0;
-            }
-            // How many of the vNIC's grants found this class with something to send: a class
-            // that was not backlogged throughout had its unused share given to the other.
-            uint64_t grants = 0, busy_grants = 0;
-            if (shaped) {
-                const auto& sc = shaper->counters(slot);
-                grants = sc.grants.read();
-                busy_grants = c == qos::traffic_class::rdma ? sc.rdma_busy_grants.read()
-                                                            : sc.tcp_busy_grants.read();
-            }
-            qos::ingress_class_counters in{};
-            if (policer != nullptr) {
-                if (const auto* meter = policer->meter(slot)) {
-                    in = meter->counters(c);
-                }
-            }
-            const uint64_t share = qos::class_share_bps(q, c);
+        lines << v.name << " rate " << v.rate_bps;
+        for (const auto& c : v.classes) {
+            const char* name = qos::class_name(c.cls);
             out.begin_object()
-                .value("class", qos::class_name(c))
-                .value("weight", uint64_t{k.weight})
-                .value("share_bps", share)
-                .value("min_bps", k.min_bps)
-                .value("max_bps", k.max_bps)
-                .value("sent_bytes", sent.bytes)
-                .value("sent_packets", sent.packets)
-                .value("tail_drops", drops)
-                .value("rdma_waits", waits)
-                .value("rdma_granted", c == qos::traffic_class::rdma && shaper != nullptr
-                                           ? shaper->counters(slot).rdma_granted.read()
-                                           : 0)
-                .value("rdma_busy_grants", c == qos::traffic_class::rdma && shaper != nullptr
-                                               ? shaper->counters(slot).rdma_busy_grants.read()
-                                               : 0)
-                // How many of the vNIC's grants found this class with something to send: a
-                // class that was not backlogged throughout had its unused share given away.
-                .value("grants", grants)
-                .value("busy_grants", busy_grants)
-                .value("received_bytes", in.bytes)
-                .value("received_packets", in.packets)
-                .value("ce_marked", in.ce_marked)
-                .value("ingress_dropped", in.dropped)
-                .value("cnps", in.cnps)
+                .value("class", name)
+                .value("weight", c.weight)
+                .value("share_bps", c.share_bps)
+                .value("min_bps", c.min_bps)
+                .value("max_bps", c.max_bps)
+                .value("sent_bytes", c.sent.bytes)
+                .value("sent_packets", c.sent.packets)
+                .value("tail_drops", c.tail_drops)
+                .value("rdma_waits", c.rdma_waits)
+                .value("rdma_granted", c.rdma_granted)
+                .value("rdma_busy_grants", c.rdma_busy_grants)
+                .value("grants", c.grants)
+                .value("busy_grants", c.busy_grants)
+                .value("received_bytes", c.received.bytes)
+                .value("received_packets", c.received.packets)
+                .value("ce_marked", c.received.ce_marked)
+                .value("ingress_dropped", c.received.dropped)
+                .value("cnps", c.received.cnps)
                 .end_object();
-            lines << " " << qos::class_name(c) << " " << share << " " << sent.bytes << " "
-                  << sent.packets << " " << in.bytes;
+            // `jakiroctl top` reads these lines (tools/jakiroctl/top.cc).
+            lines << " " << name << " " << c.share_bps << " " << c.sent.bytes << " "
+                  << c.sent.packets << " " << c.received.bytes;
             char line[256];
             std::snprintf(line, sizeof(line),
-                          "%-8s %12.1f %-5s %6u %12.1f %11.1f %11.1f %14lu %10lu %11lu %10lu "
+                          "%-8s %12.1f %-5s %6lu %12.1f %11.1f %11.1f %14lu %10lu %11lu %10lu "
                           "%14lu %10lu %9lu %6lu\n",
-                          v.name.c_str(), q.rate_bps / 1e6, qos::class_name(c), k.weight,
-                          share / 1e6, k.min_bps / 1e6, k.max_bps / 1e6, sent.bytes, sent.packets,
-                          drops, waits, in.bytes, in.ce_marked, in.dropped, in.cnps);
+                          v.name.c_str(), v.rate_bps / 1e6, name, c.weight, c.share_bps / 1e6,
+                          c.min_bps / 1e6, c.max_bps / 1e6, c.sent.bytes, c.sent.packets,
+                          c.tail_drops, c.rdma_waits, c.received.bytes, c.received.ce_marked,
+                          c.received.dropped, c.received.cnps);
             text << line;
         }
         lines << "\n";

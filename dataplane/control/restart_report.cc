@@ -10,22 +10,8 @@ using prometheus::MetricType;
 
 namespace {
 
+// Computed from the carried history, so a predecessor's value is never added to it.
 constexpr const char* restarts_family = "jakiro_restarts_total";
-
-MetricFamily family(const char* name, const char* help, MetricType type) {
-    return MetricFamily{name, help, type, {}};
-}
-
-void sample(MetricFamily& f, std::vector<ClientMetric::Label> labels, double value) {
-    ClientMetric m;
-    m.label = std::move(labels);
-    if (f.type == MetricType::Counter) {
-        m.counter.value = value;
-    } else {
-        m.gauge.value = value;
-    }
-    f.metric.push_back(std::move(m));
-}
 
 }  // namespace
 
@@ -71,49 +57,6 @@ std::string restart_text(const restart_record& r) {
     text << " (restarts " << r.counts[1] << ", upgrades " << r.counts[2] << ", crashes "
          << r.counts[3] << ")\n";
     return text.str();
-}
-
-void append_restart_metrics(const restart_record& r, std::vector<MetricFamily>& families) {
-    auto total = family(restarts_family,
-                        "Restarts this host's jakirod has seen, by kind (restart, upgrade: taken "
-                        "over with its state; crash: started after one that ended without)",
-                        MetricType::Counter);
-    for (std::size_t k = 1; k < r.counts.size(); ++k) {
-        sample(total, {{"kind", restart_kind_names[k]}}, static_cast<double>(r.counts[k]));
-    }
-    families.push_back(std::move(total));
-    auto last = family("jakiro_last_restart_info",
-                       "Always 1; the labels say the last restart's kind and the predecessor's "
-                       "version",
-                       MetricType::Gauge);
-    sample(last, {{"from_version", r.from_version}, {"kind", name_of(r.last)}}, 1);
-    families.push_back(std::move(last));
-    auto at = family("jakiro_last_restart_timestamp_seconds",
-                     "When this process took over or started (Unix time)", MetricType::Gauge);
-    sample(at, {}, static_cast<double>(r.at_unix_ms) / 1000.0);
-    families.push_back(std::move(at));
-    auto blackout = family("jakiro_last_restart_blackout_seconds",
-                           "Last take-over: how long no worker forwarded (from the predecessor "
-                           "stopping its workers to this one running its own)",
-                           MetricType::Gauge);
-    sample(blackout, {}, r.blackout_ms / 1000.0);
-    families.push_back(std::move(blackout));
-    auto carried = family("jakiro_last_restart_carried",
-                          "Last take-over: state carried over, by what (flows, neighbours, "
-                          "counters, rdma_clients)",
-                          MetricType::Gauge);
-    for (const auto& [what, n] : r.carried) {
-        sample(carried, {{"what", what}}, static_cast<double>(n));
-    }
-    families.push_back(std::move(carried));
-    auto lost = family("jakiro_last_restart_lost",
-                       "Last take-over: state that could not be carried over, by what "
-                       "(flows of vNICs the successor's configuration no longer has)",
-                       MetricType::Gauge);
-    for (const auto& [what, n] : r.lost) {
-        sample(lost, {{"what", what}}, static_cast<double>(n));
-    }
-    families.push_back(std::move(lost));
 }
 
 std::string counter_key(const std::string& family, const std::vector<ClientMetric::Label>& labels) {

@@ -1,6 +1,7 @@
 #pragma once
-// This jakirod's restarts as `jakiroctl status` and /metrics show them (restart_record.hh), and
-// the counter bases that keep /metrics monotonic across a take-over (docs/restart.md).
+// This jakirod's restarts as `jakiroctl status` shows them (restart_record.hh; /metrics has them
+// from the metric table), and the counter bases that keep /metrics monotonic across a take-over
+// (docs/restart.md).
 //
 // Thread-safety: control thread only.
 
@@ -20,9 +21,6 @@ namespace jakiro {
 void write_restart_json(json_writer& out, const restart_record& r);
 // One line for the text status ("" before any restart).
 std::string restart_text(const restart_record& r);
-// The jakiro_restart* families.
-void append_restart_metrics(const restart_record& r,
-                            std::vector<prometheus::MetricFamily>& families);
 
 // The key of one counter sample: its family name and its labels sorted by name.
 std::string counter_key(const std::string& family,

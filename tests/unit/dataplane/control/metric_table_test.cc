@@ -1,0 +1,212 @@
+// The metric table and the Prometheus families rendered from it: every family is served with
+// the labels the table names, in the table's order; families of parts the daemon does not run
+// are left out; and a few readers pick the counter their name promises.
+
+#include "control/metric_table.hh"
+
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+
+#include <algorithm>
+#include <regex>
+#include <set>
+#include <string>
+
+#include "control/metrics.hh"
+#include "control/restart_report.hh"
+
+namespace jakiro {
+namespace {
+
+// A host with one of everything: a port, a vNIC with an RDMA face and a QP, a rule, a worker, a
+// shaped vNIC, an engine, a take-over behind it.
+stats_snapshot full_snapshot() {
+    stats_snapshot s;
+    s.host = "h1";
+    s.neighbors = 3;
+    s.neighbors_resolved = 2;
+    s.ports.push_back({"uplink", true, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+    vnic_snapshot v;
+    v.slot = 0;
+    v.name = "t1";
+    v.to_tenant_packets = 11;
+    v.from_tenant_packets = 12;
+    v.sg_allowed_ingress = 21;
+    v.sg_allowed_egress = 22;
+    v.sg_denied_ingress = 23;
+    v.sg_denied_egress = 24;
+    v.qps[qp_totals::naks_sent] = 31;
+    v.qps[qp_totals::naks_received] = 32;
+    v.rdma_memory = verbs::memory_report{};
+    v.rdma_memory->held = {41, 42};
+    s.vnics.push_back(v);
+    s.slot_names = {"t1"};
+    s.slot_workers = {0};
+    s.rules.push_back({"blue", "default", "egress", 0, 10, "tcp", "any", "0.0.0.0/0", 5});
+    worker_snapshot w;
+    w.vnics = {"t1"};
+    w.counters.busy_polls = 51;
+    s.workers.push_back(w);
+    qos_vnic_snapshot q;
+    q.name = "t1";
+    q.classes.resize(2);
+    q.classes[1].cls = qos::traffic_class::tcp;
+    s.qos.push_back(q);
+    roce::qp_report qp;
+    qp.vnic = 0;
+    qp.type = IBV_QPT_RC;
+    qp.state = 3;
+    s.qps.push_back(qp);
+    s.engine = engine_snapshot{};
+    verbs_snapshot rdma;
+    rdma.faces.push_back({});
+    rdma.faces[0].name = "t1";
+    s.rdma = rdma;
+    s.restarts.last = restart_kind::upgrade;
+    s.restarts.counts = {0, 2, 1, 0};
+    s.restarts.carried = {{"flows", 7}};
+    s.restarts.lost = {{"rdma_contexts", 1}};
+    return s;
+}
+
+const metric_def& def_of(const std::string& name) {
+    const auto& table = metric_table();
+    const auto it =
+        std::find_if(table.begin(), table.end(), [&](const auto& d) { return d.name == name; });
+    if (it == table.end()) {
+        throw std::runtime_error("no metric " + name);
+    }
+    return *it;
+}
+
+std::vector<metric_sample> samples_of(const std::string& name, const stats_snapshot& s) {
+    std::vector<metric_sample> out;
+    def_of(name).read(s, out);
+    return out;
+}
+
+double value_of(const std::string& name, const std::vector<std::string>& labels,
+                const stats_snapshot& s) {
+    for (const auto& sample : samples_of(name, s)) {
+        if (sample.labels == labels) {
+            return sample.value;
+        }
+    }
+    ADD_FAILURE() << name << " has no sample for those labels";
+    return -1;
+}
+
+TEST(MetricTable, NamesAreUniqueValidAndCountersEndInTotal) {
+    const std::regex valid("[a-zA-Z_:][a-zA-Z0-9_:]*");
+    const std::regex label("[a-zA-Z_][a-zA-Z0-9_]*");
+    std::set<std::string> seen;
+    for (const auto& def : metric_table()) {
+        const std::string name = def.name;
+        EXPECT_TRUE(seen.insert(name).second) << name << " twice";
+        EXPECT_TRUE(std::regex_match(name, valid)) << name;
+        EXPECT_EQ(name.rfind("jakiro_", 0), 0u) << name;
+        const bool total = name.size() > 6 && name.substr(name.size() - 6) == "_total";
+        EXPECT_EQ(total, def.type == metric_type::counter) << name;
+        EXPECT_FALSE(std::string(def.help).empty()) << name;
+        for (const char* l : def.labels) {
+            EXPECT_TRUE(std::regex_match(l, label)) << name << " label " << l;
+        }
+    }
+}
+
+TEST(MetricTable, EveryFamilyIsServedWithTheLabelsItNames) {
+    const stats_snapshot s = full_snapshot();
+    const auto families = metric_families(s);
+    const auto& table = metric_table();
+    ASSERT_EQ(families.size(), table.size());
+    for (std::size_t i = 0; i < table.size(); ++i) {
+        const auto& def = table[i];
+        const auto& family = families[i];
+        EXPECT_EQ(family.name, def.name);
+        EXPECT_EQ(family.help, def.help);
+        EXPECT_FALSE(family.metric.empty()) << def.name << " has no sample";
+        for (const auto& m : family.metric) {
+            ASSERT_EQ(m.label.size(), def.labels.size()) << def.name;
+            for (std::size_t l = 0; l < m.label.size(); ++l) {
+                EXPECT_EQ(m.label[l].name, def.labels[l]) << def.name;
+            }
+        }
+        // The readers give exactly one value per label name (none dropped, none spare).
+        for (const auto& sample : samples_of(def.name, s)) {
+            EXPECT_EQ(sample.labels.size(), def.labels.size()) << def.name;
+        }
+    }
+}
+
+TEST(MetricTable, LeavesOutTheFamiliesOfPartsTheDaemonDoesNotRun) {
+    stats_snapshot s = full_snapshot();
+    s.engine.reset();
+    s.rdma.reset();
+    std::set<std::string> served;
+    for (const auto& f : metric_families(s)) {
+        served.insert(f.name);
+    }
+    for (const char* engine_only : {"jakiro_rdma_engine_packets_total", "jakiro_rdma_drops_total",
+                                    "jakiro_rdma_doorbells_total"}) {
+        EXPECT_FALSE(served.count(engine_only)) << engine_only;
+    }
+    for (const char* faces_only : {"jakiro_rdma_clients", "jakiro_rdma_mrs",
+                                   "jakiro_rdma_host_capacity", "jakiro_rdma_cm_refused_total"}) {
+        EXPECT_FALSE(served.count(faces_only)) << faces_only;
+    }
+    // The per-vNIC QP totals stay: a host without engines still has vNICs.
+    EXPECT_TRUE(served.count("jakiro_rdma_naks_total"));
+    EXPECT_TRUE(served.count("jakiro_vnic_packets_total"));
+}
+
+TEST(MetricTable, IngressIsToTheTenantAndEgressFromIt) {
+    const stats_snapshot s = full_snapshot();
+    EXPECT_EQ(value_of("jakiro_vnic_packets_total", {"ingress", "t1"}, s), 11);
+    EXPECT_EQ(value_of("jakiro_vnic_packets_total", {"egress", "t1"}, s), 12);
+    EXPECT_EQ(value_of("jakiro_sg_allowed_total", {"ingress", "t1"}, s), 21);
+    EXPECT_EQ(value_of("jakiro_sg_allowed_total", {"egress", "t1"}, s), 22);
+    EXPECT_EQ(value_of("jakiro_sg_denied_total", {"ingress", "t1"}, s), 23);
+    EXPECT_EQ(value_of("jakiro_sg_denied_total", {"egress", "t1"}, s), 24);
+}
+
+TEST(MetricTable, ReadsEachSampleFromItsOwnCounter) {
+    const stats_snapshot s = full_snapshot();
+    EXPECT_EQ(value_of("jakiro_port_packets_total", {"rx", "uplink"}, s), 1);
+    EXPECT_EQ(value_of("jakiro_port_bytes_total", {"tx", "uplink"}, s), 4);
+    EXPECT_EQ(value_of("jakiro_port_missed_total", {"uplink"}, s), 5);
+    EXPECT_EQ(value_of("jakiro_port_errors_total", {"tx", "uplink"}, s), 7);
+    EXPECT_EQ(value_of("jakiro_port_superframes_total", {"rx", "uplink"}, s), 8);
+    EXPECT_EQ(value_of("jakiro_rdma_naks_total", {"tx", "t1"}, s), 31);
+    EXPECT_EQ(value_of("jakiro_rdma_naks_total", {"rx", "t1"}, s), 32);
+    EXPECT_EQ(value_of("jakiro_rdma_host_held", {"mappings", "t1"}, s), 41);
+    EXPECT_EQ(value_of("jakiro_rdma_host_held", {"descriptors", "t1"}, s), 42);
+    EXPECT_EQ(value_of("jakiro_worker_busy_polls_total", {"0"}, s), 51);
+    EXPECT_EQ(value_of("jakiro_underlay_neighbors", {"unresolved"}, s), 1);
+    EXPECT_EQ(value_of("jakiro_rdma_qps", {"RTS", "RC", "t1"}, s), 1);
+    EXPECT_EQ(value_of("jakiro_sg_rule_hits_total", {"egress", "default", "10", "0", "blue"}, s),
+              5);
+    EXPECT_EQ(value_of("jakiro_qos_weight", {"tcp", "t1"}, s), 0);
+    EXPECT_EQ(value_of("jakiro_restarts_total", {"restart"}, s), 2);
+    EXPECT_EQ(value_of("jakiro_restarts_total", {"upgrade"}, s), 1);
+    EXPECT_EQ(value_of("jakiro_last_restart_carried", {"flows"}, s), 7);
+}
+
+TEST(MetricFamilies, AddAPredecessorsCountersButNotItsRestartCount) {
+    stats_snapshot s = full_snapshot();
+    const auto before = metric_families(s);
+    s.counter_bases[counter_key("jakiro_port_missed_total", {{"port", "uplink"}})] = 100;
+    s.counter_bases[counter_key("jakiro_restarts_total", {{"kind", "restart"}})] = 100;
+    for (const auto& f : metric_families(s)) {
+        for (const auto& m : f.metric) {
+            if (f.name == "jakiro_port_missed_total") {
+                EXPECT_EQ(m.counter.value, 105);
+            }
+            if (f.name == "jakiro_restarts_total" && m.label[0].value == "restart") {
+                EXPECT_EQ(m.counter.value, 2) << "the history carries the count already";
+            }
+        }
+    }
+}
+
+}  // namespace
+}  // namespace jakiro
