@@ -47,11 +47,13 @@ namespace {
 constexpr uint32_t record_tag = 0x50514352;  // "RCQP"
 constexpr uint16_t record_version = 1;
 
-constexpr uint32_t counter_count = 0
-#define JAKIRO_QP_COUNTER(name) +1
+constexpr uint32_t counter_count = [] {
+    uint32_t n = 0;
+#define JAKIRO_QP_COUNTER(name) ++n;
 #include "qp_counters.def"
 #undef JAKIRO_QP_COUNTER
-    ;
+    return n;
+}();
 // A reader takes at most this many counters (a newer writer's extra ones are skipped).
 constexpr uint32_t max_counters = 256;
 
