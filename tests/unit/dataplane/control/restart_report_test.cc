@@ -37,7 +37,7 @@ TEST(CounterBases, APredecessorsCountersAreAddedToTheSuccessorsSoNoneGoesDown) {
     EXPECT_EQ(after[0].metric[2].counter.value, 3);  // a series the predecessor did not have
 }
 
-TEST(CounterBases, GaugesAndTheRestartHistoryAreLeftAsTheyAre) {
+TEST(CounterBases, GaugesAndTheRestartHistoryGetNoBase) {
     MetricFamily gauge{"jakiro_vnics", "help", MetricType::Gauge, {}};
     ClientMetric g;
     g.gauge.value = 3;
@@ -46,13 +46,11 @@ TEST(CounterBases, GaugesAndTheRestartHistoryAreLeftAsTheyAre) {
         gauge, counter("jakiro_restarts_total", {{{{"kind", "restart"}}, 2}})};
     const auto bases = counter_values(before);
     EXPECT_TRUE(bases.empty());
-    restart_record r;
-    r.counts[static_cast<std::size_t>(restart_kind::restart)] = 3;
-    std::vector<MetricFamily> after;
-    append_restart_metrics(r, after);
+    // The restart history is carried in the image, not as a base: a base would count twice.
+    std::vector<MetricFamily> after = {
+        counter("jakiro_restarts_total", {{{{"kind", "restart"}}, 3}})};
     add_counter_bases({{counter_key("jakiro_restarts_total", {{"kind", "restart"}}), 2}}, after);
-    EXPECT_EQ(after[0].name, "jakiro_restarts_total");
-    EXPECT_EQ(after[0].metric[0].counter.value, 3);  // the carried history, not 3 + 2
+    EXPECT_EQ(after[0].metric[0].counter.value, 3);
 }
 
 }  // namespace
