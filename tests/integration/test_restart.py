@@ -15,6 +15,7 @@ import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -204,6 +205,31 @@ def test_a_successor_that_cannot_read_the_state_is_refused_and_the_old_daemon_se
     assert not alive(old)
 
 
+def test_a_newer_build_takes_over_as_an_upgrade(tmp_path):
+    """`jakiroctl restart --binary NEW`: a build of another version reads the same state and
+    takes over; status and /metrics call it an upgrade from the old version. NEW is this build
+    with its version string changed in place (what a package upgrade with compatible state
+    sections brings)."""
+    version = run(JAKIROD, "--version").stdout.split()[1]
+    next_version = version[:-1] + ("9" if version[-1] != "9" else "8")  # same length
+    data = Path(JAKIROD).read_bytes()
+    assert data.count(version.encode() + b"\x00") >= 1, "no version string to change"
+    newer = tmp_path / "jakirod"
+    newer.write_bytes(data.replace(version.encode() + b"\x00", next_version.encode() + b"\x00"))
+    newer.chmod(0o755)
+    assert run(newer, "--version").stdout.strip() == f"jakirod {next_version}"
+    old = jakirod_pids()["h1"]
+    r = restart("h1", "--binary", newer)
+    assert r.returncode == 0, r.stdout + r.stderr
+    last = status("h1")["last_restart"]
+    assert last["kind"] == "upgrade" and last["from_version"] == f"jakirod {version}", last
+    assert 'kind="upgrade"' in jakiroctl("h1", "metrics").stdout
+    assert not alive(old) and ping(T1, IP[T2])
+    # And back to the build under test: that too is a change of version.
+    assert restart("h1", "--binary", JAKIROD).returncode == 0
+    assert status("h1")["last_restart"]["from_version"] == f"jakirod {next_version}"
+
+
 def offer_from(namespace, user=None):
     """Sends a hand-over offer (protocol 1, reading 'daemon' only up to version 0, so that a
     daemon that listens answers with a refusal and changes nothing) from `namespace`, as
@@ -237,13 +263,14 @@ def offer_from(namespace, user=None):
 
 def test_neither_a_tenant_nor_another_user_can_take_part_in_a_hand_over():
     old = jakirod_pids()["h1"]
+    last_before = status("h1")["last_restart"]
     # Control: root in the daemon's own namespace is answered (a refusal: version 0).
     assert offer_from("jk-h1") == "verdict"
     # Root inside a tenant's namespace reaches the socket file but is not the service.
     assert offer_from(T1) == "closed"
     # Another user on the host cannot even connect (the socket is root's, mode 0600).
     assert offer_from("jk-h1", user="65534").startswith("connect 13")
-    assert alive(old) and status("h1")["last_restart"]["kind"] in ("none", "restart")
+    assert alive(old) and status("h1")["last_restart"] == last_before
     assert ping(T1, IP[T2])
 
 
