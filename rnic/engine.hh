@@ -208,8 +208,9 @@ class engine {
     // ---- receive (engine.cc): an inbound packet walks named steps, as the responder's
     // requests do (responder.cc); each returns a verdict and the first that is not `proceed`
     // ends the walk: the packet was taken (by QP1, as a CNP, by its QP) or is a counted drop.
-    // Plain functions of this file on a struct on the stack: nothing allocated, nothing
-    // virtual, per packet.
+    // The steps are inline and defined in engine.cc, their only caller, so the walk compiles to
+    // one function as the check chain did: per packet nothing allocated, nothing virtual, no
+    // call per step (perf/roce_bench's BM_EngineReceiveChecks measures it).
     struct receive_verdict {
         enum class action : uint8_t { proceed, taken, drop };
         action what = action::proceed;
