@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "rnic/engine.hh"
 #include "rnic/wire/crc32.hh"
 #include "rnic/wire/headers.hh"
 #include "rnic/wire/icrc.hh"
@@ -95,6 +96,37 @@ void BM_ParseRoce(benchmark::State& state) {
     state.SetItemsProcessed(static_cast<int64_t>(state.iterations()));
 }
 BENCHMARK(BM_ParseRoce)->Arg(64)->Arg(1024);
+
+// The engine's receive checks around them (lengths, headers, ICRC, P_Key, QP1, the RCFT
+// look-up) for a packet that finds no QP: what every inbound packet pays before its QP runs.
+void BM_EngineReceiveChecks(benchmark::State& state) {
+    const auto size = static_cast<uint32_t>(state.range(0));
+    auto p = packet(size);
+    p[2] = static_cast<uint8_t>((size + icrc_bytes) >> 8);  // IPv4 total length
+    p[3] = static_cast<uint8_t>(size + icrc_bytes);
+    const uint32_t udp_len = size + icrc_bytes - 20;
+    p[24] = static_cast<uint8_t>(udp_len >> 8);
+    p[25] = static_cast<uint8_t>(udp_len);
+    bth_fields f;
+    f.opcode = opcode::rc_send_only;
+    f.dest_qp = 0x100;
+    build_roce_headers(p.data() + 28, 12, f, {});
+    store_icrc(p.data() + size, compute_icrc(p.data(), size).value());
+    engine e(1, 16);
+    struct no_port final : packet_port {
+        uint8_t* begin_frame(uint32_t) override { return nullptr; }
+        void end_frame(uint16_t, uint32_t, uint32_t) override {}
+    } port;
+    for (auto _ : state) {
+        e.receive(0, p.data(), size + icrc_bytes, port, 0);
+    }
+    if (e.counters().drops[static_cast<std::size_t>(engine_drop::unknown_qp)].load() !=
+        static_cast<uint64_t>(state.iterations())) {
+        state.SkipWithError("the packet did not reach the RCFT look-up");
+    }
+    set_counters(state);
+}
+BENCHMARK(BM_EngineReceiveChecks)->Arg(64)->Arg(1024);
 
 // The baseline RDMA is measured against: one core copying memory (64 KiB stays in cache,
 // as perftest's buffers do; 64 MiB goes to DRAM).

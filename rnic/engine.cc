@@ -343,110 +343,206 @@ unsigned engine::poll(packet_port& port, uint64_t now_ns) {
     return work;
 }
 
+// An inbound packet goes through the steps below in this order; each returns a verdict and
+// the first that is not `proceed` ends the walk. The ICRC is checked before anything of the
+// packet but its lengths and headers is believed; the P_Key before any QP is looked up.
 void engine::receive(uint16_t vnic, const uint8_t* ipv4, uint32_t ip_len, packet_port& port,
                      uint64_t now_ns, qos::ingress_meter* meter) {
     bump(_counters.received, 1);
-    const uint32_t ihl = (ipv4[0] & 0x0F) * 4u;
-    if (ip_len < ihl + 8 + sizeof(bth_hdr) + icrc_bytes) {
+    const uint32_t udp_len = udp_length(ipv4, ip_len);
+    if (udp_len == 0) {
         drop(engine_drop::truncated);
         return;
+    }
+    const uint8_t* udp = ipv4 + (ip_len - udp_len);
+    parse_result parsed = parse_roce(udp + 8, udp_len - 8);
+    inbound_packet in{vnic, ipv4, ip_len, now_ns, meter, parsed};
+    receive_verdict v = check_headers(in);
+    if (v.proceeds()) {
+        v = check_icrc(in);
+    }
+    if (v.proceeds()) {
+        v = check_pkey(in);
+    }
+    if (v.proceeds()) {
+        v = take_qp1(in);
+    }
+    if (v.proceeds()) {
+        v = find_qp(in);
+    }
+    if (v.proceeds()) {
+        v = check_transport(in);
+    }
+    if (v.proceeds()) {
+        v = in.transport == transport_type::ud ? receive_datagram(in, port)
+                                               : receive_connected(in, port);
+    }
+    if (v.what == receive_verdict::action::drop) {
+        drop(v.reason);
+    }
+}
+
+uint32_t engine::udp_length(const uint8_t* ipv4, uint32_t ip_len) {
+    const uint32_t ihl = (ipv4[0] & 0x0F) * 4u;
+    if (ip_len < ihl + 8 + sizeof(bth_hdr) + icrc_bytes) {
+        return 0;
     }
     const uint8_t* udp = ipv4 + ihl;
     const uint32_t udp_len = (uint32_t{udp[4]} << 8) | udp[5];
-    if (udp_len != ip_len - ihl) {
-        drop(engine_drop::truncated);
-        return;
+    return udp_len == ip_len - ihl ? udp_len : 0;
+}
+
+// BTH and the extension headers its opcode calls for.
+engine::receive_verdict engine::check_headers(inbound_packet& in) {
+    if (!in.parsed.ok()) {
+        return receive_verdict::drop(in.parsed.error == parse_error::truncated
+                                         ? engine_drop::truncated
+                                         : engine_drop::malformed);
     }
-    parse_result parsed = parse_roce(udp + 8, udp_len - 8);
-    if (!parsed.ok()) {
-        drop(parsed.error == parse_error::truncated ? engine_drop::truncated
-                                                    : engine_drop::malformed);
-        return;
+    in.parsed.packet.ipv4 = in.ipv4;  // a UD receive delivers the IPv4 header in its GRH area
+    std::memcpy(&in.src_ip_be, in.ipv4 + 12, 4);
+    return receive_verdict::proceed();
+}
+
+engine::receive_verdict engine::check_icrc(inbound_packet& in) {
+    return verify_icrc(in.ipv4, in.ip_len) ? receive_verdict::proceed()
+                                           : receive_verdict::drop(engine_drop::bad_icrc);
+}
+
+engine::receive_verdict engine::check_pkey(inbound_packet& in) {
+    return in.packet().pkey == default_pkey ? receive_verdict::proceed()
+                                            : receive_verdict::drop(engine_drop::bad_pkey);
+}
+
+// QP1 is the rdma_cm agents', not a QP of the tables (receive_gsi counts its own drops).
+engine::receive_verdict engine::take_qp1(inbound_packet& in) {
+    if (in.packet().dest_qp != gsi_qpn) {
+        return receive_verdict::proceed();
     }
-    if (!verify_icrc(ipv4, ip_len)) {
-        drop(engine_drop::bad_icrc);
-        return;
+    receive_gsi(in.vnic, in.packet(), in.src_ip_be);
+    return receive_verdict::taken();
+}
+
+// The RCFT look-up: the destination QP must exist on the receiving vNIC.
+engine::receive_verdict engine::find_qp(inbound_packet& in) {
+    in.qp = find(in.vnic, in.packet().dest_qp);
+    if (in.qp == nullptr) {
+        return receive_verdict::drop(engine_drop::unknown_qp);
     }
-    parsed.packet.ipv4 = ipv4;  // a UD receive delivers the IPv4 header in its GRH area
-    const roce_packet& p = parsed.packet;
-    const bool cnp = p.info->transport == transport_type::cnp;
-    if (p.pkey != default_pkey) {
-        drop(engine_drop::bad_pkey);
-        return;
+    in.transport = in.qp->type() == IBV_QPT_UD   ? transport_type::ud
+                   : in.qp->type() == IBV_QPT_UC ? transport_type::uc
+                                                 : transport_type::rc;
+    return receive_verdict::proceed();
+}
+
+// A packet of the QP's transport; a CNP for any connected QP (UD has no connection to slow).
+engine::receive_verdict engine::check_transport(inbound_packet& in) {
+    const bool refused =
+        in.cnp() ? in.transport == transport_type::ud : in.packet().info->transport != in.transport;
+    return refused ? receive_verdict::drop(engine_drop::wrong_transport)
+                   : receive_verdict::proceed();
+}
+
+engine::receive_verdict engine::receive_datagram(inbound_packet& in, packet_port& port) {
+    receive_verdict v = check_datagram_ready(in);
+    if (v.proceeds()) {
+        v = check_datagram_admitted(in, port);
     }
-    if (p.dest_qp == gsi_qpn) {
-        uint32_t src;
-        std::memcpy(&src, ipv4 + 12, 4);
-        receive_gsi(vnic, p, src);
-        return;
+    if (v.proceeds()) {
+        v = meter_datagram(in);
     }
-    rc_qp* qp = find(vnic, p.dest_qp);
-    if (qp == nullptr) {
-        drop(engine_drop::unknown_qp);
-        return;
+    if (v.proceeds()) {
+        in.qp->receive(in.packet(), port, in.now_ns);
+        v = receive_verdict::taken();
     }
-    const transport_type expected = qp->type() == IBV_QPT_UD   ? transport_type::ud
-                                    : qp->type() == IBV_QPT_UC ? transport_type::uc
-                                                               : transport_type::rc;
-    if (cnp ? expected == transport_type::ud : p.info->transport != expected) {
-        drop(engine_drop::wrong_transport);
-        return;
+    return v;
+}
+
+engine::receive_verdict engine::check_datagram_ready(inbound_packet& in) {
+    const ibv_qp_state st = in.qp->state();
+    return st == IBV_QPS_RESET || st == IBV_QPS_INIT ? receive_verdict::drop(engine_drop::not_ready)
+                                                     : receive_verdict::proceed();
+}
+
+// No connection: any QP of the VPC may send, if the security groups let it in.
+engine::receive_verdict engine::check_datagram_admitted(inbound_packet& in, packet_port& port) {
+    return port.permits_datagram(in.vnic, in.src_ip_be, false)
+               ? receive_verdict::proceed()
+               : receive_verdict::drop(engine_drop::denied);
+}
+
+// Metered like TCP: no connection to send a CNP to, and a datagram may be lost.
+engine::receive_verdict engine::meter_datagram(inbound_packet& in) {
+    if (in.meter != nullptr &&
+        in.meter->on_packet(in.now_ns, qos::traffic_class::rdma, qos::charged_bytes(14 + in.ip_len),
+                            static_cast<qos::ecn>(in.ipv4[1] & 0x03), nullptr)
+                .action == qos::ingress_action::drop) {
+        return receive_verdict::drop(engine_drop::over_share);
     }
-    uint32_t src_ip_be;
-    std::memcpy(&src_ip_be, ipv4 + 12, 4);
-    const ibv_qp_state st = qp->state();
-    if (expected == transport_type::ud) {
-        // No connection: any QP of the VPC may send, if the security groups let it in.
-        if (st == IBV_QPS_RESET || st == IBV_QPS_INIT) {
-            drop(engine_drop::not_ready);
-            return;
-        }
-        if (!port.permits_datagram(vnic, src_ip_be, false)) {
-            drop(engine_drop::denied);
-            return;
-        }
-        // Metered like TCP: no connection to send a CNP to, and a datagram may be lost.
-        if (meter != nullptr &&
-            meter->on_packet(now_ns, qos::traffic_class::rdma, qos::charged_bytes(14 + ip_len),
-                             static_cast<qos::ecn>(ipv4[1] & 0x03), nullptr)
-                    .action == qos::ingress_action::drop) {
-            drop(engine_drop::over_share);
-            return;
-        }
-        qp->receive(p, port, now_ns);
-        return;
+    return receive_verdict::proceed();
+}
+
+engine::receive_verdict engine::receive_connected(inbound_packet& in, packet_port& port) {
+    receive_verdict v = check_connection(in);
+    if (v.proceeds()) {
+        v = check_policy(in, port);
     }
-    if (src_ip_be != qp->remote_ip_be() || st == IBV_QPS_RESET || st == IBV_QPS_INIT) {
-        drop(engine_drop::not_connected);
-        return;
+    if (v.proceeds()) {
+        v = take_cnp(in);
     }
-    if (!admitted(*qp, port)) {
-        drop(engine_drop::revoked);  // the peer lost its rule: nothing of it is executed
-        return;
+    if (v.proceeds()) {
+        deliver_connected(in, port);
+        v = receive_verdict::taken();
     }
-    if (cnp) {
-        qp->on_cnp(now_ns);  // the receiver of our traffic is over its share: slow down
-        return;
+    return v;
+}
+
+// The RCFT entry: connected (RTR or later), and to this source.
+engine::receive_verdict engine::check_connection(inbound_packet& in) {
+    const ibv_qp_state st = in.qp->state();
+    if (in.src_ip_be != in.qp->remote_ip_be() || st == IBV_QPS_RESET || st == IBV_QPS_INIT) {
+        return receive_verdict::drop(engine_drop::not_connected);
     }
+    return receive_verdict::proceed();
+}
+
+// The peer lost its rule: nothing of it is executed.
+engine::receive_verdict engine::check_policy(inbound_packet& in, packet_port& port) {
+    return admitted(*in.qp, port) ? receive_verdict::proceed()
+                                  : receive_verdict::drop(engine_drop::revoked);
+}
+
+// The receiver of our traffic is over its share: slow down.
+engine::receive_verdict engine::take_cnp(inbound_packet& in) {
+    if (!in.cnp()) {
+        return receive_verdict::proceed();
+    }
+    in.qp->on_cnp(in.now_ns);
+    return receive_verdict::taken();
+}
+
+// Into the QP, after the congestion it met on the way is answered with a CNP.
+void engine::deliver_connected(inbound_packet& in, packet_port& port) {
+    rc_qp* qp = in.qp;
     // What the QP sends while receiving (ACKs, NAKs, CNPs) counts as the engine's too.
     const uint64_t sent_before = qp->stats().packets_sent.load(std::memory_order_relaxed);
-    const auto codepoint = static_cast<qos::ecn>(ipv4[1] & 0x03);
-    if (meter == nullptr && codepoint == qos::ecn::ce && qp->cnp_pacer().try_send(now_ns)) {
+    const auto codepoint = static_cast<qos::ecn>(in.ipv4[1] & 0x03);
+    if (in.meter == nullptr && codepoint == qos::ecn::ce && qp->cnp_pacer().try_send(in.now_ns)) {
         // No share to police, but the fabric marked congestion (the outer CE, carried in by
         // the RFC 6040 step): as a DCQCN notification point, tell the sender.
         qp->send_cnp(port);
     }
-    if (meter != nullptr) {
+    if (in.meter != nullptr) {
         const auto verdict =
-            meter->on_packet(now_ns, qos::traffic_class::rdma, qos::charged_bytes(14 + ip_len),
-                             codepoint, &qp->cnp_pacer());
+            in.meter->on_packet(in.now_ns, qos::traffic_class::rdma,
+                                qos::charged_bytes(14 + in.ip_len), codepoint, &qp->cnp_pacer());
         if (verdict.send_cnp) {
             qp->send_cnp(port);
         }
         // RC is paced, not dropped (a drop costs a go-back-N retransmission): the CNP is the
         // signal, and the sender is another jakirod, which honours it.
     }
-    qp->receive(p, port, now_ns);
+    qp->receive(in.packet(), port, in.now_ns);
     if (const uint64_t sent =
             qp->stats().packets_sent.load(std::memory_order_relaxed) - sent_before;
         sent > 0) {

@@ -204,6 +204,60 @@ class engine {
         _counters.drops[static_cast<std::size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
     }
     void run_calls();
+
+    // ---- receive (engine.cc): an inbound packet walks named steps, as the responder's
+    // requests do (responder.cc); each returns a verdict and the first that is not `proceed`
+    // ends the walk: the packet was taken (by QP1, as a CNP, by its QP) or is a counted drop.
+    // The steps are inline and defined in engine.cc, their only caller, so the walk compiles to
+    // one function as the check chain did: per packet nothing allocated, nothing virtual, no
+    // call per step (perf/roce_bench's BM_EngineReceiveChecks measures it).
+    struct receive_verdict {
+        enum class action : uint8_t { proceed, taken, drop };
+        action what = action::proceed;
+        engine_drop reason{};  // for `drop`
+
+        static receive_verdict proceed() { return {}; }
+        static receive_verdict taken() { return {action::taken, {}}; }
+        static receive_verdict drop(engine_drop why) { return {action::drop, why}; }
+        bool proceeds() const { return what == action::proceed; }
+    };
+    // One inbound packet on its way through the steps: what receive() was given, its headers
+    // as parse_roce found them (receive()'s own, never copied), and what an earlier step found
+    // for a later one.
+    struct inbound_packet {
+        uint16_t vnic;
+        const uint8_t* ipv4;
+        uint32_t ip_len;
+        uint64_t now_ns;
+        qos::ingress_meter* meter;
+        parse_result& parsed;
+        uint32_t src_ip_be = 0;      // check_headers
+        rc_qp* qp = nullptr;         // find_qp
+        transport_type transport{};  // find_qp: the QP's own
+
+        const roce_packet& packet() const { return parsed.packet; }
+        bool cnp() const { return parsed.packet.info->transport == transport_type::cnp; }
+    };
+    // The UDP length of a packet long enough for IPv4 + UDP + BTH + ICRC whose UDP length is
+    // the rest of the IPv4 packet; 0 otherwise.
+    static inline uint32_t udp_length(const uint8_t* ipv4, uint32_t ip_len);
+    inline receive_verdict check_headers(inbound_packet& in);
+    inline receive_verdict check_icrc(inbound_packet& in);
+    inline receive_verdict check_pkey(inbound_packet& in);
+    inline receive_verdict take_qp1(inbound_packet& in);
+    inline receive_verdict find_qp(inbound_packet& in);
+    inline receive_verdict check_transport(inbound_packet& in);
+    // UD: no connection, so each datagram is admitted and metered on its own.
+    inline receive_verdict receive_datagram(inbound_packet& in, packet_port& port);
+    inline receive_verdict check_datagram_ready(inbound_packet& in);
+    inline receive_verdict check_datagram_admitted(inbound_packet& in, packet_port& port);
+    inline receive_verdict meter_datagram(inbound_packet& in);
+    // RC and UC: the RCFT entry, and the policy its peer was admitted under, decide.
+    inline receive_verdict receive_connected(inbound_packet& in, packet_port& port);
+    inline receive_verdict check_connection(inbound_packet& in);
+    inline receive_verdict check_policy(inbound_packet& in, packet_port& port);
+    inline receive_verdict take_cnp(inbound_packet& in);
+    inline void deliver_connected(inbound_packet& in, packet_port& port);
     // A datagram to QP1: handed to the control side if it carries the GSI Q_Key, comes from a
     // QP1 and holds a MAD. Tenants cannot send that (controlled Q_Keys are refused at modify
     // time and replaced per WR by the QP's own, and their source QPN is never 1), so only an

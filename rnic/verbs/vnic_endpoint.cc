@@ -1,55 +1,42 @@
+// One vNIC's face over its life: built, started, given a new quota, events and adopted sockets
+// from other threads, reported on, stopped; and its thread's loop, which polls the wake-up
+// eventfd, the listeners and the clients and hands each to its part (client_session.cc for the
+// clients, cm_relay.cc for the rdma_cm agent). Across a restart it is frozen, saved and restored
+// by endpoint_image.cc.
+
 #include "vnic_endpoint.hh"
 
-#include <arpa/inet.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <cerrno>
 #include <cstring>
 #include <iostream>
 
 #include "rnic/engine.hh"
-#include "verbs_abi/cm_protocol.hh"
-#include "verbs_abi/fd_passing.hh"
+#include "verbs_abi/protocol.hh"
+#include "vnic_endpoint_parts.hh"
 
 namespace jakiro::verbs {
 
 namespace {
 
 namespace proto = verbs_proto;
+using vnic_endpoint_parts::cm_limits_of;
+using vnic_endpoint_parts::send_with_fd;
 
 // How long the listeners rest after accept() ran out of descriptors: the pending connection
 // stays queued and would otherwise wake poll() in a busy loop.
 constexpr int accept_backoff_ms = 100;
-// Replies to ourselves may queue more: this many rounds per turn, the rest on the next.
-constexpr int local_mad_rounds = 8;
-
-bool send_with_fd(int fd, const void* data, std::size_t size, int passed_fd) {
-    // Never block on a client that does not read, never die of SIGPIPE for one that left.
-    return proto::send_with_fd(fd, data, size, passed_fd, MSG_NOSIGNAL | MSG_DONTWAIT) ==
-           static_cast<ssize_t>(size);
-}
 
 void wake(int fd) {
     if (fd >= 0) {
         const uint64_t one = 1;
         [[maybe_unused]] const ssize_t n = write(fd, &one, sizeof(one));
     }
-}
-
-rdmacm::agent_limits cm_limits_of(const vnic_quota& q) {
-    rdmacm::agent_limits limits;
-    limits.max_ids = q.max_cm_ids;
-    limits.max_channels = std::max<uint32_t>(1, q.max_contexts);
-    limits.max_backlog = q.max_cm_backlog;
-    limits.max_held_reqs = q.max_cm_held_reqs;
-    return limits;
 }
 
 }  // namespace
@@ -70,39 +57,6 @@ vnic_endpoint::vnic_endpoint(parts p, settings s)
 
 vnic_endpoint::~vnic_endpoint() {
     stop();
-}
-
-void vnic_endpoint::make_cm_agent(std::function<int(uint32_t)> admit) {
-    const vnic_identity& v = _spec.identity;
-    rdmacm::agent_identity self;
-    self.slot = v.slot;
-    self.ip_be = htonl(v.ip);
-    self.node_guid_be = htobe64(node_guid_from_mac(v.mac));
-    const uint32_t mtu = path_mtu_for(_settings.tenant_mtu);
-    self.path_mtu = mtu >= 4096 ? 5 : mtu >= 2048 ? 4 : mtu >= 1024 ? 3 : mtu >= 512 ? 2 : 1;
-    roce::engine* engine = _engine;
-    const uint16_t slot = v.slot;
-    const auto mac = v.mac;
-    const uint32_t ip_be = self.ip_be;
-    auto send = [this, engine, slot, mac, ip_be](uint32_t dst_ip_be,
-                                                 const rdmacm::mad_buffer& mad) {
-        if (dst_ip_be == ip_be) {
-            // To ourselves (a process dialling its own vNIC): no wire involved.
-            _local_mads.push_back({ip_be, mad});
-            return;
-        }
-        roce::gsi_datagram d;
-        d.vnic = slot;
-        d.remote_ip_be = dst_ip_be;
-        d.local_mac = mac;
-        d.local_ip_be = ip_be;
-        d.mad = mad;
-        if (engine->gsi().push_tx(d)) {
-            engine->wake();
-        }
-    };
-    _cm = std::make_unique<rdmacm::cm_agent>(self, std::move(send), std::move(admit),
-                                             cm_limits_of(v.quota));
 }
 
 bool vnic_endpoint::start(std::string& error) {
@@ -272,330 +226,6 @@ void vnic_endpoint::take_posted() {
     }
 }
 
-void vnic_endpoint::add_client(int fd, pid_t pid) {
-    if (_clients.size() >= _resources->quota().max_contexts) {
-        _counters.refused.fetch_add(1, std::memory_order_relaxed);
-        close(fd);
-        return;
-    }
-    client c;
-    // Its descriptors, from the host reserve: refused only when the vNIC is over its share of
-    // a host whose descriptors are all taken (counted in the vNIC's account).
-    if (!charge(_resources->account(), host_resource::descriptors, descriptors_per_context,
-                c.descriptors)) {
-        close(fd);
-        return;
-    }
-    c.fd = fd;
-    c.pid = pid;
-    c.hello_deadline = std::chrono::steady_clock::now() + _settings.hello_timeout;
-    const uint64_t serial = _settings.client_ids->fetch_add(1, std::memory_order_relaxed) + 1;
-    c.s.client_id = (uint64_t{_spec.identity.slot} << 48) | (serial & ((uint64_t{1} << 48) - 1));
-    _clients.push_back(std::move(c));
-    _counters.accepted.fetch_add(1, std::memory_order_relaxed);
-    _client_count.store(_clients.size(), std::memory_order_relaxed);
-}
-
-bool vnic_endpoint::accept_clients(int listener) {
-    for (;;) {
-        const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) {
-            // EAGAIN: all taken. Out of descriptors or memory: the caller backs off.
-            return !(errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM);
-        }
-        ucred cred{};
-        socklen_t len = sizeof(cred);
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
-            !_ns.holds_process(cred.pid)) {
-            _counters.refused_foreign.fetch_add(1, std::memory_order_relaxed);
-            close(fd);
-            continue;
-        }
-        add_client(fd, cred.pid);
-    }
-}
-
-bool vnic_endpoint::serve_client(client& c) {
-    // One byte more than the largest message, so an oversized one is seen as such.
-    alignas(8) std::array<std::byte, proto::max_message_size + 1> buffer;
-    iovec iov{buffer.data(), buffer.size()};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * proto::max_fds_per_message)];
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    const ssize_t n = recvmsg(c.fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-    if (n < 0) {
-        return errno == EAGAIN || errno == EINTR;
-    }
-    if (n == 0) {
-        return false;  // the client closed its context or exited
-    }
-    // Descriptors that came with the request: the handler keeps the ones it asked for and
-    // the rest are closed below, so nobody can make jakirod hoard files. (More than
-    // max_fds_per_message were already dropped by the kernel: MSG_CTRUNC.)
-    std::array<int, proto::max_fds_per_message> fds;
-    std::size_t fd_count = 0;
-    for (cmsghdr* cmsg = CMSG_FIRSTHDR(&msg); cmsg != nullptr; cmsg = CMSG_NXTHDR(&msg, cmsg)) {
-        if (cmsg->cmsg_level == SOL_SOCKET && cmsg->cmsg_type == SCM_RIGHTS) {
-            const std::size_t count = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-            for (std::size_t i = 0; i < count; ++i) {
-                int fd;
-                std::memcpy(&fd, CMSG_DATA(cmsg) + i * sizeof(int), sizeof(int));
-                if (fd_count < fds.size()) {
-                    fds[fd_count++] = fd;
-                } else {
-                    close(fd);
-                }
-            }
-        }
-    }
-    _counters.requests.fetch_add(1, std::memory_order_relaxed);
-    // Until HELLO, the peer must still be in the vNIC's namespace: a process that connected
-    // and then left it (setns) does not take the vNIC along.
-    if (!c.s.hello_done && !_ns.holds_process(c.pid)) {
-        for (std::size_t i = 0; i < fd_count; ++i) {
-            close(fds[i]);
-        }
-        _counters.refused_foreign.fetch_add(1, std::memory_order_relaxed);
-        return false;
-    }
-    const bool truncated = (msg.msg_flags & MSG_TRUNC) != 0;
-    cm_proto::header cm_hdr{};
-    if (c.s.hello_done && static_cast<std::size_t>(n) >= sizeof(cm_hdr)) {
-        std::memcpy(&cm_hdr, buffer.data(), sizeof(cm_hdr));
-    }
-    if (cm_hdr.magic == cm_proto::magic) {
-        const bool keep =
-            serve_cm(c, std::span<const std::byte>(buffer.data(), static_cast<std::size_t>(n)),
-                     truncated, std::span<const int>(fds.data(), fd_count));
-        for (std::size_t i = 0; i < fd_count; ++i) {
-            close(fds[i]);  // MIGRATE_ID's proof, read and done with; nothing else carries any
-        }
-        return keep;
-    }
-    auto out =
-        handle_request(std::span<const std::byte>(buffer.data(), static_cast<std::size_t>(n)),
-                       truncated, std::span<int>(fds.data(), fd_count), c.s, _device);
-    for (std::size_t i = 0; i < fd_count; ++i) {
-        if (fds[i] >= 0) {
-            close(fds[i]);
-        }
-    }
-    if (out.error != proto::parse_error::none) {
-        _counters.bad_requests.fetch_add(1, std::memory_order_relaxed);
-    }
-    if (out.what == outcome::action::drop) {
-        return false;
-    }
-    int passed = out.reply_fd;  // e.g. a CQ ring; ours to close once sent
-    if (out.with_async_channel) {
-        int pair[2];
-        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
-            const int error = errno;
-            // Out of descriptors: say so instead of a HELLO the shim could not use.
-            proto::header hello{};
-            std::memcpy(&hello, out.reply.data(), sizeof(hello));
-            auto r = proto::make_message<proto::reply_header>(hello.opcode, hello.request_id);
-            r.status = error;
-            std::memcpy(out.reply.data(), &r, sizeof(r));
-            out.reply_size = sizeof(r);
-            c.s.hello_done = false;
-        } else {
-            c.async_fd = pair[0];
-            passed = pair[1];
-            // Our end only: events are never worth blocking the server for, while the
-            // shim's end stays blocking for ibv_get_async_event().
-            fcntl(c.async_fd, F_SETFL, fcntl(c.async_fd, F_GETFL) | O_NONBLOCK);
-        }
-    }
-    bool sent = false;
-    if (out.reply_fd2 >= 0) {
-        const int both[2] = {passed, out.reply_fd2};
-        sent = proto::send_with_fds(c.fd, out.reply.data(), out.reply_size, both,
-                                    MSG_NOSIGNAL | MSG_DONTWAIT) ==
-               static_cast<ssize_t>(out.reply_size);
-        close(out.reply_fd2);
-    } else {
-        sent = send_with_fd(c.fd, out.reply.data(), out.reply_size, passed);
-    }
-    // A reply that could not be sent (the client left, or does not read) is lost, and the
-    // client is dropped below: whatever the request created goes with it (drop_client).
-    if (passed >= 0) {
-        close(passed);  // the client has its own copy now (or never will)
-    }
-    return sent && out.what == outcome::action::reply;
-}
-
-uint64_t vnic_endpoint::channel_held_by(std::span<const int> fds) const {
-    uint64_t cookie = 0;
-    socklen_t len = sizeof(cookie);
-    if (fds.size() != 1 || getsockopt(fds[0], SOL_SOCKET, SO_COOKIE, &cookie, &len) != 0 ||
-        len != sizeof(cookie) || cookie == 0) {
-        return 0;
-    }
-    for (const auto& other : _clients) {
-        if (other.cm_channel_cookie == cookie) {
-            return other.s.client_id;
-        }
-    }
-    return 0;
-}
-
-bool vnic_endpoint::serve_cm(client& c, std::span<const std::byte> message, bool truncated,
-                             std::span<const int> fds) {
-    cm_proto::header hdr;
-    std::memcpy(&hdr, message.data(), sizeof(hdr));
-    std::array<std::byte, cm_proto::max_message_size> reply{};
-    cm_proto::ucma_reply r{};
-    r.r.hdr = hdr;
-    r.r.hdr.opcode = static_cast<uint16_t>(hdr.opcode | cm_proto::reply_flag);
-    std::size_t reply_size = sizeof(cm_proto::reply_header);
-    int passed = -1;
-    auto fail = [&](int error) {
-        _counters.bad_requests.fetch_add(1, std::memory_order_relaxed);
-        r.r.status = error;
-        reply_size = sizeof(cm_proto::reply_header);
-    };
-    rdmacm::cm_agent* cm = _cm.get();
-    if (hdr.version != cm_proto::version) {
-        fail(EPROTONOSUPPORT);
-    } else if (truncated || message.size() > cm_proto::max_message_size) {
-        fail(EMSGSIZE);
-    } else if (hdr.length != message.size()) {
-        fail(EBADMSG);
-    } else if (cm == nullptr) {
-        fail(EOPNOTSUPP);  // no engine: no QP1 to speak CM through
-    } else if (hdr.opcode == static_cast<uint16_t>(cm_proto::opcode::open_channel)) {
-        int pair[2];
-        if (message.size() != sizeof(cm_proto::header)) {
-            fail(EBADMSG);
-        } else if (c.cm_event_fd >= 0) {
-            fail(EBUSY);  // one channel per connection
-        } else if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
-            fail(errno);
-        } else {
-            fcntl(pair[0], F_SETFL, fcntl(pair[0], F_GETFL) | O_NONBLOCK);
-            // The tenant's end is the channel: whoever shows it later (MIGRATE_ID) holds it.
-            uint64_t cookie = 0;
-            socklen_t len = sizeof(cookie);
-            if (getsockopt(pair[1], SOL_SOCKET, SO_COOKIE, &cookie, &len) != 0 ||
-                !cm->open_channel(c.s.client_id, pair[0])) {
-                close(pair[0]);
-                close(pair[1]);
-                fail(EMFILE);
-            } else {
-                c.cm_event_fd = pair[0];
-                c.cm_channel_cookie = cookie;
-                passed = pair[1];
-                cm_proto::open_channel_reply o{};
-                o.r = r.r;
-                std::memcpy(reply.data(), &o, sizeof(o));
-                reply_size = sizeof(o);
-            }
-        }
-    } else if (hdr.opcode == static_cast<uint16_t>(cm_proto::opcode::ucma)) {
-        cm_proto::ucma_request q{};
-        if (message.size() < sizeof(q)) {
-            fail(EBADMSG);
-        } else {
-            std::memcpy(&q, message.data(), sizeof(q));
-            const auto bytes = std::span<const uint8_t>(
-                reinterpret_cast<const uint8_t*>(message.data()), message.size());
-            if (q.command_bytes > cm_proto::max_command_bytes ||
-                q.option_bytes > cm_proto::max_option_bytes ||
-                sizeof(q) + q.command_bytes + q.option_bytes != message.size()) {
-                fail(EBADMSG);
-            } else if (!cm->has_channel(c.s.client_id)) {
-                fail(EPROTO);  // open_channel first
-            } else {
-                std::vector<uint8_t> response;
-                const int rc =
-                    cm->command(c.s.client_id, bytes.subspan(sizeof(q), q.command_bytes),
-                                bytes.subspan(sizeof(q) + q.command_bytes, q.option_bytes),
-                                response, channel_held_by(fds));
-                if (rc != 0 || sizeof(r) + response.size() > reply.size()) {
-                    fail(rc != 0 ? rc : EMSGSIZE);
-                } else {
-                    r.response_bytes = static_cast<uint32_t>(response.size());
-                    reply_size = sizeof(r) + response.size();
-                    if (!response.empty()) {
-                        std::memcpy(reply.data() + sizeof(r), response.data(), response.size());
-                    }
-                }
-            }
-        }
-    } else {
-        fail(EOPNOTSUPP);
-    }
-    if (passed < 0) {
-        // Everything but a successful open_channel (already in place) replies with `r`: the
-        // reply header alone on failure, the ucma response after it on success.
-        r.r.hdr.length = static_cast<uint32_t>(reply_size);
-        std::memcpy(reply.data(), &r, std::min(reply_size, sizeof(r)));
-    } else {
-        cm_proto::open_channel_reply o;
-        std::memcpy(&o, reply.data(), sizeof(o));
-        o.r.hdr.length = sizeof(o);
-        std::memcpy(reply.data(), &o, sizeof(o));
-    }
-    publish();  // before the reply: what a client was answered, the report says already
-    const bool sent = send_with_fd(c.fd, reply.data(), reply_size, passed);
-    if (passed >= 0) {
-        close(passed);
-    }
-    return sent;
-}
-
-void vnic_endpoint::serve_gsi() {
-    if (_cm == nullptr) {
-        return;
-    }
-    for (const auto& d : _engine->gsi().take_rx(_spec.identity.slot)) {
-        _cm->on_mad(d.remote_ip_be, d.mad);
-    }
-    for (int round = 0; round < local_mad_rounds && !_local_mads.empty(); ++round) {
-        auto local = std::move(_local_mads);
-        _local_mads.clear();
-        for (const auto& m : local) {
-            _cm->on_mad(m.from_ip_be, m.mad);
-        }
-    }
-    const auto now = std::chrono::steady_clock::now();
-    if (_cm->next_deadline() <= now) {
-        _cm->run_timers(now);
-    }
-}
-
-void vnic_endpoint::drop_client(client& c, bool device_gone) {
-    if (_cm != nullptr) {
-        _cm->close_channel(c.s.client_id);
-    }
-    if (c.cm_event_fd >= 0) {
-        close(c.cm_event_fd);
-        c.cm_event_fd = -1;
-    }
-    if (c.async_fd >= 0) {
-        if (device_gone) {
-            auto event = proto::make_message<proto::async_event_message>(
-                static_cast<uint16_t>(proto::opcode::async_event), 0);
-            event.type = static_cast<uint32_t>(proto::event_type::device_fatal);
-            event.port_num = 1;
-            send_with_fd(c.async_fd, &event, sizeof(event), -1);
-        }
-        close(c.async_fd);
-        c.async_fd = -1;
-    }
-    // Everything the client created goes with it (PDs, MRs, CQs, QPs and their RCFT entries):
-    // a process that dies leaves nothing behind.
-    _resources->release_client(c.s.client_id);
-    close(c.fd);
-    c.fd = -1;
-    c.descriptors.reset();
-    _counters.disconnected.fetch_add(1, std::memory_order_relaxed);
-}
-
 int vnic_endpoint::poll_timeout_ms(bool listen_now) const {
     auto soonest = std::chrono::steady_clock::time_point::max();
     for (const auto& c : _clients) {
@@ -691,15 +321,6 @@ void vnic_endpoint::serve() {
     if (!_freezing) {
         drop_all_clients();
     }
-}
-
-void vnic_endpoint::drop_all_clients() {
-    for (auto& c : _clients) {
-        drop_client(c, true);
-    }
-    _clients.clear();
-    _client_count.store(0, std::memory_order_relaxed);
-    publish();
 }
 
 }  // namespace jakiro::verbs

@@ -14,10 +14,11 @@
 // has not.
 //
 // Owned by channel_server, which builds it (binding the listeners, making the resources) and
-// withdraws it. Thread-safety: start(), stop(), freeze(), thaw(), save() and hand_over() from
-// the owner's thread; set_quota(),
-// adopt(), post_event(), report() and client_count() from any thread; everything else runs on
-// the endpoint's thread.
+// withdraws it. One class in four files, one role each: its life and loop (vnic_endpoint.cc),
+// its clients (client_session.cc), its rdma_cm agent (cm_relay.cc), its restart
+// (endpoint_image.cc). Thread-safety: start(), stop(), freeze(), thaw(), save() and hand_over()
+// from the owner's thread; set_quota(), adopt(), post_event(), report() and client_count() from
+// any thread; everything else runs on the endpoint's thread.
 
 #include <sys/types.h>
 
@@ -189,14 +190,22 @@ class vnic_endpoint {
         rdmacm::mad_buffer mad;
     };
 
-    void make_cm_agent(std::function<int(uint32_t)> admit);
+    // ---- the endpoint's life and its thread's loop (vnic_endpoint.cc)
     void launch();  // the thread, serving
     void serve();
-    void drop_all_clients();  // IBV_EVENT_DEVICE_FATAL to each, then gone
-    void close_image_fds();
+    void take_posted();  // adopted sockets, events, a new quota
+    int poll_timeout_ms(bool listen_now) const;
+    void publish();  // the report's snapshot of the agent
+
+    // ---- its clients, one verbs context each (client_session.cc)
     bool accept_clients(int listener);  // false: out of descriptors
     void add_client(int fd, pid_t pid);
     bool serve_client(client& c);  // false: drop it
+    void drop_client(client& c, bool device_gone);
+    void drop_all_clients();  // IBV_EVENT_DEVICE_FATAL to each, then gone
+
+    // ---- its rdma_cm agent: commands, MADs, timers (cm_relay.cc)
+    void make_cm_agent(std::function<int(uint32_t)> admit);
     // An rdma_cm request (cm_protocol.hh) of a client that said HELLO; false: drop it.
     bool serve_cm(client& c, std::span<const std::byte> message, bool truncated,
                   std::span<const int> fds);
@@ -205,10 +214,9 @@ class vnic_endpoint {
     uint64_t channel_held_by(std::span<const int> fds) const;
     // MADs from QP1 and to ourselves to the agent, and its timers.
     void serve_gsi();
-    void drop_client(client& c, bool device_gone);
-    void take_posted();  // adopted sockets, events, a new quota
-    int poll_timeout_ms(bool listen_now) const;
-    void publish();  // the report's snapshot of the agent
+
+    // ---- across a restart (endpoint_image.cc)
+    void close_image_fds();
 
     endpoint_config _spec;
     tenant_namespace _ns;

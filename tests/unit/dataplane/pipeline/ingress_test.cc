@@ -217,7 +217,7 @@ namespace {
 
 // RoCEv2 leaves the pipeline for the RNIC, but only after the RFC 6040 step: the outer CE the
 // fabric set is DCQCN's congestion signal, and the engine reads it from the inner header (that
-// an inner CE makes the receiver send a CNP is pinned in tests/unit/rnic/rc_qp_test.cc,
+// an inner CE makes the receiver send a CNP is pinned in tests/unit/rnic/dcqcn_test.cc,
 // a_ce_mark_from_the_fabric_makes_the_receiver_send_a_cnp_and_the_sender_slow).
 struct IngressRoce : PipelineTest {
     roce::engine engine{4, 16};

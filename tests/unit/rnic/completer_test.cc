@@ -1,0 +1,179 @@
+// The completer (rnic/completer.cc): ACKs and NAKs move `una`; go-back-N over a wire that
+// loses, duplicates and reorders, the retry and RNR timers, completions in order.
+
+#include "rc_qp_fixture.hh"
+
+namespace jakiro::roce::test {
+namespace {
+
+TEST_F(rc_qp_test, loss_duplication_and_reordering_lose_duplicate_and_corrupt_nothing) {
+    connect_both();
+    reorder = true;
+    std::mt19937 rng(GetParamSeed());
+    uint64_t frames = 0;
+    auto lossy = [&](const test_wire::frame& f) {
+        (void)f;
+        ++frames;
+        return rng() % 100 >= 5;  // 5 % loss, both directions, ACKs included
+    };
+    constexpr int ops = 120;
+    std::uniform_int_distribution<uint32_t> size(1, 20000);
+    std::vector<uint32_t> sizes;
+    for (int i = 0; i < ops; ++i) {
+        sizes.push_back(size(rng));
+    }
+    // Each op has its own 24 KiB window on both sides, so every byte can be checked at the end.
+    for (int i = 0; i < ops; ++i) {
+        const std::size_t off = static_cast<std::size_t>(i % 40) * 24576;
+        fill(a, off, sizes[i], 100 + i);
+        switch (i % 3) {
+            case 0:
+                b.post_recv(i, off, 24576);
+                a.post_send(wqe(i, IBV_WR_SEND, a.iova(off), sizes[i], a.mr));
+                break;
+            case 1:
+                a.post_send(
+                    wqe(i, IBV_WR_RDMA_WRITE, a.iova(off), sizes[i], a.mr, b.iova(off), b.mr));
+                break;
+            default:
+                fill(b, off, sizes[i], 500 + i);
+                a.post_send(
+                    wqe(i, IBV_WR_RDMA_READ, a.iova(off), sizes[i], a.mr, b.iova(off), b.mr));
+                break;
+        }
+        if (i % 40 == 39 || i == ops - 1) {
+            // Drain before the windows are reused.
+            int expected = i % 40 + 1;
+            int got = 0;
+            for (int round = 0; round < 2000 && got < expected; ++round) {
+                run(10, 100'000, lossy);
+                proto::cqe c{};
+                while (a.poll_send(c)) {
+                    ASSERT_EQ(c.status, IBV_WC_SUCCESS) << "wr " << c.wr_id;
+                    ASSERT_EQ(c.wr_id, static_cast<uint64_t>(i - expected + 1 + got)) << "in order";
+                    ++got;
+                }
+            }
+            if (got != expected) {
+                for (const auto& r : eng.report()) {
+                    std::printf(
+                        "qp %x state %u next %x una %x epsn %x sent %lu rx %lu rtx %lu to %lu nak "
+                        "%lu/%lu dup %lu oos %lu rnr %lu/%lu\n",
+                        r.qpn, r.state, r.next_psn, r.una_psn, r.expected_psn, r.packets_sent,
+                        r.packets_received, r.retransmitted, r.timeouts, r.naks_sent,
+                        r.naks_received, r.duplicates, r.out_of_sequence, r.rnr_naks_sent,
+                        r.rnr_naks_received);
+                }
+            }
+            ASSERT_EQ(got, expected);
+            for (int j = i - expected + 1; j <= i; ++j) {
+                const std::size_t off = static_cast<std::size_t>(j % 40) * 24576;
+                EXPECT_TRUE(same(a, off, b, off, sizes[j])) << "op " << j;
+            }
+        }
+    }
+    run(200, 100'000, lossy);
+    proto::cqe c{};
+    int recvs = 0;
+    while (b.poll_recv(c)) {
+        EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+        EXPECT_EQ(c.byte_len, sizes[c.wr_id]) << "each SEND delivered exactly once";
+        ++recvs;
+    }
+    EXPECT_EQ(recvs, ops / 3);
+    const auto reports = eng.report();
+    uint64_t retransmitted = 0;
+    for (const auto& r : reports) {
+        retransmitted += r.retransmitted;
+    }
+    EXPECT_GT(retransmitted, 0u);
+}
+
+TEST_F(rc_qp_test, rnr_naks_wait_for_a_receive_and_give_up_after_rnr_retry) {
+    connect_both();
+    a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 100, a.mr));
+    run(50);
+    proto::cqe c{};
+    EXPECT_FALSE(a.poll_send(c)) << "no receive posted: RNR NAK, retry";
+    b.post_recv(5, 0, 4096);
+    run(50);
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    ASSERT_TRUE(b.poll_recv(c));
+    EXPECT_EQ(c.byte_len, 100u);
+
+    TearDownSides();
+    make_side(a, 0, ip_a, 101);
+    make_side(b, 1, ip_b, 202);
+    connect(a, b, ip_b, 7, /*rnr_retry=*/2);
+    connect(b, a, ip_a);
+    a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 100, a.mr));
+    run(100);
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_RNR_RETRY_EXC_ERR);
+}
+
+TEST_F(rc_qp_test, a_silent_peer_exhausts_retry_cnt_after_the_local_ack_timeout) {
+    connect(a, b, ip_b, /*retry_cnt=*/3, 7, /*timeout=*/8);  // 4.096 µs << 8 ≈ 1 ms
+    connect(b, a, ip_a);
+    a.post_send(wqe(1, IBV_WR_RDMA_WRITE, a.iova(0), 10, a.mr, b.iova(0), b.mr));
+    run(100, 10'000, [](const test_wire::frame&) { return false; });
+    proto::cqe c{};
+    EXPECT_FALSE(a.poll_send(c)) << "1 ms: still retrying";
+    run(1000, 10'000, [](const test_wire::frame&) { return false; });
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_RETRY_EXC_ERR);
+    const auto r = eng.report();
+    EXPECT_GE(r[0].timeouts + r[1].timeouts, 4u);
+}
+
+// One cumulative ACK that finishes a whole ring of WRs completes them over several polls,
+// at most the vNIC's units at a time, in order, each once and successfully.
+TEST_F(rc_qp_test, an_ack_that_finishes_a_full_ring_completes_it_within_its_vnics_units_per_poll) {
+    connect_both();
+    const uint32_t sq = a.ring->sq_capacity;
+    for (uint32_t i = 0; i < sq; ++i) {
+        a.post_send(wqe(i, IBV_WR_RDMA_WRITE, a.iova(0), 8, a.mr, b.iova(0), b.mr));
+    }
+    std::vector<test_wire::frame> acks;
+    run(50, 1'000, [&](const test_wire::frame& f) {
+        if (f.from == 1) {
+            acks.push_back(f);  // b's ACKs are held back
+            return false;
+        }
+        return true;
+    });
+    ASSERT_FALSE(acks.empty());
+    proto::cqe c{};
+    ASSERT_FALSE(a.poll_send(c)) << "nothing acknowledged yet";
+    // The last ACK acknowledges everything at once.
+    auto& last = acks.back();
+    eng.receive(0, last.bytes.data() + 14, static_cast<uint32_t>(last.bytes.size() - 14), wire,
+                now);
+    std::vector<uint64_t> done;
+    unsigned visits = 0;
+    for (;;) {
+        std::size_t this_visit = 0;
+        while (a.poll_send(c)) {
+            EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+            done.push_back(c.wr_id);
+            ++this_visit;
+        }
+        EXPECT_LE(this_visit, engine::vnic_units_per_poll) << "poll " << visits;
+        if (done.size() >= sq || visits > 100) {
+            break;
+        }
+        ++visits;
+        now += 1'000;
+        eng.poll(wire, now);
+        wire.frames.clear();
+    }
+    ASSERT_EQ(done.size(), sq);
+    EXPECT_GE(visits, sq / engine::vnic_units_per_poll - 1);
+    for (uint32_t i = 0; i < sq; ++i) {
+        EXPECT_EQ(done[i], i) << "in order";
+    }
+}
+
+}  // namespace
+}  // namespace jakiro::roce::test

@@ -1,0 +1,487 @@
+#pragma once
+// What the RC, UC and UD tests of the engine share: two vNICs' QPs (made through
+// vnic_resources, as the channel server makes them) exchange real RoCEv2 frames over a test wire
+// that can lose, duplicate and reorder them, on a virtual clock. Work requests go into the shared
+// rings and completions come out of the CQ rings exactly as the shim writes and reads them.
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <random>
+#include <thread>
+#include <vector>
+#include "rnic/engine.hh"
+#include "rnic/queues/memory_window.hh"
+#include "rnic/verbs/device_model.hh"
+#include "rnic/verbs/resources.hh"
+#include "rnic/wire/aeth.hh"
+#include "rnic/wire/icrc.hh"
+#include "verbs_abi/qp_attr_wire.hh"
+
+namespace jakiro::roce::test {
+
+namespace proto = verbs_proto;
+
+inline constexpr std::size_t region_bytes = 1 << 20;
+
+inline constexpr uint64_t region_iova = 0x10000000;
+
+// The fabric between the two vNICs: frames wait here until delivered; a policy may drop,
+// duplicate or hold them back.
+class test_wire final : public packet_port {
+  public:
+    struct frame {
+        uint16_t from;
+        uint32_t dst_ip_be;
+        std::vector<uint8_t> bytes;
+    };
+
+    uint8_t* begin_frame(uint32_t len) override {
+        if (refuse_buffers || sent >= accept_until) {
+            return nullptr;
+        }
+        _building.assign(len, 0xEE);
+        return _building.data();
+    }
+    void end_frame(uint16_t vnic, uint32_t dst_ip_be, uint32_t len) override {
+        EXPECT_EQ(len, _building.size());
+        frames.push_back({vnic, dst_ip_be, _building});
+        ++sent;
+    }
+
+    uint16_t local_vnic(uint16_t, uint32_t dst_ip_be) const override {
+        if (!same_host) {
+            return no_local_vnic;
+        }
+        return dst_ip_be == htonl(0xC6130101)   ? 0
+               : dst_ip_be == htonl(0xC6130102) ? 1
+                                                : no_local_vnic;
+    }
+    void count_local(uint16_t, uint16_t, uint64_t bytes) override { local_bytes += bytes; }
+    qos::ingress_meter* receiving_meter(uint16_t vnic) override {
+        return vnic < meters.size() ? meters[vnic] : nullptr;
+    }
+    // The security groups after a policy change: (vNIC, peer) pairs no longer allowed.
+    bool admits_connection(uint16_t vnic, uint32_t remote_ip_be) override {
+        ++connection_checks;
+        return std::find(refused.begin(), refused.end(), std::make_pair(vnic, remote_ip_be)) ==
+               refused.end();
+    }
+
+    std::deque<frame> frames;
+    uint64_t sent = 0;
+    uint64_t local_bytes = 0;
+    bool refuse_buffers = false;
+    uint64_t accept_until = UINT64_MAX;  // the port is full once `sent` reaches it
+    bool same_host = false;              // local_vnic() finds the peer: the intra-host shortcut
+    std::array<qos::ingress_meter*, 2> meters{};  // each vNIC's ingress meter, if shaped
+    std::vector<std::pair<uint16_t, uint32_t>> refused;
+    uint64_t connection_checks = 0;
+
+  private:
+    std::vector<uint8_t> _building;
+};
+
+// One side of a connection: a vNIC's resources, a registered region, CQs and a QP, plus the
+// test's own mappings of the region, the QP ring and the CQ rings (the shim's view).
+struct side {
+    uint64_t client = 0;
+    uint16_t vnic = 0;  // its slot: QP numbers are per vNIC, so two sides' may be equal
+    std::unique_ptr<verbs::vnic_resources> res;
+    uint32_t pd = 0, mr = 0, scq = 0, rcq = 0, qp = 0;
+    int region_fd = -1;
+    std::byte* region = nullptr;  // the test's mapping of the MR's pages
+    proto::qp_ring_header* ring = nullptr;
+    std::size_t ring_bytes = 0;
+    proto::cq_ring_header* send_cq = nullptr;
+    proto::cq_ring_header* recv_cq = nullptr;
+    std::size_t send_cq_bytes = 0, recv_cq_bytes = 0;
+    uint32_t cq_capacity = 0;
+    uint32_t sq_posted = 0, rq_posted = 0;
+    uint32_t send_consumed = 0, recv_consumed = 0;
+
+    ~side() {
+        if (res) {
+            res->release_client(client);
+        }
+        munmap(region, region_bytes);
+        munmap(ring, ring_bytes);
+        munmap(send_cq, send_cq_bytes);
+        munmap(recv_cq, recv_cq_bytes);
+        close(region_fd);
+    }
+
+    uint64_t iova(std::size_t offset) const { return region_iova + offset; }
+
+    void post_send(const proto::send_wqe& w) {
+        proto::sq_slots(ring)[sq_posted & (ring->sq_capacity - 1)] = w;
+        proto::publish_wqes(ring->sq_producer, ++sq_posted);
+    }
+    void post_recv(uint64_t wr_id, std::size_t offset, uint32_t length) {
+        proto::recv_wqe w{};
+        w.wr_id = wr_id;
+        w.num_sge = 1;
+        w.sg[0] = {iova(offset), length, mr};
+        proto::rq_slots(ring, ring->sq_capacity)[rq_posted & (ring->rq_capacity - 1)] = w;
+        proto::publish_wqes(ring->rq_producer, ++rq_posted);
+    }
+    bool poll(proto::cq_ring_header* cq, uint32_t& consumed, proto::cqe& out) {
+        if (proto::load_producer_acquire(*cq) == consumed) {
+            return false;
+        }
+        out = proto::cq_slots(cq)[consumed & (cq_capacity - 1)];
+        proto::release_slots(*cq, ++consumed);
+        return true;
+    }
+    bool poll_send(proto::cqe& out) { return poll(send_cq, send_consumed, out); }
+    bool poll_recv(proto::cqe& out) { return poll(recv_cq, recv_consumed, out); }
+};
+
+inline proto::send_wqe wqe(uint64_t wr_id, ibv_wr_opcode op, uint64_t local, uint32_t length,
+                           uint32_t lkey, uint64_t remote = 0, uint32_t rkey = 0) {
+    proto::send_wqe w{};
+    w.wr_id = wr_id;
+    w.opcode = op;
+    w.send_flags = IBV_SEND_SIGNALED;
+    w.num_sge = 1;
+    w.sg[0] = {local, length, lkey};
+    w.remote_addr = remote;
+    w.rkey = rkey;
+    return w;
+}
+
+class rc_qp_test : public ::testing::Test {
+  protected:
+    // JAKIRO_TEST_SEED reruns the randomised tests with another seed.
+    static uint32_t GetParamSeed() {
+        const char* env = std::getenv("JAKIRO_TEST_SEED");
+        return env != nullptr ? static_cast<uint32_t>(std::strtoul(env, nullptr, 10)) : 42;
+    }
+
+    static constexpr uint32_t ip_a = 0xC6130101;  // 198.19.1.1
+    static constexpr uint32_t ip_b = 0xC6130102;  // 198.19.1.2
+    static constexpr uint32_t ip_stranger = 0xC6130109;
+
+    void SetUp() override {
+        make_side(a, 0, ip_a, 101);
+        make_side(b, 1, ip_b, 202);
+    }
+
+    void make_side(side& s, uint16_t slot, uint32_t ip, uint64_t client, uint32_t quota = 4) {
+        s.client = client;
+        s.vnic = slot;
+        verbs::vnic_quota limits;
+        limits.max_qps = quota;
+        s.res = std::make_unique<verbs::vnic_resources>(verbs::engine_limits(),
+                                                        verbs::cq_error_sink{}, limits);
+        verbs::qp_support support;
+        support.engine = &eng;
+        support.local.vnic = slot;
+        support.local.mac = {0x02, 0, 0, 0, 0, static_cast<uint8_t>(slot + 1)};
+        support.local.ip_be = htonl(ip);
+        support.limits.max_mtu = IBV_MTU_4096;
+        support.events = {[](void* self, uint64_t, uint32_t type, uint32_t) {
+                              static_cast<rc_qp_test*>(self)->events.push_back(type);
+                          },
+                          this};
+        // The security groups as ibv_modify_qp meets them: `denied` peers get EACCES.
+        support.admit = [this, slot](uint32_t remote_ip_be) {
+            return std::find(denied.begin(), denied.end(), std::make_pair(slot, remote_ip_be)) !=
+                           denied.end()
+                       ? EACCES
+                       : 0;
+        };
+        s.res->enable_qps(support);
+        ASSERT_EQ(s.res->alloc_pd(client, s.pd), 0);
+        s.region_fd = memfd_create("test-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        ASSERT_EQ(ftruncate(s.region_fd, region_bytes), 0);
+        ASSERT_EQ(fcntl(s.region_fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+        s.region = static_cast<std::byte*>(
+            mmap(nullptr, region_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s.region_fd, 0));
+        auto mr = proto::make_message<proto::reg_mr_request>(
+            static_cast<uint16_t>(proto::opcode::reg_mr), 1);
+        mr.pd_handle = s.pd;
+        mr.access = proto::mr_access_all;
+        mr.addr = region_iova;
+        mr.iova = region_iova;
+        mr.length = region_bytes;
+        ASSERT_EQ(s.res->reg_mr(client, mr, s.region_fd, s.mr), 0);
+        verbs::cq_created scq, rcq;
+        auto cq = proto::make_message<proto::create_cq_request>(
+            static_cast<uint16_t>(proto::opcode::create_cq), 1);
+        cq.cqe = 4096;
+        int no_channel = -1;
+        ASSERT_EQ(s.res->create_cq(client, cq, no_channel, scq), 0);
+        ASSERT_EQ(s.res->create_cq(client, cq, no_channel, rcq), 0);
+        s.scq = scq.handle;
+        s.rcq = rcq.handle;
+        s.cq_capacity = scq.capacity;
+        s.send_cq_bytes = scq.ring_bytes;
+        s.recv_cq_bytes = rcq.ring_bytes;
+        s.send_cq = static_cast<proto::cq_ring_header*>(
+            mmap(nullptr, scq.ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, scq.ring_fd, 0));
+        s.recv_cq = static_cast<proto::cq_ring_header*>(
+            mmap(nullptr, rcq.ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, rcq.ring_fd, 0));
+        close(scq.ring_fd);
+        close(rcq.ring_fd);
+        verbs::qp_created q;
+        ASSERT_EQ(s.res->create_qp(client, qp_request(s), q), 0);
+        s.qp = q.handle;
+        s.ring_bytes = q.ring_bytes;
+        s.ring = static_cast<proto::qp_ring_header*>(
+            mmap(nullptr, q.ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, q.ring_fd, 0));
+        close(q.ring_fd);
+        close(q.doorbell_fd);
+    }
+
+    proto::create_qp_request qp_request(const side& s) const {
+        auto r = proto::make_message<proto::create_qp_request>(
+            static_cast<uint16_t>(proto::opcode::create_qp), 1);
+        r.pd_handle = s.pd;
+        r.send_cq = s.scq;
+        r.recv_cq = s.rcq;
+        r.max_send_wr = 512;
+        r.max_recv_wr = 512;
+        r.max_send_sge = 4;
+        r.max_recv_sge = 4;
+        r.max_inline_data = 64;
+        r.qp_type = qp_type;
+        return r;
+    }
+
+    int modify(side& s, const ibv_qp_attr& attr, int mask) {
+        return s.res->modify_qp(s.client, s.qp, verbs_proto::to_wire(attr), mask);
+    }
+
+    // RESET -> INIT -> RTR -> RTS towards `peer` at `peer_ip`, path MTU 1024.
+    void connect(side& s, const side& peer, uint32_t peer_ip, uint8_t retry_cnt = 7,
+                 uint8_t rnr_retry = 7, uint8_t timeout = 14) {
+        ibv_qp_attr attr{};
+        attr.qp_state = IBV_QPS_INIT;
+        attr.port_num = 1;
+        attr.qp_access_flags = qp_access;
+        ASSERT_EQ(
+            modify(s, attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+            0);
+        attr = {};
+        attr.qp_state = IBV_QPS_RTR;
+        attr.path_mtu = IBV_MTU_1024;
+        attr.dest_qp_num = peer.qp;
+        attr.rq_psn = 0x123456 ^ peer.qp;
+        attr.max_dest_rd_atomic = 16;
+        attr.min_rnr_timer = 1;
+        attr.ah_attr.is_global = 1;
+        attr.ah_attr.port_num = 1;
+        attr.ah_attr.grh.dgid.raw[10] = 0xff;
+        attr.ah_attr.grh.dgid.raw[11] = 0xff;
+        const uint32_t be = htonl(peer_ip);
+        std::memcpy(attr.ah_attr.grh.dgid.raw + 12, &be, 4);
+        // UC has no responder resources and no RNR (IB spec 11.2.4.2's tables).
+        const int rc_only =
+            qp_type == proto::qpt_uc ? 0 : IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+        ASSERT_EQ(modify(s, attr,
+                         IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                             IBV_QP_RQ_PSN | rc_only),
+                  0);
+        attr = {};
+        attr.qp_state = IBV_QPS_RTS;
+        attr.timeout = timeout;
+        attr.retry_cnt = retry_cnt;
+        attr.rnr_retry = rnr_retry;
+        attr.sq_psn = 0x123456 ^ s.qp;
+        attr.max_rd_atomic = 16;
+        const int rc_only_rts =
+            qp_type == proto::qpt_uc
+                ? 0
+                : IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+        ASSERT_EQ(modify(s, attr, IBV_QP_STATE | IBV_QP_SQ_PSN | rc_only_rts), 0);
+    }
+
+    // Fresh sides (a new QP pair) for tests that run several connections.
+    void TearDownSides() {
+        a.~side();
+        new (&a) side();
+        b.~side();
+        new (&b) side();
+    }
+
+    void connect_both() {
+        connect(a, b, ip_b);
+        connect(b, a, ip_a);
+    }
+
+    // Runs the engine and the wire for `steps` iterations of `step_ns` virtual time each;
+    // `keep` decides the fate of each frame (true: deliver).
+    void run(unsigned steps, uint64_t step_ns = 10'000,
+             const std::function<bool(const test_wire::frame&)>& keep = {}) {
+        for (unsigned i = 0; i < steps; ++i) {
+            now += step_ns;
+            eng.poll(wire, now);
+            std::deque<test_wire::frame> batch;
+            batch.swap(wire.frames);
+            if (reorder) {
+                // netem-style: some frames overtake the one before them.
+                for (std::size_t k = 1; k < batch.size(); ++k) {
+                    if (reorder_rng() % 100 < 10) {
+                        std::swap(batch[k - 1], batch[k]);
+                    }
+                }
+            }
+            for (auto& f : batch) {
+                const bool kept = !keep || keep(f);
+                if (std::getenv("JAKIRO_TRACE") != nullptr) {
+                    const uint8_t* bth = f.bytes.data() + 42;
+                    std::printf("%s %u->%s op %02x psn %06x%s\n", kept ? "  " : "XX", f.from,
+                                f.dst_ip_be == htonl(ip_a) ? "a" : "b", bth[0],
+                                (bth[9] << 16) | (bth[10] << 8) | bth[11],
+                                bth[0] == 0x11 ? (bth[12] == 0 ? " ack" : " nak") : "");
+                }
+                if (!kept) {
+                    continue;
+                }
+                const uint16_t to = f.dst_ip_be == htonl(ip_a) ? 0 : 1;
+                const uint8_t* ip = f.bytes.data() + 14;
+                eng.receive(to, ip, static_cast<uint32_t>(f.bytes.size() - 14), wire, now);
+            }
+        }
+    }
+
+    void fill(side& s, std::size_t offset, std::size_t length, uint32_t seed) {
+        std::mt19937 rng(seed);
+        for (std::size_t i = 0; i < length; ++i) {
+            s.region[offset + i] = static_cast<std::byte>(rng());
+        }
+    }
+    bool same(const side& x, std::size_t xo, const side& y, std::size_t yo, std::size_t len) {
+        return std::memcmp(x.region + xo, y.region + yo, len) == 0;
+    }
+
+    uint8_t qp_type = proto::qpt_rc;  // of the QPs make_side creates
+    // What connect() lets peers do (IBV_QP_ACCESS_FLAGS).
+    unsigned qp_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                         IBV_ACCESS_REMOTE_ATOMIC;
+    std::vector<std::pair<uint16_t, uint32_t>> denied;  // (vNIC slot, peer) for admit
+    engine eng{3, 16};  // vNIC slots 0 (a), 1 (b) and 2 (a third tenant)
+    test_wire wire;
+    side a, b;
+    uint64_t now = 1'000'000'000;
+    bool reorder = false;
+    std::mt19937 reorder_rng{GetParamSeed() + 1};
+    std::vector<uint32_t> events;
+};
+
+inline proto::send_wqe atomic_wqe(uint64_t wr_id, ibv_wr_opcode op, uint64_t local, uint32_t lkey,
+                                  uint64_t remote, uint32_t rkey, uint64_t compare_add,
+                                  uint64_t swap) {
+    auto w = wqe(wr_id, op, local, 8, lkey, remote, rkey);
+    w.compare_add = compare_add;
+    w.swap = swap;
+    return w;
+}
+
+inline uint64_t word_at(const side& s, std::size_t offset) {
+    uint64_t v;
+    std::memcpy(&v, s.region + offset, sizeof(v));
+    return v;
+}
+
+inline ibv_ah_attr av_to(uint32_t ip) {
+    ibv_ah_attr ah{};
+    ah.is_global = 1;
+    ah.port_num = 1;
+    ah.grh.dgid.raw[10] = 0xff;
+    ah.grh.dgid.raw[11] = 0xff;
+    const uint32_t be = htonl(ip);
+    std::memcpy(ah.grh.dgid.raw + 12, &be, 4);
+    return ah;
+}
+
+// The report of side `s`'s QP: its vNIC's, since another vNIC's QP may have the same number.
+inline const qp_report* report_of(const std::vector<qp_report>& r, const side& s) {
+    for (const auto& q : r) {
+        if (q.vnic == s.vnic && q.qpn == s.qp) {
+            return &q;
+        }
+    }
+    return nullptr;
+}
+
+inline uint64_t drops_of(const engine& e, engine_drop d) {
+    return e.counters().drops[static_cast<std::size_t>(d)].load();
+}
+
+//
+// b owns the windows: a second registration of its region that allows binds (bind_mr), and
+// windows bound by b's QP; a is the peer that reaches b's memory through them.
+class rc_qp_mw_test : public rc_qp_test {
+  protected:
+    static constexpr uint32_t window_rights =
+        proto::access_remote_write | proto::access_remote_read | proto::access_remote_atomic;
+
+    void SetUp() override {
+        rc_qp_test::SetUp();
+        auto mr = proto::make_message<proto::reg_mr_request>(
+            static_cast<uint16_t>(proto::opcode::reg_mr), 1);
+        mr.pd_handle = b.pd;
+        mr.access = proto::mr_access_all | proto::access_mw_bind;
+        mr.addr = region_iova;
+        mr.iova = region_iova;
+        mr.length = region_bytes;
+        ASSERT_EQ(b.res->reg_mr(b.client, mr, b.region_fd, bind_mr), 0);
+        connect_both();
+    }
+
+    uint32_t alloc(uint32_t type) {
+        uint32_t handle = 0;
+        EXPECT_EQ(b.res->alloc_mw(b.client, b.pd, type, handle), 0);
+        return handle;
+    }
+
+    static proto::send_wqe bind_wqe(uint64_t id, uint32_t mw, uint32_t rkey, uint32_t mr,
+                                    uint64_t addr, uint64_t length, uint32_t rights) {
+        proto::send_wqe w{};
+        w.wr_id = id;
+        w.opcode = IBV_WR_BIND_MW;
+        w.send_flags = IBV_SEND_SIGNALED;
+        w.mw_handle = mw;
+        w.rkey = rkey;
+        w.mw_mr_lkey = mr;
+        w.remote_addr = addr;
+        w.compare_add = length;
+        w.mw_access = rights;
+        return w;
+    }
+    static proto::send_wqe local_inv_wqe(uint64_t id, uint32_t rkey) {
+        proto::send_wqe w{};
+        w.wr_id = id;
+        w.opcode = IBV_WR_LOCAL_INV;
+        w.send_flags = IBV_SEND_SIGNALED;
+        w.imm_data = rkey;
+        return w;
+    }
+    // The next consumer key of `rkey`, as ibv_inc_rkey makes it.
+    static uint32_t next_key(uint32_t rkey) { return (rkey & ~0xffu) | ((rkey + 1) & 0xffu); }
+
+    // Posts on `s`, runs, and returns the WR's completion (status 0xFFFF if none came).
+    proto::cqe complete(side& s, const proto::send_wqe& w, unsigned steps = 200) {
+        s.post_send(w);
+        run(steps);
+        proto::cqe c{};
+        c.status = 0xFFFF;
+        s.poll_send(c);
+        return c;
+    }
+
+    uint32_t bind_mr = 0;
+};
+
+}  // namespace jakiro::roce::test
