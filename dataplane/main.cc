@@ -658,6 +658,7 @@ int main(int argc, char** argv) {
                 std::chrono::seconds(2));
             report_outcome(*inherited, "");
             pending_inheritance = nullptr;
+            inherited->image.reset();  // closes any descriptor no part of the daemon took
             write_run_marker(marker, state.restarts);
             log::info("took_over", "from " + early.from_version,
                       {{"blackout_ms", blackout}, {"takeover_ms", takeover}});
