@@ -517,28 +517,15 @@ bool rc_qp::repin_recv() {
         _recv.length = 0;
         return true;  // refused when taken: nothing of it was ever looked up
     }
-    if (w.num_sge > max_sge || w.num_sge > proto::wqe_max_sge) {
+    // The same lookups as when the responder took it (responder.cc): a buffer that no longer
+    // resolves fails the restore of this QP's message in progress.
+    resolve_recv(w, pd, max_sge, _recv);
+    if (_recv.local_error != IBV_WC_SUCCESS) {
+        release_recv_pins();
+        _recv.sges = 0;
+        _recv.local_error = IBV_WC_SUCCESS;
         return false;
     }
-    uint64_t total = 0;
-    for (uint32_t i = 0; i < w.num_sge; ++i) {
-        if (w.sg[i].length == 0) {
-            continue;
-        }
-        auto found =
-            _s.mrs->find(pd, w.sg[i].lkey, w.sg[i].addr, w.sg[i].length, proto::access_local_write);
-        if (!found) {
-            release_recv_pins();
-            _recv.sges = 0;
-            return false;
-        }
-        _recv.sge_data[_recv.sges] = found.bytes.data();
-        _recv.sge_len[_recv.sges] = w.sg[i].length;
-        _recv.pins[_recv.sges] = std::move(found.mr);
-        ++_recv.sges;
-        total += w.sg[i].length;
-    }
-    _recv.length = static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX));
     return true;
 }
 

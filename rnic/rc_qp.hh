@@ -366,6 +366,10 @@ class rc_qp {
                                      uint32_t byte_len) const;
     void complete_recv(const verbs_proto::cqe& c);
     bool take_recv(recv_op& out);
+    // Looks up a receive WQE's buffers (PD, rights, bounds) into `out`; `out.local_error` says
+    // why one does not resolve. take_recv and a restored QP's message in progress use it.
+    void resolve_recv(const verbs_proto::recv_wqe& w, uint32_t pd, uint32_t max_sge,
+                      recv_op& out) const;
     unsigned send_read_responses(packet_port& port, uint64_t now_ns, unsigned budget);
     // DCQCN pacing: may a data packet leave now? And charging one that left.
     bool pacer_open(uint64_t now_ns);

@@ -588,13 +588,19 @@ bool rc_qp::take_recv(recv_op& out) {
         }
         ring.take_recv(w);
     }
+    resolve_recv(w, pd, max_sge, out);
+    return true;
+}
+
+void rc_qp::resolve_recv(const proto::recv_wqe& w, uint32_t pd, uint32_t max_sge,
+                         recv_op& out) const {
     out.wr_id = w.wr_id;
     out.local_error = IBV_WC_SUCCESS;
     out.sges = 0;
     out.length = 0;
     if (w.num_sge > max_sge || w.num_sge > proto::wqe_max_sge) {
         out.local_error = IBV_WC_LOC_LEN_ERR;
-        return true;
+        return;
     }
     uint64_t total = 0;
     for (uint32_t i = 0; i < w.num_sge; ++i) {
@@ -605,7 +611,7 @@ bool rc_qp::take_recv(recv_op& out) {
             _s.mrs->find(pd, w.sg[i].lkey, w.sg[i].addr, w.sg[i].length, proto::access_local_write);
         if (!found) {
             out.local_error = verbs::wc_status_for(found.status, verbs::mr_side::local);
-            return true;
+            return;
         }
         out.sge_data[out.sges] = found.bytes.data();
         out.sge_len[out.sges] = w.sg[i].length;
@@ -614,7 +620,6 @@ bool rc_qp::take_recv(recv_op& out) {
         total += w.sg[i].length;
     }
     out.length = static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX));
-    return true;
 }
 
 verbs::mr_lookup rc_qp::remote_target(uint32_t rkey, uint64_t va, uint64_t length,
