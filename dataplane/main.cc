@@ -328,8 +328,8 @@ int main(int argc, char** argv) {
     const uint16_t data_room =
         config.underlay.mtu > 1500 ? 10240 + RTE_PKTMBUF_HEADROOM : RTE_MBUF_DEFAULT_BUF_SIZE;
     const unsigned mbufs = config.underlay.mtu > 1500 ? 8191 : 16383;
-    rte_mempool* pool =
-        rte_pktmbuf_pool_create("jakiro_mbufs", mbufs, 256, 0, data_room, rte_socket_id());
+    rte_mempool* pool = rte_pktmbuf_pool_create("jakiro_mbufs", mbufs, 256, 0, data_room,
+                                                static_cast<int>(rte_socket_id()));
     if (pool == nullptr) {
         return fail(std::string("cannot create the mbuf pool: ") + rte_strerror(rte_errno));
     }
@@ -461,6 +461,7 @@ int main(int argc, char** argv) {
     }
     if (inherited) {
         std::vector<worker_context*> owners;
+        owners.reserve(contexts.size());
         for (auto& ctx : contexts) {
             owners.push_back(ctx.get());
         }

@@ -16,8 +16,8 @@ namespace {
 enum class message : uint32_t { offer = 1, verdict, chunk, image_end, outcome };
 
 // One message's payload; seqpacket keeps message boundaries, so a message is one recvmsg.
-constexpr std::size_t max_message = 64 * 1024;
-constexpr std::size_t chunk_bytes = 48 * 1024;
+constexpr std::size_t max_message = std::size_t{64} * 1024;
+constexpr std::size_t chunk_bytes = std::size_t{48} * 1024;
 // The kernel's SCM_MAX_FD is 253.
 constexpr std::size_t chunk_fds = 250;
 constexpr uint32_t protocol = 1;

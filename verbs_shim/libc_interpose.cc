@@ -355,6 +355,8 @@ JAKIRO_EXPORT int openat(int dirfd, const char* path, int flags, ...) {
     return real(dirfd, path, flags, mode);
 }
 
+// glibc's name for open() under _FORTIFY_SOURCE: programs built with it call this, not open().
+// NOLINTNEXTLINE(bugprone-reserved-identifier): the symbol must carry glibc's reserved name
 JAKIRO_EXPORT int __open_2(const char* path, int flags) {
     bool handled;
     const int fd = open_emulated(path, flags, handled);

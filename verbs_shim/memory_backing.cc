@@ -170,9 +170,16 @@ struct alignas(4096) fork_state_page {
 static_assert(sizeof(fork_state_page) == memory_backing::page);
 fork_state_page fork_state;
 
-// The copy into the child's private pages: whole words, no call (not even to memcpy).
-__attribute__((no_sanitize_address, optimize("no-tree-loop-distribute-patterns"))) void copy_words(
-    uintptr_t to, const char* from, std::size_t size) {
+// The copy into the child's private pages: whole words, no call (not even to memcpy, which
+// the compiler would otherwise make of the loop; each compiler has its own way to forbid it).
+#if defined(__clang__)
+#define JAKIRO_NO_CALL_TO_MEMCPY no_builtin("memcpy")
+#else
+#define JAKIRO_NO_CALL_TO_MEMCPY optimize("no-tree-loop-distribute-patterns")
+#endif
+__attribute__((no_sanitize_address, JAKIRO_NO_CALL_TO_MEMCPY)) void copy_words(uintptr_t to,
+                                                                               const char* from,
+                                                                               std::size_t size) {
     auto* out = reinterpret_cast<uint64_t*>(to);
     const auto* in = reinterpret_cast<const uint64_t*>(from);
     for (std::size_t i = 0; i < size / sizeof(uint64_t); ++i) {

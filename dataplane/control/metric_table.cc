@@ -727,7 +727,7 @@ std::vector<metric_def> build_table() {
          }},
         {"jakiro_last_restart_timestamp_seconds", gauge, {},
          "When this process took over or started (Unix time)",
-         one([](S s) { return s.restarts.at_unix_ms / 1000.0; })},
+         one([](S s) { return static_cast<double>(s.restarts.at_unix_ms) / 1000.0; })},
         {"jakiro_last_restart_blackout_seconds", gauge, {},
          "Last take-over: how long no worker forwarded (from the predecessor stopping its "
          "workers to this one running its own)",

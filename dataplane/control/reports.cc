@@ -18,6 +18,10 @@ namespace jakiro {
 
 namespace {
 
+double mbit(uint64_t bits_per_s) {
+    return static_cast<double>(bits_per_s) / 1e6;
+}
+
 bool link_up(uint16_t port) {
     return port_link_up(port);
 }
@@ -380,7 +384,8 @@ std::string render_flows(const daemon_state& state, const std::string& vnic, boo
             const std::string local = endpoint(e.key.local_ip, e.key.local_port);
             const std::string remote = endpoint(e.key.remote_ip, e.key.remote_port);
             const char* opened = e.initiator == secgroup::direction::egress ? "egress" : "ingress";
-            const double idle = now > e.last_seen ? (now - e.last_seen) / hz : 0.0;
+            const double idle =
+                now > e.last_seen ? static_cast<double>(now - e.last_seen) / hz : 0.0;
             out.begin_object()
                 .value("vnic", name)
                 .value("proto", proto)
@@ -598,8 +603,8 @@ std::string render_qos(const stats_snapshot& snapshot, bool json, bool raw) {
             std::snprintf(line, sizeof(line),
                           "%-8s %12.1f %-5s %6lu %12.1f %11.1f %11.1f %14lu %10lu %11lu %10lu "
                           "%14lu %10lu %9lu %6lu\n",
-                          v.name.c_str(), v.rate_bps / 1e6, name, c.weight, c.share_bps / 1e6,
-                          c.min_bps / 1e6, c.max_bps / 1e6, c.sent.bytes, c.sent.packets,
+                          v.name.c_str(), mbit(v.rate_bps), name, c.weight, mbit(c.share_bps),
+                          mbit(c.min_bps), mbit(c.max_bps), c.sent.bytes, c.sent.packets,
                           c.tail_drops, c.rdma_waits, c.received.bytes, c.received.ce_marked,
                           c.received.dropped, c.received.cnps);
             text << line;

@@ -80,8 +80,8 @@ std::unique_ptr<datapath_tables> build_tables(const host_config& config,
     }
     std::vector<uint16_t> slots = ports.vnic_slots;
     if (slots.empty()) {
-        for (uint16_t i = 0; i < config.vnics.size(); ++i) {
-            slots.push_back(i);
+        for (std::size_t i = 0; i < config.vnics.size(); ++i) {
+            slots.push_back(static_cast<uint16_t>(i));
         }
     }
     uint16_t slot_count = 0;

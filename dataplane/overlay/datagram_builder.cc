@@ -22,7 +22,7 @@ constexpr uint32_t inner_flow_bytes = inner_ports + 4;
 }  // namespace
 
 uint8_t* datagram_builder::chunk(uint16_t index) const {
-    return rte_pktmbuf_mtod(_m, uint8_t*) + gso_outer_bytes + uint32_t{index} * _stride;
+    return rte_pktmbuf_mtod(_m, uint8_t*) + gso_outer_bytes + std::size_t{index} * _stride;
 }
 
 bool datagram_builder::start(rte_mbuf* m, const rte_mbuf* first) {
@@ -66,14 +66,14 @@ uint8_t* datagram_builder::reserve(uint32_t inner_len) {
     }
     // A padded chunk takes the whole stride; a shorter one only itself, and ends the datagram.
     const bool full = stride - bytes <= max_padding_bytes;
-    const uint32_t used = uint32_t{_count} * stride + (full ? stride : bytes);
+    const uint32_t used = std::size_t{_count} * stride + (full ? stride : bytes);
     if (used > max_gso_chunk_bytes ||
         gso_outer_bytes + used > rte_pktmbuf_tailroom(_m) + rte_pktmbuf_data_len(_m)) {
         return nullptr;
     }
     _grow_to = stride != _stride ? stride : 0;
-    _reserved =
-        rte_pktmbuf_mtod(_m, uint8_t*) + gso_outer_bytes + uint32_t{_count} * stride + vxlan_bytes;
+    _reserved = rte_pktmbuf_mtod(_m, uint8_t*) + gso_outer_bytes + std::size_t{_count} * stride +
+                vxlan_bytes;
     _reserved_len = inner_len;
     return _reserved;
 }
@@ -126,11 +126,11 @@ uint32_t datagram_builder::grow_stride(uint32_t stride) {
     uint8_t* base = rte_pktmbuf_mtod(_m, uint8_t*) + gso_outer_bytes;
     const uint32_t grown = stride - _stride;
     for (uint16_t k = _count; k-- > 0;) {
-        std::memmove(base + uint32_t{k} * stride, base + uint32_t{k} * _stride, _stride);
-        std::memset(base + uint32_t{k} * stride + _stride, 0, grown);
+        std::memmove(base + std::size_t{k} * stride, base + std::size_t{k} * _stride, _stride);
+        std::memset(base + std::size_t{k} * stride + _stride, 0, grown);
     }
     _stride = stride;
-    _used = uint32_t{_count} * stride;
+    _used = std::size_t{_count} * stride;
     return uint32_t{_count} * grown;
 }
 

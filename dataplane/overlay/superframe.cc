@@ -235,7 +235,7 @@ uint16_t merge_burst(rte_mbuf** pkts, uint16_t count) {
             }
         }
         if (out != start) {
-            std::memmove(pkts + out, pkts + start, left * sizeof(*pkts));
+            std::copy(pkts + start, pkts + start + left, pkts + out);  // out < start
         }
         out = static_cast<uint16_t>(out + left);
         start = static_cast<uint16_t>(i + 1);

@@ -161,9 +161,9 @@ bool read_image_late(handover::image_reader& r, daemon_state& state,
         name = d.string();
     }
     std::map<std::string, uint16_t> new_slot;
-    for (uint16_t slot = 0; slot < state.slot_names.size(); ++slot) {
+    for (std::size_t slot = 0; slot < state.slot_names.size(); ++slot) {
         if (!state.slot_names[slot].empty()) {
-            new_slot[state.slot_names[slot]] = slot;
+            new_slot[state.slot_names[slot]] = static_cast<uint16_t>(slot);
         }
     }
 

@@ -39,6 +39,7 @@ pid_t start_successor(const std::string& binary, const std::vector<std::string>&
     std::vector<std::string> words{binary};
     words.insert(words.end(), args.begin(), args.end());
     std::vector<char*> argv;
+    argv.reserve(words.size() + 1);
     for (auto& w : words) {
         argv.push_back(w.data());
     }

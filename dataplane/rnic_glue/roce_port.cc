@@ -32,9 +32,10 @@ void roce_port::use(const datapath_tables* tables) {
         return;
     }
     const uint64_t now = now_ns();
-    for (uint16_t slot = 0; slot < tables->qos.size(); ++slot) {
+    for (std::size_t slot = 0; slot < tables->qos.size(); ++slot) {
         const auto& q = tables->qos[slot];
-        _ctx.engine->set_vnic_rate(slot, q ? q->rate_bps : 0, now);  // unchanged: no work
+        _ctx.engine->set_vnic_rate(static_cast<uint16_t>(slot), q ? q->rate_bps : 0,
+                                   now);  // unchanged: no work
     }
     for (const uint16_t slot : tables->active_slots) {
         _ctx.engine->set_vnic_local_work_rate(slot, tables->vnics[slot].rdma_local_work_rate);

@@ -74,8 +74,9 @@ rte_mempool* buffer_charges::create_pool(const std::string& name, unsigned buffe
         return nullptr;
     }
     // No per-lcore cache: a buffer parked in one would be home for DPDK and still charged here.
-    rte_mempool* pool = rte_pktmbuf_pool_create_by_ops(name.c_str(), buffers, 0, priv_bytes,
-                                                       data_room, rte_socket_id(), handler_name);
+    rte_mempool* pool =
+        rte_pktmbuf_pool_create_by_ops(name.c_str(), buffers, 0, priv_bytes, data_room,
+                                       static_cast<int>(rte_socket_id()), handler_name);
     if (pool == nullptr) {
         error = "cannot create the pool '" + name + "': " + rte_strerror(rte_errno);
         return nullptr;

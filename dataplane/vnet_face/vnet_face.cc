@@ -173,7 +173,8 @@ uint16_t face::rx_burst(rte_mbuf** pkts, uint16_t count, const buffer_allowance&
         // and a host has up to 256.
         const uint16_t used = got > 0 ? static_cast<uint16_t>(got) : 0;
         rte_pktmbuf_free_bulk(_spare, _spare_count - used);
-        std::memmove(_spare, _spare + _spare_count - used, used * sizeof(rte_mbuf*));
+        std::copy(_spare + _spare_count - used, _spare + _spare_count,
+                  _spare);  // towards the front
         _spare_count = used;
     }
     if (got <= 0) {

@@ -145,7 +145,7 @@ void mark_tcp_superframe(rte_mbuf* m, uint16_t mss) {
     m->tso_segsz = mss;
     m->l2_len = sizeof(rte_ether_hdr);
     m->l3_len = l3;
-    m->l4_len = (tcp->data_off >> 4) * 4;
+    m->l4_len = static_cast<uint64_t>(tcp->data_off >> 4) * 4;
     // The pseudo-header sum with the whole length, as the kernel's own TSO frames carry it.
     tcp->cksum = rte_ipv4_phdr_cksum(ip, 0);
 }

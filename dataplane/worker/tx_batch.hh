@@ -11,9 +11,9 @@
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
-#include <cstring>
 #include <span>
 
 #include "../counters.hh"
@@ -104,7 +104,8 @@ class tx_batch {
             sent = port_tx_burst(port, queue.pkts, queue.count);
         }
         if (sent > 0 && sent < queue.count) {
-            std::memmove(queue.pkts, queue.pkts + sent, (queue.count - sent) * sizeof(rte_mbuf*));
+            std::copy(queue.pkts + sent, queue.pkts + queue.count,
+                      queue.pkts);  // towards the front
         }
         queue.count -= sent;
     }

@@ -109,6 +109,7 @@ int run_top(const std::string& path, const std::string& command) {
         for (const auto& [name, v] : now.vnics) {
             const auto before = previous.vnics.find(name);
             double total = 0;
+            const double rate_mbps = static_cast<double>(v.rate_bps) / 1e6;
             for (std::size_t i = 0; i < v.classes.size(); ++i) {
                 const auto& c = v.classes[i];
                 uint64_t bytes = 0, packets = 0, in_bytes = 0;
@@ -117,16 +118,17 @@ int run_top(const std::string& path, const std::string& command) {
                     packets = c.packets - before->second.classes[i].packets;
                     in_bytes = c.in_bytes - before->second.classes[i].in_bytes;
                 }
-                const double mbps = seconds > 0 ? bytes * 8 / seconds / 1e6 : 0;
+                const double mbps =
+                    seconds > 0 ? static_cast<double>(bytes) * 8 / seconds / 1e6 : 0;
                 total += mbps;
-                const double share = c.share_bps / 1e6;
+                const double share = static_cast<double>(c.share_bps) / 1e6;
                 std::printf("%-8s %-5s %12.1f %12.1f %7.1f%% %12.0f %12.1f\n", name.c_str(),
-                            c.name.c_str(), mbps, share, 100.0 * mbps / (v.rate_bps / 1e6),
-                            seconds > 0 ? packets / seconds : 0,
-                            seconds > 0 ? in_bytes * 8 / seconds / 1e6 : 0);
+                            c.name.c_str(), mbps, share, 100.0 * mbps / rate_mbps,
+                            seconds > 0 ? static_cast<double>(packets) / seconds : 0,
+                            seconds > 0 ? static_cast<double>(in_bytes) * 8 / seconds / 1e6 : 0);
             }
-            std::printf("%-8s %-5s %12.1f %12.1f %7.1f%%\n", name.c_str(), "all", total,
-                        v.rate_bps / 1e6, 100.0 * total / (v.rate_bps / 1e6));
+            std::printf("%-8s %-5s %12.1f %12.1f %7.1f%%\n", name.c_str(), "all", total, rate_mbps,
+                        100.0 * total / rate_mbps);
         }
         std::printf("\n");
         std::fflush(stdout);
