@@ -97,6 +97,19 @@ class image_writer {
 
 class image_reader;
 
+// The bytes of a field of a struct that section_reader::pod() filled: pod() copies bytes, and
+// in a corrupt image a bool or an enum may hold a byte that is none of its type's values, which
+// must not be read as that type. Check them as bytes first (raw_field(attr, offsetof(...))).
+template <class Field, class T>
+Field raw_field(const T& v, std::size_t offset) {
+    static_assert(std::is_trivially_copyable_v<T> && std::is_unsigned_v<Field>);
+    Field f{};
+    if (offset + sizeof f <= sizeof v) {
+        std::memcpy(&f, reinterpret_cast<const unsigned char*>(&v) + offset, sizeof f);
+    }
+    return f;
+}
+
 // One section's fields, read in the order they were written.
 class section_reader {
   public:

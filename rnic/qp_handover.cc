@@ -28,6 +28,7 @@
 // UC and UD keep theirs the same way; UC still loses a message whose packets fell in the gap
 // (IB spec 9.7.5.2.2 lets it), UD the datagrams that did.
 
+#include <cstddef>
 #include <string>
 
 #include "handover/image.hh"
@@ -59,6 +60,17 @@ constexpr uint32_t max_counters = 256;
 
 bool valid_psn(uint32_t psn) {
     return (psn & ~psn_mask) == 0;
+}
+
+// The enums of ibv_qp_attr, read as the bytes they are (handover::raw_field) before anything
+// reads them as enums: each must lie within its type's range of values (states 0-7, MTUs 0-7,
+// migration states 0-3).
+bool enums_hold_values(const ibv_qp_attr& a) {
+    using handover::raw_field;
+    return raw_field<uint32_t>(a, offsetof(ibv_qp_attr, qp_state)) <= IBV_QPS_UNKNOWN &&
+           raw_field<uint32_t>(a, offsetof(ibv_qp_attr, cur_qp_state)) <= IBV_QPS_UNKNOWN &&
+           raw_field<uint32_t>(a, offsetof(ibv_qp_attr, path_mtu)) <= 7 &&
+           raw_field<uint32_t>(a, offsetof(ibv_qp_attr, path_mig_state)) <= 3;
 }
 
 bool valid_mtu(uint32_t mtu) {
@@ -234,6 +246,9 @@ bool rc_qp::restore_fields(handover::section_reader& r) {
         return bad("the record is of another QP (type, number or ring capacities differ)");
     }
     const auto attr = r.pod<ibv_qp_attr>();
+    if (r.ok() && !enums_hold_values(attr)) {
+        return bad("attributes with a state, MTU or migration state out of range");
+    }
     if (!r.ok() || !_machine.resume(attr)) {
         return r.ok() ? bad("attributes no modify could have set") : false;
     }

@@ -67,7 +67,7 @@ int shared_receive_queue::resume(int fd, const carried& c, srq_event_sink events
     srq->_max_sge = c.max_sge;
     srq->_events = events;
     srq->_taken = c.taken;
-    srq->_broken = c.broken;
+    srq->_broken = c.broken != 0;
     srq->_limit = c.limit;
     out = std::move(srq);
     return 0;

@@ -47,10 +47,11 @@ class shared_receive_queue {
         uint32_t max_sge = 0;
         uint32_t taken = 0;
         uint32_t limit = 0;
-        bool broken = false;
+        uint8_t broken = 0;  // a byte, not a bool: an image's byte may be anything
     };
     carried carry() const {
-        return {_capacity, _handle, _owner, _pd, _max_sge, _taken, armed_limit(), _broken};
+        return {_capacity, _handle, _owner,        _pd,
+                _max_sge,  _taken,  armed_limit(), static_cast<uint8_t>(_broken ? 1 : 0)};
     }
     // The SRQ a predecessor `carry()`d, mapped from its memfd `fd` (borrowed), checked against
     // what it carried (never the header's fields: the tenant writes that page). EINVAL when the

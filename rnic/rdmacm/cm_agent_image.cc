@@ -4,6 +4,7 @@
 // Deadlines are steady_clock time points: CLOCK_MONOTONIC, the same in every process of the
 // host, so a timer due in 100 ms is due in 100 ms in the successor too.
 
+#include <cstddef>
 #include <type_traits>
 
 #include "rnic/rdmacm/cm_agent.hh"
@@ -184,6 +185,11 @@ bool cm_agent::restore(handover::section_reader& r,
         h.src_ip_be = r.u32();
         h.tid = r.u64();
         h.req = r.pod<cm_req>();
+        if (handover::raw_field<uint8_t>(h.req, offsetof(cm_req, end_to_end_flow_control)) > 1 ||
+            handover::raw_field<uint8_t>(h.req, offsetof(cm_req, srq)) > 1) {
+            r.fail("state section 'rdma_faces': a held REQ with a flag that is no bool");
+            break;
+        }
         h.until = read_time(r);
         _held.push_back(h);
     }
