@@ -727,8 +727,9 @@ int main(int argc, char** argv) {
             const bool frozen = hooks.freeze(handover::offer{});
             handover::image_writer image(writer_version());
             if (frozen && hooks.write(image, why) && store_state(image, fd_store, why)) {
-                service::notify("STOPPING=1\nSTATUS=stopping: the state is in the file-descriptor "
-                                "store");
+                service::notify(
+                    "STOPPING=1\nSTATUS=stopping: the state is in the file-descriptor "
+                    "store");
                 remove_run_marker(marker);
                 log::info("stored", "the state is in the file-descriptor store; exiting",
                           {{"descriptors", static_cast<uint64_t>(image.fds().size())},

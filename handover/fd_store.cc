@@ -395,6 +395,16 @@ bool save_to_store(const std::string& notify_socket, const image_writer& image,
     if (!to.ok()) {
         return false;
     }
+    // Whatever a predecessor left under these names (a start that could not remove them) must
+    // not come back beside them.
+    if (!to.send(remove_message(state_fd_name), {}, error)) {
+        return false;
+    }
+    for (std::size_t slot = 0; slot < plan.slots.size(); ++slot) {
+        if (!to.send(remove_message(stored_fd_name(slot)), {}, error)) {
+            return false;
+        }
+    }
     for (std::size_t slot = 0; slot < plan.slots.size(); ++slot) {
         if (!to.send(store_message(stored_fd_name(slot)),
                      std::span<const int>(&plan.slots[slot], 1), error)) {
@@ -512,7 +522,9 @@ bool remove_from_store(const std::string& notify_socket, const std::vector<std::
             return false;
         }
     }
-    return true;
+    // Once it returns the manager has closed its copies: a single-queue tap, say, is free to
+    // attach again.
+    return barrier(to, barrier_timeout, error);
 }
 
 }  // namespace jakiro::handover

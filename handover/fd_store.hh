@@ -95,7 +95,8 @@ struct restored_state {
 restored_state take_stored_state(std::vector<passed_fd> passed, std::size_t max_bytes);
 
 void close_fds(std::vector<int>& fds);
-// FDSTOREREMOVE=1 for each name; false with `error` at the first that could not be sent.
+// FDSTOREREMOVE=1 for each name, then BARRIER=1; false with `error` at the first message that
+// could not be sent or when the manager does not answer.
 bool remove_from_store(const std::string& notify_socket, const std::vector<std::string>& names,
                        std::string& error);
 

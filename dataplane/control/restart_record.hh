@@ -32,7 +32,7 @@ struct restart_record {
     // (forwarding stopped for that long), and from asking to take over to running.
     double blackout_ms = 0;
     double takeover_ms = 0;
-    std::string from_version;                 // the predecessor's, for a take-over
+    std::string from_version;  // the predecessor's, for a take-over
     // How the state came across: "take-over" (the predecessor handed it over a socket) or
     // "fd store" (systemd kept it across `systemctl restart`); empty for none or crash.
     std::string via;

@@ -49,8 +49,8 @@ std::string restart_text(const restart_record& r) {
     std::ostringstream text;
     text << "last restart: " << name_of(r.last);
     if (r.last != restart_kind::crash) {
-        text << " from " << r.from_version << " via " << r.via << ", blackout " << r.blackout_ms << " ms, take-over "
-             << r.takeover_ms << " ms; carried";
+        text << " from " << r.from_version << " via " << r.via << ", blackout " << r.blackout_ms
+             << " ms, take-over " << r.takeover_ms << " ms; carried";
         for (const auto& [what, n] : r.carried) {
             text << " " << what << " " << n;
         }

@@ -48,8 +48,8 @@ stored_inheritance restore_from_store(handover::listen_fds passed) {
     }
     // The check a predecessor makes of a successor's offer in a take-over, made here by the
     // successor: the predecessor is gone.
-    const std::string refusal = handover::incompatibility(what_we_read(), stored.state->written,
-                                                          stored.state->required);
+    const std::string refusal =
+        handover::incompatibility(what_we_read(), stored.state->written, stored.state->required);
     if (!refusal.empty()) {
         handover::close_fds(stored.fds);
         out.refused = refusal;
@@ -58,7 +58,7 @@ stored_inheritance restore_from_store(handover::listen_fds passed) {
     }
     out.inherited->received = std::chrono::steady_clock::now();
     out.inherited->image = std::make_unique<handover::image_reader>(std::move(stored.state->image),
-                                                                     std::move(stored.fds));
+                                                                    std::move(stored.fds));
     if (!out.inherited->image->open()) {
         out.refused = "the state image: " + out.inherited->image->error();
         out.inherited.reset();  // closes the descriptors

@@ -188,13 +188,11 @@ class ServiceManager:
         os.kill(self.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT_S
         while self.running() and time.monotonic() < deadline:
-            time.sleep(0.02)
+            time.sleep(0.002)
         if self.running():
             os.kill(self.pid, signal.SIGKILL)
             while self.running():
                 time.sleep(0.02)
-        # systemd reads every notification the process sent before it handles its exit.
-        time.sleep(0.1)
         return self.exit_status
 
     def restart(self, extra_env=None, listen_pid=None, timeout=60):

@@ -196,8 +196,14 @@ TEST(FdStore, SavedStateComesBackWithItsDescriptorsInImageOrderWhateverTheStoreO
     fake_manager manager;
     std::string error;
     ASSERT_TRUE(save_to_store(manager.path, s.w, 16, error)) << error;
-    auto& messages = manager.received();
-    ASSERT_EQ(messages.size(), 4u);
+    auto all = manager.received();
+    // First the names it is about to use are cleared of anything stale.
+    ASSERT_EQ(all.size(), 7u);
+    EXPECT_EQ(all[0].text, "FDSTOREREMOVE=1\nFDNAME=jakiro-state");
+    EXPECT_EQ(all[1].text, "FDSTOREREMOVE=1\nFDNAME=jakiro-fd-0");
+    EXPECT_EQ(all[2].text, "FDSTOREREMOVE=1\nFDNAME=jakiro-fd-1");
+    std::vector<fake_manager::message> messages(all.begin() + 3, all.end());
+    all.clear();
     EXPECT_EQ(messages[0].text, "FDSTORE=1\nFDNAME=jakiro-fd-0");
     EXPECT_EQ(messages[1].text, "FDSTORE=1\nFDNAME=jakiro-fd-1");
     EXPECT_EQ(messages[2].text, "FDSTORE=1\nFDNAME=jakiro-state");
@@ -348,15 +354,16 @@ TEST(FdStore, NoManagerListeningIsAnErrorNotAHang) {
     EXPECT_NE(error.find("NOTIFY_SOCKET"), std::string::npos) << error;
 }
 
-TEST(FdStore, RemovingSendsOneMessagePerName) {
+TEST(FdStore, RemovingSendsOneMessagePerNameAndWaitsForTheManager) {
     fake_manager manager;
     std::string error;
     ASSERT_TRUE(remove_from_store(manager.path, {"jakiro-state", "jakiro-fd-0"}, error)) << error;
     std::this_thread::sleep_for(100ms);
     auto& m = manager.received();
-    ASSERT_EQ(m.size(), 2u);
+    ASSERT_EQ(m.size(), 3u);
     EXPECT_EQ(m[0].text, "FDSTOREREMOVE=1\nFDNAME=jakiro-state");
     EXPECT_EQ(m[1].text, "FDSTOREREMOVE=1\nFDNAME=jakiro-fd-0");
+    EXPECT_EQ(m[2].text, "BARRIER=1");
 }
 
 }  // namespace
