@@ -403,7 +403,7 @@ int main(int argc, char** argv) {
     }
     stored_inheritance stored;
     if (!inherited && !passed.fds.empty()) {
-        stored = restore_from_store(std::move(passed));
+        stored = restore_from_store(passed);
     } else {
         for (const auto& p : passed.fds) {
             close(p.fd);  // a take-over brings the state itself

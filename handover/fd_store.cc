@@ -425,7 +425,7 @@ void close_fds(std::vector<int>& fds) {
     fds.clear();
 }
 
-restored_state take_stored_state(std::vector<passed_fd> passed, std::size_t max_bytes) {
+restored_state take_stored_state(const std::vector<passed_fd>& passed, std::size_t max_bytes) {
     restored_state out;
     int state_fd = -1;
     std::map<uint32_t, int> slots;
@@ -435,7 +435,7 @@ restored_state take_stored_state(std::vector<passed_fd> passed, std::size_t max_
             out.names.push_back(name);
         }
     };
-    for (auto& p : passed) {
+    for (const auto& p : passed) {
         if (p.name == state_fd_name) {
             note(p.name);
             (state_fd < 0 ? state_fd : unused.emplace_back()) = p.fd;

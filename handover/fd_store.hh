@@ -92,7 +92,7 @@ struct restored_state {
     std::string error;  // why a state that was passed cannot be used
 };
 // At most `max_bytes` of state are read.
-restored_state take_stored_state(std::vector<passed_fd> passed, std::size_t max_bytes);
+restored_state take_stored_state(const std::vector<passed_fd>& passed, std::size_t max_bytes);
 
 void close_fds(std::vector<int>& fds);
 // FDSTOREREMOVE=1 for each name, then BARRIER=1; false with `error` at the first message that

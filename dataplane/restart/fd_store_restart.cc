@@ -33,12 +33,11 @@ std::size_t fd_store_capacity(std::size_t option) {
     return end != exported && *end == '\0' ? n : 0;
 }
 
-stored_inheritance restore_from_store(handover::listen_fds passed) {
+stored_inheritance restore_from_store(const handover::listen_fds& passed) {
     stored_inheritance out;
     out.inherited.emplace();
     out.inherited->asked = std::chrono::steady_clock::now();
-    handover::restored_state stored =
-        handover::take_stored_state(std::move(passed.fds), max_image_bytes);
+    handover::restored_state stored = handover::take_stored_state(passed.fds, max_image_bytes);
     out.names = std::move(stored.names);
     out.missing = stored.missing;
     if (!stored.state) {

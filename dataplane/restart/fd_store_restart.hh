@@ -32,7 +32,7 @@ struct stored_inheritance {
 // Reads the state among `passed` (the descriptors $LISTEN_FDS gave this process). A state this
 // binary cannot read (a required section it does not know, a newer version, a truncated or
 // corrupt image) is refused whole: `refused` says why and every descriptor is closed.
-stored_inheritance restore_from_store(handover::listen_fds passed);
+stored_inheritance restore_from_store(const handover::listen_fds& passed);
 
 // FDSTOREREMOVE=1 for each name: the state is consumed (or refused), so that a later crash does
 // not find it.
