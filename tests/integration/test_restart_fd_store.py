@@ -132,7 +132,8 @@ def test_tenant_programs_live_through_systemctl_restarts(unit_h1, tmp_path):
                 assert flows_before, "no iperf3 flow in h1's conntrack before the restart"
                 took = systemctl_restart(manager)
                 last = status()["last_restart"]
-                print(f"\nsystemctl restart: {took:.2f}s; last_restart {last}")
+                print(f"\nsystemctl restart: {took:.2f}s; last_restart {last}; "
+                      f"dropped from the store (hung up): {manager.dropped}")
                 assert last["kind"] == "restart" and last["via"] == "fd store", last
                 assert last["carried"].get("rdma_clients", 0) >= 1, last
                 assert last["carried"].get("flows", 0) >= 1, last
