@@ -11,7 +11,8 @@ jakirod@.service (FileDescriptorStoreMax=, NotifyAccess=all; docs/restart.md):
 - `restart`: SIGTERM, wait for the exit (SIGKILL after the stop timeout), start again with the
   store's descriptors at 3, 4, ... and LISTEN_FDS, LISTEN_FDNAMES, LISTEN_PID (the new process's
   own pid: `sh -c 'LISTEN_PID=$$ exec ...'`), the store kept;
-- `stop`: the same SIGTERM, then the unit is inactive and the store is closed.
+- `stop`: the same SIGTERM, then the unit is inactive and the store is closed;
+- the service runs at the unit's Nice=.
 """
 
 import fcntl
@@ -27,9 +28,25 @@ SCM_MAX_FD = 253
 STOP_TIMEOUT_S = 20  # the unit's TimeoutStopSec=
 
 
+def describe(fd):
+    """What a descriptor is, for a report: 'socket SOCK_SEQPACKET', 'memfd', ..."""
+    try:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return "?"
+    if target.startswith("socket:"):
+        kind = socket.socket(fileno=os.dup(fd))
+        try:
+            return f"socket {socket.SocketKind(kind.type).name}"
+        finally:
+            kind.close()
+    return target
+
+
 class ServiceManager:
-    def __init__(self, directory, namespace, argv, store_max, log_path):
+    def __init__(self, directory, namespace, argv, store_max, log_path, nice=0):
         self.namespace, self.argv, self.store_max = namespace, [str(a) for a in argv], store_max
+        self.nice = nice  # the unit's Nice=
         self.log_path = log_path
         self.path = str(directory / "notify.sock")
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -106,7 +123,8 @@ class ServiceManager:
             bad = {fd for fd, events in poller.poll(0)
                    if events & (select.POLLHUP | select.POLLERR | select.POLLNVAL)}
             if bad:
-                self.dropped += [name for name, fd in self.store if fd in bad]
+                self.dropped += [f"{name} ({describe(fd)})" for name, fd in self.store
+                                 if fd in bad]
                 self._close(bad)
                 self.store = [(name, fd) for name, fd in self.store if fd not in bad]
 
@@ -146,7 +164,9 @@ class ServiceManager:
             high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, base) for _, fd in stored]
             actions = [(os.POSIX_SPAWN_DUP2, fd, 3 + i) for i, fd in enumerate(high)]
         pid_word = "$$" if listen_pid is None else str(listen_pid)
-        script = (f"LISTEN_PID={pid_word} exec \"$0\" \"$@\"" if stored else 'exec "$0" "$@"')
+        # nice(1) execs the service in the same process: LISTEN_PID stays its pid.
+        run = f'exec nice -n {self.nice} "$0" "$@"'
+        script = f"LISTEN_PID={pid_word} {run}" if stored else run
         log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
         null = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
         try:

@@ -16,6 +16,7 @@ import re
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -26,7 +27,20 @@ from test_rdma_device_fatal import Program, listening
 
 pytestmark = pytest.mark.usefixtures("testbed")
 
-STORE_MAX = 4096  # the unit's FileDescriptorStoreMax= (and --fd-store)
+BUILD = Path(JAKIROD).resolve().parents[1]
+UNIT = Path(os.environ.get("JAKIRO_UNIT") or BUILD / "dataplane" / "jakirod@.service")
+
+
+def unit_setting(key):
+    for line in UNIT.read_text().splitlines():
+        if line.startswith(key + "="):
+            return line.split("=", 1)[1]
+    raise AssertionError(f"no {key}= in {UNIT}")
+
+
+# As the unit runs it: its store's size (and --fd-store) and its scheduling priority.
+STORE_MAX = int(unit_setting("FileDescriptorStoreMax"))
+NICE = int(unit_setting("Nice"))
 
 
 def status(host="h1"):
@@ -70,7 +84,7 @@ def unit_h1(tmp_path):
         wait_until(lambda: not alive(pid), 20, "the test bed's h1 jakirod to stop")
     manager = ServiceManager(tmp_path, "jk-h1",
                              [JAKIROD, "--config", RUN_DIR / "h1.yaml", "--fd-store", STORE_MAX],
-                             STORE_MAX, RUN_DIR / "h1.log")
+                             STORE_MAX, RUN_DIR / "h1.log", nice=NICE)
     try:
         manager.start()
         (RUN_DIR / "h1.pid").write_text(f"{manager.pid}\n")
