@@ -6,6 +6,10 @@
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
 
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <climits>
 #include <condition_variable>
 #include <csignal>
@@ -32,6 +36,7 @@
 #include "log.hh"
 #include "poll_loop/lcore_loop.hh"
 #include "restart/daemon_image.hh"
+#include "restart/fd_store_restart.hh"
 #include "restart/handover_server.hh"
 #include "restart/run_marker.hh"
 #include "restart/successor.hh"
@@ -52,10 +57,19 @@ namespace {
 std::atomic<bool> stop_requested{false};  // the workers leave their loops
 std::atomic<bool> reload_requested{false};
 std::atomic<bool> termination_requested{false};  // ... and the daemon stops
+// Under systemd with a file-descriptor store, SIGTERM parks the state there first
+// (restart/fd_store_restart.hh): the store saver, not the signal, stops the workers.
+std::atomic<bool> store_on_term{false};
+std::atomic<bool> store_requested{false};
+int store_wake = -1;  // eventfd the saver waits on
 
 void on_signal(int signal) {
     if (signal == SIGHUP) {
         reload_requested = true;  // the control thread applies --config again
+    } else if (signal == SIGTERM && store_on_term) {
+        store_requested = true;
+        const uint64_t one = 1;
+        (void)!write(store_wake, &one, sizeof one);
     } else {
         termination_requested = true;
         stop_requested = true;
@@ -76,6 +90,9 @@ worker_freeze freeze;
 // The take-over this process is making, if any: a failure to start tells the predecessor, which
 // then serves on.
 jakiro::inheritance* pending_inheritance = nullptr;
+// The state systemd's store passed, while this process restores it: a failure to start removes
+// it from the store, so that the start systemd retries is a cold one.
+const std::vector<std::string>* pending_store_names = nullptr;
 
 // sysexits.h's EX_CONFIG: the unit's RestartPreventExitStatus, so systemd does not restart a
 // daemon whose YAML is wrong until someone fixes it.
@@ -85,7 +102,7 @@ constexpr int exit_failure = 1;
 
 const char* usage =
     "usage: jakirod --config HOST.yaml [--busy-poll] [--socket PATH] [--lcores EAL_LCORES]\n"
-    "               [--workers N] [--take-over]\n"
+    "               [--workers N] [--take-over] [--fd-store N]\n"
     "       jakirod --check-config HOST.yaml\n"
     "  --config FILE        host configuration (YAML; see jakirod(8))\n"
     "  --check-config FILE  validate FILE and exit: 0 if valid, 78 with file:line: field:\n"
@@ -97,6 +114,8 @@ const char* usage =
     "  --workers N          poll loops sharing the vNICs (default: host.workers, else 1)\n"
     "  --take-over          take over from the running jakirod of this host with its state\n"
     "                       (docs/restart.md); it serves on if this one refuses or fails\n"
+    "  --fd-store N         under systemd with FileDescriptorStoreMax=N: SIGTERM parks the\n"
+    "                       state in the store and the next start restores from it\n"
 
     "  --version            print the version and exit\n"
     "  --help               print this and exit\n"
@@ -111,6 +130,7 @@ struct options {
     unsigned workers = 0;  // 0: host.workers from the YAML
     bool busy_poll = false;
     bool take_over = false;
+    unsigned fd_store = 0;  // FileDescriptorStoreMax= of the unit; 0: no store
 };
 
 bool parse_options(int argc, char** argv, options& out) {
@@ -153,6 +173,19 @@ bool parse_options(int argc, char** argv, options& out) {
             out.busy_poll = true;
         } else if (arg == "--take-over") {
             out.take_over = true;
+        } else if (arg == "--fd-store") {
+            std::string text;
+            if (!value(text)) {
+                return false;
+            }
+            char* end = nullptr;
+            const unsigned long n = std::strtoul(text.c_str(), &end, 10);
+            if (text.empty() || *end != '\0' || n < 2 || n > 1u << 20) {
+                std::cerr << "jakirod: --fd-store: '" << text
+                          << "' is not a store size in 2..1048576 (FileDescriptorStoreMax=)\n";
+                return false;
+            }
+            out.fd_store = static_cast<unsigned>(n);
 
         } else if (arg == "--help" || arg == "-h") {
             std::cout << usage;
@@ -211,6 +244,9 @@ int fail(const std::string& message) {
     if (pending_inheritance != nullptr) {
         jakiro::report_outcome(*pending_inheritance, message);
     }
+    if (pending_store_names != nullptr) {
+        jakiro::forget_stored_state(*pending_store_names);
+    }
     jakiro::log::error("start_failed", message);
     jakiro::service::notify("STATUS=failed: " + message);
     return exit_failure;
@@ -240,6 +276,9 @@ int check_config(const std::string& path) {
 
 int main(int argc, char** argv) {
     using namespace jakiro;
+    // First, before anything opens a descriptor: what a service manager passed (3, 4, ...).
+    handover::listen_fds passed = handover::take_listen_fds();
+    const auto process_started = std::chrono::steady_clock::now();
     options opts;
     const own_command own = read_own_command(argc, argv);
     if (!parse_options(argc, argv, opts)) {
@@ -318,6 +357,9 @@ int main(int argc, char** argv) {
         return fail(workers_from + ": " + std::to_string(workers) + " workers, but --lcores gave " +
                     std::to_string(rte_lcore_count()) + " lcores");
     }
+    const std::size_t fd_store = fd_store_capacity(opts.fd_store);
+    store_wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    store_on_term = fd_store != 0 && store_wake >= 0;
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
     std::signal(SIGHUP, on_signal);
@@ -351,9 +393,46 @@ int main(int argc, char** argv) {
             return fail("the state image: " + inherited->image->error());
         }
         state.restarts.from_version = early.from_version;
+        state.restarts.via = "take-over";
         state.restarts.last =
             early.from_version == writer_version() ? restart_kind::restart : restart_kind::upgrade;
-    } else if (predecessor_crashed(marker, state.restarts)) {
+    }
+    // `systemctl restart`: systemd passes back what the predecessor stored.
+    if (!passed.ignored.empty()) {
+        log::warning("listen_fds", "descriptors passed at start not used: " + passed.ignored);
+    }
+    stored_inheritance stored;
+    if (!inherited && !passed.fds.empty()) {
+        stored = restore_from_store(passed);
+    } else {
+        for (const auto& p : passed.fds) {
+            close(p.fd);  // a take-over brings the state itself
+        }
+    }
+    if (stored.inherited) {
+        inherited = std::move(stored.inherited);
+        inherited->asked = process_started;  // the blackout includes this process's start-up
+        pending_store_names = &stored.names;
+        if (!read_image_early(*inherited->image, state, early)) {
+            return fail("the stored state image: " + inherited->image->error());
+        }
+        state.restarts.from_version = early.from_version;
+        state.restarts.via = "fd store";
+        state.restarts.last =
+            early.from_version == writer_version() ? restart_kind::restart : restart_kind::upgrade;
+        if (stored.missing != 0) {
+            state.restarts.lost["stored_descriptors"] = stored.missing;
+        }
+    } else if (!stored.refused.empty()) {
+        // Never a half-restored state: cold, as after a crash (tenants' connections close with
+        // the store's copies, so their programs fail fast).
+        log::error("fd_store_refused",
+                   "not restoring the state systemd stored: " + stored.refused + "; starting cold");
+        forget_stored_state(stored.names);
+        state.restarts.state_refused = stored.refused;
+        state.restarts.last = restart_kind::crash;
+        predecessor_crashed(marker, state.restarts);  // its counts, if it left them
+    } else if (!inherited && predecessor_crashed(marker, state.restarts)) {
         state.restarts.last = restart_kind::crash;
     }
     if (state.restarts.last != restart_kind::none) {
@@ -620,6 +699,73 @@ int main(int argc, char** argv) {
                {"metrics", metrics_at},
                {"version", JAKIRO_VERSION}});
 
+    // SIGTERM under systemd with a store: the state goes there, frozen and written exactly as for
+    // a take-over, and this process exits (restart/fd_store_restart.hh).
+    std::atomic<bool> saver_quit{false};
+    std::thread saver;
+    if (store_on_term) {
+        saver = std::thread([&] {
+            for (;;) {
+                pollfd p{store_wake, POLLIN, 0};
+                (void)poll(&p, 1, -1);
+                uint64_t n = 0;
+                (void)!read(store_wake, &n, sizeof n);
+                if (saver_quit) {
+                    return;
+                }
+                if (store_requested) {
+                    break;
+                }
+            }
+            // A take-over under way finishes first (it ends this process, or gives up).
+            for (int i = 0; i < 400 && (handover.busy() || state.handing_over); ++i) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(50));
+            }
+            log::info("storing", "SIGTERM: parking the state in the file-descriptor store");
+            const auto started = std::chrono::steady_clock::now();
+            std::string why;
+            const bool frozen = hooks.freeze(handover::offer{});
+            handover::image_writer image(writer_version());
+            if (frozen && hooks.write(image, why) && store_state(image, fd_store, why)) {
+                service::notify(
+                    "STOPPING=1\nSTATUS=stopping: the state is in the file-descriptor "
+                    "store");
+                remove_run_marker(marker);
+                log::info("stored", "the state is in the file-descriptor store; exiting",
+                          {{"descriptors", static_cast<uint64_t>(image.fds().size())},
+                           {"bytes", static_cast<uint64_t>(image.data().size())},
+                           {"ms", std::chrono::duration<double, std::milli>(
+                                      std::chrono::steady_clock::now() - started)
+                                      .count()}});
+                std::fflush(nullptr);
+                _exit(0);  // tear nothing down: the store holds the tenants' sockets and memory
+            }
+            if (!frozen && why.empty()) {
+                why = "could not stop the workers";
+            }
+            log::error("fd_store_failed", "the state could not be stored: " + why +
+                                              "; stopping without it (tenants' devices fail)");
+            control.run_on_control_thread(
+                [&] {
+                    std::string thaw_error;
+                    if (!verbs_channel.thaw(thaw_error)) {
+                        log::error("rdma_face", "after a failed store: " + thaw_error);
+                    }
+                },
+                std::chrono::seconds(20));
+            termination_requested = true;
+            {
+                std::lock_guard lock(freeze.mutex);
+                freeze.resumed = true;
+                freeze.changed.notify_all();
+            }
+            stop_requested = true;
+            for (auto& e : engines) {
+                e->wake();
+            }
+        });
+    }
+
     loop_options loop;
     loop.busy_poll = opts.busy_poll;
     // Workers 1.. on the other lcores, worker 0 (the uplink's) on this one; again after a
@@ -644,7 +790,7 @@ int main(int argc, char** argv) {
             }
             ++next_id;
         }
-        if (inherited && inherited->sock >= 0) {
+        if (inherited && (inherited->sock >= 0 || pending_store_names != nullptr)) {
             // The predecessor exits when it reads this: our workers take over now.
             const auto now = std::chrono::steady_clock::now();
             const double blackout =
@@ -660,8 +806,12 @@ int main(int argc, char** argv) {
             report_outcome(*inherited, "");
             pending_inheritance = nullptr;
             inherited->image.reset();  // closes any descriptor no part of the daemon took
+            if (pending_store_names != nullptr) {
+                forget_stored_state(*pending_store_names);
+                pending_store_names = nullptr;
+            }
             write_run_marker(marker, state.restarts);
-            log::info("took_over", "from " + early.from_version,
+            log::info("took_over", "from " + early.from_version + " via " + state.restarts.via,
                       {{"blackout_ms", blackout}, {"takeover_ms", takeover}});
         }
         run_lcore_loop(publisher, 0, *worker, rdma_ports[0].get(), loop, stop_requested);
@@ -675,9 +825,16 @@ int main(int argc, char** argv) {
         freeze.changed.notify_all();
         freeze.changed.wait(lock, [] { return freeze.resumed; });
         freeze.requested = false;
-        stop_requested = false;
+        // A store that failed on SIGTERM resumes only to stop.
+        stop_requested = termination_requested.load();
     }
 
+    saver_quit = true;
+    if (saver.joinable()) {
+        const uint64_t one = 1;
+        (void)!write(store_wake, &one, sizeof one);
+        saver.join();
+    }
     service::notify("STOPPING=1\nSTATUS=stopping");
     log::info("stopping", "signal received; closing ports");
     register_telemetry(nullptr);

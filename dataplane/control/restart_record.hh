@@ -32,7 +32,12 @@ struct restart_record {
     // (forwarding stopped for that long), and from asking to take over to running.
     double blackout_ms = 0;
     double takeover_ms = 0;
-    std::string from_version;                 // the predecessor's, for a take-over
+    std::string from_version;  // the predecessor's, for a take-over
+    // How the state came across: "take-over" (the predecessor handed it over a socket) or
+    // "fd store" (systemd kept it across `systemctl restart`); empty for none or crash.
+    std::string via;
+    // Why a state that systemd's store passed was not used (this process started cold).
+    std::string state_refused;
     std::map<std::string, uint64_t> carried;  // what came across: flows, neighbours, ...
     std::map<std::string, uint64_t> lost;     // what could not: flows of removed vNICs
     // Restarts of each kind this host has seen (restart_kind order; `none` unused).

@@ -21,7 +21,11 @@ void write_restart_json(json_writer& out, const restart_record& r) {
         .value("at_unix_ms", static_cast<uint64_t>(r.at_unix_ms))
         .value("blackout_ms", r.blackout_ms)
         .value("takeover_ms", r.takeover_ms)
-        .value("from_version", r.from_version);
+        .value("from_version", r.from_version)
+        .value("via", r.via);
+    if (!r.state_refused.empty()) {
+        out.value("state_refused", r.state_refused);
+    }
     out.begin_object("carried");
     for (const auto& [what, n] : r.carried) {
         out.value(what, n);
@@ -45,14 +49,17 @@ std::string restart_text(const restart_record& r) {
     std::ostringstream text;
     text << "last restart: " << name_of(r.last);
     if (r.last != restart_kind::crash) {
-        text << " from " << r.from_version << ", blackout " << r.blackout_ms << " ms, take-over "
-             << r.takeover_ms << " ms; carried";
+        text << " from " << r.from_version << " via " << r.via << ", blackout " << r.blackout_ms
+             << " ms, take-over " << r.takeover_ms << " ms; carried";
         for (const auto& [what, n] : r.carried) {
             text << " " << what << " " << n;
         }
         for (const auto& [what, n] : r.lost) {
             text << "; LOST " << what << " " << n;
         }
+    }
+    if (!r.state_refused.empty()) {
+        text << "; the stored state was not used: " << r.state_refused;
     }
     text << " (restarts " << r.counts[1] << ", upgrades " << r.counts[2] << ", crashes "
          << r.counts[3] << ")\n";

@@ -20,10 +20,9 @@ using namespace std::chrono_literals;
 // The predecessor stops its workers and writes its image after the verdict; conntrack tables of
 // a few hundred thousand entries take a moment.
 constexpr auto image_deadline = 10s;
-constexpr std::size_t max_image_bytes = std::size_t{1} << 30;
 
-// JAKIRO_HANDOVER_READS=kind:version,...: pretend to read only up to these versions (tests of
-// the version check, which otherwise need two builds).
+}  // namespace
+
 handover::section_versions what_we_read() {
     auto reads = handover::readable_sections();
     const char* env = std::getenv("JAKIRO_HANDOVER_READS");
@@ -54,8 +53,6 @@ handover::section_versions what_we_read() {
     }
     return reads;
 }
-
-}  // namespace
 
 std::optional<inheritance> take_over(const std::string& path, std::string& error) {
     // The image names a descriptor per listener, tenant connection, memory region and ring of

@@ -14,6 +14,14 @@
 
 namespace jakiro {
 
+// The most state a successor reads (a take-over's image, or systemd's stored one).
+inline constexpr std::size_t max_image_bytes = std::size_t{1} << 30;
+
+// The newest version of each state section this binary reads. JAKIRO_HANDOVER_READS=
+// kind:version,... pretends to read only up to these versions (tests of the version check,
+// which otherwise need two builds).
+handover::section_versions what_we_read();
+
 struct inheritance {
     int sock = -1;  // to the predecessor, for the outcome
     std::unique_ptr<handover::image_reader> image;

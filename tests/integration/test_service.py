@@ -181,6 +181,10 @@ def test_systemd_unit_verifies(tmp_path):
     for line in ("Type=notify", "WatchdogSec=", "ExecReload=", "RestartPreventExitStatus=78",
                  "CapabilityBoundingSet=", "/etc/jakiro/%i.yaml"):
         assert line in text, line
+    # `systemctl restart` keeps the state: a store, and jakirod told its size (systemd 252
+    # does not export it).
+    store_max = re.search(r"^FileDescriptorStoreMax=(\d+)$", text, re.M)
+    assert store_max and f"--fd-store {store_max.group(1)}" in text, text
     env = dict(os.environ, MANPATH=f"{tmp_path / 'man'}:")
     r = verify(tmp_path, env)
     assert r.returncode == 0
