@@ -431,8 +431,11 @@ unsigned engine::poll(packet_port& port, uint64_t now_ns) {
                 qp.turn().queued = false;
                 if (qp.admitted_generation() != _policy_generation) {
                     if (rechecks_left == 0) {
-                        qp.turn().queued = true;  // not checked under the current policy yet
+                        // Not checked under the current policy yet: a later poll. Passing it
+                        // over costs a unit, so that a queue of such QPs is not cycled through.
+                        qp.turn().queued = true;
                         turns.push(&qp);
+                        --left;
                         continue;
                     }
                     --rechecks_left;
@@ -443,11 +446,10 @@ unsigned engine::poll(packet_port& port, uint64_t now_ns) {
                 const uint64_t silent_before = stats.silent_wrs.load(std::memory_order_relaxed);
                 const uint64_t wakes_before = stats.poller_wakes.load(std::memory_order_relaxed);
                 const unsigned sent_now = qp.poll(port, now_ns, left);
-                // A futex wake for a napping poller is a system call: a unit of work, and of the
-                // allowance, like a WR that sends nothing.
+                // A futex wake for a napping poller (a unit, rc_qp::poll) is local work too, as
+                // a WR that sends nothing is.
                 const uint64_t woke =
                     stats.poller_wakes.load(std::memory_order_relaxed) - wakes_before;
-                left -= static_cast<unsigned>(std::min<uint64_t>(left, woke));
                 allowance.tokens -= static_cast<int64_t>(
                     stats.silent_wrs.load(std::memory_order_relaxed) - silent_before + woke);
                 _vnic_held[vnic] |= qp.held_back() ? 1 : 0;

@@ -129,7 +129,11 @@ bool rc_qp::wants_visits() const {
 unsigned rc_qp::poll(packet_port& port, uint64_t now_ns, unsigned& units) {
     const unsigned given = units;
     bump(_stats.visits, 1);
+    const uint64_t wakes_before = _stats.poller_wakes.load(std::memory_order_relaxed);
     const unsigned sent = visit(port, now_ns, units);
+    // A futex wake for a program napping on its CQ is a system call: a unit, as a completion is.
+    const uint64_t woke = _stats.poller_wakes.load(std::memory_order_relaxed) - wakes_before;
+    units -= static_cast<unsigned>(std::min<uint64_t>(units, woke));
     if (given != units) {
         bump(_stats.work_units, given - units);
     }

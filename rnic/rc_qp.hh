@@ -145,8 +145,9 @@ class rc_qp {
     // A unit of work is what one packet costs the worker. Everything else a visit does is
     // charged in the same units: a WQE that sends no packet (a memory-window bind or
     // invalidate, a WR that fails locally) costs one, a completion written costs one, a WR
-    // flushed costs one. So a tenant cannot buy worker time with work that never reaches the
-    // wire; the engine gives each vNIC the same units per poll (engine.cc).
+    // flushed costs one, a futex wake for a program napping on its CQ costs one. So a tenant
+    // cannot buy worker time with work that never reaches the wire; the engine gives each vNIC
+    // the same units per poll (engine.cc), and charges a visit that spent none one unit.
     unsigned poll(packet_port& port, uint64_t now_ns, unsigned& units);
     // One packet addressed to this QP whose ICRC and source (the RCFT check) the engine
     // has already verified.
