@@ -177,9 +177,7 @@ class engine {
     // set). Engine thread.
     void set_vnic_local_work_rate(uint16_t vnic, uint64_t per_s);
     // Polls in which vNIC `vnic` sat out over its local-work allowance (any thread).
-    uint64_t vnic_over_allowance(uint16_t vnic) const {
-        return load_of(_over_allowance, vnic);
-    }
+    uint64_t vnic_over_allowance(uint16_t vnic) const { return load_of(_over_allowance, vnic); }
     // Visits to vNIC `vnic`'s QPs (any thread): what the worker spent looking at them.
     uint64_t vnic_visits(uint16_t vnic) const { return load_of(_vnic_visits, vnic); }
     // Futex wakes the worker made for programs of vNIC `vnic` napping on an empty CQ (any
@@ -335,9 +333,7 @@ class engine {
         std::size_t head = 0;
         std::size_t size = 0;
         std::size_t qps = 0;  // QPs of the vNIC
-        void push(rc_qp* qp) {
-            ring[(head + size++) & (ring.size() - 1)] = qp;
-        }
+        void push(rc_qp* qp) { ring[(head + size++) & (ring.size() - 1)] = qp; }
         rc_qp* pop() {
             rc_qp* qp = ring[head];
             head = (head + 1) & (ring.size() - 1);

@@ -312,8 +312,8 @@ inline void wake_doorbell(doorbell_page& p) {
 inline void ring_doorbell(doorbell_page& p, uint32_t qp_num) {
     const uint32_t slot = qp_num >> 8;
     if (slot < doorbell_qp_slots) {
-        shared_word(p.posted_qps[slot / 64]).fetch_or(uint64_t{1} << (slot % 64),
-                                                      std::memory_order_relaxed);
+        shared_word(p.posted_qps[slot / 64])
+            .fetch_or(uint64_t{1} << (slot % 64), std::memory_order_relaxed);
     }
     shared_index(p.posted).store(1, std::memory_order_seq_cst);
     std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -361,7 +361,7 @@ inline void wait_doorbell(doorbell_page& p, uint32_t seen, const timespec& timeo
 }
 
 constexpr uint32_t qp_ring_magic = 0x5051'4b4a;  // "JKQP"
-constexpr uint32_t qp_ring_version = 2;  // 2: doorbell_wanted per QP, doorbell bits
+constexpr uint32_t qp_ring_version = 2;          // 2: doorbell_wanted per QP, doorbell bits
 constexpr std::size_t wqe_size = 512;
 constexpr uint32_t wqe_max_sge = 16;
 constexpr std::size_t send_wqe_header_bytes = 96;

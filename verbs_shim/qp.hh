@@ -42,8 +42,7 @@ struct shim_qp {
     std::size_t ring_bytes;
     verbs_proto::send_wqe* sq;
     verbs_proto::recv_wqe* rq;
-    verbs_proto::doorbell_page*
-        doorbell;  // the vNIC's page: rung only when the ring asks for it
+    verbs_proto::doorbell_page* doorbell;  // the vNIC's page: rung only when the ring asks for it
     // What the QP really has (jakirod's reply): what the post verbs check work requests against.
     uint32_t sq_capacity;
     uint32_t rq_capacity;
