@@ -7,6 +7,10 @@ reaches the wire. The worker spends at most the vNIC's units per poll on it (rni
 and at most its local-work allowance per second (rdma.max_local_work_rate) on WRs that send
 nothing. The operator sees the neighbour meet both bounds in `jakiroctl qps`, `stats --json`
 and /metrics, and the victim's RDMA keeps moving every byte correctly meanwhile.
+
+A neighbour that only holds its quota of QPs, connected and idle, costs the worker's polls
+nothing: idle QPs are parked until rung (rnic/engine.hh "Visits"), and `stats --json` shows
+its vNIC's QP visits standing still while the victim's grow.
 """
 
 import json
