@@ -116,12 +116,13 @@ def test_a_neighbour_holding_its_quota_of_idle_qps_costs_the_worker_no_visits(tm
                    "the neighbour to hold its QPs")
         assert idle.poll() is None, out.read_text()
         assert units_of("t3")[2] == 1024, "the neighbour holds its whole quota"
-        # Its QPs were visited while they were being set up, then parked.
+
         def parked():
             seen = visits_of("t3")
             time.sleep(0.3)
             return visits_of("t3") == seen
 
+        # Its QPs were visited while they were being set up, then parked.
         wait_until(parked, 20, "the QPs to park")
         before = visits_of("t3")
         victim_before = visits_of("t1")
