@@ -3,7 +3,8 @@
 // page of jakirod's own (control calls, the rx waker) that no tenant ever maps, and one page per
 // vNIC that only that vNIC's clients map. No page is shared by two vNICs, so a tenant can neither
 // see another's rings (a covert channel) nor ring on its behalf; all it can do with its own page is
-// wake the worker early, which costs it one bounded visit. The worker waits on every page at once
+// set its QPs' bits (a visit each, charged to its vNIC: engine.cc take_doorbells) or wake the
+// worker early, which costs it one bounded visit. The worker waits on every page at once
 // with futex_waitv (Linux 5.16+), up to its 128 waiters; past 127 vNIC pages it caps each sleep at
 // `crowded_sleep_us` instead, so a page it does not watch is still seen soon.
 //

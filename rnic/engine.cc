@@ -22,6 +22,8 @@ namespace {
 // (~0.1-0.3 µs), so a poll spends at most some tens of µs on it; a host's QPs are all checked
 // within ceil(QPs / 128) polls.
 constexpr unsigned recheck_budget = 128;
+// QPs the policy recheck looks at per poll, checked or not (a look at a current one is a compare).
+constexpr unsigned recheck_looks = 4096;
 
 }  // namespace
 
@@ -31,6 +33,8 @@ engine::engine(uint16_t vnic_slots, uint32_t /*max_qps_per_vnic*/)
       _turns(vnic_slots),
       _local_work(vnic_slots),
       _over_allowance(vnic_slots),
+      _vnic_visits(vnic_slots),
+      _vnic_poller_wakes(vnic_slots),
       _vnic_held(vnic_slots),
       _own_doorbell(doorbell_memory::create()),
       _wake_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
@@ -51,7 +55,7 @@ uint32_t engine::doorbell_count() const {
 
 void engine::wake() {
     if (_own_doorbell != nullptr) {
-        verbs_proto::ring_doorbell(_own_doorbell->page());
+        verbs_proto::wake_doorbell(_own_doorbell->page());
     }
     if (_wake_fd >= 0) {
         const uint64_t one = 1;
@@ -144,8 +148,10 @@ void engine::add_qp(std::shared_ptr<rc_qp> qp) {
         _vnic_held.resize(vnic + 1);
         _local_work.resize(vnic + 1);
     }
-    _turns[vnic].qps.push_back(qp.get());
+    vnic_turns& turns = _turns[vnic];
+    turns.reserve(++turns.qps);
     qp->attach(this);
+    queue_visit(*qp);  // its first visit decides whether it has anything to do
     if (vnic < _vnic_rate_bps.size()) {
         qp->set_line_rate(0, _vnic_rate_bps[vnic]);  // a new QP's DCQCN clock starts at 0
     }
@@ -175,19 +181,18 @@ void engine::remove_qp(uint16_t vnic, uint32_t qpn) {
     if (rc_qp* qp = find(vnic, qpn); qp != nullptr) {
         _by_slot[vnic][qpn >> 8] = nullptr;
         vnic_turns& turns = _turns[vnic];
-        const auto at = std::find(turns.qps.begin(), turns.qps.end(), qp);
-        const auto index = static_cast<std::size_t>(at - turns.qps.begin());
-        turns.qps.erase(at);
-        if (index < turns.next) {
-            --turns.next;  // the same QP keeps the next turn
+        if (qp->turn().queued) {
+            turns.erase(qp);
+            qp->turn().queued = false;
         }
-        if (turns.next >= turns.qps.size()) {
-            turns.next = 0;
-        }
+        --turns.qps;
     }
     std::shared_ptr<rc_qp> gone;
     for (auto it = _active.begin(); it != _active.end(); ++it) {
         if ((*it)->vnic() == vnic && (*it)->qpn() == qpn) {
+            if (static_cast<std::size_t>(it - _active.begin()) < _recheck_from) {
+                --_recheck_from;  // the recheck goes on with the same QP
+            }
             gone = *it;
             _active.erase(it);
             break;
@@ -203,6 +208,107 @@ void engine::remove_qp(uint16_t vnic, uint32_t qpn) {
 #define JAKIRO_QP_COUNTER(name) sum.name += s.name.load(std::memory_order_relaxed);
 #include "qp_counters.def"
 #undef JAKIRO_QP_COUNTER
+    }
+}
+
+void engine::vnic_turns::reserve(std::size_t count) {
+    if (count <= ring.size()) {
+        return;
+    }
+    std::size_t capacity = std::max<std::size_t>(ring.size(), 4);
+    while (capacity < count) {
+        capacity *= 2;
+    }
+    std::vector<rc_qp*> bigger(capacity, nullptr);
+    for (std::size_t i = 0; i < size; ++i) {
+        bigger[i] = at(i);
+    }
+    ring.swap(bigger);
+    head = 0;
+}
+
+void engine::vnic_turns::erase(const rc_qp* qp) {
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < size; ++i) {
+        rc_qp* q = at(i);
+        if (q != qp) {
+            ring[(head + kept++) & (ring.size() - 1)] = q;
+        }
+    }
+    size = kept;
+}
+
+void engine::queue_visit(rc_qp& qp) {
+    rc_qp::turn_state& turn = qp.turn();
+    if (turn.queued || qp.vnic() >= _turns.size()) {
+        return;
+    }
+    turn.queued = true;
+    turn.idle_since_ns = 0;
+    // Queued, its producers are looked at every visit: the shim need not ring for it (until the
+    // worker sleeps: prepare_sleep asks again).
+    qp.ring().set_doorbell_wanted(false);
+    _turns[qp.vnic()].push(&qp);
+}
+
+bool engine::park(rc_qp& qp) {
+    qp.ring().set_doorbell_wanted(true);
+    verbs_proto::fence_after_wanting_doorbell();
+    if (qp.wants_visits()) {  // a post that came before the shim could see the flag
+        qp.ring().set_doorbell_wanted(false);
+        return false;
+    }
+    _counters.parked.fetch_add(1, std::memory_order_relaxed);
+    return true;
+}
+
+void engine::after_visit(rc_qp& qp, uint64_t now_ns) {
+    rc_qp::turn_state& turn = qp.turn();
+    if (turn.queued) {
+        return;  // queued again during the visit (it entered ERR)
+    }
+    bool keep = true;
+    if (qp.wants_visits()) {
+        turn.idle_since_ns = 0;
+    } else if (turn.idle_since_ns == 0) {
+        turn.idle_since_ns = now_ns | 1;  // 0 means busy
+    } else if (now_ns - turn.idle_since_ns >= park_after_idle_ns) {
+        keep = !park(qp);
+    }
+    if (keep) {
+        turn.queued = true;
+        _turns[qp.vnic()].push(&qp);
+    }
+}
+
+void engine::take_doorbells() {
+    for (std::size_t vnic = 0; vnic < _turns.size(); ++vnic) {
+        verbs_proto::doorbell_page* page = _doorbells.page_of(static_cast<uint16_t>(vnic));
+        if (page == nullptr || !verbs_proto::anything_posted(*page)) {
+            continue;
+        }
+        // Only the vNIC's own slot range is looked at, whatever bits its tenant set; a bit for a
+        // slot without a QP costs one look, one for a QP of its own a visit (its units).
+        const auto& slots = _by_slot[vnic];
+        verbs_proto::take_posted(*page, static_cast<uint32_t>(slots.size()), [&](uint32_t slot) {
+            if (rc_qp* qp = slots[slot]; qp != nullptr) {
+                queue_visit(*qp);
+            }
+        });
+    }
+}
+
+void engine::recheck_policy(packet_port& port, unsigned& rechecks_left) {
+    // Every QP once after each policy change, connected ones admitted again (a parked QP too:
+    // one whose peer lost its rule goes to ERR now, with IBV_EVENT_QP_FATAL, not at its next
+    // post). QPs made stale by a modify are queued and checked at their visit.
+    for (unsigned looks = 0;
+         _recheck_from < _active.size() && rechecks_left > 0 && looks < recheck_looks; ++looks) {
+        rc_qp& qp = *_active[_recheck_from++];
+        if (qp.admitted_generation() != _policy_generation) {
+            --rechecks_left;
+            admitted(qp, port);  // refused: ERR, queued, and its visit below flushes
+        }
     }
 }
 
@@ -231,17 +337,27 @@ bool engine::local_work::refill(uint64_t now_ns) {
 uint64_t engine::vnic_send_room(uint16_t vnic) const {
     // Only this vNIC's QPs: the shaper asks for every shaped vNIC, and another tenant's
     // thousand QPs must not make that question expensive.
-    if (vnic >= _by_slot.size()) {
+    if (vnic >= _turns.size()) {
         return 0;
     }
-    for (const rc_qp* qp : _by_slot[vnic]) {
-        if (qp != nullptr && qp->has_work()) {
-            // The largest request: a WRITE First's headers (BTH, RETH), a full payload, ICRC.
-            const uint32_t frame = frame_l2_l4_bytes +
-                                   opcode_info_of(opcode::rc_write_first).header_bytes +
-                                   qp->path_mtu_bytes() + icrc_bytes;
-            return uint64_t{vnic_units_per_poll} * qos::charged_bytes(frame);
+    // The largest request: a WRITE First's headers (BTH, RETH), a full payload, ICRC.
+    auto room_at = [](uint32_t mtu) {
+        const uint32_t frame = frame_l2_l4_bytes +
+                               opcode_info_of(opcode::rc_write_first).header_bytes + mtu +
+                               icrc_bytes;
+        return uint64_t{vnic_units_per_poll} * qos::charged_bytes(frame);
+    };
+    // The QPs its next pass visits first (parked ones have nothing to send).
+    const vnic_turns& turns = _turns[vnic];
+    for (std::size_t i = 0; i < std::min<std::size_t>(turns.size, vnic_units_per_pass); ++i) {
+        if (const rc_qp* qp = turns.at(i); qp->has_work()) {
+            return room_at(qp->path_mtu_bytes());
         }
+    }
+    // A parked QP was rung since the last poll, which queues it: room for the largest MTU.
+    if (const auto* page = _doorbells.page_of(vnic);
+        page != nullptr && verbs_proto::anything_posted(*page)) {
+        return room_at(mtu_bytes(IBV_MTU_4096));
     }
     return 0;
 }
@@ -278,21 +394,14 @@ bool engine::admitted(rc_qp& qp, packet_port& port) {
 unsigned engine::poll(packet_port& port, uint64_t now_ns) {
     run_calls();
     unsigned sent = _gsi.tx_pending() ? send_gsi(port) : 0;
+    take_doorbells();
     // After a policy change, QPs are checked again before any of them sends, so that the
     // intra-host shortcut finds both ends current; those beyond the budget wait a poll.
     unsigned rechecks_left = recheck_budget;
-    for (const auto& qp : _active) {
-        if (qp->admitted_generation() != _policy_generation) {
-            if (rechecks_left == 0) {
-                break;
-            }
-            --rechecks_left;
-            admitted(*qp, port);  // refused: ERR, and its poll below flushes
-        }
-    }
+    recheck_policy(port, rechecks_left);
     // Round robin in passes of vnic_units_per_pass units per vNIC, until nobody has anything more
     // to do now (window, QoS share, buffers) or the poll's cap is reached. Within a vNIC its
-    // QPs take turns (vnic_turns); which vNIC goes first moves on every poll.
+    // queued QPs take turns (vnic_turns); which vNIC goes first moves on every poll.
     const std::size_t vnics = _turns.size();
     const std::size_t first_vnic = vnics == 0 ? 0 : _first_vnic++ % vnics;
     std::fill(_vnic_held.begin(), _vnic_held.end(), 0);
@@ -302,7 +411,7 @@ unsigned engine::poll(packet_port& port, uint64_t now_ns) {
         for (std::size_t k = 0; k < vnics; ++k) {
             const std::size_t vnic = (first_vnic + k) % vnics;
             vnic_turns& turns = _turns[vnic];
-            const std::size_t count = turns.qps.size();
+            const std::size_t count = turns.size;
             if (count == 0) {
                 continue;
             }
@@ -314,23 +423,54 @@ unsigned engine::poll(packet_port& port, uint64_t now_ns) {
                 continue;  // over its allowance: it sits this poll out
             }
             unsigned left = vnic_units_per_pass;
+            uint64_t visits = 0;
+            uint64_t wakes = 0;
             for (std::size_t visited = 0; visited < count && left > 0 && allowance.tokens > 0;
                  ++visited) {
-                rc_qp& qp = *turns.qps[turns.next];
-                turns.next = turns.next + 1 == count ? 0 : turns.next + 1;
+                rc_qp& qp = *turns.pop();
+                qp.turn().queued = false;
                 if (qp.admitted_generation() != _policy_generation) {
-                    continue;  // not checked under the current policy yet: next poll
+                    if (rechecks_left == 0) {
+                        // Not checked under the current policy yet: a later poll. Passing it
+                        // over costs a unit, so that a queue of such QPs is not cycled through.
+                        qp.turn().queued = true;
+                        turns.push(&qp);
+                        --left;
+                        continue;
+                    }
+                    --rechecks_left;
+                    admitted(qp, port);  // refused: ERR, and this visit flushes
                 }
                 const unsigned before = left;
-                const uint64_t silent_before =
-                    qp.stats().silent_wrs.load(std::memory_order_relaxed);
+                const rc_qp_stats& stats = qp.stats();
+                const uint64_t silent_before = stats.silent_wrs.load(std::memory_order_relaxed);
+                const uint64_t wakes_before = stats.poller_wakes.load(std::memory_order_relaxed);
                 const unsigned sent_now = qp.poll(port, now_ns, left);
+                // A futex wake for a napping poller (a unit, rc_qp::poll) is local work too, as
+                // a WR that sends nothing is.
+                const uint64_t woke =
+                    stats.poller_wakes.load(std::memory_order_relaxed) - wakes_before;
                 allowance.tokens -= static_cast<int64_t>(
-                    qp.stats().silent_wrs.load(std::memory_order_relaxed) - silent_before);
-                _vnic_held[qp.vnic()] |= qp.held_back() ? 1 : 0;
+                    stats.silent_wrs.load(std::memory_order_relaxed) - silent_before + woke);
+                _vnic_held[vnic] |= qp.held_back() ? 1 : 0;
                 sent += sent_now;
                 this_pass += sent_now + (before - left);
+                // Looking costs its vNIC a unit even when the QP had nothing to do (not work:
+                // it does not keep the worker from napping).
+                if (left == before) {
+                    --left;
+                }
+                ++visits;
+                wakes += woke;
+                after_visit(qp, now_ns);
             }
+            if (vnic < _vnic_visits.size()) {
+                _vnic_visits[vnic].fetch_add(visits, std::memory_order_relaxed);
+                if (wakes > 0) {
+                    _vnic_poller_wakes[vnic].fetch_add(wakes, std::memory_order_relaxed);
+                }
+            }
+            bump(_counters.visits, visits);
         }
         work += this_pass;
         if (this_pass == 0) {
@@ -452,7 +592,9 @@ engine::receive_verdict engine::receive_datagram(inbound_packet& in, packet_port
         v = meter_datagram(in);
     }
     if (v.proceeds()) {
+        const uint64_t wakes_before = in.qp->stats().poller_wakes.load(std::memory_order_relaxed);
         in.qp->receive(in.packet(), port, in.now_ns);
+        after_receive(*in.qp, wakes_before);
         v = receive_verdict::taken();
     }
     return v;
@@ -542,11 +684,30 @@ void engine::deliver_connected(inbound_packet& in, packet_port& port) {
         // RC is paced, not dropped (a drop costs a go-back-N retransmission): the CNP is the
         // signal, and the sender is another jakirod, which honours it.
     }
+    const uint64_t wakes_before = qp->stats().poller_wakes.load(std::memory_order_relaxed);
     qp->receive(in.packet(), port, in.now_ns);
+    after_receive(*qp, wakes_before);
     if (const uint64_t sent =
             qp->stats().packets_sent.load(std::memory_order_relaxed) - sent_before;
         sent > 0) {
         bump(_counters.sent, sent);
+    }
+}
+
+void engine::after_receive(rc_qp& qp, uint64_t wakes_before) {
+    // A packet may leave the QP something to do (an ACK owed, READ responses, retirements).
+    queue_visit(qp);
+    // The futex wakes its completions cost: charged to the vNIC's local-work allowance here,
+    // where no units are counted (packets are bounded by the peer's sending and the vNIC's share).
+    const uint64_t woke = qp.stats().poller_wakes.load(std::memory_order_relaxed) - wakes_before;
+    if (woke > 0) {
+        const uint16_t vnic = qp.vnic();
+        if (vnic < _local_work.size()) {
+            _local_work[vnic].tokens -= static_cast<int64_t>(woke);
+        }
+        if (vnic < _vnic_poller_wakes.size()) {
+            _vnic_poller_wakes[vnic].fetch_add(woke, std::memory_order_relaxed);
+        }
     }
 }
 
@@ -604,16 +765,35 @@ bool engine::prepare_sleep() {
         return false;
     }
     // A vNIC over its local-work allowance has no work the worker could do before it refills
-    // (the nap is shorter than that), and its clients need not ring: the worker comes anyway.
-    auto waits_for_allowance = [this](const rc_qp& qp) {
-        return qp.vnic() < _local_work.size() && _local_work[qp.vnic()].tokens <= 0;
+    // (the nap is shorter than that), and its clients need not wake it: the worker comes anyway.
+    auto waits_for_allowance = [this](std::size_t vnic) {
+        return vnic < _local_work.size() && _local_work[vnic].tokens <= 0;
     };
-    for (const auto& qp : _active) {
-        qp->ring().set_sleeping(!waits_for_allowance(*qp));
+    // Parked QPs ask for the doorbell already; the queued ones do from now on, and every page
+    // that may wake the worker says it sleeps. Only queued QPs are looked at: the cost of going
+    // to sleep does not grow with the idle QPs tenants hold either.
+    for (std::size_t vnic = 0; vnic < _turns.size(); ++vnic) {
+        const bool wakes = !waits_for_allowance(vnic);
+        if (auto* page = _doorbells.page_of(static_cast<uint16_t>(vnic)); page != nullptr) {
+            verbs_proto::set_worker_sleeping(*page, wakes);
+        }
+        const vnic_turns& turns = _turns[vnic];
+        for (std::size_t i = 0; i < turns.size; ++i) {
+            turns.at(i)->ring().set_doorbell_wanted(wakes);
+        }
     }
-    verbs_proto::fence_before_sleeping();
-    for (const auto& qp : _active) {
-        if (!waits_for_allowance(*qp) && qp->has_work()) {
+    verbs_proto::fence_after_wanting_doorbell();
+    for (std::size_t vnic = 0; vnic < _turns.size(); ++vnic) {
+        if (waits_for_allowance(vnic)) {
+            continue;
+        }
+        const auto* page = _doorbells.page_of(static_cast<uint16_t>(vnic));
+        bool work = page != nullptr && verbs_proto::anything_posted(*page);
+        const vnic_turns& turns = _turns[vnic];
+        for (std::size_t i = 0; i < turns.size && !work; ++i) {
+            work = turns.at(i)->has_work();
+        }
+        if (work) {
             after_sleep();
             return false;
         }
@@ -626,8 +806,14 @@ void engine::sleep(uint64_t us) {
 }
 
 void engine::after_sleep() {
-    for (const auto& qp : _active) {
-        qp->ring().set_sleeping(false);
+    for (std::size_t vnic = 0; vnic < _turns.size(); ++vnic) {
+        if (auto* page = _doorbells.page_of(static_cast<uint16_t>(vnic)); page != nullptr) {
+            verbs_proto::set_worker_sleeping(*page, false);
+        }
+        const vnic_turns& turns = _turns[vnic];
+        for (std::size_t i = 0; i < turns.size; ++i) {
+            turns.at(i)->ring().set_doorbell_wanted(false);
+        }
     }
     bool own_rang = false;
     if (_doorbells.rung_since_armed(own_doorbell(), own_rang) > 0 || own_rang) {

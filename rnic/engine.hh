@@ -23,9 +23,17 @@
 // and packets still arriving for it are `revoked` drops. So no packet of a connection moves
 // under a policy that no longer allows it, as the NFT's generation does for TCP flows.
 //
-// Doorbells (doorbell_set.hh): one page per vNIC, whose count the shim bumps (and futex-wakes)
-// after posting when the rings say the worker sleeps (verbs_abi/rings.hh); the worker's sleep
-// waits on all of them.
+// Visits (engine.cc poll): the worker visits only the QPs in its vNIC's queue, those with work
+// or with something pending (WRs in flight and their timers, an ACK owed, a restored clock:
+// rc_qp::wants_visits); a QP that has had nothing of the kind for park_after_idle_ns is parked
+// and costs the worker nothing until the shim rings it (a bit per QP in the vNIC's doorbell
+// page), a packet arrives for it, or a control call changes it. So a poll costs what the queued
+// QPs cost, however many idle QPs tenants hold, as a hardware NIC's doorbells make it; and every
+// visit costs its vNIC a unit at least.
+//
+// Doorbells (doorbell_set.hh): one page per vNIC, whose bits the shim sets after posting to a
+// parked QP, and whose count it bumps (and futex-wakes) when the page says the worker sleeps
+// (verbs_abi/rings.hh); the worker's sleep waits on all of them.
 
 #include <array>
 #include <atomic>
@@ -52,6 +60,9 @@ struct engine_counters {
     std::atomic<uint64_t> received{0};
     std::atomic<uint64_t> sent{0};
     std::atomic<uint64_t> doorbells{0};
+    // QP visits (each at least a unit of its vNIC's), and QPs parked (idle, left alone until rung).
+    std::atomic<uint64_t> visits{0};
+    std::atomic<uint64_t> parked{0};
     // Policy changes: connected QPs whose peer was admitted again, and those refused (ERR).
     std::atomic<uint64_t> rechecks{0};
     std::atomic<uint64_t> qps_revoked{0};
@@ -96,6 +107,11 @@ class engine {
     static constexpr uint64_t default_local_work_per_s = 100'000;
     // What may be spent at once after a quiet spell: a full ring's flush of the largest SQ.
     static constexpr int64_t local_work_burst = 4096;
+    // How long a QP's visits find nothing to do before it is parked: about a round trip on the
+    // overlay, so that a ping-pong's QPs stay queued between messages (a parked QP's next post
+    // costs its shim a doorbell write and the worker a look at the page), while a QP left idle
+    // stops costing visits soon.
+    static constexpr uint64_t park_after_idle_ns = 100'000;
 
     // QP handles are (slot << 8) | tag with slots below `max_qps_per_vnic` + 1.
     engine(uint16_t vnic_slots, uint32_t max_qps_per_vnic);
@@ -147,7 +163,12 @@ class engine {
     void forget_vnic(uint16_t vnic);
     // The policy generation of the tables the worker runs with (once per iteration, before any
     // receive or poll of that iteration).
-    void use_policy(uint32_t generation) { _policy_generation = generation; }
+    void use_policy(uint32_t generation) {
+        if (generation != _policy_generation) {
+            _policy_generation = generation;
+            _recheck_from = 0;  // every QP is checked again, recheck_budget per poll
+        }
+    }
     // vNIC `vnic`'s QoS rate in bit/s, 0 when it is not shaped (at start and on every QoS
     // change the worker sees): DCQCN's line rate for each of its QPs (rc_qp::set_line_rate),
     // now and for every QP added later.
@@ -156,10 +177,15 @@ class engine {
     // set). Engine thread.
     void set_vnic_local_work_rate(uint16_t vnic, uint64_t per_s);
     // Polls in which vNIC `vnic` sat out over its local-work allowance (any thread).
-    uint64_t vnic_over_allowance(uint16_t vnic) const {
-        return vnic < _over_allowance.size() ? _over_allowance[vnic].load(std::memory_order_relaxed)
-                                             : 0;
-    }
+    uint64_t vnic_over_allowance(uint16_t vnic) const { return load_of(_over_allowance, vnic); }
+    // Visits to vNIC `vnic`'s QPs (any thread): what the worker spent looking at them.
+    uint64_t vnic_visits(uint16_t vnic) const { return load_of(_vnic_visits, vnic); }
+    // Futex wakes the worker made for programs of vNIC `vnic` napping on an empty CQ (any
+    // thread); each is charged to the vNIC as a unit of work and of its local-work allowance.
+    uint64_t vnic_poller_wakes(uint16_t vnic) const { return load_of(_vnic_poller_wakes, vnic); }
+    // `qp` may have work: it goes into its vNIC's queue of QPs to visit, if not there yet (engine
+    // thread; rc_qp calls it on modify and on entering ERR, the engine on a packet or a ring).
+    void queue_visit(rc_qp& qp);
     uint32_t policy_generation() const { return _policy_generation; }
     // The worker that will poll from now on; call() then goes through the mailbox.
     void attach();
@@ -200,6 +226,18 @@ class engine {
     rc_qp* find(uint16_t vnic, uint32_t qpn) const;
 
   private:
+    static uint64_t load_of(const std::vector<std::atomic<uint64_t>>& counters, uint16_t vnic) {
+        return vnic < counters.size() ? counters[vnic].load(std::memory_order_relaxed) : 0;
+    }
+    // Queues the QPs the shims rang since the last look (the bits of every vNIC's page).
+    void take_doorbells();
+    // After a policy change: checks up to `rechecks_left` more QPs again (counted down).
+    void recheck_policy(packet_port& port, unsigned& rechecks_left);
+    // After a visit that left `qp` out of its queue: back in it, or parked.
+    void after_visit(rc_qp& qp, uint64_t now_ns);
+    // The QP asks the shim for a doorbell and leaves the queue; false (and it stays queued) if
+    // work came meanwhile.
+    bool park(rc_qp& qp);
     void drop(engine_drop reason) {
         _counters.drops[static_cast<std::size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
     }
@@ -258,6 +296,8 @@ class engine {
     inline receive_verdict check_policy(inbound_packet& in, packet_port& port);
     inline receive_verdict take_cnp(inbound_packet& in);
     inline void deliver_connected(inbound_packet& in, packet_port& port);
+    // After a packet went into `qp`: queued for a visit, and charged the poller wakes it caused.
+    void after_receive(rc_qp& qp, uint64_t wakes_before);
     // A datagram to QP1: handed to the control side if it carries the GSI Q_Key, comes from a
     // QP1 and holds a MAD. Tenants cannot send that (controlled Q_Keys are refused at modify
     // time and replaced per WR by the QP's own, and their source QPN is never 1), so only an
@@ -284,14 +324,30 @@ class engine {
     std::chrono::milliseconds _call_timeout{5000};  // control thread
     std::vector<std::vector<rc_qp*>> _by_slot;      // [vnic][qpn >> 8], engine thread
     std::vector<std::shared_ptr<rc_qp>> _active;    // engine thread; copied into _reported
-    // One vNIC's QPs in the order they take turns at its units, and whose turn is next: a
-    // vNIC whose units run out stops where it is and goes on from there in the next pass or
-    // poll, so its other QPs cost the worker nothing meanwhile.
+    // One vNIC's queued QPs (rc_qp::turn_state::queued) in the order they take turns at its
+    // units: a FIFO ring with room for every QP of the vNIC (each is in it at most once), so a
+    // vNIC whose units run out goes on where it stopped in the next pass or poll; its parked
+    // QPs are in no queue and cost nothing.
     struct vnic_turns {
-        std::vector<rc_qp*> qps;
-        std::size_t next = 0;
+        std::vector<rc_qp*> ring;  // capacity: a power of two >= qps
+        std::size_t head = 0;
+        std::size_t size = 0;
+        std::size_t qps = 0;  // QPs of the vNIC
+        void push(rc_qp* qp) { ring[(head + size++) & (ring.size() - 1)] = qp; }
+        rc_qp* pop() {
+            rc_qp* qp = ring[head];
+            head = (head + 1) & (ring.size() - 1);
+            --size;
+            return qp;
+        }
+        rc_qp* at(std::size_t i) const { return ring[(head + i) & (ring.size() - 1)]; }
+        // Room for `count` QPs, keeping the queue's order.
+        void reserve(std::size_t count);
+        // Takes `qp` out of the queue, keeping the others' order.
+        void erase(const rc_qp* qp);
     };
     std::vector<vnic_turns> _turns;  // [vnic], engine thread
+    std::size_t _recheck_from = 0;   // _active index the policy recheck goes on from
     // A vNIC's local-work token bucket (WRs; negative: in debt for the last visit's work).
     struct local_work {
         int64_t tokens = local_work_burst;
@@ -303,6 +359,8 @@ class engine {
     std::vector<local_work> _local_work;  // [vnic], engine thread
     // [vnic] polls the vNIC sat out over its allowance; one per slot the engine was made for.
     std::vector<std::atomic<uint64_t>> _over_allowance;
+    std::vector<std::atomic<uint64_t>> _vnic_visits;        // [vnic]
+    std::vector<std::atomic<uint64_t>> _vnic_poller_wakes;  // [vnic]
     std::size_t _first_vnic = 0;           // which vNIC goes first; moves on every poll; engine
     std::vector<uint8_t> _vnic_held;       // [vnic] vnic_held_back(); engine
     uint32_t _policy_generation = 0;       // engine thread

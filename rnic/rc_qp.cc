@@ -83,6 +83,9 @@ int rc_qp::modify(const ibv_qp_attr& attr, int mask) {
         reset();
     }
     publish_stats();
+    if (_engine != nullptr) {
+        _engine->queue_visit(*this);  // a new state may have work: RTS with WRs posted, ERR
+    }
     return 0;
 }
 
@@ -117,9 +120,20 @@ bool rc_qp::has_work() const {
             psn_diff(_next_psn, _una) < static_cast<int32_t>(send_window_packets));
 }
 
+bool rc_qp::wants_visits() const {
+    const verbs::qp_ring& ring = *_s.ring;
+    return has_work() || ring.send_retired() != ring.send_taken() || _local.active ||
+           !ring.rings_doorbell();
+}
+
 unsigned rc_qp::poll(packet_port& port, uint64_t now_ns, unsigned& units) {
     const unsigned given = units;
+    bump(_stats.visits, 1);
+    const uint64_t wakes_before = _stats.poller_wakes.load(std::memory_order_relaxed);
     const unsigned sent = visit(port, now_ns, units);
+    // A futex wake for a program napping on its CQ is a system call: a unit, as a completion is.
+    const uint64_t woke = _stats.poller_wakes.load(std::memory_order_relaxed) - wakes_before;
+    units -= static_cast<unsigned>(std::min<uint64_t>(units, woke));
     if (given != units) {
         bump(_stats.work_units, given - units);
     }
@@ -212,7 +226,11 @@ bool rc_qp::complete(verbs::completion_queue& cq, const proto::cqe& c) {
     if (c.status != IBV_WC_SUCCESS) {
         bump(_stats.error_completions, 1);
     }
+    const uint64_t wakes_before = cq.poller_wakes();
     if (cq.complete(c)) {
+        if (cq.poller_wakes() != wakes_before) {
+            bump(_stats.poller_wakes, 1);  // the engine charges it to the vNIC (engine.cc)
+        }
         return true;
     }
     // The CQ overflowed (its owner hears IBV_EVENT_CQ_ERR): the QP cannot report any more.
@@ -228,6 +246,9 @@ bool rc_qp::complete(verbs::completion_queue& cq, const proto::cqe& c) {
 
 void rc_qp::enter_error() {
     _machine.enter_error();
+    if (_engine != nullptr) {
+        _engine->queue_visit(*this);  // its WRs flush on its next visits
+    }
 }
 
 bool rc_qp::flush_pending() const {

@@ -145,21 +145,36 @@ class rc_qp {
     // A unit of work is what one packet costs the worker. Everything else a visit does is
     // charged in the same units: a WQE that sends no packet (a memory-window bind or
     // invalidate, a WR that fails locally) costs one, a completion written costs one, a WR
-    // flushed costs one. So a tenant cannot buy worker time with work that never reaches the
-    // wire; the engine gives each vNIC the same units per poll (engine.cc).
+    // flushed costs one, a futex wake for a program napping on its CQ costs one. So a tenant
+    // cannot buy worker time with work that never reaches the wire; the engine gives each vNIC
+    // the same units per poll (engine.cc), and charges a visit that spent none one unit.
     unsigned poll(packet_port& port, uint64_t now_ns, unsigned& units);
     // One packet addressed to this QP whose ICRC and source (the RCFT check) the engine
     // has already verified.
     void receive(const roce_packet& p, packet_port& port, uint64_t now_ns);
     // Anything posted or owed that poll() would act on right now?
     bool has_work() const;
+    // Must the engine keep visiting it without being told? Work now (has_work), or something a
+    // later visit finishes by itself: WRs taken and not yet retired (their ACKs, retransmission,
+    // RNR and ACK-request timers), a memory-to-memory message under way, a restored QP's
+    // clock. A QP without any of these gains work only from outside: a post (the shim rings its
+    // doorbell), a packet (engine::receive), a control call (modify) or its peer on the same
+    // host (enter_error); each of those queues it again (engine::queue_visit).
+    bool wants_visits() const;
+    // The engine's bookkeeping of the QP's turns (engine.cc): whether it is in its vNIC's queue
+    // of QPs to visit, and since when its visits found nothing to do.
+    struct turn_state {
+        bool queued = false;
+        uint64_t idle_since_ns = 0;  // 0: the last visit found it busy
+    };
+    turn_state& turn() { return _turn; }
     // The path MTU's payload bytes per packet (IB MTU, ibv_modify_qp).
     uint32_t path_mtu_bytes() const { return _mtu; }
     // The last poll stopped with requests left for a reason that may last: DCQCN's pacer, an
     // RNR wait, or no frame buffer from the port (the shaper tells DHTB, qos/scheduler.hh).
     bool held_back() const { return _held_back; }
     // The engine that runs it (for the intra-host shortcut's peer lookup); set by add_qp.
-    void attach(const engine* e) { _engine = e; }
+    void attach(engine* e) { _engine = e; }
 
     // DCQCN (docs/architecture.md §6): the receiver's CNP pacing for this QP, a CNP from the peer
     // (cut the sending rate), and sending one to the peer.
@@ -430,7 +445,8 @@ class rc_qp {
     void publish_stats();
 
     rc_qp_setup _s;
-    const engine* _engine = nullptr;
+    engine* _engine = nullptr;
+    turn_state _turn;
     qp_state_machine _machine;
     rc_qp_stats _stats;
     uint32_t _remote_ip_be = 0;

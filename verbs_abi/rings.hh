@@ -151,14 +151,16 @@ inline bool take_arm(cq_ring_header& h, bool solicited) {
 // (nap_until_completion). The fence pairs with the poller's: either jakirod sees the flag or the
 // poller sees the new producer. A system call only while a poller naps, and at most one per nap
 // (the flag is taken); a program that keeps the flag set costs jakirod one wake per completion of
-// its own, less than an armed completion channel costs it.
-inline void wake_napping_poller(cq_ring_header& h) {
+// its own, which jakirod charges to its vNIC as work. True if it made the call.
+inline bool wake_napping_poller(cq_ring_header& h) {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     auto napping = shared_index(h.poller_napping);
     if (napping.load(std::memory_order_relaxed) != 0 &&
         napping.exchange(0, std::memory_order_relaxed) != 0) {
         syscall(SYS_futex, &h.poller_napping, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+        return true;
     }
+    return false;
 }
 
 inline void mark_overflow(cq_ring_header& h) {
@@ -243,7 +245,8 @@ inline uint32_t drop_completions_of(cq_ring_header& h, uint32_t capacity, uint32
 //  offset   64  line 1: SQ consumer                      written by jakirod only: slots retired
 //  offset  128  line 2: RQ producer                      written by the shim only
 //  offset  192  line 3: RQ consumer                      written by jakirod only: slots consumed
-//  offset  256  line 4: sleeping (jakirod sets it while its worker sleeps; the shim reads it)
+//  offset  256  line 4: doorbell_wanted (jakirod sets it while it does not look at this QP's
+//               producers unless rung; the shim reads it)
 //  offset  320  line 5: magic "JKQP", version, capacities, slot size, offsets
 //  offset  512  SQ slots[sq_capacity] (send_wqe, 512 bytes), then RQ slots (recv_wqe, 512)
 //
@@ -254,31 +257,103 @@ inline uint32_t drop_completions_of(cq_ring_header& h, uint32_t capacity, uint32
 // it. Full when producer - consumer == capacity. jakirod never trusts the ring: a producer
 // more than `capacity` ahead of its own consumer reads as "nothing new" and moves the QP to ERR.
 //
-// Doorbell: before its worker sleeps, jakirod notes every doorbell page's count, sets
-// `sleeping` in every QP ring, fences and looks at the producers once more, then waits on the
-// counts (shared futexes, futex_waitv, with a timeout); after publishing, the shim fences and, if
-// `sleeping` is set, bumps the count and wakes the futex (ring_doorbell). Not an eventfd: its
-// O_NONBLOCK flag is shared by every holder, so one tenant could make jakirod's read of it block; a
-// futex wait always ends at its timeout, and all a tenant can do to the page is wake jakirod early.
+// Doorbell. jakirod's worker looks at the producers only of the QPs it has queued for visits (a
+// QP with work, or with something pending: WRs in flight, an ACK owed); the others are parked,
+// and a parked QP costs the worker nothing until it is rung, as a hardware NIC's queues do. The
+// QP ring's `doorbell_wanted` says which: jakirod sets it when it parks the QP, fences and looks
+// at the producers once more (un-parking it if work came meanwhile); it sets it on every queued
+// QP too before its worker sleeps. After publishing, the shim fences and, if `doorbell_wanted`
+// is set, rings the vNIC's doorbell page for that QP (ring_doorbell): it sets the QP's bit in
+// the page (qp_num >> 8 is the QP's slot) and the page's `posted` word, fences, and only if the
+// page says the worker sleeps (`worker_sleeping`, set before the worker's last look at the
+// pages) bumps the count and wakes the futex. So a post costs no system call while the worker
+// is awake, and either jakirod sees the new producer (or the bit) or the shim sees the flag.
+// Not an eventfd: its O_NONBLOCK flag is shared by every holder, so one tenant could make
+// jakirod's read of it block; a futex wait always ends at its timeout. All a tenant can do to
+// its own page is set bits (queueing its own QPs for a visit each, charged to its vNIC), clear
+// them (its posts wait, up to the worker's next nap's end) or wake jakirod early.
 
 // A vNIC's doorbell: one page (a sealed memfd) that jakirod and the clients with a QP on that
 // vNIC map; no two vNICs share one (rnic/doorbell_set.hh).
+//
+//  offset    0  line 0: rings (u32): bumped by every ring while the worker sleeps; the futex word
+//  offset   64  line 1: worker_sleeping (u32): jakirod sets it before its worker sleeps
+//  offset  128  line 2: posted (u32): the shim sets it after setting a QP's bit below
+//  offset  192  posted_qps: one bit per QP slot (qp_num >> 8), set by the shim, taken by jakirod
+constexpr std::size_t doorbell_qp_words = (ring_page - 3 * cache_line) / sizeof(uint64_t);
+constexpr uint32_t doorbell_qp_slots = doorbell_qp_words * 64;
+
 struct doorbell_page {
-    alignas(cache_line) uint32_t rings;  // bumped by every ring; the futex word
-    uint8_t reserved[ring_page - cache_line];
+    alignas(cache_line) uint32_t rings;
+    alignas(cache_line) uint32_t worker_sleeping;
+    alignas(cache_line) uint32_t posted;
+    alignas(cache_line) uint64_t posted_qps[doorbell_qp_words];
 };
 static_assert(sizeof(doorbell_page) == ring_page);
+static_assert(offsetof(doorbell_page, worker_sleeping) == 64);
+static_assert(offsetof(doorbell_page, posted) == 128);
+static_assert(offsetof(doorbell_page, posted_qps) == 192);
+static_assert(std::atomic_ref<uint64_t>::is_always_lock_free);
 constexpr std::size_t doorbell_bytes = sizeof(doorbell_page);
 
-// Shim: wakes the engine (FUTEX_WAKE on a shared mapping: not FUTEX_PRIVATE_FLAG).
-inline void ring_doorbell(doorbell_page& p) {
-    std::atomic_ref<uint32_t>(p.rings).fetch_add(1, std::memory_order_seq_cst);
+inline std::atomic_ref<uint64_t> shared_word(const uint64_t& word) {
+    return std::atomic_ref<uint64_t>(const_cast<uint64_t&>(word));
+}
+
+// Wakes a sleeping engine (FUTEX_WAKE on a shared mapping: not FUTEX_PRIVATE_FLAG); jakirod's
+// own page is rung this way (engine::wake).
+inline void wake_doorbell(doorbell_page& p) {
+    shared_index(p.rings).fetch_add(1, std::memory_order_seq_cst);
     syscall(SYS_futex, &p.rings, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+// Shim: QP `qp_num` has new work (see "Doorbell" above). The seq_cst store of `posted` pairs
+// with the fence after jakirod sets `worker_sleeping`: either jakirod sees `posted` before it
+// sleeps, or the shim sees `worker_sleeping` and wakes it.
+inline void ring_doorbell(doorbell_page& p, uint32_t qp_num) {
+    const uint32_t slot = qp_num >> 8;
+    if (slot < doorbell_qp_slots) {
+        shared_word(p.posted_qps[slot / 64])
+            .fetch_or(uint64_t{1} << (slot % 64), std::memory_order_relaxed);
+    }
+    shared_index(p.posted).store(1, std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (shared_index(p.worker_sleeping).load(std::memory_order_relaxed) != 0) {
+        wake_doorbell(p);
+    }
 }
 // jakirod: the count to wait on, read before the last look at the rings.
 inline uint32_t doorbell_count(const doorbell_page& p) {
-    return std::atomic_ref<uint32_t>(const_cast<uint32_t&>(p.rings))
-        .load(std::memory_order_acquire);
+    return shared_index(p.rings).load(std::memory_order_acquire);
+}
+// jakirod: before (true) and after (false) its worker sleeps.
+inline void set_worker_sleeping(doorbell_page& p, bool sleeping) {
+    shared_index(p.worker_sleeping).store(sleeping ? 1 : 0, std::memory_order_relaxed);
+}
+// jakirod: has a QP been rung since take_posted last ran? (A cheap look, no write.)
+inline bool anything_posted(const doorbell_page& p) {
+    return shared_index(p.posted).load(std::memory_order_relaxed) != 0;
+}
+// jakirod: takes the bits of the slots below `slots` that were rung, calling `fn(slot)` for each;
+// bits set meanwhile stay for the next call (`posted` is taken first, then the words).
+template <typename Fn>
+inline void take_posted(doorbell_page& p, uint32_t slots, Fn&& fn) {
+    if (shared_index(p.posted).exchange(0, std::memory_order_acquire) == 0) {
+        return;
+    }
+    const uint32_t limit = slots < doorbell_qp_slots ? slots : doorbell_qp_slots;
+    for (uint32_t w = 0; w * 64 < limit; ++w) {
+        auto word = shared_word(p.posted_qps[w]);
+        if (word.load(std::memory_order_relaxed) == 0) {
+            continue;
+        }
+        for (uint64_t bits = word.exchange(0, std::memory_order_acquire); bits != 0;
+             bits &= bits - 1) {
+            const uint32_t slot = w * 64 + static_cast<uint32_t>(__builtin_ctzll(bits));
+            if (slot < limit) {
+                fn(slot);
+            }
+        }
+    }
 }
 // jakirod: sleeps until the count moves away from `seen`, a wake, or `timeout`.
 inline void wait_doorbell(doorbell_page& p, uint32_t seen, const timespec& timeout) {
@@ -286,7 +361,7 @@ inline void wait_doorbell(doorbell_page& p, uint32_t seen, const timespec& timeo
 }
 
 constexpr uint32_t qp_ring_magic = 0x5051'4b4a;  // "JKQP"
-constexpr uint32_t qp_ring_version = 1;
+constexpr uint32_t qp_ring_version = 2;          // 2: doorbell_wanted per QP, doorbell bits
 constexpr std::size_t wqe_size = 512;
 constexpr uint32_t wqe_max_sge = 16;
 constexpr std::size_t send_wqe_header_bytes = 96;
@@ -347,7 +422,7 @@ struct qp_ring_header {
     alignas(cache_line) uint32_t sq_consumer;
     alignas(cache_line) uint32_t rq_producer;
     alignas(cache_line) uint32_t rq_consumer;
-    alignas(cache_line) uint32_t sleeping;
+    alignas(cache_line) uint32_t doorbell_wanted;
     alignas(cache_line) uint32_t magic;
     uint32_t version;
     uint32_t sq_capacity;
@@ -359,7 +434,7 @@ struct qp_ring_header {
     uint8_t reserved[cache_line * 3 - 36];
 };
 static_assert(sizeof(qp_ring_header) == 512);
-static_assert(offsetof(qp_ring_header, sleeping) == 256);
+static_assert(offsetof(qp_ring_header, doorbell_wanted) == 256);
 static_assert(offsetof(qp_ring_header, magic) == 320);
 
 constexpr std::size_t qp_ring_bytes(uint32_t sq_capacity, uint32_t rq_capacity) {
@@ -386,11 +461,12 @@ inline void publish_wqes(uint32_t& producer_index, uint32_t producer) {
 inline uint32_t load_retired_acquire(const uint32_t& consumer_index) {
     return shared_index(consumer_index).load(std::memory_order_acquire);
 }
-// After publishing: does jakirod sleep? The fence pairs with fence_before_sleeping, so either
-// jakirod sees the new producer or the shim sees `sleeping` and rings the doorbell.
-inline bool engine_sleeping_after_publish(const qp_ring_header& h) {
+// After publishing: must the shim ring (the QP is parked, or the worker sleeps)? The fence pairs
+// with fence_after_wanting_doorbell, so either jakirod sees the new producer or the shim sees
+// `doorbell_wanted` and rings the doorbell.
+inline bool doorbell_wanted_after_publish(const qp_ring_header& h) {
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    return shared_index(h.sleeping).load(std::memory_order_relaxed) != 0;
+    return shared_index(h.doorbell_wanted).load(std::memory_order_relaxed) != 0;
 }
 
 // ---- jakirod side (consumer of WQEs)
@@ -401,11 +477,12 @@ inline uint32_t load_posted_acquire(const uint32_t& producer_index) {
 inline void retire_slots(uint32_t& consumer_index, uint32_t consumer) {
     shared_index(consumer_index).store(consumer, std::memory_order_release);
 }
-inline void set_sleeping(qp_ring_header& h, bool sleeping) {
-    shared_index(h.sleeping).store(sleeping ? 1 : 0, std::memory_order_relaxed);
+inline void set_doorbell_wanted(qp_ring_header& h, bool wanted) {
+    shared_index(h.doorbell_wanted).store(wanted ? 1 : 0, std::memory_order_relaxed);
 }
-// Between setting `sleeping` and the last look at the producers before sleeping.
-inline void fence_before_sleeping() {
+// Between setting `doorbell_wanted` (or a page's `worker_sleeping`) and the last look at the
+// producers (and the pages' `posted`) before parking a QP or sleeping.
+inline void fence_after_wanting_doorbell() {
     std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 

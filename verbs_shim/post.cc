@@ -228,11 +228,11 @@ void write_send(proto::send_wqe& slot, const ibv_send_wr& wr, uint64_t inline_by
     }
 }
 
-// After publishing: wake jakirod's worker if it sleeps (one futex wake; the worker's sleep
-// ends at its timeout anyway, so nothing can be lost).
-void ring_doorbell_if_sleeping(const shim_qp& q) {
-    if (proto::engine_sleeping_after_publish(*q.ring)) {
-        proto::ring_doorbell(*q.doorbell);
+// After publishing: ring the doorbell for this QP if jakirod parked it or sleeps (a bit in the
+// vNIC's page; a futex wake only while the worker sleeps, whose sleep ends at its timeout anyway).
+void ring_doorbell_if_wanted(const shim_qp& q) {
+    if (proto::doorbell_wanted_after_publish(*q.ring)) {
+        proto::ring_doorbell(*q.doorbell, q.qp.qp_num);
     }
 }
 
@@ -281,7 +281,7 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
             if (head != q->sq_head) {
                 q->sq_head = head;
                 proto::publish_wqes(q->ring->sq_producer, head);
-                ring_doorbell_if_sleeping(*q);
+                ring_doorbell_if_wanted(*q);
             }
         }
     }
@@ -337,7 +337,7 @@ int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
             if (head != q->rq_head) {
                 q->rq_head = head;
                 proto::publish_wqes(q->ring->rq_producer, head);
-                ring_doorbell_if_sleeping(*q);
+                ring_doorbell_if_wanted(*q);
             }
         }
     }

@@ -2,7 +2,8 @@
 // Posting work requests: the verbs_context ops behind the inline ibv_post_send and
 // ibv_post_recv. Each call checks its work requests as a provider does (opcode, SGE count,
 // inline size, room, QP state), writes a WQE per request into the QP's ring and publishes
-// them with one release store; then, only if jakirod's worker sleeps, it rings the doorbell.
+// them with one release store; then, only if jakirod asks for it (the QP is parked or its worker
+// sleeps), it rings the doorbell.
 // The first request that fails stops the call: those before it are posted, *bad_wr names it.
 //
 // Thread-safety: one lock per queue (qp.hh).
@@ -30,8 +31,8 @@ int check_send(const shim_qp& q, const ibv_send_wr& wr, uint64_t& inline_bytes);
 // Writes a checked request into its slot (inline data copied now).
 void write_send(verbs_proto::send_wqe& slot, const ibv_send_wr& wr, uint64_t inline_bytes,
                 ibv_qp_type type);
-// After publishing: wakes jakirod's worker if it sleeps.
-void ring_doorbell_if_sleeping(const shim_qp& q);
+// After publishing: tells jakirod which QP has work if it asks (verbs_abi/rings.hh "Doorbell").
+void ring_doorbell_if_wanted(const shim_qp& q);
 // Whether each queue takes work in `state` (ibv_qp_state).
 bool send_queue_open(int state);
 bool recv_queue_open(int state);

@@ -4,9 +4,9 @@
 // A QP's send and receive queues are one memfd jakirod creates (layout: rings.hh); the shim
 // maps it, and ibv_post_send / ibv_post_recv (the inline verbs, through our ops) write work
 // requests straight into its slots and publish them with one release store per call, without
-// a system call unless jakirod's worker sleeps: then they ring its doorbell page, which
-// came with the create_qp reply. Everything else (modify, query, destroy) is a request to
-// jakirod, which runs the QP.
+// a system call; jakirod asks (in the ring) to be told of posts to a QP it parked or while its
+// worker sleeps: then they ring its doorbell page, which came with the create_qp reply.
+// Everything else (modify, query, destroy) is a request to jakirod, which runs the QP.
 //
 // Lifetime as in libibverbs: ibv_destroy_qp waits until every async event it reported for
 // the QP has been acknowledged.
@@ -42,8 +42,7 @@ struct shim_qp {
     std::size_t ring_bytes;
     verbs_proto::send_wqe* sq;
     verbs_proto::recv_wqe* rq;
-    verbs_proto::doorbell_page*
-        doorbell;  // the engine's page: rung only when the ring says it sleeps
+    verbs_proto::doorbell_page* doorbell;  // the vNIC's page: rung only when the ring asks for it
     // What the QP really has (jakirod's reply): what the post verbs check work requests against.
     uint32_t sq_capacity;
     uint32_t rq_capacity;

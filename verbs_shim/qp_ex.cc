@@ -325,7 +325,7 @@ int wr_complete(ibv_qp_ex* qpx) {
     if (error == 0 && s.head != q.sq_head) {
         q.sq_head = s.head;
         proto::publish_wqes(q.ring->sq_producer, s.head);
-        ring_doorbell_if_sleeping(q);
+        ring_doorbell_if_wanted(q);
     }
     s.open = false;
     s.pending = false;

@@ -380,6 +380,14 @@ std::vector<metric_def> build_table() {
         {"jakiro_vnic_rdma_local_work_over_allowance_total", counter, {"vnic"},
          "Engine polls the vNIC's QPs sat out over their local-work allowance",
          per_vnic_bound(&vnic_bounds::local_work_over_allowance)},
+        {"jakiro_vnic_rdma_qp_visits_total", counter, {"vnic"},
+         "Visits of the worker to the vNIC's QPs, each at least a unit of its work (idle QPs are "
+         "parked and cost none)",
+         per_vnic_bound(&vnic_bounds::rdma_qp_visits)},
+        {"jakiro_vnic_rdma_poller_wakes_total", counter, {"vnic"},
+         "Futex wakes the worker made for the vNIC's programs napping on an empty CQ, each "
+         "charged as a unit of its work and of its local-work allowance",
+         per_vnic_bound(&vnic_bounds::rdma_poller_wakes)},
 
         // Security-group rules and the flow tables.
         {"jakiro_sg_rule_hits_total", counter, {"direction", "group", "line", "rule", "vpc"},

@@ -259,7 +259,9 @@ std::string render_stats(const stats_snapshot& snapshot, bool json) {
             .value("packet_rate_exceeded", bounds.packet_rate_exceeded)
             .value("qos_queue_drops", bounds.qos_queue_drops)
             .value("rdma_max_local_work_rate", bounds.max_local_work_rate)
-            .value("rdma_local_work_over_allowance", bounds.local_work_over_allowance);
+            .value("rdma_local_work_over_allowance", bounds.local_work_over_allowance)
+            .value("rdma_qp_visits", bounds.rdma_qp_visits)
+            .value("rdma_poller_wakes", bounds.rdma_poller_wakes);
         write_rdma_memory(out, v.rdma_memory);
         out.end_object();
         char line[256];

@@ -87,6 +87,10 @@ struct vnic_bounds {
     // the polls it sat out over it.
     uint64_t max_local_work_rate = 0;
     uint64_t local_work_over_allowance = 0;
+    // The worker's visits to its QPs (idle ones are parked and not visited), and the futex wakes
+    // its programs napping on an empty CQ cost the worker (each charged as a unit of work).
+    uint64_t rdma_qp_visits = 0;
+    uint64_t rdma_poller_wakes = 0;
 };
 
 // One live vNIC (a counter slot with a name), its counters summed over the workers.

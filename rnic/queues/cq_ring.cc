@@ -203,7 +203,9 @@ bool completion_queue::complete(const proto::cqe& given) {
     if (_channel_fd >= 0 && _ring->take_arm_after_push(completion.solicited != 0)) {
         notify();
     }
-    _ring->wake_napping_poller();
+    if (_ring->wake_napping_poller()) {
+        ++_poller_wakes;
+    }
     return true;
 }
 

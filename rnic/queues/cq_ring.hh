@@ -69,7 +69,8 @@ class cq_ring {
     // After a successful push: wakes a poller napping on the empty ring
     // (verbs_proto::nap_until_completion), so that a program that polls sees the completion now
     // and not at the end of its nap.
-    void wake_napping_poller() { verbs_proto::wake_napping_poller(*_header); }
+    // True if it woke one (a system call).
+    bool wake_napping_poller() { return verbs_proto::wake_napping_poller(*_header); }
 
     // ibv_resize_cq: this fresh ring takes over `old`'s unconsumed completions (moved to its
     // first slots, in order), its arm and overflow state and its count. EINVAL, with nothing
@@ -143,6 +144,10 @@ class completion_queue {
     // the completion channel. False when the ring was full: the completion is dropped and the
     // owner gets IBV_EVENT_CQ_ERR (once per CQ); the engine moves the QPs to the error state.
     bool complete(const verbs_proto::cqe& completion);
+    // The futex wakes complete() made for a poller napping on the empty ring: a system call of
+    // the engine's each, which a program keeping the napping word set could ask for at every
+    // completion. The engine charges them to the vNIC (rc_qp_stats::poller_wakes).
+    uint64_t poller_wakes() const { return _poller_wakes; }
 
     // ibv_resize_cq, on the thread that calls complete() (the engine's, through
     // engine::call): `ring` begins to take over the unconsumed completions (begin_take_over)
@@ -187,6 +192,7 @@ class completion_queue {
     cq_error_sink _sink;
     bool _timestamps;
     std::atomic<bool> _error_raised{false};
+    uint64_t _poller_wakes = 0;  // engine thread
     std::atomic<uint64_t> _notified{0};
     std::atomic<uint64_t> _lost{0};
     std::unique_ptr<cq_ring> _retired;  // control thread

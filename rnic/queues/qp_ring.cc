@@ -73,6 +73,7 @@ int qp_ring::attach(int fd, uint32_t sq_capacity, uint32_t rq_capacity,
     ring->_bytes = bytes;
     ring->_sq_cap = sq_capacity;
     ring->_rq_cap = rq_capacity;
+    ring->_rings_doorbell = ring->_header->version >= 2;
     out = std::move(ring);
     return 0;
 }

@@ -77,7 +77,11 @@ class qp_ring {
     void discard_send();
     void discard_recv();
 
-    void set_sleeping(bool sleeping) { verbs_proto::set_sleeping(*_header, sleeping); }
+    void set_doorbell_wanted(bool wanted) { verbs_proto::set_doorbell_wanted(*_header, wanted); }
+    // Does its shim ring the doorbell for a parked QP (ring version 2 on)? A ring a predecessor
+    // made for a shim of an older release (a live upgrade) does not: its QP is never parked.
+    // Read once, at create or attach: the tenant writes the header afterwards.
+    bool rings_doorbell() const { return _rings_doorbell; }
 
     uint32_t sq_capacity() const { return _sq_cap; }
     uint32_t rq_capacity() const { return _rq_cap; }
@@ -102,6 +106,7 @@ class qp_ring {
     uint32_t _rq_taken = 0;
     uint32_t _rq_retired = 0;
     bool _leave_pages = false;
+    bool _rings_doorbell = true;
     account_charge _charge;
 };
 

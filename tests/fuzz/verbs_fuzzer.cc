@@ -1158,7 +1158,9 @@ struct harness {
         }
         proto::publish_wqes(h->sq_producer, r->posted);
         if ((how & 0x10) != 0 && !doorbells.empty()) {
-            proto::ring_doorbell(*static_cast<proto::doorbell_page*>(doorbells[0].first));
+            // The QP's own bit, or any other (a tenant sets what it likes in its page).
+            proto::ring_doorbell(*static_cast<proto::doorbell_page*>(doorbells[0].first),
+                                 (how & 0x08) != 0 ? in.u32() : r->handle);
         }
     }
 

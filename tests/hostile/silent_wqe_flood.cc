@@ -3,9 +3,10 @@
 // --qps RC QPs connected in pairs to each other (the intra-host path: no packet leaves), gives
 // each a type-2 memory window over a small region, and for --seconds keeps every send queue
 // full of unsignaled IBV_WR_BIND_MW / IBV_WR_LOCAL_INV pairs. Each retires at once and
-// completes nothing, so the only cost is the worker's time.
+// completes nothing, so the only cost is the worker's time. With --idle 1 it posts nothing: it
+// holds its QPs, connected and idle, for --seconds (a tenant sitting on its quota of QPs).
 //
-//   silent_wqe_flood [--qps N] [--depth D] [--seconds S] [--device NAME]
+//   silent_wqe_flood [--qps N] [--depth D] [--seconds S] [--idle 0|1] [--device NAME]
 //
 // Prints "posted N wqes in S s" at the end, also when SIGINT or SIGTERM cut it short (the
 // benchmark checks that it did its work), and exits 0; 1 with the failing verb and errno if the
@@ -21,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -34,6 +36,7 @@ struct options {
     unsigned qps = 1024;
     unsigned depth = 64;
     unsigned seconds = 10;
+    bool idle = false;
     std::string device;
 };
 
@@ -44,7 +47,8 @@ struct options {
 
 [[noreturn]] void usage() {
     std::fprintf(stderr,
-                 "usage: silent_wqe_flood [--qps N] [--depth D] [--seconds S] [--device NAME]\n");
+                 "usage: silent_wqe_flood [--qps N] [--depth D] [--seconds S] [--idle 0|1] "
+                 "[--device NAME]\n");
     std::exit(2);
 }
 
@@ -62,6 +66,8 @@ options parse(int argc, char** argv) {
             o.depth = static_cast<unsigned>(std::strtoul(value, nullptr, 10));
         } else if (arg == "--seconds") {
             o.seconds = static_cast<unsigned>(std::strtoul(value, nullptr, 10));
+        } else if (arg == "--idle") {
+            o.idle = std::strtoul(value, nullptr, 10) != 0;
         } else if (arg == "--device") {
             o.device = value;
         } else {
@@ -198,9 +204,19 @@ int main(int argc, char** argv) {
         to_rts(qps[i].qp, qps[i + 1].qp->qp_num, gid, port.active_mtu);
         to_rts(qps[i + 1].qp, qps[i].qp->qp_num, gid, port.active_mtu);
     }
-    std::printf("flooding %u qps x %u slots\n", o.qps, o.depth);
     std::signal(SIGINT, [](int) { stopping = 1; });
     std::signal(SIGTERM, [](int) { stopping = 1; });
+    if (o.idle) {
+        std::printf("holding %u idle qps\n", o.qps);
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(o.seconds);
+        while (stopping == 0 && std::chrono::steady_clock::now() < until) {
+            const timespec tick{0, 50'000'000};
+            nanosleep(&tick, nullptr);
+        }
+        std::printf("posted 0 wqes\n");
+        return 0;
+    }
+    std::printf("flooding %u qps x %u slots\n", o.qps, o.depth);
 
     uint64_t posted = 0;
     const auto start = std::chrono::steady_clock::now();

@@ -453,6 +453,7 @@ struct stuck_qp {
     proto::doorbell_page* doorbell = nullptr;
     uint32_t capacity = 0;
     uint32_t posted = 0;
+    uint32_t qp_num = 0;
 
     bool post(const proto::send_wqe& w) {
         if (posted == capacity) {
@@ -463,7 +464,8 @@ struct stuck_qp {
         return true;
     }
     void wake() const {
-        proto::ring_doorbell(*doorbell);  // whether or not the worker sleeps
+        proto::ring_doorbell(*doorbell, qp_num);  // whether or not it is parked
+        proto::wake_doorbell(*doorbell);          // and whether or not the worker sleeps
         std::this_thread::sleep_for(std::chrono::milliseconds(30));  // it takes them
     }
 };
@@ -495,6 +497,7 @@ int open_stuck_qp(int fd, uint32_t pd, uint32_t cq, in_addr peer, stuck_qp& out)
         return -1;
     }
     out.capacity = qp_reply.sq_capacity;
+    out.qp_num = qp_reply.qp_handle;
     ibv_qp_attr attr{};
     attr.qp_state = IBV_QPS_INIT;
     attr.port_num = 1;

@@ -7,6 +7,10 @@ reaches the wire. The worker spends at most the vNIC's units per poll on it (rni
 and at most its local-work allowance per second (rdma.max_local_work_rate) on WRs that send
 nothing. The operator sees the neighbour meet both bounds in `jakiroctl qps`, `stats --json`
 and /metrics, and the victim's RDMA keeps moving every byte correctly meanwhile.
+
+A neighbour that only holds its quota of QPs, connected and idle, costs the worker's polls
+nothing: idle QPs are parked until rung (rnic/engine.hh "Visits"), and `stats --json` shows
+its vNIC's QP visits standing still while the victim's grow.
 """
 
 import json
@@ -14,6 +18,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -90,3 +95,50 @@ def test_a_neighbour_flooding_silent_work_meets_its_bound_and_the_victims_rdma_c
     # The control: the neighbour's own work was done, only bounded.
     m = re.search(r"posted (\d+) wqes", report)
     assert m and int(m.group(1)) > FLOOD_QPS * 64, report
+
+
+def visits_of(vnic, host="h1"):
+    """The worker's visits to `vnic`'s QPs (`stats --json`)."""
+    return stats(host)["vnics"][vnic]["rdma_qp_visits"]
+
+
+def test_a_neighbour_holding_its_quota_of_idle_qps_costs_the_worker_no_visits(tmp_path):
+    """Idle QPs are parked: the neighbour's 1024 connected, idle QPs are not looked at by the
+    worker's polls while the victim's RDMA runs (the control: the victim's QPs are visited)."""
+    out = tmp_path / "idle.out"
+    with open(out, "w") as f:
+        idle = subprocess.Popen(
+            ["ip", "netns", "exec", T3, str(JAKIRO_RUN), "--", FLOOD, "--qps", "1024",
+             "--depth", "2", "--idle", "1", "--seconds", "120"],
+            stdout=f, stderr=subprocess.STDOUT, env=shim_env(), start_new_session=True)
+    try:
+        wait_until(lambda: idle.poll() is not None or "holding" in out.read_text(), 60,
+                   "the neighbour to hold its QPs")
+        assert idle.poll() is None, out.read_text()
+        assert units_of("t3")[2] == 1024, "the neighbour holds its whole quota"
+
+        def parked():
+            seen = visits_of("t3")
+            time.sleep(0.3)
+            return visits_of("t3") == seen
+
+        # Its QPs were visited while they were being set up, then parked.
+        wait_until(parked, 20, "the QPs to park")
+        before = visits_of("t3")
+        victim_before = visits_of("t1")
+
+        run_integrity("cross_host", tmp_path, 300, 9)
+        run_integrity("intra_host", tmp_path, 300, 10)
+
+        assert idle.poll() is None, "the neighbour held its QPs through the victim's runs"
+        assert visits_of("t3") == before, "idle QPs cost the worker's polls nothing"
+        assert visits_of("t1") > victim_before, "the victim's QPs were visited"
+        text = ns("jk-h1", "curl", "-sf", "--max-time", "5", METRICS_URL).stdout
+        assert metric(text, "jakiro_vnic_rdma_qp_visits_total", "t3") == before
+        assert metric(text, "jakiro_vnic_rdma_poller_wakes_total", "t3") is not None
+    finally:
+        try:
+            os.killpg(idle.pid, signal.SIGINT)
+            idle.wait(timeout=20)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            stop(idle)

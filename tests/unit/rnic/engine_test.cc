@@ -391,7 +391,8 @@ class noisy_neighbour_test : public rc_qp_mw_test {
         connect(victim_peer, victim, ip_c);
         for (unsigned i = 0; i < hogs; ++i) {
             silent_hog h{std::make_unique<side>(), std::make_unique<side>()};
-            make_side(*h.qp, 0, ip_a, 600 + i);
+            // One tenant's programs: the hogs share vNIC 0's resources and doorbell.
+            make_side(*h.qp, 0, ip_a, 600 + i, hogs, hog.empty() ? nullptr : hog.front().qp.get());
             make_side(*h.peer, 1, ip_b, 700 + i);
             connect(*h.qp, *h.peer, ip_b);
             connect(*h.peer, *h.qp, ip_a);
@@ -510,7 +511,8 @@ TEST_F(noisy_neighbour_test, local_work_beyond_the_allowance_waits_and_lets_the_
     // and their clients are not asked to ring.
     run(100);
     ASSERT_TRUE(eng.prepare_sleep());
-    EXPECT_FALSE(proto::engine_sleeping_after_publish(*hog.front().qp->ring));
+    EXPECT_FALSE(proto::doorbell_wanted_after_publish(*hog.front().qp->ring));
+    EXPECT_EQ(hog.front().qp->doorbell->worker_sleeping, 0u) << "their posts wake nobody";
     eng.after_sleep();
 }
 

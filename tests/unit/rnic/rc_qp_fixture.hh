@@ -96,12 +96,13 @@ class test_wire final : public packet_port {
 struct side {
     uint64_t client = 0;
     uint16_t vnic = 0;  // its slot: QP numbers are per vNIC, so two sides' may be equal
-    std::unique_ptr<verbs::vnic_resources> res;
+    std::shared_ptr<verbs::vnic_resources> res;  // several programs of one vNIC share it
     uint32_t pd = 0, mr = 0, scq = 0, rcq = 0, qp = 0;
     int region_fd = -1;
     std::byte* region = nullptr;  // the test's mapping of the MR's pages
     proto::qp_ring_header* ring = nullptr;
     std::size_t ring_bytes = 0;
+    proto::doorbell_page* doorbell = nullptr;  // the vNIC's, as the shim maps it
     proto::cq_ring_header* send_cq = nullptr;
     proto::cq_ring_header* recv_cq = nullptr;
     std::size_t send_cq_bytes = 0, recv_cq_bytes = 0;
@@ -115,6 +116,9 @@ struct side {
         }
         munmap(region, region_bytes);
         munmap(ring, ring_bytes);
+        if (doorbell != nullptr) {
+            munmap(doorbell, proto::doorbell_bytes);
+        }
         munmap(send_cq, send_cq_bytes);
         munmap(recv_cq, recv_cq_bytes);
         close(region_fd);
@@ -125,6 +129,13 @@ struct side {
     void post_send(const proto::send_wqe& w) {
         proto::sq_slots(ring)[sq_posted & (ring->sq_capacity - 1)] = w;
         proto::publish_wqes(ring->sq_producer, ++sq_posted);
+        ring_if_wanted();
+    }
+    // What the shim does after publishing (verbs_shim/post.cc).
+    void ring_if_wanted() {
+        if (proto::doorbell_wanted_after_publish(*ring)) {
+            proto::ring_doorbell(*doorbell, qp);
+        }
     }
     void post_recv(uint64_t wr_id, std::size_t offset, uint32_t length) {
         proto::recv_wqe w{};
@@ -133,6 +144,7 @@ struct side {
         w.sg[0] = {iova(offset), length, mr};
         proto::rq_slots(ring, ring->sq_capacity)[rq_posted & (ring->rq_capacity - 1)] = w;
         proto::publish_wqes(ring->rq_producer, ++rq_posted);
+        ring_if_wanted();
     }
     bool poll(proto::cq_ring_header* cq, uint32_t& consumed, proto::cqe& out) {
         if (proto::load_producer_acquire(*cq) == consumed) {
@@ -176,9 +188,22 @@ class rc_qp_test : public ::testing::Test {
         make_side(b, 1, ip_b, 202);
     }
 
-    void make_side(side& s, uint16_t slot, uint32_t ip, uint64_t client, uint32_t quota = 4) {
+    // `on`: another side's vNIC, whose resources (QP numbers, doorbell page) this side shares as
+    // a second program of that vNIC would; otherwise a vNIC of its own in `slot`.
+    void make_side(side& s, uint16_t slot, uint32_t ip, uint64_t client, uint32_t quota = 4,
+                   const side* on = nullptr) {
         s.client = client;
         s.vnic = slot;
+        if (on != nullptr) {
+            s.vnic = on->vnic;
+            s.res = on->res;
+        } else {
+            make_vnic(s, slot, ip, quota);
+        }
+        finish_side(s, client);
+    }
+
+    void make_vnic(side& s, uint16_t slot, uint32_t ip, uint32_t quota) {
         verbs::vnic_quota limits;
         limits.max_qps = quota;
         s.res = std::make_unique<verbs::vnic_resources>(verbs::engine_limits(),
@@ -201,6 +226,9 @@ class rc_qp_test : public ::testing::Test {
                        : 0;
         };
         s.res->enable_qps(support);
+    }
+
+    void finish_side(side& s, uint64_t client) {
         ASSERT_EQ(s.res->alloc_pd(client, s.pd), 0);
         s.region_fd = memfd_create("test-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
         ASSERT_EQ(ftruncate(s.region_fd, region_bytes), 0);
@@ -239,6 +267,9 @@ class rc_qp_test : public ::testing::Test {
         s.ring_bytes = q.ring_bytes;
         s.ring = static_cast<proto::qp_ring_header*>(
             mmap(nullptr, q.ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, q.ring_fd, 0));
+        s.doorbell = static_cast<proto::doorbell_page*>(mmap(
+            nullptr, proto::doorbell_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, q.doorbell_fd, 0));
+        ASSERT_NE(s.doorbell, MAP_FAILED);
         close(q.ring_fd);
         close(q.doorbell_fd);
     }

@@ -1,7 +1,8 @@
 // ibv_post_send / ibv_post_recv (the inline verbs of verbs.h, through the shim's ops) against
 // a fake jakirod's real ring: the WQEs written field by field, inline data copied at post
 // time, every refusal naming its work request, a full queue until jakirod retires slots, the
-// doorbell rung only while the engine sleeps, and posting from several threads at once.
+// doorbell rung only for a QP the engine parked (a system call only while it sleeps), and posting
+// from several threads at once.
 
 #include <endian.h>
 #include <gtest/gtest.h>
@@ -502,21 +503,42 @@ TEST_F(ShimPost, ReceiveWritesEveryFieldAndRefusesWhatDoesNotFit) {
     EXPECT_EQ(posted(16).wr_id, 310u);
 }
 
-TEST_F(ShimPost, TheDoorbellRingsOnlyWhileTheEngineSleeps) {
+TEST_F(ShimPost, AParkedQpRingsItsBitAndWakesOnlyASleepingEngine) {
     ibv_send_wr w{};
     w.opcode = IBV_WR_SEND;
     ibv_recv_wr r{};
     ibv_send_wr* bad = nullptr;
     ibv_recv_wr* bad_r = nullptr;
+    proto::doorbell_page& page = *rec->doorbell;
+    // The QP's bit, taken as the engine takes it (and cleared): which QPs were rung.
+    auto rung_qps = [&] {
+        std::vector<uint32_t> slots;
+        proto::take_posted(page, proto::doorbell_qp_slots,
+                           [&](uint32_t slot) { slots.push_back(slot); });
+        return slots;
+    };
+    const std::vector<uint32_t> this_qp{qp->qp_num >> 8};
+
+    // Queued (the engine looks at the producers anyway): nothing to ring.
     ASSERT_EQ(ibv_post_send(qp, &w, &bad), 0);
     ASSERT_EQ(ibv_post_recv(qp, &r, &bad_r), 0);
     EXPECT_EQ(doorbell(), 0u);
+    EXPECT_TRUE(rung_qps().empty());
 
-    proto::set_sleeping(ring(), true);
+    // Parked while the worker is awake: the QP's bit, no system call.
+    proto::set_doorbell_wanted(ring(), true);
+    ASSERT_EQ(ibv_post_send(qp, &w, &bad), 0);
+    EXPECT_EQ(doorbell(), 0u) << "the worker is awake: no system call";
+    EXPECT_EQ(rung_qps(), this_qp);
+    EXPECT_TRUE(rung_qps().empty()) << "taken once";
+
+    // And the worker sleeps: the bit and one wake per call.
+    proto::set_worker_sleeping(page, true);
     ASSERT_EQ(ibv_post_send(qp, &w, &bad), 0);
     EXPECT_EQ(doorbell(), 1u);
     ASSERT_EQ(ibv_post_recv(qp, &r, &bad_r), 0);
     EXPECT_EQ(doorbell(), 1u);
+    EXPECT_EQ(rung_qps(), this_qp);
     // One write per call, however many requests it posts.
     ibv_send_wr chain[3] = {};
     for (int i = 0; i < 3; ++i) {
@@ -525,15 +547,19 @@ TEST_F(ShimPost, TheDoorbellRingsOnlyWhileTheEngineSleeps) {
     }
     ASSERT_EQ(ibv_post_send(qp, chain, &bad), 0);
     EXPECT_EQ(doorbell(), 1u);
+    EXPECT_EQ(rung_qps(), this_qp);
     // Nothing posted, nothing rung.
     w.opcode = IBV_WR_ATOMIC_WRITE;
     EXPECT_EQ(ibv_post_send(qp, &w, &bad), EINVAL);
     EXPECT_EQ(doorbell(), 0u);
+    EXPECT_TRUE(rung_qps().empty());
 
-    proto::set_sleeping(ring(), false);
+    proto::set_worker_sleeping(page, false);
+    proto::set_doorbell_wanted(ring(), false);
     w.opcode = IBV_WR_SEND;
     ASSERT_EQ(ibv_post_send(qp, &w, &bad), 0);
     EXPECT_EQ(doorbell(), 0u);
+    EXPECT_TRUE(rung_qps().empty());
 }
 
 TEST_F(ShimPost, ConcurrentPostersLoseNothingAndEachKeepsItsOrder) {

@@ -172,7 +172,7 @@ TEST_F(ShimQp, CreateRefusesARingThatIsNotWhatWasPromisedAndAbandonsIt) {
     using tamper = fake_jakirod::qp_tamper;
     const std::vector<std::pair<const char*, tamper>> cases = {
         {"magic", [](auto&, auto& h, auto&) { h.magic = 0; }},
-        {"version", [](auto&, auto& h, auto&) { h.version = 2; }},
+        {"version", [](auto&, auto& h, auto&) { h.version = proto::qp_ring_version + 1; }},
         {"header capacity", [](auto&, auto& h, auto&) { h.sq_capacity = 8; }},
         {"slot size", [](auto&, auto& h, auto&) { h.slot_size = 256; }},
         {"rq offset", [](auto&, auto& h, auto&) { h.rq_offset += 512; }},

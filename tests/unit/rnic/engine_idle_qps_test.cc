@@ -1,0 +1,196 @@
+// The engine's visits (rnic/engine.cc poll): the worker looks only at QPs with work or something
+// pending; idle QPs are parked and cost a poll nothing however many a tenant holds, a parked QP
+// is served again as soon as its shim rings, a packet arrives or a control call changes it, and
+// the futex wakes the engine makes for programs napping on an empty CQ are charged to their vNIC.
+
+#include "rc_qp_fixture.hh"
+
+namespace jakiro::roce::test {
+namespace {
+
+class idle_qps_test : public rc_qp_test {
+  protected:
+    static constexpr uint32_t ip_c = 0xC6130103;
+    static constexpr uint32_t quota = 1024;  // rdma.max_qps at its limit
+
+    // A tenant on vNIC 2 holding its whole quota of RC QPs, connected (RTS) and idle: what the
+    // QPs of a program that opened them and never posts look like.
+    void hoard_idle_qps() {
+        make_side(hoarder, 2, ip_c, 900, quota);
+        connect(hoarder, b, ip_b);
+        auto req = qp_request(hoarder);
+        req.max_send_wr = 16;
+        req.max_recv_wr = 16;
+        const uint32_t first = hoarder.qp;
+        for (uint32_t i = 1; i < quota; ++i) {
+            verbs::qp_created q;
+            ASSERT_EQ(hoarder.res->create_qp(hoarder.client, req, q), 0) << i;
+            close(q.ring_fd);
+            close(q.doorbell_fd);
+            hoarder.qp = q.handle;
+            connect(hoarder, b, ip_b);
+        }
+        hoarder.qp = first;
+    }
+
+    // Polls until every QP that has nothing to do is parked (the engine waits
+    // park_after_idle_ns of idleness first, and checks new QPs' peers 128 per poll).
+    void let_idle_qps_park() {
+        for (int i = 0; i < 100; ++i) {
+            const uint64_t before = eng.counters().visits.load();
+            run(1, engine::park_after_idle_ns);
+            if (i > 2 && eng.counters().visits.load() == before) {
+                return;
+            }
+        }
+        FAIL() << "idle QPs are still visited";
+    }
+    // Visits of every QP of `vnic` but `except`.
+    uint64_t visits_but(uint16_t vnic, uint32_t except) const {
+        uint64_t visits = 0;
+        for (const qp_report& r : eng.report()) {
+            visits += r.vnic == vnic && r.qpn != except ? r.visits : 0;
+        }
+        return visits;
+    }
+
+    uint64_t visits_of(uint16_t vnic) const { return eng.vnic_visits(vnic); }
+
+    side hoarder;
+};
+
+// A tenant holding 1024 idle QPs costs the worker nothing per poll: no visit (and so no look at
+// their rings), while the QPs of a tenant with work are visited as before.
+TEST_F(idle_qps_test, a_poll_visits_none_of_a_tenants_idle_qps_however_many_it_holds) {
+    connect_both();
+    hoard_idle_qps();
+    let_idle_qps_park();
+    const uint64_t hoarder_before = visits_of(2);
+    const uint64_t all_before = eng.counters().visits.load();
+    run(100);
+    EXPECT_EQ(visits_of(2), hoarder_before) << "idle QPs cost a poll nothing";
+    EXPECT_EQ(eng.counters().visits.load(), all_before) << "nobody has work: no visit at all";
+
+    // The control: a QP with work is visited (and its vNIC charged for it), the idle ones
+    // still not.
+    b.post_recv(1, 0, 4096);
+    a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 100, a.mr));
+    run(5);
+    proto::cqe c{};
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    EXPECT_GT(visits_of(0), 0u);
+    EXPECT_EQ(visits_of(2), hoarder_before);
+    // Going to sleep does not look at them either, and they ask their shims to ring.
+    ASSERT_TRUE(eng.prepare_sleep());
+    EXPECT_NE(hoarder.ring->doorbell_wanted, 0u);
+    eng.after_sleep();
+    EXPECT_NE(hoarder.ring->doorbell_wanted, 0u) << "parked: it asks until it is queued again";
+}
+
+// A WR posted to a QP that was parked is picked up by the very next poll: the shim rang its bit.
+TEST_F(idle_qps_test, a_qp_posted_after_being_parked_is_served_on_the_next_poll) {
+    connect_both();
+    hoard_idle_qps();
+    let_idle_qps_park();
+    const uint64_t before = visits_of(2);
+    const uint64_t others_before = visits_but(2, hoarder.qp);
+    wire.frames.clear();
+    hoarder.post_send(wqe(7, IBV_WR_RDMA_WRITE, hoarder.iova(0), 64, hoarder.mr, b.iova(0), b.mr));
+    eng.poll(wire, now += 1'000);
+    ASSERT_EQ(wire.frames.size(), 1u) << "the WRITE left in the first poll after the post";
+    EXPECT_EQ(wire.frames.front().from, 2);
+    EXPECT_GT(visits_of(2), before);
+    EXPECT_EQ(visits_but(2, hoarder.qp), others_before) << "only the QP rung was visited";
+    wire.frames.clear();
+}
+
+// A parked QP whose shim rings while the worker sleeps wakes it (no lost wake-up), and the worker
+// then serves it; a parked QP that gets a packet is queued by the packet (an ACK is owed).
+TEST_F(idle_qps_test, a_sleeping_worker_wakes_for_a_parked_qp_and_a_packet_queues_one) {
+    connect_both();
+    b.post_recv(1, 0, 4096);
+    let_idle_qps_park();
+    const uint64_t visits = eng.counters().visits.load();
+    run(10);
+    ASSERT_EQ(eng.counters().visits.load(), visits) << "both QPs are parked";
+
+    ASSERT_TRUE(eng.prepare_sleep());
+    const uint32_t rung = eng.doorbell_count();
+    a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 100, a.mr));
+    EXPECT_NE(eng.doorbell_count(), rung) << "the post woke the sleeping worker";
+    eng.after_sleep();
+    EXPECT_FALSE(eng.prepare_sleep()) << "a rung QP is work: the worker must not sleep again";
+    run(5);  // a sends; b, parked, receives the SEND, owes an ACK and sends it
+    proto::cqe c{};
+    ASSERT_TRUE(b.poll_recv(c));
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS) << "b's ACK came back";
+}
+
+// A program napping on its empty CQ is woken by a system call per completion: each is a unit of
+// its vNIC's work and counted for the vNIC. The control runs the same WRs without the nap. (The
+// WRITEs go memory to memory, so that they complete within the worker's visits.)
+TEST_F(idle_qps_test, futex_wakes_for_napping_pollers_are_charged_and_counted_per_vnic) {
+    wire.same_host = true;
+    connect_both();
+    auto units_of = [this](uint16_t vnic) {
+        uint64_t units = 0;
+        for (const qp_report& r : eng.report()) {
+            units += r.vnic == vnic ? r.work_units : 0;
+        }
+        return units;
+    };
+    // Ten signaled WRITEs, one at a time; `nap`: the program keeps the napping word set.
+    auto writes = [&](bool nap) {
+        for (int i = 0; i < 10; ++i) {
+            if (nap) {
+                proto::shared_index(a.send_cq->poller_napping).store(1);
+            }
+            a.post_send(wqe(i, IBV_WR_RDMA_WRITE, a.iova(0), 64, a.mr, b.iova(0), b.mr));
+            run(3);
+            proto::cqe c{};
+            ASSERT_TRUE(a.poll_send(c));
+        }
+    };
+    const uint64_t units_before = units_of(0);
+    writes(false);
+    const uint64_t units_plain = units_of(0) - units_before;
+    EXPECT_EQ(eng.vnic_poller_wakes(0), 0u);
+    writes(true);
+    const uint64_t units_napping = units_of(0) - units_before - units_plain;
+    EXPECT_EQ(eng.vnic_poller_wakes(0), 10u) << "one wake per completion";
+    EXPECT_EQ(eng.vnic_poller_wakes(1), 0u) << "charged to the program's vNIC only";
+    EXPECT_EQ(units_napping, units_plain + 10) << "each wake is a unit of work";
+    uint64_t per_qp = 0;
+    for (const qp_report& r : eng.report()) {
+        per_qp += r.qpn == a.qp && r.vnic == 0 ? r.poller_wakes : 0;
+    }
+    EXPECT_EQ(per_qp, 10u);
+}
+
+// The wakes of receive completions (written as packets arrive, outside any visit) count against
+// the vNIC's local-work allowance: a program that naps on every receive runs out of it and its
+// QPs sit polls out, as they would for WRs that send nothing.
+TEST_F(idle_qps_test, receive_completion_wakes_count_against_the_local_work_allowance) {
+    connect_both();
+    eng.set_vnic_local_work_rate(1, 1);  // one per second: the burst is all b has
+    const uint64_t burst = engine::local_work_burst;
+    for (uint64_t i = 0; i <= burst; ++i) {
+        b.post_recv(i, 0, 64);
+        proto::shared_index(b.recv_cq->poller_napping).store(1);
+        a.post_send(wqe(i, IBV_WR_SEND, a.iova(0), 8, a.mr));
+        run(1, 1'000);
+        run(1, 1'000);
+        proto::cqe c{};
+        while (a.poll_send(c) || b.poll_recv(c)) {
+        }
+    }
+    EXPECT_GE(eng.vnic_poller_wakes(1), burst);
+    EXPECT_GT(eng.vnic_over_allowance(1), 0u) << "b's wakes spent its allowance";
+    EXPECT_EQ(eng.vnic_over_allowance(0), 0u);
+}
+
+}  // namespace
+}  // namespace jakiro::roce::test
