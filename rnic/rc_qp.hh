@@ -269,6 +269,11 @@ class rc_qp {
     send_op* op_answered_by(uint32_t psn);
     // A response at `psn` landed: una moves past it, the timers restart, WRs retire.
     void response_progress(uint32_t psn, uint64_t now_ns);
+    // una past the ops an ACK acknowledged while a READ or atomic before them still missed
+    // its response (on_ack_psn marks them done), now that nothing before them is missing.
+    void skip_acknowledged();
+    // A response at `psn` acknowledges the requests before its own READ or atomic.
+    void acknowledge_before_response(uint32_t psn, uint64_t now_ns);
     void go_back(uint32_t psn);
     // Points the send pointer at `psn` (an ACK that overtook a rewind moves it forward).
     void move_send_pointer(uint32_t psn);
@@ -378,6 +383,8 @@ class rc_qp {
     bool dcqcn_slowed() const { return _rate.rate_bps() < _line_rate_bps; }
     void pacer_charge(uint64_t now_ns, uint32_t frame_len);
     void send_ack(packet_port& port, uint8_t syndrome, uint32_t psn);
+    // Sends the pending ACK once no READ response before its PSN is still owed; true if sent.
+    bool send_due_ack(packet_port& port);
     void replay_atomic(const roce_packet& p, packet_port& port);
     void send_atomic_ack(packet_port& port, uint32_t psn, uint64_t orig);
     void responder_error(packet_port& port, verbs_proto::event_type event, uint8_t syndrome,
