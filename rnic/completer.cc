@@ -103,17 +103,7 @@ void rc_qp::on_response(const roce_packet& p, packet_port& port, uint64_t now_ns
     if (psn != _una) {
         on_ack_psn(psn_sub(psn, 1), now_ns);
         if (_una != psn) {
-            // A READ or atomic before it still misses responses: resend from there, which
-            // resends what the NAK refused too (only once per rewind would leave the NAK's
-            // packets to the retransmit timer when an earlier rewind had already passed them).
-            if (syndrome.kind == aeth_kind::nak &&
-                static_cast<nak_code>(syndrome.value) == nak_code::psn_sequence_error) {
-                bump(_stats.naks_received, 1);
-                go_back(_una);
-                _rewound_for_gap = true;
-                _last_progress_ns = now_ns;
-            }
-            return;
+            return;  // a READ before it still misses responses: handled by go-back already
         }
     }
     if (syndrome.kind == aeth_kind::rnr_nak) {

@@ -230,7 +230,8 @@ class rc_qp {
         std::array<uint32_t, verbs_proto::wqe_max_sge> sge_len{};
         std::array<std::shared_ptr<const verbs::mr_entry>, verbs_proto::wqe_max_sge> pins;
     };
-    // A READ the responder still owes responses for (new or re-executed).
+    // A READ the responder still owes responses for (new or re-executed), or the ACK of an
+    // atomic executed behind READs still answering (answers leave in PSN order).
     struct read_job {
         uint32_t psn = 0;  // of the next response
         uint32_t remaining_packets = 0;
@@ -242,6 +243,10 @@ class rc_qp {
         uint64_t va = 0;
         std::byte* data = nullptr;
         std::shared_ptr<const verbs::mr_entry> pin;
+        // An atomic's ACK carrying `orig` (one packet, no data). Not kept across a restart:
+        // the requester asks again and the replay cache answers.
+        bool atomic = false;
+        uint64_t orig = 0;
     };
 
     // ---- requester
@@ -387,6 +392,8 @@ class rc_qp {
     bool send_due_ack(packet_port& port);
     void replay_atomic(const roce_packet& p, packet_port& port);
     void send_atomic_ack(packet_port& port, uint32_t psn, uint64_t orig);
+    // The atomic ACK now, or queued behind the READ responses still owed before it.
+    void answer_atomic(packet_port& port, uint32_t psn, uint64_t orig);
     void responder_error(packet_port& port, verbs_proto::event_type event, uint8_t syndrome,
                          ibv_wc_status recv_status);
 

@@ -319,7 +319,7 @@ rc_qp::verdict rc_qp::execute(inbound_request& r, packet_port& port) {
             _atomic_replies[_atomic_next++ % _atomic_replies.size()] = {p.psn, orig, true};
             _epsn = psn_add(_epsn, 1);
             _msn = psn_add(_msn, 1);
-            send_atomic_ack(port, p.psn, orig);
+            answer_atomic(port, p.psn, orig);
             return verdict::answered;
         }
         default:
@@ -546,11 +546,31 @@ void rc_qp::complete_recv(const proto::cqe& c) {
 void rc_qp::replay_atomic(const roce_packet& p, packet_port& port) {
     for (const auto& r : _atomic_replies) {
         if (r.valid && r.psn == p.psn) {
-            send_atomic_ack(port, r.psn, r.orig);
+            answer_atomic(port, r.psn, r.orig);
             return;
         }
     }
     // Older than the cache: the requester has long had this answer.
+}
+
+void rc_qp::answer_atomic(packet_port& port, uint32_t psn, uint64_t orig) {
+    if (_reads.empty()) {
+        send_atomic_ack(port, psn, orig);
+        return;
+    }
+    // Bounded as READs are: the requester keeps at most max_rd_atomic READs and atomics
+    // unanswered; beyond the slack a retransmitted one is answered when asked again.
+    if (_reads.size() >= _s.limits.max_qp_rd_atom + read_job_slack) {
+        return;
+    }
+    read_job job;
+    job.psn = psn;
+    job.remaining_packets = 1;
+    job.total_packets = 1;
+    job.msn = _msn;
+    job.atomic = true;
+    job.orig = orig;
+    _reads.push_back(std::move(job));
 }
 
 void rc_qp::send_atomic_ack(packet_port& port, uint32_t psn, uint64_t orig) {
@@ -650,6 +670,12 @@ unsigned rc_qp::send_read_responses(packet_port& port, uint64_t now_ns, unsigned
     while (sent < budget && !_reads.empty()) {
         acks += send_due_ack(port) ? 1 : 0;
         read_job& job = _reads.front();
+        if (job.atomic) {
+            send_atomic_ack(port, job.psn, job.orig);  // as any ACK: not charged to the share
+            _reads.erase(_reads.begin());
+            ++sent;
+            continue;
+        }
         const uint32_t k = job.total_packets - job.remaining_packets;
         const uint64_t offset = uint64_t{k} * _mtu;
         const uint32_t payload =
