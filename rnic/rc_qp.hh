@@ -17,7 +17,8 @@
 // out the responder's timer. WRs complete strictly in order.
 // Responder: in-order packets are executed (SEND into the next receive WQE, WRITE and READ
 // through the rkey, checked for PD, rights and bounds), duplicates are re-ACKed (READs are
-// executed again), a gap is NAKed once. ACKs are coalesced: at most one per QP per poll.
+// executed again), a gap is NAKed once. ACKs are coalesced: at most one per QP per poll, and
+// none leaves ahead of a READ response owed before it.
 //
 // One header, one file per role (as rxe's rxe_req.c, rxe_comp.c, rxe_resp.c): rc_qp.cc (the
 // object, poll and receive, flush), requester.cc, completer.cc, responder.cc (RC and UC, in
