@@ -30,6 +30,7 @@ void rc_qp::on_ack_psn(uint32_t psn, uint64_t now_ns) {
     }
     const uint32_t old_una = _una;
     bool rewound_now = false;
+    bool answer_missing = false;  // a READ or atomic before `psn` still misses its response
     _una = psn_add(psn, 1);
     verbs::qp_ring& ring = *_s.ring;
     const uint32_t mask = ring.sq_capacity() - 1;
@@ -46,16 +47,23 @@ void rc_qp::on_ack_psn(uint32_t psn, uint64_t now_ns) {
             break;
         }
         if (needs_response(op.wqe)) {
+            if (answer_missing) {
+                continue;  // asked again with the first one, from which una resumes
+            }
             // The responder has executed it, yet responses are missing (lost, or still on
             // the way behind this ACK): ask again for the rest, once until progress. An
             // atomic asked again is answered from the responder's cache, never re-executed.
+            answer_missing = true;
             _una = psn_add(op.first_psn, op.read_received);
             if (!_rewound_for_gap) {
                 go_back(_una);
                 _rewound_for_gap = rewound_now = true;
             }
-            break;
+            continue;
         }
+        // Acknowledged, even behind a READ still missing responses: una passes it as soon as
+        // that READ completes (skip_acknowledged). Forgetting it would leave the last WRs of
+        // a burst waiting for an ACK the responder already sent, until the retransmit timer.
         op.done = true;
     }
     if (_una != old_una) {
@@ -161,6 +169,7 @@ rc_qp::send_op* rc_qp::op_answered_by(uint32_t psn) {
 
 void rc_qp::response_progress(uint32_t psn, uint64_t now_ns) {
     _una = psn_add(psn, 1);
+    skip_acknowledged();
     _last_progress_ns = now_ns;
     _retries_left = _machine.attr().retry_cnt;
     _rewound_for_gap = false;
@@ -170,11 +179,51 @@ void rc_qp::response_progress(uint32_t psn, uint64_t now_ns) {
     retire_sends();
 }
 
+void rc_qp::skip_acknowledged() {
+    const verbs::qp_ring& ring = *_s.ring;
+    const uint32_t mask = ring.sq_capacity() - 1;
+    for (uint32_t i = ring.send_retired(); i != ring.send_taken(); ++i) {
+        const send_op& op = _sends[i & mask];
+        if (op.local_error != IBV_WC_SUCCESS) {
+            return;
+        }
+        const uint32_t end = psn_add(op.first_psn, op.packets);
+        if (op.packets == 0 || psn_diff(end, _una) <= 0) {
+            continue;  // sends nothing, or wholly before una
+        }
+        if (!op.done || psn_diff(op.first_psn, _una) > 0) {
+            return;
+        }
+        _una = end;
+    }
+}
+
+void rc_qp::acknowledge_before_response(uint32_t psn, uint64_t now_ns) {
+    const verbs::qp_ring& ring = *_s.ring;
+    const uint32_t mask = ring.sq_capacity() - 1;
+    for (uint32_t i = ring.send_retired(); i != ring.send_taken(); ++i) {
+        const send_op& op = _sends[i & mask];
+        if (op.packets == 0 || psn_diff(psn, op.first_psn) < 0 ||
+            psn_diff(psn, psn_add(op.first_psn, op.packets)) >= 0) {
+            continue;
+        }
+        if (psn_diff(op.first_psn, _una) > 0) {
+            on_ack_psn(psn_sub(op.first_psn, 1), now_ns);
+        }
+        return;
+    }
+}
+
 void rc_qp::on_read_response(const roce_packet& p, uint64_t now_ns) {
     const uint32_t psn = p.psn;
     if (!psn_sent(psn)) {
         bump(_stats.duplicates, 1);
         return;
+    }
+    if (psn != _una) {
+        // Responses come in PSN order and answer every request before them: the SENDs and
+        // WRITEs between una and this READ were executed, their ACK coalesced into it.
+        acknowledge_before_response(psn, now_ns);
     }
     if (psn != _una) {
         // Earlier responses were lost: ask again from the first missing one, once per gap.
@@ -208,6 +257,9 @@ void rc_qp::on_read_response(const roce_packet& p, uint64_t now_ns) {
 
 void rc_qp::on_atomic_ack(const roce_packet& p, uint64_t now_ns) {
     const uint32_t psn = p.psn;
+    if (psn_sent(psn) && psn != _una && p.atomic_ack_eth != nullptr) {
+        acknowledge_before_response(psn, now_ns);  // as a READ response does
+    }
     if (!psn_sent(psn) || psn != _una || p.atomic_ack_eth == nullptr) {
         bump(_stats.duplicates, 1);
         return;

@@ -28,6 +28,7 @@
 // UC and UD keep theirs the same way; UC still loses a message whose packets fell in the gap
 // (IB spec 9.7.5.2.2 lets it), UD the datagrams that did.
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 
@@ -156,8 +157,13 @@ void rc_qp::save(handover::image_writer& w) const {
         w.u32(_write_rkey);
         w.u64(_write_va);
     }
-    w.u32(static_cast<uint32_t>(_reads.size()));
+    // An atomic's queued ACK is not saved: the requester asks again, the cache answers.
+    w.u32(static_cast<uint32_t>(
+        std::count_if(_reads.begin(), _reads.end(), [](const read_job& j) { return !j.atomic; })));
     for (const read_job& job : _reads) {
+        if (job.atomic) {
+            continue;
+        }
         w.u32(job.psn);
         w.u32(job.remaining_packets);
         w.u32(job.first_offset_packets);

@@ -159,10 +159,9 @@ unsigned rc_qp::visit(packet_port& port, uint64_t now_ns, unsigned& units) {
     }
     unsigned sent = 0;
     auto spend = [&units](unsigned n) { units -= std::min(units, n); };
-    if (_ack_pending) {
-        // Owed for a packet already received: sent whatever the budget, one per visit.
-        send_ack(port, syndrome_ack(credits_invalid), _ack_psn);
-        _ack_pending = false;
+    if (send_due_ack(port)) {
+        // Owed for a packet already received: sent whatever the budget, one per visit (behind
+        // the READ responses before it: send_read_responses sends it then).
         ++sent;
         spend(1);
     }

@@ -17,7 +17,8 @@
 // out the responder's timer. WRs complete strictly in order.
 // Responder: in-order packets are executed (SEND into the next receive WQE, WRITE and READ
 // through the rkey, checked for PD, rights and bounds), duplicates are re-ACKed (READs are
-// executed again), a gap is NAKed once. ACKs are coalesced: at most one per QP per poll.
+// executed again), a gap is NAKed once. ACKs are coalesced: at most one per QP per poll, and
+// none leaves ahead of a READ response owed before it.
 //
 // One header, one file per role (as rxe's rxe_req.c, rxe_comp.c, rxe_resp.c): rc_qp.cc (the
 // object, poll and receive, flush), requester.cc, completer.cc, responder.cc (RC and UC, in
@@ -245,7 +246,8 @@ class rc_qp {
         std::array<uint32_t, verbs_proto::wqe_max_sge> sge_len{};
         std::array<std::shared_ptr<const verbs::mr_entry>, verbs_proto::wqe_max_sge> pins;
     };
-    // A READ the responder still owes responses for (new or re-executed).
+    // A READ the responder still owes responses for (new or re-executed), or the ACK of an
+    // atomic executed behind READs still answering (answers leave in PSN order).
     struct read_job {
         uint32_t psn = 0;  // of the next response
         uint32_t remaining_packets = 0;
@@ -257,6 +259,10 @@ class rc_qp {
         uint64_t va = 0;
         std::byte* data = nullptr;
         std::shared_ptr<const verbs::mr_entry> pin;
+        // An atomic's ACK carrying `orig` (one packet, no data). Not kept across a restart:
+        // the requester asks again and the replay cache answers.
+        bool atomic = false;
+        uint64_t orig = 0;
     };
 
     // ---- requester
@@ -284,6 +290,11 @@ class rc_qp {
     send_op* op_answered_by(uint32_t psn);
     // A response at `psn` landed: una moves past it, the timers restart, WRs retire.
     void response_progress(uint32_t psn, uint64_t now_ns);
+    // una past the ops an ACK acknowledged while a READ or atomic before them still missed
+    // its response (on_ack_psn marks them done), now that nothing before them is missing.
+    void skip_acknowledged();
+    // A response at `psn` acknowledges the requests before its own READ or atomic.
+    void acknowledge_before_response(uint32_t psn, uint64_t now_ns);
     void go_back(uint32_t psn);
     // Points the send pointer at `psn` (an ACK that overtook a rewind moves it forward).
     void move_send_pointer(uint32_t psn);
@@ -393,8 +404,12 @@ class rc_qp {
     bool dcqcn_slowed() const { return _rate.rate_bps() < _line_rate_bps; }
     void pacer_charge(uint64_t now_ns, uint32_t frame_len);
     void send_ack(packet_port& port, uint8_t syndrome, uint32_t psn);
+    // Sends the pending ACK once no READ response before its PSN is still owed; true if sent.
+    bool send_due_ack(packet_port& port);
     void replay_atomic(const roce_packet& p, packet_port& port);
     void send_atomic_ack(packet_port& port, uint32_t psn, uint64_t orig);
+    // The atomic ACK now, or queued behind the READ responses still owed before it.
+    void answer_atomic(packet_port& port, uint32_t psn, uint64_t orig);
     void responder_error(packet_port& port, verbs_proto::event_type event, uint8_t syndrome,
                          ibv_wc_status recv_status);
 

@@ -319,7 +319,7 @@ rc_qp::verdict rc_qp::execute(inbound_request& r, packet_port& port) {
             _atomic_replies[_atomic_next++ % _atomic_replies.size()] = {p.psn, orig, true};
             _epsn = psn_add(_epsn, 1);
             _msn = psn_add(_msn, 1);
-            send_atomic_ack(port, p.psn, orig);
+            answer_atomic(port, p.psn, orig);
             return verdict::answered;
         }
         default:
@@ -384,8 +384,10 @@ rc_qp::verdict rc_qp::complete_request(inbound_request& r) {
 
 // RC: the expected PSN moves on; a message's last packet that asks for an ACK gets it now
 // (deferred to the next poll, the ACK would be lost if the program destroyed the QP on seeing
-// the completion, and the requester would retry into a QP that no longer exists); mid-message
-// ACKs are coalesced, one per poll. UC acknowledges nothing (check_psn moved its PSN).
+// the completion, and the requester would retry into a QP that no longer exists), unless READ
+// responses for earlier PSNs are still owed: answers leave in PSN order (IB spec 9.7.5.1.1),
+// so it follows them (send_due_ack). Mid-message ACKs are coalesced, one per poll. UC
+// acknowledges nothing (check_psn moved its PSN).
 void rc_qp::acknowledge(inbound_request& r, packet_port& port) {
     if (!reliable()) {
         return;
@@ -394,13 +396,23 @@ void rc_qp::acknowledge(inbound_request& r, packet_port& port) {
     if (!r.p.ack_req) {
         return;
     }
-    if ((r.p.info->position & position::last) != 0) {
-        send_ack(port, syndrome_ack(credits_invalid), r.p.psn);
-        _ack_pending = false;
-        return;
-    }
     _ack_pending = true;
     _ack_psn = r.p.psn;
+    if ((r.p.info->position & position::last) != 0) {
+        send_due_ack(port);
+    }
+}
+
+// An ACK for PSN n says every request before n was answered, READs included: one that left
+// ahead of READ responses it follows makes the requester take those responses for lost and go
+// back for them (an implied NAK), resending everything after them too.
+bool rc_qp::send_due_ack(packet_port& port) {
+    if (!_ack_pending || (!_reads.empty() && psn_diff(_reads.front().psn, _ack_psn) <= 0)) {
+        return false;
+    }
+    send_ack(port, syndrome_ack(credits_invalid), _ack_psn);
+    _ack_pending = false;
+    return true;
 }
 
 // What a step's verdict means on the wire and for the QP. The NAKs move an RC QP to ERR
@@ -534,11 +546,31 @@ void rc_qp::complete_recv(const proto::cqe& c) {
 void rc_qp::replay_atomic(const roce_packet& p, packet_port& port) {
     for (const auto& r : _atomic_replies) {
         if (r.valid && r.psn == p.psn) {
-            send_atomic_ack(port, r.psn, r.orig);
+            answer_atomic(port, r.psn, r.orig);
             return;
         }
     }
     // Older than the cache: the requester has long had this answer.
+}
+
+void rc_qp::answer_atomic(packet_port& port, uint32_t psn, uint64_t orig) {
+    if (_reads.empty()) {
+        send_atomic_ack(port, psn, orig);
+        return;
+    }
+    // Bounded as READs are: the requester keeps at most max_rd_atomic READs and atomics
+    // unanswered; beyond the slack a retransmitted one is answered when asked again.
+    if (_reads.size() >= _s.limits.max_qp_rd_atom + read_job_slack) {
+        return;
+    }
+    read_job job;
+    job.psn = psn;
+    job.remaining_packets = 1;
+    job.total_packets = 1;
+    job.msn = _msn;
+    job.atomic = true;
+    job.orig = orig;
+    _reads.push_back(std::move(job));
 }
 
 void rc_qp::send_atomic_ack(packet_port& port, uint32_t psn, uint64_t orig) {
@@ -634,8 +666,16 @@ verbs::mr_lookup rc_qp::remote_target(uint32_t rkey, uint64_t va, uint64_t lengt
 
 unsigned rc_qp::send_read_responses(packet_port& port, uint64_t now_ns, unsigned budget) {
     unsigned sent = 0;
+    unsigned acks = 0;  // a pending ACK leaves in its place among the responses
     while (sent < budget && !_reads.empty()) {
+        acks += send_due_ack(port) ? 1 : 0;
         read_job& job = _reads.front();
+        if (job.atomic) {
+            send_atomic_ack(port, job.psn, job.orig);  // as any ACK: not charged to the share
+            _reads.erase(_reads.begin());
+            ++sent;
+            continue;
+        }
         const uint32_t k = job.total_packets - job.remaining_packets;
         const uint64_t offset = uint64_t{k} * _mtu;
         const uint32_t payload =
@@ -674,7 +714,8 @@ unsigned rc_qp::send_read_responses(packet_port& port, uint64_t now_ns, unsigned
             _reads.erase(_reads.begin());
         }
     }
-    return sent;
+    acks += send_due_ack(port) ? 1 : 0;
+    return sent + acks;
 }
 
 void rc_qp::send_ack(packet_port& port, uint8_t syndrome, uint32_t psn) {

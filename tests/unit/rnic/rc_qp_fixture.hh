@@ -351,7 +351,8 @@ class rc_qp_test : public ::testing::Test {
     }
 
     // Runs the engine and the wire for `steps` iterations of `step_ns` virtual time each;
-    // `keep` decides the fate of each frame (true: deliver).
+    // `keep` decides the fate of each frame (true: deliver); a frame `hold_back` picks (among
+    // those kept) arrives one iteration late, after that iteration's own frames.
     void run(unsigned steps, uint64_t step_ns = 10'000,
              const std::function<bool(const test_wire::frame&)>& keep = {}) {
         for (unsigned i = 0; i < steps; ++i) {
@@ -367,14 +368,25 @@ class rc_qp_test : public ::testing::Test {
                     }
                 }
             }
-            for (auto& f : batch) {
-                const bool kept = !keep || keep(f);
+            const std::size_t fresh = batch.size();
+            std::deque<test_wire::frame> late;
+            late.swap(held);
+            for (auto& f : late) {
+                batch.push_back(std::move(f));
+            }
+            for (std::size_t k = 0; k < batch.size(); ++k) {
+                test_wire::frame& f = batch[k];
+                const bool kept = k >= fresh || !keep || keep(f);
+                if (kept && k < fresh && hold_back && hold_back(f)) {
+                    held.push_back(std::move(f));
+                    continue;
+                }
                 if (std::getenv("JAKIRO_TRACE") != nullptr) {
                     const uint8_t* bth = f.bytes.data() + 42;
                     std::printf("%s %u->%s op %02x psn %06x%s\n", kept ? "  " : "XX", f.from,
                                 f.dst_ip_be == htonl(ip_a) ? "a" : "b", bth[0],
                                 (bth[9] << 16) | (bth[10] << 8) | bth[11],
-                                bth[0] == 0x11 ? (bth[12] == 0 ? " ack" : " nak") : "");
+                                bth[0] == 0x11 ? ((bth[12] & 0x60) == 0 ? " ack" : " nak") : "");
                 }
                 if (!kept) {
                     continue;
@@ -407,6 +419,8 @@ class rc_qp_test : public ::testing::Test {
     uint64_t now = 1'000'000'000;
     bool reorder = false;
     std::mt19937 reorder_rng{GetParamSeed() + 1};
+    std::function<bool(const test_wire::frame&)> hold_back;  // see run()
+    std::deque<test_wire::frame> held;                       // frames hold_back delays
     std::vector<uint32_t> events;
 };
 
@@ -417,6 +431,19 @@ inline proto::send_wqe atomic_wqe(uint64_t wr_id, ibv_wr_opcode op, uint64_t loc
     w.compare_add = compare_add;
     w.swap = swap;
     return w;
+}
+
+// A frame's BTH opcode and PSN (behind Ethernet, IPv4 and UDP: 42 bytes).
+inline uint8_t opcode_of(const test_wire::frame& f) {
+    return f.bytes[42];
+}
+inline uint32_t psn_of(const test_wire::frame& f) {
+    const uint8_t* bth = f.bytes.data() + 42;
+    return (uint32_t{bth[9]} << 16) | (uint32_t{bth[10]} << 8) | bth[11];
+}
+inline bool is_read_response(const test_wire::frame& f) {
+    return opcode_of(f) >= opcode::rc_read_response_first &&
+           opcode_of(f) <= opcode::rc_read_response_only;
 }
 
 inline uint64_t word_at(const side& s, std::size_t offset) {

@@ -477,5 +477,78 @@ TEST_F(responder_verdict_test, reads_beyond_the_responders_resources_are_an_inva
     EXPECT_TRUE(heard(proto::event_type::qp_req_err));
 }
 
+// Answers leave in PSN order (IB spec 9.7.5.1.1): the ACK of a SEND that came behind a READ
+// follows that READ's responses. Ahead of them, it tells the requester they were lost, and the
+// requester asks for the READ again and resends everything after it, on a wire that loses
+// nothing (a long run across hosts spent most of its time retransmitting so).
+TEST_F(rc_qp_test, an_ack_leaves_behind_the_read_responses_before_it) {
+    connect_both();
+    fill(b, 0, 3000, 7);
+    b.post_recv(1, 8192, 4096);
+    a.post_send(wqe(1, IBV_WR_RDMA_READ, a.iova(0), 3000, a.mr, b.iova(0), b.mr));
+    a.post_send(wqe(2, IBV_WR_SEND, a.iova(8192), 100, a.mr));
+    std::vector<uint32_t> answers;  // PSNs of b's frames, in the order they left
+    run(20, 10'000, [&](const test_wire::frame& f) {
+        if (f.from == b.vnic) {
+            answers.push_back(psn_of(f));
+        }
+        return true;
+    });
+    proto::cqe c{};
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.wr_id, 1u);
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.wr_id, 2u);
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    EXPECT_TRUE(same(a, 0, b, 0, 3000));
+    ASSERT_EQ(answers.size(), 4u) << "three READ responses and one ACK, each once";
+    for (std::size_t i = 1; i < answers.size(); ++i) {
+        EXPECT_EQ(answers[i], (answers[i - 1] + 1) & 0xFFFFFF) << "answer " << i;
+    }
+    const qp_report* r = report_of(eng.report(), a);
+    ASSERT_NE(r, nullptr);
+    EXPECT_EQ(r->retransmitted, 0u);
+    EXPECT_EQ(r->timeouts, 0u);
+}
+
+// An atomic executed behind a READ still answering is ACKed after that READ's responses: ahead
+// of them, the requester dropped the ACK as out of order, went back for the READ and asked for
+// the atomic again (answered from the cache, yet sent twice).
+TEST_F(rc_qp_test, an_atomic_ack_leaves_behind_the_read_responses_before_it) {
+    connect_both();
+    fill(b, 0, 3000, 8);
+    uint64_t five = 5;
+    std::memcpy(b.region + 8192, &five, 8);
+    a.post_send(wqe(1, IBV_WR_RDMA_READ, a.iova(0), 3000, a.mr, b.iova(0), b.mr));
+    a.post_send(
+        atomic_wqe(2, IBV_WR_ATOMIC_FETCH_AND_ADD, a.iova(8192), a.mr, b.iova(8192), b.mr, 1, 0));
+    std::vector<uint32_t> answers;  // PSNs of b's frames, in the order they left
+    run(20, 10'000, [&](const test_wire::frame& f) {
+        if (f.from == b.vnic) {
+            answers.push_back(psn_of(f));
+        }
+        return true;
+    });
+    proto::cqe c{};
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.wr_id, 1u);
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.wr_id, 2u);
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    EXPECT_TRUE(same(a, 0, b, 0, 3000));
+    EXPECT_EQ(word_at(a, 8192), 5u) << "the original value";
+    EXPECT_EQ(word_at(b, 8192), 6u) << "added once";
+    ASSERT_EQ(answers.size(), 4u) << "three READ responses and the atomic ACK, each once";
+    for (std::size_t i = 1; i < answers.size(); ++i) {
+        EXPECT_EQ(answers[i], (answers[i - 1] + 1) & 0xFFFFFF) << "answer " << i;
+    }
+    const qp_report* r = report_of(eng.report(), a);
+    ASSERT_NE(r, nullptr);
+    EXPECT_EQ(r->retransmitted, 0u);
+    EXPECT_EQ(r->timeouts, 0u);
+}
+
 }  // namespace
 }  // namespace jakiro::roce::test
