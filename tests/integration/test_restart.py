@@ -11,6 +11,7 @@ hand-over; a crash is reported as one and the next daemon serves RDMA again at o
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import threading
@@ -19,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (IP, JAKIROD, PYTHON, RUN_DIR, T1, T2, T5, TESTBED, alive,
+from conftest import (IP, JAKIROD, PYTHON, RUN_DIR, SRC, T1, T2, T5, TESTBED, alive,
                       iperf3_server, integrity_pair, jakirod_pids, jakiroctl, ping, run,
-                      shim_env, stop, under_jakiro_run, wait_until)
+                      shim_env, stats, stop, under_jakiro_run, wait_until)
 from test_rdma_device_fatal import Program, listening
 from test_ucx_mpi import MPI_LAUNCH, PINGPONG_C, rsh_agent
 
@@ -29,6 +30,7 @@ pytestmark = pytest.mark.usefixtures("testbed")
 
 HANDOVER = "/run/jakiro/h1.sock.handover"
 CRASH_EXIT_S = 1.0  # a tenant's program learns of a crash this soon (issue: within 1 s)
+NEW_PROGRAM_S = 30  # a new ib_write_bw on the restarted daemon ends by then, even on a loaded CI
 
 
 def status(host):
@@ -313,6 +315,77 @@ def test_a_newer_build_takes_over_as_an_upgrade(tmp_path):
     assert status("h1")["last_restart"]["from_version"] == f"jakirod {next_version}"
 
 
+MR_QUOTA = SRC / "tests" / "rdma" / "pyverbs_mr_quota.py"
+
+
+def rdma_memory(vnic, host="h1"):
+    return stats(host)["vnics"][vnic]["rdma_memory"]
+
+
+def read_until(proc, line, timeout):
+    """proc's output lines up to `line` (which must come within `timeout` seconds)."""
+    seen, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        text = proc.stdout.readline()
+        if not text:
+            break
+        seen.append(text.rstrip("\n"))
+        if seen[-1] == line:
+            return seen
+    raise AssertionError(f"no {line!r} within {timeout} s: {seen}")
+
+
+@pytest.mark.parametrize("quota,size", [("max_mrs: 16", 4096), ("max_mr_bytes: 1MiB", 65536)],
+                         ids=["mr_count", "mr_bytes"])
+def test_a_vnic_at_its_mr_quota_is_charged_the_same_after_a_take_over(quota, size):
+    """Noisy-neighbour accounting survives a take-over: t1 registers MRs up to its quota (its
+    host YAML, as the operator sets it: the file jakirod runs with, applied), h1's jakirod is
+    restarted, and in the same process with the same MRs one more ibv_reg_mr is still EDQUOT,
+    an ibv_dereg_mr still gives the quota back, and the vNIC's counters go on from where they
+    were (tests/rdma/pyverbs_mr_quota.py)."""
+    config = RUN_DIR / "h1.yaml"
+    original = config.read_text()
+    lines = [line.rstrip()[:-1] + f", rdma: {{{quota}}}}}"
+             if line.strip().startswith("- {name: t1,") else line
+             for line in original.splitlines()]
+    assert lines != original.splitlines(), "no t1 in h1's YAML"
+    config.write_text("\n".join(lines) + "\n")
+    program = None
+    try:
+        jakiroctl("h1", "apply", str(config), timeout=60)
+        program = subprocess.Popen(under_jakiro_run(T1, [PYTHON, MR_QUOTA, size]),
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True, env=shim_env(),
+                                   start_new_session=True)
+        said = read_until(program, "holding", 60)
+        assert any("ok: at quota" in line and "then EDQUOT" in line for line in said), said
+        before = rdma_memory("t1")
+        assert before["mrs"] >= 1 and before["quota_refusals"] >= 1, before
+        assert restart("h1").returncode == 0
+        after = rdma_memory("t1")
+        # Charged the same: the MRs, their bytes and mappings; its refusals counted on.
+        for key in ("mrs", "mr_bytes", "mappings", "quota_refusals"):
+            assert after[key] == before[key], (key, before, after)
+        program.stdin.write("go\n")
+        program.stdin.flush()
+        out, _ = program.communicate(timeout=60)
+        said += out.splitlines()
+        assert program.returncode == 0, said
+        assert "pyverbs_mr_quota: all verified" in said, said
+        # Its two refusals after the take-over went on the count it had before.
+        assert rdma_memory("t1")["quota_refusals"] == before["quota_refusals"] + 2
+    finally:
+        if program is not None:
+            stop(program)
+        config.write_text(original)
+        jakiroctl("h1", "apply", str(config), timeout=60)
+    # Its MRs gone with its process, the vNIC holds nothing.
+    wait_until(lambda: rdma_memory("t1")["mrs"] == 0, 15, "t1's MRs given back")
+
+
 def offer_from(namespace, user=None):
     """Sends a hand-over offer (protocol 1, reading 'daemon' only up to version 0, so that a
     daemon that listens answers with a refusal and changes nothing) from `namespace`, as
@@ -383,5 +456,19 @@ def test_a_crash_under_rdma_traffic_is_reported_and_the_next_daemon_serves_at_on
         server.stop()
     st = status("h1")
     assert st["last_restart"]["kind"] == "crash" and st["restarts"]["crash"] >= 1, st
-    # The restarted daemon serves RDMA again: every byte of a new exchange checked.
+    # The restarted daemon serves a new ib_write_bw (how soon: perf/restart --crash; here a
+    # bound a loaded machine meets)...
+    bw = [Program(T2, ["ib_write_bw", "-p", 19604, "-n", 2000], tmp_path, "new-server")]
+    try:
+        wait_until(lambda: listening(T2, 19604) or bw[0].proc.poll() is not None, 20,
+                   "the new ib_write_bw to listen")
+        bw.append(Program(T1, ["ib_write_bw", "-p", 19604, "-n", 2000, IP[T2]], tmp_path,
+                          "new-client"))
+        codes = [p.wait(NEW_PROGRAM_S) for p in reversed(bw)]
+        assert codes == [0, 0], "".join(p.output() for p in bw)
+        assert re.search(r"^\s*65536\s+2000\s", bw[1].out.read_text(), re.M), bw[1].output()
+    finally:
+        for p in bw:
+            p.stop()
+    # ...and every byte of a new exchange is right.
     assert integrity_pair(T2, T1, IP[T2], 19603, ops=100) > 0
