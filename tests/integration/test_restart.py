@@ -215,9 +215,9 @@ def test_every_tenant_program_lives_through_three_restarts_of_h1_and_two_of_h2(t
                 still, "".join(p.output() for p in programs))
             swept = mpi.sweeps()
             mpi.wait_for_sweeps(swept + 1, 60)
+            qps_after = {h: qpns(h) for h in ("h1", "h2")}  # while every program holds its QPs
             sweeps = mpi.finish()
             runs = [loop.finish() for loop in loops]
-            qps_after = {h: qpns(h) for h in ("h1", "h2")}
             ended = {p.role: p.wait(seconds + 30) for p in programs}
             outputs = "".join(p.output() for p in programs)
             print("\n" + ", ".join(f"{role} {code}" for role, code in ended.items()) +
@@ -323,19 +323,19 @@ def rdma_memory(vnic, host="h1"):
 
 
 def read_until(proc, line, timeout):
-    """proc's output lines up to `line` (which must come within `timeout` seconds)."""
-    seen, deadline = [], time.monotonic() + timeout
+    """proc's output lines up to `line` (which must come within `timeout` seconds), read from
+    its descriptor (a buffered reader would hold lines select() no longer sees)."""
+    fd, text, deadline = proc.stdout.fileno(), b"", time.monotonic() + timeout
     while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
-        if not ready:
+        seen = text.decode(errors="replace").splitlines()
+        if line in seen:
+            return seen[:seen.index(line) + 1]
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        chunk = os.read(fd, 4096) if ready else b""
+        if not chunk:
             break
-        text = proc.stdout.readline()
-        if not text:
-            break
-        seen.append(text.rstrip("\n"))
-        if seen[-1] == line:
-            return seen
-    raise AssertionError(f"no {line!r} within {timeout} s: {seen}")
+        text += chunk
+    raise AssertionError(f"no {line!r} within {timeout} s: {text.decode(errors='replace')}")
 
 
 @pytest.mark.parametrize("quota,size", [("max_mrs: 16", 4096), ("max_mr_bytes: 1MiB", 65536)],
