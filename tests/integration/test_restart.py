@@ -322,6 +322,12 @@ def rdma_memory(vnic, host="h1"):
     return stats(host)["vnics"][vnic]["rdma_memory"]
 
 
+def host_reserve_held(host="h1"):
+    """What the host's RDMA reserve holds for every vNIC together (mappings, descriptors)."""
+    reserve = json.loads(jakiroctl(host, "qps", "--json").stdout)["rdma_reserve"]
+    return {k: v["held"] for k, v in reserve.items()}
+
+
 def read_until(proc, line, timeout):
     """proc's output lines up to `line` (which must come within `timeout` seconds), read from
     its descriptor (a buffered reader would hold lines select() no longer sees)."""
@@ -363,12 +369,15 @@ def test_a_vnic_at_its_mr_quota_is_charged_the_same_after_a_take_over(quota, siz
         said = read_until(program, "holding", 60)
         assert any("ok: at quota" in line and "then EDQUOT" in line for line in said), said
         before = rdma_memory("t1")
+        held_before = host_reserve_held()
         assert before["mrs"] >= 1 and before["quota_refusals"] >= 1, before
         assert restart("h1").returncode == 0
         after = rdma_memory("t1")
-        # Charged the same: the MRs, their bytes and mappings; its refusals counted on.
+        # Charged the same: the MRs, their bytes and mappings, and the host's reserve with
+        # them; its refusals counted on.
         for key in ("mrs", "mr_bytes", "mappings", "quota_refusals"):
             assert after[key] == before[key], (key, before, after)
+        assert host_reserve_held() == held_before
         program.stdin.write("go\n")
         program.stdin.flush()
         out, _ = program.communicate(timeout=60)
