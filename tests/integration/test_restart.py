@@ -2,10 +2,11 @@
 asks the running daemon for its successor (`jakiroctl restart`), which takes over with the state
 image over the root-only hand-over socket. What a tenant relies on must survive: a TCP stream
 through restarts of both hosts keeps going (its conntrack entry carried, so the security
-groups keep passing its packets), verbs and rdma_cm programs keep their QPs and connections,
-/metrics counters never go down, and `jakiroctl status` says what happened. A successor that
-cannot read the state is refused while the old daemon serves on; a tenant cannot take part in a
-hand-over; a crash is reported as one and the next daemon serves RDMA again at once.
+groups keep passing its packets), verbs, rdma_cm and MPI programs keep their QPs and
+connections, a vNIC's quotas charge what they charged, /metrics counters never go down, and
+`jakiroctl status` says what happened. A successor that cannot read the state is refused while
+the old daemon serves on; a tenant cannot take part in a hand-over; a crash is reported as one,
+its tenants fail within a second and the next daemon serves new RDMA programs.
 """
 
 import json
