@@ -48,6 +48,7 @@
 #include "service/notify.hh"
 #include "shaping/egress_shaper.hh"
 #include "shaping/ingress_policer.hh"
+#include "startup_clock.hh"
 #include "vnet_face/face_registry.hh"
 #include "worker/clock.hh"
 #include "worker/handoff.hh"
@@ -279,6 +280,7 @@ int main(int argc, char** argv) {
     // First, before anything opens a descriptor: what a service manager passed (3, 4, ...).
     handover::listen_fds passed = handover::take_listen_fds();
     const auto process_started = std::chrono::steady_clock::now();
+    startup_clock startup;
     options opts;
     const own_command own = read_own_command(argc, argv);
     if (!parse_options(argc, argv, opts)) {
@@ -338,6 +340,7 @@ int main(int argc, char** argv) {
         opts.socket = "/run/jakiro/" + config.name + ".sock";
     }
 
+    startup.mark("config");
     auto eal = make_eal_args(config.name, free_hugepages_now(),
                              opts.lcores.empty() ? default_lcores(workers) : opts.lcores,
                              config.underlay.mtu);
@@ -353,6 +356,7 @@ int main(int argc, char** argv) {
     struct eal_cleanup {
         ~eal_cleanup() { rte_eal_cleanup(); }
     } eal_cleanup_at_exit;
+    startup.mark("eal");
     if (rte_lcore_count() < workers) {
         return fail(workers_from + ": " + std::to_string(workers) + " workers, but --lcores gave " +
                     std::to_string(rte_lcore_count()) + " lcores");
@@ -375,6 +379,8 @@ int main(int argc, char** argv) {
     if (pool == nullptr) {
         return fail(std::string("cannot create the mbuf pool: ") + rte_strerror(rte_errno));
     }
+
+    startup.mark("pool");
 
     // A take-over: the predecessor's state, before any port opens. Once take_over returns, the
     // predecessor's workers have stopped: from here to our own workers is the blackout.
@@ -454,9 +460,11 @@ int main(int argc, char** argv) {
         state.config = follower->initial_config(first_view);
         state.control_plane = follower.get();
     }
+    startup.mark("take_over");
     if (!host.start(error)) {
         return fail(error);
     }
+    startup.mark("ports");
     // One context per worker (worker/README: each owns its vNICs' ports, flows, shaper and
     // meters); with more than one, the hand-off rings between them.
     std::unique_ptr<worker_handoff> handoff;
@@ -525,6 +533,7 @@ int main(int argc, char** argv) {
                      rdma_warnings.substr(0, rdma_warnings.find_last_not_of('\n') + 1));
     }
 
+    startup.mark("rdma");
     for (auto& ctx : contexts) {
         ctx->neighbors = neighbors.get();
         ctx->pool = pool;
@@ -549,6 +558,7 @@ int main(int argc, char** argv) {
         }
     }
 
+    startup.mark("flows");
     const std::size_t vnic_count = config.vnics.size();
     const std::string metrics_at = config.metrics ? config.metrics->text() : "off";
     control_server control(state, host, opts.socket);
@@ -562,6 +572,7 @@ int main(int argc, char** argv) {
     if (!control.start(error)) {
         return fail(error);
     }
+    startup.mark("control");
     // The old side of a future take-over (restart/handover_server.hh).
     std::chrono::steady_clock::time_point frozen_at;
     handover_server::hooks hooks;
@@ -681,6 +692,7 @@ int main(int argc, char** argv) {
     }
     // Ports are started, the control socket and the metrics listener are bound, and the worker
     // starts polling next: systemd may consider the service started.
+    startup.mark("handover_etcd");
     std::string status;
     control.run_on_control_thread([&] { status = control.status_line(); }, std::chrono::seconds(2));
     // Taking over under systemd: we become the unit's main process (NotifyAccess=all).
@@ -697,7 +709,9 @@ int main(int argc, char** argv) {
                {"workers", workers},
                {"control", opts.socket},
                {"metrics", metrics_at},
-               {"version", JAKIRO_VERSION}});
+               {"version", JAKIRO_VERSION},
+               {"startup_ms", startup.total_ms()},
+               {"phases", startup.phases()}});
 
     // SIGTERM under systemd with a store: the state goes there, frozen and written exactly as for
     // a take-over, and this process exits (restart/fd_store_restart.hh).

@@ -6,8 +6,26 @@
 #include <cerrno>
 #include <cstdio>
 #include <fstream>
+#include <string>
 
 namespace jakiro {
+
+namespace {
+
+// A process that has ended but that its parent has not reaped yet (a zombie: 'Z' in
+// /proc/PID/stat) is gone for us: a daemon started outside systemd is reparented to init, which
+// may take its time, and its successor must not wait for that to see the crash.
+bool ended_unreaped(long pid) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) {
+        return false;
+    }
+    const auto name_end = line.rfind(')');  // the command name may hold spaces and ')'
+    return name_end != std::string::npos && name_end + 2 < line.size() && line[name_end + 2] == 'Z';
+}
+
+}  // namespace
 
 bool predecessor_crashed(const std::string& path, restart_record& record) {
     std::ifstream in(path);
@@ -20,8 +38,9 @@ bool predecessor_crashed(const std::string& path, restart_record& record) {
             n = 0;
         }
     }
-    // Alive (or not ours to signal): not a crash. Gone: nobody removed or rewrote the marker.
-    return kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+    // Alive (or not ours to signal): not a crash. Gone or ended: nobody removed or rewrote the
+    // marker.
+    return (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) || ended_unreaped(pid);
 }
 
 void write_run_marker(const std::string& path, const restart_record& record) {

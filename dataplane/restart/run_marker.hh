@@ -17,7 +17,7 @@ inline std::string run_marker_path(const std::string& control_socket) {
 }
 
 // Reads the marker a predecessor left: true (with its counts in `record`) if it names a
-// process that no longer runs.
+// process that no longer runs (gone, or ended and not yet reaped by its parent).
 bool predecessor_crashed(const std::string& path, restart_record& record);
 // Writes ours (this pid, `record`'s counts).
 void write_run_marker(const std::string& path, const restart_record& record);
