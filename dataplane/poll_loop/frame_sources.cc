@@ -84,20 +84,20 @@ frame_source_set::~frame_source_set() {
     }
 }
 
-void frame_source_set::refresh(uint64_t publication) {
+void frame_source_set::refresh(uint64_t publication, const std::vector<int>& others) {
     if (_epoll_fd < 0) {
         return;
     }
     if (publication != _publication ||
         std::chrono::steady_clock::now() - _scanned >= rescan_period) {
         _publication = publication;
-        scan();
+        scan(others);
     } else if (frame_sources::ignored_generation() != _ignored_generation) {
         apply_ignored();
     }
 }
 
-void frame_source_set::scan() {
+void frame_source_set::scan(const std::vector<int>& others) {
     _scanned = std::chrono::steady_clock::now();
     std::unordered_map<int, std::string> found;
     DIR* dir = opendir("/proc/self/fd");
@@ -108,7 +108,8 @@ void frame_source_set::scan() {
         char* end = nullptr;
         const long n = std::strtol(e->d_name, &end, 10);
         const int fd = static_cast<int>(n);
-        if (end == e->d_name || *end != '\0' || fd == dirfd(dir) || fd == _epoll_fd) {
+        if (end == e->d_name || *end != '\0' || fd == dirfd(dir) || fd == _epoll_fd ||
+            std::find(others.begin(), others.end(), fd) != others.end()) {
             continue;
         }
         std::string link = link_of(fd);

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace jakiro {
 
@@ -41,13 +42,17 @@ class frame_source_set {
     // The epoll set, or -1 if it could not be made.
     int fd() const { return _epoll_fd; }
     // Looks for the sources again if `publication` (of the tables) is not the last one seen or
-    // a second has passed; applies a change of the ignored set. Before each wait.
-    void refresh(uint64_t publication);
+    // a second has passed; applies a change of the ignored set. Before each wait. `others` are
+    // the sockets other workers read (their vNICs' faces): left out, or this worker would wake
+    // at once from every nap while another has not yet read its frame.
+    void refresh(uint64_t publication, const std::vector<int>& others);
+    // Whether refresh() would look again at this publication (the caller then lists `others`).
+    bool stale(uint64_t publication) const { return publication != _publication; }
     // How many sources are watched (tests, logs).
     std::size_t size() const { return _watched.size(); }
 
   private:
-    void scan();
+    void scan(const std::vector<int>& others);
     void apply_ignored();
 
     int _epoll_fd = -1;

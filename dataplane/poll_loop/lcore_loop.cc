@@ -75,6 +75,27 @@ bool only_faces(const datapath_tables& tables) {
     return true;
 }
 
+// The sockets of the faces another worker reads: its vNICs', and the uplink's unless it is
+// `self`'s (worker 0 owns it). An af_packet PMD port's socket is not known here: every worker
+// watches those.
+void others_faces(const datapath_tables& tables, unsigned self, std::vector<int>& out) {
+    out.clear();
+    if (self != 0 && vnet::is_face_port(tables.uplink_port)) {
+        if (const vnet::face* f = vnet::face_of(tables.uplink_port)) {
+            out.push_back(f->fd());
+        }
+    }
+    for (const uint16_t slot : tables.active_slots) {
+        const uint16_t port = tables.vnics[slot].port_id;
+        if (tables.vnics[slot].worker == self || !vnet::is_face_port(port)) {
+            continue;
+        }
+        if (const vnet::face* f = vnet::face_of(port)) {
+            out.push_back(f->fd());
+        }
+    }
+}
+
 // Sends "who has" for every remote host (unresolved only, unless `all`).
 void request_neighbors(worker_context& ctx, const datapath_tables& tables, bool all) {
     const uint16_t count = ctx.neighbors->size();
@@ -243,6 +264,7 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
             sources.emplace();
         }
     }
+    std::vector<int> others;  // the faces other workers read (frame_sources.hh)
     std::optional<rx_waker> waker;
     if (uring) {
         // The one wait hears every cause.
@@ -281,7 +303,11 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
     // work arrived while deciding to sleep, so the loop must go on instead.
     const auto nap = [&](uint64_t us, bool wake_on_rx) {
         if (uring && wake_on_rx) {
-            sources->refresh(publisher.current()->publication);  // online: the tables are ours
+            const datapath_tables& tables = *publisher.current();  // online: still ours
+            if (sources->stale(tables.publication)) {
+                others_faces(tables, ctx.id, others);
+            }
+            sources->refresh(tables.publication, others);
         }
         if (ctx.engine != nullptr && !ctx.engine->prepare_sleep()) {
             return false;
