@@ -23,8 +23,7 @@ constexpr uint8_t op_futex_waitv = 53;
 // is twice as long, and every wait reaps it whole.
 constexpr unsigned ring_entries = 8;
 
-constexpr uint64_t poll_tag = 1;
-constexpr uint64_t cancel_tag = 2;
+constexpr uint64_t cancel_tag = 1;  // a wait's or a poll's own tag is never 1 (_tags)
 
 template <typename T>
 T* at(void* base, uint32_t offset) {
@@ -157,19 +156,19 @@ void uring_sleeper::reap(woken& w) {
     const uint32_t tail = load_acquire(r.cq_tail);
     for (; head != tail; ++head) {
         const io_uring_cqe& cqe = r.cqes[head & r.cq_mask];
-        if (cqe.user_data == poll_tag) {
+        if (_polled_fd >= 0 && cqe.user_data == _poll_tag) {
             if (cqe.res < 0) {
                 _failed_poll_fd = _polled_fd;  // polled again only once the descriptor changes
             } else {
                 w.frames = true;
             }
             _polled_fd = -1;
-        } else if (cqe.user_data == _futex_tag && _futex_queued) {
+        } else if (_futex_queued && cqe.user_data == _futex_tag) {
             _futex_queued = false;
             // Woken (the index of the futex), or a count had moved when it was set up.
             w.doorbell |= cqe.res >= 0 || cqe.res == -EAGAIN;
         }
-        // Otherwise a cancel, or the wait it cancelled: nothing to learn.
+        // Otherwise a cancel, or a wait or poll it cancelled: nothing to learn.
     }
     store_release(r.cq_head, head);
 }
@@ -177,11 +176,12 @@ void uring_sleeper::reap(woken& w) {
 uring_sleeper::woken uring_sleeper::sleep(int frames_fd, std::span<const futex_waitv> waiters,
                                           uint64_t generation, uint64_t us) {
     ring& r = *_ring;
-    woken w;
-    reap(w);  // what completed since the last sleep: a waiting completion ends this one at once
-    if (w.frames || w.doorbell) {
-        return w;
-    }
+    // What completed since the last sleep, while the worker was awake: it may already have
+    // done that work, so the completion ends nothing. The wait or poll is set up again
+    // instead, and that tells the truth now: the poll is level-triggered, and the futex wait
+    // compares the counts the caller noted before its last look.
+    woken stale;
+    reap(stale);
     if (_futex_queued && (_futex_generation != generation || waiters.empty())) {
         io_uring_sqe& cancel = r.next();
         cancel.opcode = IORING_OP_ASYNC_CANCEL;
@@ -195,15 +195,15 @@ uring_sleeper::woken uring_sleeper::sleep(int frames_fd, std::span<const futex_w
         wait.opcode = op_futex_waitv;
         wait.addr = reinterpret_cast<uintptr_t>(waiters.data());
         wait.len = static_cast<uint32_t>(waiters.size());
-        wait.user_data = _futex_tag = ++_futex_tags;
+        wait.user_data = _futex_tag = ++_tags;
         _futex_queued = true;
         _futex_generation = generation;
     }
-    if (_polled_fd != frames_fd && _polled_fd >= 0) {
+    if (_polled_fd >= 0 && _polled_fd != frames_fd) {
         io_uring_sqe& cancel = r.next();
         cancel.opcode = IORING_OP_POLL_REMOVE;
         cancel.fd = -1;
-        cancel.addr = poll_tag;
+        cancel.addr = _poll_tag;
         cancel.user_data = cancel_tag;
         _polled_fd = -1;
     }
@@ -215,9 +215,10 @@ uring_sleeper::woken uring_sleeper::sleep(int frames_fd, std::span<const futex_w
         poll.opcode = IORING_OP_POLL_ADD;
         poll.fd = frames_fd;
         poll.poll32_events = POLLIN;
-        poll.user_data = poll_tag;
+        poll.user_data = _poll_tag = ++_tags;
         _polled_fd = frames_fd;
     }
+    woken w;
     r.publish();
 
     const uint64_t deadline = monotonic_ns() + us * 1000;

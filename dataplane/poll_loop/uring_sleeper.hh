@@ -15,10 +15,11 @@
 // its last look at the rings, so a ring after that look fails the setup (-EAGAIN: the sleep
 // ends at once). A futex wait that outlives a sleep (a frame or the timeout ended it) stays
 // queued for the next one while the set of pages is the same (doorbell_set::generation): it was
-// queued before that next sleep's last look, so a ring after the look wakes it, and a ring it
-// already caught is a completion waiting in the ring. Otherwise it is cancelled and a new one
-// set up. The poll on the epoll set is level-triggered when it is queued (a frame already
-// waiting completes it at once) and likewise stays queued until a frame comes.
+// queued before that next sleep's last look, so a ring after the look wakes it. Otherwise it is
+// cancelled and a new one set up. The poll on the epoll set is level-triggered when it is
+// queued (a frame already waiting completes it at once) and likewise stays queued until a frame
+// comes. A wait or poll that completed while the worker was awake ends no sleep (the worker may
+// have done that work already): it is set up again, and tells the truth then.
 //
 // Where io_uring is missing, disabled (kernel.io_uring_disabled, a seccomp filter such as a
 // container runtime's default) or lacks FUTEX_WAITV, open() returns null and the worker sleeps
@@ -63,7 +64,8 @@ class uring_sleeper {
     bool _futex_queued = false;  // a futex wait is queued, for _futex_generation
     uint64_t _futex_generation = 0;
     uint64_t _futex_tag = 0;   // user_data of the queued futex wait (older ones: cancelled)
-    uint64_t _futex_tags = 2;  // the last one given (1 and 2 are the poll's and the cancels')
+    uint64_t _poll_tag = 0;    // user_data of the queued poll (older ones: removed)
+    uint64_t _tags = 1;        // the last user_data given (1 is the cancels')
     int _failed_poll_fd = -1;  // a descriptor the poll failed on: not polled again
 };
 
