@@ -55,7 +55,7 @@ class uring_sleeper_test : public ::testing::Test {
         char buf[64];
         (void)!read(frames[0], buf, sizeof(buf));
     }
-    void ring() { proto::ring_doorbell(page->page()); }
+    void ring() { proto::wake_doorbell(page->page()); }
 
     std::unique_ptr<uring_sleeper> sleeper;
     std::unique_ptr<roce::doorbell_memory> page;
@@ -160,7 +160,7 @@ TEST_F(uring_sleeper_test, a_page_added_between_sleeps_is_heard) {
     arm();
     std::thread shim([&second] {
         std::this_thread::sleep_for(20ms);
-        proto::ring_doorbell(second->page());
+        proto::wake_doorbell(second->page());
     });
     const auto t0 = clock_type::now();
     const auto woke = sleep(long_sleep_us);
