@@ -65,7 +65,8 @@ struct alignas(RTE_CACHE_LINE_SIZE) lcore_counters {
     counter busy_polls;
     counter idle_sleeps;
     counter throttled_sleeps;  // naps while only shaped frames waited for tokens
-    counter rx_wakes;          // naps cut short by a frame (rx_waker's thread writes it)
+    counter rx_wakes;  // naps cut short by a frame (rx_waker's thread writes it, where it is used)
+    counter doorbell_wakes;  // naps in which a doorbell rang: a tenant's post, jakirod's own call
     // Waiting for a stream's next packet (poll_loop/lcore_loop.cc): yields that kept the core away
     // too long, and the short naps taken instead of yields for a while after one.
     counter slow_yields;

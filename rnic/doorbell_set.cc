@@ -59,6 +59,7 @@ doorbell_memory::~doorbell_memory() {
 void doorbell_set::set(uint16_t slot, proto::doorbell_page* page) {
     if (slot < max_vnics) {
         _vnic[slot].store(page, std::memory_order_release);
+        _generation.fetch_add(1, std::memory_order_acq_rel);
     }
 }
 
@@ -89,9 +90,7 @@ void doorbell_set::arm(proto::doorbell_page* own) {
 }
 
 void doorbell_set::wait(uint64_t us) {
-    if (_crowded && us > crowded_sleep_us) {
-        us = crowded_sleep_us;
-    }
+    us = sleep_cap(us);
     if (_armed == 0) {
         const timespec t{static_cast<time_t>(us / 1000000), static_cast<long>(us % 1000000) * 1000};
         nanosleep(&t, nullptr);

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "verbs_abi/rings.hh"
 
@@ -61,6 +62,17 @@ class doorbell_set {
     void arm(verbs_proto::doorbell_page* own);
     // Sleeps up to `us`, less if any armed page rings.
     void wait(uint64_t us);
+    // What arm() set up, for a wait of the worker's own (dataplane/poll_loop/uring_sleeper.hh):
+    // the waiters, for futex_waitv or io_uring's FUTEX_WAITV, and the longest sleep that sees
+    // every page soon enough (`us`, or less when some pages are not among the waiters).
+    std::span<const futex_waitv> armed() const { return {_waiters.data(), _armed}; }
+    uint64_t sleep_cap(uint64_t us) const {
+        return _crowded && us > crowded_sleep_us ? crowded_sleep_us : us;
+    }
+    // Moves whenever a page is installed or removed: a wait set up at another generation
+    // watches another set of pages.
+    uint64_t generation() const { return _generation.load(std::memory_order_acquire); }
+
     // After waking: how many vNIC pages (and whether the own page) moved since arm().
     unsigned rung_since_armed(const verbs_proto::doorbell_page* own, bool& own_rang) const;
 
@@ -69,6 +81,7 @@ class doorbell_set {
 
   private:
     std::array<std::atomic<verbs_proto::doorbell_page*>, max_vnics> _vnic{};
+    std::atomic<uint64_t> _generation{0};
     std::array<futex_waitv, FUTEX_WAITV_MAX> _waiters{};
     unsigned _armed = 0;
     bool _crowded = false;

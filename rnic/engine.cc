@@ -805,7 +805,7 @@ void engine::sleep(uint64_t us) {
     _doorbells.wait(us);
 }
 
-void engine::after_sleep() {
+bool engine::after_sleep() {
     for (std::size_t vnic = 0; vnic < _turns.size(); ++vnic) {
         if (auto* page = _doorbells.page_of(static_cast<uint16_t>(vnic)); page != nullptr) {
             verbs_proto::set_worker_sleeping(*page, false);
@@ -818,7 +818,9 @@ void engine::after_sleep() {
     bool own_rang = false;
     if (_doorbells.rung_since_armed(own_doorbell(), own_rang) > 0 || own_rang) {
         _counters.doorbells.fetch_add(1, std::memory_order_relaxed);
+        return true;
     }
+    return false;
 }
 
 std::vector<qp_report> engine::report(std::vector<qp_report>* retired) const {

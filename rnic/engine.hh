@@ -205,8 +205,12 @@ class engine {
     bool prepare_sleep();
     // Sleeps up to `us` microseconds, less if the doorbell rings (call after prepare_sleep).
     void sleep(uint64_t us);
-    // After sleeping: clears the flags.
-    void after_sleep();
+    // After sleeping: clears the flags. True if a doorbell (a vNIC's or jakirod's own) rang
+    // since prepare_sleep().
+    bool after_sleep();
+    // The doorbells prepare_sleep() armed, for a worker that waits on them together with its
+    // frame sources (dataplane/poll_loop/uring_sleeper.hh) instead of calling sleep().
+    const doorbell_set& doorbells() const { return _doorbells; }
     bool has_qps() const { return !_active.empty(); }
     // Whether only wake() can bring it work while the worker sleeps: no QP whose tenant could
     // ring a doorbell, no MAD queued. A worker may then sleep on its frame sources and wake_fd()

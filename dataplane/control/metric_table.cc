@@ -462,6 +462,9 @@ std::vector<metric_def> build_table() {
         {"jakiro_worker_rx_wakes_total", counter, {"worker"},
          "Idle sleeps cut short by an arriving frame",
          per_worker(&D::rx_wakes)},
+        {"jakiro_worker_doorbell_wakes_total", counter, {"worker"},
+         "Sleeps in which a doorbell rang (a tenant posted, or jakirod itself had work)",
+         per_worker(&D::doorbell_wakes)},
         {"jakiro_worker_slow_yields_total", counter, {"worker"},
          "Yields while waiting for a packet that kept the core away over 250 us (someone "
          "runnable did not give it back)",

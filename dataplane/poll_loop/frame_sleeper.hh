@@ -6,7 +6,8 @@
 // frames through rx_waker's helper thread: two thread hops per wake, which on a busy host cost
 // more than the 200 µs spin before a nap saves. Used while the engine has no QP (a tenant can
 // then ring no doorbell), every port is a face, and the worker is the only one (with more,
-// every worker would wake for every face).
+// every worker would wake for every face), and only where uring_sleeper.hh cannot be (no
+// io_uring FUTEX_WAITV), which waits for frames and doorbells at once in every case.
 //
 // Thread-safety: the worker only.
 

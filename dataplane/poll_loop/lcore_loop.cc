@@ -22,9 +22,11 @@
 #include "../worker/fabric_dispatch.hh"
 #include "../worker/handoff.hh"
 #include "frame_sleeper.hh"
+#include "frame_sources.hh"
 #include "packet_wait.hh"
 #include "rnic/engine.hh"
 #include "rx_waker.hh"
+#include "uring_sleeper.hh"
 
 namespace jakiro {
 
@@ -60,7 +62,7 @@ void sleep_us(uint64_t us) {
 }
 
 // Whether every port of the snapshot, the uplink and every vNIC's, is a vnet face (frame_sleeper
-// hears them all; an af_packet PMD port only rx_waker does).
+// hears them all; an af_packet PMD port only uring_sleeper's or rx_waker's watch does).
 bool only_faces(const datapath_tables& tables) {
     if (!vnet::is_face_port(tables.uplink_port)) {
         return false;
@@ -71,6 +73,27 @@ bool only_faces(const datapath_tables& tables) {
         }
     }
     return true;
+}
+
+// The sockets of the faces another worker reads: its vNICs', and the uplink's unless it is
+// `self`'s (worker 0 owns it). An af_packet PMD port's socket is not known here: every worker
+// watches those.
+void others_faces(const datapath_tables& tables, unsigned self, std::vector<int>& out) {
+    out.clear();
+    if (self != 0 && vnet::is_face_port(tables.uplink_port)) {
+        if (const vnet::face* f = vnet::face_of(tables.uplink_port)) {
+            out.push_back(f->fd());
+        }
+    }
+    for (const uint16_t slot : tables.active_slots) {
+        const uint16_t port = tables.vnics[slot].port_id;
+        if (tables.vnics[slot].worker == self || !vnet::is_face_port(port)) {
+            continue;
+        }
+        if (const vnet::face* f = vnet::face_of(port)) {
+            out.push_back(f->fd());
+        }
+    }
 }
 
 // Sends "who has" for every remote host (unresolved only, unless `all`).
@@ -229,9 +252,23 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
     unsigned polls_since_face_check = 0;
     static_assert(rx_burst_size * max_rx_bursts <= overlay::max_merged);
 
-    // A frame arriving on an af_packet port rings the engine's doorbell too (rx_waker.hh).
-    std::optional<rx_waker> waker;
+    // A worker with an engine waits for its frame sources and its doorbells in one io_uring
+    // wait (uring_sleeper.hh). Without io_uring's futex wait, or without an engine: a frame
+    // arriving on an af_packet port rings the doorbell through rx_waker's helper thread, and
+    // frame_sleeper takes the naps that only frames and jakirod's calls can end.
+    std::unique_ptr<uring_sleeper> uring;
+    std::optional<frame_source_set> sources;
     if (ctx.engine != nullptr && !options.busy_poll) {
+        uring = uring_sleeper::open();
+        if (uring) {
+            sources.emplace();
+        }
+    }
+    std::vector<int> others;  // the faces other workers read (frame_sources.hh)
+    std::optional<rx_waker> waker;
+    if (uring) {
+        // The one wait hears every cause.
+    } else if (ctx.engine != nullptr && !options.busy_poll) {
         waker.emplace([&ctx] {
             ctx.counters.rx_wakes.add(1);
             ctx.engine->wake();
@@ -244,13 +281,16 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
         });
     }
     std::optional<frame_sleeper> frames;
-    if (ctx.engine != nullptr && ctx.handoff == nullptr && !options.busy_poll) {
+    if (!uring && ctx.engine != nullptr && ctx.handoff == nullptr && !options.busy_poll) {
         frames.emplace(ctx.engine->wake_fd());
     }
     uint64_t faces_of = UINT64_MAX;  // the publication faces_only is from
     bool faces_only = false;
     // Whether a nap now would be the frame_sleeper's (see frame_sleeper.hh for when).
     const auto naps_on_frames = [&] {
+        if (uring) {
+            return ctx.engine->wakes_only_by_call();
+        }
         return frames && faces_only && ctx.engine->wakes_only_by_call() && frames->ready();
     };
     const bool owns_uplink = ctx.id == 0;
@@ -262,6 +302,13 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
     // frame arrives (an idle nap; a throttled one ends when tokens are due anyway). False if
     // work arrived while deciding to sleep, so the loop must go on instead.
     const auto nap = [&](uint64_t us, bool wake_on_rx) {
+        if (uring && wake_on_rx) {
+            const datapath_tables& tables = *publisher.current();  // online: still ours
+            if (sources->stale(tables.publication)) {
+                others_faces(tables, ctx.id, others);
+            }
+            sources->refresh(tables.publication, others);
+        }
         if (ctx.engine != nullptr && !ctx.engine->prepare_sleep()) {
             return false;
         }
@@ -272,12 +319,21 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
             return false;
         }
         publisher.offline(worker_id);
-        const bool on_frames = wake_on_rx && naps_on_frames();
+        const bool on_frames = !uring && wake_on_rx && naps_on_frames();
         const bool watch = waker && wake_on_rx && !on_frames;
         if (watch) {
             waker->before_sleep();
         }
-        if (on_frames) {
+        if (uring) {
+            // A throttled nap waits for tokens, not frames: the doorbells and the time only.
+            const roce::doorbell_set& bells = ctx.engine->doorbells();
+            const uring_sleeper::woken woke =
+                uring->sleep(wake_on_rx ? sources->fd() : -1, bells.armed(), bells.generation(),
+                             bells.sleep_cap(us));
+            if (woke.frames) {
+                ctx.counters.rx_wakes.add(1);
+            }
+        } else if (on_frames) {
             if (frames->sleep(us)) {
                 ctx.counters.rx_wakes.add(1);  // as rx_waker counts the naps frames cut short
             }
@@ -295,15 +351,15 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
             ctx.handoff->after_sleep(ctx.id);
         }
         publisher.online(worker_id);
-        if (ctx.engine != nullptr) {
-            ctx.engine->after_sleep();
+        if (ctx.engine != nullptr && ctx.engine->after_sleep()) {
+            ctx.counters.doorbell_wakes.add(1);
         }
         return true;
     };
 
     // Faces of vNICs over their packet rate, unread until it refills (a burst's worth): out of
-    // the faces' epoll set and every rx_waker's watch meanwhile, so that neither a poll nor a
-    // sleep hears of their frames.
+    // the faces' epoll set and every worker's watch of the frame sources meanwhile, so that neither
+    // a poll nor a sleep hears of their frames.
     struct held_face {
         uint16_t slot;
         uint16_t port;
@@ -315,7 +371,7 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
         const int fd = vnet::face_of(port)->fd();
         vnet::mute_face(port, true);
         ready_faces.reset(port - vnet::first_face_port);
-        rx_waker::ignore(fd, true);
+        frame_sources::ignore(fd, true);
         held.push_back({slot, port, fd});
     };
     const auto release_held_faces = [&](uint64_t ns) {
@@ -334,7 +390,7 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
                 vnet::mute_face(h.port, false);
                 ready_faces.set(h.port - vnet::first_face_port);  // what waited is read now
             }
-            rx_waker::ignore(h.fd, false);
+            frame_sources::ignore(h.fd, false);
             held[i] = held.back();
             held.pop_back();
         }

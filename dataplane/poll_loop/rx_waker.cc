@@ -1,5 +1,7 @@
 #include "rx_waker.hh"
 
+#include "frame_sources.hh"
+
 #include <dirent.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
@@ -18,19 +20,6 @@ namespace {
 // A helper poll() never blocks longer than this, so it sees the worker wake on its own.
 constexpr int max_wait_ms = 50;
 constexpr auto rescan_period = std::chrono::seconds(1);
-
-// An AF_PACKET socket (the PMD's, a vnet face's) or a tap (a tap uplink's).
-bool is_frame_source(int fd) {
-    int domain = 0;
-    socklen_t len = sizeof(domain);
-    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0) {
-        return domain == AF_PACKET;
-    }
-    char target[32] = {};
-    const std::string link = "/proc/self/fd/" + std::to_string(fd);
-    return readlink(link.c_str(), target, sizeof(target) - 1) > 0 &&
-           std::strcmp(target, "/dev/net/tun") == 0;
-}
 
 }  // namespace
 
@@ -64,28 +53,10 @@ void rx_waker::before_sleep() {
     (void)!write(_arm_fd, &one, sizeof(one));
 }
 
-void rx_waker::ignore(int fd, bool ignored) {
-    {
-        const std::lock_guard lock(_ignored_mutex);
-        const auto at = std::find(_ignored.begin(), _ignored.end(), fd);
-        if (ignored && at == _ignored.end()) {
-            _ignored.push_back(fd);
-        } else if (!ignored && at != _ignored.end()) {
-            _ignored.erase(at);
-        } else {
-            return;
-        }
-    }
-    _ignored_generation.fetch_add(1, std::memory_order_release);
-}
-
 void rx_waker::apply_ignored() {
-    _applied_generation = _ignored_generation.load(std::memory_order_acquire);
-    const std::lock_guard lock(_ignored_mutex);
+    _applied_generation = frame_sources::ignored_generation();
     for (std::size_t i = 1; i < _fds.size(); ++i) {
-        const bool ignored =
-            std::find(_ignored.begin(), _ignored.end(), _fds[i].fd) != _ignored.end();
-        _fds[i].events = ignored ? 0 : POLLIN;
+        _fds[i].events = frame_sources::is_ignored(_fds[i].fd) ? 0 : POLLIN;
     }
 }
 
@@ -101,7 +72,7 @@ void rx_waker::find_packet_sockets() {
         char* end = nullptr;
         const long fd = std::strtol(e->d_name, &end, 10);
         if (end != e->d_name && *end == '\0' && fd != dirfd(dir) &&
-            is_frame_source(static_cast<int>(fd))) {
+            frame_sources::is_frame_source(static_cast<int>(fd))) {
             _fds.push_back({static_cast<int>(fd), POLLIN, 0});
         }
     }
@@ -127,7 +98,7 @@ bool rx_waker::watch_sockets() {
         find_packet_sockets();
     }
     while (_sleeping.load(std::memory_order_relaxed)) {
-        if (_ignored_generation.load(std::memory_order_acquire) != _applied_generation) {
+        if (frame_sources::ignored_generation() != _applied_generation) {
             apply_ignored();
         }
         if (poll(_fds.data(), _fds.size(), max_wait_ms) <= 0) {

@@ -15,18 +15,17 @@
 // Per sleep the worker pays one eventfd write; the helper one wake-up and one poll(). Ports
 // that are not af_packet (memif, tap) keep the timed sleep.
 //
-// A socket its owner has stopped reading for a while (a vNIC over its packet rate,
-// worker/packet_rate_buckets.hh) is left out of every worker's watch: ignore(fd, true) until
-// ignore(fd, false). Every helper watches every socket of the process, so the set is the
-// process's, not one helper's: another worker's helper would otherwise wake its worker for
-// that socket on every nap.
+// The sockets frame_sources.hh has ignored are left out of the watch.
 //
-// Thread-safety: before_sleep()/after_sleep() from the worker only; ignore() from any worker.
+// Used only where the worker cannot wait on its frame sources and its doorbells at once
+// (uring_sleeper.hh: no io_uring, or one without IORING_OP_FUTEX_WAITV, Linux < 6.7), or has
+// no engine and so no doorbells.
+//
+// Thread-safety: before_sleep()/after_sleep() from the worker only.
 
 #include <atomic>
 #include <chrono>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -44,7 +43,6 @@ class rx_waker {
 
     void before_sleep();
     void after_sleep() { _sleeping.store(false, std::memory_order_relaxed); }
-    static void ignore(int fd, bool ignored);
 
   private:
     void run();
@@ -64,12 +62,7 @@ class rx_waker {
     std::chrono::steady_clock::time_point _scanned{};
     bool _rescan = true;
     std::atomic<bool> _sleeping{false};
-    // The sockets to leave out: written by the workers, read by the helpers, under the mutex
-    // (a change is rare: a vNIC running out of its allowance); the generation says when.
-    static inline std::mutex _ignored_mutex;
-    static inline std::vector<int> _ignored;
-    static inline std::atomic<uint64_t> _ignored_generation{0};
-    uint64_t _applied_generation = 0;  // helper thread
+    uint64_t _applied_generation = 0;  // helper thread: of frame_sources' ignored set
     std::thread _thread;
 };
 

@@ -1,6 +1,7 @@
 """An idle jakirod sleeps instead of spinning: under 5 % of one core with no traffic; and a
 frame that arrives while it sleeps wakes it (rather than waiting out the sleep)."""
 
+import glob
 import time
 
 import pytest
@@ -33,11 +34,37 @@ def test_idle_jakirod_uses_under_5_percent_of_a_core():
 
 def test_a_frame_arriving_while_jakirod_sleeps_wakes_it():
     """Pings 0.3 s apart: both daemons are asleep when each one arrives (on h1 from the tenant
-    port, on h2 from the uplink), and the frame cuts their naps short (frame_sleeper's epoll_wait
-    with no QP on the host, rx_waker's helper otherwise; both count rx_wakes)."""
+    port, on h2 from the uplink), and the frame cuts their naps short (the worker's one wait on
+    its frame sources and doorbells, poll_loop/uring_sleeper; counted as rx_wakes)."""
     time.sleep(1)
     before = {h: global_counter(h, "rx_wakes") for h in ("h1", "h2")}
     ns(T1, "ping", "-c", "5", "-i", "0.3", "-W", "2", IP[T2], timeout=20)
     woken = {h: global_counter(h, "rx_wakes") - before[h] for h in ("h1", "h2")}
     print(f"\nwakes by arriving frames: {woken}")
+    assert woken["h1"] > 0 and woken["h2"] > 0, woken
+
+
+def thread_names(pid):
+    names = []
+    for comm in glob.glob(f"/proc/{pid}/task/*/comm"):
+        try:
+            with open(comm) as f:
+                names.append(f.read().strip())
+        except OSError:
+            pass  # the thread ended meanwhile
+    return names
+
+
+def test_a_frame_wakes_the_worker_itself_not_through_a_helper_thread():
+    """On this kernel (io_uring with FUTEX_WAITV, Linux 6.7+) the worker waits on its frame
+    sources and its doorbells at once: no helper thread stands between a frame and the worker
+    (the rx waker that relayed each frame to the doorbell is not started), and frames still cut
+    naps short."""
+    pids = jakirod_pids()
+    assert pids, "the test bed started no jakirod"
+    helpers = {h: [n for n in thread_names(p) if n == "rx-waker"] for h, p in pids.items()}
+    assert not any(helpers.values()), helpers
+    before = {h: global_counter(h, "rx_wakes") for h in ("h1", "h2")}
+    ns(T1, "ping", "-c", "3", "-i", "0.3", "-W", "2", IP[T2], timeout=20)
+    woken = {h: global_counter(h, "rx_wakes") - before[h] for h in ("h1", "h2")}
     assert woken["h1"] > 0 and woken["h2"] > 0, woken

@@ -404,6 +404,7 @@ class TestWithTestbed:
                    "idle_sleeps": ("jakiro_worker_idle_sleeps_total", {"worker": "0"}),
                    "throttled_sleeps": ("jakiro_worker_throttled_sleeps_total", {"worker": "0"}),
                    "rx_wakes": ("jakiro_worker_rx_wakes_total", {"worker": "0"}),
+                   "doorbell_wakes": ("jakiro_worker_doorbell_wakes_total", {"worker": "0"}),
                    "slow_yields": ("jakiro_worker_slow_yields_total", {"worker": "0"}),
                    "waiting_naps": ("jakiro_worker_waiting_naps_total", {"worker": "0"}),
                    "handed_fabric": ("jakiro_worker_handed_fabric_total", {"worker": "0"}),
