@@ -201,8 +201,8 @@ TEST_F(rc_qp_test, an_ack_that_overtakes_read_responses_still_completes_what_it_
     EXPECT_TRUE(same(a, 0, b, 0, 1000));
     ASSERT_TRUE(b.poll_recv(c));
     EXPECT_FALSE(b.poll_recv(c)) << "delivered once";
-    const qp_report* r = report_of(eng.report(), a);
-    ASSERT_NE(r, nullptr);
+    const std::optional<qp_report> r = report_of(eng.report(), a);
+    ASSERT_TRUE(r.has_value());
     EXPECT_EQ(r->timeouts, 0u);
 }
 
@@ -225,8 +225,8 @@ TEST_F(rc_qp_test, a_read_response_acknowledges_the_write_before_it_whose_ack_wa
     EXPECT_EQ(c.status, IBV_WC_SUCCESS);
     EXPECT_TRUE(same(a, 0, b, 0, 2000));
     EXPECT_TRUE(same(a, 8192, b, 8192, 1000));
-    const qp_report* r = report_of(eng.report(), a);
-    ASSERT_NE(r, nullptr);
+    const std::optional<qp_report> r = report_of(eng.report(), a);
+    ASSERT_TRUE(r.has_value());
     EXPECT_EQ(r->retransmitted, 0u);
     EXPECT_EQ(r->timeouts, 0u);
 }
@@ -271,13 +271,13 @@ TEST_F(rc_qp_test, a_lossless_wire_carries_a_mix_of_reads_writes_and_sends_witho
         }
         posted += n;
     }
-    const qp_report* r = report_of(eng.report(), a);
-    ASSERT_NE(r, nullptr);
+    const std::optional<qp_report> r = report_of(eng.report(), a);
+    ASSERT_TRUE(r.has_value());
     EXPECT_EQ(r->retransmitted, 0u);
     EXPECT_EQ(r->timeouts, 0u);
     EXPECT_EQ(r->out_of_sequence, 0u);
-    const qp_report* rb = report_of(eng.report(), b);
-    ASSERT_NE(rb, nullptr);
+    const std::optional<qp_report> rb = report_of(eng.report(), b);
+    ASSERT_TRUE(rb.has_value());
     EXPECT_EQ(rb->duplicates, 0u);
 }
 

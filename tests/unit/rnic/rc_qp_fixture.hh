@@ -16,6 +16,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -464,13 +465,14 @@ inline ibv_ah_attr av_to(uint32_t ip) {
 }
 
 // The report of side `s`'s QP: its vNIC's, since another vNIC's QP may have the same number.
-inline const qp_report* report_of(const std::vector<qp_report>& r, const side& s) {
+// A copy, so that it outlives the report it came from (`report_of(eng.report(), a)`).
+inline std::optional<qp_report> report_of(const std::vector<qp_report>& r, const side& s) {
     for (const auto& q : r) {
         if (q.vnic == s.vnic && q.qpn == s.qp) {
-            return &q;
+            return q;
         }
     }
-    return nullptr;
+    return std::nullopt;
 }
 
 inline uint64_t drops_of(const engine& e, engine_drop d) {

@@ -506,8 +506,8 @@ TEST_F(rc_qp_test, an_ack_leaves_behind_the_read_responses_before_it) {
     for (std::size_t i = 1; i < answers.size(); ++i) {
         EXPECT_EQ(answers[i], (answers[i - 1] + 1) & 0xFFFFFF) << "answer " << i;
     }
-    const qp_report* r = report_of(eng.report(), a);
-    ASSERT_NE(r, nullptr);
+    const std::optional<qp_report> r = report_of(eng.report(), a);
+    ASSERT_TRUE(r.has_value());
     EXPECT_EQ(r->retransmitted, 0u);
     EXPECT_EQ(r->timeouts, 0u);
 }
@@ -544,8 +544,8 @@ TEST_F(rc_qp_test, an_atomic_ack_leaves_behind_the_read_responses_before_it) {
     for (std::size_t i = 1; i < answers.size(); ++i) {
         EXPECT_EQ(answers[i], (answers[i - 1] + 1) & 0xFFFFFF) << "answer " << i;
     }
-    const qp_report* r = report_of(eng.report(), a);
-    ASSERT_NE(r, nullptr);
+    const std::optional<qp_report> r = report_of(eng.report(), a);
+    ASSERT_TRUE(r.has_value());
     EXPECT_EQ(r->retransmitted, 0u);
     EXPECT_EQ(r->timeouts, 0u);
 }
