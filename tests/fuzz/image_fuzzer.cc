@@ -41,6 +41,7 @@
 #include "rnic/engine.hh"
 #include "rnic/verbs/device_model.hh"
 #include "rnic/verbs/resources.hh"
+#include "verbs_abi/qp_attr_wire.hh"
 #include "verbs_abi/rings.hh"
 
 namespace {
@@ -105,24 +106,7 @@ struct origin {
     }
 
     void modify(uint32_t qp, const ibv_qp_attr& a, int mask) {
-        proto::qp_attr_wire w{};
-        w.qp_state = a.qp_state;
-        w.path_mtu = a.path_mtu;
-        w.rq_psn = a.rq_psn;
-        w.sq_psn = a.sq_psn;
-        w.dest_qp_num = a.dest_qp_num;
-        w.qp_access_flags = a.qp_access_flags;
-        std::memcpy(w.ah_attr.dgid, a.ah_attr.grh.dgid.raw, 16);
-        w.ah_attr.is_global = a.ah_attr.is_global;
-        w.ah_attr.port_num = a.ah_attr.port_num;
-        w.max_rd_atomic = a.max_rd_atomic;
-        w.max_dest_rd_atomic = a.max_dest_rd_atomic;
-        w.min_rnr_timer = a.min_rnr_timer;
-        w.port_num = a.port_num;
-        w.timeout = a.timeout;
-        w.retry_cnt = a.retry_cnt;
-        w.rnr_retry = a.rnr_retry;
-        require(res->modify_qp(client, qp, w, mask) == 0, "cannot move the QP");
+        require(res->modify_qp(client, qp, proto::to_wire(a), mask) == 0, "cannot move the QP");
     }
 
     void connect(uint32_t qp) {
