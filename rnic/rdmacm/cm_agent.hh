@@ -37,6 +37,7 @@
 #include "handover/image.hh"
 #include "rnic/rdmacm/cm_mad.hh"
 #include "rnic/rdmacm/cma_header.hh"
+#include "rnic/rdmacm/path_timing.hh"
 
 namespace jakiro::rdmacm {
 
@@ -188,7 +189,7 @@ class cm_agent {
         uint8_t path_mtu = 3;
         bool srq = false;
         uint8_t tos = 0;
-        uint8_t ack_timeout = 14;  // 4.096 µs × 2^14 ≈ 67 ms
+        uint8_t ack_timeout = default_ack_timeout;  // RDMA_OPTION_ID_ACK_TIMEOUT changes it
         // What the timer resends, until answered.
         std::optional<mad_buffer> outstanding;
         clock::time_point deadline = clock::time_point::max();

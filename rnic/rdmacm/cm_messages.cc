@@ -126,7 +126,8 @@ void cm_agent::on_req(uint32_t src_ip_be, uint64_t tid, const cm_req& m, bool ma
     child->path_mtu =
         std::min<uint8_t>(m.path_mtu != 0 ? m.path_mtu : _self.path_mtu, _self.path_mtu);
     child->tos = m.primary_traffic_class;
-    child->ack_timeout = m.primary_local_ack_timeout != 0 ? m.primary_local_ack_timeout : 14;
+    child->ack_timeout =
+        m.primary_local_ack_timeout != 0 ? m.primary_local_ack_timeout : default_ack_timeout;
     child->st = state::req_rcvd;
     event_params p;
     p.private_data = m.private_data.data() + cma_header_bytes;

@@ -323,7 +323,7 @@ int cm_agent::query_route(uint64_t client, std::span<const uint8_t> in, std::vec
     p.numb_path = 1;
     p.rate = 3;  // 10 Gb/s, informational
     p.rate_selector = 2;
-    p.packet_life_time = 16;
+    p.packet_life_time = path_packet_life_time;
     p.packet_life_time_selector = 2;
     r.num_paths = id->have_route ? 1 : 0;
     put_response(out, r);

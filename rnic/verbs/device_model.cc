@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "rnic/rdmacm/path_timing.hh"
+
 namespace jakiro::verbs {
 
 namespace {
@@ -113,9 +115,8 @@ void fill_query(verbs_proto::query_reply& reply, const vnic_identity& vnic, uint
              verbs_proto::cap_completion_timestamps | verbs_proto::cap_memory_windows;
     d.max_mw = engine_max_mw;
     d.phys_port_cnt = 1;
-    // 4.096 µs × 2^15 ≈ 134 ms of ACK delay, as Soft-RoCE reports: a software responder on a
-    // shared core can be late, and requesters derive their retransmit timers from this.
-    d.local_ca_ack_delay = 15;
+    // Requesters derive their retransmit timers from this, rdma_cm's agent included.
+    d.local_ca_ack_delay = rdmacm::ca_ack_delay;
     d.max_pkeys = 1;
     d.lim = engine_limits();
 

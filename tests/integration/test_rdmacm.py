@@ -360,15 +360,16 @@ def test_connections_survive_a_fabric_losing_a_fifth_of_the_packets(tmp_path):
 # rdma_cm connection on the same port; after the last handshake message the server waits for
 # that SEND's completion, then listens again for the data connection, while the client, which
 # has the message, connects at once. When the client's ACK of that SEND is lost, the server
-# waits out the local ACK timeout (67 ms) and the client's REQ finds no listener: REJ, reason 8
+# waits out the local ACK timeout (537 ms) and the client's REQ finds no listener: REJ, reason 8
 # (invalid service ID), as a kernel IB CM answers too. perftest then retries with ids it has
 # already destroyed and crashes in rdma_resolve_addr (SIGSEGV, librdmacm; gdb backtrace,
 # 2026-12-02). Dropping 30 % of the RoCE ACKs towards the server reproduces it every few runs;
 # it is what failed once in eight runs here. So perftest runs with its server on h1 and its
 # client on h2: the losses still hit the CM (REP, RTU's answers, DREQ) and RC data in both
 # QPs' directions (SENDs towards the client, and what go-back-N resends), but never the ACK
-# that opens perftest's window. (Since then the rdma_cm agent holds a REQ that finds no
-# listener for 100 ms before its REJ, which covers that 67 ms; the placement stays.)
+# that opens perftest's window. (The rdma_cm agent holds a REQ that finds no listener for 100
+# ms before its REJ, which covers a retransmission after a short ACK timeout, not the kernel
+# CM's 537 ms; the placement stays.)
 LOSSY_PLACEMENT = {"ib_send_lat": (T1, T2), "ib_write_bw": (T1, T2)}
 # The mirror of that race remains, and this placement cannot avoid it: when the server's ACK of
 # the client's last handshake SEND is lost, the server, which has the message, tears its

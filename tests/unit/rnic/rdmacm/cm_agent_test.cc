@@ -18,6 +18,7 @@
 
 #include "rnic/rdmacm/cm_agent.hh"
 #include "rnic/rdmacm/cma_header.hh"
+#include "rnic/rdmacm/path_timing.hh"
 #include "verbs_abi/cm_protocol.hh"
 
 #include "cm_agents.hh"
@@ -83,6 +84,52 @@ TEST_F(CmAgentTest, ConnectAcceptEstablishAndDisconnectLikeRdmaCm) {
                                                 cm_attribute::rtu, cm_attribute::dreq,
                                                 cm_attribute::drep};
     EXPECT_EQ(w.seen, expected);
+}
+
+// A QP rdma_cm connects retransmits after the ACK timeout the kernel's CM would give it on this
+// device (Soft-RoCE's values: 537 ms), on both sides, so that a restart of jakirod is outlasted
+// on the first retry; a program that chooses its own timeout gets it on both sides.
+TEST_F(CmAgentTest, ConnectedQpsGetTheKernelCmsAckTimeoutOrTheOneTheProgramChose) {
+    for (const std::optional<uint8_t> chosen :
+         {std::optional<uint8_t>{}, std::optional<uint8_t>{12}}) {
+        const uint16_t port = chosen ? 7002 : 7001;
+        listen_on(b, port);
+        const uint32_t id = resolved(a, ip_b, port);
+        if (chosen) {
+            rdma_ucm_set_option o{};
+            o.id = id;
+            o.level = RDMA_OPTION_ID;
+            o.optname = RDMA_OPTION_ID_ACK_TIMEOUT;
+            o.optlen = 1;
+            const uint8_t value = *chosen;
+            ASSERT_EQ(run(a, command(RDMA_USER_CM_CMD_SET_OPTION, o), nullptr, {&value, 1}), 0);
+        }
+        ASSERT_EQ(connect(a, id, 0x111), 0);
+        pump();
+        const auto req = next_event(b);
+        ASSERT_TRUE(req.has_value());
+        const uint8_t expected = chosen.value_or(17);
+        const auto passive = init_qp_attr(b, req->id, IBV_QPS_RTS);
+        EXPECT_TRUE(passive.qp_attr_mask & IBV_QP_TIMEOUT);
+        EXPECT_EQ(passive.timeout, expected);
+        rdma_ucm_accept acc{};
+        acc.id = req->id;
+        acc.conn_param.valid = 1;
+        acc.conn_param.qp_num = 0x222;
+        ASSERT_EQ(run(b, command(RDMA_USER_CM_CMD_ACCEPT, acc)), 0);
+        pump();
+        ASSERT_TRUE(next_event(a).has_value());  // CONNECT_RESPONSE
+        EXPECT_EQ(init_qp_attr(a, id, IBV_QPS_RTS).timeout, expected);
+    }
+}
+
+TEST(LocalAckTimeout, IsTwiceThePacketLifeTimePlusTheAckDelayRoundedUpToAPowerOfTwo) {
+    using jakiro::rdmacm::local_ack_timeout;
+    EXPECT_EQ(local_ack_timeout(16, 15), 17);  // Soft-RoCE's path and device: 2^17 + 2^15
+    EXPECT_EQ(local_ack_timeout(16, 16), 18);  // mlx5's ack delay: 2^17 + 2^16 needs a bit more
+    EXPECT_EQ(local_ack_timeout(0, 15), 15);   // the ack delay dominates
+    EXPECT_EQ(local_ack_timeout(14, 0), 15);
+    EXPECT_EQ(local_ack_timeout(30, 31), 31);  // never past the 5-bit field
 }
 
 TEST_F(CmAgentTest, NoListenerIsRejectedWithInvalidServiceId) {
