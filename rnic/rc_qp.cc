@@ -103,7 +103,7 @@ void rc_qp::query(ibv_qp_attr& attr, ibv_qp_cap& cap, bool& sq_sig_all) const {
 
 bool rc_qp::has_work() const {
     const ibv_qp_state st = _machine.state();
-    if (_ack_pending || !_reads.empty() || _clock_restarts) {
+    if (_ack_pending || _nak_owed || !_reads.empty() || _clock_restarts) {
         return true;
     }
     if (st == IBV_QPS_ERR) {
@@ -396,7 +396,7 @@ void rc_qp::reset() {
     _rnr_resume_ns = 0;
     _rewound_for_gap = false;
     _epsn = _msn = 0;
-    _nak_sent = _ack_pending = _in_send = _in_write = _recv_held = _discarding = false;
+    _nak_sent = _ack_pending = _nak_owed = _in_send = _in_write = _recv_held = _discarding = false;
     _write_pin.reset();
     _reads.clear();
     _comm_established = false;

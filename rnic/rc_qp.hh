@@ -404,8 +404,11 @@ class rc_qp {
     bool dcqcn_slowed() const { return _rate.rate_bps() < _line_rate_bps; }
     void pacer_charge(uint64_t now_ns, uint32_t frame_len);
     void send_ack(packet_port& port, uint8_t syndrome, uint32_t psn);
-    // Sends the pending ACK once no READ response before its PSN is still owed; true if sent.
+    // Sends the pending ACK, or the owed NAK, once no READ response before its PSN is still
+    // owed; true if sent.
     bool send_due_ack(packet_port& port);
+    // A NAK at the expected PSN: now, or once the READ responses owed before it have left.
+    void send_nak(packet_port& port, uint8_t syndrome);
     void replay_atomic(const roce_packet& p, packet_port& port);
     void send_atomic_ack(packet_port& port, uint32_t psn, uint64_t orig);
     // The atomic ACK now, or queued behind the READ responses still owed before it.
@@ -496,6 +499,10 @@ class rc_qp {
     uint32_t _msn = 0;
     bool _nak_sent = false;
     bool _ack_pending = false;
+    // A sequence-error or RNR NAK (its syndrome) decided while READ responses before it were
+    // still owed: it leaves after them, at the expected PSN (send_due_ack).
+    bool _nak_owed = false;
+    uint8_t _owed_nak = 0;
     uint32_t _ack_psn = 0;
     bool _in_send = false;     // a multi-packet SEND is under way into _recv
     bool _recv_held = false;   // UC: _recv was taken for a message that was abandoned

@@ -82,6 +82,7 @@ rc_qp::verdict rc_qp::check_psn(inbound_request& r) {
     }
     if (reliable()) {
         _nak_sent = false;
+        _nak_owed = false;  // what it would have asked for has come
     } else {
         _epsn = psn_add(r.p.psn, 1);
     }
@@ -407,12 +408,30 @@ void rc_qp::acknowledge(inbound_request& r, packet_port& port) {
 // ahead of READ responses it follows makes the requester take those responses for lost and go
 // back for them (an implied NAK), resending everything after them too.
 bool rc_qp::send_due_ack(packet_port& port) {
+    if (_nak_owed && _reads.empty()) {
+        send_ack(port, _owed_nak, _epsn);
+        _nak_owed = false;
+        _ack_pending = false;  // a NAK at the expected PSN acknowledges everything before it
+        return true;
+    }
     if (!_ack_pending || (!_reads.empty() && psn_diff(_reads.front().psn, _ack_psn) <= 0)) {
         return false;
     }
     send_ack(port, syndrome_ack(credits_invalid), _ack_psn);
     _ack_pending = false;
     return true;
+}
+
+// A NAK says every request before its PSN was answered, as an ACK does: ahead of READ responses
+// owed before it, the requester takes those for lost and cannot act on the NAK until it has
+// them (it stays at the READ), so what the NAK asks for waits for the ACK timeout.
+void rc_qp::send_nak(packet_port& port, uint8_t syndrome) {
+    if (_reads.empty()) {
+        send_ack(port, syndrome, _epsn);
+        return;
+    }
+    _nak_owed = true;
+    _owed_nak = syndrome;
 }
 
 // What a step's verdict means on the wire and for the QP. The NAKs move an RC QP to ERR
@@ -430,7 +449,7 @@ void rc_qp::answer(verdict v, inbound_request& r, packet_port& port) {
             return;  // UC never retransmits: a copy the fabric made
         case verdict::nak_sequence_error:
             if (!_nak_sent) {
-                send_ack(port, syndrome_nak(nak_code::psn_sequence_error), _epsn);
+                send_nak(port, syndrome_nak(nak_code::psn_sequence_error));
                 bump(_stats.naks_sent, 1);
                 _nak_sent = true;
             }
@@ -456,7 +475,7 @@ void rc_qp::answer(verdict v, inbound_request& r, packet_port& port) {
                 abandon_message();  // UC: no RNR, the message is lost
                 return;
             }
-            send_ack(port, syndrome_rnr_nak(_machine.attr().min_rnr_timer), r.p.psn);
+            send_nak(port, syndrome_rnr_nak(_machine.attr().min_rnr_timer));  // r.p.psn: expected
             bump(_stats.rnr_naks_sent, 1);
             return;
     }

@@ -512,6 +512,47 @@ TEST_F(rc_qp_test, an_ack_leaves_behind_the_read_responses_before_it) {
     EXPECT_EQ(r->timeouts, 0u);
 }
 
+// A sequence-error NAK leaves behind the READ responses before it, as an ACK does: ahead of
+// them, the requester cannot act on it (it waits at the READ) and what the NAK asks for again
+// waits for the ACK timeout.
+TEST_F(rc_qp_test, a_sequence_error_nak_leaves_behind_the_read_responses_before_it) {
+    connect_both();
+    fill(b, 0, 3000, 7);
+    fill(a, 8192, 3000, 9);
+    b.post_recv(1, 8192, 4096);
+    a.post_send(wqe(1, IBV_WR_RDMA_READ, a.iova(0), 3000, a.mr, b.iova(0), b.mr));
+    a.post_send(wqe(2, IBV_WR_SEND, a.iova(8192), 3000, a.mr));  // 3 packets after the READ's 3
+    bool lost = false;
+    std::vector<uint32_t> answers;  // PSNs of b's frames, in the order they left
+    run(50, 10'000, [&](const test_wire::frame& f) {
+        if (f.from == a.vnic && !lost && opcode_of(f) == opcode::rc_send_first) {
+            lost = true;  // the SEND's next packets arrive ahead of the expected PSN
+            return false;
+        }
+        if (f.from == b.vnic) {
+            answers.push_back(psn_of(f));
+        }
+        return true;
+    });
+    ASSERT_TRUE(lost);
+    proto::cqe c{};
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.wr_id, 1u);
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    ASSERT_TRUE(a.poll_send(c)) << "the SEND, sent again at once after the READ's responses";
+    EXPECT_EQ(c.wr_id, 2u);
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    EXPECT_TRUE(same(a, 0, b, 0, 3000));
+    EXPECT_TRUE(same(a, 8192, b, 8192, 3000));
+    ASSERT_GE(answers.size(), 4u);
+    for (std::size_t i = 1; i < 4; ++i) {
+        EXPECT_EQ(answers[i], (answers[i - 1] + 1) & 0xFFFFFF) << "answer " << i;
+    }
+    const std::optional<qp_report> r = report_of(eng.report(), a);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->timeouts, 0u);
+}
+
 // An atomic executed behind a READ still answering is ACKed after that READ's responses: ahead
 // of them, the requester dropped the ACK as out of order, went back for the READ and asked for
 // the atomic again (answered from the cache, yet sent twice).
