@@ -362,6 +362,8 @@ def test_sigterm_to_the_old_daemon_during_a_take_over_ends_in_one_daemon_or_none
         wait_until(lambda: not alive(old), 15, "the old daemon to leave after SIGTERM")
         wait_until(lambda: not alive(successor) or status_ready("h1"), 40,
                    "the successor to take over or give up")
+        print(f"SIGTERM during the take-over: the successor "
+              f"{'took over' if alive(successor) else 'gave up'}")
         if alive(successor):
             (RUN_DIR / "h1.pid").write_text(f"{successor}\n")
             last = status("h1")["last_restart"]
