@@ -646,6 +646,9 @@ int main(int argc, char** argv) {
                 }
             },
             std::chrono::seconds(20));
+        // A successor that failed late had bound our control socket's path (and the hand-over
+        // socket's, which handover_server takes back itself).
+        control.reclaim_socket();
         control.post([&] { state.handing_over = false; });
     };
     hooks.exit = [] {
@@ -655,6 +658,12 @@ int main(int argc, char** argv) {
     handover_server handover(handover_path(opts.socket), hooks);
     if (!handover.start(error)) {
         return fail(error);
+    }
+    // A successor failing this late holds every path its predecessor had bound (tests of the
+    // predecessor taking them back, which otherwise need a successor killed at the right
+    // microsecond).
+    if (inherited && std::getenv("JAKIRO_TAKE_OVER_FAIL_LATE") != nullptr) {
+        return fail("told to fail after binding its sockets (JAKIRO_TAKE_OVER_FAIL_LATE)");
     }
     control.on_restart([&](const std::vector<std::string>& args) -> std::string {
         std::string binary = own.binary;
@@ -716,6 +725,9 @@ int main(int argc, char** argv) {
     // SIGTERM under systemd with a store: the state goes there, frozen and written exactly as for
     // a take-over, and this process exits (restart/fd_store_restart.hh).
     std::atomic<bool> saver_quit{false};
+    // The restart lost the tenants' state: the stop is a failure for the service manager, and
+    // the run marker stays, so that the next start reports it as the crash it is to tenants.
+    std::atomic<bool> store_failed{false};
     std::thread saver;
     if (store_on_term) {
         saver = std::thread([&] {
@@ -759,6 +771,7 @@ int main(int argc, char** argv) {
             }
             log::error("fd_store_failed", "the state could not be stored: " + why +
                                               "; stopping without it (tenants' devices fail)");
+            store_failed = true;
             control.run_on_control_thread(
                 [&] {
                     std::string thaw_error;
@@ -859,6 +872,9 @@ int main(int argc, char** argv) {
     control.stop();
     host.stop();  // each vNIC's RDMA face, then its port
     verbs_channel.stop();
+    if (store_failed) {
+        return 1;
+    }
     remove_run_marker(marker);
     return 0;
 }

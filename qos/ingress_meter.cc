@@ -102,6 +102,26 @@ ingress_verdict ingress_meter::on_packet(uint64_t now_ns, traffic_class c, uint3
     return v;
 }
 
+meter_bucket_states ingress_meter::buckets() const {
+    meter_bucket_states b;
+    b.vnic = _vnic.state();
+    for (std::size_t i = 0; i < class_count; ++i) {
+        b.share[i] = _cls[i].share.state();
+        b.max[i] = _cls[i].max_bucket.state();
+    }
+    return b;
+}
+
+void ingress_meter::resume(const meter_bucket_states& b, uint64_t now_ns) {
+    _vnic.resume(b.vnic, now_ns);
+    for (std::size_t i = 0; i < class_count; ++i) {
+        _cls[i].share.resume(b.share[i], now_ns);
+        if (_cls[i].has_max) {
+            _cls[i].max_bucket.resume(b.max[i], now_ns);
+        }
+    }
+}
+
 ingress_class_counters ingress_meter::counters(traffic_class c) const {
     const class_state& k = _cls[index_of(c)];
     return {k.packets.read(), k.bytes.read(), k.ce_marked.read(), k.dropped.read(), k.cnps.read()};

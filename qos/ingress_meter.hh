@@ -62,6 +62,13 @@ struct ingress_class_counters {
     uint64_t cnps = 0;  // CNPs asked for
 };
 
+// A meter's buckets (the vNIC's, each class's share and max), for a restarted jakirod.
+struct meter_bucket_states {
+    token_bucket_state vnic;
+    std::array<token_bucket_state, class_count> share{};
+    std::array<token_bucket_state, class_count> max{};
+};
+
 class ingress_meter {
   public:
     ingress_meter() = default;
@@ -74,6 +81,10 @@ class ingress_meter {
     // `qp` is the CNP state of the sending QP (RDMA; nullptr for TCP/IP).
     ingress_verdict on_packet(uint64_t now_ns, traffic_class c, uint32_t bytes, ecn codepoint,
                               cnp_pacer* qp);
+
+    // The buckets now, and their continuation in another meter (token_bucket::resume).
+    meter_bucket_states buckets() const;
+    void resume(const meter_bucket_states& b, uint64_t now_ns);
 
     ingress_class_counters counters(traffic_class c) const;
     uint64_t share_bps(traffic_class c) const { return _cls[index_of(c)].share.rate_bps(); }

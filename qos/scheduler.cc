@@ -113,6 +113,31 @@ void scheduler::remove(uint32_t vnic) {
     rescale(_uplink.last_ns());
 }
 
+vnic_bucket_states scheduler::buckets(uint32_t vnic) const {
+    const vnic_state& s = _vnics[vnic];
+    vnic_bucket_states b;
+    b.vnic = s.bucket.state();
+    for (std::size_t i = 0; i < class_count; ++i) {
+        b.min[i] = s.cls[i].min_bucket.state();
+        b.max[i] = s.cls[i].max_bucket.state();
+    }
+    return b;
+}
+
+void scheduler::resume(uint32_t vnic, const vnic_bucket_states& b, uint64_t now_ns) {
+    vnic_state& s = _vnics[vnic];
+    s.bucket.resume(b.vnic, now_ns);
+    for (std::size_t i = 0; i < class_count; ++i) {
+        // A bound the vNIC no longer has keeps its unused bucket as it is.
+        if (s.cls[i].has_min) {
+            s.cls[i].min_bucket.resume(b.min[i], now_ns);
+        }
+        if (s.cls[i].has_max) {
+            s.cls[i].max_bucket.resume(b.max[i], now_ns);
+        }
+    }
+}
+
 // An oversubscribed uplink (the vNIC rates add up to more than it carries) is shared in
 // proportion to the vNIC rates by scaling each vNIC's bucket; see README.
 void scheduler::rescale(uint64_t now_ns) {

@@ -59,6 +59,13 @@ struct burst_grant {
 // Likewise a class granted all its limit allows while the other class takes the remaining
 // tokens is, for that burst, not competing: it is not owed what the other took.
 using class_limits = std::array<uint64_t, class_count>;
+
+// A vNIC's buckets (its own, each class's min and max), for a restarted jakirod to continue.
+struct vnic_bucket_states {
+    token_bucket_state vnic;
+    std::array<token_bucket_state, class_count> min{};
+    std::array<token_bucket_state, class_count> max{};
+};
 constexpr class_limits no_limits = {~uint64_t{0}, ~uint64_t{0}};
 
 class scheduler {
@@ -76,6 +83,13 @@ class scheduler {
     void configure_uplink(uint64_t now_ns, const uplink_qos& uplink);
     // Forgets the vNIC: backlog, counters, buckets.
     void remove(uint32_t vnic);
+    // The buckets of a configured vNIC and of the uplink as they are now, and their
+    // continuation in another scheduler (a restarted jakirod's) once the vNIC is configured
+    // there: clipped to its rates and bursts, the time since credited (token_bucket::resume).
+    vnic_bucket_states buckets(uint32_t vnic) const;
+    void resume(uint32_t vnic, const vnic_bucket_states& b, uint64_t now_ns);
+    token_bucket_state uplink_bucket() const { return _uplink.state(); }
+    void resume_uplink(const token_bucket_state& b, uint64_t now_ns) { _uplink.resume(b, now_ns); }
 
     // --- hot path, owning worker ----------------------------------------------------------
     // Enqueue accounting: `bytes` more are waiting in class `c` of `vnic`.

@@ -39,6 +39,11 @@ void token_bucket::set_max_debt(uint64_t debt_bytes) {
     _units = std::max(_units, -_debt_units);
 }
 
+void token_bucket::resume(const token_bucket_state& s, uint64_t now_ns) {
+    _units = std::clamp(s.units, -_debt_units, _burst_units);
+    _last_ns = std::min(s.at_ns, now_ns);
+}
+
 uint64_t token_bucket::ns_until_tokens() const {
     if (_units > 0) {
         return 0;

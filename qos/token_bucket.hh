@@ -23,6 +23,14 @@ namespace jakiro::qos {
 
 constexpr int64_t units_per_byte = 8'000'000'000;
 
+// What a bucket holds at a moment: enough for another bucket (a restarted jakirod's,
+// docs/restart.md) to continue it rather than start full. `at_ns` is on the caller's clock;
+// jakirod's is CLOCK_MONOTONIC, which every process of the host shares.
+struct token_bucket_state {
+    int64_t units = 0;  // tokens (negative: debt) in token units
+    uint64_t at_ns = 0;
+};
+
 class token_bucket {
   public:
     // Rate 0 and burst 0: holds no tokens and never refills.
@@ -67,6 +75,13 @@ class token_bucket {
     void set(uint64_t rate_bps, uint64_t burst_bytes, uint64_t now_ns);
     // How deep `consume` may go into debt (default: one burst; at most 256 MiB).
     void set_max_debt(uint64_t debt_bytes);
+
+    token_bucket_state state() const { return {_units, _last_ns}; }
+    // Continues from `s` under this bucket's rate and burst (which may differ from the ones
+    // `s` was taken under): tokens beyond the burst or the maximum debt are clipped, and the
+    // time from `s.at_ns` on is credited at this rate by the next refill. A time after `now_ns`
+    // is taken as `now_ns`, so that no stored time can hold the bucket empty.
+    void resume(const token_bucket_state& s, uint64_t now_ns);
 
     bool has_tokens() const { return _units > 0; }
     // Whole bytes available now, 0 when empty or in debt.

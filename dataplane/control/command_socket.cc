@@ -51,6 +51,24 @@ command_socket::~command_socket() {
     stop();
 }
 
+void command_socket::reclaim_path() {
+    post([this] {
+        if (_listen_fd < 0 || socket_file_at(_path) == _bound) {
+            return;
+        }
+        std::string error;
+        const int fd = bind_unix_listener(_path, SOCK_STREAM, 16, process_umask, error);
+        if (fd < 0) {
+            return;  // the old socket serves on, unreachable by name; nothing better to do
+        }
+        // A client still in the old socket's queue is dropped (it connected as the take-over
+        // failed) and may ask again.
+        close(_listen_fd);
+        _listen_fd = fd;
+        _bound = socket_file_at(_path);
+    });
+}
+
 bool command_socket::start(std::string& error) {
     if (_path.size() >= sizeof(sockaddr_un::sun_path)) {
         error = "control socket path too long: " + _path;
@@ -84,6 +102,7 @@ bool command_socket::start(std::string& error) {
         _listen_fd = -1;
         return false;
     }
+    _bound = socket_file_at(_path);
     _wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     _stopping = false;
     _thread = std::thread([this] { serve(); });
@@ -166,7 +185,9 @@ void command_socket::stop() {
     }
     if (_listen_fd >= 0) {
         close(_listen_fd);
-        unlink(_path.c_str());
+        if (socket_file_at(_path) == _bound) {
+            unlink(_path.c_str());  // not a path another process has bound since
+        }
         _listen_fd = -1;
     }
     if (_http_fd >= 0) {

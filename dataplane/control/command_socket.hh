@@ -19,9 +19,12 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "socket_path.hh"
 
 namespace jakiro {
 
@@ -57,6 +60,10 @@ class command_socket {
     // start() binds the path even while another process serves it: a successor taking over
     // (its predecessor's clients finish; new ones reach the successor).
     void replace_existing() { _replace = true; }
+    // After a take-over that failed: binds the path again if it no longer leads to this socket
+    // (the successor bound it and then removed it, or died holding it), so that clients reach
+    // this process by name again (socket_path.hh). On the socket's thread, soon.
+    void reclaim_path();
 
     // Clients dropped because their deadline passed (slow to ask, or not reading).
     uint64_t dropped() const { return _dropped.load(std::memory_order_relaxed); }
@@ -85,6 +92,7 @@ class command_socket {
     handler _on_line;
     limits _limits;
     int _listen_fd = -1;
+    std::optional<socket_file> _bound;  // the file the bind made at _path
     bool _replace = false;
     int _http_fd = -1;
     http_handler _on_http;

@@ -41,6 +41,8 @@ class control_server {
     void inherit_metrics_listener(int fd) { _inherited_metrics = fd; }
     // A successor: start() takes over the control socket's path from the predecessor.
     void replace_predecessor() { _socket.replace_existing(); }
+    // A successor that bound the control socket's path failed: take the path back.
+    void reclaim_socket() { _socket.reclaim_path(); }
     // The metrics listener now (-1: none), to hand to a successor.
     int metrics_listener() const { return _socket.http_listener(); }
 

@@ -730,10 +730,12 @@ std::vector<metric_def> build_table() {
              }
              return true;
          }},
-        {"jakiro_last_restart_info", gauge, {"from_version", "kind"},
-         "Always 1; the labels say the last restart's kind and the predecessor's version",
+        {"jakiro_last_restart_info", gauge, {"from_version", "kind", "via"},
+         "Always 1; the labels say the last restart's kind, the predecessor's version and how "
+         "the state came across (take-over, fd store, cold: none did)",
          [](S s, samples& out) {
-             out.push_back({{s.restarts.from_version, name_of(s.restarts.last)}, 1});
+             out.push_back(
+                 {{s.restarts.from_version, name_of(s.restarts.last), via_shown(s.restarts)}, 1});
              return true;
          }},
         {"jakiro_last_restart_timestamp_seconds", gauge, {},
@@ -745,7 +747,7 @@ std::vector<metric_def> build_table() {
          one([](S s) { return s.restarts.blackout_ms / 1000.0; })},
         {"jakiro_last_restart_carried", gauge, {"what"},
          "Last take-over: state carried over, by what (flows, neighbours, counters, "
-         "rdma_clients)",
+         "qos_buckets, rdma_clients)",
          per_restart_item(&restart_record::carried)},
         {"jakiro_last_restart_lost", gauge, {"what"},
          "Last take-over: state that could not be carried over, by what (flows of vNICs the "

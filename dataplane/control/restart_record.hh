@@ -34,7 +34,8 @@ struct restart_record {
     double takeover_ms = 0;
     std::string from_version;  // the predecessor's, for a take-over
     // How the state came across: "take-over" (the predecessor handed it over a socket) or
-    // "fd store" (systemd kept it across `systemctl restart`); empty for none or crash.
+    // "fd store" (systemd kept it across `systemctl restart`); empty for none or crash, which
+    // status and /metrics show as "cold" (via_shown).
     std::string via;
     // Why a state that systemd's store passed was not used (this process started cold).
     std::string state_refused;
@@ -43,5 +44,11 @@ struct restart_record {
     // Restarts of each kind this host has seen (restart_kind order; `none` unused).
     std::array<uint64_t, 4> counts{};
 };
+
+// How the last start got its state, as status and /metrics say it: "take-over", "fd store",
+// or "cold" (none came across: the first start, a crash, a stored state refused).
+inline std::string via_shown(const restart_record& r) {
+    return r.via.empty() ? "cold" : r.via;
+}
 
 }  // namespace jakiro

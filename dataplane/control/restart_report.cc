@@ -22,7 +22,7 @@ void write_restart_json(json_writer& out, const restart_record& r) {
         .value("blackout_ms", r.blackout_ms)
         .value("takeover_ms", r.takeover_ms)
         .value("from_version", r.from_version)
-        .value("via", r.via);
+        .value("via", via_shown(r));
     if (!r.state_refused.empty()) {
         out.value("state_refused", r.state_refused);
     }

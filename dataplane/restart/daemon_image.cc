@@ -5,6 +5,8 @@
 #include <map>
 
 #include "../vnet_face/vnet_face.hh"
+#include "../worker/clock.hh"
+#include "qos_image.hh"
 #include "secgroup/flow_table.hh"
 
 namespace jakiro {
@@ -99,6 +101,8 @@ void write_image(handover::image_writer& w, const daemon_state& state, const ima
         }
     }
     w.end();
+
+    write_qos_buckets(w, {state.slot_names, state.slot_workers, state.workers});
 
     w.begin(section_kind::counters);
     w.u32(static_cast<uint32_t>(s.counters.size()));
@@ -230,6 +234,16 @@ bool read_image_late(handover::image_reader& r, daemon_state& state,
         if (dropped != 0) {
             state.restarts.lost["flows"] = dropped;
         }
+    }
+
+    // Without the section (an older predecessor) every bucket starts full.
+    if (r.has(section_kind::qos_buckets)) {
+        uint64_t carried = 0;
+        if (!read_qos_buckets(r, {state.slot_names, state.slot_workers, workers}, now_ns(),
+                              carried)) {
+            return false;
+        }
+        state.restarts.carried["qos_buckets"] = carried;
     }
     return r.ok();
 }

@@ -9,6 +9,7 @@
 
 #include <cstring>
 
+#include "../control/socket_path.hh"
 #include "../log.hh"
 #include "jakiro_version.hh"
 
@@ -37,28 +38,18 @@ handover_server::~handover_server() {
 }
 
 bool handover_server::start(std::string& error) {
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    if (_path.size() >= sizeof(addr.sun_path)) {
-        error = "hand-over socket path too long: " + _path;
-        return false;
-    }
-    std::memcpy(addr.sun_path, _path.c_str(), _path.size() + 1);
-    _listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     _wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (_listen_fd < 0 || _wake_fd < 0) {
+    if (_wake_fd < 0) {
         error = std::string("hand-over socket: ") + std::strerror(errno);
         return false;
     }
-    unlink(_path.c_str());
     // Root only, whatever the umask: the credentials are checked again on every connection.
-    const mode_t old_mask = umask(0077);
-    const bool bound = bind(_listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-    umask(old_mask);
-    if (!bound || listen(_listen_fd, 4) != 0) {
-        error = "hand-over socket " + _path + ": " + std::strerror(errno);
+    _listen_fd = bind_unix_listener(_path, SOCK_SEQPACKET, 4, 0077, error);
+    if (_listen_fd < 0) {
+        error = "hand-over socket: " + error;
         return false;
     }
+    _bound = socket_file_at(_path);
     _thread = std::thread([this] { serve(); });
     return true;
 }
@@ -73,7 +64,9 @@ void handover_server::stop() {
     if (_listen_fd >= 0) {
         close(_listen_fd);
         _listen_fd = -1;
-        unlink(_path.c_str());
+        if (socket_file_at(_path) == _bound) {
+            unlink(_path.c_str());  // not a path another process has bound since
+        }
     }
     if (_wake_fd >= 0) {
         close(_wake_fd);
@@ -94,8 +87,28 @@ void handover_server::serve() {
         _busy = true;
         converse(sock);
         close(sock);
+        reclaim_path();
         _busy = false;
     }
+}
+
+void handover_server::reclaim_path() {
+    // Still here after a conversation: no successor runs. One that bound our path before it
+    // failed removed it (or, killed, left a file nobody accepts on): the next `jakiroctl
+    // restart` would find no one to take over from.
+    if (socket_file_at(_path) == _bound) {
+        return;
+    }
+    std::string error;
+    const int fd = bind_unix_listener(_path, SOCK_SEQPACKET, 4, 0077, error);
+    if (fd < 0) {
+        log::error("handover_socket", "cannot take the hand-over socket back: " + error);
+        return;
+    }
+    close(_listen_fd);
+    _listen_fd = fd;
+    _bound = socket_file_at(_path);
+    log::info("handover_socket", "took the hand-over socket back from a failed successor");
 }
 
 void handover_server::converse(int sock) {

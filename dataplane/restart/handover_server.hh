@@ -15,11 +15,14 @@
 
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "handover/image.hh"
 #include "handover/transfer.hh"
+
+#include "../control/socket_path.hh"
 
 namespace jakiro {
 
@@ -50,10 +53,12 @@ class handover_server {
   private:
     void serve();
     void converse(int sock);
+    void reclaim_path();
 
     std::string _path;
     hooks _hooks;
     int _listen_fd = -1;
+    std::optional<socket_file> _bound;  // the file our bind made at _path
     int _wake_fd = -1;
     std::atomic<bool> _stopping{false};
     std::atomic<bool> _busy{false};

@@ -59,6 +59,10 @@ void egress_shaper::sync(const datapath_tables& tables, worker_context& ctx, uin
     }
     _seen = &tables;
     _sched->configure_uplink(now_ns, tables.uplink_qos.value_or(unlimited_uplink()));
+    if (_carried_uplink) {
+        _sched->resume_uplink(*_carried_uplink, now_ns);
+        _carried_uplink.reset();
+    }
     _active.clear();
     for (uint16_t slot = 0; slot < max_vnics; ++slot) {
         const std::optional<qos::vnic_qos>* wanted =
@@ -81,11 +85,15 @@ void egress_shaper::sync(const datapath_tables& tables, worker_context& ctx, uin
             _sched->configure(now_ns, slot, **wanted);  // live: backlog and counters kept
             _config[slot] = *wanted;
         }
+        if (_carried[slot]) {
+            _sched->resume(slot, *_carried[slot], now_ns);
+        }
         // Lowered bounds drop nothing already queued; the FIFO drains below them first.
         _vnics[slot]->frame_limit = std::min(_queue_limit, tables.vnics[slot].max_packet_buffers);
         _vnics[slot]->byte_limit = queue_byte_limit(**wanted);
         _active.push_back(slot);
     }
+    _carried = {};
 }
 
 void egress_shaper::flush_unshaped(uint16_t slot, worker_context& ctx) {

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "../counters.hh"
@@ -74,6 +75,13 @@ class egress_shaper {
     void sync(const datapath_tables& tables, worker_context& ctx, uint64_t now_ns);
     bool shaped(uint16_t slot) const { return slot < max_vnics && _vnics[slot] != nullptr; }
 
+    // A restarted jakirod's shaper continues its predecessor's buckets (docs/restart.md):
+    // `carry` before the worker runs, for a vNIC by its new slot and for the uplink; the next
+    // sync that shapes the vNIC (the first, with the configuration the predecessor's state
+    // was restored into) resumes them instead of starting full. What no sync shapes is dropped.
+    void carry(uint16_t slot, const qos::vnic_bucket_states& b) { _carried[slot] = b; }
+    void carry_uplink(const qos::token_bucket_state& b) { _carried_uplink = b; }
+
     // A routed frame of shaped vNIC `slot`'s tcp class, for tx port `port`, charged `bytes`
     // (qos::charged_bytes). False when the FIFO is full: the caller drops it.
     bool enqueue_tcp(uint16_t slot, uint16_t port, rte_mbuf* m, uint32_t bytes);
@@ -126,6 +134,8 @@ class egress_shaper {
     const datapath_tables* _seen = nullptr;
     std::array<std::unique_ptr<vnic_state>, max_vnics> _vnics{};
     std::array<std::optional<qos::vnic_qos>, max_vnics> _config{};
+    std::array<std::optional<qos::vnic_bucket_states>, max_vnics> _carried{};
+    std::optional<qos::token_bucket_state> _carried_uplink;
     std::vector<uint16_t> _active;  // shaped slots
     std::array<shaper_vnic_counters, max_vnics> _counters{};
     uint64_t _queued_frames = 0;

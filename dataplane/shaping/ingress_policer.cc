@@ -17,7 +17,11 @@ void ingress_policer::sync(const datapath_tables& tables, uint8_t worker, uint64
         } else {
             _meters[slot]->configure(*tables.qos[slot], now_ns);  // debt and counters kept
         }
+        if (shaped && _carried[slot]) {
+            _meters[slot]->resume(*_carried[slot], now_ns);
+        }
     }
+    _carried = {};
 }
 
 }  // namespace jakiro

@@ -29,8 +29,13 @@ class ingress_policer {
         return slot < max_vnics ? _meters[slot].get() : nullptr;
     }
 
+    // A restarted jakirod's meters continue its predecessor's buckets: `carry` before the
+    // worker runs; the next sync that meters the vNIC in `slot` resumes them (egress_shaper).
+    void carry(uint16_t slot, const qos::meter_bucket_states& b) { _carried[slot] = b; }
+
   private:
     const datapath_tables* _seen = nullptr;
+    std::array<std::optional<qos::meter_bucket_states>, max_vnics> _carried{};
     std::array<std::unique_ptr<qos::ingress_meter>, max_vnics> _meters{};
 };
 

@@ -24,6 +24,13 @@ namespace jakiro {
 
 class packet_rate_buckets {
   public:
+    // A slot's bucket as it is, for a restarted jakirod to continue (docs/restart.md).
+    struct carried {
+        uint32_t per_s = 0;  // the allowance it was filling at; 0: the slot has no bucket
+        int64_t units = 0;
+        uint64_t at_ns = 0;  // CLOCK_MONOTONIC, as every now_ns passed in
+    };
+
     static constexpr uint64_t burst_ns = 10'000'000;
     static constexpr uint32_t min_burst = 128;
 
@@ -32,6 +39,12 @@ class packet_rate_buckets {
     uint32_t available(uint16_t slot, uint32_t per_s, uint64_t now_ns);
     // Charges `frames` read for `slot` (at most what available() said).
     void charge(uint16_t slot, uint32_t frames);
+
+    carried state(uint16_t slot) const;
+    // Continues `c` in `slot`, clipped to its burst; the time since `c.at_ns` (at most up to
+    // `now_ns`) is credited by the next available(). If the allowance has changed meanwhile,
+    // available() starts the bucket full, as for any changed allowance.
+    void resume(uint16_t slot, const carried& c, uint64_t now_ns);
 
   private:
     static constexpr int64_t units_per_frame = 1'000'000'000;  // a frame·s in frame·ns

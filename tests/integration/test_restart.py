@@ -14,6 +14,7 @@ import os
 import re
 import select
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -272,6 +273,26 @@ def test_metrics_counters_never_go_down_across_a_take_over():
     assert grown, "no packet counter moved after the restart"
 
 
+def last_restart_info(host):
+    """The labels of /metrics' jakiro_last_restart_info."""
+    text = jakiroctl(host, "metrics").stdout
+    m = re.search(r"^jakiro_last_restart_info\{(.*)\} 1$", text, re.M)
+    assert m, "no jakiro_last_restart_info in /metrics"
+    return dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(1)))
+
+
+def test_the_last_restart_says_it_came_by_take_over_and_carried_the_rate_buckets():
+    assert ping(T1, IP[T2])  # t1's face read: its packet-rate bucket is in use
+    assert restart("h1").returncode == 0
+    last = status("h1")["last_restart"]
+    assert last["kind"] == "restart" and last["via"] == "take-over", last
+    # Every vNIC the worker reads has a packet-rate bucket: it continues, not refilled.
+    assert last["carried"].get("qos_buckets", 0) >= 1, last
+    info = last_restart_info("h1")
+    assert info["via"] == "take-over" and info["kind"] == "restart", info
+    assert ping(T1, IP[T2])
+
+
 def test_a_successor_that_cannot_read_the_state_is_refused_and_the_old_daemon_serves_on():
     old = jakirod_pids()["h1"]
     last_before = status("h1")["last_restart"]
@@ -289,6 +310,80 @@ def test_a_successor_that_cannot_read_the_state_is_refused_and_the_old_daemon_se
     # Control: the same binary without the restriction takes over.
     assert restart("h1").returncode == 0
     assert not alive(old)
+
+
+def accepts(path, kind=socket.SOCK_STREAM):
+    """Whether a process accepts on the Unix socket at `path`."""
+    with socket.socket(socket.AF_UNIX, kind) as s:
+        s.settimeout(2)
+        try:
+            s.connect(path)
+            return True
+        except OSError:
+            return False
+
+
+def test_a_successor_that_fails_late_leaves_the_old_daemon_reachable_by_its_sockets():
+    """A successor that fails after it bound the control and hand-over sockets' paths (its
+    predecessor's) must not take them along: the old daemon answers jakiroctl and can still
+    be taken over."""
+    old = jakirod_pids()["h1"]
+    last_before = status("h1")["last_restart"]
+    r = subprocess.run(["ip", "netns", "exec", "jk-h1", JAKIROD, "--config",
+                        f"{RUN_DIR}/h1.yaml", "--take-over"],
+                       env=dict(os.environ, JAKIRO_TAKE_OVER_FAIL_LATE="1"),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "JAKIRO_TAKE_OVER_FAIL_LATE" in r.stderr, r.stderr
+    assert alive(old)
+    wait_until(lambda: accepts(HANDOVER, socket.SOCK_SEQPACKET), 5,
+               "the old daemon to take its hand-over socket back")
+    # jakiroctl reaches the old daemon by the control socket's path.
+    wait_until(lambda: accepts("/run/jakiro/h1.sock"), 5, "the control socket's path to lead to it")
+    assert status("h1")["last_restart"] == last_before
+    assert ping(T1, IP[T2])
+    # And it can still hand over.
+    assert restart("h1").returncode == 0
+    wait_until(lambda: not alive(old), 30, "the old daemon to hand over and exit")
+    assert status("h1")["last_restart"]["via"] == "take-over"
+
+
+def test_sigterm_to_the_old_daemon_during_a_take_over_ends_in_one_daemon_or_none():
+    """SIGTERM reaches the old daemon while its successor takes over. The old one leaves (as
+    asked) within a bound, never hanging on the take-over, and the host ends in one consistent
+    state: the successor took over and serves (SIGTERM came once the workers were frozen: the
+    old process leaves as a handed-over one does), or the take-over was abandoned and the
+    successor gave up (SIGTERM came first: the old process stops, the successor finds no one
+    to take over from). Never two daemons, never a successor without the state."""
+    old = jakirod_pids()["h1"]
+    r = jakiroctl("h1", "restart")
+    successor = int(re.search(r"successor (\d+)", r.stdout).group(1))
+    os.kill(old, signal.SIGTERM)
+    try:
+        wait_until(lambda: not alive(old), 15, "the old daemon to leave after SIGTERM")
+        wait_until(lambda: not alive(successor) or status_ready("h1"), 40,
+                   "the successor to take over or give up")
+        print(f"SIGTERM during the take-over: the successor "
+              f"{'took over' if alive(successor) else 'gave up'}")
+        if alive(successor):
+            (RUN_DIR / "h1.pid").write_text(f"{successor}\n")
+            last = status("h1")["last_restart"]
+            assert last["via"] == "take-over" and last["kind"] == "restart", last
+            assert accepts("/run/jakiro/h1.sock") and accepts(HANDOVER, socket.SOCK_SEQPACKET)
+            assert ping(T1, IP[T2])
+        else:
+            assert not accepts("/run/jakiro/h1.sock"), "a control socket with no daemon"
+    finally:
+        if not alive(successor):
+            run(TESTBED, "restart", "h1", "--crash", timeout=90, check=False,
+                env=dict(os.environ, JAKIROD=JAKIROD))
+        wait_until(lambda: status_ready("h1"), 40, "h1's jakirod to serve again")
+
+
+def status_ready(host):
+    try:
+        return status(host).get("ready") is True
+    except Exception:  # not answering
+        return False
 
 
 def test_a_newer_build_takes_over_as_an_upgrade(tmp_path):

@@ -149,6 +149,7 @@ def test_tenant_programs_live_through_systemctl_restarts(unit_h1, tmp_path):
                 print(f"\nsystemctl restart: {took:.2f}s; last_restart {last}; "
                       f"dropped from the store (hung up): {manager.dropped}")
                 assert last["kind"] == "restart" and last["via"] == "fd store", last
+                assert 'via="fd store"' in jakiroctl("h1", "metrics").stdout
                 assert last["carried"].get("rdma_clients", 0) >= 1, last
                 assert last["carried"].get("flows", 0) >= 1, last
                 assert last["blackout_ms"] > 0, last
@@ -270,7 +271,7 @@ def test_descriptors_meant_for_another_process_are_not_believed(unit_h1):
     assert "took_over" not in log, log[-3000:]
     if ready:
         last = status()["last_restart"]
-        assert last["via"] == "" and not last["carried"], last
+        assert last["via"] == "cold" and not last["carried"], last
         os.kill(manager.pid, signal.SIGKILL)  # gone without storing anything of its own
     # Nothing it did not believe was taken out of the store.
     assert "jakiro-state" in manager.names()
@@ -280,4 +281,81 @@ def test_descriptors_meant_for_another_process_are_not_believed(unit_h1):
     assert ready, f"jakirod exited {manager.exit_status}"
     (RUN_DIR / "h1.pid").write_text(f"{manager.pid}\n")
     assert status()["last_restart"]["via"] == "fd store"
+    assert ping(T1, IP[T2])
+
+
+@pytest.fixture
+def plain_h1_stopped():
+    """The test bed's h1 jakirod stopped for a test's own service manager; back afterwards."""
+    pid = int((RUN_DIR / "h1.pid").read_text())
+    if alive(pid):
+        os.kill(pid, signal.SIGTERM)
+        wait_until(lambda: not alive(pid), 20, "the test bed's h1 jakirod to stop")
+    managers = []
+    try:
+        yield managers
+    finally:
+        for manager in managers:
+            manager.stop()
+            manager.close()
+        start_plain_h1()
+
+
+def managed_h1(managers, tmp_path, fd_store, store_max):
+    """h1's jakirod under a service manager whose store holds `store_max`, told --fd-store."""
+    manager = ServiceManager(tmp_path, "jk-h1",
+                             [JAKIROD, "--config", RUN_DIR / "h1.yaml", "--fd-store", fd_store],
+                             store_max, RUN_DIR / "h1.log", nice=NICE)
+    managers.append(manager)
+    manager.start()
+    (RUN_DIR / "h1.pid").write_text(f"{manager.pid}\n")
+    assert manager.wait_ready(0, 40), "h1's jakirod exited under the service manager"
+    wait_until(lambda: ping(T1, IP[T2]), 20, "t1 to reach t2")
+    return manager
+
+
+def log_since(offset):
+    with open(RUN_DIR / "h1.log", errors="replace") as f:
+        f.seek(offset)
+        return f.read()
+
+
+def test_a_state_the_store_cannot_hold_fails_the_stop_and_the_next_start_reports_a_crash(
+        plain_h1_stopped, tmp_path):
+    """FileDescriptorStoreMax= too small for the descriptors: nothing is stored, and the
+    restart does not pass for a clean one: the old process exits 1 (systemd records the unit's
+    stop as failed) and the new one reports the tenants' loss as the crash it is to them."""
+    manager = managed_h1(plain_h1_stopped, tmp_path, 2, 2)
+    log_at = (RUN_DIR / "h1.log").stat().st_size
+    code, ready = manager.restart()
+    (RUN_DIR / "h1.pid").write_text(f"{manager.pid}\n")
+    log = log_since(log_at)
+    assert "fd_store_failed" in log and "the store holds 2" in log, log[-3000:]
+    assert code == 1, f"the old jakirod exited {code}"
+    assert manager.names() == [], manager.names()
+    assert ready, f"the new jakirod exited {manager.exit_status}"
+    last = status()["last_restart"]
+    assert last["kind"] == "crash" and last["via"] == "cold" and not last["carried"], last
+    assert 'via="cold"' in jakiroctl("h1", "metrics").stdout
+    assert ping(T1, IP[T2])
+
+
+def test_a_store_that_fills_up_before_the_state_starts_the_next_daemon_cold_with_the_reason(
+        plain_h1_stopped, tmp_path):
+    """The manager's store holds fewer descriptors than the daemon was told (systemd drops
+    what goes beyond FileDescriptorStoreMax=): the state, sent last, is lost, so the next start
+    finds descriptors without it, says so and starts cold, and empties the store."""
+    manager = managed_h1(plain_h1_stopped, tmp_path, STORE_MAX, 3)
+    log_at = (RUN_DIR / "h1.log").stat().st_size
+    code, ready = manager.restart()
+    (RUN_DIR / "h1.pid").write_text(f"{manager.pid}\n")
+    assert code == 0, f"the old jakirod exited {code}"  # it cannot know: the store said nothing
+    assert "jakiro-state" in manager.dropped, manager.dropped
+    assert ready, f"the new jakirod exited {manager.exit_status}"
+    log = log_since(log_at)
+    assert "fd_store_refused" in log and "without the state" in log, log[-3000:]
+    last = status()["last_restart"]
+    assert last["kind"] == "crash" and last["via"] == "cold", last
+    assert "without the state" in last["state_refused"], last
+    wait_until(lambda: manager.names() == [], 10, "the store to be emptied")
     assert ping(T1, IP[T2])

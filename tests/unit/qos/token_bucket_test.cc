@@ -148,5 +148,30 @@ TEST(TokenBucket, ExtremeRatesAndGapsDoNotOverflow) {
     EXPECT_EQ(slow.available(), 1u);
 }
 
+TEST(TokenBucket, AResumedBucketContinuesTheOneItWasTakenFrom) {
+    token_bucket before(8'000'000'000, 10'000, 0);
+    before.consume(10'000 + 4'000);                    // 4 000 bytes in debt at t = 0
+    token_bucket after(8'000'000'000, 10'000, 3'000);  // a new bucket: full
+    after.resume(before.state(), 3'000);
+    after.refill(3'000);
+    EXPECT_EQ(after.tokens(), -1'000) << "the debt, less what 3 000 ns refilled";
+    after.refill(100'000);
+    EXPECT_EQ(after.tokens(), 10'000);
+}
+
+TEST(TokenBucket, AResumedBucketKeepsToItsOwnBurstAndTheCurrentTime) {
+    token_bucket before(8'000'000'000, 10'000, 0);
+    token_bucket smaller(8'000'000'000, 2'000, 0);
+    smaller.resume(before.state(), 0);
+    EXPECT_EQ(smaller.tokens(), 2'000) << "clipped to the new burst";
+    before.consume(50'000);  // at most one burst of debt
+    smaller.resume(before.state(), 0);
+    EXPECT_EQ(smaller.tokens(), -2'000) << "and to its deepest debt";
+    // A time beyond now (a corrupt state) cannot keep the bucket from refilling.
+    smaller.resume({-2'000 * units_per_byte, ~uint64_t{0}}, 5'000);
+    smaller.refill(6'000);
+    EXPECT_EQ(smaller.tokens(), -1'000);
+}
+
 }  // namespace
 }  // namespace jakiro::qos

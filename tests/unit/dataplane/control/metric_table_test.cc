@@ -191,6 +191,19 @@ TEST(MetricTable, ReadsEachSampleFromItsOwnCounter) {
     EXPECT_EQ(value_of("jakiro_last_restart_carried", {"flows"}, s), 7);
 }
 
+TEST(MetricTable, TheLastRestartSaysHowItsStateCameAcross) {
+    stats_snapshot s = full_snapshot();
+    s.restarts.from_version = "0.9";
+    s.restarts.via = "fd store";
+    EXPECT_EQ(value_of("jakiro_last_restart_info", {"0.9", "upgrade", "fd store"}, s), 1);
+    s.restarts.via = "take-over";
+    EXPECT_EQ(value_of("jakiro_last_restart_info", {"0.9", "upgrade", "take-over"}, s), 1);
+    s.restarts.last = restart_kind::crash;
+    s.restarts.from_version.clear();
+    s.restarts.via.clear();
+    EXPECT_EQ(value_of("jakiro_last_restart_info", {"", "crash", "cold"}, s), 1);
+}
+
 TEST(MetricFamilies, AddAPredecessorsCountersButNotItsRestartCount) {
     stats_snapshot s = full_snapshot();
     const auto before = metric_families(s);
