@@ -582,7 +582,8 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
             }
             continue;
         }
-        if (now - last_packet_tsc < (naps_on_frames() ? frames_spin_cycles : idle_spin_cycles)) {
+        const uint64_t spin_cycles = naps_on_frames() ? frames_spin_cycles : idle_spin_cycles;
+        if (now - last_packet_tsc < spin_cycles) {
             // Waiting for a stream's next packet without taking the core from whoever makes
             // it: where tenants and daemons outnumber the cores, the core goes to anyone
             // runnable and comes straight back if nobody is (one system call per empty poll).
@@ -590,7 +591,15 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
             // A spinning neighbour would keep a yielded core until the next tick, so after one
             // slow yield the waits are naps for a while (poll_loop/packet_wait.hh).
             if (waiting.nap_now(now)) {
-                if (nap(first_sleep_us, true)) {
+                // Where a frame, a doorbell and a hand-off each end the nap (uring_sleeper, or
+                // rx_waker's thread), it lasts the rest of the window: a timer that ended it
+                // early would find nothing, and each such wake-up costs the core the
+                // message's other parties are waiting for (three per RDMA message on each
+                // host, across hosts, with 10 µs naps).
+                const uint64_t left_us = (spin_cycles - (now - last_packet_tsc)) * 1'000'000 / hz;
+                const uint64_t us =
+                    uring || waker ? std::max(left_us, first_sleep_us) : first_sleep_us;
+                if (nap(us, true)) {
                     ctx.counters.waiting_naps.add(1);
                 }
                 continue;
