@@ -591,14 +591,10 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
             // A spinning neighbour would keep a yielded core until the next tick, so after one
             // slow yield the waits are naps for a while (poll_loop/packet_wait.hh).
             if (waiting.nap_now(now)) {
-                // Where a frame, a doorbell and a hand-off each end the nap (uring_sleeper, or
-                // rx_waker's thread), it lasts the rest of the window: a timer that ended it
-                // early would find nothing, and each such wake-up costs the core the
-                // message's other parties are waiting for (three per RDMA message on each
-                // host, across hosts, with 10 µs naps).
-                const uint64_t left_us = (spin_cycles - (now - last_packet_tsc)) * 1'000'000 / hz;
-                const uint64_t us =
-                    uring || waker ? std::max(left_us, first_sleep_us) : first_sleep_us;
+                // uring_sleeper and rx_waker's thread end a nap at a frame, a doorbell or a
+                // hand-off.
+                const uint64_t us = waiting.nap_us(now, last_packet_tsc + spin_cycles,
+                                                   uring || waker, first_sleep_us);
                 if (nap(us, true)) {
                     ctx.counters.waiting_naps.add(1);
                 }

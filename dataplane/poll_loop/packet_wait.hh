@@ -9,7 +9,8 @@
 // HZ=250, and every such yield adds that to a neighbour's ping. A thread that naps instead
 // *wakes*, and a waking thread preempts a SCHED_IDLE one at once and a fair one as soon as it
 // is owed the core. So one yield that kept the core away longer than `slow_yield` switches the
-// waits to naps for a period; then a yield is tried again.
+// waits to naps for a period; then a yield is tried again. Those naps last the rest of the
+// window wherever an arrival ends them (nap_us).
 //
 // Napping costs a wake-up per message, though (an RDMA ping-pong on one host: about 25 µs one
 // way against 10 µs yielding), and most slow yields are passing: a program starting, a
@@ -34,7 +35,8 @@ class packet_wait {
     static constexpr uint64_t max_napping_period_ms = 1024;
 
     explicit packet_wait(uint64_t tsc_hz)
-        : _slow_yield(tsc_hz * slow_yield_us / 1'000'000),
+        : _tsc_hz(tsc_hz),
+          _slow_yield(tsc_hz * slow_yield_us / 1'000'000),
           _first_period(tsc_hz * first_napping_period_ms / 1000),
           _max_period(tsc_hz * max_napping_period_ms / 1000) {}
 
@@ -52,10 +54,25 @@ class packet_wait {
         return true;
     }
 
+    // How long a nap in the window that ends at `window_end` lasts, in µs, at least `shortest`.
+    // Where a frame, a doorbell and a hand-off each end the nap (`arrivals_end_it`), the rest of
+    // the window: a timer that ended it early would wake the worker to find nothing, and each
+    // such wake-up costs the core the message's other parties are waiting for (with 10 µs naps,
+    // three per RDMA message on each host across hosts). Otherwise `shortest`, so that the
+    // worker looks again soon.
+    uint64_t nap_us(uint64_t now, uint64_t window_end, bool arrivals_end_it,
+                    uint64_t shortest) const {
+        if (!arrivals_end_it || now >= window_end) {
+            return shortest;
+        }
+        return std::max(shortest, (window_end - now) * 1'000'000 / _tsc_hz);
+    }
+
     // How long the current (or last) napping period is, in cycles; 0 before the first.
     uint64_t napping_period() const { return _period; }
 
   private:
+    uint64_t _tsc_hz;
     uint64_t _slow_yield;
     uint64_t _first_period;
     uint64_t _max_period;

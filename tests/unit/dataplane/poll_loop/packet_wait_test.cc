@@ -70,5 +70,21 @@ TEST(PacketWait, ACalmAsLongAsTheLastPeriodStartsShortAgain) {
     EXPECT_FALSE(wait.nap_now(later + 4 * ms + first));
 }
 
+// Frames and doorbells end the nap themselves: a timer that ends it sooner only wakes the
+// worker to find nothing (three such wake-ups per RDMA message across hosts with 10 µs naps).
+TEST(PacketWait, ANapThatArrivalsEndLastsTheRestOfTheWindow) {
+    packet_wait wait(hz);
+    const uint64_t window_end = 1 * ms + 200 * us;
+    EXPECT_EQ(wait.nap_us(1 * ms + 30 * us, window_end, true, 10), 170u);
+    EXPECT_EQ(wait.nap_us(1 * ms + 195 * us, window_end, true, 10), 10u);  // never shorter
+    EXPECT_EQ(wait.nap_us(2 * ms, window_end, true, 10), 10u);             // window over
+}
+
+// Where nothing but the timer ends a nap, the worker looks again after the shortest one.
+TEST(PacketWait, ANapOnlyATimerEndsIsTheShortest) {
+    packet_wait wait(hz);
+    EXPECT_EQ(wait.nap_us(1 * ms + 30 * us, 1 * ms + 200 * us, false, 10), 10u);
+}
+
 }  // namespace
 }  // namespace jakiro
