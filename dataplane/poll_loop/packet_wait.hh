@@ -58,8 +58,8 @@ class packet_wait {
     // Where a frame, a doorbell and a hand-off each end the nap (`arrivals_end_it`), the rest of
     // the window: a timer that ended it early would wake the worker to find nothing, and each
     // such wake-up costs the core the message's other parties are waiting for (with 10 µs naps,
-    // three per RDMA message on each host across hosts). Otherwise `shortest`, so that the
-    // worker looks again soon.
+    // two to five per RDMA round trip on each host across hosts). Otherwise `shortest`, so that
+    // the worker looks again soon.
     uint64_t nap_us(uint64_t now, uint64_t window_end, bool arrivals_end_it,
                     uint64_t shortest) const {
         if (!arrivals_end_it || now >= window_end) {

@@ -71,7 +71,8 @@ TEST(PacketWait, ACalmAsLongAsTheLastPeriodStartsShortAgain) {
 }
 
 // Frames and doorbells end the nap themselves: a timer that ends it sooner only wakes the
-// worker to find nothing (three such wake-ups per RDMA message across hosts with 10 µs naps).
+// worker to find nothing (two to five such wake-ups per RDMA round trip across hosts with 10 µs
+// naps).
 TEST(PacketWait, ANapThatArrivalsEndLastsTheRestOfTheWindow) {
     packet_wait wait(hz);
     const uint64_t window_end = 1 * ms + 200 * us;
