@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <ctime>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "../arp.hh"
@@ -69,6 +70,29 @@ bool only_faces(const datapath_tables& tables) {
     }
     for (const uint16_t slot : tables.active_slots) {
         if (!vnet::is_face_port(tables.vnics[slot].port_id)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+// Whether a frame on any port of the snapshot ends the worker's sleep: a vnet face (a tap
+// uplink too) and an af_packet PMD port are ordinary sockets that uring_sleeper and rx_waker
+// watch (frame_sources.hh); another PMD's port (memif) only a poll sees.
+bool frames_end_sleeps(const datapath_tables& tables) {
+    const auto heard = [](uint16_t port) {
+        if (vnet::is_face_port(port)) {
+            return true;
+        }
+        rte_eth_dev_info info{};
+        return rte_eth_dev_info_get(port, &info) == 0 && info.driver_name != nullptr &&
+               std::string_view(info.driver_name) == "net_af_packet";
+    };
+    if (!heard(tables.uplink_port)) {
+        return false;
+    }
+    for (const uint16_t slot : tables.active_slots) {
+        if (!heard(tables.vnics[slot].port_id)) {
             return false;
         }
     }
@@ -286,6 +310,7 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
     }
     uint64_t faces_of = UINT64_MAX;  // the publication faces_only is from
     bool faces_only = false;
+    bool frames_wake = false;  // frames_end_sleeps, of the same publication
     // Whether a nap now would be the frame_sleeper's (see frame_sleeper.hh for when).
     const auto naps_on_frames = [&] {
         if (uring) {
@@ -405,6 +430,7 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
         const datapath_tables& tables = *publisher.current();
         if (tables.publication != faces_of) {
             faces_only = only_faces(tables);
+            frames_wake = frames_end_sleeps(tables);
             faces_of = tables.publication;
         }
         if (ctx.handoff != nullptr && tables.publication != owners_of) {
@@ -582,7 +608,8 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
             }
             continue;
         }
-        if (now - last_packet_tsc < (naps_on_frames() ? frames_spin_cycles : idle_spin_cycles)) {
+        const uint64_t spin_cycles = naps_on_frames() ? frames_spin_cycles : idle_spin_cycles;
+        if (now - last_packet_tsc < spin_cycles) {
             // Waiting for a stream's next packet without taking the core from whoever makes
             // it: where tenants and daemons outnumber the cores, the core goes to anyone
             // runnable and comes straight back if nobody is (one system call per empty poll).
@@ -590,7 +617,11 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
             // A spinning neighbour would keep a yielded core until the next tick, so after one
             // slow yield the waits are naps for a while (poll_loop/packet_wait.hh).
             if (waiting.nap_now(now)) {
-                if (nap(first_sleep_us, true)) {
+                // uring_sleeper and rx_waker's thread end a nap at a frame, a doorbell or a
+                // hand-off, where every port's frames are heard.
+                const uint64_t us = waiting.nap_us(now, last_packet_tsc + spin_cycles,
+                                                   (uring || waker) && frames_wake, first_sleep_us);
+                if (nap(us, true)) {
                     ctx.counters.waiting_naps.add(1);
                 }
                 continue;
