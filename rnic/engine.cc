@@ -860,6 +860,16 @@ std::vector<qp_report> engine::report(std::vector<qp_report>* retired) const {
 
 void engine::forget_vnic(uint16_t vnic) {
     _doorbells.set(vnic, nullptr);
+    // What the slot counted and owed was the old vNIC's: a vNIC given the slot later starts at
+    // zero, with a full local-work allowance (its rate comes with the next snapshot).
+    for (auto* counters : {&_vnic_visits, &_vnic_poller_wakes, &_over_allowance}) {
+        if (vnic < counters->size()) {
+            (*counters)[vnic].store(0, std::memory_order_relaxed);
+        }
+    }
+    if (vnic < _local_work.size()) {
+        _local_work[vnic] = local_work{.per_s = _local_work[vnic].per_s};
+    }
     std::lock_guard lock(_report_mutex);
     _retired.erase(vnic);
 }

@@ -157,9 +157,11 @@ class engine {
     void set_vnic_doorbell(uint16_t vnic, verbs_proto::doorbell_page* page) {
         _doorbells.set(vnic, page);
     }
-    // vNIC `vnic` is going away, its QPs already removed: its doorbell goes, and so do the
-    // counters its QPs left in report()'s `retired`, so that a vNIC given the slot later starts at
-    // zero.
+    // vNIC `vnic` is going away, its QPs already removed: its doorbell goes, and so do its
+    // counters (visits, poller wakes, polls over its allowance, and those its QPs left in
+    // report()'s `retired`) and its allowance's debt, so that a vNIC given the slot later starts
+    // at zero. A vNIC that stays (a restored one whose page is replaced) keeps them: only
+    // set_vnic_doorbell for it.
     void forget_vnic(uint16_t vnic);
     // The policy generation of the tables the worker runs with (once per iteration, before any
     // receive or poll of that iteration).

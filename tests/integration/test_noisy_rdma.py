@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (IP, JAKIROD, T1, T2, T3, T5, host_config_with, jakiroctl, ns, shim_env,
-                      stats, stop, wait_until)
+from conftest import (IP, JAKIROD, T1, T2, T3, T5, TESTBED, host_config_with, jakiroctl, ns, run,
+                      shim_env, stats, stop, wait_until)
 from test_noisy_packets import percentile, pings, summary
 from test_rdma_rc import JAKIRO_RUN, run_integrity
 
@@ -282,3 +282,44 @@ def test_a_neighbour_holding_poller_napping_pays_the_wakes_and_the_victim_is_unh
     assert wakes > 20 * victim["loaded"], "the victims were charged t3's wakes"
     # The wakes spend t3's allowance, and only t3's.
     assert t1_3[2] == t1_0[2] and t5_3[2] == t5_0[2]
+
+
+# ---------------------------------------------------------------- whose counts they are
+
+def rdma_metrics(vnic, host="h1"):
+    """The per-vNIC RDMA charges of `vnic` in /metrics (0 for a series not there)."""
+    text = jakiroctl(host, "metrics").stdout
+    return tuple(metric(text, name, vnic) or 0.0 for name in (
+        "jakiro_vnic_rdma_qp_visits_total", "jakiro_vnic_rdma_poller_wakes_total",
+        "jakiro_vnic_rdma_local_work_over_allowance_total"))
+
+
+def test_a_vnic_added_after_one_was_removed_starts_its_rdma_counts_at_zero(tmp_path):
+    """The per-vNIC RDMA counters (`stats --json`, /metrics) are the vNIC's own: red t3 runs up
+    its visits, wakes and polls over its allowance; carried over a restart of jakirod, it keeps
+    them (/metrics). Then t3 is removed and a vNIC t3 added again: the new vNIC starts at 0."""
+    storm, out = start_storm("napping", tmp_path)
+    try:
+        wait_until(lambda: rdma_charges("t3")[2] > 0, 20, "t3 to run out of its allowance")
+    finally:
+        end_storm(storm, out)
+    charged = rdma_charges("t3")
+    assert all(c > 0 for c in charged), charged
+    exported = rdma_metrics("t3")
+    assert exported == tuple(float(c) for c in charged), (exported, charged)
+
+    r = run(TESTBED, "restart", "h1", timeout=90, check=False,
+            env=dict(os.environ, JAKIROD=JAKIROD))
+    assert r.returncode == 0, r.stdout + r.stderr
+    carried = rdma_metrics("t3")
+    assert all(c >= e for c, e in zip(carried, exported)), \
+        f"t3's counts were lost over the restart: {exported} -> {carried}"
+
+    try:
+        jakiroctl("h1", "apply", host_config_with(tmp_path, "t3", None))
+        wait_until(lambda: "t3" not in stats("h1")["vnics"], 10, "t3 to go")
+    finally:
+        jakiroctl("h1", "apply", "/run/jakiro/testbed/h1.yaml")  # the test bed's own again
+    wait_until(lambda: "t3" in stats("h1")["vnics"], 10, "a new t3")
+    assert rdma_charges("t3") == (0, 0, 0), "the new t3 inherited the old one's charges"
+    assert rdma_metrics("t3") == (0.0, 0.0, 0.0), "the new t3 inherited the old one's counts"

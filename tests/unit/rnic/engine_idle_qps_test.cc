@@ -192,5 +192,52 @@ TEST_F(idle_qps_test, receive_completion_wakes_count_against_the_local_work_allo
     EXPECT_EQ(eng.vnic_over_allowance(0), 0u);
 }
 
+// A vNIC removed and another given its slot: the new vNIC's counters start at zero and it owes
+// nothing of the old one's local-work allowance (which the old one had spent on napping wakes),
+// while the vNIC that stays keeps what it counted.
+TEST_F(idle_qps_test, a_vnic_given_a_removed_ones_slot_starts_at_zero_and_owes_none_of_its_debt) {
+    connect_both();
+    eng.set_vnic_local_work_rate(1, 1);  // one per second: the burst is all b has
+    for (uint64_t i = 0; i <= engine::local_work_burst; ++i) {
+        b.post_recv(i, 0, 64);
+        proto::shared_index(b.recv_cq->poller_napping).store(1);
+        a.post_send(wqe(i, IBV_WR_SEND, a.iova(0), 8, a.mr));
+        run(2, 1'000);
+        proto::cqe c{};
+        while (a.poll_send(c) || b.poll_recv(c)) {
+        }
+    }
+    ASSERT_GT(eng.vnic_visits(1), 0u);
+    ASSERT_GT(eng.vnic_poller_wakes(1), 0u);
+    ASSERT_GT(eng.vnic_over_allowance(1), 0u) << "b's wakes spent its allowance";
+    const uint64_t stays = eng.vnic_visits(0);
+    ASSERT_GT(stays, 0u);
+
+    // vNIC 1 goes (its resources' destructor takes its QPs and its doorbell out of the engine).
+    b.~side();
+    new (&b) side();
+    EXPECT_EQ(eng.vnic_visits(1), 0u);
+    EXPECT_EQ(eng.vnic_poller_wakes(1), 0u);
+    EXPECT_EQ(eng.vnic_over_allowance(1), 0u);
+    EXPECT_EQ(eng.vnic_visits(0), stays) << "the vNIC that stays keeps its counts";
+
+    // A new vNIC in slot 1, and a new program of vNIC 0 to talk to it: its QP answers at once
+    // (its ACK goes on its first visits), where the old vNIC's debt would keep it sitting out.
+    make_side(b, 1, ip_b, 77);
+    side a2;
+    make_side(a2, 0, ip_a, 78, 4, &a);
+    connect(a2, b, ip_b);
+    connect(b, a2, ip_a);
+    b.post_recv(1, 0, 64);
+    a2.post_send(wqe(1, IBV_WR_SEND, a2.iova(0), 8, a2.mr));
+    run(5, 1'000);
+    proto::cqe c{};
+    ASSERT_TRUE(b.poll_recv(c));
+    ASSERT_TRUE(a2.poll_send(c)) << "the new vNIC's ACK never left";
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(eng.vnic_over_allowance(1), 0u);
+    EXPECT_EQ(eng.vnic_poller_wakes(1), 0u);
+}
+
 }  // namespace
 }  // namespace jakiro::roce::test
