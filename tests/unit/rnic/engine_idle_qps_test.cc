@@ -4,6 +4,7 @@
 // the futex wakes the engine makes for programs napping on an empty CQ are charged to their vNIC.
 
 #include "rc_qp_fixture.hh"
+#include "rnic/timers.hh"
 
 namespace jakiro::roce::test {
 namespace {
@@ -190,6 +191,63 @@ TEST_F(idle_qps_test, receive_completion_wakes_count_against_the_local_work_allo
     EXPECT_GE(eng.vnic_poller_wakes(1), burst);
     EXPECT_GT(eng.vnic_over_allowance(1), 0u) << "b's wakes spent its allowance";
     EXPECT_EQ(eng.vnic_over_allowance(0), 0u);
+}
+
+// A QP whose WR is in flight and whose ACK is lost has nothing to do until its retransmit timer
+// (local ACK timeout 14: 67 ms): it waits in the engine's timer queue, out of its vNIC's, and costs
+// no visit meanwhile; the timer still fires on time (the first poll at or after it is due), the
+// WR goes again and completes. The control: the visits that sent it and that retransmit it.
+TEST_F(idle_qps_test, a_qp_waiting_for_its_ack_costs_no_visits_until_its_retransmit_timer_is_due) {
+    connect_both();  // timeout 14, retry_cnt 7
+    auto qp_visits = [this](uint16_t vnic, uint32_t qpn) {
+        for (const qp_report& r : eng.report()) {
+            if (r.vnic == vnic && r.qpn == qpn) {
+                return r.visits;
+            }
+        }
+        return uint64_t{0};
+    };
+    bool acks_lost = true;
+    uint64_t first_resend_ns = 0;
+    unsigned sent_by_a = 0;
+    auto wire_keeps = [&](const test_wire::frame& f) {
+        if (f.from == 0 && ++sent_by_a == 2 && first_resend_ns == 0) {
+            first_resend_ns = now;
+        }
+        return !(acks_lost && f.from == 1);
+    };
+    b.post_recv(1, 0, 4096);
+    a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 100, a.mr));
+    const uint64_t sent_ns = now + 100'000;  // the first poll below sends it
+    run(3, 100'000, wire_keeps);
+    ASSERT_EQ(sent_by_a, 1u);
+    proto::cqe c{};
+    ASSERT_TRUE(b.poll_recv(c)) << "the SEND arrived; its ACK did not";
+    ASSERT_FALSE(a.poll_send(c));
+    const uint64_t visits = qp_visits(0, a.qp);
+    const uint64_t vnic_visits = eng.vnic_visits(0);
+    ASSERT_GT(visits, 0u);
+
+    const uint64_t due_ns = sent_ns + *local_ack_timeout_ns(14);
+    run(600, 100'000, wire_keeps);  // 60 ms of polls, every 100 µs
+    ASSERT_LT(now, due_ns);
+    EXPECT_EQ(qp_visits(0, a.qp), visits) << "waiting for its ACK cost visits";
+    EXPECT_EQ(eng.vnic_visits(0), vnic_visits) << "and its vNIC units";
+    EXPECT_EQ(sent_by_a, 1u);
+
+    acks_lost = false;
+    run(100, 100'000, wire_keeps);  // past the timeout: the WR goes again, its ACK comes back
+    EXPECT_EQ(sent_by_a, 2u) << "retransmitted once";
+    EXPECT_GE(first_resend_ns, due_ns) << "not before the timer";
+    EXPECT_LT(first_resend_ns, due_ns + 100'000) << "in the first poll after it was due";
+    EXPECT_GT(qp_visits(0, a.qp), visits);
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    uint64_t timeouts = 0;
+    for (const qp_report& r : eng.report()) {
+        timeouts += r.vnic == 0 && r.qpn == a.qp ? r.timeouts : 0;
+    }
+    EXPECT_EQ(timeouts, 1u);
 }
 
 // A vNIC removed and another given its slot: the new vNIC's counters start at zero and it owes
