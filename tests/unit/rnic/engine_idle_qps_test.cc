@@ -250,6 +250,70 @@ TEST_F(idle_qps_test, a_qp_waiting_for_its_ack_costs_no_visits_until_its_retrans
     EXPECT_EQ(timeouts, 1u);
 }
 
+// Several QPs waiting at once: four of vNIC 2 whose peer never answers (b's QP takes packets from
+// a only), local ACK timeouts 10-13 (4-34 ms), each retransmit at its own timeout, however the
+// others come and go; a's QP, waiting among them, is taken out early by a post (the shim rings,
+// as it would for a parked QP), and completes both WRs at once. vNIC 2 pays a visit per
+// retransmission, not one per poll.
+TEST_F(idle_qps_test, waiting_qps_each_retransmit_at_their_own_timeout_and_a_post_takes_one_out) {
+    connect_both();
+    std::array<side, 4> waiting;
+    for (std::size_t i = 0; i < waiting.size(); ++i) {
+        make_side(waiting[i], 2, ip_c, 900 + i, 4, i == 0 ? nullptr : &waiting[0]);
+        connect(waiting[i], b, ip_b, 7, 7, static_cast<uint8_t>(10 + i));
+    }
+    bool acks_lost = true;
+    auto wire_keeps = [&](const test_wire::frame& f) { return !(acks_lost && f.from == 1); };
+    b.post_recv(1, 0, 64);
+    b.post_recv(2, 0, 64);
+    a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 8, a.mr));
+    for (side& w : waiting) {
+        w.post_send(wqe(1, IBV_WR_SEND, w.iova(0), 8, w.mr));
+    }
+    run(2, 100'000, wire_keeps);
+    const uint64_t visits = eng.vnic_visits(2);
+    auto timeouts_of = [this](const side& s) {
+        for (const qp_report& r : eng.report()) {
+            if (r.vnic == s.vnic && r.qpn == s.qp) {
+                return r.timeouts;
+            }
+        }
+        return uint64_t{0};
+    };
+
+    run(100, 100'000, wire_keeps);  // 10 ms, a's ACK still lost
+    proto::cqe c{};
+    ASSERT_FALSE(a.poll_send(c));
+    acks_lost = false;
+    a.post_send(wqe(2, IBV_WR_SEND, a.iova(0), 8, a.mr));
+    run(2, 100'000, wire_keeps);
+    ASSERT_TRUE(a.poll_send(c)) << "the post took a out of the timer queue: its SEND went";
+    EXPECT_EQ(c.wr_id, 1u);
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.wr_id, 2u);
+    EXPECT_EQ(timeouts_of(a), 0u) << "a never timed out";
+
+    const uint64_t ms = 40;
+    run(ms * 10 - 102, 100'000, wire_keeps);  // to 40 ms after the sends
+    uint64_t retransmissions = 0;
+    for (std::size_t i = 0; i < waiting.size(); ++i) {
+        const double period_ms = static_cast<double>(*local_ack_timeout_ns(10 + i)) / 1e6;
+        // Each expiry comes in the first poll after it is due (every 0.1 ms) and the next
+        // timer runs from there; the eighth (retry_cnt 7 spent) fails the WR, and the QP goes
+        // to ERR.
+        const auto most = std::min<uint64_t>(static_cast<uint64_t>(ms / period_ms), 8);
+        const auto least = std::min<uint64_t>(static_cast<uint64_t>(ms / (period_ms + 0.1)), 8);
+        const uint64_t t = timeouts_of(waiting[i]);
+        EXPECT_GE(t, least) << "timeout " << 10 + i;
+        EXPECT_LE(t, most) << "timeout " << 10 + i;
+        retransmissions += t;
+    }
+    // A visit per expiry (and one for the WR it sends again), none in between.
+    EXPECT_LE(eng.vnic_visits(2) - visits, 2 * retransmissions + waiting.size());
+    EXPECT_TRUE(waiting[0].poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_RETRY_EXC_ERR) << "the one whose retries ran out";
+}
+
 // A vNIC removed and another given its slot: the new vNIC's counters start at zero and it owes
 // nothing of the old one's local-work allowance (which the old one had spent on napping wakes),
 // while the vNIC that stays keeps what it counted.
