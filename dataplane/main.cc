@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -556,6 +557,12 @@ int main(int argc, char** argv) {
         if (!read_image_late(*inherited->image, state, owners)) {
             return fail("the state image: " + inherited->image->error());
         }
+        // The predecessor's counts of vNICs this configuration no longer has are nobody's now.
+        std::set<std::string> names;
+        for (const auto& v : config.vnics) {
+            names.insert(v.name);
+        }
+        keep_counter_bases_of_vnics(state.counter_bases, names);
     }
 
     startup.mark("flows");

@@ -150,6 +150,7 @@ void engine::add_qp(std::shared_ptr<rc_qp> qp) {
     }
     vnic_turns& turns = _turns[vnic];
     turns.reserve(++turns.qps);
+    _timers.reserve(_active.size() + 1);
     qp->attach(this);
     queue_visit(*qp);  // its first visit decides whether it has anything to do
     if (vnic < _vnic_rate_bps.size()) {
@@ -185,6 +186,7 @@ void engine::remove_qp(uint16_t vnic, uint32_t qpn) {
             turns.erase(qp);
             qp->turn().queued = false;
         }
+        _timers.cancel(*qp);
         --turns.qps;
     }
     std::shared_ptr<rc_qp> gone;
@@ -243,6 +245,7 @@ void engine::queue_visit(rc_qp& qp) {
     if (turn.queued || qp.vnic() >= _turns.size()) {
         return;
     }
+    _timers.cancel(qp);  // a packet, a ring or a call came before its timer
     turn.queued = true;
     turn.idle_since_ns = 0;
     // Queued, its producers are looked at every visit: the shim need not ring for it (until the
@@ -262,13 +265,38 @@ bool engine::park(rc_qp& qp) {
     return true;
 }
 
+bool engine::wait_for_timer(rc_qp& qp, uint64_t due_ns) {
+    qp.ring().set_doorbell_wanted(true);
+    verbs_proto::fence_after_wanting_doorbell();
+    if (qp.has_work()) {  // a post that came before the shim could see the flag
+        qp.ring().set_doorbell_wanted(false);
+        return false;
+    }
+    if (due_ns != UINT64_MAX) {  // else no timer runs: only a packet, a ring or a call
+        _timers.schedule(qp, due_ns);
+    }
+    return true;
+}
+
+void engine::take_due_timers(uint64_t now_ns) {
+    // Each QP is in _timers at most once and comes out queued: at most one look per QP per poll.
+    while (rc_qp* qp = _timers.pop_due(now_ns)) {
+        queue_visit(*qp);
+    }
+}
+
 void engine::after_visit(rc_qp& qp, uint64_t now_ns) {
     rc_qp::turn_state& turn = qp.turn();
     if (turn.queued) {
         return;  // queued again during the visit (it entered ERR)
     }
     bool keep = true;
-    if (qp.wants_visits()) {
+    uint64_t due_ns = 0;
+    if (qp.waits_for_timer(due_ns) && due_ns > now_ns) {
+        // Waiting for its ACK: visits until the timer is due would find nothing to do.
+        turn.idle_since_ns = 0;
+        keep = !wait_for_timer(qp, due_ns);
+    } else if (qp.wants_visits()) {
         turn.idle_since_ns = 0;
     } else if (turn.idle_since_ns == 0) {
         turn.idle_since_ns = now_ns | 1;  // 0 means busy
@@ -395,6 +423,7 @@ unsigned engine::poll(packet_port& port, uint64_t now_ns) {
     run_calls();
     unsigned sent = _gsi.tx_pending() ? send_gsi(port) : 0;
     take_doorbells();
+    take_due_timers(now_ns);
     // After a policy change, QPs are checked again before any of them sends, so that the
     // intra-host shortcut finds both ends current; those beyond the budget wait a poll.
     unsigned rechecks_left = recheck_budget;
@@ -860,6 +889,16 @@ std::vector<qp_report> engine::report(std::vector<qp_report>* retired) const {
 
 void engine::forget_vnic(uint16_t vnic) {
     _doorbells.set(vnic, nullptr);
+    // What the slot counted and owed was the old vNIC's: a vNIC given the slot later starts at
+    // zero, with a full local-work allowance (its rate comes with the next snapshot).
+    for (auto* counters : {&_vnic_visits, &_vnic_poller_wakes, &_over_allowance}) {
+        if (vnic < counters->size()) {
+            (*counters)[vnic].store(0, std::memory_order_relaxed);
+        }
+    }
+    if (vnic < _local_work.size()) {
+        _local_work[vnic] = local_work{.per_s = _local_work[vnic].per_s};
+    }
     std::lock_guard lock(_report_mutex);
     _retired.erase(vnic);
 }

@@ -27,7 +27,10 @@
 // or with something pending (WRs in flight and their timers, an ACK owed, a restored clock:
 // rc_qp::wants_visits); a QP that has had nothing of the kind for park_after_idle_ns is parked
 // and costs the worker nothing until the shim rings it (a bit per QP in the vNIC's doorbell
-// page), a packet arrives for it, or a control call changes it. So a poll costs what the queued
+// page), a packet arrives for it, or a control call changes it. A QP whose WRs in flight wait
+// for their ACK and nothing else (rc_qp::waits_for_timer) leaves the queue too, for the
+// engine's timer_queue: it costs nothing until its retransmit or RNR timer is due, or one of
+// those events comes first. So a poll costs what the queued
 // QPs cost, however many idle QPs tenants hold, as a hardware NIC's doorbells make it; and every
 // visit costs its vNIC a unit at least.
 //
@@ -53,6 +56,7 @@
 #include "rnic/gsi_port.hh"
 #include "rnic/packet_port.hh"
 #include "rnic/rc_qp.hh"
+#include "rnic/timer_queue.hh"
 
 namespace jakiro::roce {
 
@@ -157,9 +161,11 @@ class engine {
     void set_vnic_doorbell(uint16_t vnic, verbs_proto::doorbell_page* page) {
         _doorbells.set(vnic, page);
     }
-    // vNIC `vnic` is going away, its QPs already removed: its doorbell goes, and so do the
-    // counters its QPs left in report()'s `retired`, so that a vNIC given the slot later starts at
-    // zero.
+    // vNIC `vnic` is going away, its QPs already removed: its doorbell goes, and so do its
+    // counters (visits, poller wakes, polls over its allowance, and those its QPs left in
+    // report()'s `retired`) and its allowance's debt, so that a vNIC given the slot later starts
+    // at zero. A vNIC that stays (a restored one whose page is replaced) keeps them: only
+    // set_vnic_doorbell for it.
     void forget_vnic(uint16_t vnic);
     // The policy generation of the tables the worker runs with (once per iteration, before any
     // receive or poll of that iteration).
@@ -242,6 +248,11 @@ class engine {
     // The QP asks the shim for a doorbell and leaves the queue; false (and it stays queued) if
     // work came meanwhile.
     bool park(rc_qp& qp);
+    // As park, for a QP that waits for a timer of its own due at `due_ns` (rc_qp::waits_for_timer):
+    // it goes into _timers, which queues it again when the timer is due.
+    bool wait_for_timer(rc_qp& qp, uint64_t due_ns);
+    // Queues the QPs whose timers are due.
+    void take_due_timers(uint64_t now_ns);
     void drop(engine_drop reason) {
         _counters.drops[static_cast<std::size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
     }
@@ -351,6 +362,7 @@ class engine {
         void erase(const rc_qp* qp);
     };
     std::vector<vnic_turns> _turns;  // [vnic], engine thread
+    timer_queue _timers;             // QPs out of their queue until a timer is due; engine
     std::size_t _recheck_from = 0;   // _active index the policy recheck goes on from
     // A vNIC's local-work token bucket (WRs; negative: in debt for the last visit's work).
     struct local_work {

@@ -126,6 +126,26 @@ bool rc_qp::wants_visits() const {
            !ring.rings_doorbell();
 }
 
+bool rc_qp::waits_for_timer(uint64_t& due_ns) const {
+    const verbs::qp_ring& ring = *_s.ring;
+    // Only an RC QP in RTS runs its timers at a visit; one that has something else going (a
+    // memory-to-memory message, a restored clock, a shim that never rings) is visited as before.
+    if (!reliable() || _machine.state() != IBV_QPS_RTS || _local.active || _clock_restarts ||
+        !ring.rings_doorbell() || ring.send_retired() == ring.send_taken() || has_work()) {
+        return false;
+    }
+    if (_rnr_resume_ns != 0) {
+        due_ns = _rnr_resume_ns;
+        return true;
+    }
+    if (_una == _next_psn) {
+        return false;  // WRs taken with no packet out: not a wait for an ACK
+    }
+    const auto timeout = local_ack_timeout_ns(_machine.attr().timeout);
+    due_ns = timeout ? _last_progress_ns + *timeout : UINT64_MAX;
+    return true;
+}
+
 unsigned rc_qp::poll(packet_port& port, uint64_t now_ns, unsigned& units) {
     const unsigned given = units;
     bump(_stats.visits, 1);

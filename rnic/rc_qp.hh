@@ -42,6 +42,7 @@
 #include "rnic/queues/mr_table.hh"
 #include "rnic/queues/qp_ring.hh"
 #include "rnic/queues/srq_ring.hh"
+#include "rnic/timer_queue.hh"
 #include "rnic/wire/headers.hh"
 #include "verbs_abi/protocol.hh"
 
@@ -162,11 +163,22 @@ class rc_qp {
     // doorbell), a packet (engine::receive), a control call (modify) or its peer on the same
     // host (enter_error); each of those queues it again (engine::queue_visit).
     bool wants_visits() const;
+    // Does it wait for nothing but a timer of its own? WRs in flight whose ACK is not in, no
+    // work now, and nothing a visit would do before `due_ns`: its retransmit timer's expiry or
+    // the end of an RNR wait (UINT64_MAX: no timer runs, the local ACK timeout being 0). Until
+    // then only a packet, a post (the shim rings its doorbell) or a control call brings it
+    // work, and each of those queues it, so the engine need not visit it (engine.cc after_visit).
+    // False when something else may need a visit (wants_visits), or in a state whose visits do
+    // not run the timers.
+    bool waits_for_timer(uint64_t& due_ns) const;
     // The engine's bookkeeping of the QP's turns (engine.cc): whether it is in its vNIC's queue
-    // of QPs to visit, and since when its visits found nothing to do.
+    // of QPs to visit, since when its visits found nothing to do, and its place in the engine's
+    // timer_queue while it waits there instead.
     struct turn_state {
         bool queued = false;
-        uint64_t idle_since_ns = 0;  // 0: the last visit found it busy
+        uint64_t idle_since_ns = 0;                   // 0: the last visit found it busy
+        uint64_t due_ns = 0;                          // timer_queue: when it is due
+        uint32_t timer_at = timer_queue::not_queued;  // timer_queue: its place, if there
     };
     turn_state& turn() { return _turn; }
     // The path MTU's payload bytes per packet (IB MTU, ibv_modify_qp).

@@ -7,6 +7,7 @@
 
 #include "../ports.hh"
 #include "rdma_host_limits.hh"
+#include "restart_report.hh"
 #include "rnic/verbs/channel_server.hh"
 #include "table_builder.hh"
 #include "worker_assignment.hh"
@@ -187,6 +188,8 @@ bool host_manager::apply(host_config next, std::string& summary, std::string& er
     // publish() waited for the worker to leave the old snapshot: the removed ports are idle.
     for (const auto& name : removed) {
         _vnics.erase(name);  // closes its port
+        // Its counts go with it: a vNIC added under its name later is another and starts at 0.
+        forget_counter_bases_of_vnic(_state.counter_bases, name);
     }
     _state.config = std::move(next);
     refresh_port_records();

@@ -1,6 +1,7 @@
 #include "restart_report.hh"
 
 #include <algorithm>
+#include <optional>
 
 namespace jakiro {
 
@@ -106,6 +107,42 @@ void add_counter_bases(const std::map<std::string, double>& bases,
             }
         }
     }
+}
+
+namespace {
+
+// The value of the `vnic` label in a counter_key, or nullopt if the key has none. Keys list their
+// labels sorted, each as name="value", (vNIC names are plain identifiers: no quote in them).
+std::optional<std::string> vnic_label_of(const std::string& key) {
+    const std::size_t open = key.find('{');
+    if (open == std::string::npos) {
+        return std::nullopt;
+    }
+    for (const std::string label : {"{vnic=\"", ",vnic=\""}) {
+        const std::size_t at = key.find(label, open);
+        if (at != std::string::npos) {
+            const std::size_t from = at + label.size();
+            const std::size_t to = key.find('"', from);
+            if (to != std::string::npos) {
+                return key.substr(from, to - from);
+            }
+        }
+    }
+    return std::nullopt;
+}
+
+}  // namespace
+
+void forget_counter_bases_of_vnic(std::map<std::string, double>& bases, const std::string& vnic) {
+    std::erase_if(bases, [&](const auto& base) { return vnic_label_of(base.first) == vnic; });
+}
+
+void keep_counter_bases_of_vnics(std::map<std::string, double>& bases,
+                                 const std::set<std::string>& vnics) {
+    std::erase_if(bases, [&](const auto& base) {
+        const auto vnic = vnic_label_of(base.first);
+        return vnic && !vnics.contains(*vnic);
+    });
 }
 
 }  // namespace jakiro

@@ -8,6 +8,7 @@
 #include <prometheus/metric_family.h>
 
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -31,5 +32,12 @@ std::map<std::string, double> counter_values(const std::vector<prometheus::Metri
 // they are computed from the carried history.
 void add_counter_bases(const std::map<std::string, double>& bases,
                        std::vector<prometheus::MetricFamily>& families);
+// The bases of a vNIC that is gone: counters labelled vnic="`vnic`". A vNIC added later under the
+// same name is another vNIC and starts at 0; counters of no vNIC stay.
+void forget_counter_bases_of_vnic(std::map<std::string, double>& bases, const std::string& vnic);
+// After a take-over with another configuration: only the bases of vNICs in `vnics` stay (those
+// carried over the restart), so that one removed meanwhile leaves none behind for a later one.
+void keep_counter_bases_of_vnics(std::map<std::string, double>& bases,
+                                 const std::set<std::string>& vnics);
 
 }  // namespace jakiro

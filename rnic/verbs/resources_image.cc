@@ -337,8 +337,11 @@ bool vnic_resources::restore(handover::section_reader& r) {
             } else if (_qp_support.engine == nullptr) {
                 r.fail("state section 'rdma_faces': a doorbell, and no engine to ring");
             } else {
-                // The tenant's QPs ring this page: it replaces the one enable_qps made.
-                disable_doorbell();
+                // The tenant's QPs ring this page: it replaces the one enable_qps made, in
+                // place. The vNIC stays (it is carried over the restart, not removed), so the
+                // engine keeps what it counted for it; the old page stays mapped until the
+                // engine has let go of it.
+                std::unique_ptr<roce::doorbell_memory> replaced = std::move(_doorbell);
                 _doorbell = std::move(page);
                 roce::engine* engine = _qp_support.engine;
                 const uint16_t slot = _qp_support.local.vnic;
@@ -347,6 +350,7 @@ bool vnic_resources::restore(handover::section_reader& r) {
                         engine->set_vnic_doorbell(slot, p);
                         return 0;
                     }) != 0) {
+                    _doorbell = std::move(replaced);  // the engine still rings the old one
                     r.fail("state section 'rdma_faces': the engine did not take the doorbell");
                 }
             }

@@ -4,6 +4,7 @@
 // the futex wakes the engine makes for programs napping on an empty CQ are charged to their vNIC.
 
 #include "rc_qp_fixture.hh"
+#include "rnic/timers.hh"
 
 namespace jakiro::roce::test {
 namespace {
@@ -190,6 +191,174 @@ TEST_F(idle_qps_test, receive_completion_wakes_count_against_the_local_work_allo
     EXPECT_GE(eng.vnic_poller_wakes(1), burst);
     EXPECT_GT(eng.vnic_over_allowance(1), 0u) << "b's wakes spent its allowance";
     EXPECT_EQ(eng.vnic_over_allowance(0), 0u);
+}
+
+// A QP whose WR is in flight and whose ACK is lost has nothing to do until its retransmit timer
+// (local ACK timeout 14: 67 ms): it waits in the engine's timer queue, out of its vNIC's, and costs
+// no visit meanwhile; the timer still fires on time (the first poll at or after it is due), the
+// WR goes again and completes. The control: the visits that sent it and that retransmit it.
+TEST_F(idle_qps_test, a_qp_waiting_for_its_ack_costs_no_visits_until_its_retransmit_timer_is_due) {
+    connect_both();  // timeout 14, retry_cnt 7
+    auto qp_visits = [this](uint16_t vnic, uint32_t qpn) {
+        for (const qp_report& r : eng.report()) {
+            if (r.vnic == vnic && r.qpn == qpn) {
+                return r.visits;
+            }
+        }
+        return uint64_t{0};
+    };
+    bool acks_lost = true;
+    uint64_t first_resend_ns = 0;
+    unsigned sent_by_a = 0;
+    auto wire_keeps = [&](const test_wire::frame& f) {
+        if (f.from == 0 && ++sent_by_a == 2 && first_resend_ns == 0) {
+            first_resend_ns = now;
+        }
+        return !(acks_lost && f.from == 1);
+    };
+    b.post_recv(1, 0, 4096);
+    a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 100, a.mr));
+    const uint64_t sent_ns = now + 100'000;  // the first poll below sends it
+    run(3, 100'000, wire_keeps);
+    ASSERT_EQ(sent_by_a, 1u);
+    proto::cqe c{};
+    ASSERT_TRUE(b.poll_recv(c)) << "the SEND arrived; its ACK did not";
+    ASSERT_FALSE(a.poll_send(c));
+    const uint64_t visits = qp_visits(0, a.qp);
+    const uint64_t vnic_visits = eng.vnic_visits(0);
+    ASSERT_GT(visits, 0u);
+
+    const uint64_t due_ns = sent_ns + *local_ack_timeout_ns(14);
+    run(600, 100'000, wire_keeps);  // 60 ms of polls, every 100 µs
+    ASSERT_LT(now, due_ns);
+    EXPECT_EQ(qp_visits(0, a.qp), visits) << "waiting for its ACK cost visits";
+    EXPECT_EQ(eng.vnic_visits(0), vnic_visits) << "and its vNIC units";
+    EXPECT_EQ(sent_by_a, 1u);
+
+    acks_lost = false;
+    run(100, 100'000, wire_keeps);  // past the timeout: the WR goes again, its ACK comes back
+    EXPECT_EQ(sent_by_a, 2u) << "retransmitted once";
+    EXPECT_GE(first_resend_ns, due_ns) << "not before the timer";
+    EXPECT_LT(first_resend_ns, due_ns + 100'000) << "in the first poll after it was due";
+    EXPECT_GT(qp_visits(0, a.qp), visits);
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    uint64_t timeouts = 0;
+    for (const qp_report& r : eng.report()) {
+        timeouts += r.vnic == 0 && r.qpn == a.qp ? r.timeouts : 0;
+    }
+    EXPECT_EQ(timeouts, 1u);
+}
+
+// Several QPs waiting at once: four of vNIC 2 whose peer never answers (b's QP takes packets from
+// a only), local ACK timeouts 10-13 (4-34 ms), each retransmit at its own timeout, however the
+// others come and go; a's QP, waiting among them, is taken out early by a post (the shim rings,
+// as it would for a parked QP), and completes both WRs at once. vNIC 2 pays a visit per
+// retransmission, not one per poll.
+TEST_F(idle_qps_test, waiting_qps_each_retransmit_at_their_own_timeout_and_a_post_takes_one_out) {
+    connect_both();
+    std::array<side, 4> waiting;
+    for (std::size_t i = 0; i < waiting.size(); ++i) {
+        make_side(waiting[i], 2, ip_c, 900 + i, 4, i == 0 ? nullptr : &waiting[0]);
+        connect(waiting[i], b, ip_b, 7, 7, static_cast<uint8_t>(10 + i));
+    }
+    bool acks_lost = true;
+    auto wire_keeps = [&](const test_wire::frame& f) { return !(acks_lost && f.from == 1); };
+    b.post_recv(1, 0, 64);
+    b.post_recv(2, 0, 64);
+    a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 8, a.mr));
+    for (side& w : waiting) {
+        w.post_send(wqe(1, IBV_WR_SEND, w.iova(0), 8, w.mr));
+    }
+    run(2, 100'000, wire_keeps);
+    const uint64_t visits = eng.vnic_visits(2);
+    auto timeouts_of = [this](const side& s) {
+        for (const qp_report& r : eng.report()) {
+            if (r.vnic == s.vnic && r.qpn == s.qp) {
+                return r.timeouts;
+            }
+        }
+        return uint64_t{0};
+    };
+
+    run(100, 100'000, wire_keeps);  // 10 ms, a's ACK still lost
+    proto::cqe c{};
+    ASSERT_FALSE(a.poll_send(c));
+    acks_lost = false;
+    a.post_send(wqe(2, IBV_WR_SEND, a.iova(0), 8, a.mr));
+    run(2, 100'000, wire_keeps);
+    ASSERT_TRUE(a.poll_send(c)) << "the post took a out of the timer queue: its SEND went";
+    EXPECT_EQ(c.wr_id, 1u);
+    ASSERT_TRUE(a.poll_send(c));
+    EXPECT_EQ(c.wr_id, 2u);
+    EXPECT_EQ(timeouts_of(a), 0u) << "a never timed out";
+
+    const uint64_t ms = 40;
+    run(ms * 10 - 102, 100'000, wire_keeps);  // to 40 ms after the sends
+    uint64_t retransmissions = 0;
+    for (std::size_t i = 0; i < waiting.size(); ++i) {
+        const double period_ms = static_cast<double>(*local_ack_timeout_ns(10 + i)) / 1e6;
+        // Each expiry comes in the first poll after it is due (every 0.1 ms) and the next
+        // timer runs from there; the eighth (retry_cnt 7 spent) fails the WR, and the QP goes
+        // to ERR.
+        const auto most = std::min<uint64_t>(static_cast<uint64_t>(ms / period_ms), 8);
+        const auto least = std::min<uint64_t>(static_cast<uint64_t>(ms / (period_ms + 0.1)), 8);
+        const uint64_t t = timeouts_of(waiting[i]);
+        EXPECT_GE(t, least) << "timeout " << 10 + i;
+        EXPECT_LE(t, most) << "timeout " << 10 + i;
+        retransmissions += t;
+    }
+    // A visit per expiry (and one for the WR it sends again), none in between.
+    EXPECT_LE(eng.vnic_visits(2) - visits, 2 * retransmissions + waiting.size());
+    EXPECT_TRUE(waiting[0].poll_send(c));
+    EXPECT_EQ(c.status, IBV_WC_RETRY_EXC_ERR) << "the one whose retries ran out";
+}
+
+// A vNIC removed and another given its slot: the new vNIC's counters start at zero and it owes
+// nothing of the old one's local-work allowance (which the old one had spent on napping wakes),
+// while the vNIC that stays keeps what it counted.
+TEST_F(idle_qps_test, a_vnic_given_a_removed_ones_slot_starts_at_zero_and_owes_none_of_its_debt) {
+    connect_both();
+    eng.set_vnic_local_work_rate(1, 1);  // one per second: the burst is all b has
+    for (uint64_t i = 0; i <= engine::local_work_burst; ++i) {
+        b.post_recv(i, 0, 64);
+        proto::shared_index(b.recv_cq->poller_napping).store(1);
+        a.post_send(wqe(i, IBV_WR_SEND, a.iova(0), 8, a.mr));
+        run(2, 1'000);
+        proto::cqe c{};
+        while (a.poll_send(c) || b.poll_recv(c)) {
+        }
+    }
+    ASSERT_GT(eng.vnic_visits(1), 0u);
+    ASSERT_GT(eng.vnic_poller_wakes(1), 0u);
+    ASSERT_GT(eng.vnic_over_allowance(1), 0u) << "b's wakes spent its allowance";
+    const uint64_t stays = eng.vnic_visits(0);
+    ASSERT_GT(stays, 0u);
+
+    // vNIC 1 goes (its resources' destructor takes its QPs and its doorbell out of the engine).
+    b.~side();
+    new (&b) side();
+    EXPECT_EQ(eng.vnic_visits(1), 0u);
+    EXPECT_EQ(eng.vnic_poller_wakes(1), 0u);
+    EXPECT_EQ(eng.vnic_over_allowance(1), 0u);
+    EXPECT_EQ(eng.vnic_visits(0), stays) << "the vNIC that stays keeps its counts";
+
+    // A new vNIC in slot 1, and a new program of vNIC 0 to talk to it: its QP answers at once
+    // (its ACK goes on its first visits), where the old vNIC's debt would keep it sitting out.
+    make_side(b, 1, ip_b, 77);
+    side a2;
+    make_side(a2, 0, ip_a, 78, 4, &a);
+    connect(a2, b, ip_b);
+    connect(b, a2, ip_a);
+    b.post_recv(1, 0, 64);
+    a2.post_send(wqe(1, IBV_WR_SEND, a2.iova(0), 8, a2.mr));
+    run(5, 1'000);
+    proto::cqe c{};
+    ASSERT_TRUE(b.poll_recv(c));
+    ASSERT_TRUE(a2.poll_send(c)) << "the new vNIC's ACK never left";
+    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(eng.vnic_over_allowance(1), 0u);
+    EXPECT_EQ(eng.vnic_poller_wakes(1), 0u);
 }
 
 }  // namespace
