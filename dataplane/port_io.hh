@@ -7,7 +7,7 @@
 
 #include <algorithm>
 
-#include "vnet_face/face_registry.hh"
+#include "dataplane/vnet_face/face_registry.hh"
 
 namespace jakiro {
 

@@ -1,4 +1,4 @@
-#include "ports.hh"
+#include "dataplane/ports.hh"
 
 #include <rte_dev.h>
 #include <rte_errno.h>
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <string>
 
-#include "vnet_face/face_registry.hh"
+#include "dataplane/vnet_face/face_registry.hh"
 
 namespace jakiro {
 

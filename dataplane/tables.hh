@@ -13,10 +13,10 @@
 #include <optional>
 #include <vector>
 
-#include "overlay/vlt.hh"
+#include "dataplane/overlay/vlt.hh"
+#include "dataplane/vnet_face/face_registry.hh"
 #include "qos/config.hh"
 #include "secgroup/compiler.hh"
-#include "vnet_face/face_registry.hh"
 
 namespace jakiro {
 

@@ -1,4 +1,4 @@
-#include "doorbell_set.hh"
+#include "rnic/doorbell_set.hh"
 
 #include <fcntl.h>
 #include <sys/mman.h>

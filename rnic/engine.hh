@@ -86,7 +86,7 @@ struct qp_report {
     uint32_t una_psn = 0;
     uint32_t expected_psn = 0;
 #define JAKIRO_QP_COUNTER(name) uint64_t name = 0;
-#include "qp_counters.def"
+#include "rnic/qp_counters.def"
 #undef JAKIRO_QP_COUNTER
     uint64_t rate_bps = 0;
 };

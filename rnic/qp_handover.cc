@@ -52,7 +52,7 @@ constexpr uint16_t record_version = 1;
 constexpr uint32_t counter_count = [] {
     uint32_t n = 0;
 #define JAKIRO_QP_COUNTER(name) ++n;
-#include "qp_counters.def"
+#include "rnic/qp_counters.def"
 #undef JAKIRO_QP_COUNTER
     return n;
 }();
@@ -199,7 +199,7 @@ void rc_qp::save(handover::image_writer& w) const {
 
     w.u32(counter_count);
 #define JAKIRO_QP_COUNTER(name) w.u64(_stats.name.load(std::memory_order_relaxed));
-#include "qp_counters.def"
+#include "rnic/qp_counters.def"
 #undef JAKIRO_QP_COUNTER
 }
 
@@ -459,7 +459,7 @@ bool rc_qp::restore_fields(handover::section_reader& r) {
         }
     };
 #define JAKIRO_QP_COUNTER(name) next_counter(_stats.name);
-#include "qp_counters.def"
+#include "rnic/qp_counters.def"
 #undef JAKIRO_QP_COUNTER
     for (; index < counters && r.ok(); ++index) {
         (void)r.u64();  // a newer writer's counter this binary does not have

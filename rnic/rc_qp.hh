@@ -97,7 +97,7 @@ struct rc_qp_setup {
 // What `jakiroctl qps` shows; written by the engine thread, read anywhere.
 struct rc_qp_stats {
 #define JAKIRO_QP_COUNTER(name) std::atomic<uint64_t> name{0};
-#include "qp_counters.def"
+#include "rnic/qp_counters.def"
 #undef JAKIRO_QP_COUNTER
     std::atomic<uint64_t> rate_bps{0};  // DCQCN's current sending rate
     // Snapshot of the protocol state.

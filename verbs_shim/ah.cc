@@ -1,4 +1,4 @@
-#include "ah.hh"
+#include "verbs_shim/ah.hh"
 
 #include <netinet/ip.h>
 
@@ -6,9 +6,9 @@
 #include <cstring>
 #include <new>
 
-#include "context.hh"
-#include "debug.hh"
-#include "pd.hh"
+#include "verbs_shim/context.hh"
+#include "verbs_shim/debug.hh"
+#include "verbs_shim/pd.hh"
 
 namespace jakiro::shim {
 

@@ -1,4 +1,4 @@
-#include "channel.hh"
+#include "verbs_shim/channel.hh"
 
 #include "verbs_abi/endpoint_address.hh"
 #include "verbs_abi/fd_passing.hh"

@@ -14,10 +14,10 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "channel.hh"
-#include "device.hh"
-#include "device_death.hh"
 #include "verbs_abi/protocol.hh"
+#include "verbs_shim/channel.hh"
+#include "verbs_shim/device.hh"
+#include "verbs_shim/device_death.hh"
 
 namespace jakiro::shim {
 

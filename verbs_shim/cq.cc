@@ -1,4 +1,4 @@
-#include "cq.hh"
+#include "verbs_shim/cq.hh"
 
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -11,10 +11,10 @@
 #include <new>
 #include <type_traits>
 
-#include "context.hh"
-#include "debug.hh"
-#include "device_death.hh"
 #include "verbs_abi/protocol.hh"
+#include "verbs_shim/context.hh"
+#include "verbs_shim/debug.hh"
+#include "verbs_shim/device_death.hh"
 
 namespace jakiro::shim {
 

@@ -18,8 +18,8 @@
 #include <cstdint>
 #include <mutex>
 
-#include "idle_backoff.hh"
 #include "verbs_abi/rings.hh"
+#include "verbs_shim/idle_backoff.hh"
 
 namespace jakiro::shim {
 

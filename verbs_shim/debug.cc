@@ -1,4 +1,4 @@
-#include "debug.hh"
+#include "verbs_shim/debug.hh"
 
 #include <cstdarg>
 #include <cstdio>

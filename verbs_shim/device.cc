@@ -1,4 +1,4 @@
-#include "device.hh"
+#include "verbs_shim/device.hh"
 
 #include <endian.h>
 #include <unistd.h>
@@ -13,8 +13,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "channel.hh"
-#include "discovery.hh"
+#include "verbs_shim/channel.hh"
+#include "verbs_shim/discovery.hh"
 
 namespace jakiro::shim {
 

@@ -1,4 +1,4 @@
-#include "device_death.hh"
+#include "verbs_shim/device_death.hh"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -8,11 +8,11 @@
 #include <cerrno>
 #include <new>
 
-#include "context.hh"
-#include "cq.hh"
-#include "qp.hh"
 #include "verbs_abi/rings.hh"
 #include "verbs_abi/wc_opcode.hh"
+#include "verbs_shim/context.hh"
+#include "verbs_shim/cq.hh"
+#include "verbs_shim/qp.hh"
 
 namespace jakiro::shim {
 

@@ -1,4 +1,4 @@
-#include "device_files.hh"
+#include "verbs_shim/device_files.hh"
 
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -6,8 +6,8 @@
 #include <cstring>
 #include <ctime>
 
-#include "discovery.hh"
-#include "ucma_device.hh"
+#include "verbs_shim/discovery.hh"
+#include "verbs_shim/ucma_device.hh"
 
 namespace jakiro::shim::device_files {
 

@@ -1,4 +1,4 @@
-#include "discovery.hh"
+#include "verbs_shim/discovery.hh"
 
 #include "verbs_abi/endpoint_address.hh"
 

@@ -1,4 +1,4 @@
-#include "idle_backoff.hh"
+#include "verbs_shim/idle_backoff.hh"
 
 #include <cstdlib>
 #include <cstring>

@@ -26,9 +26,9 @@
 #include <unordered_set>
 #include <vector>
 
-#include "device_files.hh"
-#include "sysfs_files.hh"
-#include "ucma_device.hh"
+#include "verbs_shim/device_files.hh"
+#include "verbs_shim/sysfs_files.hh"
+#include "verbs_shim/ucma_device.hh"
 
 #define JAKIRO_EXPORT extern "C" __attribute__((visibility("default")))
 

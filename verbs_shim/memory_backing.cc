@@ -1,4 +1,4 @@
-#include "memory_backing.hh"
+#include "verbs_shim/memory_backing.hh"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -15,8 +15,8 @@
 #include <new>
 #include <string_view>
 
-#include "debug.hh"
-#include "raw_syscall.hh"
+#include "verbs_shim/debug.hh"
+#include "verbs_shim/raw_syscall.hh"
 
 // Moving pages reads them whole, including bytes no allocation owns (under valgrind, its
 // malloc's redzones): tell memcheck that is intended, as rdma-core's providers tell it about

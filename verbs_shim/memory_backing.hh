@@ -47,8 +47,8 @@
 #include <string>
 #include <vector>
 
-#include "interval_counts.hh"
-#include "proc_maps.hh"
+#include "verbs_shim/interval_counts.hh"
+#include "verbs_shim/proc_maps.hh"
 
 namespace jakiro::shim {
 

@@ -1,12 +1,12 @@
-#include "memory_window.hh"
+#include "verbs_shim/memory_window.hh"
 
 #include <cerrno>
 #include <cstdlib>
 #include <type_traits>
 
-#include "context.hh"
-#include "pd.hh"
 #include "verbs_abi/protocol.hh"
+#include "verbs_shim/context.hh"
+#include "verbs_shim/pd.hh"
 
 namespace jakiro::shim {
 

@@ -1,4 +1,4 @@
-#include "names.hh"
+#include "verbs_shim/names.hh"
 
 #include <cstddef>
 #include <iterator>

@@ -1,11 +1,11 @@
-#include "parent_domain.hh"
+#include "verbs_shim/parent_domain.hh"
 
 #include <cerrno>
 #include <cstdlib>
 
-#include "context.hh"
-#include "debug.hh"
-#include "pd.hh"
+#include "verbs_shim/context.hh"
+#include "verbs_shim/debug.hh"
+#include "verbs_shim/pd.hh"
 
 namespace jakiro::shim {
 

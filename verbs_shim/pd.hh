@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "memory_backing.hh"
+#include "verbs_shim/memory_backing.hh"
 
 namespace jakiro::shim {
 

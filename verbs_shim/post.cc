@@ -1,4 +1,4 @@
-#include "post.hh"
+#include "verbs_shim/post.hh"
 
 #include <unistd.h>
 
@@ -6,14 +6,14 @@
 #include <cerrno>
 #include <cstring>
 
-#include "ah.hh"
-#include "context.hh"
-#include "memory_window.hh"
-#include "pd.hh"
-#include "qp.hh"
 #include "verbs_abi/protocol.hh"
 #include "verbs_abi/rings.hh"
 #include "verbs_abi/stored_enum.hh"
+#include "verbs_shim/ah.hh"
+#include "verbs_shim/context.hh"
+#include "verbs_shim/memory_window.hh"
+#include "verbs_shim/pd.hh"
+#include "verbs_shim/qp.hh"
 
 namespace jakiro::shim {
 

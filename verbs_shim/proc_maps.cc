@@ -1,4 +1,4 @@
-#include "proc_maps.hh"
+#include "verbs_shim/proc_maps.hh"
 
 #include <fcntl.h>
 #include <unistd.h>

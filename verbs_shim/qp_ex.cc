@@ -1,15 +1,15 @@
-#include "qp_ex.hh"
+#include "verbs_shim/qp_ex.hh"
 
 #include <cerrno>
 #include <cstring>
 #include <mutex>
 #include <new>
 
-#include "context.hh"
-#include "device_death.hh"
-#include "post.hh"
-#include "qp.hh"
 #include "verbs_abi/rings.hh"
+#include "verbs_shim/context.hh"
+#include "verbs_shim/device_death.hh"
+#include "verbs_shim/post.hh"
+#include "verbs_shim/qp.hh"
 
 namespace jakiro::shim {
 

@@ -1,4 +1,4 @@
-#include "srq.hh"
+#include "verbs_shim/srq.hh"
 
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -11,10 +11,10 @@
 #include <new>
 #include <type_traits>
 
-#include "context.hh"
-#include "debug.hh"
-#include "device_death.hh"
-#include "pd.hh"
+#include "verbs_shim/context.hh"
+#include "verbs_shim/debug.hh"
+#include "verbs_shim/device_death.hh"
+#include "verbs_shim/pd.hh"
 
 namespace jakiro::shim {
 

@@ -1,4 +1,4 @@
-#include "ucma_device.hh"
+#include "verbs_shim/ucma_device.hh"
 
 #include <fcntl.h>
 #include <rdma/rdma_user_cm.h>
@@ -15,10 +15,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "channel.hh"
-#include "discovery.hh"
 #include "verbs_abi/cm_protocol.hh"
 #include "verbs_abi/fd_passing.hh"
+#include "verbs_shim/channel.hh"
+#include "verbs_shim/discovery.hh"
 
 namespace jakiro::shim::ucma {
 

@@ -4,7 +4,7 @@
 
 #include <cerrno>
 
-#include "context.hh"
+#include "verbs_shim/context.hh"
 
 namespace jakiro::shim {
 

@@ -1,4 +1,4 @@
-#include "rdma_endpoints.hh"
+#include "dataplane/control/rdma_endpoints.hh"
 
 namespace jakiro::verbs {
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "../config/host_config.hh"
+#include "dataplane/config/host_config.hh"
 #include "rnic/verbs/channel_server.hh"
 
 namespace jakiro::verbs {

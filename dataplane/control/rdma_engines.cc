@@ -1,4 +1,4 @@
-#include "rdma_engines.hh"
+#include "dataplane/control/rdma_engines.hh"
 
 namespace jakiro {
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "daemon_state.hh"
+#include "dataplane/control/daemon_state.hh"
 #include "rnic/engine.hh"
 
 namespace jakiro {

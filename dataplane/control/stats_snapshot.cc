@@ -1,16 +1,16 @@
-#include "stats_snapshot.hh"
+#include "dataplane/control/stats_snapshot.hh"
 
 #include <rte_ethdev.h>
 
 #include <chrono>
 
-#include "../ports.hh"
-#include "../shaping/egress_shaper.hh"
-#include "../shaping/ingress_policer.hh"
-#include "../vnet_face/face_registry.hh"
-#include "daemon_state.hh"
-#include "rdma_engines.hh"
-#include "rdma_memory_report.hh"
+#include "dataplane/control/daemon_state.hh"
+#include "dataplane/control/rdma_engines.hh"
+#include "dataplane/control/rdma_memory_report.hh"
+#include "dataplane/ports.hh"
+#include "dataplane/shaping/egress_shaper.hh"
+#include "dataplane/shaping/ingress_policer.hh"
+#include "dataplane/vnet_face/face_registry.hh"
 
 namespace jakiro {
 
@@ -59,14 +59,14 @@ uint64_t resolved_neighbors(const daemon_state& state) {
 datapath_totals datapath_of(const lcore_counters& c) {
     datapath_totals t;
 #define JAKIRO_DATAPATH_COUNTER(name) t.name = c.name.read();
-#include "datapath_counters.def"
+#include "dataplane/control/datapath_counters.def"
 #undef JAKIRO_DATAPATH_COUNTER
     return t;
 }
 
 void add(datapath_totals& total, const datapath_totals& more) {
 #define JAKIRO_DATAPATH_COUNTER(name) total.name += more.name;
-#include "datapath_counters.def"
+#include "dataplane/control/datapath_counters.def"
 #undef JAKIRO_DATAPATH_COUNTER
 }
 
@@ -125,7 +125,7 @@ std::vector<vnic_snapshot> vnics_of(const daemon_state& state,
         for (const auto* worker : state.workers) {
             const vnic_counters& c = worker->counters.vnics[slot];
 #define JAKIRO_VNIC_COUNTER(name, field) v.name += c.field.read();
-#include "vnic_counters.def"
+#include "dataplane/control/vnic_counters.def"
 #undef JAKIRO_VNIC_COUNTER
         }
         v.bounds = bounds_of(state, slot);

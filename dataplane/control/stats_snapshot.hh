@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "../drops.hh"
+#include "dataplane/control/restart_record.hh"
+#include "dataplane/drops.hh"
 #include "qos/config.hh"
 #include "qos/ingress_meter.hh"
 #include "qos/scheduler.hh"
-#include "restart_record.hh"
 #include "rnic/engine.hh"
 #include "rnic/verbs/channel_server.hh"
 #include "rnic/verbs/resources.hh"
@@ -58,7 +58,7 @@ struct control_counters {
 // datapath_counters.def. A host's totals are the workers' sums.
 struct datapath_totals {
 #define JAKIRO_DATAPATH_COUNTER(name) uint64_t name = 0;
-#include "datapath_counters.def"
+#include "dataplane/control/datapath_counters.def"
 #undef JAKIRO_DATAPATH_COUNTER
 };
 
@@ -100,7 +100,7 @@ struct vnic_snapshot {
     // Its Ethernet face (from the tenant, to it), drops, security groups (let in, let out,
     // refused) and RDMA face (received for it, sent by it): vnic_counters.def.
 #define JAKIRO_VNIC_COUNTER(name, field) uint64_t name = 0;
-#include "vnic_counters.def"
+#include "dataplane/control/vnic_counters.def"
 #undef JAKIRO_VNIC_COUNTER
     vnic_bounds bounds;
     qp_totals::sums qps{};                            // its QPs' counters, live and destroyed

@@ -1,10 +1,10 @@
-#include "table_builder.hh"
+#include "dataplane/control/table_builder.hh"
 
 #include <rte_byteorder.h>
 
 #include <cstring>
 
-#include "vnic_limits.hh"
+#include "dataplane/control/vnic_limits.hh"
 
 namespace jakiro {
 

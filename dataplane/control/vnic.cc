@@ -1,11 +1,11 @@
-#include "vnic.hh"
+#include "dataplane/control/vnic.hh"
 
 #include <rte_dev.h>
 #include <rte_ethdev.h>
 
-#include "../ports.hh"
-#include "../vnet_face/face_registry.hh"
-#include "rdma_endpoints.hh"
+#include "dataplane/control/rdma_endpoints.hh"
+#include "dataplane/ports.hh"
+#include "dataplane/vnet_face/face_registry.hh"
 #include "rnic/verbs/channel_server.hh"
 
 namespace jakiro {

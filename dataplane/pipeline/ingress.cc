@@ -1,20 +1,20 @@
-#include "ingress.hh"
+#include "dataplane/pipeline/ingress.hh"
 
 #include <rte_ip.h>
 
-#include "../arp.hh"
-#include "../overlay/superframe.hh"
-#include "../overlay/vxlan.hh"
-#include "../port_io.hh"
-#include "../shaping/ingress_metering.hh"
-#include "../shaping/ingress_policer.hh"
-#include "../vnet_face/vnet_header.hh"
-#include "../worker/clock.hh"
-#include "cut_to_tenant_mtu.hh"
-#include "firewall.hh"
-#include "ipv4_check.hh"
+#include "dataplane/arp.hh"
+#include "dataplane/overlay/superframe.hh"
+#include "dataplane/overlay/vxlan.hh"
+#include "dataplane/pipeline/cut_to_tenant_mtu.hh"
+#include "dataplane/pipeline/firewall.hh"
+#include "dataplane/pipeline/ipv4_check.hh"
+#include "dataplane/pipeline/roce_guard.hh"
+#include "dataplane/port_io.hh"
+#include "dataplane/shaping/ingress_metering.hh"
+#include "dataplane/shaping/ingress_policer.hh"
+#include "dataplane/vnet_face/vnet_header.hh"
+#include "dataplane/worker/clock.hh"
 #include "rnic/engine.hh"
-#include "roce_guard.hh"
 
 #include <rte_cycles.h>
 

@@ -1,11 +1,11 @@
-#include "frame_sleeper.hh"
+#include "dataplane/poll_loop/frame_sleeper.hh"
 
 #include <sys/epoll.h>
 #include <unistd.h>
 
 #include <ctime>
 
-#include "../vnet_face/face_registry.hh"
+#include "dataplane/vnet_face/face_registry.hh"
 
 namespace jakiro {
 

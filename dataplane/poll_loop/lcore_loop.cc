@@ -1,4 +1,4 @@
-#include "lcore_loop.hh"
+#include "dataplane/poll_loop/lcore_loop.hh"
 
 #include <rte_cycles.h>
 #include <rte_ethdev.h>
@@ -10,24 +10,24 @@
 #include <string_view>
 #include <vector>
 
-#include "../arp.hh"
-#include "../overlay/superframe.hh"
-#include "../pipeline/egress.hh"
-#include "../pipeline/ingress.hh"
-#include "../pipeline/local_arrival.hh"
-#include "../port_io.hh"
-#include "../rnic_glue/roce_port.hh"
-#include "../shaping/egress_shaper.hh"
-#include "../shaping/ingress_policer.hh"
-#include "../worker/clock.hh"
-#include "../worker/fabric_dispatch.hh"
-#include "../worker/handoff.hh"
-#include "frame_sleeper.hh"
-#include "frame_sources.hh"
-#include "packet_wait.hh"
+#include "dataplane/arp.hh"
+#include "dataplane/overlay/superframe.hh"
+#include "dataplane/pipeline/egress.hh"
+#include "dataplane/pipeline/ingress.hh"
+#include "dataplane/pipeline/local_arrival.hh"
+#include "dataplane/poll_loop/frame_sleeper.hh"
+#include "dataplane/poll_loop/frame_sources.hh"
+#include "dataplane/poll_loop/packet_wait.hh"
+#include "dataplane/poll_loop/rx_waker.hh"
+#include "dataplane/poll_loop/uring_sleeper.hh"
+#include "dataplane/port_io.hh"
+#include "dataplane/rnic_glue/roce_port.hh"
+#include "dataplane/shaping/egress_shaper.hh"
+#include "dataplane/shaping/ingress_policer.hh"
+#include "dataplane/worker/clock.hh"
+#include "dataplane/worker/fabric_dispatch.hh"
+#include "dataplane/worker/handoff.hh"
 #include "rnic/engine.hh"
-#include "rx_waker.hh"
-#include "uring_sleeper.hh"
 
 namespace jakiro {
 

@@ -1,12 +1,12 @@
-#include "daemon_image.hh"
+#include "dataplane/restart/daemon_image.hh"
 
 #include <rte_ether.h>
 
 #include <map>
 
-#include "../vnet_face/vnet_face.hh"
-#include "../worker/clock.hh"
-#include "qos_image.hh"
+#include "dataplane/restart/qos_image.hh"
+#include "dataplane/vnet_face/vnet_face.hh"
+#include "dataplane/worker/clock.hh"
 #include "secgroup/flow_table.hh"
 
 namespace jakiro {

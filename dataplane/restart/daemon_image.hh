@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "control/daemon_state.hh"
+#include "dataplane/control/daemon_state.hh"
 #include "handover/image.hh"
 
 namespace jakiro {

@@ -1,16 +1,16 @@
-#include "roce_port.hh"
+#include "dataplane/rnic_glue/roce_port.hh"
 
 #include <rte_ip.h>
 
 #include <cstring>
 
-#include "../overlay/vxlan.hh"
-#include "../pipeline/to_remote_host.hh"
-#include "../port_io.hh"
-#include "../shaping/egress_shaper.hh"
-#include "../shaping/ingress_metering.hh"
-#include "../worker/clock.hh"
-#include "rdma_admission.hh"
+#include "dataplane/overlay/vxlan.hh"
+#include "dataplane/pipeline/to_remote_host.hh"
+#include "dataplane/port_io.hh"
+#include "dataplane/rnic_glue/rdma_admission.hh"
+#include "dataplane/shaping/egress_shaper.hh"
+#include "dataplane/shaping/ingress_metering.hh"
+#include "dataplane/worker/clock.hh"
 #include "rnic/engine.hh"
 
 namespace jakiro {

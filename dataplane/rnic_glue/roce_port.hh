@@ -14,9 +14,9 @@
 
 #include <cstdint>
 
-#include "../overlay/datagram_builder.hh"
-#include "../tables.hh"
-#include "../worker/worker_context.hh"
+#include "dataplane/overlay/datagram_builder.hh"
+#include "dataplane/tables.hh"
+#include "dataplane/worker/worker_context.hh"
 #include "rnic/packet_port.hh"
 
 namespace jakiro {

@@ -1,8 +1,8 @@
-#include "egress_shaper.hh"
+#include "dataplane/shaping/egress_shaper.hh"
 
 #include <algorithm>
 
-#include "../worker/worker_context.hh"
+#include "dataplane/worker/worker_context.hh"
 #include "rnic/engine.hh"
 
 namespace jakiro {

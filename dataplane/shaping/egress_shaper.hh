@@ -22,8 +22,8 @@
 #include <optional>
 #include <vector>
 
-#include "../counters.hh"
-#include "../tables.hh"
+#include "dataplane/counters.hh"
+#include "dataplane/tables.hh"
 #include "qos/scheduler.hh"
 
 namespace jakiro {

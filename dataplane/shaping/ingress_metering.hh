@@ -23,10 +23,10 @@
 
 #include <cstdint>
 
-#include "../overlay/superframe.hh"
-#include "../overlay/vxlan.hh"
-#include "../worker/worker_context.hh"
-#include "ingress_policer.hh"
+#include "dataplane/overlay/superframe.hh"
+#include "dataplane/overlay/vxlan.hh"
+#include "dataplane/shaping/ingress_policer.hh"
+#include "dataplane/worker/worker_context.hh"
 #include "rnic/engine.hh"
 
 namespace jakiro {

@@ -1,4 +1,4 @@
-#include "buffer_charges.hh"
+#include "dataplane/vnet_face/buffer_charges.hh"
 
 #include <rte_errno.h>
 #include <rte_lcore.h>

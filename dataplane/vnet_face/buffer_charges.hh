@@ -28,7 +28,7 @@
 #include <cstdint>
 #include <string>
 
-#include "../counters.hh"
+#include "dataplane/counters.hh"
 
 namespace jakiro::vnet {
 

@@ -1,4 +1,4 @@
-#include "face_registry.hh"
+#include "dataplane/vnet_face/face_registry.hh"
 
 #include <rte_errno.h>
 #include <rte_lcore.h>

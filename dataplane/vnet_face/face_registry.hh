@@ -16,9 +16,9 @@
 #include <optional>
 #include <string>
 
-#include "../counters.hh"
-#include "buffer_charges.hh"
-#include "vnet_face.hh"
+#include "dataplane/counters.hh"
+#include "dataplane/vnet_face/buffer_charges.hh"
+#include "dataplane/vnet_face/vnet_face.hh"
 
 namespace jakiro::vnet {
 

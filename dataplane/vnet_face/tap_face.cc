@@ -14,9 +14,9 @@
 #include <iterator>
 #include <map>
 
-#include "tap_header.hh"
-#include "uplink_state.hh"
-#include "vnet_face.hh"
+#include "dataplane/vnet_face/tap_header.hh"
+#include "dataplane/vnet_face/uplink_state.hh"
+#include "dataplane/vnet_face/vnet_face.hh"
 
 namespace jakiro::vnet {
 

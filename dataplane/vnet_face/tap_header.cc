@@ -1,4 +1,4 @@
-#include "tap_header.hh"
+#include "dataplane/vnet_face/tap_header.hh"
 
 namespace jakiro::vnet {
 

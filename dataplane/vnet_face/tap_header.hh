@@ -21,7 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "vnet_header.hh"
+#include "dataplane/vnet_face/vnet_header.hh"
 
 namespace jakiro::vnet {
 

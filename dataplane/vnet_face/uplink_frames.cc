@@ -1,13 +1,13 @@
-#include "uplink_frames.hh"
+#include "dataplane/vnet_face/uplink_frames.hh"
 
 #include <rte_ether.h>
 #include <rte_ip.h>
 #include <rte_tcp.h>
 #include <rte_udp.h>
 
-#include "../overlay/superframe.hh"
-#include "../overlay/udp_gso.hh"
-#include "../overlay/vxlan.hh"
+#include "dataplane/overlay/superframe.hh"
+#include "dataplane/overlay/udp_gso.hh"
+#include "dataplane/overlay/vxlan.hh"
 
 namespace jakiro::vnet {
 

@@ -14,9 +14,9 @@
 #include <cstdint>
 #include <optional>
 
-#include "../drops.hh"
-#include "tap_header.hh"
-#include "vnet_header.hh"
+#include "dataplane/drops.hh"
+#include "dataplane/vnet_face/tap_header.hh"
+#include "dataplane/vnet_face/vnet_header.hh"
 
 namespace jakiro::vnet {
 

@@ -5,9 +5,9 @@
 #include <cstring>
 #include <utility>
 
-#include "uplink_frames.hh"
-#include "uplink_state.hh"
-#include "vnet_face.hh"
+#include "dataplane/vnet_face/uplink_frames.hh"
+#include "dataplane/vnet_face/uplink_state.hh"
+#include "dataplane/vnet_face/vnet_face.hh"
 
 namespace jakiro::vnet {
 

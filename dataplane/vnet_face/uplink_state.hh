@@ -7,9 +7,9 @@
 
 #include <cstdint>
 
-#include "../overlay/udp_gso.hh"
-#include "tap_header.hh"
-#include "vnet_face.hh"
+#include "dataplane/overlay/udp_gso.hh"
+#include "dataplane/vnet_face/tap_header.hh"
+#include "dataplane/vnet_face/vnet_face.hh"
 
 namespace jakiro::vnet {
 

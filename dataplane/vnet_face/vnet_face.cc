@@ -1,7 +1,7 @@
-#include "vnet_face.hh"
+#include "dataplane/vnet_face/vnet_face.hh"
 
-#include "buffer_charges.hh"
-#include "uplink_state.hh"
+#include "dataplane/vnet_face/buffer_charges.hh"
+#include "dataplane/vnet_face/uplink_state.hh"
 
 #include <arpa/inet.h>
 #include <linux/if_packet.h>

@@ -46,8 +46,8 @@
 #include <optional>
 #include <string>
 
-#include "../counters.hh"
-#include "vnet_header.hh"
+#include "dataplane/counters.hh"
+#include "dataplane/vnet_face/vnet_header.hh"
 
 namespace jakiro::vnet {
 

@@ -1,4 +1,4 @@
-#include "vnet_header.hh"
+#include "dataplane/vnet_face/vnet_header.hh"
 
 #include <rte_ether.h>
 #include <rte_ip.h>
@@ -6,7 +6,7 @@
 
 #include <cstring>
 
-#include "../internet_checksum.hh"
+#include "dataplane/internet_checksum.hh"
 
 namespace jakiro::vnet {
 

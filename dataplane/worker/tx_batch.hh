@@ -16,9 +16,9 @@
 #include <cstdint>
 #include <span>
 
-#include "../counters.hh"
-#include "../port_io.hh"
-#include "handoff.hh"
+#include "dataplane/counters.hh"
+#include "dataplane/port_io.hh"
+#include "dataplane/worker/handoff.hh"
 
 namespace jakiro {
 

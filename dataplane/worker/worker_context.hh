@@ -7,11 +7,11 @@
 
 #include <memory>
 
-#include "../counters.hh"
-#include "../overlay/underlay_neighbors.hh"
-#include "packet_rate_buckets.hh"
+#include "dataplane/counters.hh"
+#include "dataplane/overlay/underlay_neighbors.hh"
+#include "dataplane/worker/packet_rate_buckets.hh"
+#include "dataplane/worker/tx_batch.hh"
 #include "secgroup/flow_table.hh"
-#include "tx_batch.hh"
 
 namespace jakiro {
 

@@ -19,7 +19,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "host_reserve.hh"
+#include "rnic/queues/host_reserve.hh"
 #include "verbs_abi/protocol.hh"
 #include "verbs_abi/rings.hh"
 

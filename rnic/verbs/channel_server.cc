@@ -1,4 +1,4 @@
-#include "channel_server.hh"
+#include "rnic/verbs/channel_server.hh"
 
 #include <arpa/inet.h>
 #include <sys/resource.h>

@@ -38,9 +38,9 @@
 #include <string>
 #include <vector>
 
-#include "device_model.hh"
-#include "resources.hh"
-#include "vnic_endpoint.hh"
+#include "rnic/verbs/device_model.hh"
+#include "rnic/verbs/resources.hh"
+#include "rnic/verbs/vnic_endpoint.hh"
 
 namespace jakiro::verbs {
 

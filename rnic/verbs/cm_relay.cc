@@ -3,7 +3,7 @@
 // out through QP1 (the engine's gsi_port) or straight back to itself, the MADs QP1 received
 // for the vNIC, and its timers.
 
-#include "vnic_endpoint.hh"
+#include "rnic/verbs/vnic_endpoint.hh"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "rnic/engine.hh"
+#include "rnic/verbs/vnic_endpoint_parts.hh"
 #include "verbs_abi/cm_protocol.hh"
-#include "vnic_endpoint_parts.hh"
 
 namespace jakiro::verbs {
 

@@ -8,9 +8,9 @@
 
 #include <string>
 
-#include "resources.hh"
 #include "rnic/queues/mapped_files.hh"
 #include "rnic/queues/qp_ring.hh"
+#include "rnic/verbs/resources.hh"
 
 namespace jakiro::verbs {
 

@@ -7,8 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "resources.hh"
 #include "rnic/queues/qp_ring.hh"
+#include "rnic/verbs/resources.hh"
 #include "verbs_abi/qp_attr_wire.hh"
 
 namespace jakiro::verbs {

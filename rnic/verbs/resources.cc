@@ -1,4 +1,4 @@
-#include "resources.hh"
+#include "rnic/verbs/resources.hh"
 
 #include <fcntl.h>
 #include <linux/magic.h>

@@ -22,12 +22,12 @@
 #include <vector>
 
 #include "handover/image.hh"
-#include "quota.hh"
 #include "rnic/engine.hh"
 #include "rnic/queues/cq_ring.hh"
 #include "rnic/queues/key_allocator.hh"
 #include "rnic/queues/mr_table.hh"
 #include "rnic/queues/srq_ring.hh"
+#include "rnic/verbs/quota.hh"
 #include "verbs_abi/protocol.hh"
 
 namespace jakiro::verbs {

@@ -9,9 +9,9 @@
 #include <cerrno>
 #include <cstring>
 
-#include "resources.hh"
 #include "rnic/queues/mapped_files.hh"
 #include "rnic/queues/memory_window.hh"
+#include "rnic/verbs/resources.hh"
 
 namespace jakiro::verbs {
 

@@ -34,13 +34,13 @@
 #include <thread>
 #include <vector>
 
-#include "device_model.hh"
 #include "handover/image.hh"
-#include "requests.hh"
-#include "resources.hh"
 #include "rnic/gsi_port.hh"
 #include "rnic/rdmacm/cm_agent.hh"
-#include "tenant_namespace.hh"
+#include "rnic/verbs/device_model.hh"
+#include "rnic/verbs/requests.hh"
+#include "rnic/verbs/resources.hh"
+#include "rnic/verbs/tenant_namespace.hh"
 #include "verbs_abi/protocol.hh"
 
 namespace jakiro::roce {

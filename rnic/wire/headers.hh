@@ -9,7 +9,7 @@
 #include <cstring>
 #include <span>
 
-#include "byte_order.hh"
+#include "rnic/wire/byte_order.hh"
 
 namespace jakiro::roce {
 

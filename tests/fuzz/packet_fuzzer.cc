@@ -39,17 +39,17 @@
 #include <string>
 #include <vector>
 
-#include "config/config_loader.hh"
-#include "control/table_builder.hh"
-#include "overlay/superframe.hh"
-#include "overlay/vxlan.hh"
-#include "pipeline/egress.hh"
-#include "pipeline/ingress.hh"
+#include "dataplane/config/config_loader.hh"
+#include "dataplane/control/table_builder.hh"
+#include "dataplane/overlay/superframe.hh"
+#include "dataplane/overlay/vxlan.hh"
+#include "dataplane/pipeline/egress.hh"
+#include "dataplane/pipeline/ingress.hh"
+#include "dataplane/rnic_glue/roce_port.hh"
 #include "rnic/engine.hh"
 #include "rnic/verbs/device_model.hh"
 #include "rnic/verbs/resources.hh"
 #include "rnic/wire/icrc.hh"
-#include "rnic_glue/roce_port.hh"
 #include "verbs_abi/qp_attr_wire.hh"
 
 #include <arpa/inet.h>

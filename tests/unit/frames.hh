@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "arp.hh"
-#include "config/host_config.hh"
-#include "overlay/vxlan.hh"
-#include "vnet_face/vnet_header.hh"
+#include "dataplane/arp.hh"
+#include "dataplane/config/host_config.hh"
+#include "dataplane/overlay/vxlan.hh"
+#include "dataplane/vnet_face/vnet_header.hh"
 
 namespace jakiro::test {
 

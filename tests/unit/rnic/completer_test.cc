@@ -1,7 +1,7 @@
 // The completer (rnic/completer.cc): ACKs and NAKs move `una`; go-back-N over a wire that
 // loses, duplicates and reorders, the retry and RNR timers, completions in order.
 
-#include "rc_qp_fixture.hh"
+#include "tests/unit/rnic/rc_qp_fixture.hh"
 
 namespace jakiro::roce::test {
 namespace {

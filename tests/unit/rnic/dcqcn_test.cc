@@ -1,7 +1,7 @@
 // DCQCN (rnic/dcqcn.cc): the CNPs a receiver sends for congestion the fabric marked, and the
 // sender's rate relative to its vNIC's.
 
-#include "rc_qp_fixture.hh"
+#include "tests/unit/rnic/rc_qp_fixture.hh"
 
 namespace jakiro::roce::test {
 namespace {

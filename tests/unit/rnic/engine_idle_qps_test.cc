@@ -3,8 +3,8 @@
 // is served again as soon as its shim rings, a packet arrives or a control call changes it, and
 // the futex wakes the engine makes for programs napping on an empty CQ are charged to their vNIC.
 
-#include "rc_qp_fixture.hh"
 #include "rnic/timers.hh"
+#include "tests/unit/rnic/rc_qp_fixture.hh"
 
 namespace jakiro::roce::test {
 namespace {

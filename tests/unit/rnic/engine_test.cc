@@ -2,7 +2,7 @@
 // the worker's time shared out per vNIC, counters and reports, the security groups on every
 // address vector and a policy change that refuses a connected peer.
 
-#include "rc_qp_fixture.hh"
+#include "tests/unit/rnic/rc_qp_fixture.hh"
 
 namespace jakiro::roce::test {
 namespace {

@@ -1,7 +1,7 @@
 // The intra-host path (rnic/local_path.cc): two QPs of one engine, memory to memory in
 // budget-sized slices, with the wire's checks, completions and QoS charges.
 
-#include "rc_qp_fixture.hh"
+#include "tests/unit/rnic/rc_qp_fixture.hh"
 
 namespace jakiro::roce::test {
 namespace {

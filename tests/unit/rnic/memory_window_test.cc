@@ -1,7 +1,7 @@
 // Memory windows (rnic/queues/memory_window.cc) as QPs meet them: binds and invalidations
 // a QP executes, and a peer's requests through a window, on the wire and on one host.
 
-#include "rc_qp_fixture.hh"
+#include "tests/unit/rnic/rc_qp_fixture.hh"
 
 namespace jakiro::roce::test {
 namespace {

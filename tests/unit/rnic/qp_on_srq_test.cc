@@ -1,7 +1,7 @@
 // QPs on a shared receive queue (rnic/queues/srq_ring.cc, rc_qp::take_recv): receives taken
 // from the SRQ in order, its limit event, RNR when it is empty, the flush of a QP in ERR.
 
-#include "rc_qp_fixture.hh"
+#include "tests/unit/rnic/rc_qp_fixture.hh"
 
 namespace jakiro::roce::test {
 namespace {

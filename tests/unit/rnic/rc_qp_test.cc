@@ -1,7 +1,7 @@
 // One QP (rnic/rc_qp.cc): its quotas, its lifetime around its last completion, and the flush
 // of a full QP in ERR within its vNIC's units.
 
-#include "rc_qp_fixture.hh"
+#include "tests/unit/rnic/rc_qp_fixture.hh"
 
 namespace jakiro::roce::test {
 namespace {

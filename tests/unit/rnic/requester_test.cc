@@ -1,7 +1,7 @@
 // The requester (rnic/requester.cc): WQEs taken out of the ring once, packets within the send
 // window and the QP's read depth, a full port, and when a request asks for an ACK.
 
-#include "rc_qp_fixture.hh"
+#include "tests/unit/rnic/rc_qp_fixture.hh"
 
 namespace jakiro::roce::test {
 namespace {

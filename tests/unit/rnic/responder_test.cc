@@ -1,7 +1,7 @@
 // The responder (rnic/responder.cc): protection of its memory (MR rights, the QP's access
 // flags), atomics executed once, and the verdicts of its named steps as both ends see them.
 
-#include "rc_qp_fixture.hh"
+#include "tests/unit/rnic/rc_qp_fixture.hh"
 
 namespace jakiro::roce::test {
 namespace {

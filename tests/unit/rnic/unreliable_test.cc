@@ -1,7 +1,7 @@
 // UC and UD (rnic/unreliable.cc): messages without acknowledgements, the UD responder's Q_Key
 // and GRH area, and QP1 out of a tenant's reach.
 
-#include "rc_qp_fixture.hh"
+#include "tests/unit/rnic/rc_qp_fixture.hh"
 
 namespace jakiro::roce::test {
 namespace {

@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "fake_jakirod.hh"
+#include "tests/unit/verbs_shim/fake_jakirod.hh"
 #include "verbs_abi/fd_passing.hh"
 
 namespace jakiro::shim {

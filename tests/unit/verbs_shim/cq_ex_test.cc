@@ -10,7 +10,7 @@
 #include <cstring>
 #include <memory>
 
-#include "fake_jakirod.hh"
+#include "tests/unit/verbs_shim/fake_jakirod.hh"
 #include "verbs_shim/context.hh"
 #include "verbs_shim/cq.hh"
 #include "verbs_shim/cq_ex.hh"

@@ -15,7 +15,7 @@
 #include <memory>
 #include <thread>
 
-#include "fake_jakirod.hh"
+#include "tests/unit/verbs_shim/fake_jakirod.hh"
 #include "verbs_shim/context.hh"
 
 namespace jakiro::shim::testing {

@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "qp_fixture.hh"
+#include "tests/unit/verbs_shim/qp_fixture.hh"
 #include "verbs_shim/device_death.hh"
 
 namespace jakiro::shim::testing {

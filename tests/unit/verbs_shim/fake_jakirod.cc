@@ -1,4 +1,4 @@
-#include "fake_jakirod.hh"
+#include "tests/unit/verbs_shim/fake_jakirod.hh"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "qp_fixture.hh"
+#include "tests/unit/verbs_shim/qp_fixture.hh"
 #include "verbs_shim/memory_window.hh"
 
 namespace jakiro::shim::testing {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "qp_fixture.hh"
+#include "tests/unit/verbs_shim/qp_fixture.hh"
 #include "verbs_shim/qp_ex.hh"
 
 namespace jakiro::shim::testing {

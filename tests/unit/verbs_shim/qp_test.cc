@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "qp_fixture.hh"
+#include "tests/unit/verbs_shim/qp_fixture.hh"
 #include "verbs_abi/qp_attr_wire.hh"
 #include "verbs_shim/qp_ex.hh"
 

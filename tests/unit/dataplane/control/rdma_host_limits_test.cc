@@ -2,12 +2,12 @@
 // host.rdma_limits lowering the rest, RLIMIT_NOFILE raised towards what the quotas need, and the
 // operator warned when the quotas overcommit the host.
 
-#include "control/rdma_host_limits.hh"
+#include "dataplane/control/rdma_host_limits.hh"
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
-#include "control/rdma_endpoints.hh"
+#include "dataplane/control/rdma_endpoints.hh"
 
 namespace jakiro {
 namespace {

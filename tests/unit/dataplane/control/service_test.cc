@@ -18,11 +18,11 @@
 #include <string>
 #include <thread>
 
-#include "control/command_socket.hh"
-#include "control/metrics.hh"
-#include "log.hh"
+#include "dataplane/control/command_socket.hh"
+#include "dataplane/control/metrics.hh"
+#include "dataplane/log.hh"
+#include "dataplane/service/notify.hh"
 #include "rnic/engine.hh"
-#include "service/notify.hh"
 
 namespace jakiro {
 namespace {

@@ -1,4 +1,4 @@
-#include "overlay/superframe.hh"
+#include "dataplane/overlay/superframe.hh"
 
 #include <gtest/gtest.h>
 #include <rte_tcp.h>
@@ -6,9 +6,9 @@
 
 #include <vector>
 
-#include "../../frames.hh"
-#include "overlay/vxlan.hh"
-#include "vnet_face/vnet_header.hh"
+#include "dataplane/overlay/vxlan.hh"
+#include "dataplane/vnet_face/vnet_header.hh"
+#include "tests/unit/frames.hh"
 
 namespace jakiro::overlay {
 namespace {

@@ -1,6 +1,6 @@
-#include "pipeline_fixture.hh"
-#include "shaping/ingress_policer.hh"
-#include "worker/clock.hh"
+#include "dataplane/shaping/ingress_policer.hh"
+#include "dataplane/worker/clock.hh"
+#include "tests/unit/dataplane/pipeline/pipeline_fixture.hh"
 
 namespace jakiro::test {
 namespace {

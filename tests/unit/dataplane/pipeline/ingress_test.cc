@@ -1,7 +1,7 @@
-#include "overlay/superframe.hh"
-#include "pipeline_fixture.hh"
+#include "dataplane/overlay/superframe.hh"
+#include "dataplane/rnic_glue/roce_port.hh"
 #include "rnic/engine.hh"
-#include "rnic_glue/roce_port.hh"
+#include "tests/unit/dataplane/pipeline/pipeline_fixture.hh"
 
 namespace jakiro::test {
 namespace {

@@ -1,7 +1,7 @@
-#include "rnic_glue/roce_port.hh"
+#include "dataplane/rnic_glue/roce_port.hh"
 
-#include "../pipeline/pipeline_fixture.hh"
-#include "worker/handoff.hh"
+#include "dataplane/worker/handoff.hh"
+#include "tests/unit/dataplane/pipeline/pipeline_fixture.hh"
 
 namespace jakiro::test {
 namespace {

@@ -2,8 +2,8 @@
 // leave at its rate; the rdma class is admitted against its weighted share; an unshaped vNIC
 // is not touched; a live change takes effect on the next snapshot.
 
-#include "shaping/egress_shaper.hh"
-#include "../pipeline/pipeline_fixture.hh"
+#include "dataplane/shaping/egress_shaper.hh"
+#include "tests/unit/dataplane/pipeline/pipeline_fixture.hh"
 
 namespace jakiro::test {
 namespace {

@@ -2,7 +2,7 @@
 // waits and comes off the charge when it comes home to the pool, however it is freed; buffers
 // charged to nobody and other vNICs' charges are untouched.
 
-#include "vnet_face/buffer_charges.hh"
+#include "dataplane/vnet_face/buffer_charges.hh"
 
 #include <gtest/gtest.h>
 

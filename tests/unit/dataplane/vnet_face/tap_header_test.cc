@@ -1,4 +1,4 @@
-#include "vnet_face/tap_header.hh"
+#include "dataplane/vnet_face/tap_header.hh"
 
 #include <gtest/gtest.h>
 #include <rte_udp.h>
@@ -6,10 +6,10 @@
 #include <random>
 #include <vector>
 
-#include "../../frames.hh"
-#include "overlay/superframe.hh"
-#include "overlay/vxlan.hh"
-#include "vnet_face/uplink_frames.hh"
+#include "dataplane/overlay/superframe.hh"
+#include "dataplane/overlay/vxlan.hh"
+#include "dataplane/vnet_face/uplink_frames.hh"
+#include "tests/unit/frames.hh"
 
 namespace jakiro::vnet {
 namespace {

@@ -1,4 +1,4 @@
-#include "vnet_face/uplink_frames.hh"
+#include "dataplane/vnet_face/uplink_frames.hh"
 
 #include <gtest/gtest.h>
 #include <rte_udp.h>
@@ -6,8 +6,8 @@
 #include <random>
 #include <vector>
 
-#include "../../frames.hh"
-#include "overlay/udp_gso.hh"
+#include "dataplane/overlay/udp_gso.hh"
+#include "tests/unit/frames.hh"
 
 namespace jakiro::vnet {
 namespace {

@@ -1,4 +1,4 @@
-#include "vnet_face/vnet_header.hh"
+#include "dataplane/vnet_face/vnet_header.hh"
 
 #include <gtest/gtest.h>
 #include <rte_tcp.h>
@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "../../frames.hh"
+#include "tests/unit/frames.hh"
 
 namespace jakiro::vnet {
 namespace {

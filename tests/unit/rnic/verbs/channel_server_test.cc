@@ -25,9 +25,9 @@
 #include <future>
 #include <thread>
 
-#include "maps_helper.hh"
 #include "rnic/engine.hh"
-#include "test_endpoints.hh"
+#include "tests/unit/rnic/verbs/maps_helper.hh"
+#include "tests/unit/rnic/verbs/test_endpoints.hh"
 
 namespace jakiro::verbs {
 namespace {

@@ -27,13 +27,13 @@
 #include <string>
 #include <vector>
 
-#include "cm_connection.hh"
 #include "handover/image.hh"
 #include "rnic/engine.hh"
 #include "rnic/packet_port.hh"
 #include "rnic/verbs/channel_server.hh"
 #include "rnic/wire/icrc.hh"
-#include "test_endpoints.hh"
+#include "tests/unit/rnic/verbs/cm_connection.hh"
+#include "tests/unit/rnic/verbs/test_endpoints.hh"
 #include "verbs_abi/rings.hh"
 
 namespace jakiro::verbs {

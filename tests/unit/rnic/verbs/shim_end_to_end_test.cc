@@ -19,10 +19,10 @@
 #include <filesystem>
 #include <thread>
 
-#include "maps_helper.hh"
 #include "rnic/engine.hh"
 #include "rnic/verbs/channel_server.hh"
-#include "test_endpoints.hh"
+#include "tests/unit/rnic/verbs/maps_helper.hh"
+#include "tests/unit/rnic/verbs/test_endpoints.hh"
 
 namespace jakiro {
 namespace {

@@ -15,7 +15,7 @@
 
 #include "rnic/engine.hh"
 #include "rnic/verbs/channel_server.hh"
-#include "test_endpoints.hh"
+#include "tests/unit/rnic/verbs/test_endpoints.hh"
 
 namespace jakiro {
 namespace {

@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "icrc_vectors.hh"
+#include "tests/unit/rnic/wire/icrc_vectors.hh"
 
 namespace jakiro::roce {
 namespace {

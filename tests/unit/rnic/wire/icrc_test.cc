@@ -6,8 +6,8 @@
 #include <random>
 #include <vector>
 
-#include "icrc_vectors.hh"
 #include "rnic/wire/headers.hh"
+#include "tests/unit/rnic/wire/icrc_vectors.hh"
 
 namespace jakiro::roce {
 namespace {
