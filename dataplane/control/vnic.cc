@@ -40,7 +40,7 @@ bool vnic::open_rdma_face(verbs::channel_server& server, const vnic_config& conf
     if (_rdma != nullptr && _rdma != &server) {
         close_rdma_face();
     }
-    if (!server.serve(verbs::endpoint_of(config, _slot, worker), error)) {
+    if (!server.serve(endpoint_of(config, _slot, worker), error)) {
         _rdma = nullptr;
         return false;
     }

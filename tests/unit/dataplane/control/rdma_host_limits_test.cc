@@ -47,7 +47,7 @@ TEST(RdmaHostLimits, QuotasThatOvercommitTheHostAreNamedInAWarning) {
     host_config config;
     auto reserve = std::make_shared<verbs::host_reserve>();
     std::vector<std::shared_ptr<verbs::vnic_account>> vnics;
-    const verbs::vnic_quota quota = verbs::quota_of(rdma_config{});
+    const verbs::vnic_quota quota = quota_of(rdma_config{});
     for (int i = 0; i < 16; ++i) {
         vnics.push_back(verbs::vnic_account::open(reserve, verbs::host_demand(quota)));
     }
