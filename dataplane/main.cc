@@ -538,8 +538,8 @@ int main(int argc, char** argv) {
     for (auto& ctx : contexts) {
         ctx->neighbors = neighbors.get();
         ctx->pool = pool;
-        if (vnet::is_face_port(host.uplink_port())) {
-            ctx->superframes = vnet::superframe_pool(error);  // the uplink face opened it
+        if (vnet_face::is_face_port(host.uplink_port())) {
+            ctx->superframes = vnet_face::superframe_pool(error);  // the uplink face opened it
         }
         ctx->flows = secgroup::flow_table::create(
             config.conntrack.max_flows, config.conntrack.timeouts, rte_get_tsc_hz(), error);
@@ -620,8 +620,9 @@ int main(int argc, char** argv) {
                 image_sources sources;
                 sources.frozen = frozen_at;
                 sources.metrics_listener = control.metrics_listener();
-                if (vnet::is_face_port(host.uplink_port())) {
-                    if (vnet::face* uplink = vnet::face_of(host.uplink_port()); uplink->is_tap()) {
+                if (vnet_face::is_face_port(host.uplink_port())) {
+                    if (vnet_face::face* uplink = vnet_face::face_of(host.uplink_port());
+                        uplink->is_tap()) {
                         sources.tap_iface = uplink->iface();
                         sources.tap_fd = uplink->fd();
                     }

@@ -103,7 +103,7 @@ vnic_bounds bounds_of(const daemon_state& state, uint16_t slot) {
             b.max_local_work_rate = tables.vnics[slot].rdma_local_work_rate;
         }
     });
-    b.packet_buffers = vnet::superframe_charges().held(slot);
+    b.packet_buffers = vnet_face::superframe_charges().held(slot);
     if (const egress_shaper* shaper = state.shaper_of(slot)) {
         b.qos_queue_drops = shaper->counters(slot).tcp_queue_drops.read();
     }

@@ -22,7 +22,7 @@ std::unique_ptr<vnic> vnic::open(const vnic_config& config, uint16_t slot, rte_m
 
 vnic::~vnic() {
     close_rdma_face();
-    if (vnet::is_face_port(_port)) {
+    if (vnet_face::is_face_port(_port)) {
         stop_port(_port);  // closes the face
         return;
     }

@@ -272,7 +272,7 @@ void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rt
             continue;
         }
         // Frames GRO merged: one super-frame to a vnet face, MTU-sized frames to the others.
-        vnet::mark_tcp_superframe(m, m->tso_segsz);
+        vnet_face::mark_tcp_superframe(m, m->tso_segsz);
         const uint32_t segment = static_cast<uint32_t>(m->l3_len + m->l4_len) + m->tso_segsz;
         if (segment > tables.tenant_mtu) {
             // Only a super-frame that came whole (a tap uplink's) can say so: merged frames

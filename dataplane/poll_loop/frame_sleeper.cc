@@ -24,7 +24,7 @@ bool frame_sleeper::ready() {
     if (_epoll_fd >= 0 || _failed) {
         return _epoll_fd >= 0;
     }
-    const int faces = vnet::faces_epoll_fd();
+    const int faces = vnet_face::faces_epoll_fd();
     if (faces < 0 || _wake_fd < 0) {
         return false;  // no face yet: asked again at the next nap
     }

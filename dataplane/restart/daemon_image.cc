@@ -136,7 +136,7 @@ bool read_image_early(handover::image_reader& r, daemon_state& state, early_inhe
         const std::string iface = l.string();
         const int fd = l.fd();
         if (fd >= 0) {
-            vnet::inherit_tap(iface, fd);
+            vnet_face::inherit_tap(iface, fd);
         }
     }
     if (r.has(section_kind::counters)) {

@@ -9,7 +9,7 @@
 #include "dataplane/overlay/udp_gso.hh"
 #include "dataplane/overlay/vxlan.hh"
 
-namespace jakiro::vnet {
+namespace jakiro::vnet_face {
 
 namespace {
 
@@ -129,4 +129,4 @@ std::optional<drop_reason> take_vxlan_superframe(const tap_header& hdr, rte_mbuf
     return std::nullopt;
 }
 
-}  // namespace jakiro::vnet
+}  // namespace jakiro::vnet_face

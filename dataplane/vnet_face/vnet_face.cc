@@ -15,7 +15,7 @@
 #include <cerrno>
 #include <cstring>
 
-namespace jakiro::vnet {
+namespace jakiro::vnet_face {
 
 namespace {
 
@@ -355,4 +355,4 @@ bool face::link_up() const {
     return up;
 }
 
-}  // namespace jakiro::vnet
+}  // namespace jakiro::vnet_face

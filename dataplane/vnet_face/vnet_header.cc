@@ -8,7 +8,7 @@
 
 #include "dataplane/internet_checksum.hh"
 
-namespace jakiro::vnet {
+namespace jakiro::vnet_face {
 
 // The field already holds the pseudo-header sum (CHECKSUM_PARTIAL semantics), so the sum from
 // `start` to the end, folded and inverted, is the final value. The sender chooses the offsets: the
@@ -150,4 +150,4 @@ void mark_tcp_superframe(rte_mbuf* m, uint16_t mss) {
     tcp->cksum = rte_ipv4_phdr_cksum(ip, 0);
 }
 
-}  // namespace jakiro::vnet
+}  // namespace jakiro::vnet_face

@@ -237,7 +237,7 @@ TEST_F(EgressToAShapedNeighbour, SameHostEcnCapableFramesAreMarkedNotDropped) {
 // wire or a port needs MTU-sized frames.
 struct EgressSuperframes : PipelineTest {
     static inline rte_mempool* big = nullptr;
-    static constexpr uint16_t face_t5 = vnet::first_face_port;  // t5 behind a vnet face
+    static constexpr uint16_t face_t5 = vnet_face::first_face_port;  // t5 behind a vnet face
     bool t5_on_face = false;
 
     static void SetUpTestSuite() {

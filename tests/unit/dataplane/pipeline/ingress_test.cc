@@ -133,7 +133,7 @@ TEST_F(Ingress, InnerUdpOfTheRocePortNeverReachesATenantPort) {
 // and an af_packet port cut to the tenant MTU again.
 struct IngressSuperframes : PipelineTest {
     static inline rte_mempool* big = nullptr;
-    static constexpr uint16_t face_t1 = vnet::first_face_port;
+    static constexpr uint16_t face_t1 = vnet_face::first_face_port;
 
     static void SetUpTestSuite() {
         PipelineTest::SetUpTestSuite();
@@ -187,9 +187,9 @@ TEST_F(IngressSuperframes, MergedFramesReachAVnetFaceAsOneSuperFrame) {
     EXPECT_EQ(rte_pktmbuf_pkt_len(sent[0]), 54u + 30000) << "decapsulated, whole";
     EXPECT_TRUE(sent[0]->ol_flags & RTE_MBUF_F_TX_TCP_SEG);
     EXPECT_EQ(sent[0]->tso_segsz, 1398);
-    const auto hdr = vnet::from_mbuf(sent[0]);
-    EXPECT_EQ(hdr.gso_type, vnet::VIRTIO_NET_HDR_GSO_TCPV4);
-    EXPECT_EQ(hdr.flags, vnet::VIRTIO_NET_HDR_F_NEEDS_CSUM);
+    const auto hdr = vnet_face::from_mbuf(sent[0]);
+    EXPECT_EQ(hdr.gso_type, vnet_face::VIRTIO_NET_HDR_GSO_TCPV4);
+    EXPECT_EQ(hdr.flags, vnet_face::VIRTIO_NET_HDR_F_NEEDS_CSUM);
     const auto* eth = rte_pktmbuf_mtod(sent[0], const rte_ether_hdr*);
     EXPECT_TRUE(rte_is_same_ether_addr(&eth->dst_addr, &t1_mac));
 }

@@ -8,7 +8,7 @@
 
 #include <vector>
 
-namespace jakiro::vnet {
+namespace jakiro::vnet_face {
 namespace {
 
 constexpr unsigned pool_buffers = 63;
@@ -106,4 +106,4 @@ TEST_F(BufferCharges, ABufferTakenAgainUnchargedOwesItsFormerVnicNothing) {
 }
 
 }  // namespace
-}  // namespace jakiro::vnet
+}  // namespace jakiro::vnet_face

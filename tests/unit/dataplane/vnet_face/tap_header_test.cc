@@ -11,7 +11,7 @@
 #include "dataplane/vnet_face/uplink_frames.hh"
 #include "tests/unit/frames.hh"
 
-namespace jakiro::vnet {
+namespace jakiro::vnet_face {
 namespace {
 
 using test::ip;
@@ -210,4 +210,4 @@ TEST_F(TunnelReceiveTest, RandomHeadersAreRefusedOrTakenWithinTheirBytes) {
 }
 
 }  // namespace
-}  // namespace jakiro::vnet
+}  // namespace jakiro::vnet_face

@@ -9,7 +9,7 @@
 #include "dataplane/overlay/udp_gso.hh"
 #include "tests/unit/frames.hh"
 
-namespace jakiro::vnet {
+namespace jakiro::vnet_face {
 namespace {
 
 using test::ip;
@@ -129,4 +129,4 @@ TEST_F(UplinkFramesTest, RandomHeadersOnRandomFramesAreRefusedOrCutWithinTheirBy
 }
 
 }  // namespace
-}  // namespace jakiro::vnet
+}  // namespace jakiro::vnet_face

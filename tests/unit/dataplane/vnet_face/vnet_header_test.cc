@@ -8,7 +8,7 @@
 
 #include "tests/unit/frames.hh"
 
-namespace jakiro::vnet {
+namespace jakiro::vnet_face {
 namespace {
 
 using test::ip;
@@ -234,4 +234,4 @@ TEST_F(VnetHeaderTest, RandomHeadersOnRandomFramesAreRefusedOrDescribeTheFrameSa
 }
 
 }  // namespace
-}  // namespace jakiro::vnet
+}  // namespace jakiro::vnet_face
