@@ -10,7 +10,7 @@
 #include "verbs_shim/debug.hh"
 #include "verbs_shim/pd.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 namespace {
 
@@ -129,4 +129,4 @@ void write_ud_destination(verbs_proto::send_wqe& slot, const shim_ah& ah, uint32
     slot.ud_remote_qkey = remote_qkey;
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -22,7 +22,7 @@
 #include "verbs_shim/qp.hh"
 #include "verbs_shim/srq.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 namespace proto = verbs_proto;
 
@@ -546,4 +546,4 @@ void ack_async_event(ibv_async_event* event) {
     }
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -16,7 +16,7 @@
 #include "verbs_shim/debug.hh"
 #include "verbs_shim/device_death.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 namespace proto = verbs_proto;
 
@@ -433,4 +433,4 @@ int req_notify_cq(ibv_cq* cq, int solicited_only) {
     return 0;
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -11,7 +11,7 @@
 #include "verbs_shim/parent_domain.hh"
 #include "verbs_shim/pd.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 namespace proto = verbs_proto;
 
@@ -255,4 +255,4 @@ ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
     return &x;
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

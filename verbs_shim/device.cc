@@ -16,7 +16,7 @@
 #include "verbs_shim/channel.hh"
 #include "verbs_shim/discovery.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 static_assert(std::is_standard_layout_v<shim_device>);
 static_assert(offsetof(shim_device, dev) == 0);
@@ -154,4 +154,4 @@ const shim_device* find_device(std::string_view name) {
     return nullptr;
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -14,7 +14,7 @@
 #include "verbs_shim/cq.hh"
 #include "verbs_shim/qp.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 namespace proto = verbs_proto;
 
@@ -175,4 +175,4 @@ ssize_t receive_event(device_death& death, int fd, void* buffer, std::size_t siz
     }
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

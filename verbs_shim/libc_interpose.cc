@@ -34,7 +34,7 @@
 
 namespace {
 
-using namespace jakiro::shim;
+using namespace jakiro::verbs_shim;
 
 template <typename F>
 F next(const char* name) {

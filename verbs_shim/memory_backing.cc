@@ -30,7 +30,7 @@
 #define JAKIRO_WHOLE_PAGES_END(p, n) ((void)0)
 #endif
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 namespace {
 
@@ -744,4 +744,4 @@ void memory_backing::collect_locked(const std::vector<vma>& maps) {
     });
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

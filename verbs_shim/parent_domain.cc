@@ -7,7 +7,7 @@
 #include "verbs_shim/debug.hh"
 #include "verbs_shim/pd.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 namespace {
 
@@ -112,4 +112,4 @@ shim_pd* to_parent_domain(ibv_pd* pd, ibv_context* context) {
     return p != nullptr && p->protection != nullptr && pd->context == context ? p : nullptr;
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -10,7 +10,7 @@
 #include "verbs_shim/debug.hh"
 #include "verbs_shim/parent_domain.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 namespace proto = verbs_proto;
 
@@ -277,4 +277,4 @@ void enable_fork_protection() {
     memory_backing::process().set_fork_protection(true);
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -15,7 +15,7 @@
 #include "verbs_shim/pd.hh"
 #include "verbs_shim/qp.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 namespace proto = verbs_proto;
 
@@ -347,4 +347,4 @@ int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     return error;
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -19,7 +19,7 @@
 #include "verbs_shim/qp_ex.hh"
 #include "verbs_shim/srq.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 namespace proto = verbs_proto;
 using verbs_proto::from_wire;
@@ -429,4 +429,4 @@ int destroy_qp(ibv_qp* qp) {
     return 0;
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -11,7 +11,7 @@
 #include "verbs_shim/post.hh"
 #include "verbs_shim/qp.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 namespace proto = verbs_proto;
 
@@ -415,4 +415,4 @@ ibv_qp_ex* qp_to_qp_ex(ibv_qp* qp) {
     return q != nullptr && q->ex != nullptr ? &q->qp_ex : nullptr;
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

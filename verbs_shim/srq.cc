@@ -16,7 +16,7 @@
 #include "verbs_shim/device_death.hh"
 #include "verbs_shim/pd.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 namespace proto = verbs_proto;
 
@@ -301,4 +301,4 @@ int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     return error;
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -13,7 +13,7 @@
 #include "verbs_shim/device.hh"
 #include "verbs_shim/discovery.hh"
 
-namespace jakiro::shim::sysfs_files {
+namespace jakiro::verbs_shim::sysfs_files {
 
 namespace {
 
@@ -169,4 +169,4 @@ int open_attribute(const std::string& text, int flags) {
     return fd;
 }
 
-}  // namespace jakiro::shim::sysfs_files
+}  // namespace jakiro::verbs_shim::sysfs_files

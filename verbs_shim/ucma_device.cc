@@ -20,7 +20,7 @@
 #include "verbs_shim/channel.hh"
 #include "verbs_shim/discovery.hh"
 
-namespace jakiro::shim::ucma {
+namespace jakiro::verbs_shim::ucma {
 
 namespace {
 
@@ -394,4 +394,4 @@ ssize_t write_command(int fd, const void* buf, std::size_t len) {
     return static_cast<ssize_t>(len);
 }
 
-}  // namespace jakiro::shim::ucma
+}  // namespace jakiro::verbs_shim::ucma

@@ -45,7 +45,7 @@
 
 namespace {
 
-using namespace jakiro::shim;
+using namespace jakiro::verbs_shim;
 
 template <typename T>
 T* fail_null(int error = EOPNOTSUPP) {

@@ -15,7 +15,7 @@
 #include "verbs_shim/cq.hh"
 #include "verbs_shim/cq_ex.hh"
 
-namespace jakiro::shim::testing {
+namespace jakiro::verbs_shim::testing {
 namespace {
 
 namespace proto = verbs_proto;
@@ -225,4 +225,4 @@ TEST_F(ShimCqEx, CreateRefusesWhatItCannotDeliver) {
 }
 
 }  // namespace
-}  // namespace jakiro::shim::testing
+}  // namespace jakiro::verbs_shim::testing

@@ -15,7 +15,7 @@
 #include "verbs_shim/pd.hh"
 #include "verbs_shim/qp.hh"
 
-namespace jakiro::shim::testing {
+namespace jakiro::verbs_shim::testing {
 
 class QpFixture : public ::testing::Test {
   protected:
@@ -77,4 +77,4 @@ class QpFixture : public ::testing::Test {
     ibv_cq* cq = nullptr;
 };
 
-}  // namespace jakiro::shim::testing
+}  // namespace jakiro::verbs_shim::testing
