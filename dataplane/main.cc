@@ -491,11 +491,11 @@ int main(int argc, char** argv) {
     // The RDMA face: one verbs socket per vNIC for libjakiro_verbs.so (control side thread),
     // whose QPs the RoCE engine of the vNIC's worker runs, next to its shaper: both classes of
     // a vNIC are scheduled in one place (dataplane/README.md).
-    std::vector<std::unique_ptr<roce::engine>> engines;
+    std::vector<std::unique_ptr<rnic::engine>> engines;
     std::vector<std::unique_ptr<roce_port>> rdma_ports;
-    std::vector<roce::engine*> engine_of_worker;
+    std::vector<rnic::engine*> engine_of_worker;
     for (unsigned w = 0; w < workers; ++w) {
-        engines.push_back(std::make_unique<roce::engine>(static_cast<uint16_t>(config.vnics.size()),
+        engines.push_back(std::make_unique<rnic::engine>(static_cast<uint16_t>(config.vnics.size()),
                                                          rdma_config::max_qps_limit));
         rdma_ports.push_back(std::make_unique<roce_port>(*contexts[w]));
         contexts[w]->engine = engines[w].get();

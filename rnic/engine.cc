@@ -14,7 +14,7 @@
 #include "rnic/single_writer.hh"
 #include "rnic/wire/icrc.hh"
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 namespace {
 
@@ -903,4 +903,4 @@ void engine::forget_vnic(uint16_t vnic) {
     _retired.erase(vnic);
 }
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

@@ -58,7 +58,7 @@
 #include "rnic/rc_qp.hh"
 #include "rnic/timer_queue.hh"
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 struct engine_counters {
     std::atomic<uint64_t> received{0};
@@ -395,4 +395,4 @@ class engine {
     engine_counters _counters;
 };
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

@@ -38,7 +38,7 @@
 #include "rnic/single_writer.hh"
 #include "rnic/wire/psn.hh"
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 using namespace rc_qp_parts;
 
@@ -583,4 +583,4 @@ void rc_qp::restart_clock(uint64_t now_ns) {
     _rate = qos::dcqcn_rate::resumed(_rate.params(), _rate.carry(), now_ns);
 }
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

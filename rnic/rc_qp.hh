@@ -51,7 +51,7 @@ class image_writer;
 class section_reader;
 }  // namespace jakiro::handover
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 class packet_port;
 class engine;
@@ -559,4 +559,4 @@ constexpr uint32_t mtu_bytes(uint32_t ibv_mtu) {
     return ibv_mtu >= 1 && ibv_mtu <= 5 ? 128u << ibv_mtu : 0;
 }
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

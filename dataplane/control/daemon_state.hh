@@ -19,7 +19,7 @@
 
 namespace jakiro {
 
-namespace roce {
+namespace rnic {
 class engine;
 }
 namespace verbs {

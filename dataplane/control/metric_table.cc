@@ -608,8 +608,8 @@ std::vector<metric_def> build_table() {
         {"jakiro_rdma_drops_total", counter, {"reason"},
          "RoCEv2 packets the engine dropped, by reason",
          with_engines([](E e, samples& out) {
-             for (std::size_t d = 0; d < roce::engine_drop_count; ++d) {
-                 out.push_back({{roce::engine_drop_name(static_cast<roce::engine_drop>(d))},
+             for (std::size_t d = 0; d < rnic::engine_drop_count; ++d) {
+                 out.push_back({{rnic::engine_drop_name(static_cast<rnic::engine_drop>(d))},
                                 num(e.drops[d])});
              }
          })},

@@ -471,13 +471,13 @@ std::string render_qps(const stats_snapshot& snapshot, const std::string& vnic, 
              << ", policy rechecks " << c.rechecks << ", QPs revoked " << c.qps_revoked << " ("
              << c.engines << (c.engines == 1 ? " engine)" : " engines)");
         out.begin_object("drops");
-        for (std::size_t d = 0; d < static_cast<std::size_t>(roce::engine_drop::count); ++d) {
-            const auto reason = static_cast<roce::engine_drop>(d);
+        for (std::size_t d = 0; d < static_cast<std::size_t>(rnic::engine_drop::count); ++d) {
+            const auto reason = static_cast<rnic::engine_drop>(d);
             const uint64_t n = c.drops[d];
-            out.value(roce::engine_drop_name(reason), n);
+            out.value(rnic::engine_drop_name(reason), n);
             if (n > 0) {
-                text << "\n  drop " << roce::engine_drop_name(reason) << ": " << n << " ("
-                     << roce::engine_drop_text(reason) << ")";
+                text << "\n  drop " << rnic::engine_drop_name(reason) << ": " << n << " ("
+                     << rnic::engine_drop_text(reason) << ")";
             }
         }
         out.end_object();

@@ -16,7 +16,7 @@ namespace jakiro {
 
 // ---------------------------------------------------------------- QP totals
 
-qp_totals::sums qp_totals::of(const roce::qp_report& q) {
+qp_totals::sums qp_totals::of(const rnic::qp_report& q) {
     sums s{};
 #define JAKIRO_QP_COUNTER(name) s[name] = q.name;
 #include "rnic/qp_counters.def"
@@ -25,7 +25,7 @@ qp_totals::sums qp_totals::of(const roce::qp_report& q) {
 }
 
 std::map<uint16_t, qp_totals::sums> qp_totals::by_vnic(
-    const std::vector<roce::qp_report>& live, const std::vector<roce::qp_report>& retired) {
+    const std::vector<rnic::qp_report>& live, const std::vector<rnic::qp_report>& retired) {
     std::map<uint16_t, sums> out;
     for (const auto* rows : {&live, &retired}) {
         for (const auto& q : *rows) {
@@ -323,7 +323,7 @@ stats_snapshot collect_stats(const daemon_state& state, const control_counters& 
     s.neighbors_resolved = resolved_neighbors(state);
     s.ports = ports_of(state);
 
-    std::vector<roce::qp_report> retired;
+    std::vector<rnic::qp_report> retired;
     s.qps = report_qps(state, &retired);
     s.vnics = vnics_of(state, qp_totals::by_vnic(s.qps, retired));
     s.rules = rules_of(state);

@@ -79,7 +79,7 @@ bool is_roce(const rte_ipv4_hdr* ip, uint32_t ip_len) {
     }
     const auto* udp =
         reinterpret_cast<const rte_udp_hdr*>(reinterpret_cast<const uint8_t*>(ip) + ihl);
-    return udp->dst_port == rte_cpu_to_be_16(roce::roce_udp_port);
+    return udp->dst_port == rte_cpu_to_be_16(rnic::roce_udp_port);
 }
 
 // Inner IPv4 checks; returns the inner IPv4 header or nullptr after dropping.

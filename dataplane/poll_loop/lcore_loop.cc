@@ -351,7 +351,7 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
         }
         if (uring) {
             // A throttled nap waits for tokens, not frames: the doorbells and the time only.
-            const roce::doorbell_set& bells = ctx.engine->doorbells();
+            const rnic::doorbell_set& bells = ctx.engine->doorbells();
             const uring_sleeper::woken woke =
                 uring->sleep(wake_on_rx ? sources->fd() : -1, bells.armed(), bells.generation(),
                              bells.sleep_cap(us));

@@ -40,7 +40,7 @@ void vnic_endpoint::make_cm_agent(std::function<int(uint32_t)> admit) {
     self.node_guid_be = htobe64(node_guid_from_mac(v.mac));
     const uint32_t mtu = path_mtu_for(_settings.tenant_mtu);
     self.path_mtu = mtu >= 4096 ? 5 : mtu >= 2048 ? 4 : mtu >= 1024 ? 3 : mtu >= 512 ? 2 : 1;
-    roce::engine* engine = _engine;
+    rnic::engine* engine = _engine;
     const uint16_t slot = v.slot;
     const auto mac = v.mac;
     const uint32_t ip_be = self.ip_be;
@@ -51,7 +51,7 @@ void vnic_endpoint::make_cm_agent(std::function<int(uint32_t)> admit) {
             _local_mads.push_back({ip_be, mad});
             return;
         }
-        roce::gsi_datagram d;
+        rnic::gsi_datagram d;
         d.vnic = slot;
         d.remote_ip_be = dst_ip_be;
         d.local_mac = mac;

@@ -3,7 +3,7 @@
 
 #include "tests/unit/rnic/rc_qp_fixture.hh"
 
-namespace jakiro::roce::test {
+namespace jakiro::rnic::test {
 namespace {
 
 TEST_F(rc_qp_test, a_ce_mark_from_the_fabric_makes_the_receiver_send_a_cnp_and_the_sender_slow) {
@@ -96,4 +96,4 @@ TEST_F(rc_qp_test, without_a_ce_mark_no_cnp_is_sent) {
 }
 
 }  // namespace
-}  // namespace jakiro::roce::test
+}  // namespace jakiro::rnic::test

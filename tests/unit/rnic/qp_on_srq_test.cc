@@ -3,7 +3,7 @@
 
 #include "tests/unit/rnic/rc_qp_fixture.hh"
 
-namespace jakiro::roce::test {
+namespace jakiro::rnic::test {
 namespace {
 
 // Side b's QP replaced by one on a shared receive queue, posted as ibv_post_srq_recv does.
@@ -280,4 +280,4 @@ TEST_F(rc_qp_srq_test, without_an_engine_there_are_no_srqs_and_max_srq_is_enforc
 }
 
 }  // namespace
-}  // namespace jakiro::roce::test
+}  // namespace jakiro::rnic::test

@@ -52,7 +52,7 @@ stats_snapshot full_snapshot() {
     q.classes.resize(2);
     q.classes[1].cls = qos::traffic_class::tcp;
     s.qos.push_back(q);
-    roce::qp_report qp;
+    rnic::qp_report qp;
     qp.vnic = 0;
     qp.type = IBV_QPT_RC;
     qp.state = 3;

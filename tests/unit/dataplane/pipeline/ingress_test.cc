@@ -220,7 +220,7 @@ namespace {
 // an inner CE makes the receiver send a CNP is pinned in tests/unit/rnic/dcqcn_test.cc,
 // a_ce_mark_from_the_fabric_makes_the_receiver_send_a_cnp_and_the_sender_slow).
 struct IngressRoce : PipelineTest {
-    roce::engine engine{4, 16};
+    rnic::engine engine{4, 16};
     std::unique_ptr<roce_port> port;
 
     void SetUp() override {
@@ -232,7 +232,7 @@ struct IngressRoce : PipelineTest {
 
     rte_mbuf* roce_from_h2(uint8_t inner_tos, uint8_t outer_tos) {
         ipv4_frame_spec spec{mac("02:00:c6:13:01:02"), gateway, ip("198.19.1.2"), ip("198.19.1.1")};
-        spec.dst_port = roce::roce_udp_port;
+        spec.dst_port = rnic::roce_udp_port;
         spec.tos = inner_tos;
         rte_mbuf* m = ipv4_mbuf(pool, spec);
         vxlan_wrap(m, {h2_mac, h1_mac, ip("198.18.0.2"), ip("198.18.0.1")}, 100, outer_tos);

@@ -47,7 +47,7 @@ class ChannelServerRdmaCm : public testing::Test {
         return c;
     }
 
-    roce::engine engine{1, 16};  // no worker: its calls run inline
+    rnic::engine engine{1, 16};  // no worker: its calls run inline
     std::unique_ptr<channel_server> server;
 };
 

@@ -723,7 +723,7 @@ TEST_F(ChannelServer, ManyClientsAreServedIndependently) {
 // verbs and rdma_cm alike, while t1's call is still waiting.
 TEST_F(ChannelServer, OneVnicsStuckCallDelaysNoOtherVnicsVerbsOrRdmaCmCalls) {
     config.vnics[1].identity.engine = 1;
-    roce::engine stalled(2, 16), running(2, 16);
+    rnic::engine stalled(2, 16), running(2, 16);
     const auto stall = std::chrono::milliseconds(1500);
     stalled.set_call_timeout(stall);
     channel_server server(config);

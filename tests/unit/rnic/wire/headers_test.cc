@@ -10,7 +10,7 @@
 
 #include "tests/unit/rnic/wire/icrc_vectors.hh"
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 namespace {
 
 // The UDP payload (BTH onwards, ICRC included) of a generated vector.
@@ -342,4 +342,4 @@ TEST(RoceHeaders, PadCountRoundsToFourBytes) {
 }
 
 }  // namespace
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic
