@@ -1,4 +1,4 @@
-#include "arp.hh"
+#include "dataplane/arp.hh"
 
 #include <cstring>
 

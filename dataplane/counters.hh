@@ -8,7 +8,7 @@
 #include <array>
 #include <cstdint>
 
-#include "drops.hh"
+#include "dataplane/drops.hh"
 
 namespace jakiro {
 

@@ -9,7 +9,7 @@ namespace jakiro {
 
 enum class drop_reason : uint8_t {
 #define X(name, text) name,
-#include "drop_reasons.def"
+#include "dataplane/drop_reasons.def"
 #undef X
     count_
 };
@@ -18,13 +18,13 @@ constexpr std::size_t drop_reason_count = static_cast<std::size_t>(drop_reason::
 
 constexpr std::array<std::string_view, drop_reason_count> drop_reason_names = {
 #define X(name, text) #name,
-#include "drop_reasons.def"
+#include "dataplane/drop_reasons.def"
 #undef X
 };
 
 constexpr std::array<std::string_view, drop_reason_count> drop_reason_texts = {
 #define X(name, text) text,
-#include "drop_reasons.def"
+#include "dataplane/drop_reasons.def"
 #undef X
 };
 

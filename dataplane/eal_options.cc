@@ -1,4 +1,4 @@
-#include "eal_options.hh"
+#include "dataplane/eal_options.hh"
 
 #include <fcntl.h>
 #include <unistd.h>

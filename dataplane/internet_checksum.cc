@@ -1,4 +1,4 @@
-#include "internet_checksum.hh"
+#include "dataplane/internet_checksum.hh"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "log.hh"
+#include "dataplane/log.hh"
 
 #include <rte_log.h>
 #include <sys/stat.h>

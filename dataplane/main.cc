@@ -24,35 +24,35 @@
 #include <string>
 #include <thread>
 
-#include "config/config_loader.hh"
-#include "control/control_server.hh"
-#include "control/host_manager.hh"
-#include "control/rdma_endpoints.hh"
-#include "control/restart_report.hh"
-#include "control/telemetry.hh"
-#include "control_plane/cluster_follower.hh"
-#include "control_plane/etcd_agent.hh"
-#include "eal_options.hh"
-#include "jakiro_version.hh"
-#include "log.hh"
-#include "poll_loop/lcore_loop.hh"
-#include "restart/daemon_image.hh"
-#include "restart/fd_store_restart.hh"
-#include "restart/handover_server.hh"
-#include "restart/run_marker.hh"
-#include "restart/successor.hh"
-#include "restart/take_over.hh"
+#include "dataplane/config/config_loader.hh"
+#include "dataplane/control/control_server.hh"
+#include "dataplane/control/host_manager.hh"
+#include "dataplane/control/rdma_endpoints.hh"
+#include "dataplane/control/restart_report.hh"
+#include "dataplane/control/telemetry.hh"
+#include "dataplane/control_plane/cluster_follower.hh"
+#include "dataplane/control_plane/etcd_agent.hh"
+#include "dataplane/eal_options.hh"
+#include "dataplane/jakiro_version.hh"
+#include "dataplane/log.hh"
+#include "dataplane/poll_loop/lcore_loop.hh"
+#include "dataplane/restart/daemon_image.hh"
+#include "dataplane/restart/fd_store_restart.hh"
+#include "dataplane/restart/handover_server.hh"
+#include "dataplane/restart/run_marker.hh"
+#include "dataplane/restart/successor.hh"
+#include "dataplane/restart/take_over.hh"
+#include "dataplane/rnic_glue/rdma_admission.hh"
+#include "dataplane/rnic_glue/roce_port.hh"
+#include "dataplane/service/notify.hh"
+#include "dataplane/shaping/egress_shaper.hh"
+#include "dataplane/shaping/ingress_policer.hh"
+#include "dataplane/startup_clock.hh"
+#include "dataplane/vnet_face/face_registry.hh"
+#include "dataplane/worker/clock.hh"
+#include "dataplane/worker/handoff.hh"
 #include "rnic/engine.hh"
 #include "rnic/verbs/channel_server.hh"
-#include "rnic_glue/rdma_admission.hh"
-#include "rnic_glue/roce_port.hh"
-#include "service/notify.hh"
-#include "shaping/egress_shaper.hh"
-#include "shaping/ingress_policer.hh"
-#include "startup_clock.hh"
-#include "vnet_face/face_registry.hh"
-#include "worker/clock.hh"
-#include "worker/handoff.hh"
 
 namespace {
 
@@ -491,11 +491,11 @@ int main(int argc, char** argv) {
     // The RDMA face: one verbs socket per vNIC for libjakiro_verbs.so (control side thread),
     // whose QPs the RoCE engine of the vNIC's worker runs, next to its shaper: both classes of
     // a vNIC are scheduled in one place (dataplane/README.md).
-    std::vector<std::unique_ptr<roce::engine>> engines;
+    std::vector<std::unique_ptr<rnic::engine>> engines;
     std::vector<std::unique_ptr<roce_port>> rdma_ports;
-    std::vector<roce::engine*> engine_of_worker;
+    std::vector<rnic::engine*> engine_of_worker;
     for (unsigned w = 0; w < workers; ++w) {
-        engines.push_back(std::make_unique<roce::engine>(static_cast<uint16_t>(config.vnics.size()),
+        engines.push_back(std::make_unique<rnic::engine>(static_cast<uint16_t>(config.vnics.size()),
                                                          rdma_config::max_qps_limit));
         rdma_ports.push_back(std::make_unique<roce_port>(*contexts[w]));
         contexts[w]->engine = engines[w].get();
@@ -538,8 +538,8 @@ int main(int argc, char** argv) {
     for (auto& ctx : contexts) {
         ctx->neighbors = neighbors.get();
         ctx->pool = pool;
-        if (vnet::is_face_port(host.uplink_port())) {
-            ctx->superframes = vnet::superframe_pool(error);  // the uplink face opened it
+        if (vnet_face::is_face_port(host.uplink_port())) {
+            ctx->superframes = vnet_face::superframe_pool(error);  // the uplink face opened it
         }
         ctx->flows = secgroup::flow_table::create(
             config.conntrack.max_flows, config.conntrack.timeouts, rte_get_tsc_hz(), error);
@@ -620,8 +620,9 @@ int main(int argc, char** argv) {
                 image_sources sources;
                 sources.frozen = frozen_at;
                 sources.metrics_listener = control.metrics_listener();
-                if (vnet::is_face_port(host.uplink_port())) {
-                    if (vnet::face* uplink = vnet::face_of(host.uplink_port()); uplink->is_tap()) {
+                if (vnet_face::is_face_port(host.uplink_port())) {
+                    if (vnet_face::face* uplink = vnet_face::face_of(host.uplink_port());
+                        uplink->is_tap()) {
                         sources.tap_iface = uplink->iface();
                         sources.tap_fd = uplink->fd();
                     }

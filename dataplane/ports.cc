@@ -1,4 +1,4 @@
-#include "ports.hh"
+#include "dataplane/ports.hh"
 
 #include <rte_dev.h>
 #include <rte_errno.h>
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <string>
 
-#include "vnet_face/face_registry.hh"
+#include "dataplane/vnet_face/face_registry.hh"
 
 namespace jakiro {
 
@@ -18,8 +18,8 @@ constexpr uint16_t ring_descriptors = 1024;
 
 std::optional<uint16_t> probe_port(const std::string& devargs, std::string& error,
                                    rte_mempool* uplink_pool) {
-    if (devargs.rfind(vnet::devargs_prefix, 0) == 0) {
-        return vnet::add_face(devargs, error, uplink_pool);
+    if (devargs.rfind(vnet_face::devargs_prefix, 0) == 0) {
+        return vnet_face::add_face(devargs, error, uplink_pool);
     }
     const std::string name = devargs.substr(0, devargs.find(','));
     // Hot-plug probing, so vNIC ports can also come and go after start-up.
@@ -37,7 +37,7 @@ std::optional<uint16_t> probe_port(const std::string& devargs, std::string& erro
 }
 
 bool start_port(uint16_t port, rte_mempool* pool, uint32_t mtu, std::string& error) {
-    if (vnet::is_face_port(port)) {
+    if (vnet_face::is_face_port(port)) {
         return true;  // a face is live from open() on: its frames wait in the socket
     }
     rte_eth_dev_info info{};
@@ -85,8 +85,8 @@ bool start_port(uint16_t port, rte_mempool* pool, uint32_t mtu, std::string& err
 }
 
 void stop_port(uint16_t port) {
-    if (vnet::is_face_port(port)) {
-        vnet::remove_face(port);
+    if (vnet_face::is_face_port(port)) {
+        vnet_face::remove_face(port);
         return;
     }
     rte_eth_dev_stop(port);
@@ -94,8 +94,8 @@ void stop_port(uint16_t port) {
 }
 
 bool port_link_up(uint16_t port) {
-    if (vnet::is_face_port(port)) {
-        return vnet::face_of(port)->link_up();
+    if (vnet_face::is_face_port(port)) {
+        return vnet_face::face_of(port)->link_up();
     }
     rte_eth_link link{};
     return rte_eth_link_get_nowait(port, &link) == 0 && link.link_status == RTE_ETH_LINK_UP;
@@ -103,8 +103,8 @@ bool port_link_up(uint16_t port) {
 
 rte_ether_addr port_mac(uint16_t port) {
     rte_ether_addr mac{};
-    if (vnet::is_face_port(port)) {
-        mac = vnet::face_of(port)->mac();
+    if (vnet_face::is_face_port(port)) {
+        mac = vnet_face::face_of(port)->mac();
     } else {
         rte_eth_macaddr_get(port, &mac);
     }
@@ -113,11 +113,11 @@ rte_ether_addr port_mac(uint16_t port) {
 
 rte_eth_stats port_stats(uint16_t port) {
     rte_eth_stats out{};
-    if (!vnet::is_face_port(port)) {
+    if (!vnet_face::is_face_port(port)) {
         rte_eth_stats_get(port, &out);
         return out;
     }
-    const auto s = vnet::face_of(port)->stats();
+    const auto s = vnet_face::face_of(port)->stats();
     out.ipackets = s.rx_packets;
     out.ibytes = s.rx_bytes;
     out.opackets = s.tx_packets;
@@ -130,10 +130,10 @@ rte_eth_stats port_stats(uint16_t port) {
 }
 
 superframe_counts port_superframes(uint16_t port) {
-    if (!vnet::is_face_port(port)) {
+    if (!vnet_face::is_face_port(port)) {
         return {};
     }
-    const vnet::face* face = vnet::face_of(port);
+    const vnet_face::face* face = vnet_face::face_of(port);
     return {face->superframes_received(), face->superframes_sent()};
 }
 

@@ -1,8 +1,8 @@
-#include "tables.hh"
+#include "dataplane/tables.hh"
 
 #include <string>
 
-#include "lookup_hash.hh"
+#include "dataplane/lookup_hash.hh"
 
 namespace jakiro {
 

@@ -13,10 +13,10 @@
 #include <optional>
 #include <vector>
 
-#include "overlay/vlt.hh"
+#include "dataplane/overlay/vlt.hh"
+#include "dataplane/vnet_face/face_registry.hh"
 #include "qos/config.hh"
 #include "secgroup/compiler.hh"
-#include "vnet_face/face_registry.hh"
 
 namespace jakiro {
 
@@ -67,7 +67,7 @@ struct datapath_tables {
 
     std::vector<vnic_view> vnics;        // indexed by vNIC slot; slots of removed vNICs are holes
     std::vector<uint16_t> active_slots;  // the slots in use, in config order
-    std::array<uint16_t, vnet::port_id_space> vnic_of_port{};  // no_vnic: uplink/unused
+    std::array<uint16_t, vnet_face::port_id_space> vnic_of_port{};  // no_vnic: uplink/unused
     std::vector<uint32_t> vni_of_vpc;
     std::unique_ptr<vni_map> vpcs;
     std::unique_ptr<overlay::vlt> vlt;

@@ -1,4 +1,4 @@
-#include "tables_publisher.hh"
+#include "dataplane/tables_publisher.hh"
 
 #include <rte_malloc.h>
 

@@ -11,7 +11,7 @@
 #include <memory>
 #include <mutex>
 
-#include "tables.hh"
+#include "dataplane/tables.hh"
 
 namespace jakiro {
 

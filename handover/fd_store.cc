@@ -1,4 +1,4 @@
-#include "fd_store.hh"
+#include "handover/fd_store.hh"
 
 #include <fcntl.h>
 #include <linux/kcmp.h>

@@ -33,8 +33,8 @@
 #include <string_view>
 #include <vector>
 
-#include "image.hh"
-#include "listen_fds.hh"
+#include "handover/image.hh"
+#include "handover/listen_fds.hh"
 
 namespace jakiro::handover {
 

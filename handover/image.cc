@@ -1,4 +1,4 @@
-#include "image.hh"
+#include "handover/image.hh"
 
 #include <unistd.h>
 
@@ -22,7 +22,7 @@ struct known {
 };
 constexpr known sections[] = {
 #define JAKIRO_SECTION(name, number, version, required) {#name, number, version, required},
-#include "sections.def"
+#include "handover/sections.def"
 #undef JAKIRO_SECTION
 };
 

@@ -32,7 +32,7 @@ namespace jakiro::handover {
 // Every kind of section any jakirod writes; numbers are never reused.
 enum class section_kind : uint16_t {
 #define JAKIRO_SECTION(name, number, version, required) name = number,
-#include "sections.def"
+#include "handover/sections.def"
 #undef JAKIRO_SECTION
 };
 

@@ -1,4 +1,4 @@
-#include "listen_fds.hh"
+#include "handover/listen_fds.hh"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "transfer.hh"
+#include "handover/transfer.hh"
 
 #include <poll.h>
 #include <sys/socket.h>

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "image.hh"
+#include "handover/image.hh"
 
 namespace jakiro::handover {
 

@@ -7,12 +7,12 @@
 #include <memory>
 #include <vector>
 
-#include "../tests/unit/frames.hh"
-#include "config/config_loader.hh"
-#include "control/table_builder.hh"
-#include "internet_checksum.hh"
-#include "pipeline/egress.hh"
-#include "pipeline/ingress.hh"
+#include "dataplane/config/config_loader.hh"
+#include "dataplane/control/table_builder.hh"
+#include "dataplane/internet_checksum.hh"
+#include "dataplane/pipeline/egress.hh"
+#include "dataplane/pipeline/ingress.hh"
+#include "tests/unit/frames.hh"
 
 namespace jakiro {
 namespace {

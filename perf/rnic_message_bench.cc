@@ -39,7 +39,7 @@
 #include "rnic/verbs/resources.hh"
 #include "verbs_abi/qp_attr_wire.hh"
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 namespace {
 
 namespace proto = verbs_proto;
@@ -401,6 +401,6 @@ void BM_Memcpy(benchmark::State& state) {
 BENCHMARK(BM_Memcpy)->Arg(64)->Arg(1024);
 
 }  // namespace
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic
 
 BENCHMARK_MAIN();

@@ -13,7 +13,7 @@
 #include "rnic/wire/headers.hh"
 #include "rnic/wire/icrc.hh"
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 namespace {
 
 // IPv4 (20) + UDP (8) + BTH (12) + random payload, `size` bytes in all, ICRC room after it.
@@ -143,6 +143,6 @@ void BM_memcpy(benchmark::State& state) {
 BENCHMARK(BM_memcpy)->Arg(65536)->Arg(64 << 20);
 
 }  // namespace
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic
 
 BENCHMARK_MAIN();

@@ -20,9 +20,9 @@
 #include <sstream>
 #include <string>
 
-#include "config/config_loader.hh"
-#include "control/table_builder.hh"
-#include "pipeline/firewall.hh"
+#include "dataplane/config/config_loader.hh"
+#include "dataplane/control/table_builder.hh"
+#include "dataplane/pipeline/firewall.hh"
 
 namespace jakiro {
 namespace {

@@ -1,4 +1,4 @@
-#include "config.hh"
+#include "qos/config.hh"
 
 namespace jakiro::qos {
 

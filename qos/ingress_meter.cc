@@ -1,4 +1,4 @@
-#include "ingress_meter.hh"
+#include "qos/ingress_meter.hh"
 
 #include <algorithm>
 

@@ -26,10 +26,10 @@
 #include <array>
 #include <cstdint>
 
-#include "config.hh"
-#include "counter.hh"
-#include "rate_control.hh"
-#include "token_bucket.hh"
+#include "qos/config.hh"
+#include "qos/counter.hh"
+#include "qos/rate_control.hh"
+#include "qos/token_bucket.hh"
 
 namespace jakiro::qos {
 

@@ -1,4 +1,4 @@
-#include "rate_control.hh"
+#include "qos/rate_control.hh"
 
 #include <algorithm>
 

@@ -11,8 +11,8 @@
 
 #include <cstdint>
 
-#include "config.hh"
-#include "token_bucket.hh"
+#include "qos/config.hh"
+#include "qos/token_bucket.hh"
 
 namespace jakiro::qos {
 

@@ -1,4 +1,4 @@
-#include "scheduler.hh"
+#include "qos/scheduler.hh"
 
 #include <algorithm>
 

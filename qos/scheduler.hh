@@ -32,9 +32,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "config.hh"
-#include "counter.hh"
-#include "token_bucket.hh"
+#include "qos/config.hh"
+#include "qos/counter.hh"
+#include "qos/token_bucket.hh"
 
 namespace jakiro::qos {
 

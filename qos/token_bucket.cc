@@ -1,6 +1,6 @@
-#include "token_bucket.hh"
+#include "qos/token_bucket.hh"
 
-#include "config.hh"
+#include "qos/config.hh"
 
 namespace jakiro::qos {
 

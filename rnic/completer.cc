@@ -16,7 +16,7 @@
 #include "rnic/wire/psn.hh"
 #include "verbs_abi/wc_opcode.hh"
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 using namespace rc_qp_parts;
 
@@ -420,4 +420,4 @@ void rc_qp::fail_requester(uint32_t psn, ibv_wc_status status) {
     enter_error();
 }
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

@@ -16,7 +16,7 @@
 #include "rnic/wire/psn.hh"
 #include "verbs_abi/wc_opcode.hh"
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 using namespace rc_qp_parts;
 
@@ -89,4 +89,4 @@ void rc_qp::send_cnp(packet_port& port) {
     bump(_stats.cnps_sent, 1);
 }
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

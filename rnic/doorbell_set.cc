@@ -1,4 +1,4 @@
-#include "doorbell_set.hh"
+#include "rnic/doorbell_set.hh"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -10,7 +10,7 @@
 
 #include "rnic/queues/sealed_memfd.hh"
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 namespace proto = verbs_proto;
 
@@ -143,4 +143,4 @@ uint32_t doorbell_set::total(const proto::doorbell_page* own) const {
     return sum;
 }
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

@@ -21,7 +21,7 @@
 
 #include "verbs_abi/rings.hh"
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 // A sealed one-page memfd holding a doorbell_page, mapped here; the fd is what clients get.
 class doorbell_memory {
@@ -88,4 +88,4 @@ class doorbell_set {
     bool _waitv_missing = false;  // the kernel has no futex_waitv: wait on the own page only
 };
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

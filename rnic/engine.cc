@@ -14,7 +14,7 @@
 #include "rnic/single_writer.hh"
 #include "rnic/wire/icrc.hh"
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 namespace {
 
@@ -208,7 +208,7 @@ void engine::remove_qp(uint16_t vnic, uint32_t qpn) {
         qp_report& sum = _retired[vnic];
         sum.vnic = vnic;
 #define JAKIRO_QP_COUNTER(name) sum.name += s.name.load(std::memory_order_relaxed);
-#include "qp_counters.def"
+#include "rnic/qp_counters.def"
 #undef JAKIRO_QP_COUNTER
     }
 }
@@ -879,7 +879,7 @@ std::vector<qp_report> engine::report(std::vector<qp_report>* retired) const {
         r.una_psn = s.una_psn.load(std::memory_order_relaxed);
         r.expected_psn = s.expected_psn.load(std::memory_order_relaxed);
 #define JAKIRO_QP_COUNTER(name) r.name = s.name.load(std::memory_order_relaxed);
-#include "qp_counters.def"
+#include "rnic/qp_counters.def"
 #undef JAKIRO_QP_COUNTER
         r.rate_bps = s.rate_bps.load(std::memory_order_relaxed);
         out.push_back(r);
@@ -903,4 +903,4 @@ void engine::forget_vnic(uint16_t vnic) {
     _retired.erase(vnic);
 }
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

@@ -58,7 +58,7 @@
 #include "rnic/rc_qp.hh"
 #include "rnic/timer_queue.hh"
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 struct engine_counters {
     std::atomic<uint64_t> received{0};
@@ -86,7 +86,7 @@ struct qp_report {
     uint32_t una_psn = 0;
     uint32_t expected_psn = 0;
 #define JAKIRO_QP_COUNTER(name) uint64_t name = 0;
-#include "qp_counters.def"
+#include "rnic/qp_counters.def"
 #undef JAKIRO_QP_COUNTER
     uint64_t rate_bps = 0;
 };
@@ -395,4 +395,4 @@ class engine {
     engine_counters _counters;
 };
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string_view>
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 enum class engine_drop : uint8_t {
 #define X(name, text) name,
@@ -40,4 +40,4 @@ constexpr const char* engine_drop_text(engine_drop d) {
     return i < engine_drop_count ? engine_drop_texts[i] : "unknown";
 }
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 gsi_port::gsi_port() = default;
 
@@ -119,4 +119,4 @@ void gsi_port::push_rx(const gsi_datagram& d) {
     }
 }
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

@@ -27,7 +27,7 @@
 #include <mutex>
 #include <vector>
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 constexpr std::size_t gsi_mad_bytes = 256;
 constexpr uint32_t gsi_qkey = 0x8001'0000u;
@@ -102,4 +102,4 @@ class gsi_port {
     std::atomic<uint64_t> _dropped{0};
 };
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

@@ -17,7 +17,7 @@
 #include "rnic/wire/psn.hh"
 #include "verbs_abi/wc_opcode.hh"
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 using namespace rc_qp_parts;
 
@@ -397,4 +397,4 @@ void rc_qp::finish_local(const send_op& op, const rc_qp& requester, local_transf
     t.pin.reset();
 }
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

@@ -5,7 +5,7 @@
 #include "rnic/wire/headers.hh"
 #include "rnic/wire/icrc.hh"
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 namespace {
 
@@ -64,4 +64,4 @@ void seal_icrc(uint8_t* frame, uint32_t roce_len) {
     store_icrc(ip + covered, compute_icrc(ip, covered).value_or(0));
 }
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

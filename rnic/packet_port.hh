@@ -9,7 +9,7 @@
 
 #include "qos/ingress_meter.hh"
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 constexpr uint32_t frame_l2_l4_bytes = 14 + 20 + 8;  // Ethernet, IPv4 (no options), UDP
 
@@ -76,4 +76,4 @@ void write_frame_headers(uint8_t* frame, const std::array<uint8_t, 6>& src_mac, 
 // (ICRC included) is `roce_len` bytes.
 void seal_icrc(uint8_t* frame, uint32_t roce_len);
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

@@ -38,7 +38,7 @@
 #include "rnic/single_writer.hh"
 #include "rnic/wire/psn.hh"
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 using namespace rc_qp_parts;
 
@@ -52,7 +52,7 @@ constexpr uint16_t record_version = 1;
 constexpr uint32_t counter_count = [] {
     uint32_t n = 0;
 #define JAKIRO_QP_COUNTER(name) ++n;
-#include "qp_counters.def"
+#include "rnic/qp_counters.def"
 #undef JAKIRO_QP_COUNTER
     return n;
 }();
@@ -199,7 +199,7 @@ void rc_qp::save(handover::image_writer& w) const {
 
     w.u32(counter_count);
 #define JAKIRO_QP_COUNTER(name) w.u64(_stats.name.load(std::memory_order_relaxed));
-#include "qp_counters.def"
+#include "rnic/qp_counters.def"
 #undef JAKIRO_QP_COUNTER
 }
 
@@ -459,7 +459,7 @@ bool rc_qp::restore_fields(handover::section_reader& r) {
         }
     };
 #define JAKIRO_QP_COUNTER(name) next_counter(_stats.name);
-#include "qp_counters.def"
+#include "rnic/qp_counters.def"
 #undef JAKIRO_QP_COUNTER
     for (; index < counters && r.ok(); ++index) {
         (void)r.u64();  // a newer writer's counter this binary does not have
@@ -583,4 +583,4 @@ void rc_qp::restart_clock(uint64_t now_ns) {
     _rate = qos::dcqcn_rate::resumed(_rate.params(), _rate.carry(), now_ns);
 }
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

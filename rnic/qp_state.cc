@@ -5,7 +5,7 @@
 
 #include "rnic/wire/psn.hh"
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 namespace {
 
@@ -419,4 +419,4 @@ bool qp_state_machine::accepts_inbound() const {
     }
 }
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

@@ -16,7 +16,7 @@
 
 #include <cstdint>
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 // What the device advertises in ibv_query_device/ibv_query_port; modify() holds attribute values
 // to it the way a real RNIC does.
@@ -90,4 +90,4 @@ class qp_state_machine {
     ibv_qp_attr _attr{};
 };
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

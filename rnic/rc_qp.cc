@@ -19,7 +19,7 @@
 #include "rnic/wire/psn.hh"
 #include "verbs_abi/wc_opcode.hh"
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 using namespace rc_qp_parts;
 
@@ -467,4 +467,4 @@ void rc_qp::publish_stats() {
     _stats.rate_bps.store(_rate.rate_bps(), std::memory_order_relaxed);
 }
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

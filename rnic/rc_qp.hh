@@ -51,7 +51,7 @@ class image_writer;
 class section_reader;
 }  // namespace jakiro::handover
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 class packet_port;
 class engine;
@@ -97,7 +97,7 @@ struct rc_qp_setup {
 // What `jakiroctl qps` shows; written by the engine thread, read anywhere.
 struct rc_qp_stats {
 #define JAKIRO_QP_COUNTER(name) std::atomic<uint64_t> name{0};
-#include "qp_counters.def"
+#include "rnic/qp_counters.def"
 #undef JAKIRO_QP_COUNTER
     std::atomic<uint64_t> rate_bps{0};  // DCQCN's current sending rate
     // Snapshot of the protocol state.
@@ -559,4 +559,4 @@ constexpr uint32_t mtu_bytes(uint32_t ibv_mtu) {
     return ibv_mtu >= 1 && ibv_mtu <= 5 ? 128u << ibv_mtu : 0;
 }
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

@@ -16,7 +16,7 @@
 #include "qos/rdma_class.hh"
 #include "verbs_abi/protocol.hh"
 
-namespace jakiro::roce::rc_qp_parts {
+namespace jakiro::rnic::rc_qp_parts {
 
 namespace proto = verbs_proto;
 
@@ -150,4 +150,4 @@ inline qos::dcqcn_params dcqcn_defaults() {
     return p;
 }
 
-}  // namespace jakiro::roce::rc_qp_parts
+}  // namespace jakiro::rnic::rc_qp_parts

@@ -17,7 +17,7 @@
 #include "rnic/wire/psn.hh"
 #include "verbs_abi/wc_opcode.hh"
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 using namespace rc_qp_parts;
 
@@ -418,4 +418,4 @@ unsigned rc_qp::ask_again_for_ack(packet_port& port, uint64_t now_ns) {
     return 0;
 }
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

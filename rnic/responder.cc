@@ -20,7 +20,7 @@
 #include "rnic/wire/psn.hh"
 #include "verbs_abi/wc_opcode.hh"
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 using namespace rc_qp_parts;
 
@@ -780,4 +780,4 @@ void rc_qp::responder_error(packet_port& port, proto::event_type event, uint8_t 
     enter_error();
 }
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

@@ -6,10 +6,10 @@
 #include <atomic>
 #include <cstdint>
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 inline void bump(std::atomic<uint64_t>& counter, uint64_t n = 1) {
     counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
 }
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

@@ -2,7 +2,7 @@
 
 #include "rnic/rc_qp.hh"
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 uint64_t timer_queue::due_of(std::size_t at) const {
     return _heap[at]->turn().due_ns;
@@ -82,4 +82,4 @@ uint64_t timer_queue::next_due_ns() const {
     return _heap.empty() ? UINT64_MAX : due_of(0);
 }
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 class rc_qp;
 
@@ -43,4 +43,4 @@ class timer_queue {
     std::vector<rc_qp*> _heap;
 };
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <optional>
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 // RNR timer code -> microseconds the requester waits before retrying. Code 0 is the longest
 // (655.36 ms), not zero: the table wraps so that 5 bits cover 10 µs .. 655 ms.
@@ -32,4 +32,4 @@ constexpr std::optional<uint64_t> local_ack_timeout_ns(uint8_t timeout) {
     return uint64_t{4096} << (timeout > 31 ? 31 : timeout);
 }
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

@@ -17,7 +17,7 @@
 #include "rnic/wire/psn.hh"
 #include "verbs_abi/wc_opcode.hh"
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 using namespace rc_qp_parts;
 
@@ -93,4 +93,4 @@ void rc_qp::deliver_datagram(const roce_packet& p, recv_op& r) {
     complete(*_s.recv_cq, c);
 }
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

@@ -1,4 +1,4 @@
-#include "compiler.hh"
+#include "secgroup/compiler.hh"
 
 #include <rte_errno.h>
 

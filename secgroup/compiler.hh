@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "rule.hh"
+#include "secgroup/rule.hh"
 
 namespace jakiro::secgroup {
 

@@ -1,4 +1,4 @@
-#include "flow_table.hh"
+#include "secgroup/flow_table.hh"
 
 #include <rte_errno.h>
 #include <rte_hash_crc.h>

@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "rule.hh"
-#include "tcp_tracker.hh"
+#include "secgroup/rule.hh"
+#include "secgroup/tcp_tracker.hh"
 
 namespace jakiro::secgroup {
 

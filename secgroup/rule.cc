@@ -1,4 +1,4 @@
-#include "rule.hh"
+#include "secgroup/rule.hh"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "tcp_tracker.hh"
+#include "secgroup/tcp_tracker.hh"
 
 namespace jakiro::secgroup {
 

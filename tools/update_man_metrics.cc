@@ -6,7 +6,7 @@
 #include <sstream>
 #include <string>
 
-#include "control/metric_reference.hh"
+#include "dataplane/control/metric_reference.hh"
 
 int main(int argc, char** argv) {
     const char* usage =

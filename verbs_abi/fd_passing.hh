@@ -9,7 +9,7 @@
 #include <cstring>
 #include <span>
 
-#include "protocol.hh"
+#include "verbs_abi/protocol.hh"
 
 namespace jakiro::verbs_proto {
 

@@ -1,8 +1,8 @@
-#include "qp_attr_wire.hh"
+#include "verbs_abi/qp_attr_wire.hh"
 
 #include <cstring>
 
-#include "stored_enum.hh"
+#include "verbs_abi/stored_enum.hh"
 
 namespace jakiro::verbs_proto {
 

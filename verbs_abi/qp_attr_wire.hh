@@ -6,7 +6,7 @@
 
 #include <infiniband/verbs.h>
 
-#include "protocol.hh"
+#include "verbs_abi/protocol.hh"
 
 namespace jakiro::verbs_proto {
 

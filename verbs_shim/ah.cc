@@ -1,4 +1,4 @@
-#include "ah.hh"
+#include "verbs_shim/ah.hh"
 
 #include <netinet/ip.h>
 
@@ -6,11 +6,11 @@
 #include <cstring>
 #include <new>
 
-#include "context.hh"
-#include "debug.hh"
-#include "pd.hh"
+#include "verbs_shim/context.hh"
+#include "verbs_shim/debug.hh"
+#include "verbs_shim/pd.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 namespace {
 
@@ -129,4 +129,4 @@ void write_ud_destination(verbs_proto::send_wqe& slot, const shim_ah& ah, uint32
     slot.ud_remote_qkey = remote_qkey;
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -14,7 +14,7 @@
 
 #include "verbs_abi/rings.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 constexpr uint32_t ah_magic = 0x4a4b'4148;  // "HAKJ"
 
@@ -38,4 +38,4 @@ ibv_ah* create_ah_from_wc(ibv_pd* pd, const ibv_wc* wc, const ibv_grh* grh, uint
 void write_ud_destination(verbs_proto::send_wqe& slot, const shim_ah& ah, uint32_t remote_qpn,
                           uint32_t remote_qkey);
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -1,4 +1,4 @@
-#include "channel.hh"
+#include "verbs_shim/channel.hh"
 
 #include "verbs_abi/endpoint_address.hh"
 #include "verbs_abi/fd_passing.hh"
@@ -12,7 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 namespace proto = verbs_proto;
 
@@ -142,4 +142,4 @@ int channel::query(proto::query_reply& out) {
     return call(&req, sizeof(req), &out, sizeof(out));
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -12,7 +12,7 @@
 
 #include "verbs_abi/protocol.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 // How long a control verb waits for jakirod before failing with ETIMEDOUT: long enough for a
 // daemon busy in a table rebuild, short enough that a hung one does not hang the program.
@@ -59,4 +59,4 @@ class channel {
     std::mutex _mutex;
 };
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -1,4 +1,4 @@
-#include "context.hh"
+#include "verbs_shim/context.hh"
 
 #include <endian.h>
 #include <sys/socket.h>
@@ -12,17 +12,17 @@
 #include <new>
 #include <type_traits>
 
-#include "cq.hh"
-#include "cq_ex.hh"
-#include "discovery.hh"
-#include "memory_backing.hh"
-#include "memory_window.hh"
-#include "parent_domain.hh"
-#include "post.hh"
-#include "qp.hh"
-#include "srq.hh"
+#include "verbs_shim/cq.hh"
+#include "verbs_shim/cq_ex.hh"
+#include "verbs_shim/discovery.hh"
+#include "verbs_shim/memory_backing.hh"
+#include "verbs_shim/memory_window.hh"
+#include "verbs_shim/parent_domain.hh"
+#include "verbs_shim/post.hh"
+#include "verbs_shim/qp.hh"
+#include "verbs_shim/srq.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 namespace proto = verbs_proto;
 
@@ -546,4 +546,4 @@ void ack_async_event(ibv_async_event* event) {
     }
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

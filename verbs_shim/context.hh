@@ -14,12 +14,12 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "channel.hh"
-#include "device.hh"
-#include "device_death.hh"
 #include "verbs_abi/protocol.hh"
+#include "verbs_shim/channel.hh"
+#include "verbs_shim/device.hh"
+#include "verbs_shim/device_death.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 constexpr uint32_t context_magic = 0x4a4b'4358;  // "XCKJ": a context we made
 
@@ -80,4 +80,4 @@ int destroy_object(shim_context* c, verbs_proto::opcode op, uint32_t handle);
 // (unsupported.cc, after rdma-core's dummy_ops.c).
 void fill_unsupported_ops(verbs_context& vctx);
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -1,4 +1,4 @@
-#include "cq.hh"
+#include "verbs_shim/cq.hh"
 
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -11,12 +11,12 @@
 #include <new>
 #include <type_traits>
 
-#include "context.hh"
-#include "debug.hh"
-#include "device_death.hh"
 #include "verbs_abi/protocol.hh"
+#include "verbs_shim/context.hh"
+#include "verbs_shim/debug.hh"
+#include "verbs_shim/device_death.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 namespace proto = verbs_proto;
 
@@ -433,4 +433,4 @@ int req_notify_cq(ibv_cq* cq, int solicited_only) {
     return 0;
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -18,10 +18,10 @@
 #include <cstdint>
 #include <mutex>
 
-#include "idle_backoff.hh"
 #include "verbs_abi/rings.hh"
+#include "verbs_shim/idle_backoff.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 struct shim_context;
 
@@ -89,4 +89,4 @@ void ack_cq_events(ibv_cq* cq, unsigned int nevents);
 int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc);
 int req_notify_cq(ibv_cq* cq, int solicited_only);
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -1,17 +1,17 @@
-#include "cq_ex.hh"
+#include "verbs_shim/cq_ex.hh"
 
 #include <algorithm>
 #include <cerrno>
 
-#include "context.hh"
-#include "cq.hh"
-#include "debug.hh"
-#include "device_death.hh"
-#include "parent_domain.hh"
-#include "pd.hh"
 #include "verbs_abi/rings.hh"
+#include "verbs_shim/context.hh"
+#include "verbs_shim/cq.hh"
+#include "verbs_shim/debug.hh"
+#include "verbs_shim/device_death.hh"
+#include "verbs_shim/parent_domain.hh"
+#include "verbs_shim/pd.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 namespace proto = verbs_proto;
 
@@ -255,4 +255,4 @@ ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
     return &x;
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -17,9 +17,9 @@
 
 #include <infiniband/verbs.h>
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 // verbs_context op (the inline ibv_create_cq_ex lands here).
 ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr);
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

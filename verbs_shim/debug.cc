@@ -1,11 +1,11 @@
-#include "debug.hh"
+#include "verbs_shim/debug.hh"
 
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 bool debug_enabled() {
     // Read every time: tests (and programs) may set it after the library loaded.
@@ -25,4 +25,4 @@ void debug(const char* format, ...) {
     std::fprintf(stderr, "libjakiro_verbs: %s\n", line);
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -1,4 +1,4 @@
-#include "device.hh"
+#include "verbs_shim/device.hh"
 
 #include <endian.h>
 #include <unistd.h>
@@ -13,10 +13,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "channel.hh"
-#include "discovery.hh"
+#include "verbs_shim/channel.hh"
+#include "verbs_shim/discovery.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 static_assert(std::is_standard_layout_v<shim_device>);
 static_assert(offsetof(shim_device, dev) == 0);
@@ -154,4 +154,4 @@ const shim_device* find_device(std::string_view name) {
     return nullptr;
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -13,7 +13,7 @@
 
 #include "verbs_abi/protocol.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 constexpr uint32_t device_magic = 0x4a4b'4456;         // "VDKJ": a device we made
 constexpr const char* device_name_prefix = "jakiro_";  // ibv_get_device_name: jakiro_<vNIC>
@@ -37,4 +37,4 @@ int device_index(ibv_device* device);
 // The device named `name` (ibv_get_device_name) among those this process has listed, or nullptr.
 const shim_device* find_device(std::string_view name);
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -1,4 +1,4 @@
-#include "device_death.hh"
+#include "verbs_shim/device_death.hh"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -8,13 +8,13 @@
 #include <cerrno>
 #include <new>
 
-#include "context.hh"
-#include "cq.hh"
-#include "qp.hh"
 #include "verbs_abi/rings.hh"
 #include "verbs_abi/wc_opcode.hh"
+#include "verbs_shim/context.hh"
+#include "verbs_shim/cq.hh"
+#include "verbs_shim/qp.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 namespace proto = verbs_proto;
 
@@ -175,4 +175,4 @@ ssize_t receive_event(device_death& death, int fd, void* buffer, std::size_t siz
     }
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -33,7 +33,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 struct shim_cq;
 struct shim_qp;
@@ -123,4 +123,4 @@ class device_death {
 // -1 with errno otherwise (EINTR reaches the caller, as a blocking read's does).
 ssize_t receive_event(device_death& death, int fd, void* buffer, std::size_t size);
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

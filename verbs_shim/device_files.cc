@@ -1,4 +1,4 @@
-#include "device_files.hh"
+#include "verbs_shim/device_files.hh"
 
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -6,10 +6,10 @@
 #include <cstring>
 #include <ctime>
 
-#include "discovery.hh"
-#include "ucma_device.hh"
+#include "verbs_shim/discovery.hh"
+#include "verbs_shim/ucma_device.hh"
 
-namespace jakiro::shim::device_files {
+namespace jakiro::verbs_shim::device_files {
 
 namespace {
 
@@ -52,4 +52,4 @@ void ucma_stat(struct stat* st) {
     character_device(st, rdma_cm_major, rdma_cm_minor);
 }
 
-}  // namespace jakiro::shim::device_files
+}  // namespace jakiro::verbs_shim::device_files

@@ -7,7 +7,7 @@
 
 #include <sys/stat.h>
 
-namespace jakiro::shim::device_files {
+namespace jakiro::verbs_shim::device_files {
 
 // The character device numbers Linux gives rdma_cm (misc 10:58 on most systems, reported
 // for information only) and the first uverbs device (231:192).
@@ -22,4 +22,4 @@ bool stat_node(const char* path, struct stat* st);
 // What fstat(2) of an emulated rdma_cm descriptor reports.
 void ucma_stat(struct stat* st);
 
-}  // namespace jakiro::shim::device_files
+}  // namespace jakiro::verbs_shim::device_files

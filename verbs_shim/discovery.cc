@@ -1,4 +1,4 @@
-#include "discovery.hh"
+#include "verbs_shim/discovery.hh"
 
 #include "verbs_abi/endpoint_address.hh"
 
@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 bool netdev_mac(const char* ifname, uint8_t mac[6]) {
     const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -59,4 +59,4 @@ bool find_vnic_socket(vnic_socket& out) {
     return true;
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

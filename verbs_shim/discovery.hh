@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 constexpr const char* tenant_netdev = "eth0";  // docs/testbed.md: a tenant sees one eth0
 
@@ -25,4 +25,4 @@ bool netdev_mac(const char* ifname, uint8_t mac[6]);
 // ifindex of the netdev in this namespace that carries `mac`, 0 if none: the GID's netdev.
 int netdev_with_mac(const uint8_t mac[6]);
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -1,9 +1,9 @@
-#include "idle_backoff.hh"
+#include "verbs_shim/idle_backoff.hh"
 
 #include <cstdlib>
 #include <cstring>
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 namespace {
 
@@ -24,4 +24,4 @@ void nap_on_idle_cq(verbs_proto::cq_ring_header& ring, uint32_t seen) {
     }
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -19,7 +19,7 @@
 
 #include "verbs_abi/rings.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 class idle_backoff {
   public:
@@ -44,4 +44,4 @@ class idle_backoff {
 // `nap_ns`, over as soon as `ring`'s producer moves from `seen` (the one the empty poll read).
 void nap_on_idle_cq(verbs_proto::cq_ring_header& ring, uint32_t seen);
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

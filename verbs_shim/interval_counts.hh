@@ -8,7 +8,7 @@
 #include <map>
 #include <utility>
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 class interval_counts {
   public:
@@ -128,4 +128,4 @@ class interval_counts {
     std::map<uint64_t, std::pair<uint64_t, uint32_t>> _runs;  // start -> (end, count)
 };
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -26,15 +26,15 @@
 #include <unordered_set>
 #include <vector>
 
-#include "device_files.hh"
-#include "sysfs_files.hh"
-#include "ucma_device.hh"
+#include "verbs_shim/device_files.hh"
+#include "verbs_shim/sysfs_files.hh"
+#include "verbs_shim/ucma_device.hh"
 
 #define JAKIRO_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace {
 
-using namespace jakiro::shim;
+using namespace jakiro::verbs_shim;
 
 template <typename F>
 F next(const char* name) {

@@ -1,4 +1,4 @@
-#include "memory_backing.hh"
+#include "verbs_shim/memory_backing.hh"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -15,8 +15,8 @@
 #include <new>
 #include <string_view>
 
-#include "debug.hh"
-#include "raw_syscall.hh"
+#include "verbs_shim/debug.hh"
+#include "verbs_shim/raw_syscall.hh"
 
 // Moving pages reads them whole, including bytes no allocation owns (under valgrind, its
 // malloc's redzones): tell memcheck that is intended, as rdma-core's providers tell it about
@@ -30,7 +30,7 @@
 #define JAKIRO_WHOLE_PAGES_END(p, n) ((void)0)
 #endif
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 namespace {
 
@@ -744,4 +744,4 @@ void memory_backing::collect_locked(const std::vector<vma>& maps) {
     });
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

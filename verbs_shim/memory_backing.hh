@@ -47,10 +47,10 @@
 #include <string>
 #include <vector>
 
-#include "interval_counts.hh"
-#include "proc_maps.hh"
+#include "verbs_shim/interval_counts.hh"
+#include "verbs_shim/proc_maps.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 // Where a registered range lives on the memfd.
 struct backing_span {
@@ -113,4 +113,4 @@ class memory_backing {
     bool _fork_protection = false;
 };
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -1,14 +1,14 @@
-#include "memory_window.hh"
+#include "verbs_shim/memory_window.hh"
 
 #include <cerrno>
 #include <cstdlib>
 #include <type_traits>
 
-#include "context.hh"
-#include "pd.hh"
 #include "verbs_abi/protocol.hh"
+#include "verbs_shim/context.hh"
+#include "verbs_shim/pd.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 namespace proto = verbs_proto;
 
@@ -86,4 +86,4 @@ int bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind) {
     return 0;
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 struct shim_context;
 
@@ -29,4 +29,4 @@ int dealloc_mw(ibv_mw* mw);
 // with IBV_WC_MW_BIND_ERR and the program puts the old rkey back).
 int bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind);
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -1,9 +1,9 @@
-#include "names.hh"
+#include "verbs_shim/names.hh"
 
 #include <cstddef>
 #include <iterator>
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 namespace {
 
@@ -140,4 +140,4 @@ ibv_rate mbps_to_rate(int mbps) {
     return IBV_RATE_MAX;
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -5,7 +5,7 @@
 
 #include <infiniband/verbs.h>
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 const char* node_type_name(ibv_node_type type);
 const char* port_state_name(ibv_port_state state);
@@ -17,4 +17,4 @@ ibv_rate mult_to_rate(int mult);
 int rate_to_mbps(ibv_rate rate);
 ibv_rate mbps_to_rate(int mbps);
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

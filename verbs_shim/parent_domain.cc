@@ -1,13 +1,13 @@
-#include "parent_domain.hh"
+#include "verbs_shim/parent_domain.hh"
 
 #include <cerrno>
 #include <cstdlib>
 
-#include "context.hh"
-#include "debug.hh"
-#include "pd.hh"
+#include "verbs_shim/context.hh"
+#include "verbs_shim/debug.hh"
+#include "verbs_shim/pd.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 namespace {
 
@@ -112,4 +112,4 @@ shim_pd* to_parent_domain(ibv_pd* pd, ibv_context* context) {
     return p != nullptr && p->protection != nullptr && pd->context == context ? p : nullptr;
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -22,7 +22,7 @@
 
 #include <cstdint>
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 struct shim_pd;
 
@@ -47,4 +47,4 @@ int dealloc_parent_domain(shim_pd& parent);
 // For ibv_create_cq_ex's IBV_CQ_INIT_ATTR_MASK_PD: a parent domain of `context`, or nullptr.
 shim_pd* to_parent_domain(ibv_pd* pd, ibv_context* context);
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -1,16 +1,16 @@
-#include "pd.hh"
+#include "verbs_shim/pd.hh"
 
 #include <cerrno>
 #include <cstdlib>
 #include <new>
 #include <type_traits>
 
-#include "context.hh"
-#include "debug.hh"
-#include "parent_domain.hh"
 #include "verbs_abi/protocol.hh"
+#include "verbs_shim/context.hh"
+#include "verbs_shim/debug.hh"
+#include "verbs_shim/parent_domain.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 namespace proto = verbs_proto;
 
@@ -277,4 +277,4 @@ void enable_fork_protection() {
     memory_backing::process().set_fork_protection(true);
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

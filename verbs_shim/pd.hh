@@ -11,9 +11,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "memory_backing.hh"
+#include "verbs_shim/memory_backing.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 struct shim_context;
 
@@ -60,4 +60,4 @@ int rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, std::size_t length, 
 // ibv_fork_init(): from now on registered pages are MADV_DONTFORK.
 void enable_fork_protection();
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -1,4 +1,4 @@
-#include "post.hh"
+#include "verbs_shim/post.hh"
 
 #include <unistd.h>
 
@@ -6,16 +6,16 @@
 #include <cerrno>
 #include <cstring>
 
-#include "ah.hh"
-#include "context.hh"
-#include "memory_window.hh"
-#include "pd.hh"
-#include "qp.hh"
 #include "verbs_abi/protocol.hh"
 #include "verbs_abi/rings.hh"
 #include "verbs_abi/stored_enum.hh"
+#include "verbs_shim/ah.hh"
+#include "verbs_shim/context.hh"
+#include "verbs_shim/memory_window.hh"
+#include "verbs_shim/pd.hh"
+#include "verbs_shim/qp.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 namespace proto = verbs_proto;
 
@@ -347,4 +347,4 @@ int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     return error;
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -14,7 +14,7 @@
 
 #include "verbs_abi/rings.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 struct shim_qp;
 
@@ -37,4 +37,4 @@ void ring_doorbell_if_wanted(const shim_qp& q);
 bool send_queue_open(int state);
 bool recv_queue_open(int state);
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

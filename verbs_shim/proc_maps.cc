@@ -1,4 +1,4 @@
-#include "proc_maps.hh"
+#include "verbs_shim/proc_maps.hh"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <charconv>
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 namespace {
 
@@ -171,4 +171,4 @@ bool read_smaps(std::vector<vma>& out) {
     return read_mappings("/proc/self/smaps", out);
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

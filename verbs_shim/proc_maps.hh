@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 struct vma {
     uintptr_t start = 0;
@@ -51,4 +51,4 @@ bool read_maps(std::vector<vma>& out);
 // `dont_dump`). Slower: the kernel counts every mapping's pages for it.
 bool read_smaps(std::vector<vma>& out);
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -1,4 +1,4 @@
-#include "qp.hh"
+#include "verbs_shim/qp.hh"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -10,16 +10,16 @@
 #include <new>
 #include <type_traits>
 
-#include "context.hh"
-#include "cq.hh"
-#include "debug.hh"
-#include "pd.hh"
-#include "qp_ex.hh"
-#include "srq.hh"
 #include "verbs_abi/qp_attr_wire.hh"
 #include "verbs_abi/stored_enum.hh"
+#include "verbs_shim/context.hh"
+#include "verbs_shim/cq.hh"
+#include "verbs_shim/debug.hh"
+#include "verbs_shim/pd.hh"
+#include "verbs_shim/qp_ex.hh"
+#include "verbs_shim/srq.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 namespace proto = verbs_proto;
 using verbs_proto::from_wire;
@@ -429,4 +429,4 @@ int destroy_qp(ibv_qp* qp) {
     return 0;
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

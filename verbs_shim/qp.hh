@@ -24,7 +24,7 @@
 
 #include "verbs_abi/rings.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 struct shim_context;
 struct qp_ex_state;
@@ -73,4 +73,4 @@ int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask);
 int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr);
 int destroy_qp(ibv_qp* qp);
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -1,17 +1,17 @@
-#include "qp_ex.hh"
+#include "verbs_shim/qp_ex.hh"
 
 #include <cerrno>
 #include <cstring>
 #include <mutex>
 #include <new>
 
-#include "context.hh"
-#include "device_death.hh"
-#include "post.hh"
-#include "qp.hh"
 #include "verbs_abi/rings.hh"
+#include "verbs_shim/context.hh"
+#include "verbs_shim/device_death.hh"
+#include "verbs_shim/post.hh"
+#include "verbs_shim/qp.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 namespace proto = verbs_proto;
 
@@ -415,4 +415,4 @@ ibv_qp_ex* qp_to_qp_ex(ibv_qp* qp) {
     return q != nullptr && q->ex != nullptr ? &q->qp_ex : nullptr;
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -28,7 +28,7 @@
 
 #include <cstdint>
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 struct shim_qp;
 struct qp_ex_state;
@@ -48,4 +48,4 @@ void release_qp_ex(shim_qp& q);
 // libibverbs).
 ibv_qp_ex* qp_to_qp_ex(ibv_qp* qp);
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

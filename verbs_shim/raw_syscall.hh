@@ -9,7 +9,7 @@
 
 #include <cerrno>
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 inline long raw_syscall(long number, long a1 = 0, long a2 = 0, long a3 = 0, long a4 = 0,
                         long a5 = 0, long a6 = 0) {
@@ -30,4 +30,4 @@ inline long raw_syscall(long number, long a1 = 0, long a2 = 0, long a3 = 0, long
 #endif
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

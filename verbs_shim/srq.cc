@@ -1,4 +1,4 @@
-#include "srq.hh"
+#include "verbs_shim/srq.hh"
 
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -11,12 +11,12 @@
 #include <new>
 #include <type_traits>
 
-#include "context.hh"
-#include "debug.hh"
-#include "device_death.hh"
-#include "pd.hh"
+#include "verbs_shim/context.hh"
+#include "verbs_shim/debug.hh"
+#include "verbs_shim/device_death.hh"
+#include "verbs_shim/pd.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 namespace proto = verbs_proto;
 
@@ -301,4 +301,4 @@ int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     return error;
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

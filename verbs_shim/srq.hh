@@ -24,7 +24,7 @@
 
 #include "verbs_abi/rings.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 struct shim_context;
 
@@ -59,4 +59,4 @@ int destroy_srq(ibv_srq* srq);
 // ops.post_srq_recv (the inline ibv_post_srq_recv).
 int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

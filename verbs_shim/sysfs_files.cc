@@ -1,4 +1,4 @@
-#include "sysfs_files.hh"
+#include "verbs_shim/sysfs_files.hh"
 
 #include <fcntl.h>
 #include <net/if.h>
@@ -10,10 +10,10 @@
 #include <cstring>
 #include <string_view>
 
-#include "device.hh"
-#include "discovery.hh"
+#include "verbs_shim/device.hh"
+#include "verbs_shim/discovery.hh"
 
-namespace jakiro::shim::sysfs_files {
+namespace jakiro::verbs_shim::sysfs_files {
 
 namespace {
 
@@ -169,4 +169,4 @@ int open_attribute(const std::string& text, int flags) {
     return fd;
 }
 
-}  // namespace jakiro::shim::sysfs_files
+}  // namespace jakiro::verbs_shim::sysfs_files

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-namespace jakiro::shim::sysfs_files {
+namespace jakiro::verbs_shim::sysfs_files {
 
 constexpr const char* infiniband_class = "/sys/class/infiniband/";
 
@@ -43,4 +43,4 @@ bool directory_entries(const char* path, std::vector<dir_entry>& entries);
 // open(2) of the sysfs file would give; -1 with errno set if the text cannot be served.
 int open_attribute(const std::string& text, int flags);
 
-}  // namespace jakiro::shim::sysfs_files
+}  // namespace jakiro::verbs_shim::sysfs_files

@@ -1,4 +1,4 @@
-#include "ucma_device.hh"
+#include "verbs_shim/ucma_device.hh"
 
 #include <fcntl.h>
 #include <rdma/rdma_user_cm.h>
@@ -15,12 +15,12 @@
 #include <unordered_map>
 #include <vector>
 
-#include "channel.hh"
-#include "discovery.hh"
 #include "verbs_abi/cm_protocol.hh"
 #include "verbs_abi/fd_passing.hh"
+#include "verbs_shim/channel.hh"
+#include "verbs_shim/discovery.hh"
 
-namespace jakiro::shim::ucma {
+namespace jakiro::verbs_shim::ucma {
 
 namespace {
 
@@ -394,4 +394,4 @@ ssize_t write_command(int fd, const void* buf, std::size_t len) {
     return static_cast<ssize_t>(len);
 }
 
-}  // namespace jakiro::shim::ucma
+}  // namespace jakiro::verbs_shim::ucma

@@ -14,7 +14,7 @@
 
 #include <cstddef>
 
-namespace jakiro::shim::ucma {
+namespace jakiro::verbs_shim::ucma {
 
 constexpr const char* device_path = "/dev/infiniband/rdma_cm";
 
@@ -27,4 +27,4 @@ ssize_t write_command(int fd, const void* buf, std::size_t len);
 // The program closes `fd` (before the descriptor itself is closed).
 void forget(int fd);
 
-}  // namespace jakiro::shim::ucma
+}  // namespace jakiro::verbs_shim::ucma

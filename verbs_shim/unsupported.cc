@@ -4,9 +4,9 @@
 
 #include <cerrno>
 
-#include "context.hh"
+#include "verbs_shim/context.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 
 namespace {
 
@@ -122,4 +122,4 @@ void fill_unsupported_ops(verbs_context& v) {
     v._ABI_placeholder3 = 0;
 }
 
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

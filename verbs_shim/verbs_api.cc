@@ -25,15 +25,15 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "ah.hh"
-#include "context.hh"
-#include "cq.hh"
-#include "device.hh"
-#include "names.hh"
-#include "pd.hh"
-#include "qp.hh"
-#include "qp_ex.hh"
-#include "srq.hh"
+#include "verbs_shim/ah.hh"
+#include "verbs_shim/context.hh"
+#include "verbs_shim/cq.hh"
+#include "verbs_shim/device.hh"
+#include "verbs_shim/names.hh"
+#include "verbs_shim/pd.hh"
+#include "verbs_shim/qp.hh"
+#include "verbs_shim/qp_ex.hh"
+#include "verbs_shim/srq.hh"
 
 // verbs.h turns these into inline wrappers; we define the real symbols.
 #undef ibv_query_port
@@ -45,7 +45,7 @@
 
 namespace {
 
-using namespace jakiro::shim;
+using namespace jakiro::verbs_shim;
 
 template <typename T>
 T* fail_null(int error = EOPNOTSUPP) {

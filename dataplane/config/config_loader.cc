@@ -1,5 +1,5 @@
-#include "config_loader.hh"
-#include "qos_units.hh"
+#include "dataplane/config/config_loader.hh"
+#include "dataplane/config/qos_units.hh"
 
 #include <yaml-cpp/yaml.h>
 

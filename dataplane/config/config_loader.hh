@@ -8,7 +8,7 @@
 #include <variant>
 #include <vector>
 
-#include "host_config.hh"
+#include "dataplane/config/host_config.hh"
 
 namespace jakiro {
 

@@ -1,4 +1,4 @@
-#include "host_config.hh"
+#include "dataplane/config/host_config.hh"
 
 #include <arpa/inet.h>
 

@@ -1,4 +1,4 @@
-#include "qos_units.hh"
+#include "dataplane/config/qos_units.hh"
 
 #include <cctype>
 #include <string>

@@ -1,4 +1,4 @@
-#include "command_socket.hh"
+#include "dataplane/control/command_socket.hh"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

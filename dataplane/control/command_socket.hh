@@ -24,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "socket_path.hh"
+#include "dataplane/control/socket_path.hh"
 
 namespace jakiro {
 

@@ -1,4 +1,4 @@
-#include "control_server.hh"
+#include "dataplane/control/control_server.hh"
 
 #include <unistd.h>
 
@@ -11,11 +11,11 @@
 
 #include <rte_ethdev.h>
 
-#include "../config/config_loader.hh"
-#include "../log.hh"
-#include "../ports.hh"
-#include "../service/notify.hh"
-#include "reports.hh"
+#include "dataplane/config/config_loader.hh"
+#include "dataplane/control/reports.hh"
+#include "dataplane/log.hh"
+#include "dataplane/ports.hh"
+#include "dataplane/service/notify.hh"
 #include "rnic/engine.hh"
 
 namespace jakiro {

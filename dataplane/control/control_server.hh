@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "command_socket.hh"
-#include "daemon_state.hh"
-#include "host_manager.hh"
-#include "metrics.hh"
-#include "stats_snapshot.hh"
+#include "dataplane/control/command_socket.hh"
+#include "dataplane/control/daemon_state.hh"
+#include "dataplane/control/host_manager.hh"
+#include "dataplane/control/metrics.hh"
+#include "dataplane/control/stats_snapshot.hh"
 
 namespace jakiro {
 

@@ -11,15 +11,15 @@
 #include <string>
 #include <vector>
 
-#include "../config/host_config.hh"
-#include "../overlay/underlay_neighbors.hh"
-#include "../tables_publisher.hh"
-#include "../worker/worker_context.hh"
-#include "restart_record.hh"
+#include "dataplane/config/host_config.hh"
+#include "dataplane/control/restart_record.hh"
+#include "dataplane/overlay/underlay_neighbors.hh"
+#include "dataplane/tables_publisher.hh"
+#include "dataplane/worker/worker_context.hh"
 
 namespace jakiro {
 
-namespace roce {
+namespace rnic {
 class engine;
 }
 namespace verbs {

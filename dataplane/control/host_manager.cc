@@ -1,16 +1,16 @@
-#include "host_manager.hh"
+#include "dataplane/control/host_manager.hh"
 
 #include <rte_ethdev.h>
 
 #include <set>
 #include <sstream>
 
-#include "../ports.hh"
-#include "rdma_host_limits.hh"
-#include "restart_report.hh"
+#include "dataplane/control/rdma_host_limits.hh"
+#include "dataplane/control/restart_report.hh"
+#include "dataplane/control/table_builder.hh"
+#include "dataplane/control/worker_assignment.hh"
+#include "dataplane/ports.hh"
 #include "rnic/verbs/channel_server.hh"
-#include "table_builder.hh"
-#include "worker_assignment.hh"
 
 namespace jakiro {
 

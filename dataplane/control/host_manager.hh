@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "daemon_state.hh"
-#include "vnic.hh"
+#include "dataplane/control/daemon_state.hh"
+#include "dataplane/control/vnic.hh"
 
 namespace jakiro {
 

@@ -1,8 +1,8 @@
-#include "metric_reference.hh"
+#include "dataplane/control/metric_reference.hh"
 
 #include <cctype>
 
-#include "metric_table.hh"
+#include "dataplane/control/metric_table.hh"
 
 namespace jakiro {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "stats_snapshot.hh"
+#include "dataplane/control/stats_snapshot.hh"
 
 namespace jakiro {
 

@@ -1,11 +1,11 @@
-#include "metrics.hh"
+#include "dataplane/control/metrics.hh"
 
 #include <prometheus/text_serializer.h>
 
 #include <sstream>
 
-#include "metric_table.hh"
-#include "restart_report.hh"
+#include "dataplane/control/metric_table.hh"
+#include "dataplane/control/restart_report.hh"
 
 namespace jakiro {
 

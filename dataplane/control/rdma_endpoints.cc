@@ -1,9 +1,9 @@
-#include "rdma_endpoints.hh"
+#include "dataplane/control/rdma_endpoints.hh"
 
-namespace jakiro::verbs {
+namespace jakiro {
 
-vnic_quota quota_of(const rdma_config& rdma) {
-    vnic_quota q;
+verbs::vnic_quota quota_of(const rdma_config& rdma) {
+    verbs::vnic_quota q;
     q.max_qps = rdma.max_qps;
     q.max_pds = rdma.max_pds;
     q.max_mrs = rdma.max_mrs;
@@ -21,25 +21,25 @@ vnic_quota quota_of(const rdma_config& rdma) {
     return q;
 }
 
-endpoint_config endpoint_of(const vnic_config& vnic, uint16_t slot, uint8_t worker) {
-    endpoint_config e;
+verbs::endpoint_config endpoint_of(const vnic_config& vnic, uint16_t slot, uint8_t worker) {
+    verbs::endpoint_config e;
     e.identity = {vnic.name, vnic.mac, vnic.ip.address, slot, quota_of(vnic.rdma), worker};
     e.netns = vnic.netns;
     e.port = vnic.port;
     return e;
 }
 
-std::vector<endpoint_config> endpoints_of(const host_config& config,
-                                          const std::vector<uint16_t>& slots) {
-    std::vector<endpoint_config> out;
+std::vector<verbs::endpoint_config> endpoints_of(const host_config& config,
+                                                 const std::vector<uint16_t>& slots) {
+    std::vector<verbs::endpoint_config> out;
     for (std::size_t i = 0; i < config.vnics.size() && i < slots.size(); ++i) {
         out.push_back(endpoint_of(config.vnics[i], slots[i]));
     }
     return out;
 }
 
-channel_config make_channel_config(const host_config& config) {
-    channel_config out;
+verbs::channel_config make_channel_config(const host_config& config) {
+    verbs::channel_config out;
     out.host_name = config.name;
     out.tenant_mtu = config.tenant_mtu();
     std::vector<uint16_t> slots;
@@ -50,4 +50,4 @@ channel_config make_channel_config(const host_config& config) {
     return out;
 }
 
-}  // namespace jakiro::verbs
+}  // namespace jakiro

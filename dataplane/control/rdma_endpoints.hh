@@ -5,19 +5,19 @@
 #include <cstdint>
 #include <vector>
 
-#include "../config/host_config.hh"
+#include "dataplane/config/host_config.hh"
 #include "rnic/verbs/channel_server.hh"
 
-namespace jakiro::verbs {
+namespace jakiro {
 
 // A vNIC's YAML `rdma:` quota as vnic_resources takes it (at startup, and on `apply`).
-vnic_quota quota_of(const rdma_config& rdma);
+verbs::vnic_quota quota_of(const rdma_config& rdma);
 // The RDMA face of `vnic`, in the datapath slot host_manager gave it, its QPs run by the
 // engine of `worker`, the vNIC's owner.
-endpoint_config endpoint_of(const vnic_config& vnic, uint16_t slot, uint8_t worker = 0);
+verbs::endpoint_config endpoint_of(const vnic_config& vnic, uint16_t slot, uint8_t worker = 0);
 // The RDMA faces of a host configuration, by the datapath slots host_manager gave the vNICs.
-std::vector<endpoint_config> endpoints_of(const host_config& config,
-                                          const std::vector<uint16_t>& slots);
-channel_config make_channel_config(const host_config& config);  // slots 0..n-1
+std::vector<verbs::endpoint_config> endpoints_of(const host_config& config,
+                                                 const std::vector<uint16_t>& slots);
+verbs::channel_config make_channel_config(const host_config& config);  // slots 0..n-1
 
-}  // namespace jakiro::verbs
+}  // namespace jakiro

@@ -1,15 +1,15 @@
-#include "rdma_engines.hh"
+#include "dataplane/control/rdma_engines.hh"
 
 namespace jakiro {
 
-std::vector<roce::qp_report> report_qps(const daemon_state& state,
-                                        std::vector<roce::qp_report>* retired) {
-    std::vector<roce::qp_report> qps;
+std::vector<rnic::qp_report> report_qps(const daemon_state& state,
+                                        std::vector<rnic::qp_report>* retired) {
+    std::vector<rnic::qp_report> qps;
     for (const worker_context* w : state.workers) {
         if (w->engine == nullptr) {
             continue;
         }
-        std::vector<roce::qp_report> its_retired;
+        std::vector<rnic::qp_report> its_retired;
         auto its = w->engine->report(retired != nullptr ? &its_retired : nullptr);
         qps.insert(qps.end(), its.begin(), its.end());
         if (retired != nullptr) {
@@ -25,7 +25,7 @@ engine_summary sum_engines(const daemon_state& state) {
         if (w->engine == nullptr) {
             continue;
         }
-        const roce::engine_counters& c = w->engine->counters();
+        const rnic::engine_counters& c = w->engine->counters();
         ++out.engines;
         out.totals.received += c.received.load(std::memory_order_relaxed);
         out.totals.sent += c.sent.load(std::memory_order_relaxed);

@@ -1,4 +1,4 @@
-#include "rdma_host_limits.hh"
+#include "dataplane/control/rdma_host_limits.hh"
 
 #include <sys/resource.h>
 

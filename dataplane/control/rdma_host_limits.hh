@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <string>
 
-#include "../config/host_config.hh"
+#include "dataplane/config/host_config.hh"
 #include "rnic/queues/host_reserve.hh"
 
 namespace jakiro {

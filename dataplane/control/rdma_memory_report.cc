@@ -1,4 +1,4 @@
-#include "rdma_memory_report.hh"
+#include "dataplane/control/rdma_memory_report.hh"
 
 #include "rnic/verbs/channel_server.hh"
 

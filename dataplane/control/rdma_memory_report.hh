@@ -6,10 +6,10 @@
 #include <cstdint>
 #include <optional>
 
-#include "daemon_state.hh"
-#include "json_writer.hh"
+#include "dataplane/control/daemon_state.hh"
+#include "dataplane/control/json_writer.hh"
+#include "dataplane/control/stats_snapshot.hh"
 #include "rnic/verbs/resources.hh"
-#include "stats_snapshot.hh"
 
 namespace jakiro {
 

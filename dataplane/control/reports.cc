@@ -1,5 +1,5 @@
-#include "reports.hh"
-#include "restart_report.hh"
+#include "dataplane/control/reports.hh"
+#include "dataplane/control/restart_report.hh"
 
 #include <rte_cycles.h>
 #include <rte_ethdev.h>
@@ -9,10 +9,10 @@
 #include <sstream>
 #include <string_view>
 
-#include "../ports.hh"
-#include "control_plane_report.hh"
-#include "json_writer.hh"
-#include "rdma_memory_report.hh"
+#include "dataplane/control/control_plane_report.hh"
+#include "dataplane/control/json_writer.hh"
+#include "dataplane/control/rdma_memory_report.hh"
+#include "dataplane/ports.hh"
 
 namespace jakiro {
 
@@ -46,7 +46,7 @@ void write_datapath(const datapath_totals& totals, json_writer& out, std::ostrin
 #define JAKIRO_DATAPATH_COUNTER(name) \
     out.value(#name, totals.name);    \
     text << "  " << #name << " " << totals.name << "\n";
-#include "datapath_counters.def"
+#include "dataplane/control/datapath_counters.def"
 #undef JAKIRO_DATAPATH_COUNTER
 }
 
@@ -247,7 +247,7 @@ std::string render_stats(const stats_snapshot& snapshot, bool json) {
         const vnic_bounds& bounds = v.bounds;
         out.begin_object(v.name);
 #define JAKIRO_VNIC_COUNTER(name, field) out.value(#name, v.name);
-#include "vnic_counters.def"
+#include "dataplane/control/vnic_counters.def"
 #undef JAKIRO_VNIC_COUNTER
         out.value("conntrack_flows", bounds.flows)
             .value("max_flows", bounds.max_flows)
@@ -471,13 +471,13 @@ std::string render_qps(const stats_snapshot& snapshot, const std::string& vnic, 
              << ", policy rechecks " << c.rechecks << ", QPs revoked " << c.qps_revoked << " ("
              << c.engines << (c.engines == 1 ? " engine)" : " engines)");
         out.begin_object("drops");
-        for (std::size_t d = 0; d < static_cast<std::size_t>(roce::engine_drop::count); ++d) {
-            const auto reason = static_cast<roce::engine_drop>(d);
+        for (std::size_t d = 0; d < static_cast<std::size_t>(rnic::engine_drop::count); ++d) {
+            const auto reason = static_cast<rnic::engine_drop>(d);
             const uint64_t n = c.drops[d];
-            out.value(roce::engine_drop_name(reason), n);
+            out.value(rnic::engine_drop_name(reason), n);
             if (n > 0) {
-                text << "\n  drop " << roce::engine_drop_name(reason) << ": " << n << " ("
-                     << roce::engine_drop_text(reason) << ")";
+                text << "\n  drop " << rnic::engine_drop_name(reason) << ": " << n << " ("
+                     << rnic::engine_drop_text(reason) << ")";
             }
         }
         out.end_object();

@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "daemon_state.hh"
-#include "stats_snapshot.hh"
+#include "dataplane/control/daemon_state.hh"
+#include "dataplane/control/stats_snapshot.hh"
 
 namespace jakiro {
 

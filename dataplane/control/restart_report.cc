@@ -1,4 +1,4 @@
-#include "restart_report.hh"
+#include "dataplane/control/restart_report.hh"
 
 #include <algorithm>
 #include <optional>

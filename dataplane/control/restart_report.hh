@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "json_writer.hh"
-#include "restart_record.hh"
+#include "dataplane/control/json_writer.hh"
+#include "dataplane/control/restart_record.hh"
 
 namespace jakiro {
 

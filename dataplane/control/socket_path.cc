@@ -1,4 +1,4 @@
-#include "socket_path.hh"
+#include "dataplane/control/socket_path.hh"
 
 #include <sys/socket.h>
 #include <sys/stat.h>

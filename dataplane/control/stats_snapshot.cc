@@ -1,22 +1,22 @@
-#include "stats_snapshot.hh"
+#include "dataplane/control/stats_snapshot.hh"
 
 #include <rte_ethdev.h>
 
 #include <chrono>
 
-#include "../ports.hh"
-#include "../shaping/egress_shaper.hh"
-#include "../shaping/ingress_policer.hh"
-#include "../vnet_face/face_registry.hh"
-#include "daemon_state.hh"
-#include "rdma_engines.hh"
-#include "rdma_memory_report.hh"
+#include "dataplane/control/daemon_state.hh"
+#include "dataplane/control/rdma_engines.hh"
+#include "dataplane/control/rdma_memory_report.hh"
+#include "dataplane/ports.hh"
+#include "dataplane/shaping/egress_shaper.hh"
+#include "dataplane/shaping/ingress_policer.hh"
+#include "dataplane/vnet_face/face_registry.hh"
 
 namespace jakiro {
 
 // ---------------------------------------------------------------- QP totals
 
-qp_totals::sums qp_totals::of(const roce::qp_report& q) {
+qp_totals::sums qp_totals::of(const rnic::qp_report& q) {
     sums s{};
 #define JAKIRO_QP_COUNTER(name) s[name] = q.name;
 #include "rnic/qp_counters.def"
@@ -25,7 +25,7 @@ qp_totals::sums qp_totals::of(const roce::qp_report& q) {
 }
 
 std::map<uint16_t, qp_totals::sums> qp_totals::by_vnic(
-    const std::vector<roce::qp_report>& live, const std::vector<roce::qp_report>& retired) {
+    const std::vector<rnic::qp_report>& live, const std::vector<rnic::qp_report>& retired) {
     std::map<uint16_t, sums> out;
     for (const auto* rows : {&live, &retired}) {
         for (const auto& q : *rows) {
@@ -59,14 +59,14 @@ uint64_t resolved_neighbors(const daemon_state& state) {
 datapath_totals datapath_of(const lcore_counters& c) {
     datapath_totals t;
 #define JAKIRO_DATAPATH_COUNTER(name) t.name = c.name.read();
-#include "datapath_counters.def"
+#include "dataplane/control/datapath_counters.def"
 #undef JAKIRO_DATAPATH_COUNTER
     return t;
 }
 
 void add(datapath_totals& total, const datapath_totals& more) {
 #define JAKIRO_DATAPATH_COUNTER(name) total.name += more.name;
-#include "datapath_counters.def"
+#include "dataplane/control/datapath_counters.def"
 #undef JAKIRO_DATAPATH_COUNTER
 }
 
@@ -103,7 +103,7 @@ vnic_bounds bounds_of(const daemon_state& state, uint16_t slot) {
             b.max_local_work_rate = tables.vnics[slot].rdma_local_work_rate;
         }
     });
-    b.packet_buffers = vnet::superframe_charges().held(slot);
+    b.packet_buffers = vnet_face::superframe_charges().held(slot);
     if (const egress_shaper* shaper = state.shaper_of(slot)) {
         b.qos_queue_drops = shaper->counters(slot).tcp_queue_drops.read();
     }
@@ -125,7 +125,7 @@ std::vector<vnic_snapshot> vnics_of(const daemon_state& state,
         for (const auto* worker : state.workers) {
             const vnic_counters& c = worker->counters.vnics[slot];
 #define JAKIRO_VNIC_COUNTER(name, field) v.name += c.field.read();
-#include "vnic_counters.def"
+#include "dataplane/control/vnic_counters.def"
 #undef JAKIRO_VNIC_COUNTER
         }
         v.bounds = bounds_of(state, slot);
@@ -323,7 +323,7 @@ stats_snapshot collect_stats(const daemon_state& state, const control_counters& 
     s.neighbors_resolved = resolved_neighbors(state);
     s.ports = ports_of(state);
 
-    std::vector<roce::qp_report> retired;
+    std::vector<rnic::qp_report> retired;
     s.qps = report_qps(state, &retired);
     s.vnics = vnics_of(state, qp_totals::by_vnic(s.qps, retired));
     s.rules = rules_of(state);

@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "../drops.hh"
+#include "dataplane/control/restart_record.hh"
+#include "dataplane/drops.hh"
 #include "qos/config.hh"
 #include "qos/ingress_meter.hh"
 #include "qos/scheduler.hh"
-#include "restart_record.hh"
 #include "rnic/engine.hh"
 #include "rnic/verbs/channel_server.hh"
 #include "rnic/verbs/resources.hh"
@@ -41,10 +41,10 @@ struct qp_totals {
     };
     using sums = std::array<uint64_t, field_count>;
 
-    static sums of(const roce::qp_report& qp);
+    static sums of(const rnic::qp_report& qp);
     // What every QP of each vNIC slot has counted: the live rows and the retired ones.
-    static std::map<uint16_t, sums> by_vnic(const std::vector<roce::qp_report>& live,
-                                            const std::vector<roce::qp_report>& retired);
+    static std::map<uint16_t, sums> by_vnic(const std::vector<rnic::qp_report>& live,
+                                            const std::vector<rnic::qp_report>& retired);
 };
 
 // What the control side counts about itself.
@@ -58,7 +58,7 @@ struct control_counters {
 // datapath_counters.def. A host's totals are the workers' sums.
 struct datapath_totals {
 #define JAKIRO_DATAPATH_COUNTER(name) uint64_t name = 0;
-#include "datapath_counters.def"
+#include "dataplane/control/datapath_counters.def"
 #undef JAKIRO_DATAPATH_COUNTER
 };
 
@@ -100,7 +100,7 @@ struct vnic_snapshot {
     // Its Ethernet face (from the tenant, to it), drops, security groups (let in, let out,
     // refused) and RDMA face (received for it, sent by it): vnic_counters.def.
 #define JAKIRO_VNIC_COUNTER(name, field) uint64_t name = 0;
-#include "vnic_counters.def"
+#include "dataplane/control/vnic_counters.def"
 #undef JAKIRO_VNIC_COUNTER
     vnic_bounds bounds;
     qp_totals::sums qps{};                            // its QPs' counters, live and destroyed
@@ -156,7 +156,7 @@ struct qos_vnic_snapshot {
 struct engine_snapshot {
     unsigned engines = 0;
     uint64_t received = 0, sent = 0, doorbells = 0, rechecks = 0, qps_revoked = 0;
-    std::array<uint64_t, roce::engine_drop_count> drops{};
+    std::array<uint64_t, rnic::engine_drop_count> drops{};
 };
 
 // The vNICs' RDMA faces (verbs channel server).
@@ -186,7 +186,7 @@ struct stats_snapshot {
     std::array<uint64_t, drop_reason_count> drops{};
     std::vector<worker_snapshot> workers;
     std::vector<qos_vnic_snapshot> qos;     // shaped vNICs, in the configuration's order
-    std::vector<roce::qp_report> qps;       // live QPs
+    std::vector<rnic::qp_report> qps;       // live QPs
     std::optional<engine_snapshot> engine;  // when the daemon runs engines
     std::optional<verbs_snapshot> rdma;     // when it serves RDMA faces
     control_counters control;

@@ -1,10 +1,10 @@
-#include "table_builder.hh"
+#include "dataplane/control/table_builder.hh"
 
 #include <rte_byteorder.h>
 
 #include <cstring>
 
-#include "vnic_limits.hh"
+#include "dataplane/control/vnic_limits.hh"
 
 namespace jakiro {
 
@@ -144,8 +144,9 @@ std::unique_ptr<datapath_tables> build_tables(const host_config& config,
                                         vnics_of_worker[view.worker % max_workers]);
         view.rdma_local_work_rate = vnic.rdma.max_local_work_rate;
         view.max_packet_rate = packet_rate_allowance(vnic.limits);
-        view.max_packet_buffers = packet_buffer_allowance(
-            vnic.limits, vnet::superframe_pool_buffers, static_cast<uint32_t>(config.vnics.size()));
+        view.max_packet_buffers =
+            packet_buffer_allowance(vnic.limits, vnet_face::superframe_pool_buffers,
+                                    static_cast<uint32_t>(config.vnics.size()));
         tables->vnics[slot] = view;
         tables->qos[slot] = vnic.qos;
         tables->active_slots.push_back(slot);

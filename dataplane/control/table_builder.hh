@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "../config/host_config.hh"
-#include "../counters.hh"
-#include "../overlay/underlay_neighbors.hh"
-#include "../tables.hh"
+#include "dataplane/config/host_config.hh"
+#include "dataplane/counters.hh"
+#include "dataplane/overlay/underlay_neighbors.hh"
+#include "dataplane/tables.hh"
 #include "secgroup/compiler.hh"
 
 namespace jakiro {

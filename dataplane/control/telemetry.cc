@@ -1,4 +1,4 @@
-#include "telemetry.hh"
+#include "dataplane/control/telemetry.hh"
 
 #include <rte_telemetry.h>
 
@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "control_server.hh"
+#include "dataplane/control/control_server.hh"
 
 namespace jakiro {
 

@@ -1,11 +1,11 @@
-#include "vnic.hh"
+#include "dataplane/control/vnic.hh"
 
 #include <rte_dev.h>
 #include <rte_ethdev.h>
 
-#include "../ports.hh"
-#include "../vnet_face/face_registry.hh"
-#include "rdma_endpoints.hh"
+#include "dataplane/control/rdma_endpoints.hh"
+#include "dataplane/ports.hh"
+#include "dataplane/vnet_face/face_registry.hh"
 #include "rnic/verbs/channel_server.hh"
 
 namespace jakiro {
@@ -22,7 +22,7 @@ std::unique_ptr<vnic> vnic::open(const vnic_config& config, uint16_t slot, rte_m
 
 vnic::~vnic() {
     close_rdma_face();
-    if (vnet::is_face_port(_port)) {
+    if (vnet_face::is_face_port(_port)) {
         stop_port(_port);  // closes the face
         return;
     }
@@ -40,7 +40,7 @@ bool vnic::open_rdma_face(verbs::channel_server& server, const vnic_config& conf
     if (_rdma != nullptr && _rdma != &server) {
         close_rdma_face();
     }
-    if (!server.serve(verbs::endpoint_of(config, _slot, worker), error)) {
+    if (!server.serve(endpoint_of(config, _slot, worker), error)) {
         _rdma = nullptr;
         return false;
     }

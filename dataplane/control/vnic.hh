@@ -18,7 +18,7 @@
 #include <memory>
 #include <string>
 
-#include "../config/host_config.hh"
+#include "dataplane/config/host_config.hh"
 
 namespace jakiro {
 

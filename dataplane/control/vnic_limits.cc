@@ -1,4 +1,4 @@
-#include "vnic_limits.hh"
+#include "dataplane/control/vnic_limits.hh"
 
 #include <algorithm>
 

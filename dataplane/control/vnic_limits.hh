@@ -17,7 +17,7 @@
 
 #include <cstdint>
 
-#include "../config/host_config.hh"
+#include "dataplane/config/host_config.hh"
 
 namespace jakiro {
 

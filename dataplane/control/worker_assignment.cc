@@ -1,8 +1,8 @@
-#include "worker_assignment.hh"
+#include "dataplane/control/worker_assignment.hh"
 
 #include <array>
 
-#include "../config/host_config.hh"
+#include "dataplane/config/host_config.hh"
 
 namespace jakiro {
 

@@ -1,9 +1,9 @@
-#include "cluster_follower.hh"
+#include "dataplane/control_plane/cluster_follower.hh"
 
 #include <algorithm>
 
-#include "../log.hh"
-#include "host_view.hh"
+#include "dataplane/control_plane/host_view.hh"
+#include "dataplane/log.hh"
 
 namespace jakiro::control_plane {
 

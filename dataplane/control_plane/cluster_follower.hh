@@ -18,12 +18,12 @@
 #include <mutex>
 #include <set>
 
-#include "../control/control_plane_report.hh"
-#include "../control/daemon_state.hh"
-#include "../control/host_manager.hh"
-#include "cluster_records.hh"
-#include "etcd_agent.hh"
-#include "status.hh"
+#include "dataplane/control/control_plane_report.hh"
+#include "dataplane/control/daemon_state.hh"
+#include "dataplane/control/host_manager.hh"
+#include "dataplane/control_plane/cluster_records.hh"
+#include "dataplane/control_plane/etcd_agent.hh"
+#include "dataplane/control_plane/status.hh"
 
 namespace jakiro::control_plane {
 

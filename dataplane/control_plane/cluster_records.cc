@@ -1,4 +1,4 @@
-#include "cluster_records.hh"
+#include "dataplane/control_plane/cluster_records.hh"
 
 #include <yaml-cpp/yaml.h>
 

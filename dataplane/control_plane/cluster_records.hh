@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "../config/config_loader.hh"
-#include "key_schema.hh"
+#include "dataplane/config/config_loader.hh"
+#include "dataplane/control_plane/key_schema.hh"
 
 namespace jakiro::control_plane {
 

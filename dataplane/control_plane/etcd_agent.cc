@@ -1,7 +1,7 @@
-#include "etcd_agent.hh"
+#include "dataplane/control_plane/etcd_agent.hh"
 
-#include "../log.hh"
-#include "key_schema.hh"
+#include "dataplane/control_plane/key_schema.hh"
+#include "dataplane/log.hh"
 
 namespace jakiro::control_plane {
 

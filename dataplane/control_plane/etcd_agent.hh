@@ -29,9 +29,9 @@
 #include <string>
 #include <thread>
 
-#include "../config/host_config.hh"
-#include "cluster_records.hh"
-#include "etcd_client.hh"
+#include "dataplane/config/host_config.hh"
+#include "dataplane/control_plane/cluster_records.hh"
+#include "dataplane/control_plane/etcd_client.hh"
 
 namespace jakiro::control_plane {
 

@@ -1,8 +1,8 @@
-#include "etcd_client.hh"
+#include "dataplane/control_plane/etcd_client.hh"
 
 #include <grpcpp/grpcpp.h>
 
-#include "key_schema.hh"
+#include "dataplane/control_plane/key_schema.hh"
 
 namespace jakiro::control_plane {
 

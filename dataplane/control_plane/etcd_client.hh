@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "etcd_v3.grpc.pb.h"
+#include "dataplane/control_plane/etcd_v3.grpc.pb.h"
 
 namespace jakiro::control_plane {
 

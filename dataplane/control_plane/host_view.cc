@@ -1,4 +1,4 @@
-#include "host_view.hh"
+#include "dataplane/control_plane/host_view.hh"
 
 #include <map>
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "cluster_records.hh"
+#include "dataplane/control_plane/cluster_records.hh"
 
 namespace jakiro::control_plane {
 

@@ -1,4 +1,4 @@
-#include "key_schema.hh"
+#include "dataplane/control_plane/key_schema.hh"
 
 namespace jakiro::control_plane {
 

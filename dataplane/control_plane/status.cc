@@ -1,9 +1,9 @@
-#include "status.hh"
+#include "dataplane/control_plane/status.hh"
 
 #include <ctime>
 #include <sstream>
 
-#include "../control/json_writer.hh"
+#include "dataplane/control/json_writer.hh"
 
 namespace jakiro::control_plane {
 

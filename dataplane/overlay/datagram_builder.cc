@@ -1,4 +1,4 @@
-#include "datagram_builder.hh"
+#include "dataplane/overlay/datagram_builder.hh"
 
 #include <rte_ether.h>
 #include <rte_ip.h>
@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "udp_gso.hh"
+#include "dataplane/overlay/udp_gso.hh"
 
 namespace jakiro::overlay {
 

@@ -1,4 +1,4 @@
-#include "superframe.hh"
+#include "dataplane/overlay/superframe.hh"
 
 #include <rte_ethdev.h>
 #include <rte_ether.h>
@@ -11,8 +11,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "../internet_checksum.hh"
-#include "vxlan.hh"
+#include "dataplane/internet_checksum.hh"
+#include "dataplane/overlay/vxlan.hh"
 
 namespace jakiro::overlay {
 

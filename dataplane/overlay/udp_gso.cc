@@ -1,4 +1,4 @@
-#include "udp_gso.hh"
+#include "dataplane/overlay/udp_gso.hh"
 
 #include <rte_ether.h>
 #include <rte_ip.h>

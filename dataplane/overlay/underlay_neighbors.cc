@@ -1,4 +1,4 @@
-#include "underlay_neighbors.hh"
+#include "dataplane/overlay/underlay_neighbors.hh"
 
 namespace jakiro::overlay {
 

@@ -1,6 +1,6 @@
-#include "vlt.hh"
+#include "dataplane/overlay/vlt.hh"
 
-#include "../lookup_hash.hh"
+#include "dataplane/lookup_hash.hh"
 
 namespace jakiro::overlay {
 

@@ -1,4 +1,4 @@
-#include "vxlan.hh"
+#include "dataplane/overlay/vxlan.hh"
 
 #include <rte_hash_crc.h>
 

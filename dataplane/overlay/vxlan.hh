@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-#include "../drops.hh"
+#include "dataplane/drops.hh"
 
 namespace jakiro::overlay {
 

@@ -5,9 +5,9 @@
 
 #include <rte_mbuf.h>
 
-#include "../overlay/superframe.hh"
-#include "../tables.hh"
-#include "../worker/worker_context.hh"
+#include "dataplane/overlay/superframe.hh"
+#include "dataplane/tables.hh"
+#include "dataplane/worker/worker_context.hh"
 
 namespace jakiro {
 

@@ -1,19 +1,19 @@
-#include "egress.hh"
+#include "dataplane/pipeline/egress.hh"
 
 #include <rte_ip.h>
 
-#include "../arp.hh"
-#include "../overlay/superframe.hh"
-#include "../overlay/udp_gso.hh"
-#include "../overlay/vxlan.hh"
-#include "../port_io.hh"
-#include "../shaping/egress_shaper.hh"
-#include "../worker/clock.hh"
-#include "firewall.hh"
-#include "ipv4_check.hh"
-#include "local_delivery.hh"
-#include "roce_guard.hh"
-#include "to_remote_host.hh"
+#include "dataplane/arp.hh"
+#include "dataplane/overlay/superframe.hh"
+#include "dataplane/overlay/udp_gso.hh"
+#include "dataplane/overlay/vxlan.hh"
+#include "dataplane/pipeline/firewall.hh"
+#include "dataplane/pipeline/ipv4_check.hh"
+#include "dataplane/pipeline/local_delivery.hh"
+#include "dataplane/pipeline/roce_guard.hh"
+#include "dataplane/pipeline/to_remote_host.hh"
+#include "dataplane/port_io.hh"
+#include "dataplane/shaping/egress_shaper.hh"
+#include "dataplane/worker/clock.hh"
 
 #include <rte_cycles.h>
 

@@ -1,4 +1,4 @@
-#include "firewall.hh"
+#include "dataplane/pipeline/firewall.hh"
 
 #include <rte_icmp.h>
 #include <rte_tcp.h>

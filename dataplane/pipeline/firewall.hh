@@ -4,8 +4,8 @@
 
 #include <rte_ip.h>
 
-#include "../tables.hh"
-#include "../worker/worker_context.hh"
+#include "dataplane/tables.hh"
+#include "dataplane/worker/worker_context.hh"
 
 namespace jakiro {
 

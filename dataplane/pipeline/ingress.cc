@@ -1,20 +1,20 @@
-#include "ingress.hh"
+#include "dataplane/pipeline/ingress.hh"
 
 #include <rte_ip.h>
 
-#include "../arp.hh"
-#include "../overlay/superframe.hh"
-#include "../overlay/vxlan.hh"
-#include "../port_io.hh"
-#include "../shaping/ingress_metering.hh"
-#include "../shaping/ingress_policer.hh"
-#include "../vnet_face/vnet_header.hh"
-#include "../worker/clock.hh"
-#include "cut_to_tenant_mtu.hh"
-#include "firewall.hh"
-#include "ipv4_check.hh"
+#include "dataplane/arp.hh"
+#include "dataplane/overlay/superframe.hh"
+#include "dataplane/overlay/vxlan.hh"
+#include "dataplane/pipeline/cut_to_tenant_mtu.hh"
+#include "dataplane/pipeline/firewall.hh"
+#include "dataplane/pipeline/ipv4_check.hh"
+#include "dataplane/pipeline/roce_guard.hh"
+#include "dataplane/port_io.hh"
+#include "dataplane/shaping/ingress_metering.hh"
+#include "dataplane/shaping/ingress_policer.hh"
+#include "dataplane/vnet_face/vnet_header.hh"
+#include "dataplane/worker/clock.hh"
 #include "rnic/engine.hh"
-#include "roce_guard.hh"
 
 #include <rte_cycles.h>
 
@@ -79,7 +79,7 @@ bool is_roce(const rte_ipv4_hdr* ip, uint32_t ip_len) {
     }
     const auto* udp =
         reinterpret_cast<const rte_udp_hdr*>(reinterpret_cast<const uint8_t*>(ip) + ihl);
-    return udp->dst_port == rte_cpu_to_be_16(roce::roce_udp_port);
+    return udp->dst_port == rte_cpu_to_be_16(rnic::roce_udp_port);
 }
 
 // Inner IPv4 checks; returns the inner IPv4 header or nullptr after dropping.
@@ -272,7 +272,7 @@ void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rt
             continue;
         }
         // Frames GRO merged: one super-frame to a vnet face, MTU-sized frames to the others.
-        vnet::mark_tcp_superframe(m, m->tso_segsz);
+        vnet_face::mark_tcp_superframe(m, m->tso_segsz);
         const uint32_t segment = static_cast<uint32_t>(m->l3_len + m->l4_len) + m->tso_segsz;
         if (segment > tables.tenant_mtu) {
             // Only a super-frame that came whole (a tap uplink's) can say so: merged frames

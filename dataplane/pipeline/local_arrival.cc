@@ -1,11 +1,11 @@
-#include "local_arrival.hh"
+#include "dataplane/pipeline/local_arrival.hh"
 
 #include <rte_cycles.h>
 #include <rte_ip.h>
 
-#include "../worker/clock.hh"
-#include "firewall.hh"
-#include "local_delivery.hh"
+#include "dataplane/pipeline/firewall.hh"
+#include "dataplane/pipeline/local_delivery.hh"
+#include "dataplane/worker/clock.hh"
 
 namespace jakiro {
 

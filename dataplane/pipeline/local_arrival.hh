@@ -7,8 +7,8 @@
 
 #include <rte_mbuf.h>
 
-#include "../tables.hh"
-#include "../worker/worker_context.hh"
+#include "dataplane/tables.hh"
+#include "dataplane/worker/worker_context.hh"
 
 namespace jakiro {
 

@@ -13,12 +13,12 @@
 #include <rte_ip.h>
 #include <rte_mbuf.h>
 
-#include "../overlay/superframe.hh"
-#include "../port_io.hh"
-#include "../shaping/ingress_metering.hh"
-#include "../tables.hh"
-#include "../worker/worker_context.hh"
-#include "cut_to_tenant_mtu.hh"
+#include "dataplane/overlay/superframe.hh"
+#include "dataplane/pipeline/cut_to_tenant_mtu.hh"
+#include "dataplane/port_io.hh"
+#include "dataplane/shaping/ingress_metering.hh"
+#include "dataplane/tables.hh"
+#include "dataplane/worker/worker_context.hh"
 
 namespace jakiro {
 

@@ -30,7 +30,7 @@ inline bool udp_touches_roce_port(const rte_ipv4_hdr* ip, uint32_t ip_len) {
     }
     const auto* udp =
         reinterpret_cast<const rte_udp_hdr*>(reinterpret_cast<const uint8_t*>(ip) + ihl);
-    constexpr rte_be16_t roce = RTE_BE16(roce::roce_udp_port);
+    constexpr rte_be16_t roce = RTE_BE16(rnic::roce_udp_port);
     return udp->src_port == roce || udp->dst_port == roce;
 }
 

@@ -1,6 +1,6 @@
-#include "to_remote_host.hh"
+#include "dataplane/pipeline/to_remote_host.hh"
 
-#include "../overlay/vxlan.hh"
+#include "dataplane/overlay/vxlan.hh"
 
 namespace jakiro {
 

@@ -13,9 +13,9 @@
 
 #include <cstdint>
 
-#include "../overlay/vlt.hh"
-#include "../tables.hh"
-#include "../worker/worker_context.hh"
+#include "dataplane/overlay/vlt.hh"
+#include "dataplane/tables.hh"
+#include "dataplane/worker/worker_context.hh"
 
 namespace jakiro {
 

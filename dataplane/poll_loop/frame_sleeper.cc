@@ -1,11 +1,11 @@
-#include "frame_sleeper.hh"
+#include "dataplane/poll_loop/frame_sleeper.hh"
 
 #include <sys/epoll.h>
 #include <unistd.h>
 
 #include <ctime>
 
-#include "../vnet_face/face_registry.hh"
+#include "dataplane/vnet_face/face_registry.hh"
 
 namespace jakiro {
 
@@ -24,7 +24,7 @@ bool frame_sleeper::ready() {
     if (_epoll_fd >= 0 || _failed) {
         return _epoll_fd >= 0;
     }
-    const int faces = vnet::faces_epoll_fd();
+    const int faces = vnet_face::faces_epoll_fd();
     if (faces < 0 || _wake_fd < 0) {
         return false;  // no face yet: asked again at the next nap
     }

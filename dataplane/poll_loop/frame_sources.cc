@@ -1,4 +1,4 @@
-#include "frame_sources.hh"
+#include "dataplane/poll_loop/frame_sources.hh"
 
 #include <dirent.h>
 #include <sys/epoll.h>

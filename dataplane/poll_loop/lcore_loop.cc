@@ -1,4 +1,4 @@
-#include "lcore_loop.hh"
+#include "dataplane/poll_loop/lcore_loop.hh"
 
 #include <rte_cycles.h>
 #include <rte_ethdev.h>
@@ -10,24 +10,24 @@
 #include <string_view>
 #include <vector>
 
-#include "../arp.hh"
-#include "../overlay/superframe.hh"
-#include "../pipeline/egress.hh"
-#include "../pipeline/ingress.hh"
-#include "../pipeline/local_arrival.hh"
-#include "../port_io.hh"
-#include "../rnic_glue/roce_port.hh"
-#include "../shaping/egress_shaper.hh"
-#include "../shaping/ingress_policer.hh"
-#include "../worker/clock.hh"
-#include "../worker/fabric_dispatch.hh"
-#include "../worker/handoff.hh"
-#include "frame_sleeper.hh"
-#include "frame_sources.hh"
-#include "packet_wait.hh"
+#include "dataplane/arp.hh"
+#include "dataplane/overlay/superframe.hh"
+#include "dataplane/pipeline/egress.hh"
+#include "dataplane/pipeline/ingress.hh"
+#include "dataplane/pipeline/local_arrival.hh"
+#include "dataplane/poll_loop/frame_sleeper.hh"
+#include "dataplane/poll_loop/frame_sources.hh"
+#include "dataplane/poll_loop/packet_wait.hh"
+#include "dataplane/poll_loop/rx_waker.hh"
+#include "dataplane/poll_loop/uring_sleeper.hh"
+#include "dataplane/port_io.hh"
+#include "dataplane/rnic_glue/roce_port.hh"
+#include "dataplane/shaping/egress_shaper.hh"
+#include "dataplane/shaping/ingress_policer.hh"
+#include "dataplane/worker/clock.hh"
+#include "dataplane/worker/fabric_dispatch.hh"
+#include "dataplane/worker/handoff.hh"
 #include "rnic/engine.hh"
-#include "rx_waker.hh"
-#include "uring_sleeper.hh"
 
 namespace jakiro {
 
@@ -65,11 +65,11 @@ void sleep_us(uint64_t us) {
 // Whether every port of the snapshot, the uplink and every vNIC's, is a vnet face (frame_sleeper
 // hears them all; an af_packet PMD port only uring_sleeper's or rx_waker's watch does).
 bool only_faces(const datapath_tables& tables) {
-    if (!vnet::is_face_port(tables.uplink_port)) {
+    if (!vnet_face::is_face_port(tables.uplink_port)) {
         return false;
     }
     for (const uint16_t slot : tables.active_slots) {
-        if (!vnet::is_face_port(tables.vnics[slot].port_id)) {
+        if (!vnet_face::is_face_port(tables.vnics[slot].port_id)) {
             return false;
         }
     }
@@ -81,7 +81,7 @@ bool only_faces(const datapath_tables& tables) {
 // watch (frame_sources.hh); another PMD's port (memif) only a poll sees.
 bool frames_end_sleeps(const datapath_tables& tables) {
     const auto heard = [](uint16_t port) {
-        if (vnet::is_face_port(port)) {
+        if (vnet_face::is_face_port(port)) {
             return true;
         }
         rte_eth_dev_info info{};
@@ -104,17 +104,17 @@ bool frames_end_sleeps(const datapath_tables& tables) {
 // watches those.
 void others_faces(const datapath_tables& tables, unsigned self, std::vector<int>& out) {
     out.clear();
-    if (self != 0 && vnet::is_face_port(tables.uplink_port)) {
-        if (const vnet::face* f = vnet::face_of(tables.uplink_port)) {
+    if (self != 0 && vnet_face::is_face_port(tables.uplink_port)) {
+        if (const vnet_face::face* f = vnet_face::face_of(tables.uplink_port)) {
             out.push_back(f->fd());
         }
     }
     for (const uint16_t slot : tables.active_slots) {
         const uint16_t port = tables.vnics[slot].port_id;
-        if (tables.vnics[slot].worker == self || !vnet::is_face_port(port)) {
+        if (tables.vnics[slot].worker == self || !vnet_face::is_face_port(port)) {
             continue;
         }
-        if (const vnet::face* f = vnet::face_of(port)) {
+        if (const vnet_face::face* f = vnet_face::face_of(port)) {
             out.push_back(f->fd());
         }
     }
@@ -236,7 +236,7 @@ void learn_port_owners(worker_context& ctx, const datapath_tables& tables) {
 
 // Frames read from a vNIC's port and dropped at once, over one of its allowances: from the
 // tenant, and dropped, as any frame the pipeline drops is.
-void count_dropped(worker_context& ctx, uint16_t slot, const vnet::over_allowance& d,
+void count_dropped(worker_context& ctx, uint16_t slot, const vnet_face::over_allowance& d,
                    drop_reason reason) {
     ctx.counters.drops[static_cast<std::size_t>(reason)].add(d.frames);
     auto& vnic = ctx.counters.vnics[slot];
@@ -272,7 +272,7 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
         std::max<uint32_t>(64, ctx.flows->capacity() / aging_sweeps_per_second);
     rte_mbuf* pkts[rx_burst_size];
     rte_mbuf* uplink_pkts[rx_burst_size * max_rx_bursts];
-    vnet::face_set ready_faces;
+    vnet_face::face_set ready_faces;
     unsigned polls_since_face_check = 0;
     static_assert(rx_burst_size * max_rx_bursts <= overlay::max_merged);
 
@@ -351,7 +351,7 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
         }
         if (uring) {
             // A throttled nap waits for tokens, not frames: the doorbells and the time only.
-            const roce::doorbell_set& bells = ctx.engine->doorbells();
+            const rnic::doorbell_set& bells = ctx.engine->doorbells();
             const uring_sleeper::woken woke =
                 uring->sleep(wake_on_rx ? sources->fd() : -1, bells.armed(), bells.generation(),
                              bells.sleep_cap(us));
@@ -393,9 +393,9 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
     std::vector<held_face> held;
     held.reserve(max_vnics);
     const auto hold_face = [&](uint16_t slot, uint16_t port) {
-        const int fd = vnet::face_of(port)->fd();
-        vnet::mute_face(port, true);
-        ready_faces.reset(port - vnet::first_face_port);
+        const int fd = vnet_face::face_of(port)->fd();
+        vnet_face::mute_face(port, true);
+        ready_faces.reset(port - vnet_face::first_face_port);
         frame_sources::ignore(fd, true);
         held.push_back({slot, port, fd});
     };
@@ -412,8 +412,8 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
                 continue;
             }
             if (!gone) {
-                vnet::mute_face(h.port, false);
-                ready_faces.set(h.port - vnet::first_face_port);  // what waited is read now
+                vnet_face::mute_face(h.port, false);
+                ready_faces.set(h.port - vnet_face::first_face_port);  // what waited is read now
             }
             frame_sources::ignore(h.fd, false);
             held[i] = held.back();
@@ -458,15 +458,15 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
         // visits) a system call per 8 polls, not per poll. An uplink face is asked about every
         // poll, in the same system call: one epoll_wait instead of a read that finds nothing,
         // which is what most polls of a busy daemon would otherwise do.
-        const bool uplink_face = owns_uplink && vnet::is_face_port(tables.uplink_port);
+        const bool uplink_face = owns_uplink && vnet_face::is_face_port(tables.uplink_port);
         if (uplink_face || ready_faces.any() || ++polls_since_face_check >= face_check_period) {
-            vnet::collect_ready_faces(ready_faces);
+            vnet_face::collect_ready_faces(ready_faces);
             polls_since_face_check = 0;
         }
         const bool poll_uplink =
             owns_uplink &&
-            (!uplink_face || ready_faces[tables.uplink_port - vnet::first_face_port] ||
-             vnet::face_of(tables.uplink_port)->holds_uplink_frames());
+            (!uplink_face || ready_faces[tables.uplink_port - vnet_face::first_face_port] ||
+             vnet_face::face_of(tables.uplink_port)->holds_uplink_frames());
         uint16_t from_fabric = 0;
         for (unsigned b = 0; poll_uplink && b < max_rx_bursts; ++b) {
             const uint16_t n = port_rx_uplink(tables.uplink_port, uplink_pkts + from_fabric,
@@ -497,11 +497,12 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
                 continue;  // another worker's vNIC
             }
             const uint16_t port = tables.vnics[slot].port_id;
-            const bool face = vnet::is_face_port(port);
-            if (face && !ready_faces[port - vnet::first_face_port]) {
+            const bool face = vnet_face::is_face_port(port);
+            if (face && !ready_faces[port - vnet_face::first_face_port]) {
                 continue;
             }
-            const vnet::buffer_allowance allowance{slot, tables.vnics[slot].max_packet_buffers};
+            const vnet_face::buffer_allowance allowance{slot,
+                                                        tables.vnics[slot].max_packet_buffers};
             uint32_t rate_left =
                 ctx.packet_rates.available(slot, tables.vnics[slot].max_packet_rate, rx_ns);
             bool over_rate = false;
@@ -518,7 +519,7 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
                         hold_face(slot, port);
                         break;
                     }
-                    const vnet::over_allowance beyond = port_rx_discard(port, rx_burst_size);
+                    const vnet_face::over_allowance beyond = port_rx_discard(port, rx_burst_size);
                     received += beyond.frames;
                     count_dropped(ctx, slot, beyond, drop_reason::packet_rate_exceeded);
                     if (beyond.frames < rx_burst_size) {
@@ -526,7 +527,7 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
                     }
                     continue;
                 }
-                vnet::over_allowance dropped;
+                vnet_face::over_allowance dropped;
                 const uint16_t n = port_rx_burst(port, pkts, want, allowance, dropped);
                 if (n > 0) {
                     received += n;

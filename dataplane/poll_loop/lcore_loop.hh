@@ -4,8 +4,8 @@
 
 #include <atomic>
 
-#include "../tables_publisher.hh"
-#include "../worker/worker_context.hh"
+#include "dataplane/tables_publisher.hh"
+#include "dataplane/worker/worker_context.hh"
 
 namespace jakiro {
 

@@ -1,6 +1,6 @@
-#include "rx_waker.hh"
+#include "dataplane/poll_loop/rx_waker.hh"
 
-#include "frame_sources.hh"
+#include "dataplane/poll_loop/frame_sources.hh"
 
 #include <dirent.h>
 #include <pthread.h>

@@ -1,4 +1,4 @@
-#include "uring_sleeper.hh"
+#include "dataplane/poll_loop/uring_sleeper.hh"
 
 #include <linux/io_uring.h>
 #include <poll.h>

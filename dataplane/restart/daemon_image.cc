@@ -1,12 +1,12 @@
-#include "daemon_image.hh"
+#include "dataplane/restart/daemon_image.hh"
 
 #include <rte_ether.h>
 
 #include <map>
 
-#include "../vnet_face/vnet_face.hh"
-#include "../worker/clock.hh"
-#include "qos_image.hh"
+#include "dataplane/restart/qos_image.hh"
+#include "dataplane/vnet_face/vnet_face.hh"
+#include "dataplane/worker/clock.hh"
 #include "secgroup/flow_table.hh"
 
 namespace jakiro {
@@ -136,7 +136,7 @@ bool read_image_early(handover::image_reader& r, daemon_state& state, early_inhe
         const std::string iface = l.string();
         const int fd = l.fd();
         if (fd >= 0) {
-            vnet::inherit_tap(iface, fd);
+            vnet_face::inherit_tap(iface, fd);
         }
     }
     if (r.has(section_kind::counters)) {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "control/daemon_state.hh"
+#include "dataplane/control/daemon_state.hh"
 #include "handover/image.hh"
 
 namespace jakiro {
@@ -29,8 +29,8 @@ struct image_sources {
 void write_image(handover::image_writer& w, const daemon_state& state, const image_sources& s);
 
 // Before the ports open: the history, the listeners to inherit (the tap is registered with
-// vnet::inherit_tap; the metrics listener returned), the counter bases. False with the reader's
-// error.
+// vnet_face::inherit_tap; the metrics listener returned), the counter bases. False with the
+// reader's error.
 struct early_inheritance {
     int metrics_listener = -1;
     std::chrono::steady_clock::time_point frozen;

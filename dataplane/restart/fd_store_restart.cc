@@ -1,10 +1,10 @@
-#include "fd_store_restart.hh"
+#include "dataplane/restart/fd_store_restart.hh"
 
 #include <cstdlib>
 
-#include "../log.hh"
+#include "dataplane/log.hh"
+#include "dataplane/restart/handover_server.hh"
 #include "handover/fd_store.hh"
-#include "handover_server.hh"
 
 namespace jakiro {
 

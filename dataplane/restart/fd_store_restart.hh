@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "dataplane/restart/take_over.hh"
 #include "handover/image.hh"
 #include "handover/listen_fds.hh"
-#include "take_over.hh"
 
 namespace jakiro {
 

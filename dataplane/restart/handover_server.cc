@@ -1,4 +1,4 @@
-#include "handover_server.hh"
+#include "dataplane/restart/handover_server.hh"
 
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -9,9 +9,9 @@
 
 #include <cstring>
 
-#include "../control/socket_path.hh"
-#include "../log.hh"
-#include "jakiro_version.hh"
+#include "dataplane/control/socket_path.hh"
+#include "dataplane/jakiro_version.hh"
+#include "dataplane/log.hh"
 
 namespace jakiro {
 

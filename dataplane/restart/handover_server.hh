@@ -22,7 +22,7 @@
 #include "handover/image.hh"
 #include "handover/transfer.hh"
 
-#include "../control/socket_path.hh"
+#include "dataplane/control/socket_path.hh"
 
 namespace jakiro {
 

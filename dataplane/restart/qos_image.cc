@@ -1,10 +1,10 @@
-#include "qos_image.hh"
+#include "dataplane/restart/qos_image.hh"
 
 #include <map>
 
-#include "../shaping/egress_shaper.hh"
-#include "../shaping/ingress_policer.hh"
-#include "../worker/worker_context.hh"
+#include "dataplane/shaping/egress_shaper.hh"
+#include "dataplane/shaping/ingress_policer.hh"
+#include "dataplane/worker/worker_context.hh"
 
 namespace jakiro {
 

@@ -1,4 +1,4 @@
-#include "run_marker.hh"
+#include "dataplane/restart/run_marker.hh"
 
 #include <signal.h>
 #include <unistd.h>

@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "control/restart_record.hh"
+#include "dataplane/control/restart_record.hh"
 
 namespace jakiro {
 

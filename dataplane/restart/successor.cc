@@ -1,4 +1,4 @@
-#include "successor.hh"
+#include "dataplane/restart/successor.hh"
 
 #include <fcntl.h>
 #include <linux/close_range.h>

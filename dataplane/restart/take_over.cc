@@ -1,4 +1,4 @@
-#include "take_over.hh"
+#include "dataplane/restart/take_over.hh"
 
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -8,8 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "dataplane/restart/handover_server.hh"
 #include "handover/transfer.hh"
-#include "handover_server.hh"
 
 namespace jakiro {
 

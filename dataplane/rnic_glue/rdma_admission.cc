@@ -1,4 +1,4 @@
-#include "rdma_admission.hh"
+#include "dataplane/rnic_glue/rdma_admission.hh"
 
 #include <netinet/in.h>
 

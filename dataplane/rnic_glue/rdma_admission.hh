@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "../tables.hh"
+#include "dataplane/tables.hh"
 #include "secgroup/rule.hh"
 
 namespace jakiro {

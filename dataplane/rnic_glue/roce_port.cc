@@ -1,16 +1,16 @@
-#include "roce_port.hh"
+#include "dataplane/rnic_glue/roce_port.hh"
 
 #include <rte_ip.h>
 
 #include <cstring>
 
-#include "../overlay/vxlan.hh"
-#include "../pipeline/to_remote_host.hh"
-#include "../port_io.hh"
-#include "../shaping/egress_shaper.hh"
-#include "../shaping/ingress_metering.hh"
-#include "../worker/clock.hh"
-#include "rdma_admission.hh"
+#include "dataplane/overlay/vxlan.hh"
+#include "dataplane/pipeline/to_remote_host.hh"
+#include "dataplane/port_io.hh"
+#include "dataplane/rnic_glue/rdma_admission.hh"
+#include "dataplane/shaping/egress_shaper.hh"
+#include "dataplane/shaping/ingress_metering.hh"
+#include "dataplane/worker/clock.hh"
 #include "rnic/engine.hh"
 
 namespace jakiro {
@@ -237,7 +237,7 @@ void roce_port::receive_handed(rte_mbuf** pkts, uint16_t count, uint64_t now_ns)
     }
 }
 
-void roce_port::deliver(roce::engine& engine, uint16_t slot, rte_mbuf* m, uint64_t now_ns) {
+void roce_port::deliver(rnic::engine& engine, uint16_t slot, rte_mbuf* m, uint64_t now_ns) {
     const auto* ip = rte_pktmbuf_mtod_offset(m, const uint8_t*, sizeof(rte_ether_hdr));
     const uint32_t ip_len = rte_pktmbuf_pkt_len(m) - sizeof(rte_ether_hdr);
     // Metered as if it had come over the fabric (shaping/ingress_metering.hh).
@@ -293,7 +293,7 @@ bool roce_port::admits_connection(uint16_t vnic_slot, uint32_t remote_ip_be) {
     return _tables != nullptr && admit_rdma_peer(*_tables, vnic_slot, remote_ip_be) == 0;
 }
 
-unsigned roce_port::deliver_loopback(roce::engine& engine, uint64_t now_ns) {
+unsigned roce_port::deliver_loopback(rnic::engine& engine, uint64_t now_ns) {
     const unsigned count = _loopback_count;
     if (count == 0) {
         return 0;

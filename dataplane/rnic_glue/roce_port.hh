@@ -14,14 +14,14 @@
 
 #include <cstdint>
 
-#include "../overlay/datagram_builder.hh"
-#include "../tables.hh"
-#include "../worker/worker_context.hh"
+#include "dataplane/overlay/datagram_builder.hh"
+#include "dataplane/tables.hh"
+#include "dataplane/worker/worker_context.hh"
 #include "rnic/packet_port.hh"
 
 namespace jakiro {
 
-class roce_port final : public roce::packet_port {
+class roce_port final : public rnic::packet_port {
   public:
     static constexpr unsigned loopback_capacity = 1024;
 
@@ -44,7 +44,7 @@ class roce_port final : public roce::packet_port {
     bool admits_connection(uint16_t vnic, uint32_t remote_ip_be) override;
 
     // Hands every looped-back frame queued before this call to the engine. Returns how many.
-    unsigned deliver_loopback(roce::engine& engine, uint64_t now_ns);
+    unsigned deliver_loopback(rnic::engine& engine, uint64_t now_ns);
     // Frames other workers' engines sent to this worker's vNICs (take_roce): each goes to the
     // engine, metered as from the fabric; one for a vNIC this worker no longer owns is dropped.
     void receive_handed(rte_mbuf** pkts, uint16_t count, uint64_t now_ns);
@@ -72,7 +72,7 @@ class roce_port final : public roce::packet_port {
     bool handoff_has_room();
     void hand_over();
     // One frame of this host's RoCE to the engine, for local vNIC `slot`; frees it.
-    void deliver(roce::engine& engine, uint16_t slot, rte_mbuf* m, uint64_t now_ns);
+    void deliver(rnic::engine& engine, uint16_t slot, rte_mbuf* m, uint64_t now_ns);
     // The route of the frame sent last (a QP sends runs of packets to one peer): the VLT entry
     // of (_route_vpc, _route_dst) in _tables, null when none is kept. use() forgets it.
     uint32_t _route_vpc = 0;

@@ -1,4 +1,4 @@
-#include "notify.hh"
+#include "dataplane/service/notify.hh"
 
 #include <sys/socket.h>
 #include <sys/un.h>

@@ -1,8 +1,8 @@
-#include "egress_shaper.hh"
+#include "dataplane/shaping/egress_shaper.hh"
 
 #include <algorithm>
 
-#include "../worker/worker_context.hh"
+#include "dataplane/worker/worker_context.hh"
 #include "rnic/engine.hh"
 
 namespace jakiro {
@@ -24,7 +24,7 @@ constexpr auto tcp = qos::traffic_class::tcp;
 
 }  // namespace
 
-rdma_queues rdma_queues::of(const roce::engine* engine) {
+rdma_queues rdma_queues::of(const rnic::engine* engine) {
     if (engine == nullptr) {
         return {[](uint16_t) { return uint64_t{0}; }, [](uint16_t) { return false; }};
     }

@@ -22,13 +22,13 @@
 #include <optional>
 #include <vector>
 
-#include "../counters.hh"
-#include "../tables.hh"
+#include "dataplane/counters.hh"
+#include "dataplane/tables.hh"
 #include "qos/scheduler.hh"
 
 namespace jakiro {
 
-namespace roce {
+namespace rnic {
 class engine;
 }
 struct worker_context;
@@ -40,7 +40,7 @@ struct rdma_queues {
     std::function<uint64_t(uint16_t)> send_room;
     std::function<bool(uint16_t)> held_back;
 
-    static rdma_queues of(const roce::engine* engine);  // no engine: nothing ever waits
+    static rdma_queues of(const rnic::engine* engine);  // no engine: nothing ever waits
 };
 
 struct shaper_vnic_counters {

@@ -23,10 +23,10 @@
 
 #include <cstdint>
 
-#include "../overlay/superframe.hh"
-#include "../overlay/vxlan.hh"
-#include "../worker/worker_context.hh"
-#include "ingress_policer.hh"
+#include "dataplane/overlay/superframe.hh"
+#include "dataplane/overlay/vxlan.hh"
+#include "dataplane/shaping/ingress_policer.hh"
+#include "dataplane/worker/worker_context.hh"
 #include "rnic/engine.hh"
 
 namespace jakiro {
@@ -63,7 +63,7 @@ inline bool meter_tcp_ingress(worker_context& ctx, rte_mbuf* m, rte_ipv4_hdr* ip
 // rdma: counts RoCEv2 packet `ipv4` (its IPv4 total length `ip_len`) as received by vNIC `slot`
 // and hands it to `engine` with the vNIC's meter; the engine's frames in reply go to `port`.
 // The caller still owns (and frees) the buffer.
-inline void receive_rdma(worker_context& ctx, roce::engine& engine, roce::packet_port& port,
+inline void receive_rdma(worker_context& ctx, rnic::engine& engine, rnic::packet_port& port,
                          uint16_t slot, const uint8_t* ipv4, uint32_t ip_len, uint64_t now_ns) {
     auto& to_vnic = ctx.counters.vnics[slot];
     to_vnic.rdma_rx_packets.add(1);

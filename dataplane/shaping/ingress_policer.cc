@@ -1,4 +1,4 @@
-#include "ingress_policer.hh"
+#include "dataplane/shaping/ingress_policer.hh"
 
 namespace jakiro {
 

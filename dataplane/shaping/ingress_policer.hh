@@ -11,8 +11,8 @@
 #include <memory>
 #include <optional>
 
-#include "../counters.hh"
-#include "../tables.hh"
+#include "dataplane/counters.hh"
+#include "dataplane/tables.hh"
 #include "qos/ingress_meter.hh"
 
 namespace jakiro {

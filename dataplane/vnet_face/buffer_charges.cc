@@ -1,4 +1,4 @@
-#include "buffer_charges.hh"
+#include "dataplane/vnet_face/buffer_charges.hh"
 
 #include <rte_errno.h>
 #include <rte_lcore.h>
@@ -6,7 +6,7 @@
 #include <cstring>
 #include <mutex>
 
-namespace jakiro::vnet {
+namespace jakiro::vnet_face {
 
 namespace {
 
@@ -113,4 +113,4 @@ void buffer_charges::release(void* const* buffers, unsigned n) {
     }
 }
 
-}  // namespace jakiro::vnet
+}  // namespace jakiro::vnet_face

@@ -28,9 +28,9 @@
 #include <cstdint>
 #include <string>
 
-#include "../counters.hh"
+#include "dataplane/counters.hh"
 
-namespace jakiro::vnet {
+namespace jakiro::vnet_face {
 
 class buffer_charges {
   public:
@@ -55,4 +55,4 @@ class buffer_charges {
     std::array<std::atomic<int32_t>, max_vnics> _held{};
 };
 
-}  // namespace jakiro::vnet
+}  // namespace jakiro::vnet_face

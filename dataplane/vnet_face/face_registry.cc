@@ -1,4 +1,4 @@
-#include "face_registry.hh"
+#include "dataplane/vnet_face/face_registry.hh"
 
 #include <rte_errno.h>
 #include <rte_lcore.h>
@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
-namespace jakiro::vnet {
+namespace jakiro::vnet_face {
 
 namespace {
 
@@ -183,4 +183,4 @@ void remove_face(uint16_t port) {
     }
 }
 
-}  // namespace jakiro::vnet
+}  // namespace jakiro::vnet_face

@@ -16,11 +16,11 @@
 #include <optional>
 #include <string>
 
-#include "../counters.hh"
-#include "buffer_charges.hh"
-#include "vnet_face.hh"
+#include "dataplane/counters.hh"
+#include "dataplane/vnet_face/buffer_charges.hh"
+#include "dataplane/vnet_face/vnet_face.hh"
 
-namespace jakiro::vnet {
+namespace jakiro::vnet_face {
 
 constexpr uint16_t first_face_port = RTE_MAX_ETHPORTS;
 constexpr uint16_t max_faces = max_vnics + 1;                    // every vNIC's, and the uplink's
@@ -63,4 +63,4 @@ rte_mempool* superframe_pool(std::string& error);
 // Who holds the pool's buffers: a vnet face charges its vNIC for each one it takes.
 buffer_charges& superframe_charges();
 
-}  // namespace jakiro::vnet
+}  // namespace jakiro::vnet_face

@@ -14,11 +14,11 @@
 #include <iterator>
 #include <map>
 
-#include "tap_header.hh"
-#include "uplink_state.hh"
-#include "vnet_face.hh"
+#include "dataplane/vnet_face/tap_header.hh"
+#include "dataplane/vnet_face/uplink_state.hh"
+#include "dataplane/vnet_face/vnet_face.hh"
 
-namespace jakiro::vnet {
+namespace jakiro::vnet_face {
 
 namespace {
 
@@ -212,4 +212,4 @@ uint64_t face::tap_drops() const {
     return dropped;
 }
 
-}  // namespace jakiro::vnet
+}  // namespace jakiro::vnet_face

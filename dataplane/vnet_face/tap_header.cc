@@ -1,6 +1,6 @@
-#include "tap_header.hh"
+#include "dataplane/vnet_face/tap_header.hh"
 
-namespace jakiro::vnet {
+namespace jakiro::vnet_face {
 
 tap_header tap_header_for(const rte_mbuf* m) {
     tap_header h{};
@@ -23,4 +23,4 @@ tap_header tap_header_for(const rte_mbuf* m) {
     return h;
 }
 
-}  // namespace jakiro::vnet
+}  // namespace jakiro::vnet_face

@@ -21,9 +21,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "vnet_header.hh"
+#include "dataplane/vnet_face/vnet_header.hh"
 
-namespace jakiro::vnet {
+namespace jakiro::vnet_face {
 
 struct tap_header {
     virtio_net_hdr base;
@@ -50,4 +50,4 @@ constexpr uint16_t tunnel_inner_ip_offset = tunnel_outer_udp_offset + 8 + 8 + 14
 // The header to write `m` to a tap with.
 tap_header tap_header_for(const rte_mbuf* m);
 
-}  // namespace jakiro::vnet
+}  // namespace jakiro::vnet_face

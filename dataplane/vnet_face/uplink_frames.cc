@@ -1,15 +1,15 @@
-#include "uplink_frames.hh"
+#include "dataplane/vnet_face/uplink_frames.hh"
 
 #include <rte_ether.h>
 #include <rte_ip.h>
 #include <rte_tcp.h>
 #include <rte_udp.h>
 
-#include "../overlay/superframe.hh"
-#include "../overlay/udp_gso.hh"
-#include "../overlay/vxlan.hh"
+#include "dataplane/overlay/superframe.hh"
+#include "dataplane/overlay/udp_gso.hh"
+#include "dataplane/overlay/vxlan.hh"
 
-namespace jakiro::vnet {
+namespace jakiro::vnet_face {
 
 namespace {
 
@@ -129,4 +129,4 @@ std::optional<drop_reason> take_vxlan_superframe(const tap_header& hdr, rte_mbuf
     return std::nullopt;
 }
 
-}  // namespace jakiro::vnet
+}  // namespace jakiro::vnet_face

@@ -14,11 +14,11 @@
 #include <cstdint>
 #include <optional>
 
-#include "../drops.hh"
-#include "tap_header.hh"
-#include "vnet_header.hh"
+#include "dataplane/drops.hh"
+#include "dataplane/vnet_face/tap_header.hh"
+#include "dataplane/vnet_face/vnet_header.hh"
 
-namespace jakiro::vnet {
+namespace jakiro::vnet_face {
 
 // The message of `len` bytes whose first `head->data_len` are in `head` and the rest in `tail`
 // (null when there is none), with header `hdr`. On success its frames are in `out` (room for
@@ -38,4 +38,4 @@ std::optional<drop_reason> take_uplink_message(const virtio_net_hdr& hdr, rte_mb
 // it was dropped (`m` is freed).
 std::optional<drop_reason> take_vxlan_superframe(const tap_header& hdr, rte_mbuf* m);
 
-}  // namespace jakiro::vnet
+}  // namespace jakiro::vnet_face

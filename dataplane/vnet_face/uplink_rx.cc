@@ -5,11 +5,11 @@
 #include <cstring>
 #include <utility>
 
-#include "uplink_frames.hh"
-#include "uplink_state.hh"
-#include "vnet_face.hh"
+#include "dataplane/vnet_face/uplink_frames.hh"
+#include "dataplane/vnet_face/uplink_state.hh"
+#include "dataplane/vnet_face/vnet_face.hh"
 
-namespace jakiro::vnet {
+namespace jakiro::vnet_face {
 
 bool face::refill_uplink_spares() {
     uplink_state& u = *_uplink;
@@ -144,4 +144,4 @@ uint16_t face::rx_uplink(rte_mbuf** pkts, uint16_t count, lcore_counters& counte
     return out;
 }
 
-}  // namespace jakiro::vnet
+}  // namespace jakiro::vnet_face

@@ -7,11 +7,11 @@
 
 #include <cstdint>
 
-#include "../overlay/udp_gso.hh"
-#include "tap_header.hh"
-#include "vnet_face.hh"
+#include "dataplane/overlay/udp_gso.hh"
+#include "dataplane/vnet_face/tap_header.hh"
+#include "dataplane/vnet_face/vnet_face.hh"
 
-namespace jakiro::vnet {
+namespace jakiro::vnet_face {
 
 struct face::uplink_state {
     // What does not fit the head mbuf: the rest of an IPv4 datagram of at most 64 KB.
@@ -60,4 +60,4 @@ struct face::uplink_state {
     }
 };
 
-}  // namespace jakiro::vnet
+}  // namespace jakiro::vnet_face

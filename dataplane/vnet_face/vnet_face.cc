@@ -1,7 +1,7 @@
-#include "vnet_face.hh"
+#include "dataplane/vnet_face/vnet_face.hh"
 
-#include "buffer_charges.hh"
-#include "uplink_state.hh"
+#include "dataplane/vnet_face/buffer_charges.hh"
+#include "dataplane/vnet_face/uplink_state.hh"
 
 #include <arpa/inet.h>
 #include <linux/if_packet.h>
@@ -15,7 +15,7 @@
 #include <cerrno>
 #include <cstring>
 
-namespace jakiro::vnet {
+namespace jakiro::vnet_face {
 
 namespace {
 
@@ -355,4 +355,4 @@ bool face::link_up() const {
     return up;
 }
 
-}  // namespace jakiro::vnet
+}  // namespace jakiro::vnet_face

@@ -46,10 +46,10 @@
 #include <optional>
 #include <string>
 
-#include "../counters.hh"
-#include "vnet_header.hh"
+#include "dataplane/counters.hh"
+#include "dataplane/vnet_face/vnet_header.hh"
 
-namespace jakiro::vnet {
+namespace jakiro::vnet_face {
 
 struct face_stats {
     // packets counts messages; superframes, those of them that stand for several wire frames
@@ -190,4 +190,4 @@ class face {
     } _counters;
 };
 
-}  // namespace jakiro::vnet
+}  // namespace jakiro::vnet_face

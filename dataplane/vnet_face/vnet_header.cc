@@ -1,4 +1,4 @@
-#include "vnet_header.hh"
+#include "dataplane/vnet_face/vnet_header.hh"
 
 #include <rte_ether.h>
 #include <rte_ip.h>
@@ -6,9 +6,9 @@
 
 #include <cstring>
 
-#include "../internet_checksum.hh"
+#include "dataplane/internet_checksum.hh"
 
-namespace jakiro::vnet {
+namespace jakiro::vnet_face {
 
 // The field already holds the pseudo-header sum (CHECKSUM_PARTIAL semantics), so the sum from
 // `start` to the end, folded and inverted, is the final value. The sender chooses the offsets: the
@@ -150,4 +150,4 @@ void mark_tcp_superframe(rte_mbuf* m, uint16_t mss) {
     tcp->cksum = rte_ipv4_phdr_cksum(ip, 0);
 }
 
-}  // namespace jakiro::vnet
+}  // namespace jakiro::vnet_face

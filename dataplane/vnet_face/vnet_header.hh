@@ -23,7 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace jakiro::vnet {
+namespace jakiro::vnet_face {
 
 // struct virtio_net_hdr (linux/virtio_net.h, which C++ cannot include: a member is named
 // `class`), in host byte order as AF_PACKET uses it. The layout is kernel ABI.
@@ -77,4 +77,4 @@ void complete_partial_checksum(uint8_t* frame, uint32_t len, uint16_t start, uin
 constexpr uint16_t tcp_csum_offset = 16;
 constexpr uint16_t udp_csum_offset = 6;
 
-}  // namespace jakiro::vnet
+}  // namespace jakiro::vnet_face

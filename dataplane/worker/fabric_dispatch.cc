@@ -1,9 +1,9 @@
-#include "fabric_dispatch.hh"
+#include "dataplane/worker/fabric_dispatch.hh"
 
 #include <rte_ip.h>
 #include <rte_udp.h>
 
-#include "../overlay/vxlan.hh"
+#include "dataplane/overlay/vxlan.hh"
 #include "rnic/wire/headers.hh"
 
 namespace jakiro {

@@ -8,7 +8,7 @@
 
 #include <rte_mbuf.h>
 
-#include "../tables.hh"
+#include "dataplane/tables.hh"
 
 namespace jakiro {
 

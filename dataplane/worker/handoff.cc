@@ -1,4 +1,4 @@
-#include "handoff.hh"
+#include "dataplane/worker/handoff.hh"
 
 #include <linux/futex.h>
 #include <sys/syscall.h>

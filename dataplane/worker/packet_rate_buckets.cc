@@ -1,4 +1,4 @@
-#include "packet_rate_buckets.hh"
+#include "dataplane/worker/packet_rate_buckets.hh"
 
 #include <algorithm>
 

@@ -18,7 +18,7 @@
 #include <array>
 #include <cstdint>
 
-#include "../counters.hh"
+#include "dataplane/counters.hh"
 
 namespace jakiro {
 

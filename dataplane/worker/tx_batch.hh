@@ -16,9 +16,9 @@
 #include <cstdint>
 #include <span>
 
-#include "../counters.hh"
-#include "../port_io.hh"
-#include "handoff.hh"
+#include "dataplane/counters.hh"
+#include "dataplane/port_io.hh"
+#include "dataplane/worker/handoff.hh"
 
 namespace jakiro {
 
@@ -116,12 +116,12 @@ class tx_batch {
         rte_mbuf* pkts[capacity];
     };
     // Indexed by port id: ethdevs and vnet faces (port_io.hh).
-    std::array<queue, vnet::port_id_space> _queues{};
-    std::array<uint16_t, vnet::port_id_space> _pending_ports{};
+    std::array<queue, vnet_face::port_id_space> _queues{};
+    std::array<uint16_t, vnet_face::port_id_space> _pending_ports{};
     uint16_t _pending_count = 0;
     worker_handoff* _handoff = nullptr;
     uint8_t _self = 0;
-    std::array<uint8_t, vnet::port_id_space> _owner{};
+    std::array<uint8_t, vnet_face::port_id_space> _owner{};
 };
 
 }  // namespace jakiro

@@ -7,18 +7,18 @@
 
 #include <memory>
 
-#include "../counters.hh"
-#include "../overlay/underlay_neighbors.hh"
-#include "packet_rate_buckets.hh"
+#include "dataplane/counters.hh"
+#include "dataplane/overlay/underlay_neighbors.hh"
+#include "dataplane/worker/packet_rate_buckets.hh"
+#include "dataplane/worker/tx_batch.hh"
 #include "secgroup/flow_table.hh"
-#include "tx_batch.hh"
 
 namespace jakiro {
 
-namespace roce {
+namespace rnic {
 class engine;
 class packet_port;
-}  // namespace roce
+}  // namespace rnic
 class egress_shaper;
 class ingress_policer;
 
@@ -35,10 +35,10 @@ struct alignas(RTE_CACHE_LINE_SIZE) worker_context {
     // the uplink is not a face.
     rte_mempool* superframes = nullptr;
     std::unique_ptr<secgroup::flow_table> flows;  // this worker's NFT
-    roce::engine* engine = nullptr;               // the RDMA face; null: RoCE is dropped
+    rnic::engine* engine = nullptr;               // the RDMA face; null: RoCE is dropped
     // Where the engine's frames go (rnic_glue/roce_port, which the poll loop also drives by its
     // own name); the stages need only the RNIC's interface, so the context sits below the glue.
-    roce::packet_port* rdma_port = nullptr;
+    rnic::packet_port* rdma_port = nullptr;
     egress_shaper* shaper = nullptr;     // DHTB egress; null: nothing is shaped
     ingress_policer* policer = nullptr;  // DHTB ingress; null: nothing is metered
     packet_rate_buckets packet_rates;    // its vNICs' frames-per-second allowances

@@ -1,4 +1,4 @@
-#include "cq_ring.hh"
+#include "rnic/queues/cq_ring.hh"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <ctime>
 
-#include "sealed_memfd.hh"
+#include "rnic/queues/sealed_memfd.hh"
 #include "verbs_abi/protocol.hh"
 
 namespace jakiro::verbs {

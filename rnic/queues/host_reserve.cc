@@ -1,4 +1,4 @@
-#include "host_reserve.hh"
+#include "rnic/queues/host_reserve.hh"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "mapped_files.hh"
+#include "rnic/queues/mapped_files.hh"
 
 #include <fcntl.h>
 

@@ -1,4 +1,4 @@
-#include "memory_window.hh"
+#include "rnic/queues/memory_window.hh"
 
 namespace jakiro::verbs {
 

@@ -21,7 +21,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "mr_table.hh"
+#include "rnic/queues/mr_table.hh"
 #include "verbs_abi/protocol.hh"
 #include "verbs_abi/rings.hh"
 

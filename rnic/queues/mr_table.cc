@@ -1,8 +1,8 @@
-#include "mr_table.hh"
+#include "rnic/queues/mr_table.hh"
 
 #include <sys/mman.h>
 
-#include "memory_window.hh"
+#include "rnic/queues/memory_window.hh"
 
 namespace jakiro::verbs {
 

@@ -19,8 +19,8 @@
 #include <memory>
 #include <span>
 
-#include "host_reserve.hh"
-#include "key_allocator.hh"
+#include "rnic/queues/host_reserve.hh"
+#include "rnic/queues/key_allocator.hh"
 
 namespace jakiro::verbs {
 

@@ -1,4 +1,4 @@
-#include "qp_ring.hh"
+#include "rnic/queues/qp_ring.hh"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "sealed_memfd.hh"
+#include "rnic/queues/sealed_memfd.hh"
 
 namespace jakiro::verbs {
 

@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "host_reserve.hh"
+#include "rnic/queues/host_reserve.hh"
 #include "verbs_abi/rings.hh"
 
 namespace jakiro::verbs {

@@ -1,4 +1,4 @@
-#include "sealed_memfd.hh"
+#include "rnic/queues/sealed_memfd.hh"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -1,4 +1,4 @@
-#include "srq_ring.hh"
+#include "rnic/queues/srq_ring.hh"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "sealed_memfd.hh"
+#include "rnic/queues/sealed_memfd.hh"
 
 namespace jakiro::verbs {
 

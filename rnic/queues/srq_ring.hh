@@ -19,13 +19,13 @@
 #include <cstdint>
 #include <memory>
 
-#include "host_reserve.hh"
+#include "rnic/queues/host_reserve.hh"
 #include "verbs_abi/protocol.hh"
 #include "verbs_abi/rings.hh"
 
 namespace jakiro::verbs {
 
-// Who hears about an SRQ's events (the channel server; the same shape as roce::qp_event_sink).
+// Who hears about an SRQ's events (the channel server; the same shape as rnic::qp_event_sink).
 struct srq_event_sink {
     void (*raise)(void* context, uint64_t client, uint32_t type, uint32_t handle) = nullptr;
     void* context = nullptr;

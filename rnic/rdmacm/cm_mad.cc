@@ -9,14 +9,14 @@ namespace jakiro::rdmacm {
 
 namespace {
 
-using roce::load_be16;
-using roce::load_be24;
-using roce::load_be32;
-using roce::load_be64;
-using roce::store_be16;
-using roce::store_be24;
-using roce::store_be32;
-using roce::store_be64;
+using rnic::load_be16;
+using rnic::load_be24;
+using rnic::load_be32;
+using rnic::load_be64;
+using rnic::store_be16;
+using rnic::store_be24;
+using rnic::store_be32;
+using rnic::store_be64;
 
 // Field positions are the spec's: byte offsets from the end of the MAD header, bit offsets
 // from the most significant bit of that byte (IBTA tables 106-120).

@@ -1,4 +1,4 @@
-#include "channel_server.hh"
+#include "rnic/verbs/channel_server.hh"
 
 #include <arpa/inet.h>
 #include <sys/resource.h>
@@ -114,13 +114,13 @@ std::vector<endpoint_report> channel_server::reports() const {
     return out;
 }
 
-void channel_server::enable_qps(std::vector<roce::engine*> engines,
+void channel_server::enable_qps(std::vector<rnic::engine*> engines,
                                 std::function<int(uint16_t slot, uint32_t remote_ip_be)> admit) {
     _engines = std::move(engines);
     _admit = std::move(admit);
 }
 
-roce::engine* channel_server::engine_for(const vnic_identity& v) const {
+rnic::engine* channel_server::engine_for(const vnic_identity& v) const {
     return v.engine < _engines.size() ? _engines[v.engine] : nullptr;
 }
 

@@ -38,9 +38,9 @@
 #include <string>
 #include <vector>
 
-#include "device_model.hh"
-#include "resources.hh"
-#include "vnic_endpoint.hh"
+#include "rnic/verbs/device_model.hh"
+#include "rnic/verbs/resources.hh"
+#include "rnic/verbs/vnic_endpoint.hh"
 
 namespace jakiro::verbs {
 
@@ -123,7 +123,7 @@ class channel_server {
     // Gives every vNIC's clients QPs (before start()), run by `engines[identity.engine]`: one
     // engine per worker, each running the QPs of the vNICs its worker owns. `admit` is the
     // security-group check of a peer (may be empty: everything admitted).
-    void enable_qps(std::vector<roce::engine*> engines,
+    void enable_qps(std::vector<rnic::engine*> engines,
                     std::function<int(uint16_t slot, uint32_t remote_ip_be)> admit);
     std::size_t client_count() const;
 
@@ -151,7 +151,7 @@ class channel_server {
                                                  handover::section_reader* image = nullptr);
     std::string socket_path_for(const endpoint_config& spec) const;
     qp_support qp_support_for(const vnic_identity& v);
-    roce::engine* engine_for(const vnic_identity& v) const;  // null: no such engine
+    rnic::engine* engine_for(const vnic_identity& v) const;  // null: no such engine
     void withdraw(uint16_t slot, bool removed);
     std::vector<vnic_endpoint*> served_endpoints() const;  // a snapshot of _endpoints
     // Stops the endpoint (before it returns) and keeps what it counted in _retired; `removed`:
@@ -160,7 +160,7 @@ class channel_server {
 
     channel_config _config;
     cq_error_sink _sink;
-    std::vector<roce::engine*> _engines;  // [worker]; empty: no QPs
+    std::vector<rnic::engine*> _engines;  // [worker]; empty: no QPs
     std::function<int(uint16_t, uint32_t)> _admit;
     std::atomic<uint64_t> _client_ids{0};
 

@@ -7,7 +7,7 @@
 
 #include <type_traits>
 
-#include "channel_server.hh"
+#include "rnic/verbs/channel_server.hh"
 
 namespace jakiro::verbs {
 

@@ -3,7 +3,7 @@
 // with the descriptors it brought (the rest closed), HELLO first, until it leaves or is
 // dropped; whatever it created goes with it.
 
-#include "vnic_endpoint.hh"
+#include "rnic/verbs/vnic_endpoint.hh"
 
 #include <fcntl.h>
 #include <sys/socket.h>
@@ -13,9 +13,9 @@
 #include <cerrno>
 #include <cstring>
 
+#include "rnic/verbs/vnic_endpoint_parts.hh"
 #include "verbs_abi/cm_protocol.hh"
 #include "verbs_abi/fd_passing.hh"
-#include "vnic_endpoint_parts.hh"
 
 namespace jakiro::verbs {
 

@@ -3,7 +3,7 @@
 // out through QP1 (the engine's gsi_port) or straight back to itself, the MADs QP1 received
 // for the vNIC, and its timers.
 
-#include "vnic_endpoint.hh"
+#include "rnic/verbs/vnic_endpoint.hh"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "rnic/engine.hh"
+#include "rnic/verbs/vnic_endpoint_parts.hh"
 #include "verbs_abi/cm_protocol.hh"
-#include "vnic_endpoint_parts.hh"
 
 namespace jakiro::verbs {
 
@@ -40,7 +40,7 @@ void vnic_endpoint::make_cm_agent(std::function<int(uint32_t)> admit) {
     self.node_guid_be = htobe64(node_guid_from_mac(v.mac));
     const uint32_t mtu = path_mtu_for(_settings.tenant_mtu);
     self.path_mtu = mtu >= 4096 ? 5 : mtu >= 2048 ? 4 : mtu >= 1024 ? 3 : mtu >= 512 ? 2 : 1;
-    roce::engine* engine = _engine;
+    rnic::engine* engine = _engine;
     const uint16_t slot = v.slot;
     const auto mac = v.mac;
     const uint32_t ip_be = self.ip_be;
@@ -51,7 +51,7 @@ void vnic_endpoint::make_cm_agent(std::function<int(uint32_t)> admit) {
             _local_mads.push_back({ip_be, mad});
             return;
         }
-        roce::gsi_datagram d;
+        rnic::gsi_datagram d;
         d.vnic = slot;
         d.remote_ip_be = dst_ip_be;
         d.local_mac = mac;

@@ -1,4 +1,4 @@
-#include "device_model.hh"
+#include "rnic/verbs/device_model.hh"
 
 #include <cstdio>
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "quota.hh"
+#include "rnic/verbs/quota.hh"
 #include "verbs_abi/protocol.hh"
 #include "verbs_abi/rings.hh"
 

@@ -10,7 +10,7 @@
 #include <algorithm>
 
 #include "rnic/engine.hh"
-#include "vnic_endpoint.hh"
+#include "rnic/verbs/vnic_endpoint.hh"
 
 namespace jakiro::verbs {
 

@@ -1,4 +1,4 @@
-#include "link_netns.hh"
+#include "rnic/verbs/link_netns.hh"
 
 #include <linux/if_link.h>
 #include <linux/net_namespace.h>

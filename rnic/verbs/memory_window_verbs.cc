@@ -6,8 +6,8 @@
 
 #include <cerrno>
 
-#include "resources.hh"
 #include "rnic/queues/memory_window.hh"
+#include "rnic/verbs/resources.hh"
 
 namespace jakiro::verbs {
 

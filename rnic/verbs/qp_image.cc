@@ -8,9 +8,9 @@
 
 #include <string>
 
-#include "resources.hh"
 #include "rnic/queues/mapped_files.hh"
 #include "rnic/queues/qp_ring.hh"
+#include "rnic/verbs/resources.hh"
 
 namespace jakiro::verbs {
 
@@ -19,7 +19,7 @@ namespace proto = verbs_proto;
 bool vnic_resources::save_qp(handover::image_writer& w, const qp_object& q,
                              const mapped_files& maps, std::vector<int>& opened,
                              std::string& error) const {
-    roce::rc_qp& qp = *q.qp;
+    rnic::rc_qp& qp = *q.qp;
     w.u32(qp.qpn());
     w.u64(q.owner);
     w.u32(q.pd);
@@ -108,7 +108,7 @@ bool vnic_resources::restore_qp(handover::section_reader& r) {
     }
     ring->hold(std::move(mapping));
 
-    roce::rc_qp_setup setup;
+    rnic::rc_qp_setup setup;
     setup.local = _qp_support.local;
     setup.qpn = handle;
     setup.pd = pd;
@@ -127,11 +127,11 @@ bool vnic_resources::restore_qp(handover::section_reader& r) {
     setup.srq = srq_handle != 0 ? srq->second : nullptr;
     setup.type = type;
     // On failure restore leaves the ring's pages alone and says why through `r`.
-    std::shared_ptr<roce::rc_qp> qp = roce::rc_qp::restore(std::move(setup), r);
+    std::shared_ptr<rnic::rc_qp> qp = rnic::rc_qp::restore(std::move(setup), r);
     if (qp == nullptr) {
         return false;
     }
-    roce::engine* engine = _qp_support.engine;
+    rnic::engine* engine = _qp_support.engine;
     if (engine->call([engine, qp] {
             engine->add_qp(qp);
             return 0;

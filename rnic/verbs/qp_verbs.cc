@@ -7,8 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "resources.hh"
 #include "rnic/queues/qp_ring.hh"
+#include "rnic/verbs/resources.hh"
 #include "verbs_abi/qp_attr_wire.hh"
 
 namespace jakiro::verbs {
@@ -21,9 +21,9 @@ void vnic_resources::enable_qps(qp_support support) {
     if (_qp_support.engine == nullptr || _doorbell != nullptr) {
         return;
     }
-    _doorbell = roce::doorbell_memory::create();
+    _doorbell = rnic::doorbell_memory::create();
     if (_doorbell != nullptr) {
-        roce::engine* engine = _qp_support.engine;
+        rnic::engine* engine = _qp_support.engine;
         const uint16_t slot = _qp_support.local.vnic;
         verbs_proto::doorbell_page* page = &_doorbell->page();
         if (engine->call([engine, slot, page] {
@@ -39,17 +39,17 @@ void vnic_resources::disable_doorbell() {
     if (_doorbell == nullptr || _qp_support.engine == nullptr) {
         return;
     }
-    roce::engine* engine = _qp_support.engine;
+    rnic::engine* engine = _qp_support.engine;
     const uint16_t slot = _qp_support.local.vnic;
     // A worker that does not answer may still wait on the page until it runs the call (queued,
     // never cancelled): the call holds the page, which goes when the call has run.
-    std::shared_ptr<roce::doorbell_memory> page(std::move(_doorbell));
+    std::shared_ptr<rnic::doorbell_memory> page(std::move(_doorbell));
     engine->call(
         [engine, slot, page] {
             engine->forget_vnic(slot);
             return 0;
         },
-        roce::engine::on_timeout::run_later);
+        rnic::engine::on_timeout::run_later);
 }
 
 int vnic_resources::create_qp(uint64_t client, const proto::create_qp_request& req,
@@ -128,7 +128,7 @@ int vnic_resources::create_qp(uint64_t client, const proto::create_qp_request& r
     out.ring_fd = ring_fd;
     out.doorbell_fd = doorbell;
 
-    roce::rc_qp_setup setup;
+    rnic::rc_qp_setup setup;
     setup.local = _qp_support.local;
     setup.qpn = handle;
     setup.pd = req.pd_handle;
@@ -145,8 +145,8 @@ int vnic_resources::create_qp(uint64_t client, const proto::create_qp_request& r
     setup.events = _qp_support.events;
     setup.srq = srq;
     setup.type = static_cast<ibv_qp_type>(req.qp_type);
-    auto qp = std::make_shared<roce::rc_qp>(std::move(setup));
-    roce::engine* engine = _qp_support.engine;
+    auto qp = std::make_shared<rnic::rc_qp>(std::move(setup));
+    rnic::engine* engine = _qp_support.engine;
     if (const int error = engine->call([engine, qp] {
             engine->add_qp(qp);
             return 0;
@@ -171,9 +171,9 @@ int vnic_resources::create_qp(uint64_t client, const proto::create_qp_request& r
 
 int vnic_resources::modify_qp(uint64_t client, uint32_t handle, const proto::qp_attr_wire& wire,
                               int mask) {
-    std::shared_ptr<roce::rc_qp> qp;
+    std::shared_ptr<rnic::rc_qp> qp;
     std::function<int(uint32_t)> admit;
-    roce::engine* engine = nullptr;
+    rnic::engine* engine = nullptr;
     {
         const std::lock_guard lock(_mutex);
         const auto it = _qps.find(handle);
@@ -214,8 +214,8 @@ int vnic_resources::modify_qp(uint64_t client, uint32_t handle, const proto::qp_
 }
 
 int vnic_resources::query_qp(uint64_t client, uint32_t handle, proto::query_qp_reply& out) {
-    std::shared_ptr<roce::rc_qp> qp;
-    roce::engine* engine = nullptr;
+    std::shared_ptr<rnic::rc_qp> qp;
+    rnic::engine* engine = nullptr;
     {
         const std::lock_guard lock(_mutex);
         const auto it = _qps.find(handle);
@@ -241,7 +241,7 @@ int vnic_resources::query_qp(uint64_t client, uint32_t handle, proto::query_qp_r
 }
 
 void vnic_resources::drop_qp(uint32_t handle, qp_object& q) {
-    roce::engine* engine = _qp_support.engine;
+    rnic::engine* engine = _qp_support.engine;
     const uint16_t vnic = q.qp->vnic();
     // The QP must leave the engine even if the worker is late: queued until it runs.
     engine->call(
@@ -249,7 +249,7 @@ void vnic_resources::drop_qp(uint32_t handle, qp_object& q) {
             engine->remove_qp(vnic, handle);
             return 0;
         },
-        roce::engine::on_timeout::run_later);
+        rnic::engine::on_timeout::run_later);
     if (pd_object* pd = owned_pd(q.owner, q.pd)) {
         --pd->qps;
     }

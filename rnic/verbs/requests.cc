@@ -1,4 +1,4 @@
-#include "requests.hh"
+#include "rnic/verbs/requests.hh"
 
 #include <cerrno>
 #include <cstring>

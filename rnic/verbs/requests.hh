@@ -9,8 +9,8 @@
 #include <span>
 #include <string>
 
-#include "device_model.hh"
-#include "resources.hh"
+#include "rnic/verbs/device_model.hh"
+#include "rnic/verbs/resources.hh"
 #include "verbs_abi/protocol.hh"
 
 namespace jakiro::verbs {

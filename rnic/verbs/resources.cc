@@ -1,4 +1,4 @@
-#include "resources.hh"
+#include "rnic/verbs/resources.hh"
 
 #include <fcntl.h>
 #include <linux/magic.h>
@@ -391,7 +391,7 @@ int vnic_resources::resize_cq(uint64_t client, uint32_t cq, uint32_t cqe, cq_cre
     // switches rings (O(1)); the completions that move, as many as the client left unread (up
     // to a ring of max_cqe), are copied here, off the worker, so a tenant resizing in a loop
     // costs the other tenants of its worker nothing.
-    roce::engine* engine = _qp_support.engine;
+    rnic::engine* engine = _qp_support.engine;
     const int error = engine != nullptr ? engine->call(swap) : swap();
     if (error != 0) {
         close(ring_fd);

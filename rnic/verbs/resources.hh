@@ -22,12 +22,12 @@
 #include <vector>
 
 #include "handover/image.hh"
-#include "quota.hh"
 #include "rnic/engine.hh"
 #include "rnic/queues/cq_ring.hh"
 #include "rnic/queues/key_allocator.hh"
 #include "rnic/queues/mr_table.hh"
 #include "rnic/queues/srq_ring.hh"
+#include "rnic/verbs/quota.hh"
 #include "verbs_abi/protocol.hh"
 
 namespace jakiro::verbs {
@@ -94,10 +94,10 @@ int check_region_fd(int fd, uint64_t offset, uint64_t span);
 
 // What a vNIC needs to have QPs: the engine that runs them and who the vNIC is on the wire.
 struct qp_support {
-    roce::engine* engine = nullptr;
-    roce::qp_endpoint local;
-    roce::qp_event_sink events;
-    roce::qp_device_limits limits;
+    rnic::engine* engine = nullptr;
+    rnic::qp_endpoint local;
+    rnic::qp_event_sink events;
+    rnic::qp_device_limits limits;
     // Security groups for every address vector a modify sets (docs/architecture.md §7): 0, or
     // EACCES when no `rdma` rule lets this vNIC talk to `remote_ip_be` in both directions. Unset:
     // everything is admitted.
@@ -207,7 +207,7 @@ class vnic_resources {
     struct qp_object {
         uint64_t owner = 0;
         uint32_t pd = 0;
-        std::shared_ptr<roce::rc_qp> qp;
+        std::shared_ptr<rnic::rc_qp> qp;
         std::shared_ptr<completion_queue> send_cq;
         std::shared_ptr<completion_queue> recv_cq;
         std::shared_ptr<shared_receive_queue> srq;  // null: the QP's own RQ
@@ -252,7 +252,7 @@ class vnic_resources {
     qp_support _qp_support;
     // The vNIC's own doorbell (every QP of the vNIC gets this page, no other vNIC's client
     // does), installed in the engine by enable_qps.
-    std::unique_ptr<roce::doorbell_memory> _doorbell;
+    std::unique_ptr<rnic::doorbell_memory> _doorbell;
     key_allocator _qp_keys;
     std::unordered_map<uint32_t, qp_object> _qps;
     key_allocator _srq_keys;

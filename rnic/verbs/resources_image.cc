@@ -9,9 +9,9 @@
 #include <cerrno>
 #include <cstring>
 
-#include "resources.hh"
 #include "rnic/queues/mapped_files.hh"
 #include "rnic/queues/memory_window.hh"
+#include "rnic/verbs/resources.hh"
 
 namespace jakiro::verbs {
 
@@ -331,7 +331,7 @@ bool vnic_resources::restore(handover::section_reader& r) {
     if (r.boolean()) {
         const int fd = r.fd();
         if (r.ok()) {
-            auto page = roce::doorbell_memory::resume(fd);
+            auto page = rnic::doorbell_memory::resume(fd);
             if (page == nullptr) {
                 r.fail("state section 'rdma_faces': the doorbell is not a doorbell page");
             } else if (_qp_support.engine == nullptr) {
@@ -341,9 +341,9 @@ bool vnic_resources::restore(handover::section_reader& r) {
                 // place. The vNIC stays (it is carried over the restart, not removed), so the
                 // engine keeps what it counted for it; the old page stays mapped until the
                 // engine has let go of it.
-                std::unique_ptr<roce::doorbell_memory> replaced = std::move(_doorbell);
+                std::unique_ptr<rnic::doorbell_memory> replaced = std::move(_doorbell);
                 _doorbell = std::move(page);
-                roce::engine* engine = _qp_support.engine;
+                rnic::engine* engine = _qp_support.engine;
                 const uint16_t slot = _qp_support.local.vnic;
                 verbs_proto::doorbell_page* p = &_doorbell->page();
                 if (engine->call([engine, slot, p] {

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 
-#include "resources.hh"
+#include "rnic/verbs/resources.hh"
 
 namespace jakiro::verbs {
 

@@ -1,4 +1,4 @@
-#include "tenant_namespace.hh"
+#include "rnic/verbs/tenant_namespace.hh"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "link_netns.hh"
+#include "rnic/verbs/link_netns.hh"
 #include "verbs_abi/endpoint_address.hh"
 
 namespace jakiro::verbs {

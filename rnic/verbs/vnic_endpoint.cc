@@ -4,7 +4,7 @@
 // clients, cm_relay.cc for the rdma_cm agent). Across a restart it is frozen, saved and restored
 // by endpoint_image.cc.
 
-#include "vnic_endpoint.hh"
+#include "rnic/verbs/vnic_endpoint.hh"
 
 #include <poll.h>
 #include <pthread.h>
@@ -17,8 +17,8 @@
 #include <iostream>
 
 #include "rnic/engine.hh"
+#include "rnic/verbs/vnic_endpoint_parts.hh"
 #include "verbs_abi/protocol.hh"
-#include "vnic_endpoint_parts.hh"
 
 namespace jakiro::verbs {
 

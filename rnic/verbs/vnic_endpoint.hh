@@ -34,16 +34,16 @@
 #include <thread>
 #include <vector>
 
-#include "device_model.hh"
 #include "handover/image.hh"
-#include "requests.hh"
-#include "resources.hh"
 #include "rnic/gsi_port.hh"
 #include "rnic/rdmacm/cm_agent.hh"
-#include "tenant_namespace.hh"
+#include "rnic/verbs/device_model.hh"
+#include "rnic/verbs/requests.hh"
+#include "rnic/verbs/resources.hh"
+#include "rnic/verbs/tenant_namespace.hh"
 #include "verbs_abi/protocol.hh"
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 class engine;
 }
 
@@ -87,7 +87,7 @@ struct endpoint_report {
     endpoint_counters counters;
     rdmacm::agent_stats cm;  // all zero without an agent (no engine)
     std::size_t cm_ids = 0;  // rdma_cm ids held now
-    roce::gsi_counters qp1;
+    rnic::gsi_counters qp1;
     vnic_quota quota;  // the bounds in force
 };
 
@@ -112,7 +112,7 @@ class vnic_endpoint {
         std::unique_ptr<vnic_resources> resources;
         // Runs the vNIC's QPs and QP1 (its rdma_cm agent speaks through it); none: no QPs and
         // no rdma_cm.
-        roce::engine* engine = nullptr;
+        rnic::engine* engine = nullptr;
         // The vNIC's security groups for a peer (0: admitted); empty admits everyone.
         std::function<int(uint32_t remote_ip_be)> admit;
     };
@@ -223,7 +223,7 @@ class vnic_endpoint {
     std::vector<int> _listeners;
     std::unique_ptr<vnic_resources> _resources;
     device_context _device;
-    roce::engine* _engine = nullptr;
+    rnic::engine* _engine = nullptr;
     bool _qp1_open = false;  // the vNIC's queues in the engine's gsi_port (they write _wake_fd)
     std::unique_ptr<rdmacm::cm_agent> _cm;
     settings _settings;

@@ -9,8 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "quota.hh"
 #include "rnic/rdmacm/cm_agent.hh"
+#include "rnic/verbs/quota.hh"
 #include "verbs_abi/fd_passing.hh"
 
 namespace jakiro::verbs::vnic_endpoint_parts {

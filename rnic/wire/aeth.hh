@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 enum class aeth_kind : uint8_t {
     ack = 0,      // 000
@@ -77,4 +77,4 @@ constexpr bool nak_code_known(uint8_t value) {
     return value <= static_cast<uint8_t>(nak_code::invalid_rd_request);
 }
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

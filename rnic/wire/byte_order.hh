@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <cstring>
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 static_assert(std::endian::native == std::endian::little, "the byte swaps below assume x86");
 
@@ -54,4 +54,4 @@ inline void store_be64(uint8_t* p, uint64_t v) {
     std::memcpy(p, &v, sizeof(v));
 }
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

@@ -8,7 +8,7 @@
 #include <immintrin.h>
 #endif
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 namespace {
 
@@ -191,4 +191,4 @@ bool has_clmul() {
 
 }  // namespace detail
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

@@ -15,7 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 // zlib-compatible: crc32(0, "123456789", 9) == 0xCBF43926, and
 // crc32(crc32(0, a), b) == crc32(0, a || b).
@@ -103,4 +103,4 @@ uint32_t gf2_multiply_clmul(uint32_t a, uint32_t b);  // only meaningful when ha
 bool has_clmul();
 }  // namespace detail
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

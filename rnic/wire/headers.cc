@@ -1,6 +1,6 @@
 #include "rnic/wire/headers.hh"
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 const char* parse_error_name(parse_error e) {
     switch (e) {
@@ -170,4 +170,4 @@ size_t build_roce_headers(uint8_t* out, size_t cap, const bth_fields& f, const e
     return static_cast<size_t>(at - out);
 }
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

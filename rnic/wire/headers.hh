@@ -9,9 +9,9 @@
 #include <cstring>
 #include <span>
 
-#include "byte_order.hh"
+#include "rnic/wire/byte_order.hh"
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 constexpr uint16_t roce_udp_port = 4791;   // IANA port for RoCEv2
 constexpr uint16_t default_pkey = 0xFFFF;  // full-member default partition; RoCE has no SM
@@ -446,4 +446,4 @@ struct ext_fields {
 // Reserved bits are written as zero; 24-bit fields are truncated to 24 bits.
 size_t build_roce_headers(uint8_t* out, size_t cap, const bth_fields& bth, const ext_fields& ext);
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

@@ -5,7 +5,7 @@
 
 #include "rnic/wire/crc32.hh"
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 namespace {
 
@@ -146,4 +146,4 @@ std::optional<uint32_t> compute_icrc_slice8(const uint8_t* ipv4, size_t len) {
     return crc32_slice8(crc, ipv4 + h.covered, len - h.covered);
 }
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

@@ -19,7 +19,7 @@
 #include <optional>
 #include <span>
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 // The headers every ICRC'd packet starts with: IPv4 (20-60 bytes), UDP (8), BTH (12).
 constexpr size_t icrc_min_header_bytes = 20 + 8 + 12;
@@ -56,4 +56,4 @@ inline uint32_t load_icrc(const uint8_t* in) {
            (uint32_t{in[3]} << 24);
 }
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 
 constexpr uint32_t psn_bits = 24;
 constexpr uint32_t psn_mask = (1u << psn_bits) - 1;
@@ -52,4 +52,4 @@ constexpr psn_class classify_request_psn(uint32_t psn, uint32_t expected) {
     return d > 0 ? psn_class::ahead : psn_class::duplicate;
 }
 
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

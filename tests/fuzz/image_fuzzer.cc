@@ -64,7 +64,7 @@ void require(bool ok, const char* what) {
     }
 }
 
-std::unique_ptr<verbs::vnic_resources> make_resources(roce::engine& engine) {
+std::unique_ptr<verbs::vnic_resources> make_resources(rnic::engine& engine) {
     auto res = std::make_unique<verbs::vnic_resources>(verbs::engine_limits());
     verbs::qp_support support;
     support.engine = &engine;
@@ -88,7 +88,7 @@ int open_descriptors() {
 
 // The vNIC whose image every input edits, and the tenant's view of its memory.
 struct origin {
-    roce::engine engine{1, 16};
+    rnic::engine engine{1, 16};
     std::unique_ptr<verbs::vnic_resources> res;
     int region_fd = -1;
     void* region = nullptr;
@@ -289,7 +289,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         for (const int fd : the_origin->fds) {
             fds.push_back(fcntl(fd, F_DUPFD_CLOEXEC, 0));
         }
-        roce::engine successor_engine{1, 16};
+        rnic::engine successor_engine{1, 16};
         auto next = make_resources(successor_engine);
         handover::image_reader image(w.data(), std::move(fds));
         require(image.open(), "the image header (not edited) was refused");

@@ -39,17 +39,17 @@
 #include <string>
 #include <vector>
 
-#include "config/config_loader.hh"
-#include "control/table_builder.hh"
-#include "overlay/superframe.hh"
-#include "overlay/vxlan.hh"
-#include "pipeline/egress.hh"
-#include "pipeline/ingress.hh"
+#include "dataplane/config/config_loader.hh"
+#include "dataplane/control/table_builder.hh"
+#include "dataplane/overlay/superframe.hh"
+#include "dataplane/overlay/vxlan.hh"
+#include "dataplane/pipeline/egress.hh"
+#include "dataplane/pipeline/ingress.hh"
+#include "dataplane/rnic_glue/roce_port.hh"
 #include "rnic/engine.hh"
 #include "rnic/verbs/device_model.hh"
 #include "rnic/verbs/resources.hh"
 #include "rnic/wire/icrc.hh"
-#include "rnic_glue/roce_port.hh"
 #include "verbs_abi/qp_attr_wire.hh"
 
 #include <arpa/inet.h>
@@ -144,7 +144,7 @@ struct harness {
     overlay::underlay_neighbors neighbors;
     std::unique_ptr<datapath_tables> tables[2];
     std::unique_ptr<worker_context> ctx = std::make_unique<worker_context>();
-    roce::engine engine{4, 16};
+    rnic::engine engine{4, 16};
     std::unique_ptr<roce_port> rdma_port;
     std::unique_ptr<verbs::vnic_resources> res;
     // t1's QPs, one per transport (RC, UC, UD): a fuzzed packet is aimed at the one of its
@@ -341,8 +341,8 @@ struct harness {
         bth[5] = static_cast<uint8_t>(qpn >> 16);
         bth[6] = static_cast<uint8_t>(qpn >> 8);
         bth[7] = static_cast<uint8_t>(qpn);
-        if (const auto crc = roce::compute_icrc(ip, ip_len - 4)) {
-            roce::store_icrc(ip + ip_len - 4, *crc);
+        if (const auto crc = rnic::compute_icrc(ip, ip_len - 4)) {
+            rnic::store_icrc(ip + ip_len - 4, *crc);
         }
     }
 

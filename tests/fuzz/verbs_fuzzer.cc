@@ -6,7 +6,7 @@
 // reordering, duplicating, or a shortcut when both are "on the same host"), crafted RoCE
 // packets from the connected peer, memfds truncated or hole-punched after registration, and
 // client disconnects. The real code runs in-process: requests.cc, resources.cc, qp_verbs.cc,
-// srq_verbs.cc, the rings, mr_table and the RoCE engine (roce::engine, rc_qp). No EAL: the
+// srq_verbs.cc, the rings, mr_table and the RoCE engine (rnic::engine, rc_qp). No EAL: the
 // engine is plain C++.
 //
 // Each input starts from nothing (a fresh engine, two vNICs' vnic_resources, three attacker
@@ -230,7 +230,7 @@ int slot_of(uint32_t ip_be) {
     return -1;
 }
 
-class fuzz_wire final : public roce::packet_port {
+class fuzz_wire final : public rnic::packet_port {
   public:
     struct frame {
         uint16_t from;
@@ -242,7 +242,7 @@ class fuzz_wire final : public roce::packet_port {
         if (refuse_buffers) {
             return nullptr;
         }
-        if (len < roce::frame_l2_l4_bytes + 12 + 4 || len > 16384) {
+        if (len < rnic::frame_l2_l4_bytes + 12 + 4 || len > 16384) {
             fail("engine asked for a frame of impossible length");
         }
         _building.assign(len, 0xEE);
@@ -324,7 +324,7 @@ constexpr std::size_t max_rings = 64;
 constexpr std::size_t max_tenant_fds = 16;
 
 struct harness {
-    std::unique_ptr<roce::engine> engine;
+    std::unique_ptr<rnic::engine> engine;
     std::array<verbs::vnic_identity, 2> ids;
     std::array<std::unique_ptr<verbs::vnic_resources>, 2> res;
     std::array<verbs::device_context, 2> dev;
@@ -367,7 +367,7 @@ struct harness {
     }
 
     void setup() {
-        engine = std::make_unique<roce::engine>(2, 8);
+        engine = std::make_unique<rnic::engine>(2, 8);
         for (int v = 0; v < 2; ++v) {
             ids[v].name = v == 0 ? "t1" : "t2";
             ids[v].mac = vnic_mac[v];
@@ -491,7 +491,7 @@ struct harness {
             for (std::size_t d = 0; d < engine->counters().drops.size(); ++d) {
                 if (const auto n = engine->counters().drops[d].load()) {
                     std::fprintf(stderr, "  drop %s: %llu\n",
-                                 roce::engine_drop_name(static_cast<roce::engine_drop>(d)),
+                                 rnic::engine_drop_name(static_cast<rnic::engine_drop>(d)),
                                  static_cast<unsigned long long>(n));
                 }
             }
@@ -1284,7 +1284,7 @@ struct harness {
             if (r.what != kind::qp) {
                 continue;
             }
-            roce::rc_qp* qp = engine->find(static_cast<uint16_t>(r.vnic), r.qpn);
+            rnic::rc_qp* qp = engine->find(static_cast<uint16_t>(r.vnic), r.qpn);
             if (qp == nullptr) {
                 continue;
             }
@@ -1529,12 +1529,12 @@ struct harness {
         if (r == nullptr) {
             return;
         }
-        const roce::rc_qp* qp = engine->find(static_cast<uint16_t>(r->vnic), r->qpn);
+        const rnic::rc_qp* qp = engine->find(static_cast<uint16_t>(r->vnic), r->qpn);
         const uint32_t src = (f & 1) != 0 ? htonl(stranger_ip)
                              : qp != nullptr && qp->remote_ip_be() != 0
                                  ? qp->remote_ip_be()
                                  : htonl(vnic_ip[1 - r->vnic]);
-        const std::size_t roce_len = std::max<std::size_t>(body.size(), 12) + roce::icrc_bytes;
+        const std::size_t roce_len = std::max<std::size_t>(body.size(), 12) + rnic::icrc_bytes;
         std::vector<uint8_t> pkt(20 + 8 + roce_len, 0);
         uint8_t* ip = pkt.data();
         ip[0] = 0x45;
@@ -1547,8 +1547,8 @@ struct harness {
         std::memcpy(ip + 16, &dst, 4);
         uint8_t* udp = ip + 20;
         udp[0] = 0xC0;
-        udp[2] = static_cast<uint8_t>(roce::roce_udp_port >> 8);
-        udp[3] = static_cast<uint8_t>(roce::roce_udp_port & 0xFF);
+        udp[2] = static_cast<uint8_t>(rnic::roce_udp_port >> 8);
+        udp[3] = static_cast<uint8_t>(rnic::roce_udp_port & 0xFF);
         udp[4] = static_cast<uint8_t>((8 + roce_len) >> 8);
         udp[5] = static_cast<uint8_t>(8 + roce_len);
         uint8_t* bth = udp + 8;
@@ -1561,8 +1561,8 @@ struct harness {
             bth[6] = static_cast<uint8_t>(r->qpn >> 8);
             bth[7] = static_cast<uint8_t>(r->qpn);
         }
-        if (const auto crc = roce::compute_icrc(ip, pkt.size() - roce::icrc_bytes)) {
-            roce::store_icrc(ip + pkt.size() - roce::icrc_bytes, *crc);
+        if (const auto crc = rnic::compute_icrc(ip, pkt.size() - rnic::icrc_bytes)) {
+            rnic::store_icrc(ip + pkt.size() - rnic::icrc_bytes, *crc);
         }
         const uint64_t before = wire.emitted;
         engine->receive(static_cast<uint16_t>(r->vnic), ip, static_cast<uint32_t>(pkt.size()), wire,

@@ -23,6 +23,11 @@ def cxx_files(root):
     return [os.path.relpath(p, root) for p in _walk(root) if p.endswith(CXX_SUFFIXES)]
 
 
+def cxx_and_def_files(root):
+    """Every C and C++ file and every X-macro list (.def) it includes, relative to ROOT."""
+    return [os.path.relpath(p, root) for p in _walk(root) if p.endswith(CXX_SUFFIXES + (".def",))]
+
+
 def _python_shebang(path):
     try:
         with open(path, "rb") as f:

@@ -1,4 +1,4 @@
-#include "deadline.hh"
+#include "tests/rdma/deadline.hh"
 
 #include <signal.h>
 #include <unistd.h>

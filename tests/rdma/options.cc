@@ -1,10 +1,10 @@
-#include "options.hh"
+#include "tests/rdma/options.hh"
 
 #include <getopt.h>
 
 #include <cstdio>
 
-#include "test_error.hh"
+#include "tests/rdma/test_error.hh"
 
 namespace jakiro::rdma_test {
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "rc_link.hh"
-#include "tcp_line.hh"
+#include "tests/rdma/rc_link.hh"
+#include "tests/rdma/tcp_line.hh"
 
 namespace jakiro::rdma_test {
 

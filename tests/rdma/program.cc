@@ -1,9 +1,9 @@
-#include "program.hh"
+#include "tests/rdma/program.hh"
 
 #include <cstdio>
 
-#include "deadline.hh"
-#include "test_error.hh"
+#include "tests/rdma/deadline.hh"
+#include "tests/rdma/test_error.hh"
 
 namespace jakiro::rdma_test {
 

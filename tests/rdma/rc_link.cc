@@ -1,4 +1,4 @@
-#include "rc_link.hh"
+#include "tests/rdma/rc_link.hh"
 
 #include <arpa/inet.h>
 #include <poll.h>
@@ -10,8 +10,8 @@
 #include <cstring>
 #include <thread>
 
-#include "deadline.hh"
-#include "tcp_line.hh"
+#include "tests/rdma/deadline.hh"
+#include "tests/rdma/tcp_line.hh"
 
 namespace jakiro::rdma_test {
 

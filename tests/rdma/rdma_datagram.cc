@@ -30,12 +30,12 @@
 #include <thread>
 #include <vector>
 
-#include "deadline.hh"
-#include "options.hh"
-#include "pattern.hh"
-#include "program.hh"
-#include "rc_link.hh"
-#include "tcp_line.hh"
+#include "tests/rdma/deadline.hh"
+#include "tests/rdma/options.hh"
+#include "tests/rdma/pattern.hh"
+#include "tests/rdma/program.hh"
+#include "tests/rdma/rc_link.hh"
+#include "tests/rdma/tcp_line.hh"
 
 using namespace jakiro::rdma_test;
 

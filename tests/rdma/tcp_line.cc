@@ -1,4 +1,4 @@
-#include "tcp_line.hh"
+#include "tests/rdma/tcp_line.hh"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -14,7 +14,7 @@
 #include <sstream>
 #include <thread>
 
-#include "deadline.hh"
+#include "tests/rdma/deadline.hh"
 
 namespace jakiro::rdma_test {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "test_error.hh"
+#include "tests/rdma/test_error.hh"
 
 namespace jakiro::rdma_test {
 

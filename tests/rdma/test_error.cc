@@ -1,11 +1,11 @@
-#include "test_error.hh"
+#include "tests/rdma/test_error.hh"
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 
-#include "deadline.hh"
+#include "tests/rdma/deadline.hh"
 
 namespace jakiro::rdma_test {
 

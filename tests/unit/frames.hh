@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "arp.hh"
-#include "config/host_config.hh"
-#include "overlay/vxlan.hh"
-#include "vnet_face/vnet_header.hh"
+#include "dataplane/arp.hh"
+#include "dataplane/config/host_config.hh"
+#include "dataplane/overlay/vxlan.hh"
+#include "dataplane/vnet_face/vnet_header.hh"
 
 namespace jakiro::test {
 
@@ -140,9 +140,13 @@ inline rte_mbuf* tcp_superframe_mbuf(rte_mempool* big_pool, const ipv4_frame_spe
     tcp->data_off = 5 << 4;
     tcp->tcp_flags = RTE_TCP_ACK_FLAG;
     tcp->cksum = rte_ipv4_phdr_cksum(iph, 0);
-    const vnet::virtio_net_hdr hdr{
-        vnet::VIRTIO_NET_HDR_F_NEEDS_CSUM, vnet::VIRTIO_NET_HDR_GSO_TCPV4, 54, mss, 34, 16};
-    if (vnet::to_mbuf(hdr, m) != vnet::header_verdict::ok) {
+    const vnet_face::virtio_net_hdr hdr{vnet_face::VIRTIO_NET_HDR_F_NEEDS_CSUM,
+                                        vnet_face::VIRTIO_NET_HDR_GSO_TCPV4,
+                                        54,
+                                        mss,
+                                        34,
+                                        16};
+    if (vnet_face::to_mbuf(hdr, m) != vnet_face::header_verdict::ok) {
         rte_pktmbuf_free(m);
         return nullptr;
     }

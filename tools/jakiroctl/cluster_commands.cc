@@ -1,4 +1,4 @@
-#include "cluster_commands.hh"
+#include "tools/jakiroctl/cluster_commands.hh"
 
 #include <yaml-cpp/yaml.h>
 
@@ -7,10 +7,10 @@
 #include <iostream>
 #include <sstream>
 
-#include "config/config_loader.hh"
-#include "control_plane/cluster_records.hh"
-#include "control_plane/etcd_client.hh"
-#include "control_plane/key_schema.hh"
+#include "dataplane/config/config_loader.hh"
+#include "dataplane/control_plane/cluster_records.hh"
+#include "dataplane/control_plane/etcd_client.hh"
+#include "dataplane/control_plane/key_schema.hh"
 
 namespace {
 

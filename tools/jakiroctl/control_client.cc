@@ -1,4 +1,4 @@
-#include "control_client.hh"
+#include "tools/jakiroctl/control_client.hh"
 
 #include <poll.h>
 #include <sys/socket.h>

@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "cluster_commands.hh"
-#include "control_client.hh"
-#include "top.hh"
+#include "tools/jakiroctl/cluster_commands.hh"
+#include "tools/jakiroctl/control_client.hh"
+#include "tools/jakiroctl/top.hh"
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "top.hh"
+#include "tools/jakiroctl/top.hh"
 
 #include <unistd.h>
 
@@ -8,7 +8,7 @@
 #include <sstream>
 #include <vector>
 
-#include "control_client.hh"
+#include "tools/jakiroctl/control_client.hh"
 
 namespace {
 

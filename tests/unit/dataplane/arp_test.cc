@@ -1,8 +1,8 @@
-#include "arp.hh"
+#include "dataplane/arp.hh"
 
 #include <gtest/gtest.h>
 
-#include "../frames.hh"
+#include "tests/unit/frames.hh"
 
 namespace jakiro {
 namespace {

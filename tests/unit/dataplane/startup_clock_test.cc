@@ -1,4 +1,4 @@
-#include "startup_clock.hh"
+#include "dataplane/startup_clock.hh"
 
 #include <gtest/gtest.h>
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "egress_sim.hh"
+#include "tests/unit/qos/egress_sim.hh"
 
 namespace jakiro::qos {
 namespace {

@@ -1,9 +1,9 @@
 // The completer (rnic/completer.cc): ACKs and NAKs move `una`; go-back-N over a wire that
 // loses, duplicates and reorders, the retry and RNR timers, completions in order.
 
-#include "rc_qp_fixture.hh"
+#include "tests/unit/rnic/rc_qp_fixture.hh"
 
-namespace jakiro::roce::test {
+namespace jakiro::rnic::test {
 namespace {
 
 TEST_F(rc_qp_test, loss_duplication_and_reordering_lose_duplicate_and_corrupt_nothing) {
@@ -282,4 +282,4 @@ TEST_F(rc_qp_test, a_lossless_wire_carries_a_mix_of_reads_writes_and_sends_witho
 }
 
 }  // namespace
-}  // namespace jakiro::roce::test
+}  // namespace jakiro::rnic::test

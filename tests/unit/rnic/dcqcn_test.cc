@@ -1,9 +1,9 @@
 // DCQCN (rnic/dcqcn.cc): the CNPs a receiver sends for congestion the fabric marked, and the
 // sender's rate relative to its vNIC's.
 
-#include "rc_qp_fixture.hh"
+#include "tests/unit/rnic/rc_qp_fixture.hh"
 
-namespace jakiro::roce::test {
+namespace jakiro::rnic::test {
 namespace {
 
 TEST_F(rc_qp_test, a_ce_mark_from_the_fabric_makes_the_receiver_send_a_cnp_and_the_sender_slow) {
@@ -96,4 +96,4 @@ TEST_F(rc_qp_test, without_a_ce_mark_no_cnp_is_sent) {
 }
 
 }  // namespace
-}  // namespace jakiro::roce::test
+}  // namespace jakiro::rnic::test

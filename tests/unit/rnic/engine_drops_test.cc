@@ -9,7 +9,7 @@
 #include <set>
 #include <string>
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 namespace {
 
 bool is_snake_case(const std::string& s) {
@@ -46,4 +46,4 @@ TEST(engine_drops, names_are_the_enumerators_the_counters_are_indexed_by) {
 }
 
 }  // namespace
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

@@ -3,10 +3,10 @@
 // is served again as soon as its shim rings, a packet arrives or a control call changes it, and
 // the futex wakes the engine makes for programs napping on an empty CQ are charged to their vNIC.
 
-#include "rc_qp_fixture.hh"
 #include "rnic/timers.hh"
+#include "tests/unit/rnic/rc_qp_fixture.hh"
 
-namespace jakiro::roce::test {
+namespace jakiro::rnic::test {
 namespace {
 
 class idle_qps_test : public rc_qp_test {
@@ -362,4 +362,4 @@ TEST_F(idle_qps_test, a_vnic_given_a_removed_ones_slot_starts_at_zero_and_owes_n
 }
 
 }  // namespace
-}  // namespace jakiro::roce::test
+}  // namespace jakiro::rnic::test

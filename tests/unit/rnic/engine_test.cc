@@ -2,9 +2,9 @@
 // the worker's time shared out per vNIC, counters and reports, the security groups on every
 // address vector and a policy change that refuses a connected peer.
 
-#include "rc_qp_fixture.hh"
+#include "tests/unit/rnic/rc_qp_fixture.hh"
 
-namespace jakiro::roce::test {
+namespace jakiro::rnic::test {
 namespace {
 
 // jakirod removes a vNIC while its worker is stalled for longer than a verbs call waits: the
@@ -536,4 +536,4 @@ TEST_F(noisy_neighbour_test, qps_flushing_full_rings_write_their_vnics_units_of_
 }
 
 }  // namespace
-}  // namespace jakiro::roce::test
+}  // namespace jakiro::rnic::test

@@ -11,7 +11,7 @@
 
 #include <algorithm>
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 namespace {
 
 gsi_datagram mad_for(uint16_t vnic, uint8_t tag) {
@@ -95,4 +95,4 @@ TEST(GsiPort, AVnicsBoundChangesLiveAndAVnicWithoutQueuesGetsNothing) {
 }
 
 }  // namespace
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

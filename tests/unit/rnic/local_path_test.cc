@@ -1,9 +1,9 @@
 // The intra-host path (rnic/local_path.cc): two QPs of one engine, memory to memory in
 // budget-sized slices, with the wire's checks, completions and QoS charges.
 
-#include "rc_qp_fixture.hh"
+#include "tests/unit/rnic/rc_qp_fixture.hh"
 
-namespace jakiro::roce::test {
+namespace jakiro::rnic::test {
 namespace {
 
 TEST_F(rc_qp_test, on_one_host_data_moves_memory_to_memory_without_packets) {
@@ -250,4 +250,4 @@ TEST_F(rc_qp_test, on_one_host_a_peer_the_responders_groups_refuse_gets_no_more_
 }
 
 }  // namespace
-}  // namespace jakiro::roce::test
+}  // namespace jakiro::rnic::test

@@ -1,9 +1,9 @@
 // Memory windows (rnic/queues/memory_window.cc) as QPs meet them: binds and invalidations
 // a QP executes, and a peer's requests through a window, on the wire and on one host.
 
-#include "rc_qp_fixture.hh"
+#include "tests/unit/rnic/rc_qp_fixture.hh"
 
-namespace jakiro::roce::test {
+namespace jakiro::rnic::test {
 namespace {
 
 TEST_F(rc_qp_mw_test, a_bound_type2_window_takes_writes_and_reads_inside_its_range) {
@@ -385,4 +385,4 @@ TEST_F(rc_qp_mw_test, a_window_invalidated_mid_write_takes_no_more_packets) {
 }
 
 }  // namespace
-}  // namespace jakiro::roce::test
+}  // namespace jakiro::rnic::test

@@ -1,9 +1,9 @@
 // QPs on a shared receive queue (rnic/queues/srq_ring.cc, rc_qp::take_recv): receives taken
 // from the SRQ in order, its limit event, RNR when it is empty, the flush of a QP in ERR.
 
-#include "rc_qp_fixture.hh"
+#include "tests/unit/rnic/rc_qp_fixture.hh"
 
-namespace jakiro::roce::test {
+namespace jakiro::rnic::test {
 namespace {
 
 // Side b's QP replaced by one on a shared receive queue, posted as ibv_post_srq_recv does.
@@ -280,4 +280,4 @@ TEST_F(rc_qp_srq_test, without_an_engine_there_are_no_srqs_and_max_srq_is_enforc
 }
 
 }  // namespace
-}  // namespace jakiro::roce::test
+}  // namespace jakiro::rnic::test

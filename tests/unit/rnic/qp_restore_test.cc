@@ -22,7 +22,7 @@
 #include "rnic/rc_qp.hh"
 #include "rnic/wire/psn.hh"
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 namespace {
 
 namespace proto = verbs_proto;
@@ -996,4 +996,4 @@ TEST_F(corrupt_restore_test, another_qps_record_or_version_is_refused_by_name) {
 }
 
 }  // namespace
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

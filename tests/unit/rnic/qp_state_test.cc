@@ -7,7 +7,7 @@
 #include <set>
 #include <utility>
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 namespace {
 
 const qp_device_limits limits{};  // 1 port, 1 P_Key, 1 GID, MTU 4096, 16 read/atomic
@@ -507,4 +507,4 @@ TEST(QpState, MaskRuleMatchesKernelExamples) {
 }
 
 }  // namespace
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

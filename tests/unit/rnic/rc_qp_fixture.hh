@@ -28,7 +28,7 @@
 #include "rnic/wire/icrc.hh"
 #include "verbs_abi/qp_attr_wire.hh"
 
-namespace jakiro::roce::test {
+namespace jakiro::rnic::test {
 
 namespace proto = verbs_proto;
 
@@ -544,4 +544,4 @@ class rc_qp_mw_test : public rc_qp_test {
     uint32_t bind_mr = 0;
 };
 
-}  // namespace jakiro::roce::test
+}  // namespace jakiro::rnic::test

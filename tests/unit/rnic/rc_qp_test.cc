@@ -1,9 +1,9 @@
 // One QP (rnic/rc_qp.cc): its quotas, its lifetime around its last completion, and the flush
 // of a full QP in ERR within its vNIC's units.
 
-#include "rc_qp_fixture.hh"
+#include "tests/unit/rnic/rc_qp_fixture.hh"
 
-namespace jakiro::roce::test {
+namespace jakiro::rnic::test {
 namespace {
 
 TEST_F(rc_qp_test, the_rc_qp_quota_refuses_one_more_qp_with_edquot) {
@@ -139,4 +139,4 @@ TEST_F(rc_qp_test, a_responder_destroyed_right_after_its_last_completion_has_alr
 }
 
 }  // namespace
-}  // namespace jakiro::roce::test
+}  // namespace jakiro::rnic::test

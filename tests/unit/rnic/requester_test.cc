@@ -1,9 +1,9 @@
 // The requester (rnic/requester.cc): WQEs taken out of the ring once, packets within the send
 // window and the QP's read depth, a full port, and when a request asks for an ACK.
 
-#include "rc_qp_fixture.hh"
+#include "tests/unit/rnic/rc_qp_fixture.hh"
 
-namespace jakiro::roce::test {
+namespace jakiro::rnic::test {
 namespace {
 
 TEST_F(rc_qp_test, send_of_every_size_lands_in_the_receive_buffer_with_its_length) {
@@ -274,4 +274,4 @@ TEST_F(rc_qp_test, a_write_whose_follower_never_leaves_is_still_acknowledged) {
 }
 
 }  // namespace
-}  // namespace jakiro::roce::test
+}  // namespace jakiro::rnic::test

@@ -1,9 +1,9 @@
 // The responder (rnic/responder.cc): protection of its memory (MR rights, the QP's access
 // flags), atomics executed once, and the verdicts of its named steps as both ends see them.
 
-#include "rc_qp_fixture.hh"
+#include "tests/unit/rnic/rc_qp_fixture.hh"
 
-namespace jakiro::roce::test {
+namespace jakiro::rnic::test {
 namespace {
 
 TEST_F(rc_qp_test, protection_violations_complete_with_the_matching_status_and_touch_nothing) {
@@ -592,4 +592,4 @@ TEST_F(rc_qp_test, an_atomic_ack_leaves_behind_the_read_responses_before_it) {
 }
 
 }  // namespace
-}  // namespace jakiro::roce::test
+}  // namespace jakiro::rnic::test

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 namespace {
 
 TEST(Timers, RnrTimerCodesMatchTheSpecTable) {
@@ -27,4 +27,4 @@ TEST(Timers, LocalAckTimeoutIs4096NanosecondsTimesPowerOfTwo) {
 }
 
 }  // namespace
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

@@ -1,9 +1,9 @@
 // UC and UD (rnic/unreliable.cc): messages without acknowledgements, the UD responder's Q_Key
 // and GRH area, and QP1 out of a tenant's reach.
 
-#include "rc_qp_fixture.hh"
+#include "tests/unit/rnic/rc_qp_fixture.hh"
 
-namespace jakiro::roce::test {
+namespace jakiro::rnic::test {
 namespace {
 
 class uc_qp_test : public rc_qp_test {
@@ -292,4 +292,4 @@ TEST_F(ud_qp_test, a_datagram_for_a_qp_of_another_transport_is_dropped_and_count
 }
 
 }  // namespace
-}  // namespace jakiro::roce::test
+}  // namespace jakiro::rnic::test

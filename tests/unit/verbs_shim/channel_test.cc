@@ -19,10 +19,10 @@
 #include <thread>
 #include <vector>
 
-#include "fake_jakirod.hh"
+#include "tests/unit/verbs_shim/fake_jakirod.hh"
 #include "verbs_abi/fd_passing.hh"
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 namespace {
 
 namespace proto = verbs_proto;
@@ -166,4 +166,4 @@ TEST(ShimChannel, AFailedVerbClosesWhateverCameWithIt) {
 }
 
 }  // namespace
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

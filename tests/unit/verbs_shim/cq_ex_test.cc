@@ -10,12 +10,12 @@
 #include <cstring>
 #include <memory>
 
-#include "fake_jakirod.hh"
+#include "tests/unit/verbs_shim/fake_jakirod.hh"
 #include "verbs_shim/context.hh"
 #include "verbs_shim/cq.hh"
 #include "verbs_shim/cq_ex.hh"
 
-namespace jakiro::shim::testing {
+namespace jakiro::verbs_shim::testing {
 namespace {
 
 namespace proto = verbs_proto;
@@ -225,4 +225,4 @@ TEST_F(ShimCqEx, CreateRefusesWhatItCannotDeliver) {
 }
 
 }  // namespace
-}  // namespace jakiro::shim::testing
+}  // namespace jakiro::verbs_shim::testing

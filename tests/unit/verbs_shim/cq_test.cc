@@ -15,10 +15,10 @@
 #include <memory>
 #include <thread>
 
-#include "fake_jakirod.hh"
+#include "tests/unit/verbs_shim/fake_jakirod.hh"
 #include "verbs_shim/context.hh"
 
-namespace jakiro::shim::testing {
+namespace jakiro::verbs_shim::testing {
 namespace {
 
 namespace proto = verbs_proto;
@@ -104,4 +104,4 @@ TEST_F(ShimCq, AnEmptyPollNapsOnTheRingAndTheCompletionWrittenMeanwhileIsReturne
 }
 
 }  // namespace
-}  // namespace jakiro::shim::testing
+}  // namespace jakiro::verbs_shim::testing

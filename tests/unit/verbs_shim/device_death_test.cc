@@ -18,10 +18,10 @@
 #include <thread>
 #include <vector>
 
-#include "qp_fixture.hh"
+#include "tests/unit/verbs_shim/qp_fixture.hh"
 #include "verbs_shim/device_death.hh"
 
-namespace jakiro::shim::testing {
+namespace jakiro::verbs_shim::testing {
 namespace {
 
 namespace proto = verbs_proto;
@@ -422,4 +422,4 @@ TEST_F(DeviceDeath, ControlVerbsFailWithEioAndDestroyVerbsSucceed) {
 }
 
 }  // namespace
-}  // namespace jakiro::shim::testing
+}  // namespace jakiro::verbs_shim::testing

@@ -1,4 +1,4 @@
-#include "fake_jakirod.hh"
+#include "tests/unit/verbs_shim/fake_jakirod.hh"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -19,7 +19,7 @@
 #include "verbs_abi/fd_passing.hh"
 #include "verbs_shim/context.hh"
 
-namespace jakiro::shim::testing {
+namespace jakiro::verbs_shim::testing {
 
 namespace proto = verbs_proto;
 
@@ -445,4 +445,4 @@ void fake_jakirod::create_qp(const proto::create_qp_request& req) {
     }
 }
 
-}  // namespace jakiro::shim::testing
+}  // namespace jakiro::verbs_shim::testing

@@ -23,7 +23,7 @@
 #include "verbs_abi/rings.hh"
 #include "verbs_shim/device.hh"
 
-namespace jakiro::shim::testing {
+namespace jakiro::verbs_shim::testing {
 
 // The device limits the fake reports: jakirod's (verbs_shim/README.md's table).
 verbs_proto::limits fake_limits();
@@ -114,4 +114,4 @@ class fake_jakirod {
 // Descriptors this process has open (entries of /proc/self/fd), for leak checks.
 int open_fd_count();
 
-}  // namespace jakiro::shim::testing
+}  // namespace jakiro::verbs_shim::testing

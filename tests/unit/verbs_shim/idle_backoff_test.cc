@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 namespace {
 
 TEST(IdleBackoff, the_first_empty_polls_return_at_once_and_later_ones_nap) {
@@ -30,4 +30,4 @@ TEST(IdleBackoff, a_completion_starts_the_spins_over) {
 }
 
 }  // namespace
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

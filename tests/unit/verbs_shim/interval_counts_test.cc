@@ -7,7 +7,7 @@
 #include <tuple>
 #include <vector>
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 namespace {
 
 using run = std::tuple<uint64_t, uint64_t, uint32_t>;
@@ -84,4 +84,4 @@ TEST(IntervalCounts, WorksAtTheTopOfTheAddressSpace) {
 }
 
 }  // namespace
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

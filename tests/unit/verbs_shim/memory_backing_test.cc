@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 namespace {
 
 constexpr std::size_t page = memory_backing::page;
@@ -602,4 +602,4 @@ TEST(MemoryBacking, ForkProtectionKeepsRegisteredPagesOutOfChildren) {
 }
 
 }  // namespace
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

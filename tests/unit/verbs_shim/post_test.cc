@@ -16,10 +16,10 @@
 #include <thread>
 #include <vector>
 
-#include "qp_fixture.hh"
+#include "tests/unit/verbs_shim/qp_fixture.hh"
 #include "verbs_shim/memory_window.hh"
 
-namespace jakiro::shim::testing {
+namespace jakiro::verbs_shim::testing {
 namespace {
 
 namespace proto = verbs_proto;
@@ -609,4 +609,4 @@ TEST_F(ShimPost, ConcurrentPostersLoseNothingAndEachKeepsItsOrder) {
 }
 
 }  // namespace
-}  // namespace jakiro::shim::testing
+}  // namespace jakiro::verbs_shim::testing

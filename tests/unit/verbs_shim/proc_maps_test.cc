@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
-namespace jakiro::shim {
+namespace jakiro::verbs_shim {
 namespace {
 
 TEST(ProcMaps, ParsesAnonymousHeapAndStackLines) {
@@ -122,4 +122,4 @@ TEST(ProcMaps, SmapsAlsoSaysWhatForkLeavesOutAndWhatDumpsLeaveOut) {
 }
 
 }  // namespace
-}  // namespace jakiro::shim
+}  // namespace jakiro::verbs_shim

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "qp_fixture.hh"
+#include "tests/unit/verbs_shim/qp_fixture.hh"
 #include "verbs_shim/qp_ex.hh"
 
-namespace jakiro::shim::testing {
+namespace jakiro::verbs_shim::testing {
 namespace {
 
 namespace proto = verbs_proto;
@@ -448,7 +448,7 @@ TEST_F(ShimQpEx, TheSendQueueTakesWorkFromRtsOnOnly) {
 }
 
 }  // namespace
-}  // namespace jakiro::shim::testing
+}  // namespace jakiro::verbs_shim::testing
 
 // verbs.h's inline ibv_create_qp_ex falls back to ibv_create_qp when a QP asks for nothing but
 // a PD, and a program takes that symbol from libibverbs, here the shim. This test links the
@@ -456,5 +456,5 @@ TEST_F(ShimQpEx, TheSendQueueTakesWorkFromRtsOnOnly) {
 // exports. An optimising build drops the call when it proves the fallback unused, a
 // sanitized one keeps it and would not link without this.
 extern "C" ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
-    return jakiro::shim::create_qp(pd, attr);
+    return jakiro::verbs_shim::create_qp(pd, attr);
 }

@@ -9,13 +9,13 @@
 #include <cstring>
 #include <memory>
 
-#include "fake_jakirod.hh"
+#include "tests/unit/verbs_shim/fake_jakirod.hh"
 #include "verbs_shim/context.hh"
 #include "verbs_shim/cq.hh"
 #include "verbs_shim/pd.hh"
 #include "verbs_shim/qp.hh"
 
-namespace jakiro::shim::testing {
+namespace jakiro::verbs_shim::testing {
 
 class QpFixture : public ::testing::Test {
   protected:
@@ -77,4 +77,4 @@ class QpFixture : public ::testing::Test {
     ibv_cq* cq = nullptr;
 };
 
-}  // namespace jakiro::shim::testing
+}  // namespace jakiro::verbs_shim::testing

@@ -14,11 +14,11 @@
 #include <thread>
 #include <vector>
 
-#include "qp_fixture.hh"
+#include "tests/unit/verbs_shim/qp_fixture.hh"
 #include "verbs_abi/qp_attr_wire.hh"
 #include "verbs_shim/qp_ex.hh"
 
-namespace jakiro::shim::testing {
+namespace jakiro::verbs_shim::testing {
 namespace {
 
 using verbs_proto::known_qp_attr_mask;
@@ -738,4 +738,4 @@ TEST_F(ShimQp, DestroyWaitsUntilItsAsyncEventsAreAcknowledged) {
 }
 
 }  // namespace
-}  // namespace jakiro::shim::testing
+}  // namespace jakiro::verbs_shim::testing

@@ -14,7 +14,7 @@
 
 namespace {
 
-using namespace jakiro::shim;
+using namespace jakiro::verbs_shim;
 
 TEST(SysfsFiles, PathsOutsideAJakiroDeviceAreNeverEmulated) {
     std::string text;

@@ -1,4 +1,4 @@
-#include "config/config_loader.hh"
+#include "dataplane/config/config_loader.hh"
 
 #include <gtest/gtest.h>
 

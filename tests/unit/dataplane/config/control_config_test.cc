@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "config/config_loader.hh"
+#include "dataplane/config/config_loader.hh"
 
 using namespace jakiro;
 

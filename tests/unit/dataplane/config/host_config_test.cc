@@ -1,4 +1,4 @@
-#include "config/host_config.hh"
+#include "dataplane/config/host_config.hh"
 
 #include <gtest/gtest.h>
 

@@ -6,8 +6,8 @@
 
 #include <string>
 
-#include "config/config_loader.hh"
-#include "one_vnic_yaml.hh"
+#include "dataplane/config/config_loader.hh"
+#include "tests/unit/dataplane/config/one_vnic_yaml.hh"
 
 namespace jakiro {
 namespace {

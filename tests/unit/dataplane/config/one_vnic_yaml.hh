@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "config/config_loader.hh"
+#include "dataplane/config/config_loader.hh"
 
 namespace jakiro::test {
 

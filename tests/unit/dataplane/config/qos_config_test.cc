@@ -5,9 +5,9 @@
 
 #include <string>
 
-#include "config/config_loader.hh"
-#include "config/qos_units.hh"
-#include "one_vnic_yaml.hh"
+#include "dataplane/config/config_loader.hh"
+#include "dataplane/config/qos_units.hh"
+#include "tests/unit/dataplane/config/one_vnic_yaml.hh"
 
 namespace jakiro {
 namespace {

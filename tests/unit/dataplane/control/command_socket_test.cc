@@ -2,7 +2,7 @@
 // one that never finishes its command line, and a crowd, while an honest client asks
 // `status` and must be answered at once.
 
-#include "control/command_socket.hh"
+#include "dataplane/control/command_socket.hh"
 
 #include <gtest/gtest.h>
 #include <poll.h>

@@ -2,7 +2,7 @@
 // has and no other, and its list is the table's rendering (`ninja -C build update-man-metrics`
 // writes it).
 
-#include "control/metric_reference.hh"
+#include "dataplane/control/metric_reference.hh"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include <sstream>
 #include <string>
 
-#include "control/metric_table.hh"
+#include "dataplane/control/metric_table.hh"
 
 namespace jakiro {
 namespace {

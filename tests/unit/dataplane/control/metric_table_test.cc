@@ -2,7 +2,7 @@
 // the labels the table names, in the table's order; families of parts the daemon does not run
 // are left out; and a few readers pick the counter their name promises.
 
-#include "control/metric_table.hh"
+#include "dataplane/control/metric_table.hh"
 
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
@@ -12,8 +12,8 @@
 #include <set>
 #include <string>
 
-#include "control/metrics.hh"
-#include "control/restart_report.hh"
+#include "dataplane/control/metrics.hh"
+#include "dataplane/control/restart_report.hh"
 
 namespace jakiro {
 namespace {
@@ -52,7 +52,7 @@ stats_snapshot full_snapshot() {
     q.classes.resize(2);
     q.classes[1].cls = qos::traffic_class::tcp;
     s.qos.push_back(q);
-    roce::qp_report qp;
+    rnic::qp_report qp;
     qp.vnic = 0;
     qp.type = IBV_QPT_RC;
     qp.state = 3;

@@ -2,12 +2,12 @@
 // host.rdma_limits lowering the rest, RLIMIT_NOFILE raised towards what the quotas need, and the
 // operator warned when the quotas overcommit the host.
 
-#include "control/rdma_host_limits.hh"
+#include "dataplane/control/rdma_host_limits.hh"
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
-#include "control/rdma_endpoints.hh"
+#include "dataplane/control/rdma_endpoints.hh"
 
 namespace jakiro {
 namespace {
@@ -47,7 +47,7 @@ TEST(RdmaHostLimits, QuotasThatOvercommitTheHostAreNamedInAWarning) {
     host_config config;
     auto reserve = std::make_shared<verbs::host_reserve>();
     std::vector<std::shared_ptr<verbs::vnic_account>> vnics;
-    const verbs::vnic_quota quota = verbs::quota_of(rdma_config{});
+    const verbs::vnic_quota quota = quota_of(rdma_config{});
     for (int i = 0; i < 16; ++i) {
         vnics.push_back(verbs::vnic_account::open(reserve, verbs::host_demand(quota)));
     }

@@ -1,4 +1,4 @@
-#include "control/restart_report.hh"
+#include "dataplane/control/restart_report.hh"
 
 #include <gtest/gtest.h>
 

@@ -18,11 +18,11 @@
 #include <string>
 #include <thread>
 
-#include "control/command_socket.hh"
-#include "control/metrics.hh"
-#include "log.hh"
+#include "dataplane/control/command_socket.hh"
+#include "dataplane/control/metrics.hh"
+#include "dataplane/log.hh"
+#include "dataplane/service/notify.hh"
 #include "rnic/engine.hh"
-#include "service/notify.hh"
 
 namespace jakiro {
 namespace {
@@ -192,8 +192,8 @@ TEST(HttpMetrics, AnswersGetAndHeadOfMetricsAndRefusesTheRest) {
     EXPECT_EQ(calls, 3) << "the body is made only for GET/HEAD /metrics";
 }
 
-roce::qp_report qp(uint16_t vnic, uint32_t qpn, uint64_t retransmitted, uint64_t naks) {
-    roce::qp_report r;
+rnic::qp_report qp(uint16_t vnic, uint32_t qpn, uint64_t retransmitted, uint64_t naks) {
+    rnic::qp_report r;
     r.vnic = vnic;
     r.qpn = qpn;
     r.retransmitted = retransmitted;

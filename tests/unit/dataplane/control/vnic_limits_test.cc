@@ -1,7 +1,7 @@
 // The bounds each vNIC gets in the snapshot: its YAML limits, or an equal share that keeps the
 // sum of every vNIC's bounds within what they share.
 
-#include "control/vnic_limits.hh"
+#include "dataplane/control/vnic_limits.hh"
 
 #include <gtest/gtest.h>
 

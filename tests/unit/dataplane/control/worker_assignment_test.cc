@@ -1,4 +1,4 @@
-#include "control/worker_assignment.hh"
+#include "dataplane/control/worker_assignment.hh"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "control_plane/cluster_records.hh"
+#include "dataplane/control_plane/cluster_records.hh"
 
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>

@@ -1,10 +1,10 @@
-#include "control_plane/host_view.hh"
+#include "dataplane/control_plane/host_view.hh"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
-#include "config/config_loader.hh"
+#include "dataplane/config/config_loader.hh"
 
 using namespace jakiro;
 using namespace jakiro::control_plane;

@@ -1,4 +1,4 @@
-#include "control_plane/key_schema.hh"
+#include "dataplane/control_plane/key_schema.hh"
 
 #include <gtest/gtest.h>
 

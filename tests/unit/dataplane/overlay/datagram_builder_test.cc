@@ -1,4 +1,4 @@
-#include "overlay/datagram_builder.hh"
+#include "dataplane/overlay/datagram_builder.hh"
 
 #include <gtest/gtest.h>
 #include <rte_udp.h>
@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "gso_test_support.hh"
+#include "tests/unit/dataplane/overlay/gso_test_support.hh"
 
 namespace jakiro::overlay {
 namespace {

@@ -9,9 +9,9 @@
 #include <algorithm>
 #include <vector>
 
-#include "../../frames.hh"
-#include "overlay/udp_gso.hh"
-#include "overlay/vxlan.hh"
+#include "dataplane/overlay/udp_gso.hh"
+#include "dataplane/overlay/vxlan.hh"
+#include "tests/unit/frames.hh"
 
 namespace jakiro::overlay::gso_test {
 

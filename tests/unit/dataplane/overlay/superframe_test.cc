@@ -1,4 +1,4 @@
-#include "overlay/superframe.hh"
+#include "dataplane/overlay/superframe.hh"
 
 #include <gtest/gtest.h>
 #include <rte_tcp.h>
@@ -6,9 +6,9 @@
 
 #include <vector>
 
-#include "../../frames.hh"
-#include "overlay/vxlan.hh"
-#include "vnet_face/vnet_header.hh"
+#include "dataplane/overlay/vxlan.hh"
+#include "dataplane/vnet_face/vnet_header.hh"
+#include "tests/unit/frames.hh"
 
 namespace jakiro::overlay {
 namespace {
@@ -67,9 +67,13 @@ struct SuperframeTest : testing::Test {
         tcp->cksum = rte_ipv4_phdr_cksum(iph, 0);
         std::memcpy(rte_pktmbuf_append(m, static_cast<uint16_t>(frame.size())), frame.data(),
                     frame.size());
-        const vnet::virtio_net_hdr hdr{
-            vnet::VIRTIO_NET_HDR_F_NEEDS_CSUM, vnet::VIRTIO_NET_HDR_GSO_TCPV4, 54, mss, 34, 16};
-        EXPECT_EQ(vnet::to_mbuf(hdr, m), vnet::header_verdict::ok);
+        const vnet_face::virtio_net_hdr hdr{vnet_face::VIRTIO_NET_HDR_F_NEEDS_CSUM,
+                                            vnet_face::VIRTIO_NET_HDR_GSO_TCPV4,
+                                            54,
+                                            mss,
+                                            34,
+                                            16};
+        EXPECT_EQ(vnet_face::to_mbuf(hdr, m), vnet_face::header_verdict::ok);
         return m;
     }
 

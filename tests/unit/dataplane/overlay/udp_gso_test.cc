@@ -1,4 +1,4 @@
-#include "overlay/udp_gso.hh"
+#include "dataplane/overlay/udp_gso.hh"
 
 #include <gtest/gtest.h>
 #include <rte_tcp.h>
@@ -8,10 +8,10 @@
 #include <random>
 #include <vector>
 
-#include "../../frames.hh"
-#include "gso_test_support.hh"
-#include "overlay/superframe.hh"
-#include "overlay/vxlan.hh"
+#include "dataplane/overlay/superframe.hh"
+#include "dataplane/overlay/vxlan.hh"
+#include "tests/unit/dataplane/overlay/gso_test_support.hh"
+#include "tests/unit/frames.hh"
 
 namespace jakiro::overlay {
 namespace {

@@ -1,8 +1,8 @@
-#include "overlay/vlt.hh"
+#include "dataplane/overlay/vlt.hh"
 
 #include <gtest/gtest.h>
 
-#include "../../frames.hh"
+#include "tests/unit/frames.hh"
 
 namespace jakiro::overlay {
 namespace {

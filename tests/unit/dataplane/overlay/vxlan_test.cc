@@ -1,10 +1,10 @@
-#include "overlay/vxlan.hh"
+#include "dataplane/overlay/vxlan.hh"
 
 #include <gtest/gtest.h>
 
 #include <set>
 
-#include "../../frames.hh"
+#include "tests/unit/frames.hh"
 
 namespace jakiro::overlay {
 namespace {

@@ -1,6 +1,6 @@
-#include "pipeline_fixture.hh"
-#include "shaping/ingress_policer.hh"
-#include "worker/clock.hh"
+#include "dataplane/shaping/ingress_policer.hh"
+#include "dataplane/worker/clock.hh"
+#include "tests/unit/dataplane/pipeline/pipeline_fixture.hh"
 
 namespace jakiro::test {
 namespace {
@@ -237,7 +237,7 @@ TEST_F(EgressToAShapedNeighbour, SameHostEcnCapableFramesAreMarkedNotDropped) {
 // wire or a port needs MTU-sized frames.
 struct EgressSuperframes : PipelineTest {
     static inline rte_mempool* big = nullptr;
-    static constexpr uint16_t face_t5 = vnet::first_face_port;  // t5 behind a vnet face
+    static constexpr uint16_t face_t5 = vnet_face::first_face_port;  // t5 behind a vnet face
     bool t5_on_face = false;
 
     static void SetUpTestSuite() {

@@ -1,6 +1,6 @@
 #include <rte_tcp.h>
 
-#include "pipeline_fixture.hh"
+#include "tests/unit/dataplane/pipeline/pipeline_fixture.hh"
 
 namespace jakiro::test {
 namespace {

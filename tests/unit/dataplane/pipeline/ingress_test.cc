@@ -1,7 +1,7 @@
-#include "overlay/superframe.hh"
-#include "pipeline_fixture.hh"
+#include "dataplane/overlay/superframe.hh"
+#include "dataplane/rnic_glue/roce_port.hh"
 #include "rnic/engine.hh"
-#include "rnic_glue/roce_port.hh"
+#include "tests/unit/dataplane/pipeline/pipeline_fixture.hh"
 
 namespace jakiro::test {
 namespace {
@@ -133,7 +133,7 @@ TEST_F(Ingress, InnerUdpOfTheRocePortNeverReachesATenantPort) {
 // and an af_packet port cut to the tenant MTU again.
 struct IngressSuperframes : PipelineTest {
     static inline rte_mempool* big = nullptr;
-    static constexpr uint16_t face_t1 = vnet::first_face_port;
+    static constexpr uint16_t face_t1 = vnet_face::first_face_port;
 
     static void SetUpTestSuite() {
         PipelineTest::SetUpTestSuite();
@@ -187,9 +187,9 @@ TEST_F(IngressSuperframes, MergedFramesReachAVnetFaceAsOneSuperFrame) {
     EXPECT_EQ(rte_pktmbuf_pkt_len(sent[0]), 54u + 30000) << "decapsulated, whole";
     EXPECT_TRUE(sent[0]->ol_flags & RTE_MBUF_F_TX_TCP_SEG);
     EXPECT_EQ(sent[0]->tso_segsz, 1398);
-    const auto hdr = vnet::from_mbuf(sent[0]);
-    EXPECT_EQ(hdr.gso_type, vnet::VIRTIO_NET_HDR_GSO_TCPV4);
-    EXPECT_EQ(hdr.flags, vnet::VIRTIO_NET_HDR_F_NEEDS_CSUM);
+    const auto hdr = vnet_face::from_mbuf(sent[0]);
+    EXPECT_EQ(hdr.gso_type, vnet_face::VIRTIO_NET_HDR_GSO_TCPV4);
+    EXPECT_EQ(hdr.flags, vnet_face::VIRTIO_NET_HDR_F_NEEDS_CSUM);
     const auto* eth = rte_pktmbuf_mtod(sent[0], const rte_ether_hdr*);
     EXPECT_TRUE(rte_is_same_ether_addr(&eth->dst_addr, &t1_mac));
 }
@@ -220,7 +220,7 @@ namespace {
 // an inner CE makes the receiver send a CNP is pinned in tests/unit/rnic/dcqcn_test.cc,
 // a_ce_mark_from_the_fabric_makes_the_receiver_send_a_cnp_and_the_sender_slow).
 struct IngressRoce : PipelineTest {
-    roce::engine engine{4, 16};
+    rnic::engine engine{4, 16};
     std::unique_ptr<roce_port> port;
 
     void SetUp() override {
@@ -232,7 +232,7 @@ struct IngressRoce : PipelineTest {
 
     rte_mbuf* roce_from_h2(uint8_t inner_tos, uint8_t outer_tos) {
         ipv4_frame_spec spec{mac("02:00:c6:13:01:02"), gateway, ip("198.19.1.2"), ip("198.19.1.1")};
-        spec.dst_port = roce::roce_udp_port;
+        spec.dst_port = rnic::roce_udp_port;
         spec.tos = inner_tos;
         rte_mbuf* m = ipv4_mbuf(pool, spec);
         vxlan_wrap(m, {h2_mac, h1_mac, ip("198.18.0.2"), ip("198.18.0.1")}, 100, outer_tos);

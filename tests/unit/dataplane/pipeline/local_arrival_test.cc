@@ -1,6 +1,6 @@
-#include "pipeline/local_arrival.hh"
+#include "dataplane/pipeline/local_arrival.hh"
 
-#include "pipeline_fixture.hh"
+#include "tests/unit/dataplane/pipeline/pipeline_fixture.hh"
 
 namespace jakiro::test {
 namespace {

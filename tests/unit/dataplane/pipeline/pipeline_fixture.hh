@@ -8,11 +8,11 @@
 
 #include <memory>
 
-#include "../../frames.hh"
-#include "config/config_loader.hh"
-#include "control/table_builder.hh"
-#include "pipeline/egress.hh"
-#include "pipeline/ingress.hh"
+#include "dataplane/config/config_loader.hh"
+#include "dataplane/control/table_builder.hh"
+#include "dataplane/pipeline/egress.hh"
+#include "dataplane/pipeline/ingress.hh"
+#include "tests/unit/frames.hh"
 
 namespace jakiro::test {
 

@@ -7,8 +7,8 @@
 
 #include <set>
 
-#include "pipeline/to_remote_host.hh"
-#include "pipeline_fixture.hh"
+#include "dataplane/pipeline/to_remote_host.hh"
+#include "tests/unit/dataplane/pipeline/pipeline_fixture.hh"
 
 namespace jakiro::test {
 namespace {

@@ -1,4 +1,4 @@
-#include "poll_loop/packet_wait.hh"
+#include "dataplane/poll_loop/packet_wait.hh"
 
 #include <gtest/gtest.h>
 

@@ -33,7 +33,7 @@ class uring_sleeper_test : public ::testing::Test {
             GTEST_SKIP() << "this kernel has no io_uring FUTEX_WAITV (Linux 6.7+), or io_uring "
                             "is disabled: jakirod sleeps the older way there";
         }
-        page = roce::doorbell_memory::create();
+        page = rnic::doorbell_memory::create();
         ASSERT_NE(page, nullptr);
         bells.set(0, &page->page());
         ASSERT_EQ(pipe2(frames, O_NONBLOCK), 0);
@@ -58,8 +58,8 @@ class uring_sleeper_test : public ::testing::Test {
     void ring() { proto::wake_doorbell(page->page()); }
 
     std::unique_ptr<uring_sleeper> sleeper;
-    std::unique_ptr<roce::doorbell_memory> page;
-    roce::doorbell_set bells;
+    std::unique_ptr<rnic::doorbell_memory> page;
+    rnic::doorbell_set bells;
     int frames[2] = {-1, -1};  // a pipe stands for the frame sources' epoll set
 };
 
@@ -154,7 +154,7 @@ TEST_F(uring_sleeper_test, a_page_added_between_sleeps_is_heard) {
     send_frame();
     ASSERT_TRUE(sleep(long_sleep_us).frames);  // the wait on page 0 stays queued
     drain_frames();
-    auto second = roce::doorbell_memory::create();
+    auto second = rnic::doorbell_memory::create();
     ASSERT_NE(second, nullptr);
     bells.set(1, &second->page());
     arm();

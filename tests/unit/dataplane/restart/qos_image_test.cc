@@ -4,13 +4,13 @@
 // the restart; the same holds for the ingress meters and the packet-rate allowance. An image
 // without the section (an older predecessor's) is still read, and the buckets start full.
 
-#include "restart/qos_image.hh"
+#include "dataplane/restart/qos_image.hh"
 
-#include "../pipeline/pipeline_fixture.hh"
-#include "control/daemon_state.hh"
-#include "restart/daemon_image.hh"
-#include "shaping/egress_shaper.hh"
-#include "shaping/ingress_policer.hh"
+#include "dataplane/control/daemon_state.hh"
+#include "dataplane/restart/daemon_image.hh"
+#include "dataplane/shaping/egress_shaper.hh"
+#include "dataplane/shaping/ingress_policer.hh"
+#include "tests/unit/dataplane/pipeline/pipeline_fixture.hh"
 
 namespace jakiro::test {
 namespace {

@@ -1,4 +1,4 @@
-#include "restart/run_marker.hh"
+#include "dataplane/restart/run_marker.hh"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>

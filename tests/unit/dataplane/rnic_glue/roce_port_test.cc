@@ -1,7 +1,7 @@
-#include "rnic_glue/roce_port.hh"
+#include "dataplane/rnic_glue/roce_port.hh"
 
-#include "../pipeline/pipeline_fixture.hh"
-#include "worker/handoff.hh"
+#include "dataplane/worker/handoff.hh"
+#include "tests/unit/dataplane/pipeline/pipeline_fixture.hh"
 
 namespace jakiro::test {
 namespace {
@@ -45,7 +45,7 @@ struct RocePortTwoWorkers : PipelineTest {
 
 TEST_F(RocePortTwoWorkers, AVnicOfTheOtherWorkerIsNoLocalPeerOfThisEngine) {
     // Its QPs live in worker 1's engine: the memory-to-memory path must not look for them here.
-    EXPECT_EQ(port->local_vnic(slot_t1, ip("198.19.1.3")), roce::packet_port::no_local_vnic);
+    EXPECT_EQ(port->local_vnic(slot_t1, ip("198.19.1.3")), rnic::packet_port::no_local_vnic);
 }
 
 TEST_F(RocePortTwoWorkers, FramesForAnotherWorkersVnicGoToItsRoceRingMarkedWithItsPort) {

@@ -2,8 +2,8 @@
 // leave at its rate; the rdma class is admitted against its weighted share; an unshaped vNIC
 // is not touched; a live change takes effect on the next snapshot.
 
-#include "shaping/egress_shaper.hh"
-#include "../pipeline/pipeline_fixture.hh"
+#include "dataplane/shaping/egress_shaper.hh"
+#include "tests/unit/dataplane/pipeline/pipeline_fixture.hh"
 
 namespace jakiro::test {
 namespace {
@@ -134,7 +134,7 @@ TEST_F(ShaperTest, AShapedVnicsQueueHoldsNoMoreFramesThanItsPacketBuffers) {
 TEST_F(ShaperTest, WithoutALimitAVnicsQueueHoldsAnEqualShareOfTheSuperframePool) {
     apply("limits: {max_packet_buffers: 600}", "limits: {}");
     // Three vNICs and the host itself share the pool.
-    const uint32_t share = vnet::superframe_pool_buffers / 4;
+    const uint32_t share = vnet_face::superframe_pool_buffers / 4;
     EXPECT_EQ(tables->vnics[slot_t1].max_packet_buffers, share);
     EXPECT_EQ(fill_t1_queue(share + 10), share);
 }

@@ -2,13 +2,13 @@
 // waits and comes off the charge when it comes home to the pool, however it is freed; buffers
 // charged to nobody and other vNICs' charges are untouched.
 
-#include "vnet_face/buffer_charges.hh"
+#include "dataplane/vnet_face/buffer_charges.hh"
 
 #include <gtest/gtest.h>
 
 #include <vector>
 
-namespace jakiro::vnet {
+namespace jakiro::vnet_face {
 namespace {
 
 constexpr unsigned pool_buffers = 63;
@@ -106,4 +106,4 @@ TEST_F(BufferCharges, ABufferTakenAgainUnchargedOwesItsFormerVnicNothing) {
 }
 
 }  // namespace
-}  // namespace jakiro::vnet
+}  // namespace jakiro::vnet_face

@@ -1,4 +1,4 @@
-#include "vnet_face/tap_header.hh"
+#include "dataplane/vnet_face/tap_header.hh"
 
 #include <gtest/gtest.h>
 #include <rte_udp.h>
@@ -6,12 +6,12 @@
 #include <random>
 #include <vector>
 
-#include "../../frames.hh"
-#include "overlay/superframe.hh"
-#include "overlay/vxlan.hh"
-#include "vnet_face/uplink_frames.hh"
+#include "dataplane/overlay/superframe.hh"
+#include "dataplane/overlay/vxlan.hh"
+#include "dataplane/vnet_face/uplink_frames.hh"
+#include "tests/unit/frames.hh"
 
-namespace jakiro::vnet {
+namespace jakiro::vnet_face {
 namespace {
 
 using test::ip;
@@ -210,4 +210,4 @@ TEST_F(TunnelReceiveTest, RandomHeadersAreRefusedOrTakenWithinTheirBytes) {
 }
 
 }  // namespace
-}  // namespace jakiro::vnet
+}  // namespace jakiro::vnet_face

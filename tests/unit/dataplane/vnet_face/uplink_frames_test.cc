@@ -1,4 +1,4 @@
-#include "vnet_face/uplink_frames.hh"
+#include "dataplane/vnet_face/uplink_frames.hh"
 
 #include <gtest/gtest.h>
 #include <rte_udp.h>
@@ -6,10 +6,10 @@
 #include <random>
 #include <vector>
 
-#include "../../frames.hh"
-#include "overlay/udp_gso.hh"
+#include "dataplane/overlay/udp_gso.hh"
+#include "tests/unit/frames.hh"
 
-namespace jakiro::vnet {
+namespace jakiro::vnet_face {
 namespace {
 
 using test::ip;
@@ -129,4 +129,4 @@ TEST_F(UplinkFramesTest, RandomHeadersOnRandomFramesAreRefusedOrCutWithinTheirBy
 }
 
 }  // namespace
-}  // namespace jakiro::vnet
+}  // namespace jakiro::vnet_face

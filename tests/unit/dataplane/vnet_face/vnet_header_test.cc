@@ -1,4 +1,4 @@
-#include "vnet_face/vnet_header.hh"
+#include "dataplane/vnet_face/vnet_header.hh"
 
 #include <gtest/gtest.h>
 #include <rte_tcp.h>
@@ -6,9 +6,9 @@
 #include <random>
 #include <vector>
 
-#include "../../frames.hh"
+#include "tests/unit/frames.hh"
 
-namespace jakiro::vnet {
+namespace jakiro::vnet_face {
 namespace {
 
 using test::ip;
@@ -234,4 +234,4 @@ TEST_F(VnetHeaderTest, RandomHeadersOnRandomFramesAreRefusedOrDescribeTheFrameSa
 }
 
 }  // namespace
-}  // namespace jakiro::vnet
+}  // namespace jakiro::vnet_face

@@ -1,10 +1,10 @@
-#include "worker/fabric_dispatch.hh"
+#include "dataplane/worker/fabric_dispatch.hh"
 
 #include <random>
 
-#include "../pipeline/pipeline_fixture.hh"
-#include "overlay/superframe.hh"
-#include "overlay/vxlan.hh"
+#include "dataplane/overlay/superframe.hh"
+#include "dataplane/overlay/vxlan.hh"
+#include "tests/unit/dataplane/pipeline/pipeline_fixture.hh"
 
 namespace jakiro::test {
 namespace {

@@ -1,4 +1,4 @@
-#include "worker/handoff.hh"
+#include "dataplane/worker/handoff.hh"
 
 #include <gtest/gtest.h>
 #include <rte_mbuf.h>

@@ -1,9 +1,9 @@
 // A vNIC's frames-per-second allowance as the worker reads its port: a burst to start, then
 // the rate, each vNIC on its own, and a changed allowance taking effect at once.
 
-#include "worker/packet_rate_buckets.hh"
+#include "dataplane/worker/packet_rate_buckets.hh"
 
-#include "config/host_config.hh"
+#include "dataplane/config/host_config.hh"
 
 #include <gtest/gtest.h>
 

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "../verbs/maps_helper.hh"
+#include "tests/unit/rnic/verbs/maps_helper.hh"
 #include "verbs_abi/protocol.hh"
 
 namespace jakiro::verbs {

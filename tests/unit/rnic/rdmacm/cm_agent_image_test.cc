@@ -8,8 +8,8 @@
 #include <memory>
 #include <vector>
 
-#include "cm_agents.hh"
 #include "handover/image.hh"
+#include "tests/unit/rnic/rdmacm/cm_agents.hh"
 
 namespace {
 

@@ -21,7 +21,7 @@
 #include "rnic/rdmacm/path_timing.hh"
 #include "verbs_abi/cm_protocol.hh"
 
-#include "cm_agents.hh"
+#include "tests/unit/rnic/rdmacm/cm_agents.hh"
 
 TEST_F(CmAgentTest, ConnectAcceptEstablishAndDisconnectLikeRdmaCm) {
     const uint32_t listener = listen_on(b, 7000);

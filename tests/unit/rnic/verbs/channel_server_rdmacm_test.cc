@@ -14,10 +14,10 @@
 #include <memory>
 #include <vector>
 
-#include "cm_connection.hh"
 #include "rnic/engine.hh"
 #include "rnic/verbs/channel_server.hh"
-#include "test_endpoints.hh"
+#include "tests/unit/rnic/verbs/cm_connection.hh"
+#include "tests/unit/rnic/verbs/test_endpoints.hh"
 #include "verbs_abi/cm_protocol.hh"
 #include "verbs_abi/fd_passing.hh"
 
@@ -47,7 +47,7 @@ class ChannelServerRdmaCm : public testing::Test {
         return c;
     }
 
-    roce::engine engine{1, 16};  // no worker: its calls run inline
+    rnic::engine engine{1, 16};  // no worker: its calls run inline
     std::unique_ptr<channel_server> server;
 };
 

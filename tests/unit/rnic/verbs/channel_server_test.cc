@@ -25,9 +25,9 @@
 #include <future>
 #include <thread>
 
-#include "maps_helper.hh"
 #include "rnic/engine.hh"
-#include "test_endpoints.hh"
+#include "tests/unit/rnic/verbs/maps_helper.hh"
+#include "tests/unit/rnic/verbs/test_endpoints.hh"
 
 namespace jakiro::verbs {
 namespace {
@@ -723,7 +723,7 @@ TEST_F(ChannelServer, ManyClientsAreServedIndependently) {
 // verbs and rdma_cm alike, while t1's call is still waiting.
 TEST_F(ChannelServer, OneVnicsStuckCallDelaysNoOtherVnicsVerbsOrRdmaCmCalls) {
     config.vnics[1].identity.engine = 1;
-    roce::engine stalled(2, 16), running(2, 16);
+    rnic::engine stalled(2, 16), running(2, 16);
     const auto stall = std::chrono::milliseconds(1500);
     stalled.set_call_timeout(stall);
     channel_server server(config);

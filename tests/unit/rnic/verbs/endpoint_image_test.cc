@@ -27,13 +27,13 @@
 #include <string>
 #include <vector>
 
-#include "cm_connection.hh"
 #include "handover/image.hh"
 #include "rnic/engine.hh"
 #include "rnic/packet_port.hh"
 #include "rnic/verbs/channel_server.hh"
 #include "rnic/wire/icrc.hh"
-#include "test_endpoints.hh"
+#include "tests/unit/rnic/verbs/cm_connection.hh"
+#include "tests/unit/rnic/verbs/test_endpoints.hh"
 #include "verbs_abi/rings.hh"
 
 namespace jakiro::verbs {
@@ -45,7 +45,7 @@ constexpr uint16_t cm_port = 7471;
 
 // The fabric of a host with one vNIC: every frame the engine sends comes back to it, and a QP
 // talking to its own vNIC's address takes the intra-host shortcut.
-class loopback_port final : public roce::packet_port {
+class loopback_port final : public rnic::packet_port {
   public:
     uint8_t* begin_frame(uint32_t len) override {
         _building.assign(len, 0);
@@ -68,7 +68,7 @@ class EndpointImage : public testing::Test {
   protected:
     void SetUp() override {
         config = test::test_host({test::own_vnic("t1", 0x01, 0)});
-        engine = std::make_unique<roce::engine>(1, 16);
+        engine = std::make_unique<rnic::engine>(1, 16);
         server = std::make_unique<channel_server>(config);
         server->enable_qps({engine.get()}, {});
         std::string error;
@@ -100,7 +100,7 @@ class EndpointImage : public testing::Test {
                 port.frames.pop_front();
                 uint8_t* ip = f.data() + 14;
                 const auto ip_len = static_cast<uint32_t>(f.size() - 14);
-                roce::store_icrc(ip + ip_len - 4, *roce::compute_icrc(ip, ip_len - 4));
+                rnic::store_icrc(ip + ip_len - 4, *rnic::compute_icrc(ip, ip_len - 4));
                 engine->receive(0, ip, ip_len, port, now_ns);
             }
         }
@@ -126,9 +126,9 @@ class EndpointImage : public testing::Test {
     // The successor: a server and an engine of its own, the faces restored from `data`.
     // Null with `error` when it refuses the image.
     std::unique_ptr<channel_server> restore(std::vector<std::byte> data, std::vector<int> fds,
-                                            std::unique_ptr<roce::engine>& its_engine,
+                                            std::unique_ptr<rnic::engine>& its_engine,
                                             std::string& error) {
-        its_engine = std::make_unique<roce::engine>(1, 16);
+        its_engine = std::make_unique<rnic::engine>(1, 16);
         auto next = std::make_unique<channel_server>(config);
         next->enable_qps({its_engine.get()}, {});
         handover::image_reader image(std::move(data), std::move(fds));
@@ -155,7 +155,7 @@ class EndpointImage : public testing::Test {
         server->hand_over();
         server.reset();
         engine.reset();
-        std::unique_ptr<roce::engine> next_engine;
+        std::unique_ptr<rnic::engine> next_engine;
         std::string error;
         auto next = restore(data, std::move(fds), next_engine, error);
         ASSERT_NE(next, nullptr) << error;
@@ -183,7 +183,7 @@ class EndpointImage : public testing::Test {
     }
 
     channel_config config;
-    std::unique_ptr<roce::engine> engine;
+    std::unique_ptr<rnic::engine> engine;
     std::unique_ptr<channel_server> server;
     loopback_port port;
     uint64_t now_ns = 1'000'000'000;
@@ -671,7 +671,7 @@ TEST_F(EndpointImage, ATruncatedOrCorruptSectionIsRefusedAndTheOldFaceServesOn) 
     const std::size_t fields = whole.size() - section_at - 12;
 
     auto refused = [&](std::vector<std::byte> data, const char* what) {
-        std::unique_ptr<roce::engine> its_engine;
+        std::unique_ptr<rnic::engine> its_engine;
         std::string error;
         auto next = restore(std::move(data), received_fds(*image), its_engine, error);
         EXPECT_EQ(next, nullptr) << what;

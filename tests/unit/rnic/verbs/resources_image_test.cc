@@ -42,7 +42,7 @@ struct mapping {
     mapping& operator=(const mapping&) = delete;
 };
 
-std::unique_ptr<vnic_resources> make_resources(roce::engine& engine) {
+std::unique_ptr<vnic_resources> make_resources(rnic::engine& engine) {
     auto res = std::make_unique<vnic_resources>(engine_limits());
     qp_support support;
     support.engine = &engine;
@@ -134,7 +134,7 @@ class ResourcesImage : public testing::Test {
                c->magic == proto::cq_ring_magic;
     }
 
-    roce::engine engine{1, 16};
+    rnic::engine engine{1, 16};
     std::unique_ptr<vnic_resources> res;
     uint32_t pd = 0, key = 0, cq_handle = 0, qp_handle = 0;
     int region_fd = -1;
@@ -144,7 +144,7 @@ class ResourcesImage : public testing::Test {
 
 TEST_F(ResourcesImage, ASuccessorHasEveryObjectUnderItsHandleOverTheSameMemory) {
     const handover::image_writer w = save();
-    roce::engine successor_engine{1, 16};
+    rnic::engine successor_engine{1, 16};
     auto next = make_resources(successor_engine);
     handover::image_reader image(w.data(), copies(w));
     ASSERT_TRUE(image.open());
@@ -184,7 +184,7 @@ TEST_F(ResourcesImage, ARestoreRefusedAtAnyCutLeavesTheTenantsRingsWhole) {
             whole.begin(), whole.begin() + static_cast<std::ptrdiff_t>(section_at + 12 + cut));
         const uint64_t length = cut;
         std::memcpy(data.data() + section_at + 4, &length, 8);
-        roce::engine successor_engine{1, 16};
+        rnic::engine successor_engine{1, 16};
         auto next = make_resources(successor_engine);
         handover::image_reader image(std::move(data), copies(w));
         ASSERT_TRUE(image.open());

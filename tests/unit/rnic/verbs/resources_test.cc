@@ -20,8 +20,8 @@
 #include <thread>
 #include <vector>
 
-#include "maps_helper.hh"
 #include "rnic/verbs/device_model.hh"
+#include "tests/unit/rnic/verbs/maps_helper.hh"
 
 namespace jakiro::verbs {
 namespace {

@@ -19,10 +19,10 @@
 #include <filesystem>
 #include <thread>
 
-#include "maps_helper.hh"
 #include "rnic/engine.hh"
 #include "rnic/verbs/channel_server.hh"
-#include "test_endpoints.hh"
+#include "tests/unit/rnic/verbs/maps_helper.hh"
+#include "tests/unit/rnic/verbs/test_endpoints.hh"
 
 namespace jakiro {
 namespace {
@@ -34,7 +34,7 @@ class ShimEndToEnd : public testing::Test {
         server = std::make_unique<verbs::channel_server>(config);
         if (with_qps) {
             // No worker attached: the engine runs control calls inline, nobody sends packets.
-            engine = std::make_unique<roce::engine>(1, 16);
+            engine = std::make_unique<rnic::engine>(1, 16);
             server->enable_qps({engine.get()}, {});
         }
         std::string error;
@@ -88,7 +88,7 @@ class ShimEndToEnd : public testing::Test {
 
     bool with_qps = false;  // set by fixtures that need QPs, before SetUp
     verbs::channel_config config;
-    std::unique_ptr<roce::engine> engine;
+    std::unique_ptr<rnic::engine> engine;
     std::unique_ptr<verbs::channel_server> server;
 };
 
@@ -1178,7 +1178,7 @@ TEST_F(ShimEndToEndQp, PostedWorkRingsTheSleepingEnginesDoorbellOnly) {
     engine->after_sleep();
     EXPECT_FALSE(rung()) << "rung once";
     // The worker's next poll takes the ring; a receive needs no packet sent.
-    struct no_wire final : roce::packet_port {
+    struct no_wire final : rnic::packet_port {
         uint8_t* begin_frame(uint32_t) override { return nullptr; }
         void end_frame(uint16_t, uint32_t, uint32_t) override {}
     } port;

@@ -15,7 +15,7 @@
 
 #include "rnic/engine.hh"
 #include "rnic/verbs/channel_server.hh"
-#include "test_endpoints.hh"
+#include "tests/unit/rnic/verbs/test_endpoints.hh"
 
 namespace jakiro {
 namespace {
@@ -25,7 +25,7 @@ class ShimSrq : public testing::Test {
     void SetUp() override {
         config = verbs::test::test_host({verbs::test::own_vnic("t1", 0x01, 0)});
         server = std::make_unique<verbs::channel_server>(config);
-        engine = std::make_unique<roce::engine>(1, 16);
+        engine = std::make_unique<rnic::engine>(1, 16);
         server->enable_qps({engine.get()}, {});
         std::string error;
         ASSERT_TRUE(server->start(error)) << error;
@@ -93,7 +93,7 @@ class ShimSrq : public testing::Test {
     }
 
     verbs::channel_config config;
-    std::unique_ptr<roce::engine> engine;
+    std::unique_ptr<rnic::engine> engine;
     std::unique_ptr<verbs::channel_server> server;
     ibv_context* ctx = nullptr;
     ibv_pd* pd = nullptr;

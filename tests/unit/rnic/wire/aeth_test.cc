@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 namespace {
 
 TEST(Aeth, AckSyndromeRoundTripsEveryCreditCode) {
@@ -60,4 +60,4 @@ TEST(Aeth, CreditCodeNeverPromisesMoreThanPosted) {
 }
 
 }  // namespace
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

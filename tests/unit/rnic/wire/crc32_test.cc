@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 namespace {
 
 std::vector<uint8_t> random_bytes(size_t n, uint32_t seed) {
@@ -103,4 +103,4 @@ TEST(Crc32, PowerOfXMovesACrcPastZeroBytes) {
 }
 
 }  // namespace
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

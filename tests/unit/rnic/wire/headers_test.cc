@@ -8,9 +8,9 @@
 #include <random>
 #include <vector>
 
-#include "icrc_vectors.hh"
+#include "tests/unit/rnic/wire/icrc_vectors.hh"
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 namespace {
 
 // The UDP payload (BTH onwards, ICRC included) of a generated vector.
@@ -342,4 +342,4 @@ TEST(RoceHeaders, PadCountRoundsToFourBytes) {
 }
 
 }  // namespace
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

@@ -6,10 +6,10 @@
 #include <random>
 #include <vector>
 
-#include "icrc_vectors.hh"
 #include "rnic/wire/headers.hh"
+#include "tests/unit/rnic/wire/icrc_vectors.hh"
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 namespace {
 
 std::vector<uint8_t> bytes_of(const test::icrc_vector& v) {
@@ -118,4 +118,4 @@ TEST(Icrc, IpsecMbPathAgreesWithSlice8OnRandomPackets) {
 }
 
 }  // namespace
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace jakiro::roce::test {
+namespace jakiro::rnic::test {
 
 // One RoCEv2 packet from its IPv4 header through its ICRC.
 struct icrc_vector {
@@ -128,4 +128,4 @@ inline constexpr icrc_vector icrc_vectors[] = {
      sizeof(ud_send_only_imm_ip_options_packet), 0x478bc1af, 0x65, 0x000102, 0x7fffff, 3, 41},
 };
 
-}  // namespace jakiro::roce::test
+}  // namespace jakiro::rnic::test

@@ -158,7 +158,7 @@ def render(vs):
         "#include <cstddef>",
         "#include <cstdint>",
         "",
-        "namespace jakiro::roce::test {",
+        "namespace jakiro::rnic::test {",
         "",
         "// One RoCEv2 packet from its IPv4 header through its ICRC.",
         "struct icrc_vector {",
@@ -186,7 +186,7 @@ def render(vs):
         )
     lines.append("};")
     lines.append("")
-    lines.append("}  // namespace jakiro::roce::test")
+    lines.append("}  // namespace jakiro::rnic::test")
     return "\n".join(lines) + "\n"
 
 

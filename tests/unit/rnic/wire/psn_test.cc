@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-namespace jakiro::roce {
+namespace jakiro::rnic {
 namespace {
 
 TEST(Psn, AddAndSubtractWrapAt24Bits) {
@@ -69,4 +69,4 @@ TEST(Psn, HalfSpaceBoundaries) {
 }
 
 }  // namespace
-}  // namespace jakiro::roce
+}  // namespace jakiro::rnic
