@@ -1,7 +1,7 @@
 // The completer: ACKs, NAKs, READ responses and atomic ACKs move `una`; go-back-N, the
 // retransmit and RNR timers, and send completions strictly in order (rxe_comp.c).
 
-#include "rnic/rc_qp.hh"
+#include "rnic/queue_pair.hh"
 
 #include <algorithm>
 #include <atomic>
@@ -9,7 +9,7 @@
 
 #include "rnic/engine.hh"
 #include "rnic/packet_port.hh"
-#include "rnic/rc_qp_parts.hh"
+#include "rnic/queue_pair_parts.hh"
 #include "rnic/single_writer.hh"
 #include "rnic/timers.hh"
 #include "rnic/wire/aeth.hh"
@@ -18,13 +18,13 @@
 
 namespace jakiro::rnic {
 
-using namespace rc_qp_parts;
+using namespace queue_pair_parts;
 
-bool rc_qp::psn_sent(uint32_t psn) const {
+bool queue_pair::psn_sent(uint32_t psn) const {
     return psn_diff(psn, _una) >= 0 && psn_diff(psn, _sent_high) < 0;
 }
 
-void rc_qp::on_ack_psn(uint32_t psn, uint64_t now_ns) {
+void queue_pair::on_ack_psn(uint32_t psn, uint64_t now_ns) {
     if (!psn_sent(psn)) {
         return;  // an old ACK, or one for something never sent
     }
@@ -77,7 +77,7 @@ void rc_qp::on_ack_psn(uint32_t psn, uint64_t now_ns) {
     retire_sends();
 }
 
-void rc_qp::on_response(const roce_packet& p, packet_port& port, uint64_t now_ns) {
+void queue_pair::on_response(const roce_packet& p, packet_port& port, uint64_t now_ns) {
     (void)port;
     if (p.info->kind == op_kind::read_response) {
         on_read_response(p, now_ns);
@@ -144,7 +144,7 @@ void rc_qp::on_response(const roce_packet& p, packet_port& port, uint64_t now_ns
     }
 }
 
-rc_qp::send_op* rc_qp::op_answered_by(uint32_t psn) {
+queue_pair::send_op* queue_pair::op_answered_by(uint32_t psn) {
     verbs::qp_ring& ring = *_s.ring;
     const uint32_t mask = ring.sq_capacity() - 1;
     for (uint32_t i = ring.send_retired(); i != ring.send_taken(); ++i) {
@@ -167,7 +167,7 @@ rc_qp::send_op* rc_qp::op_answered_by(uint32_t psn) {
     return nullptr;
 }
 
-void rc_qp::response_progress(uint32_t psn, uint64_t now_ns) {
+void queue_pair::response_progress(uint32_t psn, uint64_t now_ns) {
     _una = psn_add(psn, 1);
     skip_acknowledged();
     _last_progress_ns = now_ns;
@@ -179,7 +179,7 @@ void rc_qp::response_progress(uint32_t psn, uint64_t now_ns) {
     retire_sends();
 }
 
-void rc_qp::skip_acknowledged() {
+void queue_pair::skip_acknowledged() {
     const verbs::qp_ring& ring = *_s.ring;
     const uint32_t mask = ring.sq_capacity() - 1;
     for (uint32_t i = ring.send_retired(); i != ring.send_taken(); ++i) {
@@ -198,7 +198,7 @@ void rc_qp::skip_acknowledged() {
     }
 }
 
-void rc_qp::acknowledge_before_response(uint32_t psn, uint64_t now_ns) {
+void queue_pair::acknowledge_before_response(uint32_t psn, uint64_t now_ns) {
     const verbs::qp_ring& ring = *_s.ring;
     const uint32_t mask = ring.sq_capacity() - 1;
     for (uint32_t i = ring.send_retired(); i != ring.send_taken(); ++i) {
@@ -214,7 +214,7 @@ void rc_qp::acknowledge_before_response(uint32_t psn, uint64_t now_ns) {
     }
 }
 
-void rc_qp::on_read_response(const roce_packet& p, uint64_t now_ns) {
+void queue_pair::on_read_response(const roce_packet& p, uint64_t now_ns) {
     const uint32_t psn = p.psn;
     if (!psn_sent(psn)) {
         bump(_stats.duplicates, 1);
@@ -255,7 +255,7 @@ void rc_qp::on_read_response(const roce_packet& p, uint64_t now_ns) {
     response_progress(psn, now_ns);
 }
 
-void rc_qp::on_atomic_ack(const roce_packet& p, uint64_t now_ns) {
+void queue_pair::on_atomic_ack(const roce_packet& p, uint64_t now_ns) {
     const uint32_t psn = p.psn;
     if (psn_sent(psn) && psn != _una && p.atomic_ack_eth != nullptr) {
         acknowledge_before_response(psn, now_ns);  // as a READ response does
@@ -276,7 +276,7 @@ void rc_qp::on_atomic_ack(const roce_packet& p, uint64_t now_ns) {
     response_progress(psn, now_ns);
 }
 
-void rc_qp::go_back(uint32_t psn) {
+void queue_pair::go_back(uint32_t psn) {
     const int32_t rewound = psn_diff(_next_psn, psn);
     if (rewound > 0) {
         bump(_stats.retransmitted, rewound);
@@ -284,7 +284,7 @@ void rc_qp::go_back(uint32_t psn) {
     move_send_pointer(psn);
 }
 
-void rc_qp::move_send_pointer(uint32_t psn) {
+void queue_pair::move_send_pointer(uint32_t psn) {
     verbs::qp_ring& ring = *_s.ring;
     const uint32_t mask = ring.sq_capacity() - 1;
     for (uint32_t i = ring.send_retired(); i != ring.send_taken(); ++i) {
@@ -306,7 +306,7 @@ void rc_qp::move_send_pointer(uint32_t psn) {
 
 // A slot is handed back to the shim before the completion that reports it is published: a
 // program that sees the CQE may post again at once (perftest counts on it).
-bool rc_qp::retire_pending() const {
+bool queue_pair::retire_pending() const {
     const verbs::qp_ring& ring = *_s.ring;
     if (ring.send_retired() == ring.send_taken()) {
         return false;
@@ -315,7 +315,7 @@ bool rc_qp::retire_pending() const {
     return op.done || op.local_error != IBV_WC_SUCCESS;
 }
 
-unsigned rc_qp::retire_sends(uint32_t budget, unsigned* units) {
+unsigned queue_pair::retire_sends(uint32_t budget, unsigned* units) {
     verbs::qp_ring& ring = *_s.ring;
     const uint32_t mask = ring.sq_capacity() - 1;
     uint32_t unpublished = 0;
@@ -373,7 +373,7 @@ unsigned rc_qp::retire_sends(uint32_t budget, unsigned* units) {
     return written;
 }
 
-void rc_qp::run_timers(uint64_t now_ns) {
+void queue_pair::run_timers(uint64_t now_ns) {
     if (_rnr_resume_ns != 0) {
         if (now_ns < _rnr_resume_ns) {
             return;
@@ -398,7 +398,7 @@ void rc_qp::run_timers(uint64_t now_ns) {
     _last_progress_ns = now_ns;
 }
 
-void rc_qp::fail_requester(uint32_t psn, ibv_wc_status status) {
+void queue_pair::fail_requester(uint32_t psn, ibv_wc_status status) {
     (void)psn;  // the oldest unfinished WR is the one that failed: WRs complete in order
     // Everything finished before it completes first, whatever the budget: once per failure,
     // at most a ring.

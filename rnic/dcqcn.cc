@@ -1,7 +1,7 @@
 // DCQCN at the reaction point: a CNP lowers the QP's rate and the pacer holds packets to it;
 // and the CNP this QP sends as a notification point.
 
-#include "rnic/rc_qp.hh"
+#include "rnic/queue_pair.hh"
 
 #include <algorithm>
 #include <atomic>
@@ -9,7 +9,7 @@
 
 #include "rnic/engine.hh"
 #include "rnic/packet_port.hh"
-#include "rnic/rc_qp_parts.hh"
+#include "rnic/queue_pair_parts.hh"
 #include "rnic/single_writer.hh"
 #include "rnic/timers.hh"
 #include "rnic/wire/aeth.hh"
@@ -18,9 +18,9 @@
 
 namespace jakiro::rnic {
 
-using namespace rc_qp_parts;
+using namespace queue_pair_parts;
 
-void rc_qp::on_cnp(uint64_t now_ns) {
+void queue_pair::on_cnp(uint64_t now_ns) {
     bump(_stats.cnps_received, 1);
     // DCQCN cuts relative to the current rate, which on hardware is what the QP sends. A
     // software QP rarely sends at its nominal line rate, so the first cuts would not bite:
@@ -34,7 +34,7 @@ void rc_qp::on_cnp(uint64_t now_ns) {
     _last_cnp_ns = now_ns;
 }
 
-void rc_qp::set_line_rate(uint64_t now_ns, uint64_t rate_bps) {
+void queue_pair::set_line_rate(uint64_t now_ns, uint64_t rate_bps) {
     const uint64_t line = qos::rdma_line_rate_bps(rate_bps);
     if (line == _line_rate_bps) {
         return;
@@ -52,7 +52,7 @@ void rc_qp::set_line_rate(uint64_t now_ns, uint64_t rate_bps) {
     }
 }
 
-bool rc_qp::pacer_open(uint64_t now_ns) {
+bool queue_pair::pacer_open(uint64_t now_ns) {
     if (_ceiling_lowered && now_ns - _last_cnp_ns > ceiling_restore_ns) {
         // Quiet for a while: let recovery climb back towards the nominal line rate.
         _rate.set_line_rate(now_ns, _line_rate_bps);
@@ -61,7 +61,7 @@ bool rc_qp::pacer_open(uint64_t now_ns) {
     return _rate.grant(now_ns) > 0;
 }
 
-void rc_qp::pacer_charge(uint64_t now_ns, uint32_t frame_len) {
+void queue_pair::pacer_charge(uint64_t now_ns, uint32_t frame_len) {
     _rate.on_sent(frame_len);
     // What the QP really sends, averaged over ~100 µs windows (EWMA, 1/4 per window).
     _window_bytes += frame_len;
@@ -75,7 +75,7 @@ void rc_qp::pacer_charge(uint64_t now_ns, uint32_t frame_len) {
     }
 }
 
-void rc_qp::send_cnp(packet_port& port) {
+void queue_pair::send_cnp(packet_port& port) {
     uint32_t payload_at = 0;
     uint8_t* frame = begin_packet(port, opcode::cnp, 0, payload_at);
     if (frame == nullptr) {

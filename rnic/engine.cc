@@ -132,7 +132,7 @@ void engine::run_calls() {
     }
 }
 
-void engine::add_qp(std::shared_ptr<rc_qp> qp) {
+void engine::add_qp(std::shared_ptr<queue_pair> qp) {
     const uint16_t vnic = qp->vnic();
     if (vnic >= _by_slot.size()) {
         _by_slot.resize(vnic + 1);
@@ -170,7 +170,7 @@ void engine::set_vnic_rate(uint16_t vnic, uint64_t rate_bps, uint64_t now_ns) {
     }
     _vnic_rate_bps[vnic] = rate_bps;
     if (vnic < _by_slot.size()) {
-        for (rc_qp* qp : _by_slot[vnic]) {
+        for (queue_pair* qp : _by_slot[vnic]) {
             if (qp != nullptr) {
                 qp->set_line_rate(now_ns, rate_bps);
             }
@@ -179,7 +179,7 @@ void engine::set_vnic_rate(uint16_t vnic, uint64_t rate_bps, uint64_t now_ns) {
 }
 
 void engine::remove_qp(uint16_t vnic, uint32_t qpn) {
-    if (rc_qp* qp = find(vnic, qpn); qp != nullptr) {
+    if (queue_pair* qp = find(vnic, qpn); qp != nullptr) {
         _by_slot[vnic][qpn >> 8] = nullptr;
         vnic_turns& turns = _turns[vnic];
         if (qp->turn().queued) {
@@ -189,7 +189,7 @@ void engine::remove_qp(uint16_t vnic, uint32_t qpn) {
         _timers.cancel(*qp);
         --turns.qps;
     }
-    std::shared_ptr<rc_qp> gone;
+    std::shared_ptr<queue_pair> gone;
     for (auto it = _active.begin(); it != _active.end(); ++it) {
         if ((*it)->vnic() == vnic && (*it)->qpn() == qpn) {
             if (static_cast<std::size_t>(it - _active.begin()) < _recheck_from) {
@@ -204,7 +204,7 @@ void engine::remove_qp(uint16_t vnic, uint32_t qpn) {
     _reported = _active;
     if (gone != nullptr) {
         // This thread is the counters' only writer, so they are final here.
-        const rc_qp_stats& s = gone->stats();
+        const queue_pair_stats& s = gone->stats();
         qp_report& sum = _retired[vnic];
         sum.vnic = vnic;
 #define JAKIRO_QP_COUNTER(name) sum.name += s.name.load(std::memory_order_relaxed);
@@ -221,7 +221,7 @@ void engine::vnic_turns::reserve(std::size_t count) {
     while (capacity < count) {
         capacity *= 2;
     }
-    std::vector<rc_qp*> bigger(capacity, nullptr);
+    std::vector<queue_pair*> bigger(capacity, nullptr);
     for (std::size_t i = 0; i < size; ++i) {
         bigger[i] = at(i);
     }
@@ -229,10 +229,10 @@ void engine::vnic_turns::reserve(std::size_t count) {
     head = 0;
 }
 
-void engine::vnic_turns::erase(const rc_qp* qp) {
+void engine::vnic_turns::erase(const queue_pair* qp) {
     std::size_t kept = 0;
     for (std::size_t i = 0; i < size; ++i) {
-        rc_qp* q = at(i);
+        queue_pair* q = at(i);
         if (q != qp) {
             ring[(head + kept++) & (ring.size() - 1)] = q;
         }
@@ -240,8 +240,8 @@ void engine::vnic_turns::erase(const rc_qp* qp) {
     size = kept;
 }
 
-void engine::queue_visit(rc_qp& qp) {
-    rc_qp::turn_state& turn = qp.turn();
+void engine::queue_visit(queue_pair& qp) {
+    queue_pair::turn_state& turn = qp.turn();
     if (turn.queued || qp.vnic() >= _turns.size()) {
         return;
     }
@@ -254,7 +254,7 @@ void engine::queue_visit(rc_qp& qp) {
     _turns[qp.vnic()].push(&qp);
 }
 
-bool engine::park(rc_qp& qp) {
+bool engine::park(queue_pair& qp) {
     qp.ring().set_doorbell_wanted(true);
     verbs_proto::fence_after_wanting_doorbell();
     if (qp.wants_visits()) {  // a post that came before the shim could see the flag
@@ -265,7 +265,7 @@ bool engine::park(rc_qp& qp) {
     return true;
 }
 
-bool engine::wait_for_timer(rc_qp& qp, uint64_t due_ns) {
+bool engine::wait_for_timer(queue_pair& qp, uint64_t due_ns) {
     qp.ring().set_doorbell_wanted(true);
     verbs_proto::fence_after_wanting_doorbell();
     if (qp.has_work()) {  // a post that came before the shim could see the flag
@@ -280,13 +280,13 @@ bool engine::wait_for_timer(rc_qp& qp, uint64_t due_ns) {
 
 void engine::take_due_timers(uint64_t now_ns) {
     // Each QP is in _timers at most once and comes out queued: at most one look per QP per poll.
-    while (rc_qp* qp = _timers.pop_due(now_ns)) {
+    while (queue_pair* qp = _timers.pop_due(now_ns)) {
         queue_visit(*qp);
     }
 }
 
-void engine::after_visit(rc_qp& qp, uint64_t now_ns) {
-    rc_qp::turn_state& turn = qp.turn();
+void engine::after_visit(queue_pair& qp, uint64_t now_ns) {
+    queue_pair::turn_state& turn = qp.turn();
     if (turn.queued) {
         return;  // queued again during the visit (it entered ERR)
     }
@@ -319,7 +319,7 @@ void engine::take_doorbells() {
         // slot without a QP costs one look, one for a QP of its own a visit (its units).
         const auto& slots = _by_slot[vnic];
         verbs_proto::take_posted(*page, static_cast<uint32_t>(slots.size()), [&](uint32_t slot) {
-            if (rc_qp* qp = slots[slot]; qp != nullptr) {
+            if (queue_pair* qp = slots[slot]; qp != nullptr) {
                 queue_visit(*qp);
             }
         });
@@ -332,7 +332,7 @@ void engine::recheck_policy(packet_port& port, unsigned& rechecks_left) {
     // post). QPs made stale by a modify are queued and checked at their visit.
     for (unsigned looks = 0;
          _recheck_from < _active.size() && rechecks_left > 0 && looks < recheck_looks; ++looks) {
-        rc_qp& qp = *_active[_recheck_from++];
+        queue_pair& qp = *_active[_recheck_from++];
         if (qp.admitted_generation() != _policy_generation) {
             --rechecks_left;
             admitted(qp, port);  // refused: ERR, queued, and its visit below flushes
@@ -378,7 +378,7 @@ uint64_t engine::vnic_send_room(uint16_t vnic) const {
     // The QPs its next pass visits first (parked ones have nothing to send).
     const vnic_turns& turns = _turns[vnic];
     for (std::size_t i = 0; i < std::min<std::size_t>(turns.size, vnic_units_per_pass); ++i) {
-        if (const rc_qp* qp = turns.at(i); qp->has_work()) {
+        if (const queue_pair* qp = turns.at(i); qp->has_work()) {
             return room_at(qp->path_mtu_bytes());
         }
     }
@@ -390,7 +390,7 @@ uint64_t engine::vnic_send_room(uint16_t vnic) const {
     return 0;
 }
 
-rc_qp* engine::find(uint16_t vnic, uint32_t qpn) const {
+queue_pair* engine::find(uint16_t vnic, uint32_t qpn) const {
     if (vnic >= _by_slot.size()) {
         return nullptr;
     }
@@ -402,7 +402,7 @@ rc_qp* engine::find(uint16_t vnic, uint32_t qpn) const {
     return slots[slot];
 }
 
-bool engine::admitted(rc_qp& qp, packet_port& port) {
+bool engine::admitted(queue_pair& qp, packet_port& port) {
     if (qp.admitted_generation() == _policy_generation) {
         return !qp.revoked();
     }
@@ -456,7 +456,7 @@ unsigned engine::poll(packet_port& port, uint64_t now_ns) {
             uint64_t wakes = 0;
             for (std::size_t visited = 0; visited < count && left > 0 && allowance.tokens > 0;
                  ++visited) {
-                rc_qp& qp = *turns.pop();
+                queue_pair& qp = *turns.pop();
                 qp.turn().queued = false;
                 if (qp.admitted_generation() != _policy_generation) {
                     if (rechecks_left == 0) {
@@ -471,12 +471,12 @@ unsigned engine::poll(packet_port& port, uint64_t now_ns) {
                     admitted(qp, port);  // refused: ERR, and this visit flushes
                 }
                 const unsigned before = left;
-                const rc_qp_stats& stats = qp.stats();
+                const queue_pair_stats& stats = qp.stats();
                 const uint64_t silent_before = stats.silent_wrs.load(std::memory_order_relaxed);
                 const uint64_t wakes_before = stats.poller_wakes.load(std::memory_order_relaxed);
                 const unsigned sent_now = qp.poll(port, now_ns, left);
-                // A futex wake for a napping poller (a unit, rc_qp::poll) is local work too, as
-                // a WR that sends nothing is.
+                // A futex wake for a napping poller (a unit, queue_pair::poll) is local work too,
+                // as a WR that sends nothing is.
                 const uint64_t woke =
                     stats.poller_wakes.load(std::memory_order_relaxed) - wakes_before;
                 allowance.tokens -= static_cast<int64_t>(
@@ -694,7 +694,7 @@ engine::receive_verdict engine::take_cnp(inbound_packet& in) {
 
 // Into the QP, after the congestion it met on the way is answered with a CNP.
 void engine::deliver_connected(inbound_packet& in, packet_port& port) {
-    rc_qp* qp = in.qp;
+    queue_pair* qp = in.qp;
     // What the QP sends while receiving (ACKs, NAKs, CNPs) counts as the engine's too.
     const uint64_t sent_before = qp->stats().packets_sent.load(std::memory_order_relaxed);
     const auto codepoint = static_cast<qos::ecn>(in.ipv4[1] & 0x03);
@@ -723,7 +723,7 @@ void engine::deliver_connected(inbound_packet& in, packet_port& port) {
     }
 }
 
-void engine::after_receive(rc_qp& qp, uint64_t wakes_before) {
+void engine::after_receive(queue_pair& qp, uint64_t wakes_before) {
     // A packet may leave the QP something to do (an ACK owed, READ responses, retirements).
     queue_visit(qp);
     // The futex wakes its completions cost: charged to the vNIC's local-work allowance here,
@@ -853,7 +853,7 @@ bool engine::after_sleep() {
 }
 
 std::vector<qp_report> engine::report(std::vector<qp_report>* retired) const {
-    std::vector<std::shared_ptr<rc_qp>> qps;
+    std::vector<std::shared_ptr<queue_pair>> qps;
     {
         std::lock_guard lock(_report_mutex);
         qps = _reported;
@@ -866,7 +866,7 @@ std::vector<qp_report> engine::report(std::vector<qp_report>* retired) const {
     }
     std::vector<qp_report> out;
     for (const auto& qp : qps) {
-        const rc_qp_stats& s = qp->stats();
+        const queue_pair_stats& s = qp->stats();
         qp_report r;
         r.vnic = qp->vnic();
         r.qpn = qp->qpn();

@@ -25,10 +25,10 @@
 //
 // Visits (engine.cc poll): the worker visits only the QPs in its vNIC's queue, those with work
 // or with something pending (WRs in flight and their timers, an ACK owed, a restored clock:
-// rc_qp::wants_visits); a QP that has had nothing of the kind for park_after_idle_ns is parked
+// queue_pair::wants_visits); a QP that has had nothing of the kind for park_after_idle_ns is parked
 // and costs the worker nothing until the shim rings it (a bit per QP in the vNIC's doorbell
 // page), a packet arrives for it, or a control call changes it. A QP whose WRs in flight wait
-// for their ACK and nothing else (rc_qp::waits_for_timer) leaves the queue too, for the
+// for their ACK and nothing else (queue_pair::waits_for_timer) leaves the queue too, for the
 // engine's timer_queue: it costs nothing until its retransmit or RNR timer is due, or one of
 // those events comes first. So a poll costs what the queued
 // QPs cost, however many idle QPs tenants hold, as a hardware NIC's doorbells make it; and every
@@ -55,7 +55,7 @@
 #include "rnic/engine_drops.hh"
 #include "rnic/gsi_port.hh"
 #include "rnic/packet_port.hh"
-#include "rnic/rc_qp.hh"
+#include "rnic/queue_pair.hh"
 #include "rnic/timer_queue.hh"
 
 namespace jakiro::rnic {
@@ -93,7 +93,7 @@ struct qp_report {
 
 class engine {
   public:
-    // Units of work (rc_qp::poll: a packet, or a WQE that sends none, a completion, a flushed
+    // Units of work (queue_pair::poll: a packet, or a WQE that sends none, a completion, a flushed
     // WR) one vNIC's QPs may spend per pass, together: a tenant's QPs share one turn, so a
     // tenant with many QPs gets what a tenant with one gets, and the worker's time per poll is
     // bounded per vNIC, not per QP (the quota bounds how many QPs, not what they cost others),
@@ -102,7 +102,7 @@ class engine {
     // Passes per poll: at most 8 × 32 units per vNIC before the worker looks at its ports again.
     static constexpr unsigned max_passes = 8;
     static constexpr unsigned vnic_units_per_poll = max_passes * vnic_units_per_pass;
-    // A vNIC's allowance of local work: WRs done without a packet (rc_qp_stats::silent_wrs:
+    // A vNIC's allowance of local work: WRs done without a packet (queue_pair_stats::silent_wrs:
     // memory-window binds and invalidations, WRs that fail locally, flushed WRs). Packets are
     // bounded by the vNIC's QoS rate and the wire; these by nothing else, so a tenant could
     // keep the worker busy for ever with them and its neighbours would pay in CPU. Beyond the
@@ -154,7 +154,7 @@ class engine {
     gsi_port& gsi() { return _gsi; }
 
     // ---- engine thread (inside call() for the first two)
-    void add_qp(std::shared_ptr<rc_qp> qp);
+    void add_qp(std::shared_ptr<queue_pair> qp);
     void remove_qp(uint16_t vnic, uint32_t qpn);
     // vNIC `vnic`'s doorbell page (mapped by its clients only), or nullptr to forget it; the
     // caller keeps the page mapped until the call that removes it has returned.
@@ -176,7 +176,7 @@ class engine {
         }
     }
     // vNIC `vnic`'s QoS rate in bit/s, 0 when it is not shaped (at start and on every QoS
-    // change the worker sees): DCQCN's line rate for each of its QPs (rc_qp::set_line_rate),
+    // change the worker sees): DCQCN's line rate for each of its QPs (queue_pair::set_line_rate),
     // now and for every QP added later.
     void set_vnic_rate(uint16_t vnic, uint64_t rate_bps, uint64_t now_ns);
     // vNIC `vnic`'s local-work allowance in WRs per second (default_local_work_per_s until
@@ -190,15 +190,15 @@ class engine {
     // thread); each is charged to the vNIC as a unit of work and of its local-work allowance.
     uint64_t vnic_poller_wakes(uint16_t vnic) const { return load_of(_vnic_poller_wakes, vnic); }
     // `qp` may have work: it goes into its vNIC's queue of QPs to visit, if not there yet (engine
-    // thread; rc_qp calls it on modify and on entering ERR, the engine on a packet or a ring).
-    void queue_visit(rc_qp& qp);
+    // thread; queue_pair calls it on modify and on entering ERR, the engine on a packet or a ring).
+    void queue_visit(queue_pair& qp);
     uint32_t policy_generation() const { return _policy_generation; }
     // The worker that will poll from now on; call() then goes through the mailbox.
     void attach();
     // The worker stopped: call() runs inline again (shutdown releases QPs after the loop).
     void detach();
     // Runs queued control calls, then polls every QP. Returns the work done: packets sent plus
-    // the other units the QPs spent (rc_qp::poll), so 0 only when there was nothing to do
+    // the other units the QPs spent (queue_pair::poll), so 0 only when there was nothing to do
     // (work that sends nothing still keeps the worker from napping).
     unsigned poll(packet_port& port, uint64_t now_ns);
     // A RoCEv2 packet for local vNIC `vnic`: `ipv4` points at the inner IPv4 header of
@@ -228,12 +228,13 @@ class engine {
     // class no more than this: a grant the engine cannot take in one poll would read as a
     // blocked class (qos/scheduler.cc) and cost it its share.
     uint64_t vnic_send_room(uint16_t vnic) const;
-    // Did a QP of `vnic` stop in the last poll with requests left, held back (rc_qp::held_back)?
+    // Did a QP of `vnic` stop in the last poll with requests left, held back
+    // (queue_pair::held_back)?
     bool vnic_held_back(uint16_t vnic) const {
         return vnic < _vnic_held.size() && _vnic_held[vnic] != 0;
     }
     // The QP `qpn` of local vNIC `vnic`, or nullptr (engine thread).
-    rc_qp* find(uint16_t vnic, uint32_t qpn) const;
+    queue_pair* find(uint16_t vnic, uint32_t qpn) const;
 
   private:
     static uint64_t load_of(const std::vector<std::atomic<uint64_t>>& counters, uint16_t vnic) {
@@ -244,13 +245,14 @@ class engine {
     // After a policy change: checks up to `rechecks_left` more QPs again (counted down).
     void recheck_policy(packet_port& port, unsigned& rechecks_left);
     // After a visit that left `qp` out of its queue: back in it, or parked.
-    void after_visit(rc_qp& qp, uint64_t now_ns);
+    void after_visit(queue_pair& qp, uint64_t now_ns);
     // The QP asks the shim for a doorbell and leaves the queue; false (and it stays queued) if
     // work came meanwhile.
-    bool park(rc_qp& qp);
-    // As park, for a QP that waits for a timer of its own due at `due_ns` (rc_qp::waits_for_timer):
-    // it goes into _timers, which queues it again when the timer is due.
-    bool wait_for_timer(rc_qp& qp, uint64_t due_ns);
+    bool park(queue_pair& qp);
+    // As park, for a QP that waits for a timer of its own due at `due_ns`
+    // (queue_pair::waits_for_timer): it goes into _timers, which queues it again when the timer is
+    // due.
+    bool wait_for_timer(queue_pair& qp, uint64_t due_ns);
     // Queues the QPs whose timers are due.
     void take_due_timers(uint64_t now_ns);
     void drop(engine_drop reason) {
@@ -285,7 +287,7 @@ class engine {
         qos::ingress_meter* meter;
         parse_result& parsed;
         uint32_t src_ip_be = 0;      // check_headers
-        rc_qp* qp = nullptr;         // find_qp
+        queue_pair* qp = nullptr;    // find_qp
         transport_type transport{};  // find_qp: the QP's own
 
         const roce_packet& packet() const { return parsed.packet; }
@@ -312,7 +314,7 @@ class engine {
     inline receive_verdict take_cnp(inbound_packet& in);
     inline void deliver_connected(inbound_packet& in, packet_port& port);
     // After a packet went into `qp`: queued for a visit, and charged the poller wakes it caused.
-    void after_receive(rc_qp& qp, uint64_t wakes_before);
+    void after_receive(queue_pair& qp, uint64_t wakes_before);
     // A datagram to QP1: handed to the control side if it carries the GSI Q_Key, comes from a
     // QP1 and holds a MAD. Tenants cannot send that (controlled Q_Keys are refused at modify
     // time and replaced per WR by the QP's own, and their source QPN is never 1), so only an
@@ -322,7 +324,7 @@ class engine {
     verbs_proto::doorbell_page* own_doorbell() const;
     // True if `qp` may carry traffic under the current policy: admitted again when its
     // generation is stale, revoked when refused.
-    bool admitted(rc_qp& qp, packet_port& port);
+    bool admitted(queue_pair& qp, packet_port& port);
 
     // A queued call. `state` decides, under no lock, who owns it: the worker runs it only if
     // it moves queued -> started first; a caller whose wait ran out cancels it only if it
@@ -336,30 +338,30 @@ class engine {
     static void run_task(task& t);
 
     gsi_port _gsi;
-    std::chrono::milliseconds _call_timeout{5000};  // control thread
-    std::vector<std::vector<rc_qp*>> _by_slot;      // [vnic][qpn >> 8], engine thread
-    std::vector<std::shared_ptr<rc_qp>> _active;    // engine thread; copied into _reported
-    // One vNIC's queued QPs (rc_qp::turn_state::queued) in the order they take turns at its
+    std::chrono::milliseconds _call_timeout{5000};     // control thread
+    std::vector<std::vector<queue_pair*>> _by_slot;    // [vnic][qpn >> 8], engine thread
+    std::vector<std::shared_ptr<queue_pair>> _active;  // engine thread; copied into _reported
+    // One vNIC's queued QPs (queue_pair::turn_state::queued) in the order they take turns at its
     // units: a FIFO ring with room for every QP of the vNIC (each is in it at most once), so a
     // vNIC whose units run out goes on where it stopped in the next pass or poll; its parked
     // QPs are in no queue and cost nothing.
     struct vnic_turns {
-        std::vector<rc_qp*> ring;  // capacity: a power of two >= qps
+        std::vector<queue_pair*> ring;  // capacity: a power of two >= qps
         std::size_t head = 0;
         std::size_t size = 0;
         std::size_t qps = 0;  // QPs of the vNIC
-        void push(rc_qp* qp) { ring[(head + size++) & (ring.size() - 1)] = qp; }
-        rc_qp* pop() {
-            rc_qp* qp = ring[head];
+        void push(queue_pair* qp) { ring[(head + size++) & (ring.size() - 1)] = qp; }
+        queue_pair* pop() {
+            queue_pair* qp = ring[head];
             head = (head + 1) & (ring.size() - 1);
             --size;
             return qp;
         }
-        rc_qp* at(std::size_t i) const { return ring[(head + i) & (ring.size() - 1)]; }
+        queue_pair* at(std::size_t i) const { return ring[(head + i) & (ring.size() - 1)]; }
         // Room for `count` QPs, keeping the queue's order.
         void reserve(std::size_t count);
         // Takes `qp` out of the queue, keeping the others' order.
-        void erase(const rc_qp* qp);
+        void erase(const queue_pair* qp);
     };
     std::vector<vnic_turns> _turns;  // [vnic], engine thread
     timer_queue _timers;             // QPs out of their queue until a timer is due; engine
@@ -387,7 +389,7 @@ class engine {
     std::mutex _mutex;  // guards _calls; inline calls (no worker) also hold it
     std::deque<task> _calls;
     mutable std::mutex _report_mutex;  // guards _reported and _retired
-    std::vector<std::shared_ptr<rc_qp>> _reported;
+    std::vector<std::shared_ptr<queue_pair>> _reported;
     std::map<uint16_t, qp_report> _retired;          // [vnic] counters of its destroyed QPs
     std::unique_ptr<doorbell_memory> _own_doorbell;  // null if it could not be created
     int _wake_fd = -1;

@@ -1,7 +1,7 @@
 // The intra-host path: a message between two QPs of this engine moved memory to memory, in
 // slices of what one visit's packets would carry, with the wire's checks and completions.
 
-#include "rnic/rc_qp.hh"
+#include "rnic/queue_pair.hh"
 
 #include <algorithm>
 #include <atomic>
@@ -9,8 +9,8 @@
 
 #include "rnic/engine.hh"
 #include "rnic/packet_port.hh"
+#include "rnic/queue_pair_parts.hh"
 #include "rnic/queues/memory_window.hh"
-#include "rnic/rc_qp_parts.hh"
 #include "rnic/single_writer.hh"
 #include "rnic/timers.hh"
 #include "rnic/wire/aeth.hh"
@@ -19,7 +19,7 @@
 
 namespace jakiro::rnic {
 
-using namespace rc_qp_parts;
+using namespace queue_pair_parts;
 
 namespace {
 
@@ -53,7 +53,7 @@ void copy_to_recv(const Send& op, const Recv& r, uint64_t offset, uint32_t len) 
 
 }  // namespace
 
-rc_qp* rc_qp::local_peer(packet_port& port) const {
+queue_pair* queue_pair::local_peer(packet_port& port) const {
     if (_engine == nullptr) {
         return nullptr;
     }
@@ -61,7 +61,7 @@ rc_qp* rc_qp::local_peer(packet_port& port) const {
     if (slot == packet_port::no_local_vnic) {
         return nullptr;
     }
-    rc_qp* peer = _engine->find(slot, _machine.attr().dest_qp_num);
+    queue_pair* peer = _engine->find(slot, _machine.attr().dest_qp_num);
     // Only a peer connected back to this very QP (RCFT, both ways) and able to receive.
     if (peer == nullptr || peer == this || peer->_remote_ip_be != _s.local.ip_be ||
         peer->_machine.attr().dest_qp_num != _s.qpn || !peer->_machine.accepts_inbound()) {
@@ -70,7 +70,7 @@ rc_qp* rc_qp::local_peer(packet_port& port) const {
     return peer;
 }
 
-bool rc_qp::checked_with(const rc_qp& peer) const {
+bool queue_pair::checked_with(const queue_pair& peer) const {
     // A peer not yet checked again after a policy change takes the packet path, where the
     // engine checks it first.
     return peer._admitted_generation == _engine->policy_generation() &&
@@ -82,8 +82,8 @@ bool rc_qp::checked_with(const rc_qp& peer) const {
 // share the receiving QP's CNP pacer lets a CNP through and this QP, which drives the local
 // exchange either way, cuts its rate (on_cnp) as if that CNP had come back over the fabric. So
 // a peer on the same host cannot take more of a shaped vNIC's ingress than one across it.
-void rc_qp::meter_local(rc_qp& receiver, packet_port& port, uint64_t now_ns, uint32_t packets,
-                        uint32_t frames_bytes) {
+void queue_pair::meter_local(queue_pair& receiver, packet_port& port, uint64_t now_ns,
+                             uint32_t packets, uint32_t frames_bytes) {
     if (qos::ingress_meter* meter = port.receiving_meter(receiver._s.local.vnic)) {
         const auto verdict = meter->on_packet(now_ns, qos::traffic_class::rdma,
                                               frames_bytes + packets * qos::charged_bytes(0),
@@ -98,7 +98,8 @@ void rc_qp::meter_local(rc_qp& receiver, packet_port& port, uint64_t now_ns, uin
     }
 }
 
-unsigned rc_qp::send_local(rc_qp& peer, packet_port& port, uint64_t now_ns, unsigned budget) {
+unsigned queue_pair::send_local(queue_pair& peer, packet_port& port, uint64_t now_ns,
+                                unsigned budget) {
     verbs::qp_ring& ring = *_s.ring;
     const uint32_t mask = ring.sq_capacity() - 1;
     unsigned moved = 0;  // in packets' worth, the unit of the budget
@@ -198,8 +199,8 @@ unsigned rc_qp::send_local(rc_qp& peer, packet_port& port, uint64_t now_ns, unsi
     return moved;
 }
 
-void rc_qp::complete_local_recv(const send_op& op, const rc_qp& requester, ibv_wc_status status,
-                                uint32_t opcode, uint32_t len) {
+void queue_pair::complete_local_recv(const send_op& op, const queue_pair& requester,
+                                     ibv_wc_status status, uint32_t opcode, uint32_t len) {
     const proto::send_wqe& w = op.wqe;
     proto::cqe c = recv_completion(status, opcode, len);
     c.src_qp = requester._s.qpn;
@@ -215,8 +216,8 @@ void rc_qp::complete_local_recv(const send_op& op, const rc_qp& requester, ibv_w
     complete_recv(c);
 }
 
-rc_qp::local_result rc_qp::begin_local(const send_op& op, const rc_qp& requester, local_transfer& t,
-                                       ibv_wc_status& status) {
+queue_pair::local_result queue_pair::begin_local(const send_op& op, const queue_pair& requester,
+                                                 local_transfer& t, ibv_wc_status& status) {
     const proto::send_wqe& w = op.wqe;
     auto fail = [&](proto::event_type event, ibv_wc_status requester_status) {
         if (_s.events.raise != nullptr) {
@@ -313,7 +314,7 @@ rc_qp::local_result rc_qp::begin_local(const send_op& op, const rc_qp& requester
     }
 }
 
-void rc_qp::resume_local(const send_op& op, local_transfer& t) const {
+void queue_pair::resume_local(const send_op& op, local_transfer& t) const {
     const bool write =
         op.wqe.opcode == IBV_WR_RDMA_WRITE || op.wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
     if (!write && !is_read(op.wqe)) {
@@ -328,7 +329,7 @@ void rc_qp::resume_local(const send_op& op, local_transfer& t) const {
     }
 }
 
-bool rc_qp::still_reaches(const send_op& op, const local_transfer& t) const {
+bool queue_pair::still_reaches(const send_op& op, const local_transfer& t) const {
     const bool write =
         op.wqe.opcode == IBV_WR_RDMA_WRITE || op.wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
     if (!write && !is_read(op.wqe)) {
@@ -343,7 +344,7 @@ bool rc_qp::still_reaches(const send_op& op, const local_transfer& t) const {
     return found && found.bytes.data() == t.remote + t.moved;
 }
 
-bool rc_qp::continues_local(const send_op& op) const {
+bool queue_pair::continues_local(const send_op& op) const {
     switch (op.wqe.opcode) {
         case IBV_WR_SEND:
         case IBV_WR_SEND_WITH_IMM:
@@ -356,7 +357,7 @@ bool rc_qp::continues_local(const send_op& op) const {
     }
 }
 
-void rc_qp::place_local(const send_op& op, local_transfer& t, uint32_t len) {
+void queue_pair::place_local(const send_op& op, local_transfer& t, uint32_t len) {
     switch (op.wqe.opcode) {
         case IBV_WR_SEND:
         case IBV_WR_SEND_WITH_IMM:
@@ -378,7 +379,7 @@ void rc_qp::place_local(const send_op& op, local_transfer& t, uint32_t len) {
     t.moved += len;
 }
 
-void rc_qp::finish_local(const send_op& op, const rc_qp& requester, local_transfer& t) {
+void queue_pair::finish_local(const send_op& op, const queue_pair& requester, local_transfer& t) {
     switch (op.wqe.opcode) {
         case IBV_WR_SEND:
         case IBV_WR_SEND_WITH_IMM:

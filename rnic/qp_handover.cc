@@ -1,5 +1,5 @@
 // A QP across a restart of jakirod: its protocol state written into the state image
-// (handover/image.hh) by the running process, and read back by its successor into a new rc_qp
+// (handover/image.hh) by the running process, and read back by its successor into a new queue_pair
 // over the same shared rings, CQs and MRs.
 //
 // What is saved: everything the peer or the tenant has seen and cannot be asked for again.
@@ -33,14 +33,14 @@
 #include <string>
 
 #include "handover/image.hh"
-#include "rnic/rc_qp.hh"
-#include "rnic/rc_qp_parts.hh"
+#include "rnic/queue_pair.hh"
+#include "rnic/queue_pair_parts.hh"
 #include "rnic/single_writer.hh"
 #include "rnic/wire/psn.hh"
 
 namespace jakiro::rnic {
 
-using namespace rc_qp_parts;
+using namespace queue_pair_parts;
 
 namespace {
 
@@ -84,7 +84,7 @@ bool valid_status(uint32_t status) {
 
 }  // namespace
 
-void rc_qp::save(handover::image_writer& w) const {
+void queue_pair::save(handover::image_writer& w) const {
     const verbs::qp_ring& ring = *_s.ring;
     w.u32(record_tag);
     w.u16(record_version);
@@ -203,7 +203,8 @@ void rc_qp::save(handover::image_writer& w) const {
 #undef JAKIRO_QP_COUNTER
 }
 
-std::unique_ptr<rc_qp> rc_qp::restore(rc_qp_setup setup, handover::section_reader& r) {
+std::unique_ptr<queue_pair> queue_pair::restore(queue_pair_setup setup,
+                                                handover::section_reader& r) {
     if (setup.ring == nullptr || setup.send_cq == nullptr || setup.recv_cq == nullptr ||
         setup.mrs == nullptr || !qp_type_supported(setup.type)) {
         r.fail("QP " + std::to_string(setup.qpn) + ": restored without its rings, CQs or MRs");
@@ -212,7 +213,7 @@ std::unique_ptr<rc_qp> rc_qp::restore(rc_qp_setup setup, handover::section_reade
         }
         return nullptr;
     }
-    auto qp = std::make_unique<rc_qp>(std::move(setup));
+    auto qp = std::make_unique<queue_pair>(std::move(setup));
     if (!qp->restore_fields(r) || !r.ok()) {
         if (r.ok()) {
             r.fail("QP " + std::to_string(qp->_s.qpn) + ": state that cannot be restored");
@@ -226,7 +227,7 @@ std::unique_ptr<rc_qp> rc_qp::restore(rc_qp_setup setup, handover::section_reade
     return qp;
 }
 
-bool rc_qp::restore_fields(handover::section_reader& r) {
+bool queue_pair::restore_fields(handover::section_reader& r) {
     const std::string who = "QP " + std::to_string(_s.qpn) + ": ";
     auto bad = [&](const std::string& why) {
         r.fail(who + why);
@@ -481,7 +482,7 @@ bool rc_qp::restore_fields(handover::section_reader& r) {
     return true;
 }
 
-bool rc_qp::repin_send(send_op& op) {
+bool queue_pair::repin_send(send_op& op) {
     const uint8_t saved_sges = op.sges;
     const uint32_t saved_length = op.length;
     op.sges = 0;
@@ -529,7 +530,7 @@ bool rc_qp::repin_send(send_op& op) {
     return op.sges == saved_sges && op.length == saved_length;
 }
 
-bool rc_qp::repin_recv() {
+bool queue_pair::repin_recv() {
     const proto::recv_wqe& w = _recv.wqe;
     const uint32_t pd = _s.srq != nullptr ? _s.srq->pd() : _s.pd;
     const uint32_t max_sge = _s.srq != nullptr ? _s.srq->max_sge() : _s.max_recv_sge;
@@ -550,7 +551,7 @@ bool rc_qp::repin_recv() {
     return true;
 }
 
-bool rc_qp::repin_write() {
+bool queue_pair::repin_write() {
     auto found = remote_target(_write_rkey, _write_va, _write_length, proto::access_remote_write);
     if (!found || found.bytes.size() != _write_length) {
         return false;
@@ -560,7 +561,7 @@ bool rc_qp::repin_write() {
     return true;
 }
 
-bool rc_qp::repin_read(read_job& job) {
+bool queue_pair::repin_read(read_job& job) {
     auto found = remote_target(job.rkey, job.va, job.length, proto::access_remote_read);
     if (!found || found.bytes.size() != job.length) {
         return false;
@@ -570,7 +571,7 @@ bool rc_qp::repin_read(read_job& job) {
     return true;
 }
 
-void rc_qp::restart_clock(uint64_t now_ns) {
+void queue_pair::restart_clock(uint64_t now_ns) {
     _clock_restarts = false;
     _last_progress_ns = now_ns;  // the ACK timeout runs afresh for what is in flight
     _first_unasked_ns = now_ns;

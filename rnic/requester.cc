@@ -1,7 +1,7 @@
 // The requester: send WQEs taken out of the ring once (local buffers checked and pinned, PSN
 // range given), then sent as request packets within the send window (rxe_req.c).
 
-#include "rnic/rc_qp.hh"
+#include "rnic/queue_pair.hh"
 
 #include <algorithm>
 #include <atomic>
@@ -9,8 +9,8 @@
 
 #include "rnic/engine.hh"
 #include "rnic/packet_port.hh"
+#include "rnic/queue_pair_parts.hh"
 #include "rnic/queues/memory_window.hh"
-#include "rnic/rc_qp_parts.hh"
 #include "rnic/single_writer.hh"
 #include "rnic/timers.hh"
 #include "rnic/wire/aeth.hh"
@@ -19,9 +19,9 @@
 
 namespace jakiro::rnic {
 
-using namespace rc_qp_parts;
+using namespace queue_pair_parts;
 
-unsigned rc_qp::fetch_sends(uint64_t now_ns, unsigned units) {
+unsigned queue_pair::fetch_sends(uint64_t now_ns, unsigned units) {
     if (units == 0) {
         return 0;  // not even a look at the ring: the tenant writes it, the line is cold here
     }
@@ -127,7 +127,7 @@ unsigned rc_qp::fetch_sends(uint64_t now_ns, unsigned units) {
     return silent;
 }
 
-void rc_qp::check_local_buffers(send_op& op) {
+void queue_pair::check_local_buffers(send_op& op) {
     if (op.wqe.num_sge > _s.max_send_sge || op.wqe.num_sge > proto::wqe_max_sge) {
         op.local_error = IBV_WC_LOC_LEN_ERR;
         return;
@@ -158,12 +158,12 @@ void rc_qp::check_local_buffers(send_op& op) {
     op.length = static_cast<uint32_t>(total);
 }
 
-unsigned rc_qp::send_packets(packet_port& port, uint64_t now_ns, unsigned budget) {
+unsigned queue_pair::send_packets(packet_port& port, uint64_t now_ns, unsigned budget) {
     verbs::qp_ring& ring = *_s.ring;
     const uint32_t mask = ring.sq_capacity() - 1;
     if (reliable() && _una == _next_psn && _send_index != ring.send_taken()) {
         // Intra-host shortcut: nothing in flight as packets, the peer is a QP of this engine.
-        rc_qp* peer = local_peer(port);
+        queue_pair* peer = local_peer(port);
         if (peer != nullptr && !checked_with(*peer)) {
             if (_local.active) {
                 return 0;  // mid-message: the engine checks the peer again within a poll or two
@@ -242,7 +242,7 @@ unsigned rc_qp::send_packets(packet_port& port, uint64_t now_ns, unsigned budget
 // them (plus a little slack for duplicates) and refuses the rest; ib_read_bw across hosts
 // ended in IBV_WC_RETRY_EXC_ERR once the window no longer kept the count down by chance.
 // A QP set up with 0 still gets one at a time.
-bool rc_qp::initiator_depth_reached() const {
+bool queue_pair::initiator_depth_reached() const {
     const verbs::qp_ring& ring = *_s.ring;
     const uint32_t mask = ring.sq_capacity() - 1;
     const uint32_t depth = std::max<uint32_t>(_machine.attr().max_rd_atomic, 1);
@@ -257,7 +257,7 @@ bool rc_qp::initiator_depth_reached() const {
     return false;
 }
 
-bool rc_qp::emit_request(packet_port& port, send_op& op, uint32_t k, uint64_t now_ns) {
+bool queue_pair::emit_request(packet_port& port, send_op& op, uint32_t k, uint64_t now_ns) {
     const proto::send_wqe& w = op.wqe;
     const bool first = k == 0;
     const bool last = k + 1 == op.packets;
@@ -353,7 +353,7 @@ bool rc_qp::emit_request(packet_port& port, send_op& op, uint32_t k, uint64_t no
 // left for a later packet would never come. A plain WRITE's last packet asks only when no
 // ready op follows or the interval or the gap is due; the ACK that a later packet asks for
 // covers it (ACKs are cumulative). READs and atomics never ask: their responses answer.
-bool rc_qp::asks_for_ack(const send_op& op, bool last, uint64_t now_ns) {
+bool queue_pair::asks_for_ack(const send_op& op, bool last, uint64_t now_ns) {
     if (!reliable()) {
         return false;
     }
@@ -379,7 +379,7 @@ bool rc_qp::asks_for_ack(const send_op& op, bool last, uint64_t now_ns) {
     return ask;
 }
 
-bool rc_qp::next_op_follows() const {
+bool queue_pair::next_op_follows() const {
     const verbs::qp_ring& ring = *_s.ring;
     const uint32_t next = _send_index + 1;  // send_packets emits _sends[_send_index]
     if (next == ring.send_taken()) {
@@ -395,7 +395,7 @@ bool rc_qp::next_op_follows() const {
 // for ack_request_gap_ns, the last of them goes again with AckReq, a duplicate the responder
 // answers with an ACK for everything up to it (IB spec 9.7.5.1.2). Once per tail: a lost
 // probe or ACK is the retransmit timer's, as any lost ACK is.
-unsigned rc_qp::ask_again_for_ack(packet_port& port, uint64_t now_ns) {
+unsigned queue_pair::ask_again_for_ack(packet_port& port, uint64_t now_ns) {
     if (!awaits_ack_probe() || now_ns - _first_unasked_ns < ack_request_gap_ns) {
         return 0;
     }

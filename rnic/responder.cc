@@ -4,7 +4,7 @@
 // answer() turns a refusal into what the wire and the QP see: a NAK, an RNR NAK, a duplicate
 // answered again, a UC message dropped. Then the READ responses, ACKs and the error path.
 
-#include "rnic/rc_qp.hh"
+#include "rnic/queue_pair.hh"
 
 #include <algorithm>
 #include <atomic>
@@ -12,8 +12,8 @@
 
 #include "rnic/engine.hh"
 #include "rnic/packet_port.hh"
+#include "rnic/queue_pair_parts.hh"
 #include "rnic/queues/memory_window.hh"
-#include "rnic/rc_qp_parts.hh"
 #include "rnic/single_writer.hh"
 #include "rnic/timers.hh"
 #include "rnic/wire/aeth.hh"
@@ -22,13 +22,13 @@
 
 namespace jakiro::rnic {
 
-using namespace rc_qp_parts;
+using namespace queue_pair_parts;
 
 // An inbound request, RC or UC, goes through the steps below in this order, as rxe_resp.c's
 // states do; each returns a verdict and the first that is not `proceed` ends the walk
 // (answer() acts on it). rxe takes the receive WQE before the length and rkey checks; here it
 // is taken after them, so a request refused for its length or its key never consumes one.
-void rc_qp::on_request(const roce_packet& p, packet_port& port) {
+void queue_pair::on_request(const roce_packet& p, packet_port& port) {
     inbound_request r{p};
     verdict v = check_psn(r);
     if (v == verdict::proceed) {
@@ -63,7 +63,7 @@ void rc_qp::on_request(const roce_packet& p, packet_port& port) {
 // again, never executed twice), a newer one is NAKed as a sequence error (once, until the
 // expected PSN comes). UC (9.7.5.2.2) never answers: a copy the fabric made is dropped, and a
 // gap loses the message in progress while the packet after it is taken as it comes.
-rc_qp::verdict rc_qp::check_psn(inbound_request& r) {
+queue_pair::verdict queue_pair::check_psn(inbound_request& r) {
     switch (classify_request_psn(r.p.psn, _epsn)) {
         case psn_class::duplicate:
             bump(_stats.duplicates, 1);
@@ -93,7 +93,7 @@ rc_qp::verdict rc_qp::check_psn(inbound_request& r) {
 // while one is. RC: anything else is an invalid request. UC: a first packet starts afresh (a
 // message whose last packet was lost is abandoned); the rest of a lost message is dropped up
 // to the next first packet.
-rc_qp::verdict rc_qp::check_op_seq(inbound_request& r) {
+queue_pair::verdict queue_pair::check_op_seq(inbound_request& r) {
     const op_kind kind = r.p.info->kind;
     const uint8_t pos = r.p.info->position;
     const bool continues = (pos & position::first) == 0;
@@ -121,7 +121,7 @@ rc_qp::verdict rc_qp::check_op_seq(inbound_request& r) {
 }
 
 // The operations the transport has: RC all of them, UC SEND and WRITE only.
-rc_qp::verdict rc_qp::check_op_valid(inbound_request& r) {
+queue_pair::verdict queue_pair::check_op_valid(inbound_request& r) {
     switch (r.p.info->kind) {
         case op_kind::send:
         case op_kind::write:
@@ -139,7 +139,7 @@ rc_qp::verdict rc_qp::check_op_valid(inbound_request& r) {
 // The packet's own sizes: a SEND or WRITE packet carries at most the path MTU and exactly it
 // unless it is the last; an atomic names an aligned 8-byte word, an ATOMIC WRITE carries 8
 // bytes for one.
-rc_qp::verdict rc_qp::check_length(inbound_request& r) {
+queue_pair::verdict queue_pair::check_length(inbound_request& r) {
     const roce_packet& p = r.p;
     switch (p.info->kind) {
         case op_kind::send:
@@ -169,7 +169,7 @@ rc_qp::verdict rc_qp::check_length(inbound_request& r) {
 // only to the QP it is bound to), and the QP's own access flags grant it too. A WRITE is
 // looked up at its first packet and kept (_write_*); every packet of it must stay inside the
 // length its RETH announced, and the last must end there.
-rc_qp::verdict rc_qp::check_rkey(inbound_request& r) {
+queue_pair::verdict queue_pair::check_rkey(inbound_request& r) {
     const roce_packet& p = r.p;
     switch (p.info->kind) {
         case op_kind::write: {
@@ -231,7 +231,7 @@ rc_qp::verdict rc_qp::check_rkey(inbound_request& r) {
 // (a bad one is the responder's own error: remote operational error), the last packet of a
 // WRITE with immediate takes one for its completion, before any byte lands, so an RNR leaves
 // nothing half done; a READ takes a slot in the queue of READs owed.
-rc_qp::verdict rc_qp::check_resource(inbound_request& r) {
+queue_pair::verdict queue_pair::check_resource(inbound_request& r) {
     const roce_packet& p = r.p;
     const uint8_t pos = p.info->position;
     switch (p.info->kind) {
@@ -276,7 +276,7 @@ rc_qp::verdict rc_qp::check_resource(inbound_request& r) {
 
 // Places or fetches the bytes. A SEND that overflows its receive WQE is a length error. A READ
 // is queued (its responses are its answer) and an atomic answered at once: both `answered`.
-rc_qp::verdict rc_qp::execute(inbound_request& r, packet_port& port) {
+queue_pair::verdict queue_pair::execute(inbound_request& r, packet_port& port) {
     const roce_packet& p = r.p;
     const auto payload = static_cast<uint32_t>(p.payload.size());
     switch (p.info->kind) {
@@ -330,7 +330,7 @@ rc_qp::verdict rc_qp::execute(inbound_request& r, packet_port& port) {
 
 // The last packet of a SEND or WRITE with immediate completes its receive WQE; a SEND with
 // invalidate first frees the memory window it names (refused: an invalid request).
-rc_qp::verdict rc_qp::complete_request(inbound_request& r) {
+queue_pair::verdict queue_pair::complete_request(inbound_request& r) {
     const roce_packet& p = r.p;
     const bool last = (p.info->position & position::last) != 0;
     switch (p.info->kind) {
@@ -389,7 +389,7 @@ rc_qp::verdict rc_qp::complete_request(inbound_request& r) {
 // responses for earlier PSNs are still owed: answers leave in PSN order (IB spec 9.7.5.1.1),
 // so it follows them (send_due_ack). Mid-message ACKs are coalesced, one per poll. UC
 // acknowledges nothing (check_psn moved its PSN).
-void rc_qp::acknowledge(inbound_request& r, packet_port& port) {
+void queue_pair::acknowledge(inbound_request& r, packet_port& port) {
     if (!reliable()) {
         return;
     }
@@ -407,7 +407,7 @@ void rc_qp::acknowledge(inbound_request& r, packet_port& port) {
 // An ACK for PSN n says every request before n was answered, READs included: one that left
 // ahead of READ responses it follows makes the requester take those responses for lost and go
 // back for them (an implied NAK), resending everything after them too.
-bool rc_qp::send_due_ack(packet_port& port) {
+bool queue_pair::send_due_ack(packet_port& port) {
     if (_nak_owed && _reads.empty()) {
         send_ack(port, _owed_nak, _epsn);
         _nak_owed = false;
@@ -425,7 +425,7 @@ bool rc_qp::send_due_ack(packet_port& port) {
 // A NAK says every request before its PSN was answered, as an ACK does: ahead of READ responses
 // owed before it, the requester takes those for lost and cannot act on the NAK until it has
 // them (it stays at the READ), so what the NAK asks for waits for the ACK timeout.
-void rc_qp::send_nak(packet_port& port, uint8_t syndrome) {
+void queue_pair::send_nak(packet_port& port, uint8_t syndrome) {
     if (_reads.empty()) {
         send_ack(port, syndrome, _epsn);
         return;
@@ -436,7 +436,7 @@ void rc_qp::send_nak(packet_port& port, uint8_t syndrome) {
 
 // What a step's verdict means on the wire and for the QP. The NAKs move an RC QP to ERR
 // (responder_error); on UC what the requester did wrong drops its message.
-void rc_qp::answer(verdict v, inbound_request& r, packet_port& port) {
+void queue_pair::answer(verdict v, inbound_request& r, packet_port& port) {
     switch (v) {
         case verdict::proceed:
         case verdict::answered:
@@ -484,7 +484,7 @@ void rc_qp::answer(verdict v, inbound_request& r, packet_port& port) {
 // RC: a request the requester sent again because an answer was lost. A READ is executed again
 // from its PSN, an atomic answered from the cache, anything else ACKed again (at the next
 // poll, coalesced).
-void rc_qp::duplicate_request(inbound_request& r, packet_port& port) {
+void queue_pair::duplicate_request(inbound_request& r, packet_port& port) {
     switch (r.p.info->kind) {
         case op_kind::read_request:
             replay_read(r);
@@ -502,7 +502,7 @@ void rc_qp::duplicate_request(inbound_request& r, packet_port& port) {
 
 // A READ asked again: checked as a new one would be, but never NAKed (a refusal would already
 // have been NAKed the first time) and never moving the expected PSN.
-void rc_qp::replay_read(inbound_request& r) {
+void queue_pair::replay_read(inbound_request& r) {
     const uint32_t psn = r.p.psn;
     const uint32_t packets = packets_for(r.p.reth->dma_len(), _mtu);
     if (psn_diff(psn_add(psn, packets), _epsn) > 0) {
@@ -524,7 +524,7 @@ void rc_qp::replay_read(inbound_request& r) {
 }
 
 // Queues the responses of the READ `r` (checked) from `psn` on.
-void rc_qp::queue_read(inbound_request& r, uint32_t psn) {
+void queue_pair::queue_read(inbound_request& r, uint32_t psn) {
     const uint32_t length = r.p.reth->dma_len();
     const uint32_t packets = packets_for(length, _mtu);
     read_job job;
@@ -540,13 +540,14 @@ void rc_qp::queue_read(inbound_request& r, uint32_t psn) {
     _reads.push_back(std::move(job));
 }
 
-void rc_qp::release_recv_pins() {
+void queue_pair::release_recv_pins() {
     for (uint8_t s = 0; s < _recv.sges; ++s) {
         _recv.pins[s].reset();
     }
 }
 
-proto::cqe rc_qp::recv_completion(ibv_wc_status status, uint32_t opcode, uint32_t byte_len) const {
+proto::cqe queue_pair::recv_completion(ibv_wc_status status, uint32_t opcode,
+                                       uint32_t byte_len) const {
     proto::cqe c{};
     c.wr_id = _recv.wr_id;
     c.status = status;
@@ -556,13 +557,13 @@ proto::cqe rc_qp::recv_completion(ibv_wc_status status, uint32_t opcode, uint32_
     return c;
 }
 
-void rc_qp::complete_recv(const proto::cqe& c) {
+void queue_pair::complete_recv(const proto::cqe& c) {
     release_recv_pins();
     _s.ring->retire_recv(1);
     complete(*_s.recv_cq, c);
 }
 
-void rc_qp::replay_atomic(const roce_packet& p, packet_port& port) {
+void queue_pair::replay_atomic(const roce_packet& p, packet_port& port) {
     for (const auto& r : _atomic_replies) {
         if (r.valid && r.psn == p.psn) {
             answer_atomic(port, r.psn, r.orig);
@@ -572,7 +573,7 @@ void rc_qp::replay_atomic(const roce_packet& p, packet_port& port) {
     // Older than the cache: the requester has long had this answer.
 }
 
-void rc_qp::answer_atomic(packet_port& port, uint32_t psn, uint64_t orig) {
+void queue_pair::answer_atomic(packet_port& port, uint32_t psn, uint64_t orig) {
     if (_reads.empty()) {
         send_atomic_ack(port, psn, orig);
         return;
@@ -592,7 +593,7 @@ void rc_qp::answer_atomic(packet_port& port, uint32_t psn, uint64_t orig) {
     _reads.push_back(std::move(job));
 }
 
-void rc_qp::send_atomic_ack(packet_port& port, uint32_t psn, uint64_t orig) {
+void queue_pair::send_atomic_ack(packet_port& port, uint32_t psn, uint64_t orig) {
     uint32_t payload_at = 0;
     uint8_t* frame = begin_packet(port, opcode::rc_atomic_acknowledge, 0, payload_at);
     if (frame == nullptr) {
@@ -609,7 +610,7 @@ void rc_qp::send_atomic_ack(packet_port& port, uint32_t psn, uint64_t orig) {
     finish_packet(port, bth, ext, frame, 0);
 }
 
-bool rc_qp::take_recv(recv_op& out) {
+bool queue_pair::take_recv(recv_op& out) {
     proto::recv_wqe& w = out.wqe;
     uint32_t pd = _s.pd;
     uint32_t max_sge = _s.max_recv_sge;
@@ -643,8 +644,8 @@ bool rc_qp::take_recv(recv_op& out) {
     return true;
 }
 
-void rc_qp::resolve_recv(const proto::recv_wqe& w, uint32_t pd, uint32_t max_sge,
-                         recv_op& out) const {
+void queue_pair::resolve_recv(const proto::recv_wqe& w, uint32_t pd, uint32_t max_sge,
+                              recv_op& out) const {
     out.wr_id = w.wr_id;
     out.local_error = IBV_WC_SUCCESS;
     out.sges = 0;
@@ -673,8 +674,8 @@ void rc_qp::resolve_recv(const proto::recv_wqe& w, uint32_t pd, uint32_t max_sge
     out.length = static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX));
 }
 
-verbs::mr_lookup rc_qp::remote_target(uint32_t rkey, uint64_t va, uint64_t length,
-                                      uint32_t access) const {
+verbs::mr_lookup queue_pair::remote_target(uint32_t rkey, uint64_t va, uint64_t length,
+                                           uint32_t access) const {
     if (length == 0) {
         verbs::mr_lookup nothing;
         nothing.status = verbs::mr_status::ok;
@@ -683,7 +684,7 @@ verbs::mr_lookup rc_qp::remote_target(uint32_t rkey, uint64_t va, uint64_t lengt
     return _s.mrs->find_remote(_s.pd, _s.qpn, rkey, va, length, access);
 }
 
-unsigned rc_qp::send_read_responses(packet_port& port, uint64_t now_ns, unsigned budget) {
+unsigned queue_pair::send_read_responses(packet_port& port, uint64_t now_ns, unsigned budget) {
     unsigned sent = 0;
     unsigned acks = 0;  // a pending ACK leaves in its place among the responses
     while (sent < budget && !_reads.empty()) {
@@ -737,7 +738,7 @@ unsigned rc_qp::send_read_responses(packet_port& port, uint64_t now_ns, unsigned
     return sent + acks;
 }
 
-void rc_qp::send_ack(packet_port& port, uint8_t syndrome, uint32_t psn) {
+void queue_pair::send_ack(packet_port& port, uint8_t syndrome, uint32_t psn) {
     uint32_t payload_at = 0;
     uint8_t* frame = begin_packet(port, opcode::rc_acknowledge, 0, payload_at);
     if (frame == nullptr) {
@@ -753,8 +754,8 @@ void rc_qp::send_ack(packet_port& port, uint8_t syndrome, uint32_t psn) {
     finish_packet(port, bth, ext, frame, 0);
 }
 
-void rc_qp::responder_error(packet_port& port, proto::event_type event, uint8_t syndrome,
-                            ibv_wc_status recv_status) {
+void queue_pair::responder_error(packet_port& port, proto::event_type event, uint8_t syndrome,
+                                 ibv_wc_status recv_status) {
     if (!reliable()) {
         // UC (IB spec 9.9.3): what the requester did wrong drops its message, silently; only
         // the responder's own errors (a bad receive WQE, a receive too small) end the QP.

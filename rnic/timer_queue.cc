@@ -1,6 +1,6 @@
 #include "rnic/timer_queue.hh"
 
-#include "rnic/rc_qp.hh"
+#include "rnic/queue_pair.hh"
 
 namespace jakiro::rnic {
 
@@ -8,13 +8,13 @@ uint64_t timer_queue::due_of(std::size_t at) const {
     return _heap[at]->turn().due_ns;
 }
 
-void timer_queue::place(std::size_t at, rc_qp* qp) {
+void timer_queue::place(std::size_t at, queue_pair* qp) {
     _heap[at] = qp;
     qp->turn().timer_at = static_cast<uint32_t>(at);
 }
 
 void timer_queue::sift_up(std::size_t at) {
-    rc_qp* qp = _heap[at];
+    queue_pair* qp = _heap[at];
     const uint64_t due = qp->turn().due_ns;
     while (at > 0) {
         const std::size_t parent = (at - 1) / 2;
@@ -28,7 +28,7 @@ void timer_queue::sift_up(std::size_t at) {
 }
 
 void timer_queue::sift_down(std::size_t at) {
-    rc_qp* qp = _heap[at];
+    queue_pair* qp = _heap[at];
     const uint64_t due = qp->turn().due_ns;
     for (;;) {
         std::size_t child = 2 * at + 1;
@@ -47,19 +47,19 @@ void timer_queue::sift_down(std::size_t at) {
     place(at, qp);
 }
 
-void timer_queue::schedule(rc_qp& qp, uint64_t due_ns) {
+void timer_queue::schedule(queue_pair& qp, uint64_t due_ns) {
     qp.turn().due_ns = due_ns;
     _heap.push_back(&qp);  // within the capacity reserve() made for every QP
     sift_up(_heap.size() - 1);
 }
 
-void timer_queue::cancel(rc_qp& qp) {
+void timer_queue::cancel(queue_pair& qp) {
     const uint32_t at = qp.turn().timer_at;
     if (at == not_queued) {
         return;
     }
     qp.turn().timer_at = not_queued;
-    rc_qp* last = _heap.back();
+    queue_pair* last = _heap.back();
     _heap.pop_back();
     if (last == &qp) {
         return;
@@ -69,11 +69,11 @@ void timer_queue::cancel(rc_qp& qp) {
     sift_up(last->turn().timer_at);
 }
 
-rc_qp* timer_queue::pop_due(uint64_t now_ns) {
+queue_pair* timer_queue::pop_due(uint64_t now_ns) {
     if (_heap.empty() || due_of(0) > now_ns) {
         return nullptr;
     }
-    rc_qp* qp = _heap.front();
+    queue_pair* qp = _heap.front();
     cancel(*qp);
     return qp;
 }

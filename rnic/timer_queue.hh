@@ -1,13 +1,14 @@
 #pragma once
-// The QPs of one engine that wait for nothing but a timer of their own (rc_qp::waits_for_timer:
-// WRs in flight, their ACK not in, the retransmit or RNR timer running). They are out of their
-// vNIC's visit queue, so such a QP costs no visit and no unit while it waits, and come back to it
-// when the timer is due (engine::poll), or earlier when a packet, a ring or a control call queues
-// them (engine::queue_visit takes them out of here).
+// The QPs of one engine that wait for nothing but a timer of their own
+// (queue_pair::waits_for_timer: WRs in flight, their ACK not in, the retransmit or RNR timer
+// running). They are out of their vNIC's visit queue, so such a QP costs no visit and no unit while
+// it waits, and come back to it when the timer is due (engine::poll), or earlier when a packet, a
+// ring or a control call queues them (engine::queue_visit takes them out of here).
 //
 // A binary min-heap on the due time. Each QP is in it at most once and knows its place
-// (rc_qp::turn_state::timer_at), so taking one out is O(log n) without a search; room for every
-// QP of the engine is reserved when a QP is added, so nothing is allocated per packet or visit.
+// (queue_pair::turn_state::timer_at), so taking one out is O(log n) without a search; room for
+// every QP of the engine is reserved when a QP is added, so nothing is allocated per packet or
+// visit.
 
 #include <cstddef>
 #include <cstdint>
@@ -15,7 +16,7 @@
 
 namespace jakiro::rnic {
 
-class rc_qp;
+class queue_pair;
 
 class timer_queue {
   public:
@@ -25,22 +26,22 @@ class timer_queue {
     // Room for `qps` QPs (control path: add_qp).
     void reserve(std::size_t qps) { _heap.reserve(qps); }
     // `qp`, not here yet, is due at `due_ns`.
-    void schedule(rc_qp& qp, uint64_t due_ns);
+    void schedule(queue_pair& qp, uint64_t due_ns);
     // Takes `qp` out, if it is here.
-    void cancel(rc_qp& qp);
+    void cancel(queue_pair& qp);
     // The QP due earliest, if it is due at `now_ns`, taken out; nullptr otherwise.
-    rc_qp* pop_due(uint64_t now_ns);
+    queue_pair* pop_due(uint64_t now_ns);
     std::size_t size() const { return _heap.size(); }
     // When the earliest is due; UINT64_MAX when none waits.
     uint64_t next_due_ns() const;
 
   private:
-    void place(std::size_t at, rc_qp* qp);
+    void place(std::size_t at, queue_pair* qp);
     void sift_up(std::size_t at);
     void sift_down(std::size_t at);
     uint64_t due_of(std::size_t at) const;
 
-    std::vector<rc_qp*> _heap;
+    std::vector<queue_pair*> _heap;
 };
 
 }  // namespace jakiro::rnic

@@ -2,7 +2,7 @@
 // receive WQE, a refused request: no ACKs, no NAKs; UC's steps are responder.cc's), and the
 // UD responder: a datagram checked against the Q_Key and delivered after its 40-byte GRH area.
 
-#include "rnic/rc_qp.hh"
+#include "rnic/queue_pair.hh"
 
 #include <algorithm>
 #include <atomic>
@@ -10,7 +10,7 @@
 
 #include "rnic/engine.hh"
 #include "rnic/packet_port.hh"
-#include "rnic/rc_qp_parts.hh"
+#include "rnic/queue_pair_parts.hh"
 #include "rnic/single_writer.hh"
 #include "rnic/timers.hh"
 #include "rnic/wire/aeth.hh"
@@ -19,9 +19,9 @@
 
 namespace jakiro::rnic {
 
-using namespace rc_qp_parts;
+using namespace queue_pair_parts;
 
-void rc_qp::abandon_message() {
+void queue_pair::abandon_message() {
     bump(_stats.messages_dropped, 1);
     if (_in_send) {
         _recv_held = true;  // the next message fills it from the start
@@ -34,7 +34,7 @@ void rc_qp::abandon_message() {
 
 // UD's steps: the Q_Key, a receive WQE (UD has no RNR: without one the datagram is lost), then
 // the datagram delivered; a refused datagram is lost alone and counted.
-void rc_qp::on_datagram(const roce_packet& p) {
+void queue_pair::on_datagram(const roce_packet& p) {
     if (check_qkey(p) != verdict::proceed) {
         bump(_stats.messages_dropped, 1);
         return;
@@ -48,13 +48,13 @@ void rc_qp::on_datagram(const roce_packet& p) {
 }
 
 // IB spec 10.2.5: a datagram whose Q_Key is not the QP's is dropped, silently.
-rc_qp::verdict rc_qp::check_qkey(const roce_packet& p) const {
+queue_pair::verdict queue_pair::check_qkey(const roce_packet& p) const {
     return p.deth != nullptr && p.deth->qkey() == _machine.attr().qkey ? verdict::proceed
                                                                        : verdict::drop;
 }
 
 // A buffer too small for the GRH area and the payload completes with IBV_WC_LOC_LEN_ERR.
-void rc_qp::deliver_datagram(const roce_packet& p, recv_op& r) {
+void queue_pair::deliver_datagram(const roce_packet& p, recv_op& r) {
     const auto payload = static_cast<uint32_t>(p.payload.size());
     proto::cqe c{};
     c.wr_id = r.wr_id;

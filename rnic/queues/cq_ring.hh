@@ -146,7 +146,7 @@ class completion_queue {
     bool complete(const verbs_proto::cqe& completion);
     // The futex wakes complete() made for a poller napping on the empty ring: a system call of
     // the engine's each, which a program keeping the napping word set could ask for at every
-    // completion. The engine charges them to the vNIC (rc_qp_stats::poller_wakes).
+    // completion. The engine charges them to the vNIC (queue_pair_stats::poller_wakes).
     uint64_t poller_wakes() const { return _poller_wakes; }
 
     // ibv_resize_cq, on the thread that calls complete() (the engine's, through

@@ -1,8 +1,8 @@
 // One QP in a state image (resources.hh, save_qp and restore_qp): what the verbs layer holds
 // of it (owner, PD, CQs, SRQ, its ring's memfd and capacities), then the QP's own record
-// (rc_qp::save: attributes, PSNs, the WQEs it had taken, the responder's message in progress,
+// (queue_pair::save: attributes, PSNs, the WQEs it had taken, the responder's message in progress,
 // the atomic replay cache, DCQCN; rnic/qp_handover.cc). The successor attaches the same ring
-// and rc_qp::restore goes on where its predecessor stopped, as after a burst of loss.
+// and queue_pair::restore goes on where its predecessor stopped, as after a burst of loss.
 
 #include <unistd.h>
 
@@ -19,7 +19,7 @@ namespace proto = verbs_proto;
 bool vnic_resources::save_qp(handover::image_writer& w, const qp_object& q,
                              const mapped_files& maps, std::vector<int>& opened,
                              std::string& error) const {
-    rnic::rc_qp& qp = *q.qp;
+    rnic::queue_pair& qp = *q.qp;
     w.u32(qp.qpn());
     w.u64(q.owner);
     w.u32(q.pd);
@@ -108,7 +108,7 @@ bool vnic_resources::restore_qp(handover::section_reader& r) {
     }
     ring->hold(std::move(mapping));
 
-    rnic::rc_qp_setup setup;
+    rnic::queue_pair_setup setup;
     setup.local = _qp_support.local;
     setup.qpn = handle;
     setup.pd = pd;
@@ -127,7 +127,7 @@ bool vnic_resources::restore_qp(handover::section_reader& r) {
     setup.srq = srq_handle != 0 ? srq->second : nullptr;
     setup.type = type;
     // On failure restore leaves the ring's pages alone and says why through `r`.
-    std::shared_ptr<rnic::rc_qp> qp = rnic::rc_qp::restore(std::move(setup), r);
+    std::shared_ptr<rnic::queue_pair> qp = rnic::queue_pair::restore(std::move(setup), r);
     if (qp == nullptr) {
         return false;
     }

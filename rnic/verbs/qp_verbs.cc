@@ -128,7 +128,7 @@ int vnic_resources::create_qp(uint64_t client, const proto::create_qp_request& r
     out.ring_fd = ring_fd;
     out.doorbell_fd = doorbell;
 
-    rnic::rc_qp_setup setup;
+    rnic::queue_pair_setup setup;
     setup.local = _qp_support.local;
     setup.qpn = handle;
     setup.pd = req.pd_handle;
@@ -145,7 +145,7 @@ int vnic_resources::create_qp(uint64_t client, const proto::create_qp_request& r
     setup.events = _qp_support.events;
     setup.srq = srq;
     setup.type = static_cast<ibv_qp_type>(req.qp_type);
-    auto qp = std::make_shared<rnic::rc_qp>(std::move(setup));
+    auto qp = std::make_shared<rnic::queue_pair>(std::move(setup));
     rnic::engine* engine = _qp_support.engine;
     if (const int error = engine->call([engine, qp] {
             engine->add_qp(qp);
@@ -171,7 +171,7 @@ int vnic_resources::create_qp(uint64_t client, const proto::create_qp_request& r
 
 int vnic_resources::modify_qp(uint64_t client, uint32_t handle, const proto::qp_attr_wire& wire,
                               int mask) {
-    std::shared_ptr<rnic::rc_qp> qp;
+    std::shared_ptr<rnic::queue_pair> qp;
     std::function<int(uint32_t)> admit;
     rnic::engine* engine = nullptr;
     {
@@ -214,7 +214,7 @@ int vnic_resources::modify_qp(uint64_t client, uint32_t handle, const proto::qp_
 }
 
 int vnic_resources::query_qp(uint64_t client, uint32_t handle, proto::query_qp_reply& out) {
-    std::shared_ptr<rnic::rc_qp> qp;
+    std::shared_ptr<rnic::queue_pair> qp;
     rnic::engine* engine = nullptr;
     {
         const std::lock_guard lock(_mutex);

@@ -207,7 +207,7 @@ class vnic_resources {
     struct qp_object {
         uint64_t owner = 0;
         uint32_t pd = 0;
-        std::shared_ptr<rnic::rc_qp> qp;
+        std::shared_ptr<rnic::queue_pair> qp;
         std::shared_ptr<completion_queue> send_cq;
         std::shared_ptr<completion_queue> recv_cq;
         std::shared_ptr<shared_receive_queue> srq;  // null: the QP's own RQ
@@ -243,7 +243,7 @@ class vnic_resources {
     uint64_t _wqes = 0;
     key_allocator _pd_keys;
     std::unordered_map<uint32_t, pd_object> _pds;
-    // Shared with every QP of the vNIC (rc_qp_setup::mrs): a QP the engine has not let go of
+    // Shared with every QP of the vNIC (queue_pair_setup::mrs): a QP the engine has not let go of
     // yet (its removal queued behind a stalled worker) still looks keys up in it after this
     // object is gone.
     std::shared_ptr<mr_table> _mrs;

@@ -6,7 +6,7 @@
 // reordering, duplicating, or a shortcut when both are "on the same host"), crafted RoCE
 // packets from the connected peer, memfds truncated or hole-punched after registration, and
 // client disconnects. The real code runs in-process: requests.cc, resources.cc, qp_verbs.cc,
-// srq_verbs.cc, the rings, mr_table and the RoCE engine (rnic::engine, rc_qp). No EAL: the
+// srq_verbs.cc, the rings, mr_table and the RoCE engine (rnic::engine, queue_pair). No EAL: the
 // engine is plain C++.
 //
 // Each input starts from nothing (a fresh engine, two vNICs' vnic_resources, three attacker
@@ -1284,7 +1284,7 @@ struct harness {
             if (r.what != kind::qp) {
                 continue;
             }
-            rnic::rc_qp* qp = engine->find(static_cast<uint16_t>(r.vnic), r.qpn);
+            rnic::queue_pair* qp = engine->find(static_cast<uint16_t>(r.vnic), r.qpn);
             if (qp == nullptr) {
                 continue;
             }
@@ -1293,7 +1293,7 @@ struct harness {
                 fail("the engine took more send WQEs than the SQ holds: in-flight WRs overwritten");
             }
             // On an SRQ the QP retires receives on its own (unused) RQ that it never took
-            // (rc_qp::take_recv): retired runs ahead of taken there, by design.
+            // (queue_pair::take_recv): retired runs ahead of taken there, by design.
             const auto recv_in_flight = static_cast<int32_t>(q.recv_taken() - q.recv_retired());
             if (recv_in_flight > static_cast<int32_t>(q.rq_capacity())) {
                 fail("the engine took more receive WQEs than the RQ holds");
@@ -1529,7 +1529,7 @@ struct harness {
         if (r == nullptr) {
             return;
         }
-        const rnic::rc_qp* qp = engine->find(static_cast<uint16_t>(r->vnic), r->qpn);
+        const rnic::queue_pair* qp = engine->find(static_cast<uint16_t>(r->vnic), r->qpn);
         const uint32_t src = (f & 1) != 0 ? htonl(stranger_ip)
                              : qp != nullptr && qp->remote_ip_be() != 0
                                  ? qp->remote_ip_be()

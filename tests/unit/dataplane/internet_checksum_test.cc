@@ -30,7 +30,7 @@ rte_mempool* pool() {
     return p;
 }
 
-TEST(InternetChecksum, the_sum_of_any_length_at_any_alignment_folds_to_dpdks) {
+TEST(InternetChecksum, TheSumOfAnyLengthAtAnyAlignmentFoldsToDpdks) {
     const auto bytes = random_bytes(4096 + 8, 7);
     for (std::size_t align = 0; align < 8; ++align) {
         for (std::size_t len = 0; len <= 300; ++len) {
@@ -43,13 +43,13 @@ TEST(InternetChecksum, the_sum_of_any_length_at_any_alignment_folds_to_dpdks) {
     }
 }
 
-TEST(InternetChecksum, all_ones_words_do_not_lose_their_carries) {
+TEST(InternetChecksum, AllOnesWordsDoNotLoseTheirCarries) {
     const std::vector<uint8_t> ones(65535, 0xff);
     EXPECT_EQ(fold_sum(ones_sum(ones.data(), ones.size())),
               rte_raw_cksum(ones.data(), ones.size()));
 }
 
-TEST(InternetChecksum, a_chain_of_odd_segments_sums_like_the_flat_bytes) {
+TEST(InternetChecksum, AChainOfOddSegmentsSumsLikeTheFlatBytes) {
     ASSERT_NE(pool(), nullptr);
     const auto bytes = random_bytes(3000, 11);
     // Segment lengths with odd ones between even ones, as a header mbuf and payload slices give.
@@ -86,7 +86,7 @@ TEST(InternetChecksum, a_chain_of_odd_segments_sums_like_the_flat_bytes) {
     rte_pktmbuf_free(head);
 }
 
-TEST(InternetChecksum, a_tcp_segment_checksums_to_what_a_receiver_verifies) {
+TEST(InternetChecksum, ATcpSegmentChecksumsToWhatAReceiverVerifies) {
     ASSERT_NE(pool(), nullptr);
     rte_mbuf* m = rte_pktmbuf_alloc(pool());
     ASSERT_NE(m, nullptr);

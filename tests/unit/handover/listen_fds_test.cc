@@ -38,7 +38,7 @@ TEST(ListenFds, DescriptorsMeantForAnotherProcessAreNotBelieved) {
     EXPECT_NE(l.ignored.find("LISTEN_PID 41 is another process"), std::string::npos) << l.ignored;
 }
 
-TEST(ListenFds, ALISTEN_PIDThatIsNoPidIsNotBelieved) {
+TEST(ListenFds, ALISTENPIDThatIsNoPidIsNotBelieved) {
     for (const char* pid : {"", "abc", "-42", "42x", " 42", "99999999999999999999"}) {
         const auto l = parse_listen_fds(pid, "1", "jakiro-state", 42);
         EXPECT_TRUE(l.fds.empty()) << pid;
@@ -49,7 +49,7 @@ TEST(ListenFds, ALISTEN_PIDThatIsNoPidIsNotBelieved) {
     EXPECT_EQ(missing.ignored, "LISTEN_FDS without LISTEN_PID");
 }
 
-TEST(ListenFds, ALISTEN_FDSThatIsNotACountPassesNothing) {
+TEST(ListenFds, ALISTENFDSThatIsNotACountPassesNothing) {
     for (const char* count : {"", "three", "-1", "1.5", "2 ", "99999999999"}) {
         const auto l = parse_listen_fds("42", count, nullptr, 42);
         EXPECT_TRUE(l.fds.empty()) << count;

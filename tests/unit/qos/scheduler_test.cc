@@ -265,7 +265,7 @@ TEST(Scheduler, MinIsGuaranteed) {
     }
 }
 
-TEST(Scheduler, MaxCaps) {
+TEST(Scheduler, AClassMaxCapsItsRateWhetherOrNotTheOtherClassSends) {
     const uint64_t rate = 10 * gbit;
     scheduler s(1, wide_uplink(), 0);
     vnic_qos q = two_class(rate, 3, 1);

@@ -1,12 +1,12 @@
 // The completer (rnic/completer.cc): ACKs and NAKs move `una`; go-back-N over a wire that
 // loses, duplicates and reorders, the retry and RNR timers, completions in order.
 
-#include "tests/unit/rnic/rc_qp_fixture.hh"
+#include "tests/unit/rnic/queue_pair_fixture.hh"
 
 namespace jakiro::rnic::test {
 namespace {
 
-TEST_F(rc_qp_test, loss_duplication_and_reordering_lose_duplicate_and_corrupt_nothing) {
+TEST_F(QueuePairTest, LossDuplicationAndReorderingLoseDuplicateAndCorruptNothing) {
     connect_both();
     reorder = true;
     std::mt19937 rng(GetParamSeed());
@@ -89,7 +89,7 @@ TEST_F(rc_qp_test, loss_duplication_and_reordering_lose_duplicate_and_corrupt_no
     EXPECT_GT(retransmitted, 0u);
 }
 
-TEST_F(rc_qp_test, rnr_naks_wait_for_a_receive_and_give_up_after_rnr_retry) {
+TEST_F(QueuePairTest, RnrNaksWaitForAReceiveAndGiveUpAfterRnrRetry) {
     connect_both();
     a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 100, a.mr));
     run(50);
@@ -113,7 +113,7 @@ TEST_F(rc_qp_test, rnr_naks_wait_for_a_receive_and_give_up_after_rnr_retry) {
     EXPECT_EQ(c.status, IBV_WC_RNR_RETRY_EXC_ERR);
 }
 
-TEST_F(rc_qp_test, a_silent_peer_exhausts_retry_cnt_after_the_local_ack_timeout) {
+TEST_F(QueuePairTest, ASilentPeerExhaustsRetryCntAfterTheLocalAckTimeout) {
     connect(a, b, ip_b, /*retry_cnt=*/3, 7, /*timeout=*/8);  // 4.096 µs << 8 ≈ 1 ms
     connect(b, a, ip_a);
     a.post_send(wqe(1, IBV_WR_RDMA_WRITE, a.iova(0), 10, a.mr, b.iova(0), b.mr));
@@ -129,7 +129,7 @@ TEST_F(rc_qp_test, a_silent_peer_exhausts_retry_cnt_after_the_local_ack_timeout)
 
 // One cumulative ACK that finishes a whole ring of WRs completes them over several polls,
 // at most the vNIC's units at a time, in order, each once and successfully.
-TEST_F(rc_qp_test, an_ack_that_finishes_a_full_ring_completes_it_within_its_vnics_units_per_poll) {
+TEST_F(QueuePairTest, AnAckThatFinishesAFullRingCompletesItWithinItsVnicsUnitsPerPoll) {
     connect_both();
     const uint32_t sq = a.ring->sq_capacity;
     for (uint32_t i = 0; i < sq; ++i) {
@@ -180,7 +180,7 @@ TEST_F(rc_qp_test, an_ack_that_finishes_a_full_ring_completes_it_within_its_vnic
 // responses are in, both complete, without waiting for the local ACK timeout (67 ms here) to
 // send the SEND a second time. Here the first response is lost, so the requester has already
 // gone back once when the ACK overtakes the response asked for again.
-TEST_F(rc_qp_test, an_ack_that_overtakes_read_responses_still_completes_what_it_acknowledges) {
+TEST_F(QueuePairTest, AnAckThatOvertakesReadResponsesStillCompletesWhatItAcknowledges) {
     connect_both();
     fill(b, 0, 1000, 3);
     b.post_recv(1, 8192, 4096);
@@ -208,7 +208,7 @@ TEST_F(rc_qp_test, an_ack_that_overtakes_read_responses_still_completes_what_it_
 
 // A READ response answers every request before its READ (responses come in order): a WRITE
 // whose ACK was lost completes with the READ behind it, nothing sent twice.
-TEST_F(rc_qp_test, a_read_response_acknowledges_the_write_before_it_whose_ack_was_lost) {
+TEST_F(QueuePairTest, AReadResponseAcknowledgesTheWriteBeforeItWhoseAckWasLost) {
     connect_both();
     fill(a, 0, 2000, 4);
     fill(b, 8192, 1000, 5);
@@ -234,7 +234,7 @@ TEST_F(rc_qp_test, a_read_response_acknowledges_the_write_before_it_whose_ack_wa
 // What rdma_integrity runs across hosts, on a wire that loses and reorders nothing: batches of
 // WRITEs, READs and SENDs (with and without immediate) of random sizes. Nothing is ever sent
 // twice and every batch completes in order within a few polls of its last answer.
-TEST_F(rc_qp_test, a_lossless_wire_carries_a_mix_of_reads_writes_and_sends_without_retransmitting) {
+TEST_F(QueuePairTest, ALosslessWireCarriesAMixOfReadsWritesAndSendsWithoutRetransmitting) {
     connect_both();
     std::mt19937 rng(GetParamSeed());
     constexpr std::size_t slot = 65536;  // each op of a batch has its own, on both sides

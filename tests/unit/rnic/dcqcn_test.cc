@@ -1,12 +1,12 @@
 // DCQCN (rnic/dcqcn.cc): the CNPs a receiver sends for congestion the fabric marked, and the
 // sender's rate relative to its vNIC's.
 
-#include "tests/unit/rnic/rc_qp_fixture.hh"
+#include "tests/unit/rnic/queue_pair_fixture.hh"
 
 namespace jakiro::rnic::test {
 namespace {
 
-TEST_F(rc_qp_test, a_ce_mark_from_the_fabric_makes_the_receiver_send_a_cnp_and_the_sender_slow) {
+TEST_F(QueuePairTest, ACeMarkFromTheFabricMakesTheReceiverSendACnpAndTheSenderSlow) {
     // No ingress meter on the vNIC (no QoS): the receiver is still DCQCN's notification point.
     connect_both();
     fill(a, 0, 65536, 31);
@@ -52,11 +52,11 @@ TEST_F(rc_qp_test, a_ce_mark_from_the_fabric_makes_the_receiver_send_a_cnp_and_t
     EXPECT_LT(lowest_rate, rate_before) << "DCQCN cut the sender's rate";
 }
 
-TEST_F(rc_qp_test, dcqcn_starts_cuts_and_recovers_relative_to_the_vnic_rate_not_25_gbit) {
+TEST_F(QueuePairTest, DcqcnStartsCutsAndRecoversRelativeToTheVnicRateNot25Gbit) {
     constexpr uint64_t vnic_rate = 1'000'000'000;  // a vNIC shaped to 1 Gbit/s
     eng.set_vnic_rate(0, vnic_rate, now);
     connect_both();
-    rc_qp* qp = eng.find(0, a.qp);
+    queue_pair* qp = eng.find(0, a.qp);
     ASSERT_NE(qp, nullptr);
     EXPECT_EQ(qp->line_rate_bps(), vnic_rate) << "learnt when the QP was created";
     EXPECT_EQ(qp->rate_bps(), vnic_rate) << "DCQCN starts at the vNIC's rate";
@@ -86,7 +86,7 @@ TEST_F(rc_qp_test, dcqcn_starts_cuts_and_recovers_relative_to_the_vnic_rate_not_
     EXPECT_LE(qp->rate_bps(), vnic_rate / 4);
 }
 
-TEST_F(rc_qp_test, without_a_ce_mark_no_cnp_is_sent) {
+TEST_F(QueuePairTest, WithoutACeMarkNoCnpIsSent) {
     connect_both();
     a.post_send(wqe(1, IBV_WR_RDMA_WRITE, a.iova(0), 65536, a.mr, b.iova(0), b.mr));
     run(200);

@@ -24,7 +24,7 @@ bool is_snake_case(const std::string& s) {
     return s.front() >= 'a' && s.front() <= 'z';
 }
 
-TEST(engine_drops, every_drop_has_a_unique_snake_case_name_and_a_text) {
+TEST(EngineDrops, EveryDropHasAUniqueSnakeCaseNameAndAText) {
     ASSERT_GT(engine_drop_count, 0u);
     std::set<std::string> names;
     for (std::size_t d = 0; d < engine_drop_count; ++d) {
@@ -37,7 +37,7 @@ TEST(engine_drops, every_drop_has_a_unique_snake_case_name_and_a_text) {
     EXPECT_EQ(names.size(), engine_drop_count);
 }
 
-TEST(engine_drops, names_are_the_enumerators_the_counters_are_indexed_by) {
+TEST(EngineDrops, NamesAreTheEnumeratorsTheCountersAreIndexedBy) {
     // /metrics and the integration tests find a counter by this name.
     EXPECT_STREQ(engine_drop_name(engine_drop::bad_icrc), "bad_icrc");
     EXPECT_STREQ(engine_drop_name(engine_drop::gsi_forged), "gsi_forged");

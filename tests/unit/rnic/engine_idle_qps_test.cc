@@ -4,12 +4,12 @@
 // the futex wakes the engine makes for programs napping on an empty CQ are charged to their vNIC.
 
 #include "rnic/timers.hh"
-#include "tests/unit/rnic/rc_qp_fixture.hh"
+#include "tests/unit/rnic/queue_pair_fixture.hh"
 
 namespace jakiro::rnic::test {
 namespace {
 
-class idle_qps_test : public rc_qp_test {
+class IdleQpsTest : public QueuePairTest {
   protected:
     static constexpr uint32_t ip_c = 0xC6130103;
     static constexpr uint32_t quota = 1024;  // rdma.max_qps at its limit
@@ -62,7 +62,7 @@ class idle_qps_test : public rc_qp_test {
 
 // A tenant holding 1024 idle QPs costs the worker nothing per poll: no visit (and so no look at
 // their rings), while the QPs of a tenant with work are visited as before.
-TEST_F(idle_qps_test, a_poll_visits_none_of_a_tenants_idle_qps_however_many_it_holds) {
+TEST_F(IdleQpsTest, APollVisitsNoneOfATenantsIdleQpsHoweverManyItHolds) {
     connect_both();
     hoard_idle_qps();
     let_idle_qps_park();
@@ -90,7 +90,7 @@ TEST_F(idle_qps_test, a_poll_visits_none_of_a_tenants_idle_qps_however_many_it_h
 }
 
 // A WR posted to a QP that was parked is picked up by the very next poll: the shim rang its bit.
-TEST_F(idle_qps_test, a_qp_posted_after_being_parked_is_served_on_the_next_poll) {
+TEST_F(IdleQpsTest, AQpPostedAfterBeingParkedIsServedOnTheNextPoll) {
     connect_both();
     hoard_idle_qps();
     let_idle_qps_park();
@@ -108,7 +108,7 @@ TEST_F(idle_qps_test, a_qp_posted_after_being_parked_is_served_on_the_next_poll)
 
 // A parked QP whose shim rings while the worker sleeps wakes it (no lost wake-up), and the worker
 // then serves it; a parked QP that gets a packet is queued by the packet (an ACK is owed).
-TEST_F(idle_qps_test, a_sleeping_worker_wakes_for_a_parked_qp_and_a_packet_queues_one) {
+TEST_F(IdleQpsTest, ASleepingWorkerWakesForAParkedQpAndAPacketQueuesOne) {
     connect_both();
     b.post_recv(1, 0, 4096);
     let_idle_qps_park();
@@ -133,7 +133,7 @@ TEST_F(idle_qps_test, a_sleeping_worker_wakes_for_a_parked_qp_and_a_packet_queue
 // A program napping on its empty CQ is woken by a system call per completion: each is a unit of
 // its vNIC's work and counted for the vNIC. The control runs the same WRs without the nap. (The
 // WRITEs go memory to memory, so that they complete within the worker's visits.)
-TEST_F(idle_qps_test, futex_wakes_for_napping_pollers_are_charged_and_counted_per_vnic) {
+TEST_F(IdleQpsTest, FutexWakesForNappingPollersAreChargedAndCountedPerVnic) {
     wire.same_host = true;
     connect_both();
     auto units_of = [this](uint16_t vnic) {
@@ -174,7 +174,7 @@ TEST_F(idle_qps_test, futex_wakes_for_napping_pollers_are_charged_and_counted_pe
 // The wakes of receive completions (written as packets arrive, outside any visit) count against
 // the vNIC's local-work allowance: a program that naps on every receive runs out of it and its
 // QPs sit polls out, as they would for WRs that send nothing.
-TEST_F(idle_qps_test, receive_completion_wakes_count_against_the_local_work_allowance) {
+TEST_F(IdleQpsTest, ReceiveCompletionWakesCountAgainstTheLocalWorkAllowance) {
     connect_both();
     eng.set_vnic_local_work_rate(1, 1);  // one per second: the burst is all b has
     const uint64_t burst = engine::local_work_burst;
@@ -197,7 +197,7 @@ TEST_F(idle_qps_test, receive_completion_wakes_count_against_the_local_work_allo
 // (local ACK timeout 14: 67 ms): it waits in the engine's timer queue, out of its vNIC's, and costs
 // no visit meanwhile; the timer still fires on time (the first poll at or after it is due), the
 // WR goes again and completes. The control: the visits that sent it and that retransmit it.
-TEST_F(idle_qps_test, a_qp_waiting_for_its_ack_costs_no_visits_until_its_retransmit_timer_is_due) {
+TEST_F(IdleQpsTest, AQpWaitingForItsAckCostsNoVisitsUntilItsRetransmitTimerIsDue) {
     connect_both();  // timeout 14, retry_cnt 7
     auto qp_visits = [this](uint16_t vnic, uint32_t qpn) {
         for (const qp_report& r : eng.report()) {
@@ -255,7 +255,7 @@ TEST_F(idle_qps_test, a_qp_waiting_for_its_ack_costs_no_visits_until_its_retrans
 // others come and go; a's QP, waiting among them, is taken out early by a post (the shim rings,
 // as it would for a parked QP), and completes both WRs at once. vNIC 2 pays a visit per
 // retransmission, not one per poll.
-TEST_F(idle_qps_test, waiting_qps_each_retransmit_at_their_own_timeout_and_a_post_takes_one_out) {
+TEST_F(IdleQpsTest, WaitingQpsEachRetransmitAtTheirOwnTimeoutAndAPostTakesOneOut) {
     connect_both();
     std::array<side, 4> waiting;
     for (std::size_t i = 0; i < waiting.size(); ++i) {
@@ -317,7 +317,7 @@ TEST_F(idle_qps_test, waiting_qps_each_retransmit_at_their_own_timeout_and_a_pos
 // A vNIC removed and another given its slot: the new vNIC's counters start at zero and it owes
 // nothing of the old one's local-work allowance (which the old one had spent on napping wakes),
 // while the vNIC that stays keeps what it counted.
-TEST_F(idle_qps_test, a_vnic_given_a_removed_ones_slot_starts_at_zero_and_owes_none_of_its_debt) {
+TEST_F(IdleQpsTest, AVnicGivenARemovedOnesSlotStartsAtZeroAndOwesNoneOfItsDebt) {
     connect_both();
     eng.set_vnic_local_work_rate(1, 1);  // one per second: the burst is all b has
     for (uint64_t i = 0; i <= engine::local_work_burst; ++i) {

@@ -2,7 +2,7 @@
 // the worker's time shared out per vNIC, counters and reports, the security groups on every
 // address vector and a policy change that refuses a connected peer.
 
-#include "tests/unit/rnic/rc_qp_fixture.hh"
+#include "tests/unit/rnic/queue_pair_fixture.hh"
 
 namespace jakiro::rnic::test {
 namespace {
@@ -12,7 +12,7 @@ namespace {
 // A packet the worker meets first (it receives before it runs queued calls) still reaches such
 // a QP: it must find no key in the vNIC's MR table (kept alive by the QP, emptied), never a
 // freed table, and write nothing into the tenant's memory.
-TEST_F(rc_qp_test, a_vnic_removed_while_its_worker_is_stalled_leaves_its_qps_no_freed_table) {
+TEST_F(QueuePairTest, AVnicRemovedWhileItsWorkerIsStalledLeavesItsQpsNoFreedTable) {
     connect_both();
     fill(a, 0, 8192, 5);
     std::memset(b.region, 0, 8192);
@@ -38,7 +38,7 @@ TEST_F(rc_qp_test, a_vnic_removed_while_its_worker_is_stalled_leaves_its_qps_no_
     eng.detach();
 }
 
-TEST_F(rc_qp_test, the_engines_sent_counter_counts_every_packet_on_the_wire_acks_included) {
+TEST_F(QueuePairTest, TheEnginesSentCounterCountsEveryPacketOnTheWireAcksIncluded) {
     connect_both();
     const uint64_t before = eng.counters().sent.load();
     const uint64_t wire_before = wire.sent;
@@ -51,7 +51,7 @@ TEST_F(rc_qp_test, the_engines_sent_counter_counts_every_packet_on_the_wire_acks
     EXPECT_EQ(eng.counters().sent.load() - before, wire.sent - wire_before);
 }
 
-TEST_F(rc_qp_test, packets_from_anyone_but_the_connected_peer_are_dropped_and_counted) {
+TEST_F(QueuePairTest, PacketsFromAnyoneButTheConnectedPeerAreDroppedAndCounted) {
     connect_both();
     b.post_recv(1, 0, 4096);
     a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 64, a.mr));
@@ -80,7 +80,7 @@ TEST_F(rc_qp_test, packets_from_anyone_but_the_connected_peer_are_dropped_and_co
     EXPECT_FALSE(b.poll_recv(c)) << "nothing was delivered";
 }
 
-TEST(engine_call, a_call_the_worker_never_started_times_out_and_never_runs) {
+TEST(EngineCall, ACallTheWorkerNeverStartedTimesOutAndNeverRuns) {
     engine e{1, 16};
     e.attach();  // a worker "exists" but does not poll during the wait
     e.set_call_timeout(std::chrono::milliseconds(20));
@@ -97,7 +97,7 @@ TEST(engine_call, a_call_the_worker_never_started_times_out_and_never_runs) {
     EXPECT_FALSE(ran);
 }
 
-TEST(engine_call, a_removal_that_times_out_still_runs_when_the_worker_comes) {
+TEST(EngineCall, ARemovalThatTimesOutStillRunsWhenTheWorkerComes) {
     engine e{1, 16};
     e.attach();
     e.set_call_timeout(std::chrono::milliseconds(20));
@@ -115,7 +115,7 @@ TEST(engine_call, a_removal_that_times_out_still_runs_when_the_worker_comes) {
     e.detach();
 }
 
-TEST(engine_call, a_call_the_worker_started_before_the_timeout_returns_its_result) {
+TEST(EngineCall, ACallTheWorkerStartedBeforeTheTimeoutReturnsItsResult) {
     engine e{1, 16};
     e.attach();
     e.set_call_timeout(std::chrono::milliseconds(200));
@@ -140,7 +140,7 @@ TEST(engine_call, a_call_the_worker_started_before_the_timeout_returns_its_resul
     e.detach();
 }
 
-TEST_F(rc_qp_test, a_create_qp_that_times_out_adds_no_qp_to_the_engine_or_the_quota) {
+TEST_F(QueuePairTest, ACreateQpThatTimesOutAddsNoQpToTheEngineOrTheQuota) {
     eng.attach();  // a worker that does not run during the call
     eng.set_call_timeout(std::chrono::milliseconds(20));
     const auto before = a.res->count();
@@ -162,7 +162,7 @@ TEST_F(rc_qp_test, a_create_qp_that_times_out_adds_no_qp_to_the_engine_or_the_qu
 // vNIC's QPs are looked at, another vNIC's busy QP does not make this one look backlogged, and
 // the room covers a full poll of path-MTU packets (a smaller one would hold RDMA below its
 // share, a larger one lets a grant outrun the poll).
-TEST_F(rc_qp_test, a_vnic_has_send_room_only_when_its_own_qps_have_work) {
+TEST_F(QueuePairTest, AVnicHasSendRoomOnlyWhenItsOwnQpsHaveWork) {
     connect_both();
     EXPECT_EQ(eng.vnic_send_room(0), 0u);
     EXPECT_EQ(eng.vnic_send_room(1), 0u);
@@ -176,7 +176,7 @@ TEST_F(rc_qp_test, a_vnic_has_send_room_only_when_its_own_qps_have_work) {
     EXPECT_EQ(eng.vnic_send_room(7), 0u) << "no such vNIC";
 }
 
-TEST_F(rc_qp_test, a_destroyed_qp_keeps_counting_in_its_vnics_retired_totals) {
+TEST_F(QueuePairTest, ADestroyedQpKeepsCountingInItsVnicsRetiredTotals) {
     // /metrics' per-vNIC counters are the live QPs plus the retired rows: a QP that lived
     // between two scrapes (a short ib_write_bw) must still be in them, and only once.
     connect_both();
@@ -208,7 +208,7 @@ TEST_F(rc_qp_test, a_destroyed_qp_keeps_counting_in_its_vnics_retired_totals) {
 
 // A tenant cannot buy more of the worker with more QPs: vNIC 0 drives four QPs, vNIC 2 one,
 // each QP with a 512-packet WRITE; one poll sends as many packets for each vNIC.
-TEST_F(rc_qp_test, a_tenant_with_many_qps_gets_one_vnics_turn_per_poll) {
+TEST_F(QueuePairTest, ATenantWithManyQpsGetsOneVnicsTurnPerPoll) {
     constexpr uint32_t ip_c = 0xC6130103;
     constexpr uint32_t message = 512 * 1024;  // 512 packets at path MTU 1024
     std::vector<std::unique_ptr<side>> hogs, peers;
@@ -248,7 +248,7 @@ TEST_F(rc_qp_test, a_tenant_with_many_qps_gets_one_vnics_turn_per_poll) {
     peers.clear();
 }
 
-TEST_F(rc_qp_test, every_address_vector_a_modify_sets_passes_the_security_groups) {
+TEST_F(QueuePairTest, EveryAddressVectorAModifySetsPassesTheSecurityGroups) {
     denied = {{0, htonl(ip_stranger)}};
     connect_both();  // RTR towards an allowed peer
     ibv_qp_attr attr{};
@@ -316,7 +316,7 @@ TEST_F(rc_qp_test, every_address_vector_a_modify_sets_passes_the_security_groups
               EACCES);
 }
 
-TEST_F(rc_qp_test, a_policy_change_that_refuses_the_peer_errs_the_qp_at_the_next_poll) {
+TEST_F(QueuePairTest, APolicyChangeThatRefusesThePeerErrsTheQpAtTheNextPoll) {
     eng.use_policy(1);
     connect_both();
     run(1);
@@ -378,13 +378,13 @@ struct silent_hog {
     uint32_t rkey = 0;  // the window's last key
 };
 
-class noisy_neighbour_test : public rc_qp_mw_test {
+class NoisyNeighbourTest : public QueuePairMwTest {
   protected:
     static constexpr uint32_t ip_c = 0xC6130103;
     static constexpr unsigned hogs = 8;
 
     void SetUp() override {
-        rc_qp_mw_test::SetUp();
+        QueuePairMwTest::SetUp();
         make_side(victim, 2, ip_c, 900);
         make_side(victim_peer, 1, ip_b, 901);
         connect(victim, victim_peer, ip_b);
@@ -460,7 +460,7 @@ class noisy_neighbour_test : public rc_qp_mw_test {
 // WQEs that send nothing (memory-window binds and invalidations) cost the worker as much as
 // packets do: a tenant with many QPs full of them spends its vNIC's units per poll and no
 // more, and another tenant's QP sends in that poll what it sends alone.
-TEST_F(noisy_neighbour_test, wqes_that_send_nothing_spend_their_vnics_units_and_no_more) {
+TEST_F(NoisyNeighbourTest, WqesThatSendNothingSpendTheirVnicsUnitsAndNoMore) {
     const std::size_t alone = victim_packets_in_one_poll();  // the control
     ASSERT_GT(alone, 0u);
     fill_with_silent_work();
@@ -492,7 +492,7 @@ TEST_F(noisy_neighbour_test, wqes_that_send_nothing_spend_their_vnics_units_and_
 // Work without packets is bounded in rate too, not only per poll: beyond its allowance a
 // vNIC sits polls out (counted), its QPs need no doorbell, and the worker may sleep although
 // their rings are full.
-TEST_F(noisy_neighbour_test, local_work_beyond_the_allowance_waits_and_lets_the_worker_sleep) {
+TEST_F(NoisyNeighbourTest, LocalWorkBeyondTheAllowanceWaitsAndLetsTheWorkerSleep) {
     constexpr uint64_t per_s = 20'000;
     eng.set_vnic_local_work_rate(0, per_s);
     for (unsigned poll = 0; poll < 4000; ++poll) {  // 40 ms, the rings kept full
@@ -518,7 +518,7 @@ TEST_F(noisy_neighbour_test, local_work_beyond_the_allowance_waits_and_lets_the_
 
 // A tenant's QPs in ERR with full rings: their flush writes at most the vNIC's units of
 // completions per poll, however many QPs flush at once.
-TEST_F(noisy_neighbour_test, qps_flushing_full_rings_write_their_vnics_units_of_completions) {
+TEST_F(NoisyNeighbourTest, QpsFlushingFullRingsWriteTheirVnicsUnitsOfCompletions) {
     for (auto& h : hog) {
         for (uint32_t i = 0; i < h.qp->ring->sq_capacity; ++i) {
             h.qp->post_send(wqe(i, IBV_WR_SEND, h.qp->iova(0), 8, h.qp->mr));

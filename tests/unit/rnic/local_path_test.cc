@@ -1,12 +1,12 @@
 // The intra-host path (rnic/local_path.cc): two QPs of one engine, memory to memory in
 // budget-sized slices, with the wire's checks, completions and QoS charges.
 
-#include "tests/unit/rnic/rc_qp_fixture.hh"
+#include "tests/unit/rnic/queue_pair_fixture.hh"
 
 namespace jakiro::rnic::test {
 namespace {
 
-TEST_F(rc_qp_test, on_one_host_data_moves_memory_to_memory_without_packets) {
+TEST_F(QueuePairTest, OnOneHostDataMovesMemoryToMemoryWithoutPackets) {
     wire.same_host = true;
     connect_both();
     fill(a, 0, 200000, 11);
@@ -57,7 +57,7 @@ std::size_t agreeing_prefix(const std::byte* x, const std::byte* y, std::size_t 
     return n;
 }
 
-TEST_F(rc_qp_test, on_one_host_a_large_message_moves_in_slices_of_one_visits_budget) {
+TEST_F(QueuePairTest, OnOneHostALargeMessageMovesInSlicesOfOneVisitsBudget) {
     // A tenant's 1 MiB WR must not hold the worker for the whole copy: each visit moves what
     // the packets of its budget would carry, and the message completes whole at the end.
     wire.same_host = true;
@@ -98,7 +98,7 @@ TEST_F(rc_qp_test, on_one_host_a_large_message_moves_in_slices_of_one_visits_bud
     EXPECT_TRUE(same(a, 0, b, 0, region_bytes));
 }
 
-TEST_F(rc_qp_test, on_one_host_a_receiver_over_its_rdma_share_slows_the_sender_as_a_cnp_would) {
+TEST_F(QueuePairTest, OnOneHostAReceiverOverItsRdmaShareSlowsTheSenderAsACnpWould) {
     // Memory to memory, the receiver's ingress meter still sees every message (as the packets
     // it would have been), and above its share the sender is cut back as a CNP would cut it.
     wire.same_host = true;
@@ -160,7 +160,7 @@ TEST_F(rc_qp_test, on_one_host_a_receiver_over_its_rdma_share_slows_the_sender_a
     EXPECT_LT(report[0].rate_bps, line_rate / 2) << "DCQCN cut the sender, " << rounds << " MiB";
 }
 
-TEST_F(rc_qp_test, on_one_host_a_peer_failing_mid_message_flushes_its_receive_and_loses_nothing) {
+TEST_F(QueuePairTest, OnOneHostAPeerFailingMidMessageFlushesItsReceiveAndLosesNothing) {
     wire.same_host = true;
     connect_both();
     fill(a, 0, region_bytes, 23);
@@ -190,7 +190,7 @@ TEST_F(rc_qp_test, on_one_host_a_peer_failing_mid_message_flushes_its_receive_an
     EXPECT_EQ(c.status, IBV_WC_RETRY_EXC_ERR);
 }
 
-TEST_F(rc_qp_test, on_one_host_a_missing_receive_waits_and_a_bad_rkey_fails_as_on_the_wire) {
+TEST_F(QueuePairTest, OnOneHostAMissingReceiveWaitsAndABadRkeyFailsAsOnTheWire) {
     wire.same_host = true;
     connect_both();
     a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 10, a.mr));
@@ -210,7 +210,7 @@ TEST_F(rc_qp_test, on_one_host_a_missing_receive_waits_and_a_bad_rkey_fails_as_o
     EXPECT_EQ(wire.sent, 0u);
 }
 
-TEST_F(rc_qp_test, on_one_host_atomics_run_memory_to_memory) {
+TEST_F(QueuePairTest, OnOneHostAtomicsRunMemoryToMemory) {
     wire.same_host = true;
     connect_both();
     uint64_t start = 41;
@@ -225,7 +225,7 @@ TEST_F(rc_qp_test, on_one_host_atomics_run_memory_to_memory) {
     EXPECT_EQ(wire.sent, 0u);
 }
 
-TEST_F(rc_qp_test, on_one_host_a_peer_the_responders_groups_refuse_gets_no_more_memory) {
+TEST_F(QueuePairTest, OnOneHostAPeerTheRespondersGroupsRefuseGetsNoMoreMemory) {
     wire.same_host = true;
     eng.use_policy(1);
     connect_both();

@@ -1,12 +1,12 @@
 // Memory windows (rnic/queues/memory_window.cc) as QPs meet them: binds and invalidations
 // a QP executes, and a peer's requests through a window, on the wire and on one host.
 
-#include "tests/unit/rnic/rc_qp_fixture.hh"
+#include "tests/unit/rnic/queue_pair_fixture.hh"
 
 namespace jakiro::rnic::test {
 namespace {
 
-TEST_F(rc_qp_mw_test, a_bound_type2_window_takes_writes_and_reads_inside_its_range) {
+TEST_F(QueuePairMwTest, ABoundType2WindowTakesWritesAndReadsInsideItsRange) {
     const uint32_t mw = alloc(IBV_MW_TYPE_2);
     const uint32_t rkey = next_key(mw);
     auto c = complete(b, bind_wqe(1, mw, rkey, bind_mr, b.iova(0x20000), 8192, window_rights));
@@ -27,7 +27,7 @@ TEST_F(rc_qp_mw_test, a_bound_type2_window_takes_writes_and_reads_inside_its_ran
     EXPECT_EQ(c.status, IBV_WC_REM_ACCESS_ERR);
 }
 
-TEST_F(rc_qp_mw_test, a_write_one_byte_past_the_window_is_nakked_and_places_nothing) {
+TEST_F(QueuePairMwTest, AWriteOneBytePastTheWindowIsNakkedAndPlacesNothing) {
     const uint32_t mw = alloc(IBV_MW_TYPE_2);
     const uint32_t rkey = next_key(mw);
     ASSERT_EQ(
@@ -43,7 +43,7 @@ TEST_F(rc_qp_mw_test, a_write_one_byte_past_the_window_is_nakked_and_places_noth
     }
 }
 
-TEST_F(rc_qp_mw_test, a_read_only_window_refuses_a_write_though_the_mr_would_allow_it) {
+TEST_F(QueuePairMwTest, AReadOnlyWindowRefusesAWriteThoughTheMrWouldAllowIt) {
     const uint32_t mw = alloc(IBV_MW_TYPE_2);
     const uint32_t rkey = next_key(mw);
     ASSERT_EQ(
@@ -57,7 +57,7 @@ TEST_F(rc_qp_mw_test, a_read_only_window_refuses_a_write_though_the_mr_would_all
     EXPECT_EQ(static_cast<uint8_t>(b.region[0]), 0);
 }
 
-TEST_F(rc_qp_mw_test, local_inv_frees_the_window_and_a_later_write_is_nakked_with_no_data) {
+TEST_F(QueuePairMwTest, LocalInvFreesTheWindowAndALaterWriteIsNakkedWithNoData) {
     const uint32_t mw = alloc(IBV_MW_TYPE_2);
     const uint32_t rkey = next_key(mw);
     ASSERT_EQ(complete(b, bind_wqe(1, mw, rkey, bind_mr, b.iova(0), 4096, window_rights)).status,
@@ -72,7 +72,7 @@ TEST_F(rc_qp_mw_test, local_inv_frees_the_window_and_a_later_write_is_nakked_wit
     EXPECT_EQ(static_cast<uint8_t>(b.region[0]), 0);
 }
 
-TEST_F(rc_qp_mw_test, a_freed_type2_window_binds_again_under_a_new_key_and_the_old_key_is_dead) {
+TEST_F(QueuePairMwTest, AFreedType2WindowBindsAgainUnderANewKeyAndTheOldKeyIsDead) {
     const uint32_t mw = alloc(IBV_MW_TYPE_2);
     const uint32_t first = next_key(mw);
     ASSERT_EQ(complete(b, bind_wqe(1, mw, first, bind_mr, b.iova(0), 4096, window_rights)).status,
@@ -90,7 +90,7 @@ TEST_F(rc_qp_mw_test, a_freed_type2_window_binds_again_under_a_new_key_and_the_o
     EXPECT_EQ(c.status, IBV_WC_REM_ACCESS_ERR);
 }
 
-TEST_F(rc_qp_mw_test, send_with_inv_frees_the_window_and_the_receive_reports_the_rkey) {
+TEST_F(QueuePairMwTest, SendWithInvFreesTheWindowAndTheReceiveReportsTheRkey) {
     const uint32_t mw = alloc(IBV_MW_TYPE_2);
     const uint32_t rkey = next_key(mw);
     ASSERT_EQ(complete(b, bind_wqe(1, mw, rkey, bind_mr, b.iova(0), 4096, window_rights)).status,
@@ -113,7 +113,7 @@ TEST_F(rc_qp_mw_test, send_with_inv_frees_the_window_and_the_receive_reports_the
     EXPECT_EQ(c.status, IBV_WC_REM_ACCESS_ERR);
 }
 
-TEST_F(rc_qp_mw_test, a_duplicated_send_with_inv_is_acked_again_and_never_frees_a_later_binding) {
+TEST_F(QueuePairMwTest, ADuplicatedSendWithInvIsAckedAgainAndNeverFreesALaterBinding) {
     const uint32_t mw = alloc(IBV_MW_TYPE_2);
     const uint32_t first = next_key(mw);
     ASSERT_EQ(complete(b, bind_wqe(1, mw, first, bind_mr, b.iova(0), 4096, window_rights)).status,
@@ -149,7 +149,7 @@ TEST_F(rc_qp_mw_test, a_duplicated_send_with_inv_is_acked_again_and_never_frees_
     EXPECT_TRUE(same(a, 0x40000, b, 0, 8));
 }
 
-TEST_F(rc_qp_mw_test, a_bind_onto_an_mr_without_mw_bind_fails_with_mw_bind_err) {
+TEST_F(QueuePairMwTest, ABindOntoAnMrWithoutMwBindFailsWithMwBindErr) {
     const uint32_t mw = alloc(IBV_MW_TYPE_2);
     const auto c = complete(b, bind_wqe(1, mw, next_key(mw), b.mr, b.iova(0), 4096, window_rights));
     EXPECT_EQ(c.status, IBV_WC_MW_BIND_ERR);
@@ -161,7 +161,7 @@ TEST_F(rc_qp_mw_test, a_bind_onto_an_mr_without_mw_bind_fails_with_mw_bind_err) 
 // and MW_BIND only (C10-74 asks local write of the MR, nothing of the window). Both types
 // bind, a peer's WRITE lands through each, and the window grants what it was asked for
 // remotely and no more: a READ is still refused.
-TEST_F(rc_qp_mw_test, a_window_asking_for_local_write_binds_and_takes_a_peers_write) {
+TEST_F(QueuePairMwTest, AWindowAskingForLocalWriteBindsAndTakesAPeersWrite) {
     auto req =
         proto::make_message<proto::reg_mr_request>(static_cast<uint16_t>(proto::opcode::reg_mr), 2);
     req.pd_handle = b.pd;
@@ -195,7 +195,7 @@ TEST_F(rc_qp_mw_test, a_window_asking_for_local_write_binds_and_takes_a_peers_wr
     }
 }
 
-TEST_F(rc_qp_mw_test, bind_rules_refuse_what_rxe_refuses) {
+TEST_F(QueuePairMwTest, BindRulesRefuseWhatRxeRefuses) {
     const uint32_t t2 = alloc(IBV_MW_TYPE_2);
     const uint32_t t1 = alloc(IBV_MW_TYPE_1);
     const verbs::mr_table& table = b.res->mrs();
@@ -239,7 +239,7 @@ TEST_F(rc_qp_mw_test, bind_rules_refuse_what_rxe_refuses) {
     EXPECT_FALSE(verbs::invalidate_window(table, bind_mr, b.pd));
 }
 
-TEST_F(rc_qp_mw_test, send_with_inv_of_an_mr_rkey_fails_the_send_and_the_receive) {
+TEST_F(QueuePairMwTest, SendWithInvOfAnMrRkeyFailsTheSendAndTheReceive) {
     b.post_recv(50, 0x80000, 4096);
     auto w = wqe(1, IBV_WR_SEND_WITH_INV, a.iova(0), 100, a.mr);
     w.imm_data = bind_mr;  // b's MR, not a window: rxe refuses to invalidate a user MR
@@ -251,7 +251,7 @@ TEST_F(rc_qp_mw_test, send_with_inv_of_an_mr_rkey_fails_the_send_and_the_receive
     EXPECT_EQ(b.res->mrs().get(bind_mr) != nullptr, true) << "the MR is untouched";
 }
 
-TEST_F(rc_qp_mw_test, local_inv_of_a_type1_window_fails_with_loc_qp_op_err) {
+TEST_F(QueuePairMwTest, LocalInvOfAType1WindowFailsWithLocQpOpErr) {
     const uint32_t t1 = alloc(IBV_MW_TYPE_1);
     ASSERT_EQ(
         complete(b, bind_wqe(1, t1, next_key(t1), bind_mr, b.iova(0), 64, window_rights)).status,
@@ -259,7 +259,7 @@ TEST_F(rc_qp_mw_test, local_inv_of_a_type1_window_fails_with_loc_qp_op_err) {
     EXPECT_EQ(complete(b, local_inv_wqe(2, next_key(t1))).status, IBV_WC_LOC_QP_OP_ERR);
 }
 
-TEST_F(rc_qp_mw_test, an_mr_with_a_bound_window_stays_registered_until_the_window_goes) {
+TEST_F(QueuePairMwTest, AnMrWithABoundWindowStaysRegisteredUntilTheWindowGoes) {
     const uint32_t mw = alloc(IBV_MW_TYPE_1);
     ASSERT_EQ(
         complete(b, bind_wqe(1, mw, next_key(mw), bind_mr, b.iova(0), 64, window_rights)).status,
@@ -275,7 +275,7 @@ TEST_F(rc_qp_mw_test, an_mr_with_a_bound_window_stays_registered_until_the_windo
     EXPECT_EQ(c.status, IBV_WC_REM_ACCESS_ERR);
 }
 
-TEST_F(rc_qp_mw_test, alloc_mw_checks_the_pd_the_type_and_the_quota) {
+TEST_F(QueuePairMwTest, AllocMwChecksThePdTheTypeAndTheQuota) {
     uint32_t h = 0;
     EXPECT_EQ(b.res->alloc_mw(b.client, a.pd + b.pd, IBV_MW_TYPE_1, h), EINVAL);
     EXPECT_EQ(b.res->alloc_mw(a.client, b.pd, IBV_MW_TYPE_1, h), EINVAL) << "another client's PD";
@@ -291,7 +291,7 @@ TEST_F(rc_qp_mw_test, alloc_mw_checks_the_pd_the_type_and_the_quota) {
     EXPECT_EQ(b.res->count().mws, 0u);
 }
 
-TEST_F(rc_qp_mw_test, on_one_host_writes_through_a_window_and_send_with_inv_behave_as_on_the_wire) {
+TEST_F(QueuePairMwTest, OnOneHostWritesThroughAWindowAndSendWithInvBehaveAsOnTheWire) {
     wire.same_host = true;
     const uint32_t mw = alloc(IBV_MW_TYPE_2);
     const uint32_t rkey = next_key(mw);
@@ -320,7 +320,7 @@ TEST_F(rc_qp_mw_test, on_one_host_writes_through_a_window_and_send_with_inv_beha
 // A message between two QPs of one host moves in slices, visits apart. A window its owner
 // invalidates between two slices takes no byte after the invalidation (the wire's responder
 // refuses an rkey it no longer grants), and the WRITE fails with a remote access error.
-TEST_F(rc_qp_mw_test, on_one_host_a_window_invalidated_mid_write_takes_no_more_bytes) {
+TEST_F(QueuePairMwTest, OnOneHostAWindowInvalidatedMidWriteTakesNoMoreBytes) {
     wire.same_host = true;
     constexpr uint32_t length = 512 * 1024;  // more than one visit moves (256 packets of 1 KiB)
     const uint32_t mw = alloc(IBV_MW_TYPE_2);
@@ -361,7 +361,7 @@ TEST_F(rc_qp_mw_test, on_one_host_a_window_invalidated_mid_write_takes_no_more_b
 
 // The same across hosts: the packets of a WRITE through a window that arrive after its owner
 // invalidated it are refused (remote access error), never placed.
-TEST_F(rc_qp_mw_test, a_window_invalidated_mid_write_takes_no_more_packets) {
+TEST_F(QueuePairMwTest, AWindowInvalidatedMidWriteTakesNoMorePackets) {
     constexpr uint32_t length = 512 * 1024;
     const uint32_t mw = alloc(IBV_MW_TYPE_2);
     const uint32_t rkey = next_key(mw);

@@ -1,16 +1,16 @@
-// QPs on a shared receive queue (rnic/queues/srq_ring.cc, rc_qp::take_recv): receives taken
+// QPs on a shared receive queue (rnic/queues/srq_ring.cc, queue_pair::take_recv): receives taken
 // from the SRQ in order, its limit event, RNR when it is empty, the flush of a QP in ERR.
 
-#include "tests/unit/rnic/rc_qp_fixture.hh"
+#include "tests/unit/rnic/queue_pair_fixture.hh"
 
 namespace jakiro::rnic::test {
 namespace {
 
 // Side b's QP replaced by one on a shared receive queue, posted as ibv_post_srq_recv does.
-class rc_qp_srq_test : public rc_qp_test {
+class QueuePairSrqTest : public QueuePairTest {
   protected:
     void SetUp() override {
-        rc_qp_test::SetUp();
+        QueuePairTest::SetUp();
         auto req = proto::make_message<proto::create_srq_request>(
             static_cast<uint16_t>(proto::opcode::create_srq), 1);
         req.pd_handle = b.pd;
@@ -60,7 +60,7 @@ class rc_qp_srq_test : public rc_qp_test {
     uint32_t srq_posted = 0;
 };
 
-TEST_F(rc_qp_srq_test, sends_land_in_the_srqs_wqes_in_order_and_an_armed_limit_fires_once) {
+TEST_F(QueuePairSrqTest, SendsLandInTheSrqsWqesInOrderAndAnArmedLimitFiresOnce) {
     connect_both();
     for (uint64_t id = 0; id < 4; ++id) {
         post_srq(100 + id, 0x10000 * id, 0x10000);
@@ -95,7 +95,7 @@ TEST_F(rc_qp_srq_test, sends_land_in_the_srqs_wqes_in_order_and_an_armed_limit_f
     EXPECT_EQ(q.srq_limit, 0u) << "disarmed";
 }
 
-TEST_F(rc_qp_srq_test, query_qp_reports_no_receive_queue_of_its_own) {
+TEST_F(QueuePairSrqTest, QueryQpReportsNoReceiveQueueOfItsOwn) {
     proto::query_qp_reply q{};
     ASSERT_EQ(b.res->query_qp(b.client, b.qp, q), 0);
     EXPECT_EQ(q.attr.max_recv_wr, 0u) << "receives come from the SRQ (the shim says 0 too)";
@@ -103,7 +103,7 @@ TEST_F(rc_qp_srq_test, query_qp_reports_no_receive_queue_of_its_own) {
     EXPECT_GT(q.attr.max_send_wr, 0u);
 }
 
-TEST_F(rc_qp_srq_test, an_empty_srq_rnr_naks_until_a_wqe_is_posted_there) {
+TEST_F(QueuePairSrqTest, AnEmptySrqRnrNaksUntilAWqeIsPostedThere) {
     connect_both();
     a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 100, a.mr));
     // Something in the QP's own RQ changes nothing: a QP on an SRQ never reads it.
@@ -121,7 +121,7 @@ TEST_F(rc_qp_srq_test, an_empty_srq_rnr_naks_until_a_wqe_is_posted_there) {
     EXPECT_FALSE(b.poll_recv(c));
 }
 
-TEST_F(rc_qp_srq_test, on_one_host_sends_and_write_with_imm_take_srq_wqes) {
+TEST_F(QueuePairSrqTest, OnOneHostSendsAndWriteWithImmTakeSrqWqes) {
     wire.same_host = true;
     connect_both();
     post_srq(1, 0x40000, 0x10000);
@@ -145,7 +145,7 @@ TEST_F(rc_qp_srq_test, on_one_host_sends_and_write_with_imm_take_srq_wqes) {
     EXPECT_EQ(srq_taken(), 2u);
 }
 
-TEST_F(rc_qp_srq_test, a_qp_in_err_flushes_its_own_wrs_not_the_srqs_and_reports_last_wqe_once) {
+TEST_F(QueuePairSrqTest, AQpInErrFlushesItsOwnWrsNotTheSrqsAndReportsLastWqeOnce) {
     connect_both();
     post_srq(1, 0, 4096);
     post_srq(2, 4096, 4096);
@@ -178,7 +178,7 @@ TEST_F(rc_qp_srq_test, a_qp_in_err_flushes_its_own_wrs_not_the_srqs_and_reports_
     EXPECT_EQ(count(proto::event_type::qp_last_wqe_reached), 2u);
 }
 
-TEST_F(rc_qp_srq_test, an_srq_is_busy_while_a_qp_takes_from_it_and_belongs_to_its_client) {
+TEST_F(QueuePairSrqTest, AnSrqIsBusyWhileAQpTakesFromItAndBelongsToItsClient) {
     EXPECT_EQ(b.res->destroy_srq(b.client, srq), EBUSY);
     EXPECT_EQ(b.res->destroy_srq(b.client + 1, srq), EINVAL) << "not the client's";
     EXPECT_EQ(b.res->dealloc_pd(b.client, b.pd), EBUSY);
@@ -197,7 +197,7 @@ TEST_F(rc_qp_srq_test, an_srq_is_busy_while_a_qp_takes_from_it_and_belongs_to_it
     b.ring_bytes = 0;
 }
 
-TEST_F(rc_qp_srq_test, create_modify_and_query_refuse_bad_arguments) {
+TEST_F(QueuePairSrqTest, CreateModifyAndQueryRefuseBadArguments) {
     auto req = proto::make_message<proto::create_srq_request>(
         static_cast<uint16_t>(proto::opcode::create_srq), 1);
     req.pd_handle = b.pd;
@@ -250,7 +250,7 @@ TEST_F(rc_qp_srq_test, create_modify_and_query_refuse_bad_arguments) {
     EXPECT_EQ(q.max_sge, proto::wqe_max_sge);
 }
 
-TEST_F(rc_qp_srq_test, without_an_engine_there_are_no_srqs_and_max_srq_is_enforced) {
+TEST_F(QueuePairSrqTest, WithoutAnEngineThereAreNoSrqsAndMaxSrqIsEnforced) {
     verbs::vnic_resources bare(verbs::engine_limits());
     uint32_t pd = 0;
     ASSERT_EQ(bare.alloc_pd(1, pd), 0);

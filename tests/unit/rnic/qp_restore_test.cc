@@ -1,6 +1,6 @@
 // A QP across a restart of jakirod (rnic/qp_handover.cc): two QPs of one engine exchange real
 // RoCEv2 frames over a test wire; mid-traffic one of them (or both) is saved into a state image,
-// destroyed, and restored into a new rc_qp over the same ring memfd, CQs and MRs, the frames
+// destroyed, and restored into a new queue_pair over the same ring memfd, CQs and MRs, the frames
 // in flight meanwhile lost. Work requests go into the shared rings and completions come out of
 // the CQ rings as the shim writes and reads them, so what is checked is what a tenant sees.
 
@@ -19,7 +19,7 @@
 
 #include "handover/image.hh"
 #include "rnic/engine.hh"
-#include "rnic/rc_qp.hh"
+#include "rnic/queue_pair.hh"
 #include "rnic/wire/psn.hh"
 
 namespace jakiro::rnic {
@@ -88,7 +88,7 @@ struct side {
     std::size_t cq_bytes = 0;
     std::shared_ptr<verbs::shared_receive_queue> srq;  // receives come from here, if set
     uint32_t srq_posted = 0;
-    std::shared_ptr<rc_qp> qp;
+    std::shared_ptr<queue_pair> qp;
     uint32_t sq_posted = 0, rq_posted = 0, send_consumed = 0, recv_consumed = 0;
 
     ~side() {
@@ -106,8 +106,8 @@ struct side {
 
     uint64_t iova(std::size_t offset) const { return region_iova + offset; }
 
-    rc_qp_setup setup(std::unique_ptr<verbs::qp_ring> r) const {
-        rc_qp_setup s;
+    queue_pair_setup setup(std::unique_ptr<verbs::qp_ring> r) const {
+        queue_pair_setup s;
         s.type = type;
         s.local.vnic = vnic;
         s.local.mac = {0x02, 0, 0, 0, 0, static_cast<uint8_t>(vnic + 1)};
@@ -192,7 +192,7 @@ proto::send_wqe wqe(uint64_t wr_id, ibv_wr_opcode op, uint64_t local, uint32_t l
     return w;
 }
 
-class qp_restore_test : public ::testing::Test {
+class QpRestoreTest : public ::testing::Test {
   protected:
     void make(side& s, uint16_t vnic, uint32_t ip, ibv_qp_type type, bool on_srq = false) {
         s.vnic = vnic;
@@ -239,7 +239,7 @@ class qp_restore_test : public ::testing::Test {
         s.ring_bytes = ring->bytes();
         s.ring = static_cast<proto::qp_ring_header*>(
             mmap(nullptr, s.ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s.ring_fd, 0));
-        s.qp = std::make_shared<rc_qp>(s.setup(std::move(ring)));
+        s.qp = std::make_shared<queue_pair>(s.setup(std::move(ring)));
         eng.add_qp(s.qp);
     }
 
@@ -363,7 +363,7 @@ class qp_restore_test : public ::testing::Test {
         handover::image_reader image(w.data(), {});
         ASSERT_TRUE(image.open()) << image.error();
         handover::section_reader r = image.section(section);
-        std::unique_ptr<rc_qp> restored = rc_qp::restore(s.setup(std::move(ring)), r);
+        std::unique_ptr<queue_pair> restored = queue_pair::restore(s.setup(std::move(ring)), r);
         ASSERT_NE(restored, nullptr) << image.error();
         EXPECT_TRUE(r.done()) << "every field the writer wrote is read";
         s.qp = std::move(restored);
@@ -414,7 +414,7 @@ struct rc_stream {
     static constexpr uint32_t wrs = 5 + adds;
 };
 
-class rc_restore_test : public qp_restore_test {
+class RcRestoreTest : public QpRestoreTest {
   protected:
     void SetUp() override {
         make_pair(IBV_QPT_RC);
@@ -505,12 +505,12 @@ class rc_restore_test : public qp_restore_test {
     std::vector<proto::cqe> seen_sends;  // completions the test took before the end
 };
 
-TEST_F(rc_restore_test, requester_restarted_mid_send_and_mid_read_delivers_every_byte_once) {
+TEST_F(RcRestoreTest, RequesterRestartedMidSendAndMidReadDeliversEveryByteOnce) {
     using st = rc_stream;
     post_stream();
     step();       // the first 256 packets of the WRITE arrive
     poll_only();  // the WRITE's tail and the SEND's head are on the wire when jakirod stops
-    const rc_qp_stats& before = a.qp->stats();
+    const queue_pair_stats& before = a.qp->stats();
     const uint64_t sent_before = before.packets_sent.load();
     const uint32_t next_before = before.next_psn.load();
     ASSERT_TRUE(psn_within(next_before, sent_psn(a, st::send_psn), st::read_psn - st::send_psn))
@@ -554,7 +554,7 @@ TEST_F(rc_restore_test, requester_restarted_mid_send_and_mid_read_delivers_every
     EXPECT_GT(a.qp->stats().retransmitted.load(), 0u) << "what was lost was sent again";
 }
 
-TEST_F(rc_restore_test, responder_restarted_mid_write_mid_send_and_after_atomics_executes_once) {
+TEST_F(RcRestoreTest, ResponderRestartedMidWriteMidSendAndAfterAtomicsExecutesOnce) {
     using st = rc_stream;
     post_stream();
     // Mid-WRITE: what a sent so far (less than the WRITE) placed, the rest still to come.
@@ -584,7 +584,7 @@ TEST_F(rc_restore_test, responder_restarted_mid_write_mid_send_and_after_atomics
     EXPECT_GT(b.qp->stats().duplicates.load(), 0u) << "the atomics came again";
 }
 
-TEST_F(rc_restore_test, both_ends_restarted_together_mid_stream_deliver_every_byte_once) {
+TEST_F(RcRestoreTest, BothEndsRestartedTogetherMidStreamDeliverEveryByteOnce) {
     post_stream();
     step();
     poll_only();
@@ -598,7 +598,7 @@ TEST_F(rc_restore_test, both_ends_restarted_together_mid_stream_deliver_every_by
 
 // Both QPs on one host: the message moves memory to memory in slices, and jakirod stops
 // between two slices (both ends restarted, as a daemon restart restarts every QP).
-TEST_F(rc_restore_test, intra_host_messages_restarted_between_slices_complete_whole) {
+TEST_F(RcRestoreTest, IntraHostMessagesRestartedBetweenSlicesCompleteWhole) {
     wire.same_host = true;
     post_stream();
     step();  // a slice of the WRITE moved, the rest to come
@@ -618,7 +618,7 @@ TEST_F(rc_restore_test, intra_host_messages_restarted_between_slices_complete_wh
 // A QP on a shared receive queue, restarted mid-SEND: the receive WQE it had taken from the
 // SRQ (whose slot is free again, so it lives only in the QP's state) is the one the rest of the
 // message fills and completes.
-TEST_F(qp_restore_test, a_qp_on_an_srq_restarted_mid_send_completes_the_wqe_it_had_taken) {
+TEST_F(QpRestoreTest, AQpOnAnSrqRestartedMidSendCompletesTheWqeItHadTaken) {
     make(a, 0, ip_a, IBV_QPT_RC);
     make(b, 1, ip_b, IBV_QPT_RC, true);
     connect_both();
@@ -649,7 +649,7 @@ TEST_F(qp_restore_test, a_qp_on_an_srq_restarted_mid_send_completes_the_wqe_it_h
 
 // The MRs a restored WQE names are pinned again: deregistered while the WR is outstanding,
 // the memory stays (and stays charged) until the WR completes, as before the restart.
-TEST_F(rc_restore_test, a_restored_wqe_pins_its_memory_until_it_completes) {
+TEST_F(RcRestoreTest, ARestoredWqePinsItsMemoryUntilItCompletes) {
     auto entry = std::make_shared<verbs::mr_entry>();
     std::vector<std::byte> second(64 << 10);
     entry->pd = a.pd;
@@ -680,7 +680,7 @@ TEST_F(rc_restore_test, a_restored_wqe_pins_its_memory_until_it_completes) {
 
 // The rate a CNP cut, the policy generation the peer was admitted under and the RNR wait
 // survive; the timers restart.
-TEST_F(rc_restore_test, dcqcn_rate_and_admitted_generation_carry_over) {
+TEST_F(RcRestoreTest, DcqcnRateAndAdmittedGenerationCarryOver) {
     a.qp->on_cnp(now);
     a.qp->on_cnp(now + 1000);
     const uint64_t cut = a.qp->rate_bps();
@@ -695,7 +695,7 @@ TEST_F(rc_restore_test, dcqcn_rate_and_admitted_generation_carry_over) {
 
 // ---- UC and UD
 
-class uc_restore_test : public qp_restore_test {
+class UcRestoreTest : public QpRestoreTest {
   protected:
     static constexpr uint32_t messages = 8;
     static constexpr std::size_t message_len = 100 << 10;  // 100 packets
@@ -741,7 +741,7 @@ class uc_restore_test : public qp_restore_test {
     }
 };
 
-TEST_F(uc_restore_test, requester_restarted_mid_message_loses_at_most_that_message) {
+TEST_F(UcRestoreTest, RequesterRestartedMidMessageLosesAtMostThatMessage) {
     step();
     poll_only();
     // The packets of the message in progress the old process sent last are still on the wire
@@ -758,14 +758,14 @@ TEST_F(uc_restore_test, requester_restarted_mid_message_loses_at_most_that_messa
     ASSERT_NO_FATAL_FAILURE(expect_delivered(1));
 }
 
-TEST_F(uc_restore_test, responder_restarted_mid_message_with_nothing_in_flight_loses_nothing) {
+TEST_F(UcRestoreTest, ResponderRestartedMidMessageWithNothingInFlightLosesNothing) {
     step();  // everything sent so far arrived: b is inside a message
     ASSERT_LT(b.qp->stats().completions.load(), messages);
     ASSERT_NO_FATAL_FAILURE(restart(b));
     ASSERT_NO_FATAL_FAILURE(expect_delivered(0));
 }
 
-TEST_F(qp_restore_test, ud_datagrams_after_a_restart_of_both_ends_arrive_whole) {
+TEST_F(QpRestoreTest, UdDatagramsAfterARestartOfBothEndsArriveWhole) {
     make_pair(IBV_QPT_UD);
     for (side* s : {&a, &b}) {
         ASSERT_NO_FATAL_FAILURE(to_init(*s));
@@ -840,8 +840,7 @@ void expect_same_attributes(const ibv_qp_attr& x, const ibv_qp_attr& y) {
     EXPECT_EQ(x.rnr_retry, y.rnr_retry);
 }
 
-class state_restore_test : public qp_restore_test,
-                           public ::testing::WithParamInterface<ibv_qp_type> {
+class StateRestoreTest : public QpRestoreTest, public ::testing::WithParamInterface<ibv_qp_type> {
   protected:
     // Restarts `a` and checks it is in `state` with the attributes query() gave before.
     void restart_in(ibv_qp_state state) {
@@ -859,7 +858,7 @@ class state_restore_test : public qp_restore_test,
     }
 };
 
-TEST_P(state_restore_test, a_qp_in_each_state_restores_to_it_with_the_same_attributes) {
+TEST_P(StateRestoreTest, AQpInEachStateRestoresToItWithTheSameAttributes) {
     make_pair(GetParam());
     ASSERT_NO_FATAL_FAILURE(restart_in(IBV_QPS_RESET));
     ASSERT_NO_FATAL_FAILURE(to_init(a));
@@ -883,7 +882,7 @@ TEST_P(state_restore_test, a_qp_in_each_state_restores_to_it_with_the_same_attri
     EXPECT_EQ(a.qp->state(), IBV_QPS_RESET);
 }
 
-INSTANTIATE_TEST_SUITE_P(types, state_restore_test,
+INSTANTIATE_TEST_SUITE_P(Types, StateRestoreTest,
                          ::testing::Values(IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD),
                          [](const auto& info) {
                              return info.param == IBV_QPT_RC   ? std::string("rc")
@@ -893,7 +892,7 @@ INSTANTIATE_TEST_SUITE_P(types, state_restore_test,
 
 // ---- a record that is not a QP's fails cleanly
 
-class corrupt_restore_test : public rc_restore_test {
+class CorruptRestoreTest : public RcRestoreTest {
   protected:
     // A's record, saved mid-stream (WQEs outstanding, READs owed, a message in progress).
     std::vector<std::byte> saved_record() {
@@ -909,7 +908,8 @@ class corrupt_restore_test : public rc_restore_test {
     }
     // restore() of `record` into a QP with a's number over a fresh ring: null with the
     // reader's error, or a QP; never a crash.
-    std::unique_ptr<rc_qp> try_restore(const std::vector<std::byte>& record, std::string& error) {
+    std::unique_ptr<queue_pair> try_restore(const std::vector<std::byte>& record,
+                                            std::string& error) {
         handover::image_writer w("t");
         w.begin(section);
         for (std::byte byte : record) {
@@ -921,7 +921,7 @@ class corrupt_restore_test : public rc_restore_test {
         handover::section_reader r = image.section(section);
         std::unique_ptr<verbs::qp_ring> ring;
         EXPECT_EQ(verbs::qp_ring::attach(a.ring_fd, sq_depth, rq_depth, ring), 0);
-        std::unique_ptr<rc_qp> qp = rc_qp::restore(a.setup(std::move(ring)), r);
+        std::unique_ptr<queue_pair> qp = queue_pair::restore(a.setup(std::move(ring)), r);
         error = image.error();
         if (qp != nullptr) {
             qp->ring().leave_pages_to_successor();
@@ -930,7 +930,7 @@ class corrupt_restore_test : public rc_restore_test {
     }
 };
 
-TEST_F(corrupt_restore_test, a_truncated_record_is_refused_with_the_readers_error) {
+TEST_F(CorruptRestoreTest, ATruncatedRecordIsRefusedWithTheReadersError) {
     const std::vector<std::byte> record = saved_record();
     ASSERT_GT(record.size(), 1000u);
     std::string error;
@@ -944,7 +944,7 @@ TEST_F(corrupt_restore_test, a_truncated_record_is_refused_with_the_readers_erro
     }
 }
 
-TEST_F(corrupt_restore_test, a_damaged_record_is_refused_or_restored_never_a_crash) {
+TEST_F(CorruptRestoreTest, ADamagedRecordIsRefusedOrRestoredNeverACrash) {
     const std::vector<std::byte> record = saved_record();
     std::mt19937 rng(17);
     unsigned refused = 0;
@@ -955,7 +955,7 @@ TEST_F(corrupt_restore_test, a_damaged_record_is_refused_or_restored_never_a_cra
             damaged[rng() % damaged.size()] = static_cast<std::byte>(rng());
         }
         std::string error;
-        std::unique_ptr<rc_qp> qp = try_restore(damaged, error);
+        std::unique_ptr<queue_pair> qp = try_restore(damaged, error);
         if (qp == nullptr) {
             EXPECT_NE(error, "");
             ++refused;
@@ -966,7 +966,7 @@ TEST_F(corrupt_restore_test, a_damaged_record_is_refused_or_restored_never_a_cra
     EXPECT_GT(refused, 0u);
 }
 
-TEST_F(corrupt_restore_test, another_qps_record_or_version_is_refused_by_name) {
+TEST_F(CorruptRestoreTest, AnotherQpsRecordOrVersionIsRefusedByName) {
     const std::vector<std::byte> record = saved_record();
     std::string error;
     // b's setup, a's record.
@@ -979,7 +979,7 @@ TEST_F(corrupt_restore_test, another_qps_record_or_version_is_refused_by_name) {
     handover::section_reader r = image.section(section);
     std::unique_ptr<verbs::qp_ring> ring;
     ASSERT_EQ(verbs::qp_ring::attach(b.ring_fd, sq_depth, rq_depth, ring), 0);
-    EXPECT_EQ(rc_qp::restore(b.setup(std::move(ring)), r), nullptr);
+    EXPECT_EQ(queue_pair::restore(b.setup(std::move(ring)), r), nullptr);
     EXPECT_NE(image.error().find("another QP"), std::string::npos) << image.error();
     // A record version this binary does not read (the u16 after the tag).
     std::vector<std::byte> newer = record;

@@ -1,12 +1,12 @@
 // The requester (rnic/requester.cc): WQEs taken out of the ring once, packets within the send
 // window and the QP's read depth, a full port, and when a request asks for an ACK.
 
-#include "tests/unit/rnic/rc_qp_fixture.hh"
+#include "tests/unit/rnic/queue_pair_fixture.hh"
 
 namespace jakiro::rnic::test {
 namespace {
 
-TEST_F(rc_qp_test, send_of_every_size_lands_in_the_receive_buffer_with_its_length) {
+TEST_F(QueuePairTest, SendOfEverySizeLandsInTheReceiveBufferWithItsLength) {
     connect_both();
     const uint32_t sizes[] = {0, 1, 2, 3, 4, 1023, 1024, 1025, 4096, 65536};
     uint64_t id = 0;
@@ -38,7 +38,7 @@ TEST_F(rc_qp_test, send_of_every_size_lands_in_the_receive_buffer_with_its_lengt
     }
 }
 
-TEST_F(rc_qp_test, write_and_read_move_scattered_buffers_and_write_with_imm_completes_a_recv) {
+TEST_F(QueuePairTest, WriteAndReadMoveScatteredBuffersAndWriteWithImmCompletesARecv) {
     connect_both();
     fill(a, 0, 70000, 7);
     auto w = wqe(1, IBV_WR_RDMA_WRITE_WITH_IMM, a.iova(0), 30000, a.mr, b.iova(0x10000), b.mr);
@@ -75,7 +75,7 @@ TEST_F(rc_qp_test, write_and_read_move_scattered_buffers_and_write_with_imm_comp
 // The initiator depth: with max_rd_atomic 16, a 17th READ waits until one of the 16 has its
 // responses, though the send window has room for all 24 (8 KiB, 8 packets each). A requester
 // that sent them all would exceed the responder's max_dest_rd_atomic, which refuses the rest.
-TEST_F(rc_qp_test, a_requester_keeps_no_more_reads_outstanding_than_max_rd_atomic) {
+TEST_F(QueuePairTest, ARequesterKeepsNoMoreReadsOutstandingThanMaxRdAtomic) {
     connect_both();
     constexpr uint32_t reads = 24, bytes = 8192;
     fill(b, 0, reads * bytes, 5);
@@ -102,7 +102,7 @@ TEST_F(rc_qp_test, a_requester_keeps_no_more_reads_outstanding_than_max_rd_atomi
 // The shim may post into slots jakirod has retired, no further: a send producer more than a
 // ring ahead of the oldest unretired WR (here: the first WR never completes, every other one
 // was taken) is a broken client, even though it is only one ahead of what was taken.
-TEST_F(rc_qp_test, a_send_producer_beyond_retired_plus_capacity_moves_the_qp_to_err) {
+TEST_F(QueuePairTest, ASendProducerBeyondRetiredPlusCapacityMovesTheQpToErr) {
     connect_both();
     const uint32_t capacity = a.ring->sq_capacity;
     for (uint32_t i = 0; i < capacity; ++i) {
@@ -121,7 +121,7 @@ TEST_F(rc_qp_test, a_send_producer_beyond_retired_plus_capacity_moves_the_qp_to_
               1);
 }
 
-TEST_F(rc_qp_test, a_full_port_delays_packets_without_losing_them) {
+TEST_F(QueuePairTest, AFullPortDelaysPacketsWithoutLosingThem) {
     connect_both();
     fill(a, 0, 8192, 3);
     a.post_send(wqe(1, IBV_WR_RDMA_WRITE, a.iova(0), 8192, a.mr, b.iova(0), b.mr));
@@ -135,7 +135,7 @@ TEST_F(rc_qp_test, a_full_port_delays_packets_without_losing_them) {
     EXPECT_TRUE(same(a, 0, b, 0, 8192));
 }
 
-TEST_F(rc_qp_test, a_deep_send_queue_of_large_writes_all_completes) {
+TEST_F(QueuePairTest, ADeepSendQueueOfLargeWritesAllCompletes) {
     connect_both();
     // perftest's ib_write_bw: 128 WRs of 64 KiB posted at once, reposted as they complete;
     // only every 16th is signaled, and a completion means its slot and those before are free.
@@ -165,7 +165,7 @@ TEST_F(rc_qp_test, a_deep_send_queue_of_large_writes_all_completes) {
 }
 
 // Whether a request asks for an ACK is the AckReq bit, the top bit of the BTH's byte 8.
-TEST_F(rc_qp_test, back_to_back_writes_ask_for_an_ack_every_256_packets_and_at_the_end) {
+TEST_F(QueuePairTest, BackToBackWritesAskForAnAckEvery256PacketsAndAtTheEnd) {
     connect_both();
     // ib_write_bw's pattern: sixteen 64 KiB WRITEs queued at once, 64 packets each at MTU 1024.
     constexpr int writes = 16;
@@ -205,7 +205,7 @@ TEST_F(rc_qp_test, back_to_back_writes_ask_for_an_ack_every_256_packets_and_at_t
     EXPECT_LE(asked, asks.size() / 256 + 1) << "one ACK per WRITE is one message per 64 packets";
 }
 
-TEST_F(rc_qp_test, a_lone_write_and_every_send_ask_for_an_ack_on_their_last_packet) {
+TEST_F(QueuePairTest, ALoneWriteAndEverySendAskForAnAckOnTheirLastPacket) {
     connect_both();
     b.post_recv(1, 0, 4096);
     b.post_recv(2, 4096, 4096);
@@ -239,7 +239,7 @@ TEST_F(rc_qp_test, a_lone_write_and_every_send_ask_for_an_ack_on_their_last_pack
 // WRITE follows, then that one does not go (the port is full) and the program moves the QP to
 // SQD, which starts nothing new. The responder ACKs only when asked; without a probe the first
 // WRITE would never complete and the drain never end.
-TEST_F(rc_qp_test, a_write_whose_follower_never_leaves_is_still_acknowledged) {
+TEST_F(QueuePairTest, AWriteWhoseFollowerNeverLeavesIsStillAcknowledged) {
     connect_both();
     fill(a, 0, 3000, 11);
     auto first = wqe(1, IBV_WR_RDMA_WRITE, a.iova(0), 3000, a.mr, b.iova(0), b.mr);

@@ -1,12 +1,12 @@
 // The responder (rnic/responder.cc): protection of its memory (MR rights, the QP's access
 // flags), atomics executed once, and the verdicts of its named steps as both ends see them.
 
-#include "tests/unit/rnic/rc_qp_fixture.hh"
+#include "tests/unit/rnic/queue_pair_fixture.hh"
 
 namespace jakiro::rnic::test {
 namespace {
 
-TEST_F(rc_qp_test, protection_violations_complete_with_the_matching_status_and_touch_nothing) {
+TEST_F(QueuePairTest, ProtectionViolationsCompleteWithTheMatchingStatusAndTouchNothing) {
     struct violation {
         const char* what;
         std::function<proto::send_wqe(side&, side&)> make;
@@ -53,7 +53,7 @@ TEST_F(rc_qp_test, protection_violations_complete_with_the_matching_status_and_t
     }
 }
 
-TEST_F(rc_qp_test, a_write_to_a_region_without_remote_write_access_is_refused) {
+TEST_F(QueuePairTest, AWriteToARegionWithoutRemoteWriteAccessIsRefused) {
     // b registers a second, read-only region (remote read only) and a targets it.
     auto mr =
         proto::make_message<proto::reg_mr_request>(static_cast<uint16_t>(proto::opcode::reg_mr), 1);
@@ -79,7 +79,7 @@ TEST_F(rc_qp_test, a_write_to_a_region_without_remote_write_access_is_refused) {
 
 // IB spec C9-88: a zero-length RDMA WRITE or READ is not checked against any MR, whatever its
 // R_Key and VA. UCX's rc_verbs flushes an endpoint with a zero-length WRITE, rkey 0, VA 0.
-TEST_F(rc_qp_test, zero_length_writes_and_reads_need_no_valid_rkey_over_the_wire_or_on_one_host) {
+TEST_F(QueuePairTest, ZeroLengthWritesAndReadsNeedNoValidRkeyOverTheWireOrOnOneHost) {
     for (const bool same_host : {false, true}) {
         SCOPED_TRACE(same_host ? "on one host" : "over the wire");
         TearDownSides();
@@ -107,7 +107,7 @@ TEST_F(rc_qp_test, zero_length_writes_and_reads_need_no_valid_rkey_over_the_wire
 
 // The same for the receive queue: a producer more than a ring ahead of what was retired is
 // met at the next receive, and the QP goes to ERR instead of RNR-NAKing forever.
-TEST_F(rc_qp_test, a_recv_producer_beyond_retired_plus_capacity_moves_the_qp_to_err) {
+TEST_F(QueuePairTest, ARecvProducerBeyondRetiredPlusCapacityMovesTheQpToErr) {
     connect_both();
     const uint32_t capacity = b.ring->rq_capacity;
     b.rq_posted = capacity + 1;
@@ -120,7 +120,7 @@ TEST_F(rc_qp_test, a_recv_producer_beyond_retired_plus_capacity_moves_the_qp_to_
               1);
 }
 
-TEST_F(rc_qp_test, fetch_add_and_compare_swap_return_the_old_value_and_change_memory_once) {
+TEST_F(QueuePairTest, FetchAddAndCompareSwapReturnTheOldValueAndChangeMemoryOnce) {
     connect_both();
     uint64_t start = 1000;
     std::memcpy(b.region + 64, &start, 8);
@@ -144,7 +144,7 @@ TEST_F(rc_qp_test, fetch_add_and_compare_swap_return_the_old_value_and_change_me
     EXPECT_EQ(word_at(b, 64), 7u);
 }
 
-TEST_F(rc_qp_test, a_lost_atomic_ack_is_answered_from_the_cache_not_executed_twice) {
+TEST_F(QueuePairTest, ALostAtomicAckIsAnsweredFromTheCacheNotExecutedTwice) {
     connect(a, b, ip_b, 7, 7, /*timeout=*/8);
     connect(b, a, ip_a);
     uint64_t zero = 0;
@@ -171,7 +171,7 @@ TEST_F(rc_qp_test, a_lost_atomic_ack_is_answered_from_the_cache_not_executed_twi
     }
 }
 
-TEST_F(rc_qp_test, atomics_check_alignment_and_rights) {
+TEST_F(QueuePairTest, AtomicsCheckAlignmentAndRights) {
     connect_both();
     a.post_send(atomic_wqe(1, IBV_WR_ATOMIC_FETCH_AND_ADD, a.iova(0), a.mr, b.iova(4), b.mr, 1, 0));
     run(20);
@@ -190,7 +190,7 @@ proto::send_wqe atomic_write_wqe(uint64_t wr_id, uint64_t remote, uint32_t rkey,
     return w;
 }
 
-TEST_F(rc_qp_test, atomic_write_places_its_eight_bytes_and_completes_on_the_ack) {
+TEST_F(QueuePairTest, AtomicWritePlacesItsEightBytesAndCompletesOnTheAck) {
     for (const bool one_host : {false, true}) {
         SCOPED_TRACE(one_host ? "on one host" : "across hosts");
         TearDownSides();
@@ -214,7 +214,7 @@ TEST_F(rc_qp_test, atomic_write_places_its_eight_bytes_and_completes_on_the_ack)
     }
 }
 
-TEST_F(rc_qp_test, an_atomic_write_to_an_unaligned_address_is_an_invalid_request) {
+TEST_F(QueuePairTest, AnAtomicWriteToAnUnalignedAddressIsAnInvalidRequest) {
     connect_both();
     fill(b, 0, 64, 3);
     std::vector<std::byte> before(b.region, b.region + 64);
@@ -226,7 +226,7 @@ TEST_F(rc_qp_test, an_atomic_write_to_an_unaligned_address_is_an_invalid_request
     EXPECT_EQ(std::memcmp(before.data(), b.region, 64), 0);
 }
 
-TEST_F(rc_qp_test, a_repeated_atomic_write_is_acked_again_not_placed_over_a_newer_value) {
+TEST_F(QueuePairTest, ARepeatedAtomicWriteIsAckedAgainNotPlacedOverANewerValue) {
     connect(a, b, ip_b, 7, 7, /*timeout=*/8);
     connect(b, a, ip_a);
     a.post_send(atomic_write_wqe(1, b.iova(0), b.mr, 5));
@@ -254,7 +254,7 @@ TEST_F(rc_qp_test, a_repeated_atomic_write_is_acked_again_not_placed_over_a_newe
     EXPECT_GE(retransmitted, 1u) << "the completion came from the duplicate's ACK";
 }
 
-TEST_F(rc_qp_test, the_responder_refuses_what_its_qp_access_flags_do_not_grant) {
+TEST_F(QueuePairTest, TheResponderRefusesWhatItsQpAccessFlagsDoNotGrant) {
     struct probe {
         ibv_wr_opcode op;
         unsigned right;
@@ -308,7 +308,7 @@ TEST_F(rc_qp_test, the_responder_refuses_what_its_qp_access_flags_do_not_grant) 
 // The responder's verdicts (responder.cc's steps) that the tests above do not reach, each as the
 // requester and the responder's owner see it. Where a test needs a request no requester would
 // send, it takes a's frames off the wire, rewrites them (opcode, PSN) and seals them again.
-class responder_verdict_test : public rc_qp_test {
+class ResponderVerdictTest : public QueuePairTest {
   protected:
     static constexpr std::size_t bth_at = 14 + 20 + 8;  // Ethernet, IPv4, UDP
     static constexpr std::size_t aeth_at = bth_at + 12;
@@ -352,8 +352,7 @@ class responder_verdict_test : public rc_qp_test {
     }
 };
 
-TEST_F(responder_verdict_test,
-       a_psn_gap_is_nakked_once_as_a_sequence_error_and_go_back_n_heals_it) {
+TEST_F(ResponderVerdictTest, APsnGapIsNakkedOnceAsASequenceErrorAndGoBackNHealsIt) {
     connect_both();
     b.post_recv(1, 0, 8192);
     fill(a, 0, 4096, 7);
@@ -382,7 +381,7 @@ TEST_F(responder_verdict_test,
     }
 }
 
-TEST_F(responder_verdict_test, a_middle_packet_with_no_message_under_way_is_an_invalid_request) {
+TEST_F(ResponderVerdictTest, AMiddlePacketWithNoMessageUnderWayIsAnInvalidRequest) {
     connect_both();
     b.post_recv(1, 0, 8192);
     std::memset(b.region, 0x5A, 8192);
@@ -405,7 +404,7 @@ TEST_F(responder_verdict_test, a_middle_packet_with_no_message_under_way_is_an_i
     }
 }
 
-TEST_F(responder_verdict_test, a_first_packet_shorter_than_the_mtu_is_an_invalid_request) {
+TEST_F(ResponderVerdictTest, AFirstPacketShorterThanTheMtuIsAnInvalidRequest) {
     connect_both();
     b.post_recv(1, 0, 8192);
     std::memset(b.region, 0x5A, 8192);
@@ -424,8 +423,7 @@ TEST_F(responder_verdict_test, a_first_packet_shorter_than_the_mtu_is_an_invalid
     EXPECT_EQ(static_cast<uint8_t>(b.region[0]), 0x5A);
 }
 
-TEST_F(responder_verdict_test,
-       a_send_longer_than_its_receive_fails_loc_len_there_and_rem_inv_req_here) {
+TEST_F(ResponderVerdictTest, ASendLongerThanItsReceiveFailsLocLenThereAndRemInvReqHere) {
     connect_both();
     b.post_recv(1, 0, 100);
     a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 200, a.mr));
@@ -437,7 +435,7 @@ TEST_F(responder_verdict_test,
     EXPECT_TRUE(heard(proto::event_type::qp_req_err));
 }
 
-TEST_F(responder_verdict_test, a_receive_wqe_with_a_bad_lkey_fails_there_and_rem_op_err_here) {
+TEST_F(ResponderVerdictTest, AReceiveWqeWithABadLkeyFailsThereAndRemOpErrHere) {
     connect_both();
     proto::recv_wqe w{};
     w.wr_id = 9;
@@ -454,7 +452,7 @@ TEST_F(responder_verdict_test, a_receive_wqe_with_a_bad_lkey_fails_there_and_rem
     EXPECT_TRUE(heard(proto::event_type::qp_fatal));
 }
 
-TEST_F(responder_verdict_test, reads_beyond_the_responders_resources_are_an_invalid_request) {
+TEST_F(ResponderVerdictTest, ReadsBeyondTheRespondersResourcesAreAnInvalidRequest) {
     connect_both();
     a.post_send(wqe(1, IBV_WR_RDMA_READ, a.iova(0), 1, a.mr, b.iova(0), b.mr));
     auto frames = frames_of_a();
@@ -481,7 +479,7 @@ TEST_F(responder_verdict_test, reads_beyond_the_responders_resources_are_an_inva
 // follows that READ's responses. Ahead of them, it tells the requester they were lost, and the
 // requester asks for the READ again and resends everything after it, on a wire that loses
 // nothing (a long run across hosts spent most of its time retransmitting so).
-TEST_F(rc_qp_test, an_ack_leaves_behind_the_read_responses_before_it) {
+TEST_F(QueuePairTest, AnAckLeavesBehindTheReadResponsesBeforeIt) {
     connect_both();
     fill(b, 0, 3000, 7);
     b.post_recv(1, 8192, 4096);
@@ -515,7 +513,7 @@ TEST_F(rc_qp_test, an_ack_leaves_behind_the_read_responses_before_it) {
 // A sequence-error NAK leaves behind the READ responses before it, as an ACK does: ahead of
 // them, the requester cannot act on it (it waits at the READ) and what the NAK asks for again
 // waits for the ACK timeout.
-TEST_F(rc_qp_test, a_sequence_error_nak_leaves_behind_the_read_responses_before_it) {
+TEST_F(QueuePairTest, ASequenceErrorNakLeavesBehindTheReadResponsesBeforeIt) {
     connect_both();
     fill(b, 0, 3000, 7);
     fill(a, 8192, 3000, 9);
@@ -556,7 +554,7 @@ TEST_F(rc_qp_test, a_sequence_error_nak_leaves_behind_the_read_responses_before_
 // An atomic executed behind a READ still answering is ACKed after that READ's responses: ahead
 // of them, the requester dropped the ACK as out of order, went back for the READ and asked for
 // the atomic again (answered from the cache, yet sent twice).
-TEST_F(rc_qp_test, an_atomic_ack_leaves_behind_the_read_responses_before_it) {
+TEST_F(QueuePairTest, AnAtomicAckLeavesBehindTheReadResponsesBeforeIt) {
     connect_both();
     fill(b, 0, 3000, 8);
     uint64_t five = 5;

@@ -1,22 +1,22 @@
 // UC and UD (rnic/unreliable.cc): messages without acknowledgements, the UD responder's Q_Key
 // and GRH area, and QP1 out of a tenant's reach.
 
-#include "tests/unit/rnic/rc_qp_fixture.hh"
+#include "tests/unit/rnic/queue_pair_fixture.hh"
 
 namespace jakiro::rnic::test {
 namespace {
 
-class uc_qp_test : public rc_qp_test {
+class UcQpTest : public QueuePairTest {
   protected:
     void SetUp() override {
         qp_type = proto::qpt_uc;
-        rc_qp_test::SetUp();
+        QueuePairTest::SetUp();
     }
     // The wire's frames of RoCE opcode `op` (BTH byte 0) so far: sent counts all of them.
     static uint8_t opcode_of(const test_wire::frame& f) { return f.bytes[42]; }
 };
 
-TEST_F(uc_qp_test, messages_complete_when_sent_and_land_without_a_single_ack) {
+TEST_F(UcQpTest, MessagesCompleteWhenSentAndLandWithoutASingleAck) {
     connect_both();
     fill(a, 0, 12288, 1);
     const uint32_t sizes[] = {1, 1024, 3000, 12288};
@@ -46,7 +46,7 @@ TEST_F(uc_qp_test, messages_complete_when_sent_and_land_without_a_single_ack) {
     EXPECT_TRUE(same(a, 0, b, 300000, 5000));
 }
 
-TEST_F(uc_qp_test, a_lost_packet_drops_its_message_and_the_receive_waits_for_the_next_one) {
+TEST_F(UcQpTest, ALostPacketDropsItsMessageAndTheReceiveWaitsForTheNextOne) {
     connect_both();
     fill(a, 0, 4096, 2);
     fill(a, 8192, 4096, 3);
@@ -85,7 +85,7 @@ TEST_F(uc_qp_test, a_lost_packet_drops_its_message_and_the_receive_waits_for_the
     EXPECT_EQ(dropped, 2u);
 }
 
-TEST_F(uc_qp_test, a_write_with_imm_after_a_dropped_send_completes_the_oldest_receive) {
+TEST_F(UcQpTest, AWriteWithImmAfterADroppedSendCompletesTheOldestReceive) {
     connect_both();
     b.post_recv(100, 0, 4096);
     b.post_recv(101, 8192, 4096);
@@ -104,7 +104,7 @@ TEST_F(uc_qp_test, a_write_with_imm_after_a_dropped_send_completes_the_oldest_re
     EXPECT_FALSE(b.poll_recv(c));
 }
 
-TEST_F(uc_qp_test, reads_and_atomics_are_not_uc_operations) {
+TEST_F(UcQpTest, ReadsAndAtomicsAreNotUcOperations) {
     connect_both();
     a.post_send(wqe(1, IBV_WR_RDMA_READ, a.iova(0), 64, a.mr, b.iova(0), b.mr));
     run(20);
@@ -113,7 +113,7 @@ TEST_F(uc_qp_test, reads_and_atomics_are_not_uc_operations) {
     EXPECT_EQ(c.status, IBV_WC_LOC_QP_OP_ERR);
 }
 
-TEST_F(uc_qp_test, a_send_without_a_posted_receive_is_dropped_not_rnr_nakked) {
+TEST_F(UcQpTest, ASendWithoutAPostedReceiveIsDroppedNotRnrNakked) {
     connect_both();
     a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 2048, a.mr));
     run(50);
@@ -126,13 +126,13 @@ TEST_F(uc_qp_test, a_send_without_a_posted_receive_is_dropped_not_rnr_nakked) {
     EXPECT_FALSE(b.poll_recv(c));
 }
 
-class ud_qp_test : public rc_qp_test {
+class UdQpTest : public QueuePairTest {
   protected:
     static constexpr uint32_t qkey = 0x11111111;
 
     void SetUp() override {
         qp_type = proto::qpt_ud;
-        rc_qp_test::SetUp();
+        QueuePairTest::SetUp();
         ready(a);
         ready(b);
     }
@@ -159,7 +159,7 @@ class ud_qp_test : public rc_qp_test {
     }
 };
 
-TEST_F(ud_qp_test, a_datagram_arrives_behind_a_grh_area_holding_the_senders_ipv4_header) {
+TEST_F(UdQpTest, ADatagramArrivesBehindAGrhAreaHoldingTheSendersIpv4Header) {
     fill(a, 0, 4096, 5);
     b.post_recv(100, 0, 4096 + 40);
     a.post_send(datagram(1, 4096, b.qp));
@@ -188,7 +188,7 @@ TEST_F(ud_qp_test, a_datagram_arrives_behind_a_grh_area_holding_the_senders_ipv4
 
 // UCX (uct_ud_iface_check_grh) drops a UD datagram unless wc.sl says "RoCE v2 over IPv4" (2,
 // as mlx5 reports it) and the destination at bytes 36-39 of the GRH area is its own address.
-TEST_F(ud_qp_test, a_datagram_reports_roce_v2_ipv4_in_sl_with_its_destination_at_bytes_36_to_39) {
+TEST_F(UdQpTest, ADatagramReportsRoceV2Ipv4InSlWithItsDestinationAtBytes36To39) {
     b.post_recv(100, 0, 64 + 40);
     a.post_send(datagram(1, 64, b.qp));
     run(20);
@@ -201,7 +201,7 @@ TEST_F(ud_qp_test, a_datagram_reports_roce_v2_ipv4_in_sl_with_its_destination_at
     EXPECT_EQ(dst, htonl(ip_b));
 }
 
-TEST_F(ud_qp_test, wrong_qkeys_missing_receives_and_short_buffers_lose_only_that_datagram) {
+TEST_F(UdQpTest, WrongQkeysMissingReceivesAndShortBuffersLoseOnlyThatDatagram) {
     b.post_recv(100, 0, 100);  // too short for 40 + 100
     b.post_recv(101, 4096, 200);
     a.post_send(datagram(1, 100, b.qp, 0x2222));  // wrong Q_Key: dropped, WQE 100 untouched
@@ -233,7 +233,7 @@ TEST_F(ud_qp_test, wrong_qkeys_missing_receives_and_short_buffers_lose_only_that
 // hold the GSI Q_Key (modify refuses controlled Q_Keys: qp_state_test), a WR naming it sends
 // the QP's own instead (IBTA 10.2.5), and its source QPN is never 1; the receiving engine
 // hands QP1 only what carries both, so nothing a tenant sends reaches the CM agent.
-TEST_F(ud_qp_test, a_tenant_datagram_to_qp1_never_reaches_the_cm_agent_even_naming_the_gsi_qkey) {
+TEST_F(UdQpTest, ATenantDatagramToQp1NeverReachesTheCmAgentEvenNamingTheGsiQkey) {
     eng.gsi().open(0);  // both vNICs have agents
     eng.gsi().open(1);
     fill(a, 0, gsi_mad_bytes, 13);
@@ -281,7 +281,7 @@ TEST_F(ud_qp_test, a_tenant_datagram_to_qp1_never_reaches_the_cm_agent_even_nami
     EXPECT_EQ(eng.counters().drops[static_cast<std::size_t>(engine_drop::bad_icrc)].load(), 0u);
 }
 
-TEST_F(ud_qp_test, a_datagram_for_a_qp_of_another_transport_is_dropped_and_counted) {
+TEST_F(UdQpTest, ADatagramForAQpOfAnotherTransportIsDroppedAndCounted) {
     // A second vNIC slot's QP is UD; aim an RC-typed QP number that does not exist.
     b.post_recv(100, 0, 4096);
     a.post_send(datagram(1, 64, b.qp + 256));  // no such QP on b

@@ -7,7 +7,7 @@
 namespace jakiro::verbs_shim {
 namespace {
 
-TEST(IdleBackoff, the_first_empty_polls_return_at_once_and_later_ones_nap) {
+TEST(IdleBackoff, TheFirstEmptyPollsReturnAtOnceAndLaterOnesNap) {
     idle_backoff b;
     for (uint32_t i = 0; i < idle_backoff::spins; ++i) {
         EXPECT_FALSE(b.nap_after_empty_poll()) << "poll " << i;
@@ -16,7 +16,7 @@ TEST(IdleBackoff, the_first_empty_polls_return_at_once_and_later_ones_nap) {
     EXPECT_TRUE(b.nap_after_empty_poll());
 }
 
-TEST(IdleBackoff, a_completion_starts_the_spins_over) {
+TEST(IdleBackoff, ACompletionStartsTheSpinsOver) {
     idle_backoff b;
     for (uint32_t i = 0; i <= idle_backoff::spins; ++i) {
         b.nap_after_empty_poll();

@@ -162,7 +162,7 @@ TEST(VxlanEntropy, SourcePortStaysInDynamicRangeAndFollowsTheFlow) {
     EXPECT_GT(ports.size(), 48u) << "64 flows should spread over many ports";
 }
 
-TEST(Rfc6040, DecapsulationTable) {
+TEST(Rfc6040, DecapsulationKeepsTheInnerMarkAddsCeAndDropsCeOnNotEct) {
     constexpr uint8_t not_ect = 0, ect1 = 1, ect0 = 2, ce = 3;
     // Outer not CE: inner unchanged.
     for (uint8_t inner : {not_ect, ect1, ect0, ce}) {

@@ -25,7 +25,7 @@ constexpr uint64_t long_sleep_us = 2'000'000;
 // A wake that is heard comes within this; a lost one waits out long_sleep_us.
 constexpr auto prompt = 500ms;
 
-class uring_sleeper_test : public ::testing::Test {
+class UringSleeperTest : public ::testing::Test {
   protected:
     void SetUp() override {
         sleeper = uring_sleeper::open();
@@ -63,7 +63,7 @@ class uring_sleeper_test : public ::testing::Test {
     int frames[2] = {-1, -1};  // a pipe stands for the frame sources' epoll set
 };
 
-TEST_F(uring_sleeper_test, nothing_happening_sleeps_the_whole_timeout) {
+TEST_F(UringSleeperTest, NothingHappeningSleepsTheWholeTimeout) {
     arm();
     const auto t0 = clock_type::now();
     const auto woke = sleep(30'000);
@@ -72,7 +72,7 @@ TEST_F(uring_sleeper_test, nothing_happening_sleeps_the_whole_timeout) {
     EXPECT_FALSE(woke.doorbell);
 }
 
-TEST_F(uring_sleeper_test, a_ring_after_the_last_look_ends_the_sleep_at_once) {
+TEST_F(UringSleeperTest, ARingAfterTheLastLookEndsTheSleepAtOnce) {
     arm();
     ring();  // the shim saw `sleeping` between the worker's last look and its wait
     const auto t0 = clock_type::now();
@@ -82,7 +82,7 @@ TEST_F(uring_sleeper_test, a_ring_after_the_last_look_ends_the_sleep_at_once) {
     EXPECT_FALSE(woke.frames);
 }
 
-TEST_F(uring_sleeper_test, a_frame_waiting_when_the_sleep_begins_ends_it_at_once) {
+TEST_F(UringSleeperTest, AFrameWaitingWhenTheSleepBeginsEndsItAtOnce) {
     send_frame();
     arm();
     const auto t0 = clock_type::now();
@@ -91,7 +91,7 @@ TEST_F(uring_sleeper_test, a_frame_waiting_when_the_sleep_begins_ends_it_at_once
     EXPECT_TRUE(woke.frames);
 }
 
-TEST_F(uring_sleeper_test, a_ring_during_the_sleep_wakes_it) {
+TEST_F(UringSleeperTest, ARingDuringTheSleepWakesIt) {
     arm();
     std::thread shim([this] {
         std::this_thread::sleep_for(20ms);
@@ -105,7 +105,7 @@ TEST_F(uring_sleeper_test, a_ring_during_the_sleep_wakes_it) {
     EXPECT_TRUE(woke.doorbell);
 }
 
-TEST_F(uring_sleeper_test, a_frame_during_the_sleep_wakes_it) {
+TEST_F(UringSleeperTest, AFrameDuringTheSleepWakesIt) {
     arm();
     std::thread fabric([this] {
         std::this_thread::sleep_for(20ms);
@@ -122,7 +122,7 @@ TEST_F(uring_sleeper_test, a_frame_during_the_sleep_wakes_it) {
 
 // A frame ends a sleep and leaves its futex wait queued for the next one: a ring right after
 // the next sleep's last look is still heard, and so is one during it.
-TEST_F(uring_sleeper_test, a_wait_a_frame_left_queued_still_hears_the_next_rings) {
+TEST_F(UringSleeperTest, AWaitAFrameLeftQueuedStillHearsTheNextRings) {
     arm();
     send_frame();
     ASSERT_TRUE(sleep(long_sleep_us).frames);
@@ -149,7 +149,7 @@ TEST_F(uring_sleeper_test, a_wait_a_frame_left_queued_still_hears_the_next_rings
 }
 
 // A vNIC's page installed while a wait on the old set is queued: the new page is watched.
-TEST_F(uring_sleeper_test, a_page_added_between_sleeps_is_heard) {
+TEST_F(UringSleeperTest, APageAddedBetweenSleepsIsHeard) {
     arm();
     send_frame();
     ASSERT_TRUE(sleep(long_sleep_us).frames);  // the wait on page 0 stays queued
@@ -174,7 +174,7 @@ TEST_F(uring_sleeper_test, a_page_added_between_sleeps_is_heard) {
 // The race itself, many times: the worker announces its sleep (as QP rings' `sleeping`) after
 // arming, a tenant or the fabric acts the moment it sees that, at any point before or during
 // the wait. No wake may be lost: each sleep ends promptly, never at its 2 s timeout.
-TEST_F(uring_sleeper_test, a_post_or_frame_as_the_worker_decides_to_sleep_is_never_lost) {
+TEST_F(UringSleeperTest, APostOrFrameAsTheWorkerDecidesToSleepIsNeverLost) {
     std::atomic<bool> sleeping{false};
     std::atomic<int> round{0};
     std::atomic<bool> done{false};

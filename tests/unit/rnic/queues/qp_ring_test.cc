@@ -30,7 +30,7 @@ void post_sends(int fd, uint32_t n) {
     munmap(h, bytes);
 }
 
-TEST(qp_ring_attach, a_successor_sees_what_was_posted_and_goes_on_from_the_saved_indices) {
+TEST(QpRingAttach, ASuccessorSeesWhatWasPostedAndGoesOnFromTheSavedIndices) {
     std::unique_ptr<qp_ring> old;
     int fd = -1;
     ASSERT_EQ(qp_ring::create(sq, rq, 42, old, fd), 0);
@@ -54,7 +54,7 @@ TEST(qp_ring_attach, a_successor_sees_what_was_posted_and_goes_on_from_the_saved
     close(fd);
 }
 
-TEST(qp_ring_attach, a_ring_released_normally_hands_its_pages_back) {
+TEST(QpRingAttach, ARingReleasedNormallyHandsItsPagesBack) {
     std::unique_ptr<qp_ring> old;
     int fd = -1;
     ASSERT_EQ(qp_ring::create(sq, rq, 42, old, fd), 0);
@@ -66,7 +66,7 @@ TEST(qp_ring_attach, a_ring_released_normally_hands_its_pages_back) {
     close(fd);
 }
 
-TEST(qp_ring_attach, refuses_a_memfd_that_is_not_such_a_ring) {
+TEST(QpRingAttach, RefusesAMemfdThatIsNotSuchARing) {
     std::unique_ptr<qp_ring> ring;
     int fd = -1;
     ASSERT_EQ(qp_ring::create(sq, rq, 42, ring, fd), 0);
@@ -84,7 +84,7 @@ TEST(qp_ring_attach, refuses_a_memfd_that_is_not_such_a_ring) {
     close(fd);
 }
 
-TEST(qp_ring_attach, resume_refuses_indices_no_ring_could_have) {
+TEST(QpRingAttach, ResumeRefusesIndicesNoRingCouldHave) {
     std::unique_ptr<qp_ring> ring;
     int fd = -1;
     ASSERT_EQ(qp_ring::create(sq, rq, 42, ring, fd), 0);

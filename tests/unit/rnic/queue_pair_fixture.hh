@@ -172,7 +172,7 @@ inline proto::send_wqe wqe(uint64_t wr_id, ibv_wr_opcode op, uint64_t local, uin
     return w;
 }
 
-class rc_qp_test : public ::testing::Test {
+class QueuePairTest : public ::testing::Test {
   protected:
     // JAKIRO_TEST_SEED reruns the randomised tests with another seed.
     static uint32_t GetParamSeed() {
@@ -216,7 +216,7 @@ class rc_qp_test : public ::testing::Test {
         support.local.ip_be = htonl(ip);
         support.limits.max_mtu = IBV_MTU_4096;
         support.events = {[](void* self, uint64_t, uint32_t type, uint32_t) {
-                              static_cast<rc_qp_test*>(self)->events.push_back(type);
+                              static_cast<QueuePairTest*>(self)->events.push_back(type);
                           },
                           this};
         // The security groups as ibv_modify_qp meets them: `denied` peers get EACCES.
@@ -482,13 +482,13 @@ inline uint64_t drops_of(const engine& e, engine_drop d) {
 //
 // b owns the windows: a second registration of its region that allows binds (bind_mr), and
 // windows bound by b's QP; a is the peer that reaches b's memory through them.
-class rc_qp_mw_test : public rc_qp_test {
+class QueuePairMwTest : public QueuePairTest {
   protected:
     static constexpr uint32_t window_rights =
         proto::access_remote_write | proto::access_remote_read | proto::access_remote_atomic;
 
     void SetUp() override {
-        rc_qp_test::SetUp();
+        QueuePairTest::SetUp();
         auto mr = proto::make_message<proto::reg_mr_request>(
             static_cast<uint16_t>(proto::opcode::reg_mr), 1);
         mr.pd_handle = b.pd;

@@ -4,7 +4,7 @@
 // as in rxe (rxe_req.c, rxe_comp.c, rxe_resp.c): requester.cc, completer.cc, responder.cc,
 // unreliable.cc (UC/UD), local_path.cc (intra-host) and dcqcn.cc.
 
-#include "rnic/rc_qp.hh"
+#include "rnic/queue_pair.hh"
 
 #include <algorithm>
 #include <atomic>
@@ -12,7 +12,7 @@
 
 #include "rnic/engine.hh"
 #include "rnic/packet_port.hh"
-#include "rnic/rc_qp_parts.hh"
+#include "rnic/queue_pair_parts.hh"
 #include "rnic/single_writer.hh"
 #include "rnic/timers.hh"
 #include "rnic/wire/aeth.hh"
@@ -21,9 +21,9 @@
 
 namespace jakiro::rnic {
 
-using namespace rc_qp_parts;
+using namespace queue_pair_parts;
 
-rc_qp::rc_qp(rc_qp_setup setup)
+queue_pair::queue_pair(queue_pair_setup setup)
     : _s(std::move(setup)),
       _machine(_s.type, _s.limits),
       _sends(_s.ring->sq_capacity()),
@@ -40,9 +40,9 @@ rc_qp::rc_qp(rc_qp_setup setup)
     }
 }
 
-rc_qp::~rc_qp() = default;
+queue_pair::~queue_pair() = default;
 
-int rc_qp::modify(const ibv_qp_attr& attr, int mask) {
+int queue_pair::modify(const ibv_qp_attr& attr, int mask) {
     if ((mask & IBV_QP_AV) != 0 &&
         (!attr.ah_attr.is_global || !gid_is_ipv4_mapped(attr.ah_attr.grh.dgid.raw))) {
         return EINVAL;  // RoCE v2 over IPv4: the peer is an IPv4-mapped GID
@@ -89,7 +89,7 @@ int rc_qp::modify(const ibv_qp_attr& attr, int mask) {
     return 0;
 }
 
-void rc_qp::query(ibv_qp_attr& attr, ibv_qp_cap& cap, bool& sq_sig_all) const {
+void queue_pair::query(ibv_qp_attr& attr, ibv_qp_cap& cap, bool& sq_sig_all) const {
     attr = _machine.attr();
     cap.max_send_wr = _s.ring->sq_capacity();
     // A QP on an SRQ has no receive queue of its own (its ring keeps a one-slot placeholder).
@@ -101,7 +101,7 @@ void rc_qp::query(ibv_qp_attr& attr, ibv_qp_cap& cap, bool& sq_sig_all) const {
     sq_sig_all = _s.sq_sig_all;
 }
 
-bool rc_qp::has_work() const {
+bool queue_pair::has_work() const {
     const ibv_qp_state st = _machine.state();
     if (_ack_pending || _nak_owed || !_reads.empty() || _clock_restarts) {
         return true;
@@ -120,13 +120,13 @@ bool rc_qp::has_work() const {
             psn_diff(_next_psn, _una) < static_cast<int32_t>(send_window_packets));
 }
 
-bool rc_qp::wants_visits() const {
+bool queue_pair::wants_visits() const {
     const verbs::qp_ring& ring = *_s.ring;
     return has_work() || ring.send_retired() != ring.send_taken() || _local.active ||
            !ring.rings_doorbell();
 }
 
-bool rc_qp::waits_for_timer(uint64_t& due_ns) const {
+bool queue_pair::waits_for_timer(uint64_t& due_ns) const {
     const verbs::qp_ring& ring = *_s.ring;
     // Only an RC QP in RTS runs its timers at a visit; one that has something else going (a
     // memory-to-memory message, a restored clock, a shim that never rings) is visited as before.
@@ -146,7 +146,7 @@ bool rc_qp::waits_for_timer(uint64_t& due_ns) const {
     return true;
 }
 
-unsigned rc_qp::poll(packet_port& port, uint64_t now_ns, unsigned& units) {
+unsigned queue_pair::poll(packet_port& port, uint64_t now_ns, unsigned& units) {
     const unsigned given = units;
     bump(_stats.visits, 1);
     const uint64_t wakes_before = _stats.poller_wakes.load(std::memory_order_relaxed);
@@ -163,7 +163,7 @@ unsigned rc_qp::poll(packet_port& port, uint64_t now_ns, unsigned& units) {
     return sent;
 }
 
-unsigned rc_qp::visit(packet_port& port, uint64_t now_ns, unsigned& units) {
+unsigned queue_pair::visit(packet_port& port, uint64_t now_ns, unsigned& units) {
     if (_clock_restarts) [[unlikely]] {
         restart_clock(now_ns);
     }
@@ -216,7 +216,7 @@ unsigned rc_qp::visit(packet_port& port, uint64_t now_ns, unsigned& units) {
     return sent;
 }
 
-void rc_qp::receive(const roce_packet& p, packet_port& port, uint64_t now_ns) {
+void queue_pair::receive(const roce_packet& p, packet_port& port, uint64_t now_ns) {
     if (_clock_restarts) [[unlikely]] {
         restart_clock(now_ns);
     }
@@ -240,7 +240,7 @@ void rc_qp::receive(const roce_packet& p, packet_port& port, uint64_t now_ns) {
     on_request(p, port);  // RC and UC
 }
 
-bool rc_qp::complete(verbs::completion_queue& cq, const proto::cqe& c) {
+bool queue_pair::complete(verbs::completion_queue& cq, const proto::cqe& c) {
     bump(_stats.completions, 1);
     if (c.status != IBV_WC_SUCCESS) {
         bump(_stats.error_completions, 1);
@@ -263,14 +263,14 @@ bool rc_qp::complete(verbs::completion_queue& cq, const proto::cqe& c) {
     return false;
 }
 
-void rc_qp::enter_error() {
+void queue_pair::enter_error() {
     _machine.enter_error();
     if (_engine != nullptr) {
         _engine->queue_visit(*this);  // its WRs flush on its next visits
     }
 }
 
-bool rc_qp::flush_pending() const {
+bool queue_pair::flush_pending() const {
     const verbs::qp_ring& ring = *_s.ring;
     const auto sends = ring.send_pending();
     const auto recvs = ring.recv_pending();
@@ -278,7 +278,7 @@ bool rc_qp::flush_pending() const {
            recvs.count > 0 || recvs.corrupt || _in_send || _recv_held;
 }
 
-bool rc_qp::connected() const {
+bool queue_pair::connected() const {
     if (_s.type == IBV_QPT_UD) {
         return false;  // no peer: each datagram is checked (packet_port::permits_datagram)
     }
@@ -286,7 +286,7 @@ bool rc_qp::connected() const {
     return st == IBV_QPS_RTR || st == IBV_QPS_RTS || st == IBV_QPS_SQD || st == IBV_QPS_SQE;
 }
 
-void rc_qp::revoke() {
+void queue_pair::revoke() {
     if (_s.events.raise != nullptr) {
         _s.events.raise(_s.events.context, _s.owner,
                         static_cast<uint32_t>(proto::event_type::qp_fatal), _s.qpn);
@@ -295,7 +295,7 @@ void rc_qp::revoke() {
     enter_error();  // the next poll flushes every outstanding WR
 }
 
-unsigned rc_qp::flush(uint32_t limit) {
+unsigned queue_pair::flush(uint32_t limit) {
     verbs::qp_ring& ring = *_s.ring;
     // At most `limit` WRs per visit, oldest first: a client that filled its rings (or keeps
     // posting into an ERR QP) gets the rest flushed on its next visits, never the worker.
@@ -396,7 +396,7 @@ unsigned rc_qp::flush(uint32_t limit) {
     return limit - budget;
 }
 
-void rc_qp::reset() {
+void queue_pair::reset() {
     for (auto& op : _sends) {
         for (auto& pin : op.pins) {
             pin.reset();
@@ -423,26 +423,26 @@ void rc_qp::reset() {
     _last_wqe_reached = false;
 }
 
-uint32_t rc_qp::frame_bytes(uint8_t code, uint32_t payload_len) {
+uint32_t queue_pair::frame_bytes(uint8_t code, uint32_t payload_len) {
     return frame_l2_l4_bytes + opcode_info_of(code).header_bytes + payload_len +
            pad_count(payload_len) + icrc_bytes;
 }
 
-uint8_t* rc_qp::begin_packet(packet_port& port, uint8_t code, uint32_t payload_len,
-                             uint32_t& payload_offset) {
+uint8_t* queue_pair::begin_packet(packet_port& port, uint8_t code, uint32_t payload_len,
+                                  uint32_t& payload_offset) {
     const opcode_info& info = opcode_info_of(code);
     const uint32_t roce_len = info.header_bytes + payload_len + pad_count(payload_len) + icrc_bytes;
     payload_offset = frame_l2_l4_bytes + info.header_bytes;
     return port.begin_frame(frame_l2_l4_bytes + roce_len);
 }
 
-void rc_qp::finish_packet(packet_port& port, const bth_fields& bth, const ext_fields& ext,
-                          uint8_t* frame, uint32_t payload_len) {
+void queue_pair::finish_packet(packet_port& port, const bth_fields& bth, const ext_fields& ext,
+                               uint8_t* frame, uint32_t payload_len) {
     finish_packet_to(port, _remote_ip_be, bth, ext, frame, payload_len);
 }
 
-void rc_qp::finish_packet_to(packet_port& port, uint32_t dst_ip_be, const bth_fields& bth_in,
-                             const ext_fields& ext, uint8_t* frame, uint32_t payload_len) {
+void queue_pair::finish_packet_to(packet_port& port, uint32_t dst_ip_be, const bth_fields& bth_in,
+                                  const ext_fields& ext, uint8_t* frame, uint32_t payload_len) {
     const opcode_info& info = opcode_info_of(bth_in.opcode);
     const uint8_t pad = pad_count(payload_len);
     const uint32_t roce_len = info.header_bytes + payload_len + pad + icrc_bytes;
@@ -458,7 +458,7 @@ void rc_qp::finish_packet_to(packet_port& port, uint32_t dst_ip_be, const bth_fi
     bump(_stats.bytes_sent, payload_len);
 }
 
-void rc_qp::publish_stats() {
+void queue_pair::publish_stats() {
     _stats.state.store(_machine.state(), std::memory_order_relaxed);
     _stats.next_psn.store(_next_psn, std::memory_order_relaxed);
     _stats.una_psn.store(_una, std::memory_order_relaxed);

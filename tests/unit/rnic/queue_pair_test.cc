@@ -1,12 +1,12 @@
-// One QP (rnic/rc_qp.cc): its quotas, its lifetime around its last completion, and the flush
+// One QP (rnic/queue_pair.cc): its quotas, its lifetime around its last completion, and the flush
 // of a full QP in ERR within its vNIC's units.
 
-#include "tests/unit/rnic/rc_qp_fixture.hh"
+#include "tests/unit/rnic/queue_pair_fixture.hh"
 
 namespace jakiro::rnic::test {
 namespace {
 
-TEST_F(rc_qp_test, the_rc_qp_quota_refuses_one_more_qp_with_edquot) {
+TEST_F(QueuePairTest, TheRcQpQuotaRefusesOneMoreQpWithEdquot) {
     verbs::qp_created q;
     int made = 1;  // SetUp made one
     while (made < 4) {
@@ -25,7 +25,7 @@ TEST_F(rc_qp_test, the_rc_qp_quota_refuses_one_more_qp_with_edquot) {
 // A tenant fills its rings, stalls the first WR and moves the QP to ERR: the flush goes over
 // several polls, each within its vNIC's units, and every WR completes exactly once, in order,
 // with IBV_WC_WR_FLUSH_ERR.
-TEST_F(rc_qp_test, a_full_qp_in_err_is_flushed_over_several_polls_each_within_its_vnics_units) {
+TEST_F(QueuePairTest, AFullQpInErrIsFlushedOverSeveralPollsEachWithinItsVnicsUnits) {
     connect_both();
     const uint32_t sq = a.ring->sq_capacity;
     const uint32_t rq = a.ring->rq_capacity;
@@ -77,7 +77,7 @@ TEST_F(rc_qp_test, a_full_qp_in_err_is_flushed_over_several_polls_each_within_it
 
 // max_wqes counts every SQ, RQ and SRQ slot as allocated; max_qps and max_srqs count objects;
 // lowering them live refuses new ones and keeps the QPs that run.
-TEST_F(rc_qp_test, wqe_qp_and_srq_quotas_refuse_with_edquot_and_change_live) {
+TEST_F(QueuePairTest, WqeQpAndSrqQuotasRefuseWithEdquotAndChangeLive) {
     verbs::vnic_quota q = a.res->quota();
     ASSERT_EQ(a.res->count().wqes, 1024u) << "SetUp's QP: 512 + 512";
     q.max_wqes = 1024 + 512 + 256;
@@ -118,7 +118,7 @@ TEST_F(rc_qp_test, wqe_qp_and_srq_quotas_refuse_with_edquot_and_change_live) {
     EXPECT_EQ(c.status, IBV_WC_SUCCESS);
 }
 
-TEST_F(rc_qp_test, a_responder_destroyed_right_after_its_last_completion_has_already_acked) {
+TEST_F(QueuePairTest, AResponderDestroyedRightAfterItsLastCompletionHasAlreadyAcked) {
     connect_both();
     b.post_recv(1, 0, 4096);
     a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), 100, a.mr));

@@ -1,13 +1,13 @@
 #pragma once
-// One reliable-connected QP of the software RNIC: the requester (send queue → packets, ACKs,
-// retransmission) and the responder (packets → memory and receive completions, ACK/NAK) of
-// IBTA vol. 1 ch. 9, over the rings the shim posts into and the MRs it registered.
+// One QP of the software RNIC, of any transport: for RC, the requester (send queue → packets,
+// ACKs, retransmission) and the responder (packets → memory and receive completions, ACK/NAK)
+// of IBTA vol. 1 ch. 9, over the rings the shim posts into and the MRs it registered.
 //
-// The unreliable transports reuse it, as rxe does (one QP engine, the transport decides what
-// is acknowledged): a UC QP sends SENDs and WRITEs, completes a WR once its last packet left,
-// and its responder drops a message on a PSN gap, a missing receive or a bad rkey, silently
-// (IB spec 9.7.5.2.2: no ACKs, no NAKs, no retries). A UD QP sends one packet per SEND to the
-// address in its WQE with a DETH (Q_Key, source QP), and its responder checks the Q_Key and
+// The unreliable transports are the same object, as in rxe (one QP engine, the transport
+// decides what is acknowledged): a UC QP sends SENDs and WRITEs, completes a WR once its last
+// packet left, and its responder drops a message on a PSN gap, a missing receive or a bad rkey,
+// silently (IB spec 9.7.5.2.2: no ACKs, no NAKs, no retries). A UD QP sends one packet per SEND to
+// the address in its WQE with a DETH (Q_Key, source QP), and its responder checks the Q_Key and
 // delivers the 40-byte GRH area (the IPv4 header in its last 20 bytes) before the payload.
 //
 // Requester: WQEs are copied out of the ring once (local keys checked then, pinned), get
@@ -20,10 +20,10 @@
 // executed again), a gap is NAKed once. ACKs are coalesced: at most one per QP per poll, and
 // none leaves ahead of a READ response owed before it.
 //
-// One header, one file per role (as rxe's rxe_req.c, rxe_comp.c, rxe_resp.c): rc_qp.cc (the
+// One header, one file per role (as rxe's rxe_req.c, rxe_comp.c, rxe_resp.c): queue_pair.cc (the
 // object, poll and receive, flush), requester.cc, completer.cc, responder.cc (RC and UC, in
 // named steps), unreliable.cc (UC's abandoned messages, UD), local_path.cc (intra-host) and
-// dcqcn.cc; rc_qp_parts.hh is what they share.
+// dcqcn.cc; queue_pair_parts.hh is what they share.
 //
 // Thread-safety: everything here runs on the engine's thread (the control thread reaches a
 // QP only through engine::call).
@@ -69,7 +69,7 @@ struct qp_endpoint {
     uint32_t ip_be = 0;
 };
 
-struct rc_qp_setup {
+struct queue_pair_setup {
     // RC; UC and UD run the same requester and responder with acknowledgements off (below).
     ibv_qp_type type = IBV_QPT_RC;
     qp_endpoint local;
@@ -95,7 +95,7 @@ struct rc_qp_setup {
 };
 
 // What `jakiroctl qps` shows; written by the engine thread, read anywhere.
-struct rc_qp_stats {
+struct queue_pair_stats {
 #define JAKIRO_QP_COUNTER(name) std::atomic<uint64_t> name{0};
 #include "rnic/qp_counters.def"
 #undef JAKIRO_QP_COUNTER
@@ -108,7 +108,7 @@ struct rc_qp_stats {
     std::atomic<uint32_t> msn{0};
 };
 
-class rc_qp {
+class queue_pair {
   public:
     // WQEs one visit (poll) may fetch from the send queue, WRs one visit or one received
     // packet may complete, and WRs one visit may flush with IBV_WC_WR_FLUSH_ERR: each is a
@@ -117,10 +117,10 @@ class rc_qp {
     // (has_work() keeps the worker awake for it).
     static constexpr uint32_t wqe_budget = 64;
 
-    explicit rc_qp(rc_qp_setup setup);
-    ~rc_qp();
-    rc_qp(const rc_qp&) = delete;
-    rc_qp& operator=(const rc_qp&) = delete;
+    explicit queue_pair(queue_pair_setup setup);
+    ~queue_pair();
+    queue_pair(const queue_pair&) = delete;
+    queue_pair& operator=(const queue_pair&) = delete;
 
     // A restarted jakirod (qp_handover.cc): the QP's protocol state as fields of the section
     // the caller has open, and the QP built again from them in the successor, over `setup`'s
@@ -133,7 +133,7 @@ class rc_qp {
     // added to its engine. The old QP must not punch its ring out when it goes: its owner calls
     // ring().leave_pages_to_successor() first.
     void save(handover::image_writer& w) const;
-    static std::unique_ptr<rc_qp> restore(rc_qp_setup setup, handover::section_reader& r);
+    static std::unique_ptr<queue_pair> restore(queue_pair_setup setup, handover::section_reader& r);
 
     // ibv_modify_qp: 0 or an errno, all or nothing.
     int modify(const ibv_qp_attr& attr, int mask);
@@ -224,7 +224,7 @@ class rc_qp {
     uint32_t remote_qpn() const { return _machine.attr().dest_qp_num; }
     ibv_qp_state state() const { return _machine.state(); }
     verbs::qp_ring& ring() { return *_s.ring; }
-    const rc_qp_stats& stats() const { return _stats; }
+    const queue_pair_stats& stats() const { return _stats; }
     const verbs::completion_queue& send_cq() const { return *_s.send_cq; }
     const verbs::completion_queue& recv_cq() const { return *_s.recv_cq; }
 
@@ -332,19 +332,19 @@ class rc_qp {
         std::shared_ptr<const verbs::mr_entry> pin;
     };
     // The QP of this engine connected back to this one and able to receive, if any.
-    rc_qp* local_peer(packet_port& port) const;
+    queue_pair* local_peer(packet_port& port) const;
     // Both ends checked under the policy the engine runs with.
-    bool checked_with(const rc_qp& peer) const;
-    unsigned send_local(rc_qp& peer, packet_port& port, uint64_t now_ns, unsigned budget);
+    bool checked_with(const queue_pair& peer) const;
+    unsigned send_local(queue_pair& peer, packet_port& port, uint64_t now_ns, unsigned budget);
     // DHTB and DCQCN for a slice of `packets` packets' worth (`frames_bytes` as frames) whose
     // data goes to `receiver` (the peer, or this QP for a READ).
-    void meter_local(rc_qp& receiver, packet_port& port, uint64_t now_ns, uint32_t packets,
+    void meter_local(queue_pair& receiver, packet_port& port, uint64_t now_ns, uint32_t packets,
                      uint32_t frames_bytes);
     enum class local_result { started, done, rnr, failed };
     // The responder's half of a message of `requester`, in three steps. begin_local checks it
     // and takes what it needs (keys, a receive WQE; an atomic executes at once: `done`). On
     // `failed`, `status` is what the requester's WR completes with.
-    local_result begin_local(const send_op& op, const rc_qp& requester, local_transfer& t,
+    local_result begin_local(const send_op& op, const queue_pair& requester, local_transfer& t,
                              ibv_wc_status& status);
     // Still the message `t` began (the peer was not reset under it)?
     bool continues_local(const send_op& op) const;
@@ -357,8 +357,8 @@ class rc_qp {
     // the rkey no longer grants it, which still_reaches then refuses).
     void resume_local(const send_op& op, local_transfer& t) const;
     void place_local(const send_op& op, local_transfer& t, uint32_t len);
-    void finish_local(const send_op& op, const rc_qp& requester, local_transfer& t);
-    void complete_local_recv(const send_op& op, const rc_qp& requester, ibv_wc_status status,
+    void finish_local(const send_op& op, const queue_pair& requester, local_transfer& t);
+    void complete_local_recv(const send_op& op, const queue_pair& requester, ibv_wc_status status,
                              uint32_t opcode, uint32_t len);
 
     // ---- responder (responder.cc): RC and UC requests walk the same named steps
@@ -474,11 +474,11 @@ class rc_qp {
                           const ext_fields& ext, uint8_t* frame, uint32_t payload_len);
     void publish_stats();
 
-    rc_qp_setup _s;
+    queue_pair_setup _s;
     engine* _engine = nullptr;
     turn_state _turn;
     qp_state_machine _machine;
-    rc_qp_stats _stats;
+    queue_pair_stats _stats;
     uint32_t _remote_ip_be = 0;
     uint32_t _admitted_generation = unchecked_generation;
     bool _revoked = false;

@@ -1,8 +1,8 @@
 #pragma once
-// What the parts of rc_qp (rc_qp.cc, requester.cc, completer.cc, responder.cc, unreliable.cc,
-// local_path.cc, dcqcn.cc) share: the window and ACK constants, the WQE predicates, gather and
-// scatter over SGE lists, the atomic operations, and DCQCN's starting point. Private to those
-// files; nothing else includes it.
+// What the parts of queue_pair (queue_pair.cc, requester.cc, completer.cc, responder.cc,
+// unreliable.cc, local_path.cc, dcqcn.cc) share: the window and ACK constants, the WQE predicates,
+// gather and scatter over SGE lists, the atomic operations, and DCQCN's starting point. Private to
+// those files; nothing else includes it.
 
 #include <infiniband/verbs.h>
 
@@ -16,7 +16,7 @@
 #include "qos/rdma_class.hh"
 #include "verbs_abi/protocol.hh"
 
-namespace jakiro::rnic::rc_qp_parts {
+namespace jakiro::rnic::queue_pair_parts {
 
 namespace proto = verbs_proto;
 
@@ -139,7 +139,7 @@ inline bool has_imm(const proto::send_wqe& w) {
 }
 
 // Where DCQCN starts and what it recovers to until the QP learns its vNIC's rate
-// (rc_qp::set_line_rate; qos/rdma_class.hh says why).
+// (queue_pair::set_line_rate; qos/rdma_class.hh says why).
 inline constexpr uint64_t dcqcn_line_rate_bps = qos::unshaped_rdma_line_rate_bps;
 // After this long without a CNP a lowered ceiling goes back to the line rate.
 inline constexpr uint64_t ceiling_restore_ns = 10'000'000;
@@ -150,4 +150,4 @@ inline qos::dcqcn_params dcqcn_defaults() {
     return p;
 }
 
-}  // namespace jakiro::rnic::rc_qp_parts
+}  // namespace jakiro::rnic::queue_pair_parts
