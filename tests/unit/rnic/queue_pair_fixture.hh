@@ -409,6 +409,33 @@ class QueuePairTest : public ::testing::Test {
         return std::memcmp(x.region + xo, y.region + yo, len) == 0;
     }
 
+    // Runs `steps` polls, losing the frames of a that `lose` names (each once it says so);
+    // the PSNs of b's frames (its answers), in the order they left.
+    std::vector<uint32_t> answers_of_b(
+        unsigned steps, const std::function<bool(const test_wire::frame&)>& lose =
+                            [](const test_wire::frame&) { return false; });
+    // The next send completions of `s` are `wr_ids`, in that order, each successful.
+    void expect_sends_complete(side& s, std::initializer_list<uint64_t> wr_ids) {
+        for (const uint64_t id : wr_ids) {
+            proto::cqe c{};
+            if (!s.poll_send(c)) {
+                ADD_FAILURE() << "no completion for WR " << id;
+                return;
+            }
+            EXPECT_EQ(c.wr_id, id);
+            EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+        }
+    }
+    // Each of the first `count` answers follows the one before it by one PSN.
+    static void expect_in_psn_order(const std::vector<uint32_t>& answers, std::size_t count) {
+        ASSERT_GE(answers.size(), count);
+        for (std::size_t i = 1; i < count; ++i) {
+            EXPECT_EQ(answers[i], (answers[i - 1] + 1) & 0xFFFFFF) << "answer " << i;
+        }
+    }
+    // Side `s`'s QP sent nothing twice and never waited out its ACK timeout.
+    void expect_nothing_sent_twice(const side& s);
+
     uint8_t qp_type = proto::qpt_rc;  // of the QPs make_side creates
     // What connect() lets peers do (IBV_QP_ACCESS_FLAGS).
     unsigned qp_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
@@ -473,6 +500,28 @@ inline std::optional<qp_report> report_of(const std::vector<qp_report>& r, const
         }
     }
     return std::nullopt;
+}
+
+inline std::vector<uint32_t> QueuePairTest::answers_of_b(
+    unsigned steps, const std::function<bool(const test_wire::frame&)>& lose) {
+    std::vector<uint32_t> answers;
+    run(steps, 10'000, [&](const test_wire::frame& f) {
+        if (f.from == a.vnic && lose(f)) {
+            return false;
+        }
+        if (f.from == b.vnic) {
+            answers.push_back(psn_of(f));
+        }
+        return true;
+    });
+    return answers;
+}
+
+inline void QueuePairTest::expect_nothing_sent_twice(const side& s) {
+    const std::optional<qp_report> r = report_of(eng.report(), s);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->retransmitted, 0u);
+    EXPECT_EQ(r->timeouts, 0u);
 }
 
 inline uint64_t drops_of(const engine& e, engine_drop d) {

@@ -485,29 +485,12 @@ TEST_F(QueuePairTest, AnAckLeavesBehindTheReadResponsesBeforeIt) {
     b.post_recv(1, 8192, 4096);
     a.post_send(wqe(1, IBV_WR_RDMA_READ, a.iova(0), 3000, a.mr, b.iova(0), b.mr));
     a.post_send(wqe(2, IBV_WR_SEND, a.iova(8192), 100, a.mr));
-    std::vector<uint32_t> answers;  // PSNs of b's frames, in the order they left
-    run(20, 10'000, [&](const test_wire::frame& f) {
-        if (f.from == b.vnic) {
-            answers.push_back(psn_of(f));
-        }
-        return true;
-    });
-    proto::cqe c{};
-    ASSERT_TRUE(a.poll_send(c));
-    EXPECT_EQ(c.wr_id, 1u);
-    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
-    ASSERT_TRUE(a.poll_send(c));
-    EXPECT_EQ(c.wr_id, 2u);
-    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    const std::vector<uint32_t> answers = answers_of_b(20);
+    expect_sends_complete(a, {1, 2});
     EXPECT_TRUE(same(a, 0, b, 0, 3000));
     ASSERT_EQ(answers.size(), 4u) << "three READ responses and one ACK, each once";
-    for (std::size_t i = 1; i < answers.size(); ++i) {
-        EXPECT_EQ(answers[i], (answers[i - 1] + 1) & 0xFFFFFF) << "answer " << i;
-    }
-    const std::optional<qp_report> r = report_of(eng.report(), a);
-    ASSERT_TRUE(r.has_value());
-    EXPECT_EQ(r->retransmitted, 0u);
-    EXPECT_EQ(r->timeouts, 0u);
+    expect_in_psn_order(answers, answers.size());
+    expect_nothing_sent_twice(a);
 }
 
 // A sequence-error NAK leaves behind the READ responses before it, as an ACK does: ahead of
@@ -521,31 +504,17 @@ TEST_F(QueuePairTest, ASequenceErrorNakLeavesBehindTheReadResponsesBeforeIt) {
     a.post_send(wqe(1, IBV_WR_RDMA_READ, a.iova(0), 3000, a.mr, b.iova(0), b.mr));
     a.post_send(wqe(2, IBV_WR_SEND, a.iova(8192), 3000, a.mr));  // 3 packets after the READ's 3
     bool lost = false;
-    std::vector<uint32_t> answers;  // PSNs of b's frames, in the order they left
-    run(50, 10'000, [&](const test_wire::frame& f) {
-        if (f.from == a.vnic && !lost && opcode_of(f) == opcode::rc_send_first) {
-            lost = true;  // the SEND's next packets arrive ahead of the expected PSN
-            return false;
-        }
-        if (f.from == b.vnic) {
-            answers.push_back(psn_of(f));
-        }
-        return true;
+    const std::vector<uint32_t> answers = answers_of_b(50, [&](const test_wire::frame& f) {
+        // The SEND's next packets arrive ahead of the expected PSN.
+        const bool lose = !lost && opcode_of(f) == opcode::rc_send_first;
+        lost = lost || lose;
+        return lose;
     });
     ASSERT_TRUE(lost);
-    proto::cqe c{};
-    ASSERT_TRUE(a.poll_send(c));
-    EXPECT_EQ(c.wr_id, 1u);
-    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
-    ASSERT_TRUE(a.poll_send(c)) << "the SEND, sent again at once after the READ's responses";
-    EXPECT_EQ(c.wr_id, 2u);
-    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    expect_sends_complete(a, {1, 2});  // the SEND sent again at once after the READ's responses
     EXPECT_TRUE(same(a, 0, b, 0, 3000));
     EXPECT_TRUE(same(a, 8192, b, 8192, 3000));
-    ASSERT_GE(answers.size(), 4u);
-    for (std::size_t i = 1; i < 4; ++i) {
-        EXPECT_EQ(answers[i], (answers[i - 1] + 1) & 0xFFFFFF) << "answer " << i;
-    }
+    expect_in_psn_order(answers, 4);
     const std::optional<qp_report> r = report_of(eng.report(), a);
     ASSERT_TRUE(r.has_value());
     EXPECT_EQ(r->timeouts, 0u);
@@ -562,31 +531,14 @@ TEST_F(QueuePairTest, AnAtomicAckLeavesBehindTheReadResponsesBeforeIt) {
     a.post_send(wqe(1, IBV_WR_RDMA_READ, a.iova(0), 3000, a.mr, b.iova(0), b.mr));
     a.post_send(
         atomic_wqe(2, IBV_WR_ATOMIC_FETCH_AND_ADD, a.iova(8192), a.mr, b.iova(8192), b.mr, 1, 0));
-    std::vector<uint32_t> answers;  // PSNs of b's frames, in the order they left
-    run(20, 10'000, [&](const test_wire::frame& f) {
-        if (f.from == b.vnic) {
-            answers.push_back(psn_of(f));
-        }
-        return true;
-    });
-    proto::cqe c{};
-    ASSERT_TRUE(a.poll_send(c));
-    EXPECT_EQ(c.wr_id, 1u);
-    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
-    ASSERT_TRUE(a.poll_send(c));
-    EXPECT_EQ(c.wr_id, 2u);
-    EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    const std::vector<uint32_t> answers = answers_of_b(20);
+    expect_sends_complete(a, {1, 2});
     EXPECT_TRUE(same(a, 0, b, 0, 3000));
     EXPECT_EQ(word_at(a, 8192), 5u) << "the original value";
     EXPECT_EQ(word_at(b, 8192), 6u) << "added once";
     ASSERT_EQ(answers.size(), 4u) << "three READ responses and the atomic ACK, each once";
-    for (std::size_t i = 1; i < answers.size(); ++i) {
-        EXPECT_EQ(answers[i], (answers[i - 1] + 1) & 0xFFFFFF) << "answer " << i;
-    }
-    const std::optional<qp_report> r = report_of(eng.report(), a);
-    ASSERT_TRUE(r.has_value());
-    EXPECT_EQ(r->retransmitted, 0u);
-    EXPECT_EQ(r->timeouts, 0u);
+    expect_in_psn_order(answers, answers.size());
+    expect_nothing_sent_twice(a);
 }
 
 }  // namespace
