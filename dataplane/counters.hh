@@ -1,7 +1,7 @@
 #pragma once
 // Per-lcore packet counters. Each worker owns one `lcore_counters` and is its only writer; the
-// control thread sums them when asked. Single-writer relaxed atomics make the reads tear-free
-// without a lock or a locked instruction on the hot path.
+// control thread sums them when asked (stats/counter.hh: no lock or locked instruction on the
+// hot path, reads that never tear).
 
 #include <rte_common.h>
 
@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "dataplane/drops.hh"
+#include "stats/counter.hh"
 
 namespace jakiro {
 
@@ -17,14 +18,7 @@ constexpr uint32_t max_rules = 1u << 16;  // security-group rules per host (hit 
 // The rule id that stands for "egress allowed" on a vNIC that carries no group.
 constexpr uint32_t implicit_egress_rule = max_rules - 1;
 
-class counter {
-  public:
-    void add(uint64_t n) { __atomic_store_n(&_value, _value + n, __ATOMIC_RELAXED); }
-    uint64_t read() const { return __atomic_load_n(&_value, __ATOMIC_RELAXED); }
-
-  private:
-    uint64_t _value = 0;
-};
+using stats::counter;
 
 struct vnic_counters {
     counter from_tenant_packets;

@@ -120,7 +120,7 @@ void BM_EngineReceiveChecks(benchmark::State& state) {
     for (auto _ : state) {
         e.receive(0, p.data(), size + icrc_bytes, port, 0);
     }
-    if (e.counters().drops[static_cast<std::size_t>(engine_drop::unknown_qp)].load() !=
+    if (e.counters().drops[static_cast<std::size_t>(engine_drop::unknown_qp)].read() !=
         static_cast<uint64_t>(state.iterations())) {
         state.SkipWithError("the packet did not reach the RCFT look-up");
     }

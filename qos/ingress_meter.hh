@@ -27,9 +27,9 @@
 #include <cstdint>
 
 #include "qos/config.hh"
-#include "qos/counter.hh"
 #include "qos/rate_control.hh"
 #include "qos/token_bucket.hh"
+#include "stats/counter.hh"
 
 namespace jakiro::qos {
 
@@ -94,7 +94,7 @@ class ingress_meter {
         token_bucket share;
         token_bucket max_bucket;
         bool has_max = false;
-        counter packets, bytes, ce_marked, dropped, cnps;
+        stats::counter packets, bytes, ce_marked, dropped, cnps;
     };
 
     void charge(class_state& k, uint32_t bytes);

@@ -33,8 +33,8 @@
 #include <vector>
 
 #include "qos/config.hh"
-#include "qos/counter.hh"
 #include "qos/token_bucket.hh"
+#include "stats/counter.hh"
 
 namespace jakiro::qos {
 
@@ -155,8 +155,8 @@ class scheduler {
         uint64_t used = 0;       // committed since the last grant
         bool satisfied = false;  // the last grant gave it all it could take
         bool held = false;       // held_back() since the last grant
-        counter bytes;
-        counter packets;
+        stats::counter bytes;
+        stats::counter packets;
     };
 
     struct alignas(64) vnic_state {

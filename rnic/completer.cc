@@ -10,7 +10,6 @@
 #include "rnic/engine.hh"
 #include "rnic/packet_port.hh"
 #include "rnic/queue_pair_parts.hh"
-#include "rnic/single_writer.hh"
 #include "rnic/timers.hh"
 #include "rnic/wire/aeth.hh"
 #include "rnic/wire/psn.hh"
@@ -107,7 +106,7 @@ void queue_pair::on_response(const roce_packet& p, packet_port& port, uint64_t n
         }
     }
     if (syndrome.kind == aeth_kind::rnr_nak) {
-        bump(_stats.rnr_naks_received, 1);
+        _stats.rnr_naks_received.add(1);
         if (_machine.attr().rnr_retry != rnr_retry_infinite) {
             if (_rnr_retries_left == 0) {
                 fail_requester(psn, IBV_WC_RNR_RETRY_EXC_ERR);
@@ -123,7 +122,7 @@ void queue_pair::on_response(const roce_packet& p, packet_port& port, uint64_t n
     if (syndrome.kind != aeth_kind::nak) {
         return;
     }
-    bump(_stats.naks_received, 1);
+    _stats.naks_received.add(1);
     switch (static_cast<nak_code>(syndrome.value)) {
         case nak_code::psn_sequence_error:
             go_back(psn);
@@ -217,7 +216,7 @@ void queue_pair::acknowledge_before_response(uint32_t psn, uint64_t now_ns) {
 void queue_pair::on_read_response(const roce_packet& p, uint64_t now_ns) {
     const uint32_t psn = p.psn;
     if (!psn_sent(psn)) {
-        bump(_stats.duplicates, 1);
+        _stats.duplicates.add(1);
         return;
     }
     if (psn != _una) {
@@ -227,7 +226,7 @@ void queue_pair::on_read_response(const roce_packet& p, uint64_t now_ns) {
     }
     if (psn != _una) {
         // Earlier responses were lost: ask again from the first missing one, once per gap.
-        bump(_stats.out_of_sequence, 1);
+        _stats.out_of_sequence.add(1);
         if (!_rewound_for_gap) {
             go_back(_una);
             _rewound_for_gap = true;
@@ -243,7 +242,7 @@ void queue_pair::on_read_response(const roce_packet& p, uint64_t now_ns) {
     const uint32_t expected =
         static_cast<uint32_t>(std::min<uint64_t>(_mtu, read->length - offset));
     if (k != read->read_received || p.payload.size() != expected) {
-        bump(_stats.out_of_sequence, 1);
+        _stats.out_of_sequence.add(1);
         return;
     }
     scatter(read->sge_data.data(), read->sge_len.data(), read->sges, offset, p.payload.data(),
@@ -261,7 +260,7 @@ void queue_pair::on_atomic_ack(const roce_packet& p, uint64_t now_ns) {
         acknowledge_before_response(psn, now_ns);  // as a READ response does
     }
     if (!psn_sent(psn) || psn != _una || p.atomic_ack_eth == nullptr) {
-        bump(_stats.duplicates, 1);
+        _stats.duplicates.add(1);
         return;
     }
     send_op* atomic = op_answered_by(psn);
@@ -279,7 +278,7 @@ void queue_pair::on_atomic_ack(const roce_packet& p, uint64_t now_ns) {
 void queue_pair::go_back(uint32_t psn) {
     const int32_t rewound = psn_diff(_next_psn, psn);
     if (rewound > 0) {
-        bump(_stats.retransmitted, rewound);
+        _stats.retransmitted.add(rewound);
     }
     move_send_pointer(psn);
 }
@@ -388,7 +387,7 @@ void queue_pair::run_timers(uint64_t now_ns) {
     if (!timeout || now_ns - _last_progress_ns < *timeout) {
         return;
     }
-    bump(_stats.timeouts, 1);
+    _stats.timeouts.add(1);
     if (_retries_left == 0) {
         fail_requester(_una, IBV_WC_RETRY_EXC_ERR);
         return;

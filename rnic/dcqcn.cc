@@ -10,7 +10,6 @@
 #include "rnic/engine.hh"
 #include "rnic/packet_port.hh"
 #include "rnic/queue_pair_parts.hh"
-#include "rnic/single_writer.hh"
 #include "rnic/timers.hh"
 #include "rnic/wire/aeth.hh"
 #include "rnic/wire/psn.hh"
@@ -21,7 +20,7 @@ namespace jakiro::rnic {
 using namespace queue_pair_parts;
 
 void queue_pair::on_cnp(uint64_t now_ns) {
-    bump(_stats.cnps_received, 1);
+    _stats.cnps_received.add(1);
     // DCQCN cuts relative to the current rate, which on hardware is what the QP sends. A
     // software QP rarely sends at its nominal line rate, so the first cuts would not bite:
     // bring the ceiling down to a little above what the QP really sends, then cut.
@@ -86,7 +85,7 @@ void queue_pair::send_cnp(packet_port& port) {
     bth.dest_qp = _machine.attr().dest_qp_num;  // the QP that sends too fast
     ext_fields ext;
     finish_packet(port, bth, ext, frame, 0);
-    bump(_stats.cnps_sent, 1);
+    _stats.cnps_sent.add(1);
 }
 
 }  // namespace jakiro::rnic

@@ -11,7 +11,6 @@
 #include <cstring>
 
 #include "qos/config.hh"
-#include "rnic/single_writer.hh"
 #include "rnic/wire/icrc.hh"
 
 namespace jakiro::rnic {
@@ -207,7 +206,7 @@ void engine::remove_qp(uint16_t vnic, uint32_t qpn) {
         const queue_pair_stats& s = gone->stats();
         qp_report& sum = _retired[vnic];
         sum.vnic = vnic;
-#define JAKIRO_QP_COUNTER(name) sum.name += s.name.load(std::memory_order_relaxed);
+#define JAKIRO_QP_COUNTER(name) sum.name += s.name.read();
 #include "rnic/qp_counters.def"
 #undef JAKIRO_QP_COUNTER
     }
@@ -261,7 +260,7 @@ bool engine::park(queue_pair& qp) {
         qp.ring().set_doorbell_wanted(false);
         return false;
     }
-    _counters.parked.fetch_add(1, std::memory_order_relaxed);
+    _counters.parked.add();
     return true;
 }
 
@@ -410,12 +409,12 @@ bool engine::admitted(queue_pair& qp, packet_port& port) {
     if (!qp.connected()) {
         return !qp.revoked();
     }
-    _counters.rechecks.fetch_add(1, std::memory_order_relaxed);
+    _counters.rechecks.add();
     if (port.admits_connection(qp.vnic(), qp.remote_ip_be())) {
         return true;
     }
     qp.revoke();
-    _counters.qps_revoked.fetch_add(1, std::memory_order_relaxed);
+    _counters.qps_revoked.add();
     return false;
 }
 
@@ -447,7 +446,7 @@ unsigned engine::poll(packet_port& port, uint64_t now_ns) {
             local_work& allowance = _local_work[vnic];
             if (pass == 0 && !allowance.refill(now_ns)) {
                 if (vnic < _over_allowance.size()) {
-                    _over_allowance[vnic].fetch_add(1, std::memory_order_relaxed);
+                    _over_allowance[vnic].add();
                 }
                 continue;  // over its allowance: it sits this poll out
             }
@@ -472,15 +471,14 @@ unsigned engine::poll(packet_port& port, uint64_t now_ns) {
                 }
                 const unsigned before = left;
                 const queue_pair_stats& stats = qp.stats();
-                const uint64_t silent_before = stats.silent_wrs.load(std::memory_order_relaxed);
-                const uint64_t wakes_before = stats.poller_wakes.load(std::memory_order_relaxed);
+                const uint64_t silent_before = stats.silent_wrs.read();
+                const uint64_t wakes_before = stats.poller_wakes.read();
                 const unsigned sent_now = qp.poll(port, now_ns, left);
                 // A futex wake for a napping poller (a unit, queue_pair::poll) is local work too,
                 // as a WR that sends nothing is.
-                const uint64_t woke =
-                    stats.poller_wakes.load(std::memory_order_relaxed) - wakes_before;
-                allowance.tokens -= static_cast<int64_t>(
-                    stats.silent_wrs.load(std::memory_order_relaxed) - silent_before + woke);
+                const uint64_t woke = stats.poller_wakes.read() - wakes_before;
+                allowance.tokens -=
+                    static_cast<int64_t>(stats.silent_wrs.read() - silent_before + woke);
                 _vnic_held[vnic] |= qp.held_back() ? 1 : 0;
                 sent += sent_now;
                 this_pass += sent_now + (before - left);
@@ -494,12 +492,12 @@ unsigned engine::poll(packet_port& port, uint64_t now_ns) {
                 after_visit(qp, now_ns);
             }
             if (vnic < _vnic_visits.size()) {
-                _vnic_visits[vnic].fetch_add(visits, std::memory_order_relaxed);
+                _vnic_visits[vnic].add(visits);
                 if (wakes > 0) {
-                    _vnic_poller_wakes[vnic].fetch_add(wakes, std::memory_order_relaxed);
+                    _vnic_poller_wakes[vnic].add(wakes);
                 }
             }
-            bump(_counters.visits, visits);
+            _counters.visits.add(visits);
         }
         work += this_pass;
         if (this_pass == 0) {
@@ -507,7 +505,7 @@ unsigned engine::poll(packet_port& port, uint64_t now_ns) {
         }
     }
     if (sent > 0) {
-        bump(_counters.sent, sent);
+        _counters.sent.add(sent);
     }
     return work;
 }
@@ -517,7 +515,7 @@ unsigned engine::poll(packet_port& port, uint64_t now_ns) {
 // packet but its lengths and headers is believed; the P_Key before any QP is looked up.
 void engine::receive(uint16_t vnic, const uint8_t* ipv4, uint32_t ip_len, packet_port& port,
                      uint64_t now_ns, qos::ingress_meter* meter) {
-    bump(_counters.received, 1);
+    _counters.received.add(1);
     const uint32_t udp_len = udp_length(ipv4, ip_len);
     if (udp_len == 0) {
         drop(engine_drop::truncated);
@@ -621,7 +619,7 @@ engine::receive_verdict engine::receive_datagram(inbound_packet& in, packet_port
         v = meter_datagram(in);
     }
     if (v.proceeds()) {
-        const uint64_t wakes_before = in.qp->stats().poller_wakes.load(std::memory_order_relaxed);
+        const uint64_t wakes_before = in.qp->stats().poller_wakes.read();
         in.qp->receive(in.packet(), port, in.now_ns);
         after_receive(*in.qp, wakes_before);
         v = receive_verdict::taken();
@@ -696,7 +694,7 @@ engine::receive_verdict engine::take_cnp(inbound_packet& in) {
 void engine::deliver_connected(inbound_packet& in, packet_port& port) {
     queue_pair* qp = in.qp;
     // What the QP sends while receiving (ACKs, NAKs, CNPs) counts as the engine's too.
-    const uint64_t sent_before = qp->stats().packets_sent.load(std::memory_order_relaxed);
+    const uint64_t sent_before = qp->stats().packets_sent.read();
     const auto codepoint = static_cast<qos::ecn>(in.ipv4[1] & 0x03);
     if (in.meter == nullptr && codepoint == qos::ecn::ce && qp->cnp_pacer().try_send(in.now_ns)) {
         // No share to police, but the fabric marked congestion (the outer CE, carried in by
@@ -713,13 +711,11 @@ void engine::deliver_connected(inbound_packet& in, packet_port& port) {
         // RC is paced, not dropped (a drop costs a go-back-N retransmission): the CNP is the
         // signal, and the sender is another jakirod, which honours it.
     }
-    const uint64_t wakes_before = qp->stats().poller_wakes.load(std::memory_order_relaxed);
+    const uint64_t wakes_before = qp->stats().poller_wakes.read();
     qp->receive(in.packet(), port, in.now_ns);
     after_receive(*qp, wakes_before);
-    if (const uint64_t sent =
-            qp->stats().packets_sent.load(std::memory_order_relaxed) - sent_before;
-        sent > 0) {
-        bump(_counters.sent, sent);
+    if (const uint64_t sent = qp->stats().packets_sent.read() - sent_before; sent > 0) {
+        _counters.sent.add(sent);
     }
 }
 
@@ -728,14 +724,14 @@ void engine::after_receive(queue_pair& qp, uint64_t wakes_before) {
     queue_visit(qp);
     // The futex wakes its completions cost: charged to the vNIC's local-work allowance here,
     // where no units are counted (packets are bounded by the peer's sending and the vNIC's share).
-    const uint64_t woke = qp.stats().poller_wakes.load(std::memory_order_relaxed) - wakes_before;
+    const uint64_t woke = qp.stats().poller_wakes.read() - wakes_before;
     if (woke > 0) {
         const uint16_t vnic = qp.vnic();
         if (vnic < _local_work.size()) {
             _local_work[vnic].tokens -= static_cast<int64_t>(woke);
         }
         if (vnic < _vnic_poller_wakes.size()) {
-            _vnic_poller_wakes[vnic].fetch_add(woke, std::memory_order_relaxed);
+            _vnic_poller_wakes[vnic].add(woke);
         }
     }
 }
@@ -846,7 +842,7 @@ bool engine::after_sleep() {
     }
     bool own_rang = false;
     if (_doorbells.rung_since_armed(own_doorbell(), own_rang) > 0 || own_rang) {
-        _counters.doorbells.fetch_add(1, std::memory_order_relaxed);
+        _counters.doorbells.add();
         return true;
     }
     return false;
@@ -878,7 +874,7 @@ std::vector<qp_report> engine::report(std::vector<qp_report>* retired) const {
         r.next_psn = s.next_psn.load(std::memory_order_relaxed);
         r.una_psn = s.una_psn.load(std::memory_order_relaxed);
         r.expected_psn = s.expected_psn.load(std::memory_order_relaxed);
-#define JAKIRO_QP_COUNTER(name) r.name = s.name.load(std::memory_order_relaxed);
+#define JAKIRO_QP_COUNTER(name) r.name = s.name.read();
 #include "rnic/qp_counters.def"
 #undef JAKIRO_QP_COUNTER
         r.rate_bps = s.rate_bps.load(std::memory_order_relaxed);
@@ -893,7 +889,7 @@ void engine::forget_vnic(uint16_t vnic) {
     // zero, with a full local-work allowance (its rate comes with the next snapshot).
     for (auto* counters : {&_vnic_visits, &_vnic_poller_wakes, &_over_allowance}) {
         if (vnic < counters->size()) {
-            (*counters)[vnic].store(0, std::memory_order_relaxed);
+            (*counters)[vnic].reset();
         }
     }
     if (vnic < _local_work.size()) {

@@ -57,20 +57,21 @@
 #include "rnic/packet_port.hh"
 #include "rnic/queue_pair.hh"
 #include "rnic/timer_queue.hh"
+#include "stats/counter.hh"
 
 namespace jakiro::rnic {
 
 struct engine_counters {
-    std::atomic<uint64_t> received{0};
-    std::atomic<uint64_t> sent{0};
-    std::atomic<uint64_t> doorbells{0};
+    stats::counter received;
+    stats::counter sent;
+    stats::counter doorbells;
     // QP visits (each at least a unit of its vNIC's), and QPs parked (idle, left alone until rung).
-    std::atomic<uint64_t> visits{0};
-    std::atomic<uint64_t> parked{0};
+    stats::counter visits;
+    stats::counter parked;
     // Policy changes: connected QPs whose peer was admitted again, and those refused (ERR).
-    std::atomic<uint64_t> rechecks{0};
-    std::atomic<uint64_t> qps_revoked{0};
-    std::array<std::atomic<uint64_t>, engine_drop_count> drops{};  // [engine_drop]
+    stats::counter rechecks;
+    stats::counter qps_revoked;
+    std::array<stats::counter, engine_drop_count> drops{};  // [engine_drop]
 };
 
 // One row of `jakiroctl qps`.
@@ -237,8 +238,8 @@ class engine {
     queue_pair* find(uint16_t vnic, uint32_t qpn) const;
 
   private:
-    static uint64_t load_of(const std::vector<std::atomic<uint64_t>>& counters, uint16_t vnic) {
-        return vnic < counters.size() ? counters[vnic].load(std::memory_order_relaxed) : 0;
+    static uint64_t load_of(const std::vector<stats::counter>& counters, uint16_t vnic) {
+        return vnic < counters.size() ? counters[vnic].read() : 0;
     }
     // Queues the QPs the shims rang since the last look (the bits of every vNIC's page).
     void take_doorbells();
@@ -255,9 +256,7 @@ class engine {
     bool wait_for_timer(queue_pair& qp, uint64_t due_ns);
     // Queues the QPs whose timers are due.
     void take_due_timers(uint64_t now_ns);
-    void drop(engine_drop reason) {
-        _counters.drops[static_cast<std::size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
-    }
+    void drop(engine_drop reason) { _counters.drops[static_cast<std::size_t>(reason)].add(); }
     void run_calls();
 
     // ---- receive (engine.cc): an inbound packet walks named steps, as the responder's
@@ -376,9 +375,9 @@ class engine {
     };
     std::vector<local_work> _local_work;  // [vnic], engine thread
     // [vnic] polls the vNIC sat out over its allowance; one per slot the engine was made for.
-    std::vector<std::atomic<uint64_t>> _over_allowance;
-    std::vector<std::atomic<uint64_t>> _vnic_visits;        // [vnic]
-    std::vector<std::atomic<uint64_t>> _vnic_poller_wakes;  // [vnic]
+    std::vector<stats::counter> _over_allowance;
+    std::vector<stats::counter> _vnic_visits;        // [vnic]
+    std::vector<stats::counter> _vnic_poller_wakes;  // [vnic]
     std::size_t _first_vnic = 0;           // which vNIC goes first; moves on every poll; engine
     std::vector<uint8_t> _vnic_held;       // [vnic] vnic_held_back(); engine
     uint32_t _policy_generation = 0;       // engine thread

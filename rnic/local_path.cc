@@ -11,7 +11,6 @@
 #include "rnic/packet_port.hh"
 #include "rnic/queue_pair_parts.hh"
 #include "rnic/queues/memory_window.hh"
-#include "rnic/single_writer.hh"
 #include "rnic/timers.hh"
 #include "rnic/wire/aeth.hh"
 #include "rnic/wire/psn.hh"
@@ -89,7 +88,7 @@ void queue_pair::meter_local(queue_pair& receiver, packet_port& port, uint64_t n
                                               frames_bytes + packets * qos::charged_bytes(0),
                                               qos::ecn::ect0, &receiver.cnp_pacer());
         if (verdict.send_cnp) {
-            bump(receiver._stats.cnps_sent, 1);
+            receiver._stats.cnps_sent.add(1);
             on_cnp(now_ns);
         }
     }
@@ -141,7 +140,7 @@ unsigned queue_pair::send_local(queue_pair& peer, packet_port& port, uint64_t no
             ibv_wc_status status = IBV_WC_SUCCESS;
             const local_result r = peer.begin_local(op, *this, _local, status);
             if (r == local_result::rnr) {
-                bump(_stats.rnr_naks_received, 1);
+                _stats.rnr_naks_received.add(1);
                 break;  // no receive posted yet: the next poll tries again (the RNR wait)
             }
             if (r == local_result::failed) {
@@ -191,8 +190,8 @@ unsigned queue_pair::send_local(queue_pair& peer, packet_port& port, uint64_t no
         op.done = true;
         _next_psn = _una = _sent_high = end;
         ++_send_index;
-        bump(_stats.bytes_sent, op.length);
-        bump(peer._stats.bytes_received, op.length);
+        _stats.bytes_sent.add(op.length);
+        peer._stats.bytes_received.add(op.length);
         port.count_local(_s.local.vnic, peer._s.local.vnic, op.length);
     }
     retire_sends();

@@ -35,7 +35,6 @@
 #include "handover/image.hh"
 #include "rnic/queue_pair.hh"
 #include "rnic/queue_pair_parts.hh"
-#include "rnic/single_writer.hh"
 #include "rnic/wire/psn.hh"
 
 namespace jakiro::rnic {
@@ -198,7 +197,7 @@ void queue_pair::save(handover::image_writer& w) const {
     w.boolean(_ceiling_lowered);
 
     w.u32(counter_count);
-#define JAKIRO_QP_COUNTER(name) w.u64(_stats.name.load(std::memory_order_relaxed));
+#define JAKIRO_QP_COUNTER(name) w.u64(_stats.name.read());
 #include "rnic/qp_counters.def"
 #undef JAKIRO_QP_COUNTER
 }
@@ -454,9 +453,9 @@ bool queue_pair::restore_fields(handover::section_reader& r) {
 
     const uint32_t counters = r.count(max_counters);
     uint32_t index = 0;
-    auto next_counter = [&](std::atomic<uint64_t>& counter) {
+    auto next_counter = [&](stats::counter& counter) {
         if (index++ < counters) {
-            counter.store(r.u64(), std::memory_order_relaxed);
+            counter.restore(r.u64());
         }
     };
 #define JAKIRO_QP_COUNTER(name) next_counter(_stats.name);

@@ -13,7 +13,6 @@
 #include "rnic/engine.hh"
 #include "rnic/packet_port.hh"
 #include "rnic/queue_pair_parts.hh"
-#include "rnic/single_writer.hh"
 #include "rnic/timers.hh"
 #include "rnic/wire/aeth.hh"
 #include "rnic/wire/psn.hh"
@@ -148,17 +147,17 @@ bool queue_pair::waits_for_timer(uint64_t& due_ns) const {
 
 unsigned queue_pair::poll(packet_port& port, uint64_t now_ns, unsigned& units) {
     const unsigned given = units;
-    bump(_stats.visits, 1);
-    const uint64_t wakes_before = _stats.poller_wakes.load(std::memory_order_relaxed);
+    _stats.visits.add(1);
+    const uint64_t wakes_before = _stats.poller_wakes.read();
     const unsigned sent = visit(port, now_ns, units);
     // A futex wake for a program napping on its CQ is a system call: a unit, as a completion is.
-    const uint64_t woke = _stats.poller_wakes.load(std::memory_order_relaxed) - wakes_before;
+    const uint64_t woke = _stats.poller_wakes.read() - wakes_before;
     units -= static_cast<unsigned>(std::min<uint64_t>(units, woke));
     if (given != units) {
-        bump(_stats.work_units, given - units);
+        _stats.work_units.add(given - units);
     }
     if (units == 0 && has_work()) {
-        bump(_stats.out_of_units, 1);
+        _stats.out_of_units.add(1);
     }
     return sent;
 }
@@ -220,8 +219,8 @@ void queue_pair::receive(const roce_packet& p, packet_port& port, uint64_t now_n
     if (_clock_restarts) [[unlikely]] {
         restart_clock(now_ns);
     }
-    bump(_stats.packets_received, 1);
-    bump(_stats.bytes_received, p.payload.size());
+    _stats.packets_received.add(1);
+    _stats.bytes_received.add(p.payload.size());
     const op_kind kind = p.info->kind;
     if (kind == op_kind::acknowledge || kind == op_kind::read_response ||
         kind == op_kind::atomic_acknowledge) {
@@ -241,14 +240,14 @@ void queue_pair::receive(const roce_packet& p, packet_port& port, uint64_t now_n
 }
 
 bool queue_pair::complete(verbs::completion_queue& cq, const proto::cqe& c) {
-    bump(_stats.completions, 1);
+    _stats.completions.add(1);
     if (c.status != IBV_WC_SUCCESS) {
-        bump(_stats.error_completions, 1);
+        _stats.error_completions.add(1);
     }
     const uint64_t wakes_before = cq.poller_wakes();
     if (cq.complete(c)) {
         if (cq.poller_wakes() != wakes_before) {
-            bump(_stats.poller_wakes, 1);  // the engine charges it to the vNIC (engine.cc)
+            _stats.poller_wakes.add(1);  // the engine charges it to the vNIC (engine.cc)
         }
         return true;
     }
@@ -391,7 +390,7 @@ unsigned queue_pair::flush(uint32_t limit) {
     _write_pin.reset();
     _ack_pending = false;
     if (limit > budget) {
-        bump(_stats.silent_wrs, limit - budget);
+        _stats.silent_wrs.add(limit - budget);
     }
     return limit - budget;
 }
@@ -454,8 +453,8 @@ void queue_pair::finish_packet_to(packet_port& port, uint32_t dst_ip_be, const b
     std::memset(frame + frame_l2_l4_bytes + info.header_bytes + payload_len, 0, pad);
     seal_icrc(frame, roce_len);
     port.end_frame(_s.local.vnic, dst_ip_be, frame_l2_l4_bytes + roce_len);
-    bump(_stats.packets_sent, 1);
-    bump(_stats.bytes_sent, payload_len);
+    _stats.packets_sent.add(1);
+    _stats.bytes_sent.add(payload_len);
 }
 
 void queue_pair::publish_stats() {

@@ -44,6 +44,7 @@
 #include "rnic/queues/srq_ring.hh"
 #include "rnic/timer_queue.hh"
 #include "rnic/wire/headers.hh"
+#include "stats/counter.hh"
 #include "verbs_abi/protocol.hh"
 
 namespace jakiro::handover {
@@ -96,10 +97,10 @@ struct queue_pair_setup {
 
 // What `jakiroctl qps` shows; written by the engine thread, read anywhere.
 struct queue_pair_stats {
-#define JAKIRO_QP_COUNTER(name) std::atomic<uint64_t> name{0};
+#define JAKIRO_QP_COUNTER(name) stats::counter name;
 #include "rnic/qp_counters.def"
 #undef JAKIRO_QP_COUNTER
-    std::atomic<uint64_t> rate_bps{0};  // DCQCN's current sending rate
+    std::atomic<uint64_t> rate_bps{0};  // a gauge: DCQCN's current sending rate
     // Snapshot of the protocol state.
     std::atomic<uint32_t> state{IBV_QPS_RESET};
     std::atomic<uint32_t> next_psn{0};

@@ -11,7 +11,6 @@
 #include "rnic/packet_port.hh"
 #include "rnic/queue_pair_parts.hh"
 #include "rnic/queues/memory_window.hh"
-#include "rnic/single_writer.hh"
 #include "rnic/timers.hh"
 #include "rnic/wire/aeth.hh"
 #include "rnic/wire/psn.hh"
@@ -122,7 +121,7 @@ unsigned queue_pair::fetch_sends(uint64_t now_ns, unsigned units) {
         _psn_cursor = psn_add(_psn_cursor, op.packets);
     }
     if (silent > 0) {
-        bump(_stats.silent_wrs, silent);
+        _stats.silent_wrs.add(silent);
     }
     return silent;
 }

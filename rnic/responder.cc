@@ -14,7 +14,6 @@
 #include "rnic/packet_port.hh"
 #include "rnic/queue_pair_parts.hh"
 #include "rnic/queues/memory_window.hh"
-#include "rnic/single_writer.hh"
 #include "rnic/timers.hh"
 #include "rnic/wire/aeth.hh"
 #include "rnic/wire/psn.hh"
@@ -66,10 +65,10 @@ void queue_pair::on_request(const roce_packet& p, packet_port& port) {
 queue_pair::verdict queue_pair::check_psn(inbound_request& r) {
     switch (classify_request_psn(r.p.psn, _epsn)) {
         case psn_class::duplicate:
-            bump(_stats.duplicates, 1);
+            _stats.duplicates.add(1);
             return verdict::duplicate;
         case psn_class::ahead:
-            bump(_stats.out_of_sequence, 1);
+            _stats.out_of_sequence.add(1);
             if (reliable()) {
                 return verdict::nak_sequence_error;
             }
@@ -450,7 +449,7 @@ void queue_pair::answer(verdict v, inbound_request& r, packet_port& port) {
         case verdict::nak_sequence_error:
             if (!_nak_sent) {
                 send_nak(port, syndrome_nak(nak_code::psn_sequence_error));
-                bump(_stats.naks_sent, 1);
+                _stats.naks_sent.add(1);
                 _nak_sent = true;
             }
             return;
@@ -476,7 +475,7 @@ void queue_pair::answer(verdict v, inbound_request& r, packet_port& port) {
                 return;
             }
             send_nak(port, syndrome_rnr_nak(_machine.attr().min_rnr_timer));  // r.p.psn: expected
-            bump(_stats.rnr_naks_sent, 1);
+            _stats.rnr_naks_sent.add(1);
             return;
     }
 }
@@ -765,7 +764,7 @@ void queue_pair::responder_error(packet_port& port, proto::event_type event, uin
         }
     } else {
         send_ack(port, syndrome, _epsn);
-        bump(_stats.naks_sent, 1);
+        _stats.naks_sent.add(1);
     }
     if (_in_send) {
         _in_send = false;

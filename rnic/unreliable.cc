@@ -11,7 +11,6 @@
 #include "rnic/engine.hh"
 #include "rnic/packet_port.hh"
 #include "rnic/queue_pair_parts.hh"
-#include "rnic/single_writer.hh"
 #include "rnic/timers.hh"
 #include "rnic/wire/aeth.hh"
 #include "rnic/wire/psn.hh"
@@ -22,7 +21,7 @@ namespace jakiro::rnic {
 using namespace queue_pair_parts;
 
 void queue_pair::abandon_message() {
-    bump(_stats.messages_dropped, 1);
+    _stats.messages_dropped.add(1);
     if (_in_send) {
         _recv_held = true;  // the next message fills it from the start
         _in_send = false;
@@ -36,12 +35,12 @@ void queue_pair::abandon_message() {
 // the datagram delivered; a refused datagram is lost alone and counted.
 void queue_pair::on_datagram(const roce_packet& p) {
     if (check_qkey(p) != verdict::proceed) {
-        bump(_stats.messages_dropped, 1);
+        _stats.messages_dropped.add(1);
         return;
     }
     recv_op r;
     if (!take_recv(r)) {
-        bump(_stats.messages_dropped, 1);
+        _stats.messages_dropped.add(1);
         return;
     }
     deliver_datagram(p, r);
@@ -72,7 +71,7 @@ void queue_pair::deliver_datagram(const roce_packet& p, recv_op& r) {
         c.status = r.local_error;
     } else if (c.byte_len > r.length) {
         c.status = IBV_WC_LOC_LEN_ERR;  // the buffer must hold the GRH and the payload
-        bump(_stats.messages_dropped, 1);
+        _stats.messages_dropped.add(1);
     } else {
         // The GRH area as RoCE v2 NICs fill it for IPv4: 20 bytes of nothing, then the IPv4
         // header (ibv_init_ah_from_wc reads the sender's address there).

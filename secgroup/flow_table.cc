@@ -17,10 +17,10 @@ std::string next_table_name() {
     return "nft_" + std::to_string(counter.fetch_add(1));
 }
 
-// Single-writer counter bump: the owner is the only writer, readers just load.
-template <typename T>
-void bump(std::atomic<T>& value, T by = 1) {
-    value.store(value.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+// The table's sizes move with one writer, the owning worker; readers just load.
+void adjust(std::atomic<uint32_t>& gauge, int32_t by) {
+    gauge.store(gauge.load(std::memory_order_relaxed) + static_cast<uint32_t>(by),
+                std::memory_order_relaxed);
 }
 }  // namespace
 
@@ -122,9 +122,9 @@ flow_entry* flow_table::insert(const flow_key& key, uint64_t now, uint32_t allow
     e.in_use = true;
     end_update(e);
     link(static_cast<uint32_t>(position), key.vnic);
-    bump(vnic.flows, 1u);
-    bump(_size, 1u);
-    bump(_inserts, uint64_t{1});
+    adjust(vnic.flows, 1);
+    adjust(_size, 1);
+    _inserts.add();
     return &e;
 }
 
@@ -136,7 +136,7 @@ bool flow_table::restore(const flow_entry& saved) {
     }
     if (result == insert_result::created) {
         // Not a new flow: the inserts counter counts what tenants opened, once.
-        _inserts.store(_inserts.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+        _inserts.sub(1);
     }
     begin_update(*e);
     e->last_seen = saved.last_seen;
@@ -159,9 +159,9 @@ void flow_table::erase(flow_entry* entry) {
     entry->in_use = false;
     end_update(*entry);
     unlink(static_cast<uint32_t>(entry - _entries.get()));
-    bump(_vnics[entry->key.vnic].flows, static_cast<uint32_t>(-1));
+    adjust(_vnics[entry->key.vnic].flows, -1);
     rte_hash_del_key(_hash, &entry->key);
-    bump(_size, static_cast<uint32_t>(-1));
+    adjust(_size, -1);
 }
 
 void flow_table::link(uint32_t position, uint16_t vnic) {
@@ -205,7 +205,7 @@ bool flow_table::evict_own(uint16_t vnic) {
         return false;
     }
     erase(stalest);
-    bump(_evictions, uint64_t{1});
+    _evictions.add();
     return true;
 }
 
@@ -215,7 +215,7 @@ void flow_table::expire(uint64_t now, uint32_t budget) {
         _expire_cursor = (_expire_cursor + 1) % _capacity;
         if (e.in_use && expired(e, now)) {
             erase(&e);
-            bump(_expirations, uint64_t{1});
+            _expirations.add();
         }
     }
 }

@@ -27,6 +27,7 @@
 
 #include "secgroup/rule.hh"
 #include "secgroup/tcp_tracker.hh"
+#include "stats/counter.hh"
 
 namespace jakiro::secgroup {
 
@@ -130,9 +131,9 @@ class flow_table {
 
     uint32_t capacity() const { return _capacity; }
     uint32_t size() const { return _size.load(std::memory_order_relaxed); }
-    uint64_t inserts() const { return _inserts.load(std::memory_order_relaxed); }
-    uint64_t evictions() const { return _evictions.load(std::memory_order_relaxed); }
-    uint64_t expirations() const { return _expirations.load(std::memory_order_relaxed); }
+    uint64_t inserts() const { return _inserts.read(); }
+    uint64_t evictions() const { return _evictions.read(); }
+    uint64_t expirations() const { return _expirations.read(); }
     // Entries vNIC `vnic` holds now (0 for a slot out of range).
     uint32_t flows_of(uint16_t vnic) const {
         return vnic < _vnic_slots ? _vnics[vnic].flows.load(std::memory_order_relaxed) : 0;
@@ -162,9 +163,9 @@ class flow_table {
     std::unique_ptr<vnic_entries[]> _vnics;
     // Written by the owning worker only; atomics so the control thread reads them whole.
     std::atomic<uint32_t> _size{0};
-    std::atomic<uint64_t> _inserts{0};
-    std::atomic<uint64_t> _evictions{0};
-    std::atomic<uint64_t> _expirations{0};
+    stats::counter _inserts;
+    stats::counter _evictions;
+    stats::counter _expirations;
 };
 
 }  // namespace jakiro::secgroup

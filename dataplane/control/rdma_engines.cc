@@ -27,13 +27,13 @@ engine_summary sum_engines(const daemon_state& state) {
         }
         const rnic::engine_counters& c = w->engine->counters();
         ++out.engines;
-        out.totals.received += c.received.load(std::memory_order_relaxed);
-        out.totals.sent += c.sent.load(std::memory_order_relaxed);
-        out.totals.doorbells += c.doorbells.load(std::memory_order_relaxed);
-        out.totals.rechecks += c.rechecks.load(std::memory_order_relaxed);
-        out.totals.qps_revoked += c.qps_revoked.load(std::memory_order_relaxed);
+        out.totals.received += c.received.read();
+        out.totals.sent += c.sent.read();
+        out.totals.doorbells += c.doorbells.read();
+        out.totals.rechecks += c.rechecks.read();
+        out.totals.qps_revoked += c.qps_revoked.read();
         for (std::size_t d = 0; d < out.totals.drops.size(); ++d) {
-            out.totals.drops[d] += c.drops[d].load(std::memory_order_relaxed);
+            out.totals.drops[d] += c.drops[d].read();
         }
     }
     return out;

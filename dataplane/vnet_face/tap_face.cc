@@ -143,7 +143,7 @@ bool face::receive_uplink_tap() {
     uint16_t count = u.spare_count;
     for (uint16_t i = 0; i < count; ++i) {
         if (u.bigs[i] == nullptr && (u.bigs[i] = rte_pktmbuf_alloc(_superframes)) == nullptr) {
-            bump(_counters.rx_nombuf, 1);
+            _counters.rx_nombuf.add(1);
             count = i;  // the tap holds the rest until mbufs come back
         }
     }

@@ -22,7 +22,7 @@ bool face::refill_uplink_spares() {
             }
             u.spare_count = max_burst;
         } else {
-            bump(_counters.rx_nombuf, 1);
+            _counters.rx_nombuf.add(1);
             if (u.spare_count == 0) {
                 return false;  // the socket holds the frames until mbufs come back
             }
@@ -136,10 +136,10 @@ uint16_t face::rx_uplink(rte_mbuf** pkts, uint16_t count, lcore_counters& counte
         }
         polled = true;
     }
-    bump(_counters.rx_packets, out);
-    bump(_counters.rx_bytes, bytes);
+    _counters.rx_packets.add(out);
+    _counters.rx_bytes.add(bytes);
     if (datagrams != 0) {
-        bump(_counters.rx_superframes, datagrams);
+        _counters.rx_superframes.add(datagrams);
     }
     return out;
 }

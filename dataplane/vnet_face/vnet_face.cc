@@ -148,7 +148,7 @@ uint16_t face::rx_burst(rte_mbuf** pkts, uint16_t count, const buffer_allowance&
             }
             _spare_count = count;
         } else {
-            bump(_counters.rx_nombuf, 1);
+            _counters.rx_nombuf.add(1);
             count = _spare_count;  // what we have; the socket holds the rest
             if (count == 0) {
                 return 0;
@@ -204,16 +204,16 @@ uint16_t face::rx_burst(rte_mbuf** pkts, uint16_t count, const buffer_allowance&
         superframes += (m->ol_flags & RTE_MBUF_F_TX_TCP_SEG) != 0;
         pkts[out++] = m;
     }
-    bump(_counters.rx_packets, out);
-    bump(_counters.rx_bytes, bytes);
+    _counters.rx_packets.add(out);
+    _counters.rx_bytes.add(bytes);
     if (superframes != 0) {
-        bump(_counters.rx_superframes, superframes);
+        _counters.rx_superframes.add(superframes);
     }
     if (bad != 0) {
-        bump(_counters.rx_bad_header, bad);
+        _counters.rx_bad_header.add(bad);
     }
     if (truncated != 0) {
-        bump(_counters.rx_truncated, truncated);
+        _counters.rx_truncated.add(truncated);
     }
     return out;
 }
@@ -306,13 +306,13 @@ uint16_t face::tx_chunk(rte_mbuf** pkts, uint16_t count) {
 }
 
 void face::count_sent(uint16_t sent, uint64_t bytes, uint64_t superframes, uint64_t errors) {
-    bump(_counters.tx_packets, sent);
-    bump(_counters.tx_bytes, bytes);
+    _counters.tx_packets.add(sent);
+    _counters.tx_bytes.add(bytes);
     if (superframes != 0) {
-        bump(_counters.tx_superframes, superframes);
+        _counters.tx_superframes.add(superframes);
     }
     if (errors != 0) {
-        bump(_counters.tx_errors, errors);
+        _counters.tx_errors.add(errors);
     }
 }
 
@@ -326,16 +326,16 @@ face_stats face::stats() {
     }
     face_stats s;
     s.rx_missed = _kernel_drops;
-    s.rx_packets = _counters.rx_packets.load(std::memory_order_relaxed);
-    s.rx_bytes = _counters.rx_bytes.load(std::memory_order_relaxed);
-    s.rx_superframes = _counters.rx_superframes.load(std::memory_order_relaxed);
-    s.tx_packets = _counters.tx_packets.load(std::memory_order_relaxed);
-    s.tx_bytes = _counters.tx_bytes.load(std::memory_order_relaxed);
-    s.tx_superframes = _counters.tx_superframes.load(std::memory_order_relaxed);
-    s.rx_bad_header = _counters.rx_bad_header.load(std::memory_order_relaxed);
-    s.rx_truncated = _counters.rx_truncated.load(std::memory_order_relaxed);
-    s.rx_nombuf = _counters.rx_nombuf.load(std::memory_order_relaxed);
-    s.tx_errors = _counters.tx_errors.load(std::memory_order_relaxed);
+    s.rx_packets = _counters.rx_packets.read();
+    s.rx_bytes = _counters.rx_bytes.read();
+    s.rx_superframes = _counters.rx_superframes.read();
+    s.tx_packets = _counters.tx_packets.read();
+    s.tx_bytes = _counters.tx_bytes.read();
+    s.tx_superframes = _counters.tx_superframes.read();
+    s.rx_bad_header = _counters.rx_bad_header.read();
+    s.rx_truncated = _counters.rx_truncated.read();
+    s.rx_nombuf = _counters.rx_nombuf.read();
+    s.tx_errors = _counters.tx_errors.read();
     return s;
 }
 

@@ -132,12 +132,8 @@ class face {
     // Control thread only (it also collects the kernel's drop count, which reading resets).
     face_stats stats();
     // The super-frame counts alone (any thread): no system call, unlike stats().
-    uint64_t superframes_received() const {
-        return _counters.rx_superframes.load(std::memory_order_relaxed);
-    }
-    uint64_t superframes_sent() const {
-        return _counters.tx_superframes.load(std::memory_order_relaxed);
-    }
+    uint64_t superframes_received() const { return _counters.rx_superframes.read(); }
+    uint64_t superframes_sent() const { return _counters.tx_superframes.read(); }
     const rte_ether_addr& mac() const { return _mac; }
     bool link_up() const;
     const std::string& iface() const { return _iface; }
@@ -165,10 +161,6 @@ class face {
     static bool full(int err) {
         return err == EAGAIN || err == EWOULDBLOCK || err == ENOBUFS || err == EINTR;
     }
-    // Single writer (the worker): a relaxed load and store, no locked add.
-    static void bump(std::atomic<uint64_t>& c, uint64_t n) {
-        c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-    }
 
     int _fd;
     rte_mempool* _pool;
@@ -184,9 +176,10 @@ class face {
     buffer_charges* _charges = nullptr;   // a tenant face's: its vNIC's charge for _pool's buffers
 
     struct counters {
-        std::atomic<uint64_t> rx_packets{0}, rx_bytes{0}, rx_superframes{0};
-        std::atomic<uint64_t> tx_packets{0}, tx_bytes{0}, tx_superframes{0};
-        std::atomic<uint64_t> rx_bad_header{0}, rx_truncated{0}, rx_nombuf{0}, tx_errors{0};
+        // One writer, the worker that polls the face.
+        stats::counter rx_packets, rx_bytes, rx_superframes;
+        stats::counter tx_packets, tx_bytes, tx_superframes;
+        stats::counter rx_bad_header, rx_truncated, rx_nombuf, tx_errors;
     } _counters;
 };
 

@@ -487,9 +487,9 @@ struct harness {
             std::fprintf(stderr, "  end: %llu completions written, %llu frames, %llu received\n",
                          static_cast<unsigned long long>(cqes_written()),
                          static_cast<unsigned long long>(wire.emitted),
-                         static_cast<unsigned long long>(engine->counters().received.load()));
+                         static_cast<unsigned long long>(engine->counters().received.read()));
             for (std::size_t d = 0; d < engine->counters().drops.size(); ++d) {
-                if (const auto n = engine->counters().drops[d].load()) {
+                if (const auto n = engine->counters().drops[d].read()) {
                     std::fprintf(stderr, "  drop %s: %llu\n",
                                  rnic::engine_drop_name(static_cast<rnic::engine_drop>(d)),
                                  static_cast<unsigned long long>(n));

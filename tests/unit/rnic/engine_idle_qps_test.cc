@@ -38,9 +38,9 @@ class IdleQpsTest : public QueuePairTest {
     // park_after_idle_ns of idleness first, and checks new QPs' peers 128 per poll).
     void let_idle_qps_park() {
         for (int i = 0; i < 100; ++i) {
-            const uint64_t before = eng.counters().visits.load();
+            const uint64_t before = eng.counters().visits.read();
             run(1, engine::park_after_idle_ns);
-            if (i > 2 && eng.counters().visits.load() == before) {
+            if (i > 2 && eng.counters().visits.read() == before) {
                 return;
             }
         }
@@ -67,10 +67,10 @@ TEST_F(IdleQpsTest, APollVisitsNoneOfATenantsIdleQpsHoweverManyItHolds) {
     hoard_idle_qps();
     let_idle_qps_park();
     const uint64_t hoarder_before = visits_of(2);
-    const uint64_t all_before = eng.counters().visits.load();
+    const uint64_t all_before = eng.counters().visits.read();
     run(100);
     EXPECT_EQ(visits_of(2), hoarder_before) << "idle QPs cost a poll nothing";
-    EXPECT_EQ(eng.counters().visits.load(), all_before) << "nobody has work: no visit at all";
+    EXPECT_EQ(eng.counters().visits.read(), all_before) << "nobody has work: no visit at all";
 
     // The control: a QP with work is visited (and its vNIC charged for it), the idle ones
     // still not.
@@ -112,9 +112,9 @@ TEST_F(IdleQpsTest, ASleepingWorkerWakesForAParkedQpAndAPacketQueuesOne) {
     connect_both();
     b.post_recv(1, 0, 4096);
     let_idle_qps_park();
-    const uint64_t visits = eng.counters().visits.load();
+    const uint64_t visits = eng.counters().visits.read();
     run(10);
-    ASSERT_EQ(eng.counters().visits.load(), visits) << "both QPs are parked";
+    ASSERT_EQ(eng.counters().visits.read(), visits) << "both QPs are parked";
 
     ASSERT_TRUE(eng.prepare_sleep());
     const uint32_t rung = eng.doorbell_count();

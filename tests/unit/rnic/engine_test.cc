@@ -40,7 +40,7 @@ TEST_F(QueuePairTest, AVnicRemovedWhileItsWorkerIsStalledLeavesItsQpsNoFreedTabl
 
 TEST_F(QueuePairTest, TheEnginesSentCounterCountsEveryPacketOnTheWireAcksIncluded) {
     connect_both();
-    const uint64_t before = eng.counters().sent.load();
+    const uint64_t before = eng.counters().sent.read();
     const uint64_t wire_before = wire.sent;
     a.post_send(wqe(1, IBV_WR_RDMA_WRITE, a.iova(0), 20000, a.mr, b.iova(0), b.mr));
     run(300);
@@ -48,7 +48,7 @@ TEST_F(QueuePairTest, TheEnginesSentCounterCountsEveryPacketOnTheWireAcksInclude
     ASSERT_TRUE(a.poll_send(c));
     // The WRITE's packets come from polls, its ACKs from receiving them: one counter for both.
     EXPECT_GT(wire.sent - wire_before, 20000u / 4096);
-    EXPECT_EQ(eng.counters().sent.load() - before, wire.sent - wire_before);
+    EXPECT_EQ(eng.counters().sent.read() - before, wire.sent - wire_before);
 }
 
 TEST_F(QueuePairTest, PacketsFromAnyoneButTheConnectedPeerAreDroppedAndCounted) {
@@ -67,15 +67,15 @@ TEST_F(QueuePairTest, PacketsFromAnyoneButTheConnectedPeerAreDroppedAndCounted) 
     std::memcpy(ip + 10, &sum, 2);
     store_icrc(ip + forged.bytes.size() - 14 - 4, *compute_icrc(ip, forged.bytes.size() - 14 - 4));
     eng.receive(1, ip, static_cast<uint32_t>(forged.bytes.size() - 14), wire, now);
-    EXPECT_EQ(eng.counters().drops[static_cast<int>(engine_drop::not_connected)].load(), 1u);
+    EXPECT_EQ(eng.counters().drops[static_cast<int>(engine_drop::not_connected)].read(), 1u);
     // To a QP number that does not exist.
     ip[20 + 8 + 7] ^= 0x7F;  // BTH DestQP, low byte
     eng.receive(1, ip, static_cast<uint32_t>(forged.bytes.size() - 14), wire, now);
-    EXPECT_EQ(eng.counters().drops[static_cast<int>(engine_drop::bad_icrc)].load(), 1u)
+    EXPECT_EQ(eng.counters().drops[static_cast<int>(engine_drop::bad_icrc)].read(), 1u)
         << "the ICRC is checked before anything is believed";
     store_icrc(ip + forged.bytes.size() - 14 - 4, *compute_icrc(ip, forged.bytes.size() - 14 - 4));
     eng.receive(1, ip, static_cast<uint32_t>(forged.bytes.size() - 14), wire, now);
-    EXPECT_EQ(eng.counters().drops[static_cast<int>(engine_drop::unknown_qp)].load(), 1u);
+    EXPECT_EQ(eng.counters().drops[static_cast<int>(engine_drop::unknown_qp)].read(), 1u);
     proto::cqe c{};
     EXPECT_FALSE(b.poll_recv(c)) << "nothing was delivered";
 }
@@ -336,7 +336,7 @@ TEST_F(QueuePairTest, APolicyChangeThatRefusesThePeerErrsTheQpAtTheNextPoll) {
     run(1);
     EXPECT_EQ(wire.connection_checks, 4u);
     EXPECT_EQ(report_of(eng.report(), a)->state, IBV_QPS_RTS);
-    EXPECT_EQ(eng.counters().qps_revoked.load(), 0u);
+    EXPECT_EQ(eng.counters().qps_revoked.read(), 0u);
     // The rule that admitted a -> b goes: a's very next poll puts it in ERR.
     wire.refused = {{0, htonl(ip_b)}};
     eng.use_policy(3);
@@ -346,7 +346,7 @@ TEST_F(QueuePairTest, APolicyChangeThatRefusesThePeerErrsTheQpAtTheNextPoll) {
     eng.poll(wire, now += 10'000);
     EXPECT_EQ(report_of(eng.report(), a)->state, IBV_QPS_ERR);
     EXPECT_EQ(report_of(eng.report(), b)->state, IBV_QPS_RTS) << "b's groups still allow a";
-    EXPECT_EQ(eng.counters().qps_revoked.load(), 1u);
+    EXPECT_EQ(eng.counters().qps_revoked.read(), 1u);
     EXPECT_NE(
         std::find(events.begin(), events.end(), static_cast<uint32_t>(proto::event_type::qp_fatal)),
         events.end());

@@ -245,7 +245,7 @@ TEST_F(QueuePairTest, OnOneHostAPeerTheRespondersGroupsRefuseGetsNoMoreMemory) {
     run(5);
     EXPECT_FALSE(same(a, 0, b, 0, 4096)) << "nothing reached b's memory";
     EXPECT_EQ(report_of(eng.report(), b)->state, IBV_QPS_ERR);
-    EXPECT_EQ(eng.counters().qps_revoked.load(), 1u);
+    EXPECT_EQ(eng.counters().qps_revoked.read(), 1u);
     EXPECT_GE(drops_of(eng, engine_drop::revoked), 1u) << "a's packets meet a revoked QP";
 }
 

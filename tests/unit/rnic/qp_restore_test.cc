@@ -458,8 +458,8 @@ class RcRestoreTest : public QpRestoreTest {
     // successfully; every byte in place; each atomic executed exactly once.
     void expect_stream_delivered() {
         using st = rc_stream;
-        ASSERT_TRUE(run_until([&] { return a.qp->stats().completions.load() >= st::wrs; }, 20000))
-            << "completions " << a.qp->stats().completions.load();
+        ASSERT_TRUE(run_until([&] { return a.qp->stats().completions.read() >= st::wrs; }, 20000))
+            << "completions " << a.qp->stats().completions.read();
         run(500);  // anything more (a duplicate completion, a late retransmission) shows now
         std::vector<proto::cqe> sends = seen_sends;
         for (const proto::cqe& c : a.drain_send()) {
@@ -511,12 +511,12 @@ TEST_F(RcRestoreTest, RequesterRestartedMidSendAndMidReadDeliversEveryByteOnce) 
     step();       // the first 256 packets of the WRITE arrive
     poll_only();  // the WRITE's tail and the SEND's head are on the wire when jakirod stops
     const queue_pair_stats& before = a.qp->stats();
-    const uint64_t sent_before = before.packets_sent.load();
+    const uint64_t sent_before = before.packets_sent.read();
     const uint32_t next_before = before.next_psn.load();
     ASSERT_TRUE(psn_within(next_before, sent_psn(a, st::send_psn), st::read_psn - st::send_psn))
         << "stopped inside the SEND";
     ASSERT_NO_FATAL_FAILURE(restart(a));
-    EXPECT_EQ(a.qp->stats().packets_sent.load(), sent_before) << "counters never go down";
+    EXPECT_EQ(a.qp->stats().packets_sent.read(), sent_before) << "counters never go down";
     EXPECT_EQ(a.qp->stats().next_psn.load(), next_before);
     // Again while READ responses are coming in: half of them landed, the rest are lost.
     auto is_read_response = [](const test_wire::frame& f) {
@@ -551,7 +551,7 @@ TEST_F(RcRestoreTest, RequesterRestartedMidSendAndMidReadDeliversEveryByteOnce) 
         << "its last did not";
     ASSERT_NO_FATAL_FAILURE(restart(a));
     ASSERT_NO_FATAL_FAILURE(expect_stream_delivered());
-    EXPECT_GT(a.qp->stats().retransmitted.load(), 0u) << "what was lost was sent again";
+    EXPECT_GT(a.qp->stats().retransmitted.read(), 0u) << "what was lost was sent again";
 }
 
 TEST_F(RcRestoreTest, ResponderRestartedMidWriteMidSendAndAfterAtomicsExecutesOnce) {
@@ -559,14 +559,14 @@ TEST_F(RcRestoreTest, ResponderRestartedMidWriteMidSendAndAfterAtomicsExecutesOn
     post_stream();
     // Mid-WRITE: what a sent so far (less than the WRITE) placed, the rest still to come.
     step();
-    ASSERT_GT(a.qp->stats().packets_sent.load(), st::write_psn);
-    ASSERT_LT(a.qp->stats().packets_sent.load(), st::send_psn);
+    ASSERT_GT(a.qp->stats().packets_sent.read(), st::write_psn);
+    ASSERT_LT(a.qp->stats().packets_sent.read(), st::send_psn);
     ASSERT_NO_FATAL_FAILURE(restart(b));
     // Mid-SEND: its receive WQE taken and partly filled.
     step();
-    ASSERT_GT(a.qp->stats().packets_sent.load(), st::send_psn);
-    ASSERT_LT(a.qp->stats().packets_sent.load(), st::read_psn);
-    ASSERT_EQ(b.qp->stats().completions.load(), 0u);
+    ASSERT_GT(a.qp->stats().packets_sent.read(), st::send_psn);
+    ASSERT_LT(a.qp->stats().packets_sent.read(), st::read_psn);
+    ASSERT_EQ(b.qp->stats().completions.read(), 0u);
     ASSERT_NO_FATAL_FAILURE(restart(b));
     // Every atomic executed, and none of their answers reached the requester: it asks again
     // after the restart, and only the replay cache may answer.
@@ -581,7 +581,7 @@ TEST_F(RcRestoreTest, ResponderRestartedMidWriteMidSendAndAfterAtomicsExecutesOn
         run_until([&] { return b.word(st::counter_at) == all_added; }, 5000, no_atomic_acks));
     ASSERT_NO_FATAL_FAILURE(restart(b));
     ASSERT_NO_FATAL_FAILURE(expect_stream_delivered());
-    EXPECT_GT(b.qp->stats().duplicates.load(), 0u) << "the atomics came again";
+    EXPECT_GT(b.qp->stats().duplicates.read(), 0u) << "the atomics came again";
 }
 
 TEST_F(RcRestoreTest, BothEndsRestartedTogetherMidStreamDeliverEveryByteOnce) {
@@ -608,7 +608,7 @@ TEST_F(RcRestoreTest, IntraHostMessagesRestartedBetweenSlicesCompleteWhole) {
     step();  // the rest of the WRITE, then a slice of the SEND into b's receive WQE
     seen_sends = a.drain_send();
     ASSERT_EQ(seen_sends.size(), 1u) << "the WRITE completed";
-    ASSERT_EQ(b.qp->stats().completions.load(), 0u) << "the SEND is still under way";
+    ASSERT_EQ(b.qp->stats().completions.read(), 0u) << "the SEND is still under way";
     ASSERT_NO_FATAL_FAILURE(restart(b));
     ASSERT_NO_FATAL_FAILURE(restart(a));
     ASSERT_NO_FATAL_FAILURE(expect_stream_delivered());
@@ -629,9 +629,9 @@ TEST_F(QpRestoreTest, AQpOnAnSrqRestartedMidSendCompletesTheWqeItHadTaken) {
     a.post_send(wqe(1, IBV_WR_SEND, a.iova(0), first, a.mr));
     a.post_send(wqe(2, IBV_WR_SEND, a.iova(first), second, a.mr));
     step();
-    ASSERT_LT(a.qp->stats().packets_sent.load(), first / 1024) << "inside the first SEND";
+    ASSERT_LT(a.qp->stats().packets_sent.read(), first / 1024) << "inside the first SEND";
     ASSERT_NO_FATAL_FAILURE(restart(b));
-    ASSERT_TRUE(run_until([&] { return a.qp->stats().completions.load() == 2; }, 5000));
+    ASSERT_TRUE(run_until([&] { return a.qp->stats().completions.read() == 2; }, 5000));
     run(200);
     const auto sends = a.drain_send();
     ASSERT_EQ(sends.size(), 2u);
@@ -670,7 +670,7 @@ TEST_F(RcRestoreTest, ARestoredWqePinsItsMemoryUntilItCompletes) {
     ASSERT_NO_FATAL_FAILURE(restart(a));
     a.mrs->erase(key);  // ibv_dereg_mr with the WR still out
     EXPECT_FALSE(pinned.expired()) << "the restored WQE holds the MR";
-    ASSERT_TRUE(run_until([&] { return a.qp->stats().completions.load() == 1; }, 2000));
+    ASSERT_TRUE(run_until([&] { return a.qp->stats().completions.read() == 1; }, 2000));
     const auto c = a.drain_send();
     ASSERT_EQ(c.size(), 1u);
     EXPECT_EQ(c[0].status, IBV_WC_SUCCESS);
@@ -690,7 +690,7 @@ TEST_F(RcRestoreTest, DcqcnRateAndAdmittedGenerationCarryOver) {
     EXPECT_EQ(a.qp->rate_bps(), cut);
     EXPECT_EQ(a.qp->stats().rate_bps.load(), cut);
     EXPECT_EQ(a.qp->admitted_generation(), generation);
-    EXPECT_EQ(a.qp->stats().cnps_received.load(), 2u);
+    EXPECT_EQ(a.qp->stats().cnps_received.read(), 2u);
 }
 
 // ---- UC and UD
@@ -747,7 +747,7 @@ TEST_F(UcRestoreTest, RequesterRestartedMidMessageLosesAtMostThatMessage) {
     // The packets of the message in progress the old process sent last are still on the wire
     // when it stops: lost. Everything before them (whole messages) arrived.
     const auto in_progress =
-        static_cast<std::ptrdiff_t>(a.qp->stats().packets_sent.load() % (message_len / 1024));
+        static_cast<std::ptrdiff_t>(a.qp->stats().packets_sent.read() % (message_len / 1024));
     ASSERT_GT(in_progress, 0);
     ASSERT_GT(wire.frames.size(), static_cast<std::size_t>(in_progress));
     std::deque<test_wire::frame> in_flight(wire.frames.end() - in_progress, wire.frames.end());
@@ -760,7 +760,7 @@ TEST_F(UcRestoreTest, RequesterRestartedMidMessageLosesAtMostThatMessage) {
 
 TEST_F(UcRestoreTest, ResponderRestartedMidMessageWithNothingInFlightLosesNothing) {
     step();  // everything sent so far arrived: b is inside a message
-    ASSERT_LT(b.qp->stats().completions.load(), messages);
+    ASSERT_LT(b.qp->stats().completions.read(), messages);
     ASSERT_NO_FATAL_FAILURE(restart(b));
     ASSERT_NO_FATAL_FAILURE(expect_delivered(0));
 }

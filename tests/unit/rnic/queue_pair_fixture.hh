@@ -525,7 +525,7 @@ inline void QueuePairTest::expect_nothing_sent_twice(const side& s) {
 }
 
 inline uint64_t drops_of(const engine& e, engine_drop d) {
-    return e.counters().drops[static_cast<std::size_t>(d)].load();
+    return e.counters().drops[static_cast<std::size_t>(d)].read();
 }
 
 //

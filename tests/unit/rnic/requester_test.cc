@@ -18,7 +18,7 @@ TEST_F(QueuePairTest, SendOfEverySizeLandsInTheReceiveBufferWithItsLength) {
         run(200);
         proto::cqe c{};
         for (int d = 0; d < static_cast<int>(engine_drop::count); ++d) {
-            EXPECT_EQ(eng.counters().drops[d].load(), 0u)
+            EXPECT_EQ(eng.counters().drops[d].read(), 0u)
                 << engine_drop_name(static_cast<engine_drop>(d));
         }
         ASSERT_TRUE(a.poll_send(c)) << size << " sent " << wire.sent;

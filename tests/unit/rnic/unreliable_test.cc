@@ -246,7 +246,7 @@ TEST_F(UdQpTest, ATenantDatagramToQp1NeverReachesTheCmAgentEvenNamingTheGsiQkey)
         EXPECT_EQ(c.status, IBV_WC_SUCCESS) << "sent, as a UD send always is";
     }
     EXPECT_TRUE(eng.gsi().take_rx(1).empty());
-    EXPECT_EQ(eng.counters().drops[static_cast<std::size_t>(engine_drop::gsi_forged)].load(), 2u);
+    EXPECT_EQ(eng.counters().drops[static_cast<std::size_t>(engine_drop::gsi_forged)].read(), 2u);
 
     // The control: the same bytes queued by an agent of vNIC a leave QP1 with the GSI Q_Key
     // and reach QP1 of b. Then the same frame with another source QPN, ICRC sealed again (a
@@ -277,8 +277,8 @@ TEST_F(UdQpTest, ATenantDatagramToQp1NeverReachesTheCmAgentEvenNamingTheGsiQkey)
     eng.receive(1, agent_frame.data() + 14, static_cast<uint32_t>(agent_frame.size() - 14), wire,
                 now);
     EXPECT_TRUE(eng.gsi().take_rx(1).empty());
-    EXPECT_EQ(eng.counters().drops[static_cast<std::size_t>(engine_drop::gsi_forged)].load(), 3u);
-    EXPECT_EQ(eng.counters().drops[static_cast<std::size_t>(engine_drop::bad_icrc)].load(), 0u);
+    EXPECT_EQ(eng.counters().drops[static_cast<std::size_t>(engine_drop::gsi_forged)].read(), 3u);
+    EXPECT_EQ(eng.counters().drops[static_cast<std::size_t>(engine_drop::bad_icrc)].read(), 0u);
 }
 
 TEST_F(UdQpTest, ADatagramForAQpOfAnotherTransportIsDroppedAndCounted) {
@@ -288,7 +288,7 @@ TEST_F(UdQpTest, ADatagramForAQpOfAnotherTransportIsDroppedAndCounted) {
     run(20);
     proto::cqe c{};
     EXPECT_FALSE(b.poll_recv(c));
-    EXPECT_EQ(eng.counters().drops[static_cast<std::size_t>(engine_drop::unknown_qp)].load(), 1u);
+    EXPECT_EQ(eng.counters().drops[static_cast<std::size_t>(engine_drop::unknown_qp)].read(), 1u);
 }
 
 }  // namespace

@@ -243,12 +243,12 @@ struct IngressRoce : PipelineTest {
 TEST_F(IngressRoce, OuterCeOnRoceReachesTheEngineAsInnerCeAndNotEctUnderCeIsDropped) {
     from_uplink(roce_from_h2(0x02, 0x03));  // ECT(0) inside, CE outside
     EXPECT_EQ(ctx->counters.ce_marked_on_decap.read(), 1u) << "the RFC 6040 step ran";
-    EXPECT_EQ(engine.counters().received.load(), 1u) << "then the RNIC got it";
+    EXPECT_EQ(engine.counters().received.read(), 1u) << "then the RNIC got it";
     EXPECT_EQ(ctx->counters.vnics[slot_t1].rdma_rx_packets.read(), 1u);
 
     from_uplink(roce_from_h2(0x00, 0x03));  // Not-ECT inside, CE outside
     EXPECT_EQ(drops(drop_reason::inner_ce_on_not_ect), 1u);
-    EXPECT_EQ(engine.counters().received.load(), 1u) << "RFC 6040: dropped, not delivered";
+    EXPECT_EQ(engine.counters().received.read(), 1u) << "RFC 6040: dropped, not delivered";
 }
 
 }  // namespace
