@@ -1,10 +1,13 @@
 #include "dataplane/eal_options.hh"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 namespace jakiro {
 
@@ -65,6 +68,38 @@ long free_hugepages_now() {
         }
     }
     return 0;
+}
+
+std::vector<unsigned> allowed_cpus() {
+    std::vector<unsigned> cpus;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        for (unsigned cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+            if (CPU_ISSET(cpu, &set)) {
+                cpus.push_back(cpu);
+            }
+        }
+    }
+    if (cpus.empty()) {
+        for (unsigned cpu = 0; cpu < std::max(1u, std::thread::hardware_concurrency()); ++cpu) {
+            cpus.push_back(cpu);
+        }
+    }
+    return cpus;
+}
+
+std::string default_lcores(unsigned workers, const std::vector<unsigned>& cpus) {
+    std::string set = "(";
+    for (std::size_t i = 0; i < cpus.size(); ++i) {
+        set += (i == 0 ? "" : ",") + std::to_string(cpus[i]);
+    }
+    set += ")";
+    std::string lcores;
+    for (unsigned w = 0; w < workers; ++w) {
+        lcores += (w == 0 ? "" : ",") + std::to_string(w) + "@" + set;
+    }
+    return lcores;
 }
 
 }  // namespace jakiro

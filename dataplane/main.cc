@@ -112,7 +112,7 @@ const char* usage =
     "  --busy-poll          never sleep when idle (dedicated cores); default is adaptive polling\n"
     "  --socket PATH        control socket (default /run/jakiro/<host name>.sock)\n"
     "  --lcores LIST        EAL --lcores mapping (default: one lcore per worker, each\n"
-    "                       floating over every CPU)\n"
+    "                       floating over the CPUs jakirod was started on)\n"
     "  --workers N          poll loops sharing the vNICs (default: host.workers, else 1)\n"
     "  --take-over          take over from the running jakirod of this host with its state\n"
     "                       (docs/restart.md); it serves on if this one refuses or fails\n"
@@ -209,21 +209,6 @@ bool parse_options(int argc, char** argv, options& out) {
         return false;
     }
     return true;
-}
-
-unsigned host_cpus() {
-    return std::max(1u, std::thread::hardware_concurrency());
-}
-
-// One EAL lcore per worker, each a thread the kernel may run on any CPU: on a shared host the
-// scheduler, not a pinning, decides (dedicated cores: pass --lcores).
-std::string default_lcores(unsigned workers) {
-    const std::string cpus = "(0-" + std::to_string(host_cpus() - 1) + ")";
-    std::string lcores;
-    for (unsigned w = 0; w < workers; ++w) {
-        lcores += (w == 0 ? "" : ",") + std::to_string(w) + "@" + cpus;
-    }
-    return lcores;
 }
 
 static_assert(jakiro::max_workers <= jakiro::worker_handoff::max_lanes);
@@ -328,10 +313,11 @@ int main(int argc, char** argv) {
     const unsigned workers = opts.workers != 0 ? opts.workers : config.workers;
     const std::string workers_from =
         opts.workers != 0 ? std::string("--workers") : opts.config + ": host.workers";
-    if (opts.lcores.empty() && workers > host_cpus()) {
+    const std::vector<unsigned> cpus = allowed_cpus();
+    if (opts.lcores.empty() && workers > cpus.size()) {
         const std::string message = workers_from + ": " + std::to_string(workers) +
-                                    " workers, but this host has " + std::to_string(host_cpus()) +
-                                    " CPUs";
+                                    " workers, but jakirod may run on " +
+                                    std::to_string(cpus.size()) + " CPUs";
         std::cerr << message << "\n";
         service::notify("STATUS=configuration rejected: " + message);
         return exit_config;
@@ -343,7 +329,7 @@ int main(int argc, char** argv) {
 
     startup.mark("config");
     auto eal = make_eal_args(config.name, free_hugepages_now(),
-                             opts.lcores.empty() ? default_lcores(workers) : opts.lcores,
+                             opts.lcores.empty() ? default_lcores(workers, cpus) : opts.lcores,
                              config.underlay.mtu);
     state.memory_mode = eal.memory_mode;
     std::vector<char*> eal_argv;

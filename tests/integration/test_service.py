@@ -598,6 +598,34 @@ class TestWithTestbed:
         finally:
             restart_h1_plain()
 
+    def test_started_on_one_cpu_every_thread_stays_there(self):
+        """A unit's CPUAffinity= (here as taskset does it) keeps the whole daemon on the CPUs
+        it names, the workers and EAL's threads included: the dataplane's cores apart from the
+        tenants'."""
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            pytest.skip("one CPU: no affinity narrower than every CPU")
+        dataplane_cpu = cpus[-1]
+        stop_h1()
+        p = start_h1(prefix=["taskset", "-c", dataplane_cpu])
+        try:
+            wait_until(lambda: ready("h1"), 30, "h1 ready on one CPU")
+            # Traffic through the worker, which is on that CPU and serves.
+            assert run("ip", "netns", "exec", T1, "ping", "-c", "3", "-i", "0.2", "-W", "2",
+                       IP[T2], check=False).returncode == 0
+            names, elsewhere = [], {}
+            for tid in os.listdir(f"/proc/{p.pid}/task"):
+                comm = Path(f"/proc/{p.pid}/task/{tid}/comm").read_text().strip()
+                names.append(comm)
+                allowed = os.sched_getaffinity(int(tid))
+                if allowed != {dataplane_cpu}:
+                    elsewhere[f"{tid} {comm}"] = sorted(allowed)
+            # The worker lcore, EAL's control threads and the vNICs' verbs endpoints among them.
+            assert any(n.startswith("jk-verbs-") for n in names), names
+            assert not elsewhere, f"threads beyond CPU {dataplane_cpu}: {elsewhere}"
+        finally:
+            restart_h1_plain()
+
     def test_logs_are_structured_rate_limited_and_never_per_packet(self, tmp_path):
         log = RUN_DIR / "h1.log"
         lines_before = log.read_text(errors="replace").splitlines()
