@@ -15,7 +15,10 @@ struct cdi_options {
     bool preload = true;  // LD_PRELOAD the shim for every process (no jakiro-run needed)
 };
 
-inline constexpr const char* cdi_lib_path = "/usr/lib/jakiro/libjakiro_verbs.so";
+// /usr/lib is where jakiro-run (at /usr/bin) looks for the shim beside itself, so
+// `podman exec CONTAINER jakiro-run -- CMD` finds it too: podman exec does not apply a CDI
+// device's environment, only the container's first process has it.
+inline constexpr const char* cdi_lib_path = "/usr/lib/libjakiro_verbs.so";
 inline constexpr const char* cdi_run_path = "/usr/bin/jakiro-run";
 
 std::string cdi_spec_json(const cdi_options& options);
