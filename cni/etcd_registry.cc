@@ -141,10 +141,19 @@ class etcd_registry final : public vnic_registry {
 
     bool remove(const std::string& vnic, const std::string& vpc, uint32_t ip,
                 cni_error& error) override {
+        // Without a lease (a DEL after the lease file was lost) the record says which address
+        // key is the vNIC's.
+        std::string vpc_of = vpc;
+        for (const auto& v : _view->cluster.vnics) {
+            if (ip == 0 && v.name == vnic) {
+                vpc_of = v.vpc;
+                ip = v.ip.address;
+            }
+        }
         etcdserverpb::TxnRequest txn;
         txn.add_success()->mutable_request_delete_range()->set_key(vnic_key(vnic));
         if (ip != 0) {
-            txn.add_success()->mutable_request_delete_range()->set_key(address_key(vpc, ip));
+            txn.add_success()->mutable_request_delete_range()->set_key(address_key(vpc_of, ip));
         }
         etcdserverpb::TxnResponse response;
         std::string why;

@@ -46,6 +46,7 @@ bool run_ip(const std::string& netns, const std::vector<std::string>& args, std:
     std::vector<std::string> argv_text{ip_binary()};
     argv_text.insert(argv_text.end(), args.begin(), args.end());
     std::vector<char*> argv;
+    argv.reserve(argv_text.size() + 1);
     for (auto& a : argv_text) {
         argv.push_back(a.data());
     }

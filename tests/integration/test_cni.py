@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from cni_runtime import (add, address, cni, container_links, container_ns, leases, network,
-                         vnic_links)
+from cni_runtime import (DATA_DIR, add, address, cni, container_links, container_ns, leases,
+                         network, vnic_links)
 from conftest import JAKIROCTL, http_server, jakiroctl, ns, ping, run
 
 TESTBED_ARGS = ["--control", "etcd"]
@@ -119,6 +119,13 @@ def test_del_leaves_no_vnic_veth_lease_or_etcd_record_and_can_be_repeated(testbe
         assert vnic not in ports
         # DEL of a container whose namespace is gone already (CNI_NETNS empty) is no error.
         assert cni("DEL", "h2", "jk-cni-x1", conf, netns="").code == 0
+        # A lease file lost (a wiped data_dir): DEL still finds the vNIC and its address key.
+        add("h2", "jk-cni-x1", conf)
+        for lease in (DATA_DIR / "h2").glob("*/*"):
+            lease.unlink()
+        assert cni("DEL", "h2", "jk-cni-x1", conf).code == 0
+        assert vnic not in etcd_vnics() and etcd_keys("/jakiro-cni/") == []
+        assert vnic_links("h2") == []
     finally:
         run("ip", "netns", "del", "jk-cni-x1", check=False)
 
