@@ -14,23 +14,32 @@ constexpr int reply_timeout_ms = 5000;
 }  // namespace
 
 int ask(const std::string& path, const std::string& command, std::string& body) {
+    std::string error;
+    const int status = ask(path, command, body, error);
+    if (status != 0) {
+        std::cerr << "jakiroctl: " << error.substr(0, error.find('\n')) << "\n";
+    }
+    return status;
+}
+
+int ask(const std::string& path, const std::string& command, std::string& body,
+        std::string& error) {
     sockaddr_un addr{};
     if (path.size() >= sizeof(addr.sun_path)) {
-        std::cerr << "jakiroctl: socket path too long\n";
+        error = "socket path too long";
         return 2;
     }
     addr.sun_family = AF_UNIX;
     std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
     const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-        std::cerr << "jakiroctl: cannot reach jakirod at " << path << ": " << std::strerror(errno)
-                  << "\n";
+        error = "cannot reach jakirod at " + path + ": " + std::strerror(errno);
         close(fd);
         return 2;
     }
     const std::string line = command + "\n";
     if (send(fd, line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size())) {
-        std::cerr << "jakiroctl: cannot send to " << path << "\n";
+        error = "cannot send to " + path;
         close(fd);
         return 2;
     }
@@ -39,7 +48,7 @@ int ask(const std::string& path, const std::string& command, std::string& body) 
     for (;;) {
         pollfd in{fd, POLLIN, 0};
         if (poll(&in, 1, reply_timeout_ms) <= 0) {
-            std::cerr << "jakiroctl: no reply from " << path << " within 5 s\n";
+            error = "no reply from " + path + " within 5 s";
             close(fd);
             return 2;
         }
@@ -56,6 +65,10 @@ int ask(const std::string& path, const std::string& command, std::string& body) 
         body = newline == std::string::npos ? "" : reply.substr(newline + 1);
         return 0;
     }
-    std::cerr << "jakiroctl: " << (head.rfind("ERR ", 0) == 0 ? head.substr(4) : head) << "\n";
+    // The whole refusal: an apply's errors follow its first line, one per line.
+    error = head.rfind("ERR ", 0) == 0 ? reply.substr(4) : reply;
+    while (!error.empty() && error.back() == '\n') {
+        error.pop_back();
+    }
     return 1;
 }
