@@ -7,15 +7,76 @@ namespace jakiro::control_plane {
 void cluster_records::reset(int64_t revision) {
     _records.clear();
     _revision = revision;
+    _served.clear();
+    _pulled.clear();
+    _dropped.clear();
 }
 
-void cluster_records::put(const std::string& key, std::string value, int64_t mod_revision) {
+std::set<std::string> cluster_records::served_vpcs() const {
+    std::set<std::string> out;
+    for (const auto& [vpc, vnics] : _served) {
+        out.insert(vpc);
+    }
+    return out;
+}
+
+std::vector<std::string> cluster_records::take_pulled() {
+    std::vector<std::string> out(_pulled.begin(), _pulled.end());
+    _pulled.clear();
+    return out;
+}
+
+std::vector<std::string> cluster_records::take_dropped() {
+    std::vector<std::string> out(_dropped.begin(), _dropped.end());
+    _dropped.clear();
+    return out;
+}
+
+void cluster_records::forget_vpc(const std::string& vpc) {
+    _records.erase(key_of({record_kind::vpc, "", vpc}));
+    for (auto kind : {record_kind::group, record_kind::vnic}) {
+        const auto prefix = prefix_of(kind, vpc);
+        _records.erase(_records.lower_bound(prefix),
+                       _records.lower_bound(prefix_range_end(prefix)));
+    }
+}
+
+bool cluster_records::put(const std::string& key, std::string value, int64_t mod_revision) {
     const auto parsed = parse_key(key);
     if (!parsed) {
-        return;
+        return false;
+    }
+    if (!_host.empty()) {
+        switch (parsed->kind) {
+            case record_kind::home:
+                if (parsed->host != _host) {
+                    return false;
+                }
+                if (_served[parsed->vpc].insert(parsed->name).second &&
+                    _served[parsed->vpc].size() == 1) {
+                    _pulled.insert(parsed->vpc);  // its first local vNIC: read the VPC
+                }
+                break;
+            case record_kind::vpc:
+                if (!serves(parsed->name)) {
+                    return false;
+                }
+                break;
+            case record_kind::group:
+            case record_kind::vnic:
+                // A host reads per VPC and never finds a legacy key; one seen in the watch is
+                // left to jakiroctl's migration too, so that every host sees the same records.
+                if (parsed->legacy || !serves(parsed->vpc)) {
+                    return false;
+                }
+                break;
+            case record_kind::host:
+            case record_kind::alive:
+                break;
+        }
     }
     stored_record record{std::move(value), mod_revision, "", ""};
-    if (parsed->kind != record_kind::alive) {
+    if (parsed->kind != record_kind::alive && parsed->kind != record_kind::home) {
         try {
             const auto node = YAML::Load(record.value);
             // The key says what the record is: a value that claims another name is refused
@@ -25,7 +86,8 @@ void cluster_records::put(const std::string& key, std::string value, int64_t mod
             } else if (!node["name"].IsDefined() || !node["name"].IsScalar() ||
                        node["name"].Scalar() != parsed->name) {
                 record.problem = "name does not match the key";
-            } else if (parsed->kind == record_kind::group &&
+            } else if ((parsed->kind == record_kind::group ||
+                        (parsed->kind == record_kind::vnic && !parsed->legacy)) &&
                        (!node["vpc"].IsDefined() || !node["vpc"].IsScalar() ||
                         node["vpc"].Scalar() != parsed->vpc)) {
                 record.problem = "vpc does not match the key";
@@ -42,10 +104,25 @@ void cluster_records::put(const std::string& key, std::string value, int64_t mod
         }
     }
     _records[key] = std::move(record);
+    return true;
 }
 
-void cluster_records::erase(const std::string& key) {
-    _records.erase(key);
+bool cluster_records::erase(const std::string& key) {
+    if (!_host.empty()) {
+        const auto parsed = parse_key(key);
+        if (parsed && parsed->kind == record_kind::home && parsed->host == _host) {
+            const auto served = _served.find(parsed->vpc);
+            if (served != _served.end() && served->second.erase(parsed->name) &&
+                served->second.empty()) {
+                // The last local vNIC of the VPC left: forget the VPC whole.
+                _served.erase(served);
+                forget_vpc(parsed->vpc);
+                _pulled.erase(parsed->vpc);
+                _dropped.insert(parsed->vpc);
+            }
+        }
+    }
+    return _records.erase(key) != 0;
 }
 
 namespace {
@@ -62,6 +139,7 @@ const char* section_of(record_kind kind) {
         case record_kind::host:
             return "hosts";
         case record_kind::alive:
+        case record_kind::home:
             break;
     }
     return nullptr;
@@ -79,6 +157,8 @@ std::shared_ptr<const cluster_view> cluster_records::build_view() {
         const auto parsed = parse_key(key);
         if (parsed->kind == record_kind::alive) {
             view->alive_hosts.insert(parsed->name);
+        } else if (parsed->kind == record_kind::home) {
+            continue;  // an index: what it says is in the vNIC records
         } else if (!record.problem.empty()) {
             view->rejected.push_back(key + ": " + record.problem);
         } else {
@@ -88,8 +168,10 @@ std::shared_ptr<const cluster_view> cluster_records::build_view() {
     // The frame (hosts, VPCs, groups: few records) is one document, one entry per line, which
     // the loader checks as it checks a cluster YAML; an error's line names its record. Each
     // round drops the entries the loader blames and tries again; a few rounds cover chains.
+    // The same text as last time gives the same frame: it is not loaded again.
     std::set<const std::string*> dropped;
     bool loaded_frame = false;
+    std::vector<std::string> frame_rejected;
     for (int round = 0; round < 8 && !loaded_frame; ++round) {
         std::string text;
         std::vector<const std::string*> line_key{nullptr};  // 1-based lines
@@ -108,6 +190,13 @@ std::shared_ptr<const cluster_view> cluster_records::build_view() {
                 line_key.push_back(key);
             }
         }
+        if (round == 0 && text == _frame_text && _generations > 0) {
+            view->cluster = _frame;
+            view->rejected.insert(view->rejected.end(), _frame_rejected.begin(),
+                                  _frame_rejected.end());
+            loaded_frame = true;
+            break;
+        }
         if (text.empty()) {
             loaded_frame = true;
         } else {
@@ -123,39 +212,86 @@ std::shared_ptr<const cluster_view> cluster_records::build_view() {
                             ? line_key[error.line]
                             : nullptr;
                     if (key != nullptr && dropped.insert(key).second) {
-                        view->rejected.push_back(*key + ": " + error.field + ": " + error.message);
+                        frame_rejected.push_back(*key + ": " + error.field + ": " + error.message);
                         progress = true;
                     }
                 }
                 if (!progress) {
-                    view->rejected.push_back(loaded.errors[0].to_string());
+                    frame_rejected.push_back(loaded.errors[0].to_string());
                     break;
                 }
             }
         }
-        if (loaded_frame && text != _frame_text) {
-            _frame_text = std::move(text);
-            ++_frame_generation;
+        if (loaded_frame) {
+            // Remembered by the text of the first round: what the records say, dropped or not.
+            std::string first;
+            for (auto kind : {record_kind::host, record_kind::vpc, record_kind::group}) {
+                bool header = false;
+                for (const auto* key : by_kind[kind]) {
+                    if (!header) {
+                        first += std::string(section_of(kind)) + ":\n";
+                        header = true;
+                    }
+                    first += "- " + _records.at(*key).flow + "\n";
+                }
+            }
+            _frame_text = std::move(first);
+            _frame = view->cluster;
+            _frame_rejected = frame_rejected;
+            view->rejected.insert(view->rejected.end(), frame_rejected.begin(),
+                                  frame_rejected.end());
+            ++_generations;
+            // Each VPC's part of the frame: its vNICs are checked again only if it changed.
+            std::map<std::string, std::string> vpc_text;
+            for (const auto& vpc : _frame.vpcs) {
+                vpc_text[vpc.name] = "vpc " + vpc.name + " " + std::to_string(vpc.vni) + "\n";
+            }
+            for (const auto* key : by_kind[record_kind::group]) {
+                if (!dropped.count(key)) {
+                    vpc_text[parse_key(*key)->vpc] += _records.at(*key).flow + "\n";
+                }
+            }
+            for (auto it = _vpc_frames.begin(); it != _vpc_frames.end();) {
+                it = vpc_text.count(it->first) ? std::next(it) : _vpc_frames.erase(it);
+            }
+            for (auto& [vpc, text] : vpc_text) {
+                auto& frame = _vpc_frames[vpc];
+                if (frame.generation == 0 || frame.text != text) {
+                    frame.text = std::move(text);
+                    frame.generation = _generations;
+                }
+            }
         }
     }
     if (!loaded_frame) {
+        view->rejected.insert(view->rejected.end(), frame_rejected.begin(), frame_rejected.end());
+        _frame_text.clear();
         view->usable = false;
         return view;
     }
-    // vNICs one by one against the frame, each remembered until it or the frame changes.
+    // vNICs one by one against the frame, each remembered until it or its VPC's frame changes.
     for (auto it = _checked.begin(); it != _checked.end();) {
         it = _records.count(it->first) ? std::next(it) : _checked.erase(it);
     }
     std::set<std::pair<std::string, uint32_t>> addresses;  // (VPC, IP) taken
     std::set<mac_address> macs;
+    view->cluster.vnics.reserve(by_kind[record_kind::vnic].size());
     for (const auto* key : by_kind[record_kind::vnic]) {
         const auto& flow = _records.at(*key).flow;
+        const auto parsed = parse_key(*key);
+        // A legacy key names no VPC: checked again whenever any part of the frame changed.
+        uint64_t frame = _generations;
+        if (!parsed->legacy) {
+            const auto found = _vpc_frames.find(parsed->vpc);
+            frame = found == _vpc_frames.end() ? 0 : found->second.generation;
+        }
         auto& checked = _checked[*key];
-        if (checked.flow != flow || checked.frame != _frame_generation) {
+        if (checked.flow != flow || checked.frame != frame || frame == 0) {
             checked.flow = flow;
-            checked.frame = _frame_generation;
+            checked.frame = frame;
             checked.error.clear();
             checked.vnic = load_cluster_vnic_text(flow, view->cluster, checked.error);
+            ++view->vnics_checked;
         }
         if (!checked.vnic) {
             view->rejected.push_back(*key + ": " + checked.error);
@@ -189,12 +325,18 @@ std::map<std::string, std::string> records_of_document(const YAML::Node& root) {
             record_key key;
             key.kind = kind;
             key.name = node["name"].as<std::string>("");
-            if (kind == record_kind::group) {
+            if (kind == record_kind::group || kind == record_kind::vnic) {
                 key.vpc = node["vpc"].as<std::string>("");
             }
             YAML::Emitter emit;
             emit << YAML::Flow << node;
             out[key_of(key)] = emit.c_str();
+            if (kind == record_kind::vnic) {
+                // The host's index: how it finds the VPCs it serves without reading the rest.
+                record_key home{record_kind::home, key.vpc, key.name,
+                                node["host"].as<std::string>(""), false};
+                out[key_of(home)] = "{name: " + key.name + "}";
+            }
         }
     };
     add(record_kind::host, "hosts");

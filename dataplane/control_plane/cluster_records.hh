@@ -4,6 +4,12 @@
 // Also the other direction: the records a cluster YAML stands for, and the difference between
 // two sets of records (what `jakiroctl --etcd apply` writes in its transaction).
 //
+// Interest: jakiroctl keeps every record; jakirod follows only what its own vNICs need
+// (follow_only): the VPCs its homes/ index names, with their groups and vNICs, plus the hosts
+// (their underlay addresses) and their liveness. Records of other VPCs are dropped on arrival
+// by their key alone, before any parsing: they cost one key comparison. Remote groups need
+// nothing more: a rule can only name a group of its own VPC.
+//
 // Thread-safety: none; one owner (jakirod's etcd agent thread, or jakiroctl).
 
 #include <cstdint>
@@ -41,15 +47,30 @@ struct cluster_view {
     std::vector<std::string> rejected;  // "KEY: reason"
     std::size_t records = 0;            // keys read
     std::size_t bytes = 0;              // their keys + values
+    std::size_t vnics_checked = 0;      // vNIC records parsed and validated for this view
 };
 
 class cluster_records {
   public:
+    // From now on, keep only the records host `host` needs (see above).
+    void follow_only(std::string host) { _host = std::move(host); }
+    bool following_all() const { return _host.empty(); }
+    // The VPCs this host serves (at least one of its vNICs is in each).
+    std::set<std::string> served_vpcs() const;
+    bool serves(const std::string& vpc) const { return _served.count(vpc) != 0; }
+
     // Replaces everything (a full read at `revision`).
     void reset(int64_t revision);
-    // One watch event; keys outside the schema are ignored.
-    void put(const std::string& key, std::string value, int64_t mod_revision);
-    void erase(const std::string& key);
+    // One watch event; keys outside the schema or outside the interest are ignored. False
+    // when the record was ignored.
+    bool put(const std::string& key, std::string value, int64_t mod_revision);
+    bool erase(const std::string& key);
+    // VPCs that entered the interest since the last call (their first local vNIC arrived):
+    // the caller reads their records, at the revision of the change that pulled them in.
+    std::vector<std::string> take_pulled();
+    // VPCs that left it since the last call (their last local vNIC left); their records are
+    // already forgotten.
+    std::vector<std::string> take_dropped();
     void set_revision(int64_t revision) { _revision = revision; }
     int64_t revision() const { return _revision; }
     const std::map<std::string, stored_record>& records() const { return _records; }
@@ -62,16 +83,29 @@ class cluster_records {
   private:
     struct checked_vnic {
         std::string flow;    // the value it was checked as
-        uint64_t frame = 0;  // the _frame_generation it was checked against
+        uint64_t frame = 0;  // the generation of its VPC's frame it was checked against
         std::optional<vnic_config> vnic;
         std::string error;
     };
+    struct vpc_frame {
+        std::string text;  // the VPC's record and its groups', as last checked against
+        uint64_t generation = 0;
+    };
+    void forget_vpc(const std::string& vpc);
 
     std::map<std::string, stored_record> _records;  // by key
     int64_t _revision = 0;
+    std::string _host;                                     // empty: every record is kept
+    std::map<std::string, std::set<std::string>> _served;  // VPC -> this host's vNICs in it
+    std::set<std::string> _pulled, _dropped;
     std::map<std::string, checked_vnic> _checked;  // by key
-    std::string _frame_text;                       // hosts, VPCs and groups, as last loaded
-    uint64_t _frame_generation = 0;
+    // The frame (hosts, VPCs and groups) as last loaded, and what it made: a change elsewhere
+    // reuses it. A vNIC is checked again only when its own VPC's part of the frame changed.
+    std::string _frame_text;
+    host_config _frame;
+    std::vector<std::string> _frame_rejected;
+    std::map<std::string, vpc_frame> _vpc_frames;
+    uint64_t _generations = 0;
 };
 
 // The records (key -> value) a validated cluster document stands for: one per host, VPC,

@@ -1,6 +1,8 @@
 #include "dataplane/control_plane/etcd_agent.hh"
 
 #include "dataplane/control_plane/key_schema.hh"
+
+#include <set>
 #include "dataplane/log.hh"
 
 namespace jakiro::control_plane {
@@ -17,16 +19,54 @@ etcd_agent::etcd_agent(control_config control, std::string host_name, uint32_t u
     : _control(std::move(control)),
       _host_name(std::move(host_name)),
       _underlay_ip(underlay_ip),
-      _client(_control.etcd, true) {}
+      _client(_control.etcd, true) {
+    _records.follow_only(_host_name);
+}
 
 etcd_agent::~etcd_agent() {
     stop();
 }
 
+bool etcd_agent::read_interest(std::vector<key_value>& out, int64_t& revision, std::string& error,
+                               std::chrono::milliseconds timeout) {
+    // This host's index first: it says which VPCs to read; everything else at its revision.
+    revision = 0;
+    std::vector<key_value> homes;
+    if (!_client.range_prefix(homes_prefix_of(_host_name), homes, revision, error, timeout)) {
+        return false;
+    }
+    std::set<std::string> vpcs;
+    for (const auto& kv : homes) {
+        if (const auto key = parse_key(kv.key); key && key->kind == record_kind::home) {
+            vpcs.insert(key->vpc);
+        }
+    }
+    out = std::move(homes);
+    std::vector<std::string> prefixes{prefix_of(record_kind::host), prefix_of(record_kind::alive)};
+    for (const auto& vpc : vpcs) {
+        for (auto& prefix : vpc_prefixes(vpc)) {
+            prefixes.push_back(std::move(prefix));
+        }
+    }
+    for (const auto& prefix : prefixes) {
+        if (!_client.range_prefix(prefix, out, revision, error, timeout)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+std::vector<std::string> etcd_agent::vpc_prefixes(const std::string& vpc) {
+    // The VPC's own record is read as a prefix too: a neighbour whose name starts with it
+    // comes along and is dropped by the interest.
+    return {key_of({record_kind::vpc, "", vpc, "", false}), prefix_of(record_kind::group, vpc),
+            prefix_of(record_kind::vnic, vpc)};
+}
+
 bool etcd_agent::full_read(std::string& error) {
     std::vector<key_value> kvs;
     int64_t revision = 0;
-    if (!_client.range_prefix(std::string(key_root), kvs, revision, error, call_timeout)) {
+    if (!read_interest(kvs, revision, error, call_timeout)) {
         return false;
     }
     queued_event event;
@@ -46,15 +86,40 @@ std::shared_ptr<const cluster_view> etcd_agent::read_once(std::chrono::milliseco
                                                           std::string& error) {
     std::vector<key_value> kvs;
     int64_t revision = 0;
-    if (!_client.range_prefix(std::string(key_root), kvs, revision, error, timeout)) {
+    if (!read_interest(kvs, revision, error, timeout)) {
         return nullptr;
     }
     _records.reset(revision);
     for (auto& kv : kvs) {
         _records.put(kv.key, std::move(kv.value), kv.mod_revision);
     }
+    _records.take_pulled();  // read above with the rest
     _revision = revision;
     return _records.build_view();
+}
+
+bool etcd_agent::pull_vpcs(int64_t revision) {
+    for (const auto& vpc : _records.take_pulled()) {
+        std::vector<key_value> kvs;
+        std::string error;
+        for (const auto& prefix : vpc_prefixes(vpc)) {
+            int64_t at = revision;
+            if (!_client.range_prefix(prefix, kvs, at, error, call_timeout)) {
+                log::warning("vpc_read_failed", error, {{"vpc", vpc}, {"revision", revision}});
+                return false;
+            }
+        }
+        log::info("vpc_followed", "the first local vNIC of a VPC arrived: following it",
+                  {{"vpc", vpc}, {"records", kvs.size()}});
+        for (auto& kv : kvs) {
+            _records.put(kv.key, std::move(kv.value), kv.mod_revision);
+        }
+    }
+    for (const auto& vpc : _records.take_dropped()) {
+        log::info("vpc_forgotten", "the last local vNIC of a VPC left: forgetting it",
+                  {{"vpc", vpc}});
+    }
+    return true;
 }
 
 void etcd_agent::start(view_handler on_view, connection_handler on_connection) {
@@ -151,6 +216,12 @@ void etcd_agent::watch_loop() {
             if (_stopping) {
                 break;
             }
+            if (_resync) {
+                // The build thread could not read a VPC it was pulled into: start over.
+                _resync = false;
+                need_full_read = true;
+                continue;
+            }
             _watch = &stream;
         }
         etcdserverpb::WatchResponse response;
@@ -197,6 +268,13 @@ void etcd_agent::watch_loop() {
         if (_stopping) {
             break;
         }
+        {
+            std::lock_guard lock(_mutex);
+            if (_resync) {
+                _resync = false;
+                need_full_read = true;
+            }
+        }
         if (!need_full_read) {
             report(false, error);
             sleep_for(retry);
@@ -218,19 +296,39 @@ void etcd_agent::build_loop() {
         }
         // The oldest event of the batch: what the latency of this publication is counted from.
         const auto received = batch.front().received;
+        bool changed = false;
+        bool pulled = true;
         for (auto& event : batch) {
             if (event.reset) {
                 _records.reset(event.revision);
+                changed = true;
             }
+            // A record outside the interest costs its key's parse and nothing else.
             for (auto& kv : event.puts) {
-                _records.put(kv.key, std::move(kv.value), kv.mod_revision);
+                changed |= _records.put(kv.key, std::move(kv.value), kv.mod_revision);
             }
             for (const auto& key : event.deletes) {
-                _records.erase(key);
+                changed |= _records.erase(key);
+            }
+            if (event.reset) {
+                _records.take_pulled();  // the full read holds the VPCs its index named
+            } else if (!pull_vpcs(event.revision)) {
+                pulled = false;  // compacted or etcd gone: read everything again
+                break;
             }
             _records.set_revision(event.revision);
         }
-        _on_view(_records.build_view(), received);
+        if (!pulled) {
+            std::lock_guard lock(_mutex);
+            _resync = true;
+            if (_watch != nullptr) {
+                _watch->cancel();
+            }
+            continue;
+        }
+        if (changed) {
+            _on_view(_records.build_view(), received);
+        }
     }
 }
 

@@ -1,8 +1,11 @@
 #pragma once
-// jakirod's etcd client side: follows everything under /jakiro/v1/ and hands each new state
-// to the control thread; registers this host under a lease.
+// jakirod's etcd client side: follows what this host's vNICs need under /jakiro/v1/ (its
+// VPCs, found through its homes/ index; cluster_records.hh) and hands each new state to the
+// control thread; registers this host under a lease.
 //
-//  - start: a full read (one revision), then a watch from the next revision;
+//  - start: a full read of the interest (one revision), then a watch of the whole prefix from
+//    the next revision, whose events outside the interest are dropped by key; a VPC that
+//    enters the interest (its first local vNIC) is read at the revision that brought it in;
 //  - etcd gone (the watch ends, a call fails): reported as disconnected, the last state stays
 //    in force, and the watch resumes from the last revision seen once etcd answers again;
 //  - the revision compacted away meanwhile (the watch is refused with compact_revision): a
@@ -68,6 +71,12 @@ class etcd_agent {
         int64_t revision = 0;
         std::chrono::steady_clock::time_point received;
     };
+    // What this host follows, all at one revision (cluster_records.hh: interest).
+    bool read_interest(std::vector<key_value>& out, int64_t& revision, std::string& error,
+                       std::chrono::milliseconds timeout);
+    static std::vector<std::string> vpc_prefixes(const std::string& vpc);
+    // Build thread: reads the VPCs the last event pulled into the interest, at its revision.
+    bool pull_vpcs(int64_t revision);
     bool full_read(std::string& error);
     void watch_loop();
     void build_loop();
@@ -92,6 +101,7 @@ class etcd_agent {
     int64_t _revision = 0;                        // the last revision seen (watch thread)
     bool _connected = false;
     bool _reported = false;
+    bool _resync = false;  // set by the build thread: the watch starts over with a full read
     std::string _last_error;
 
     cluster_records _records;  // build thread only (and read_once before start)

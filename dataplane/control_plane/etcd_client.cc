@@ -81,8 +81,6 @@ etcd_client::etcd_client(const std::vector<std::string>& endpoints, bool wait_fo
 bool etcd_client::range_prefix(const std::string& prefix, std::vector<key_value>& out,
                                int64_t& revision, std::string& error,
                                std::chrono::milliseconds timeout) {
-    out.clear();
-    revision = 0;
     const auto end = prefix_range_end(prefix);
     std::string from = prefix;
     for (;;) {

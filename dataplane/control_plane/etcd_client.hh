@@ -42,7 +42,8 @@ class etcd_client {
     // The gRPC target for `endpoints` ("ipv4:198.18.0.250:2379,..." or "dns:///name:port").
     static std::string target_of(const std::vector<std::string>& endpoints);
 
-    // Every key under `prefix` at the newest revision (in pages; all at one revision).
+    // Every key under `prefix` at revision `revision`, or at the newest when it is 0 (in pages;
+    // all at one revision, which `revision` holds afterwards). Appends to `out`.
     bool range_prefix(const std::string& prefix, std::vector<key_value>& out, int64_t& revision,
                       std::string& error, std::chrono::milliseconds timeout);
     bool txn(const etcdserverpb::TxnRequest& request, etcdserverpb::TxnResponse& response,

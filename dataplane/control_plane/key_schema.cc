@@ -1,5 +1,7 @@
 #include "dataplane/control_plane/key_schema.hh"
 
+#include <vector>
+
 namespace jakiro::control_plane {
 
 std::string_view kind_segment(record_kind kind) {
@@ -14,6 +16,8 @@ std::string_view kind_segment(record_kind kind) {
             return "hosts";
         case record_kind::alive:
             return "alive";
+        case record_kind::home:
+            return "homes";
     }
     return "";
 }
@@ -22,12 +26,26 @@ std::string prefix_of(record_kind kind) {
     return std::string(key_root) + std::string(kind_segment(kind)) + "/";
 }
 
+std::string prefix_of(record_kind kind, std::string_view vpc) {
+    return prefix_of(kind) + std::string(vpc) + "/";
+}
+
+std::string homes_prefix_of(std::string_view host) {
+    return prefix_of(record_kind::home) + std::string(host) + "/";
+}
+
 std::string key_of(const record_key& key) {
-    std::string out = prefix_of(key.kind);
-    if (key.kind == record_kind::group) {
-        out += key.vpc + "/";
+    switch (key.kind) {
+        case record_kind::group:
+            return prefix_of(key.kind, key.vpc) + key.name;
+        case record_kind::vnic:
+            return key.legacy ? prefix_of(key.kind) + key.name
+                              : prefix_of(key.kind, key.vpc) + key.name;
+        case record_kind::home:
+            return homes_prefix_of(key.host) + key.vpc + "/" + key.name;
+        default:
+            return prefix_of(key.kind) + key.name;
     }
-    return out + key.name;
 }
 
 bool valid_name(std::string_view name) {
@@ -47,17 +65,25 @@ std::optional<record_key> parse_key(std::string_view key) {
         return std::nullopt;
     }
     key.remove_prefix(key_root.size());
-    const auto slash = key.find('/');
-    if (slash == std::string_view::npos) {
-        return std::nullopt;
+    std::vector<std::string_view> segments;
+    for (;;) {
+        const auto slash = key.find('/');
+        segments.push_back(key.substr(0, slash));
+        if (slash == std::string_view::npos) {
+            break;
+        }
+        key.remove_prefix(slash + 1);
     }
-    const auto segment = key.substr(0, slash);
-    auto rest = key.substr(slash + 1);
+    for (std::size_t i = 1; i < segments.size(); ++i) {
+        if (!valid_name(segments[i])) {
+            return std::nullopt;
+        }
+    }
     record_key out;
     bool found = false;
     for (auto kind : {record_kind::vpc, record_kind::group, record_kind::vnic, record_kind::host,
-                      record_kind::alive}) {
-        if (segment == kind_segment(kind)) {
+                      record_kind::alive, record_kind::home}) {
+        if (segments[0] == kind_segment(kind)) {
             out.kind = kind;
             found = true;
         }
@@ -65,22 +91,42 @@ std::optional<record_key> parse_key(std::string_view key) {
     if (!found) {
         return std::nullopt;
     }
-    if (out.kind == record_kind::group) {
-        const auto inner = rest.find('/');
-        if (inner == std::string_view::npos) {
-            return std::nullopt;
-        }
-        out.vpc = std::string(rest.substr(0, inner));
-        rest.remove_prefix(inner + 1);
-        if (!valid_name(out.vpc)) {
-            return std::nullopt;
-        }
+    const auto names = segments.size() - 1;
+    switch (out.kind) {
+        case record_kind::group:
+            if (names != 2) {
+                return std::nullopt;
+            }
+            out.vpc = std::string(segments[1]);
+            out.name = std::string(segments[2]);
+            return out;
+        case record_kind::vnic:
+            if (names == 1) {
+                out.legacy = true;
+                out.name = std::string(segments[1]);
+                return out;
+            }
+            if (names != 2) {
+                return std::nullopt;
+            }
+            out.vpc = std::string(segments[1]);
+            out.name = std::string(segments[2]);
+            return out;
+        case record_kind::home:
+            if (names != 3) {
+                return std::nullopt;
+            }
+            out.host = std::string(segments[1]);
+            out.vpc = std::string(segments[2]);
+            out.name = std::string(segments[3]);
+            return out;
+        default:
+            if (names != 1) {
+                return std::nullopt;
+            }
+            out.name = std::string(segments[1]);
+            return out;
     }
-    if (!valid_name(rest)) {
-        return std::nullopt;
-    }
-    out.name = std::string(rest);
-    return out;
 }
 
 std::string prefix_range_end(std::string_view prefix) {

@@ -1,32 +1,49 @@
 #pragma once
 // The underlay MAC of every remote host the VLT points at, learnt by ARP on the uplink.
 //
+// The table grows with the hosts this jakirod actually tunnels to (those carrying vNICs of the
+// VPCs it serves), in chunks allocated as they are needed; nothing is sized by the cluster.
+// The only bound is the VLT entry's 16-bit neighbour index.
+//
 // Thread-safety: slots are added by the control thread (before a snapshot that uses them is
-// published) and never removed; a slot's MAC is written by the worker that owns the uplink and
-// read by workers and the control thread, through one atomic 64-bit word.
+// published) and never removed; a chunk, once published through its atomic pointer, never
+// moves or goes away. A slot's MAC is written by the worker that owns the uplink and read by
+// workers and the control thread, through one atomic 64-bit word.
 
 #include <rte_ether.h>
 
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <unordered_map>
 
 namespace jakiro::overlay {
 
 class underlay_neighbors {
   public:
-    static constexpr uint16_t capacity = 4096;  // remote hosts one jakirod can tunnel to
     static constexpr uint16_t none = UINT16_MAX;
+    static constexpr uint32_t chunk_slots = 1024;
+    static constexpr uint32_t max_chunks = 64;
+    // The VLT entry's index is 16 bits wide (`none` is one of them).
+    static constexpr uint32_t capacity = chunk_slots * max_chunks - 1;
+
+    underlay_neighbors() = default;
+    ~underlay_neighbors();
+    underlay_neighbors(const underlay_neighbors&) = delete;
+    underlay_neighbors& operator=(const underlay_neighbors&) = delete;
 
     // Control thread: the slot for `host_ip`, created if needed; `none` when full.
     uint16_t slot_for(rte_be32_t host_ip);
     uint16_t size() const { return _size.load(std::memory_order_acquire); }
-    rte_be32_t ip(uint16_t slot) const { return _slots[slot].ip; }
+    rte_be32_t ip(uint16_t slot) const { return at(slot).ip; }
+    // Bytes held by the table: what its hosts cost.
+    std::size_t memory_bytes() const;
 
     // Worker: the resolved MAC of a slot, if any.
     std::optional<rte_ether_addr> mac(uint16_t slot) const {
-        const uint64_t word = _slots[slot].mac_word.load(std::memory_order_relaxed);
+        const uint64_t word = at(slot).mac_word.load(std::memory_order_relaxed);
         if ((word & resolved_bit) == 0) {
             return std::nullopt;
         }
@@ -46,8 +63,13 @@ class underlay_neighbors {
         rte_be32_t ip = 0;
         std::atomic<uint64_t> mac_word{0};
     };
-    std::array<slot, capacity> _slots{};
+    using chunk = std::array<slot, chunk_slots>;
+    slot& at(uint16_t index) const {
+        return (*_chunks[index / chunk_slots].load(std::memory_order_acquire))[index % chunk_slots];
+    }
+    std::array<std::atomic<chunk*>, max_chunks> _chunks{};
     std::atomic<uint16_t> _size{0};
+    std::unordered_map<rte_be32_t, uint16_t> _index;  // control thread only
 };
 
 }  // namespace jakiro::overlay

@@ -43,7 +43,7 @@ std::vector<std::string> check_names(const YAML::Node& root, const std::string& 
             continue;
         }
         for (std::size_t i = 0; i < list.size(); ++i) {
-            for (const char* key : {"name", "vpc"}) {
+            for (const char* key : {"name", "vpc", "host"}) {
                 const auto node = list[i][key];
                 if (node.IsDefined() && node.IsScalar() && !valid_name(node.Scalar())) {
                     errors.push_back(file + ":" + std::to_string(node.Mark().line + 1) + ": " +

@@ -20,11 +20,11 @@ cluster_records two_host_cluster() {
     records.put("/jakiro/v1/vpcs/blue", "{name: blue, vni: 100}", 5);
     records.put("/jakiro/v1/groups/blue/default",
                 "{name: default, vpc: blue, ingress: [{proto: any, from_group: default}]}", 6);
-    records.put("/jakiro/v1/vnics/t1",
+    records.put("/jakiro/v1/vnics/blue/t1",
                 R"({"name": "t1", "vpc": "blue", "ip": "198.19.1.1/24", "mac": "02:00:c6:13:01:01",
                     "host": "h1", "security_groups": ["default"]})",
                 7);
-    records.put("/jakiro/v1/vnics/t2",
+    records.put("/jakiro/v1/vnics/blue/t2",
                 "{name: t2, vpc: blue, ip: 198.19.1.2/24, mac: '02:00:c6:13:01:02', host: h2, "
                 "security_groups: [default], qos: {rate: 1Gbit}, rdma: {max_qps: 16}}",
                 8);
@@ -55,31 +55,31 @@ TEST(ClusterRecords, BuildViewReadsEveryKindOfRecordIncludingJson) {
 
 TEST(ClusterRecords, ARecordThatDoesNotFitIsRefusedAndTheRestStays) {
     auto records = two_host_cluster();
-    records.put("/jakiro/v1/vnics/t9",
+    records.put("/jakiro/v1/vnics/green/t9",
                 "{name: t9, vpc: green, ip: 198.19.1.9/24, mac: '02:00:00:00:00:09', host: h2}", 9);
-    records.put("/jakiro/v1/vnics/t8", "{name: other, vpc: blue}", 9);  // name is not its key
-    records.put("/jakiro/v1/vnics/t7", "{unclosed", 9);
+    records.put("/jakiro/v1/vnics/blue/t8", "{name: other, vpc: blue}", 9);  // name is not its key
+    records.put("/jakiro/v1/vnics/blue/t7", "{unclosed", 9);
     const auto view = records.build_view();
     ASSERT_TRUE(view->usable);
     EXPECT_EQ(view->cluster.vnics.size(), 2u);
-    EXPECT_TRUE(mentions(view->rejected, "/jakiro/v1/vnics/t9: vnics[*].vpc: unknown VPC"));
-    EXPECT_TRUE(mentions(view->rejected, "/jakiro/v1/vnics/t8: name does not match the key"));
-    EXPECT_TRUE(mentions(view->rejected, "/jakiro/v1/vnics/t7: not YAML"));
+    EXPECT_TRUE(mentions(view->rejected, "/jakiro/v1/vnics/green/t9: vnics[*].vpc: unknown VPC"));
+    EXPECT_TRUE(mentions(view->rejected, "/jakiro/v1/vnics/blue/t8: name does not match the key"));
+    EXPECT_TRUE(mentions(view->rejected, "/jakiro/v1/vnics/blue/t7: not YAML"));
 }
 
 TEST(ClusterRecords, ADuplicateAddressLosesOnlyTheSecondClaimant) {
     auto records = two_host_cluster();
-    records.put("/jakiro/v1/vnics/t3",
+    records.put("/jakiro/v1/vnics/blue/t3",
                 "{name: t3, vpc: blue, ip: 198.19.1.1/24, mac: '02:00:00:00:00:03', host: h2}", 9);
     const auto view = records.build_view();
     ASSERT_TRUE(view->usable);
     ASSERT_EQ(view->cluster.vnics.size(), 2u);
-    EXPECT_TRUE(mentions(view->rejected, "/jakiro/v1/vnics/t3"));
+    EXPECT_TRUE(mentions(view->rejected, "/jakiro/v1/vnics/blue/t3"));
 }
 
 TEST(ClusterRecords, EraseAndPutFollowWatchEvents) {
     auto records = two_host_cluster();
-    records.erase("/jakiro/v1/vnics/t2");
+    records.erase("/jakiro/v1/vnics/blue/t2");
     records.erase("/jakiro/v1/alive/h1");  // the lease expired
     records.put("/elsewhere/key", "ignored", 11);
     records.set_revision(11);
@@ -109,34 +109,34 @@ TEST(ClusterRecords, RecordsOfDocumentGiveOneKeyPerEntry) {
     for (const auto& [key, value] : records) {
         keys.push_back(key);
     }
-    EXPECT_EQ(keys,
-              (std::vector<std::string>{"/jakiro/v1/groups/blue/default", "/jakiro/v1/hosts/h1",
-                                        "/jakiro/v1/vnics/t1", "/jakiro/v1/vpcs/blue"}));
+    EXPECT_EQ(keys, (std::vector<std::string>{"/jakiro/v1/groups/blue/default",
+                                              "/jakiro/v1/homes/h1/blue/t1", "/jakiro/v1/hosts/h1",
+                                              "/jakiro/v1/vnics/blue/t1", "/jakiro/v1/vpcs/blue"}));
     // Each value reads back as the same entry.
     EXPECT_EQ(YAML::Load(records.at("/jakiro/v1/vpcs/blue"))["vni"].as<int>(), 100);
 }
 
 TEST(RecordDiff, CreatesChangesAndDeletesWithTheRevisionsTheyExpect) {
     const std::map<std::string, std::string> desired{
-        {"/jakiro/v1/vpcs/blue", "{name: blue, vni: 100}"},  // unchanged
-        {"/jakiro/v1/vnics/t1", "{name: t1, host: h2}"},     // changed
-        {"/jakiro/v1/vnics/t19", "{name: t19, host: h3}"},   // new
+        {"/jakiro/v1/vpcs/blue", "{name: blue, vni: 100}"},      // unchanged
+        {"/jakiro/v1/vnics/blue/t1", "{name: t1, host: h2}"},    // changed
+        {"/jakiro/v1/vnics/blue/t19", "{name: t19, host: h3}"},  // new
     };
     const std::map<std::string, stored_record> current{
         {"/jakiro/v1/vpcs/blue", {"{name: blue, vni: 100}", 5, "", ""}},
-        {"/jakiro/v1/vnics/t1", {"{name: t1, host: h1}", 7, "", ""}},
-        {"/jakiro/v1/vnics/t2", {"{name: t2, host: h2}", 8, "", ""}},  // gone from the file
-        {"/jakiro/v1/hosts/h1", {"{name: h1}", 2, "", ""}},            // registered: kept
-        {"/jakiro/v1/alive/h1", {"{name: h1}", 3, "", ""}},            // lease: kept
+        {"/jakiro/v1/vnics/blue/t1", {"{name: t1, host: h1}", 7, "", ""}},
+        {"/jakiro/v1/vnics/blue/t2", {"{name: t2, host: h2}", 8, "", ""}},  // gone from the file
+        {"/jakiro/v1/hosts/h1", {"{name: h1}", 2, "", ""}},                 // registered: kept
+        {"/jakiro/v1/alive/h1", {"{name: h1}", 3, "", ""}},                 // lease: kept
     };
     const auto diff = diff_records(desired, current);
     ASSERT_EQ(diff.puts.size(), 2u);
-    EXPECT_EQ(diff.puts[0].key, "/jakiro/v1/vnics/t1");
+    EXPECT_EQ(diff.puts[0].key, "/jakiro/v1/vnics/blue/t1");
     EXPECT_EQ(diff.puts[0].expected_revision, 7);  // compare-and-swap on what we read
-    EXPECT_EQ(diff.puts[1].key, "/jakiro/v1/vnics/t19");
+    EXPECT_EQ(diff.puts[1].key, "/jakiro/v1/vnics/blue/t19");
     EXPECT_EQ(diff.puts[1].expected_revision, 0);  // must not exist yet
     ASSERT_EQ(diff.deletes.size(), 1u);
-    EXPECT_EQ(diff.deletes[0].key, "/jakiro/v1/vnics/t2");
+    EXPECT_EQ(diff.deletes[0].key, "/jakiro/v1/vnics/blue/t2");
     EXPECT_EQ(diff.deletes[0].expected_revision, 8);
 }
 
@@ -149,11 +149,163 @@ TEST(RecordDiff, IdenticalStateNeedsNoTransaction) {
 
 TEST(ClusterRecords, AVnicRefusedForAMissingVpcIsTakenOnceTheVpcArrives) {
     auto records = two_host_cluster();
-    records.put("/jakiro/v1/vnics/t9",
+    records.put("/jakiro/v1/vnics/green/t9",
                 "{name: t9, vpc: green, ip: 198.19.1.9/24, mac: '02:00:00:00:00:09', host: h2}", 9);
     EXPECT_EQ(records.build_view()->cluster.vnics.size(), 2u);
     records.put("/jakiro/v1/vpcs/green", "{name: green, vni: 300}", 10);
     const auto view = records.build_view();
     EXPECT_EQ(view->cluster.vnics.size(), 3u);
     EXPECT_TRUE(view->rejected.empty());
+}
+
+namespace {
+
+// Host h1 serves blue (t1 is there); green lives on h2 only.
+cluster_records h1_following(const cluster_records& all) {
+    cluster_records mine;
+    mine.follow_only("h1");
+    mine.reset(all.revision());
+    // As jakirod reads: its index first, which says what else it keeps.
+    for (const bool index : {true, false}) {
+        for (const auto& [key, record] : all.records()) {
+            if ((key.rfind("/jakiro/v1/homes/", 0) == 0) == index) {
+                mine.put(key, record.value, record.mod_revision);
+            }
+        }
+    }
+    mine.take_pulled();
+    return mine;
+}
+
+cluster_records two_vpc_cluster() {
+    cluster_records records;
+    records.reset(20);
+    const std::map<std::string, std::string> document = records_of_document(YAML::Load(
+        "hosts: [{name: h1, underlay_ip: 198.18.0.1}, {name: h2, underlay_ip: 198.18.0.2}]\n"
+        "vpcs: [{name: blue, vni: 100}, {name: green, vni: 200}]\n"
+        "security_groups: [{name: default, vpc: blue, ingress: [{proto: any, from_group: db}]},\n"
+        "  {name: db, vpc: blue}, {name: default, vpc: green}]\n"
+        "vnics: [{name: t1, vpc: blue, ip: 198.19.1.1/24, mac: '02:00:00:00:00:01', host: h1,\n"
+        "         security_groups: [default]},\n"
+        "  {name: d1, vpc: blue, ip: 198.19.1.2/24, mac: '02:00:00:00:00:02', host: h2,\n"
+        "   security_groups: [db]},\n"
+        "  {name: g1, vpc: green, ip: 198.19.1.1/24, mac: '02:00:00:00:00:03', host: h2}]\n"));
+    for (const auto& [key, value] : document) {
+        records.put(key, value, 11);
+    }
+    return records;
+}
+
+std::vector<std::string> vnic_names(const cluster_view& view) {
+    std::vector<std::string> out;
+    for (const auto& v : view.cluster.vnics) {
+        out.push_back(v.name);
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST(ClusterInterest, AHostKeepsOnlyTheVpcsItsOwnVnicsAreIn) {
+    auto mine = h1_following(two_vpc_cluster());
+    EXPECT_EQ(mine.served_vpcs(), (std::set<std::string>{"blue"}));
+    const auto view = mine.build_view();
+    EXPECT_EQ(vnic_names(*view), (std::vector<std::string>{"d1", "t1"}));
+    ASSERT_EQ(view->cluster.vpcs.size(), 1u);
+    EXPECT_EQ(view->cluster.vpcs[0].name, "blue");
+    for (const auto& [key, record] : mine.records()) {
+        EXPECT_EQ(key.find("green"), std::string::npos) << key;
+    }
+}
+
+TEST(ClusterInterest, ARecordOfAnotherVpcIsDroppedByItsKey) {
+    auto mine = h1_following(two_vpc_cluster());
+    const auto before = mine.records().size();
+    EXPECT_FALSE(mine.put("/jakiro/v1/vnics/green/g2", "{not even yaml", 30));
+    EXPECT_FALSE(mine.put("/jakiro/v1/groups/green/web", "{name: web, vpc: green}", 30));
+    EXPECT_FALSE(mine.put("/jakiro/v1/homes/h2/green/g2", "{name: g2}", 30));
+    EXPECT_FALSE(mine.erase("/jakiro/v1/vnics/green/g1"));
+    EXPECT_EQ(mine.records().size(), before);
+    EXPECT_TRUE(mine.take_pulled().empty());
+}
+
+TEST(ClusterInterest, TheFirstLocalVnicOfAVpcPullsItInAndTheLastDropsIt) {
+    auto mine = h1_following(two_vpc_cluster());
+    EXPECT_TRUE(mine.put("/jakiro/v1/homes/h1/green/g9", "{name: g9}", 31));
+    EXPECT_EQ(mine.take_pulled(), (std::vector<std::string>{"green"}));
+    // The caller reads green at that revision: its records are now kept.
+    EXPECT_TRUE(mine.put("/jakiro/v1/vpcs/green", "{name: green, vni: 200}", 31));
+    EXPECT_TRUE(mine.put("/jakiro/v1/vnics/green/g1",
+                         "{name: g1, vpc: green, ip: 198.19.1.1/24, mac: '02:00:00:00:00:03', "
+                         "host: h2}",
+                         31));
+    // A second local vNIC of green pulls nothing more.
+    EXPECT_TRUE(mine.put("/jakiro/v1/homes/h1/green/g8", "{name: g8}", 32));
+    EXPECT_TRUE(mine.take_pulled().empty());
+    EXPECT_EQ(vnic_names(*mine.build_view()), (std::vector<std::string>{"d1", "t1", "g1"}));
+    mine.erase("/jakiro/v1/homes/h1/green/g9");
+    EXPECT_TRUE(mine.serves("green"));
+    mine.erase("/jakiro/v1/homes/h1/green/g8");
+    EXPECT_FALSE(mine.serves("green"));
+    EXPECT_EQ(mine.take_dropped(), (std::vector<std::string>{"green"}));
+    EXPECT_EQ(vnic_names(*mine.build_view()), (std::vector<std::string>{"d1", "t1"}));
+    for (const auto& [key, record] : mine.records()) {
+        EXPECT_EQ(key.find("green"), std::string::npos) << key;
+    }
+}
+
+TEST(ClusterInterest, ARemoteGroupsMembersOnOtherHostsAreFollowed) {
+    // t1's group admits group db, whose only member d1 lives on h2: h1 holds d1 as db's member.
+    const auto view = h1_following(two_vpc_cluster()).build_view();
+    const auto* d1 = [&]() -> const vnic_config* {
+        for (const auto& v : view->cluster.vnics) {
+            if (v.name == "d1") {
+                return &v;
+            }
+        }
+        return nullptr;
+    }();
+    ASSERT_NE(d1, nullptr);
+    EXPECT_EQ(d1->security_groups, (std::vector<std::string>{"db"}));
+    EXPECT_NE(view->cluster.find_group("blue", "db"), nullptr);
+}
+
+TEST(ClusterInterest, AVnicIsCheckedAgainOnlyWhenItOrItsVpcChanges) {
+    auto all = two_vpc_cluster();
+    EXPECT_EQ(all.build_view()->vnics_checked, 3u);
+    EXPECT_EQ(all.build_view()->vnics_checked, 0u);  // nothing changed
+    // A host registering (its address) changes no vNIC.
+    all.put("/jakiro/v1/hosts/h3", "{name: h3, underlay_ip: 198.18.0.3}", 40);
+    EXPECT_EQ(all.build_view()->vnics_checked, 0u);
+    // One vNIC's record: that vNIC alone.
+    all.put("/jakiro/v1/vnics/blue/t1",
+            "{name: t1, vpc: blue, ip: 198.19.1.1/24, mac: '02:00:00:00:00:01', host: h1, "
+            "security_groups: [default], qos: {rate: 1Gbit}}",
+            41);
+    EXPECT_EQ(all.build_view()->vnics_checked, 1u);
+    // A group of green: green's vNICs, not blue's.
+    all.put("/jakiro/v1/groups/green/web", "{name: web, vpc: green}", 42);
+    const auto view = all.build_view();
+    EXPECT_EQ(view->vnics_checked, 1u);
+    EXPECT_EQ(view->cluster.vnics.size(), 3u);
+}
+
+TEST(ClusterInterest, ALegacyVnicKeyIsReadByJakiroctlButNotFollowedByAHost) {
+    auto all = two_host_cluster();
+    all.put("/jakiro/v1/vnics/t5",
+            "{name: t5, vpc: blue, ip: 198.19.1.5/24, mac: '02:00:c6:13:01:05', host: h2}", 12);
+    EXPECT_EQ(all.build_view()->cluster.vnics.size(), 3u);
+    cluster_records mine;
+    mine.follow_only("h1");
+    mine.reset(12);
+    mine.put("/jakiro/v1/homes/h1/blue/t1", "{name: t1}", 12);
+    EXPECT_FALSE(mine.put("/jakiro/v1/vnics/t5", "{name: t5, vpc: blue}", 12));
+}
+
+TEST(ClusterInterest, AVnicWhoseValueNamesAnotherVpcThanItsKeyIsRefused) {
+    auto all = two_host_cluster();
+    all.put("/jakiro/v1/vnics/blue/t6",
+            "{name: t6, vpc: red, ip: 198.19.1.6/24, mac: '02:00:c6:13:01:06', host: h2}", 12);
+    EXPECT_TRUE(mentions(all.build_view()->rejected,
+                         "/jakiro/v1/vnics/blue/t6: vpc does not match the key"));
 }
