@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "dataplane/control/table_builder.hh"
 #include "dataplane/control_plane/host_view.hh"
 #include "dataplane/log.hh"
 
@@ -177,6 +178,17 @@ void cluster_follower::apply_view(const cluster_view& view,
     _status.revision_applied = view.revision;
     _status.local_vnics = _state.config.vnics.size();
     _status.peers = _state.config.peers.size();
+    _status.vpcs.clear();
+    for (const auto& vpc : _state.config.vpcs) {
+        _status.vpcs.push_back(vpc.name);
+    }
+    _status.group_members.clear();
+    const auto members = group_members(_state.config);
+    for (std::size_t g = 0; g < _state.config.security_groups.size(); ++g) {
+        const auto& group = _state.config.security_groups[g];
+        _status.group_members.emplace_back(group.vpc + "/" + group.name,
+                                           members.of_group[g].size());
+    }
     _status.stale_hosts = composed.stale_hosts;
     _status.unplaced_vnics = composed.unplaced;
     _status.waiting_vnics.assign(_waiting.begin(), _waiting.end());

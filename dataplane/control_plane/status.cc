@@ -48,7 +48,8 @@ std::string render_control_plane_text(const control_plane_status& s) {
     }
     out << "\n  state in force: revision " << s.revision_applied << ", " << s.records
         << " records (" << s.record_bytes << " bytes), " << s.local_vnics << " local vNICs, "
-        << s.peers << " remote vNICs\n";
+        << s.peers << " remote vNICs\n"
+        << "  VPCs followed: " << joined(s.vpcs) << "\n";
     if (!s.stale_hosts.empty()) {
         out << "  stale hosts (lease expired; their vNICs stay reachable): "
             << joined(s.stale_hosts) << "\n";
@@ -88,6 +89,12 @@ void write_control_plane_json(json_writer& out, const control_plane_status& s) {
         }
         out.end_array();
     };
+    list("vpcs", s.vpcs);
+    out.begin_object("group_members");
+    for (const auto& [group, count] : s.group_members) {
+        out.value(group, uint64_t{count});
+    }
+    out.end_object();
     list("stale_hosts", s.stale_hosts);
     list("unplaced_vnics", s.unplaced_vnics);
     list("waiting_vnics", s.waiting_vnics);

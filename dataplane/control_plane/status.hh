@@ -28,6 +28,10 @@ struct control_plane_status {
     std::size_t record_bytes = 0;
     std::size_t local_vnics = 0;
     std::size_t peers = 0;
+    std::vector<std::string> vpcs;  // the VPCs this host follows (its vNICs are in them)
+    // Members this host knows of each group of those VPCs ("vpc/group", count): local vNICs
+    // and remote ones, including groups that only a rule names.
+    std::vector<std::pair<std::string, std::size_t>> group_members;
     std::vector<std::string> stale_hosts;
     std::vector<std::string> unplaced_vnics;  // their host never registered
     std::vector<std::string> waiting_vnics;   // local, but their port cannot be opened yet

@@ -106,6 +106,110 @@ def test_a_vnic_that_moves_from_h1_to_h3_is_reached_at_h3(testbed):
     assert reachable(T1, "198.19.1.3", count=2)
 
 
+def cluster_with(tmp_path, name, vpcs=(), groups=(), vnics=()):
+    """The test bed's cluster (as it stands) plus extra entries, written for apply."""
+    extra = {"vpcs:": list(vpcs), "security_groups:": list(groups), "vnics:": list(vnics)}
+    out = []
+    for line in (RUN_DIR / "cluster.yaml").read_text().splitlines():
+        out.append(line)
+        out += [f"  - {entry}" for entry in extra.get(line, [])]
+    path = tmp_path / name
+    path.write_text("\n".join(out) + "\n")
+    return path
+
+
+GREEN_VPC = "{name: green, vni: 300}"
+GREEN_GROUPS = ["{name: default, vpc: green, ingress: [{proto: any, from_group: default}]}",
+                "{name: app, vpc: green, ingress: [{proto: any, from_group: db}]}",
+                "{name: db, vpc: green}"]
+# Two vNICs of green on h3, g1 in its default group and d1 only in db.
+GREEN_ON_H3 = ['{name: g1, vpc: green, ip: 198.19.3.1/24, mac: "02:00:c6:13:03:01", host: h3, '
+               "security_groups: [default]}",
+               '{name: d1, vpc: green, ip: 198.19.3.2/24, mac: "02:00:c6:13:03:02", host: h3, '
+               "security_groups: [db]}"]
+# h1's first vNIC of green, in group app, whose rule admits group db (whose members are all on
+# h3). Its port never opens (no veth): a record is all the interest needs.
+G2_ON_H1 = ('{name: g2, vpc: green, ip: 198.19.3.3/24, mac: "02:00:c6:13:03:03", host: h1, '
+            "security_groups: [app]}")
+
+
+def test_vnics_of_a_vpc_a_host_does_not_serve_never_reach_it(testbed, tmp_path):
+    before = control_plane("h1")
+    assert sorted(before["vpcs"]) == ["blue", "red"], before["vpcs"]
+    etcdctl("apply", str(cluster_with(tmp_path, "green-on-h3.yaml", [GREEN_VPC], GREEN_GROUPS,
+                                      GREEN_ON_H3)))
+    # h3 serves green now (the records went out)...
+    wait_until(lambda: "green" in control_plane("h3")["vpcs"], 5, "h3 to follow green")
+    time.sleep(0.5)
+    # ...and h1, which has no vNIC in green, holds none of its records.
+    after = control_plane("h1")
+    assert sorted(after["vpcs"]) == ["blue", "red"], after["vpcs"]
+    assert after["records"] == before["records"], (before["records"], after["records"])
+    assert after["peers"] == before["peers"]
+    assert not any(g.startswith("green/") for g in after["group_members"]), after
+    assert not after["rejected"], after["rejected"]
+
+
+def test_the_first_local_vnic_of_a_vpc_pulls_it_in_with_the_members_of_remote_groups(
+        testbed, tmp_path):
+    before = control_plane("h1")
+    etcdctl("apply", str(cluster_with(tmp_path, "green-on-h1.yaml", [GREEN_VPC], GREEN_GROUPS,
+                                      GREEN_ON_H3 + [G2_ON_H1])))
+    wait_until(lambda: "green" in control_plane("h1")["vpcs"], 5, "h1 to follow green")
+    cp = control_plane("h1")
+    assert cp["peers"] == before["peers"] + 2, cp  # g1 and d1, at h3
+    assert "g2" in cp["waiting_vnics"], cp  # local: its port has no veth
+    # g2's rule names group db: its member d1, on h3 only, is in h1's tables.
+    assert cp["group_members"]["green/db"] == 1, cp["group_members"]
+    assert not cp["rejected"], cp["rejected"]
+
+
+def test_the_last_local_vnic_leaving_a_vpc_drops_it(testbed, tmp_path):
+    etcdctl("apply", str(cluster_with(tmp_path, "green-on-h1.yaml", [GREEN_VPC], GREEN_GROUPS,
+                                      GREEN_ON_H3 + [G2_ON_H1])))
+    wait_until(lambda: "green" in control_plane("h1")["vpcs"], 5, "h1 to follow green")
+    with_green = control_plane("h1")
+    etcdctl("apply", str(cluster_with(tmp_path, "green-on-h3.yaml", [GREEN_VPC], GREEN_GROUPS,
+                                      GREEN_ON_H3)))
+    wait_until(lambda: "green" not in control_plane("h1")["vpcs"], 5, "h1 to drop green")
+    cp = control_plane("h1")
+    assert cp["peers"] == with_green["peers"] - 2, cp
+    assert not any(g.startswith("green/") for g in cp["group_members"]), cp
+    assert "g2" not in cp["waiting_vnics"], cp
+    assert "green" in control_plane("h3")["vpcs"]  # h3 still serves it
+
+
+def test_a_host_cut_off_past_a_compaction_reads_its_interest_again(testbed, tmp_path):
+    etcdctl("apply", str(cluster_with(tmp_path, "green-on-h3.yaml", [GREEN_VPC], GREEN_GROUPS,
+                                      GREEN_ON_H3)))
+    # h1 loses its management link: its watch ends, and its revision falls behind.
+    ns("jk-h1", "ip", "link", "set", "mg0", "down")
+    try:
+        wait_until(lambda: not control_plane("h1")["connected"], 10, "h1 to notice etcd is gone")
+        etcdctl("apply", str(cluster_with(tmp_path, "green-on-h1.yaml", [GREEN_VPC],
+                                          GREEN_GROUPS, GREEN_ON_H3 + [G2_ON_H1])))
+        # A second revision, so that compacting up to it removes the one h1 resumes from.
+        etcdctl("apply", str(cluster_with(tmp_path, "green-on-h1-qos.yaml", [GREEN_VPC],
+                                          GREEN_GROUPS, GREEN_ON_H3 +
+                                          [G2_ON_H1[:-1] + ", qos: {rate: 1Gbit}}"])))
+        out = ns("jk-fabric", "etcdctl", "--endpoints", ETCD_URL, "endpoint", "status", "-w",
+                 "json", env=dict(os.environ, ETCDCTL_API="3")).stdout
+        revision = json.loads(out)[0]["Status"]["header"]["revision"]
+        ns("jk-fabric", "etcdctl", "--endpoints", ETCD_URL, "compact", str(revision),
+           env=dict(os.environ, ETCDCTL_API="3"))
+    finally:
+        ns("jk-h1", "ip", "link", "set", "mg0", "up")
+    # Back: the revision to resume from is gone, so h1 reads its interest whole, green with it.
+    wait_until(lambda: "green" in control_plane("h1")["vpcs"], 15, "h1 to resync into green")
+    cp = control_plane("h1")
+    assert cp["connected"] and cp["revision_applied"] >= revision, cp
+    assert cp["group_members"]["green/db"] == 1, cp["group_members"]
+    assert "etcd_compacted" in (RUN_DIR / "h1.log").read_text()
+    # Back to the test bed's own cluster.
+    etcdctl("apply", str(RUN_DIR / "cluster.yaml"))
+    wait_until(lambda: "green" not in control_plane("h1")["vpcs"], 5, "h1 to drop green")
+
+
 def test_etcd_death_loses_no_packet_and_etcd_back_converges(testbed):
     pid = etcd_pid()
     assert pid, "no etcd in jk-fabric"

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 #include "dataplane/config/config_loader.hh"
@@ -111,17 +112,44 @@ int apply(etcd_client& client, const std::string& path) {
         }
         // One transaction: every record as we read it, or nothing at all.
         etcdserverpb::TxnRequest txn;
-        std::size_t created = 0;
+        // Counted as the operator sees them: records, not the homes/ index that follows them;
+        // a vNIC under its legacy key is rewritten under its VPC (a migration, not a change).
+        std::size_t created = 0, changed = 0, deleted = 0, migrated = 0;
+        auto counts = [](const std::string& key) {
+            const auto parsed = parse_key(key);
+            return parsed && parsed->kind != record_kind::home;
+        };
+        auto legacy = [](const std::string& key) {
+            const auto parsed = parse_key(key);
+            return parsed && parsed->kind == record_kind::vnic && parsed->legacy;
+        };
+        std::set<std::string> rewritten;  // names of legacy vNICs written under their VPC
+        for (const auto& del : diff.deletes) {
+            if (legacy(del.key)) {
+                rewritten.insert(parse_key(del.key)->name);
+            }
+        }
         for (const auto& put : diff.puts) {
             add_compare(txn, put);
             auto* op = txn.add_success()->mutable_request_put();
             op->set_key(put.key);
             op->set_value(put.value);
-            created += put.expected_revision == 0;
+            const auto parsed = parse_key(put.key);
+            if (!counts(put.key)) {
+                continue;
+            }
+            if (put.expected_revision != 0) {
+                ++changed;
+            } else if (parsed->kind == record_kind::vnic && rewritten.count(parsed->name)) {
+                ++migrated;
+            } else {
+                ++created;
+            }
         }
         for (const auto& del : diff.deletes) {
             add_compare(txn, del);
             txn.add_success()->mutable_request_delete_range()->set_key(del.key);
+            deleted += counts(del.key) && !legacy(del.key);
         }
         etcdserverpb::TxnResponse response;
         if (!client.txn(txn, response, error, timeout)) {
@@ -130,8 +158,12 @@ int apply(etcd_client& client, const std::string& path) {
         }
         if (response.succeeded()) {
             std::cout << "applied " << path << ": revision " << response.header().revision() << ", "
-                      << created << " records created, " << diff.puts.size() - created
-                      << " changed, " << diff.deletes.size() << " deleted\n";
+                      << created << " records created, " << changed << " changed, " << deleted
+                      << " deleted";
+            if (migrated > 0) {
+                std::cout << ", " << migrated << " vNICs moved from legacy keys to their VPC's";
+            }
+            std::cout << "\n";
             return 0;
         }
         // Someone else wrote a record we were about to change: nothing was written.
