@@ -104,12 +104,13 @@ void cluster_follower::tick() {
     }
 }
 
-bool cluster_follower::apply_config(const host_config& next, std::string& error) {
+bool cluster_follower::apply_config(host_config next, std::string& error) {
     std::string summary;
-    if (!_host.apply(next, summary, error)) {
+    const std::string source = next.source_file;
+    if (!_host.apply(std::move(next), summary, error)) {
         return false;
     }
-    log::info("applied", summary.substr(0, summary.find('\n')), {{"source", next.source_file}});
+    log::info("applied", summary.substr(0, summary.find('\n')), {{"source", source}});
     return true;
 }
 
@@ -135,18 +136,33 @@ void cluster_follower::apply_view(const cluster_view& view,
 
     // A local vNIC whose port, MAC, IP or VPC changed goes away in one apply and comes back
     // in the next (host_manager refuses both at once).
-    host_config without_changed = next;
-    std::erase_if(without_changed.vnics, [&](const vnic_config& v) {
+    auto identity_changed = [&](const vnic_config& v) {
         const auto* old = find_vnic(current, v.name);
         return old != nullptr && !same_identity(*old, v);
-    });
-    if (without_changed.vnics.size() != next.vnics.size() &&
-        !apply_config(without_changed, error)) {
-        log::warning("apply_failed", error, {{"source", next.source_file}});
+    };
+    // Checked before copying: the configuration holds every peer of the host's VPCs.
+    if (std::any_of(next.vnics.begin(), next.vnics.end(), identity_changed)) {
+        host_config without_changed = next;
+        std::erase_if(without_changed.vnics, identity_changed);
+        if (!apply_config(without_changed, error)) {
+            log::warning("apply_failed", error, {{"source", next.source_file}});
+        }
     }
 
     _waiting.clear();
-    if (!apply_config(next, error)) {
+    // The configuration holds every peer of the host's VPCs: handed over, not copied, unless
+    // a new local vNIC might fail to open and the rest must be applied without it.
+    const bool adds_vnics = std::any_of(next.vnics.begin(), next.vnics.end(), [&](const auto& v) {
+        return find_vnic(_state.config, v.name) == nullptr;
+    });
+    const std::string source = next.source_file;
+    if (!adds_vnics && !apply_config(std::move(next), error)) {
+        ++_status.apply_failures;
+        _status.last_error = "apply: " + error;
+        log::warning("apply_failed", error, {{"source", source}});
+        return;
+    }
+    if (adds_vnics && !apply_config(next, error)) {
         // Most likely a new local vNIC whose port cannot open yet: apply everything else, then
         // each new vNIC alone; those that still fail wait for the next tick.
         host_config base = next;

@@ -55,7 +55,7 @@ class cluster_follower final : public control_plane_report {
 
   private:
     void apply_view(const cluster_view& view, std::chrono::steady_clock::time_point received);
-    bool apply_config(const host_config& next, std::string& error);
+    bool apply_config(host_config next, std::string& error);
 
     daemon_state& _state;
     host_manager& _host;

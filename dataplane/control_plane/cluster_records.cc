@@ -2,6 +2,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <unordered_set>
+
 namespace jakiro::control_plane {
 
 void cluster_records::reset(int64_t revision) {
@@ -75,7 +77,16 @@ bool cluster_records::put(const std::string& key, std::string value, int64_t mod
                 break;
         }
     }
+    if (const auto found = _records.find(key);
+        found != _records.end() && found->second.value == value) {
+        // The same value again (a resync): parsed and checked already.
+        found->second.mod_revision = mod_revision;
+        return true;
+    }
     stored_record record{std::move(value), mod_revision, "", ""};
+    record.kind = parsed->kind;
+    record.vpc = parsed->vpc;
+    record.legacy = parsed->legacy;
     if (parsed->kind != record_kind::alive && parsed->kind != record_kind::home) {
         try {
             const auto node = YAML::Load(record.value);
@@ -152,17 +163,20 @@ std::shared_ptr<const cluster_view> cluster_records::build_view() {
     view->revision = _revision;
     view->records = _records.size();
     std::map<record_kind, std::vector<const std::string*>> by_kind;  // keys, in key order
-    for (const auto& [key, record] : _records) {
+    std::vector<stored_record*> vnic_records;
+    for (auto& [key, record] : _records) {
         view->bytes += key.size() + record.value.size();
-        const auto parsed = parse_key(key);
-        if (parsed->kind == record_kind::alive) {
-            view->alive_hosts.insert(parsed->name);
-        } else if (parsed->kind == record_kind::home) {
+        if (record.kind == record_kind::alive) {
+            view->alive_hosts.insert(key.substr(prefix_of(record_kind::alive).size()));
+        } else if (record.kind == record_kind::home) {
             continue;  // an index: what it says is in the vNIC records
         } else if (!record.problem.empty()) {
             view->rejected.push_back(key + ": " + record.problem);
+        } else if (record.kind == record_kind::vnic) {
+            by_kind[record.kind].push_back(&key);
+            vnic_records.push_back(&record);
         } else {
-            by_kind[parsed->kind].push_back(&key);
+            by_kind[record.kind].push_back(&key);
         }
     }
     // The frame (hosts, VPCs, groups: few records) is one document, one entry per line, which
@@ -270,43 +284,51 @@ std::shared_ptr<const cluster_view> cluster_records::build_view() {
         return view;
     }
     // vNICs one by one against the frame, each remembered until it or its VPC's frame changes.
-    for (auto it = _checked.begin(); it != _checked.end();) {
-        it = _records.count(it->first) ? std::next(it) : _checked.erase(it);
+    // What the loader checks across entries, the first claimant (in key order) keeping it:
+    // one address per VPC, one MAC in the cluster.
+    std::map<std::string, uint64_t> vpc_number;
+    for (const auto& vpc : view->cluster.vpcs) {
+        vpc_number.emplace(vpc.name, vpc_number.size());
     }
-    std::set<std::pair<std::string, uint32_t>> addresses;  // (VPC, IP) taken
-    std::set<mac_address> macs;
-    view->cluster.vnics.reserve(by_kind[record_kind::vnic].size());
-    for (const auto* key : by_kind[record_kind::vnic]) {
-        const auto& flow = _records.at(*key).flow;
-        const auto parsed = parse_key(*key);
+    std::unordered_set<uint64_t> addresses, macs;
+    addresses.reserve(vnic_records.size());
+    macs.reserve(vnic_records.size());
+    view->cluster.vnics.reserve(vnic_records.size());
+    const auto& keys = by_kind[record_kind::vnic];
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+        const auto& key = *keys[k];
+        auto& record = *vnic_records[k];
         // A legacy key names no VPC: checked again whenever any part of the frame changed.
         uint64_t frame = _generations;
-        if (!parsed->legacy) {
-            const auto found = _vpc_frames.find(parsed->vpc);
+        if (!record.legacy) {
+            const auto found = _vpc_frames.find(record.vpc);
             frame = found == _vpc_frames.end() ? 0 : found->second.generation;
         }
-        auto& checked = _checked[*key];
-        if (checked.flow != flow || checked.frame != frame || frame == 0) {
-            checked.flow = flow;
-            checked.frame = frame;
-            checked.error.clear();
-            checked.vnic = load_cluster_vnic_text(flow, view->cluster, checked.error);
+        if (record.checked_frame != frame || frame == 0) {
+            record.checked_frame = frame;
+            record.error.clear();
+            record.vnic = load_cluster_vnic_text(record.flow, view->cluster, record.error);
             ++view->vnics_checked;
         }
-        if (!checked.vnic) {
-            view->rejected.push_back(*key + ": " + checked.error);
+        if (!record.vnic) {
+            view->rejected.push_back(key + ": " + record.error);
             continue;
         }
-        const auto& vnic = *checked.vnic;
-        // What the loader checks across entries: the first claimant (in key order) keeps it.
-        if (!addresses.insert({vnic.vpc, vnic.ip.address}).second) {
-            view->rejected.push_back(*key + ": vnics[*].ip: address " +
+        const auto& vnic = *record.vnic;
+        const auto number = vpc_number.find(vnic.vpc);
+        if (number != vpc_number.end() &&
+            !addresses.insert(number->second << 32 | vnic.ip.address).second) {
+            view->rejected.push_back(key + ": vnics[*].ip: address " +
                                      format_ipv4(vnic.ip.address) + " already used in VPC '" +
                                      vnic.vpc + "'");
             continue;
         }
-        if (!macs.insert(vnic.mac).second) {
-            view->rejected.push_back(*key + ": vnics[*].mac: MAC used by two vNICs");
+        uint64_t mac = 0;
+        for (const auto byte : vnic.mac) {
+            mac = mac << 8 | byte;
+        }
+        if (!macs.insert(mac).second) {
+            view->rejected.push_back(key + ": vnics[*].mac: MAC used by two vNICs");
             continue;
         }
         view->cluster.vnics.push_back(vnic);

@@ -32,6 +32,14 @@ struct stored_record {
     // record: not YAML, not a mapping, a name that is not its key's.
     std::string flow;
     std::string problem;
+    // What its key says (set when it arrives).
+    record_kind kind = record_kind::vpc;
+    std::string vpc;  // groups, vNICs, homes
+    bool legacy = false;
+    // A vNIC's check against the frame, kept until the record or its VPC's frame changes.
+    uint64_t checked_frame = 0;  // 0: not checked yet
+    std::optional<vnic_config> vnic;
+    std::string error;
 };
 
 // What the records mean at one revision. `cluster` holds hosts, VPCs, groups and vNICs (each
@@ -81,12 +89,6 @@ class cluster_records {
     std::shared_ptr<const cluster_view> build_view();
 
   private:
-    struct checked_vnic {
-        std::string flow;    // the value it was checked as
-        uint64_t frame = 0;  // the generation of its VPC's frame it was checked against
-        std::optional<vnic_config> vnic;
-        std::string error;
-    };
     struct vpc_frame {
         std::string text;  // the VPC's record and its groups', as last checked against
         uint64_t generation = 0;
@@ -98,7 +100,6 @@ class cluster_records {
     std::string _host;                                     // empty: every record is kept
     std::map<std::string, std::set<std::string>> _served;  // VPC -> this host's vNICs in it
     std::set<std::string> _pulled, _dropped;
-    std::map<std::string, checked_vnic> _checked;  // by key
     // The frame (hosts, VPCs and groups) as last loaded, and what it made: a change elsewhere
     // reuses it. A vNIC is checked again only when its own VPC's part of the frame changed.
     std::string _frame_text;
