@@ -36,6 +36,9 @@ struct stored_record {
     record_kind kind = record_kind::vpc;
     std::string vpc;  // groups, vNICs, homes
     bool legacy = false;
+    // A vNIC value kept as it came (one line): its name and VPC are compared with the key's
+    // when it is checked.
+    bool key_unchecked = false;
     // A vNIC's check against the frame, kept until the record or its VPC's frame changes.
     uint64_t checked_frame = 0;  // 0: not checked yet
     std::optional<vnic_config> vnic;

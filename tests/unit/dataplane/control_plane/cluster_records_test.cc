@@ -57,7 +57,9 @@ TEST(ClusterRecords, ARecordThatDoesNotFitIsRefusedAndTheRestStays) {
     auto records = two_host_cluster();
     records.put("/jakiro/v1/vnics/green/t9",
                 "{name: t9, vpc: green, ip: 198.19.1.9/24, mac: '02:00:00:00:00:09', host: h2}", 9);
-    records.put("/jakiro/v1/vnics/blue/t8", "{name: other, vpc: blue}", 9);  // name is not its key
+    records.put("/jakiro/v1/vnics/blue/t8",  // name is not its key
+                "{name: other, vpc: blue, ip: 198.19.1.8/24, mac: '02:00:00:00:00:08', host: h2}",
+                9);
     records.put("/jakiro/v1/vnics/blue/t7", "{unclosed", 9);
     const auto view = records.build_view();
     ASSERT_TRUE(view->usable);
@@ -304,6 +306,7 @@ TEST(ClusterInterest, ALegacyVnicKeyIsReadByJakiroctlButNotFollowedByAHost) {
 
 TEST(ClusterInterest, AVnicWhoseValueNamesAnotherVpcThanItsKeyIsRefused) {
     auto all = two_host_cluster();
+    all.put("/jakiro/v1/vpcs/red", "{name: red, vni: 200}", 12);
     all.put("/jakiro/v1/vnics/blue/t6",
             "{name: t6, vpc: red, ip: 198.19.1.6/24, mac: '02:00:c6:13:01:06', host: h2}", 12);
     EXPECT_TRUE(mentions(all.build_view()->rejected,
