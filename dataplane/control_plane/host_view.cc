@@ -1,6 +1,6 @@
 #include "dataplane/control_plane/host_view.hh"
 
-#include <map>
+#include <unordered_map>
 
 namespace jakiro::control_plane {
 
@@ -29,8 +29,11 @@ host_view compose_host_config(const host_config& local, const cluster_view& view
     out.config.security_groups = cluster.security_groups;
     out.config.vnics.clear();
     out.config.peers.clear();
-    out.config.hosts = cluster.hosts;
-    std::map<std::string, uint32_t> underlay;
+    // The hosts themselves are not copied: nothing downstream reads them, and a change would
+    // pay for every host of the cluster. Their addresses go into the peers below.
+    out.config.hosts.clear();
+    std::unordered_map<std::string, uint32_t> underlay;
+    underlay.reserve(cluster.hosts.size());
     for (const auto& host : cluster.hosts) {
         underlay[host.name] = host.underlay_ip;
         if (!view.alive_hosts.count(host.name) && host.name != local.name) {
