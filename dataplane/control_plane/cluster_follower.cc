@@ -156,13 +156,14 @@ void cluster_follower::apply_view(const cluster_view& view,
         return find_vnic(_state.config, v.name) == nullptr;
     });
     const std::string source = next.source_file;
-    if (!adds_vnics && !apply_config(std::move(next), error)) {
-        ++_status.apply_failures;
-        _status.last_error = "apply: " + error;
-        log::warning("apply_failed", error, {{"source", source}});
-        return;
-    }
-    if (adds_vnics && !apply_config(next, error)) {
+    if (!adds_vnics) {
+        if (!apply_config(std::move(next), error)) {
+            ++_status.apply_failures;
+            _status.last_error = "apply: " + error;
+            log::warning("apply_failed", error, {{"source", source}});
+            return;
+        }
+    } else if (!apply_config(next, error)) {
         // Most likely a new local vNIC whose port cannot open yet: apply everything else, then
         // each new vNIC alone; those that still fail wait for the next tick.
         host_config base = next;
