@@ -17,8 +17,13 @@ std::string address_key(const std::string& vpc, uint32_t ip) {
     return std::string(address_key_root) + vpc + "/" + format_ipv4(ip);
 }
 
-std::string vnic_key(const std::string& name) {
-    return key_of({record_kind::vnic, "", name});
+std::string vnic_key(const std::string& vpc, const std::string& name) {
+    return key_of({record_kind::vnic, vpc, name});
+}
+
+// The host's index entry for the vNIC: how its jakirod learns to follow the VPC.
+std::string home_key(const std::string& host, const std::string& vpc, const std::string& name) {
+    return key_of({record_kind::home, vpc, name, host});
 }
 
 class etcd_registry final : public vnic_registry {
@@ -104,7 +109,8 @@ class etcd_registry final : public vnic_registry {
             }
         }
         etcdserverpb::TxnRequest txn;
-        for (const auto& key : {vnic_key(entry.name), address_key(entry.vpc, entry.ip)}) {
+        for (const auto& key :
+             {vnic_key(entry.vpc, entry.name), address_key(entry.vpc, entry.ip)}) {
             auto* compare = txn.add_compare();
             compare->set_key(key);
             compare->set_result(etcdserverpb::Compare::EQUAL);
@@ -112,8 +118,11 @@ class etcd_registry final : public vnic_registry {
             compare->set_version(0);
         }
         auto* put = txn.add_success()->mutable_request_put();
-        put->set_key(vnic_key(entry.name));
+        put->set_key(vnic_key(entry.vpc, entry.name));
         put->set_value(flow);
+        put = txn.add_success()->mutable_request_put();
+        put->set_key(home_key(_host.name, entry.vpc, entry.name));
+        put->set_value("{name: " + entry.name + "}");
         put = txn.add_success()->mutable_request_put();
         put->set_key(address_key(entry.vpc, entry.ip));
         put->set_value(entry.name + " " + entry.owner);
@@ -151,7 +160,9 @@ class etcd_registry final : public vnic_registry {
             }
         }
         etcdserverpb::TxnRequest txn;
-        txn.add_success()->mutable_request_delete_range()->set_key(vnic_key(vnic));
+        txn.add_success()->mutable_request_delete_range()->set_key(vnic_key(vpc_of, vnic));
+        txn.add_success()->mutable_request_delete_range()->set_key(
+            home_key(_host.name, vpc_of, vnic));
         if (ip != 0) {
             txn.add_success()->mutable_request_delete_range()->set_key(address_key(vpc_of, ip));
         }
