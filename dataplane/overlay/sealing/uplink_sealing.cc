@@ -1,0 +1,424 @@
+#include "dataplane/overlay/sealing/uplink_sealing.hh"
+
+#include <rte_ip.h>
+#include <rte_udp.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "dataplane/overlay/vxlan.hh"
+
+namespace jakiro::overlay::sealing {
+
+namespace {
+
+// Outer Ethernet + IPv4 without options + UDP: the part of a frame that stays in the clear.
+constexpr uint32_t clear_bytes = sizeof(rte_ether_hdr) + sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr);
+
+void count_drop(lcore_counters& counters, rte_mbuf* m, drop_reason reason) {
+    counters.drops[static_cast<std::size_t>(reason)].add(1);
+    rte_pktmbuf_free(m);
+}
+
+// The frame's outer IPv4 and UDP headers when it is a UDP frame without IPv4 options or
+// fragmentation and its first segment holds them; nullptr otherwise.
+struct udp_frame {
+    rte_ipv4_hdr* ip = nullptr;
+    rte_udp_hdr* udp = nullptr;
+};
+
+udp_frame parse_udp(rte_mbuf* m) {
+    if (rte_pktmbuf_data_len(m) < clear_bytes) {
+        return {};
+    }
+    auto* eth = rte_pktmbuf_mtod(m, rte_ether_hdr*);
+    if (eth->ether_type != rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4)) {
+        return {};
+    }
+    auto* ip = reinterpret_cast<rte_ipv4_hdr*>(eth + 1);
+    if (ip->version_ihl != 0x45 || ip->next_proto_id != IPPROTO_UDP) {
+        return {};
+    }
+    return {ip, reinterpret_cast<rte_udp_hdr*>(ip + 1)};
+}
+
+// A copy of `m` in one mbuf of `pool` with room for the ESP prefix and trailer; nullptr when
+// the pool is empty or the frame does not fit one mbuf.
+rte_mbuf* writable_copy(rte_mbuf* m, rte_mempool* pool) {
+    rte_mbuf* copy = rte_pktmbuf_alloc(pool);
+    if (copy == nullptr) {
+        return nullptr;
+    }
+    const uint32_t len = rte_pktmbuf_pkt_len(m);
+    if (rte_pktmbuf_headroom(copy) < esp_prefix_bytes ||
+        rte_pktmbuf_tailroom(copy) < len + esp_max_trailer_bytes) {
+        rte_pktmbuf_free(copy);
+        return nullptr;
+    }
+    auto* out = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(copy, static_cast<uint16_t>(len)));
+    const void* data = rte_pktmbuf_read(m, 0, len, out);
+    if (data != out) {
+        std::memcpy(out, data, len);
+    }
+    copy->port = m->port;
+    rte_pktmbuf_free(m);
+    return copy;
+}
+
+bool writable_in_place(const rte_mbuf* m) {
+    return m->nb_segs == 1 && RTE_MBUF_DIRECT(m) && rte_mbuf_refcnt_read(m) == 1 &&
+           rte_pktmbuf_headroom(m) >= esp_prefix_bytes &&
+           rte_pktmbuf_tailroom(m) >= esp_max_trailer_bytes;
+}
+
+uint32_t spi_of(const uint8_t* esp) {
+    return (uint32_t{esp[0]} << 24) | (uint32_t{esp[1]} << 16) | (uint32_t{esp[2]} << 8) | esp[3];
+}
+
+uint64_t seq_of(const uint8_t* esp) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) {
+        v = (v << 8) | esp[8 + i];
+    }
+    return v;
+}
+
+void set_lengths(rte_mbuf* m, rte_ipv4_hdr* ip, rte_udp_hdr* udp, uint16_t udp_port) {
+    const uint32_t len = rte_pktmbuf_pkt_len(m);
+    ip->total_length = rte_cpu_to_be_16(static_cast<uint16_t>(len - sizeof(rte_ether_hdr)));
+    ip->hdr_checksum = 0;
+    ip->hdr_checksum = rte_ipv4_cksum(ip);
+    udp->dgram_len =
+        rte_cpu_to_be_16(static_cast<uint16_t>(len - sizeof(rte_ether_hdr) - sizeof(rte_ipv4_hdr)));
+    udp->dst_port = rte_cpu_to_be_16(udp_port);
+    udp->dgram_cksum = 0;
+}
+
+}  // namespace
+
+std::unique_ptr<uplink_sealing> uplink_sealing::create(const sealing_setup& setup,
+                                                       std::string& error) {
+    std::unique_ptr<uplink_sealing> s(new uplink_sealing());
+    if (!s->_gcm.ready()) {
+        error = "overlay encryption: Intel IPSec-MB could not start a job manager";
+        return nullptr;
+    }
+    s->_policy = setup.policy;
+    s->_epoch_limit = setup.epoch_limit;
+    s->_rekey_bytes = setup.rekey_bytes;
+    s->_rekey_ns = setup.rekey_ns;
+    s->_peers.resize(setup.peers.size());
+    for (std::size_t i = 0; i < setup.peers.size(); ++i) {
+        const peer_setting& in = setup.peers[i];
+        peer_sa& p = s->_peers[i];
+        p.ip_be = rte_cpu_to_be_32(in.underlay_ip);
+        p.policy = in.policy;
+        p.self = {setup.own.public_key, setup.underlay_ip};
+        if (!in.public_key) {
+            continue;
+        }
+        p.peer = {*in.public_key, in.underlay_ip};
+        const auto shared = shared_secret(setup.own.private_key, *in.public_key);
+        if (!shared) {
+            error = "overlay peer " + std::to_string(in.underlay_ip) +
+                    ": its public key gives no shared secret (not an X25519 key)";
+            return nullptr;
+        }
+        p.shared = *shared;
+        const auto tx = derive_direction_key(p.shared, p.self, p.peer, setup.first_epoch);
+        if (!tx) {
+            error = "overlay encryption: key derivation failed";
+            return nullptr;
+        }
+        s->_gcm.expand(*tx, p.tx_key);
+        p.tx_epoch = setup.first_epoch;
+        p.shown_tx_epoch = p.tx_epoch;
+        p.keyed = true;
+        s->_seals_any = s->_seals_any || p.seals();
+    }
+    std::sort(s->_peers.begin(), s->_peers.end(),
+              [](const peer_sa& a, const peer_sa& b) { return a.ip_be < b.ip_be; });
+    return s;
+}
+
+peer_sa* uplink_sealing::find(uint32_t ip_be) {
+    auto it = std::lower_bound(_peers.begin(), _peers.end(), ip_be,
+                               [](const peer_sa& p, uint32_t ip) { return p.ip_be < ip; });
+    return it != _peers.end() && it->ip_be == ip_be ? &*it : nullptr;
+}
+
+void uplink_sealing::rekey_if_due(peer_sa& peer, uint64_t now_ns) {
+    if (peer.tx_epoch_start_ns == 0) {
+        peer.tx_epoch_start_ns = now_ns;
+        return;
+    }
+    const uint64_t age = now_ns - peer.tx_epoch_start_ns;
+    if ((peer.tx_epoch_bytes < _rekey_bytes && age < _rekey_ns) || age < min_epoch_ns ||
+        peer.tx_epoch + 1 >= _epoch_limit) {
+        return;
+    }
+    const auto key = derive_direction_key(peer.shared, peer.self, peer.peer, peer.tx_epoch + 1);
+    if (!key) {
+        return;  // keep sealing under the current epoch; its nonces are not exhausted
+    }
+    _gcm.expand(*key, peer.tx_key);
+    peer.tx_epoch += 1;
+    peer.tx_seq = 0;
+    peer.tx_epoch_bytes = 0;
+    peer.tx_epoch_start_ns = now_ns;
+    __atomic_store_n(&peer.shown_tx_epoch, peer.tx_epoch, __ATOMIC_RELAXED);
+    peer.counters.tx_rekeys.add(1);
+}
+
+bool uplink_sealing::derive_rx(peer_sa& peer, uint32_t epoch, rx_sa& out) {
+    const auto key = derive_direction_key(peer.shared, peer.peer, peer.self, epoch);
+    if (!key) {
+        return false;
+    }
+    _gcm.expand(*key, out.key);
+    out.epoch = epoch;
+    out.valid = true;
+    out.window = replay_window{};
+    return true;
+}
+
+uint16_t uplink_sealing::seal_burst(rte_mbuf** pkts, uint16_t n, rte_mempool* pool,
+                                    lcore_counters& counters, uint64_t now_ns) {
+    seal_request requests[gcm_burst::max_burst];
+    unsigned pending = 0;
+    uint16_t kept = 0;
+    for (uint16_t i = 0; i < n; ++i) {
+        rte_mbuf* m = pkts[i];
+        udp_frame f = parse_udp(m);
+        if (f.ip == nullptr || f.udp->dst_port != rte_cpu_to_be_16(vxlan_udp_port)) {
+            pkts[kept++] = m;  // ARP, or nothing of the overlay's
+            continue;
+        }
+        peer_sa* peer = find(f.ip->dst_addr);
+        if (peer == nullptr || !peer->seals()) {
+            if (policy_of(peer) == encryption_policy::required) {
+                count_drop(counters, m, drop_reason::unsealed_no_key);
+                continue;
+            }
+            if (peer != nullptr) {
+                peer->counters.plaintext_sent.add(1);
+            }
+            pkts[kept++] = m;
+            continue;
+        }
+        if ((m->ol_flags & (RTE_MBUF_F_TX_TCP_SEG | RTE_MBUF_F_TX_UDP_SEG)) != 0) {
+            count_drop(counters, m, drop_reason::seal_superframe);
+            continue;
+        }
+        if (!writable_in_place(m)) {
+            m = writable_copy(m, pool);
+            if (m == nullptr) {
+                count_drop(counters, pkts[i], drop_reason::seal_no_mbufs);
+                continue;
+            }
+        }
+        rekey_if_due(*peer, now_ns);
+        const uint32_t plaintext_len = rte_pktmbuf_pkt_len(m) - clear_bytes;
+        auto* front = reinterpret_cast<uint8_t*>(rte_pktmbuf_prepend(m, esp_prefix_bytes));
+        std::memmove(front, front + esp_prefix_bytes, clear_bytes);
+        rte_pktmbuf_append(m, static_cast<uint16_t>(esp_trailer_bytes(plaintext_len)));
+        auto* ip = reinterpret_cast<rte_ipv4_hdr*>(front + sizeof(rte_ether_hdr));
+        auto* udp = reinterpret_cast<rte_udp_hdr*>(ip + 1);
+        set_lengths(m, ip, udp, esp_udp_port);
+        // Nothing downstream may touch a sealed frame's bytes (a checksum offload would
+        // write into the ciphertext).
+        m->ol_flags &= ~RTE_MBUF_F_TX_OFFLOAD_MASK;
+        requests[pending++] = {front + clear_bytes, plaintext_len, &peer->tx_key, peer->tx_epoch,
+                               ++peer->tx_seq,      ip->src_addr,  ip->dst_addr};
+        peer->tx_epoch_bytes += plaintext_len;
+        peer->counters.sealed.add(1);
+        peer->counters.sealed_bytes.add(plaintext_len);
+        pkts[kept++] = m;
+        if (pending == gcm_burst::max_burst) {
+            _gcm.seal(requests, pending);
+            pending = 0;
+        }
+    }
+    if (pending > 0) {
+        _gcm.seal(requests, pending);
+    }
+    return kept;
+}
+
+uint16_t uplink_sealing::open_burst(rte_mbuf** pkts, uint16_t n, rte_be32_t local_ip,
+                                    const rte_ether_addr& local_mac, lcore_counters& counters,
+                                    uint64_t now_ns) {
+    open_request requests[gcm_burst::max_burst];
+    open_result results[gcm_burst::max_burst];
+    rx_sa* sas[gcm_burst::max_burst];
+    peer_sa* senders[gcm_burst::max_burst];
+    uint16_t places[gcm_burst::max_burst];
+    uint16_t kept = 0;
+
+    // Frames are kept in place order: the sealed ones are judged after the burst is opened,
+    // so first mark where each sealed frame sits in the kept list.
+    auto finish = [&](unsigned count) {
+        _gcm.open(requests, count, results);
+        for (unsigned r = 0; r < count; ++r) {
+            rte_mbuf* m = pkts[places[r]];
+            peer_sa& peer = *senders[r];
+            rx_sa* sa = sas[r];
+            if (!results[r].ok) {
+                peer.counters.auth_failed.add(1);
+                count_drop(counters, m, drop_reason::auth_failed);
+                pkts[places[r]] = nullptr;
+                continue;
+            }
+            const uint64_t seq = seq_of(requests[r].esp);
+            if (sa == &peer.candidate) {
+                // A newer epoch of the peer's authenticated: it becomes the current one, the
+                // current one stays open for frames sealed before the peer's rekey, the one
+                // before that is over.
+                for (unsigned later = r + 1; later < count; ++later) {
+                    if (sas[later] == &peer.rx[1]) {
+                        sas[later] = nullptr;
+                    } else if (sas[later] == &peer.rx[0]) {
+                        sas[later] = &peer.rx[1];
+                    } else if (sas[later] == &peer.candidate) {
+                        sas[later] = &peer.rx[0];
+                    }
+                }
+                peer.rx[1] = peer.rx[0];
+                peer.rx[0] = peer.candidate;
+                peer.candidate.valid = false;
+                sa = &peer.rx[0];
+                __atomic_store_n(&peer.shown_rx_epoch, sa->epoch, __ATOMIC_RELAXED);
+                peer.counters.rx_epochs.add(1);
+            }
+            if (sa == nullptr || !sa->window.accept(seq)) {
+                peer.counters.replayed.add(1);
+                count_drop(counters, m, drop_reason::replayed);
+                pkts[places[r]] = nullptr;
+                continue;
+            }
+            // The frame becomes the VXLAN frame it carried: the clear headers move up to the
+            // plaintext, the trailer goes.
+            uint8_t* frame = rte_pktmbuf_mtod(m, uint8_t*);
+            std::memmove(frame + esp_prefix_bytes, frame, clear_bytes);
+            rte_pktmbuf_adj(m, esp_prefix_bytes);
+            rte_pktmbuf_trim(m, static_cast<uint16_t>(rte_pktmbuf_pkt_len(m) - clear_bytes -
+                                                      results[r].plaintext_len));
+            frame = rte_pktmbuf_mtod(m, uint8_t*);
+            auto* ip = reinterpret_cast<rte_ipv4_hdr*>(frame + sizeof(rte_ether_hdr));
+            auto* udp = reinterpret_cast<rte_udp_hdr*>(ip + 1);
+            ip->src_addr = peer.ip_be;  // the authenticated sender (it was in the AAD)
+            set_lengths(m, ip, udp, vxlan_udp_port);
+            peer.counters.opened.add(1);
+        }
+    };
+
+    unsigned pending = 0;
+    for (uint16_t i = 0; i < n; ++i) {
+        rte_mbuf* m = pkts[i];
+        udp_frame f = parse_udp(m);
+        const auto* eth = rte_pktmbuf_mtod(m, const rte_ether_hdr*);
+        if (f.ip == nullptr || f.ip->dst_addr != local_ip ||
+            !rte_is_same_ether_addr(&eth->dst_addr, &local_mac)) {
+            pkts[kept++] = m;  // the ingress pipeline judges it as it always has
+            continue;
+        }
+        peer_sa* peer = find(f.ip->src_addr);
+        if (f.udp->dst_port == rte_cpu_to_be_16(vxlan_udp_port)) {
+            if (policy_of(peer) == encryption_policy::required) {
+                if (peer != nullptr) {
+                    peer->counters.plaintext_refused.add(1);
+                }
+                count_drop(counters, m, drop_reason::plaintext_refused);
+                continue;
+            }
+            if (peer != nullptr) {
+                peer->counters.plaintext_received.add(1);
+            }
+            pkts[kept++] = m;
+            continue;
+        }
+        if (f.udp->dst_port != rte_cpu_to_be_16(esp_udp_port)) {
+            pkts[kept++] = m;
+            continue;
+        }
+        const uint32_t len = rte_pktmbuf_pkt_len(m);
+        const uint32_t ip_len = rte_be_to_cpu_16(f.ip->total_length);
+        if (m->nb_segs != 1 || ip_len + sizeof(rte_ether_hdr) > len ||
+            ip_len < sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr) + gcm_burst::min_esp_len ||
+            (rte_be_to_cpu_16(f.ip->fragment_offset) &
+             (RTE_IPV4_HDR_OFFSET_MASK | RTE_IPV4_HDR_MF_FLAG)) != 0 ||
+            rte_be_to_cpu_16(f.udp->dgram_len) != ip_len - sizeof(rte_ipv4_hdr)) {
+            count_drop(counters, m, drop_reason::sealed_malformed);
+            continue;
+        }
+        if (peer == nullptr || !peer->keyed) {
+            count_drop(counters, m, drop_reason::auth_failed);
+            continue;
+        }
+        uint8_t* esp = rte_pktmbuf_mtod(m, uint8_t*) + clear_bytes;
+        const uint32_t epoch = spi_of(esp);
+        const uint64_t seq = seq_of(esp);
+        rx_sa* sa = nullptr;
+        if (peer->rx[0].valid && epoch == peer->rx[0].epoch) {
+            sa = &peer->rx[0];
+        } else if (peer->rx[1].valid && epoch == peer->rx[1].epoch) {
+            sa = &peer->rx[1];
+        } else if (!peer->rx[0].valid || epoch > peer->rx[0].epoch) {
+            if (peer->candidate.valid && peer->candidate.epoch == epoch) {
+                sa = &peer->candidate;
+            } else if (now_ns - peer->last_derive_ns >= derive_interval_ns ||
+                       peer->last_derive_ns == 0) {
+                peer->last_derive_ns = now_ns;
+                // Frames waiting to be opened may hold the candidate's key: open them first.
+                if (pending > 0) {
+                    finish(pending);
+                    pending = 0;
+                }
+                if (derive_rx(*peer, epoch, peer->candidate)) {
+                    sa = &peer->candidate;
+                }
+            }
+            if (sa == nullptr) {
+                peer->counters.auth_failed.add(1);
+                count_drop(counters, m, drop_reason::auth_failed);
+                continue;
+            }
+        } else {
+            // An epoch older than the two still open: its frames were all due long ago.
+            peer->counters.replayed.add(1);
+            count_drop(counters, m, drop_reason::replayed);
+            continue;
+        }
+        if (!sa->window.check(seq)) {
+            peer->counters.replayed.add(1);
+            count_drop(counters, m, drop_reason::replayed);
+            continue;
+        }
+        // The ESP payload ends where the outer IPv4 packet does (Ethernet padding excluded).
+        rte_pktmbuf_trim(m, static_cast<uint16_t>(len - sizeof(rte_ether_hdr) - ip_len));
+        requests[pending] = {
+            esp, ip_len - static_cast<uint32_t>(sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr)),
+            &sa->key, f.ip->src_addr, f.ip->dst_addr};
+        sas[pending] = sa;
+        senders[pending] = peer;
+        places[pending] = kept;
+        pkts[kept++] = m;
+        if (++pending == gcm_burst::max_burst) {
+            finish(pending);
+            pending = 0;
+        }
+    }
+    if (pending > 0) {
+        finish(pending);
+    }
+    // Close the gaps the dropped sealed frames left.
+    uint16_t out = 0;
+    for (uint16_t i = 0; i < kept; ++i) {
+        if (pkts[i] != nullptr) {
+            pkts[out++] = pkts[i];
+        }
+    }
+    return out;
+}
+
+}  // namespace jakiro::overlay::sealing

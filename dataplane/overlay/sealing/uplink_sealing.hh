@@ -1,0 +1,98 @@
+#pragma once
+// The sealed overlay on the uplink (docs/architecture.md §2a): every frame to another Jakiro
+// host leaves as ESP in UDP (esp_format.hh) under the pair's current key, and every sealed
+// frame that arrives is authenticated and opened before anything reads what it carries. An
+// opened frame becomes the plaintext VXLAN frame it carried, its outer source the host whose
+// key opened it, so the ingress pipeline's inner-source check binds to the authenticated
+// sender, not to an address on the wire.
+//
+// One per host, run by the uplink's worker alone (it receives every fabric frame and sends
+// every frame to the fabric). Worker side: bursts, no allocation, no lock; a system call or an
+// OpenSSL call only once per new epoch (bounded per peer in time).
+
+#include <rte_ether.h>
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dataplane/counters.hh"
+#include "dataplane/overlay/sealing/gcm_burst.hh"
+#include "dataplane/overlay/sealing/host_key.hh"
+#include "dataplane/overlay/sealing/peer_sa.hh"
+
+namespace jakiro::overlay::sealing {
+
+struct peer_setting {
+    uint32_t underlay_ip = 0;  // host order
+    std::optional<x25519_key> public_key;
+    encryption_policy policy = encryption_policy::off;
+};
+
+struct sealing_setup {
+    encryption_policy policy = encryption_policy::off;  // for hosts not in `peers`
+    host_key_pair own;
+    uint32_t underlay_ip = 0;  // host order
+    std::vector<peer_setting> peers;
+    // The first epoch this run may seal with, and one past the last it may reach by rekeying
+    // (epoch_store.hh reserves the range so no run of this host reuses a key).
+    uint32_t first_epoch = 256;
+    uint32_t epoch_limit = UINT32_MAX;
+    uint64_t rekey_bytes = uint64_t{1} << 36;            // 64 GiB per epoch
+    uint64_t rekey_ns = uint64_t{3600} * 1'000'000'000;  // an hour per epoch
+};
+
+class uplink_sealing {
+  public:
+    // nullptr and `error` when IPSec-MB cannot start or a peer's key is unusable.
+    static std::unique_ptr<uplink_sealing> create(const sealing_setup& setup, std::string& error);
+
+    // Frames about to leave on the uplink, in place: those to a host that seals become ESP
+    // frames, the rest pass unchanged. What cannot leave (no key for a required host, no mbuf
+    // to make a frame writable) is dropped and counted in `counters`. Keeps the order; returns
+    // how many of `pkts` are left (at most `n`). A frame that is not one writable buffer is
+    // copied into one mbuf of `pool` first.
+    uint16_t seal_burst(rte_mbuf** pkts, uint16_t n, rte_mempool* pool, lcore_counters& counters,
+                        uint64_t now_ns);
+
+    // Frames from the fabric, in place: sealed ones are authenticated, checked against the
+    // replay window and opened into the VXLAN frames they carried; plaintext VXLAN from a host
+    // that must seal is dropped. Anything else passes for the ingress pipeline to judge.
+    // Returns how many of `pkts` are left.
+    uint16_t open_burst(rte_mbuf** pkts, uint16_t n, rte_be32_t local_ip,
+                        const rte_ether_addr& local_mac, lcore_counters& counters, uint64_t now_ns);
+
+    const std::vector<peer_sa>& peers() const { return _peers; }
+    encryption_policy policy() const { return _policy; }
+    const char* arch() const { return _gcm.arch(); }
+    // Whether any frame may be sealed: the uplink must then be sent frames, not super-frames.
+    bool seals_any() const { return _seals_any; }
+
+    // Sending epochs move on no more often than this, whatever the byte budget says.
+    static constexpr uint64_t min_epoch_ns = 100'000'000;
+    // A receiving SA for a new epoch of a peer is derived at most this often per peer: an
+    // attacker who forges SPIs in a host's name costs the worker one derivation per interval.
+    static constexpr uint64_t derive_interval_ns = 10'000'000;
+
+  private:
+    uplink_sealing() = default;
+    peer_sa* find(uint32_t ip_be);
+    encryption_policy policy_of(const peer_sa* peer) const {
+        return peer != nullptr ? peer->policy : _policy;
+    }
+    void rekey_if_due(peer_sa& peer, uint64_t now_ns);
+    bool derive_rx(peer_sa& peer, uint32_t epoch, rx_sa& out);
+
+    gcm_burst _gcm;
+    encryption_policy _policy = encryption_policy::off;
+    bool _seals_any = false;
+    std::vector<peer_sa> _peers;  // sorted by ip_be
+    uint32_t _epoch_limit = UINT32_MAX;
+    uint64_t _rekey_bytes = 0;
+    uint64_t _rekey_ns = 0;
+};
+
+}  // namespace jakiro::overlay::sealing

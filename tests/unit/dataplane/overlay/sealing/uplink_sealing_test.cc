@@ -1,0 +1,242 @@
+#include "dataplane/overlay/sealing/uplink_sealing.hh"
+
+#include <gtest/gtest.h>
+
+#include "tests/unit/frames.hh"
+
+namespace jakiro::overlay::sealing {
+namespace {
+
+using test::ip;
+using test::mac;
+
+rte_mempool* test_pool() {
+    static rte_mempool* pool = rte_pktmbuf_pool_create(
+        "sealing_test", 1023, 0, 0, 10240 + RTE_PKTMBUF_HEADROOM, rte_socket_id());
+    return pool;
+}
+
+struct host {
+    const char* ip_text;
+    const char* mac_text;
+    host_key_pair keys = generate_key_pair();
+};
+
+uint64_t drops(const lcore_counters& c, drop_reason r) {
+    return c.drops[static_cast<std::size_t>(r)].read();
+}
+
+struct UplinkSealingTest : testing::Test {
+    host a{"198.18.0.1", "02:00:00:00:00:01"};
+    host b{"198.18.0.2", "02:00:00:00:00:02"};
+    host c{"198.18.0.3", "02:00:00:00:00:03"};
+    lcore_counters counters_a;
+    lcore_counters counters_b;
+    uint64_t now = 1'000'000'000;
+
+    // `self`'s sealing towards `others`, every one of them keyed, policy `policy`.
+    std::unique_ptr<uplink_sealing> make(const host& self, std::vector<const host*> others,
+                                         encryption_policy policy = encryption_policy::required,
+                                         uint32_t first_epoch = 1000,
+                                         uint64_t rekey_bytes = uint64_t{1} << 36) {
+        sealing_setup setup;
+        setup.policy = policy;
+        setup.own = self.keys;
+        setup.underlay_ip = rte_be_to_cpu_32(ip(self.ip_text));
+        setup.first_epoch = first_epoch;
+        setup.rekey_bytes = rekey_bytes;
+        for (const host* o : others) {
+            setup.peers.push_back({rte_be_to_cpu_32(ip(o->ip_text)), o->keys.public_key, policy});
+        }
+        std::string error;
+        auto s = uplink_sealing::create(setup, error);
+        EXPECT_TRUE(s) << error;
+        return s;
+    }
+
+    // A VXLAN frame from `from` to `to` carrying a tenant's UDP datagram of `payload` bytes.
+    rte_mbuf* vxlan_frame(const host& from, const host& to, uint16_t payload = 100,
+                          uint32_t vni = 100) {
+        test::ipv4_frame_spec spec{mac("02:00:c6:13:01:01"), mac("02:6a:6b:00:00:01"),
+                                   ip("198.19.1.1"), ip("198.19.2.1")};
+        spec.payload = payload;
+        rte_mbuf* m = test::ipv4_mbuf(test_pool(), spec);
+        test::vxlan_wrap(
+            m, {mac(from.mac_text), mac(to.mac_text), ip(from.ip_text), ip(to.ip_text)}, vni);
+        return m;
+    }
+
+    uint16_t seal(uplink_sealing& s, rte_mbuf** pkts, uint16_t n) {
+        return s.seal_burst(pkts, n, test_pool(), counters_a, now);
+    }
+    uint16_t open_at(uplink_sealing& s, const host& self, rte_mbuf** pkts, uint16_t n) {
+        return s.open_burst(pkts, n, ip(self.ip_text), mac(self.mac_text), counters_b, now);
+    }
+    static uint16_t udp_dst(const rte_mbuf* m) {
+        return rte_be_to_cpu_16(rte_pktmbuf_mtod_offset(m, const rte_udp_hdr*, 34)->dst_port);
+    }
+    void free_all(rte_mbuf** pkts, uint16_t n) { rte_pktmbuf_free_bulk(pkts, n); }
+};
+
+TEST_F(UplinkSealingTest, AFrameCrossesSealedAndArrivesAsItWasSent) {
+    auto at_a = make(a, {&b});
+    auto at_b = make(b, {&a});
+    rte_mbuf* m = vxlan_frame(a, b, 1000);
+    const std::vector<uint8_t> sent = test::bytes_of(m);
+    ASSERT_EQ(seal(*at_a, &m, 1), 1);
+    EXPECT_EQ(udp_dst(m), esp_udp_port);
+    const std::vector<uint8_t> wire = test::bytes_of(m);
+    // The tenant's bytes are not on the wire.
+    EXPECT_EQ(std::search(wire.begin(), wire.end(), sent.begin() + 90, sent.begin() + 150),
+              wire.end());
+    ASSERT_EQ(open_at(*at_b, b, &m, 1), 1);
+    EXPECT_EQ(test::bytes_of(m), sent);
+    EXPECT_EQ(at_b->peers()[0].counters.opened.read(), 1u);
+    free_all(&m, 1);
+}
+
+TEST_F(UplinkSealingTest, AReplayedFrameIsDroppedAsReplayed) {
+    auto at_a = make(a, {&b});
+    auto at_b = make(b, {&a});
+    rte_mbuf* m = vxlan_frame(a, b);
+    ASSERT_EQ(seal(*at_a, &m, 1), 1);
+    rte_mbuf* copy = test::mbuf_from(test_pool(), test::bytes_of(m).data(), rte_pktmbuf_pkt_len(m));
+    rte_mbuf* burst[] = {m, copy};
+    ASSERT_EQ(open_at(*at_b, b, burst, 2), 1);
+    EXPECT_EQ(drops(counters_b, drop_reason::replayed), 1u);
+    free_all(burst, 1);
+}
+
+TEST_F(UplinkSealingTest, AFlippedBitIsDroppedAsAuthFailed) {
+    auto at_a = make(a, {&b});
+    auto at_b = make(b, {&a});
+    rte_mbuf* m = vxlan_frame(a, b);
+    ASSERT_EQ(seal(*at_a, &m, 1), 1);
+    rte_pktmbuf_mtod(m, uint8_t*)[100] ^= 0x01;
+    EXPECT_EQ(open_at(*at_b, b, &m, 1), 0);
+    EXPECT_EQ(drops(counters_b, drop_reason::auth_failed), 1u);
+    // The genuine next frame still opens: the forgery moved no window, no epoch.
+    rte_mbuf* next = vxlan_frame(a, b);
+    ASSERT_EQ(seal(*at_a, &next, 1), 1);
+    ASSERT_EQ(open_at(*at_b, b, &next, 1), 1);
+    free_all(&next, 1);
+}
+
+TEST_F(UplinkSealingTest, AFrameUnderAnotherPairsKeyIsDroppedAsAuthFailed) {
+    // C seals for B with its own pair key but puts A's address as the outer source.
+    auto at_c = make(c, {&b});
+    auto at_b = make(b, {&a, &c});
+    rte_mbuf* m = vxlan_frame(c, b);
+    ASSERT_EQ(seal(*at_c, &m, 1), 1);
+    rte_mbuf* forged =
+        test::mbuf_from(test_pool(), test::bytes_of(m).data(), rte_pktmbuf_pkt_len(m));
+    auto* outer = rte_pktmbuf_mtod_offset(forged, rte_ipv4_hdr*, 14);
+    outer->src_addr = ip(a.ip_text);
+    outer->hdr_checksum = 0;
+    outer->hdr_checksum = rte_ipv4_cksum(outer);
+    EXPECT_EQ(open_at(*at_b, b, &forged, 1), 0);
+    EXPECT_EQ(drops(counters_b, drop_reason::auth_failed), 1u);
+    // Control: the same frame in C's own name opens.
+    ASSERT_EQ(open_at(*at_b, b, &m, 1), 1);
+    free_all(&m, 1);
+}
+
+TEST_F(UplinkSealingTest, PlaintextFromAHostThatMustSealIsRefused) {
+    auto at_b = make(b, {&a});
+    rte_mbuf* m = vxlan_frame(a, b);  // a forged plain VXLAN frame in A's name
+    EXPECT_EQ(open_at(*at_b, b, &m, 1), 0);
+    EXPECT_EQ(drops(counters_b, drop_reason::plaintext_refused), 1u);
+    // Optional: plaintext from A passes for the ingress pipeline to judge.
+    auto lenient = make(b, {&a}, encryption_policy::optional);
+    rte_mbuf* plain = vxlan_frame(a, b);
+    EXPECT_EQ(open_at(*lenient, b, &plain, 1), 1);
+    free_all(&plain, 1);
+}
+
+TEST_F(UplinkSealingTest, AnUnkeyedHostThatMustSealGetsNothing) {
+    sealing_setup setup;
+    setup.policy = encryption_policy::required;
+    setup.own = a.keys;
+    setup.underlay_ip = rte_be_to_cpu_32(ip(a.ip_text));
+    std::string error;
+    auto at_a = uplink_sealing::create(setup, error);
+    ASSERT_TRUE(at_a);
+    rte_mbuf* m = vxlan_frame(a, b);
+    EXPECT_EQ(seal(*at_a, &m, 1), 0);
+    EXPECT_EQ(drops(counters_a, drop_reason::unsealed_no_key), 1u);
+}
+
+TEST_F(UplinkSealingTest, APeerWithEncryptionOffStaysPlaintext) {
+    sealing_setup setup;
+    setup.policy = encryption_policy::required;
+    setup.own = a.keys;
+    setup.underlay_ip = rte_be_to_cpu_32(ip(a.ip_text));
+    setup.peers.push_back({rte_be_to_cpu_32(ip(b.ip_text)), std::nullopt, encryption_policy::off});
+    std::string error;
+    auto at_a = uplink_sealing::create(setup, error);
+    rte_mbuf* m = vxlan_frame(a, b);
+    ASSERT_EQ(seal(*at_a, &m, 1), 1);
+    EXPECT_EQ(udp_dst(m), overlay::vxlan_udp_port);
+    free_all(&m, 1);
+}
+
+// A rekey mid-stream: frames sealed under the old epoch that arrive after the first frame of
+// the new one still open, each exactly once; once a third epoch is seen the first is over.
+TEST_F(UplinkSealingTest, ARekeyLosesNoFrameSealedBeforeIt) {
+    auto at_a = make(a, {&b}, encryption_policy::required, 1000, 4000);
+    auto at_b = make(b, {&a});
+    auto sealed = [&] {
+        rte_mbuf* m = vxlan_frame(a, b, 1000);
+        EXPECT_EQ(seal(*at_a, &m, 1), 1);
+        return m;
+    };
+    auto opens = [&](rte_mbuf* m) { return open_at(*at_b, b, &m, 1) == 1; };
+    auto copy_of = [&](rte_mbuf* m) {
+        return test::mbuf_from(test_pool(), test::bytes_of(m).data(), rte_pktmbuf_pkt_len(m));
+    };
+    std::vector<rte_mbuf*> old_epoch;
+    for (int i = 0; i < 5; ++i) {
+        old_epoch.push_back(sealed());  // 5 kB: past the byte budget, not past the time floor
+    }
+    ASSERT_EQ(at_a->peers()[0].tx_epoch, 1000u);
+    ASSERT_TRUE(opens(old_epoch[0]));
+    now += uplink_sealing::min_epoch_ns;
+    rte_mbuf* first_new = sealed();
+    ASSERT_EQ(at_a->peers()[0].tx_epoch, 1001u);
+    EXPECT_EQ(at_a->peers()[0].counters.tx_rekeys.read(), 1u);
+    ASSERT_TRUE(opens(first_new));
+    EXPECT_EQ(at_b->peers()[0].rx[0].epoch, 1001u);
+    // The old epoch's frames, late and in reverse: every one opens once, then is a replay.
+    std::vector<rte_mbuf*> copies;
+    for (int i = 4; i >= 1; --i) {
+        copies.push_back(copy_of(old_epoch[i]));
+        EXPECT_TRUE(opens(old_epoch[i])) << i;
+    }
+    EXPECT_EQ(drops(counters_b, drop_reason::auth_failed), 0u);
+    EXPECT_EQ(open_at(*at_b, b, copies.data(), static_cast<uint16_t>(copies.size())), 0);
+    EXPECT_EQ(drops(counters_b, drop_reason::replayed), copies.size());
+    // A third epoch: the first one is over, and its frames are replays whatever their number.
+    rte_mbuf* stale = vxlan_frame(a, b);
+    at_a = make(a, {&b}, encryption_policy::required, 1000);  // a sender that reuses epoch 1000
+    ASSERT_EQ(seal(*at_a, &stale, 1), 1);
+    now += uplink_sealing::min_epoch_ns;
+    auto later = make(a, {&b}, encryption_policy::required, 1002);
+    rte_mbuf* third = vxlan_frame(a, b);
+    ASSERT_EQ(later->seal_burst(&third, 1, test_pool(), counters_a, now), 1);
+    ASSERT_TRUE(opens(third));
+    EXPECT_FALSE(opens(stale));
+    EXPECT_EQ(drops(counters_b, drop_reason::replayed), copies.size() + 1);
+}
+
+TEST_F(UplinkSealingTest, FramesForAnotherHostOrNotOverlayPassUntouched) {
+    auto at_b = make(b, {&a});
+    rte_mbuf* arp =
+        test::arp_request_mbuf(test_pool(), mac(a.mac_text), ip(a.ip_text), ip(b.ip_text));
+    const auto before = test::bytes_of(arp);
+    EXPECT_EQ(open_at(*at_b, b, &arp, 1), 1);
+    EXPECT_EQ(test::bytes_of(arp), before);
+    free_all(&arp, 1);
+}
+
+}  // namespace
+}  // namespace jakiro::overlay::sealing
