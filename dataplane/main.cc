@@ -35,6 +35,7 @@
 #include "dataplane/eal_options.hh"
 #include "dataplane/jakiro_version.hh"
 #include "dataplane/log.hh"
+#include "dataplane/overlay/sealing/sealing_setup_from_config.hh"
 #include "dataplane/poll_loop/lcore_loop.hh"
 #include "dataplane/restart/daemon_image.hh"
 #include "dataplane/restart/fd_store_restart.hh"
@@ -533,6 +534,17 @@ int main(int argc, char** argv) {
             return fail(error);
         }
         state.workers.push_back(ctx.get());
+    }
+    // The sealed overlay, on the uplink's worker (it receives and sends every fabric frame).
+    std::string sealing_error;
+    const std::unique_ptr<overlay::sealing::uplink_sealing> sealing =
+        overlay::sealing::sealing_from_config(config, sealing_error);
+    if (!sealing && !sealing_error.empty()) {
+        return fail(sealing_error);
+    }
+    if (sealing) {
+        contexts[0]->sealing = sealing.get();
+        contexts[0]->tx.seal_uplink(sealing.get(), host.uplink_port(), pool);
     }
     if (inherited) {
         std::vector<worker_context*> owners;

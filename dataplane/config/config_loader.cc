@@ -1,5 +1,7 @@
 #include "dataplane/config/config_loader.hh"
+
 #include "dataplane/config/qos_units.hh"
+#include "dataplane/overlay/sealing/host_key.hh"
 
 #include <yaml-cpp/yaml.h>
 
@@ -366,6 +368,81 @@ void load_hosts(checker& check, const YAML::Node& root, host_config& config) {
                         "underlay address used by two hosts");
         }
         config.hosts.push_back(host);
+    }
+}
+
+// `overlay:` (docs/configuration.md, "Overlay encryption"). The private key itself is read
+// when jakirod starts (its file is root's alone); here only its path and the peers' public keys.
+void load_overlay(checker& check, const YAML::Node& root, host_config& config) {
+    const auto overlay = root["overlay"];
+    if (!overlay.IsDefined() || overlay.IsNull()) {
+        return;
+    }
+    const std::string field = "overlay";
+    if (!check.only_keys(overlay, field,
+                         {"encryption", "private_key", "epoch_file", "rekey_bytes",
+                          "rekey_interval", "hosts"})) {
+        return;
+    }
+    auto policy = [&](const YAML::Node& node,
+                      const std::string& at) -> std::optional<overlay_encryption> {
+        const auto text = check.string(node, "encryption", at, false);
+        if (!text) {
+            return std::nullopt;
+        }
+        for (auto e : {overlay_encryption::off, overlay_encryption::optional,
+                       overlay_encryption::required}) {
+            if (*text == overlay_encryption_name(e)) {
+                return e;
+            }
+        }
+        check.error(node["encryption"], at + ".encryption",
+                    "'" + *text + "' is not off, optional or required");
+        return std::nullopt;
+    };
+    auto& out = config.overlay;
+    out.encryption = policy(overlay, field).value_or(overlay_encryption::off);
+    out.private_key = check.string(overlay, "private_key", field, false).value_or("");
+    out.epoch_file = check.string(overlay, "epoch_file", field, false).value_or("");
+    out.rekey_bytes = check.bytes(overlay, "rekey_bytes", field).value_or(out.rekey_bytes);
+    out.rekey_seconds = check.number(overlay, "rekey_interval", field, 1, 30 * 86400, false)
+                            .value_or(out.rekey_seconds);
+    if (const auto hosts = overlay["hosts"]; hosts.IsDefined() && !hosts.IsNull()) {
+        if (!hosts.IsSequence()) {
+            check.error(hosts, field + ".hosts", "must be a list");
+            return;
+        }
+        std::set<uint32_t> seen;
+        for (std::size_t i = 0; i < hosts.size(); ++i) {
+            const auto at = checker::index("overlay.hosts", i);
+            const auto node = hosts[i];
+            if (!check.only_keys(node, at, {"ip", "public_key", "encryption"})) {
+                continue;
+            }
+            overlay_host_config h;
+            h.ip = check.ipv4(node, "ip", at).value_or(0);
+            h.encryption = policy(node, at);
+            if (const auto key = check.string(node, "public_key", at, false)) {
+                if (!overlay::sealing::parse_key(*key)) {
+                    check.error(node["public_key"], at + ".public_key",
+                                "is not a base64 X25519 key (44 characters, `jakiroctl "
+                                "overlay-key` prints one)");
+                } else {
+                    h.public_key = *key;
+                }
+            }
+            if (h.ip != 0 && h.ip == config.underlay.ip) {
+                check.error(node["ip"], at + ".ip", "is this host's own underlay address");
+            }
+            if (h.ip != 0 && !seen.insert(h.ip).second) {
+                check.error(node["ip"], at + ".ip", "host listed twice");
+            }
+            out.hosts.push_back(h);
+        }
+    }
+    if (out.may_seal() && out.private_key.empty()) {
+        check.error(overlay, field + ".private_key",
+                    "missing (needed unless every host's encryption is off)");
     }
 }
 
@@ -820,8 +897,10 @@ config_result load_host_config_text(const std::string& yaml_text, const std::str
         return result;
     }
     try {
-        check.only_keys(root, "", {"host", "control", "vpcs", "security_groups", "vnics", "peers"});
+        check.only_keys(
+            root, "", {"host", "control", "overlay", "vpcs", "security_groups", "vnics", "peers"});
         load_host(check, root, result.config);
+        load_overlay(check, root, result.config);
         load_control(check, root, result.config);
         load_vpcs(check, root, result.config);
         load_security_groups(check, root, result.config);

@@ -115,4 +115,28 @@ std::string metrics_config::text() const {
     return format_ipv4(ip) + ":" + std::to_string(port);
 }
 
+std::string_view overlay_encryption_name(overlay_encryption e) {
+    switch (e) {
+        case overlay_encryption::optional:
+            return "optional";
+        case overlay_encryption::required:
+            return "required";
+        case overlay_encryption::off:
+            break;
+    }
+    return "off";
+}
+
+bool overlay_config::may_seal() const {
+    if (encryption != overlay_encryption::off) {
+        return true;
+    }
+    for (const auto& h : hosts) {
+        if (h.encryption.value_or(encryption) != overlay_encryption::off) {
+            return true;
+        }
+    }
+    return false;
+}
+
 }  // namespace jakiro

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "qos/config.hh"
@@ -192,6 +193,37 @@ struct cluster_host {
     bool operator==(const cluster_host&) const = default;
 };
 
+// The sealed overlay (YAML `overlay:`, docs/configuration.md "Overlay encryption"): whether
+// frames between hosts are ESP-in-UDP under per-host-pair keys (dataplane/overlay/sealing/).
+enum class overlay_encryption : uint8_t {
+    off,       // plain VXLAN (the default; a Linux VTEP)
+    optional,  // sealed to every host whose key is known, plain VXLAN accepted
+    required,  // sealed always; plain VXLAN from that host dropped, none sent to it
+};
+std::string_view overlay_encryption_name(overlay_encryption e);
+
+// `overlay.hosts[]`: another host's public key and, optionally, its own policy.
+struct overlay_host_config {
+    uint32_t ip = 0;         // its underlay address, host order
+    std::string public_key;  // base64 X25519 key; empty: not known (plain VXLAN if allowed)
+    std::optional<overlay_encryption> encryption;  // none: overlay.encryption
+    bool operator==(const overlay_host_config&) const = default;
+};
+
+struct overlay_config {
+    overlay_encryption encryption = overlay_encryption::off;
+    std::string private_key;  // path of a root-only file holding this host's X25519 key
+    // Where this host reserves its sending epochs so no run reuses a key (nonce) with a peer;
+    // default: the private key's path with ".epochs" appended.
+    std::string epoch_file;
+    uint64_t rekey_bytes = uint64_t{1} << 36;  // per epoch and peer
+    uint32_t rekey_seconds = 3600;
+    std::vector<overlay_host_config> hosts;
+    bool operator==(const overlay_config&) const = default;
+    // Whether any frame may leave sealed (the tenant MTU then leaves room for ESP).
+    bool may_seal() const;
+};
+
 // Most poll loops one jakirod runs (host.workers, --workers): one per core of a big host.
 constexpr uint32_t max_workers = 16;
 
@@ -212,13 +244,15 @@ struct host_config {
     std::optional<control_config> control;      // none: no control plane, the YAML is all
     // Cluster documents only (`jakiroctl --etcd apply`, the records in etcd): the hosts.
     std::vector<cluster_host> hosts;
+    overlay_config overlay;  // YAML `overlay:`; a change needs a restart
 
     const vpc_config* find_vpc(const std::string& name) const;
     // Group names are unique within a VPC (every VPC may have its own "default").
     const secgroup::group* find_group(const std::string& vpc, const std::string& name) const;
     int group_index(const std::string& vpc, const std::string& name) const;
-    // Overlay MTU seen by tenants: the underlay MTU less the 50 bytes of outer headers.
-    uint32_t tenant_mtu() const { return underlay.mtu - 50; }
+    // Overlay MTU seen by tenants: the underlay MTU less the 50 bytes of outer headers, and
+    // less 40 more when frames may leave sealed (ESP header, IV, trailer, ICV).
+    uint32_t tenant_mtu() const { return underlay.mtu - 50 - (overlay.may_seal() ? 40 : 0); }
 };
 
 std::string format_ipv4(uint32_t host_order);

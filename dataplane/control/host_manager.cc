@@ -103,6 +103,10 @@ bool host_manager::apply(host_config next, std::string& summary, std::string& er
         error = "host name and underlay cannot change while jakirod runs (restart it)";
         return false;
     }
+    if (next.overlay != current.overlay) {
+        error = "overlay (keys, encryption) cannot change while jakirod runs (restart it)";
+        return false;
+    }
     if (next.conntrack.max_flows != current.conntrack.max_flows) {
         error = "host.conntrack.max_flows cannot change while jakirod runs (restart it)";
         return false;

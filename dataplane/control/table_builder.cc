@@ -103,6 +103,7 @@ std::unique_ptr<datapath_tables> build_tables(const host_config& config,
     tables->underlay_mac = ports.uplink_mac;
     tables->gateway_mac = to_ether(config.gateway_mac);
     tables->tenant_mtu = config.tenant_mtu();
+    tables->uplink_sealed = config.overlay.may_seal();
     tables->vnic_of_port.fill(no_vnic);
 
     tables->vpcs = vni_map::create(static_cast<uint32_t>(config.vpcs.size()), error);

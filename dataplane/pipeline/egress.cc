@@ -213,7 +213,7 @@ void process_tenant_burst(worker_context& ctx, const datapath_tables& tables, ui
             transmit(tables.uplink_port, m, rte_pktmbuf_pkt_len(m));  // outer frame: inner + 50
             continue;
         }
-        if (uplink_takes_vxlan_superframes(tables.uplink_port) &&
+        if (uplink_takes_vxlan_superframes(tables.uplink_port) && !tables.uplink_sealed &&
             overlay::mark_vxlan_superframe(m)) {
             // Whole: the kernel cuts it where a receiver needs frames (vnet_face/tap_header.hh).
             ctx.counters.encapsulated.add(overlay::frames_of(headers[i], m->tso_segsz));
@@ -231,7 +231,7 @@ void process_tenant_burst(worker_context& ctx, const datapath_tables& tables, ui
             continue;
         }
         ctx.counters.encapsulated.add(static_cast<uint64_t>(n));
-        if (uplink_takes_udp_gso(tables.uplink_port)) {
+        if (uplink_takes_udp_gso(tables.uplink_port) && !tables.uplink_sealed) {
             // One skb for the kernel instead of n: the frames leave as UDP GSO datagrams.
             rte_mbuf* datagrams[overlay::max_segments];
             const uint16_t d =

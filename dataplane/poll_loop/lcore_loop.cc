@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dataplane/arp.hh"
+#include "dataplane/overlay/sealing/uplink_sealing.hh"
 #include "dataplane/overlay/superframe.hh"
 #include "dataplane/pipeline/egress.hh"
 #include "dataplane/pipeline/ingress.hh"
@@ -478,6 +479,12 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
         }
         if (from_fabric > 0) {
             received += from_fabric;
+            if (ctx.sealing != nullptr) {
+                // Sealed frames are authenticated and opened before anything reads what they
+                // carry (GRO, the hand-off's VLT lookup, the ingress pipeline).
+                from_fabric = ctx.sealing->open_burst(uplink_pkts, from_fabric, tables.underlay_ip,
+                                                      tables.underlay_mac, ctx.counters, now_ns());
+            }
             uint16_t left = overlay::merge_burst(uplink_pkts, from_fabric);
             if (ctx.handoff != nullptr) {
                 left = hand_off_fabric(ctx, tables, uplink_pkts, left);

@@ -176,8 +176,10 @@ void roce_port::end_frame(uint16_t vnic_slot, uint32_t dst_ip_be, uint32_t len) 
         return;
     }
     // Through an uplink that takes UDP GSO, this frame opens a super-datagram the QP's next
-    // packets are written into (when there is a 64 KB buffer for it).
-    rte_mbuf* big = uplink_takes_udp_gso(_tables->uplink_port) && _ctx.superframes != nullptr
+    // packets are written into (when there is a 64 KB buffer for it). Not on a sealed
+    // overlay: each frame is sealed on its own.
+    rte_mbuf* big = uplink_takes_udp_gso(_tables->uplink_port) && !_tables->uplink_sealed &&
+                            _ctx.superframes != nullptr
                         ? rte_pktmbuf_alloc(_ctx.superframes)
                         : nullptr;
     if (big != nullptr && _to_uplink.start(big, m)) {

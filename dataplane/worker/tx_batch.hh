@@ -17,7 +17,9 @@
 #include <span>
 
 #include "dataplane/counters.hh"
+#include "dataplane/overlay/sealing/uplink_sealing.hh"
 #include "dataplane/port_io.hh"
+#include "dataplane/worker/clock.hh"
 #include "dataplane/worker/handoff.hh"
 
 namespace jakiro {
@@ -33,6 +35,16 @@ class tx_batch {
         _self = self;
     }
     void set_owner(uint16_t port, uint8_t worker) { _owner[port] = worker; }
+
+    // The sealed overlay: what this batch sends on `uplink` itself is sealed in bursts just
+    // before it leaves (frames copied out of chains come from `pool`). Frames a port could not
+    // take stay queued sealed and are never sealed twice.
+    void seal_uplink(overlay::sealing::uplink_sealing* sealing, uint16_t uplink,
+                     rte_mempool* pool) {
+        _sealing = sealing;
+        _sealed_port = uplink;
+        _seal_pool = pool;
+    }
 
     void enqueue(uint16_t port, rte_mbuf* m, lcore_counters& counters) {
         auto& queue = _queues[port];
@@ -65,6 +77,7 @@ class tx_batch {
                     queue.count);
                 rte_pktmbuf_free_bulk(queue.pkts, queue.count);
                 queue.count = 0;
+                queue.sealed = 0;
                 queue.pending = false;
                 continue;
             }
@@ -88,6 +101,7 @@ class tx_batch {
     void discard_all() {
         for (uint16_t i = 0; i < _pending_count; ++i) {
             _queues[_pending_ports[i]].count = 0;
+            _queues[_pending_ports[i]].sealed = 0;
             _queues[_pending_ports[i]].pending = false;
         }
         _pending_count = 0;
@@ -101,7 +115,15 @@ class tx_batch {
             sent = _handoff->give_port(_owner[port], port, queue.pkts, queue.count);
             counters.handed_port.add(sent);
         } else {
+            if (_sealing != nullptr && port == _sealed_port && queue.sealed < queue.count) {
+                queue.count = static_cast<uint16_t>(
+                    queue.sealed + _sealing->seal_burst(queue.pkts + queue.sealed,
+                                                        queue.count - queue.sealed, _seal_pool,
+                                                        counters, now_ns()));
+                queue.sealed = queue.count;
+            }
             sent = port_tx_burst(port, queue.pkts, queue.count);
+            queue.sealed = queue.sealed > sent ? static_cast<uint16_t>(queue.sealed - sent) : 0;
         }
         if (sent > 0 && sent < queue.count) {
             std::copy(queue.pkts + sent, queue.pkts + queue.count,
@@ -112,6 +134,7 @@ class tx_batch {
 
     struct queue {
         uint16_t count = 0;
+        uint16_t sealed = 0;  // the first `sealed` packets are sealed already
         bool pending = false;
         rte_mbuf* pkts[capacity];
     };
@@ -121,6 +144,9 @@ class tx_batch {
     uint16_t _pending_count = 0;
     worker_handoff* _handoff = nullptr;
     uint8_t _self = 0;
+    overlay::sealing::uplink_sealing* _sealing = nullptr;
+    uint16_t _sealed_port = UINT16_MAX;
+    rte_mempool* _seal_pool = nullptr;
     std::array<uint8_t, vnet_face::port_id_space> _owner{};
 };
 

@@ -15,6 +15,10 @@
 
 namespace jakiro {
 
+namespace overlay::sealing {
+class uplink_sealing;
+}  // namespace overlay::sealing
+
 namespace rnic {
 class engine;
 class packet_port;
@@ -42,6 +46,10 @@ struct alignas(RTE_CACHE_LINE_SIZE) worker_context {
     egress_shaper* shaper = nullptr;     // DHTB egress; null: nothing is shaped
     ingress_policer* policer = nullptr;  // DHTB ingress; null: nothing is metered
     packet_rate_buckets packet_rates;    // its vNICs' frames-per-second allowances
+    // The sealed overlay (overlay/sealing/uplink_sealing.hh): set on the uplink's worker when
+    // the YAML seals anything; it opens what the fabric sends and its tx batch seals what goes
+    // to the uplink. Null: plain VXLAN, no cost.
+    overlay::sealing::uplink_sealing* sealing = nullptr;
 
     void drop(rte_mbuf* m, drop_reason reason) {
         counters.drops[static_cast<std::size_t>(reason)].add(1);

@@ -2,6 +2,7 @@
 // the reply; exits 1 when jakirod reports an error, 2 on bad usage or an unreachable daemon.
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "dataplane/overlay/sealing/host_key.hh"
 #include "tools/jakiroctl/cluster_commands.hh"
 #include "tools/jakiroctl/control_client.hh"
 #include "tools/jakiroctl/top.hh"
@@ -38,6 +40,10 @@ const char* usage =
     "  restart [--binary PATH]   start a successor (PATH, default the same binary) that\n"
     "                        takes over with the state: tenants keep their RDMA objects,\n"
     "                        connections and flows\n"
+    "overlay keys (no jakirod needed):\n"
+    "  overlay-key new FILE      write a new X25519 private key to FILE (mode 600, not over\n"
+    "                            an existing file) and print its public key\n"
+    "  overlay-key public FILE   print the public key of the private key in FILE\n"
     "cluster commands (the control plane in etcd; no jakirod needed):\n"
     "  --etcd URL apply CLUSTER.yaml   write the cluster's VPCs, groups, vNICs (and hosts)\n"
     "                                  in one transaction; refused with file:line: field\n"
@@ -49,6 +55,39 @@ const char* usage =
     "  --help         print this and exit\n"
     "Exit status: 0 done, 1 jakirod refused (ERR ...), 2 bad usage or no jakirod. See "
     "jakiroctl(8).\n";
+
+// `overlay-key new|public FILE`: the host's overlay key pair (overlay/sealing/host_key.hh).
+int run_overlay_key(int argc, char** argv) {
+    namespace sealing = jakiro::overlay::sealing;
+    if (argc != 4 || (std::string(argv[2]) != "new" && std::string(argv[2]) != "public")) {
+        std::cerr << "usage: jakiroctl overlay-key new|public FILE\n";
+        return 2;
+    }
+    const std::string path = argv[3];
+    if (std::string(argv[2]) == "new") {
+        const sealing::host_key_pair pair = sealing::generate_key_pair();
+        const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        const std::string text = sealing::format_key(pair.private_key) + "\n";
+        if (fd < 0 || ::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+            std::cerr << "jakiroctl: cannot write " << path << ": " << std::strerror(errno) << "\n";
+            if (fd >= 0) {
+                ::close(fd);
+            }
+            return 1;
+        }
+        ::close(fd);
+        std::cout << sealing::format_key(pair.public_key) << "\n";
+        return 0;
+    }
+    std::string error;
+    const auto pair = sealing::load_private_key(path, error);
+    if (!pair) {
+        std::cerr << "jakiroctl: " << error << "\n";
+        return 1;
+    }
+    std::cout << sealing::format_key(pair->public_key) << "\n";
+    return 0;
+}
 
 // The single *.sock in /run/jakiro, or "" when there are none or several.
 std::string only_socket() {
@@ -73,6 +112,9 @@ int main(int argc, char** argv) {
     std::string path;
     std::string command;
     std::vector<std::string> etcd;
+    if (argc >= 2 && std::string(argv[1]) == "overlay-key") {
+        return run_overlay_key(argc, argv);
+    }
     for (int i = 1; i < argc; ++i) {
         if (std::string(argv[i]) == "--etcd" && i + 1 < argc) {
             etcd.push_back(argv[++i]);
