@@ -53,6 +53,19 @@ reader per_worker(uint64_t datapath_totals::*field) {
 }
 
 // Every port: rx then tx of a pair, or one value.
+// One sample per other host of the sealed overlay; the family is absent on a plain overlay.
+reader per_overlay_peer(uint64_t overlay_peer_snapshot::*field) {
+    return [field](S s, samples& out) {
+        if (!s.overlay_peers) {
+            return false;
+        }
+        for (const auto& p : *s.overlay_peers) {
+            out.push_back({{p.host, p.policy}, static_cast<double>(p.*field)});
+        }
+        return true;
+    };
+}
+
 reader per_port_rx_tx(uint64_t port_snapshot::*rx, uint64_t port_snapshot::*tx) {
     return [rx, tx](S s, samples& out) {
         for (const auto& p : s.ports) {
@@ -290,6 +303,43 @@ std::vector<metric_def> build_table() {
         {"jakiro_vnics", gauge, {},
          "vNICs configured",
          one([](S s) { return s.vnics_configured; })},
+        // The sealed overlay (overlay.encryption): per other host, its SAs and what crossed.
+        {"jakiro_overlay_sa_epoch", gauge, {"host", "encryption", "direction"},
+         "The epoch (ESP SPI) of the pair's keys in use with each other host, each way",
+         [](S s, samples& out) {
+             if (!s.overlay_peers) {
+                 return false;
+             }
+             for (const auto& p : *s.overlay_peers) {
+                 out.push_back({{p.host, p.policy, "tx"}, num(p.tx_spi)});
+                 out.push_back({{p.host, p.policy, "rx"}, num(p.rx_spi)});
+             }
+             return true;
+         }},
+        {"jakiro_overlay_sealed_frames_total", counter, {"host", "encryption"},
+         "Frames sent sealed (ESP-in-UDP) to each other host",
+         per_overlay_peer(&overlay_peer_snapshot::frames_sealed)},
+        {"jakiro_overlay_opened_frames_total", counter, {"host", "encryption"},
+         "Sealed frames from each other host that authenticated and were opened",
+         per_overlay_peer(&overlay_peer_snapshot::frames_opened)},
+        {"jakiro_overlay_plaintext_sent_total", counter, {"host", "encryption"},
+         "Frames sent as plain VXLAN to each other host (its encryption off, or no key)",
+         per_overlay_peer(&overlay_peer_snapshot::plaintext_sent)},
+        {"jakiro_overlay_plaintext_received_total", counter, {"host", "encryption"},
+         "Plain VXLAN frames accepted from each other host",
+         per_overlay_peer(&overlay_peer_snapshot::plaintext_received)},
+        {"jakiro_overlay_auth_failed_total", counter, {"host", "encryption"},
+         "Sealed frames in each other host's name that did not authenticate (dropped)",
+         per_overlay_peer(&overlay_peer_snapshot::auth_failed)},
+        {"jakiro_overlay_replayed_total", counter, {"host", "encryption"},
+         "Sealed frames from each other host dropped as replays",
+         per_overlay_peer(&overlay_peer_snapshot::replayed)},
+        {"jakiro_overlay_plaintext_refused_total", counter, {"host", "encryption"},
+         "Plain VXLAN frames in the name of a host that must seal (dropped)",
+         per_overlay_peer(&overlay_peer_snapshot::plaintext_refused)},
+        {"jakiro_overlay_rekeys_total", counter, {"host", "encryption"},
+         "Sending epochs this host moved on to with each other host (rekeys)",
+         per_overlay_peer(&overlay_peer_snapshot::tx_rekeys)},
         {"jakiro_underlay_neighbors", gauge, {"state"},
          "Remote hosts' underlay addresses by ARP state",
          [](S s, samples& out) {

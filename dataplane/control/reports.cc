@@ -1,4 +1,6 @@
 #include "dataplane/control/reports.hh"
+
+#include "dataplane/control/overlay_report.hh"
 #include "dataplane/control/restart_report.hh"
 
 #include <rte_cycles.h>
@@ -137,6 +139,7 @@ std::string render_status(const daemon_state& state, bool json) {
                 .end_object();
         }
         out.end_array();
+        write_overlay_json(state.workers.empty() ? nullptr : state.workers[0]->sealing, out);
         write_restart_json(out, state.restarts);
         if (state.control_plane != nullptr) {
             state.control_plane->write_json(out);
@@ -156,6 +159,7 @@ std::string render_status(const daemon_state& state, bool json) {
     }
     text << "  underlay neighbors resolved: " << resolved_neighbors(state) << "/"
          << state.neighbors->size() << "\n";
+    text << overlay_text(state.workers.empty() ? nullptr : state.workers[0]->sealing);
     text << restart_text(state.restarts);
     if (state.control_plane != nullptr) {
         text << state.control_plane->text();

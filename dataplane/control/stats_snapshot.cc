@@ -1,5 +1,7 @@
 #include "dataplane/control/stats_snapshot.hh"
 
+#include "dataplane/control/overlay_report.hh"
+
 #include <rte_ethdev.h>
 
 #include <chrono>
@@ -321,6 +323,19 @@ stats_snapshot collect_stats(const daemon_state& state, const control_counters& 
     s.vnics_configured = state.config.vnics.size();
     s.neighbors = state.neighbors->size();
     s.neighbors_resolved = resolved_neighbors(state);
+    if (const auto* sealing = state.workers.empty() ? nullptr : state.workers[0]->sealing) {
+        auto& peers = s.overlay_peers.emplace();
+        for (const auto& p : sealing->peers()) {
+            const auto& c = p.counters;
+            peers.push_back({format_ipv4(rte_be_to_cpu_32(p.ip_be)),
+                             std::string(encryption_policy_name(p.policy)), p.seals(),
+                             __atomic_load_n(&p.shown_tx_epoch, __ATOMIC_RELAXED),
+                             __atomic_load_n(&p.shown_rx_epoch, __ATOMIC_RELAXED), c.sealed.read(),
+                             c.opened.read(), c.plaintext_sent.read(), c.plaintext_received.read(),
+                             c.auth_failed.read(), c.replayed.read(), c.plaintext_refused.read(),
+                             c.tx_rekeys.read(), c.rx_epochs.read()});
+        }
+    }
     s.ports = ports_of(state);
 
     std::vector<rnic::qp_report> retired;

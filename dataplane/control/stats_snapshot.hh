@@ -167,6 +167,16 @@ struct verbs_snapshot {
     verbs::host_amounts capacity, demand, held;  // the host reserve
 };
 
+// One other host as the sealed overlay sees it (overlay/sealing/peer_sa.hh).
+struct overlay_peer_snapshot {
+    std::string host;    // its underlay address
+    std::string policy;  // off, optional, required
+    bool sealed = false;
+    uint64_t tx_spi = 0, rx_spi = 0;  // the epochs in use each way
+    uint64_t frames_sealed = 0, frames_opened = 0, plaintext_sent = 0, plaintext_received = 0;
+    uint64_t auth_failed = 0, replayed = 0, plaintext_refused = 0, tx_rekeys = 0, rx_epochs = 0;
+};
+
 struct stats_snapshot {
     std::string host;
     double uptime_s = 0;
@@ -195,6 +205,8 @@ struct stats_snapshot {
     std::map<std::string, double> counter_bases;
     std::vector<std::string> slot_names;  // vNIC name by counter slot ("" once removed)
     std::vector<uint8_t> slot_workers;    // the worker that owns each slot's vNIC
+    // The sealed overlay's peers; none when the overlay is plain VXLAN.
+    std::optional<std::vector<overlay_peer_snapshot>> overlay_peers;
 
     // The live vNIC in `slot`'s name, or "" (a slot removed or never used).
     const std::string& name_of(uint16_t slot) const;

@@ -104,6 +104,7 @@ std::unique_ptr<uplink_sealing> uplink_sealing::create(const sealing_setup& setu
         return nullptr;
     }
     s->_policy = setup.policy;
+    s->_public_key = setup.own.public_key;
     s->_epoch_limit = setup.epoch_limit;
     s->_rekey_bytes = setup.rekey_bytes;
     s->_rekey_ns = setup.rekey_ns;

@@ -66,6 +66,7 @@ class uplink_sealing {
                         const rte_ether_addr& local_mac, lcore_counters& counters, uint64_t now_ns);
 
     const std::vector<peer_sa>& peers() const { return _peers; }
+    const x25519_key& public_key() const { return _public_key; }
     encryption_policy policy() const { return _policy; }
     const char* arch() const { return _gcm.arch(); }
     // Whether any frame may be sealed: the uplink must then be sent frames, not super-frames.
@@ -87,6 +88,7 @@ class uplink_sealing {
     bool derive_rx(peer_sa& peer, uint32_t epoch, rx_sa& out);
 
     gcm_burst _gcm;
+    x25519_key _public_key{};
     encryption_policy _policy = encryption_policy::off;
     bool _seals_any = false;
     std::vector<peer_sa> _peers;  // sorted by ip_be

@@ -66,6 +66,13 @@ stats_snapshot full_snapshot() {
     s.restarts.counts = {0, 2, 1, 0};
     s.restarts.carried = {{"flows", 7}};
     s.restarts.lost = {{"rdma_contexts", 1}};
+    overlay_peer_snapshot peer;
+    peer.host = "198.18.0.2";
+    peer.policy = "required";
+    peer.sealed = true;
+    peer.tx_spi = 1800000000;
+    peer.auth_failed = 3;
+    s.overlay_peers = std::vector<overlay_peer_snapshot>{peer};
     return s;
 }
 
@@ -94,6 +101,15 @@ double value_of(const std::string& name, const std::vector<std::string>& labels,
     }
     ADD_FAILURE() << name << " has no sample for those labels";
     return -1;
+}
+
+TEST(MetricTable, EachOverlayPeerShowsItsEpochsAndDrops) {
+    const stats_snapshot s = full_snapshot();
+    EXPECT_EQ(value_of("jakiro_overlay_sa_epoch", {"198.18.0.2", "required", "tx"}, s), 1800000000);
+    EXPECT_EQ(value_of("jakiro_overlay_auth_failed_total", {"198.18.0.2", "required"}, s), 3);
+    stats_snapshot plain;
+    std::vector<metric_sample> none;
+    EXPECT_FALSE(def_of("jakiro_overlay_auth_failed_total").read(plain, none));
 }
 
 TEST(MetricTable, NamesAreUniqueValidAndCountersEndInTotal) {
