@@ -127,7 +127,12 @@ def test_a_fabric_attack_is_a_counted_drop_that_reaches_no_tenant(wire, attack, 
     assert ping(T1, IP[T2], count=2)
 
 
+def losses():
+    return {h: (drop_count(h, "auth_failed"), drop_count(h, "replayed")) for h in ("h1", "h2")}
+
+
 def test_rdma_crosses_sealed_and_leaves_no_plain_roce_on_the_wire(tmp_path):
+    before = losses()
     pcap = tmp_path / "rdma.pcap"
     with ns_bg("jk-fabric", "tcpdump", "-U", "-n", "-i", "br0", "-w", str(pcap), "udp") as dump:
         wait_until(lambda: pcap.exists() and pcap.stat().st_size > 0, 10, "tcpdump to start")
@@ -138,16 +143,17 @@ def test_rdma_crosses_sealed_and_leaves_no_plain_roce_on_the_wire(tmp_path):
     plain = ns("jk-fabric", "tshark", "-n", "-r", str(pcap), "-Y", "vxlan || infiniband",
                "-T", "fields", "-e", "frame.number", timeout=30).stdout.split()
     assert not plain, f"{len(plain)} frames of plain VXLAN or RoCE on the fabric"
+    assert losses() == before, "sealed RoCE frames were dropped"
 
 
 def test_a_rekey_during_a_stream_loses_nothing():
-    before = {h: (drop_count(h, "auth_failed"), drop_count(h, "replayed")) for h in ("h1", "h2")}
+    before = losses()
     rekeys = overlay_peer("h1", H2_IP)["tx_rekeys"]
     with iperf3_server(T2):
         out = json.loads(ns(T1, "iperf3", "-c", IP[T2], "-t", "3", "-b", "40M", "-J",
                             timeout=40).stdout)
     assert out["end"]["sum_received"]["bytes"] > 10_000_000
     assert overlay_peer("h1", H2_IP)["tx_rekeys"] - rekeys >= 2, "the stream did not rekey"
-    after = {h: (drop_count(h, "auth_failed"), drop_count(h, "replayed")) for h in ("h1", "h2")}
+    after = losses()
     assert after == before, f"frames lost at a rekey: {before} -> {after}"
     assert overlay_peer("h2", H1_IP)["rx_spi"] == overlay_peer("h1", H2_IP)["tx_spi"]
