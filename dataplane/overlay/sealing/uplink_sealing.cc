@@ -148,19 +148,21 @@ peer_sa* uplink_sealing::find(uint32_t ip_be) {
     return it != _peers.end() && it->ip_be == ip_be ? &*it : nullptr;
 }
 
-void uplink_sealing::rekey_if_due(peer_sa& peer, uint64_t now_ns) {
+bool uplink_sealing::rekey_due(peer_sa& peer, uint64_t now_ns) const {
     if (peer.tx_epoch_start_ns == 0) {
-        peer.tx_epoch_start_ns = now_ns;
-        return;
+        peer.tx_epoch_start_ns = now_ns;  // the epoch's clock starts with its first frame
+        return false;
     }
     const uint64_t age = now_ns - peer.tx_epoch_start_ns;
-    if ((peer.tx_epoch_bytes < _rekey_bytes && age < _rekey_ns) || age < min_epoch_ns ||
-        peer.tx_epoch + 1 >= _epoch_limit) {
-        return;
-    }
+    return (peer.tx_epoch_bytes >= _rekey_bytes || age >= _rekey_ns) && age >= min_epoch_ns &&
+           peer.tx_epoch + 1 < _epoch_limit;
+}
+
+void uplink_sealing::rekey(peer_sa& peer, uint64_t now_ns) {
     const auto key = derive_direction_key(peer.shared, peer.self, peer.peer, peer.tx_epoch + 1);
     if (!key) {
-        return;  // keep sealing under the current epoch; its nonces are not exhausted
+        peer.tx_epoch_start_ns = now_ns;  // keep the current epoch; try again after a while
+        return;
     }
     _gcm.expand(*key, peer.tx_key);
     peer.tx_epoch += 1;
@@ -218,7 +220,15 @@ uint16_t uplink_sealing::seal_burst(rte_mbuf** pkts, uint16_t n, rte_mempool* po
                 continue;
             }
         }
-        rekey_if_due(*peer, now_ns);
+        if (rekey_due(*peer, now_ns)) {
+            // Frames of this burst already queued hold the current key, which the rekey
+            // overwrites: seal them first, under the epoch their SPI names.
+            if (pending > 0) {
+                _gcm.seal(requests, pending);
+                pending = 0;
+            }
+            rekey(*peer, now_ns);
+        }
         const uint32_t plaintext_len = rte_pktmbuf_pkt_len(m) - clear_bytes;
         auto* front = reinterpret_cast<uint8_t*>(rte_pktmbuf_prepend(m, esp_prefix_bytes));
         std::memmove(front, front + esp_prefix_bytes, clear_bytes);

@@ -84,7 +84,9 @@ class uplink_sealing {
     encryption_policy policy_of(const peer_sa* peer) const {
         return peer != nullptr ? peer->policy : _policy;
     }
-    void rekey_if_due(peer_sa& peer, uint64_t now_ns);
+    // Whether `peer`'s sending epoch has used up its byte or time budget (and may move on).
+    bool rekey_due(peer_sa& peer, uint64_t now_ns) const;
+    void rekey(peer_sa& peer, uint64_t now_ns);
     bool derive_rx(peer_sa& peer, uint32_t epoch, rx_sa& out);
 
     gcm_burst _gcm;

@@ -228,6 +228,27 @@ TEST_F(UplinkSealingTest, ARekeyLosesNoFrameSealedBeforeIt) {
     EXPECT_EQ(drops(counters_b, drop_reason::replayed), copies.size() + 1);
 }
 
+// The byte budget runs out in the middle of a burst: the frames before the rekey are sealed
+// under the epoch their SPI names, those after it under the new one, and all of them open.
+TEST_F(UplinkSealingTest, ARekeyInsideABurstSealsEachFrameUnderTheEpochItNames) {
+    auto at_a = make(a, {&b}, encryption_policy::required, 1000, 4000);
+    auto at_b = make(b, {&a});
+    rte_mbuf* first = vxlan_frame(a, b, 1000);
+    ASSERT_EQ(seal(*at_a, &first, 1), 1);  // starts the epoch's clock
+    ASSERT_EQ(open_at(*at_b, b, &first, 1), 1);
+    now += uplink_sealing::min_epoch_ns;
+    rte_mbuf* burst[8];
+    for (auto& m : burst) {
+        m = vxlan_frame(a, b, 1000);
+    }
+    ASSERT_EQ(seal(*at_a, burst, 8), 8);
+    ASSERT_EQ(at_a->peers()[0].tx_epoch, 1001u);
+    EXPECT_EQ(open_at(*at_b, b, burst, 8), 8);
+    EXPECT_EQ(drops(counters_b, drop_reason::auth_failed), 0u);
+    free_all(&first, 1);
+    free_all(burst, 8);
+}
+
 TEST_F(UplinkSealingTest, FramesForAnotherHostOrNotOverlayPassUntouched) {
     auto at_b = make(b, {&a});
     rte_mbuf* arp =
