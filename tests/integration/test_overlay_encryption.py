@@ -4,18 +4,25 @@ tenant byte and gets nothing to a tenant: a replayed frame, a flipped bit, a for
 frame in a host's name and a frame sealed under another key are counted drops; the same
 traffic unmodified arrives. TCP and RDMA cross sealed, and a rekey mid-stream loses nothing."""
 
+import base64
 import json
 import os
 import signal
+import struct
 
 import pytest
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from scapy.layers.inet import ICMP, UDP, IP as IPv4
 from scapy.layers.l2 import Ether
 from scapy.layers.vxlan import VXLAN
+from scapy.packet import Raw
 from scapy.utils import rdpcap
 
-from conftest import (IP, MAC, T1, T2, integrity_pair, iperf3_server, jakiroctl, ns, ns_bg, ping,
-                      send_frames, stats, underlay_mac, wait_until)
+from conftest import (IP, MAC, RUN_DIR, T1, T2, integrity_pair, iperf3_server, jakiroctl, ns,
+                      ns_bg, ping, send_frames, stats, underlay_mac, wait_until)
 
 # A small byte budget per epoch, so a few seconds of traffic rekeys several times.
 os.environ["JAKIRO_TESTBED_REKEY_BYTES"] = "2MiB"
@@ -83,6 +90,40 @@ def sealed_from(frames, src, dst):
             and UDP in f and f[UDP].dport == 4500]
 
 
+def blue_icmp_t1_to_t2():
+    return (VXLAN(flags=0x08, vni=100) / Ether(src=MAC[T1], dst=MAC[T2])
+            / IPv4(src=IP[T1], dst=IP[T2]) / ICMP())
+
+
+def sealed_for_h2(private, sender_ip, seq):
+    """A frame as h1 -> h2 (outer addresses, the SPI h2 expects from h1, sequence number `seq`)
+    carrying blue t1 -> t2 ICMP, sealed under the pair key of `private` (an X25519 private
+    key) at `sender_ip` with h2, derived as overlay/sealing/pair_keys.hh says."""
+    h2_public = base64.b64decode(
+        json.loads(jakiroctl("h2", "status", "--json").stdout)["overlay"]["public_key"])
+    spi = overlay_peer("h2", H1_IP)["rx_spi"]
+    public = private.public_key().public_bytes(serialization.Encoding.Raw,
+                                               serialization.PublicFormat.Raw)
+    shared = private.exchange(X25519PublicKey.from_public_bytes(h2_public))
+    info = (public + h2_public + bytes(map(int, sender_ip.split(".")))
+            + bytes(map(int, H2_IP.split("."))) + struct.pack("!I", spi))
+    okm = HKDF(algorithm=hashes.SHA256(), length=36, salt=b"jakiro overlay v1",
+               info=info).derive(shared)
+    header = struct.pack("!IIQ", spi, seq & 0xFFFFFFFF, seq)
+    plain = bytes(blue_icmp_t1_to_t2())
+    pad = (4 - (len(plain) + 2) % 4) % 4
+    plain += bytes(range(1, pad + 1)) + bytes([pad, 253])
+    aad = header + bytes(map(int, H1_IP.split("."))) + bytes(map(int, H2_IP.split(".")))
+    sealed = AESGCM(okm[:32]).encrypt(okm[32:] + header[8:], plain, aad)
+    return (Ether() / IPv4(src=H1_IP, dst=H2_IP) / UDP(sport=49152, dport=4500)
+            / Raw(header + sealed))
+
+
+def h1_private_key():
+    return X25519PrivateKey.from_private_bytes(
+        base64.b64decode((RUN_DIR / "h1.key").read_text().strip()))
+
+
 def inject_at_h2(frame):
     """Sends `frame` (outer headers as captured) into the fabric towards h2."""
     f = frame.copy()
@@ -104,20 +145,18 @@ def test_a_fabric_attack_is_a_counted_drop_that_reaches_no_tenant(wire, attack, 
     if attack == "replayed":
         forged = to_h2[0]
     elif attack == "bit_flipped":
+        # One bit of the 64-bit sequence number (the IV): a number h2 has not seen yet, so
+        # the frame passes the replay window and must fail authentication.
         raw = bytearray(bytes(to_h2[-1]))
-        raw[60] ^= 0x01  # inside the ciphertext
+        raw[14 + 20 + 8 + 8] ^= 0x40
         forged = Ether(bytes(raw))
     elif attack == "other_pairs_key":
-        # Sealed by h2 for h1 (its own pair key, the other direction), readdressed h1 -> h2.
-        forged = sealed_from(frames, H2_IP, H1_IP)[0].copy()
-        forged[IPv4].src, forged[IPv4].dst = H1_IP, H2_IP
-        del forged[IPv4].chksum
-        forged = Ether(bytes(forged))
+        # What a compromised third host (198.18.0.3) can make in h1's name: its own pair key.
+        forged = sealed_for_h2(X25519PrivateKey.generate(), "198.18.0.3", 1 << 40)
     else:
         # Plain VXLAN in h1's name with blue's VNI: what reached t2 before the overlay was sealed.
         forged = (Ether() / IPv4(src=H1_IP, dst=H2_IP) / UDP(sport=49152, dport=4789)
-                  / VXLAN(flags=0x08, vni=100)
-                  / Ether(src=MAC[T1], dst=MAC[T2]) / IPv4(src=IP[T1], dst=IP[T2]) / ICMP())
+                  / blue_icmp_t1_to_t2())
     before_drop = drop_count("h2", reason)
     before_t2 = to_tenant_packets("h2", "t2")
     inject_at_h2(forged)
@@ -157,3 +196,11 @@ def test_a_rekey_during_a_stream_loses_nothing():
     after = losses()
     assert after == before, f"frames lost at a rekey: {before} -> {after}"
     assert overlay_peer("h2", H1_IP)["rx_spi"] == overlay_peer("h1", H2_IP)["tx_spi"]
+
+
+def test_a_frame_sealed_under_the_pairs_own_key_reaches_the_tenant(wire):
+    """The control of the forgery above: the same construction under h1's own key opens. Last
+    in the module: its sequence number, far ahead, moves h2's window past h1's own."""
+    before = to_tenant_packets("h2", "t2")
+    inject_at_h2(sealed_for_h2(h1_private_key(), H1_IP, 1 << 41))
+    wait_until(lambda: to_tenant_packets("h2", "t2") > before, 5, "t2 to get the frame")
