@@ -108,9 +108,14 @@ std::unique_ptr<uplink_sealing> uplink_sealing::create(const sealing_setup& setu
     s->_epoch_limit = setup.epoch_limit;
     s->_rekey_bytes = setup.rekey_bytes;
     s->_rekey_ns = setup.rekey_ns;
-    s->_peers.resize(setup.peers.size());
-    for (std::size_t i = 0; i < setup.peers.size(); ++i) {
-        const peer_setting& in = setup.peers[i];
+    std::vector<peer_setting> settings = setup.peers;
+    std::sort(settings.begin(), settings.end(), [](const peer_setting& a, const peer_setting& b) {
+        return rte_cpu_to_be_32(a.underlay_ip) < rte_cpu_to_be_32(b.underlay_ip);
+    });
+    s->_peers = std::make_unique<peer_sa[]>(settings.size());
+    s->_peer_count = settings.size();
+    for (std::size_t i = 0; i < settings.size(); ++i) {
+        const peer_setting& in = settings[i];
         peer_sa& p = s->_peers[i];
         p.ip_be = rte_cpu_to_be_32(in.underlay_ip);
         p.policy = in.policy;
@@ -137,15 +142,14 @@ std::unique_ptr<uplink_sealing> uplink_sealing::create(const sealing_setup& setu
         p.keyed = true;
         s->_seals_any = s->_seals_any || p.seals();
     }
-    std::sort(s->_peers.begin(), s->_peers.end(),
-              [](const peer_sa& a, const peer_sa& b) { return a.ip_be < b.ip_be; });
     return s;
 }
 
 peer_sa* uplink_sealing::find(uint32_t ip_be) {
-    auto it = std::lower_bound(_peers.begin(), _peers.end(), ip_be,
-                               [](const peer_sa& p, uint32_t ip) { return p.ip_be < ip; });
-    return it != _peers.end() && it->ip_be == ip_be ? &*it : nullptr;
+    peer_sa* end = _peers.get() + _peer_count;
+    peer_sa* it = std::lower_bound(_peers.get(), end, ip_be,
+                                   [](const peer_sa& p, uint32_t ip) { return p.ip_be < ip; });
+    return it != end && it->ip_be == ip_be ? it : nullptr;
 }
 
 bool uplink_sealing::rekey_due(peer_sa& peer, uint64_t now_ns) const {

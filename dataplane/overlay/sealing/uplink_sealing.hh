@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -65,7 +66,7 @@ class uplink_sealing {
     uint16_t open_burst(rte_mbuf** pkts, uint16_t n, rte_be32_t local_ip,
                         const rte_ether_addr& local_mac, lcore_counters& counters, uint64_t now_ns);
 
-    const std::vector<peer_sa>& peers() const { return _peers; }
+    std::span<const peer_sa> peers() const { return {_peers.get(), _peer_count}; }
     const x25519_key& public_key() const { return _public_key; }
     encryption_policy policy() const { return _policy; }
     const char* arch() const { return _gcm.arch(); }
@@ -93,7 +94,9 @@ class uplink_sealing {
     x25519_key _public_key{};
     encryption_policy _policy = encryption_policy::off;
     bool _seals_any = false;
-    std::vector<peer_sa> _peers;  // sorted by ip_be
+    // Sorted by ip_be; an array, not a vector: the counters are atomics, which do not move.
+    std::unique_ptr<peer_sa[]> _peers;
+    std::size_t _peer_count = 0;
     uint32_t _epoch_limit = UINT32_MAX;
     uint64_t _rekey_bytes = 0;
     uint64_t _rekey_ns = 0;
