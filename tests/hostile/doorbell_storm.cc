@@ -38,11 +38,14 @@
 #include <string>
 #include <vector>
 
+#include "tests/hostile/rc_loopback.hh"
 #include "verbs_abi/rings.hh"
 
 namespace {
 
+namespace hostile = jakiro::hostile;
 namespace proto = jakiro::verbs_proto;
+using hostile::fail;
 
 constexpr std::size_t region_bytes = 64 * 1024;
 constexpr uint32_t write_bytes = 64;
@@ -53,11 +56,6 @@ struct options {
     unsigned qps = 256;
     unsigned seconds = 10;
 };
-
-[[noreturn]] void fail(const char* step, int error) {
-    std::fprintf(stderr, "doorbell_storm: %s: %s\n", step, std::strerror(error));
-    std::exit(1);
-}
 
 [[noreturn]] void usage() {
     std::fprintf(stderr, "usage: doorbell_storm --mode bits|napping [--qps N] [--seconds S]\n");
@@ -109,46 +107,6 @@ std::vector<void*> mappings_of(const std::string& name) {
     return out;
 }
 
-void to_rts(ibv_qp* qp, uint32_t peer_qpn, const ibv_gid& gid, ibv_mtu mtu) {
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-    if (int e = ibv_modify_qp(qp, &a,
-                              IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-        e != 0) {
-        fail("ibv_modify_qp INIT", e);
-    }
-    a = {};
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = mtu;
-    a.dest_qp_num = peer_qpn;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 12;
-    a.ah_attr.is_global = 1;
-    a.ah_attr.port_num = 1;
-    a.ah_attr.grh.dgid = gid;
-    a.ah_attr.grh.hop_limit = 64;
-    if (int e = ibv_modify_qp(qp, &a,
-                              IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-        e != 0) {
-        fail("ibv_modify_qp RTR", e);
-    }
-    a = {};
-    a.qp_state = IBV_QPS_RTS;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 1;
-    if (int e = ibv_modify_qp(qp, &a,
-                              IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                                  IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
-        e != 0) {
-        fail("ibv_modify_qp RTS", e);
-    }
-}
-
 // Every QP bit of every page, `posted`, and a futex wake when the worker sleeps: what the shim
 // does for one QP (proto::ring_doorbell), for all of them at once.
 uint64_t ring_everything(const std::vector<proto::doorbell_page*>& pages) {
@@ -168,48 +126,23 @@ uint64_t ring_everything(const std::vector<proto::doorbell_page*>& pages) {
 
 }  // namespace
 
+[[noreturn]] void jakiro::hostile::fail(const char* step, int error) {
+    std::fprintf(stderr, "doorbell_storm: %s: %s\n", step, std::strerror(error));
+    std::exit(1);
+}
+
 int main(int argc, char** argv) {
     setvbuf(stdout, nullptr, _IOLBF, 0);
     const options o = parse(argc, argv);
-    int count = 0;
-    ibv_device** list = ibv_get_device_list(&count);
-    if (list == nullptr || count == 0) {
-        fail("ibv_get_device_list", errno != 0 ? errno : ENODEV);
-    }
-    ibv_context* ctx = ibv_open_device(list[0]);
-    ibv_free_device_list(list);
-    if (ctx == nullptr) {
-        fail("ibv_open_device", ENODEV);
-    }
-    ibv_pd* pd = ibv_alloc_pd(ctx);
-    if (pd == nullptr) {
-        fail("ibv_alloc_pd", errno);
-    }
-    void* memory =
-        mmap(nullptr, region_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (memory == MAP_FAILED) {
-        fail("mmap", errno);
-    }
-    ibv_mr* mr =
-        ibv_reg_mr(pd, memory, region_bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    if (mr == nullptr) {
-        fail("ibv_reg_mr", errno);
-    }
-    ibv_gid gid{};
-    if (int e = ibv_query_gid(ctx, 1, 0, &gid); e != 0) {
-        fail("ibv_query_gid", e);
-    }
-    ibv_port_attr port{};
-    if (int e = ibv_query_port(ctx, 1, &port); e != 0) {
-        fail("ibv_query_port", e);
-    }
+    const hostile::rc_loopback l =
+        hostile::open_loopback("", region_bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
     // Each QP's CQ, and the ring header it maps: the jakiro-cq memfd that appeared with it.
     std::vector<ibv_qp*> qps(o.qps);
     std::vector<ibv_cq*> cqs(o.qps);
     std::vector<proto::cq_ring_header*> headers(o.qps);
     std::set<void*> seen;
     for (unsigned i = 0; i < o.qps; ++i) {
-        cqs[i] = ibv_create_cq(ctx, 4, nullptr, nullptr, 0);
+        cqs[i] = ibv_create_cq(l.ctx, 4, nullptr, nullptr, 0);
         if (cqs[i] == nullptr) {
             fail("ibv_create_cq", errno);
         }
@@ -222,22 +155,10 @@ int main(int argc, char** argv) {
         if (headers[i] == nullptr) {
             fail("finding a CQ's ring in /proc/self/maps", ENOENT);
         }
-        ibv_qp_init_attr init{};
-        init.send_cq = cqs[i];
-        init.recv_cq = cqs[i];
-        init.qp_type = IBV_QPT_RC;
-        init.cap.max_send_wr = 2;
-        init.cap.max_recv_wr = 1;
-        init.cap.max_send_sge = 1;
-        init.cap.max_recv_sge = 1;
-        qps[i] = ibv_create_qp(pd, &init);
-        if (qps[i] == nullptr) {
-            fail("ibv_create_qp", errno);
-        }
+        qps[i] = hostile::create_rc_qp(l, cqs[i], 2);
     }
     for (std::size_t i = 0; i < qps.size(); i += 2) {
-        to_rts(qps[i], qps[i + 1]->qp_num, gid, port.active_mtu);
-        to_rts(qps[i + 1], qps[i]->qp_num, gid, port.active_mtu);
+        hostile::connect_pair(l, qps[i], qps[i + 1], IBV_ACCESS_REMOTE_WRITE);
     }
     std::vector<proto::doorbell_page*> pages;
     for (void* p : mappings_of("jakiro-doorbell")) {
@@ -264,14 +185,14 @@ int main(int argc, char** argv) {
         }
         for (std::size_t i = 0; i < qps.size(); ++i) {
             if (!busy[i]) {
-                ibv_sge sge{reinterpret_cast<uint64_t>(memory), write_bytes, mr->lkey};
+                ibv_sge sge{reinterpret_cast<uint64_t>(l.memory), write_bytes, l.mr->lkey};
                 ibv_send_wr wr{};
                 wr.sg_list = &sge;
                 wr.num_sge = 1;
                 wr.opcode = IBV_WR_RDMA_WRITE;
                 wr.send_flags = IBV_SEND_SIGNALED;
-                wr.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(memory) + region_bytes / 2;
-                wr.wr.rdma.rkey = mr->rkey;
+                wr.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(l.memory) + region_bytes / 2;
+                wr.wr.rdma.rkey = l.mr->rkey;
                 ibv_send_wr* bad = nullptr;
                 if (int e = ibv_post_send(qps[i], &wr, &bad); e != 0) {
                     fail("ibv_post_send", e);

@@ -26,7 +26,12 @@
 #include <string>
 #include <vector>
 
+#include "tests/hostile/rc_loopback.hh"
+
 namespace {
+
+namespace hostile = jakiro::hostile;
+using hostile::fail;
 
 constexpr std::size_t region_bytes = 64 * 1024;
 // SIGINT or SIGTERM ends the flood early, with its report.
@@ -39,11 +44,6 @@ struct options {
     bool idle = false;
     std::string device;
 };
-
-[[noreturn]] void fail(const char* verb, int error) {
-    std::fprintf(stderr, "silent_wqe_flood: %s: %s\n", verb, std::strerror(error));
-    std::exit(1);
-}
 
 [[noreturn]] void usage() {
     std::fprintf(stderr,
@@ -80,25 +80,6 @@ options parse(int argc, char** argv) {
     return o;
 }
 
-ibv_context* open_device(const std::string& name) {
-    int count = 0;
-    ibv_device** list = ibv_get_device_list(&count);
-    if (list == nullptr || count == 0) {
-        fail("ibv_get_device_list", errno != 0 ? errno : ENODEV);
-    }
-    ibv_context* ctx = nullptr;
-    for (int i = 0; i < count && ctx == nullptr; ++i) {
-        if (name.empty() || name == ibv_get_device_name(list[i])) {
-            ctx = ibv_open_device(list[i]);
-        }
-    }
-    ibv_free_device_list(list);
-    if (ctx == nullptr) {
-        fail("ibv_open_device", ENODEV);
-    }
-    return ctx;
-}
-
 struct flooding_qp {
     ibv_qp* qp = nullptr;
     ibv_mw* mw = nullptr;
@@ -106,103 +87,37 @@ struct flooding_qp {
     bool bound = false;  // the queue filled between a bind and its invalidation
 };
 
-void to_rts(ibv_qp* qp, uint32_t peer_qpn, const ibv_gid& gid, ibv_mtu mtu) {
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qp_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
-    if (int e = ibv_modify_qp(qp, &a,
-                              IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-        e != 0) {
-        fail("ibv_modify_qp INIT", e);
-    }
-    a = {};
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = mtu;
-    a.dest_qp_num = peer_qpn;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 12;
-    a.ah_attr.is_global = 1;
-    a.ah_attr.port_num = 1;
-    a.ah_attr.grh.dgid = gid;
-    a.ah_attr.grh.hop_limit = 64;
-    if (int e = ibv_modify_qp(qp, &a,
-                              IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-        e != 0) {
-        fail("ibv_modify_qp RTR", e);
-    }
-    a = {};
-    a.qp_state = IBV_QPS_RTS;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 1;
-    if (int e = ibv_modify_qp(qp, &a,
-                              IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                                  IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
-        e != 0) {
-        fail("ibv_modify_qp RTS", e);
-    }
-}
-
 }  // namespace
+
+[[noreturn]] void jakiro::hostile::fail(const char* step, int error) {
+    std::fprintf(stderr, "silent_wqe_flood: %s: %s\n", step, std::strerror(error));
+    std::exit(1);
+}
 
 int main(int argc, char** argv) {
     setvbuf(stdout, nullptr, _IOLBF, 0);
     const options o = parse(argc, argv);
-    ibv_context* ctx = open_device(o.device);
-    ibv_pd* pd = ibv_alloc_pd(ctx);
-    if (pd == nullptr) {
-        fail("ibv_alloc_pd", errno);
-    }
-    void* memory =
-        mmap(nullptr, region_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (memory == MAP_FAILED) {
-        fail("mmap", errno);
-    }
-    ibv_mr* mr = ibv_reg_mr(pd, memory, region_bytes,
-                            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
-                                IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_MW_BIND);
-    if (mr == nullptr) {
-        fail("ibv_reg_mr", errno);
-    }
+    const hostile::rc_loopback l =
+        hostile::open_loopback(o.device, region_bytes,
+                               IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
+                                   IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_MW_BIND);
     // One CQ for every QP: nothing is signaled, so nothing ever lands in it.
-    ibv_cq* cq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
+    ibv_cq* cq = ibv_create_cq(l.ctx, 16, nullptr, nullptr, 0);
     if (cq == nullptr) {
         fail("ibv_create_cq", errno);
     }
-    ibv_gid gid{};
-    if (int e = ibv_query_gid(ctx, 1, 0, &gid); e != 0) {
-        fail("ibv_query_gid", e);
-    }
-    ibv_port_attr port{};
-    if (int e = ibv_query_port(ctx, 1, &port); e != 0) {
-        fail("ibv_query_port", e);
-    }
     std::vector<flooding_qp> qps(o.qps);
     for (auto& f : qps) {
-        ibv_qp_init_attr init{};
-        init.send_cq = cq;
-        init.recv_cq = cq;
-        init.qp_type = IBV_QPT_RC;
-        init.cap.max_send_wr = o.depth;
-        init.cap.max_recv_wr = 1;
-        init.cap.max_send_sge = 1;
-        init.cap.max_recv_sge = 1;
-        f.qp = ibv_create_qp(pd, &init);
-        if (f.qp == nullptr) {
-            fail("ibv_create_qp", errno);
-        }
-        f.mw = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
+        f.qp = hostile::create_rc_qp(l, cq, o.depth);
+        f.mw = ibv_alloc_mw(l.pd, IBV_MW_TYPE_2);
         if (f.mw == nullptr) {
             fail("ibv_alloc_mw", errno);
         }
         f.rkey = f.mw->rkey;
     }
     for (std::size_t i = 0; i < qps.size(); i += 2) {
-        to_rts(qps[i].qp, qps[i + 1].qp->qp_num, gid, port.active_mtu);
-        to_rts(qps[i + 1].qp, qps[i].qp->qp_num, gid, port.active_mtu);
+        hostile::connect_pair(l, qps[i].qp, qps[i + 1].qp,
+                              IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE);
     }
     std::signal(SIGINT, [](int) { stopping = 1; });
     std::signal(SIGTERM, [](int) { stopping = 1; });
@@ -230,8 +145,8 @@ int main(int argc, char** argv) {
                 pair[0].opcode = IBV_WR_BIND_MW;
                 pair[0].bind_mw.mw = f.mw;
                 pair[0].bind_mw.rkey = next;
-                pair[0].bind_mw.bind_info.mr = mr;
-                pair[0].bind_mw.bind_info.addr = reinterpret_cast<uint64_t>(memory);
+                pair[0].bind_mw.bind_info.mr = l.mr;
+                pair[0].bind_mw.bind_info.addr = reinterpret_cast<uint64_t>(l.memory);
                 pair[0].bind_mw.bind_info.length = region_bytes;
                 pair[0].bind_mw.bind_info.mw_access_flags =
                     IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
