@@ -8,9 +8,8 @@
 
 #include "dataplane/control/daemon_state.hh"
 #include "dataplane/restart/daemon_image.hh"
-#include "dataplane/shaping/egress_shaper.hh"
 #include "dataplane/shaping/ingress_policer.hh"
-#include "tests/unit/dataplane/pipeline/pipeline_fixture.hh"
+#include "tests/unit/dataplane/shaping/shaped_host_fixture.hh"
 
 namespace jakiro::test {
 namespace {
@@ -20,33 +19,12 @@ constexpr uint64_t rate_bytes_per_ms = 12'500;  // 100 Mbit/s
 constexpr uint64_t burst = 64 * 1024;
 constexpr uint64_t frame_slack = 2 * 1200;  // the last frame of a grant may overshoot
 
-struct QosImageTest : PipelineTest {
-    const char* config_yaml() const override {
-        return R"(host:
-  name: h1
-  underlay: {port: "net_null0", ip: 198.18.0.1}
-vpcs: [{name: blue, vni: 100}, {name: red, vni: 200}]
-security_groups:
-  - {name: blue-open, vpc: blue, ingress: [{proto: any, from: 0.0.0.0/0}]}
-  - {name: red-open, vpc: red, ingress: [{proto: any, from: 0.0.0.0/0}]}
-vnics:
-  - {name: t1, vpc: blue, mac: "02:00:c6:13:01:01", ip: 198.19.1.1/24, port: "net_null1", security_groups: [blue-open],
-     qos: {rate: 100Mbit, burst: 64KiB, rdma: {weight: 3}, tcp: {weight: 1}},
-     limits: {max_packet_rate: 20000}}
-  - {name: t5, vpc: blue, mac: "02:00:c6:13:01:03", ip: 198.19.1.3/24, port: "net_null2", security_groups: [blue-open]}
-  - {name: t3, vpc: red, mac: "02:00:c6:13:02:01", ip: 198.19.1.1/24, port: "net_null3", security_groups: [red-open]}
-peers:
-  - {vpc: blue, ip: 198.19.1.2, host: 198.18.0.2}
-)";
-    }
+struct QosImageTest : ShapedHostTest {
+    QosImageTest() : ShapedHostTest("64KiB", "max_packet_rate: 20000") {}
 
     void SetUp() override {
-        PipelineTest::SetUp();
+        ShapedHostTest::SetUp();
         start_process();
-    }
-    void TearDown() override {
-        shaper.reset();
-        PipelineTest::TearDown();
     }
 
     // A jakirod's worker as it starts: a fresh shaper, meters and packet-rate buckets.
@@ -80,11 +58,6 @@ peers:
         return carried;
     }
 
-    rte_mbuf* big_t1_frame() {
-        ipv4_frame_spec spec{t1_mac, gateway, ip("198.19.1.1"), ip("198.19.1.3")};
-        spec.payload = 1000;
-        return ipv4_mbuf(pool, spec);
-    }
     // Keeps t1's tcp class backlogged for `span` ns of 100 µs iterations; bytes that left.
     uint64_t send_backlogged(uint64_t span) {
         uint64_t sent = 0;
@@ -94,19 +67,13 @@ peers:
             }
             now += 100'000;
             shaper->run(*ctx, rdma_queues::of(nullptr), now);
-            for (rte_mbuf* m : ctx->tx.queued(port_t5)) {
-                sent += qos::charged_bytes(rte_pktmbuf_pkt_len(m));
-                rte_pktmbuf_free(m);
-            }
-            ctx->tx.discard_all();
+            sent += drain_t5();
         }
         return sent;
     }
 
     std::vector<std::string> names{"t1", "t5", "t3"};
     std::vector<uint8_t> slot_workers{0, 0, 0};
-    uint64_t now = 1'000 * ms;
-    std::unique_ptr<egress_shaper> shaper;
     std::unique_ptr<ingress_policer> policer;
 };
 

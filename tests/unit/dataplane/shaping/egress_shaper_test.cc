@@ -3,60 +3,21 @@
 // is not touched; a live change takes effect on the next snapshot.
 
 #include "dataplane/shaping/egress_shaper.hh"
-#include "tests/unit/dataplane/pipeline/pipeline_fixture.hh"
+
+#include "tests/unit/dataplane/shaping/shaped_host_fixture.hh"
 
 namespace jakiro::test {
 namespace {
 
-struct ShaperTest : PipelineTest {
-    const char* config_yaml() const override {
-        return R"(host:
-  name: h1
-  underlay: {port: "net_null0", ip: 198.18.0.1}
-vpcs: [{name: blue, vni: 100}, {name: red, vni: 200}]
-security_groups:
-  - {name: blue-open, vpc: blue, ingress: [{proto: any, from: 0.0.0.0/0}]}
-  - {name: red-open, vpc: red, ingress: [{proto: any, from: 0.0.0.0/0}]}
-vnics:
-  - {name: t1, vpc: blue, mac: "02:00:c6:13:01:01", ip: 198.19.1.1/24, port: "net_null1", security_groups: [blue-open],
-     qos: {rate: 100Mbit, burst: 16KiB, rdma: {weight: 3}, tcp: {weight: 1}},
-     limits: {max_packet_buffers: 600}}
-  - {name: t5, vpc: blue, mac: "02:00:c6:13:01:03", ip: 198.19.1.3/24, port: "net_null2", security_groups: [blue-open]}
-  - {name: t3, vpc: red, mac: "02:00:c6:13:02:01", ip: 198.19.1.1/24, port: "net_null3", security_groups: [red-open]}
-peers:
-  - {vpc: blue, ip: 198.19.1.2, host: 198.18.0.2}
-)";
-    }
+struct ShaperTest : ShapedHostTest {
+    ShaperTest() : ShapedHostTest("16KiB", "max_packet_buffers: 600") {}
 
     void SetUp() override {
-        PipelineTest::SetUp();
+        ShapedHostTest::SetUp();
         shaper = std::make_unique<egress_shaper>(now, 512);
         ctx->shaper = shaper.get();
         shaper->sync(*tables, *ctx, now);
     }
-    void TearDown() override {
-        shaper.reset();  // frees what is still queued
-        PipelineTest::TearDown();
-    }
-
-    // Sends what left for t5 (same host) to the void, returning how many bytes were charged.
-    uint64_t drain_t5() {
-        uint64_t bytes = 0;
-        for (rte_mbuf* m : ctx->tx.queued(port_t5)) {
-            bytes += qos::charged_bytes(rte_pktmbuf_pkt_len(m));
-            rte_pktmbuf_free(m);
-        }
-        ctx->tx.discard_all();
-        return bytes;
-    }
-
-    // A full-size frame from t1 to t5 (1000 bytes of payload).
-    rte_mbuf* big_t1_frame() {
-        ipv4_frame_spec spec{t1_mac, gateway, ip("198.19.1.1"), ip("198.19.1.3")};
-        spec.payload = 1000;
-        return ipv4_mbuf(pool, spec);
-    }
-
     // Publishes the host's YAML with `from` replaced by `to` (a live change of t1), as
     // `jakiroctl apply` would, and lets the shaper see it.
     void apply(const std::string& from, const std::string& to) {
@@ -86,9 +47,7 @@ peers:
         return most;
     }
 
-    uint64_t now = 1'000'000'000;
     uint32_t generation = 1;
-    std::unique_ptr<egress_shaper> shaper;
 };
 
 TEST_F(ShaperTest, AShapedVnicsFramesLeaveAtItsRate) {
