@@ -37,6 +37,7 @@
 #include "rnic/engine.hh"
 #include "rnic/verbs/device_model.hh"
 #include "rnic/verbs/resources.hh"
+#include "tests/unit/rnic/qp_setup.hh"
 #include "verbs_abi/qp_attr_wire.hh"
 
 namespace jakiro::rnic {
@@ -101,13 +102,8 @@ struct side {
     }
 
     void post_send(uint32_t length) {
-        proto::send_wqe w{};
-        w.wr_id = sq_posted;
-        w.opcode = IBV_WR_SEND;
-        w.send_flags = IBV_SEND_SIGNALED;
-        w.num_sge = 1;
-        w.sg[0] = {region_iova, length, mr};
-        proto::sq_slots(ring)[sq_posted & (ring->sq_capacity - 1)] = w;
+        proto::sq_slots(ring)[sq_posted & (ring->sq_capacity - 1)] =
+            test::wqe(sq_posted, IBV_WR_SEND, region_iova, length, mr);
         proto::publish_wqes(ring->sq_producer, ++sq_posted);
     }
     void post_recv(uint32_t length) {
@@ -177,20 +173,12 @@ class connected_pair {
         }
         s.region = static_cast<std::byte*>(
             mmap(nullptr, region_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s.region_fd, 0));
-        auto mr = proto::make_message<proto::reg_mr_request>(
-            static_cast<uint16_t>(proto::opcode::reg_mr), 1);
-        mr.pd_handle = s.pd;
-        mr.access = proto::mr_access_all;
-        mr.addr = region_iova;
-        mr.iova = region_iova;
-        mr.length = region_bytes;
-        if (s.res->reg_mr(client, mr, s.region_fd, s.mr) != 0) {
+        if (s.res->reg_mr(client, test::region_mr_request(s.pd, region_iova, region_bytes),
+                          s.region_fd, s.mr) != 0) {
             return fail("reg_mr");
         }
         verbs::cq_created scq, rcq;
-        auto cq = proto::make_message<proto::create_cq_request>(
-            static_cast<uint16_t>(proto::opcode::create_cq), 1);
-        cq.cqe = 256;
+        const auto cq = test::cq_request(256);
         int no_channel = -1;
         if (s.res->create_cq(client, cq, no_channel, scq) != 0 ||
             s.res->create_cq(client, cq, no_channel, rcq) != 0) {
@@ -200,10 +188,8 @@ class connected_pair {
         s.rcq = rcq.handle;
         s.send_cq_bytes = scq.ring_bytes;
         s.recv_cq_bytes = rcq.ring_bytes;
-        s.send_cq = static_cast<proto::cq_ring_header*>(
-            mmap(nullptr, scq.ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, scq.ring_fd, 0));
-        s.recv_cq = static_cast<proto::cq_ring_header*>(
-            mmap(nullptr, rcq.ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, rcq.ring_fd, 0));
+        s.send_cq = test::map_shared<proto::cq_ring_header>(scq.ring_fd, scq.ring_bytes);
+        s.recv_cq = test::map_shared<proto::cq_ring_header>(rcq.ring_fd, rcq.ring_bytes);
         close(scq.ring_fd);
         close(rcq.ring_fd);
         auto r = proto::make_message<proto::create_qp_request>(
@@ -222,8 +208,7 @@ class connected_pair {
         }
         s.qp = q.handle;
         s.ring_bytes = q.ring_bytes;
-        s.ring = static_cast<proto::qp_ring_header*>(
-            mmap(nullptr, q.ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, q.ring_fd, 0));
+        s.ring = test::map_shared<proto::qp_ring_header>(q.ring_fd, q.ring_bytes);
         close(q.ring_fd);
         close(q.doorbell_fd);
         return true;
@@ -243,31 +228,13 @@ class connected_pair {
             0) {
             return fail("INIT");
         }
-        attr = {};
-        attr.qp_state = IBV_QPS_RTR;
-        attr.path_mtu = IBV_MTU_1024;
-        attr.dest_qp_num = peer.qp;
-        attr.rq_psn = 0x1000 ^ peer.qp;
-        attr.max_dest_rd_atomic = 16;
-        attr.min_rnr_timer = 1;
-        attr.ah_attr.is_global = 1;
-        attr.ah_attr.port_num = 1;
-        attr.ah_attr.grh.dgid.raw[10] = 0xff;
-        attr.ah_attr.grh.dgid.raw[11] = 0xff;
-        const uint32_t be = htonl(peer_ip);
-        std::memcpy(attr.ah_attr.grh.dgid.raw + 12, &be, 4);
+        attr = test::rtr_attr(peer.qp, peer_ip, 0x1000 ^ peer.qp);
         if (modify(s, attr,
                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {
             return fail("RTR");
         }
-        attr = {};
-        attr.qp_state = IBV_QPS_RTS;
-        attr.timeout = 14;
-        attr.retry_cnt = 7;
-        attr.rnr_retry = 7;
-        attr.sq_psn = 0x1000 ^ s.qp;
-        attr.max_rd_atomic = 16;
+        attr = test::rts_attr(0x1000 ^ s.qp, 14, 7, 7);
         if (modify(s, attr,
                    IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
                        IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC) != 0) {

@@ -21,11 +21,13 @@
 #include "rnic/engine.hh"
 #include "rnic/queue_pair.hh"
 #include "rnic/wire/psn.hh"
+#include "tests/unit/rnic/qp_setup.hh"
 
 namespace jakiro::rnic {
 namespace {
 
 namespace proto = verbs_proto;
+using test::wqe;
 
 constexpr std::size_t region_bytes = 4 << 20;
 constexpr uint64_t region_iova = 0x10000000;
@@ -179,19 +181,6 @@ struct side {
     void set_word(std::size_t offset, uint64_t v) { std::memcpy(region + offset, &v, sizeof v); }
 };
 
-proto::send_wqe wqe(uint64_t wr_id, ibv_wr_opcode op, uint64_t local, uint32_t length,
-                    uint32_t lkey, uint64_t remote = 0, uint32_t rkey = 0) {
-    proto::send_wqe w{};
-    w.wr_id = wr_id;
-    w.opcode = op;
-    w.send_flags = IBV_SEND_SIGNALED;
-    w.num_sge = 1;
-    w.sg[0] = {local, length, lkey};
-    w.remote_addr = remote;
-    w.rkey = rkey;
-    return w;
-}
-
 class QpRestoreTest : public ::testing::Test {
   protected:
     void make(side& s, uint16_t vnic, uint32_t ip, ibv_qp_type type, bool on_srq = false) {
@@ -219,10 +208,8 @@ class QpRestoreTest : public ::testing::Test {
         ASSERT_EQ(verbs::cq_ring::create(cq_depth, scq_ring, scq_fd), 0);
         ASSERT_EQ(verbs::cq_ring::create(cq_depth, rcq_ring, rcq_fd), 0);
         s.cq_bytes = proto::cq_ring_bytes(cq_depth);
-        s.scq_view = static_cast<proto::cq_ring_header*>(
-            mmap(nullptr, s.cq_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, scq_fd, 0));
-        s.rcq_view = static_cast<proto::cq_ring_header*>(
-            mmap(nullptr, s.cq_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, rcq_fd, 0));
+        s.scq_view = test::map_shared<proto::cq_ring_header>(scq_fd, s.cq_bytes);
+        s.rcq_view = test::map_shared<proto::cq_ring_header>(rcq_fd, s.cq_bytes);
         close(scq_fd);
         close(rcq_fd);
         s.scq = std::make_shared<verbs::completion_queue>(std::move(scq_ring), 1, 1, -1,
@@ -237,8 +224,7 @@ class QpRestoreTest : public ::testing::Test {
         std::unique_ptr<verbs::qp_ring> ring;
         ASSERT_EQ(verbs::qp_ring::create(sq_depth, rq_depth, s.qpn, ring, s.ring_fd), 0);
         s.ring_bytes = ring->bytes();
-        s.ring = static_cast<proto::qp_ring_header*>(
-            mmap(nullptr, s.ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s.ring_fd, 0));
+        s.ring = test::map_shared<proto::qp_ring_header>(s.ring_fd, s.ring_bytes);
         s.qp = std::make_shared<queue_pair>(s.setup(std::move(ring)));
         eng.add_qp(s.qp);
     }
@@ -270,17 +256,8 @@ class QpRestoreTest : public ::testing::Test {
             ASSERT_EQ(s.qp->modify(attr, IBV_QP_STATE), 0);
             return;
         }
-        attr.path_mtu = IBV_MTU_1024;
-        attr.dest_qp_num = peer.qpn;
-        attr.rq_psn = 0xFFFF00 ^ peer.qpn;  // wraps within the streams below
-        attr.max_dest_rd_atomic = 16;
-        attr.min_rnr_timer = 1;
-        attr.ah_attr.is_global = 1;
-        attr.ah_attr.port_num = 1;
-        attr.ah_attr.grh.dgid.raw[10] = 0xff;
-        attr.ah_attr.grh.dgid.raw[11] = 0xff;
-        const uint32_t be = htonl(peer.ip);
-        std::memcpy(attr.ah_attr.grh.dgid.raw + 12, &be, 4);
+        // The PSN wraps within the streams below.
+        attr = test::rtr_attr(peer.qpn, peer.ip, 0xFFFF00 ^ peer.qpn);
         const int rc_only =
             s.type == IBV_QPT_RC ? IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER : 0;
         ASSERT_EQ(s.qp->modify(attr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
@@ -288,13 +265,8 @@ class QpRestoreTest : public ::testing::Test {
                   0);
     }
     static void to_rts(side& s) {
-        ibv_qp_attr attr{};
-        attr.qp_state = IBV_QPS_RTS;
-        attr.timeout = 8;  // 1 ms
-        attr.retry_cnt = 7;
-        attr.rnr_retry = 7;
-        attr.sq_psn = 0xFFFF00 ^ s.qpn;
-        attr.max_rd_atomic = 16;
+        const uint8_t timeout_1ms = 8;  // 4.096 us * 2^8
+        const ibv_qp_attr attr = test::rts_attr(0xFFFF00 ^ s.qpn, timeout_1ms, 7, 7);
         const int rc_only = s.type == IBV_QPT_RC ? IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
                                                        IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC
                                                  : 0;

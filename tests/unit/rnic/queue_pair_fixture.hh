@@ -26,6 +26,7 @@
 #include "rnic/verbs/resources.hh"
 #include "rnic/wire/aeth.hh"
 #include "rnic/wire/icrc.hh"
+#include "tests/unit/rnic/qp_setup.hh"
 #include "verbs_abi/qp_attr_wire.hh"
 
 namespace jakiro::rnic::test {
@@ -159,19 +160,6 @@ struct side {
     bool poll_recv(proto::cqe& out) { return poll(recv_cq, recv_consumed, out); }
 };
 
-inline proto::send_wqe wqe(uint64_t wr_id, ibv_wr_opcode op, uint64_t local, uint32_t length,
-                           uint32_t lkey, uint64_t remote = 0, uint32_t rkey = 0) {
-    proto::send_wqe w{};
-    w.wr_id = wr_id;
-    w.opcode = op;
-    w.send_flags = IBV_SEND_SIGNALED;
-    w.num_sge = 1;
-    w.sg[0] = {local, length, lkey};
-    w.remote_addr = remote;
-    w.rkey = rkey;
-    return w;
-}
-
 class QueuePairTest : public ::testing::Test {
   protected:
     // JAKIRO_TEST_SEED reruns the randomised tests with another seed.
@@ -236,18 +224,11 @@ class QueuePairTest : public ::testing::Test {
         ASSERT_EQ(fcntl(s.region_fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
         s.region = static_cast<std::byte*>(
             mmap(nullptr, region_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s.region_fd, 0));
-        auto mr = proto::make_message<proto::reg_mr_request>(
-            static_cast<uint16_t>(proto::opcode::reg_mr), 1);
-        mr.pd_handle = s.pd;
-        mr.access = proto::mr_access_all;
-        mr.addr = region_iova;
-        mr.iova = region_iova;
-        mr.length = region_bytes;
-        ASSERT_EQ(s.res->reg_mr(client, mr, s.region_fd, s.mr), 0);
+        ASSERT_EQ(s.res->reg_mr(client, region_mr_request(s.pd, region_iova, region_bytes),
+                                s.region_fd, s.mr),
+                  0);
         verbs::cq_created scq, rcq;
-        auto cq = proto::make_message<proto::create_cq_request>(
-            static_cast<uint16_t>(proto::opcode::create_cq), 1);
-        cq.cqe = 4096;
+        const auto cq = cq_request(4096);
         int no_channel = -1;
         ASSERT_EQ(s.res->create_cq(client, cq, no_channel, scq), 0);
         ASSERT_EQ(s.res->create_cq(client, cq, no_channel, rcq), 0);
@@ -256,20 +237,16 @@ class QueuePairTest : public ::testing::Test {
         s.cq_capacity = scq.capacity;
         s.send_cq_bytes = scq.ring_bytes;
         s.recv_cq_bytes = rcq.ring_bytes;
-        s.send_cq = static_cast<proto::cq_ring_header*>(
-            mmap(nullptr, scq.ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, scq.ring_fd, 0));
-        s.recv_cq = static_cast<proto::cq_ring_header*>(
-            mmap(nullptr, rcq.ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, rcq.ring_fd, 0));
+        s.send_cq = map_shared<proto::cq_ring_header>(scq.ring_fd, scq.ring_bytes);
+        s.recv_cq = map_shared<proto::cq_ring_header>(rcq.ring_fd, rcq.ring_bytes);
         close(scq.ring_fd);
         close(rcq.ring_fd);
         verbs::qp_created q;
         ASSERT_EQ(s.res->create_qp(client, qp_request(s), q), 0);
         s.qp = q.handle;
         s.ring_bytes = q.ring_bytes;
-        s.ring = static_cast<proto::qp_ring_header*>(
-            mmap(nullptr, q.ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, q.ring_fd, 0));
-        s.doorbell = static_cast<proto::doorbell_page*>(mmap(
-            nullptr, proto::doorbell_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, q.doorbell_fd, 0));
+        s.ring = map_shared<proto::qp_ring_header>(q.ring_fd, q.ring_bytes);
+        s.doorbell = map_shared<proto::doorbell_page>(q.doorbell_fd, proto::doorbell_bytes);
         ASSERT_NE(s.doorbell, MAP_FAILED);
         close(q.ring_fd);
         close(q.doorbell_fd);
@@ -304,19 +281,7 @@ class QueuePairTest : public ::testing::Test {
         ASSERT_EQ(
             modify(s, attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
             0);
-        attr = {};
-        attr.qp_state = IBV_QPS_RTR;
-        attr.path_mtu = IBV_MTU_1024;
-        attr.dest_qp_num = peer.qp;
-        attr.rq_psn = 0x123456 ^ peer.qp;
-        attr.max_dest_rd_atomic = 16;
-        attr.min_rnr_timer = 1;
-        attr.ah_attr.is_global = 1;
-        attr.ah_attr.port_num = 1;
-        attr.ah_attr.grh.dgid.raw[10] = 0xff;
-        attr.ah_attr.grh.dgid.raw[11] = 0xff;
-        const uint32_t be = htonl(peer_ip);
-        std::memcpy(attr.ah_attr.grh.dgid.raw + 12, &be, 4);
+        attr = rtr_attr(peer.qp, peer_ip, 0x123456 ^ peer.qp);
         // UC has no responder resources and no RNR (IB spec 11.2.4.2's tables).
         const int rc_only =
             qp_type == proto::qpt_uc ? 0 : IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
@@ -324,13 +289,7 @@ class QueuePairTest : public ::testing::Test {
                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
                              IBV_QP_RQ_PSN | rc_only),
                   0);
-        attr = {};
-        attr.qp_state = IBV_QPS_RTS;
-        attr.timeout = timeout;
-        attr.retry_cnt = retry_cnt;
-        attr.rnr_retry = rnr_retry;
-        attr.sq_psn = 0x123456 ^ s.qp;
-        attr.max_rd_atomic = 16;
+        attr = rts_attr(0x123456 ^ s.qp, timeout, retry_cnt, rnr_retry);
         const int rc_only_rts =
             qp_type == proto::qpt_uc
                 ? 0
@@ -478,17 +437,6 @@ inline uint64_t word_at(const side& s, std::size_t offset) {
     uint64_t v;
     std::memcpy(&v, s.region + offset, sizeof(v));
     return v;
-}
-
-inline ibv_ah_attr av_to(uint32_t ip) {
-    ibv_ah_attr ah{};
-    ah.is_global = 1;
-    ah.port_num = 1;
-    ah.grh.dgid.raw[10] = 0xff;
-    ah.grh.dgid.raw[11] = 0xff;
-    const uint32_t be = htonl(ip);
-    std::memcpy(ah.grh.dgid.raw + 12, &be, 4);
-    return ah;
 }
 
 // The report of side `s`'s QP: its vNIC's, since another vNIC's QP may have the same number.
