@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <thread>
 
@@ -50,6 +51,26 @@ class UringSleeperTest : public ::testing::Test {
     uring_sleeper::woken sleep(uint64_t us) {
         return sleeper->sleep(frames[0], bells.armed(), bells.generation(), us);
     }
+    // A sleep of at most `us`, and how long it took.
+    struct timed_wake {
+        uring_sleeper::woken woke;
+        clock_type::duration took;
+    };
+    timed_wake timed_sleep(uint64_t us = long_sleep_us) {
+        const auto t0 = clock_type::now();
+        const auto woke = sleep(us);
+        return {woke, clock_type::now() - t0};
+    }
+    // A sleep during which another thread (the shim, the fabric) does `act` 20 ms in.
+    timed_wake sleep_while(const std::function<void()>& act) {
+        std::thread other([&act] {
+            std::this_thread::sleep_for(20ms);
+            act();
+        });
+        const timed_wake w = timed_sleep();
+        other.join();
+        return w;
+    }
     void send_frame() { ASSERT_EQ(write(frames[1], "f", 1), 1); }
     void drain_frames() {
         char buf[64];
@@ -65,9 +86,8 @@ class UringSleeperTest : public ::testing::Test {
 
 TEST_F(UringSleeperTest, NothingHappeningSleepsTheWholeTimeout) {
     arm();
-    const auto t0 = clock_type::now();
-    const auto woke = sleep(30'000);
-    EXPECT_GE(clock_type::now() - t0, 29ms);
+    const auto [woke, took] = timed_sleep(30'000);
+    EXPECT_GE(took, 29ms);
     EXPECT_FALSE(woke.frames);
     EXPECT_FALSE(woke.doorbell);
 }
@@ -75,9 +95,8 @@ TEST_F(UringSleeperTest, NothingHappeningSleepsTheWholeTimeout) {
 TEST_F(UringSleeperTest, ARingAfterTheLastLookEndsTheSleepAtOnce) {
     arm();
     ring();  // the shim saw `sleeping` between the worker's last look and its wait
-    const auto t0 = clock_type::now();
-    const auto woke = sleep(long_sleep_us);
-    EXPECT_LT(clock_type::now() - t0, prompt);
+    const auto [woke, took] = timed_sleep();
+    EXPECT_LT(took, prompt);
     EXPECT_TRUE(woke.doorbell);
     EXPECT_FALSE(woke.frames);
 }
@@ -85,36 +104,21 @@ TEST_F(UringSleeperTest, ARingAfterTheLastLookEndsTheSleepAtOnce) {
 TEST_F(UringSleeperTest, AFrameWaitingWhenTheSleepBeginsEndsItAtOnce) {
     send_frame();
     arm();
-    const auto t0 = clock_type::now();
-    const auto woke = sleep(long_sleep_us);
-    EXPECT_LT(clock_type::now() - t0, prompt);
+    const auto [woke, took] = timed_sleep();
+    EXPECT_LT(took, prompt);
     EXPECT_TRUE(woke.frames);
 }
 
 TEST_F(UringSleeperTest, ARingDuringTheSleepWakesIt) {
     arm();
-    std::thread shim([this] {
-        std::this_thread::sleep_for(20ms);
-        ring();
-    });
-    const auto t0 = clock_type::now();
-    const auto woke = sleep(long_sleep_us);
-    const auto took = clock_type::now() - t0;
-    shim.join();
+    const auto [woke, took] = sleep_while([this] { ring(); });
     EXPECT_LT(took, prompt);
     EXPECT_TRUE(woke.doorbell);
 }
 
 TEST_F(UringSleeperTest, AFrameDuringTheSleepWakesIt) {
     arm();
-    std::thread fabric([this] {
-        std::this_thread::sleep_for(20ms);
-        send_frame();
-    });
-    const auto t0 = clock_type::now();
-    const auto woke = sleep(long_sleep_us);
-    const auto took = clock_type::now() - t0;
-    fabric.join();
+    const auto [woke, took] = sleep_while([this] { send_frame(); });
     EXPECT_LT(took, prompt);
     EXPECT_TRUE(woke.frames);
     EXPECT_FALSE(woke.doorbell);
@@ -130,22 +134,14 @@ TEST_F(UringSleeperTest, AWaitAFrameLeftQueuedStillHearsTheNextRings) {
 
     arm();
     ring();
-    auto t0 = clock_type::now();
-    auto woke = sleep(long_sleep_us);
-    EXPECT_LT(clock_type::now() - t0, prompt);
-    EXPECT_TRUE(woke.doorbell);
+    const timed_wake after_last_look = timed_sleep();
+    EXPECT_LT(after_last_look.took, prompt);
+    EXPECT_TRUE(after_last_look.woke.doorbell);
 
     arm();
-    std::thread shim([this] {
-        std::this_thread::sleep_for(20ms);
-        ring();
-    });
-    t0 = clock_type::now();
-    woke = sleep(long_sleep_us);
-    const auto took = clock_type::now() - t0;
-    shim.join();
-    EXPECT_LT(took, prompt);
-    EXPECT_TRUE(woke.doorbell);
+    const timed_wake during = sleep_while([this] { ring(); });
+    EXPECT_LT(during.took, prompt);
+    EXPECT_TRUE(during.woke.doorbell);
 }
 
 // A vNIC's page installed while a wait on the old set is queued: the new page is watched.
@@ -158,14 +154,7 @@ TEST_F(UringSleeperTest, APageAddedBetweenSleepsIsHeard) {
     ASSERT_NE(second, nullptr);
     bells.set(1, &second->page());
     arm();
-    std::thread shim([&second] {
-        std::this_thread::sleep_for(20ms);
-        proto::wake_doorbell(second->page());
-    });
-    const auto t0 = clock_type::now();
-    const auto woke = sleep(long_sleep_us);
-    const auto took = clock_type::now() - t0;
-    shim.join();
+    const auto [woke, took] = sleep_while([&second] { proto::wake_doorbell(second->page()); });
     EXPECT_LT(took, prompt);
     EXPECT_TRUE(woke.doorbell);
     bells.set(1, nullptr);
@@ -196,9 +185,7 @@ TEST_F(UringSleeperTest, APostOrFrameAsTheWorkerDecidesToSleepIsNeverLost) {
         arm();
         round.store(i);
         sleeping.store(true, std::memory_order_seq_cst);
-        const auto t0 = clock_type::now();
-        const auto woke = sleep(long_sleep_us);
-        const auto took = clock_type::now() - t0;
+        const auto [woke, took] = timed_sleep();
         sleeping.store(false, std::memory_order_seq_cst);
         ASSERT_LT(took, prompt) << "round " << i << ": a wake was lost";
         ASSERT_TRUE(woke.frames || woke.doorbell) << "round " << i;
