@@ -192,18 +192,10 @@ class connected_pair {
         s.recv_cq = test::map_shared<proto::cq_ring_header>(rcq.ring_fd, rcq.ring_bytes);
         close(scq.ring_fd);
         close(rcq.ring_fd);
-        auto r = proto::make_message<proto::create_qp_request>(
-            static_cast<uint16_t>(proto::opcode::create_qp), 1);
-        r.pd_handle = s.pd;
-        r.send_cq = s.scq;
-        r.recv_cq = s.rcq;
-        r.max_send_wr = 64;
-        r.max_recv_wr = 64;
-        r.max_send_sge = 1;
-        r.max_recv_sge = 1;
-        r.qp_type = proto::qpt_rc;
         verbs::qp_created q;
-        if (s.res->create_qp(client, r, q) != 0) {
+        if (s.res->create_qp(client,
+                             test::qp_create_request(s.pd, s.scq, s.rcq, 64, 1, proto::qpt_rc),
+                             q) != 0) {
             return fail("create_qp");
         }
         s.qp = q.handle;

@@ -44,6 +44,24 @@ inline verbs_proto::create_cq_request cq_request(uint32_t cqe) {
     return cq;
 }
 
+// A QP of `type` on `pd` completing into `send_cq` and `recv_cq`, `depth` work requests of
+// `sges` entries each way.
+inline verbs_proto::create_qp_request qp_create_request(uint32_t pd, uint32_t send_cq,
+                                                        uint32_t recv_cq, uint32_t depth,
+                                                        uint32_t sges, uint8_t type) {
+    auto r = verbs_proto::make_message<verbs_proto::create_qp_request>(
+        static_cast<uint16_t>(verbs_proto::opcode::create_qp), 1);
+    r.pd_handle = pd;
+    r.send_cq = send_cq;
+    r.recv_cq = recv_cq;
+    r.max_send_wr = depth;
+    r.max_recv_wr = depth;
+    r.max_send_sge = sges;
+    r.max_recv_sge = sges;
+    r.qp_type = type;
+    return r;
+}
+
 // A signaled one-SGE work request, as ibv_post_send writes it into the SQ ring.
 inline verbs_proto::send_wqe wqe(uint64_t wr_id, ibv_wr_opcode op, uint64_t local, uint32_t length,
                                  uint32_t lkey, uint64_t remote = 0, uint32_t rkey = 0) {

@@ -253,17 +253,8 @@ class QueuePairTest : public ::testing::Test {
     }
 
     proto::create_qp_request qp_request(const side& s) const {
-        auto r = proto::make_message<proto::create_qp_request>(
-            static_cast<uint16_t>(proto::opcode::create_qp), 1);
-        r.pd_handle = s.pd;
-        r.send_cq = s.scq;
-        r.recv_cq = s.rcq;
-        r.max_send_wr = 512;
-        r.max_recv_wr = 512;
-        r.max_send_sge = 4;
-        r.max_recv_sge = 4;
+        auto r = qp_create_request(s.pd, s.scq, s.rcq, 512, 4, qp_type);
         r.max_inline_data = 64;
-        r.qp_type = qp_type;
         return r;
     }
 
