@@ -27,6 +27,7 @@
 #include "dataplane/config/config_loader.hh"
 #include "dataplane/control/control_server.hh"
 #include "dataplane/control/host_manager.hh"
+#include "dataplane/control/overlay_sealing_setup.hh"
 #include "dataplane/control/rdma_endpoints.hh"
 #include "dataplane/control/restart_report.hh"
 #include "dataplane/control/telemetry.hh"
@@ -35,7 +36,6 @@
 #include "dataplane/eal_options.hh"
 #include "dataplane/jakiro_version.hh"
 #include "dataplane/log.hh"
-#include "dataplane/overlay/sealing/sealing_setup_from_config.hh"
 #include "dataplane/poll_loop/lcore_loop.hh"
 #include "dataplane/restart/daemon_image.hh"
 #include "dataplane/restart/fd_store_restart.hh"
@@ -538,7 +538,7 @@ int main(int argc, char** argv) {
     // The sealed overlay, on the uplink's worker (it receives and sends every fabric frame).
     std::string sealing_error;
     const std::unique_ptr<overlay::sealing::uplink_sealing> sealing =
-        overlay::sealing::sealing_from_config(config, sealing_error);
+        sealing_from_config(config, sealing_error);
     if (!sealing && !sealing_error.empty()) {
         return fail(sealing_error);
     }

@@ -1,7 +1,7 @@
 #include "dataplane/config/config_loader.hh"
 
 #include "dataplane/config/qos_units.hh"
-#include "dataplane/overlay/sealing/host_key.hh"
+#include "dataplane/overlay_key_text.hh"
 
 #include <yaml-cpp/yaml.h>
 
@@ -423,7 +423,7 @@ void load_overlay(checker& check, const YAML::Node& root, host_config& config) {
             h.ip = check.ipv4(node, "ip", at).value_or(0);
             h.encryption = policy(node, at);
             if (const auto key = check.string(node, "public_key", at, false)) {
-                if (!overlay::sealing::parse_key(*key)) {
+                if (!parse_overlay_key(*key)) {
                     check.error(node["public_key"], at + ".public_key",
                                 "is not a base64 X25519 key (44 characters, `jakiroctl "
                                 "overlay-key` prints one)");

@@ -23,35 +23,6 @@ using pkey_ctx_ptr = std::unique_ptr<EVP_PKEY_CTX, pkey_ctx_free>;
 
 }  // namespace
 
-std::optional<x25519_key> parse_key(const std::string& base64) {
-    std::string text = base64;
-    while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) {
-        text.pop_back();
-    }
-    // 32 bytes are 44 base64 characters, the last one '='.
-    if (text.size() != 44 || text[43] != '=' || text[42] == '=') {
-        return std::nullopt;
-    }
-    uint8_t out[33];
-    const int n = EVP_DecodeBlock(out, reinterpret_cast<const unsigned char*>(text.data()), 44);
-    if (n != 33) {  // EVP_DecodeBlock counts the padding as a zero byte
-        return std::nullopt;
-    }
-    x25519_key key;
-    std::copy(out, out + 32, key.begin());
-    // Canonical only: the unused low bits of the last character must be zero.
-    if (format_key(key) != text) {
-        return std::nullopt;
-    }
-    return key;
-}
-
-std::string format_key(const x25519_key& key) {
-    char out[45];
-    EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out), key.data(), 32);
-    return std::string(out, 44);
-}
-
 host_key_pair generate_key_pair() {
     host_key_pair pair;
     RAND_bytes(pair.private_key.data(), 32);

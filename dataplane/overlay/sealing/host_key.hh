@@ -11,18 +11,24 @@
 #include <optional>
 #include <string>
 
+#include "dataplane/overlay_key_text.hh"
+
 namespace jakiro::overlay::sealing {
 
-using x25519_key = std::array<uint8_t, 32>;
+using x25519_key = overlay_key;
 
 struct host_key_pair {
     x25519_key private_key{};
     x25519_key public_key{};
 };
 
-// "base64 of 32 bytes" -> key; nullopt for anything else (length, alphabet, trailing bytes).
-std::optional<x25519_key> parse_key(const std::string& base64);
-std::string format_key(const x25519_key& key);
+// The key's text form (dataplane/overlay_key_text.hh).
+inline std::optional<x25519_key> parse_key(const std::string& base64) {
+    return parse_overlay_key(base64);
+}
+inline std::string format_key(const x25519_key& key) {
+    return format_overlay_key(key);
+}
 
 // A fresh key pair from the system's random source.
 host_key_pair generate_key_pair();

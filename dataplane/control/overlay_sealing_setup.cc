@@ -1,4 +1,4 @@
-#include "dataplane/overlay/sealing/sealing_setup_from_config.hh"
+#include "dataplane/control/overlay_sealing_setup.hh"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -9,20 +9,20 @@
 #include <ctime>
 #include <fstream>
 
-namespace jakiro::overlay::sealing {
+namespace jakiro {
 
 namespace {
 
-encryption_policy policy_of(overlay_encryption e) {
+overlay::sealing::encryption_policy policy_of(overlay_encryption e) {
     switch (e) {
         case overlay_encryption::optional:
-            return encryption_policy::optional;
+            return overlay::sealing::encryption_policy::optional;
         case overlay_encryption::required:
-            return encryption_policy::required;
+            return overlay::sealing::encryption_policy::required;
         case overlay_encryption::off:
             break;
     }
-    return encryption_policy::off;
+    return overlay::sealing::encryption_policy::off;
 }
 
 }  // namespace
@@ -64,13 +64,14 @@ bool reserve_epochs(const std::string& path, uint64_t now_s, uint32_t& first, ui
     return true;
 }
 
-std::unique_ptr<uplink_sealing> sealing_from_config(const host_config& config, std::string& error) {
+std::unique_ptr<overlay::sealing::uplink_sealing> sealing_from_config(const host_config& config,
+                                                                      std::string& error) {
     const overlay_config& overlay = config.overlay;
     if (!overlay.may_seal()) {
         return nullptr;
     }
-    sealing_setup setup;
-    const auto own = load_private_key(overlay.private_key, error);
+    overlay::sealing::sealing_setup setup;
+    const auto own = overlay::sealing::load_private_key(overlay.private_key, error);
     if (!own) {
         return nullptr;
     }
@@ -86,15 +87,15 @@ std::unique_ptr<uplink_sealing> sealing_from_config(const host_config& config, s
         return nullptr;
     }
     for (const auto& h : overlay.hosts) {
-        peer_setting p;
+        overlay::sealing::peer_setting p;
         p.underlay_ip = h.ip;
         p.policy = policy_of(h.encryption.value_or(overlay.encryption));
         if (!h.public_key.empty()) {
-            p.public_key = parse_key(h.public_key);
+            p.public_key = overlay::sealing::parse_key(h.public_key);
         }
         setup.peers.push_back(p);
     }
-    return uplink_sealing::create(setup, error);
+    return overlay::sealing::uplink_sealing::create(setup, error);
 }
 
-}  // namespace jakiro::overlay::sealing
+}  // namespace jakiro

@@ -11,7 +11,7 @@
 #include "dataplane/config/host_config.hh"
 #include "dataplane/overlay/sealing/uplink_sealing.hh"
 
-namespace jakiro::overlay::sealing {
+namespace jakiro {
 
 // Epochs one run reserves at once; a run that rekeys more often than this stops rekeying (its
 // last epoch's 64-bit sequence numbers cannot run out).
@@ -25,6 +25,7 @@ bool reserve_epochs(const std::string& path, uint64_t now_s, uint32_t& first, ui
 
 // nullptr with `error` empty: the YAML seals nothing (no object, no cost). nullptr with
 // `error`: jakirod must not start (an unreadable key, an epoch file it cannot write).
-std::unique_ptr<uplink_sealing> sealing_from_config(const host_config& config, std::string& error);
+std::unique_ptr<overlay::sealing::uplink_sealing> sealing_from_config(const host_config& config,
+                                                                      std::string& error);
 
-}  // namespace jakiro::overlay::sealing
+}  // namespace jakiro
