@@ -57,29 +57,13 @@ class etcd_registry final : public vnic_registry {
     }
 
     bool vpc_vni(const std::string& vpc, uint32_t& vni, cni_error& error) override {
-        const auto* found = _view->cluster.find_vpc(vpc);
-        if (found == nullptr) {
-            std::string known;
-            for (const auto& v : _view->cluster.vpcs) {
-                known += (known.empty() ? "" : ", ") + v.name;
-            }
-            error = {error_code::invalid_config, "vpc: '" + vpc + "' is not a VPC in etcd (" +
-                                                     (known.empty() ? "it has none" : known) + ")"};
-            return false;
-        }
-        vni = found->vni;
-        return true;
+        return vni_in(_view->cluster, vpc, "in etcd", vni, error);
     }
     uint32_t tenant_mtu() const override { return _host.tenant_mtu(); }
     std::string host_name() const override { return _host.name; }
 
     std::set<uint32_t> taken(const std::string& vpc) override {
-        std::set<uint32_t> out;
-        for (const auto& v : _view->cluster.vnics) {
-            if (v.vpc == vpc) {
-                out.insert(v.ip.address);
-            }
-        }
+        std::set<uint32_t> out = vnic_addresses_in(_view->cluster, vpc);
         const std::string prefix = std::string(address_key_root) + vpc + "/";
         for (const auto& key : _addresses) {
             if (key.rfind(prefix, 0) == 0) {

@@ -87,30 +87,13 @@ class host_file_registry final : public vnic_registry {
           _port(std::move(port_template)) {}
 
     bool vpc_vni(const std::string& vpc, uint32_t& vni, cni_error& error) override {
-        const auto* found = _config.find_vpc(vpc);
-        if (found == nullptr) {
-            std::string known;
-            for (const auto& v : _config.vpcs) {
-                known += (known.empty() ? "" : ", ") + v.name;
-            }
-            error = {error_code::invalid_config, "vpc: '" + vpc + "' is not a VPC of " + _path +
-                                                     " (" +
-                                                     (known.empty() ? "it has none" : known) + ")"};
-            return false;
-        }
-        vni = found->vni;
-        return true;
+        return vni_in(_config, vpc, "of " + _path, vni, error);
     }
     uint32_t tenant_mtu() const override { return _config.tenant_mtu(); }
     std::string host_name() const override { return _config.name; }
 
     std::set<uint32_t> taken(const std::string& vpc) override {
-        std::set<uint32_t> out;
-        for (const auto& v : _config.vnics) {
-            if (v.vpc == vpc) {
-                out.insert(v.ip.address);
-            }
-        }
+        std::set<uint32_t> out = vnic_addresses_in(_config, vpc);
         for (const auto& p : _config.peers) {
             if (p.vpc == vpc) {
                 out.insert(p.ip);

@@ -13,6 +13,32 @@ std::string default_socket(const std::string& host) {
     return "/run/jakiro/" + host + ".sock";
 }
 
+bool vni_in(const host_config& config, const std::string& vpc, const std::string& where,
+            uint32_t& vni, cni_error& error) {
+    const auto* found = config.find_vpc(vpc);
+    if (found == nullptr) {
+        std::string known;
+        for (const auto& v : config.vpcs) {
+            known += (known.empty() ? "" : ", ") + v.name;
+        }
+        error = {error_code::invalid_config, "vpc: '" + vpc + "' is not a VPC " + where + " (" +
+                                                 (known.empty() ? "it has none" : known) + ")"};
+        return false;
+    }
+    vni = found->vni;
+    return true;
+}
+
+std::set<uint32_t> vnic_addresses_in(const host_config& config, const std::string& vpc) {
+    std::set<uint32_t> out;
+    for (const auto& v : config.vnics) {
+        if (v.vpc == vpc) {
+            out.insert(v.ip.address);
+        }
+    }
+    return out;
+}
+
 std::unique_ptr<vnic_registry> open_registry(const network_config& config, cni_error& error) {
     std::ifstream in(config.host_config);
     if (!in) {

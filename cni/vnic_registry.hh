@@ -13,6 +13,7 @@
 
 #include "cni/cni_error.hh"
 #include "cni/request.hh"
+#include "dataplane/config/host_config.hh"
 
 namespace jakiro::cni {
 
@@ -49,6 +50,13 @@ class vnic_registry {
     // Whether the vNIC is declared as `entry` says (CHECK); `error` says what differs.
     virtual bool declared_as(const vnic_entry& entry, std::string& error) = 0;
 };
+
+// The VNI of `vpc` in `config` (`where` names it in the error: "in etcd", "of <file>"); false with
+// an error that lists the VPCs there are.
+bool vni_in(const host_config& config, const std::string& vpc, const std::string& where,
+            uint32_t& vni, cni_error& error);
+// The addresses `config`'s vNICs hold in `vpc`.
+std::set<uint32_t> vnic_addresses_in(const host_config& config, const std::string& vpc);
 
 // Reads the host YAML named by the network configuration and makes the registry it calls for.
 std::unique_ptr<vnic_registry> open_registry(const network_config& config, cni_error& error);
