@@ -68,6 +68,8 @@ struct engine_counters {
     // QP visits (each at least a unit of its vNIC's), and QPs parked (idle, left alone until rung).
     stats::counter visits;
     stats::counter parked;
+    // Queued QPs whose shim was asked to ring because the worker was about to sleep.
+    stats::counter sleep_asks;
     // Policy changes: connected QPs whose peer was admitted again, and those refused (ERR).
     stats::counter rechecks;
     stats::counter qps_revoked;
@@ -378,8 +380,10 @@ class engine {
     std::vector<stats::counter> _over_allowance;
     std::vector<stats::counter> _vnic_visits;        // [vnic]
     std::vector<stats::counter> _vnic_poller_wakes;  // [vnic]
-    std::size_t _first_vnic = 0;           // which vNIC goes first; moves on every poll; engine
-    std::vector<uint8_t> _vnic_held;       // [vnic] vnic_held_back(); engine
+    std::size_t _first_vnic = 0;      // which vNIC goes first; moves on every poll; engine
+    std::vector<uint8_t> _vnic_held;  // [vnic] vnic_held_back(); engine
+    // [vnic] prepare_sleep asked its queued QPs to ring; after_sleep takes back only those.
+    std::vector<uint8_t> _asked_to_ring;   // engine thread
     uint32_t _policy_generation = 0;       // engine thread
     std::vector<uint64_t> _vnic_rate_bps;  // [vnic] set_vnic_rate; engine thread
     uint32_t _gsi_psn = 0;                 // engine thread

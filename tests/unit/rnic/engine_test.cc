@@ -516,6 +516,38 @@ TEST_F(NoisyNeighbourTest, LocalWorkBeyondTheAllowanceWaitsAndLetsTheWorkerSleep
     eng.after_sleep();
 }
 
+// Going to sleep costs nothing per QP of a vNIC that waits for its allowance: its shim need
+// not ring (the worker comes back anyway), so its queued QPs are not asked to, however many
+// they are. The control: the same vNIC with tokens left is asked, QP by QP.
+TEST_F(NoisyNeighbourTest, AVnicWaitingForItsAllowanceCostsASleepNothingPerQp) {
+    auto asks_of_one_sleep = [&] {
+        const uint64_t before = eng.counters().sleep_asks.read();
+        if (eng.prepare_sleep()) {
+            eng.after_sleep();
+        }
+        return eng.counters().sleep_asks.read() - before;
+    };
+    eng.set_vnic_local_work_rate(0, 1);  // one per second: the burst is all the hogs have
+    for (unsigned poll = 0; poll < 200 && eng.vnic_over_allowance(0) == 0; ++poll) {
+        fill_with_silent_work();
+        eng.poll(wire, now += 10'000);
+        wire.frames.clear();
+    }
+    ASSERT_GT(eng.vnic_over_allowance(0), 0u);
+    fill_with_silent_work();
+    EXPECT_LE(asks_of_one_sleep(), 2u) << "at most the victim's own QPs are asked";
+    EXPECT_FALSE(proto::doorbell_wanted_after_publish(*hog.front().qp->ring));
+
+    // The control: with its allowance back, every queued QP of the vNIC is asked before the
+    // worker would sleep (and the worker does not, since they have work).
+    eng.set_vnic_local_work_rate(0, 1'000'000'000);
+    now += 1'000'000'000;
+    eng.poll(wire, now);
+    wire.frames.clear();
+    fill_with_silent_work();
+    EXPECT_GE(asks_of_one_sleep(), hogs / 2) << "a vNIC with tokens has its queued QPs asked";
+}
+
 // A tenant's QPs in ERR with full rings: their flush writes at most the vNIC's units of
 // completions per poll, however many QPs flush at once.
 TEST_F(NoisyNeighbourTest, QpsFlushingFullRingsWriteTheirVnicsUnitsOfCompletions) {
