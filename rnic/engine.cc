@@ -158,8 +158,10 @@ void engine::add_qp(std::shared_ptr<queue_pair> qp) {
         qp->set_line_rate(0, _vnic_rate_bps[vnic]);  // a new QP's DCQCN clock starts at 0
     }
     _active.push_back(std::move(qp));
+    // The report's copy grows by one, not copied whole: a tenant creating QPs must not cost the
+    // worker a pass over every QP of every vNIC (and an atomic per QP) per call.
     std::lock_guard lock(_report_mutex);
-    _reported = _active;
+    _reported.push_back(_active.back());
 }
 
 void engine::set_vnic_rate(uint16_t vnic, uint64_t rate_bps, uint64_t now_ns) {
@@ -180,7 +182,8 @@ void engine::set_vnic_rate(uint16_t vnic, uint64_t rate_bps, uint64_t now_ns) {
 }
 
 void engine::remove_qp(uint16_t vnic, uint32_t qpn) {
-    if (queue_pair* qp = find(vnic, qpn); qp != nullptr) {
+    queue_pair* const target = find(vnic, qpn);
+    if (queue_pair* qp = target; qp != nullptr) {
         _by_slot[vnic][qpn >> 8] = nullptr;
         vnic_turns& turns = _turns[vnic];
         if (qp->turn().queued) {
@@ -191,8 +194,9 @@ void engine::remove_qp(uint16_t vnic, uint32_t qpn) {
         --turns.qps;
     }
     std::shared_ptr<queue_pair> gone;
-    for (auto it = _active.begin(); it != _active.end(); ++it) {
-        if ((*it)->vnic() == vnic && (*it)->qpn() == qpn) {
+    // By address: no QP object of another vNIC is read (a cache miss each) to find this one.
+    for (auto it = _active.begin(); target != nullptr && it != _active.end(); ++it) {
+        if (it->get() == target) {
             if (static_cast<std::size_t>(it - _active.begin()) < _recheck_from) {
                 --_recheck_from;  // the recheck goes on with the same QP
             }
@@ -202,8 +206,8 @@ void engine::remove_qp(uint16_t vnic, uint32_t qpn) {
         }
     }
     std::lock_guard lock(_report_mutex);
-    _reported = _active;
     if (gone != nullptr) {
+        std::erase(_reported, gone);
         // This thread is the counters' only writer, so they are final here.
         const queue_pair_stats& s = gone->stats();
         qp_report& sum = _retired[vnic];

@@ -3,6 +3,8 @@
 // is served again as soon as its shim rings, a packet arrives or a control call changes it, and
 // the futex wakes the engine makes for programs napping on an empty CQ are charged to their vNIC.
 
+#include <set>
+
 #include "rnic/timers.hh"
 #include "tests/unit/rnic/queue_pair_fixture.hh"
 
@@ -87,6 +89,36 @@ TEST_F(IdleQpsTest, APollVisitsNoneOfATenantsIdleQpsHoweverManyItHolds) {
     EXPECT_NE(hoarder.ring->doorbell_wanted, 0u);
     eng.after_sleep();
     EXPECT_NE(hoarder.ring->doorbell_wanted, 0u) << "parked: it asks until it is queued again";
+}
+
+// `jakiroctl qps` lists exactly the QPs that exist while a tenant creates and destroys them in
+// any order (the report's copy follows each add and remove instead of being copied whole).
+TEST_F(IdleQpsTest, TheQpReportFollowsEveryCreateAndDestroy) {
+    connect_both();
+    hoard_idle_qps();
+    auto listed = [&] {
+        std::multiset<uint32_t> qpns;
+        for (const qp_report& r : eng.report()) {
+            if (r.vnic == 2) {
+                qpns.insert(r.qpn);
+            }
+        }
+        return qpns;
+    };
+    std::multiset<uint32_t> all = listed();
+    ASSERT_EQ(all.size(), quota);
+    std::multiset<uint32_t> kept;
+    unsigned i = 0;
+    for (uint32_t qpn : all) {
+        if (i++ % 3 == 0 && qpn != hoarder.qp) {
+            ASSERT_EQ(hoarder.res->destroy_qp(hoarder.client, qpn), 0) << qpn;
+        } else {
+            kept.insert(qpn);
+        }
+    }
+    EXPECT_EQ(listed(), kept);
+    const std::size_t others = eng.report().size() - kept.size();
+    EXPECT_EQ(others, 2u) << "a's and b's QPs are listed as before";
 }
 
 // A WR posted to a QP that was parked is picked up by the very next poll: the shim rang its bit.
