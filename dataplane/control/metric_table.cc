@@ -423,6 +423,10 @@ std::vector<metric_def> build_table() {
          "Times the vNIC ran out of its packet-rate allowance with frames waiting (its face "
          "then goes unread until it refills)",
          per_vnic_bound(&vnic_bounds::packet_rate_exceeded)},
+        {"jakiro_vnic_qos_queue_holds_total", counter, {"vnic"},
+         "Times the shaped vNIC's face went unread because its QoS queue was full (what it "
+         "sent meanwhile the kernel dropped at its face)",
+         per_vnic_bound(&vnic_bounds::qos_queue_holds)},
         {"jakiro_vnic_rdma_local_work_rate_max", gauge, {"vnic"},
          "WRs per second the vNIC's RDMA engine may do without a packet "
          "(rdma.max_local_work_rate)",

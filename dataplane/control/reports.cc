@@ -262,6 +262,7 @@ std::string render_stats(const stats_snapshot& snapshot, bool json) {
             .value("max_packet_rate", bounds.max_packet_rate)
             .value("packet_rate_exceeded", bounds.packet_rate_exceeded)
             .value("qos_queue_drops", bounds.qos_queue_drops)
+            .value("qos_queue_holds", bounds.qos_queue_holds)
             .value("rdma_max_local_work_rate", bounds.max_local_work_rate)
             .value("rdma_local_work_over_allowance", bounds.local_work_over_allowance)
             .value("rdma_qp_visits", bounds.rdma_qp_visits)
@@ -283,7 +284,8 @@ std::string render_stats(const stats_snapshot& snapshot, bool json) {
                        std::to_string(bounds.buffers_refused) + " refused; " +
                        std::to_string(bounds.max_packet_rate) + " frames/s, " +
                        std::to_string(bounds.packet_rate_exceeded) + " over; " +
-                       std::to_string(bounds.qos_queue_drops) + " qos queue drops\n";
+                       std::to_string(bounds.qos_queue_drops) + " qos queue drops, " +
+                       std::to_string(bounds.qos_queue_holds) + " holds\n";
     }
     out.end_object();
     text << "vnic limits (now/allowance, refused at the bound)\n" << limits_text;

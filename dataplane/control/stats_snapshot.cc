@@ -108,6 +108,7 @@ vnic_bounds bounds_of(const daemon_state& state, uint16_t slot) {
     b.packet_buffers = vnet_face::superframe_charges().held(slot);
     if (const egress_shaper* shaper = state.shaper_of(slot)) {
         b.qos_queue_drops = shaper->counters(slot).tcp_queue_drops.read();
+        b.qos_queue_holds = shaper->counters(slot).tcp_queue_holds.read();
     }
     return b;
 }

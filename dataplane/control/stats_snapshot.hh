@@ -83,6 +83,7 @@ struct vnic_bounds {
     uint64_t max_packet_rate = 0;       // frames per second read from it
     uint64_t packet_rate_exceeded = 0;  // times it ran out of that with frames waiting
     uint64_t qos_queue_drops = 0;       // tail drops of its tcp-class queue (shaped vNICs)
+    uint64_t qos_queue_holds = 0;       // times its face went unread: that queue was full
     // Its RDMA engine's local work (WRs done without a packet): the allowance per second, and
     // the polls it sat out over it.
     uint64_t max_local_work_rate = 0;

@@ -407,8 +407,9 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
             // Gone (a live change removed the vNIC or gave it another port): a new face is
             // heard from the start, and this one's descriptor may be another's by now.
             const bool gone = tables.vnic_of_port[h.port] != h.slot;
-            if (!gone && ctx.packet_rates.available(h.slot, tables.vnics[h.slot].max_packet_rate,
-                                                    ns) < rx_burst_size) {
+            if (!gone && (ctx.packet_rates.available(h.slot, tables.vnics[h.slot].max_packet_rate,
+                                                     ns) < rx_burst_size ||
+                          (ctx.shaper != nullptr && !ctx.shaper->tcp_queue_drained(h.slot)))) {
                 ++i;
                 continue;
             }
@@ -514,6 +515,13 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
                 ctx.packet_rates.available(slot, tables.vnics[slot].max_packet_rate, rx_ns);
             bool over_rate = false;
             for (unsigned b = 0; b < max_rx_bursts; ++b) {
+                if (face && ctx.shaper != nullptr && ctx.shaper->tcp_queue_full(slot)) {
+                    // Its QoS queue is full: what more it sent would be read only to be
+                    // dropped (egress_shaper::tcp_queue_full). Left unread until it drains.
+                    ctx.shaper->count_hold(slot);
+                    hold_face(slot, port);
+                    break;
+                }
                 const uint16_t want =
                     static_cast<uint16_t>(std::min<uint32_t>(rx_burst_size, rate_left));
                 if (want == 0) {

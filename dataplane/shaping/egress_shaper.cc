@@ -121,6 +121,22 @@ bool egress_shaper::enqueue_tcp(uint16_t slot, uint16_t port, rte_mbuf* m, uint3
     return true;
 }
 
+bool egress_shaper::tcp_queue_full(uint16_t slot) const {
+    if (!shaped(slot)) {
+        return false;
+    }
+    const vnic_state& v = *_vnics[slot];
+    return v.count >= v.frame_limit || (v.count > 0 && v.queued_bytes >= v.byte_limit);
+}
+
+bool egress_shaper::tcp_queue_drained(uint16_t slot) const {
+    if (!shaped(slot)) {
+        return true;
+    }
+    const vnic_state& v = *_vnics[slot];
+    return v.count <= v.frame_limit / 2 && v.queued_bytes <= v.byte_limit / 2;
+}
+
 void egress_shaper::run(worker_context& ctx, const rdma_queues& rdma_q, uint64_t now_ns) {
     for (const uint16_t slot : _active) {
         vnic_state& v = *_vnics[slot];

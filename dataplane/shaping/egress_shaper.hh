@@ -45,6 +45,7 @@ struct rdma_queues {
 
 struct shaper_vnic_counters {
     counter tcp_queue_drops;   // frames tail-dropped: the tcp FIFO was full
+    counter tcp_queue_holds;   // times its face was left unread: the tcp FIFO was full
     counter rdma_waits;        // times the engine found the rdma grant spent
     counter rdma_granted;      // bytes the scheduler granted the rdma class
     counter rdma_busy_grants;  // grants made while the engine had rdma work
@@ -101,6 +102,14 @@ class egress_shaper {
     void commit_rdma(const rdma_queues& rdma);
 
     bool has_queued() const { return _queued_frames > 0; }
+    // Backpressure, as a NIC's full transmit ring gives its driver: a shaped vNIC whose tcp
+    // FIFO is full (no frame could join it) is not read, so what it sends beyond its rate and
+    // queue is dropped by the kernel at its face, in the sender's time, not read, routed and
+    // dropped by the worker; it is read again once the FIFO has drained to half (a full
+    // burst's room, not a frame at a time). Both false for an unshaped vNIC.
+    bool tcp_queue_full(uint16_t slot) const;
+    bool tcp_queue_drained(uint16_t slot) const;
+    void count_hold(uint16_t slot) { _counters[slot].tcp_queue_holds.add(1); }
     // Nanoseconds from `now_ns` until a vNIC with queued tcp frames can send again (its next
     // grant is due and its bucket holds tokens); 0 if one can now. Only meaningful while
     // has_queued(): the worker sleeps that long instead of spinning on a throttled queue.

@@ -317,6 +317,15 @@ def test_a_shaped_tenants_small_packet_flood_takes_no_buffers_or_latency_from_it
                 for name in after}
     print(f"dropped at the bounds: {exceeded}")
     assert exceeded["t3"] > 0 and exceeded["t1"] == 0 and exceeded["t5"] == 0
+    # Its face went unread while its queue was full (backpressure, as a full transmit ring):
+    # the worker read little more than its rate lets through, not all it sent, only to drop it.
+    holds = {name: after[name]["qos_queue_holds"] - before[name]["qos_queue_holds"]
+             for name in after}
+    read = after["t3"]["from_tenant_packets"] - before["t3"]["from_tenant_packets"]
+    print(f"faces left unread at a full queue: {holds}; the worker read {read} of t3's {sent} "
+          f"frames")
+    assert holds["t3"] > 0 and holds["t1"] == 0 and holds["t5"] == 0
+    assert read < sent / 2, "the worker read the frames beyond t3's rate and queue to drop them"
 
 
 # ---------------------------------------------------------------- packet rate

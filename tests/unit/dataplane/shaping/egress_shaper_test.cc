@@ -78,6 +78,32 @@ TEST_F(ShaperTest, AFullTcpQueueTailDropsAndCounts) {
     EXPECT_EQ(shaper->counters(slot_t1).tcp_queue_drops.read(), 5u);
 }
 
+// Backpressure: the worker stops reading a shaped vNIC's face once its queue is full and reads
+// it again only when half has left (a burst's room, not one frame at a time); an unshaped
+// vNIC is never held.
+TEST_F(ShaperTest, AFullTcpQueueHoldsItsFaceUntilHalfHasLeft) {
+    apply("limits: {max_packet_buffers: 600}", "limits: {max_packet_buffers: 40}");
+    EXPECT_FALSE(shaper->tcp_queue_full(slot_t1));
+    EXPECT_TRUE(shaper->tcp_queue_drained(slot_t1));
+    ASSERT_EQ(fill_t1_queue(39), 39u);
+    EXPECT_FALSE(shaper->tcp_queue_full(slot_t1)) << "one more frame fits";
+    ASSERT_EQ(fill_t1_queue(1), 1u);
+    EXPECT_TRUE(shaper->tcp_queue_full(slot_t1));
+    EXPECT_FALSE(shaper->tcp_queue_drained(slot_t1));
+    uint64_t left = 0;
+    for (int step = 0; step < 10'000 && !shaper->tcp_queue_drained(slot_t1); ++step) {
+        now += 100'000;
+        shaper->run(*ctx, rdma_queues::of(nullptr), now);
+        left += ctx->tx.queued(port_t5).size();
+        drain_t5();
+        EXPECT_TRUE(shaper->tcp_queue_drained(slot_t1) || left < 20) << "held until half left";
+    }
+    EXPECT_TRUE(shaper->tcp_queue_drained(slot_t1));
+    EXPECT_GE(left, 20u);
+    EXPECT_FALSE(shaper->tcp_queue_full(slot_t5)) << "t5 is not shaped";
+    EXPECT_TRUE(shaper->tcp_queue_drained(slot_t5));
+}
+
 TEST_F(ShaperTest, AShapedVnicsQueueHoldsNoMoreFramesThanItsPacketBuffers) {
     apply("limits: {max_packet_buffers: 600}", "limits: {max_packet_buffers: 40}");
     EXPECT_EQ(fill_t1_queue(100), 40u);
