@@ -654,7 +654,7 @@ def cnps(host, vnic, direction):
 
 def test_a_ce_mark_on_the_fabric_reaches_dcqcn_as_cnps_to_the_sender(tmp_path):
     # Counted from the per-vNIC totals: the QPs of a 500-message ib_write_bw may live for less
-    # than one look of a `jakiroctl qps` watcher (CI run S saw h1's QP and missed h2's).
+    # than one look of a `jakiroctl qps` watcher (which can see h1's QP and miss h2's).
     def counts():
         return cnps("h2", VNIC[T2], "tx"), cnps("h1", VNIC[T1], "rx")
 
