@@ -13,7 +13,7 @@ pytestmark = pytest.mark.usefixtures("testbed")
 
 IDLE_S = 5
 # A poll-mode loop that never sleeps shows ~100 %; an idle jakirod measured 0.8-2.0 % per daemon
-# in eight CI runs of commit 7c6f21f on the 2-core machine.
+# in eight CI runs recorded at 7c6f21f on the 2-core machine.
 LIMIT_PERCENT = 5
 
 
