@@ -23,7 +23,7 @@
 //
 // Where io_uring is missing, disabled (kernel.io_uring_disabled, a seccomp filter such as a
 // container runtime's default) or lacks FUTEX_WAITV, open() returns null and the worker sleeps
-// as before: on the doorbells with rx_waker's helper thread watching the sockets.
+// the other way: on the doorbells with rx_waker's helper thread watching the sockets.
 //
 // Thread-safety: one per worker, used by that worker only.
 

@@ -251,8 +251,9 @@ def test_a_host_whose_lease_expires_is_stale_but_its_vnics_stay_reachable(testbe
 
 def test_a_jakirod_stops_promptly_while_etcd_is_down(testbed):
     """An operator stops a host (systemctl stop: SIGTERM) while etcd is unreachable: jakirod must
-    not wait for etcd. Its watch used to block opening a stream to the dead etcd, out of reach of
-    the stop, and the daemon never exited (the test bed's SIGKILL left its control socket)."""
+    not wait for etcd. A watch blocked opening a stream to the dead etcd would be out of reach of
+    the stop, and the daemon would never exit (the test bed's SIGKILL would leave its control
+    socket)."""
     pid = etcd_pid()
     if pid:
         os.kill(pid, 9)

@@ -160,7 +160,7 @@ def test_a_tenant_that_looks_like_another_from_inside_never_moves_its_rdma_endpo
     assert probe(T1, "hello", BY_NAME.format("t1")) == "vnic t1"
     assert probe(T3, "hello", BY_NAME.format("t1")) == "refused ECONNREFUSED"
     # Red t3's root gives its namespace an interface with t1's MAC at t1's ifindex. t1 still
-    # gets its RDMA face back, in its own namespace (it used to lose it: "several namespaces").
+    # gets its RDMA face back, in its own namespace (not refused as in "several namespaces").
     with looking_like(T3, T1):
         out = add_again(tmp_path, "t1")
         assert "RDMA face" not in out, out
@@ -242,7 +242,7 @@ def test_a_neighbours_sidr_requests_never_take_a_vnics_rdma_cm_ids():
         face = rdma_face("t1")["rdma_cm"]
         assert face["ids"] <= 1 + CM_BACKLOG, face
         assert face["requests_over_backlog"] - before["requests_over_backlog"] >= 1000 - CM_BACKLOG
-        # t1's own processes still get their ids (they used to get EDQUOT after a few dozen).
+        # t1's own processes still get their ids (no EDQUOT after a few dozen).
         assert cm_probe(T1, "create-ids", "800") == "created 800"
         assert metric("h1", "jakiro_rdma_cm_refused_total", reason="backlog", vnic="t1") >= (
             1000 - CM_BACKLOG)

@@ -181,7 +181,7 @@ def test_a_vnic_over_its_share_of_the_hosts_mappings_is_refused_alone(tmp_path):
 
 def test_the_descriptor_limit_covers_what_every_vnics_quota_allows(tmp_path):
     # t1 may hold 4096 verbs contexts (3 descriptors each) and 2048 completion channels: more
-    # than the 9216 descriptors jakirod used to allow itself for every tenant together.
+    # than a fixed allowance of 9216 descriptors for every tenant together would hold.
     apply_with_vnic_extra(tmp_path, "t1", "rdma: {max_contexts: 4096, max_cqs: 2048}")
     try:
         r = reserve()["descriptors"]

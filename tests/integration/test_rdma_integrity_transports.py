@@ -205,8 +205,8 @@ def check_impaired(report):
         assert stats["delayed"] > 0 and stats["duplicated"] > 0, f"{port} not impaired: {stats}"
         assert "duplicate_errors" not in stats, stats
     # Loss is 1 %: a port that passed ~400 messages (RoCE travels in super-datagrams) misses
-    # every drop one run in a hundred (one CI run: 438 messages, 0 dropped, 11 duplicated, 326
-    # delayed). The run as a whole must have lost some.
+    # every drop one run in a hundred (one such run: 438 messages, 0 dropped, 11 duplicated,
+    # 326 delayed). The run as a whole must have lost some.
     assert sum(report[port]["dropped"] for port in IMPAIRED_PORTS) > 0, f"nothing lost: {report}"
 
 

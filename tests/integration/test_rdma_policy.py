@@ -42,8 +42,8 @@ GROUPS = [BASE, RDMA_OK]
 WITH_RDMA = {"t1": ["base", "rdma-ok"], "t2": ["base", "rdma-ok"], "t5": ["default"]}
 WITHOUT_RDMA = {"t1": ["base"], "t2": ["base", "rdma-ok"], "t5": ["default"]}
 
-# apply -> perftest gone, both hosts' applies included: 0.04-0.075 s over 6 runs (3 while the
-# test was written, CI runs A-C).
+# apply -> perftest gone, both hosts' applies included: 0.04-0.075 s over 6 runs of commit
+# 7c6f21f on the 2-core machine.
 REVOKE_BOUND_S = 2.0
 PERF_PORT = iter(range(18700, 18800))
 

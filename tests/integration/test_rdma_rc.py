@@ -437,9 +437,7 @@ def test_integrity_survives_loss_and_reordering_by_retransmitting(tmp_path):
     stats = impairment.get(FABRIC_LINK)
     assert isinstance(stats, dict) and stats["dropped"] > 0 and stats["delayed"] > 0, \
         f"nothing was impaired: {stats}"
-    if not have_qps:
-        print("TODO: jakiroctl qps is not available: retransmission counters not checked")
-        return
+    assert have_qps, "jakiroctl qps failed: the retransmission counters cannot be checked"
     counters = {c: watcher.total(c) for c in QP_COUNTERS}
     print(f"jakiroctl qps (peaks over the run, both hosts): {counters}")
     assert watcher.peak, f"jakiroctl qps never showed a QP ({watcher.error})"
@@ -654,7 +652,7 @@ def cnps(host, vnic, direction):
 
 def test_a_ce_mark_on_the_fabric_reaches_dcqcn_as_cnps_to_the_sender(tmp_path):
     # Counted from the per-vNIC totals: the QPs of a 500-message ib_write_bw may live for less
-    # than one look of a `jakiroctl qps` watcher (CI run S saw h1's QP and missed h2's).
+    # than one look of a `jakiroctl qps` watcher (which can see h1's QP and miss h2's).
     def counts():
         return cnps("h2", VNIC[T2], "tx"), cnps("h1", VNIC[T1], "rx")
 

@@ -31,7 +31,7 @@ from test_ucx_mpi import MPI_LAUNCH, PINGPONG_C, rsh_agent
 pytestmark = pytest.mark.usefixtures("testbed")
 
 HANDOVER = "/run/jakiro/h1.sock.handover"
-CRASH_EXIT_S = 1.0  # a tenant's program learns of a crash this soon (issue: within 1 s)
+CRASH_EXIT_S = 1.0  # a tenant's program learns of a crash this soon (the target: within 1 s)
 NEW_PROGRAM_S = 30  # a new ib_write_bw on the restarted daemon ends by then, even on a loaded CI
 
 

@@ -52,7 +52,7 @@ def test_the_3_to_1_share_excludes_ib_write_bws_start_up_and_reports_it_apart():
     assert r["3:1"]["window"] == (2.5, 8.0)
     assert r["startup"] == 2.5
     # Over the whole phase, the start-up's TCP-only seconds pull RDMA's share down: the
-    # figure the run used to print.
+    # figure a window from the phase's start would give.
     assert r["3:1 with start-up"] < 2.0
     assert r["3:1"]["backlog"] == {"rdma": 1.0, "tcp": 1.0}
 
