@@ -476,8 +476,44 @@ void load_vpcs(checker& check, const YAML::Node& root, host_config& config) {
     }
 }
 
-// Address ownership inside a VPC: a (VPC, IPv4) pair may be claimed by one vNIC or peer only.
-using vpc_address = std::pair<std::string, uint32_t>;
+// Address ownership inside a VPC: a (VPC, IPv4) or (VPC, IPv6) pair may be claimed by one vNIC
+// or peer only.
+struct vpc_claims {
+    std::set<std::pair<std::string, uint32_t>> ipv4;
+    std::set<std::pair<std::string, ipv6_address>> ipv6;
+};
+
+// vnics[].ip6 and peers[].ip6: an address the VPC's other members reach the vNIC at.
+std::optional<ipv6_prefix> load_ip6(checker& check, const YAML::Node& node,
+                                    const std::string& field, const std::string& vpc,
+                                    vpc_claims& claimed, bool prefix_allowed) {
+    if (!node["ip6"].IsDefined()) {
+        return std::nullopt;
+    }
+    const auto text = check.string(node, "ip6", field);
+    if (!text) {
+        return std::nullopt;
+    }
+    const auto prefix = parse_ipv6_prefix(*text);
+    if (!prefix || (!prefix_allowed && text->find('/') != std::string::npos)) {
+        check.error(node["ip6"], field + ".ip6",
+                    "'" + *text + "' is not an IPv6 address" +
+                        (prefix_allowed ? "/prefix (e.g. 2001:2::1:1/64)" : " (e.g. 2001:2::1:2)"));
+        return std::nullopt;
+    }
+    if (const auto problem = ipv6_vnic_address_problem(*prefix); !problem.empty()) {
+        check.error(node["ip6"], field + ".ip6",
+                    "'" + *text + "' is not a unicast address a vNIC may have: " + problem);
+        return std::nullopt;
+    }
+    if (!claimed.ipv6.insert({vpc, prefix->address}).second) {
+        check.error(
+            node["ip6"], field + ".ip6",
+            "address " + format_ipv6(prefix->address) + " already used in VPC '" + vpc + "'");
+        return std::nullopt;
+    }
+    return prefix;
+}
 
 std::optional<secgroup::port_range> parse_ports(const std::string& text) {
     auto number = [](const std::string& part) -> std::optional<uint32_t> {
@@ -684,8 +720,8 @@ void check_group_names(checker& check, const YAML::Node& node, const std::string
 
 // A host YAML's vNICs are local and name their port; a cluster document's (`cluster`) name the
 // host they live on instead, and their port is that host's business (control.vnic_port).
-void load_vnics(checker& check, const YAML::Node& root, host_config& config,
-                std::set<vpc_address>& claimed, bool cluster) {
+void load_vnics(checker& check, const YAML::Node& root, host_config& config, vpc_claims& claimed,
+                bool cluster) {
     const auto vnics = root["vnics"];
     if (!vnics.IsDefined()) {
         return;
@@ -700,10 +736,10 @@ void load_vnics(checker& check, const YAML::Node& root, host_config& config,
         const auto field = checker::index("vnics", i);
         const auto node = vnics[i];
         if (cluster ? !check.only_keys(node, field,
-                                       {"name", "vpc", "mac", "ip", "host", "security_groups",
-                                        "rdma", "qos", "limits"})
+                                       {"name", "vpc", "mac", "ip", "ip6", "host",
+                                        "security_groups", "rdma", "qos", "limits"})
                     : !check.only_keys(node, field,
-                                       {"name", "vpc", "mac", "ip", "port", "netns",
+                                       {"name", "vpc", "mac", "ip", "ip6", "port", "netns",
                                         "security_groups", "rdma", "qos", "limits"})) {
             continue;
         }
@@ -734,13 +770,14 @@ void load_vnics(checker& check, const YAML::Node& root, host_config& config,
                             "'" + *text + "' is not an IPv4 address/prefix");
             } else {
                 vnic.ip = *prefix;
-                if (!claimed.insert({vnic.vpc, prefix->address}).second) {
+                if (!claimed.ipv4.insert({vnic.vpc, prefix->address}).second) {
                     check.error(node["ip"], field + ".ip",
                                 "address " + format_ipv4(prefix->address) +
                                     " already used in VPC '" + vnic.vpc + "'");
                 }
             }
         }
+        vnic.ip6 = load_ip6(check, node, field, vnic.vpc, claimed, true);
         vnic.port = cluster ? "" : check.string(node, "port", field).value_or("");
         const auto device = vnic.port.substr(0, vnic.port.find(','));
         if (!device.empty() && !ports.insert(device).second) {
@@ -835,8 +872,7 @@ void load_vnics(checker& check, const YAML::Node& root, host_config& config,
     // super-datagrams between hosts), but not the same interface as a vNIC's.
 }
 
-void load_peers(checker& check, const YAML::Node& root, host_config& config,
-                std::set<vpc_address>& claimed) {
+void load_peers(checker& check, const YAML::Node& root, host_config& config, vpc_claims& claimed) {
     const auto peers = root["peers"];
     if (!peers.IsDefined()) {
         return;
@@ -848,7 +884,7 @@ void load_peers(checker& check, const YAML::Node& root, host_config& config,
     for (std::size_t i = 0; i < peers.size(); ++i) {
         const auto field = checker::index("peers", i);
         const auto node = peers[i];
-        if (!check.only_keys(node, field, {"vpc", "ip", "host", "mac", "security_groups"})) {
+        if (!check.only_keys(node, field, {"vpc", "ip", "ip6", "host", "mac", "security_groups"})) {
             continue;
         }
         peer_config peer;
@@ -858,11 +894,14 @@ void load_peers(checker& check, const YAML::Node& root, host_config& config,
         }
         if (const auto ip = check.ipv4(node, "ip", field)) {
             peer.ip = *ip;
-            if (!claimed.insert({peer.vpc, *ip}).second) {
+            if (!claimed.ipv4.insert({peer.vpc, *ip}).second) {
                 check.error(
                     node["ip"], field + ".ip",
                     "address " + format_ipv4(*ip) + " already used in VPC '" + peer.vpc + "'");
             }
+        }
+        if (const auto ip6 = load_ip6(check, node, field, peer.vpc, claimed, false)) {
+            peer.ip6 = ip6->address;
         }
         if (const auto host = check.ipv4(node, "host", field)) {
             peer.host = *host;
@@ -904,7 +943,7 @@ config_result load_host_config_text(const std::string& yaml_text, const std::str
         load_control(check, root, result.config);
         load_vpcs(check, root, result.config);
         load_security_groups(check, root, result.config);
-        std::set<vpc_address> claimed;
+        vpc_claims claimed;
         load_vnics(check, root, result.config, claimed, false);
         load_peers(check, root, result.config, claimed);
     } catch (const YAML::Exception& e) {
@@ -927,7 +966,7 @@ config_result load_cluster_config_node(const YAML::Node& root, const std::string
         load_hosts(check, root, result.config);
         load_vpcs(check, root, result.config);
         load_security_groups(check, root, result.config);
-        std::set<vpc_address> claimed;
+        vpc_claims claimed;
         load_vnics(check, root, result.config, claimed, true);
     } catch (const YAML::Exception& e) {
         check.error(root, "", std::string("unexpected YAML structure: ") + e.what());
@@ -953,7 +992,7 @@ std::optional<vnic_config> load_cluster_vnic_text(const std::string& flow_text,
     checker check("vnic");
     try {
         const auto root = YAML::Load("vnics:\n- " + flow_text + "\n");
-        std::set<vpc_address> claimed;
+        vpc_claims claimed;
         const auto before = context.vnics.size();
         load_vnics(check, root, context, claimed, true);
         std::optional<vnic_config> out;

@@ -95,6 +95,82 @@ std::optional<mac_address> parse_mac(const std::string& text) {
     return mac;
 }
 
+std::string format_ipv6(const ipv6_address& address) {
+    char text[INET6_ADDRSTRLEN];
+    inet_ntop(AF_INET6, address.data(), text, sizeof(text));
+    return text;
+}
+
+std::optional<ipv6_address> parse_ipv6(const std::string& text) {
+    ipv6_address address{};
+    if (inet_pton(AF_INET6, text.c_str(), address.data()) != 1) {
+        return std::nullopt;
+    }
+    return address;
+}
+
+std::optional<ipv6_prefix> parse_ipv6_prefix(const std::string& text) {
+    const auto slash = text.find('/');
+    const auto address = parse_ipv6(text.substr(0, slash));
+    if (!address) {
+        return std::nullopt;
+    }
+    ipv6_prefix prefix;
+    prefix.address = *address;
+    if (slash != std::string::npos) {
+        const char* first = text.data() + slash + 1;
+        const char* last = text.data() + text.size();
+        unsigned length = 0;
+        auto [end, ec] = std::from_chars(first, last, length);
+        if (ec != std::errc() || end != last || first == last || length > 128) {
+            return std::nullopt;
+        }
+        prefix.length = static_cast<uint8_t>(length);
+    }
+    return prefix;
+}
+
+std::string ipv6_vnic_address_problem(const ipv6_prefix& prefix) {
+    const auto& a = prefix.address;
+    const auto zero = [&](std::size_t first, std::size_t last) {
+        for (std::size_t i = first; i < last; ++i) {
+            if (a[i] != 0) {
+                return false;
+            }
+        }
+        return true;
+    };
+    if (prefix.length == 0) {
+        return "prefix length 0 is no subnet";
+    }
+    if (zero(0, 16)) {
+        return "is the unspecified address ::";
+    }
+    if (zero(0, 15) && a[15] == 1) {
+        return "is the loopback address ::1";
+    }
+    if (a[0] == 0xff) {
+        return "is a multicast address (ff00::/8)";
+    }
+    if (a[0] == 0xfe && (a[1] & 0xc0) == 0x80) {
+        return "is link-local (fe80::/10); every vNIC has its own link-local address already";
+    }
+    if (zero(0, 10) && a[10] == 0xff && a[11] == 0xff) {
+        return "is IPv4-mapped (::ffff:0:0/96); an IPv4 address belongs in ip:";
+    }
+    // RFC 4291 2.6.1: the address of the prefix with every host bit zero is the subnet-router
+    // anycast address, which the tenant's neighbours would take for a router.
+    bool host_bits_zero = prefix.length < 128;
+    for (unsigned bit = prefix.length; bit < 128 && host_bits_zero; ++bit) {
+        host_bits_zero = (a[bit / 8] & (0x80u >> (bit % 8))) == 0;
+    }
+    if (host_bits_zero) {
+        return "is the subnet-router anycast address of its /" +
+               std::to_string(int{prefix.length}) + " (every host bit zero)";
+    }
+    return "";
+}
+
 std::optional<metrics_config> parse_listen_address(const std::string& text) {
     const auto colon = text.rfind(':');
     if (colon == std::string::npos) {

@@ -24,6 +24,17 @@ struct ipv4_prefix {
     uint8_t length = 32;
 };
 
+// IPv6 addresses are kept in network byte order everywhere (16 bytes as on the wire and in a
+// RoCE GID): there is no host order for them to convert to.
+using ipv6_address = std::array<uint8_t, 16>;
+
+// A vNIC's IPv6 address and the length of its subnet's prefix (a VPC subnet is a /64).
+struct ipv6_prefix {
+    ipv6_address address{};
+    uint8_t length = 128;
+    bool operator==(const ipv6_prefix&) const = default;
+};
+
 struct underlay_config {
     std::string port;  // DPDK vdev string, e.g. "net_af_packet0,iface=ul0"
     uint32_t ip = 0;
@@ -127,6 +138,8 @@ struct vnic_config {
     std::string vpc;
     mac_address mac{};
     ipv4_prefix ip;
+    // YAML `ip6:` (dual stack): a global or unique-local unicast address; none: IPv4 only.
+    std::optional<ipv6_prefix> ip6;
     std::string port;
     // The tenant's network namespace (a name under /run/netns), where jakirod serves the
     // vNIC's RDMA face. Empty: the namespace of the port's veth peer (rnic/verbs/tenant_namespace).
@@ -145,6 +158,8 @@ struct vnic_config {
 struct peer_config {
     std::string vpc;
     uint32_t ip = 0;
+    // The remote vNIC's IPv6 address (YAML `ip6:`), when it has one.
+    std::optional<ipv6_address> ip6;
     uint32_t host = 0;
     // Inner destination MAC for frames to this address. Jakiro hosts rewrite it on delivery,
     // so it only matters for foreign VTEPs (e.g. a Linux vxlan device).
@@ -260,6 +275,15 @@ std::string format_mac(const mac_address& mac);
 std::optional<uint32_t> parse_ipv4(const std::string& text);
 std::optional<ipv4_prefix> parse_ipv4_prefix(const std::string& text);
 std::optional<mac_address> parse_mac(const std::string& text);
+// RFC 5952 text ("2001:2::1:1").
+std::string format_ipv6(const ipv6_address& address);
+// Any RFC 4291 text form inet_pton takes; "ADDR/LEN" with LEN in 0..128, or ADDR alone (/128).
+std::optional<ipv6_address> parse_ipv6(const std::string& text);
+std::optional<ipv6_prefix> parse_ipv6_prefix(const std::string& text);
+// Why `prefix` cannot be a vNIC's address (empty when it can): a vNIC has a global or
+// unique-local unicast address, never ::, ::1, multicast, link-local (every vNIC has its own
+// fe80:: already), IPv4-mapped (its IPv4 GID) nor its subnet's router anycast address.
+std::string ipv6_vnic_address_problem(const ipv6_prefix& prefix);
 // "198.18.0.1:9417" (IPv4 address, a colon, a port in 1..65535).
 std::optional<metrics_config> parse_listen_address(const std::string& text);
 

@@ -113,7 +113,8 @@ bool host_manager::apply(host_config next, std::string& summary, std::string& er
     }
     // A vNIC whose identity changed is removed and added again.
     auto same_vnic = [](const vnic_config& a, const vnic_config& b) {
-        return a.port == b.port && a.mac == b.mac && a.ip.address == b.ip.address && a.vpc == b.vpc;
+        return a.port == b.port && a.mac == b.mac && a.ip.address == b.ip.address &&
+               a.ip6 == b.ip6 && a.vpc == b.vpc;
     };
     std::set<std::string> keep, removed, added;
     for (const auto& vnic : current.vnics) {

@@ -122,6 +122,8 @@ std::string render_status(const daemon_state& state, bool json) {
                 .value("vpc", vnic.vpc)
                 .value("vni", uint64_t{config.find_vpc(vnic.vpc)->vni})
                 .value("ip", format_ipv4(vnic.ip.address))
+                // "" for an IPv4-only vNIC, so every entry has the same keys.
+                .value("ip6", vnic.ip6 ? format_ipv6(vnic.ip6->address) : "")
                 .value("mac", format_mac(vnic.mac))
                 .end_object();
         }

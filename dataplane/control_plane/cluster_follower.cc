@@ -12,7 +12,8 @@ namespace {
 
 bool same_identity(const vnic_config& a, const vnic_config& b) {
     // What host_manager::apply cannot change in place (it would remove and add the vNIC).
-    return a.port == b.port && a.mac == b.mac && a.ip.address == b.ip.address && a.vpc == b.vpc;
+    return a.port == b.port && a.mac == b.mac && a.ip.address == b.ip.address && a.ip6 == b.ip6 &&
+           a.vpc == b.vpc;
 }
 
 const vnic_config* find_vnic(const host_config& config, const std::string& name) {

@@ -312,6 +312,7 @@ std::shared_ptr<const cluster_view> cluster_records::build_view() {
         vpc_number.emplace(vpc.name, vpc_number.size());
     }
     std::unordered_set<uint64_t> addresses, macs;
+    std::set<std::pair<uint64_t, ipv6_address>> addresses6;
     addresses.reserve(vnic_records.size());
     macs.reserve(vnic_records.size());
     view->cluster.vnics.reserve(vnic_records.size());
@@ -357,6 +358,13 @@ std::shared_ptr<const cluster_view> cluster_records::build_view() {
                                      vnic.vpc + "'");
             continue;
         }
+        if (number != vpc_number.end() && vnic.ip6 &&
+            addresses6.count({number->second, vnic.ip6->address})) {
+            view->rejected.push_back(key + ": vnics[*].ip6: address " +
+                                     format_ipv6(vnic.ip6->address) + " already used in VPC '" +
+                                     vnic.vpc + "'");
+            continue;
+        }
         uint64_t mac = 0;
         for (const auto byte : vnic.mac) {
             mac = mac << 8 | byte;
@@ -364,6 +372,9 @@ std::shared_ptr<const cluster_view> cluster_records::build_view() {
         if (!macs.insert(mac).second) {
             view->rejected.push_back(key + ": vnics[*].mac: MAC used by two vNICs");
             continue;
+        }
+        if (number != vpc_number.end() && vnic.ip6) {
+            addresses6.insert({number->second, vnic.ip6->address});
         }
         view->cluster.vnics.push_back(vnic);
     }

@@ -57,6 +57,9 @@ host_view compose_host_config(const host_config& local, const cluster_view& view
         peer_config peer;
         peer.vpc = vnic.vpc;
         peer.ip = vnic.ip.address;
+        if (vnic.ip6) {
+            peer.ip6 = vnic.ip6->address;
+        }
         peer.host = host->second;
         peer.mac = vnic.mac;
         peer.security_groups = vnic.security_groups;

@@ -29,6 +29,9 @@ PYTHON = "/usr/bin/python3"  # Debian's, the one that can import scapy
 T1, T2, T5 = "jk-h1-t1", "jk-h2-t2", "jk-h1-t5"  # blue, VNI 100
 T3, T4 = "jk-h1-t3", "jk-h2-t4"  # red, VNI 200
 IP = {T1: "198.19.1.1", T2: "198.19.1.2", T5: "198.19.1.3", T3: "198.19.1.1", T4: "198.19.1.2"}
+# Dual stack: RFC 5180's 2001:2::/48, one /64 per VPC subnet, overlapping as the IPv4 plan does.
+IP6 = {T1: "2001:2::1:1", T2: "2001:2::1:2", T5: "2001:2::1:3", T3: "2001:2::1:1",
+       T4: "2001:2::1:2"}
 MAC = {T1: "02:00:c6:13:01:01", T2: "02:00:c6:13:01:02", T5: "02:00:c6:13:01:03",
        T3: "02:00:c6:13:02:01", T4: "02:00:c6:13:02:02"}
 

@@ -61,7 +61,8 @@ def test_every_host_starts_with_the_cluster_from_etcd(testbed):
     cp = control_plane("h1")
     assert cp["connected"] and cp["local_vnics"] == 3 and cp["peers"] == 2, cp
     listed = etcdctl("get", "vnics").stdout
-    assert re.search(r"^t2\s+blue\s+198\.19\.1\.2/24\s+\S+\s+h2\s", listed, re.M), listed
+    assert re.search(r"^t2\s+blue\s+198\.19\.1\.2/24\s+2001:2::1:2/64\s+\S+\s+h2\s", listed,
+                     re.M), listed
 
 
 def test_a_vnic_that_joins_on_h3_is_reachable_from_h1_and_h2_but_not_from_red(testbed):

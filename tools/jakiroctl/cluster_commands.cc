@@ -192,15 +192,18 @@ int get(etcd_client& client, const std::string& what) {
     const auto& c = view->cluster;
     char line[512];
     if (what == "vnics") {
-        std::printf("%-16s %-10s %-18s %-17s %-10s %s\n", "NAME", "VPC", "IP", "MAC", "HOST",
-                    "GROUPS");
+        std::printf("%-16s %-10s %-18s %-24s %-17s %-10s %s\n", "NAME", "VPC", "IP", "IP6", "MAC",
+                    "HOST", "GROUPS");
         for (const auto& v : c.vnics) {
             const std::string ip =
                 format_ipv4(v.ip.address) + "/" + std::to_string(int{v.ip.length});
-            std::snprintf(line, sizeof(line), "%-16s %-10s %-18s %-17s %-10s %s%s%s\n",
-                          v.name.c_str(), v.vpc.c_str(), ip.c_str(), format_mac(v.mac).c_str(),
-                          v.host.c_str(), joined(v.security_groups).c_str(), v.qos ? " qos" : "",
-                          "");
+            const std::string ip6 =
+                v.ip6 ? format_ipv6(v.ip6->address) + "/" + std::to_string(int{v.ip6->length})
+                      : "-";
+            std::snprintf(line, sizeof(line), "%-16s %-10s %-18s %-24s %-17s %-10s %s%s%s\n",
+                          v.name.c_str(), v.vpc.c_str(), ip.c_str(), ip6.c_str(),
+                          format_mac(v.mac).c_str(), v.host.c_str(),
+                          joined(v.security_groups).c_str(), v.qos ? " qos" : "", "");
             std::cout << line;
         }
     } else if (what == "vpcs") {

@@ -79,6 +79,29 @@ TEST(ClusterRecords, ADuplicateAddressLosesOnlyTheSecondClaimant) {
     EXPECT_TRUE(mentions(view->rejected, "/jakiro/v1/vnics/blue/t3"));
 }
 
+TEST(ClusterRecords, ADuplicateIpv6AddressLosesOnlyTheSecondClaimant) {
+    auto records = two_host_cluster();
+    records.put("/jakiro/v1/vnics/blue/t3",
+                "{name: t3, vpc: blue, ip: 198.19.1.3/24, ip6: 2001:2::1:3/64, "
+                "mac: '02:00:00:00:00:03', host: h2}",
+                9);
+    records.put("/jakiro/v1/vnics/blue/t4",
+                "{name: t4, vpc: blue, ip: 198.19.1.4/24, ip6: 2001:2::1:3/64, "
+                "mac: '02:00:00:00:00:04', host: h2}",
+                9);
+    const auto view = records.build_view();
+    ASSERT_TRUE(view->usable);
+    ASSERT_EQ(view->cluster.vnics.size(), 3u);
+    const auto& t3 = view->cluster.vnics[2];
+    EXPECT_EQ(t3.name, "t3");
+    ASSERT_TRUE(t3.ip6);
+    EXPECT_EQ(format_ipv6(t3.ip6->address), "2001:2::1:3");
+    EXPECT_EQ(t3.ip6->length, 64);
+    EXPECT_TRUE(mentions(view->rejected,
+                         "/jakiro/v1/vnics/blue/t4: vnics[*].ip6: address "
+                         "2001:2::1:3 already used in VPC 'blue'"));
+}
+
 TEST(ClusterRecords, EraseAndPutFollowWatchEvents) {
     auto records = two_host_cluster();
     records.erase("/jakiro/v1/vnics/blue/t2");

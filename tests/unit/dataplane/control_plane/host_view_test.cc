@@ -69,6 +69,34 @@ TEST(HostView, LocalVnicsGetTheirPortAndOthersBecomePeersAtTheirHost) {
     EXPECT_EQ(h1.config.security_groups.size(), 1u);
 }
 
+TEST(HostView, ARemoteVnicsIpv6AddressBecomesItsPeersToo) {
+    cluster_records records;
+    records.reset(20);
+    records.put("/jakiro/v1/hosts/h1", "{name: h1, underlay_ip: 198.18.0.1}", 1);
+    records.put("/jakiro/v1/hosts/h2", "{name: h2, underlay_ip: 198.18.0.2}", 1);
+    records.put("/jakiro/v1/vpcs/blue", "{name: blue, vni: 100}", 1);
+    records.put("/jakiro/v1/vnics/blue/t1",
+                "{name: t1, vpc: blue, ip: 198.19.1.1/24, ip6: 2001:2::1:1/64, "
+                "mac: '02:00:00:00:00:01', host: h1}",
+                1);
+    records.put("/jakiro/v1/vnics/blue/t2",
+                "{name: t2, vpc: blue, ip: 198.19.1.2/24, ip6: 2001:2::1:2/64, "
+                "mac: '02:00:00:00:00:02', host: h2}",
+                1);
+    records.put("/jakiro/v1/vnics/blue/t6",
+                "{name: t6, vpc: blue, ip: 198.19.1.6/24, mac: '02:00:00:00:00:06', host: h2}", 1);
+    const auto view = records.build_view();
+    ASSERT_TRUE(view->usable) << (view->rejected.empty() ? "" : view->rejected[0]);
+    const auto h1 = compose_host_config(host_yaml("h1", "198.18.0.1"), *view);
+    ASSERT_EQ(h1.config.vnics.size(), 1u);
+    ASSERT_TRUE(h1.config.vnics[0].ip6);
+    EXPECT_EQ(format_ipv6(h1.config.vnics[0].ip6->address), "2001:2::1:1");
+    ASSERT_EQ(h1.config.peers.size(), 2u);
+    ASSERT_TRUE(h1.config.peers[0].ip6);
+    EXPECT_EQ(format_ipv6(*h1.config.peers[0].ip6), "2001:2::1:2");
+    EXPECT_FALSE(h1.config.peers[1].ip6);  // t6 is IPv4 only
+}
+
 TEST(HostView, AStaleHostKeepsItsVnicsReachable) {
     const auto h1 = compose_host_config(host_yaml("h1", "198.18.0.1"), *three_hosts());
     EXPECT_EQ(h1.stale_hosts, std::vector<std::string>{"h3"});
