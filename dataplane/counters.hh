@@ -49,6 +49,7 @@ struct alignas(RTE_CACHE_LINE_SIZE) lcore_counters {
     counter switched_locally;
     counter rdma_local_messages;  // RDMA messages moved memory to memory between local vNICs
     counter arp_replies_to_tenants;
+    counter nd_replies_to_tenants;  // neighbour advertisements for the VPC's IPv6 addresses
     counter arp_replies_on_underlay;
     counter arp_replies_in_overlay;
     counter arp_requests_sent;

@@ -29,6 +29,9 @@ struct vnic_view {
     uint32_t vpc;  // index into datapath_tables::vni_of_vpc
     rte_be32_t ip;
     rte_ether_addr mac;
+    // A dual-stack vNIC's IPv6 address (network order); has_ip6 false: IPv4 only.
+    bool has_ip6 = false;
+    std::array<uint8_t, 16> ip6{};
     uint8_t worker = 0;  // the worker that owns it (control/worker_assignment.hh)
     // Its bounds in what it shares with the other vNICs of its worker (control/vnic_limits.hh):
     // entries of the worker's flow table, and packet buffers it may hold at once.

@@ -501,6 +501,10 @@ std::vector<metric_def> build_table() {
              out.push_back({{"overlay"}, num(s.datapath.arp_replies_in_overlay)});
              return true;
          }},
+        {"jakiro_nd_replies_to_tenants_total", counter, {},
+         "IPv6 neighbour advertisements jakirod sent to tenants for the VPC's addresses (the "
+         "VPC gateway)",
+         host_total(&D::nd_replies_to_tenants)},
 
         // The workers: how each spent its time, and (host.workers > 1) what crossed between
         // them (worker/handoff.hh).

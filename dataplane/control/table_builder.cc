@@ -107,8 +107,15 @@ std::unique_ptr<datapath_tables> build_tables(const host_config& config,
     tables->vnic_of_port.fill(no_vnic);
 
     tables->vpcs = vni_map::create(static_cast<uint32_t>(config.vpcs.size()), error);
+    uint32_t ipv6_addresses = 0;
+    for (const auto& vnic : config.vnics) {
+        ipv6_addresses += vnic.ip6.has_value();
+    }
+    for (const auto& peer : config.peers) {
+        ipv6_addresses += peer.ip6.has_value();
+    }
     tables->vlt = overlay::vlt::create(
-        static_cast<uint32_t>(config.vnics.size() + config.peers.size()), error);
+        static_cast<uint32_t>(config.vnics.size() + config.peers.size()), error, ipv6_addresses);
     if (!tables->vpcs || !tables->vlt) {
         return nullptr;
     }
@@ -140,6 +147,10 @@ std::unique_ptr<datapath_tables> build_tables(const host_config& config,
         view.vpc = vpc_index(vnic.vpc);
         view.ip = rte_cpu_to_be_32(vnic.ip.address);
         view.mac = to_ether(vnic.mac);
+        view.has_ip6 = vnic.ip6.has_value();
+        if (vnic.ip6) {
+            view.ip6 = vnic.ip6->address;
+        }
         view.worker = worker_of(i);
         view.max_flows = flow_allowance(vnic.limits, config.conntrack.max_flows,
                                         vnics_of_worker[view.worker % max_workers]);
@@ -155,7 +166,8 @@ std::unique_ptr<datapath_tables> build_tables(const host_config& config,
         overlay::vlt_entry entry{};
         entry.kind = overlay::vlt_kind::local_vnic;
         entry.vnic = slot;
-        if (!tables->vlt->add(view.vpc, view.ip, entry)) {
+        if (!tables->vlt->add(view.vpc, view.ip, entry) ||
+            (view.has_ip6 && !tables->vlt->add6(view.vpc, view.ip6.data(), entry))) {
             error = "VLT rejected vNIC " + vnic.name;
             return nullptr;
         }
@@ -173,7 +185,8 @@ std::unique_ptr<datapath_tables> build_tables(const host_config& config,
         if (peer.mac) {
             entry.inner_mac = to_ether(*peer.mac);
         }
-        if (!tables->vlt->add(vpc_index(peer.vpc), rte_cpu_to_be_32(peer.ip), entry)) {
+        if (!tables->vlt->add(vpc_index(peer.vpc), rte_cpu_to_be_32(peer.ip), entry) ||
+            (peer.ip6 && !tables->vlt->add6(vpc_index(peer.vpc), peer.ip6->data(), entry))) {
             error = "VLT rejected peer " + format_ipv4(peer.ip);
             return nullptr;
         }

@@ -1,39 +1,67 @@
 #include "dataplane/overlay/vlt.hh"
 
+#include <cstring>
+
 #include "dataplane/lookup_hash.hh"
 
 namespace jakiro::overlay {
 
-std::unique_ptr<vlt> vlt::create(uint32_t capacity, std::string& error) {
+std::unique_ptr<vlt> vlt::create(uint32_t capacity, std::string& error, uint32_t ipv6_capacity) {
     rte_hash* hash = create_lookup_hash("vlt", capacity, sizeof(vlt_key), error);
     if (hash == nullptr) {
         return nullptr;
     }
-    return std::unique_ptr<vlt>(new vlt(hash, capacity));
+    rte_hash* hash6 = create_lookup_hash("vlt6", ipv6_capacity, sizeof(vlt6_key), error);
+    if (hash6 == nullptr) {
+        rte_hash_free(hash);
+        return nullptr;
+    }
+    return std::unique_ptr<vlt>(new vlt(hash, hash6, capacity + ipv6_capacity));
 }
 
-vlt::vlt(rte_hash* hash, uint32_t capacity) : _hash(hash) {
+vlt::vlt(rte_hash* hash, rte_hash* hash6, uint32_t capacity) : _hash(hash), _hash6(hash6) {
     _entries.reserve(capacity);
 }
 
 vlt::~vlt() {
     rte_hash_free(_hash);
+    rte_hash_free(_hash6);
 }
 
-bool vlt::add(uint32_t vpc, rte_be32_t ip, const vlt_entry& entry) {
+bool vlt::add_key(rte_hash* hash, const void* key, const vlt_entry& entry) {
     if (_entries.size() == _entries.capacity()) {
         return false;
     }
-    const vlt_key key{vpc, ip};
-    if (rte_hash_lookup(_hash, &key) >= 0) {
+    if (rte_hash_lookup(hash, key) >= 0) {
         return false;
     }
     _entries.push_back(entry);
-    if (rte_hash_add_key_data(_hash, &key, &_entries.back()) != 0) {
+    if (rte_hash_add_key_data(hash, key, &_entries.back()) != 0) {
         _entries.pop_back();
         return false;
     }
     return true;
+}
+
+bool vlt::add(uint32_t vpc, rte_be32_t ip, const vlt_entry& entry) {
+    const vlt_key key{vpc, ip};
+    return add_key(_hash, &key, entry);
+}
+
+bool vlt::add6(uint32_t vpc, const uint8_t* ip, const vlt_entry& entry) {
+    vlt6_key key{vpc, {}};
+    std::memcpy(key.ip, ip, sizeof(key.ip));
+    return add_key(_hash6, &key, entry);
+}
+
+const vlt_entry* vlt::lookup6(uint32_t vpc, const uint8_t* ip) const {
+    vlt6_key key{vpc, {}};
+    std::memcpy(key.ip, ip, sizeof(key.ip));
+    void* data = nullptr;
+    if (rte_hash_lookup_data(_hash6, &key, &data) < 0) {
+        return nullptr;
+    }
+    return static_cast<const vlt_entry*>(data);
 }
 
 const vlt_entry* vlt::lookup(uint32_t vpc, rte_be32_t ip) const {

@@ -1,6 +1,8 @@
 #pragma once
-// VLT — VPC lookup table: (VPC, inner IPv4) -> a local vNIC or the remote host that owns the
-// address. Built on the control thread, then read-only; lookups may run on any worker.
+// VLT — VPC lookup table: (VPC, inner IPv4 or IPv6 address) -> a local vNIC or the remote host
+// that owns the address. Built on the control thread, then read-only; lookups may run on any
+// worker. A dual-stack vNIC has one entry per address family, each in its own hash (the keys
+// differ in size, and rte_hash compares whole keys).
 
 #include <rte_ether.h>
 #include <rte_hash.h>
@@ -30,28 +32,40 @@ struct vlt_key {
 };
 static_assert(sizeof(vlt_key) == 8);
 
+struct vlt6_key {
+    uint32_t vpc;
+    uint8_t ip[16];  // network order
+};
+static_assert(sizeof(vlt6_key) == 20);
+
 class vlt {
   public:
     static constexpr unsigned max_bulk = RTE_HASH_LOOKUP_BULK_MAX;
 
-    // Returns nullptr (and sets `error`) if DPDK cannot allocate the hash.
-    static std::unique_ptr<vlt> create(uint32_t capacity, std::string& error);
+    // Room for `capacity` IPv4 and `ipv6_capacity` IPv6 entries. Returns nullptr (and sets
+    // `error`) if DPDK cannot allocate the hashes.
+    static std::unique_ptr<vlt> create(uint32_t capacity, std::string& error,
+                                       uint32_t ipv6_capacity = 0);
     ~vlt();
     vlt(const vlt&) = delete;
     vlt& operator=(const vlt&) = delete;
 
     // Control thread only, before publication. False if the key exists or the table is full.
     bool add(uint32_t vpc, rte_be32_t ip, const vlt_entry& entry);
+    bool add6(uint32_t vpc, const uint8_t* ip, const vlt_entry& entry);
 
     const vlt_entry* lookup(uint32_t vpc, rte_be32_t ip) const;
     // Looks up `n` <= max_bulk keys at once; misses yield nullptr.
     void lookup_bulk(const vlt_key* keys, unsigned n, const vlt_entry** out) const;
+    const vlt_entry* lookup6(uint32_t vpc, const uint8_t* ip) const;
 
     std::size_t size() const { return _entries.size(); }
 
   private:
-    vlt(rte_hash* hash, uint32_t capacity);
+    vlt(rte_hash* hash, rte_hash* hash6, uint32_t capacity);
+    bool add_key(rte_hash* hash, const void* key, const vlt_entry& entry);
     rte_hash* _hash;
+    rte_hash* _hash6;
     std::vector<vlt_entry> _entries;  // reserved at capacity: hash data points into it
 };
 

@@ -2,7 +2,10 @@
 
 #include <rte_ip.h>
 
+#include <cstring>
+
 #include "dataplane/arp.hh"
+#include "dataplane/neighbor_discovery.hh"
 #include "dataplane/overlay/superframe.hh"
 #include "dataplane/overlay/udp_gso.hh"
 #include "dataplane/overlay/vxlan.hh"
@@ -35,6 +38,88 @@ void answer_tenant_arp(worker_context& ctx, const datapath_tables& tables, const
     make_arp_reply(frame, tables.gateway_mac, arp->target_ip);
     ctx.counters.arp_replies_to_tenants.add(1);
     ctx.tx.enqueue(vnic.port_id, m, ctx.counters);
+}
+
+// Neighbor Discovery from a tenant. A solicitation for another address of its VPC, from the
+// vNIC's MAC and from its own IPv6 address or a link-local one, is answered with the gateway
+// MAC (as ARP is). A link-local source is accepted whatever its interface identifier (EUI-64 or
+// stable-privacy, RFC 7217): it never carries data (check_tenant_ipv6), and the MAC is checked.
+// Everything else of ND is the tenant speaking as a router (RS, RA, redirects), advertising
+// (NA), probing for duplicates (from ::) or asking for an address that is not its VPC's: no one
+// on the other side of jakirod needs to hear it, so it is counted and dropped.
+void answer_tenant_nd(worker_context& ctx, const datapath_tables& tables, const vnic_view& vnic,
+                      rte_mbuf* m) {
+    auto* frame = rte_pktmbuf_mtod(m, uint8_t*);
+    const auto* eth = reinterpret_cast<const rte_ether_hdr*>(frame);
+    const auto ns = parse_neighbor_solicitation(frame, rte_pktmbuf_data_len(m));
+    if (ns && vnic.has_ip6 &&
+        (!rte_is_same_ether_addr(&eth->src_addr, &vnic.mac) ||
+         (ns->source != vnic.ip6 && !is_link_local(ns->source.data()) &&
+          ns->source != ipv6_bytes{}))) {
+        ctx.drop(m, drop_reason::tenant_src_spoofed, vnic.slot);
+        return;
+    }
+    // The advertisement is longer than a solicitation without options: it needs the room.
+    if (!ns || !vnic.has_ip6 || ns->source == ipv6_bytes{} || ns->target == vnic.ip6 ||
+        tables.vlt->lookup6(vnic.vpc, ns->target.data()) == nullptr ||
+        !rte_pktmbuf_is_contiguous(m) ||
+        rte_pktmbuf_data_len(m) + rte_pktmbuf_tailroom(m) < neighbor_advertisement_bytes) {
+        ctx.drop(m, drop_reason::tenant_nd_ignored, vnic.slot);
+        return;
+    }
+    const uint32_t len = make_neighbor_advertisement(frame, tables.gateway_mac, ns->target);
+    m->data_len = static_cast<uint16_t>(len);
+    m->pkt_len = len;
+    m->ol_flags = 0;
+    ctx.counters.nd_replies_to_tenants.add(1);
+    ctx.tx.enqueue(vnic.port_id, m, ctx.counters);
+}
+
+// An IPv6 frame from a tenant that is not Neighbor Discovery: each is counted under the first
+// check it fails. IPv6 is not forwarded between vNICs: a frame that passes every check is
+// counted as tenant_ipv6_not_forwarded.
+void check_tenant_ipv6(worker_context& ctx, const vnic_view& vnic, rte_mbuf* m) {
+    const uint32_t len = rte_pktmbuf_data_len(m);
+    if (len < sizeof(rte_ether_hdr) + sizeof(rte_ipv6_hdr)) {
+        ctx.drop(m, drop_reason::tenant_truncated, vnic.slot);
+        return;
+    }
+    const auto* eth = rte_pktmbuf_mtod(m, const rte_ether_hdr*);
+    const auto* ip = reinterpret_cast<const rte_ipv6_hdr*>(eth + 1);
+    if ((rte_be_to_cpu_32(ip->vtc_flow) >> 28) != 6 ||
+        (rte_be_to_cpu_16(ip->payload_len) + sizeof(rte_ipv6_hdr) > len - sizeof(rte_ether_hdr) &&
+         (m->ol_flags & RTE_MBUF_F_TX_TCP_SEG) == 0)) {
+        ctx.drop(m, drop_reason::tenant_bad_ip_header, vnic.slot);
+        return;
+    }
+    if (ip->dst_addr[0] == 0xff) {  // ff00::/8: MLD reports, router solicitations, any group
+        ctx.drop(m, drop_reason::tenant_not_unicast, vnic.slot);
+        return;
+    }
+    if (is_link_local(ip->src_addr) || is_link_local(ip->dst_addr)) {
+        ctx.drop(m, drop_reason::tenant_ipv6_link_local, vnic.slot);
+        return;
+    }
+    if (!vnic.has_ip6 || std::memcmp(ip->src_addr, vnic.ip6.data(), 16) != 0 ||
+        !rte_is_same_ether_addr(&eth->src_addr, &vnic.mac)) {
+        ctx.drop(m, drop_reason::tenant_src_spoofed, vnic.slot);
+        return;
+    }
+    switch (ip->proto) {
+        case IPPROTO_TCP:
+        case IPPROTO_UDP:
+        case IPPROTO_ICMPV6:
+            break;
+        case IPPROTO_FRAGMENT:
+            ctx.drop(m, drop_reason::fragment, vnic.slot);
+            return;
+        default:
+            // Hop-by-hop, routing and destination options, AH, ESP, mobility, no next header,
+            // and any protocol a security group cannot name: nothing to look past safely.
+            ctx.drop(m, drop_reason::tenant_ipv6_extension_header, vnic.slot);
+            return;
+    }
+    ctx.drop(m, drop_reason::tenant_ipv6_not_forwarded, vnic.slot);
 }
 
 // Checks an IPv4 frame from a tenant. Returns the IPv4 header, or nullptr after dropping it.
@@ -107,6 +192,14 @@ void process_tenant_burst(worker_context& ctx, const datapath_tables& tables, ui
         const uint16_t type = rte_pktmbuf_mtod(m, rte_ether_hdr*)->ether_type;
         if (type == rte_cpu_to_be_16(RTE_ETHER_TYPE_ARP)) {
             answer_tenant_arp(ctx, tables, vnic, m);
+            continue;
+        }
+        if (type == rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV6)) {
+            if (is_neighbor_discovery(rte_pktmbuf_mtod(m, uint8_t*), rte_pktmbuf_data_len(m))) {
+                answer_tenant_nd(ctx, tables, vnic, m);
+            } else {
+                check_tenant_ipv6(ctx, vnic, m);
+            }
             continue;
         }
         if (type != rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4)) {

@@ -10,6 +10,9 @@ import sys
 from pathlib import Path
 
 from scapy.layers.inet import ICMP, TCP, UDP, IP
+from scapy.layers.inet6 import (ICMPv6EchoRequest, ICMPv6MLReport2, ICMPv6ND_NS, ICMPv6ND_RA,
+                                ICMPv6NDOptSrcLLAddr, IPv6, IPv6ExtHdrDestOpt,
+                                IPv6ExtHdrFragment, IPv6ExtHdrHopByHop, IPv6ExtHdrRouting)
 from scapy.layers.l2 import ARP, Ether
 from scapy.layers.vxlan import VXLAN
 
@@ -83,6 +86,28 @@ def seeds():
                                                       / ARP(psrc=T2_IP, pdst="198.19.1.1"))
     yield "underlay_arp_request", SLOT_T1, Ether(src=H2[0], dst="ff:ff:ff:ff:ff:ff") / ARP(
         hwsrc=H2[0], psrc=H2[1], pdst=H1[1])
+    # IPv6 from dual-stack t1: neighbour discovery for t2 (answered), for an unknown address and
+    # as a DAD probe (not), a router advertisement, an MLD report, extension-header chains, a
+    # fragment, and data (not forwarded).
+    t1_6, t2_6 = "2001:2::1:1", "2001:2::1:2"
+    yield "t1_nd_for_t2", SLOT_T1, Ether(src=T1[0], dst="33:33:ff:01:00:02") / IPv6(
+        src=t1_6, dst="ff02::1:ff01:2", hlim=255) / ICMPv6ND_NS(tgt=t2_6) / ICMPv6NDOptSrcLLAddr(
+        lladdr=T1[0])
+    yield "t1_nd_unknown", SLOT_T1, Ether(src=T1[0], dst="33:33:ff:01:00:77") / IPv6(
+        src="fe80::1", dst="ff02::1:ff01:77", hlim=255) / ICMPv6ND_NS(tgt="2001:2::1:77")
+    yield "t1_nd_dad", SLOT_T1, Ether(src=T1[0], dst="33:33:ff:01:00:02") / IPv6(
+        src="::", dst="ff02::1:ff01:2", hlim=255) / ICMPv6ND_NS(tgt=t2_6)
+    yield "t1_router_advertisement", SLOT_T1, Ether(src=T1[0], dst="33:33:00:00:00:01") / IPv6(
+        src="fe80::1", dst="ff02::1", hlim=255) / ICMPv6ND_RA()
+    yield "t1_mld_report", SLOT_T1, Ether(src=T1[0], dst="33:33:00:00:00:16") / IPv6(
+        src="fe80::1", dst="ff02::16", hlim=1) / IPv6ExtHdrHopByHop() / ICMPv6MLReport2()
+    v6 = Ether(src=T1[0], dst=GW) / IPv6(src=t1_6, dst=t2_6)
+    yield "t1_ipv6_header_chain", SLOT_T1, v6 / IPv6ExtHdrHopByHop() / IPv6ExtHdrDestOpt() / \
+        IPv6ExtHdrRouting() / ICMPv6EchoRequest()
+    yield "t1_ipv6_fragment", SLOT_T1, v6 / IPv6ExtHdrFragment(m=1, id=3) / ICMPv6EchoRequest()
+    yield "t1_ipv6_tcp_to_t2", SLOT_T1, v6 / TCP(sport=40000, dport=8080, flags="S")
+    yield "t3_ipv6_ping_red", SLOT_T3, Ether(src=T3[0], dst=GW) / IPv6(src=t1_6, dst=t2_6) / \
+        ICMPv6EchoRequest()
     # One flow's packets in a burst, under each policy: known flows get re-checked and revoked.
     stream = [tenant(T1, T2_IP, TCP(sport=40002, dport=8080, flags="S"))] + \
         [tenant(T1, T2_IP, TCP(sport=40002, dport=8080, flags="A") / (b"p" * 20))] * 7

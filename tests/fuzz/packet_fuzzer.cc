@@ -70,7 +70,8 @@ constexpr uint32_t nft_capacity = 64;
 // The mbuf data room less the outer headers the wrapped copy needs.
 constexpr uint32_t max_frame = RTE_MBUF_DEFAULT_DATAROOM - overlay::outer_header_bytes;
 
-// h1 of the test bed with groups using every rule form: CIDR and remote group, port ranges,
+// h1 of the test bed, dual-stack (so tenant IPv6 reaches neighbour discovery and every IPv6
+// check), with groups using every rule form: CIDR and remote group, port ranges,
 // icmp, rdma, any; a group without egress rules (implicit allow-all) and one with none at all.
 constexpr const char* policy_a = R"(host:
   name: h1
@@ -91,11 +92,11 @@ security_groups:
   - {name: default, vpc: blue, ingress: [{proto: any, from_group: default}]}
   - {name: closed, vpc: red, ingress: []}
 vnics:
-  - {name: t1, vpc: blue, mac: "02:00:c6:13:01:01", ip: 198.19.1.1/24, port: "net_null1", security_groups: [web, default]}
-  - {name: t5, vpc: blue, mac: "02:00:c6:13:01:03", ip: 198.19.1.3/24, port: "net_null2", security_groups: [web]}
-  - {name: t3, vpc: red, mac: "02:00:c6:13:02:01", ip: 198.19.1.1/24, port: "net_null3", security_groups: [closed]}
+  - {name: t1, vpc: blue, mac: "02:00:c6:13:01:01", ip: 198.19.1.1/24, ip6: 2001:2::1:1/64, port: "net_null1", security_groups: [web, default]}
+  - {name: t5, vpc: blue, mac: "02:00:c6:13:01:03", ip: 198.19.1.3/24, ip6: 2001:2::1:3/64, port: "net_null2", security_groups: [web]}
+  - {name: t3, vpc: red, mac: "02:00:c6:13:02:01", ip: 198.19.1.1/24, ip6: 2001:2::1:1/64, port: "net_null3", security_groups: [closed]}
 peers:
-  - {vpc: blue, ip: 198.19.1.2, host: 198.18.0.2, security_groups: [web]}
+  - {vpc: blue, ip: 198.19.1.2, ip6: 2001:2::1:2, host: 198.18.0.2, security_groups: [web]}
   - {vpc: red, ip: 198.19.1.2, host: 198.18.0.2}
   - {vpc: blue, ip: 198.19.1.9, host: 198.18.0.9, mac: "02:00:c6:13:01:09", security_groups: [default]}
 )";
@@ -117,11 +118,11 @@ security_groups:
   - {name: default, vpc: blue, ingress: [{proto: tcp, from_group: default}]}
   - {name: closed, vpc: red, ingress: [{proto: icmp, from: 0.0.0.0/0}]}
 vnics:
-  - {name: t1, vpc: blue, mac: "02:00:c6:13:01:01", ip: 198.19.1.1/24, port: "net_null1", security_groups: [web]}
-  - {name: t5, vpc: blue, mac: "02:00:c6:13:01:03", ip: 198.19.1.3/24, port: "net_null2", security_groups: [web, default], limits: {max_flows: 8}}
-  - {name: t3, vpc: red, mac: "02:00:c6:13:02:01", ip: 198.19.1.1/24, port: "net_null3", security_groups: [closed]}
+  - {name: t1, vpc: blue, mac: "02:00:c6:13:01:01", ip: 198.19.1.1/24, ip6: 2001:2::1:1/64, port: "net_null1", security_groups: [web]}
+  - {name: t5, vpc: blue, mac: "02:00:c6:13:01:03", ip: 198.19.1.3/24, ip6: 2001:2::1:3/64, port: "net_null2", security_groups: [web, default], limits: {max_flows: 8}}
+  - {name: t3, vpc: red, mac: "02:00:c6:13:02:01", ip: 198.19.1.1/24, ip6: 2001:2::1:1/64, port: "net_null3", security_groups: [closed]}
 peers:
-  - {vpc: blue, ip: 198.19.1.2, host: 198.18.0.2, security_groups: [default]}
+  - {vpc: blue, ip: 198.19.1.2, ip6: 2001:2::1:2, host: 198.18.0.2, security_groups: [default]}
   - {vpc: red, ip: 198.19.1.2, host: 198.18.0.2}
   - {vpc: blue, ip: 198.19.1.9, host: 198.18.0.9, mac: "02:00:c6:13:01:09", security_groups: [web]}
 )";

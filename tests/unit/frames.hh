@@ -15,6 +15,7 @@
 
 #include "dataplane/arp.hh"
 #include "dataplane/config/host_config.hh"
+#include "dataplane/neighbor_discovery.hh"
 #include "dataplane/overlay/vxlan.hh"
 #include "dataplane/vnet_face/vnet_header.hh"
 
@@ -119,6 +120,102 @@ inline rte_mbuf* arp_request_mbuf(rte_mempool* pool, const rte_ether_addr& sende
                                   rte_be32_t sender_ip, rte_be32_t target_ip) {
     uint8_t frame[64];
     return mbuf_from(pool, frame, write_arp_request(frame, sender_mac, sender_ip, target_ip));
+}
+
+inline ipv6_bytes ip6(const char* text) {
+    return *parse_ipv6(text);
+}
+
+// ff02::1:ffXX:XXXX, the solicited-node multicast group of `target` (RFC 4291 §2.7.1).
+inline ipv6_bytes solicited_node(const ipv6_bytes& target) {
+    ipv6_bytes group = ip6("ff02::1:ff00:0");
+    std::copy(target.begin() + 13, target.end(), group.begin() + 13);
+    return group;
+}
+
+struct neighbor_solicitation_spec {
+    rte_ether_addr src_mac;
+    ipv6_bytes src_ip;
+    ipv6_bytes target;
+    bool multicast = true;      // to the target's solicited-node group (else to the target)
+    bool source_option = true;  // with the source link-layer address option
+    uint8_t hop_limit = 255;
+};
+
+// Writes an Ethernet + IPv6 + ICMPv6 Neighbor Solicitation at `out`, checksummed, padded to
+// nothing; returns its length (86 with the option, 78 without).
+inline uint32_t write_neighbor_solicitation(uint8_t* out, const neighbor_solicitation_spec& spec) {
+    auto* eth = reinterpret_cast<rte_ether_hdr*>(out);
+    auto* iph = reinterpret_cast<rte_ipv6_hdr*>(eth + 1);
+    uint8_t* icmp = reinterpret_cast<uint8_t*>(iph + 1);
+    const uint16_t icmp_len = spec.source_option ? 32 : 24;
+    const ipv6_bytes dst = spec.multicast ? solicited_node(spec.target) : spec.target;
+    eth->src_addr = spec.src_mac;
+    if (spec.multicast) {
+        const uint8_t group_mac[6] = {0x33, 0x33, dst[12], dst[13], dst[14], dst[15]};
+        std::memcpy(eth->dst_addr.addr_bytes, group_mac, 6);
+    } else {
+        eth->dst_addr = mac("02:6a:6b:00:00:01");
+    }
+    eth->ether_type = rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV6);
+    iph->vtc_flow = rte_cpu_to_be_32(6u << 28);
+    iph->payload_len = rte_cpu_to_be_16(icmp_len);
+    iph->proto = ipproto_icmpv6;
+    iph->hop_limits = spec.hop_limit;
+    std::memcpy(iph->src_addr, spec.src_ip.data(), 16);
+    std::memcpy(iph->dst_addr, dst.data(), 16);
+    std::memset(icmp, 0, icmp_len);
+    icmp[0] = icmp6_neighbor_solicitation;
+    std::memcpy(icmp + 8, spec.target.data(), 16);
+    if (spec.source_option) {
+        icmp[24] = 1;
+        icmp[25] = 1;
+        std::memcpy(icmp + 26, spec.src_mac.addr_bytes, 6);
+    }
+    const uint16_t checksum = rte_ipv6_udptcp_cksum(iph, icmp);
+    std::memcpy(icmp + 2, &checksum, 2);
+    return sizeof(rte_ether_hdr) + sizeof(rte_ipv6_hdr) + icmp_len;
+}
+
+struct ipv6_frame_spec {
+    rte_ether_addr src_mac;
+    rte_ether_addr dst_mac;
+    ipv6_bytes src_ip;
+    ipv6_bytes dst_ip;
+    uint8_t next_header = IPPROTO_UDP;
+    uint16_t payload = 64;  // bytes after the IPv6 header, zero but for the first 8 (UDP ports)
+};
+
+// Writes an Ethernet + IPv6 frame whose payload starts with 8 bytes of ports and zeros.
+inline uint32_t write_ipv6_frame(uint8_t* out, const ipv6_frame_spec& spec) {
+    auto* eth = reinterpret_cast<rte_ether_hdr*>(out);
+    auto* iph = reinterpret_cast<rte_ipv6_hdr*>(eth + 1);
+    eth->src_addr = spec.src_mac;
+    eth->dst_addr = spec.dst_mac;
+    eth->ether_type = rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV6);
+    iph->vtc_flow = rte_cpu_to_be_32(6u << 28);
+    iph->payload_len = rte_cpu_to_be_16(spec.payload);
+    iph->proto = spec.next_header;
+    iph->hop_limits = 64;
+    std::memcpy(iph->src_addr, spec.src_ip.data(), 16);
+    std::memcpy(iph->dst_addr, spec.dst_ip.data(), 16);
+    uint8_t* l4 = reinterpret_cast<uint8_t*>(iph + 1);
+    std::memset(l4, 0, spec.payload);
+    if (spec.payload >= 4) {
+        l4[0] = 0x03, l4[1] = 0xe8, l4[2] = 0x07, l4[3] = 0xd0;  // ports 1000 -> 2000
+    }
+    return sizeof(rte_ether_hdr) + sizeof(rte_ipv6_hdr) + spec.payload;
+}
+
+inline rte_mbuf* ipv6_mbuf(rte_mempool* pool, const ipv6_frame_spec& spec) {
+    uint8_t frame[2048];
+    return mbuf_from(pool, frame, write_ipv6_frame(frame, spec));
+}
+
+inline rte_mbuf* neighbor_solicitation_mbuf(rte_mempool* pool,
+                                            const neighbor_solicitation_spec& spec) {
+    uint8_t frame[128];
+    return mbuf_from(pool, frame, write_neighbor_solicitation(frame, spec));
 }
 
 // A tenant's TCP super-frame as a vnet face receives it (GSO TCPv4, partial checksum): `bytes`

@@ -96,14 +96,19 @@ TEST_F(Egress, AddressOutsideTheVpcIsAVltMiss) {
     EXPECT_EQ(drops(drop_reason::vlt_miss), 1u);
 }
 
-TEST_F(Egress, BroadcastIpv6AndOversizedFramesAreDroppedWithReasons) {
+TEST_F(Egress, BroadcastLldpMislabelledAndOversizedFramesAreDroppedWithReasons) {
     from_tenant(slot_t1, t1_packet("255.255.255.255"));
     EXPECT_EQ(drops(drop_reason::tenant_not_unicast), 1u);
 
-    rte_mbuf* v6 = t1_packet("198.19.1.2");
+    rte_mbuf* lldp = t1_packet("198.19.1.2");
+    rte_pktmbuf_mtod(lldp, rte_ether_hdr*)->ether_type = rte_cpu_to_be_16(RTE_ETHER_TYPE_LLDP);
+    from_tenant(slot_t1, lldp);
+    EXPECT_EQ(drops(drop_reason::tenant_unsupported_ethertype), 1u);
+
+    rte_mbuf* v6 = t1_packet("198.19.1.2");  // an IPv4 packet labelled IPv6
     rte_pktmbuf_mtod(v6, rte_ether_hdr*)->ether_type = rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV6);
     from_tenant(slot_t1, v6);
-    EXPECT_EQ(drops(drop_reason::tenant_unsupported_ethertype), 1u);
+    EXPECT_EQ(drops(drop_reason::tenant_bad_ip_header), 1u);
 
     ipv4_frame_spec big{t1_mac, gateway, ip("198.19.1.1"), ip("198.19.1.2")};
     big.payload = 1500;
