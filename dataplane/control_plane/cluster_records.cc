@@ -12,6 +12,50 @@ void cluster_records::reset(int64_t revision) {
     _served.clear();
     _pulled.clear();
     _dropped.clear();
+    _schema_changed = false;
+}
+
+bool cluster_records::migrated() const {
+    return _records.count(schema_marker_key()) != 0;
+}
+
+void cluster_records::serve(const std::string& vpc, const std::string& tag) {
+    auto& local = _served[vpc];
+    if (local.insert(tag).second && local.size() == 1) {
+        _pulled.insert(vpc);  // its first local vNIC: read the VPC
+    }
+}
+
+void cluster_records::unserve(const std::string& vpc, const std::string& tag) {
+    const auto served = _served.find(vpc);
+    if (served != _served.end() && served->second.erase(tag) && served->second.empty()) {
+        // The last local vNIC of the VPC left: forget the VPC whole.
+        _served.erase(served);
+        forget_vpc(vpc);
+        _pulled.erase(vpc);
+        _dropped.insert(vpc);
+    }
+}
+
+vnic_placement placement_of_vnic_value(const std::string& value) {
+    vnic_placement out;
+    try {
+        const auto node = YAML::Load(value);
+        if (node.IsMap()) {
+            if (node["name"].IsScalar()) {
+                out.name = node["name"].Scalar();
+            }
+            if (node["vpc"].IsScalar()) {
+                out.vpc = node["vpc"].Scalar();
+            }
+            if (node["host"].IsScalar()) {
+                out.host = node["host"].Scalar();
+            }
+        }
+    } catch (const YAML::Exception&) {
+        // Not YAML: it places nothing (the check refuses it later).
+    }
+    return out;
 }
 
 std::set<std::string> cluster_records::served_vpcs() const {
@@ -70,10 +114,7 @@ bool cluster_records::put(const std::string& key, std::string value, int64_t mod
                 if (parsed->host != _host) {
                     return false;
                 }
-                if (_served[parsed->vpc].insert(parsed->name).second &&
-                    _served[parsed->vpc].size() == 1) {
-                    _pulled.insert(parsed->vpc);  // its first local vNIC: read the VPC
-                }
+                serve(parsed->vpc, parsed->name);
                 break;
             case record_kind::vpc:
                 if (!serves(parsed->name)) {
@@ -81,17 +122,28 @@ bool cluster_records::put(const std::string& key, std::string value, int64_t mod
                 }
                 break;
             case record_kind::group:
-            case record_kind::vnic:
-                // A host reads per VPC and never finds a legacy key; one seen in the watch is
-                // left to jakiroctl's migration too, so that every host sees the same records.
-                if (parsed->legacy || !serves(parsed->vpc)) {
+                if (!serves(parsed->vpc)) {
                     return false;
                 }
+                break;
+            case record_kind::vnic:
+                // A legacy key is kept whatever its VPC while the cluster still has them: only
+                // its value says where it lives (placed below).
+                if (parsed->legacy ? !_follow_legacy : !serves(parsed->vpc)) {
+                    return false;
+                }
+                break;
+            case record_kind::reader:
+                return false;  // what other hosts read is jakiroctl's business
+            case record_kind::schema:
+                _schema_changed |= !migrated();
                 break;
             case record_kind::host:
             case record_kind::alive:
                 break;
         }
+    } else if (parsed->kind == record_kind::schema) {
+        _schema_changed |= !migrated();
     }
     if (const auto found = _records.find(key);
         found != _records.end() && found->second.value == value) {
@@ -103,12 +155,32 @@ bool cluster_records::put(const std::string& key, std::string value, int64_t mod
     record.kind = parsed->kind;
     record.vpc = parsed->vpc;
     record.legacy = parsed->legacy;
+    if (parsed->legacy) {
+        auto placement = placement_of_vnic_value(record.value);
+        record.vpc = std::move(placement.vpc);
+        record.host = std::move(placement.host);
+        if (!_host.empty()) {
+            // Its value names this host: a local vNIC of its VPC, as a homes/ entry would say.
+            // The new place is counted before the old is let go, so that a change that keeps
+            // it in its VPC does not drop and pull the VPC again.
+            const auto tag = "legacy/" + parsed->name;
+            if (record.host == _host && valid_name(record.vpc)) {
+                serve(record.vpc, tag);
+            }
+            if (const auto old = _records.find(key);
+                old != _records.end() && old->second.host == _host &&
+                (record.host != _host || old->second.vpc != record.vpc)) {
+                unserve(old->second.vpc, tag);
+            }
+        }
+    }
     if (parsed->kind == record_kind::vnic && one_line_mapping(record.value)) {
         // As jakiroctl writes it: checked as it stands, in one YAML parse (the check's) instead
         // of two; its name and VPC are compared with the key's after the check.
         record.flow = record.value;
         record.key_unchecked = true;
-    } else if (parsed->kind != record_kind::alive && parsed->kind != record_kind::home) {
+    } else if (parsed->kind != record_kind::alive && parsed->kind != record_kind::home &&
+               parsed->kind != record_kind::reader && parsed->kind != record_kind::schema) {
         try {
             const auto node = YAML::Load(record.value);
             // The key says what the record is: a value that claims another name is refused
@@ -140,18 +212,22 @@ bool cluster_records::put(const std::string& key, std::string value, int64_t mod
 }
 
 bool cluster_records::erase(const std::string& key) {
+    const auto found = _records.find(key);
+    if (found == _records.end()) {
+        return false;  // never kept: outside the interest, or gone already
+    }
+    if (found->second.kind == record_kind::schema) {
+        _schema_changed = true;
+    }
     if (!_host.empty()) {
         const auto parsed = parse_key(key);
         if (parsed && parsed->kind == record_kind::home && parsed->host == _host) {
-            const auto served = _served.find(parsed->vpc);
-            if (served != _served.end() && served->second.erase(parsed->name) &&
-                served->second.empty()) {
-                // The last local vNIC of the VPC left: forget the VPC whole.
-                _served.erase(served);
-                forget_vpc(parsed->vpc);
-                _pulled.erase(parsed->vpc);
-                _dropped.insert(parsed->vpc);
-            }
+            unserve(parsed->vpc, parsed->name);
+        } else if (parsed && parsed->legacy && found->second.host == _host) {
+            const auto vpc = found->second.vpc;
+            _records.erase(found);
+            unserve(vpc, "legacy/" + parsed->name);
+            return true;
         }
     }
     return _records.erase(key) != 0;
@@ -172,6 +248,8 @@ const char* section_of(record_kind kind) {
             return "hosts";
         case record_kind::alive:
         case record_kind::home:
+        case record_kind::reader:
+        case record_kind::schema:
             break;
     }
     return nullptr;
@@ -185,12 +263,19 @@ std::shared_ptr<const cluster_view> cluster_records::build_view() {
     view->records = _records.size();
     std::map<record_kind, std::vector<const std::string*>> by_kind;  // keys, in key order
     std::vector<stored_record*> vnic_records;
+    std::vector<std::pair<const std::string*, stored_record*>> legacy_vnics;
     for (auto& [key, record] : _records) {
         view->bytes += key.size() + record.value.size();
         if (record.kind == record_kind::alive) {
             view->alive_hosts.insert(key.substr(prefix_of(record_kind::alive).size()));
-        } else if (record.kind == record_kind::home) {
-            continue;  // an index: what it says is in the vNIC records
+        } else if (record.kind == record_kind::home || record.kind == record_kind::reader ||
+                   record.kind == record_kind::schema) {
+            continue;  // an index, or news of the schema: no part of the cluster's document
+        } else if (record.kind == record_kind::vnic && record.legacy) {
+            // A host keeps every legacy key while they are in use; its VPCs' count.
+            if (_host.empty() || serves(record.vpc)) {
+                legacy_vnics.emplace_back(&key, &record);
+            }
         } else if (!record.problem.empty()) {
             view->rejected.push_back(key + ": " + record.problem);
         } else if (record.kind == record_kind::vnic) {
@@ -198,6 +283,24 @@ std::shared_ptr<const cluster_view> cluster_records::build_view() {
             vnic_records.push_back(&record);
         } else {
             by_kind[record.kind].push_back(&key);
+        }
+    }
+    if (!legacy_vnics.empty()) {
+        // While a cluster moves to per-VPC keys a vNIC may be under both: the per-VPC one is it.
+        std::unordered_set<std::string_view> per_vpc;
+        for (const auto* key : by_kind[record_kind::vnic]) {
+            per_vpc.insert(std::string_view(*key).substr(key->rfind('/') + 1));
+        }
+        for (auto [key, record] : legacy_vnics) {
+            if (per_vpc.count(std::string_view(*key).substr(key->rfind('/') + 1))) {
+                continue;
+            }
+            if (!record->problem.empty()) {
+                view->rejected.push_back(*key + ": " + record->problem);
+                continue;
+            }
+            by_kind[record_kind::vnic].push_back(key);
+            vnic_records.push_back(record);
         }
     }
     // The frame (hosts, VPCs, groups: few records) is one document, one entry per line, which
@@ -320,9 +423,10 @@ std::shared_ptr<const cluster_view> cluster_records::build_view() {
     for (std::size_t k = 0; k < keys.size(); ++k) {
         const auto& key = *keys[k];
         auto& record = *vnic_records[k];
-        // A legacy key names no VPC: checked again whenever any part of the frame changed.
+        // A legacy value that names no VPC: checked again whenever any part of the frame
+        // changed.
         uint64_t frame = _generations;
-        if (!record.legacy) {
+        if (!record.vpc.empty()) {
             const auto found = _vpc_frames.find(record.vpc);
             frame = found == _vpc_frames.end() ? 0 : found->second.generation;
         }
@@ -426,7 +530,8 @@ record_diff diff_records(const std::map<std::string, std::string>& desired,
     }
     for (const auto& [key, record] : current) {
         const auto parsed = parse_key(key);
-        if (!parsed || parsed->kind == record_kind::host || parsed->kind == record_kind::alive) {
+        if (!parsed || parsed->kind == record_kind::host || parsed->kind == record_kind::alive ||
+            parsed->kind == record_kind::reader) {
             continue;
         }
         if (!desired.count(key)) {

@@ -9,6 +9,10 @@
 // (their underlay addresses) and their liveness. Records of other VPCs are dropped on arrival
 // by their key alone, before any parsing: they cost one key comparison. Remote groups need
 // nothing more: a rule can only name a group of its own VPC.
+// While the cluster has no schema marker (key_schema.hh), a host also follows the legacy vNIC
+// keys (follow_legacy): every one is kept, since only its value says its VPC and host, and one
+// that names this host counts as a local vNIC of its VPC as a homes/ entry does. A vNIC under
+// both keys is the per-VPC one.
 //
 // Thread-safety: none; one owner (jakirod's etcd agent thread, or jakiroctl).
 
@@ -18,6 +22,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dataplane/config/config_loader.hh"
@@ -34,8 +39,9 @@ struct stored_record {
     std::string problem;
     // What its key says (set when it arrives).
     record_kind kind = record_kind::vpc;
-    std::string vpc;  // groups, vNICs, homes
+    std::string vpc;  // groups, vNICs, homes; a legacy vNIC: the VPC its value names
     bool legacy = false;
+    std::string host;  // a legacy vNIC: the host its value names (its index, in effect)
     // A vNIC value kept as it came (one line): its name and VPC are compared with the key's
     // when it is checked.
     bool key_unchecked = false;
@@ -66,6 +72,15 @@ class cluster_records {
     // From now on, keep only the records host `host` needs (see above).
     void follow_only(std::string host) { _host = std::move(host); }
     bool following_all() const { return _host.empty(); }
+    // A host: also keep the legacy vNIC keys (the cluster has no schema marker yet). Set
+    // before the records of a full read are put.
+    void follow_legacy(bool legacy) { _follow_legacy = legacy; }
+    bool following_legacy() const { return _follow_legacy; }
+    // The schema marker is there: the migration to per-VPC keys is complete.
+    bool migrated() const;
+    // Whether the marker appeared or went away since the last call (a host then reads its
+    // interest again, with or without the legacy keys).
+    bool take_schema_changed() { return std::exchange(_schema_changed, false); }
     // The VPCs this host serves (at least one of its vNICs is in each).
     std::set<std::string> served_vpcs() const;
     bool serves(const std::string& vpc) const { return _served.count(vpc) != 0; }
@@ -92,6 +107,10 @@ class cluster_records {
     std::shared_ptr<const cluster_view> build_view();
 
   private:
+    // Local vNICs of a VPC, each by a tag: its name (homes/ entry) or "legacy/" + its name
+    // (a legacy key naming this host). The first pulls the VPC in, the last drops it.
+    void serve(const std::string& vpc, const std::string& tag);
+    void unserve(const std::string& vpc, const std::string& tag);
     struct vpc_frame {
         std::string text;  // the VPC's record and its groups', as last checked against
         uint64_t generation = 0;
@@ -100,7 +119,9 @@ class cluster_records {
 
     std::map<std::string, stored_record> _records;  // by key
     int64_t _revision = 0;
-    std::string _host;                                     // empty: every record is kept
+    std::string _host;  // empty: every record is kept
+    bool _follow_legacy = false;
+    bool _schema_changed = false;
     std::map<std::string, std::set<std::string>> _served;  // VPC -> this host's vNICs in it
     std::set<std::string> _pulled, _dropped;
     // The frame (hosts, VPCs and groups) as last loaded, and what it made: a change elsewhere
@@ -112,6 +133,15 @@ class cluster_records {
     uint64_t _generations = 0;
 };
 
+// Where a vNIC value says it lives: its VPC and host (empty when it does not say, or is not a
+// YAML mapping). A legacy key names neither, so its value is read for them.
+struct vnic_placement {
+    std::string name;
+    std::string vpc;
+    std::string host;
+};
+vnic_placement placement_of_vnic_value(const std::string& value);
+
 // The records (key -> value) a validated cluster document stands for: one per host, VPC,
 // group and vNIC, each value the entry as a YAML flow mapping. `root` is the document the
 // loader accepted (values keep the author's spelling, e.g. "10Gbit").
@@ -119,8 +149,8 @@ std::map<std::string, std::string> records_of_document(const YAML::Node& root);
 
 // What turns `current` into `desired`. Every put and delete carries the mod_revision it
 // expects (0: the key must not exist), so a transaction built from it fails rather than
-// overwrite a change it did not see. Hosts and alive keys are never deleted: hosts register
-// themselves (a document may add or update them, not forget them).
+// overwrite a change it did not see. Hosts, alive and readers keys are never deleted: hosts
+// register themselves (a document may add or update them, not forget them).
 struct record_change {
     std::string key;
     std::string value;          // puts only

@@ -1,8 +1,10 @@
 #include "dataplane/control_plane/etcd_agent.hh"
 
-#include "dataplane/control_plane/key_schema.hh"
-
+#include <algorithm>
 #include <set>
+
+#include "dataplane/control_plane/key_schema.hh"
+#include "dataplane/control_plane/schema_migration.hh"
 #include "dataplane/log.hh"
 
 namespace jakiro::control_plane {
@@ -27,8 +29,8 @@ etcd_agent::~etcd_agent() {
     stop();
 }
 
-bool etcd_agent::read_interest(std::vector<key_value>& out, int64_t& revision, std::string& error,
-                               std::chrono::milliseconds timeout) {
+bool etcd_agent::read_interest(std::vector<key_value>& out, int64_t& revision, bool& legacy,
+                               std::string& error, std::chrono::milliseconds timeout) {
     // This host's index first: it says which VPCs to read; everything else at its revision.
     revision = 0;
     std::vector<key_value> homes;
@@ -42,7 +44,33 @@ bool etcd_agent::read_interest(std::vector<key_value>& out, int64_t& revision, s
         }
     }
     out = std::move(homes);
+    // No schema marker: the cluster may still have vNICs under legacy keys only (written
+    // before the per-VPC keys, or by a jakiroctl from before): read them all, since only
+    // their values say which are this host's (schema_migration.hh).
+    const auto marker_at = out.size();
+    if (!_client.range_prefix(schema_marker_key(), out, revision, error, timeout)) {
+        return false;
+    }
+    legacy = std::none_of(out.begin() + static_cast<std::ptrdiff_t>(marker_at), out.end(),
+                          [](const key_value& kv) { return kv.key == schema_marker_key(); });
+    if (legacy) {
+        const auto vnics_at = out.size();
+        if (!_client.range_prefix(prefix_of(record_kind::vnic), out, revision, error, timeout)) {
+            return false;
+        }
+        for (auto kv = out.begin() + static_cast<std::ptrdiff_t>(vnics_at); kv != out.end(); ++kv) {
+            const auto key = parse_key(kv->key);
+            if (key && key->legacy) {
+                const auto placement = placement_of_vnic_value(kv->value);
+                if (placement.host == _host_name && valid_name(placement.vpc)) {
+                    vpcs.insert(placement.vpc);
+                }
+            }
+        }
+    }
     std::vector<std::string> prefixes{prefix_of(record_kind::host), prefix_of(record_kind::alive)};
+    // With the legacy keys, the VPC's vNICs come twice: those read whole above came before
+    // the legacy key that put the VPC in the interest, and were dropped then.
     for (const auto& vpc : vpcs) {
         for (auto& prefix : vpc_prefixes(vpc)) {
             prefixes.push_back(std::move(prefix));
@@ -66,11 +94,13 @@ std::vector<std::string> etcd_agent::vpc_prefixes(const std::string& vpc) {
 bool etcd_agent::full_read(std::string& error) {
     std::vector<key_value> kvs;
     int64_t revision = 0;
-    if (!read_interest(kvs, revision, error, call_timeout)) {
+    bool legacy = false;
+    if (!read_interest(kvs, revision, legacy, error, call_timeout)) {
         return false;
     }
     queued_event event;
     event.reset = true;
+    event.legacy = legacy;
     event.puts = std::move(kvs);
     event.revision = revision;
     event.received = std::chrono::steady_clock::now();
@@ -86,14 +116,17 @@ std::shared_ptr<const cluster_view> etcd_agent::read_once(std::chrono::milliseco
                                                           std::string& error) {
     std::vector<key_value> kvs;
     int64_t revision = 0;
-    if (!read_interest(kvs, revision, error, timeout)) {
+    bool legacy = false;
+    if (!read_interest(kvs, revision, legacy, error, timeout)) {
         return nullptr;
     }
     _records.reset(revision);
+    _records.follow_legacy(legacy);
     for (auto& kv : kvs) {
         _records.put(kv.key, std::move(kv.value), kv.mod_revision);
     }
     _records.take_pulled();  // read above with the rest
+    _records.take_schema_changed();
     _revision = revision;
     return _records.build_view();
 }
@@ -301,6 +334,7 @@ void etcd_agent::build_loop() {
         for (auto& event : batch) {
             if (event.reset) {
                 _records.reset(event.revision);
+                _records.follow_legacy(event.legacy);
                 changed = true;
             }
             // A record outside the interest costs its key's parse and nothing else.
@@ -312,6 +346,15 @@ void etcd_agent::build_loop() {
             }
             if (event.reset) {
                 _records.take_pulled();  // the full read holds the VPCs its index named
+                _records.take_schema_changed();
+            } else if (_records.take_schema_changed()) {
+                // The migration to per-VPC keys finished (or was undone): read the interest
+                // again, with or without the legacy keys. The transaction that wrote the
+                // marker removed the legacy keys, so nothing in between is published.
+                log::info("schema_changed", "the cluster's vNIC key schema changed; reading again",
+                          {{"revision", event.revision}});
+                pulled = false;
+                break;
             } else if (!pull_vpcs(event.revision)) {
                 pulled = false;  // compacted or etcd gone: read everything again
                 break;
@@ -343,6 +386,10 @@ bool etcd_agent::register_host(int64_t lease, std::string& error) {
     alive->set_key(key_of({record_kind::alive, "", name}));
     alive->set_value("{name: " + name + "}");
     alive->set_lease(lease);
+    // Durable: the migration to per-VPC keys finishes once every registered host says this.
+    auto* reader = request.add_success()->mutable_request_put();
+    reader->set_key(key_of({record_kind::reader, "", name}));
+    reader->set_value(readers_value_of(name));
     etcdserverpb::TxnResponse response;
     return _client.txn(request, response, error, call_timeout);
 }

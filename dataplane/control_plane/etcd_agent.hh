@@ -65,15 +65,17 @@ class etcd_agent {
 
   private:
     struct queued_event {
-        bool reset = false;  // a full read: the records below replace everything
+        bool reset = false;   // a full read: the records below replace everything
+        bool legacy = false;  // ... read with the legacy vNIC keys (no schema marker)
         std::vector<key_value> puts;
         std::vector<std::string> deletes;
         int64_t revision = 0;
         std::chrono::steady_clock::time_point received;
     };
-    // What this host follows, all at one revision (cluster_records.hh: interest).
-    bool read_interest(std::vector<key_value>& out, int64_t& revision, std::string& error,
-                       std::chrono::milliseconds timeout);
+    // What this host follows, all at one revision (cluster_records.hh: interest); `legacy`:
+    // the cluster has no schema marker, so the legacy vNIC keys were read too.
+    bool read_interest(std::vector<key_value>& out, int64_t& revision, bool& legacy,
+                       std::string& error, std::chrono::milliseconds timeout);
     static std::vector<std::string> vpc_prefixes(const std::string& vpc);
     // Build thread: reads the VPCs the last event pulled into the interest, at its revision.
     bool pull_vpcs(int64_t revision);

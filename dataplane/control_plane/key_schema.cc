@@ -18,6 +18,10 @@ std::string_view kind_segment(record_kind kind) {
             return "alive";
         case record_kind::home:
             return "homes";
+        case record_kind::reader:
+            return "readers";
+        case record_kind::schema:
+            return "schema";
     }
     return "";
 }
@@ -34,8 +38,14 @@ std::string homes_prefix_of(std::string_view host) {
     return prefix_of(record_kind::home) + std::string(host) + "/";
 }
 
+std::string schema_marker_key() {
+    return std::string(key_root) + std::string(kind_segment(record_kind::schema));
+}
+
 std::string key_of(const record_key& key) {
     switch (key.kind) {
+        case record_kind::schema:
+            return schema_marker_key();
         case record_kind::group:
             return prefix_of(key.kind, key.vpc) + key.name;
         case record_kind::vnic:
@@ -81,8 +91,9 @@ std::optional<record_key> parse_key(std::string_view key) {
     }
     record_key out;
     bool found = false;
-    for (auto kind : {record_kind::vpc, record_kind::group, record_kind::vnic, record_kind::host,
-                      record_kind::alive, record_kind::home}) {
+    for (auto kind :
+         {record_kind::vpc, record_kind::group, record_kind::vnic, record_kind::host,
+          record_kind::alive, record_kind::home, record_kind::reader, record_kind::schema}) {
         if (segments[0] == kind_segment(kind)) {
             out.kind = kind;
             found = true;
@@ -93,6 +104,11 @@ std::optional<record_key> parse_key(std::string_view key) {
     }
     const auto names = segments.size() - 1;
     switch (out.kind) {
+        case record_kind::schema:
+            if (names != 0) {
+                return std::nullopt;
+            }
+            return out;
         case record_kind::group:
             if (names != 2) {
                 return std::nullopt;

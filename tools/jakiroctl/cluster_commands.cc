@@ -12,6 +12,7 @@
 #include "dataplane/control_plane/cluster_records.hh"
 #include "dataplane/control_plane/etcd_client.hh"
 #include "dataplane/control_plane/key_schema.hh"
+#include "dataplane/control_plane/schema_migration.hh"
 
 namespace {
 
@@ -72,6 +73,14 @@ void add_compare(etcdserverpb::TxnRequest& txn, const record_change& change) {
     }
 }
 
+std::string joined_or_none(const std::vector<std::string>& names) {
+    std::string out;
+    for (const auto& name : names) {
+        out += (out.empty() ? "" : ", ") + name;
+    }
+    return out.empty() ? "none" : out;
+}
+
 int apply(etcd_client& client, const std::string& path) {
     std::ifstream in(path);
     if (!in) {
@@ -96,7 +105,7 @@ int apply(etcd_client& client, const std::string& path) {
         }
         return 1;
     }
-    const auto desired = records_of_document(root);
+    const auto document = records_of_document(root);
     for (int attempt = 1; attempt <= max_attempts; ++attempt) {
         cluster_records current;
         std::string error;
@@ -104,6 +113,11 @@ int apply(etcd_client& client, const std::string& path) {
             std::cerr << "jakiroctl: etcd: " << error << "\n";
             return 2;
         }
+        // While hosts may still read only the legacy vNIC keys, every vNIC is written under
+        // both (schema_migration.hh).
+        const auto state = migration_state_of(current.records());
+        auto desired = document;
+        add_schema_records(desired, state);
         const auto diff = diff_records(desired, current.records());
         if (diff.empty()) {
             std::cout << "nothing to change: etcd already holds " << path << " (revision "
@@ -117,7 +131,8 @@ int apply(etcd_client& client, const std::string& path) {
         std::size_t created = 0, changed = 0, deleted = 0, migrated = 0;
         auto counts = [](const std::string& key) {
             const auto parsed = parse_key(key);
-            return parsed && parsed->kind != record_kind::home;
+            return parsed && parsed->kind != record_kind::home &&
+                   parsed->kind != record_kind::schema && !parsed->legacy;
         };
         auto legacy = [](const std::string& key) {
             const auto parsed = parse_key(key);
@@ -164,6 +179,97 @@ int apply(etcd_client& client, const std::string& path) {
                 std::cout << ", " << migrated << " vNICs moved from legacy keys to their VPC's";
             }
             std::cout << "\n";
+            if (state.in_transition()) {
+                std::cout << "the cluster is moving to per-VPC vNIC keys: every vNIC written "
+                             "under both keys (hosts that read only the legacy ones: "
+                          << joined_or_none(state.old_readers)
+                          << "); `jakiroctl --etcd URL migrate` finishes once they are "
+                             "upgraded\n";
+            }
+            return 0;
+        }
+        // Someone else wrote a record we were about to change: nothing was written.
+    }
+    std::cerr << "jakiroctl: etcd: the cluster kept changing under us (" << max_attempts
+              << " attempts); nothing written\n";
+    return 1;
+}
+
+// `jakiroctl --etcd URL migrate [--dry-run] [--force]`: one step of the move to per-VPC vNIC
+// keys (schema_migration.hh), idempotent: run it before, during and after upgrading the hosts.
+int migrate(etcd_client& client, bool dry_run, bool force) {
+    for (int attempt = 1; attempt <= max_attempts; ++attempt) {
+        cluster_records current;
+        std::string error;
+        if (!read_all(client, current, error)) {
+            std::cerr << "jakiroctl: etcd: " << error << "\n";
+            return 2;
+        }
+        const auto plan = plan_migration(current.records(), force);
+        if (!plan.problems.empty()) {
+            std::cerr << "migration refused, nothing written: these legacy vNIC records cannot "
+                         "be moved (correct or delete them, then migrate again):\n";
+            for (const auto& problem : plan.problems) {
+                std::cerr << "  " << problem << "\n";
+            }
+            return 1;
+        }
+        const auto diff = diff_records(plan.desired, current.records());
+        std::ostringstream done;
+        done << plan.moved << " vNICs written under their VPC with their index, "
+             << plan.legacy_copies << " legacy copies written for hosts that still read them, "
+             << plan.removed << " legacy keys removed";
+        std::ostringstream then;
+        if (plan.finishes) {
+            then << "migration complete: every vNIC under its VPC, no legacy key, marker "
+                 << schema_marker_key();
+            if (force && !plan.holding_back.empty()) {
+                then << " (forced: " << joined_or_none(plan.holding_back)
+                     << " read only legacy keys and see no vNIC until upgraded)";
+            }
+        } else {
+            then << "migration in progress: " << joined_or_none(plan.holding_back)
+                 << " still read only the legacy keys, which are kept in step; upgrade them "
+                    "and run migrate again (--force finishes without them)";
+        }
+        if (diff.empty()) {
+            std::cout << "nothing to change (revision " << current.revision() << ")\n"
+                      << then.str() << "\n";
+            return 0;
+        }
+        if (dry_run) {
+            std::cout << "dry run, nothing written: " << diff.puts.size() << " puts and "
+                      << diff.deletes.size() << " deletes at revision " << current.revision()
+                      << " would make " << done.str() << "\n";
+            for (const auto& put : diff.puts) {
+                std::cout << "  put " << put.key << "\n";
+            }
+            for (const auto& del : diff.deletes) {
+                std::cout << "  delete " << del.key << "\n";
+            }
+            std::cout << "then: " << then.str() << "\n";
+            return 0;
+        }
+        etcdserverpb::TxnRequest txn;
+        for (const auto& put : diff.puts) {
+            add_compare(txn, put);
+            auto* op = txn.add_success()->mutable_request_put();
+            op->set_key(put.key);
+            op->set_value(put.value);
+        }
+        for (const auto& del : diff.deletes) {
+            add_compare(txn, del);
+            txn.add_success()->mutable_request_delete_range()->set_key(del.key);
+        }
+        etcdserverpb::TxnResponse response;
+        if (!client.txn(txn, response, error, timeout)) {
+            std::cerr << "jakiroctl: etcd: " << error << " (nothing written)\n";
+            return 2;
+        }
+        if (response.succeeded()) {
+            std::cout << "migrated: revision " << response.header().revision() << ", " << done.str()
+                      << "\n"
+                      << then.str() << "\n";
             return 0;
         }
         // Someone else wrote a record we were about to change: nothing was written.
@@ -251,6 +357,18 @@ int run_cluster_command(const std::vector<std::string>& endpoints,
     if (args.size() == 2 && args[0] == "get") {
         return get(client, args[1]);
     }
-    std::cerr << "usage: jakiroctl --etcd URL apply CLUSTER.yaml | get vnics|vpcs|groups|hosts\n";
+    if (!args.empty() && args[0] == "migrate") {
+        bool dry_run = false, force = false, known = true;
+        for (std::size_t i = 1; i < args.size(); ++i) {
+            dry_run |= args[i] == "--dry-run";
+            force |= args[i] == "--force";
+            known &= args[i] == "--dry-run" || args[i] == "--force";
+        }
+        if (known) {
+            return migrate(client, dry_run, force);
+        }
+    }
+    std::cerr << "usage: jakiroctl --etcd URL apply CLUSTER.yaml | get vnics|vpcs|groups|hosts "
+                 "| migrate [--dry-run] [--force]\n";
     return 2;
 }

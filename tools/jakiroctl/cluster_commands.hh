@@ -2,6 +2,7 @@
 // jakiroctl --etcd URL ...: the cluster's desired state in etcd (dataplane/control_plane).
 //   apply FILE                    write a cluster YAML in one transaction
 //   get vnics|vpcs|groups|hosts   read it back
+//   migrate [--dry-run] [--force] move legacy vNIC keys to per-VPC ones (schema_migration.hh)
 
 #include <string>
 #include <vector>

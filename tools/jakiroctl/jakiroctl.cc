@@ -48,6 +48,8 @@ const char* usage =
     "  --etcd URL apply CLUSTER.yaml   write the cluster's VPCs, groups, vNICs (and hosts)\n"
     "                                  in one transaction; refused with file:line: field\n"
     "  --etcd URL get vnics|vpcs|groups|hosts   read them back\n"
+    "  --etcd URL migrate [--dry-run] [--force]  move vNICs from legacy keys to per-VPC keys\n"
+    "                                  while hosts are upgraded one by one (idempotent)\n"
     "options:\n"
     "  --host NAME    talk to /run/jakiro/NAME.sock; without it the only socket there is used\n"
     "  --socket PATH  talk to the control socket at PATH\n"

@@ -335,3 +335,104 @@ TEST(ClusterInterest, AVnicWhoseValueNamesAnotherVpcThanItsKeyIsRefused) {
     EXPECT_TRUE(mentions(all.build_view()->rejected,
                          "/jakiro/v1/vnics/blue/t6: vpc does not match the key"));
 }
+
+namespace {
+
+// A host reading a cluster that has no schema marker yet: its vNICs only under legacy keys.
+cluster_records h1_following_legacy_keys() {
+    cluster_records mine;
+    mine.follow_only("h1");
+    mine.reset(50);
+    mine.follow_legacy(true);
+    // As the full read brings them: every legacy key, then each VPC of this host's.
+    mine.put("/jakiro/v1/vnics/g1",
+             "{name: g1, vpc: green, ip: 198.19.3.1/24, mac: '02:00:00:00:03:01', host: h2}", 41);
+    mine.put("/jakiro/v1/vnics/t1",
+             "{name: t1, vpc: blue, ip: 198.19.1.1/24, mac: '02:00:00:00:01:01', host: h1}", 42);
+    mine.put("/jakiro/v1/vnics/t2",
+             "{name: t2, vpc: blue, ip: 198.19.1.2/24, mac: '02:00:00:00:01:02', host: h2}", 43);
+    mine.put("/jakiro/v1/hosts/h1", "{name: h1, underlay_ip: 198.18.0.1}", 2);
+    mine.put("/jakiro/v1/hosts/h2", "{name: h2, underlay_ip: 198.18.0.2}", 3);
+    mine.put("/jakiro/v1/vpcs/blue", "{name: blue, vni: 100}", 5);
+    mine.put("/jakiro/v1/vpcs/green", "{name: green, vni: 200}", 5);  // dropped: not served
+    return mine;
+}
+
+}  // namespace
+
+TEST(ClusterInterest, WithoutTheSchemaMarkerAHostFollowsTheLegacyKeysOfItsVpcs) {
+    auto mine = h1_following_legacy_keys();
+    EXPECT_EQ(mine.served_vpcs(), (std::set<std::string>{"blue"}));
+    EXPECT_EQ(mine.take_pulled(), (std::vector<std::string>{"blue"}));
+    const auto view = mine.build_view();
+    EXPECT_EQ(vnic_names(*view), (std::vector<std::string>{"t1", "t2"}));
+    EXPECT_TRUE(view->rejected.empty()) << view->rejected[0];
+    ASSERT_EQ(view->cluster.vpcs.size(), 1u);
+}
+
+TEST(ClusterInterest, AVnicUnderBothKeysIsThePerVpcOne) {
+    auto mine = h1_following_legacy_keys();
+    mine.put("/jakiro/v1/homes/h1/blue/t1", "{name: t1}", 60);
+    mine.put("/jakiro/v1/vnics/blue/t1",
+             "{name: t1, vpc: blue, ip: 198.19.1.1/24, mac: '02:00:00:00:01:01', host: h1, "
+             "qos: {rate: 1Gbit}}",
+             60);
+    const auto view = mine.build_view();
+    EXPECT_EQ(vnic_names(*view), (std::vector<std::string>{"t1", "t2"}));
+    EXPECT_TRUE(view->rejected.empty()) << view->rejected[0];  // no "MAC used by two vNICs"
+    EXPECT_TRUE(view->cluster.vnics[0].qos.has_value());
+    // jakiroctl, which reads everything, lists it once too.
+    cluster_records all;
+    all.reset(60);
+    for (const auto& [key, record] : mine.records()) {
+        all.put(key, record.value, record.mod_revision);
+    }
+    EXPECT_EQ(all.build_view()->cluster.vnics.size(), 2u);
+}
+
+TEST(ClusterInterest, TheLastLegacyLocalVnicLeavingOrMovingAwayDropsItsVpc) {
+    auto mine = h1_following_legacy_keys();
+    mine.take_pulled();
+    // t1 changes but stays in blue on h1: nothing is pulled or dropped.
+    mine.put("/jakiro/v1/vnics/t1",
+             "{name: t1, vpc: blue, ip: 198.19.1.1/24, mac: '02:00:00:00:01:09', host: h1}", 61);
+    EXPECT_TRUE(mine.take_pulled().empty());
+    EXPECT_TRUE(mine.take_dropped().empty());
+    // It moves to h2: blue is no longer this host's.
+    mine.put("/jakiro/v1/vnics/t1",
+             "{name: t1, vpc: blue, ip: 198.19.1.1/24, mac: '02:00:00:00:01:09', host: h2}", 62);
+    EXPECT_EQ(mine.take_dropped(), (std::vector<std::string>{"blue"}));
+    EXPECT_TRUE(mine.build_view()->cluster.vnics.empty());
+    // Back on h1, then deleted.
+    mine.put("/jakiro/v1/vnics/t1",
+             "{name: t1, vpc: blue, ip: 198.19.1.1/24, mac: '02:00:00:00:01:09', host: h1}", 63);
+    EXPECT_EQ(mine.take_pulled(), (std::vector<std::string>{"blue"}));
+    EXPECT_TRUE(mine.erase("/jakiro/v1/vnics/t1"));
+    EXPECT_EQ(mine.take_dropped(), (std::vector<std::string>{"blue"}));
+    EXPECT_FALSE(mine.serves("blue"));
+}
+
+TEST(ClusterInterest, WithTheSchemaMarkerAHostIgnoresLegacyKeys) {
+    cluster_records mine;
+    mine.follow_only("h1");
+    mine.reset(12);
+    mine.follow_legacy(false);
+    mine.put("/jakiro/v1/schema", "{vnic_keys: per_vpc}", 11);
+    EXPECT_TRUE(mine.migrated());
+    EXPECT_FALSE(mine.put("/jakiro/v1/vnics/t5", "{name: t5, vpc: blue, host: h1}", 12));
+    EXPECT_TRUE(mine.take_pulled().empty());
+}
+
+TEST(ClusterInterest, TheSchemaMarkerComingOrGoingIsNewsOnce) {
+    auto mine = h1_following_legacy_keys();
+    EXPECT_FALSE(mine.take_schema_changed());
+    EXPECT_TRUE(mine.put("/jakiro/v1/schema", "{vnic_keys: per_vpc}", 70));
+    EXPECT_TRUE(mine.take_schema_changed());
+    EXPECT_FALSE(mine.take_schema_changed());
+    mine.put("/jakiro/v1/schema", "{vnic_keys: per_vpc}", 71);  // the same again
+    EXPECT_FALSE(mine.take_schema_changed());
+    EXPECT_TRUE(mine.erase("/jakiro/v1/schema"));
+    EXPECT_TRUE(mine.take_schema_changed());
+    // Other hosts' readers/ keys are no business of a host's.
+    EXPECT_FALSE(mine.put("/jakiro/v1/readers/h2", "{name: h2, vnic_keys: per_vpc}", 72));
+}

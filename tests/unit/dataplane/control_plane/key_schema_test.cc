@@ -64,3 +64,14 @@ TEST(KeySchema, AVnicKeyWithoutItsVpcIsTheLegacyKey) {
     EXPECT_TRUE(parsed->vpc.empty());
     EXPECT_FALSE(parse_key("/jakiro/v1/vnics/blue/t19")->legacy);
 }
+
+TEST(KeySchema, TheSchemaMarkerAndReadersKeysParse) {
+    EXPECT_EQ(schema_marker_key(), "/jakiro/v1/schema");
+    EXPECT_EQ(parse_key("/jakiro/v1/schema")->kind, record_kind::schema);
+    EXPECT_FALSE(parse_key("/jakiro/v1/schema/x"));
+    EXPECT_EQ(key_of({record_kind::reader, "", "h3"}), "/jakiro/v1/readers/h3");
+    const auto reader = parse_key("/jakiro/v1/readers/h3");
+    ASSERT_TRUE(reader.has_value());
+    EXPECT_EQ(reader->kind, record_kind::reader);
+    EXPECT_EQ(reader->name, "h3");
+}
