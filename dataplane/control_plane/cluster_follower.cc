@@ -121,6 +121,7 @@ void cluster_follower::apply_view(const cluster_view& view,
     _status.records = view.records;
     _status.record_bytes = view.bytes;
     _status.rejected = view.rejected;
+    _status.legacy_keys = view.legacy_keys;
     if (!view.usable) {
         ++_status.apply_failures;
         log::warning("cluster_refused",

@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <unordered_set>
 
 namespace jakiro::control_plane {
@@ -13,6 +14,31 @@ void cluster_records::reset(int64_t revision) {
     _pulled.clear();
     _dropped.clear();
     _schema_changed = false;
+    _bytes = 0;
+    _frame_dirty = true;
+    _liveness_dirty = true;
+}
+
+void cluster_records::note_change(record_kind kind) {
+    switch (kind) {
+        case record_kind::host:
+        case record_kind::vpc:
+        case record_kind::group:
+            _frame_dirty = true;
+            break;
+        case record_kind::alive:
+            _liveness_dirty = true;
+            break;
+        default:
+            break;
+    }
+}
+
+std::map<std::string, stored_record>::iterator cluster_records::drop(
+    std::map<std::string, stored_record>::iterator record) {
+    _bytes -= record->first.size() + record->second.value.size();
+    note_change(record->second.kind);
+    return _records.erase(record);
 }
 
 bool cluster_records::migrated() const {
@@ -79,11 +105,17 @@ std::vector<std::string> cluster_records::take_dropped() {
 }
 
 void cluster_records::forget_vpc(const std::string& vpc) {
-    _records.erase(key_of({record_kind::vpc, "", vpc}));
+    if (const auto found = _records.find(key_of({record_kind::vpc, "", vpc}));
+        found != _records.end()) {
+        drop(found);
+    }
     for (auto kind : {record_kind::group, record_kind::vnic}) {
         const auto prefix = prefix_of(kind, vpc);
-        _records.erase(_records.lower_bound(prefix),
-                       _records.lower_bound(prefix_range_end(prefix)));
+        for (auto it = _records.lower_bound(prefix),
+                  last = _records.lower_bound(prefix_range_end(prefix));
+             it != last;) {
+            it = drop(it);
+        }
     }
 }
 
@@ -207,7 +239,10 @@ bool cluster_records::put(const std::string& key, std::string value, int64_t mod
             record.problem = "not YAML: " + e.msg;
         }
     }
-    _records[key] = std::move(record);
+    note_change(record.kind);
+    const auto [stored, added] = _records.try_emplace(key);
+    _bytes += (added ? key.size() : 0) + record.value.size() - stored->second.value.size();
+    stored->second = std::move(record);
     return true;
 }
 
@@ -225,12 +260,16 @@ bool cluster_records::erase(const std::string& key) {
             unserve(parsed->vpc, parsed->name);
         } else if (parsed && parsed->legacy && found->second.host == _host) {
             const auto vpc = found->second.vpc;
-            _records.erase(found);
+            drop(found);
             unserve(vpc, "legacy/" + parsed->name);
             return true;
         }
     }
-    return _records.erase(key) != 0;
+    // Looked up again: forgetting a VPC above may have dropped records.
+    if (const auto again = _records.find(key); again != _records.end()) {
+        drop(again);
+    }
+    return true;
 }
 
 namespace {
@@ -257,59 +296,37 @@ const char* section_of(record_kind kind) {
 
 }  // namespace
 
-std::shared_ptr<const cluster_view> cluster_records::build_view() {
-    auto view = std::make_shared<cluster_view>();
-    view->revision = _revision;
-    view->records = _records.size();
-    std::map<record_kind, std::vector<const std::string*>> by_kind;  // keys, in key order
-    std::vector<stored_record*> vnic_records;
-    std::vector<std::pair<const std::string*, stored_record*>> legacy_vnics;
-    for (auto& [key, record] : _records) {
-        view->bytes += key.size() + record.value.size();
-        if (record.kind == record_kind::alive) {
-            view->alive_hosts.insert(key.substr(prefix_of(record_kind::alive).size()));
-        } else if (record.kind == record_kind::home || record.kind == record_kind::reader ||
-                   record.kind == record_kind::schema) {
-            continue;  // an index, or news of the schema: no part of the cluster's document
-        } else if (record.kind == record_kind::vnic && record.legacy) {
-            // A host keeps every legacy key while they are in use; its VPCs' count.
-            if (_host.empty() || serves(record.vpc)) {
-                legacy_vnics.emplace_back(&key, &record);
-            }
-        } else if (!record.problem.empty()) {
-            view->rejected.push_back(key + ": " + record.problem);
-        } else if (record.kind == record_kind::vnic) {
-            by_kind[record.kind].push_back(&key);
-            vnic_records.push_back(&record);
-        } else {
-            by_kind[record.kind].push_back(&key);
-        }
+std::vector<const std::string*> cluster_records::keys_of(record_kind kind) const {
+    std::vector<const std::string*> out;
+    const auto prefix = prefix_of(kind);
+    const auto last = _records.lower_bound(prefix_range_end(prefix));
+    for (auto it = _records.lower_bound(prefix); it != last; ++it) {
+        out.push_back(&it->first);
     }
-    if (!legacy_vnics.empty()) {
-        // While a cluster moves to per-VPC keys a vNIC may be under both: the per-VPC one is it.
-        std::unordered_set<std::string_view> per_vpc;
-        for (const auto* key : by_kind[record_kind::vnic]) {
-            per_vpc.insert(std::string_view(*key).substr(key->rfind('/') + 1));
-        }
-        for (auto [key, record] : legacy_vnics) {
-            if (per_vpc.count(std::string_view(*key).substr(key->rfind('/') + 1))) {
-                continue;
-            }
-            if (!record->problem.empty()) {
-                view->rejected.push_back(*key + ": " + record->problem);
-                continue;
-            }
-            by_kind[record_kind::vnic].push_back(key);
-            vnic_records.push_back(record);
-        }
-    }
+    return out;
+}
+
+void cluster_records::load_frame() {
     // The frame (hosts, VPCs, groups: few records) is one document, one entry per line, which
     // the loader checks as it checks a cluster YAML; an error's line names its record. Each
     // round drops the entries the loader blames and tries again; a few rounds cover chains.
     // The same text as last time gives the same frame: it is not loaded again.
+    std::map<record_kind, std::vector<const std::string*>> by_kind;  // keys, in key order
+    std::vector<std::string> rejected;
+    for (auto kind : {record_kind::host, record_kind::vpc, record_kind::group}) {
+        for (const auto* key : keys_of(kind)) {
+            const auto& record = _records.at(*key);
+            if (!record.problem.empty()) {
+                rejected.push_back(*key + ": " + record.problem);
+            } else {
+                by_kind[kind].push_back(key);
+            }
+        }
+    }
+    const auto problems = rejected.size();
     std::set<const std::string*> dropped;
+    host_config loaded_config;
     bool loaded_frame = false;
-    std::vector<std::string> frame_rejected;
     for (int round = 0; round < 8 && !loaded_frame; ++round) {
         std::string text;
         std::vector<const std::string*> line_key{nullptr};  // 1-based lines
@@ -328,84 +345,160 @@ std::shared_ptr<const cluster_view> cluster_records::build_view() {
                 line_key.push_back(key);
             }
         }
-        if (round == 0 && text == _frame_text && _generations > 0) {
-            view->cluster = _frame;
-            view->rejected.insert(view->rejected.end(), _frame_rejected.begin(),
-                                  _frame_rejected.end());
-            loaded_frame = true;
-            break;
+        if (round == 0 && text == _frame_text && _frame_usable) {
+            // What the records say has not changed: the same frame, the same refusals.
+            rejected.insert(rejected.end(), _loader_rejected.begin(), _loader_rejected.end());
+            _frame_rejected = std::move(rejected);
+            return;
+        }
+        if (round == 0) {
+            _frame_text = text;
         }
         if (text.empty()) {
             loaded_frame = true;
-        } else {
-            auto loaded = load_cluster_config_text(text, "etcd");
-            if (loaded.ok()) {
-                view->cluster = std::move(loaded.config);
-                loaded_frame = true;
-            } else {
-                bool progress = false;
-                for (const auto& error : loaded.errors) {
-                    const auto* key =
-                        error.line > 0 && static_cast<std::size_t>(error.line) < line_key.size()
-                            ? line_key[error.line]
-                            : nullptr;
-                    if (key != nullptr && dropped.insert(key).second) {
-                        frame_rejected.push_back(*key + ": " + error.field + ": " + error.message);
-                        progress = true;
-                    }
-                }
-                if (!progress) {
-                    frame_rejected.push_back(loaded.errors[0].to_string());
-                    break;
-                }
+            break;
+        }
+        auto loaded = load_cluster_config_text(text, "etcd");
+        if (loaded.ok()) {
+            loaded_config = std::move(loaded.config);
+            loaded_frame = true;
+            break;
+        }
+        bool progress = false;
+        for (const auto& error : loaded.errors) {
+            const auto* key =
+                error.line > 0 && static_cast<std::size_t>(error.line) < line_key.size()
+                    ? line_key[error.line]
+                    : nullptr;
+            if (key != nullptr && dropped.insert(key).second) {
+                rejected.push_back(*key + ": " + error.field + ": " + error.message);
+                progress = true;
             }
         }
-        if (loaded_frame) {
-            // Remembered by the text of the first round: what the records say, dropped or not.
-            std::string first;
-            for (auto kind : {record_kind::host, record_kind::vpc, record_kind::group}) {
-                bool header = false;
-                for (const auto* key : by_kind[kind]) {
-                    if (!header) {
-                        first += std::string(section_of(kind)) + ":\n";
-                        header = true;
-                    }
-                    first += "- " + _records.at(*key).flow + "\n";
-                }
-            }
-            _frame_text = std::move(first);
-            _frame = view->cluster;
-            _frame_rejected = frame_rejected;
-            view->rejected.insert(view->rejected.end(), frame_rejected.begin(),
-                                  frame_rejected.end());
-            ++_generations;
-            // Each VPC's part of the frame: its vNICs are checked again only if it changed.
-            std::map<std::string, std::string> vpc_text;
-            for (const auto& vpc : _frame.vpcs) {
-                vpc_text[vpc.name] = "vpc " + vpc.name + " " + std::to_string(vpc.vni) + "\n";
-            }
-            for (const auto* key : by_kind[record_kind::group]) {
-                if (!dropped.count(key)) {
-                    vpc_text[parse_key(*key)->vpc] += _records.at(*key).flow + "\n";
-                }
-            }
-            for (auto it = _vpc_frames.begin(); it != _vpc_frames.end();) {
-                it = vpc_text.count(it->first) ? std::next(it) : _vpc_frames.erase(it);
-            }
-            for (auto& [vpc, text] : vpc_text) {
-                auto& frame = _vpc_frames[vpc];
-                if (frame.generation == 0 || frame.text != text) {
-                    frame.text = std::move(text);
-                    frame.generation = _generations;
-                }
-            }
+        if (!progress) {
+            rejected.push_back(loaded.errors[0].to_string());
+            break;
         }
     }
+    _loader_rejected.assign(rejected.begin() + static_cast<std::ptrdiff_t>(problems),
+                            rejected.end());
+    _frame_rejected = std::move(rejected);
+    _frame_usable = loaded_frame;
     if (!loaded_frame) {
-        view->rejected.insert(view->rejected.end(), frame_rejected.begin(), frame_rejected.end());
-        _frame_text.clear();
+        _frame_text.clear();  // loaded again next time
+        return;
+    }
+    // The hosts go to the directory, which views share: a view copies the frame, and would
+    // copy every host of the cluster with it.
+    auto directory = std::make_shared<host_directory>();
+    directory->underlay.reserve(loaded_config.hosts.size());
+    for (const auto& host : loaded_config.hosts) {
+        directory->underlay.emplace(host.name, host.underlay_ip);
+    }
+    _hosts = std::move(directory);
+    loaded_config.hosts.clear();
+    _frame = std::move(loaded_config);
+    ++_generations;
+    // Each VPC's part of the frame: its vNICs are checked again only if it changed.
+    std::map<std::string, std::string> vpc_text;
+    for (const auto& vpc : _frame.vpcs) {
+        vpc_text[vpc.name] = "vpc " + vpc.name + " " + std::to_string(vpc.vni) + "\n";
+    }
+    for (const auto* key : by_kind[record_kind::group]) {
+        if (!dropped.count(key)) {
+            vpc_text[parse_key(*key)->vpc] += _records.at(*key).flow + "\n";
+        }
+    }
+    for (auto it = _vpc_frames.begin(); it != _vpc_frames.end();) {
+        it = vpc_text.count(it->first) ? std::next(it) : _vpc_frames.erase(it);
+    }
+    for (auto& [vpc, text] : vpc_text) {
+        auto& frame = _vpc_frames[vpc];
+        if (frame.generation == 0 || frame.text != text) {
+            frame.text = std::move(text);
+            frame.generation = _generations;
+        }
+    }
+}
+
+void cluster_records::load_liveness() {
+    // A copy of the hosts' addresses (kept) with this moment's leases: a lease coming or going
+    // costs one pass over the hosts; a vNIC's change none.
+    auto directory = std::make_shared<host_directory>();
+    if (_hosts) {
+        directory->underlay = _hosts->underlay;
+    }
+    for (const auto* key : keys_of(record_kind::alive)) {
+        directory->alive.insert(key->substr(prefix_of(record_kind::alive).size()));
+    }
+    for (const auto& [name, ip] : directory->underlay) {
+        if (!directory->alive.count(name)) {
+            directory->stale.push_back(name);
+        }
+    }
+    std::sort(directory->stale.begin(), directory->stale.end());
+    _hosts = std::move(directory);
+}
+
+std::shared_ptr<const cluster_view> cluster_records::build_view() {
+    auto view = std::make_shared<cluster_view>();
+    view->revision = _revision;
+    view->records = _records.size();
+    view->bytes = _bytes;
+    view->legacy_keys = _follow_legacy;
+    // Hosts, VPCs and groups are loaded again only when one of them changed, leases only when
+    // one came or went: a vNIC's change does no work that grows with the hosts of the cluster.
+    if (_frame_dirty || !_frame_usable) {
+        view->frame_checked = true;
+        load_frame();
+        _frame_dirty = false;
+        _liveness_dirty = true;  // the addresses may have changed
+    }
+    view->rejected = _frame_rejected;
+    if (!_frame_usable) {
         view->usable = false;
         return view;
+    }
+    if (_liveness_dirty || !_hosts) {
+        load_liveness();
+        _liveness_dirty = false;
+    }
+    view->hosts = _hosts;
+    view->cluster = _frame;
+    std::vector<const std::string*> vnic_keys;
+    std::vector<stored_record*> vnic_records;
+    std::vector<std::pair<const std::string*, stored_record*>> legacy_vnics;
+    for (const auto* key : keys_of(record_kind::vnic)) {
+        auto& record = _records.at(*key);
+        if (record.legacy) {
+            // A host keeps every legacy key while they are in use; its VPCs' count.
+            if (_host.empty() || serves(record.vpc)) {
+                legacy_vnics.emplace_back(key, &record);
+            }
+        } else if (!record.problem.empty()) {
+            view->rejected.push_back(*key + ": " + record.problem);
+        } else {
+            vnic_keys.push_back(key);
+            vnic_records.push_back(&record);
+        }
+    }
+    if (!legacy_vnics.empty()) {
+        // While a cluster moves to per-VPC keys a vNIC may be under both: the per-VPC one is it.
+        std::unordered_set<std::string_view> per_vpc;
+        for (const auto* key : vnic_keys) {
+            per_vpc.insert(std::string_view(*key).substr(key->rfind('/') + 1));
+        }
+        for (auto [key, record] : legacy_vnics) {
+            if (per_vpc.count(std::string_view(*key).substr(key->rfind('/') + 1))) {
+                continue;
+            }
+            if (!record->problem.empty()) {
+                view->rejected.push_back(*key + ": " + record->problem);
+                continue;
+            }
+            vnic_keys.push_back(key);
+            vnic_records.push_back(record);
+        }
     }
     // vNICs one by one against the frame, each remembered until it or its VPC's frame changes.
     // What the loader checks across entries, the first claimant (in key order) keeping it:
@@ -419,7 +512,7 @@ std::shared_ptr<const cluster_view> cluster_records::build_view() {
     addresses.reserve(vnic_records.size());
     macs.reserve(vnic_records.size());
     view->cluster.vnics.reserve(vnic_records.size());
-    const auto& keys = by_kind[record_kind::vnic];
+    const auto& keys = vnic_keys;
     for (std::size_t k = 0; k < keys.size(); ++k) {
         const auto& key = *keys[k];
         auto& record = *vnic_records[k];

@@ -22,6 +22,8 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -51,6 +53,13 @@ struct stored_record {
     std::string error;
 };
 
+// The hosts of the cluster as the views share them (a vNIC's change reuses it whole).
+struct host_directory {
+    std::unordered_map<std::string, uint32_t> underlay;  // by name: every valid host record
+    std::unordered_set<std::string> alive;               // hosts whose alive/ key exists
+    std::vector<std::string> stale;                      // hosts without one, by name
+};
+
 // What the records mean at one revision. `cluster` holds hosts, VPCs, groups and vNICs (each
 // with its host); records that do not parse or do not fit (unknown VPC, name not matching its
 // key, ...) are left out and listed in `rejected`, so one bad write cannot take the rest down.
@@ -59,12 +68,15 @@ struct cluster_view {
     // False when the records could not be made into a valid document at all (then `cluster`
     // is empty and a follower keeps what it has).
     bool usable = true;
-    host_config cluster;
-    std::set<std::string> alive_hosts;  // hosts whose lease-bound alive/ key exists
+    host_config cluster;  // VPCs, groups and vNICs; the hosts are in `hosts`
+    // Every host's address and liveness, shared by the views until a host or lease changes.
+    std::shared_ptr<const host_directory> hosts = std::make_shared<host_directory>();
     std::vector<std::string> rejected;  // "KEY: reason"
     std::size_t records = 0;            // keys read
     std::size_t bytes = 0;              // their keys + values
     std::size_t vnics_checked = 0;      // vNIC records parsed and validated for this view
+    bool frame_checked = false;         // hosts, VPCs and groups were gone over again for this view
+    bool legacy_keys = false;           // a host's view: the legacy vNIC keys were followed too
 };
 
 class cluster_records {
@@ -111,6 +123,15 @@ class cluster_records {
     // (a legacy key naming this host). The first pulls the VPC in, the last drops it.
     void serve(const std::string& vpc, const std::string& tag);
     void unserve(const std::string& vpc, const std::string& tag);
+    // What a stored or dropped record of `kind` makes stale: the frame, or the liveness.
+    void note_change(record_kind kind);
+    std::map<std::string, stored_record>::iterator drop(
+        std::map<std::string, stored_record>::iterator record);
+    std::vector<const std::string*> keys_of(record_kind kind) const;
+    // The frame (hosts, VPCs, groups) checked again, into _frame, _hosts and _vpc_frames.
+    void load_frame();
+    // The hosts' leases into a new _hosts.
+    void load_liveness();
     struct vpc_frame {
         std::string text;  // the VPC's record and its groups', as last checked against
         uint64_t generation = 0;
@@ -127,8 +148,14 @@ class cluster_records {
     // The frame (hosts, VPCs and groups) as last loaded, and what it made: a change elsewhere
     // reuses it. A vNIC is checked again only when its own VPC's part of the frame changed.
     std::string _frame_text;
-    host_config _frame;
-    std::vector<std::string> _frame_rejected;
+    host_config _frame;  // without its hosts: they are in _hosts
+    bool _frame_usable = false;
+    bool _frame_dirty = true;     // a host, VPC or group record changed since the last load
+    bool _liveness_dirty = true;  // an alive/ key came or went
+    std::vector<std::string> _frame_rejected;   // every refusal of the frame's records
+    std::vector<std::string> _loader_rejected;  // those the loader made (of the last text)
+    std::shared_ptr<const host_directory> _hosts;
+    std::size_t _bytes = 0;  // keys and values kept
     std::map<std::string, vpc_frame> _vpc_frames;
     uint64_t _generations = 0;
 };

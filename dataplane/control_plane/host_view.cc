@@ -30,14 +30,13 @@ host_view compose_host_config(const host_config& local, const cluster_view& view
     out.config.vnics.clear();
     out.config.peers.clear();
     // The hosts themselves are not copied: nothing downstream reads them, and a change would
-    // pay for every host of the cluster. Their addresses go into the peers below.
+    // pay for every host of the cluster. Their addresses go into the peers below, looked up in
+    // the directory the views share.
     out.config.hosts.clear();
-    std::unordered_map<std::string, uint32_t> underlay;
-    underlay.reserve(cluster.hosts.size());
-    for (const auto& host : cluster.hosts) {
-        underlay[host.name] = host.underlay_ip;
-        if (!view.alive_hosts.count(host.name) && host.name != local.name) {
-            out.stale_hosts.push_back(host.name);
+    const auto& underlay = view.hosts->underlay;
+    for (const auto& host : view.hosts->stale) {
+        if (host != local.name) {
+            out.stale_hosts.push_back(host);
         }
     }
     const std::string pattern = local.control ? local.control->vnic_port : "";

@@ -50,6 +50,10 @@ std::string render_control_plane_text(const control_plane_status& s) {
         << " records (" << s.record_bytes << " bytes), " << s.local_vnics << " local vNICs, "
         << s.peers << " remote vNICs\n"
         << "  VPCs followed: " << joined(s.vpcs) << "\n";
+    if (s.legacy_keys) {
+        out << "  vNIC keys: per-VPC and legacy (the cluster is not migrated yet: "
+               "jakiroctl --etcd URL migrate)\n";
+    }
     if (!s.stale_hosts.empty()) {
         out << "  stale hosts (lease expired; their vNICs stay reachable): "
             << joined(s.stale_hosts) << "\n";
@@ -80,6 +84,7 @@ void write_control_plane_json(json_writer& out, const control_plane_status& s) {
         .value("record_bytes", uint64_t{s.record_bytes})
         .value("local_vnics", uint64_t{s.local_vnics})
         .value("peers", uint64_t{s.peers})
+        .value("legacy_keys", s.legacy_keys)
         .value("views_applied", s.views_applied)
         .value("apply_failures", s.apply_failures);
     auto list = [&](const char* key, const std::vector<std::string>& names) {

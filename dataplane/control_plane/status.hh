@@ -29,6 +29,8 @@ struct control_plane_status {
     std::size_t local_vnics = 0;
     std::size_t peers = 0;
     std::vector<std::string> vpcs;  // the VPCs this host follows (its vNICs are in them)
+    // The cluster has no schema marker yet: the legacy vNIC keys are followed too.
+    bool legacy_keys = false;
     // Members this host knows of each group of those VPCs ("vpc/group", count): local vNICs
     // and remote ones, including groups that only a rule names.
     std::vector<std::pair<std::string, std::size_t>> group_members;

@@ -96,6 +96,8 @@ def test_a_cluster_of_legacy_keys_is_upgraded_host_by_host_and_no_host_loses_a_v
         wait_until(lambda: control_plane("h1")["revision_applied"] >= revision(), 10,
                    "h1 to apply the legacy records")
         assert control_plane("h1")["peers"] == 2 and control_plane("h2")["peers"] == 3
+        assert control_plane("h1")["legacy_keys"]
+        assert "not migrated yet" in jakiroctl("h1", "status").stdout
         assert reachable(T1, "198.19.1.2")
 
         # ---- migrate: a dry run writes nothing; a record that cannot be placed refuses it all.
@@ -143,6 +145,7 @@ def test_a_cluster_of_legacy_keys_is_upgraded_host_by_host_and_no_host_loses_a_v
         wait_until(lambda: control_plane("h1")["revision_applied"] >= revision(), 10,
                    "h1 to follow the migrated cluster")
         assert control_plane("h1")["peers"] == 3, control_plane("h1")
+        assert not control_plane("h1")["legacy_keys"]
         assert reachable(T1, "198.19.1.19")
         out, _ = pinger.communicate(timeout=120)
     loss = re.search(r"([\d.]+)% packet loss", out)

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -325,9 +326,11 @@ int get(etcd_client& client, const std::string& what) {
         }
     } else if (what == "hosts") {
         std::printf("%-16s %-16s %s\n", "NAME", "UNDERLAY", "STATE");
-        for (const auto& h : c.hosts) {
-            std::printf("%-16s %-16s %s\n", h.name.c_str(), format_ipv4(h.underlay_ip).c_str(),
-                        view->alive_hosts.count(h.name) ? "alive" : "stale (lease expired)");
+        const std::map<std::string, uint32_t> by_name(view->hosts->underlay.begin(),
+                                                      view->hosts->underlay.end());
+        for (const auto& [name, ip] : by_name) {
+            std::printf("%-16s %-16s %s\n", name.c_str(), format_ipv4(ip).c_str(),
+                        view->hosts->alive.count(name) ? "alive" : "stale (lease expired)");
         }
     } else {
         std::cerr << "jakiroctl: get what? vnics, vpcs, groups or hosts\n";

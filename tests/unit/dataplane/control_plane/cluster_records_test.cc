@@ -43,14 +43,16 @@ TEST(ClusterRecords, BuildViewReadsEveryKindOfRecordIncludingJson) {
     ASSERT_TRUE(view->usable);
     EXPECT_TRUE(view->rejected.empty());
     EXPECT_EQ(view->revision, 10);
-    ASSERT_EQ(view->cluster.hosts.size(), 2u);
+    ASSERT_EQ(view->hosts->underlay.size(), 2u);
+    EXPECT_EQ(view->hosts->underlay.at("h2"), 0xc6120002u);
     ASSERT_EQ(view->cluster.vpcs.size(), 1u);
     ASSERT_EQ(view->cluster.security_groups.size(), 1u);
     ASSERT_EQ(view->cluster.vnics.size(), 2u);
     EXPECT_EQ(view->cluster.vnics[0].host, "h1");
     EXPECT_EQ(view->cluster.vnics[1].rdma.max_qps, 16u);
     EXPECT_TRUE(view->cluster.vnics[1].qos.has_value());
-    EXPECT_EQ(view->alive_hosts, std::set<std::string>{"h1"});
+    EXPECT_EQ(view->hosts->alive, std::unordered_set<std::string>{"h1"});
+    EXPECT_EQ(view->hosts->stale, std::vector<std::string>{"h2"});
 }
 
 TEST(ClusterRecords, ARecordThatDoesNotFitIsRefusedAndTheRestStays) {
@@ -111,7 +113,7 @@ TEST(ClusterRecords, EraseAndPutFollowWatchEvents) {
     const auto view = records.build_view();
     EXPECT_EQ(view->revision, 11);
     EXPECT_EQ(view->cluster.vnics.size(), 1u);
-    EXPECT_TRUE(view->alive_hosts.empty());
+    EXPECT_TRUE(view->hosts->alive.empty());
     EXPECT_EQ(records.records().count("/elsewhere/key"), 0u);
 }
 
@@ -367,6 +369,7 @@ TEST(ClusterInterest, WithoutTheSchemaMarkerAHostFollowsTheLegacyKeysOfItsVpcs) 
     const auto view = mine.build_view();
     EXPECT_EQ(vnic_names(*view), (std::vector<std::string>{"t1", "t2"}));
     EXPECT_TRUE(view->rejected.empty()) << view->rejected[0];
+    EXPECT_TRUE(view->legacy_keys);
     ASSERT_EQ(view->cluster.vpcs.size(), 1u);
 }
 
@@ -435,4 +438,39 @@ TEST(ClusterInterest, TheSchemaMarkerComingOrGoingIsNewsOnce) {
     EXPECT_TRUE(mine.take_schema_changed());
     // Other hosts' readers/ keys are no business of a host's.
     EXPECT_FALSE(mine.put("/jakiro/v1/readers/h2", "{name: h2, vnic_keys: per_vpc}", 72));
+}
+
+TEST(ClusterInterest, AVnicChangeGoesOverNoHostAndSharesTheHostDirectory) {
+    auto records = two_host_cluster();
+    for (int i = 3; i <= 200; ++i) {
+        const auto h = "h" + std::to_string(i);
+        records.put("/jakiro/v1/hosts/" + h,
+                    "{name: " + h + ", underlay_ip: 198.18." + std::to_string(i / 250) + "." +
+                        std::to_string(i % 250) + "}",
+                    20);
+    }
+    const auto first = records.build_view();
+    EXPECT_TRUE(first->frame_checked);
+    EXPECT_EQ(first->hosts->underlay.size(), 200u);
+    // One vNIC changes: neither the hosts nor their leases are gone over again.
+    records.put("/jakiro/v1/vnics/blue/t2",
+                "{name: t2, vpc: blue, ip: 198.19.1.2/24, mac: '02:00:c6:13:01:22', host: h2}", 21);
+    const auto second = records.build_view();
+    EXPECT_FALSE(second->frame_checked);
+    EXPECT_EQ(second->hosts.get(), first->hosts.get());
+    EXPECT_EQ(second->vnics_checked, 1u);
+    EXPECT_TRUE(second->cluster.hosts.empty());  // not copied into each view
+    // A lease that comes: the directory is new, the frame is not checked again.
+    records.put("/jakiro/v1/alive/h2", "{name: h2}", 22);
+    const auto third = records.build_view();
+    EXPECT_FALSE(third->frame_checked);
+    EXPECT_NE(third->hosts.get(), first->hosts.get());
+    EXPECT_TRUE(third->hosts->alive.count("h2"));
+    EXPECT_EQ(third->hosts->underlay.size(), 200u);
+    // A host that moves: the frame is checked again and the directory has its new address.
+    records.put("/jakiro/v1/hosts/h2", "{name: h2, underlay_ip: 198.18.1.2}", 23);
+    const auto fourth = records.build_view();
+    EXPECT_TRUE(fourth->frame_checked);
+    EXPECT_EQ(fourth->hosts->underlay.at("h2"), 0xc6120102u);
+    EXPECT_TRUE(fourth->hosts->alive.count("h2"));
 }

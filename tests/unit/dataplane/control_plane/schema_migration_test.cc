@@ -181,3 +181,24 @@ TEST(SchemaMigration, ADiffNeverDeletesWhatHostsWriteThemselves) {
         EXPECT_EQ(del.key.find("/jakiro/v1/hosts/"), std::string::npos) << del.key;
     }
 }
+
+TEST(SchemaMigration, ApplyInTransitionDeletesAVnicUnderBothKeys) {
+    auto records = legacy_cluster();
+    commit(records,
+           diff_records(plan_migration(records.records(), false).desired, records.records()), 21);
+    const auto state = migration_state_of(records.records());
+    ASSERT_TRUE(state.in_transition());
+    // The document lists t1 only: t2 goes, under both keys, with its index.
+    std::map<std::string, std::string> desired{{"/jakiro/v1/vpcs/blue", "{name: blue, vni: 100}"},
+                                               {"/jakiro/v1/vnics/blue/t1", t1_value},
+                                               {"/jakiro/v1/homes/h1/blue/t1", "{name: t1}"}};
+    add_schema_records(desired, state);
+    std::vector<std::string> deleted;
+    for (const auto& del : diff_records(desired, records.records()).deletes) {
+        deleted.push_back(del.key);
+    }
+    std::sort(deleted.begin(), deleted.end());
+    EXPECT_EQ(deleted,
+              (std::vector<std::string>{"/jakiro/v1/homes/h2/blue/t2", "/jakiro/v1/vnics/blue/t2",
+                                        "/jakiro/v1/vnics/t2"}));
+}
