@@ -163,7 +163,9 @@ TEST_F(SealedDatagramsTest, WhatIsNotSealedStaysInItsPlace) {
     EXPECT_FALSE(is_super_datagram(out[0])) << "a lone frame stays an ordinary frame";
     EXPECT_EQ(out[1], arp);
     EXPECT_TRUE(is_super_datagram(out[2]));
-    EXPECT_EQ(join_sealed_frames(&out[2], 1), 1) << "a datagram is never joined again";
+    rte_mbuf* again[2] = {out[2], out[2]};
+    EXPECT_EQ(join_sealed_frames(again, 1), 1) << "a datagram is never joined again";
+    EXPECT_EQ(again[0], out[2]);
 }
 
 TEST_F(SealedDatagramsTest, ADatagramCarriesNoMoreFramesThanAReceiverCuts) {
