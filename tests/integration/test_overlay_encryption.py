@@ -280,7 +280,10 @@ def test_a_rekey_during_20_s_of_rdma_and_tcp_loses_nothing():
     row = re.search(r"^\s*65536\s+(\d+)\s+[\d.]+\s+([\d.]+)", rdma_out, re.M)
     assert row and int(row.group(1)) > 0 and float(row.group(2)) > 0, rdma_out[-800:]
     end = tcp["end"]
-    assert end["sum_received"]["bytes"] == end["sum_sent"]["bytes"] > 10_000_000
+    # What the sender wrote in 20 s arrived but for what was still in flight when the timer
+    # stopped the count (a few socket buffers at most).
+    assert end["sum_sent"]["bytes"] > 10_000_000
+    assert end["sum_sent"]["bytes"] - end["sum_received"]["bytes"] < 8 << 20
     rekeys = overlay_peer("h1", H2_IP)["tx_spi"] - epoch_before
     print(f"\nRDMA {row.group(2)} Gbit/s, TCP {end['sum_received']['bits_per_second'] / 1e9:.2f}"
           f" Gbit/s, {rekeys} epochs in 20 s")
