@@ -68,7 +68,8 @@ struct datapath_tables {
     rte_ether_addr gateway_mac{};  // the MAC jakirod answers ARP with, towards tenants
     uint32_t tenant_mtu = 1450;    // largest inner IPv4 packet carried
     // Frames to the uplink may be sealed (overlay.encryption, overlay/sealing/): each wire
-    // frame is sealed on its own, so nothing sends the uplink super-frames or GSO datagrams.
+    // frame is sealed on its own, so the pipelines send the uplink frames, never super-frames
+    // or GSO datagrams; the tx batch joins them into datagrams once they are sealed.
     bool uplink_sealed = false;
 
     std::vector<vnic_view> vnics;        // indexed by vNIC slot; slots of removed vNICs are holes

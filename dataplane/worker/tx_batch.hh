@@ -17,6 +17,7 @@
 #include <span>
 
 #include "dataplane/counters.hh"
+#include "dataplane/overlay/sealing/sealed_datagrams.hh"
 #include "dataplane/overlay/sealing/uplink_sealing.hh"
 #include "dataplane/port_io.hh"
 #include "dataplane/worker/clock.hh"
@@ -37,8 +38,9 @@ class tx_batch {
     void set_owner(uint16_t port, uint8_t worker) { _owner[port] = worker; }
 
     // The sealed overlay: what this batch sends on `uplink` itself is sealed in bursts just
-    // before it leaves (frames copied out of chains come from `pool`). Frames a port could not
-    // take stay queued sealed and are never sealed twice.
+    // before it leaves (frames copied out of chains come from `pool`) and, where the uplink
+    // takes them, joined into UDP GSO super-datagrams (sealed_datagrams.hh). Frames a port
+    // could not take stay queued sealed and are never sealed twice.
     void seal_uplink(overlay::sealing::uplink_sealing* sealing, uint16_t uplink,
                      rte_mempool* pool) {
         _sealing = sealing;
@@ -116,10 +118,13 @@ class tx_batch {
             counters.handed_port.add(sent);
         } else {
             if (_sealing != nullptr && port == _sealed_port && queue.sealed < queue.count) {
-                queue.count = static_cast<uint16_t>(
-                    queue.sealed + _sealing->seal_burst(queue.pkts + queue.sealed,
-                                                        queue.count - queue.sealed, _seal_pool,
-                                                        counters, now_ns()));
+                rte_mbuf** fresh = queue.pkts + queue.sealed;
+                uint16_t left = _sealing->seal_burst(fresh, queue.count - queue.sealed, _seal_pool,
+                                                     counters, now_ns());
+                if (uplink_takes_udp_gso(port)) {
+                    left = overlay::sealing::join_sealed_frames(fresh, left);
+                }
+                queue.count = static_cast<uint16_t>(queue.sealed + left);
                 queue.sealed = queue.count;
             }
             sent = port_tx_burst(port, queue.pkts, queue.count);

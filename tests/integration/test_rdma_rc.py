@@ -613,14 +613,16 @@ def test_padding_behind_roce_packets_is_zeros_and_never_more_than_a_reth(roce_ca
 
 @contextlib.contextmanager
 def fabric_marks_ce_towards(port):
-    """The fabric's switch marks congestion (CE) on one in 50 ECN-capable (ECT(0)) VXLAN
+    """The fabric's switch marks congestion (CE) on one in 50 ECN-capable (ECT(0)) overlay
     packets it forwards to `port`, as a congested ECN switch would (RED-style, not every
     packet: that would hold DCQCN at its minimum rate): an iptables TOS rule on the bridge.
     Packets that are not ECN-capable (the tenants' TCP here) pass unmarked, as a switch
     would queue or drop them; CE on them would make the far end drop them (RFC 6040)."""
     sysctl = "net.bridge.bridge-nf-call-iptables"
     before = ns(FABRIC, "sysctl", "-n", sysctl).stdout.strip()
-    rule = ["FORWARD", "-m", "physdev", "--physdev-out", port, "-p", "udp", "--dport", "4789",
+    # VXLAN, or ESP in UDP on a sealed test bed (the outer ECN field stays in the clear).
+    rule = ["FORWARD", "-m", "physdev", "--physdev-out", port, "-p", "udp", "-m", "multiport",
+            "--dports", "4789,4500",
             "-m", "ecn", "--ecn-ip-ect", "2", "-m", "statistic", "--mode", "nth", "--every", "50",
             "--packet", "0", "-j", "TOS", "--set-tos", "0x03/0x03"]
     try:

@@ -58,7 +58,12 @@ struct peer_sa {
 
     // Receiving: [0] the newest epoch that authenticated, [1] the one before it.
     rx_sa rx[2];
-    // A newer epoch derived on sight of its SPI, adopted when a frame of it authenticates.
+    // The epoch after rx[0], derived when rx[0] was adopted: the peer's next rekey opens at
+    // once, whatever an attacker's forged SPIs keep in the candidate slot.
+    rx_sa next;
+    // Any other newer epoch (the peer restarted and reserved a new range) derived on sight
+    // of its SPI, at most once per derive interval; adopted, like `next`, when a frame of it
+    // authenticates.
     rx_sa candidate;
     uint64_t last_derive_ns = 0;
 

@@ -189,6 +189,22 @@ bool uplink_sealing::derive_rx(peer_sa& peer, uint32_t epoch, rx_sa& out) {
     return true;
 }
 
+rx_sa* uplink_sealing::adopt(peer_sa& peer, rx_sa& slot) {
+    peer.rx[1] = peer.rx[0];
+    peer.rx[0] = slot;
+    slot.valid = false;
+    if (peer.candidate.valid && peer.candidate.epoch <= peer.rx[0].epoch) {
+        peer.candidate.valid = false;
+    }
+    peer.next.valid = false;
+    if (peer.rx[0].epoch != UINT32_MAX) {
+        derive_rx(peer, peer.rx[0].epoch + 1, peer.next);
+    }
+    __atomic_store_n(&peer.shown_rx_epoch, peer.rx[0].epoch, __ATOMIC_RELAXED);
+    peer.counters.rx_epochs.add(1);
+    return &peer.rx[0];
+}
+
 uint16_t uplink_sealing::seal_burst(rte_mbuf** pkts, uint16_t n, rte_mempool* pool,
                                     lcore_counters& counters, uint64_t now_ns) {
     seal_request requests[gcm_burst::max_burst];
@@ -265,10 +281,22 @@ uint16_t uplink_sealing::open_burst(rte_mbuf** pkts, uint16_t n, rte_be32_t loca
                                     uint64_t now_ns) {
     open_request requests[gcm_burst::max_burst];
     open_result results[gcm_burst::max_burst];
-    rx_sa* sas[gcm_burst::max_burst];
+    uint32_t epochs[gcm_burst::max_burst];
     peer_sa* senders[gcm_burst::max_burst];
     uint16_t places[gcm_burst::max_burst];
     uint16_t kept = 0;
+
+    // The receiving SA of `peer` that holds `epoch` now, if any. Keys are a function of the
+    // epoch, so a frame opened under one slot may be judged against the slot that holds its
+    // epoch after an adoption moved it.
+    auto slot_for = [](peer_sa& peer, uint32_t epoch) -> rx_sa* {
+        for (rx_sa* s : {&peer.rx[0], &peer.rx[1], &peer.next, &peer.candidate}) {
+            if (s->valid && s->epoch == epoch) {
+                return s;
+            }
+        }
+        return nullptr;
+    };
 
     // Frames are kept in place order: the sealed ones are judged after the burst is opened,
     // so first mark where each sealed frame sits in the kept list.
@@ -277,7 +305,6 @@ uint16_t uplink_sealing::open_burst(rte_mbuf** pkts, uint16_t n, rte_be32_t loca
         for (unsigned r = 0; r < count; ++r) {
             rte_mbuf* m = pkts[places[r]];
             peer_sa& peer = *senders[r];
-            rx_sa* sa = sas[r];
             if (!results[r].ok) {
                 peer.counters.auth_failed.add(1);
                 count_drop(counters, m, drop_reason::auth_failed);
@@ -285,25 +312,9 @@ uint16_t uplink_sealing::open_burst(rte_mbuf** pkts, uint16_t n, rte_be32_t loca
                 continue;
             }
             const uint64_t seq = seq_of(requests[r].esp);
-            if (sa == &peer.candidate) {
-                // A newer epoch of the peer's authenticated: it becomes the current one, the
-                // current one stays open for frames sealed before the peer's rekey, the one
-                // before that is over.
-                for (unsigned later = r + 1; later < count; ++later) {
-                    if (sas[later] == &peer.rx[1]) {
-                        sas[later] = nullptr;
-                    } else if (sas[later] == &peer.rx[0]) {
-                        sas[later] = &peer.rx[1];
-                    } else if (sas[later] == &peer.candidate) {
-                        sas[later] = &peer.rx[0];
-                    }
-                }
-                peer.rx[1] = peer.rx[0];
-                peer.rx[0] = peer.candidate;
-                peer.candidate.valid = false;
-                sa = &peer.rx[0];
-                __atomic_store_n(&peer.shown_rx_epoch, sa->epoch, __ATOMIC_RELAXED);
-                peer.counters.rx_epochs.add(1);
+            rx_sa* sa = slot_for(peer, epochs[r]);
+            if (sa == &peer.next || sa == &peer.candidate) {
+                sa = adopt(peer, *sa);  // a newer epoch of the peer's authenticated
             }
             if (sa == nullptr || !sa->window.accept(seq)) {
                 peer.counters.replayed.add(1);
@@ -378,6 +389,8 @@ uint16_t uplink_sealing::open_burst(rte_mbuf** pkts, uint16_t n, rte_be32_t loca
             sa = &peer->rx[0];
         } else if (peer->rx[1].valid && epoch == peer->rx[1].epoch) {
             sa = &peer->rx[1];
+        } else if (peer->next.valid && epoch == peer->next.epoch) {
+            sa = &peer->next;  // the peer rekeyed
         } else if (!peer->rx[0].valid || epoch > peer->rx[0].epoch) {
             if (peer->candidate.valid && peer->candidate.epoch == epoch) {
                 sa = &peer->candidate;
@@ -414,7 +427,7 @@ uint16_t uplink_sealing::open_burst(rte_mbuf** pkts, uint16_t n, rte_be32_t loca
         requests[pending] = {
             esp, ip_len - static_cast<uint32_t>(sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr)),
             &sa->key, f.ip->src_addr, f.ip->dst_addr};
-        sas[pending] = sa;
+        epochs[pending] = epoch;
         senders[pending] = peer;
         places[pending] = kept;
         pkts[kept++] = m;

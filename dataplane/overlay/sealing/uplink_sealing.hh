@@ -89,6 +89,10 @@ class uplink_sealing {
     bool rekey_due(peer_sa& peer, uint64_t now_ns) const;
     void rekey(peer_sa& peer, uint64_t now_ns);
     bool derive_rx(peer_sa& peer, uint32_t epoch, rx_sa& out);
+    // A frame of `slot`'s epoch (`next` or `candidate`) authenticated: it becomes the current
+    // receiving epoch, the current one stays open for frames sealed before the peer's rekey,
+    // the one before that is over, and the epoch after it is derived. Returns the new rx[0].
+    rx_sa* adopt(peer_sa& peer, rx_sa& slot);
 
     gcm_burst _gcm;
     x25519_key _public_key{};

@@ -249,6 +249,39 @@ TEST_F(UplinkSealingTest, ARekeyInsideABurstSealsEachFrameUnderTheEpochItNames) 
     free_all(burst, 8);
 }
 
+// A fabric attacker sends frames in a's name with the SPI of a far epoch, one per derive
+// interval, so the candidate slot holds a key of no use whenever a's real rekey comes. The
+// rekey still opens at once (the epoch after the current one is derived ahead), and the
+// forgery is one auth_failed drop.
+TEST_F(UplinkSealingTest, ForgedFutureSpisInTheCandidateSlotDoNotDelayARealRekey) {
+    auto at_a = make(a, {&b}, encryption_policy::required, 1000, 4000);
+    auto at_b = make(b, {&a});
+    rte_mbuf* old_epoch[5];
+    for (auto& m : old_epoch) {
+        m = vxlan_frame(a, b, 1000);  // 5 kB: past the byte budget
+    }
+    ASSERT_EQ(seal(*at_a, old_epoch, 5), 5);
+    ASSERT_EQ(open_at(*at_b, b, old_epoch, 1), 1);
+    now += uplink_sealing::min_epoch_ns;
+    rte_mbuf* rekeyed = vxlan_frame(a, b, 1000);
+    ASSERT_EQ(seal(*at_a, &rekeyed, 1), 1);
+    ASSERT_EQ(at_a->peers()[0].tx_epoch, 1001u);
+
+    rte_mbuf* forged = old_epoch[1];
+    uint8_t* spi = rte_pktmbuf_mtod_offset(forged, uint8_t*, 42);
+    const uint32_t far = 2001;  // a's epoch is 1001
+    const rte_be32_t far_be = rte_cpu_to_be_32(far);
+    std::memcpy(spi, &far_be, sizeof(far_be));
+    EXPECT_EQ(open_at(*at_b, b, &forged, 1), 0);
+    now += uplink_sealing::derive_interval_ns / 2;  // the attacker's slot is still fresh
+    EXPECT_EQ(open_at(*at_b, b, &rekeyed, 1), 1) << "the real rekey waited for the slot";
+    EXPECT_EQ(at_b->peers()[0].rx[0].epoch, 1001u);
+    EXPECT_EQ(drops(counters_b, drop_reason::auth_failed), 1u);
+    free_all(&rekeyed, 1);
+    free_all(old_epoch, 1);
+    free_all(old_epoch + 2, 3);
+}
+
 TEST_F(UplinkSealingTest, FramesForAnotherHostOrNotOverlayPassUntouched) {
     auto at_b = make(b, {&a});
     rte_mbuf* arp =

@@ -1,0 +1,186 @@
+#include "dataplane/overlay/sealing/sealed_datagrams.hh"
+
+#include <gtest/gtest.h>
+#include <rte_udp.h>
+
+#include <vector>
+
+#include "dataplane/overlay/sealing/uplink_sealing.hh"
+#include "dataplane/overlay/udp_gso.hh"
+#include "tests/unit/frames.hh"
+
+namespace jakiro::overlay::sealing {
+namespace {
+
+using test::ip;
+using test::mac;
+
+rte_mempool* pool() {
+    static rte_mempool* p = rte_pktmbuf_pool_create("sealed_dgram_test", 1023, 0, 0,
+                                                    RTE_MBUF_DEFAULT_BUF_SIZE, rte_socket_id());
+    return p;
+}
+
+struct host {
+    const char* ip_text;
+    const char* mac_text;
+    host_key_pair keys = generate_key_pair();
+};
+
+struct SealedDatagramsTest : testing::Test {
+    host a{"198.18.0.1", "02:00:00:00:00:01"};
+    host b{"198.18.0.2", "02:00:00:00:00:02"};
+    host c{"198.18.0.3", "02:00:00:00:00:03"};
+    lcore_counters counters;
+    std::vector<rte_mbuf*> owned;
+
+    ~SealedDatagramsTest() override {
+        for (rte_mbuf* m : owned) {
+            rte_pktmbuf_free(m);
+        }
+    }
+
+    std::unique_ptr<uplink_sealing> make(const host& self, std::vector<const host*> others) {
+        sealing_setup setup;
+        setup.policy = encryption_policy::required;
+        setup.own = self.keys;
+        setup.underlay_ip = rte_be_to_cpu_32(ip(self.ip_text));
+        for (const host* o : others) {
+            setup.peers.push_back({rte_be_to_cpu_32(ip(o->ip_text)), o->keys.public_key,
+                                   encryption_policy::required});
+        }
+        std::string error;
+        auto s = uplink_sealing::create(setup, error);
+        EXPECT_TRUE(s) << error;
+        return s;
+    }
+
+    // A VXLAN frame from `from` to `to` carrying a tenant UDP datagram of `payload` bytes;
+    // `entropy` is the outer UDP source port (one per inner flow).
+    rte_mbuf* vxlan_frame(const host& from, const host& to, uint16_t payload,
+                          uint16_t entropy = 50000) {
+        test::ipv4_frame_spec spec{mac("02:00:c6:13:01:01"), mac("02:6a:6b:00:00:01"),
+                                   ip("198.19.1.1"), ip("198.19.2.1")};
+        spec.payload = payload;
+        rte_mbuf* m = test::ipv4_mbuf(pool(), spec);
+        overlay::encapsulate(
+            m, {mac(from.mac_text), mac(to.mac_text), ip(from.ip_text), ip(to.ip_text)}, 100, 0,
+            entropy);
+        return m;
+    }
+
+    // Seals `frames` at `sender` and joins them; returns what would be written to the uplink.
+    std::vector<rte_mbuf*> seal_and_join(uplink_sealing& sender, std::vector<rte_mbuf*> frames) {
+        auto n = sender.seal_burst(frames.data(), static_cast<uint16_t>(frames.size()), pool(),
+                                   counters, 1'000'000'000);
+        n = join_sealed_frames(frames.data(), n);
+        frames.resize(n);
+        return frames;
+    }
+
+    // What the receiving Jakiro host makes of `datagram`: the kernel hands it over whole, the
+    // uplink face cuts it (uplink_frames.hh), the sealing opens every frame.
+    std::vector<rte_mbuf*> receive(uplink_sealing& receiver, const host& self, rte_mbuf* datagram) {
+        const std::vector<uint8_t> bytes = test::bytes_of(datagram);
+        const uint16_t gso = (datagram->ol_flags & RTE_MBUF_F_TX_UDP_SEG) != 0
+                                 ? datagram->tso_segsz
+                                 : static_cast<uint16_t>(bytes.size() - gso_outer_bytes);
+        std::vector<uint8_t> tail;
+        rte_mbuf* head = test::head_and_tail(pool(), bytes, tail);
+        std::vector<rte_mbuf*> cut(max_gso_chunks);
+        uint16_t count = 0;
+        EXPECT_EQ(split_udp_gso(head, tail.data(), static_cast<uint32_t>(bytes.size()), gso, pool(),
+                                cut.data(), count),
+                  split_verdict::ok);
+        count = receiver.open_burst(cut.data(), count, ip(self.ip_text), mac(self.mac_text),
+                                    counters, 1'000'000'000);
+        cut.resize(count);
+        return cut;
+    }
+};
+
+bool is_super_datagram(const rte_mbuf* m) {
+    return (m->ol_flags & RTE_MBUF_F_TX_UDP_SEG) != 0;
+}
+
+TEST_F(SealedDatagramsTest, OneFlowsSealedFramesLeaveAsOneDatagramThatOpensIntoTheSameFrames) {
+    auto at_a = make(a, {&b});
+    auto at_b = make(b, {&a});
+    std::vector<rte_mbuf*> frames;
+    std::vector<std::vector<uint8_t>> sent;
+    for (int i = 0; i < 20; ++i) {
+        frames.push_back(vxlan_frame(a, b, i < 19 ? 1400 : 333));  // a super-frame's cut
+        sent.push_back(test::bytes_of(frames.back()));
+    }
+    const auto out = seal_and_join(*at_a, frames);
+    ASSERT_EQ(out.size(), 1u) << "20 frames of one flow: one tap write";
+    owned.push_back(out[0]);
+    ASSERT_TRUE(is_super_datagram(out[0]));
+    EXPECT_EQ(rte_be_to_cpu_16(rte_pktmbuf_mtod_offset(out[0], rte_udp_hdr*, 34)->dst_port),
+              esp_udp_port);
+    const auto opened = receive(*at_b, b, out[0]);
+    ASSERT_EQ(opened.size(), sent.size());
+    for (std::size_t i = 0; i < opened.size(); ++i) {
+        owned.push_back(opened[i]);
+        EXPECT_EQ(test::bytes_of(opened[i]), sent[i]) << "frame " << i;
+    }
+    EXPECT_EQ(at_b->peers()[0].counters.opened.read(), 20u);
+}
+
+TEST_F(SealedDatagramsTest, ADatagramEndsWhereTheHostTheFlowOrTheSizeChanges) {
+    auto at_a = make(a, {&b, &c});
+    // Datagrams: b's two frames; c's two; c's other flow; b's short frame (a longer one
+    // cannot follow it); b's three.
+    std::vector<rte_mbuf*> frames = {
+        vxlan_frame(a, b, 1000), vxlan_frame(a, b, 1000),        vxlan_frame(a, c, 1000),
+        vxlan_frame(a, c, 1000), vxlan_frame(a, c, 1000, 50001), vxlan_frame(a, b, 500),
+        vxlan_frame(a, b, 1000), vxlan_frame(a, b, 1000),        vxlan_frame(a, b, 1000),
+    };
+    const auto out = seal_and_join(*at_a, frames);
+    ASSERT_EQ(out.size(), 5u);
+    const std::vector<uint32_t> chunks = {2, 2, 1, 1, 3};
+    for (std::size_t i = 0; i < out.size(); ++i) {
+        owned.push_back(out[i]);
+        const uint32_t chunk =
+            is_super_datagram(out[i]) ? out[i]->tso_segsz : rte_pktmbuf_pkt_len(out[i]) - 42;
+        EXPECT_EQ((rte_pktmbuf_pkt_len(out[i]) - 42 + chunk - 1) / chunk, chunks[i])
+            << "datagram " << i;
+        EXPECT_EQ(is_super_datagram(out[i]), chunks[i] > 1) << "datagram " << i;
+    }
+    EXPECT_EQ(rte_pktmbuf_mtod_offset(out[1], rte_ipv4_hdr*, 14)->dst_addr, ip(c.ip_text));
+}
+
+TEST_F(SealedDatagramsTest, WhatIsNotSealedStaysInItsPlace) {
+    auto at_a = make(a, {&b});
+    rte_mbuf* arp = test::arp_request_mbuf(pool(), mac(a.mac_text), ip(a.ip_text), ip(b.ip_text));
+    std::vector<rte_mbuf*> frames = {vxlan_frame(a, b, 1000), arp, vxlan_frame(a, b, 1000),
+                                     vxlan_frame(a, b, 1000)};
+    const auto out = seal_and_join(*at_a, frames);
+    ASSERT_EQ(out.size(), 3u);
+    for (rte_mbuf* m : out) {
+        owned.push_back(m);
+    }
+    EXPECT_FALSE(is_super_datagram(out[0])) << "a lone frame stays an ordinary frame";
+    EXPECT_EQ(out[1], arp);
+    EXPECT_TRUE(is_super_datagram(out[2]));
+    rte_mbuf* again[2] = {out[2], out[2]};
+    EXPECT_EQ(join_sealed_frames(again, 1), 1) << "a datagram is never joined again";
+    EXPECT_EQ(again[0], out[2]);
+}
+
+TEST_F(SealedDatagramsTest, ADatagramCarriesNoMoreFramesThanAReceiverCuts) {
+    auto at_a = make(a, {&b});
+    std::vector<rte_mbuf*> frames;
+    for (int i = 0; i < 150; ++i) {
+        frames.push_back(vxlan_frame(a, b, 200));
+    }
+    const auto out = seal_and_join(*at_a, frames);
+    ASSERT_EQ(out.size(), 3u);
+    for (rte_mbuf* m : out) {
+        owned.push_back(m);
+        EXPECT_LE((rte_pktmbuf_pkt_len(m) - 42) / m->tso_segsz, max_gso_chunks);
+    }
+}
+
+}  // namespace
+}  // namespace jakiro::overlay::sealing
