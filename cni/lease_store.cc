@@ -123,6 +123,9 @@ bool lease_store::erase(uint32_t ip, std::string& error) const {
         error = "cannot remove " + path + ": " + std::strerror(errno);
         return false;
     }
+    // The network's last lease takes its directory with it: a removed container leaves
+    // nothing behind. Other leases keep it (ENOTEMPTY); put() makes it again under the lock.
+    rmdir(_dir.c_str());
     return true;
 }
 

@@ -44,7 +44,7 @@ class lease_store {
     std::optional<lease> find(const std::string& container_id, const std::string& ifname) const;
     // Writes the lease file (fsync'd, renamed into place); false with `error`.
     bool put(const lease& l, std::string& error) const;
-    // Removes it; an absent file is no error.
+    // Removes it, and the network's directory with its last lease; an absent file is no error.
     bool erase(uint32_t ip, std::string& error) const;
     std::string directory() const { return _dir; }
 

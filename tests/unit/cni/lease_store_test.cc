@@ -43,6 +43,19 @@ TEST_F(LeaseStore, PutFindErase) {
     EXPECT_TRUE(std::filesystem::exists(dir + "/blue/198.19.1.100"));
 }
 
+TEST_F(LeaseStore, TheLastLeaseGoneLeavesNoDirectoryBehind) {
+    lease_store store(dir, "blue");
+    std::string error;
+    ASSERT_TRUE(store.put({0xc6130164, "c1", "eth0", "jc01"}, error)) << error;
+    ASSERT_TRUE(store.put({0xc6130165, "c2", "eth0", "jc02"}, error)) << error;
+    ASSERT_TRUE(store.erase(0xc6130164, error)) << error;
+    EXPECT_TRUE(std::filesystem::exists(dir + "/blue")) << "c2's lease keeps it";
+    ASSERT_TRUE(store.erase(0xc6130165, error)) << error;
+    EXPECT_FALSE(std::filesystem::exists(dir + "/blue"));
+    ASSERT_TRUE(store.put({0xc6130164, "c3", "eth0", "jc03"}, error)) << error;
+    EXPECT_EQ(store.all().size(), 1u) << "the next ADD makes it again";
+}
+
 TEST_F(LeaseStore, NetworksKeepTheirOwnLeases) {
     std::string error;
     ASSERT_TRUE(lease_store(dir, "blue").put({0xc6130164, "c1", "eth0", "jc01"}, error));
