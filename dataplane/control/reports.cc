@@ -446,7 +446,7 @@ std::string render_qps(const stats_snapshot& snapshot, const std::string& vnic, 
         }
         const char* st = q.state < 7 ? states[q.state] : "?";
         const char* type = q.type == IBV_QPT_UD ? "UD" : q.type == IBV_QPT_UC ? "UC" : "RC";
-        const std::string remote = is_unspecified(q.remote_ip6)
+        const std::string remote = rnic::is_unspecified(q.remote_ip6)
                                        ? format_ipv4(rte_be_to_cpu_32(q.remote_ip_be))
                                        : ipv6_text(q.remote_ip6);
         out.begin_object()
