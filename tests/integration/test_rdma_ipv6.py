@@ -2,23 +2,26 @@
 address has it as GID 1 next to its IPv4-mapped GID 0, and unmodified programs use it.
 perftest's ib_write_bw -x 1 across hosts and on one host; the project's rdma_integrity
 (--gid-index 1) on a clean and on a lossy, reordering fabric; rdma_cm by IPv6 address (rping
--a 2001:2::1:2, udaddy, ucmatose); tshark and scapy on the fabric see RoCE v2 inside VXLAN behind
-an inner IPv6 header whose ICRC is right; a peer the security groups refuse over IPv6 is
-refused as over IPv4.
+-a 2001:2::1:2, udaddy, ucmatose); a UCX ping-pong on GID 1; tshark and scapy on the fabric see
+RoCE v2 inside VXLAN behind an inner IPv6 header whose ICRC is right.
 
 The tenants' IPv6 addresses are the test bed's (docs/testbed.md): blue t1 2001:2::1:1,
 t2 2001:2::1:2, t5 2001:2::1:3.
 """
 
+import json
 import os
+import re
 import signal
 import struct
+import subprocess
 import time
 import zlib
 
 import pytest
 
-from conftest import IP, IP6, T1, T2, T5, run, uplinks_cut_by_the_kernel, wait_until, ns_bg
+from conftest import (IP, IP6, T1, T2, T5, ns_bg, run, stop, under_jakiro_run,
+                      uplinks_cut_by_the_kernel, wait_until)
 import test_rdma_rc as rc
 import test_rdmacm as cm
 
@@ -213,3 +216,45 @@ def test_ucmatose_connects_to_an_ipv6_address(tmp_path):
                            ["ucmatose", "-s", srv_ip6, "-p", port, "-c", 2, "-C", 20], tmp_path)
     assert "data transfers complete" in cli and "return status 0" in cli, cli
     assert "return status 0" in srv, srv
+
+
+class RemoteWatcher(rc.QpWatcher):
+    """QpWatcher that also keeps the peer address (`remote`) of every QP it saw."""
+
+    def __init__(self):
+        super().__init__()
+        self.remotes = set()
+
+    def _run(self):
+        while not self._stop.is_set():
+            for host in self.hosts:
+                r = self.query(host)
+                if r.returncode == 0:
+                    self.remotes |= {q.get("remote") for q in json.loads(r.stdout).get("qps", [])}
+            self._stop.wait(self.interval)
+
+
+def test_ucx_tag_ping_pong_over_the_ipv6_gid(tmp_path):
+    """UCX picks its GID by UCX_IB_GID_INDEX: with 1 its rc_verbs QPs connect by IPv6, which
+    jakiroctl qps shows as their peers' addresses."""
+    port = next(cm._ports)
+    env = dict(rc.shim_env(), UCX_TLS="rc_v", UCX_IB_GID_INDEX=str(GID_IPV6))
+    log = tmp_path / "server.log"
+    watcher = RemoteWatcher()
+    with watcher, open(log, "w") as o:
+        srv = subprocess.Popen(under_jakiro_run(T2, ["ucx_perftest", "-p", port]), stdout=o,
+                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                               start_new_session=True)
+        try:
+            time.sleep(2.0)
+            cli = subprocess.run(under_jakiro_run(T1, ["ucx_perftest", IP[T2], "-p", port, "-t",
+                                                       "tag_lat", "-n", 20000]),
+                                 capture_output=True, text=True, timeout=60, env=env)
+            status = srv.wait(timeout=20)
+        finally:
+            stop(srv)
+    out = cli.stdout + cli.stderr
+    print(f"\n{out[-700:]}\nQP peers seen: {watcher.remotes}")
+    assert cli.returncode == 0 and status == 0, out[-3000:] + log.read_text()[-2000:]
+    assert re.search(r"^Final:\s+20000\s", out, re.M), out[-3000:]
+    assert {IP6[T1], IP6[T2]} <= watcher.remotes, watcher.remotes
