@@ -496,11 +496,18 @@ int main(int argc, char** argv) {
     verbs_config.host_name = config.name;
     verbs_config.tenant_mtu = config.tenant_mtu();
     verbs::channel_server verbs_channel(std::move(verbs_config));
-    verbs_channel.enable_qps(engine_of_worker, [&publisher](uint16_t slot, uint32_t remote_ip_be) {
-        return publisher.read_current([&](const datapath_tables& tables) {
-            return admit_rdma_peer(tables, slot, remote_ip_be);
+    verbs_channel.enable_qps(
+        engine_of_worker,
+        [&publisher](uint16_t slot, uint32_t remote_ip_be) {
+            return publisher.read_current([&](const datapath_tables& tables) {
+                return admit_rdma_peer(tables, slot, remote_ip_be);
+            });
+        },
+        [&publisher](uint16_t slot, const rnic::ipv6_address& remote) {
+            return publisher.read_current([&](const datapath_tables& tables) {
+                return admit_rdma_peer_ipv6(tables, slot, remote);
+            });
         });
-    });
     std::string rdma_warnings;
     if (!verbs_channel.start(error, rdma_warnings)) {
         return fail(error);

@@ -416,7 +416,8 @@ bool engine::admitted(queue_pair& qp, packet_port& port) {
         return !qp.revoked();
     }
     _counters.rechecks.add();
-    if (port.admits_connection(qp.vnic(), qp.remote_ip_be())) {
+    if (qp.remote_is_ipv6() ? port.admits_connection_ipv6(qp.vnic(), qp.remote_ip6())
+                            : port.admits_connection(qp.vnic(), qp.remote_ip_be())) {
         return true;
     }
     qp.revoke();
@@ -519,17 +520,17 @@ unsigned engine::poll(packet_port& port, uint64_t now_ns) {
 // An inbound packet goes through the steps below in this order; each returns a verdict and
 // the first that is not `proceed` ends the walk. The ICRC is checked before anything of the
 // packet but its lengths and headers is believed; the P_Key before any QP is looked up.
-void engine::receive(uint16_t vnic, const uint8_t* ipv4, uint32_t ip_len, packet_port& port,
+void engine::receive(uint16_t vnic, const uint8_t* ip, uint32_t ip_len, packet_port& port,
                      uint64_t now_ns, qos::ingress_meter* meter) {
     _counters.received.add(1);
-    const uint32_t udp_len = udp_length(ipv4, ip_len);
+    const uint32_t udp_len = udp_length(ip, ip_len);
     if (udp_len == 0) {
         drop(engine_drop::truncated);
         return;
     }
-    const uint8_t* udp = ipv4 + (ip_len - udp_len);
+    const uint8_t* udp = ip + (ip_len - udp_len);
     parse_result parsed = parse_roce(udp + 8, udp_len - 8);
-    inbound_packet in{vnic, ipv4, ip_len, now_ns, meter, parsed};
+    inbound_packet in{vnic, ip, ip_len, now_ns, meter, parsed};
     receive_verdict v = check_headers(in);
     if (v.proceeds()) {
         v = check_icrc(in);
@@ -555,12 +556,22 @@ void engine::receive(uint16_t vnic, const uint8_t* ipv4, uint32_t ip_len, packet
     }
 }
 
-uint32_t engine::udp_length(const uint8_t* ipv4, uint32_t ip_len) {
-    const uint32_t ihl = (ipv4[0] & 0x0F) * 4u;
+uint32_t engine::udp_length(const uint8_t* ip, uint32_t ip_len) {
+    if (ip_len < 20) {
+        return 0;
+    }
+    uint32_t ihl = (ip[0] & 0x0F) * 4u;
+    if ((ip[0] >> 4) == 6) {
+        // RoCE v2 over IPv6: UDP right after the fixed header, the payload length the rest.
+        ihl = 40;
+        if (ip_len < ihl || ip[6] != 17 || load_be16(ip + 4) != ip_len - ihl) {
+            return 0;
+        }
+    }
     if (ip_len < ihl + 8 + sizeof(bth_hdr) + icrc_bytes) {
         return 0;
     }
-    const uint8_t* udp = ipv4 + ihl;
+    const uint8_t* udp = ip + ihl;
     const uint32_t udp_len = (uint32_t{udp[4]} << 8) | udp[5];
     return udp_len == ip_len - ihl ? udp_len : 0;
 }
@@ -572,14 +583,19 @@ engine::receive_verdict engine::check_headers(inbound_packet& in) {
                                          ? engine_drop::truncated
                                          : engine_drop::malformed);
     }
-    in.parsed.packet.ipv4 = in.ipv4;  // a UD receive delivers the IPv4 header in its GRH area
-    std::memcpy(&in.src_ip_be, in.ipv4 + 12, 4);
+    in.parsed.packet.ip = in.ip;  // a UD receive delivers the IP header in its GRH area
+    in.ipv6 = (in.ip[0] >> 4) == 6;
+    if (in.ipv6) {
+        in.src_ip6 = in.ip + 8;
+    } else {
+        std::memcpy(&in.src_ip_be, in.ip + 12, 4);
+    }
     return receive_verdict::proceed();
 }
 
 engine::receive_verdict engine::check_icrc(inbound_packet& in) {
-    return verify_icrc(in.ipv4, in.ip_len) ? receive_verdict::proceed()
-                                           : receive_verdict::drop(engine_drop::bad_icrc);
+    return verify_icrc(in.ip, in.ip_len) ? receive_verdict::proceed()
+                                         : receive_verdict::drop(engine_drop::bad_icrc);
 }
 
 engine::receive_verdict engine::check_pkey(inbound_packet& in) {
@@ -592,7 +608,7 @@ engine::receive_verdict engine::take_qp1(inbound_packet& in) {
     if (in.packet().dest_qp != gsi_qpn) {
         return receive_verdict::proceed();
     }
-    receive_gsi(in.vnic, in.packet(), in.src_ip_be);
+    receive_gsi(in.vnic, in.packet(), in);
     return receive_verdict::taken();
 }
 
@@ -641,16 +657,22 @@ engine::receive_verdict engine::check_datagram_ready(inbound_packet& in) {
 
 // No connection: any QP of the VPC may send, if the security groups let it in.
 engine::receive_verdict engine::check_datagram_admitted(inbound_packet& in, packet_port& port) {
-    return port.permits_datagram(in.vnic, in.src_ip_be, false)
-               ? receive_verdict::proceed()
-               : receive_verdict::drop(engine_drop::denied);
+    bool permitted = false;
+    if (in.ipv6) {
+        ipv6_address src;
+        std::memcpy(src.data(), in.src_ip6, src.size());
+        permitted = port.permits_datagram_ipv6(in.vnic, src, false);
+    } else {
+        permitted = port.permits_datagram(in.vnic, in.src_ip_be, false);
+    }
+    return permitted ? receive_verdict::proceed() : receive_verdict::drop(engine_drop::denied);
 }
 
 // Metered like TCP: no connection to send a CNP to, and a datagram may be lost.
 engine::receive_verdict engine::meter_datagram(inbound_packet& in) {
     if (in.meter != nullptr &&
         in.meter->on_packet(in.now_ns, qos::traffic_class::rdma, qos::charged_bytes(14 + in.ip_len),
-                            static_cast<qos::ecn>(in.ipv4[1] & 0x03), nullptr)
+                            in.ecn(), nullptr)
                 .action == qos::ingress_action::drop) {
         return receive_verdict::drop(engine_drop::over_share);
     }
@@ -675,7 +697,11 @@ engine::receive_verdict engine::receive_connected(inbound_packet& in, packet_por
 // The RCFT entry: connected (RTR or later), and to this source.
 engine::receive_verdict engine::check_connection(inbound_packet& in) {
     const ibv_qp_state st = in.qp->state();
-    if (in.src_ip_be != in.qp->remote_ip_be() || st == IBV_QPS_RESET || st == IBV_QPS_INIT) {
+    const bool from_peer =
+        in.ipv6 ? in.qp->remote_is_ipv6() &&
+                      std::memcmp(in.src_ip6, in.qp->remote_ip6().data(), sizeof(ipv6_address)) == 0
+                : in.src_ip_be == in.qp->remote_ip_be() && !in.qp->remote_is_ipv6();
+    if (!from_peer || st == IBV_QPS_RESET || st == IBV_QPS_INIT) {
         return receive_verdict::drop(engine_drop::not_connected);
     }
     return receive_verdict::proceed();
@@ -701,7 +727,7 @@ void engine::deliver_connected(inbound_packet& in, packet_port& port) {
     queue_pair* qp = in.qp;
     // What the QP sends while receiving (ACKs, NAKs, CNPs) counts as the engine's too.
     const uint64_t sent_before = qp->stats().packets_sent.read();
-    const auto codepoint = static_cast<qos::ecn>(in.ipv4[1] & 0x03);
+    const qos::ecn codepoint = in.ecn();
     if (in.meter == nullptr && codepoint == qos::ecn::ce && qp->cnp_pacer().try_send(in.now_ns)) {
         // No share to police, but the fabric marked congestion (the outer CE, carried in by
         // the RFC 6040 step): as a DCQCN notification point, tell the sender.
@@ -742,7 +768,7 @@ void engine::after_receive(queue_pair& qp, uint64_t wakes_before) {
     }
 }
 
-void engine::receive_gsi(uint16_t vnic, const roce_packet& p, uint32_t src_ip_be) {
+void engine::receive_gsi(uint16_t vnic, const roce_packet& p, const inbound_packet& in) {
     // Security groups do not apply here: the CM agent applies the vNIC's rdma rules to each
     // REQ itself, so that a refused peer gets a REJ instead of silence.
     if (p.opcode != opcode::ud_send_only || p.deth == nullptr || p.payload.size() < gsi_mad_bytes) {
@@ -758,7 +784,10 @@ void engine::receive_gsi(uint16_t vnic, const roce_packet& p, uint32_t src_ip_be
     }
     gsi_datagram d;
     d.vnic = vnic;
-    d.remote_ip_be = src_ip_be;
+    d.remote_ip_be = in.src_ip_be;
+    if (in.ipv6) {
+        std::memcpy(d.remote_ip6.data(), in.src_ip6, d.remote_ip6.size());
+    }
     std::memcpy(d.mad.data(), p.payload.data(), gsi_mad_bytes);
     _gsi.push_rx(d);
 }
@@ -768,7 +797,9 @@ unsigned engine::send_gsi(packet_port& port) {
     for (const gsi_datagram& d : _gsi.take_tx()) {
         const opcode_info& info = opcode_info_of(opcode::ud_send_only);
         const uint32_t roce_len = info.header_bytes + gsi_mad_bytes + icrc_bytes;
-        uint8_t* frame = port.begin_frame(frame_l2_l4_bytes + roce_len);
+        const bool ipv6 = d.over_ipv6();
+        const uint32_t l2_l4 = frame_l2_l4_bytes_for(ipv6);
+        uint8_t* frame = port.begin_frame(l2_l4 + roce_len);
         if (frame == nullptr) {
             continue;  // no buffer: lost, as on a congested wire; the CM retransmits
         }
@@ -779,12 +810,21 @@ unsigned engine::send_gsi(packet_port& port) {
         ext_fields ext;
         ext.qkey = gsi_qkey;
         ext.src_qp = gsi_qpn;
-        write_frame_headers(frame, d.local_mac, d.local_ip_be, d.remote_ip_be, 0xC001,
-                            d.traffic_class, roce_len);
-        build_roce_headers(frame + frame_l2_l4_bytes, info.header_bytes, bth, ext);
-        std::memcpy(frame + frame_l2_l4_bytes + info.header_bytes, d.mad.data(), gsi_mad_bytes);
+        if (ipv6) {
+            write_frame_headers_ipv6(frame, d.local_mac, d.local_ip6, d.remote_ip6, 0xC001,
+                                     d.traffic_class, 0, 0, roce_len);
+        } else {
+            write_frame_headers(frame, d.local_mac, d.local_ip_be, d.remote_ip_be, 0xC001,
+                                d.traffic_class, roce_len);
+        }
+        build_roce_headers(frame + l2_l4, info.header_bytes, bth, ext);
+        std::memcpy(frame + l2_l4 + info.header_bytes, d.mad.data(), gsi_mad_bytes);
         seal_icrc(frame, roce_len);
-        port.end_frame(d.vnic, d.remote_ip_be, frame_l2_l4_bytes + roce_len);
+        if (ipv6) {
+            port.end_frame_ipv6(d.vnic, d.remote_ip6, l2_l4 + roce_len);
+        } else {
+            port.end_frame(d.vnic, d.remote_ip_be, l2_l4 + roce_len);
+        }
         ++sent;
     }
     return sent;
@@ -887,6 +927,7 @@ std::vector<qp_report> engine::report(std::vector<qp_report>* retired) const {
         r.type = qp->type();
         r.owner = qp->owner();
         r.remote_ip_be = qp->remote_ip_be();
+        r.remote_ip6 = qp->remote_ip6();
         r.remote_qpn = qp->remote_qpn();
         r.state = s.state.load(std::memory_order_relaxed);
         r.next_psn = s.next_psn.load(std::memory_order_relaxed);

@@ -83,6 +83,7 @@ struct qp_report {
     uint32_t type = 0;  // ibv_qp_type
     uint64_t owner = 0;
     uint32_t remote_ip_be = 0;
+    ipv6_address remote_ip6{};  // an IPv6 peer (remote_ip_be is then 0)
     uint32_t remote_qpn = 0;
     uint32_t state = 0;
     uint32_t next_psn = 0;
@@ -204,10 +205,10 @@ class engine {
     // the other units the QPs spent (queue_pair::poll), so 0 only when there was nothing to do
     // (work that sends nothing still keeps the worker from napping).
     unsigned poll(packet_port& port, uint64_t now_ns);
-    // A RoCEv2 packet for local vNIC `vnic`: `ipv4` points at the inner IPv4 header of
-    // `ip_len` bytes (its total length), UDP destination 4791. `meter`: the vNIC's ingress
+    // A RoCEv2 packet for local vNIC `vnic`: `ip` points at the inner IPv4 or IPv6 header of
+    // `ip_len` bytes (the whole IP packet), UDP destination 4791. `meter`: the vNIC's ingress
     // meter when it is shaped (DHTB: above its rdma share the sending QP gets a CNP).
-    void receive(uint16_t vnic, const uint8_t* ipv4, uint32_t ip_len, packet_port& port,
+    void receive(uint16_t vnic, const uint8_t* ip, uint32_t ip_len, packet_port& port,
                  uint64_t now_ns, qos::ingress_meter* meter = nullptr);
     // Before the worker sleeps: tells every QP's shim to ring the doorbell; false (and the
     // flags cleared again) if work arrived meanwhile, so the worker must not sleep.
@@ -282,21 +283,27 @@ class engine {
     // for a later one.
     struct inbound_packet {
         uint16_t vnic;
-        const uint8_t* ipv4;
+        const uint8_t* ip;  // IPv4 or IPv6
         uint32_t ip_len;
         uint64_t now_ns;
         qos::ingress_meter* meter;
         parse_result& parsed;
-        uint32_t src_ip_be = 0;      // check_headers
-        queue_pair* qp = nullptr;    // find_qp
-        transport_type transport{};  // find_qp: the QP's own
+        bool ipv6 = false;                 // check_headers
+        uint32_t src_ip_be = 0;            // check_headers: an IPv4 source
+        const uint8_t* src_ip6 = nullptr;  // check_headers: an IPv6 source (16 bytes)
+        queue_pair* qp = nullptr;          // find_qp
+        transport_type transport{};        // find_qp: the QP's own
 
         const roce_packet& packet() const { return parsed.packet; }
         bool cnp() const { return parsed.packet.info->transport == transport_type::cnp; }
+        // The ECN codepoint of the IP header: the low two bits of the IPv4 TOS or of the IPv6
+        // traffic class.
+        qos::ecn ecn() const { return static_cast<qos::ecn>((ipv6 ? ip[1] >> 4 : ip[1]) & 0x03); }
     };
-    // The UDP length of a packet long enough for IPv4 + UDP + BTH + ICRC whose UDP length is
-    // the rest of the IPv4 packet; 0 otherwise.
-    static inline uint32_t udp_length(const uint8_t* ipv4, uint32_t ip_len);
+    // The UDP length of a packet long enough for IP + UDP + BTH + ICRC whose UDP length is
+    // the rest of the IP packet (IPv6: with UDP the next header, no extension headers); 0
+    // otherwise.
+    static inline uint32_t udp_length(const uint8_t* ip, uint32_t ip_len);
     inline receive_verdict check_headers(inbound_packet& in);
     inline receive_verdict check_icrc(inbound_packet& in);
     inline receive_verdict check_pkey(inbound_packet& in);
@@ -320,7 +327,7 @@ class engine {
     // QP1 and holds a MAD. Tenants cannot send that (controlled Q_Keys are refused at modify
     // time and replaced per WR by the QP's own, and their source QPN is never 1), so only an
     // agent's MAD passes.
-    void receive_gsi(uint16_t vnic, const roce_packet& p, uint32_t src_ip_be);
+    void receive_gsi(uint16_t vnic, const roce_packet& p, const inbound_packet& in);
     unsigned send_gsi(packet_port& port);
     verbs_proto::doorbell_page* own_doorbell() const;
     // True if `qp` may carry traffic under the current policy: admitted again when its

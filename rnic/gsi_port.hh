@@ -27,6 +27,8 @@
 #include <mutex>
 #include <vector>
 
+#include "rnic/wire/ip_address.hh"
+
 namespace jakiro::rnic {
 
 constexpr std::size_t gsi_mad_bytes = 256;
@@ -35,12 +37,17 @@ constexpr uint32_t gsi_qpn = 1;
 
 struct gsi_datagram {
     uint16_t vnic = 0;  // the local vNIC it came to / leaves from
+    // The peer: over IPv4 remote_ip_be, over IPv6 remote_ip6 (and remote_ip_be 0).
     uint32_t remote_ip_be = 0;
-    // Sending: who we are on the wire.
+    ipv6_address remote_ip6{};
+    // Sending: who we are on the wire (local_ip6 over IPv6).
     std::array<uint8_t, 6> local_mac{};
     uint32_t local_ip_be = 0;
+    ipv6_address local_ip6{};
     uint8_t traffic_class = 0;
     std::array<uint8_t, gsi_mad_bytes> mad{};
+
+    bool over_ipv6() const { return !is_unspecified(remote_ip6); }
 };
 
 // One vNIC's QP1 counters.

@@ -56,13 +56,18 @@ queue_pair* queue_pair::local_peer(packet_port& port) const {
     if (_engine == nullptr) {
         return nullptr;
     }
-    const uint16_t slot = port.local_vnic(_s.local.vnic, _remote_ip_be);
+    const uint16_t slot = _remote_is_ipv6 ? port.local_vnic_ipv6(_s.local.vnic, _remote_ip6)
+                                          : port.local_vnic(_s.local.vnic, _remote_ip_be);
     if (slot == packet_port::no_local_vnic) {
         return nullptr;
     }
     queue_pair* peer = _engine->find(slot, _machine.attr().dest_qp_num);
     // Only a peer connected back to this very QP (RCFT, both ways) and able to receive.
-    if (peer == nullptr || peer == this || peer->_remote_ip_be != _s.local.ip_be ||
+    const auto connected_back_to_us = [this](const queue_pair& p) {
+        return _remote_is_ipv6 ? p._remote_is_ipv6 && p._remote_ip6 == _s.local.ip6
+                               : !p._remote_is_ipv6 && p._remote_ip_be == _s.local.ip_be;
+    };
+    if (peer == nullptr || peer == this || !connected_back_to_us(*peer) ||
         peer->_machine.attr().dest_qp_num != _s.qpn || !peer->_machine.accepts_inbound()) {
         return nullptr;
     }

@@ -3,15 +3,23 @@
 // frames (Ethernet, IPv4, UDP 4791, BTH and the rest, ICRC); the port decides what happens
 // next: jakirod's datapath looks the destination up in the VLT and tunnels it or hands it to
 // a local vNIC; tests connect two engines back to back, losing and reordering on purpose.
+// Frames to IPv6 peers (RoCE v2 over IPv6) have calls of their own, so the IPv4 path keeps its
+// 32-bit keys.
 
 #include <array>
 #include <cstdint>
 
 #include "qos/ingress_meter.hh"
+#include "rnic/wire/ip_address.hh"
 
 namespace jakiro::rnic {
 
-constexpr uint32_t frame_l2_l4_bytes = 14 + 20 + 8;  // Ethernet, IPv4 (no options), UDP
+constexpr uint32_t frame_l2_l4_bytes = 14 + 20 + 8;       // Ethernet, IPv4 (no options), UDP
+constexpr uint32_t frame_l2_l4_bytes_ipv6 = 14 + 40 + 8;  // Ethernet, IPv6, UDP
+
+constexpr uint32_t frame_l2_l4_bytes_for(bool ipv6) {
+    return ipv6 ? frame_l2_l4_bytes_ipv6 : frame_l2_l4_bytes;
+}
 
 class packet_port {
   public:
@@ -57,6 +65,30 @@ class packet_port {
         (void)remote_ip_be;
         return true;
     }
+    // The same four for an IPv6 peer. A port that carries no IPv6 (a test's, a benchmark's)
+    // keeps the defaults: it sends no frame (the begun one is abandoned, as when the wire is
+    // lost), finds no local vNIC and admits nothing.
+    virtual void end_frame_ipv6(uint16_t vnic, const ipv6_address& dst, uint32_t len) {
+        (void)vnic;
+        (void)dst;
+        (void)len;
+    }
+    virtual uint16_t local_vnic_ipv6(uint16_t vnic, const ipv6_address& dst) const {
+        (void)vnic;
+        (void)dst;
+        return no_local_vnic;
+    }
+    virtual bool permits_datagram_ipv6(uint16_t vnic, const ipv6_address& remote, bool outbound) {
+        (void)vnic;
+        (void)remote;
+        (void)outbound;
+        return false;
+    }
+    virtual bool admits_connection_ipv6(uint16_t vnic, const ipv6_address& remote) {
+        (void)vnic;
+        (void)remote;
+        return false;
+    }
     // Counts a message the engine moved memory to memory for `vnic` (traffic accounting).
     virtual void count_local(uint16_t from_vnic, uint16_t to_vnic, uint64_t bytes) {
         (void)from_vnic;
@@ -72,8 +104,16 @@ void write_frame_headers(uint8_t* frame, const std::array<uint8_t, 6>& src_mac, 
                          uint32_t dst_ip_be, uint16_t udp_src_port, uint8_t traffic_class,
                          uint32_t roce_len);
 
-// Computes and stores the ICRC of a frame written by write_frame_headers whose RoCE part
-// (ICRC included) is `roce_len` bytes.
+// The same for RoCE v2 over IPv6: Ethernet, IPv6 (next header UDP, the traffic class with
+// ECT(0), `flow_label`, `hop_limit`; 0 means 64) and UDP (checksum 0: the ICRC covers the
+// packet, and RoCE v2 NICs send UDP over IPv6 without one too, as RFC 6935 lets tunnels do).
+void write_frame_headers_ipv6(uint8_t* frame, const std::array<uint8_t, 6>& src_mac,
+                              const ipv6_address& src, const ipv6_address& dst,
+                              uint16_t udp_src_port, uint8_t traffic_class, uint32_t flow_label,
+                              uint8_t hop_limit, uint32_t roce_len);
+
+// Computes and stores the ICRC of a frame written by write_frame_headers or
+// write_frame_headers_ipv6 whose RoCE part (ICRC included) is `roce_len` bytes.
 void seal_icrc(uint8_t* frame, uint32_t roce_len);
 
 }  // namespace jakiro::rnic

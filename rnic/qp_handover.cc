@@ -259,6 +259,15 @@ bool queue_pair::restore_fields(handover::section_reader& r) {
         return r.ok() ? bad("attributes no modify could have set") : false;
     }
     _remote_ip_be = r.u32();
+    // An IPv6 peer is its GID, which the attributes hold (modify() took it from there too).
+    const uint8_t* dgid = attr.ah_attr.grh.dgid.raw;
+    _remote_is_ipv6 = _s.type != IBV_QPT_UD && attr.ah_attr.is_global != 0 &&
+                      !gid_is_ipv4_mapped(dgid) && gid_is_routable_ipv6(dgid);
+    _remote_ip6 = {};
+    if (_remote_is_ipv6) {
+        std::memcpy(_remote_ip6.data(), dgid, _remote_ip6.size());
+    }
+    _frame_l2_l4 = frame_l2_l4_bytes_for(_remote_is_ipv6);
     _admitted_generation = r.u32();
     _revoked = r.boolean();
     _udp_src_port = r.u16();

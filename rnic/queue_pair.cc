@@ -41,10 +41,24 @@ queue_pair::queue_pair(queue_pair_setup setup)
 
 queue_pair::~queue_pair() = default;
 
+// RoCE v2: the peer's GID is its IP address, and the source GID (the vNIC's address of the
+// same family) says which of the two the packets leave from: index 0 is the IPv4-mapped one,
+// index 1 the IPv6 one (the device's GID table, rnic/verbs/device_model.cc).
+bool queue_pair::reachable(const ibv_ah_attr& ah) const {
+    if (!ah.is_global) {
+        return false;
+    }
+    const uint8_t* dgid = ah.grh.dgid.raw;
+    if (gid_is_ipv4_mapped(dgid)) {
+        return ah.grh.sgid_index == verbs_proto::gid_index_ipv4;
+    }
+    return ah.grh.sgid_index == verbs_proto::gid_index_ipv6 && !is_unspecified(_s.local.ip6) &&
+           gid_is_routable_ipv6(dgid);
+}
+
 int queue_pair::modify(const ibv_qp_attr& attr, int mask) {
-    if ((mask & IBV_QP_AV) != 0 &&
-        (!attr.ah_attr.is_global || !gid_is_ipv4_mapped(attr.ah_attr.grh.dgid.raw))) {
-        return EINVAL;  // RoCE v2 over IPv4: the peer is an IPv4-mapped GID
+    if ((mask & IBV_QP_AV) != 0 && !reachable(attr.ah_attr)) {
+        return EINVAL;
     }
     const ibv_qp_state before = _machine.state();
     if (const int error = _machine.modify(attr, mask); error != 0) {
@@ -52,7 +66,16 @@ int queue_pair::modify(const ibv_qp_attr& attr, int mask) {
     }
     const ibv_qp_attr& a = _machine.attr();
     if ((mask & IBV_QP_AV) != 0) {
-        std::memcpy(&_remote_ip_be, a.ah_attr.grh.dgid.raw + 12, 4);
+        const uint8_t* dgid = a.ah_attr.grh.dgid.raw;
+        _remote_is_ipv6 = !gid_is_ipv4_mapped(dgid);
+        _remote_ip_be = 0;
+        _remote_ip6 = {};
+        if (_remote_is_ipv6) {
+            std::memcpy(_remote_ip6.data(), dgid, 16);
+        } else {
+            std::memcpy(&_remote_ip_be, dgid + 12, 4);
+        }
+        _frame_l2_l4 = frame_l2_l4_bytes_for(_remote_is_ipv6);
     }
     if ((mask & (IBV_QP_AV | IBV_QP_ALT_PATH)) != 0) {
         // The control thread admitted the path under the snapshot it read; the engine checks
@@ -422,39 +445,61 @@ void queue_pair::reset() {
     _last_wqe_reached = false;
 }
 
-uint32_t queue_pair::frame_bytes(uint8_t code, uint32_t payload_len) {
-    return frame_l2_l4_bytes + opcode_info_of(code).header_bytes + payload_len +
-           pad_count(payload_len) + icrc_bytes;
+uint32_t queue_pair::frame_bytes(uint8_t code, uint32_t payload_len) const {
+    return _frame_l2_l4 + opcode_info_of(code).header_bytes + payload_len + pad_count(payload_len) +
+           icrc_bytes;
 }
 
 uint8_t* queue_pair::begin_packet(packet_port& port, uint8_t code, uint32_t payload_len,
                                   uint32_t& payload_offset) {
     const opcode_info& info = opcode_info_of(code);
     const uint32_t roce_len = info.header_bytes + payload_len + pad_count(payload_len) + icrc_bytes;
-    payload_offset = frame_l2_l4_bytes + info.header_bytes;
-    return port.begin_frame(frame_l2_l4_bytes + roce_len);
+    payload_offset = _frame_l2_l4 + info.header_bytes;
+    return port.begin_frame(_frame_l2_l4 + roce_len);
 }
 
 void queue_pair::finish_packet(packet_port& port, const bth_fields& bth, const ext_fields& ext,
                                uint8_t* frame, uint32_t payload_len) {
-    finish_packet_to(port, _remote_ip_be, bth, ext, frame, payload_len);
+    if (_remote_is_ipv6) {
+        finish_packet_to_ipv6(port, _remote_ip6, bth, ext, frame, payload_len);
+    } else {
+        finish_packet_to(port, _remote_ip_be, bth, ext, frame, payload_len);
+    }
 }
 
-void queue_pair::finish_packet_to(packet_port& port, uint32_t dst_ip_be, const bth_fields& bth_in,
-                                  const ext_fields& ext, uint8_t* frame, uint32_t payload_len) {
+void queue_pair::seal_packet(const bth_fields& bth_in, const ext_fields& ext, uint8_t* frame,
+                             uint32_t payload_len, uint32_t roce_len) {
     const opcode_info& info = opcode_info_of(bth_in.opcode);
     const uint8_t pad = pad_count(payload_len);
-    const uint32_t roce_len = info.header_bytes + payload_len + pad + icrc_bytes;
     bth_fields bth = bth_in;
     bth.pad = pad;
-    write_frame_headers(frame, _s.local.mac, _s.local.ip_be, dst_ip_be, _udp_src_port,
-                        _machine.attr().ah_attr.grh.traffic_class, roce_len);
-    build_roce_headers(frame + frame_l2_l4_bytes, info.header_bytes, bth, ext);
-    std::memset(frame + frame_l2_l4_bytes + info.header_bytes + payload_len, 0, pad);
+    build_roce_headers(frame + _frame_l2_l4, info.header_bytes, bth, ext);
+    std::memset(frame + _frame_l2_l4 + info.header_bytes + payload_len, 0, pad);
     seal_icrc(frame, roce_len);
-    port.end_frame(_s.local.vnic, dst_ip_be, frame_l2_l4_bytes + roce_len);
     _stats.packets_sent.add(1);
     _stats.bytes_sent.add(payload_len);
+}
+
+void queue_pair::finish_packet_to(packet_port& port, uint32_t dst_ip_be, const bth_fields& bth,
+                                  const ext_fields& ext, uint8_t* frame, uint32_t payload_len) {
+    const uint32_t roce_len =
+        opcode_info_of(bth.opcode).header_bytes + payload_len + pad_count(payload_len) + icrc_bytes;
+    write_frame_headers(frame, _s.local.mac, _s.local.ip_be, dst_ip_be, _udp_src_port,
+                        _machine.attr().ah_attr.grh.traffic_class, roce_len);
+    seal_packet(bth, ext, frame, payload_len, roce_len);
+    port.end_frame(_s.local.vnic, dst_ip_be, frame_l2_l4_bytes + roce_len);
+}
+
+void queue_pair::finish_packet_to_ipv6(packet_port& port, const ipv6_address& dst_ip6,
+                                       const bth_fields& bth, const ext_fields& ext, uint8_t* frame,
+                                       uint32_t payload_len) {
+    const uint32_t roce_len =
+        opcode_info_of(bth.opcode).header_bytes + payload_len + pad_count(payload_len) + icrc_bytes;
+    const ibv_global_route& grh = _machine.attr().ah_attr.grh;
+    write_frame_headers_ipv6(frame, _s.local.mac, _s.local.ip6, dst_ip6, _udp_src_port,
+                             grh.traffic_class, grh.flow_label, grh.hop_limit, roce_len);
+    seal_packet(bth, ext, frame, payload_len, roce_len);
+    port.end_frame_ipv6(_s.local.vnic, dst_ip6, frame_l2_l4_bytes_ipv6 + roce_len);
 }
 
 void queue_pair::publish_stats() {

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "qos/rate_control.hh"
+#include "rnic/packet_port.hh"
 #include "rnic/qp_state.hh"
 #include "rnic/queues/cq_ring.hh"
 #include "rnic/queues/mr_table.hh"
@@ -44,6 +45,7 @@
 #include "rnic/queues/srq_ring.hh"
 #include "rnic/timer_queue.hh"
 #include "rnic/wire/headers.hh"
+#include "rnic/wire/ip_address.hh"
 #include "stats/counter.hh"
 #include "verbs_abi/protocol.hh"
 
@@ -68,6 +70,7 @@ struct qp_endpoint {
     uint16_t vnic = 0;  // datapath slot
     std::array<uint8_t, 6> mac{};
     uint32_t ip_be = 0;
+    ipv6_address ip6{};  // all zero: the vNIC has no IPv6 address (GID index 1 is its)
 };
 
 struct queue_pair_setup {
@@ -222,6 +225,9 @@ class queue_pair {
     uint64_t owner() const { return _s.owner; }
     uint16_t vnic() const { return _s.local.vnic; }
     uint32_t remote_ip_be() const { return _remote_ip_be; }
+    // RoCE v2 over IPv6: the peer is remote_ip6(), and remote_ip_be() is 0.
+    bool remote_is_ipv6() const { return _remote_is_ipv6; }
+    const ipv6_address& remote_ip6() const { return _remote_ip6; }
     uint32_t remote_qpn() const { return _machine.attr().dest_qp_num; }
     ibv_qp_state state() const { return _machine.state(); }
     verbs::qp_ring& ring() { return *_s.ring; }
@@ -230,6 +236,8 @@ class queue_pair {
     const verbs::completion_queue& recv_cq() const { return *_s.recv_cq; }
 
   private:
+    // Whether address vector `ah` names a peer this QP's vNIC can reach (modify's check).
+    bool reachable(const ibv_ah_attr& ah) const;
     // poll() without its counting.
     unsigned visit(packet_port& port, uint64_t now_ns, unsigned& units);
     // A send WQE as the engine keeps it: the copy, its local buffers (checked and pinned),
@@ -465,14 +473,24 @@ class queue_pair {
     unsigned flush(uint32_t limit);
     bool flush_pending() const;  // anything left for flush()
     void reset();
-    static uint32_t frame_bytes(uint8_t opcode, uint32_t payload_len);
+    // Sizes and offsets of frames to the peer's address family (_frame_l2_l4).
+    uint32_t frame_bytes(uint8_t opcode, uint32_t payload_len) const;
     uint8_t* begin_packet(packet_port& port, uint8_t opcode, uint32_t payload_len,
                           uint32_t& header_offset);
     void finish_packet(packet_port& port, const bth_fields& bth, const ext_fields& ext,
                        uint8_t* frame, uint32_t payload_len);
-    // UD: to `dst_ip_be` instead of the connected peer.
+    // UD: to `dst_ip_be`, or to `dst_ip6` when `ipv6`, instead of the connected peer (the
+    // datagram was begun for that family: set_datagram_family).
     void finish_packet_to(packet_port& port, uint32_t dst_ip_be, const bth_fields& bth,
                           const ext_fields& ext, uint8_t* frame, uint32_t payload_len);
+    void finish_packet_to_ipv6(packet_port& port, const ipv6_address& dst_ip6,
+                               const bth_fields& bth, const ext_fields& ext, uint8_t* frame,
+                               uint32_t payload_len);
+    // UD: the next datagram's frames are of this family (a UD QP has no peer of its own).
+    void set_datagram_family(bool ipv6) { _frame_l2_l4 = frame_l2_l4_bytes_for(ipv6); }
+    // The RoCE headers, pad and ICRC of a frame whose IP and UDP headers are written.
+    void seal_packet(const bth_fields& bth, const ext_fields& ext, uint8_t* frame,
+                     uint32_t payload_len, uint32_t roce_len);
     void publish_stats();
 
     queue_pair_setup _s;
@@ -481,6 +499,9 @@ class queue_pair {
     qp_state_machine _machine;
     queue_pair_stats _stats;
     uint32_t _remote_ip_be = 0;
+    bool _remote_is_ipv6 = false;
+    ipv6_address _remote_ip6{};
+    uint32_t _frame_l2_l4 = frame_l2_l4_bytes;  // Ethernet, IP and UDP of frames to the peer
     uint32_t _admitted_generation = unchecked_generation;
     bool _revoked = false;
     uint16_t _udp_src_port = 0;

@@ -39,19 +39,16 @@ inline constexpr uint32_t ack_request_interval = 256;
 inline constexpr uint64_t ack_request_gap_ns = 100'000;
 // READs the responder queues beyond max_dest_rd_atomic (re-executed duplicates).
 inline constexpr std::size_t read_job_slack = 4;
-// What a UD receive buffer holds before the payload: the GRH, or on RoCE v2 over IPv4 its
-// 40-byte area (IB spec 11.4.1.2, and what every RoCE v2 NIC delivers).
+// What a UD receive buffer holds before the payload: the GRH, or on RoCE v2 its 40-byte area
+// (IB spec 11.4.1.2, and what every RoCE v2 NIC delivers): the IPv6 header whole, or the IPv4
+// header in its last 20 bytes.
 inline constexpr uint32_t ud_grh_bytes = 40;
 // What RoCE NICs (mlx5's CQE l3 header type) report in a UD receive's wc.sl: the network
 // header the datagram came with, 0 IB GRH, 1 RoCE v2 over IPv6, 2 RoCE v2 over IPv4. UCX
 // (uct_ud_iface_check_grh) reads it to find the destination: with 2 the IPv4 address at bytes
 // 36-39 of the GRH area, otherwise bytes 24-39 as a GID, which would drop every datagram.
+inline constexpr uint8_t ud_network_header_roce_v2_ipv6 = 1;
 inline constexpr uint8_t ud_network_header_roce_v2_ipv4 = 2;
-
-inline bool gid_is_ipv4_mapped(const uint8_t* gid) {
-    static constexpr uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-    return std::memcmp(gid, prefix, sizeof(prefix)) == 0;
-}
 
 // Copies `len` bytes from position `offset` of a gather list into `out`.
 inline void gather(const std::byte* const* data, const uint32_t* lens, uint8_t n, uint64_t offset,

@@ -295,11 +295,22 @@ bool queue_pair::emit_request(packet_port& port, send_op& op, uint32_t k, uint64
     const uint8_t operation = code & 0x1F;
     if (_s.type == IBV_QPT_UC) {
         code = opcode::uc | operation;
-    } else if (_s.type == IBV_QPT_UD) {
+    }
+    ipv6_address ud_ip6{};
+    bool ud_ipv6 = false;
+    if (_s.type == IBV_QPT_UD) {
         code = opcode::ud | operation;
-        if (!port.permits_datagram(_s.local.vnic, w.ud_remote_ip, true)) {
+        std::memcpy(ud_ip6.data(), w.ud_remote_ip6, ud_ip6.size());
+        ud_ipv6 = !is_unspecified(ud_ip6);
+        // Over IPv6 only from a vNIC that has an IPv6 address, to a peer that can have one.
+        const bool permitted = ud_ipv6 ? !is_unspecified(_s.local.ip6) &&
+                                             gid_is_routable_ipv6(ud_ip6.data()) &&
+                                             port.permits_datagram_ipv6(_s.local.vnic, ud_ip6, true)
+                                       : port.permits_datagram(_s.local.vnic, w.ud_remote_ip, true);
+        if (!permitted) {
             return true;  // the security groups refuse it (the port counted it): gone, unsent
         }
+        set_datagram_family(ud_ipv6);
     }
     if (!port.admit(_s.local.vnic, frame_bytes(code, payload))) {
         return false;  // the vNIC's rdma share is spent for now: paced, not dropped
@@ -330,7 +341,11 @@ bool queue_pair::emit_request(packet_port& port, send_op& op, uint32_t k, uint64
         ext.qkey = (w.ud_remote_qkey & 0x8000'0000u) != 0 ? _machine.attr().qkey : w.ud_remote_qkey;
         ext.src_qp = _s.qpn;
         ext.imm_be = w.imm_data;
-        finish_packet_to(port, w.ud_remote_ip, bth, ext, frame, payload);
+        if (ud_ipv6) {
+            finish_packet_to_ipv6(port, ud_ip6, bth, ext, frame, payload);
+        } else {
+            finish_packet_to(port, w.ud_remote_ip, bth, ext, frame, payload);
+        }
         return true;
     }
     ext.imm_be = w.imm_data;

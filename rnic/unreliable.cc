@@ -73,11 +73,15 @@ void queue_pair::deliver_datagram(const roce_packet& p, recv_op& r) {
         c.status = IBV_WC_LOC_LEN_ERR;  // the buffer must hold the GRH and the payload
         _stats.messages_dropped.add(1);
     } else {
-        // The GRH area as RoCE v2 NICs fill it for IPv4: 20 bytes of nothing, then the IPv4
-        // header (ibv_init_ah_from_wc reads the sender's address there).
+        // The GRH area as RoCE v2 NICs fill it: the IPv6 header whole (it has the GRH's
+        // layout), or 20 bytes of nothing and then the IPv4 header (ibv_init_ah_from_wc reads
+        // the sender's address there).
         uint8_t grh[ud_grh_bytes] = {};
-        if (p.ipv4 != nullptr) {
-            std::memcpy(grh + ud_grh_bytes - 20, p.ipv4, 20);
+        if (p.ip != nullptr && (p.ip[0] >> 4) == 6) {
+            std::memcpy(grh, p.ip, ud_grh_bytes);
+            c.sl = ud_network_header_roce_v2_ipv6;
+        } else if (p.ip != nullptr) {
+            std::memcpy(grh + ud_grh_bytes - 20, p.ip, 20);
             c.sl = ud_network_header_roce_v2_ipv4;
         }
         scatter(r.sge_data.data(), r.sge_len.data(), r.sges, 0, grh, ud_grh_bytes);

@@ -23,8 +23,8 @@ namespace jakiro::verbs_proto {
 
 constexpr uint32_t magic = 0x4256'4b4a;  // "JKVB" in memory on little-endian hosts
 // 1: HELLO and QUERY. 2: PDs, MRs, CQs and completion channels. 3: QPs (RC).
-// 4: UC and UD QPs, shared receive queues.
-constexpr uint16_t version = 4;
+// 4: UC and UD QPs, shared receive queues. 5: the port's IPv6 GID (port_attrs::gid1).
+constexpr uint16_t version = 5;
 
 // SOCK_SEQPACKET keeps message boundaries, so a receiver reads into a buffer one byte larger
 // than this and rejects anything that fills it. 4 KiB holds every message with room to grow
@@ -139,6 +139,11 @@ enum device_caps : uint32_t {
 };
 // The device clock of cap_completion_timestamps, in kHz as ibv_device_attr_ex.hca_core_clock.
 constexpr uint64_t device_clock_khz = 1'000'000;
+// A port's GID table (RoCE v2 only, no RoCE v1 entries): index 0 is the vNIC's IPv4 address,
+// IPv4-mapped; index 1, when the vNIC has one, its IPv6 address. port_attrs::gid_tbl_len is 1
+// or 2 accordingly.
+constexpr uint8_t gid_index_ipv4 = 0;
+constexpr uint8_t gid_index_ipv6 = 1;
 // Port capability bits, mapped to ibv_port_cap_flags.
 enum port_caps : uint32_t {
     cap_ip_based_gids = 1u << 0,  // GIDs are derived from IP addresses (RoCE v2)
@@ -206,11 +211,13 @@ struct port_attrs {
     uint8_t reserved0;
     uint32_t reserved1;
     uint8_t gid0[16];  // the vNIC's IPv4 address, IPv4-mapped (::ffff:a.b.c.d)
+    uint8_t gid1[16];  // gid_tbl_len 2: the vNIC's IPv6 address, also RoCE v2; else zero
 };
-static_assert(sizeof(port_attrs) == 48);
+static_assert(sizeof(port_attrs) == 64);
 static_assert(offsetof(port_attrs, max_mtu) == 4);
 static_assert(offsetof(port_attrs, gid_tbl_len) == 20);
 static_assert(offsetof(port_attrs, gid0) == 32);
+static_assert(offsetof(port_attrs, gid1) == 48);
 
 struct hello_request {
     header hdr;
@@ -237,8 +244,10 @@ struct hello_reply {
     uint64_t node_guid;   // EUI-64 of the MAC, as a number (the shim stores it big-endian)
     uint64_t client_id;   // jakirod's name for this connection (logs, jakiroctl)
     limits lim;
+    uint8_t ipv6[16];  // the vNIC's IPv6 address (its GID at index 1); all zero: none
 };
-static_assert(sizeof(hello_reply) == 216);
+static_assert(sizeof(hello_reply) == 232);
+static_assert(offsetof(hello_reply, ipv6) == 216);
 static_assert(offsetof(hello_reply, vnic_name) == 24);
 static_assert(offsetof(hello_reply, mac) == 88);
 static_assert(offsetof(hello_reply, tenant_mtu) == 100);
@@ -257,7 +266,7 @@ struct query_reply {
     device_attrs device;
     port_attrs port;
 };
-static_assert(sizeof(query_reply) == 264);
+static_assert(sizeof(query_reply) == 280);
 static_assert(offsetof(query_reply, device) == 24);
 static_assert(offsetof(query_reply, port) == 216);
 

@@ -361,7 +361,8 @@ inline void wait_doorbell(doorbell_page& p, uint32_t seen, const timespec& timeo
 }
 
 constexpr uint32_t qp_ring_magic = 0x5051'4b4a;  // "JKQP"
-constexpr uint32_t qp_ring_version = 2;          // 2: doorbell_wanted per QP, doorbell bits
+// 2: doorbell_wanted per QP, doorbell bits. 3: UD destinations over IPv6 (ud_remote_ip6).
+constexpr uint32_t qp_ring_version = 3;
 constexpr std::size_t wqe_size = 512;
 constexpr uint32_t wqe_max_sge = 16;
 constexpr std::size_t send_wqe_header_bytes = 96;
@@ -395,7 +396,9 @@ struct send_wqe {
     uint32_t mw_handle;
     uint32_t mw_mr_lkey;
     uint32_t mw_access;
-    uint32_t reserved[4];
+    // UD to an IPv6 peer (an address handle with an IPv6 GID): its address, and ud_remote_ip
+    // is 0. All zero for an IPv4 peer.
+    uint8_t ud_remote_ip6[16];
     union {
         wqe_sge sg[wqe_max_sge];
         uint8_t inline_data[wqe_max_inline];
@@ -405,6 +408,7 @@ static_assert(sizeof(send_wqe) == wqe_size);
 static_assert(offsetof(send_wqe, sg) == send_wqe_header_bytes);
 static_assert(offsetof(send_wqe, remote_addr) == 32);
 static_assert(offsetof(send_wqe, mw_handle) == 68);
+static_assert(offsetof(send_wqe, ud_remote_ip6) == 80);
 static_assert(std::is_trivially_copyable_v<send_wqe>);
 
 struct recv_wqe {

@@ -12,12 +12,27 @@
 
 namespace jakiro::verbs_shim {
 
+namespace proto = verbs_proto;
+
 namespace {
 
 constexpr uint8_t ipv4_mapped_prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
 
 bool ipv4_mapped(const uint8_t* gid) {
     return std::memcmp(gid, ipv4_mapped_prefix, sizeof(ipv4_mapped_prefix)) == 0;
+}
+
+// A global (or unique-local) unicast IPv6 address: what a RoCE v2 peer's IPv6 GID can be.
+bool routable_ipv6(const uint8_t* gid) {
+    return gid[0] != 0 && gid[0] != 0xff && !(gid[0] == 0xfe && (gid[1] & 0xc0) == 0x80);
+}
+
+// The vNIC's IPv6 address (its GID at index 1), or nullptr when it has none.
+const uint8_t* own_ipv6(ibv_context* context) {
+    static constexpr uint8_t none[16] = {};
+    const shim_context* c = to_context(context);
+    return c != nullptr && std::memcmp(c->hello.ipv6, none, sizeof(none)) != 0 ? c->hello.ipv6
+                                                                               : nullptr;
 }
 
 void map_ipv4(uint32_t ip_be, uint8_t* gid) {
@@ -38,14 +53,23 @@ ibv_ah* create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
         errno = EINVAL;
         return nullptr;
     }
-    // RoCE needs the GRH: the destination is a GID, and ours are IPv4-mapped (one per port).
-    if (attr->is_global == 0 || attr->port_num != 1 || attr->grh.sgid_index != 0 ||
-        !ipv4_mapped(attr->grh.dgid.raw)) {
+    // RoCE needs the GRH: the destination is a GID, IPv4-mapped from GID index 0 or IPv6 from
+    // GID index 1 (which the port has when its vNIC has an IPv6 address).
+    const bool ipv6 = attr->is_global != 0 && !ipv4_mapped(attr->grh.dgid.raw);
+    if (attr->is_global == 0 || attr->port_num != 1 ||
+        attr->grh.sgid_index != (ipv6 ? proto::gid_index_ipv6 : proto::gid_index_ipv4)) {
         debug(
-            "ibv_create_ah: a RoCE v2 address needs is_global, port 1, sgid_index 0 and an "
-            "IPv4-mapped dgid");
+            "ibv_create_ah: a RoCE v2 address needs is_global, port 1, and an IPv4-mapped dgid "
+            "with sgid_index 0 or an IPv6 one with sgid_index 1");
         errno = EINVAL;
         return nullptr;
+    }
+    if (ipv6) {
+        if (!routable_ipv6(attr->grh.dgid.raw) || own_ipv6(pd->context) == nullptr) {
+            debug("ibv_create_ah: the dgid is no global IPv6 address, or the port has no IPv6 GID");
+            errno = EINVAL;
+            return nullptr;
+        }
     }
     auto* a = new (std::nothrow) shim_ah{};
     if (a == nullptr) {
@@ -55,7 +79,11 @@ ibv_ah* create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
     a->magic = ah_magic;
     a->ah.context = pd->context;
     a->ah.pd = pd;
-    std::memcpy(&a->remote_ip_be, attr->grh.dgid.raw + 12, 4);
+    if (ipv6) {
+        std::memcpy(a->remote_ip6, attr->grh.dgid.raw, sizeof(a->remote_ip6));
+    } else {
+        std::memcpy(&a->remote_ip_be, attr->grh.dgid.raw + 12, 4);
+    }
     a->attr = *attr;
     return &a->ah;
 }
@@ -88,6 +116,22 @@ int init_ah_from_wc(ibv_context* context, uint8_t port_num, const ibv_wc* wc, co
     if (grh == nullptr) {
         errno = EINVAL;
         return -1;
+    }
+    // RoCE v2 over IPv6: the GRH area is the IPv6 header.
+    const auto* area = reinterpret_cast<const uint8_t*>(grh);
+    if ((area[0] >> 4) == 6) {
+        const uint8_t* own = own_ipv6(context);
+        if (own == nullptr || std::memcmp(area + 24, own, 16) != 0) {
+            errno = ENOENT;  // not addressed to our IPv6 GID
+            return -1;
+        }
+        attr->is_global = 1;
+        std::memcpy(attr->grh.dgid.raw, area + 8, 16);
+        attr->grh.sgid_index = proto::gid_index_ipv6;
+        attr->grh.hop_limit = area[7];
+        attr->grh.traffic_class = static_cast<uint8_t>((area[0] << 4) | (area[1] >> 4));
+        attr->grh.flow_label = ((area[1] & 0x0Fu) << 16) | (uint32_t{area[2]} << 8) | area[3];
+        return 0;
     }
     // RoCE v2 over IPv4: the IPv4 header sits in the GRH's last 20 bytes.
     iphdr ip;
@@ -125,6 +169,7 @@ ibv_ah* create_ah_from_wc(ibv_pd* pd, const ibv_wc* wc, const ibv_grh* grh, uint
 void write_ud_destination(verbs_proto::send_wqe& slot, const shim_ah& ah, uint32_t remote_qpn,
                           uint32_t remote_qkey) {
     slot.ud_remote_ip = ah.remote_ip_be;
+    std::memcpy(slot.ud_remote_ip6, ah.remote_ip6, sizeof(slot.ud_remote_ip6));
     slot.ud_remote_qpn = remote_qpn & 0xFFFFFF;
     slot.ud_remote_qkey = remote_qkey;
 }

@@ -351,7 +351,10 @@ int query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_index, ib
         return EINVAL;
     }
     ibv_gid_entry full{};
-    std::memcpy(full.gid.raw, reply.port.gid0, sizeof(full.gid.raw));
+    // Index 0: the IPv4-mapped GID; index 1: the IPv6 one (verbs_proto::gid_index_ipv6).
+    std::memcpy(full.gid.raw,
+                gid_index == proto::gid_index_ipv6 ? reply.port.gid1 : reply.port.gid0,
+                sizeof(full.gid.raw));
     full.gid_index = gid_index;
     full.port_num = port_num;
     full.gid_type = IBV_GID_TYPE_ROCE_V2;

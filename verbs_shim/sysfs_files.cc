@@ -22,16 +22,20 @@ constexpr std::string_view gid_ndevs_dir = "/ports/1/gid_attrs/ndevs/";
 // The kernel's name for the GID type of every entry of a vNIC's table (ib_cache_gid_type_str).
 constexpr const char* roce_v2_type = "RoCE v2";
 
-// A vNIC's GID table has one entry, index 0: its IPv4 address as a RoCE v2 GID (jakirod's
-// rnic/verbs/device_model.cc reports gid_tbl_len 1 in every port query).
-constexpr unsigned vnic_gid_entries = 1;
+// A vNIC's GID table: index 0, its IPv4 address as a RoCE v2 GID, and index 1, its IPv6 address,
+// when it has one (jakirod's rnic/verbs/device_model.cc reports gid_tbl_len 1 or 2 in every port
+// query, as the hello says).
+unsigned vnic_gid_entries(const shim_device& d) {
+    static constexpr uint8_t none[sizeof(d.hello.ipv6)] = {};
+    return std::memcmp(d.hello.ipv6, none, sizeof(none)) != 0 ? 2 : 1;
+}
 
 // `rest` is a decimal GID index inside the table, as the kernel names the files.
-bool valid_gid_index(std::string_view rest) {
+bool valid_gid_index(const shim_device& d, std::string_view rest) {
     unsigned index = 0;
     const auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), index);
     return !rest.empty() && ec == std::errc{} && end == rest.data() + rest.size() &&
-           index < vnic_gid_entries;
+           index < vnic_gid_entries(d);
 }
 
 // The netdev carrying device `d`'s vNIC MAC in this namespace, or "" if none does.
@@ -107,7 +111,7 @@ bool directory_entries(const char* path, std::vector<dir_entry>& entries) {
     } else if (below == "/ports/1/gid_attrs") {
         entries = {{"ndevs", true}, {"types", true}};
     } else if (below == "/ports/1/gid_attrs/types" || below == "/ports/1/gid_attrs/ndevs") {
-        for (unsigned i = 0; i < vnic_gid_entries; ++i) {
+        for (unsigned i = 0; i < vnic_gid_entries(*d); ++i) {
             entries.push_back({std::to_string(i), false});
         }
     } else {
@@ -132,12 +136,12 @@ bool attribute_text(const char* path, std::string& text) {
     }
     const std::string_view attribute = rest.substr(slash);
     if (attribute.starts_with(gid_types_dir) &&
-        valid_gid_index(attribute.substr(gid_types_dir.size()))) {
+        valid_gid_index(*d, attribute.substr(gid_types_dir.size()))) {
         text = std::string(roce_v2_type) + "\n";
         return true;
     }
     if (attribute.starts_with(gid_ndevs_dir) &&
-        valid_gid_index(attribute.substr(gid_ndevs_dir.size()))) {
+        valid_gid_index(*d, attribute.substr(gid_ndevs_dir.size()))) {
         const std::string netdev = netdev_of(*d);
         if (netdev.empty()) {
             return false;  // no netdev carries the vNIC's MAC here: the kernel has no entry

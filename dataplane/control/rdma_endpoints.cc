@@ -24,6 +24,9 @@ verbs::vnic_quota quota_of(const rdma_config& rdma) {
 verbs::endpoint_config endpoint_of(const vnic_config& vnic, uint16_t slot, uint8_t worker) {
     verbs::endpoint_config e;
     e.identity = {vnic.name, vnic.mac, vnic.ip.address, slot, quota_of(vnic.rdma), worker};
+    if (vnic.ip6) {
+        e.identity.ip6 = vnic.ip6->address;  // GID 1
+    }
     e.netns = vnic.netns;
     e.port = vnic.port;
     return e;

@@ -3,6 +3,7 @@
 #include "dataplane/control/overlay_report.hh"
 #include "dataplane/control/restart_report.hh"
 
+#include <arpa/inet.h>
 #include <rte_cycles.h>
 #include <rte_ethdev.h>
 
@@ -19,6 +20,13 @@
 namespace jakiro {
 
 namespace {
+
+// A QP's IPv6 peer as `jakiroctl qps` prints it (RFC 5952 form).
+std::string ipv6_text(const rnic::ipv6_address& a) {
+    char text[INET6_ADDRSTRLEN] = {};
+    inet_ntop(AF_INET6, a.data(), text, sizeof(text));
+    return text;
+}
 
 double mbit(uint64_t bits_per_s) {
     return static_cast<double>(bits_per_s) / 1e6;
@@ -438,7 +446,9 @@ std::string render_qps(const stats_snapshot& snapshot, const std::string& vnic, 
         }
         const char* st = q.state < 7 ? states[q.state] : "?";
         const char* type = q.type == IBV_QPT_UD ? "UD" : q.type == IBV_QPT_UC ? "UC" : "RC";
-        const std::string remote = format_ipv4(rte_be_to_cpu_32(q.remote_ip_be));
+        const std::string remote = rnic::is_unspecified(q.remote_ip6)
+                                       ? format_ipv4(rte_be_to_cpu_32(q.remote_ip_be))
+                                       : ipv6_text(q.remote_ip6);
         out.begin_object()
             .value("vnic", name)
             .value("worker", uint64_t{snapshot.worker_of(q.vnic)})  // whose engine runs it

@@ -2,6 +2,7 @@
 
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "secgroup/rule.hh"
@@ -24,7 +25,43 @@ bool rdma_rule_allows(const secgroup::acl_table* acl, uint32_t remote_ip_be) {
     return verdict != secgroup::acl_table::no_match;
 }
 
+// The IPv4 address of the endpoint whose IPv6 address is `remote` in `vpc`; 0 when none.
+rte_be32_t ipv4_twin(const datapath_tables& tables, uint32_t vpc,
+                     const std::array<uint8_t, 16>& remote) {
+    const datapath_tables::ipv6_twin key{vpc, remote, 0};
+    const auto it = std::lower_bound(tables.ipv6_twins.begin(), tables.ipv6_twins.end(), key);
+    return it != tables.ipv6_twins.end() && *it == key ? it->ip : 0;
+}
+
 }  // namespace
+
+int admit_rdma_peer_ipv6(const datapath_tables& tables, uint16_t vnic_slot,
+                         const std::array<uint8_t, 16>& remote) {
+    if (vnic_slot >= tables.vnics.size() || vnic_slot >= tables.policies.size()) {
+        return ENETUNREACH;
+    }
+    const vnic_view& vnic = tables.vnics[vnic_slot];
+    if (vnic.vpc == no_vpc || !vnic.has_ip6) {
+        return ENETUNREACH;  // removed, or no IPv6 address to talk from
+    }
+    if (remote == vnic.ip6) {
+        return 0;  // loopback between two QPs of one vNIC
+    }
+    if (tables.vlt->lookup6(vnic.vpc, remote.data()) == nullptr) {
+        return ENETUNREACH;
+    }
+    const rte_be32_t twin = ipv4_twin(tables, vnic.vpc, remote);
+    return twin != 0 ? admit_rdma_peer(tables, vnic_slot, twin) : EACCES;
+}
+
+bool admit_rdma_datagram_ipv6(const datapath_tables& tables, uint16_t vnic_slot,
+                              const std::array<uint8_t, 16>& remote, secgroup::direction dir) {
+    if (vnic_slot >= tables.vnics.size() || tables.vnics[vnic_slot].vpc == no_vpc) {
+        return false;
+    }
+    const rte_be32_t twin = ipv4_twin(tables, tables.vnics[vnic_slot].vpc, remote);
+    return twin != 0 && admit_rdma_datagram(tables, vnic_slot, twin, dir);
+}
 
 int admit_rdma_peer(const datapath_tables& tables, uint16_t vnic_slot, uint32_t remote_ip_be) {
     if (vnic_slot >= tables.vnics.size() || vnic_slot >= tables.policies.size()) {

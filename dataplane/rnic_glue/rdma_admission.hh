@@ -5,6 +5,7 @@
 // packet against the connected QP (RCFT) instead of the NFT. A QP connected to another QP of
 // its own vNIC (loopback, as on any RNIC port) passes: its packets never leave the vNIC.
 
+#include <array>
 #include <cstdint>
 
 #include "dataplane/tables.hh"
@@ -14,6 +15,14 @@ namespace jakiro {
 
 // 0, ENETUNREACH (the peer is not in the VPC) or EACCES (a security group forbids it).
 int admit_rdma_peer(const datapath_tables& tables, uint16_t vnic_slot, uint32_t remote_ip_be);
+
+// The same for an IPv6 peer (RoCE v2 over IPv6): the peer must be an IPv6 address of the VPC,
+// and the security groups, which match IPv4 only, admit it as they admit the IPv4 address of
+// the same endpoint (every dual-stack vNIC and peer has both).
+int admit_rdma_peer_ipv6(const datapath_tables& tables, uint16_t vnic_slot,
+                         const std::array<uint8_t, 16>& remote);
+bool admit_rdma_datagram_ipv6(const datapath_tables& tables, uint16_t vnic_slot,
+                              const std::array<uint8_t, 16>& remote, secgroup::direction dir);
 
 // UD has no connection to admit once, so every datagram is checked (on the worker, per
 // packet): the vNIC's `rdma` rules of direction `dir` must allow `remote_ip_be`. That the

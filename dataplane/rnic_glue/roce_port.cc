@@ -146,28 +146,7 @@ void roce_port::end_frame(uint16_t vnic_slot, uint32_t dst_ip_be, uint32_t len) 
     counters.rdma_tx_packets.add(1);
     counters.rdma_tx_bytes.add(rte_pktmbuf_pkt_len(m));
     if (entry->kind == overlay::vlt_kind::local_vnic) {
-        const vnic_view& receiver = _tables->vnics[entry->vnic];
-        if (receiver.worker != _ctx.id) {   // its QPs are in another worker's engine
-            if (_ctx.handoff == nullptr) {  // never: a vNIC of another worker needs workers
-                _ctx.drop(m, drop_reason::vnic_removed, vnic_slot);
-                return;
-            }
-            if (_handed_count == handed_capacity) {
-                hand_over();
-            }
-            m->port = receiver.port_id;
-            _handed[_handed_count] = m;
-            _handed_worker[_handed_count++] = receiver.worker;
-            _ctx.counters.switched_locally.add(1);
-            return;
-        }
-        if (_loopback_count == loopback_capacity) {
-            _ctx.drop(m, drop_reason::tx_queue_full, vnic_slot);
-            return;
-        }
-        _loopback[_loopback_count] = m;
-        _loopback_slot[_loopback_count++] = entry->vnic;
-        _ctx.counters.switched_locally.add(1);
+        to_local_vnic(m, *entry, vnic_slot);
         return;
     }
     const auto* ip = rte_pktmbuf_mtod_offset(m, const rte_ipv4_hdr*, sizeof(rte_ether_hdr));
@@ -192,6 +171,109 @@ void roce_port::end_frame(uint16_t vnic_slot, uint32_t dst_ip_be, uint32_t len) 
     }
     rte_pktmbuf_free(big);
     _ctx.tx.enqueue(_tables->uplink_port, m, _ctx.counters);
+}
+
+void roce_port::to_local_vnic(rte_mbuf* m, const overlay::vlt_entry& entry, uint16_t from_slot) {
+    const vnic_view& receiver = _tables->vnics[entry.vnic];
+    if (receiver.worker != _ctx.id) {   // its QPs are in another worker's engine
+        if (_ctx.handoff == nullptr) {  // never: a vNIC of another worker needs workers
+            _ctx.drop(m, drop_reason::vnic_removed, from_slot);
+            return;
+        }
+        if (_handed_count == handed_capacity) {
+            hand_over();
+        }
+        m->port = receiver.port_id;
+        _handed[_handed_count] = m;
+        _handed_worker[_handed_count++] = receiver.worker;
+        _ctx.counters.switched_locally.add(1);
+        return;
+    }
+    if (_loopback_count == loopback_capacity) {
+        _ctx.drop(m, drop_reason::tx_queue_full, from_slot);
+        return;
+    }
+    _loopback[_loopback_count] = m;
+    _loopback_slot[_loopback_count++] = entry.vnic;
+    _ctx.counters.switched_locally.add(1);
+}
+
+void roce_port::end_frame_ipv6(uint16_t vnic_slot, const rnic::ipv6_address& dst, uint32_t len) {
+    (void)len;
+    rte_mbuf* m = _pending;
+    _pending = nullptr;
+    const bool in_place = m == nullptr && _to_uplink.reserved() != nullptr;
+    if ((m == nullptr && !in_place) || _tables == nullptr || vnic_slot >= _tables->vnics.size()) {
+        rte_pktmbuf_free(m);
+        return;
+    }
+    if (in_place) {
+        // Begun in the open super-datagram's next chunk: moved out, it leaves on its own.
+        const uint32_t bytes = _to_uplink.reserved_len();
+        m = rte_pktmbuf_alloc(_ctx.pool);
+        void* copy = m != nullptr ? rte_pktmbuf_append(m, static_cast<uint16_t>(bytes)) : nullptr;
+        if (copy == nullptr) {
+            _ctx.drop(m, drop_reason::rdma_no_mbufs, vnic_slot);  // the RC timer resends it
+            return;
+        }
+        std::memcpy(copy, _to_uplink.reserved(), bytes);
+    }
+    flush_to_uplink();  // the datagram before this frame leaves first
+    const vnic_view& vnic = _tables->vnics[vnic_slot];
+    if (vnic.vpc == no_vpc) {
+        _ctx.drop(m, drop_reason::vnic_removed, vnic_slot);
+        return;
+    }
+    const overlay::vlt_entry* entry = _tables->vlt->lookup6(vnic.vpc, dst.data());
+    if (entry == nullptr) {
+        _ctx.drop(m, drop_reason::vlt_miss, vnic_slot);
+        return;
+    }
+    auto& counters = _ctx.counters.vnics[vnic_slot];
+    counters.rdma_tx_packets.add(1);
+    counters.rdma_tx_bytes.add(rte_pktmbuf_pkt_len(m));
+    if (entry->kind == overlay::vlt_kind::local_vnic) {
+        to_local_vnic(m, *entry, vnic_slot);
+        return;
+    }
+    const auto* ip6 = rte_pktmbuf_mtod_offset(m, const uint8_t*, sizeof(rte_ether_hdr));
+    const uint32_t ip_len = 40 + ((uint32_t{ip6[4]} << 8) | ip6[5]);
+    if (!encapsulate_to_remote_host6(_ctx, *_tables, vnic_slot, *entry, m, ip6, ip_len)) {
+        return;
+    }
+    _ctx.tx.enqueue(_tables->uplink_port, m, _ctx.counters);
+}
+
+uint16_t roce_port::local_vnic_ipv6(uint16_t vnic_slot, const rnic::ipv6_address& dst) const {
+    if (_tables == nullptr || vnic_slot >= _tables->vnics.size() ||
+        _tables->vnics[vnic_slot].vpc == no_vpc) {
+        return no_local_vnic;
+    }
+    const overlay::vlt_entry* entry =
+        _tables->vlt->lookup6(_tables->vnics[vnic_slot].vpc, dst.data());
+    return entry != nullptr && entry->kind == overlay::vlt_kind::local_vnic &&
+                   _tables->vnics[entry->vnic].worker == _ctx.id
+               ? entry->vnic
+               : no_local_vnic;
+}
+
+bool roce_port::permits_datagram_ipv6(uint16_t vnic_slot, const rnic::ipv6_address& remote,
+                                      bool outbound) {
+    if (_tables == nullptr) {
+        return false;
+    }
+    const auto dir = outbound ? secgroup::direction::egress : secgroup::direction::ingress;
+    if (admit_rdma_datagram_ipv6(*_tables, vnic_slot, remote, dir)) {
+        return true;
+    }
+    const auto reason = outbound ? drop_reason::sg_denied_egress : drop_reason::sg_denied_ingress;
+    _ctx.counters.drops[static_cast<std::size_t>(reason)].add(1);
+    _ctx.counters.vnics[vnic_slot].drops.add(1);
+    return false;
+}
+
+bool roce_port::admits_connection_ipv6(uint16_t vnic_slot, const rnic::ipv6_address& remote) {
+    return _tables != nullptr && admit_rdma_peer_ipv6(*_tables, vnic_slot, remote) == 0;
 }
 
 void roce_port::flush() {

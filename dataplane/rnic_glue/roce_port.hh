@@ -42,6 +42,13 @@ class roce_port final : public rnic::packet_port {
     void count_local(uint16_t from_vnic, uint16_t to_vnic, uint64_t bytes) override;
     bool permits_datagram(uint16_t vnic, uint32_t remote_ip_be, bool outbound) override;
     bool admits_connection(uint16_t vnic, uint32_t remote_ip_be) override;
+    // RoCE v2 over IPv6: the VLT's IPv6 keys, the same roads. A frame to an IPv6 peer leaves on
+    // its own, never in a super-datagram.
+    void end_frame_ipv6(uint16_t vnic, const rnic::ipv6_address& dst, uint32_t len) override;
+    uint16_t local_vnic_ipv6(uint16_t vnic, const rnic::ipv6_address& dst) const override;
+    bool permits_datagram_ipv6(uint16_t vnic, const rnic::ipv6_address& remote,
+                               bool outbound) override;
+    bool admits_connection_ipv6(uint16_t vnic, const rnic::ipv6_address& remote) override;
 
     // Hands every looped-back frame queued before this call to the engine. Returns how many.
     unsigned deliver_loopback(rnic::engine& engine, uint64_t now_ns);
@@ -71,6 +78,9 @@ class roce_port final : public rnic::packet_port {
     unsigned _handoff_room = 0;
     bool handoff_has_room();
     void hand_over();
+    // A frame to this host's vNIC of `entry` (a local_vnic VLT entry): to its worker's engine
+    // through the hand-off ring, or to this one's through the loopback queue.
+    void to_local_vnic(rte_mbuf* m, const overlay::vlt_entry& entry, uint16_t from_slot);
     // One frame of this host's RoCE to the engine, for local vNIC `slot`; frees it.
     void deliver(rnic::engine& engine, uint16_t slot, rte_mbuf* m, uint64_t now_ns);
     // The route of the frame sent last (a QP sends runs of packets to one peer): the VLT entry

@@ -49,14 +49,6 @@ constexpr int max_dreq_retries = 5;
 constexpr std::size_t req_user_private = req_private_bytes - cma_header_bytes;  // 56
 constexpr std::size_t sidr_user_private = sidr_req_private_bytes - cma_header_bytes;
 
-inline gid ipv4_gid(uint32_t ip_be) {
-    gid g{};
-    g[10] = 0xFF;
-    g[11] = 0xFF;
-    std::memcpy(g.data() + 12, &ip_be, 4);
-    return g;
-}
-
 template <typename T>
 inline bool read_cmd(std::span<const uint8_t> in, T& out) {
     // The kernel copies the struct's size from the caller; a shorter `in` is EINVAL.
@@ -73,55 +65,100 @@ inline void put_response(std::vector<uint8_t>& out, const T& resp) {
     std::memcpy(out.data(), &resp, sizeof(T));
 }
 
-// An IPv4 sockaddr out of a sockaddr_in6-sized or sockaddr_storage field: AF_INET, or the
-// IPv6 forms of IPv4 ("::" for any address, ::ffff:a.b.c.d), which programs that bind with
-// getaddrinfo(AI_PASSIVE) hand over. nullopt for anything else (AF_IB, real IPv6: the overlay
-// is IPv4).
-inline std::optional<sockaddr_in> ipv4_of(const void* p) {
+// An address a program handed over, as the agent keeps it (cma_header.hh: its GID; zero for
+// "any"), with its port (host order) and whether it came as AF_INET6.
+struct ip_sockaddr {
+    gid ip{};
+    uint16_t port = 0;
+    bool inet6 = false;
+};
+
+inline bool is_any(const gid& g) {
+    return g == gid{};
+}
+
+// A sockaddr_in6-sized or sockaddr_storage field: AF_INET, or AF_INET6 (its "::" is any
+// address, ::ffff:a.b.c.d an IPv4 one, as programs that bind with getaddrinfo(AI_PASSIVE) hand
+// over). nullopt for anything else (AF_IB).
+inline std::optional<ip_sockaddr> address_of(const void* p) {
     sockaddr_in a;
     std::memcpy(&a, p, sizeof(a));
+    ip_sockaddr out;
     if (a.sin_family == AF_INET) {
-        return a;
+        out.port = ntohs(a.sin_port);
+        if (a.sin_addr.s_addr != 0) {
+            out.ip = ipv4_gid(a.sin_addr.s_addr);
+        }
+        return out;
     }
     if (a.sin_family != AF_INET6) {
         return std::nullopt;
     }
     sockaddr_in6 six;
     std::memcpy(&six, p, sizeof(six));
-    const uint8_t* b = six.sin6_addr.s6_addr;
-    static constexpr uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
-    const bool any = IN6_IS_ADDR_UNSPECIFIED(&six.sin6_addr);
-    if (!any && std::memcmp(b, mapped, sizeof(mapped)) != 0) {
-        return std::nullopt;
-    }
-    sockaddr_in out{};
-    out.sin_family = AF_INET;
-    out.sin_port = six.sin6_port;
-    if (!any) {
-        std::memcpy(&out.sin_addr.s_addr, b + 12, 4);
+    out.inet6 = true;
+    out.port = ntohs(six.sin6_port);
+    std::memcpy(out.ip.data(), six.sin6_addr.s6_addr, 16);
+    if (is_ipv4_gid(out.ip) && out.ip[12] == 0 && out.ip[13] == 0 && out.ip[14] == 0 &&
+        out.ip[15] == 0) {
+        out.ip = {};  // ::ffff:0.0.0.0, any
     }
     return out;
 }
 
-inline bool unicast(uint32_t ip_be) {
-    const uint32_t ip = ntohl(ip_be);
-    return ip != 0 && ip != 0xFFFF'FFFFu && (ip >> 28) != 0xE && (ip >> 24) != 127;
+inline bool is_ipv4_loopback(const gid& g) {
+    return is_ipv4_gid(g) && g[12] == 127;
 }
 
-inline void write_sockaddr(void* dst, std::size_t room, uint32_t ip_be, uint16_t port) {
+inline bool is_ipv6_loopback(const gid& g) {
+    static constexpr gid loopback = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    return g == loopback;
+}
+
+inline bool is_multicast(const gid& g) {
+    return is_ipv4_gid(g) ? (g[12] >> 4) == 0xE : g[0] == 0xFF;
+}
+
+// A peer a connection can go to: IPv4 unicast, or IPv6 global/unique-local unicast (not
+// link-local: the overlay has no links; not loopback, any or IPv4-compatible forms).
+inline bool unicast(const gid& g) {
+    if (is_ipv4_gid(g)) {
+        uint32_t ip_be = 0;
+        std::memcpy(&ip_be, g.data() + 12, 4);
+        const uint32_t ip = ntohl(ip_be);
+        return ip != 0 && ip != 0xFFFF'FFFFu && (ip >> 28) != 0xE && (ip >> 24) != 127;
+    }
+    return g[0] != 0 && g[0] != 0xFF && !(g[0] == 0xFE && (g[1] & 0xC0) == 0x80);
+}
+
+// `ip` (any when zero) and `port` as AF_INET, or AF_INET6 when `inet6` or `ip` is IPv6.
+inline void write_sockaddr(void* dst, std::size_t room, const gid& ip, uint16_t port,
+                           bool inet6 = false) {
     std::memset(dst, 0, room);
+    if (inet6 || (!is_any(ip) && !is_ipv4_gid(ip))) {
+        sockaddr_in6 a{};
+        a.sin6_family = AF_INET6;
+        a.sin6_port = htons(port);
+        std::memcpy(a.sin6_addr.s6_addr, ip.data(), 16);
+        std::memcpy(dst, &a, sizeof(a));
+        return;
+    }
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(port);
-    a.sin_addr.s_addr = ip_be;
+    std::memcpy(&a.sin_addr.s_addr, ip.data() + 12, 4);
     std::memcpy(dst, &a, sizeof(a));
 }
 
-inline void fill_ah(ib_uverbs_ah_attr& ah, uint32_t dst_ip_be, uint8_t tos) {
+// The GID index of the vNIC's address of `dst`'s family (verbs_proto::gid_index_ipv4/_ipv6).
+inline uint8_t sgid_index_for(const gid& dst) {
+    return is_ipv4_gid(dst) ? 0 : 1;
+}
+
+inline void fill_ah(ib_uverbs_ah_attr& ah, const gid& dst, uint8_t tos) {
     ah = {};
-    const gid g = ipv4_gid(dst_ip_be);
-    std::memcpy(ah.grh.dgid, g.data(), 16);
-    ah.grh.sgid_index = 0;
+    std::memcpy(ah.grh.dgid, dst.data(), 16);
+    ah.grh.sgid_index = sgid_index_for(dst);
     ah.grh.hop_limit = 64;
     ah.grh.traffic_class = tos;
     ah.is_global = 1;
@@ -141,7 +178,7 @@ struct cm_agent::event_params {
     uint8_t rnr_retry_count = 0;
     bool srq = false;
     bool ud = false;
-    uint32_t ah_ip_be = 0;
+    gid ah_ip{};
 };
 
 }  // namespace jakiro::rdmacm

@@ -54,13 +54,13 @@ cm_agent::cm_id* cm_agent::find(uint64_t client, uint32_t handle) {
     return it != _ids.end() && it->second.client == client ? &it->second : nullptr;
 }
 
-cm_agent::cm_id* cm_agent::by_comm_id(uint32_t local_comm_id, uint32_t src_ip_be) {
+cm_agent::cm_id* cm_agent::by_comm_id(uint32_t local_comm_id, const gid& src) {
     const auto it = _by_comm_id.find(local_comm_id);
     if (it == _by_comm_id.end()) {
         return nullptr;
     }
     cm_id& id = _ids.at(it->second);
-    return id.dst_ip_be == src_ip_be ? &id : nullptr;
+    return id.dst_ip == src ? &id : nullptr;
 }
 
 cm_agent::cm_id* cm_agent::new_id(uint64_t client, uint16_t ps, uint8_t qp_type) {
@@ -90,10 +90,12 @@ void cm_agent::erase_id(uint32_t handle) {
     _ids.erase(it);
 }
 
-cm_agent::cm_id* cm_agent::find_listener(uint16_t ps, uint16_t port, uint32_t dst_ip_be) {
+// A listener bound to any address takes both families when bound as AF_INET6, only IPv4 as
+// AF_INET (the kernel's dual-stack listener).
+cm_agent::cm_id* cm_agent::find_listener(uint16_t ps, uint16_t port, const gid& dst) {
     for (auto& [h, id] : _ids) {
         if (id.st == state::listening && id.ps == ps && id.src_port == port &&
-            (id.src_ip_be == 0 || id.src_ip_be == dst_ip_be)) {
+            (id.src_ip == dst || (is_any(id.src_ip) && (id.inet6 || is_ipv4_gid(dst))))) {
             return &id;
         }
     }
@@ -138,9 +140,9 @@ uint32_t cm_agent::new_comm_id() {
 
 // ---- wire ----------------------------------------------------------------------------------
 
-void cm_agent::send(uint32_t dst_ip_be, const cm_message& m) {
+void cm_agent::send(const gid& dst, const cm_message& m) {
     ++_stats.mads_sent;
-    _send(dst_ip_be, encode(m));
+    _send(dst, encode(m));
 }
 
 void cm_agent::send_tracked(cm_id& id, const cm_message& m) {
@@ -148,7 +150,7 @@ void cm_agent::send_tracked(cm_id& id, const cm_message& m) {
     id.retries_left = std::holds_alternative<cm_dreq>(m.body) ? max_dreq_retries : max_cm_retries;
     id.deadline = clock::now() + resend_interval;
     ++_stats.mads_sent;
-    _send(id.dst_ip_be, *id.outstanding);
+    _send(id.dst_ip, *id.outstanding);
 }
 
 void cm_agent::settle(cm_id& id) {
@@ -156,14 +158,14 @@ void cm_agent::settle(cm_id& id) {
     id.deadline = clock::time_point::max();
 }
 
-void cm_agent::send_rej(uint32_t dst_ip_be, uint64_t tid, uint32_t local_comm_id,
+void cm_agent::send_rej(const gid& dst, uint64_t tid, uint32_t local_comm_id,
                         uint32_t remote_comm_id, message_kind what, rej_reason reason) {
     cm_rej r;
     r.local_comm_id = local_comm_id;
     r.remote_comm_id = remote_comm_id;
     r.message_rejected = what;
     r.reason = static_cast<uint16_t>(reason);
-    send(dst_ip_be, cm_message{tid, r});
+    send(dst, cm_message{tid, r});
 }
 
 bool cm_agent::release(cm_id& id) {
@@ -186,15 +188,15 @@ bool cm_agent::release(cm_id& id) {
             id.client = 0;
             return id.outstanding.has_value();
         case state::dreq_rcvd:
-            send(id.dst_ip_be,
+            send(id.dst_ip,
                  cm_message{id.transaction_id, cm_drep{id.local_comm_id, id.remote_comm_id}});
             return false;
         case state::req_rcvd:
-            send_rej(id.dst_ip_be, id.transaction_id, id.local_comm_id, id.remote_comm_id,
+            send_rej(id.dst_ip, id.transaction_id, id.local_comm_id, id.remote_comm_id,
                      message_kind::req, rej_reason::consumer_defined);
             return false;
         case state::req_sent:
-            send_rej(id.dst_ip_be, id.transaction_id, id.local_comm_id, 0, message_kind::other,
+            send_rej(id.dst_ip, id.transaction_id, id.local_comm_id, 0, message_kind::other,
                      rej_reason::timeout);
             return false;
         case state::sidr_req_rcvd: {
@@ -204,7 +206,7 @@ bool cm_agent::release(cm_id& id) {
             r.service_id = service_id(id.ps, id.src_port);
             id.sidr_reply = encode(cm_message{id.transaction_id, r});  // for a lost one
             ++_stats.mads_sent;
-            _send(id.dst_ip_be, *id.sidr_reply);
+            _send(id.dst_ip, *id.sidr_reply);
             return false;
         }
         default:
@@ -235,7 +237,7 @@ void cm_agent::raise(const cm_id& id, uint32_t event, int32_t status, const even
             auto& ud = resp.param.ud;
             ud.qp_num = p->qp_num;
             ud.qkey = p->qkey;
-            fill_ah(ud.ah_attr, p->ah_ip_be, id.tos);
+            fill_ah(ud.ah_attr, p->ah_ip, id.tos);
             if (len > 0) {
                 std::memcpy(ud.private_data, p->private_data, len);
             }
@@ -312,7 +314,7 @@ void cm_agent::run_timers(clock::time_point now) {
             return false;
         }
         ++_stats.rejected_no_listener;  // no listener came
-        send_rej(h.src_ip_be, h.tid, 0, h.req.local_comm_id, message_kind::req,
+        send_rej(h.src, h.tid, 0, h.req.local_comm_id, message_kind::req,
                  rej_reason::invalid_service_id);
         return true;
     });
@@ -324,7 +326,7 @@ void cm_agent::run_timers(clock::time_point now) {
         if (id.retries_left-- > 0) {
             ++_stats.retransmissions;
             ++_stats.mads_sent;
-            _send(id.dst_ip_be, *id.outstanding);
+            _send(id.dst_ip, *id.outstanding);
             id.deadline = now + resend_interval;
             continue;
         }
@@ -336,7 +338,7 @@ void cm_agent::run_timers(clock::time_point now) {
         }
         switch (id.st) {
             case state::req_sent:
-                send_rej(id.dst_ip_be, id.transaction_id, id.local_comm_id, 0, message_kind::other,
+                send_rej(id.dst_ip, id.transaction_id, id.local_comm_id, 0, message_kind::other,
                          rej_reason::timeout);
                 id.st = state::disconnected;
                 raise(id, ev_unreachable, -ETIMEDOUT);

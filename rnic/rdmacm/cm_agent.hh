@@ -46,6 +46,7 @@ struct agent_identity {
     uint32_t ip_be = 0;
     uint64_t node_guid_be = 0;  // as ibv_get_device_guid() returns it (network order)
     uint8_t path_mtu = 3;       // IB MTU enum (3 = 1024)
+    gid ip6{};                  // the vNIC's IPv6 address, if it has one (else zero)
 };
 
 // The vNIC's rdma_cm quota (YAML `vnics[].rdma`: max_cm_ids, max_cm_backlog,
@@ -91,10 +92,11 @@ struct agent_stats {
 class cm_agent {
   public:
     using clock = std::chrono::steady_clock;
-    // Sends one MAD to QP1 of `dst_ip_be` (the vNIC's own address included).
-    using mad_sender = std::function<void(uint32_t dst_ip_be, const mad_buffer& mad)>;
-    // 0 if the vNIC's security groups let it talk RDMA with `remote_ip_be`, else an errno.
-    using admission = std::function<int(uint32_t remote_ip_be)>;
+    // Addresses are GIDs (cma_header.hh): IPv4-mapped, or IPv6.
+    // Sends one MAD to QP1 of `dst` (the vNIC's own addresses included).
+    using mad_sender = std::function<void(const gid& dst, const mad_buffer& mad)>;
+    // 0 if the vNIC's security groups let it talk RDMA with `remote`, else an errno.
+    using admission = std::function<int(const gid& remote)>;
 
     cm_agent(agent_identity self, mad_sender send, admission admit, agent_limits limits = {});
     ~cm_agent();
@@ -118,8 +120,11 @@ class cm_agent {
     int command(uint64_t client, std::span<const uint8_t> cmd, std::span<const uint8_t> option,
                 std::vector<uint8_t>& response, uint64_t held_channel = 0);
 
-    // A MAD that arrived on QP1 from `src_ip_be` (already past the ICRC and Q_Key checks).
-    void on_mad(uint32_t src_ip_be, std::span<const uint8_t> mad);
+    // A MAD that arrived on QP1 from `src` (already past the ICRC and Q_Key checks).
+    void on_mad(const gid& src, std::span<const uint8_t> mad);
+    void on_mad(uint32_t src_ip_be, std::span<const uint8_t> mad) {
+        on_mad(ipv4_gid(src_ip_be), mad);
+    }
     // Retransmissions and timeouts due by `now`; flushes queued events.
     void run_timers(clock::time_point now);
     // When run_timers has something to do next (max() if nothing).
@@ -166,9 +171,10 @@ class cm_agent {
         uint8_t qp_type = 0;  // ibv_qp_type
         state st = state::idle;
         bool bound = false;
-        uint32_t src_ip_be = 0;
+        bool inet6 = false;  // bound or resolved with AF_INET6: reported so
+        gid src_ip{};        // zero: any
         uint16_t src_port = 0;
-        uint32_t dst_ip_be = 0;
+        gid dst_ip{};
         uint16_t dst_port = 0;
         int backlog = 0;
         uint32_t listener = 0;  // the listener a request came in on
@@ -224,31 +230,39 @@ class cm_agent {
                    std::vector<uint8_t>& out);
 
     // MADs. `may_hold`: a REQ that finds no listener may wait for one (held_req).
-    void on_req(uint32_t src_ip_be, uint64_t tid, const cm_req& m, bool may_hold = true);
-    void on_rep(uint32_t src_ip_be, const cm_rep& m);
-    void on_rtu(uint32_t src_ip_be, const cm_rtu& m);
-    void on_rej(uint32_t src_ip_be, const cm_rej& m);
-    void on_mra(uint32_t src_ip_be, const cm_mra& m);
-    void on_dreq(uint32_t src_ip_be, uint64_t tid, const cm_dreq& m);
-    void on_drep(uint32_t src_ip_be, const cm_drep& m);
-    void on_sidr_req(uint32_t src_ip_be, uint64_t tid, const cm_sidr_req& m);
-    void on_sidr_rep(uint32_t src_ip_be, const cm_sidr_rep& m);
+    void on_req(const gid& src, uint64_t tid, const cm_req& m, bool may_hold = true);
+    void on_rep(const gid& src, const cm_rep& m);
+    void on_rtu(const gid& src, const cm_rtu& m);
+    void on_rej(const gid& src, const cm_rej& m);
+    void on_mra(const gid& src, const cm_mra& m);
+    void on_dreq(const gid& src, uint64_t tid, const cm_dreq& m);
+    void on_drep(const gid& src, const cm_drep& m);
+    void on_sidr_req(const gid& src, uint64_t tid, const cm_sidr_req& m);
+    void on_sidr_rep(const gid& src, const cm_sidr_rep& m);
 
     // A REQ/SIDR_REQ is for us when it names an IP service, carries an RDMA-CM IP header
     // addressed to this vNIC, and that header's source is the packet's real one (the inner IPv4
     // source the overlay delivered it with); otherwise it is dropped, counted (mads_dropped,
     // and mads_forged for a foreign source).
     bool addressed_to_us(uint64_t service_id, const std::optional<cma_ip_header>& ip,
-                         uint32_t src_ip_be) {
-        if (!is_ip_service(service_id) || !ip || ip->dst_ip_be != _self.ip_be) {
+                         const gid& src) {
+        if (!is_ip_service(service_id) || !ip || !is_own(ip->dst_ip)) {
             ++_stats.mads_dropped;
             return false;
         }
-        if (ip->src_ip_be != src_ip_be) {
+        if (ip->src_ip != src) {
             forged();
             return false;
         }
         return true;
+    }
+    // One of the vNIC's addresses: its IPv4 one, or its IPv6 one.
+    bool is_own(const gid& ip) const {
+        return ip == ipv4_gid(_self.ip_be) || (ip == _self.ip6 && _self.ip6 != gid{});
+    }
+    // The vNIC's address of `peer`'s family, the source towards it.
+    gid own_towards(const gid& peer) const {
+        return is_ipv4_gid(peer) ? ipv4_gid(_self.ip_be) : _self.ip6;
     }
     void forged() {
         ++_stats.mads_dropped;
@@ -260,18 +274,18 @@ class cm_agent {
     template <typename Command>
     int read_for_id(uint64_t client, std::span<const uint8_t> in, Command& c, cm_id*& id);
     // The connection a peer's message names by our communication ID, from that peer only.
-    cm_id* by_comm_id(uint32_t local_comm_id, uint32_t src_ip_be);
+    cm_id* by_comm_id(uint32_t local_comm_id, const gid& src);
     cm_id* new_id(uint64_t client, uint16_t ps, uint8_t qp_type);
     void erase_id(uint32_t handle);
-    cm_id* find_listener(uint16_t ps, uint16_t port, uint32_t dst_ip_be);
+    cm_id* find_listener(uint16_t ps, uint16_t port, const gid& dst);
     bool port_in_use(uint16_t ps, uint16_t port, const cm_id* except) const;
     uint16_t ephemeral_port(uint16_t ps);
     uint32_t new_comm_id();
-    void send(uint32_t dst_ip_be, const cm_message& m);
+    void send(const gid& dst, const cm_message& m);
     // Sends and keeps it for retransmission until answered.
     void send_tracked(cm_id& id, const cm_message& m);
     void settle(cm_id& id);  // the outstanding MAD was answered
-    void send_rej(uint32_t dst_ip_be, uint64_t tid, uint32_t local_comm_id, uint32_t remote_comm_id,
+    void send_rej(const gid& dst, uint64_t tid, uint32_t local_comm_id, uint32_t remote_comm_id,
                   message_kind what, rej_reason reason);
     // What destroying `id` does on the wire; true if it lives on as an orphan (no owner, no
     // events) retransmitting its DREQ until answered.
@@ -303,14 +317,14 @@ class cm_agent {
     // member of the VPC cannot keep every other's REQ from waiting; otherwise the newcomer's
     // REJ goes at once.
     struct held_req {
-        uint32_t src_ip_be = 0;
+        gid src{};
         uint64_t tid = 0;
         cm_req req;
         clock::time_point until;
     };
     static constexpr auto hold_for_listener = std::chrono::milliseconds(100);
     std::vector<held_req> _held;
-    bool hold(uint32_t src_ip_be, uint64_t tid, const cm_req& m);
+    bool hold(const gid& src, uint64_t tid, const cm_req& m);
     void take_held(uint16_t ps, uint16_t port);  // a listener on `port` appeared
     // Requests from peers the applications have not taken yet: of `listener`, or of every
     // listener (0).

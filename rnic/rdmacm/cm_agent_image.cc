@@ -60,9 +60,10 @@ void cm_agent::save(handover::image_writer& w) const {
         w.u8(id.qp_type);
         w.u8(static_cast<uint8_t>(id.st));
         w.boolean(id.bound);
-        w.u32(id.src_ip_be);
+        w.boolean(id.inet6);
+        w.pod(id.src_ip);
         w.u16(id.src_port);
-        w.u32(id.dst_ip_be);
+        w.pod(id.dst_ip);
         w.u16(id.dst_port);
         w.i64(id.backlog);
         w.u32(id.listener);
@@ -95,7 +96,7 @@ void cm_agent::save(handover::image_writer& w) const {
     }
     w.u32(static_cast<uint32_t>(_held.size()));
     for (const auto& h : _held) {
-        w.u32(h.src_ip_be);
+        w.pod(h.src);
         w.u64(h.tid);
         w.pod(h.req);
         write_time(w, h.until);
@@ -109,6 +110,20 @@ void cm_agent::save(handover::image_writer& w) const {
         }
     }
 }
+
+namespace {
+
+// An address as the section's version keeps it: version 1 (before IPv6) as 32 bits of IPv4
+// (0: any), version 2 as its GID.
+gid read_address(handover::section_reader& r) {
+    if (r.version() >= 2) {
+        return r.pod<gid>();
+    }
+    const uint32_t ip_be = r.u32();
+    return ip_be == 0 ? gid{} : ipv4_gid(ip_be);
+}
+
+}  // namespace
 
 bool cm_agent::restore(handover::section_reader& r,
                        const std::function<int(uint64_t)>& event_fd_of) {
@@ -130,9 +145,10 @@ bool cm_agent::restore(handover::section_reader& r,
         id.qp_type = r.u8();
         const uint8_t st = r.u8();
         id.bound = r.boolean();
-        id.src_ip_be = r.u32();
+        id.inet6 = r.version() >= 2 ? r.boolean() : false;
+        id.src_ip = read_address(r);
         id.src_port = r.u16();
-        id.dst_ip_be = r.u32();
+        id.dst_ip = read_address(r);
         id.dst_port = r.u16();
         id.backlog = static_cast<int>(r.i64());
         id.listener = r.u32();
@@ -182,7 +198,7 @@ bool cm_agent::restore(handover::section_reader& r,
     const uint32_t held = r.count(max_listed_ids);
     for (uint32_t i = 0; i < held && r.ok(); ++i) {
         held_req h;
-        h.src_ip_be = r.u32();
+        h.src = read_address(r);
         h.tid = r.u64();
         h.req = r.pod<cm_req>();
         if (handover::raw_field<uint8_t>(h.req, offsetof(cm_req, end_to_end_flow_control)) > 1 ||

@@ -18,7 +18,7 @@ using namespace detail;
 
 // ---- MADs ----------------------------------------------------------------------------------
 
-void cm_agent::on_mad(uint32_t src_ip_be, std::span<const uint8_t> mad) {
+void cm_agent::on_mad(const gid& src, std::span<const uint8_t> mad) {
     ++_stats.mads_received;
     const auto m = decode(mad);
     if (!m) {
@@ -29,39 +29,39 @@ void cm_agent::on_mad(uint32_t src_ip_be, std::span<const uint8_t> mad) {
         [&](const auto& body) {
             using T = std::decay_t<decltype(body)>;
             if constexpr (std::is_same_v<T, cm_req>) {
-                on_req(src_ip_be, m->transaction_id, body);
+                on_req(src, m->transaction_id, body);
             } else if constexpr (std::is_same_v<T, cm_rep>) {
-                on_rep(src_ip_be, body);
+                on_rep(src, body);
             } else if constexpr (std::is_same_v<T, cm_rtu>) {
-                on_rtu(src_ip_be, body);
+                on_rtu(src, body);
             } else if constexpr (std::is_same_v<T, cm_rej>) {
-                on_rej(src_ip_be, body);
+                on_rej(src, body);
             } else if constexpr (std::is_same_v<T, cm_mra>) {
-                on_mra(src_ip_be, body);
+                on_mra(src, body);
             } else if constexpr (std::is_same_v<T, cm_dreq>) {
-                on_dreq(src_ip_be, m->transaction_id, body);
+                on_dreq(src, m->transaction_id, body);
             } else if constexpr (std::is_same_v<T, cm_drep>) {
-                on_drep(src_ip_be, body);
+                on_drep(src, body);
             } else if constexpr (std::is_same_v<T, cm_sidr_req>) {
-                on_sidr_req(src_ip_be, m->transaction_id, body);
+                on_sidr_req(src, m->transaction_id, body);
             } else if constexpr (std::is_same_v<T, cm_sidr_rep>) {
-                on_sidr_rep(src_ip_be, body);
+                on_sidr_rep(src, body);
             }
         },
         m->body);
 }
 
-void cm_agent::on_req(uint32_t src_ip_be, uint64_t tid, const cm_req& m, bool may_hold) {
+void cm_agent::on_req(const gid& src, uint64_t tid, const cm_req& m, bool may_hold) {
     // A retransmission of a REQ we already hold: answer as we did (MRA while the application
     // decides, the REP again once it accepted).
     for (auto& [h, id] : _ids) {
-        if (id.remote_comm_id == m.local_comm_id && id.dst_ip_be == src_ip_be && id.listener != 0) {
+        if (id.remote_comm_id == m.local_comm_id && id.dst_ip == src && id.listener != 0) {
             if (id.st == state::req_rcvd) {
                 cm_mra mra{id.local_comm_id, id.remote_comm_id, message_kind::req, 20};
-                send(src_ip_be, cm_message{tid, mra});
+                send(src, cm_message{tid, mra});
             } else if (id.st == state::rep_sent && id.outstanding) {
                 ++_stats.mads_sent;
-                _send(src_ip_be, *id.outstanding);
+                _send(src, *id.outstanding);
             }
             return;
         }
@@ -71,26 +71,23 @@ void cm_agent::on_req(uint32_t src_ip_be, uint64_t tid, const cm_req& m, bool ma
         ++_stats.mads_dropped;
         return;
     }
-    if (!addressed_to_us(m.service_id, ip, src_ip_be)) {
+    if (!addressed_to_us(m.service_id, ip, src)) {
         return;
     }
     // The security groups first: a refused peer neither waits for a listener (taking a held
     // slot) nor learns whether one is there.
-    if (_admit && _admit(src_ip_be) != 0) {
+    if (_admit && _admit(src) != 0) {
         ++_stats.rejected_by_policy;
-        send_rej(src_ip_be, tid, 0, m.local_comm_id, message_kind::req,
-                 rej_reason::consumer_defined);
+        send_rej(src, tid, 0, m.local_comm_id, message_kind::req, rej_reason::consumer_defined);
         return;
     }
-    cm_id* listener =
-        find_listener(port_space_of(m.service_id), port_of(m.service_id), _self.ip_be);
-    if (listener == nullptr && may_hold && hold(src_ip_be, tid, m)) {
+    cm_id* listener = find_listener(port_space_of(m.service_id), port_of(m.service_id), ip->dst_ip);
+    if (listener == nullptr && may_hold && hold(src, tid, m)) {
         return;  // answered when a listener comes, or with the REJ below once the hold ends
     }
     if (listener == nullptr || listener->qp_type == IBV_QPT_UD) {
         ++_stats.rejected_no_listener;
-        send_rej(src_ip_be, tid, 0, m.local_comm_id, message_kind::req,
-                 rej_reason::invalid_service_id);
+        send_rej(src, tid, 0, m.local_comm_id, message_kind::req, rej_reason::invalid_service_id);
         return;
     }
     if (!backlog_has_room(*listener)) {
@@ -100,15 +97,16 @@ void cm_agent::on_req(uint32_t src_ip_be, uint64_t tid, const cm_req& m, bool ma
     cm_id* child = new_id(listener->client, listener->ps, listener->qp_type);
     if (child == nullptr) {
         ++_stats.ids_refused;
-        send_rej(src_ip_be, tid, 0, m.local_comm_id, message_kind::req, rej_reason::no_qp);
+        send_rej(src, tid, 0, m.local_comm_id, message_kind::req, rej_reason::no_qp);
         return;
     }
     listener = &_ids.at(listener_handle);  // new_id may have rehashed
     child->listener = listener_handle;
     child->bound = true;
-    child->src_ip_be = _self.ip_be;
+    child->src_ip = ip->dst_ip;
+    child->inet6 = !is_ipv4_gid(src);
     child->src_port = listener->src_port;
-    child->dst_ip_be = src_ip_be;
+    child->dst_ip = src;
     child->dst_port = ip->src_port;
     child->have_route = true;
     child->local_comm_id = new_comm_id();
@@ -141,16 +139,15 @@ void cm_agent::on_req(uint32_t src_ip_be, uint64_t tid, const cm_req& m, bool ma
     raise(*child, ev_connect_request, 0, &p, listener_handle, listener->uid, child->handle);
 }
 
-void cm_agent::on_rep(uint32_t src_ip_be, const cm_rep& m) {
-    cm_id* id = by_comm_id(m.remote_comm_id, src_ip_be);
+void cm_agent::on_rep(const gid& src, const cm_rep& m) {
+    cm_id* id = by_comm_id(m.remote_comm_id, src);
     if (id == nullptr) {
         ++_stats.mads_dropped;
         return;
     }
     if (id->st == state::established && id->remote_comm_id == m.local_comm_id) {
         // Our RTU was lost: say it again.
-        send(src_ip_be,
-             cm_message{id->transaction_id, cm_rtu{id->local_comm_id, id->remote_comm_id}});
+        send(src, cm_message{id->transaction_id, cm_rtu{id->local_comm_id, id->remote_comm_id}});
         return;
     }
     if (id->st != state::req_sent) {
@@ -176,8 +173,8 @@ void cm_agent::on_rep(uint32_t src_ip_be, const cm_rep& m) {
     raise(*id, ev_connect_response, 0, &p);
 }
 
-void cm_agent::on_rtu(uint32_t src_ip_be, const cm_rtu& m) {
-    cm_id* id = by_comm_id(m.remote_comm_id, src_ip_be);
+void cm_agent::on_rtu(const gid& src, const cm_rtu& m) {
+    cm_id* id = by_comm_id(m.remote_comm_id, src);
     if (id == nullptr || id->st != state::rep_sent || id->remote_comm_id != m.local_comm_id) {
         ++_stats.mads_dropped;
         return;
@@ -187,8 +184,8 @@ void cm_agent::on_rtu(uint32_t src_ip_be, const cm_rtu& m) {
     raise(*id, ev_established, 0);
 }
 
-void cm_agent::on_rej(uint32_t src_ip_be, const cm_rej& m) {
-    cm_id* id = by_comm_id(m.remote_comm_id, src_ip_be);
+void cm_agent::on_rej(const gid& src, const cm_rej& m) {
+    cm_id* id = by_comm_id(m.remote_comm_id, src);
     if (id == nullptr) {
         ++_stats.mads_dropped;
         return;
@@ -205,8 +202,8 @@ void cm_agent::on_rej(uint32_t src_ip_be, const cm_rej& m) {
     raise(*id, ev_rejected, m.reason, &p);
 }
 
-void cm_agent::on_mra(uint32_t src_ip_be, const cm_mra& m) {
-    cm_id* id = by_comm_id(m.remote_comm_id, src_ip_be);
+void cm_agent::on_mra(const gid& src, const cm_mra& m) {
+    cm_id* id = by_comm_id(m.remote_comm_id, src);
     if (id == nullptr || !id->outstanding) {
         ++_stats.mads_dropped;
         return;
@@ -218,11 +215,11 @@ void cm_agent::on_mra(uint32_t src_ip_be, const cm_mra& m) {
         clock::now() + resend_interval + std::min<clock::duration>(extra, std::chrono::seconds(60));
 }
 
-void cm_agent::on_dreq(uint32_t src_ip_be, uint64_t tid, const cm_dreq& m) {
-    cm_id* id = by_comm_id(m.remote_comm_id, src_ip_be);
+void cm_agent::on_dreq(const gid& src, uint64_t tid, const cm_dreq& m) {
+    cm_id* id = by_comm_id(m.remote_comm_id, src);
     if (id == nullptr || id->remote_comm_id != m.local_comm_id) {
         // Not (or no longer) ours: a DREP costs nothing and ends the peer's retries.
-        send(src_ip_be, cm_message{tid, cm_drep{m.remote_comm_id, m.local_comm_id}});
+        send(src, cm_message{tid, cm_drep{m.remote_comm_id, m.local_comm_id}});
         return;
     }
     id->transaction_id = tid;
@@ -235,16 +232,16 @@ void cm_agent::on_dreq(uint32_t src_ip_be, uint64_t tid, const cm_dreq& m) {
             raise(*id, ev_disconnected, 0);
             break;
         case state::dreq_sent:  // both sides disconnected at once
-            send(src_ip_be, cm_message{tid, cm_drep{id->local_comm_id, id->remote_comm_id}});
+            send(src, cm_message{tid, cm_drep{id->local_comm_id, id->remote_comm_id}});
             break;
         default:
-            send(src_ip_be, cm_message{tid, cm_drep{id->local_comm_id, id->remote_comm_id}});
+            send(src, cm_message{tid, cm_drep{id->local_comm_id, id->remote_comm_id}});
             break;
     }
 }
 
-void cm_agent::on_drep(uint32_t src_ip_be, const cm_drep& m) {
-    cm_id* id = by_comm_id(m.remote_comm_id, src_ip_be);
+void cm_agent::on_drep(const gid& src, const cm_drep& m) {
+    cm_id* id = by_comm_id(m.remote_comm_id, src);
     if (id == nullptr || id->st != state::dreq_sent) {
         ++_stats.mads_dropped;
         return;
@@ -258,16 +255,16 @@ void cm_agent::on_drep(uint32_t src_ip_be, const cm_drep& m) {
     raise(*id, ev_disconnected, 0);
 }
 
-void cm_agent::on_sidr_req(uint32_t src_ip_be, uint64_t tid, const cm_sidr_req& m) {
+void cm_agent::on_sidr_req(const gid& src, uint64_t tid, const cm_sidr_req& m) {
     for (auto& [h, id] : _ids) {
-        if (id.remote_comm_id == m.request_id && id.dst_ip_be == src_ip_be && id.listener != 0 &&
+        if (id.remote_comm_id == m.request_id && id.dst_ip == src && id.listener != 0 &&
             (id.st == state::sidr_req_rcvd || id.st == state::sidr_done)) {
             // A retransmission: the application is still deciding (the requester retries),
             // or our SIDR_REP was lost: send it again.
             if (id.sidr_reply) {
                 ++_stats.retransmissions;
                 ++_stats.mads_sent;
-                _send(src_ip_be, *id.sidr_reply);
+                _send(src, *id.sidr_reply);
             }
             return;
         }
@@ -278,18 +275,17 @@ void cm_agent::on_sidr_req(uint32_t src_ip_be, uint64_t tid, const cm_sidr_req& 
         r.request_id = m.request_id;
         r.status = s;
         r.service_id = m.service_id;
-        send(src_ip_be, cm_message{tid, r});
+        send(src, cm_message{tid, r});
     };
-    if (!addressed_to_us(m.service_id, ip, src_ip_be)) {
+    if (!addressed_to_us(m.service_id, ip, src)) {
         return;
     }
-    if (_admit && _admit(src_ip_be) != 0) {
+    if (_admit && _admit(src) != 0) {
         ++_stats.rejected_by_policy;
         refuse(sidr_status::rejected);
         return;
     }
-    cm_id* listener =
-        find_listener(port_space_of(m.service_id), port_of(m.service_id), _self.ip_be);
+    cm_id* listener = find_listener(port_space_of(m.service_id), port_of(m.service_id), ip->dst_ip);
     if (listener == nullptr || listener->qp_type != IBV_QPT_UD) {
         ++_stats.rejected_no_listener;
         refuse(sidr_status::no_service);
@@ -310,9 +306,10 @@ void cm_agent::on_sidr_req(uint32_t src_ip_be, uint64_t tid, const cm_sidr_req& 
     listener = &_ids.at(listener_handle);
     child->listener = listener_handle;
     child->bound = true;
-    child->src_ip_be = _self.ip_be;
+    child->src_ip = ip->dst_ip;
+    child->inet6 = !is_ipv4_gid(src);
     child->src_port = listener->src_port;
-    child->dst_ip_be = src_ip_be;
+    child->dst_ip = src;
     child->dst_port = ip->src_port;
     child->have_route = true;
     child->remote_comm_id = m.request_id;
@@ -322,12 +319,12 @@ void cm_agent::on_sidr_req(uint32_t src_ip_be, uint64_t tid, const cm_sidr_req& 
     p.ud = true;
     p.private_data = m.private_data.data() + cma_header_bytes;
     p.private_len = sidr_user_private;
-    p.ah_ip_be = src_ip_be;
+    p.ah_ip = src;
     raise(*child, ev_connect_request, 0, &p, listener_handle, listener->uid, child->handle);
 }
 
-void cm_agent::on_sidr_rep(uint32_t src_ip_be, const cm_sidr_rep& m) {
-    cm_id* id = by_comm_id(m.request_id, src_ip_be);
+void cm_agent::on_sidr_rep(const gid& src, const cm_sidr_rep& m) {
+    cm_id* id = by_comm_id(m.request_id, src);
     if (id == nullptr || id->st != state::sidr_req_sent) {
         ++_stats.mads_dropped;
         return;
@@ -347,20 +344,20 @@ void cm_agent::on_sidr_rep(uint32_t src_ip_be, const cm_sidr_rep& m) {
     p.private_len = sidr_rep_private_bytes;
     p.qp_num = m.qpn;
     p.qkey = m.qkey;
-    p.ah_ip_be = src_ip_be;
+    p.ah_ip = src;
     raise(*id, ev_established, 0, &p);
 }
 
 // ---- REQs waiting for their listener -----------------------------------------------------
 
-bool cm_agent::hold(uint32_t src_ip_be, uint64_t tid, const cm_req& m) {
-    std::map<uint32_t, std::size_t> per_peer;
+bool cm_agent::hold(const gid& src, uint64_t tid, const cm_req& m) {
+    std::map<gid, std::size_t> per_peer;
     for (held_req& h : _held) {
-        if (h.src_ip_be == src_ip_be && h.req.local_comm_id == m.local_comm_id) {
+        if (h.src == src && h.req.local_comm_id == m.local_comm_id) {
             h.tid = tid;  // a retransmission: answered under its latest transaction id
             return true;
         }
-        ++per_peer[h.src_ip_be];
+        ++per_peer[h.src];
     }
     if (_held.size() >= _limits.max_held_reqs) {
         // Taken: the peer holding the most (the oldest of its REQs) makes room for a peer
@@ -368,20 +365,20 @@ bool cm_agent::hold(uint32_t src_ip_be, uint64_t tid, const cm_req& m) {
         const auto heaviest =
             std::max_element(per_peer.begin(), per_peer.end(),
                              [](const auto& x, const auto& y) { return x.second < y.second; });
-        const std::size_t mine = per_peer.count(src_ip_be) != 0 ? per_peer[src_ip_be] : 0;
+        const std::size_t mine = per_peer.count(src) != 0 ? per_peer[src] : 0;
         ++_stats.held_reqs_refused;
         if (heaviest == per_peer.end() || heaviest->second <= mine) {
             return false;
         }
         const auto oldest = std::find_if(_held.begin(), _held.end(), [&](const held_req& h) {
-            return h.src_ip_be == heaviest->first;
+            return h.src == heaviest->first;
         });
         ++_stats.rejected_no_listener;
-        send_rej(oldest->src_ip_be, oldest->tid, 0, oldest->req.local_comm_id, message_kind::req,
+        send_rej(oldest->src, oldest->tid, 0, oldest->req.local_comm_id, message_kind::req,
                  rej_reason::invalid_service_id);
         _held.erase(oldest);
     }
-    _held.push_back({src_ip_be, tid, m, clock::now() + hold_for_listener});
+    _held.push_back({src, tid, m, clock::now() + hold_for_listener});
     return true;
 }
 
@@ -415,7 +412,7 @@ void cm_agent::take_held(uint16_t ps, uint16_t port) {
         return match;
     });
     for (const held_req& h : taken) {
-        on_req(h.src_ip_be, h.tid, h.req, false);
+        on_req(h.src, h.tid, h.req, false);
     }
 }
 

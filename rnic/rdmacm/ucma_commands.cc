@@ -166,39 +166,40 @@ int cm_agent::destroy_id(uint64_t client, std::span<const uint8_t> in, std::vect
 
 int cm_agent::bind_ip(uint64_t client, std::span<const uint8_t> in, bool sockaddr_storage) {
     uint32_t handle;
-    std::optional<sockaddr_in> a;
+    std::optional<ip_sockaddr> a;
     if (sockaddr_storage) {
         rdma_ucm_bind c;
         if (!read_cmd(in, c)) {
             return EINVAL;
         }
         handle = c.id;
-        a = ipv4_of(&c.addr);
+        a = address_of(&c.addr);
     } else {
         rdma_ucm_bind_ip c;
         if (!read_cmd(in, c)) {
             return EINVAL;
         }
         handle = c.id;
-        a = ipv4_of(&c.addr);
+        a = address_of(&c.addr);
     }
     cm_id* id = find(client, handle);
     if (id == nullptr) {
         return ENOENT;
     }
     if (!a) {
-        return EAFNOSUPPORT;  // AF_IB and IPv6: librdmacm falls back to the IPv4 commands
+        return EAFNOSUPPORT;  // AF_IB: librdmacm falls back to the IP commands
     }
     if (id->bound || id->st != state::idle) {
         return EINVAL;
     }
-    // The vNIC's address, any, or loopback: the kernel binds a loopback address to the first
-    // device (cma_bind_loopback), and libfabric binds 127.0.0.1 when given no address.
-    const bool loopback = (ntohl(a->sin_addr.s_addr) >> 24) == 127;
-    if (a->sin_addr.s_addr != 0 && a->sin_addr.s_addr != _self.ip_be && !loopback) {
+    // One of the vNIC's addresses, any, or loopback: the kernel binds a loopback address to the
+    // first device (cma_bind_loopback), and libfabric binds 127.0.0.1 when given no address.
+    const bool loopback6 = is_ipv6_loopback(a->ip) && !is_any(_self.ip6);
+    const bool loopback = is_ipv4_loopback(a->ip) || loopback6;
+    if (!is_any(a->ip) && !is_own(a->ip) && !loopback) {
         return EADDRNOTAVAIL;
     }
-    uint16_t port = ntohs(a->sin_port);
+    uint16_t port = a->port;
     if (port == 0) {
         port = ephemeral_port(id->ps);
         if (port == 0) {
@@ -211,14 +212,15 @@ int cm_agent::bind_ip(uint64_t client, std::span<const uint8_t> in, bool sockadd
     // A loopback bind is reported as the vNIC's address: the vNIC is the namespace's only RDMA
     // device, and a peer must be able to reach what a program learns from
     // rdma_get_local_addr (libfabric's verbs provider advertises it).
-    id->src_ip_be = loopback ? _self.ip_be : a->sin_addr.s_addr;
+    id->src_ip = loopback6 ? _self.ip6 : loopback ? ipv4_gid(_self.ip_be) : a->ip;
     id->src_port = port;
+    id->inet6 = a->inet6;
     return 0;
 }
 
 int cm_agent::resolve_ip(uint64_t client, std::span<const uint8_t> in, bool sockaddr_storage) {
     uint32_t handle;
-    std::optional<sockaddr_in> src, dst;
+    std::optional<ip_sockaddr> src, dst;
     bool have_src = false;
     if (sockaddr_storage) {
         rdma_ucm_resolve_addr c;
@@ -227,8 +229,8 @@ int cm_agent::resolve_ip(uint64_t client, std::span<const uint8_t> in, bool sock
         }
         handle = c.id;
         have_src = c.src_size != 0;
-        src = ipv4_of(&c.src_addr);
-        dst = ipv4_of(&c.dst_addr);
+        src = address_of(&c.src_addr);
+        dst = address_of(&c.dst_addr);
     } else {
         rdma_ucm_resolve_ip c;
         if (!read_cmd(in, c)) {
@@ -236,8 +238,8 @@ int cm_agent::resolve_ip(uint64_t client, std::span<const uint8_t> in, bool sock
         }
         handle = c.id;
         have_src = c.src_addr.sin6_family != 0;
-        src = ipv4_of(&c.src_addr);
-        dst = ipv4_of(&c.dst_addr);
+        src = address_of(&c.src_addr);
+        dst = address_of(&c.dst_addr);
     }
     cm_id* id = find(client, handle);
     if (id == nullptr) {
@@ -250,7 +252,7 @@ int cm_agent::resolve_ip(uint64_t client, std::span<const uint8_t> in, bool sock
         return EINVAL;
     }
     if (!id->bound) {
-        if (have_src && src->sin_addr.s_addr != 0 && src->sin_addr.s_addr != _self.ip_be) {
+        if (have_src && !is_any(src->ip) && !is_own(src->ip)) {
             return EADDRNOTAVAIL;
         }
         const uint16_t port = ephemeral_port(id->ps);
@@ -260,11 +262,13 @@ int cm_agent::resolve_ip(uint64_t client, std::span<const uint8_t> in, bool sock
         id->bound = true;
         id->src_port = port;
     }
-    id->src_ip_be = _self.ip_be;
-    id->dst_ip_be = dst->sin_addr.s_addr;
-    id->dst_port = ntohs(dst->sin_port);
-    const uint32_t host = ntohl(id->dst_ip_be);
-    if (!unicast(id->dst_ip_be) && (host >> 28) != 0xE) {
+    // The source is the vNIC's address of the destination's family: over IPv6 only when the
+    // vNIC has an IPv6 address (otherwise there is no route, as on a host without one).
+    id->src_ip = own_towards(dst->ip);
+    id->dst_ip = dst->ip;
+    id->dst_port = dst->port;
+    id->inet6 = dst->inet6;
+    if ((!unicast(id->dst_ip) && !is_multicast(id->dst_ip)) || is_any(id->src_ip)) {
         raise(*id, ev_addr_error, -EHOSTUNREACH);
         return 0;
     }
@@ -305,15 +309,16 @@ int cm_agent::query_route(uint64_t client, std::span<const uint8_t> in, std::vec
     r.node_guid = _self.node_guid_be;
     r.port_num = 1;
     r.ibdev_index = 0xFFFF'FFFFu;
-    const uint32_t src = id->src_ip_be != 0 ? id->src_ip_be : _self.ip_be;
-    write_sockaddr(&r.src_addr, sizeof(r.src_addr), id->bound ? id->src_ip_be : 0, id->src_port);
-    write_sockaddr(&r.dst_addr, sizeof(r.dst_addr), id->dst_ip_be, id->dst_port);
+    const gid src = !is_any(id->src_ip)               ? id->src_ip
+                    : id->inet6 && !is_any(_self.ip6) ? _self.ip6
+                                                      : ipv4_gid(_self.ip_be);
+    write_sockaddr(&r.src_addr, sizeof(r.src_addr), id->bound ? id->src_ip : gid{}, id->src_port,
+                   id->inet6);
+    write_sockaddr(&r.dst_addr, sizeof(r.dst_addr), id->dst_ip, id->dst_port, id->inet6);
     auto& p = r.ib_route[0];
-    const gid s = ipv4_gid(src);
-    std::memcpy(p.sgid, s.data(), 16);
-    if (id->dst_ip_be != 0) {
-        const gid d = ipv4_gid(id->dst_ip_be);
-        std::memcpy(p.dgid, d.data(), 16);
+    std::memcpy(p.sgid, src.data(), 16);
+    if (!is_any(id->dst_ip)) {
+        std::memcpy(p.dgid, id->dst_ip.data(), 16);
     }
     p.pkey = htons(0xFFFF);
     p.mtu = id->path_mtu;
@@ -346,10 +351,11 @@ int cm_agent::query(uint64_t client, std::span<const uint8_t> in, std::vector<ui
     r.node_guid = _self.node_guid_be;
     r.port_num = 1;
     r.pkey = 0xFFFF;
-    r.src_size = sizeof(sockaddr_in);
-    r.dst_size = sizeof(sockaddr_in);
-    write_sockaddr(&r.src_addr, sizeof(r.src_addr), id->src_ip_be, id->src_port);
-    write_sockaddr(&r.dst_addr, sizeof(r.dst_addr), id->dst_ip_be, id->dst_port);
+    const bool inet6 = id->inet6 || (!is_any(id->dst_ip) && !is_ipv4_gid(id->dst_ip));
+    r.src_size = inet6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+    r.dst_size = r.src_size;
+    write_sockaddr(&r.src_addr, sizeof(r.src_addr), id->src_ip, id->src_port, id->inet6);
+    write_sockaddr(&r.dst_addr, sizeof(r.dst_addr), id->dst_ip, id->dst_port, id->inet6);
     r.ibdev_index = 0xFFFF'FFFFu;
     put_response(out, r);
     return 0;
@@ -365,10 +371,10 @@ int cm_agent::connect(uint64_t client, std::span<const uint8_t> in) {
         return EINVAL;
     }
     const auto& p = c.conn_param;
-    if (!unicast(id->dst_ip_be)) {
+    if (!unicast(id->dst_ip)) {
         return EINVAL;  // a multicast group is joined, not connected to
     }
-    if (_admit && _admit(id->dst_ip_be) != 0) {
+    if (_admit && _admit(id->dst_ip) != 0) {
         // This vNIC's own security groups refuse the peer: nothing goes on the wire, and the
         // connection is rejected as the peer's agent would reject it (reason 28), through an
         // event: programs (rping among them) handle a REJECTED event, not a failed connect.
@@ -384,7 +390,7 @@ int cm_agent::connect(uint64_t client, std::span<const uint8_t> in) {
         cm_sidr_req r;
         r.request_id = new_comm_id();
         r.service_id = service_id(id->ps, id->dst_port);
-        write_cma_header(r.private_data, {id->src_port, _self.ip_be, id->dst_ip_be});
+        write_cma_header(r.private_data, {id->src_port, id->src_ip, id->dst_ip});
         std::memcpy(r.private_data.data() + cma_header_bytes, p.private_data, p.private_data_len);
         id->local_comm_id = r.request_id;
         _by_comm_id[r.request_id] = id->handle;
@@ -417,13 +423,13 @@ int cm_agent::connect(uint64_t client, std::span<const uint8_t> in) {
     r.srq = p.srq != 0;
     r.primary_local_lid = 0xFFFF;  // permissive: RoCE routes by GID
     r.primary_remote_lid = 0xFFFF;
-    r.primary_local_gid = ipv4_gid(_self.ip_be);
-    r.primary_remote_gid = ipv4_gid(id->dst_ip_be);
+    r.primary_local_gid = id->src_ip;
+    r.primary_remote_gid = id->dst_ip;
     r.primary_packet_rate = 3;
     r.primary_traffic_class = id->tos;
     r.primary_hop_limit = 64;
     r.primary_local_ack_timeout = id->ack_timeout;
-    write_cma_header(r.private_data, {id->src_port, _self.ip_be, id->dst_ip_be});
+    write_cma_header(r.private_data, {id->src_port, id->src_ip, id->dst_ip});
     std::memcpy(r.private_data.data() + cma_header_bytes, p.private_data, p.private_data_len);
     id->local_comm_id = r.local_comm_id;
     _by_comm_id[r.local_comm_id] = id->handle;
@@ -476,7 +482,7 @@ int cm_agent::accept(uint64_t client, std::span<const uint8_t> in) {
     const auto& p = c.conn_param;
     if (id->st == state::rep_rcvd && !p.valid) {
         // The active side after CONNECT_RESPONSE: its QP is ready, the RTU completes it.
-        send(id->dst_ip_be,
+        send(id->dst_ip,
              cm_message{id->transaction_id, cm_rtu{id->local_comm_id, id->remote_comm_id}});
         id->st = state::established;
         return 0;
@@ -494,7 +500,7 @@ int cm_agent::accept(uint64_t client, std::span<const uint8_t> in) {
         std::memcpy(r.private_data.data(), p.private_data, p.private_data_len);
         id->sidr_reply = encode(cm_message{id->transaction_id, r});
         ++_stats.mads_sent;
-        _send(id->dst_ip_be, *id->sidr_reply);
+        _send(id->dst_ip, *id->sidr_reply);
         id->uid = c.uid;
         id->st = state::sidr_done;
         return 0;
@@ -548,7 +554,7 @@ int cm_agent::reject(uint64_t client, std::span<const uint8_t> in) {
     r.reason = static_cast<uint16_t>(rej_reason::consumer_defined);
     std::memcpy(r.private_data.data(), c.private_data,
                 std::min<std::size_t>(c.private_data_len, rej_private_bytes));
-    send(id->dst_ip_be, cm_message{id->transaction_id, r});
+    send(id->dst_ip, cm_message{id->transaction_id, r});
     settle(*id);
     id->st = state::disconnected;
     return 0;
@@ -573,7 +579,7 @@ int cm_agent::disconnect(uint64_t client, std::span<const uint8_t> in) {
             return 0;
         }
         case state::dreq_rcvd:
-            send(id->dst_ip_be,
+            send(id->dst_ip,
                  cm_message{id->transaction_id, cm_drep{id->local_comm_id, id->remote_comm_id}});
             id->st = state::disconnected;
             return 0;
@@ -619,7 +625,7 @@ int cm_agent::init_qp_attr(uint64_t client, std::span<const uint8_t> in,
                 id->st != state::rep_sent && id->st != state::established) {
                 return EINVAL;
             }
-            fill_ah(r.ah_attr, id->dst_ip_be, id->tos);
+            fill_ah(r.ah_attr, id->dst_ip, id->tos);
             r.path_mtu = id->path_mtu;
             r.dest_qp_num = id->remote_qpn;
             r.rq_psn = id->rq_psn;

@@ -31,9 +31,9 @@ void raise_fd_limit(std::size_t wanted) {
 
 bool same_endpoint(const endpoint_config& a, const endpoint_config& b) {
     return a.identity.name == b.identity.name && a.identity.mac == b.identity.mac &&
-           a.identity.ip == b.identity.ip && a.identity.slot == b.identity.slot &&
-           a.identity.engine == b.identity.engine && a.netns == b.netns && a.port == b.port &&
-           a.own_namespace == b.own_namespace;
+           a.identity.ip == b.identity.ip && a.identity.ip6 == b.identity.ip6 &&
+           a.identity.slot == b.identity.slot && a.identity.engine == b.identity.engine &&
+           a.netns == b.netns && a.port == b.port && a.own_namespace == b.own_namespace;
 }
 
 void add(channel_stats& sum, const endpoint_report& r) {
@@ -114,10 +114,13 @@ std::vector<endpoint_report> channel_server::reports() const {
     return out;
 }
 
-void channel_server::enable_qps(std::vector<rnic::engine*> engines,
-                                std::function<int(uint16_t slot, uint32_t remote_ip_be)> admit) {
+void channel_server::enable_qps(
+    std::vector<rnic::engine*> engines,
+    std::function<int(uint16_t slot, uint32_t remote_ip_be)> admit,
+    std::function<int(uint16_t slot, const rnic::ipv6_address& remote)> admit_ipv6) {
     _engines = std::move(engines);
     _admit = std::move(admit);
+    _admit_ipv6 = std::move(admit_ipv6);
 }
 
 rnic::engine* channel_server::engine_for(const vnic_identity& v) const {
@@ -187,6 +190,13 @@ std::unique_ptr<vnic_endpoint> channel_server::make_endpoint(const endpoint_conf
             const uint16_t slot = spec.identity.slot;
             p.admit = [check, slot](uint32_t remote) { return check(slot, remote); };
         }
+        if (_admit_ipv6) {
+            auto check = _admit_ipv6;
+            const uint16_t slot = spec.identity.slot;
+            p.admit_ipv6 = [check, slot](const rnic::ipv6_address& remote) {
+                return check(slot, remote);
+            };
+        }
     }
     vnic_endpoint::settings s;
     s.host_name = _config.host_name;
@@ -214,6 +224,8 @@ qp_support channel_server::qp_support_for(const vnic_identity& v) {
     support.local.vnic = v.slot;
     support.local.mac = v.mac;
     support.local.ip_be = htonl(v.ip);
+    support.local.ip6 = v.ip6;
+    support.limits.gid_table_len = rnic::is_unspecified(v.ip6) ? 1 : 2;
     support.events = {[](void* self, uint64_t client, uint32_t type, uint32_t qp) {
                           static_cast<channel_server*>(self)->raise_event(
                               client, static_cast<proto_event_type>(type), qp);
@@ -229,6 +241,13 @@ qp_support channel_server::qp_support_for(const vnic_identity& v) {
         const uint16_t slot = v.slot;
         auto admit = _admit;
         support.admit = [admit, slot](uint32_t remote) { return admit(slot, remote); };
+    }
+    if (_admit_ipv6) {
+        const uint16_t slot = v.slot;
+        auto admit = _admit_ipv6;
+        support.admit_ipv6 = [admit, slot](const rnic::ipv6_address& remote) {
+            return admit(slot, remote);
+        };
     }
     return support;
 }

@@ -122,9 +122,12 @@ class channel_server {
     void raise_event(uint64_t client, proto_event_type type, uint64_t handle);
     // Gives every vNIC's clients QPs (before start()), run by `engines[identity.engine]`: one
     // engine per worker, each running the QPs of the vNICs its worker owns. `admit` is the
-    // security-group check of a peer (may be empty: everything admitted).
-    void enable_qps(std::vector<rnic::engine*> engines,
-                    std::function<int(uint16_t slot, uint32_t remote_ip_be)> admit);
+    // security-group check of a peer (may be empty: everything admitted); `admit_ipv6` that of
+    // an IPv6 peer (empty with `admit` set: IPv6 peers are refused).
+    void enable_qps(
+        std::vector<rnic::engine*> engines,
+        std::function<int(uint16_t slot, uint32_t remote_ip_be)> admit,
+        std::function<int(uint16_t slot, const rnic::ipv6_address& remote)> admit_ipv6 = {});
     std::size_t client_count() const;
 
     // Restart (see the top): every face frozen, saved into the section rdma_faces, let go or
@@ -162,6 +165,7 @@ class channel_server {
     cq_error_sink _sink;
     std::vector<rnic::engine*> _engines;  // [worker]; empty: no QPs
     std::function<int(uint16_t, uint32_t)> _admit;
+    std::function<int(uint16_t, const rnic::ipv6_address&)> _admit_ipv6;
     std::atomic<uint64_t> _client_ids{0};
 
     std::mutex _changes_mutex;  // one sync/serve/withdraw/stop at a time

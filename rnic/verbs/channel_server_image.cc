@@ -25,6 +25,7 @@ void write_spec(handover::image_writer& w, const endpoint_config& spec) {
     w.u16(v.slot);
     w.pod(v.quota);
     w.u8(v.engine);
+    w.pod(v.ip6);
     w.string(spec.netns);
     w.string(spec.port);
     w.boolean(spec.own_namespace);
@@ -39,6 +40,9 @@ endpoint_config read_spec(handover::section_reader& r) {
     v.slot = r.u16();
     v.quota = r.pod<vnic_quota>();
     v.engine = r.u8();
+    if (r.version() >= 2) {  // version 1 (before IPv6 GIDs): the vNIC had no IPv6 address
+        v.ip6 = r.pod<rnic::ipv6_address>();
+    }
     spec.netns = r.string();
     spec.port = r.string();
     spec.own_namespace = r.boolean();

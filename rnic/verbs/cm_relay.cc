@@ -32,11 +32,13 @@ constexpr int local_mad_rounds = 8;
 
 }  // namespace
 
-void vnic_endpoint::make_cm_agent(std::function<int(uint32_t)> admit) {
+void vnic_endpoint::make_cm_agent(std::function<int(uint32_t)> admit,
+                                  std::function<int(const rnic::ipv6_address&)> admit_ipv6) {
     const vnic_identity& v = _spec.identity;
     rdmacm::agent_identity self;
     self.slot = v.slot;
     self.ip_be = htonl(v.ip);
+    self.ip6 = v.ip6;
     self.node_guid_be = htobe64(node_guid_from_mac(v.mac));
     const uint32_t mtu = path_mtu_for(_settings.tenant_mtu);
     self.path_mtu = mtu >= 4096 ? 5 : mtu >= 2048 ? 4 : mtu >= 1024 ? 3 : mtu >= 512 ? 2 : 1;
@@ -44,24 +46,43 @@ void vnic_endpoint::make_cm_agent(std::function<int(uint32_t)> admit) {
     const uint16_t slot = v.slot;
     const auto mac = v.mac;
     const uint32_t ip_be = self.ip_be;
-    auto send = [this, engine, slot, mac, ip_be](uint32_t dst_ip_be,
-                                                 const rdmacm::mad_buffer& mad) {
-        if (dst_ip_be == ip_be) {
+    const rnic::ipv6_address ip6 = self.ip6;
+    auto send = [this, engine, slot, mac, ip_be, ip6](const rdmacm::gid& dst,
+                                                      const rdmacm::mad_buffer& mad) {
+        const bool ipv4 = rdmacm::is_ipv4_gid(dst);
+        if (dst == rdmacm::ipv4_gid(ip_be) || (!ipv4 && dst == ip6)) {
             // To ourselves (a process dialling its own vNIC): no wire involved.
-            _local_mads.push_back({ip_be, mad});
+            _local_mads.push_back({dst, mad});
             return;
         }
         rnic::gsi_datagram d;
         d.vnic = slot;
-        d.remote_ip_be = dst_ip_be;
         d.local_mac = mac;
         d.local_ip_be = ip_be;
+        if (ipv4) {
+            std::memcpy(&d.remote_ip_be, dst.data() + 12, 4);
+        } else {
+            d.remote_ip6 = dst;
+            d.local_ip6 = ip6;
+        }
         d.mad = mad;
         if (engine->gsi().push_tx(d)) {
             engine->wake();
         }
     };
-    _cm = std::make_unique<rdmacm::cm_agent>(self, std::move(send), std::move(admit),
+    rdmacm::cm_agent::admission admission;
+    if (admit) {
+        admission = [admit = std::move(admit),
+                     admit_ipv6 = std::move(admit_ipv6)](const rdmacm::gid& remote) {
+            if (rdmacm::is_ipv4_gid(remote)) {
+                uint32_t remote_ip_be = 0;
+                std::memcpy(&remote_ip_be, remote.data() + 12, 4);
+                return admit(remote_ip_be);
+            }
+            return admit_ipv6 ? admit_ipv6(remote) : ENETUNREACH;
+        };
+    }
+    _cm = std::make_unique<rdmacm::cm_agent>(self, std::move(send), std::move(admission),
                                              cm_limits_of(v.quota));
 }
 
@@ -190,13 +211,13 @@ void vnic_endpoint::serve_gsi() {
         return;
     }
     for (const auto& d : _engine->gsi().take_rx(_spec.identity.slot)) {
-        _cm->on_mad(d.remote_ip_be, d.mad);
+        _cm->on_mad(d.over_ipv6() ? d.remote_ip6 : rdmacm::ipv4_gid(d.remote_ip_be), d.mad);
     }
     for (int round = 0; round < local_mad_rounds && !_local_mads.empty(); ++round) {
         auto local = std::move(_local_mads);
         _local_mads.clear();
         for (const auto& m : local) {
-            _cm->on_mad(m.from_ip_be, m.mad);
+            _cm->on_mad(m.from, m.mad);
         }
     }
     const auto now = std::chrono::steady_clock::now();

@@ -1,6 +1,7 @@
 #include "rnic/verbs/device_model.hh"
 
 #include <cstdio>
+#include <cstring>
 
 #include "rnic/rdmacm/path_timing.hh"
 
@@ -101,6 +102,7 @@ void fill_hello(verbs_proto::hello_reply& reply, const vnic_identity& vnic,
     reply.path_mtu = path_mtu_for(tenant_mtu);
     reply.node_guid = node_guid_from_mac(vnic.mac);
     reply.lim = engine_limits();
+    std::memcpy(reply.ipv6, vnic.ip6.data(), sizeof(reply.ipv6));
 }
 
 void fill_query(verbs_proto::query_reply& reply, const vnic_identity& vnic, uint32_t tenant_mtu) {
@@ -129,7 +131,10 @@ void fill_query(verbs_proto::query_reply& reply, const vnic_identity& vnic, uint
     p.active_mtu = path_mtu_for(tenant_mtu);
     p.max_msg_sz = d.lim.max_msg_size;
     p.caps = verbs_proto::cap_ip_based_gids;
-    p.gid_tbl_len = 1;  // index 0: RoCE v2, the vNIC's address; there is no RoCE v1
+    // Index 0: RoCE v2, the vNIC's IPv4 address; index 1 its IPv6 address, when it has one
+    // (verbs_proto::gid_index_ipv6). There is no RoCE v1.
+    const bool has_ipv6 = !rnic::is_unspecified(vnic.ip6);
+    p.gid_tbl_len = has_ipv6 ? 2 : 1;
     p.pkey_tbl_len = 1;
     p.active_width = 1;   // 1X
     p.active_speed = 32;  // 25 Gb/s: nominal, the vNIC is paced by the host, not a line rate
@@ -137,6 +142,9 @@ void fill_query(verbs_proto::query_reply& reply, const vnic_identity& vnic, uint
     const auto gid = ipv4_mapped_gid(vnic.ip);
     for (std::size_t i = 0; i < gid.size(); ++i) {
         p.gid0[i] = gid[i];
+    }
+    if (has_ipv6) {
+        std::memcpy(p.gid1, vnic.ip6.data(), sizeof(p.gid1));
     }
 }
 

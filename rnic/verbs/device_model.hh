@@ -8,6 +8,7 @@
 #include <string>
 
 #include "rnic/verbs/quota.hh"
+#include "rnic/wire/ip_address.hh"
 #include "verbs_abi/protocol.hh"
 #include "verbs_abi/rings.hh"
 
@@ -22,6 +23,7 @@ struct vnic_identity {
     uint16_t slot = 0;   // the vNIC's datapath slot (its index in the startup configuration)
     vnic_quota quota;    // YAML rdma.*, what its vnic_resources starts with (it holds the live one)
     uint8_t engine = 0;  // which of the host's RoCE engines runs its QPs: its worker's
+    rnic::ipv6_address ip6{};  // its IPv6 address (GID index 1), network order; zero: none
 };
 
 // Largest IB MTU (256, 512, 1024, 2048, 4096) whose RoCEv2 packet fits the tenant MTU:

@@ -117,7 +117,7 @@ bool vnic_endpoint::save(handover::image_writer& w, std::string& error) {
     }
     w.u32(static_cast<uint32_t>(_local_mads.size()));
     for (const auto& m : _local_mads) {
-        w.u32(m.from_ip_be);
+        w.pod(m.from);
         w.pod(m.mad);
     }
     if (!_resources->save(w, _image_fds, error)) {
@@ -256,7 +256,11 @@ std::unique_ptr<vnic_endpoint> vnic_endpoint::restore(parts p, settings s,
     const uint32_t mads = r.count(max_listed_events);
     for (uint32_t i = 0; i < mads && r.ok(); ++i) {
         local_mad m{};
-        m.from_ip_be = r.u32();
+        if (r.version() >= 2) {
+            m.from = r.pod<rdmacm::gid>();
+        } else {  // version 1 (before IPv6): the vNIC's IPv4 address, 32 bits
+            m.from = rdmacm::ipv4_gid(r.u32());
+        }
         m.mad = r.pod<rdmacm::mad_buffer>();
         ep->_local_mads.push_back(m);
     }

@@ -173,6 +173,7 @@ int vnic_resources::modify_qp(uint64_t client, uint32_t handle, const proto::qp_
                               int mask) {
     std::shared_ptr<rnic::queue_pair> qp;
     std::function<int(uint32_t)> admit;
+    std::function<int(const rnic::ipv6_address&)> admit_ipv6;
     rnic::engine* engine = nullptr;
     {
         const std::lock_guard lock(_mutex);
@@ -182,6 +183,7 @@ int vnic_resources::modify_qp(uint64_t client, uint32_t handle, const proto::qp_
         }
         qp = it->second.qp;
         admit = _qp_support.admit;
+        admit_ipv6 = _qp_support.admit_ipv6;
         engine = _qp_support.engine;
     }
     ibv_qp_attr attr{};
@@ -194,18 +196,25 @@ int vnic_resources::modify_qp(uint64_t client, uint32_t handle, const proto::qp_
     // packet, and the engine checks the peer again after every policy change (engine.hh, "Policy
     // changes").
     if (admit) {
-        const auto peer_of = [](const ibv_ah_attr& ah) {
+        // The GID is the peer's address: IPv4-mapped, or IPv6.
+        const auto check = [&](const ibv_ah_attr& ah) {
+            const uint8_t* gid = ah.grh.dgid.raw;
+            if (!rnic::gid_is_ipv4_mapped(gid)) {
+                rnic::ipv6_address remote;
+                std::memcpy(remote.data(), gid, remote.size());
+                return admit_ipv6 ? admit_ipv6(remote) : ENETUNREACH;
+            }
             uint32_t remote_ip_be = 0;
-            std::memcpy(&remote_ip_be, ah.grh.dgid.raw + 12, 4);
-            return remote_ip_be;
+            std::memcpy(&remote_ip_be, gid + 12, 4);
+            return admit(remote_ip_be);
         };
         if ((mask & IBV_QP_AV) != 0) {
-            if (const int error = admit(peer_of(attr.ah_attr)); error != 0) {
+            if (const int error = check(attr.ah_attr); error != 0) {
                 return error;
             }
         }
         if ((mask & IBV_QP_ALT_PATH) != 0) {
-            if (const int error = admit(peer_of(attr.alt_ah_attr)); error != 0) {
+            if (const int error = check(attr.alt_ah_attr); error != 0) {
                 return error;
             }
         }

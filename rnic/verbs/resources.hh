@@ -102,6 +102,9 @@ struct qp_support {
     // EACCES when no `rdma` rule lets this vNIC talk to `remote_ip_be` in both directions. Unset:
     // everything is admitted.
     std::function<int(uint32_t remote_ip_be)> admit;
+    // The same for an IPv6 peer (a GID that is not IPv4-mapped). Unset while `admit` is set:
+    // refused (ENETUNREACH), as a peer no policy can be asked about.
+    std::function<int(const rnic::ipv6_address& remote)> admit_ipv6;
 };
 
 class vnic_resources {

@@ -51,7 +51,7 @@ vnic_endpoint::vnic_endpoint(parts p, settings s)
       _quota(_spec.identity.quota) {
     _device = {&_spec.identity, _settings.host_name, _settings.tenant_mtu, _resources.get()};
     if (_engine != nullptr) {
-        make_cm_agent(std::move(p.admit));
+        make_cm_agent(std::move(p.admit), std::move(p.admit_ipv6));
     }
 }
 

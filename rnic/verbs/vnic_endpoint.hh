@@ -113,8 +113,10 @@ class vnic_endpoint {
         // Runs the vNIC's QPs and QP1 (its rdma_cm agent speaks through it); none: no QPs and
         // no rdma_cm.
         rnic::engine* engine = nullptr;
-        // The vNIC's security groups for a peer (0: admitted); empty admits everyone.
+        // The vNIC's security groups for a peer (0: admitted); empty admits everyone. An IPv6
+        // peer goes to admit_ipv6 (empty with `admit` set: refused).
         std::function<int(uint32_t remote_ip_be)> admit;
+        std::function<int(const rnic::ipv6_address& remote)> admit_ipv6;
     };
 
     static uint16_t client_slot(uint64_t client) { return static_cast<uint16_t>(client >> 48); }
@@ -186,7 +188,7 @@ class vnic_endpoint {
         uint64_t handle;
     };
     struct local_mad {
-        uint32_t from_ip_be;
+        rdmacm::gid from;
         rdmacm::mad_buffer mad;
     };
 
@@ -205,7 +207,8 @@ class vnic_endpoint {
     void drop_all_clients();  // IBV_EVENT_DEVICE_FATAL to each, then gone
 
     // ---- its rdma_cm agent: commands, MADs, timers (cm_relay.cc)
-    void make_cm_agent(std::function<int(uint32_t)> admit);
+    void make_cm_agent(std::function<int(uint32_t)> admit,
+                       std::function<int(const rnic::ipv6_address&)> admit_ipv6);
     // An rdma_cm request (cm_protocol.hh) of a client that said HELLO; false: drop it.
     bool serve_cm(client& c, std::span<const std::byte> message, bool truncated,
                   std::span<const int> fds);

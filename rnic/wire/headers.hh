@@ -395,9 +395,9 @@ struct roce_packet {
     const cnp_hdr* cnp = nullptr;
     std::span<const uint8_t> payload;  // without the pad bytes
     const uint8_t* icrc = nullptr;     // 4 bytes, least significant first
-    // The IPv4 header (20 bytes) the packet came in, when the receiver knows it (not set by
-    // parse_roce, which sees the UDP payload only).
-    const uint8_t* ipv4 = nullptr;
+    // The IP header the packet came in (IPv4, 20 bytes, or IPv6, 40), when the receiver knows
+    // it (not set by parse_roce, which sees the UDP payload only).
+    const uint8_t* ip = nullptr;
 };
 
 struct parse_result {

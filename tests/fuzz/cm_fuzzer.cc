@@ -93,16 +93,20 @@ struct harness {
             agents[a] = std::make_unique<cm_agent>(
                 agent_identity{static_cast<uint16_t>(a), self,
                                htobe64(0x0200'00ff'fe00'0000ull + a), 3},
-                [this, a, self](uint32_t dst, const mad_buffer& m) {
+                [this, a, self](const gid& to, const mad_buffer& m) {
                     if (!decode(m)) {
                         fail("an agent sent a MAD that does not decode");
+                    }
+                    uint32_t dst = 0;  // IPv6 peers are none of the harness's agents
+                    if (is_ipv4_gid(to)) {
+                        std::memcpy(&dst, to.data() + 12, 4);
                     }
                     if (wire.size() < 256 && (dst == ips[0] || dst == ips[1])) {
                         wire.push_back({dst == ips[0] ? 0 : 1, self, m});
                     }
                     (void)a;
                 },
-                [](uint32_t remote) { return (ntohl(remote) & 0xFF) == 0x99 ? EACCES : 0; }, lim);
+                [](const gid& remote) { return remote[15] == 0x99 ? EACCES : 0; }, lim);
             for (int c = 0; c < clients_per_agent; ++c) {
                 if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0, fds[a][c]) != 0) {
                     fail("socketpair");

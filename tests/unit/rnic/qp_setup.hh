@@ -8,6 +8,7 @@
 #include <infiniband/verbs.h>
 #include <sys/mman.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -85,6 +86,20 @@ inline ibv_ah_attr av_to(uint32_t ip) {
     ah.grh.dgid.raw[11] = 0xff;
     const uint32_t be = htonl(ip);
     std::memcpy(ah.grh.dgid.raw + 12, &be, 4);
+    return ah;
+}
+
+// The address vector of the peer at IPv6 `ip`: the GID is the address, from GID index 1.
+inline ibv_ah_attr av_to_ipv6(const std::array<uint8_t, 16>& ip, uint8_t traffic_class = 0,
+                              uint32_t flow_label = 0, uint8_t hop_limit = 64) {
+    ibv_ah_attr ah{};
+    ah.is_global = 1;
+    ah.port_num = 1;
+    std::memcpy(ah.grh.dgid.raw, ip.data(), 16);
+    ah.grh.sgid_index = 1;
+    ah.grh.traffic_class = traffic_class;
+    ah.grh.flow_label = flow_label;
+    ah.grh.hop_limit = hop_limit;
     return ah;
 }
 

@@ -45,6 +45,7 @@ class test_wire final : public packet_port {
         uint16_t from;
         uint32_t dst_ip_be;
         std::vector<uint8_t> bytes;
+        ipv6_address dst_ip6{};  // a frame to an IPv6 peer (dst_ip_be 0)
     };
 
     uint8_t* begin_frame(uint32_t len) override {
@@ -58,6 +59,44 @@ class test_wire final : public packet_port {
         EXPECT_EQ(len, _building.size());
         frames.push_back({vnic, dst_ip_be, _building});
         ++sent;
+    }
+
+    void end_frame_ipv6(uint16_t vnic, const ipv6_address& dst, uint32_t len) override {
+        EXPECT_EQ(len, _building.size());
+        frames.push_back({vnic, 0, _building, dst});
+        ++sent;
+    }
+    // IPv6 peers: the vNIC of each address, and the datagram policy (`refused_ipv6`).
+    std::vector<std::pair<ipv6_address, uint16_t>> ipv6_vnics;
+    std::vector<ipv6_address> refused_ipv6;
+    uint16_t local_vnic_ipv6(uint16_t, const ipv6_address& dst) const override {
+        if (!same_host) {
+            return no_local_vnic;
+        }
+        for (const auto& [address, vnic] : ipv6_vnics) {
+            if (address == dst) {
+                return vnic;
+            }
+        }
+        return no_local_vnic;
+    }
+    bool permits_datagram_ipv6(uint16_t, const ipv6_address& remote, bool) override {
+        return std::find(refused_ipv6.begin(), refused_ipv6.end(), remote) == refused_ipv6.end();
+    }
+    bool admits_connection_ipv6(uint16_t, const ipv6_address& remote) override {
+        ++connection_checks;
+        return std::find(refused_ipv6.begin(), refused_ipv6.end(), remote) == refused_ipv6.end();
+    }
+    // The vNIC a frame goes to: by its IPv6 destination, else by its IPv4 one.
+    uint16_t receiver_of(const frame& f, uint32_t ip_a_be) const {
+        if (f.dst_ip_be == 0) {
+            for (const auto& [address, vnic] : ipv6_vnics) {
+                if (address == f.dst_ip6) {
+                    return vnic;
+                }
+            }
+        }
+        return f.dst_ip_be == ip_a_be ? 0 : 1;
     }
 
     uint16_t local_vnic(uint16_t, uint32_t dst_ip_be) const override {
@@ -202,6 +241,11 @@ class QueuePairTest : public ::testing::Test {
         support.local.vnic = slot;
         support.local.mac = {0x02, 0, 0, 0, 0, static_cast<uint8_t>(slot + 1)};
         support.local.ip_be = htonl(ip);
+        if (slot < vnic_ip6.size()) {
+            support.local.ip6 = vnic_ip6[slot];
+            support.limits.gid_table_len = 2;
+            wire.ipv6_vnics.push_back({vnic_ip6[slot], slot});
+        }
         support.limits.max_mtu = IBV_MTU_4096;
         support.events = {[](void* self, uint64_t, uint32_t type, uint32_t) {
                               static_cast<QueuePairTest*>(self)->events.push_back(type);
@@ -211,6 +255,12 @@ class QueuePairTest : public ::testing::Test {
         support.admit = [this, slot](uint32_t remote_ip_be) {
             return std::find(denied.begin(), denied.end(), std::make_pair(slot, remote_ip_be)) !=
                            denied.end()
+                       ? EACCES
+                       : 0;
+        };
+        // IPv6 peers as ibv_modify_qp meets them: `denied_ipv6` ones get EACCES.
+        support.admit_ipv6 = [this](const ipv6_address& remote) {
+            return std::find(denied_ipv6.begin(), denied_ipv6.end(), remote) != denied_ipv6.end()
                        ? EACCES
                        : 0;
         };
@@ -265,6 +315,11 @@ class QueuePairTest : public ::testing::Test {
     // RESET -> INIT -> RTR -> RTS towards `peer` at `peer_ip`, path MTU 1024.
     void connect(side& s, const side& peer, uint32_t peer_ip, uint8_t retry_cnt = 7,
                  uint8_t rnr_retry = 7, uint8_t timeout = 14) {
+        connect_by(s, peer, av_to(peer_ip), retry_cnt, rnr_retry, timeout);
+    }
+    // The same towards the peer that address vector `av` names (an IPv6 GID, say).
+    void connect_by(side& s, const side& peer, const ibv_ah_attr& av, uint8_t retry_cnt = 7,
+                    uint8_t rnr_retry = 7, uint8_t timeout = 14) {
         ibv_qp_attr attr{};
         attr.qp_state = IBV_QPS_INIT;
         attr.port_num = 1;
@@ -272,7 +327,8 @@ class QueuePairTest : public ::testing::Test {
         ASSERT_EQ(
             modify(s, attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
             0);
-        attr = rtr_attr(peer.qp, peer_ip, 0x123456 ^ peer.qp);
+        attr = rtr_attr(peer.qp, 0, 0x123456 ^ peer.qp);
+        attr.ah_attr = av;
         // UC has no responder resources and no RNR (IB spec 11.2.4.2's tables).
         const int rc_only =
             qp_type == proto::qpt_uc ? 0 : IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
@@ -342,7 +398,7 @@ class QueuePairTest : public ::testing::Test {
                 if (!kept) {
                     continue;
                 }
-                const uint16_t to = f.dst_ip_be == htonl(ip_a) ? 0 : 1;
+                const uint16_t to = wire.receiver_of(f, htonl(ip_a));
                 const uint8_t* ip = f.bytes.data() + 14;
                 eng.receive(to, ip, static_cast<uint32_t>(f.bytes.size() - 14), wire, now);
             }
@@ -391,6 +447,10 @@ class QueuePairTest : public ::testing::Test {
     unsigned qp_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                          IBV_ACCESS_REMOTE_ATOMIC;
     std::vector<std::pair<uint16_t, uint32_t>> denied;  // (vNIC slot, peer) for admit
+    std::vector<ipv6_address> denied_ipv6;              // peers admit_ipv6 refuses
+    // The vNICs' IPv6 addresses by slot (2001:2::1:1 for a, 2001:2::1:2 for b): set before
+    // SetUp makes the sides to give them one (GID index 1).
+    std::vector<ipv6_address> vnic_ip6;
     engine eng{3, 16};  // vNIC slots 0 (a), 1 (b) and 2 (a third tenant)
     test_wire wire;
     side a, b;

@@ -147,7 +147,9 @@ TEST_F(ShimPost, SendWritesEveryFieldOfEachWorkRequestAndPublishesThem) {
         EXPECT_EQ(q.mw_handle, 0u);
         EXPECT_EQ(q.mw_mr_lkey, 0u);
         EXPECT_EQ(q.mw_access, 0u);
-        expect_zero(q.reserved, 4, "reserved");
+        for (std::size_t b = 0; b < sizeof(q.ud_remote_ip6); ++b) {
+            EXPECT_EQ(q.ud_remote_ip6[b], 0u) << "ud_remote_ip6[" << b << "]";
+        }
         for (int j = 0; j < w[i].num_sge; ++j) {
             EXPECT_EQ(q.sg[j].addr, w[i].sg_list[j].addr);
             EXPECT_EQ(q.sg[j].length, w[i].sg_list[j].length);

@@ -39,12 +39,13 @@ class CmAgentImage : public CmAgentTest {
 
     std::unique_ptr<cm_agent> fresh(uint32_t ip, uint64_t guid) {
         agent_identity self{0, ip, htobe64(guid), 3};
+        self.ip6 = ip6_of(ip);
         return std::make_unique<cm_agent>(
             self,
-            [this, ip](uint32_t dst, const mad_buffer& m) {
-                w.queue.push_back({ip, dst, m});
+            [this, ip](const gid& dst, const mad_buffer& m) {
+                w.queue.push_back({is_ipv4_gid(dst) ? ipv4_gid(ip) : ip6_of(ip), dst, m});
             },
-            [this](uint32_t remote) { return refused == remote ? EACCES : 0; });
+            [this](const gid& remote) { return remote == ipv4_gid(refused) ? EACCES : 0; });
     }
 };
 

@@ -391,7 +391,7 @@ TEST_F(CmAgentTest, IdsAreBoundedPerVnic) {
     int fds[2];
     ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, fds), 0);
     cm_agent small(
-        agent_identity{0, ip_a, 1, 3}, [](uint32_t, const mad_buffer&) {}, {}, lim);
+        agent_identity{0, ip_a, 1, 3}, [](const gid&, const mad_buffer&) {}, {}, lim);
     ASSERT_TRUE(small.open_channel(7, fds[0]));
     rdma_ucm_create_id c{};
     c.ps = port_space_tcp;

@@ -29,7 +29,7 @@ const uint32_t ip_c = inet_addr("198.19.1.3");
 
 struct wire {
     struct mad {
-        uint32_t from, to;
+        gid from, to;  // IPv4-mapped, or IPv6
         mad_buffer bytes;
     };
     std::deque<mad> queue;
@@ -67,13 +67,29 @@ class CmAgentTest : public ::testing::Test {
     void make(node& n, uint32_t ip, uint64_t guid) {
         ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, n.events), 0);
         agent_identity self{0, ip, htobe64(guid), 3};
+        self.ip6 = ip6_of(ip);
         n.agent = std::make_unique<cm_agent>(
             self,
-            [this, ip](uint32_t dst, const mad_buffer& m) {
-                w.queue.push_back({ip, dst, m});
+            // A MAD leaves from the vNIC's address of its destination's family.
+            [this, ip](const gid& dst, const mad_buffer& m) {
+                w.queue.push_back({is_ipv4_gid(dst) ? ipv4_gid(ip) : ip6_of(ip), dst, m});
             },
-            [this](uint32_t remote) { return refused == remote ? EACCES : 0; });
+            [this](const gid& remote) {
+                return remote == ipv4_gid(refused) || remote == ip6_of(refused) ? EACCES : 0;
+            });
         ASSERT_TRUE(n.agent->open_channel(n.client, n.events[0]));
+    }
+
+    // Each vNIC's IPv6 address: 2001:2::1:<last byte of its IPv4 address>.
+    static gid ip6_of(uint32_t ip_be) {
+        gid g = {0x20, 0x01, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0};
+        g[15] = static_cast<uint8_t>(ntohl(ip_be));
+        return g;
+    }
+    node& node_at(const gid& ip) {
+        return ip == ipv4_gid(ip_a) || ip == ip6_of(ip_a)   ? a
+               : ip == ipv4_gid(ip_b) || ip == ip6_of(ip_b) ? b
+                                                            : c;
     }
 
     // Delivers queued MADs (and what they cause) until the wire is quiet.
@@ -88,7 +104,7 @@ class CmAgentTest : public ::testing::Test {
                 --w.drop_next;
                 continue;
             }
-            (m.to == ip_a ? a : m.to == ip_b ? b : c).agent->on_mad(m.from, m.bytes);
+            node_at(m.to).agent->on_mad(m.from, m.bytes);
         }
     }
 

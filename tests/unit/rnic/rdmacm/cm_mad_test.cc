@@ -297,8 +297,8 @@ TEST(CmaHeader, Ipv4HeaderIsVersion0IpVersion4PortAndAddresses) {
     std::array<uint8_t, 92> pd{};
     cma_ip_header h;
     h.src_port = 0x1234;
-    h.src_ip_be = inet_addr("198.19.1.1");
-    h.dst_ip_be = inet_addr("198.19.1.2");
+    h.src_ip = ipv4_gid(inet_addr("198.19.1.1"));
+    h.dst_ip = ipv4_gid(inet_addr("198.19.1.2"));
     write_cma_header(pd, h);
     EXPECT_EQ(pd[0], 0x00);
     EXPECT_EQ(pd[1], 0x40);
@@ -314,10 +314,29 @@ TEST(CmaHeader, Ipv4HeaderIsVersion0IpVersion4PortAndAddresses) {
     const auto back = read_cma_header(pd);
     ASSERT_TRUE(back.has_value());
     EXPECT_EQ(back->src_port, 0x1234);
-    EXPECT_EQ(back->src_ip_be, h.src_ip_be);
-    EXPECT_EQ(back->dst_ip_be, h.dst_ip_be);
-    pd[1] = 0x60;  // IPv6: not served
+    EXPECT_EQ(back->src_ip, h.src_ip);
+    EXPECT_EQ(back->dst_ip, h.dst_ip);
+    pd[1] = 0x50;  // no such IP version
     EXPECT_FALSE(read_cma_header(pd).has_value());
     EXPECT_TRUE(is_ip_service(service_id(port_space_tcp, 1)));
     EXPECT_FALSE(is_ip_service(0x0002c90300000001ull));
+}
+
+// The kernel's struct cma_hdr for IPv6 (ip_version 6): both addresses whole.
+TEST(CmaHeader, Ipv6HeaderIsIpVersion6WithBothAddressesWhole) {
+    std::array<uint8_t, 92> pd{};
+    const ip_gid src = {0x20, 0x01, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1};
+    const ip_gid dst = {0x20, 0x01, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 2};
+    write_cma_header(pd, {0x4321, src, dst});
+    EXPECT_EQ(pd[0], 0x00);
+    EXPECT_EQ(pd[1], 0x60);
+    EXPECT_EQ(pd[2], 0x43);
+    EXPECT_EQ(pd[3], 0x21);
+    EXPECT_TRUE(std::equal(src.begin(), src.end(), pd.begin() + 4));
+    EXPECT_TRUE(std::equal(dst.begin(), dst.end(), pd.begin() + 20));
+    const auto back = read_cma_header(pd);
+    ASSERT_TRUE(back.has_value());
+    EXPECT_EQ(back->src_port, 0x4321);
+    EXPECT_EQ(back->src_ip, src);
+    EXPECT_EQ(back->dst_ip, dst);
 }

@@ -41,6 +41,36 @@ TEST(DeviceModel, QueryDescribesOneActiveRoceV2Port) {
     EXPECT_EQ(r.port.gid0[15], 1);
 }
 
+// A vNIC with an IPv6 address has two RoCE v2 GIDs: its IPv4-mapped address at index 0 (so
+// that what worked with index 0 keeps working) and its IPv6 address at index 1, as the hello
+// tells the shim (its sysfs gid_attrs and ibv_init_ah_from_wc need it without a query).
+TEST(DeviceModel, AVnicWithAnIpv6AddressHasItsIpv6GidAtIndexOne) {
+    vnic_identity vnic{"t1", {0x02, 0x00, 0xc6, 0x13, 0x01, 0x01}, 0xc6130101};
+    vnic.ip6 = {0x20, 0x01, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1};  // 2001:2::1:1
+    verbs_proto::query_reply r{};
+    fill_query(r, vnic, 1450);
+    EXPECT_EQ(r.port.gid_tbl_len, 2);
+    EXPECT_EQ(r.port.gid0[10], 0xff);
+    EXPECT_EQ(r.port.gid0[12], 198);
+    EXPECT_TRUE(std::equal(vnic.ip6.begin(), vnic.ip6.end(), r.port.gid1));
+    EXPECT_EQ(verbs_proto::gid_index_ipv6, 1);
+    verbs_proto::hello_reply h{};
+    fill_hello(h, vnic, "h1", 1450);
+    EXPECT_TRUE(std::equal(vnic.ip6.begin(), vnic.ip6.end(), h.ipv6));
+}
+
+TEST(DeviceModel, AVnicWithoutAnIpv6AddressHasOneGid) {
+    const vnic_identity vnic{"t1", {0x02, 0x00, 0xc6, 0x13, 0x01, 0x01}, 0xc6130101};
+    verbs_proto::query_reply r{};
+    fill_query(r, vnic, 1450);
+    EXPECT_EQ(r.port.gid_tbl_len, 1);
+    const uint8_t zero[16] = {};
+    EXPECT_TRUE(std::equal(zero, zero + 16, r.port.gid1));
+    verbs_proto::hello_reply h{};
+    fill_hello(h, vnic, "h1", 1450);
+    EXPECT_TRUE(std::equal(zero, zero + 16, h.ipv6));
+}
+
 // ibv_query_device never promises what the vNIC's quota would refuse on an empty vNIC.
 TEST(DeviceModel, AdvertisedLimitsAreLoweredToTheVnicsQuota) {
     vnic_quota quota;

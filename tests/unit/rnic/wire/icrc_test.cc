@@ -103,6 +103,89 @@ TEST(Icrc, RejectsWhatIsNotIpv4UdpBth) {
     EXPECT_FALSE(compute_icrc(std::span<const uint8_t>(pkt.data(), 39), {}).has_value());
 }
 
+TEST(Icrc, MatchesScapyVectorsOverIpv6) {
+    for (const auto& v : test::icrc_vectors_ipv6) {
+        SCOPED_TRACE(v.name);
+        EXPECT_EQ(compute_icrc(v.packet, v.len - 4), v.icrc);
+        EXPECT_EQ(compute_icrc_slice8(v.packet, v.len - 4), v.icrc);
+        EXPECT_TRUE(verify_icrc(v.packet, v.len));
+    }
+}
+
+TEST(Icrc, IgnoresTrafficClassFlowLabelAndHopLimitOverIpv6) {
+    for (const auto& v : test::icrc_vectors_ipv6) {
+        SCOPED_TRACE(v.name);
+        auto pkt = bytes_of(v);
+        pkt[0] ^= 0x0F;  // traffic class, high nibble
+        pkt[1] ^= 0xF0;  // traffic class, low nibble (ECN, as the overlay may rewrite it)
+        pkt[1] ^= 0x0F;  // flow label
+        pkt[2] ^= 0xA5;
+        pkt[3] ^= 0x5A;
+        pkt[7] -= 1;       // hop limit
+        pkt[40 + 6] ^= 1;  // UDP checksum
+        pkt[40 + 7] ^= 1;
+        pkt[40 + 8 + 4] = 0xC0;  // FECN/BECN/reserved
+        EXPECT_TRUE(verify_icrc(pkt.data(), pkt.size()));
+    }
+}
+
+TEST(Icrc, CatchesAnyChangeToInvariantBytesOverIpv6) {
+    const auto& v = test::icrc_vectors_ipv6[4];  // DETH, ImmDt, payload
+    const auto pristine = bytes_of(v);
+    const std::vector<size_t> variant = {1, 2, 3, 7, 40 + 6, 40 + 7, 40 + 8 + 4};
+    for (size_t i = 0; i < pristine.size(); ++i) {
+        if (std::find(variant.begin(), variant.end(), i) != variant.end()) {
+            continue;
+        }
+        auto pkt = pristine;
+        // Byte 0 holds the version (checked) and the top of the traffic class (masked): its
+        // version bits are the invariant part.
+        pkt[i] ^= i == 0 ? 0x10 : 0x01;
+        EXPECT_FALSE(verify_icrc(pkt.data(), pkt.size())) << "byte " << i;
+    }
+}
+
+TEST(Icrc, SplitBuffersGiveTheSameCrcOverIpv6) {
+    for (const auto& v : test::icrc_vectors_ipv6) {
+        SCOPED_TRACE(v.name);
+        const auto pkt = bytes_of(v);
+        const size_t covered = pkt.size() - 4;
+        for (size_t cut = 40 + 8 + 12; cut <= covered; ++cut) {
+            const std::span<const uint8_t> head(pkt.data(), cut);
+            const std::span<const uint8_t> rest(pkt.data() + cut, covered - cut);
+            ASSERT_EQ(compute_icrc(head, rest), v.icrc) << "cut " << cut;
+        }
+    }
+}
+
+// RoCEv2 puts UDP right after the IPv6 header; a chain of extension headers is not RoCE.
+TEST(Icrc, RejectsIpv6WithExtensionHeadersOrTooShort) {
+    auto pkt = bytes_of(test::icrc_vectors_ipv6[0]);
+    EXPECT_FALSE(compute_icrc(pkt.data(), 59).has_value());  // shorter than IPv6+UDP+BTH
+    EXPECT_TRUE(compute_icrc(pkt.data(), 60).has_value());
+    auto hop_by_hop = pkt;
+    hop_by_hop[6] = 0;  // next header: Hop-by-Hop Options
+    EXPECT_FALSE(compute_icrc(hop_by_hop.data(), hop_by_hop.size() - 4).has_value());
+    EXPECT_FALSE(compute_icrc_slice8(hop_by_hop.data(), hop_by_hop.size() - 4).has_value());
+    auto fragment = pkt;
+    fragment[6] = 44;  // next header: Fragment
+    EXPECT_FALSE(verify_icrc(fragment.data(), fragment.size()));
+}
+
+TEST(Icrc, IpsecMbPathAgreesWithSlice8OnRandomIpv6Packets) {
+    std::mt19937 rng(23);
+    std::vector<uint8_t> pkt(40 + 8 + 12 + 9000);
+    for (int i = 0; i < 2000; ++i) {
+        for (auto& b : pkt) {
+            b = static_cast<uint8_t>(rng());
+        }
+        pkt[0] = static_cast<uint8_t>(0x60 | (pkt[0] & 0x0F));
+        pkt[6] = 17;
+        const size_t len = 40 + 8 + 12 + rng() % 9000;
+        ASSERT_EQ(compute_icrc(pkt.data(), len), compute_icrc_slice8(pkt.data(), len)) << len;
+    }
+}
+
 TEST(Icrc, IpsecMbPathAgreesWithSlice8OnRandomPackets) {
     std::mt19937 rng(17);
     std::vector<uint8_t> pkt(60 + 8 + 12 + 9000);
