@@ -9,8 +9,8 @@
 #include "dataplane/pipeline/firewall.hh"
 #include "dataplane/pipeline/ipv4_check.hh"
 #include "dataplane/pipeline/roce_guard.hh"
+#include "dataplane/pipeline/roce_ipv6_ingress.hh"
 #include "dataplane/port_io.hh"
-#include "dataplane/rnic_glue/roce_ipv6_ingress.hh"
 #include "dataplane/shaping/ingress_metering.hh"
 #include "dataplane/shaping/ingress_policer.hh"
 #include "dataplane/vnet_face/vnet_header.hh"
@@ -174,7 +174,7 @@ void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rt
             answer_overlay_arp(ctx, tables, cached_vpc, check.view, m);
             continue;
         }
-        // RoCE v2 over IPv6 goes to the engine on its own road (rnic_glue/roce_ipv6_ingress.hh).
+        // RoCE v2 over IPv6 goes to the engine on its own road (pipeline/roce_ipv6_ingress.hh).
         if (inner_eth->ether_type == rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV6) &&
             take_roce_ipv6(ctx, tables, cached_vpc, check.view, m)) {
             continue;

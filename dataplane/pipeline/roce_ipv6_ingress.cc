@@ -1,4 +1,4 @@
-#include "dataplane/rnic_glue/roce_ipv6_ingress.hh"
+#include "dataplane/pipeline/roce_ipv6_ingress.hh"
 
 #include <netinet/in.h>
 
