@@ -19,6 +19,7 @@
 #include "dataplane/vnet_face/face_registry.hh"
 #include "qos/config.hh"
 #include "secgroup/compiler.hh"
+#include "secgroup/ipv6_rules.hh"
 
 namespace jakiro {
 
@@ -84,6 +85,7 @@ struct datapath_tables {
     // Security groups compiled per vNIC slot and direction (index: secgroup::direction).
     struct vnic_policy {
         std::unique_ptr<secgroup::acl_table> acl[2];
+        std::unique_ptr<secgroup::ipv6_rules> acl6[2];  // the same groups, for IPv6 flows
     };
     std::vector<vnic_policy> policies;  // indexed by vNIC slot
     // Every IPv6 address of the VPCs (this host's vNICs' and the peers') with the IPv4 address

@@ -24,6 +24,18 @@ void adjust(std::atomic<uint32_t>& gauge, int32_t by) {
 }
 }  // namespace
 
+uint32_t flow_key_hash(const void* key, uint32_t key_len, uint32_t init_val) {
+    const auto* k = static_cast<const flow_key*>(key);
+    return rte_hash_crc(key, k->ipv6 != 0 ? key_len : ipv4_flow_key_bytes, init_val);
+}
+
+namespace {
+// rte_hash's compare: 0 when equal.
+int flow_key_compare(const void* a, const void* b, size_t /*len*/) {
+    return same_flow(*static_cast<const flow_key*>(a), *static_cast<const flow_key*>(b)) ? 0 : 1;
+}
+}  // namespace
+
 std::unique_ptr<flow_table> flow_table::create(uint32_t capacity, const flow_timeouts& timeouts,
                                                uint64_t tsc_hz, std::string& error,
                                                uint16_t vnic_slots) {
@@ -32,7 +44,7 @@ std::unique_ptr<flow_table> flow_table::create(uint32_t capacity, const flow_tim
     params.name = name.c_str();
     params.entries = std::max<uint32_t>(capacity, 8);
     params.key_len = sizeof(flow_key);
-    params.hash_func = rte_hash_crc;
+    params.hash_func = flow_key_hash;
     params.socket_id = SOCKET_ID_ANY;
     // Extendable buckets: inserts succeed until the table really holds `capacity` flows.
     params.extra_flag = RTE_HASH_EXTRA_FLAGS_EXT_TABLE;
@@ -41,6 +53,7 @@ std::unique_ptr<flow_table> flow_table::create(uint32_t capacity, const flow_tim
         error = std::string("cannot create the flow table: ") + rte_strerror(rte_errno);
         return nullptr;
     }
+    rte_hash_set_cmp_func(hash, flow_key_compare);
     return std::unique_ptr<flow_table>(
         new flow_table(hash, params.entries, timeouts, tsc_hz, vnic_slots));
 }
@@ -105,7 +118,7 @@ flow_entry* flow_table::insert(const flow_key& key, uint64_t now, uint32_t allow
     }
     flow_entry& e = _entries[position];
     // rte_hash_add_key returns the existing slot for a key it already holds.
-    if (e.in_use && std::memcmp(&e.key, &key, sizeof(key)) == 0) {
+    if (e.in_use && same_flow(e.key, key)) {
         result = insert_result::found;
         return &e;
     }

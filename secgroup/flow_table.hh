@@ -21,6 +21,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,16 +32,33 @@
 
 namespace jakiro::secgroup {
 
+// An IPv4 flow is its first 16 bytes (`ipv6` false; the IPv6 fields are not read and need not
+// be set); an IPv6 flow keeps its addresses in `local_ip6` and `remote_ip6` (`local_ip` and
+// `remote_ip` zero). The table hashes and compares only those 16 bytes of an IPv4 key
+// (flow_key_hash, same_flow), so IPv4 pays for the wider key only where it is copied.
 struct flow_key {
     uint16_t vnic;
     uint8_t ip_proto;
-    uint8_t pad = 0;
+    uint8_t ipv6 = 0;  // 1: an IPv6 flow
     rte_be32_t local_ip;
     rte_be32_t remote_ip;
-    rte_be16_t local_port;  // ICMP echo: the identifier, on both sides
+    rte_be16_t local_port;  // ICMP and ICMPv6 echo: the identifier, on both sides
     rte_be16_t remote_port;
+    uint8_t local_ip6[16];
+    uint8_t remote_ip6[16];
 };
-static_assert(sizeof(flow_key) == 16);
+static_assert(sizeof(flow_key) == 48);
+constexpr std::size_t ipv4_flow_key_bytes = 16;
+
+// The table's hash: an IPv4 key's first 16 bytes, an IPv6 key whole.
+uint32_t flow_key_hash(const void* key, uint32_t key_len, uint32_t init_val);
+
+// Whether two keys name the same flow (the `ipv6` byte is in the first 16).
+inline bool same_flow(const flow_key& a, const flow_key& b) {
+    return std::memcmp(&a, &b, ipv4_flow_key_bytes) == 0 &&
+           (a.ipv6 == 0 ||
+            std::memcmp(a.local_ip6, b.local_ip6, sizeof(a.local_ip6) + sizeof(a.remote_ip6)) == 0);
+}
 
 struct flow_entry {
     flow_key key;

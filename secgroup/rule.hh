@@ -3,6 +3,7 @@
 // matched on protocol, destination port range and the remote side (a CIDR or the members of a
 // group). Plain C++: no DPDK, so the semantics can be tested and used as the reference.
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -33,10 +34,30 @@ struct cidr {
     }
 };
 
+using ipv6_bytes = std::array<uint8_t, 16>;  // network order
+
+struct cidr6 {
+    ipv6_bytes address{};
+    uint8_t length = 0;
+    bool contains(const uint8_t* ip) const {
+        unsigned bits = length;
+        for (unsigned i = 0; i < 16 && bits > 0; ++i, bits = bits > 8 ? bits - 8 : 0) {
+            const uint8_t mask = bits >= 8 ? 0xff : static_cast<uint8_t>(0xff00u >> bits);
+            if ((ip[i] & mask) != (address[i] & mask)) {
+                return false;
+            }
+        }
+        return true;
+    }
+};
+
 struct rule {
     protocol proto = protocol::any;
-    port_range ports;             // tcp and udp only; `rdma` means UDP port 4791
-    std::optional<cidr> remote;   // exactly one of `remote` and `remote_group` is set
+    port_range ports;  // tcp and udp only; `rdma` means UDP port 4791
+    // The remote side: a group, or a CIDR of either family. The implicit "all egress" rule of
+    // a group that names no egress has both CIDRs (0.0.0.0/0 and ::/0), as a cloud's does.
+    std::optional<cidr> remote;
+    std::optional<cidr6> remote6;
     std::string remote_group;     // by name, as written (groups are named per VPC)
     int remote_group_index = -1;  // the same group as an index into the host's group list
     int line = 0;                 // where the rule was written, for messages and `jakiroctl stats`

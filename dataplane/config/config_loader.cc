@@ -675,6 +675,7 @@ void load_security_groups(checker& check, const YAML::Node& root, host_config& c
             // Cloud default: a group that says nothing about egress allows all of it.
             secgroup::rule all;
             all.remote = secgroup::cidr{0, 0};
+            all.remote6 = secgroup::cidr6{};
             all.line = node.Mark().line + 1;
             group.egress.push_back(all);
         }

@@ -33,6 +33,26 @@ secgroup::membership group_members(const host_config& config) {
     return members;
 }
 
+secgroup::membership6 group_members6(const host_config& config) {
+    secgroup::membership6 members;
+    members.of_group.resize(config.security_groups.size());
+    for (const auto& vnic : config.vnics) {
+        for (const auto& name : vnic.security_groups) {
+            if (vnic.ip6) {
+                members.of_group[config.group_index(vnic.vpc, name)].push_back(vnic.ip6->address);
+            }
+        }
+    }
+    for (const auto& peer : config.peers) {
+        for (const auto& name : peer.security_groups) {
+            if (peer.ip6) {
+                members.of_group[config.group_index(peer.vpc, name)].push_back(*peer.ip6);
+            }
+        }
+    }
+    return members;
+}
+
 namespace {
 
 // Compiles each vNIC's groups, both directions, into tables->policies.
@@ -44,6 +64,7 @@ bool compile_policies(const host_config& config, const std::vector<uint16_t>& sl
         return false;
     }
     const auto members = group_members(config);
+    const auto members6 = group_members6(config);
     for (std::size_t i = 0; i < config.vnics.size(); ++i) {
         std::vector<std::size_t> groups;
         for (const auto& name : config.vnics[i].security_groups) {
@@ -59,6 +80,13 @@ bool compile_policies(const host_config& config, const std::vector<uint16_t>& sl
                 // ingress denied.
                 flat.push_back({implicit_egress_rule, true, 0, {0, 0}, {}});
             }
+            auto flat6 =
+                secgroup::expand_rules6(config.security_groups, groups, dir, members6, catalog);
+            if (groups.empty() && dir == secgroup::direction::egress) {
+                flat6.push_back({implicit_egress_rule, true, 0, {}, {}});
+            }
+            policy.acl6[static_cast<int>(dir)] =
+                std::make_unique<secgroup::ipv6_rules>(std::move(flat6));
             policy.acl[static_cast<int>(dir)] = secgroup::acl_table::build(flat, error);
             if (!policy.acl[static_cast<int>(dir)]) {
                 error = "vNIC " + config.vnics[i].name + ": " + error;

@@ -24,6 +24,9 @@ struct port_assignment {
 
 // Addresses of the members of every group: local vNICs and peers that carry it.
 secgroup::membership group_members(const host_config& config);
+// The IPv6 addresses of the same members, for the groups' IPv6 side (members without one are
+// not in it).
+secgroup::membership6 group_members6(const host_config& config);
 
 // Returns nullptr and sets `error` when DPDK cannot allocate a table or the VLT is full.
 // Registers every remote host in `neighbors` so the worker starts resolving it.

@@ -11,6 +11,7 @@
 #include "dataplane/overlay/vxlan.hh"
 #include "dataplane/pipeline/firewall.hh"
 #include "dataplane/pipeline/ipv4_check.hh"
+#include "dataplane/pipeline/ipv6_packet.hh"
 #include "dataplane/pipeline/local_delivery.hh"
 #include "dataplane/pipeline/roce_guard.hh"
 #include "dataplane/pipeline/to_remote_host.hh"
@@ -76,34 +77,34 @@ void answer_tenant_nd(worker_context& ctx, const datapath_tables& tables, const 
 }
 
 // An IPv6 frame from a tenant that is not Neighbor Discovery: each is counted under the first
-// check it fails. IPv6 is not forwarded between vNICs: a frame that passes every check is
-// counted as tenant_ipv6_not_forwarded.
-void check_tenant_ipv6(worker_context& ctx, const vnic_view& vnic, rte_mbuf* m) {
+// check it fails. Returns the IPv6 header of a frame to forward, or nullptr after dropping it.
+rte_ipv6_hdr* check_tenant_ipv6(worker_context& ctx, const datapath_tables& tables,
+                                const vnic_view& vnic, rte_mbuf* m) {
     const uint32_t len = rte_pktmbuf_data_len(m);
     if (len < sizeof(rte_ether_hdr) + sizeof(rte_ipv6_hdr)) {
         ctx.drop(m, drop_reason::tenant_truncated, vnic.slot);
-        return;
+        return nullptr;
     }
-    const auto* eth = rte_pktmbuf_mtod(m, const rte_ether_hdr*);
-    const auto* ip = reinterpret_cast<const rte_ipv6_hdr*>(eth + 1);
+    auto* eth = rte_pktmbuf_mtod(m, rte_ether_hdr*);
+    auto* ip = reinterpret_cast<rte_ipv6_hdr*>(eth + 1);
+    const uint32_t ip_len = rte_be_to_cpu_16(ip->payload_len) + sizeof(rte_ipv6_hdr);
     if ((rte_be_to_cpu_32(ip->vtc_flow) >> 28) != 6 ||
-        (rte_be_to_cpu_16(ip->payload_len) + sizeof(rte_ipv6_hdr) > len - sizeof(rte_ether_hdr) &&
-         (m->ol_flags & RTE_MBUF_F_TX_TCP_SEG) == 0)) {
+        (ip_len > len - sizeof(rte_ether_hdr) && (m->ol_flags & RTE_MBUF_F_TX_TCP_SEG) == 0)) {
         ctx.drop(m, drop_reason::tenant_bad_ip_header, vnic.slot);
-        return;
+        return nullptr;
     }
     if (ip->dst_addr[0] == 0xff) {  // ff00::/8: MLD reports, router solicitations, any group
         ctx.drop(m, drop_reason::tenant_not_unicast, vnic.slot);
-        return;
+        return nullptr;
     }
     if (is_link_local(ip->src_addr) || is_link_local(ip->dst_addr)) {
         ctx.drop(m, drop_reason::tenant_ipv6_link_local, vnic.slot);
-        return;
+        return nullptr;
     }
     if (!vnic.has_ip6 || std::memcmp(ip->src_addr, vnic.ip6.data(), 16) != 0 ||
         !rte_is_same_ether_addr(&eth->src_addr, &vnic.mac)) {
         ctx.drop(m, drop_reason::tenant_src_spoofed, vnic.slot);
-        return;
+        return nullptr;
     }
     switch (ip->proto) {
         case IPPROTO_TCP:
@@ -112,14 +113,32 @@ void check_tenant_ipv6(worker_context& ctx, const vnic_view& vnic, rte_mbuf* m) 
             break;
         case IPPROTO_FRAGMENT:
             ctx.drop(m, drop_reason::fragment, vnic.slot);
-            return;
+            return nullptr;
         default:
             // Hop-by-hop, routing and destination options, AH, ESP, mobility, no next header,
             // and any protocol a security group cannot name: nothing to look past safely.
             ctx.drop(m, drop_reason::tenant_ipv6_extension_header, vnic.slot);
-            return;
+            return nullptr;
     }
-    ctx.drop(m, drop_reason::tenant_ipv6_not_forwarded, vnic.slot);
+    if ((m->ol_flags & RTE_MBUF_F_TX_TCP_SEG) != 0) {
+        // No face offers TCPv6 segmentation, so a TCPv6 super-frame is not a tenant's own.
+        ctx.drop(m, drop_reason::tenant_bad_superframe, vnic.slot);
+        return nullptr;
+    }
+    if (ip_len > tables.tenant_mtu) {
+        ctx.drop(m, drop_reason::tenant_too_big, vnic.slot);
+        return nullptr;
+    }
+    if (ipv6_udp_touches_roce_port(ip, ip_len)) {
+        ctx.drop(m, drop_reason::tenant_roce, vnic.slot);
+        return nullptr;
+    }
+    // Short frames arrive padded to 60 bytes; the padding must not travel in the tunnel.
+    const uint32_t frame_len = sizeof(rte_ether_hdr) + ip_len;
+    if (rte_pktmbuf_pkt_len(m) > frame_len) {
+        rte_pktmbuf_trim(m, rte_pktmbuf_pkt_len(m) - frame_len);
+    }
+    return ip;
 }
 
 // Checks an IPv4 frame from a tenant. Returns the IPv4 header, or nullptr after dropping it.
@@ -176,11 +195,15 @@ void process_tenant_burst(worker_context& ctx, const datapath_tables& tables, ui
     const vnic_view& vnic = tables.vnics[vnic_slot];
     auto& from_tenant = ctx.counters.vnics[vnic_slot];
 
-    // Stage 1: parse and check the whole burst, collecting VLT keys for what survives.
+    // Stage 1: parse and check the whole burst, collecting VLT keys for what survives. An
+    // IPv6 packet (headers6 set, headers nullptr) is looked up at once: IPv6 has no bulk VLT.
     overlay::vlt_key keys[overlay::vlt::max_bulk];
     rte_mbuf* routed[overlay::vlt::max_bulk];
     rte_ipv4_hdr* headers[overlay::vlt::max_bulk];
+    rte_ipv6_hdr* headers6[overlay::vlt::max_bulk];
+    const overlay::vlt_entry* found6[overlay::vlt::max_bulk];
     unsigned n = 0;
+    unsigned n4 = 0;
     for (uint16_t i = 0; i < count; ++i) {
         rte_mbuf* m = pkts[i];
         from_tenant.from_tenant_packets.add(1);
@@ -197,9 +220,16 @@ void process_tenant_burst(worker_context& ctx, const datapath_tables& tables, ui
         if (type == rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV6)) {
             if (is_neighbor_discovery(rte_pktmbuf_mtod(m, uint8_t*), rte_pktmbuf_data_len(m))) {
                 answer_tenant_nd(ctx, tables, vnic, m);
-            } else {
-                check_tenant_ipv6(ctx, vnic, m);
+                continue;
             }
+            rte_ipv6_hdr* ip6 = check_tenant_ipv6(ctx, tables, vnic, m);
+            if (ip6 == nullptr) {
+                continue;
+            }
+            headers[n] = nullptr;
+            headers6[n] = ip6;
+            found6[n] = tables.vlt->lookup6(vnic.vpc, ip6->dst_addr);
+            routed[n++] = m;
             continue;
         }
         if (type != rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4)) {
@@ -210,17 +240,26 @@ void process_tenant_burst(worker_context& ctx, const datapath_tables& tables, ui
         if (ip == nullptr) {
             continue;
         }
-        keys[n] = {vnic.vpc, ip->dst_addr};
+        keys[n4++] = {vnic.vpc, ip->dst_addr};
         headers[n] = ip;
+        headers6[n] = nullptr;
         routed[n++] = m;
     }
     if (n == 0) {
         return;
     }
 
-    // Stage 2: one bulk VLT lookup for the burst; misses leave.
+    // Stage 2: one bulk VLT lookup for the burst's IPv4 packets; misses leave.
     const overlay::vlt_entry* found[overlay::vlt::max_bulk];
-    tables.vlt->lookup_bulk(keys, n, found);
+    if (n4 == n) {
+        tables.vlt->lookup_bulk(keys, n, found);
+    } else {
+        const overlay::vlt_entry* found4[overlay::vlt::max_bulk];
+        tables.vlt->lookup_bulk(keys, n4, found4);
+        for (unsigned i = 0, k = 0; i < n; ++i) {
+            found[i] = headers[i] != nullptr ? found4[k++] : found6[i];
+        }
+    }
     const overlay::vlt_entry* entries[overlay::vlt::max_bulk];
     firewall_request requests[overlay::vlt::max_bulk];
     unsigned routed_count = 0;
@@ -229,11 +268,19 @@ void process_tenant_burst(worker_context& ctx, const datapath_tables& tables, ui
             ctx.drop(routed[i], drop_reason::vlt_miss, vnic.slot);
             continue;
         }
-        const uint32_t ip_len = rte_be_to_cpu_16(headers[i]->total_length);
         routed[routed_count] = routed[i];
         headers[routed_count] = headers[i];
+        headers6[routed_count] = headers6[i];
         entries[routed_count] = found[i];
-        requests[routed_count++] = {vnic.slot, secgroup::direction::egress, headers[i], ip_len};
+        if (headers[i] != nullptr) {
+            requests[routed_count++] = {vnic.slot, secgroup::direction::egress, headers[i],
+                                        rte_be_to_cpu_16(headers[i]->total_length)};
+        } else {
+            requests[routed_count++] = {
+                vnic.slot, secgroup::direction::egress, nullptr,
+                rte_be_to_cpu_16(headers6[i]->payload_len) + uint32_t{sizeof(rte_ipv6_hdr)},
+                headers6[i]};
+        }
     }
 
     // Stage 3: the sender's security groups (egress); for a destination on this host, the
@@ -285,6 +332,21 @@ void process_tenant_burst(worker_context& ctx, const datapath_tables& tables, ui
         const overlay::vlt_entry* entry = entries[i];
         if (!pass[i]) {
             ctx.drop(m, reasons[i], vnic.slot);
+            continue;
+        }
+        if (headers6[i] != nullptr) {
+            if (entry->kind != overlay::vlt_kind::local_vnic) {
+                if (encapsulate_to_remote_host(ctx, tables, vnic.slot, *entry, m, headers6[i],
+                                               requests[i].ip_len)) {
+                    transmit(tables.uplink_port, m, rte_pktmbuf_pkt_len(m));
+                }
+            } else if (tables.vnics[entry->vnic].worker != ctx.id) {
+                transmit(tables.vnics[entry->vnic].port_id, m,
+                         rte_pktmbuf_pkt_len(m) + overlay::outer_header_bytes);
+            } else {
+                deliver_to_local_vnic(ctx, tables, entry->vnic, m, headers6[i], meter_now,
+                                      transmit);
+            }
             continue;
         }
         if (entry->kind == overlay::vlt_kind::local_vnic) {

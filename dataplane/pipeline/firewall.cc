@@ -18,6 +18,8 @@ using secgroup::flow_state;
 constexpr unsigned max_burst = secgroup::flow_table::max_bulk;
 constexpr uint8_t icmp_echo_reply = 0;
 constexpr uint8_t icmp_echo_request = 8;
+constexpr uint8_t icmpv6_echo_request = 128;
+constexpr uint8_t icmpv6_echo_reply = 129;
 
 int dir_index(direction dir) {
     return static_cast<int>(dir);
@@ -25,7 +27,12 @@ int dir_index(direction dir) {
 
 // Fills the flow key as the vNIC sees the packet. False (with `reason`) when the packet cannot
 // be judged: fragments carry no ports after the first, truncated headers carry none at all.
+bool make_key6(const firewall_request& r, flow_key& key, uint8_t& tcp_flags, drop_reason& reason);
+
 bool make_key(const firewall_request& r, flow_key& key, uint8_t& tcp_flags, drop_reason& reason) {
+    if (r.ip == nullptr) {
+        return make_key6(r, key, tcp_flags, reason);
+    }
     const rte_ipv4_hdr* ip = r.ip;
     if ((ip->fragment_offset & rte_cpu_to_be_16(RTE_IPV4_HDR_MF_FLAG | RTE_IPV4_HDR_OFFSET_MASK)) !=
         0) {
@@ -38,7 +45,7 @@ bool make_key(const firewall_request& r, flow_key& key, uint8_t& tcp_flags, drop
     const bool egress = r.dir == direction::egress;
     key.vnic = r.vnic;
     key.ip_proto = ip->next_proto_id;
-    key.pad = 0;
+    key.ipv6 = 0;
     key.local_ip = egress ? ip->src_addr : ip->dst_addr;
     key.remote_ip = egress ? ip->dst_addr : ip->src_addr;
     key.local_port = key.remote_port = 0;
@@ -78,6 +85,55 @@ bool make_key(const firewall_request& r, flow_key& key, uint8_t& tcp_flags, drop
     }
 }
 
+// The same for IPv6: the addresses go in the key's IPv6 fields; ICMPv6 echo shares its
+// identifier between request and reply as ICMP's does.
+bool make_key6(const firewall_request& r, flow_key& key, uint8_t& tcp_flags, drop_reason& reason) {
+    const rte_ipv6_hdr* ip = r.ip6;
+    const uint8_t* l4 = reinterpret_cast<const uint8_t*>(ip + 1);
+    const uint32_t l4_len = r.ip_len - static_cast<uint32_t>(sizeof(rte_ipv6_hdr));
+    const bool egress = r.dir == direction::egress;
+    key.vnic = r.vnic;
+    key.ip_proto = ip->proto;
+    key.ipv6 = 1;
+    key.local_ip = key.remote_ip = 0;
+    std::memcpy(key.local_ip6, egress ? ip->src_addr : ip->dst_addr, 16);
+    std::memcpy(key.remote_ip6, egress ? ip->dst_addr : ip->src_addr, 16);
+    key.local_port = key.remote_port = 0;
+    tcp_flags = 0;
+    switch (ip->proto) {
+        case IPPROTO_TCP:
+        case IPPROTO_UDP: {
+            const uint32_t need =
+                ip->proto == IPPROTO_TCP ? sizeof(rte_tcp_hdr) : sizeof(rte_udp_hdr);
+            if (l4_len < need) {
+                reason = drop_reason::l4_truncated;
+                return false;
+            }
+            rte_be16_t ports[2];
+            std::memcpy(ports, l4, sizeof(ports));
+            key.local_port = egress ? ports[0] : ports[1];
+            key.remote_port = egress ? ports[1] : ports[0];
+            if (ip->proto == IPPROTO_TCP) {
+                tcp_flags = reinterpret_cast<const rte_tcp_hdr*>(l4)->tcp_flags;
+            }
+            return true;
+        }
+        case IPPROTO_ICMPV6: {
+            if (l4_len < sizeof(rte_icmp_hdr)) {
+                reason = drop_reason::l4_truncated;
+                return false;
+            }
+            const auto* icmp = reinterpret_cast<const rte_icmp_hdr*>(l4);
+            if (icmp->icmp_type == icmpv6_echo_request || icmp->icmp_type == icmpv6_echo_reply) {
+                key.local_port = key.remote_port = icmp->icmp_ident;
+            }
+            return true;
+        }
+        default:
+            return true;
+    }
+}
+
 // The ACL's view of a flow when judged in direction `dir`: the port is the destination port
 // of a packet going that way.
 secgroup::acl_key acl_key_of(const flow_key& key, direction dir) {
@@ -96,6 +152,7 @@ flow_state initial_state(uint8_t ip_proto, uint8_t tcp_flags) {
         case IPPROTO_UDP:
             return flow_state::udp;
         case IPPROTO_ICMP:
+        case IPPROTO_ICMPV6:
             return flow_state::icmp;
         default:
             return flow_state::other;
@@ -164,12 +221,33 @@ void firewall_burst(worker_context& ctx, const datapath_tables& tables,
         }
         secgroup::acl_key acl_keys[max_burst];
         const secgroup::acl_key* acl_ptrs[max_burst];
+        unsigned acl_of[max_burst];
+        unsigned acl_count = 0;
+        const auto& policy = tables.policies[vnic];
         for (unsigned p = start; p < end; ++p) {
-            acl_keys[p - start] = acl_key_of(keys[pending[p]], dir);
-            acl_ptrs[p - start] = &acl_keys[p - start];
+            const flow_key& key = keys[pending[p]];
+            if (key.ipv6 != 0) {
+                // A new IPv6 flow: its own rules (secgroup/ipv6_rules.hh).
+                const auto& rules6 = policy.acl6[dir_index(dir)];
+                const rte_be16_t port = dir == direction::egress ? key.remote_port : key.local_port;
+                verdicts[p] = rules6 == nullptr ? secgroup::acl_table::no_match
+                                                : rules6->classify(key.ip_proto, key.remote_ip6,
+                                                                   rte_be_to_cpu_16(port));
+                continue;
+            }
+            acl_keys[acl_count] = acl_key_of(key, dir);
+            acl_ptrs[acl_count] = &acl_keys[acl_count];
+            acl_of[acl_count++] = p;
         }
-        tables.policies[vnic].acl[dir_index(dir)]->classify(acl_ptrs, verdicts + start,
-                                                            end - start);
+        if (acl_count == end - start) {
+            policy.acl[dir_index(dir)]->classify(acl_ptrs, verdicts + start, acl_count);
+        } else if (acl_count > 0) {
+            uint32_t acl_verdicts[max_burst];
+            policy.acl[dir_index(dir)]->classify(acl_ptrs, acl_verdicts, acl_count);
+            for (unsigned a = 0; a < acl_count; ++a) {
+                verdicts[acl_of[a]] = acl_verdicts[a];
+            }
+        }
         start = end;
     }
     for (unsigned p = 0; p < pending_count; ++p) {
@@ -178,7 +256,7 @@ void firewall_burst(worker_context& ctx, const datapath_tables& tables,
         ctx.counters.flow_misses.add(1);
         flow_entry* e = entry_of[i];
         // An insert for an earlier packet of this burst may have evicted and reused the slot.
-        if (e != nullptr && (!e->in_use || std::memcmp(&e->key, &keys[i], sizeof(flow_key)) != 0)) {
+        if (e != nullptr && (!e->in_use || !secgroup::same_flow(e->key, keys[i]))) {
             e = nullptr;
         }
         const bool allowed = verdicts[p] != secgroup::acl_table::no_match;
@@ -234,7 +312,7 @@ void firewall_burst(worker_context& ctx, const datapath_tables& tables,
         }
         // A later insert in step 2 may have evicted (and reused) this packet's entry.
         flow_entry* e = entry_of[i];
-        if (!e->in_use || std::memcmp(&e->key, &keys[i], sizeof(flow_key)) != 0) {
+        if (!e->in_use || !secgroup::same_flow(e->key, keys[i])) {
             e = flows.lookup(keys[i]);
             if (e == nullptr) {
                 continue;

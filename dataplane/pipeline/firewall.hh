@@ -12,8 +12,10 @@ namespace jakiro {
 struct firewall_request {
     uint16_t vnic;            // whose security groups apply
     secgroup::direction dir;  // ingress: into that vNIC; egress: out of it
-    const rte_ipv4_hdr* ip;   // the IPv4 header, already length-checked
-    uint32_t ip_len;          // bytes from `ip` to the end of the IPv4 packet
+    const rte_ipv4_hdr* ip;   // the IPv4 header, already length-checked; nullptr: IPv6
+    uint32_t ip_len;          // bytes from the IP header to the end of the packet
+    // An IPv6 packet instead (checked: TCP, UDP or ICMPv6 right after the fixed header).
+    const rte_ipv6_hdr* ip6 = nullptr;
 };
 
 // Decides every request; `pass[i]` says whether packet i may go on. Refused packets are only

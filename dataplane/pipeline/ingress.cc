@@ -8,6 +8,7 @@
 #include "dataplane/pipeline/cut_to_tenant_mtu.hh"
 #include "dataplane/pipeline/firewall.hh"
 #include "dataplane/pipeline/ipv4_check.hh"
+#include "dataplane/pipeline/ipv6_packet.hh"
 #include "dataplane/pipeline/roce_guard.hh"
 #include "dataplane/pipeline/roce_ipv6_ingress.hh"
 #include "dataplane/port_io.hh"
@@ -99,6 +100,30 @@ rte_ipv4_hdr* check_inner_ipv4(worker_context& ctx, const overlay::outer_view& o
     return ip;
 }
 
+// Inner IPv6 checks, as the sending host's egress made them (pipeline/egress.cc): unicast, not
+// link-local, TCP, UDP or ICMPv6 right after the fixed header. Returns the inner IPv6 header or
+// nullptr after dropping.
+rte_ipv6_hdr* check_inner_ipv6(worker_context& ctx, const overlay::outer_view& outer, rte_mbuf* m) {
+    auto* inner_eth =
+        reinterpret_cast<rte_ether_hdr*>(rte_pktmbuf_mtod(m, uint8_t*) + outer.inner_offset);
+    // One segment: GRO merges only inner IPv4 TCP, so a chain is no IPv6 a host sent.
+    if (outer.inner_len < sizeof(rte_ether_hdr) + sizeof(rte_ipv6_hdr) || m->nb_segs > 1) {
+        ctx.drop(m, drop_reason::inner_truncated);
+        return nullptr;
+    }
+    auto* ip = reinterpret_cast<rte_ipv6_hdr*>(inner_eth + 1);
+    const uint32_t ip_len = rte_be_to_cpu_16(ip->payload_len) + sizeof(rte_ipv6_hdr);
+    if ((rte_be_to_cpu_32(ip->vtc_flow) >> 28) != 6 ||
+        ip_len > outer.inner_len - sizeof(rte_ether_hdr) ||
+        (ip->proto != IPPROTO_TCP && ip->proto != IPPROTO_UDP && ip->proto != IPPROTO_ICMPV6) ||
+        ip->dst_addr[0] == 0xff || (ip->dst_addr[0] == 0xfe && (ip->dst_addr[1] & 0xc0) == 0x80) ||
+        (ip->src_addr[0] == 0xfe && (ip->src_addr[1] & 0xc0) == 0x80)) {
+        ctx.drop(m, drop_reason::inner_bad_ip_header);
+        return nullptr;
+    }
+    return ip;
+}
+
 // RFC 6040 decapsulation: the inner header takes the outer CE. False: CE outside on a
 // packet that is not ECN-capable inside, which must be dropped.
 bool decapsulate_ecn(worker_context& ctx, rte_ipv4_hdr* inner, uint8_t outer_tos) {
@@ -108,6 +133,19 @@ bool decapsulate_ecn(worker_context& ctx, rte_ipv4_hdr* inner, uint8_t outer_tos
     }
     if (ecn != (inner->type_of_service & 0x03)) {
         overlay::set_ipv4_ecn(inner, static_cast<uint8_t>(ecn));
+        ctx.counters.ce_marked_on_decap.add(1);
+    }
+    return true;
+}
+
+bool decapsulate_ecn(worker_context& ctx, rte_ipv6_hdr* inner, uint8_t outer_tos) {
+    const uint8_t tc = ipv6_traffic_class(inner);
+    const int ecn = overlay::decapsulated_ecn(outer_tos, tc);
+    if (ecn < 0) {
+        return false;
+    }
+    if (ecn != (tc & 0x03)) {
+        set_ipv6_ecn(inner, static_cast<uint8_t>(ecn));
         ctx.counters.ce_marked_on_decap.add(1);
     }
     return true;
@@ -123,8 +161,13 @@ void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rt
     overlay::vlt_key src_keys[overlay::vlt::max_bulk];
     overlay::outer_view outers[overlay::vlt::max_bulk];
     rte_ipv4_hdr* inner_ips[overlay::vlt::max_bulk];
+    // Inner IPv6 (inner_ips nullptr): looked up at once, IPv6 has no bulk VLT lookup.
+    rte_ipv6_hdr* inner_ip6s[overlay::vlt::max_bulk];
+    const overlay::vlt_entry* dsts6[overlay::vlt::max_bulk];
+    const overlay::vlt_entry* srcs6[overlay::vlt::max_bulk];
     rte_mbuf* tunnelled[overlay::vlt::max_bulk];
     unsigned n = 0;
+    unsigned n4 = 0;
     uint32_t cached_vni = UINT32_MAX;
     uint32_t cached_vpc = no_vpc;
 
@@ -179,6 +222,19 @@ void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rt
             take_roce_ipv6(ctx, tables, cached_vpc, check.view, m)) {
             continue;
         }
+        if (inner_eth->ether_type == rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV6)) {
+            rte_ipv6_hdr* ip6 = check_inner_ipv6(ctx, check.view, m);
+            if (ip6 == nullptr) {
+                continue;
+            }
+            dsts6[n] = tables.vlt->lookup6(cached_vpc, ip6->dst_addr);
+            srcs6[n] = tables.vlt->lookup6(cached_vpc, ip6->src_addr);
+            outers[n] = check.view;
+            inner_ips[n] = nullptr;
+            inner_ip6s[n] = ip6;
+            tunnelled[n++] = m;
+            continue;
+        }
         if (inner_eth->ether_type != rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4)) {
             ctx.drop(m, drop_reason::inner_unsupported_ethertype);
             continue;
@@ -187,10 +243,11 @@ void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rt
         if (ip == nullptr) {
             continue;
         }
-        dst_keys[n] = {cached_vpc, ip->dst_addr};
-        src_keys[n] = {cached_vpc, ip->src_addr};
+        dst_keys[n4] = {cached_vpc, ip->dst_addr};
+        src_keys[n4++] = {cached_vpc, ip->src_addr};
         outers[n] = check.view;
         inner_ips[n] = ip;
+        inner_ip6s[n] = nullptr;
         tunnelled[n++] = m;
     }
     if (n == 0) {
@@ -201,8 +258,20 @@ void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rt
     // host that sent the packet, or a host could inject traffic in another host's name).
     const overlay::vlt_entry* dsts[overlay::vlt::max_bulk];
     const overlay::vlt_entry* srcs[overlay::vlt::max_bulk];
-    tables.vlt->lookup_bulk(dst_keys, n, dsts);
-    tables.vlt->lookup_bulk(src_keys, n, srcs);
+    if (n4 == n) {
+        tables.vlt->lookup_bulk(dst_keys, n, dsts);
+        tables.vlt->lookup_bulk(src_keys, n, srcs);
+    } else {
+        const overlay::vlt_entry* dsts4[overlay::vlt::max_bulk];
+        const overlay::vlt_entry* srcs4[overlay::vlt::max_bulk];
+        tables.vlt->lookup_bulk(dst_keys, n4, dsts4);
+        tables.vlt->lookup_bulk(src_keys, n4, srcs4);
+        for (unsigned i = 0, k = 0; i < n; ++i) {
+            const bool v4 = inner_ips[i] != nullptr;
+            dsts[i] = v4 ? dsts4[k] : dsts6[i];
+            srcs[i] = v4 ? srcs4[k++] : srcs6[i];
+        }
+    }
 
     // One clock read per burst for the RoCE engine's timers and the ingress meters.
     const uint64_t now = ctx.engine != nullptr || ctx.policer != nullptr ? now_ns() : 0;
@@ -221,6 +290,18 @@ void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rt
         if (srcs[i] == nullptr || srcs[i]->kind != overlay::vlt_kind::remote_host ||
             srcs[i]->host_ip != outers[i].outer_src_ip) {
             ctx.drop(m, drop_reason::inner_src_spoofed, slot);
+            continue;
+        }
+        if (inner_ip6s[i] != nullptr) {
+            const uint32_t ip6_len =
+                rte_be_to_cpu_16(inner_ip6s[i]->payload_len) + uint32_t{sizeof(rte_ipv6_hdr)};
+            if (ipv6_udp_touches_roce_port(inner_ip6s[i], ip6_len)) {
+                ctx.drop(m, drop_reason::tenant_roce, slot);
+                continue;
+            }
+            requests[checked_count] = {slot, secgroup::direction::ingress, nullptr, ip6_len,
+                                       inner_ip6s[i]};
+            checked[checked_count++] = i;
             continue;
         }
         const uint32_t ip_len = rte_be_to_cpu_16(inner_ips[i]->total_length);
@@ -257,6 +338,28 @@ void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rt
         const uint16_t slot = requests[c].vnic;
         if (!pass[c]) {
             ctx.drop(m, reasons[c], slot);
+            continue;
+        }
+        if (inner_ip6s[i] != nullptr) {
+            rte_ipv6_hdr* ip6 = inner_ip6s[i];
+            if (!decapsulate_ecn(ctx, ip6, outers[i].outer_tos)) {
+                ctx.drop(m, drop_reason::inner_ce_on_not_ect, slot);
+                continue;
+            }
+            if (m->tso_segsz != 0) {
+                // No face takes TCPv6 super-frames (pipeline/egress.cc).
+                ctx.drop(m, drop_reason::uplink_bad_superframe, slot);
+                continue;
+            }
+            if (!meter_tcp_ingress(ctx, m, ip6, slot, now)) {
+                continue;
+            }
+            rte_pktmbuf_adj(m, static_cast<uint16_t>(outers[i].inner_offset));
+            const uint32_t frame6_len = sizeof(rte_ether_hdr) + requests[c].ip_len;
+            rte_pktmbuf_trim(m, static_cast<uint16_t>(rte_pktmbuf_pkt_len(m) - frame6_len));
+            const vnic_view& vnic6 = address_to_tenant(ctx, tables, slot, m, frame6_len);
+            ctx.counters.decapsulated.add(1);
+            ctx.tx.enqueue(vnic6.port_id, m, ctx.counters);
             continue;
         }
         rte_ipv4_hdr* ip = inner_ips[i];

@@ -24,10 +24,17 @@ void process_local_arrivals(worker_context& ctx, const datapath_tables& tables, 
                 ctx.drop(m, drop_reason::port_removed);
                 continue;
             }
-            // The sender's worker checked and trimmed the IPv4 packet (pipeline/egress.cc).
-            auto* ip = reinterpret_cast<rte_ipv4_hdr*>(rte_pktmbuf_mtod(m, rte_ether_hdr*) + 1);
-            requests[n] = {slot, secgroup::direction::ingress, ip,
-                           rte_be_to_cpu_16(ip->total_length)};
+            // The sender's worker checked and trimmed the IP packet (pipeline/egress.cc).
+            const auto* eth = rte_pktmbuf_mtod(m, rte_ether_hdr*);
+            if (eth->ether_type == rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV6)) {
+                auto* ip6 = reinterpret_cast<const rte_ipv6_hdr*>(eth + 1);
+                requests[n] = {slot, secgroup::direction::ingress, nullptr,
+                               rte_be_to_cpu_16(ip6->payload_len) + uint32_t{sizeof(*ip6)}, ip6};
+            } else {
+                auto* ip = reinterpret_cast<const rte_ipv4_hdr*>(eth + 1);
+                requests[n] = {slot, secgroup::direction::ingress, ip,
+                               rte_be_to_cpu_16(ip->total_length)};
+            }
             judged[n++] = m;
         }
         bool pass[overlay::vlt::max_bulk];
@@ -41,10 +48,16 @@ void process_local_arrivals(worker_context& ctx, const datapath_tables& tables, 
                 ctx.drop(m, reasons[i], slot);
                 continue;
             }
-            deliver_to_local_vnic(ctx, tables, slot, m, const_cast<rte_ipv4_hdr*>(requests[i].ip),
-                                  now, [&](uint16_t port, rte_mbuf* frame, uint32_t /*charged*/) {
-                                      ctx.tx.enqueue(port, frame, ctx.counters);
-                                  });
+            auto send = [&](uint16_t port, rte_mbuf* frame, uint32_t /*charged*/) {
+                ctx.tx.enqueue(port, frame, ctx.counters);
+            };
+            if (requests[i].ip6 != nullptr) {
+                deliver_to_local_vnic(ctx, tables, slot, m,
+                                      const_cast<rte_ipv6_hdr*>(requests[i].ip6), now, send);
+            } else {
+                deliver_to_local_vnic(ctx, tables, slot, m,
+                                      const_cast<rte_ipv4_hdr*>(requests[i].ip), now, send);
+            }
         }
     }
 }

@@ -45,4 +45,16 @@ void deliver_to_local_vnic(worker_context& ctx, const datapath_tables& tables, u
     });
 }
 
+// The same for an IPv6 packet `ip` (never a super-frame: no face takes TCPv6 ones).
+template <typename Send>
+void deliver_to_local_vnic(worker_context& ctx, const datapath_tables& tables, uint16_t slot,
+                           rte_mbuf* m, rte_ipv6_hdr* ip, uint64_t meter_now, Send&& send) {
+    if (!meter_tcp_ingress(ctx, m, ip, slot, meter_now)) {
+        return;
+    }
+    const vnic_view& peer = address_to_tenant(ctx, tables, slot, m, rte_pktmbuf_pkt_len(m));
+    ctx.counters.switched_locally.add(1);
+    send(peer.port_id, m, rte_pktmbuf_pkt_len(m) + overlay::outer_header_bytes);
+}
+
 }  // namespace jakiro

@@ -35,8 +35,13 @@ bool encapsulate_to_remote_host(worker_context& ctx, const datapath_tables& tabl
                                 uint16_t vnic_slot, const overlay::vlt_entry& remote, rte_mbuf* m,
                                 const rte_ipv4_hdr* inner_ip, uint32_t inner_ip_len);
 
-// The same road for an inner IPv6 packet `inner_ip6` (`inner_ip_len` bytes, header included):
-// DSCP and ECN from its traffic class, the entropy port from its addresses and ports.
+// The same for an inner IPv6 packet `inner_ip` (`inner_ip_len` bytes with its header): the outer
+// header stays IPv4, DSCP and ECN come from the traffic class, the entropy from the IPv6 5-tuple.
+bool encapsulate_to_remote_host(worker_context& ctx, const datapath_tables& tables,
+                                uint16_t vnic_slot, const overlay::vlt_entry& remote, rte_mbuf* m,
+                                const rte_ipv6_hdr* inner_ip, uint32_t inner_ip_len);
+
+// The same, for the RNIC's frames, whose IPv6 header is bytes.
 bool encapsulate_to_remote_host6(worker_context& ctx, const datapath_tables& tables,
                                  uint16_t vnic_slot, const overlay::vlt_entry& remote, rte_mbuf* m,
                                  const uint8_t* inner_ip6, uint32_t inner_ip_len);

@@ -2,6 +2,8 @@
 
 #include <rte_ether.h>
 
+#include <array>
+#include <cstring>
 #include <map>
 
 #include "dataplane/restart/qos_image.hh"
@@ -196,7 +198,13 @@ bool read_image_late(handover::image_reader& r, daemon_state& state,
         uint64_t restored = 0, dropped = 0;
         for (uint32_t i = 0; i < count && f.ok(); ++i) {
             secgroup::flow_entry e{};
-            e.key = f.pod<secgroup::flow_key>();
+            if (f.version() >= 2) {
+                e.key = f.pod<secgroup::flow_key>();
+            } else {
+                // Version 1 keys were IPv4 only: the first 16 bytes of today's.
+                const auto v4 = f.pod<std::array<uint8_t, secgroup::ipv4_flow_key_bytes>>();
+                std::memcpy(static_cast<void*>(&e.key), v4.data(), v4.size());
+            }
             e.last_seen = f.u64();
             e.packets[0] = f.u64();
             e.packets[1] = f.u64();

@@ -25,6 +25,7 @@
 
 #include "dataplane/overlay/superframe.hh"
 #include "dataplane/overlay/vxlan.hh"
+#include "dataplane/pipeline/ipv6_packet.hh"
 #include "dataplane/shaping/ingress_policer.hh"
 #include "dataplane/worker/worker_context.hh"
 #include "rnic/engine.hh"
@@ -55,6 +56,28 @@ inline bool meter_tcp_ingress(worker_context& ctx, rte_mbuf* m, rte_ipv4_hdr* ip
     }
     if (verdict.action == qos::ingress_action::mark_ce) {
         overlay::set_ipv4_ecn(ip, 0x03);
+        ctx.counters.qos_ce_marked.add(1);
+    }
+    return true;
+}
+
+// The same for an IPv6 packet `ip` (never a super-frame): ECN is in its traffic class.
+inline bool meter_tcp_ingress(worker_context& ctx, rte_mbuf* m, rte_ipv6_hdr* ip, uint16_t slot,
+                              uint64_t now_ns) {
+    qos::ingress_meter* meter = receiving_meter(ctx, slot);
+    if (meter == nullptr) {
+        return true;
+    }
+    const uint32_t wire = rte_pktmbuf_pkt_len(m) + overlay::outer_header_bytes;
+    const auto verdict =
+        meter->on_packet(now_ns, qos::traffic_class::tcp, wire,
+                         static_cast<qos::ecn>(ipv6_traffic_class(ip) & 0x03), nullptr);
+    if (verdict.action == qos::ingress_action::drop) {
+        ctx.drop(m, drop_reason::qos_ingress_over_share, slot);
+        return false;
+    }
+    if (verdict.action == qos::ingress_action::mark_ce) {
+        set_ipv6_ecn(ip, 0x03);
         ctx.counters.qos_ce_marked.add(1);
     }
     return true;

@@ -148,13 +148,5 @@ TEST_F(EgressIpv6, ASolicitationForAnAddressOfAnIpv4OnlyPeerIsNotAnswered) {
     EXPECT_EQ(drops(drop_reason::tenant_nd_ignored), 1u);
 }
 
-TEST_F(EgressIpv6, WellFormedIpv6DataIsCountedAsNotForwarded) {
-    from_tenant(slot_t1, t1_ipv6("2001:2::1:2", IPPROTO_TCP));
-    from_tenant(slot_t1, t1_ipv6("2001:2::1:3", IPPROTO_ICMPV6));
-    EXPECT_EQ(drops(drop_reason::tenant_ipv6_not_forwarded), 2u);
-    EXPECT_TRUE(ctx->tx.queued(uplink).empty());
-    EXPECT_TRUE(ctx->tx.queued(port_t5).empty());
-}
-
 }  // namespace
 }  // namespace jakiro::test
