@@ -6,12 +6,12 @@
 
 #include "dataplane/arp.hh"
 #include "dataplane/neighbor_discovery.hh"
+#include "dataplane/overlay/ipv6_packet.hh"
 #include "dataplane/overlay/superframe.hh"
 #include "dataplane/overlay/udp_gso.hh"
 #include "dataplane/overlay/vxlan.hh"
 #include "dataplane/pipeline/firewall.hh"
 #include "dataplane/pipeline/ipv4_check.hh"
-#include "dataplane/pipeline/ipv6_packet.hh"
 #include "dataplane/pipeline/local_delivery.hh"
 #include "dataplane/pipeline/roce_guard.hh"
 #include "dataplane/pipeline/to_remote_host.hh"
@@ -129,7 +129,7 @@ rte_ipv6_hdr* check_tenant_ipv6(worker_context& ctx, const datapath_tables& tabl
         ctx.drop(m, drop_reason::tenant_too_big, vnic.slot);
         return nullptr;
     }
-    if (ipv6_udp_touches_roce_port(ip, ip_len)) {
+    if (overlay::ipv6_udp_touches_roce_port(ip, ip_len)) {
         ctx.drop(m, drop_reason::tenant_roce, vnic.slot);
         return nullptr;
     }

@@ -3,12 +3,12 @@
 #include <rte_ip.h>
 
 #include "dataplane/arp.hh"
+#include "dataplane/overlay/ipv6_packet.hh"
 #include "dataplane/overlay/superframe.hh"
 #include "dataplane/overlay/vxlan.hh"
 #include "dataplane/pipeline/cut_to_tenant_mtu.hh"
 #include "dataplane/pipeline/firewall.hh"
 #include "dataplane/pipeline/ipv4_check.hh"
-#include "dataplane/pipeline/ipv6_packet.hh"
 #include "dataplane/pipeline/roce_guard.hh"
 #include "dataplane/pipeline/roce_ipv6_ingress.hh"
 #include "dataplane/port_io.hh"
@@ -139,13 +139,13 @@ bool decapsulate_ecn(worker_context& ctx, rte_ipv4_hdr* inner, uint8_t outer_tos
 }
 
 bool decapsulate_ecn(worker_context& ctx, rte_ipv6_hdr* inner, uint8_t outer_tos) {
-    const uint8_t tc = ipv6_traffic_class(inner);
+    const uint8_t tc = overlay::ipv6_traffic_class(inner);
     const int ecn = overlay::decapsulated_ecn(outer_tos, tc);
     if (ecn < 0) {
         return false;
     }
     if (ecn != (tc & 0x03)) {
-        set_ipv6_ecn(inner, static_cast<uint8_t>(ecn));
+        overlay::set_ipv6_ecn(inner, static_cast<uint8_t>(ecn));
         ctx.counters.ce_marked_on_decap.add(1);
     }
     return true;
@@ -295,7 +295,7 @@ void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rt
         if (inner_ip6s[i] != nullptr) {
             const uint32_t ip6_len =
                 rte_be_to_cpu_16(inner_ip6s[i]->payload_len) + uint32_t{sizeof(rte_ipv6_hdr)};
-            if (ipv6_udp_touches_roce_port(inner_ip6s[i], ip6_len)) {
+            if (overlay::ipv6_udp_touches_roce_port(inner_ip6s[i], ip6_len)) {
                 ctx.drop(m, drop_reason::tenant_roce, slot);
                 continue;
             }

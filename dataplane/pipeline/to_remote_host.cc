@@ -1,12 +1,7 @@
 #include "dataplane/pipeline/to_remote_host.hh"
 
-#include <netinet/in.h>
-#include <rte_hash_crc.h>
-
-#include <cstring>
-
+#include "dataplane/overlay/ipv6_packet.hh"
 #include "dataplane/overlay/vxlan.hh"
-#include "dataplane/pipeline/ipv6_packet.hh"
 
 namespace jakiro {
 
@@ -48,8 +43,9 @@ bool encapsulate_to_remote_host(worker_context& ctx, const datapath_tables& tabl
 bool encapsulate_to_remote_host(worker_context& ctx, const datapath_tables& tables,
                                 uint16_t vnic_slot, const overlay::vlt_entry& remote, rte_mbuf* m,
                                 const rte_ipv6_hdr* inner_ip, uint32_t inner_ip_len) {
-    return encapsulate_inner(ctx, tables, vnic_slot, remote, m, ipv6_traffic_class(inner_ip),
-                             ipv6_flow_entropy_port(inner_ip, inner_ip_len));
+    return encapsulate_inner(ctx, tables, vnic_slot, remote, m,
+                             overlay::ipv6_traffic_class(inner_ip),
+                             overlay::ipv6_flow_entropy_port(inner_ip, inner_ip_len));
 }
 
 bool encapsulate_to_remote_host6(worker_context& ctx, const datapath_tables& tables,

@@ -23,9 +23,9 @@
 
 #include <cstdint>
 
+#include "dataplane/overlay/ipv6_packet.hh"
 #include "dataplane/overlay/superframe.hh"
 #include "dataplane/overlay/vxlan.hh"
-#include "dataplane/pipeline/ipv6_packet.hh"
 #include "dataplane/shaping/ingress_policer.hh"
 #include "dataplane/worker/worker_context.hh"
 #include "rnic/engine.hh"
@@ -71,13 +71,13 @@ inline bool meter_tcp_ingress(worker_context& ctx, rte_mbuf* m, rte_ipv6_hdr* ip
     const uint32_t wire = rte_pktmbuf_pkt_len(m) + overlay::outer_header_bytes;
     const auto verdict =
         meter->on_packet(now_ns, qos::traffic_class::tcp, wire,
-                         static_cast<qos::ecn>(ipv6_traffic_class(ip) & 0x03), nullptr);
+                         static_cast<qos::ecn>(overlay::ipv6_traffic_class(ip) & 0x03), nullptr);
     if (verdict.action == qos::ingress_action::drop) {
         ctx.drop(m, drop_reason::qos_ingress_over_share, slot);
         return false;
     }
     if (verdict.action == qos::ingress_action::mark_ce) {
-        set_ipv6_ecn(ip, 0x03);
+        overlay::set_ipv6_ecn(ip, 0x03);
         ctx.counters.qos_ce_marked.add(1);
     }
     return true;

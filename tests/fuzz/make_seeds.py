@@ -88,7 +88,7 @@ def seeds():
         hwsrc=H2[0], psrc=H2[1], pdst=H1[1])
     # IPv6 from dual-stack t1: neighbour discovery for t2 (answered), for an unknown address and
     # as a DAD probe (not), a router advertisement, an MLD report, extension-header chains, a
-    # fragment, and data (not forwarded).
+    # fragment, and data (forwarded).
     t1_6, t2_6 = "2001:2::1:1", "2001:2::1:2"
     yield "t1_nd_for_t2", SLOT_T1, Ether(src=T1[0], dst="33:33:ff:01:00:02") / IPv6(
         src=t1_6, dst="ff02::1:ff01:2", hlim=255) / ICMPv6ND_NS(tgt=t2_6) / ICMPv6NDOptSrcLLAddr(

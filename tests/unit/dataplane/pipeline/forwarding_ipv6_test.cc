@@ -2,7 +2,7 @@
 // another host (the outer header IPv4, DSCP and ECN from the traffic class), received from the
 // fabric after the checks IPv4 gets, and judged by the security groups' IPv6 side.
 
-#include "dataplane/pipeline/ipv6_packet.hh"
+#include "dataplane/overlay/ipv6_packet.hh"
 #include "tests/unit/dataplane/pipeline/pipeline_fixture.hh"
 
 namespace jakiro::test {
@@ -79,9 +79,9 @@ TEST_F(ForwardingIpv6, TheOuterSourcePortFollowsTheIpv6Flow) {
     a.payload_len = rte_cpu_to_be_16(8);
     rte_ipv6_hdr b = a;
     b.src_addr[15] = 1;
-    EXPECT_EQ(ipv6_flow_entropy_port(&a, 48), ipv6_flow_entropy_port(&a, 48));
-    EXPECT_NE(ipv6_flow_entropy_port(&a, 48), ipv6_flow_entropy_port(&b, 48));
-    EXPECT_GE(ipv6_flow_entropy_port(&a, 48), 49152);
+    EXPECT_EQ(overlay::ipv6_flow_entropy_port(&a, 48), overlay::ipv6_flow_entropy_port(&a, 48));
+    EXPECT_NE(overlay::ipv6_flow_entropy_port(&a, 48), overlay::ipv6_flow_entropy_port(&b, 48));
+    EXPECT_GE(overlay::ipv6_flow_entropy_port(&a, 48), 49152);
 }
 
 TEST_F(ForwardingIpv6, ASpoofedSourceIsStillACountedDrop) {

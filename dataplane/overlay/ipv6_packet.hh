@@ -16,9 +16,9 @@
 #include "dataplane/overlay/vxlan.hh"
 #include "rnic/wire/headers.hh"
 
-namespace jakiro {
+namespace jakiro::overlay {
 
-// The IANA dynamic range, as for IPv4 (overlay/vxlan.cc).
+// The IANA dynamic range, as for IPv4 (vxlan.cc).
 constexpr uint16_t ipv6_entropy_port_base = 49152;
 
 inline uint8_t ipv6_traffic_class(const rte_ipv6_hdr* ip) {
@@ -61,4 +61,4 @@ inline bool ipv6_udp_touches_roce_port(const rte_ipv6_hdr* ip, uint32_t ip_len) 
     return udp->src_port == roce || udp->dst_port == roce;
 }
 
-}  // namespace jakiro
+}  // namespace jakiro::overlay
