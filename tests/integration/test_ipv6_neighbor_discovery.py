@@ -112,4 +112,3 @@ def test_a_spoofed_or_multicast_ipv6_packet_is_a_counted_drop():
                     IPv6(src=IP6[T1], dst=IP6[T2]) / ICMPv6EchoRequest()], "tenant_src_spoofed")
     expect_counted([Ether(src=MAC[T1], dst="33:33:00:00:00:01") /
                     IPv6(src=IP6[T1], dst="ff02::1") / ICMPv6EchoRequest()], "tenant_not_unicast")
-
