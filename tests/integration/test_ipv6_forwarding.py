@@ -2,11 +2,15 @@
 across hosts (the inner IPv6 frame in an IPv4 VXLAN tunnel), the VPCs isolated although they
 reuse their IPv6 addresses, and a spoofed IPv6 source a counted drop."""
 
+import hashlib
+import os
+
 import pytest
 from scapy.layers.inet6 import ICMPv6EchoRequest, IPv6
 from scapy.layers.l2 import Ether
 
-from conftest import IP6, MAC, T1, T2, T3, T4, T5, drops, http_server, ns, send_frames, wait_until
+from conftest import (IP6, MAC, T1, T2, T3, T4, T5, drops, http_server, iperf3_gbps,
+                      iperf3_server, ns, send_frames, wait_until)
 
 pytestmark = pytest.mark.usefixtures("testbed")
 GATEWAY_MAC = "02:6a:6b:00:00:01"  # host.gateway_mac's default
@@ -48,3 +52,19 @@ def test_a_spoofed_ipv6_source_is_a_counted_drop():
     send_frames(T1, "eth0", frames)
     wait_until(lambda: drops("h1")["tenant_src_spoofed"] >= before + 2, 3,
                "two more tenant_src_spoofed drops on h1")
+
+
+@pytest.mark.parametrize("client, server", [(T1, T2), (T1, T5)], ids=["across_hosts", "same_host"])
+def test_tcp_over_ipv6_carries_a_stream_whole(client, server, tmp_path):
+    # 256 KiB spans many full-size segments: a segment the path could not carry would stall
+    # the transfer or change its bytes.
+    body = os.urandom(256 * 1024)
+    (tmp_path / "blob").write_bytes(body)
+    with http_server(server, IP6[server], 8080, tmp_path):
+        r = ns(client, "curl", "-sf", "-m", "10", f"http://[{IP6[server]}]:8080/blob",
+               timeout=20, text=False)
+    assert hashlib.sha256(r.stdout).hexdigest() == hashlib.sha256(body).hexdigest()
+    with iperf3_server(server):
+        gbps = iperf3_gbps(client, IP6[server], seconds=3)
+    print(f"\niperf3 over IPv6 {client} -> {server}: {gbps:.2f} Gbit/s")
+    assert gbps > 0.05, f"TCP over IPv6 barely moves: {gbps * 1000:.2f} Mbit/s"

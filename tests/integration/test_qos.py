@@ -268,7 +268,8 @@ def test_incast_into_a_limited_vnic_is_held_to_its_rate_by_cnps_and_ce_marks(sha
     t2_line = next(line for line in h2 if line.strip().startswith("- {name: t2,"))
     t7_line = (t2_line.replace("t2", "t7").replace("198.19.1.2/", T7_IP + "/")
                .replace("02:00:c6:13:01:02", T7_MAC)
-               .replace("net_af_packet1,", "net_af_packet9,"))
+               .replace("net_af_packet1,", "net_af_packet9,")
+               .replace("2001:2::1:2/", "2001:2::1:7/"))  # an IPv6 address of its own
     h2.insert(h2.index(t2_line) + 1, t7_line)
     (tmp_path / "h2.yaml").write_text("\n".join(h2) + "\n")
     jakiroctl("h2", "apply", str(tmp_path / "h2.yaml"))

@@ -2,6 +2,8 @@
 // another host (the outer header IPv4, DSCP and ECN from the traffic class), received from the
 // fabric after the checks IPv4 gets, and judged by the security groups' IPv6 side.
 
+#include <array>
+
 #include "dataplane/overlay/ipv6_packet.hh"
 #include "tests/unit/dataplane/pipeline/pipeline_fixture.hh"
 
@@ -73,15 +75,24 @@ TEST_F(ForwardingIpv6, ToAnotherHostItIsTunnelledOverIpv4WithTheTrafficClassOuts
 }
 
 TEST_F(ForwardingIpv6, TheOuterSourcePortFollowsTheIpv6Flow) {
-    rte_ipv6_hdr a{};
-    a.vtc_flow = rte_cpu_to_be_32(6u << 28);
-    a.proto = IPPROTO_UDP;
-    a.payload_len = rte_cpu_to_be_16(8);
-    rte_ipv6_hdr b = a;
-    b.src_addr[15] = 1;
-    EXPECT_EQ(overlay::ipv6_flow_entropy_port(&a, 48), overlay::ipv6_flow_entropy_port(&a, 48));
-    EXPECT_NE(overlay::ipv6_flow_entropy_port(&a, 48), overlay::ipv6_flow_entropy_port(&b, 48));
-    EXPECT_GE(overlay::ipv6_flow_entropy_port(&a, 48), 49152);
+    struct udp6 {  // the header and the UDP header it hashes the ports of: 48 bytes
+        rte_ipv6_hdr ip;
+        std::array<uint8_t, 8> udp;
+    };
+    udp6 a{};
+    a.ip.vtc_flow = rte_cpu_to_be_32(6u << 28);
+    a.ip.proto = IPPROTO_UDP;
+    a.ip.payload_len = rte_cpu_to_be_16(8);
+    udp6 b = a;
+    b.ip.src_addr[15] = 1;
+    udp6 c = a;
+    c.udp[1] = 7;  // another source port
+    static_assert(sizeof(udp6) == 48);
+    const auto port = [](const udp6& p) { return overlay::ipv6_flow_entropy_port(&p.ip, 48); };
+    EXPECT_EQ(port(a), port(a));
+    EXPECT_NE(port(a), port(b));
+    EXPECT_NE(port(a), port(c));
+    EXPECT_GE(port(a), 49152);
 }
 
 TEST_F(ForwardingIpv6, ASpoofedSourceIsStillACountedDrop) {
