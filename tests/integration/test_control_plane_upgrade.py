@@ -13,6 +13,7 @@ vNIC at any step of the upgrade.
 import json
 import os
 import re
+import signal
 import subprocess
 
 from conftest import JAKIROCTL, RUN_DIR, T1, TESTBED, jakiroctl, ns, ns_bg, run, wait_until
@@ -77,7 +78,7 @@ def test_a_cluster_of_legacy_keys_is_upgraded_host_by_host_and_no_host_loses_a_v
     assert set(readers) == {ROOT + "readers/h1", ROOT + "readers/h2"}, readers
     assert keys_values(ROOT + "schema"), "the first apply of a new cluster marks it"
 
-    # 60 s of pings, which the upgrade below fits in.
+    # Pings every 20 ms through the whole upgrade below (at most 60 s of them).
     with ns_bg(T1, "ping", "-c", "3000", "-i", "0.02", "-q", "198.19.1.2",
                stdout=subprocess.PIPE, text=True) as pinger:
         # ---- the cluster as a jakiroctl and jakirods from before per-VPC keys left it; each
@@ -147,6 +148,11 @@ def test_a_cluster_of_legacy_keys_is_upgraded_host_by_host_and_no_host_loses_a_v
         assert control_plane("h1")["peers"] == 3, control_plane("h1")
         assert not control_plane("h1")["legacy_keys"]
         assert reachable(T1, "198.19.1.19")
-        out, _ = pinger.communicate(timeout=120)
-    loss = re.search(r"([\d.]+)% packet loss", out)
-    assert loss and float(loss.group(1)) == 0.0, out
+        # The upgrade is over: ping stops and prints its count (it would run 60 s otherwise).
+        pinger.send_signal(signal.SIGINT)
+        out, _ = pinger.communicate(timeout=30)
+    counts = re.search(r"(\d+) packets transmitted, (\d+) received", out)
+    assert counts, out
+    sent, answered = int(counts.group(1)), int(counts.group(2))
+    # None lost; the one echo still on its way when ping was stopped is not a loss.
+    assert sent >= 10 and answered >= sent - 1, out
