@@ -25,6 +25,43 @@ int dir_index(direction dir) {
     return static_cast<int>(dir);
 }
 
+// The key's ports from the L4 header `key.ip_proto` names: TCP's and UDP's, or the echo
+// identifier of ICMP (`icmp_proto`: ICMP or ICMPv6, whose echo types differ), which a request and
+// its reply share, so a ping and its answer are one flow. False (with `reason`) when the header
+// is cut short.
+bool fill_l4(flow_key& key, const uint8_t* l4, uint32_t l4_len, bool egress, uint8_t icmp_proto,
+             uint8_t echo_request, uint8_t echo_reply, uint8_t& tcp_flags, drop_reason& reason) {
+    key.local_port = key.remote_port = 0;
+    tcp_flags = 0;
+    const uint8_t proto = key.ip_proto;
+    if (proto == IPPROTO_TCP || proto == IPPROTO_UDP) {
+        const uint32_t need = proto == IPPROTO_TCP ? sizeof(rte_tcp_hdr) : sizeof(rte_udp_hdr);
+        if (l4_len < need) {
+            reason = drop_reason::l4_truncated;
+            return false;
+        }
+        rte_be16_t ports[2];
+        std::memcpy(ports, l4, sizeof(ports));
+        key.local_port = egress ? ports[0] : ports[1];
+        key.remote_port = egress ? ports[1] : ports[0];
+        if (proto == IPPROTO_TCP) {
+            tcp_flags = reinterpret_cast<const rte_tcp_hdr*>(l4)->tcp_flags;
+        }
+        return true;
+    }
+    if (proto == icmp_proto) {
+        if (l4_len < sizeof(rte_icmp_hdr)) {
+            reason = drop_reason::l4_truncated;
+            return false;
+        }
+        const auto* icmp = reinterpret_cast<const rte_icmp_hdr*>(l4);
+        if (icmp->icmp_type == echo_request || icmp->icmp_type == echo_reply) {
+            key.local_port = key.remote_port = icmp->icmp_ident;
+        }
+    }
+    return true;
+}
+
 // Fills the flow key as the vNIC sees the packet. False (with `reason`) when the packet cannot
 // be judged: fragments carry no ports after the first, truncated headers carry none at all.
 bool make_key6(const firewall_request& r, flow_key& key, uint8_t& tcp_flags, drop_reason& reason);
@@ -48,41 +85,8 @@ bool make_key(const firewall_request& r, flow_key& key, uint8_t& tcp_flags, drop
     key.ipv6 = 0;
     key.local_ip = egress ? ip->src_addr : ip->dst_addr;
     key.remote_ip = egress ? ip->dst_addr : ip->src_addr;
-    key.local_port = key.remote_port = 0;
-    tcp_flags = 0;
-    switch (ip->next_proto_id) {
-        case IPPROTO_TCP:
-        case IPPROTO_UDP: {
-            const uint32_t need =
-                ip->next_proto_id == IPPROTO_TCP ? sizeof(rte_tcp_hdr) : sizeof(rte_udp_hdr);
-            if (l4_len < need) {
-                reason = drop_reason::l4_truncated;
-                return false;
-            }
-            rte_be16_t ports[2];
-            std::memcpy(ports, l4, sizeof(ports));
-            key.local_port = egress ? ports[0] : ports[1];
-            key.remote_port = egress ? ports[1] : ports[0];
-            if (ip->next_proto_id == IPPROTO_TCP) {
-                tcp_flags = reinterpret_cast<const rte_tcp_hdr*>(l4)->tcp_flags;
-            }
-            return true;
-        }
-        case IPPROTO_ICMP: {
-            if (l4_len < sizeof(rte_icmp_hdr)) {
-                reason = drop_reason::l4_truncated;
-                return false;
-            }
-            const auto* icmp = reinterpret_cast<const rte_icmp_hdr*>(l4);
-            // Echo request and reply share the identifier, so a ping and its answer are one flow.
-            if (icmp->icmp_type == icmp_echo_request || icmp->icmp_type == icmp_echo_reply) {
-                key.local_port = key.remote_port = icmp->icmp_ident;
-            }
-            return true;
-        }
-        default:
-            return true;
-    }
+    return fill_l4(key, l4, l4_len, egress, IPPROTO_ICMP, icmp_echo_request, icmp_echo_reply,
+                   tcp_flags, reason);
 }
 
 // The same for IPv6: the addresses go in the key's IPv6 fields; ICMPv6 echo shares its
@@ -98,40 +102,8 @@ bool make_key6(const firewall_request& r, flow_key& key, uint8_t& tcp_flags, dro
     key.local_ip = key.remote_ip = 0;
     std::memcpy(key.local_ip6, egress ? ip->src_addr : ip->dst_addr, 16);
     std::memcpy(key.remote_ip6, egress ? ip->dst_addr : ip->src_addr, 16);
-    key.local_port = key.remote_port = 0;
-    tcp_flags = 0;
-    switch (ip->proto) {
-        case IPPROTO_TCP:
-        case IPPROTO_UDP: {
-            const uint32_t need =
-                ip->proto == IPPROTO_TCP ? sizeof(rte_tcp_hdr) : sizeof(rte_udp_hdr);
-            if (l4_len < need) {
-                reason = drop_reason::l4_truncated;
-                return false;
-            }
-            rte_be16_t ports[2];
-            std::memcpy(ports, l4, sizeof(ports));
-            key.local_port = egress ? ports[0] : ports[1];
-            key.remote_port = egress ? ports[1] : ports[0];
-            if (ip->proto == IPPROTO_TCP) {
-                tcp_flags = reinterpret_cast<const rte_tcp_hdr*>(l4)->tcp_flags;
-            }
-            return true;
-        }
-        case IPPROTO_ICMPV6: {
-            if (l4_len < sizeof(rte_icmp_hdr)) {
-                reason = drop_reason::l4_truncated;
-                return false;
-            }
-            const auto* icmp = reinterpret_cast<const rte_icmp_hdr*>(l4);
-            if (icmp->icmp_type == icmpv6_echo_request || icmp->icmp_type == icmpv6_echo_reply) {
-                key.local_port = key.remote_port = icmp->icmp_ident;
-            }
-            return true;
-        }
-        default:
-            return true;
-    }
+    return fill_l4(key, l4, l4_len, egress, IPPROTO_ICMPV6, icmpv6_echo_request, icmpv6_echo_reply,
+                   tcp_flags, reason);
 }
 
 // The ACL's view of a flow when judged in direction `dir`: the port is the destination port
