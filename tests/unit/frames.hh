@@ -286,8 +286,13 @@ inline rte_mbuf* tcp6_superframe_mbuf(rte_mempool* big_pool, const ipv6_frame_sp
 }
 
 // Whether the TCP or UDP checksum of IPv6 packet `iph` (transport right after it) verifies.
+// Summed with DPDK's rte_raw_cksum, not the dataplane's own sum.
 inline bool l4_checksum_ok(const rte_ipv6_hdr* iph) {
-    return rte_ipv6_udptcp_cksum_verify(iph, iph + 1) == 0;
+    uint32_t sum =
+        rte_ipv6_phdr_cksum(iph, 0) + rte_raw_cksum(iph + 1, rte_be_to_cpu_16(iph->payload_len));
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    return sum == 0xffff;
 }
 
 // Wraps an inner frame (already in `m`) in VXLAN from `from` to `to`.
