@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "dataplane/internet_checksum.hh"
+#include "dataplane/overlay/tcp6_superframe.hh"
 #include "dataplane/overlay/vxlan.hh"
 
 namespace jakiro::overlay {
@@ -78,14 +79,37 @@ cut cut_of(const rte_ipv4_hdr* ip, uint16_t mss) {
     return {payload, headers, std::max<uint32_t>(1, (payload + mss - 1) / mss)};
 }
 
-}  // namespace
+cut cut_of(const rte_ipv6_hdr* ip, uint16_t mss) {
+    const uint32_t ip_len = rte_be_to_cpu_16(ip->payload_len) + uint32_t{sizeof(rte_ipv6_hdr)};
+    if (mss == 0 || ip->proto != IPPROTO_TCP) {
+        return {0, ip_len, 1};
+    }
+    const uint32_t headers = sizeof(rte_ipv6_hdr) + tcp6_header_len(ip);
+    const uint32_t payload = ip_len > headers ? ip_len - headers : 0;
+    return {payload, headers, std::max<uint32_t>(1, (payload + mss - 1) / mss)};
+}
 
-uint32_t charged_wire_bytes(const rte_ipv4_hdr* ip, uint16_t mss) {
+template <typename Ip>
+uint32_t wire_bytes_of(const Ip* ip, uint16_t mss) {
     const cut c = cut_of(ip, mss);
     return c.payload + c.frames * (c.headers + sizeof(rte_ether_hdr) + outer_header_bytes);
 }
 
+}  // namespace
+
+uint32_t charged_wire_bytes(const rte_ipv4_hdr* ip, uint16_t mss) {
+    return wire_bytes_of(ip, mss);
+}
+
+uint32_t charged_wire_bytes(const rte_ipv6_hdr* ip, uint16_t mss) {
+    return wire_bytes_of(ip, mss);
+}
+
 uint32_t frames_of(const rte_ipv4_hdr* ip, uint16_t mss) {
+    return cut_of(ip, mss).frames;
+}
+
+uint32_t frames_of(const rte_ipv6_hdr* ip, uint16_t mss) {
     return cut_of(ip, mss).frames;
 }
 
@@ -100,6 +124,9 @@ bool superframe_fits(const rte_mbuf* m, uint32_t mtu) {
 
 int segment_superframe(rte_mbuf* m, bool tunnelled, uint16_t max_frame, rte_mempool* pool,
                        rte_mbuf** out, uint16_t max_out) {
+    if (is_ipv6_superframe(m)) {
+        return segment_tcp6_superframe(m, tunnelled, max_frame, pool, out, max_out);
+    }
     const uint32_t inner_headers = sizeof(rte_ether_hdr) + m->l3_len + m->l4_len;
     rte_gso_ctx ctx{};
     ctx.direct_pool = pool;    // a copy of the headers per frame
@@ -143,7 +170,8 @@ bool mark_vxlan_superframe(rte_mbuf* m) {
     m->outer_l2_len = sizeof(rte_ether_hdr);
     m->outer_l3_len = sizeof(rte_ipv4_hdr);
     m->l2_len = vxlan_headers + sizeof(rte_ether_hdr);
-    m->ol_flags = RTE_MBUF_F_TX_TCP_SEG | RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_TCP_CKSUM |
+    const uint64_t inner_ip = is_ipv6_superframe(m) ? RTE_MBUF_F_TX_IPV6 : RTE_MBUF_F_TX_IPV4;
+    m->ol_flags = RTE_MBUF_F_TX_TCP_SEG | inner_ip | RTE_MBUF_F_TX_TCP_CKSUM |
                   RTE_MBUF_F_TX_OUTER_IPV4 | RTE_MBUF_F_TX_TUNNEL_VXLAN;
     return true;
 }
@@ -206,6 +234,9 @@ void prepare_for_gro(rte_mbuf* m) {
 }
 
 uint16_t merge_burst(rte_mbuf** pkts, uint16_t count) {
+    // TCPv6 first, which rte_gro does not merge: its merged runs arrive marked as merged
+    // (RTE_MBUF_F_RX_LRO) and rte_gro passes them by in place like a tap's super-frames.
+    count = merge_tcp6_runs(pkts, count);
     for (uint16_t i = 0; i < count; ++i) {
         prepare_for_gro(pkts[i]);
     }

@@ -26,8 +26,11 @@ constexpr uint16_t max_merged = 128;
 // becomes (cut at `mss` payload bytes; 0: it is one frame) with its own headers and 50 bytes
 // of VXLAN.
 uint32_t charged_wire_bytes(const rte_ipv4_hdr* ip, uint16_t mss);
+// The same for the inner IPv6 packet `ip` (a TCPv6 super-frame, tcp6_superframe.hh).
+uint32_t charged_wire_bytes(const rte_ipv6_hdr* ip, uint16_t mss);
 // How many frames that is.
 uint32_t frames_of(const rte_ipv4_hdr* ip, uint16_t mss);
+uint32_t frames_of(const rte_ipv6_hdr* ip, uint16_t mss);
 
 // Whether every frame cut from super-frame `m` (inner Ethernet at its start) fits an IPv4 MTU
 // of `mtu` and the cut stays within max_segments.
@@ -37,7 +40,8 @@ bool superframe_fits(const rte_mbuf* m, uint32_t mtu);
 // complete IPv4 and TCP checksums. `tunnelled`: `m` is already VXLAN-encapsulated (outer
 // headers written by encapsulate(), inner lengths in m's l2/l3/l4 fields), and the outer
 // IPv4 headers are completed too; UDP checksums stay 0 (RFC 7348). Returns the number of frames
-// in `out`, or -1 when the pool ran dry. `m` itself is consumed either way.
+// in `out`, or -1 when the pool ran dry. `m` itself is consumed either way. A TCPv6
+// super-frame (RTE_MBUF_F_TX_IPV6) is cut by segment_tcp6_superframe, the same way.
 int segment_superframe(rte_mbuf* m, bool tunnelled, uint16_t max_frame, rte_mempool* pool,
                        rte_mbuf** out, uint16_t max_out);
 
@@ -50,7 +54,8 @@ int segment_superframe(rte_mbuf* m, bool tunnelled, uint16_t max_frame, rte_memp
 bool mark_vxlan_superframe(rte_mbuf* m);
 
 // Merges the VXLAN/IPv4/TCP frames of one flow in `pkts` (at most max_merged) into chains with
-// rte_gro and completes them (prepare_for_gro, finish_gro); returns how many frames are left.
+// rte_gro and completes them (prepare_for_gro, finish_gro), and runs of VXLAN/IPv6/TCP frames
+// with merge_tcp6_runs; returns how many frames are left.
 // Frames rte_gro passes by come back untouched; every frame keeps its place in its flow.
 uint16_t merge_burst(rte_mbuf** pkts, uint16_t count);
 

@@ -121,11 +121,13 @@ rte_ipv6_hdr* check_tenant_ipv6(worker_context& ctx, const datapath_tables& tabl
             return nullptr;
     }
     if ((m->ol_flags & RTE_MBUF_F_TX_TCP_SEG) != 0) {
-        // No face offers TCPv6 segmentation, so a TCPv6 super-frame is not a tenant's own.
-        ctx.drop(m, drop_reason::tenant_bad_superframe, vnic.slot);
-        return nullptr;
-    }
-    if (ip_len > tables.tenant_mtu) {
+        // A TCPv6 super-frame (vnet_face/vnet_header.hh checked it is one): each frame it will
+        // be cut into must fit, not the whole.
+        if (!overlay::superframe_fits(m, tables.tenant_mtu)) {
+            ctx.drop(m, drop_reason::tenant_bad_superframe, vnic.slot);
+            return nullptr;
+        }
+    } else if (ip_len > tables.tenant_mtu) {
         ctx.drop(m, drop_reason::tenant_too_big, vnic.slot);
         return nullptr;
     }
@@ -327,6 +329,45 @@ void process_tenant_burst(worker_context& ctx, const datapath_tables& tables, ui
     };
     // The receivers' meters on this host need nanoseconds: one clock read per burst.
     const uint64_t meter_now = ctx.policer != nullptr && local_count > 0 ? now_ns() : 0;
+    // A frame encapsulated for another host, `frames` wire frames and `charged` bytes in all:
+    // a super-frame leaves whole where the uplink cuts it, cut into underlay-MTU VXLAN frames
+    // here otherwise.
+    auto to_uplink = [&](rte_mbuf* m, uint32_t frames, uint32_t charged) {
+        if (!is_superframe(m)) {
+            transmit(tables.uplink_port, m, rte_pktmbuf_pkt_len(m));  // outer frame: inner + 50
+            return;
+        }
+        if (uplink_takes_vxlan_superframes(tables.uplink_port) && !tables.uplink_sealed &&
+            overlay::mark_vxlan_superframe(m)) {
+            // Whole: the kernel cuts it where a receiver needs frames (vnet_face/tap_header.hh).
+            ctx.counters.encapsulated.add(frames);
+            transmit(tables.uplink_port, m, charged);
+            return;
+        }
+        // Judged once above; now cut into underlay-MTU VXLAN frames, each charged as sent.
+        rte_mbuf* cut[overlay::max_segments];
+        const uint32_t max_frame =
+            tables.tenant_mtu + overlay::outer_header_bytes + sizeof(rte_ether_hdr);
+        const int n = overlay::segment_superframe(m, true, static_cast<uint16_t>(max_frame),
+                                                  ctx.pool, cut, overlay::max_segments);
+        if (n < 0) {
+            ctx.counters.drops[static_cast<std::size_t>(drop_reason::segmentation_no_mbufs)].add(1);
+            return;
+        }
+        ctx.counters.encapsulated.add(static_cast<uint64_t>(n));
+        if (uplink_takes_udp_gso(tables.uplink_port) && !tables.uplink_sealed) {
+            // One skb for the kernel instead of n: the frames leave as UDP GSO datagrams.
+            rte_mbuf* datagrams[overlay::max_segments];
+            const uint16_t d = overlay::join_vxlan_frames(cut, static_cast<uint16_t>(n), datagrams);
+            for (uint16_t g = 0; g < d; ++g) {
+                transmit(tables.uplink_port, datagrams[g], overlay::wire_bytes(datagrams[g]));
+            }
+            return;
+        }
+        for (int f = 0; f < n; ++f) {
+            transmit(tables.uplink_port, cut[f], rte_pktmbuf_pkt_len(cut[f]));
+        }
+    };
     for (unsigned i = 0; i < routed_count; ++i) {
         rte_mbuf* m = routed[i];
         const overlay::vlt_entry* entry = entries[i];
@@ -335,17 +376,18 @@ void process_tenant_burst(worker_context& ctx, const datapath_tables& tables, ui
             continue;
         }
         if (headers6[i] != nullptr) {
+            rte_ipv6_hdr* ip6 = headers6[i];
             if (entry->kind != overlay::vlt_kind::local_vnic) {
-                if (encapsulate_to_remote_host(ctx, tables, vnic.slot, *entry, m, headers6[i],
+                if (encapsulate_to_remote_host(ctx, tables, vnic.slot, *entry, m, ip6,
                                                requests[i].ip_len)) {
-                    transmit(tables.uplink_port, m, rte_pktmbuf_pkt_len(m));
+                    to_uplink(m, overlay::frames_of(ip6, m->tso_segsz),
+                              overlay::charged_wire_bytes(ip6, m->tso_segsz));
                 }
             } else if (tables.vnics[entry->vnic].worker != ctx.id) {
                 transmit(tables.vnics[entry->vnic].port_id, m,
-                         rte_pktmbuf_pkt_len(m) + overlay::outer_header_bytes);
+                         overlay::charged_wire_bytes(ip6, m->tso_segsz));
             } else {
-                deliver_to_local_vnic(ctx, tables, entry->vnic, m, headers6[i], meter_now,
-                                      transmit);
+                deliver_to_local_vnic(ctx, tables, entry->vnic, m, ip6, meter_now, transmit);
             }
             continue;
         }
@@ -360,44 +402,10 @@ void process_tenant_burst(worker_context& ctx, const datapath_tables& tables, ui
             }
             continue;
         }
-        if (!encapsulate_to_remote_host(ctx, tables, vnic.slot, *entry, m, requests[i].ip,
-                                        requests[i].ip_len)) {
-            continue;
-        }
-        if (!is_superframe(m)) {
-            transmit(tables.uplink_port, m, rte_pktmbuf_pkt_len(m));  // outer frame: inner + 50
-            continue;
-        }
-        if (uplink_takes_vxlan_superframes(tables.uplink_port) && !tables.uplink_sealed &&
-            overlay::mark_vxlan_superframe(m)) {
-            // Whole: the kernel cuts it where a receiver needs frames (vnet_face/tap_header.hh).
-            ctx.counters.encapsulated.add(overlay::frames_of(headers[i], m->tso_segsz));
-            transmit(tables.uplink_port, m, overlay::charged_wire_bytes(headers[i], m->tso_segsz));
-            continue;
-        }
-        // Judged once above; now cut into underlay-MTU VXLAN frames, each charged as sent.
-        rte_mbuf* frames[overlay::max_segments];
-        const uint32_t max_frame =
-            tables.tenant_mtu + overlay::outer_header_bytes + sizeof(rte_ether_hdr);
-        const int n = overlay::segment_superframe(m, true, static_cast<uint16_t>(max_frame),
-                                                  ctx.pool, frames, overlay::max_segments);
-        if (n < 0) {
-            ctx.counters.drops[static_cast<std::size_t>(drop_reason::segmentation_no_mbufs)].add(1);
-            continue;
-        }
-        ctx.counters.encapsulated.add(static_cast<uint64_t>(n));
-        if (uplink_takes_udp_gso(tables.uplink_port) && !tables.uplink_sealed) {
-            // One skb for the kernel instead of n: the frames leave as UDP GSO datagrams.
-            rte_mbuf* datagrams[overlay::max_segments];
-            const uint16_t d =
-                overlay::join_vxlan_frames(frames, static_cast<uint16_t>(n), datagrams);
-            for (uint16_t g = 0; g < d; ++g) {
-                transmit(tables.uplink_port, datagrams[g], overlay::wire_bytes(datagrams[g]));
-            }
-            continue;
-        }
-        for (int f = 0; f < n; ++f) {
-            transmit(tables.uplink_port, frames[f], rte_pktmbuf_pkt_len(frames[f]));
+        if (encapsulate_to_remote_host(ctx, tables, vnic.slot, *entry, m, requests[i].ip,
+                                       requests[i].ip_len)) {
+            to_uplink(m, overlay::frames_of(headers[i], m->tso_segsz),
+                      overlay::charged_wire_bytes(headers[i], m->tso_segsz));
         }
     }
 }

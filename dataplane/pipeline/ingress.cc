@@ -1,6 +1,7 @@
 #include "dataplane/pipeline/ingress.hh"
 
 #include <rte_ip.h>
+#include <rte_tcp.h>
 
 #include "dataplane/arp.hh"
 #include "dataplane/overlay/ipv6_packet.hh"
@@ -106,8 +107,13 @@ rte_ipv4_hdr* check_inner_ipv4(worker_context& ctx, const overlay::outer_view& o
 rte_ipv6_hdr* check_inner_ipv6(worker_context& ctx, const overlay::outer_view& outer, rte_mbuf* m) {
     auto* inner_eth =
         reinterpret_cast<rte_ether_hdr*>(rte_pktmbuf_mtod(m, uint8_t*) + outer.inner_offset);
-    // One segment: GRO merges only inner IPv4 TCP, so a chain is no IPv6 a host sent.
-    if (outer.inner_len < sizeof(rte_ether_hdr) + sizeof(rte_ipv6_hdr) || m->nb_segs > 1) {
+    // A chain is a TCPv6 super-frame (merged, or whole from a tap uplink: RTE_MBUF_F_RX_LRO)
+    // whose first segment holds every header up to TCP's (overlay/tcp6_superframe.hh).
+    if (outer.inner_len < sizeof(rte_ether_hdr) + sizeof(rte_ipv6_hdr) ||
+        (m->nb_segs > 1 &&
+         ((m->ol_flags & RTE_MBUF_F_RX_LRO) == 0 ||
+          rte_pktmbuf_data_len(m) < outer.inner_offset + sizeof(rte_ether_hdr) +
+                                        sizeof(rte_ipv6_hdr) + sizeof(rte_tcp_hdr)))) {
         ctx.drop(m, drop_reason::inner_truncated);
         return nullptr;
     }
@@ -115,6 +121,7 @@ rte_ipv6_hdr* check_inner_ipv6(worker_context& ctx, const overlay::outer_view& o
     const uint32_t ip_len = rte_be_to_cpu_16(ip->payload_len) + sizeof(rte_ipv6_hdr);
     if ((rte_be_to_cpu_32(ip->vtc_flow) >> 28) != 6 ||
         ip_len > outer.inner_len - sizeof(rte_ether_hdr) ||
+        (m->tso_segsz != 0 && ip->proto != IPPROTO_TCP) ||
         (ip->proto != IPPROTO_TCP && ip->proto != IPPROTO_UDP && ip->proto != IPPROTO_ICMPV6) ||
         ip->dst_addr[0] == 0xff || (ip->dst_addr[0] == 0xfe && (ip->dst_addr[1] & 0xc0) == 0x80) ||
         (ip->src_addr[0] == 0xfe && (ip->src_addr[1] & 0xc0) == 0x80)) {
@@ -149,6 +156,25 @@ bool decapsulate_ecn(worker_context& ctx, rte_ipv6_hdr* inner, uint8_t outer_tos
         ctx.counters.ce_marked_on_decap.add(1);
     }
     return true;
+}
+
+// Frames GRO merged, or a super-frame that came whole, marked as a super-frame for `vnic`:
+// one super-frame to a vnet face, MTU-sized frames to the others.
+void deliver_superframe(worker_context& ctx, const datapath_tables& tables, const vnic_view& vnic,
+                        uint16_t slot, rte_mbuf* m) {
+    const uint32_t segment = static_cast<uint32_t>(m->l3_len + m->l4_len) + m->tso_segsz;
+    if (segment > tables.tenant_mtu) {
+        // Only a super-frame that came whole (a tap uplink's) can say so: merged frames
+        // were each no larger than the underlay let them be.
+        ctx.drop(m, drop_reason::uplink_bad_superframe, slot);
+        return;
+    }
+    if (port_takes_superframes(vnic.port_id)) {
+        ctx.tx.enqueue(vnic.port_id, m, ctx.counters);
+        return;
+    }
+    cut_to_tenant_mtu(ctx, tables, m,
+                      [&](rte_mbuf* frame) { ctx.tx.enqueue(vnic.port_id, frame, ctx.counters); });
 }
 
 }  // namespace
@@ -346,11 +372,6 @@ void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rt
                 ctx.drop(m, drop_reason::inner_ce_on_not_ect, slot);
                 continue;
             }
-            if (m->tso_segsz != 0) {
-                // No face takes TCPv6 super-frames (pipeline/egress.cc).
-                ctx.drop(m, drop_reason::uplink_bad_superframe, slot);
-                continue;
-            }
             if (!meter_tcp_ingress(ctx, m, ip6, slot, now)) {
                 continue;
             }
@@ -359,7 +380,12 @@ void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rt
             rte_pktmbuf_trim(m, static_cast<uint16_t>(rte_pktmbuf_pkt_len(m) - frame6_len));
             const vnic_view& vnic6 = address_to_tenant(ctx, tables, slot, m, frame6_len);
             ctx.counters.decapsulated.add(1);
-            ctx.tx.enqueue(vnic6.port_id, m, ctx.counters);
+            if (m->tso_segsz == 0) {
+                ctx.tx.enqueue(vnic6.port_id, m, ctx.counters);
+                continue;
+            }
+            vnet_face::mark_tcp6_superframe(m, m->tso_segsz);
+            deliver_superframe(ctx, tables, vnic6, slot, m);
             continue;
         }
         rte_ipv4_hdr* ip = inner_ips[i];
@@ -380,22 +406,8 @@ void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rt
             ctx.tx.enqueue(vnic.port_id, m, ctx.counters);
             continue;
         }
-        // Frames GRO merged: one super-frame to a vnet face, MTU-sized frames to the others.
         vnet_face::mark_tcp_superframe(m, m->tso_segsz);
-        const uint32_t segment = static_cast<uint32_t>(m->l3_len + m->l4_len) + m->tso_segsz;
-        if (segment > tables.tenant_mtu) {
-            // Only a super-frame that came whole (a tap uplink's) can say so: merged frames
-            // were each no larger than the underlay let them be.
-            ctx.drop(m, drop_reason::uplink_bad_superframe, slot);
-            continue;
-        }
-        if (port_takes_superframes(vnic.port_id)) {
-            ctx.tx.enqueue(vnic.port_id, m, ctx.counters);
-            continue;
-        }
-        cut_to_tenant_mtu(ctx, tables, m, [&](rte_mbuf* frame) {
-            ctx.tx.enqueue(vnic.port_id, frame, ctx.counters);
-        });
+        deliver_superframe(ctx, tables, vnic, slot, m);
     }
 }
 

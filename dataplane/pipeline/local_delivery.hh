@@ -26,10 +26,11 @@ inline bool is_superframe(const rte_mbuf* m) {
     return (m->ol_flags & RTE_MBUF_F_TX_TCP_SEG) != 0;
 }
 
-// `ip`: the IPv4 packet in `m`; `meter_now`: the burst's clock for the meter (0 without one).
-template <typename Send>
+// `ip`: the IPv4 or IPv6 packet in `m` (rte_ipv4_hdr or rte_ipv6_hdr); `meter_now`: the
+// burst's clock for the meter (0 without one).
+template <typename Ip, typename Send>
 void deliver_to_local_vnic(worker_context& ctx, const datapath_tables& tables, uint16_t slot,
-                           rte_mbuf* m, rte_ipv4_hdr* ip, uint64_t meter_now, Send&& send) {
+                           rte_mbuf* m, Ip* ip, uint64_t meter_now, Send&& send) {
     if (!meter_tcp_ingress(ctx, m, ip, slot, meter_now)) {
         return;
     }
@@ -43,18 +44,6 @@ void deliver_to_local_vnic(worker_context& ctx, const datapath_tables& tables, u
     cut_to_tenant_mtu(ctx, tables, m, [&](rte_mbuf* frame) {
         send(peer.port_id, frame, qos::charged_bytes(rte_pktmbuf_pkt_len(frame)));
     });
-}
-
-// The same for an IPv6 packet `ip` (never a super-frame: no face takes TCPv6 ones).
-template <typename Send>
-void deliver_to_local_vnic(worker_context& ctx, const datapath_tables& tables, uint16_t slot,
-                           rte_mbuf* m, rte_ipv6_hdr* ip, uint64_t meter_now, Send&& send) {
-    if (!meter_tcp_ingress(ctx, m, ip, slot, meter_now)) {
-        return;
-    }
-    const vnic_view& peer = address_to_tenant(ctx, tables, slot, m, rte_pktmbuf_pkt_len(m));
-    ctx.counters.switched_locally.add(1);
-    send(peer.port_id, m, rte_pktmbuf_pkt_len(m) + overlay::outer_header_bytes);
 }
 
 }  // namespace jakiro

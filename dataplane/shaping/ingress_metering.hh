@@ -61,14 +61,14 @@ inline bool meter_tcp_ingress(worker_context& ctx, rte_mbuf* m, rte_ipv4_hdr* ip
     return true;
 }
 
-// The same for an IPv6 packet `ip` (never a super-frame): ECN is in its traffic class.
+// The same for an IPv6 packet `ip`: ECN is in its traffic class.
 inline bool meter_tcp_ingress(worker_context& ctx, rte_mbuf* m, rte_ipv6_hdr* ip, uint16_t slot,
                               uint64_t now_ns) {
     qos::ingress_meter* meter = receiving_meter(ctx, slot);
     if (meter == nullptr) {
         return true;
     }
-    const uint32_t wire = rte_pktmbuf_pkt_len(m) + overlay::outer_header_bytes;
+    const uint32_t wire = overlay::charged_wire_bytes(ip, m->tso_segsz);
     const auto verdict =
         meter->on_packet(now_ns, qos::traffic_class::tcp, wire,
                          static_cast<qos::ecn>(overlay::ipv6_traffic_class(ip) & 0x03), nullptr);

@@ -37,9 +37,9 @@ std::string errno_text(const char* what, const std::string& iface) {
 // Returns whether VXLAN super-frames are on.
 bool negotiate_offloads(int fd) {
     const unsigned sets[] = {
-        TUN_F_CSUM | TUN_F_TSO4 | tun_f_uso4 | tun_f_uso6 | tun_f_udp_tunnel_gso,
-        TUN_F_CSUM | TUN_F_TSO4 | tun_f_uso4 | tun_f_uso6,
-        TUN_F_CSUM | TUN_F_TSO4,
+        TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 | tun_f_uso4 | tun_f_uso6 | tun_f_udp_tunnel_gso,
+        TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 | tun_f_uso4 | tun_f_uso6,
+        TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6,
     };
     for (const unsigned set : sets) {
         if (ioctl(fd, TUNSETOFFLOAD, set) == 0) {

@@ -13,7 +13,7 @@ tap_header tap_header_for(const rte_mbuf* m) {
     const uint16_t inner_ip = static_cast<uint16_t>(outer + m->l2_len);
     const uint16_t inner_tcp = static_cast<uint16_t>(inner_ip + m->l3_len);
     h.base.flags = VIRTIO_NET_HDR_F_NEEDS_CSUM;
-    h.base.gso_type = VIRTIO_NET_HDR_GSO_UDP_TUNNEL_IPV4 | VIRTIO_NET_HDR_GSO_TCPV4;
+    h.base.gso_type = VIRTIO_NET_HDR_GSO_UDP_TUNNEL_IPV4 | tcp_gso_type(m);
     h.base.gso_size = m->tso_segsz;
     h.base.hdr_len = static_cast<uint16_t>(inner_tcp + m->l4_len);
     h.base.csum_start = inner_tcp;

@@ -9,10 +9,10 @@
 // rte_gso, no inner checksum per frame, no GRO.
 //
 // Send: a frame marked VXLAN TSO (overlay::mark_vxlan_superframe) leaves as
-// GSO_UDP_TUNNEL_IPV4 | GSO_TCPV4 with NEEDS_CSUM on the inner TCP checksum (its field holds
-// the pseudo-header sum, as the tenant's kernel left it) and the outer UDP checksum 0 (RFC
-// 7348); anything else with the plain header of vnet_header.hh and zero offsets.
-// Receive: take_vxlan_superframe() (uplink_frames.hh) checks one against the bytes.
+// GSO_UDP_TUNNEL_IPV4 | GSO_TCPV4 (GSO_TCPV6 for an inner IPv6 super-frame) with NEEDS_CSUM on the
+// inner TCP checksum (its field holds the pseudo-header sum, as the tenant's kernel left it) and
+// the outer UDP checksum 0 (RFC 7348); anything else with the plain header of vnet_header.hh and
+// zero offsets. Receive: take_vxlan_superframe() (uplink_frames.hh) checks one against the bytes.
 //
 // Pure functions; no socket, no EAL state.
 

@@ -83,7 +83,8 @@ std::optional<drop_reason> take_vxlan_superframe(const tap_header& hdr, rte_mbuf
     constexpr uint8_t allowed_flags =
         VIRTIO_NET_HDR_F_NEEDS_CSUM | VIRTIO_NET_HDR_F_UDP_TUNNEL_CSUM;
     const uint8_t gso = hdr.base.gso_type & ~VIRTIO_NET_HDR_GSO_ECN;
-    if (gso != (VIRTIO_NET_HDR_GSO_UDP_TUNNEL_IPV4 | VIRTIO_NET_HDR_GSO_TCPV4) ||
+    const bool v6 = gso == (VIRTIO_NET_HDR_GSO_UDP_TUNNEL_IPV4 | VIRTIO_NET_HDR_GSO_TCPV6);
+    if ((gso != (VIRTIO_NET_HDR_GSO_UDP_TUNNEL_IPV4 | VIRTIO_NET_HDR_GSO_TCPV4) && !v6) ||
         (hdr.base.flags & ~allowed_flags) != 0 ||
         (hdr.base.flags & VIRTIO_NET_HDR_F_NEEDS_CSUM) == 0 || hdr.base.gso_size == 0 ||
         hdr.outer_th_offset != tunnel_outer_udp_offset ||
@@ -92,7 +93,8 @@ std::optional<drop_reason> take_vxlan_superframe(const tap_header& hdr, rte_mbuf
     }
     // Every header up to the inner TCP options must be in the first segment.
     const uint32_t first = rte_pktmbuf_data_len(m);
-    constexpr uint32_t fixed = tunnel_inner_ip_offset + sizeof(rte_ipv4_hdr) + sizeof(rte_tcp_hdr);
+    const uint32_t fixed = tunnel_inner_ip_offset +
+                           (v6 ? sizeof(rte_ipv6_hdr) : sizeof(rte_ipv4_hdr)) + sizeof(rte_tcp_hdr);
     if (first < fixed) {
         return drop();
     }
@@ -102,16 +104,28 @@ std::optional<drop_reason> take_vxlan_superframe(const tap_header& hdr, rte_mbuf
     const auto* udp = reinterpret_cast<const rte_udp_hdr*>(frame + tunnel_outer_udp_offset);
     const auto* inner_eth =
         reinterpret_cast<const rte_ether_hdr*>(frame + tunnel_inner_ip_offset) - 1;
-    const auto* ip = reinterpret_cast<const rte_ipv4_hdr*>(frame + tunnel_inner_ip_offset);
     if (eth->ether_type != rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4) ||
         outer_ip->version_ihl != RTE_IPV4_VHL_DEF || outer_ip->next_proto_id != IPPROTO_UDP ||
         udp->dst_port != rte_cpu_to_be_16(overlay::vxlan_udp_port) ||
-        inner_eth->ether_type != rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4) ||
-        (ip->version_ihl >> 4) != 4 || rte_ipv4_hdr_len(ip) < sizeof(rte_ipv4_hdr) ||
-        ip->next_proto_id != IPPROTO_TCP) {
+        inner_eth->ether_type != rte_cpu_to_be_16(v6 ? RTE_ETHER_TYPE_IPV6 : RTE_ETHER_TYPE_IPV4)) {
         return drop();
     }
-    const uint32_t tcp_start = tunnel_inner_ip_offset + rte_ipv4_hdr_len(ip);
+    uint32_t tcp_start = 0;
+    if (v6) {
+        // TCP right after the fixed header: the pipeline forwards no IPv6 extension header.
+        const auto* ip = reinterpret_cast<const rte_ipv6_hdr*>(frame + tunnel_inner_ip_offset);
+        if ((rte_be_to_cpu_32(ip->vtc_flow) >> 28) != 6 || ip->proto != IPPROTO_TCP) {
+            return drop();
+        }
+        tcp_start = tunnel_inner_ip_offset + sizeof(rte_ipv6_hdr);
+    } else {
+        const auto* ip = reinterpret_cast<const rte_ipv4_hdr*>(frame + tunnel_inner_ip_offset);
+        if ((ip->version_ihl >> 4) != 4 || rte_ipv4_hdr_len(ip) < sizeof(rte_ipv4_hdr) ||
+            ip->next_proto_id != IPPROTO_TCP) {
+            return drop();
+        }
+        tcp_start = tunnel_inner_ip_offset + rte_ipv4_hdr_len(ip);
+    }
     if (hdr.base.csum_start != tcp_start || hdr.base.csum_offset != tcp_csum_offset ||
         tcp_start + sizeof(rte_tcp_hdr) > first) {
         return drop();

@@ -31,7 +31,8 @@ std::optional<drop_reason> take_uplink_message(const virtio_net_hdr& hdr, rte_mb
 // A message from a tap uplink whose header says UDP-tunnel GSO (tap_header.hh): one VXLAN
 // frame carrying a whole TCP super-frame, `m` (a chain, every header in its first segment).
 // Checks the header against the bytes: outer Ethernet/IPv4 without options, UDP, VXLAN, inner
-// Ethernet/IPv4/TCP, the offsets and the partial checksum where those headers put them, a
+// Ethernet/IPv4/TCP or Ethernet/IPv6/TCP (GSO_TCPV6, TCP right after the fixed header), the
+// offsets and the partial checksum where those headers put them, a
 // segment size that is not 0 and at most overlay::max_segments segments. Then `m` is marked
 // as a frame that arrived merged (RTE_MBUF_F_RX_LRO, tso_segsz = the segment size) and the
 // outer checks and the ingress pipeline take it like one rte_gro merged. Otherwise the reason

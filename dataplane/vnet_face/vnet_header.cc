@@ -51,6 +51,28 @@ tcp4_headers parse_tcp4(const uint8_t* frame, uint32_t len) {
     return {l3, l4};
 }
 
+// The same for Ethernet/IPv6/TCP, TCP right after the fixed header (the pipeline forwards no
+// extension header), the IPv6 payload length exact: a super-frame has no padding.
+tcp4_headers parse_tcp6(const uint8_t* frame, uint32_t len) {
+    constexpr uint32_t l4_start = sizeof(rte_ether_hdr) + sizeof(rte_ipv6_hdr);
+    if (len < l4_start + sizeof(rte_tcp_hdr)) {
+        return {0, 0};
+    }
+    const auto* eth = reinterpret_cast<const rte_ether_hdr*>(frame);
+    const auto* ip = reinterpret_cast<const rte_ipv6_hdr*>(eth + 1);
+    if (eth->ether_type != rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV6) ||
+        (rte_be_to_cpu_32(ip->vtc_flow) >> 28) != 6 || ip->proto != IPPROTO_TCP ||
+        rte_be_to_cpu_16(ip->payload_len) != len - l4_start) {
+        return {0, 0};
+    }
+    const auto* tcp = reinterpret_cast<const rte_tcp_hdr*>(ip + 1);
+    const uint16_t l4 = (tcp->data_off >> 4) * 4;
+    if (l4 < sizeof(rte_tcp_hdr) || l4_start + l4 > len) {
+        return {0, 0};
+    }
+    return {sizeof(rte_ipv6_hdr), l4};
+}
+
 }  // namespace
 
 header_verdict to_mbuf(const virtio_net_hdr& hdr, rte_mbuf* m) {
@@ -79,13 +101,14 @@ header_verdict to_mbuf(const virtio_net_hdr& hdr, rte_mbuf* m) {
         }
         return header_verdict::ok;
     }
-    if (gso != VIRTIO_NET_HDR_GSO_TCPV4) {
+    if (gso != VIRTIO_NET_HDR_GSO_TCPV4 && gso != VIRTIO_NET_HDR_GSO_TCPV6) {
         return header_verdict::bad_gso_type;
     }
     if (hdr.gso_size == 0 || !needs_csum) {
         return header_verdict::bad_gso_size;
     }
-    const tcp4_headers h = parse_tcp4(frame, len);
+    const bool v6 = gso == VIRTIO_NET_HDR_GSO_TCPV6;
+    const tcp4_headers h = v6 ? parse_tcp6(frame, len) : parse_tcp4(frame, len);
     if (h.l3_len == 0) {
         return header_verdict::not_tcp_ipv4;
     }
@@ -102,8 +125,9 @@ header_verdict to_mbuf(const virtio_net_hdr& hdr, rte_mbuf* m) {
         complete_partial_checksum(frame, len, hdr.csum_start, hdr.csum_offset);
         return header_verdict::ok;
     }
-    m->ol_flags = RTE_MBUF_F_TX_TCP_SEG | RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM |
-                  RTE_MBUF_F_TX_TCP_CKSUM;
+    m->ol_flags = v6 ? RTE_MBUF_F_TX_TCP_SEG | RTE_MBUF_F_TX_IPV6 | RTE_MBUF_F_TX_TCP_CKSUM
+                     : RTE_MBUF_F_TX_TCP_SEG | RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM |
+                           RTE_MBUF_F_TX_TCP_CKSUM;
     m->tso_segsz = hdr.gso_size;
     m->l2_len = sizeof(rte_ether_hdr);
     m->l3_len = h.l3_len;
@@ -128,7 +152,7 @@ virtio_net_hdr from_mbuf(const rte_mbuf* m) {
         return hdr;
     }
     hdr.flags = VIRTIO_NET_HDR_F_NEEDS_CSUM;
-    hdr.gso_type = VIRTIO_NET_HDR_GSO_TCPV4;
+    hdr.gso_type = tcp_gso_type(m);
     hdr.gso_size = m->tso_segsz;
     hdr.hdr_len = static_cast<uint16_t>(m->l2_len + m->l3_len + m->l4_len);
     hdr.csum_start = static_cast<uint16_t>(m->l2_len + m->l3_len);
@@ -148,6 +172,18 @@ void mark_tcp_superframe(rte_mbuf* m, uint16_t mss) {
     m->l4_len = static_cast<uint64_t>(tcp->data_off >> 4) * 4;
     // The pseudo-header sum with the whole length, as the kernel's own TSO frames carry it.
     tcp->cksum = rte_ipv4_phdr_cksum(ip, 0);
+}
+
+void mark_tcp6_superframe(rte_mbuf* m, uint16_t mss) {
+    auto* ip = rte_pktmbuf_mtod_offset(m, rte_ipv6_hdr*, sizeof(rte_ether_hdr));
+    auto* tcp = reinterpret_cast<rte_tcp_hdr*>(ip + 1);
+    m->ol_flags = RTE_MBUF_F_TX_TCP_SEG | RTE_MBUF_F_TX_IPV6 | RTE_MBUF_F_TX_TCP_CKSUM;
+    m->tso_segsz = mss;
+    m->l2_len = sizeof(rte_ether_hdr);
+    m->l3_len = sizeof(rte_ipv6_hdr);
+    m->l4_len = static_cast<uint64_t>(tcp->data_off >> 4) * 4;
+    // With the whole length, as the kernel's tcp_v6_send_check leaves it.
+    tcp->cksum = rte_ipv6_phdr_cksum(ip, 0);
 }
 
 }  // namespace jakiro::vnet_face

@@ -4,13 +4,15 @@
 // TCP segment the tenant's kernel did not cut up) says what it is: GSO type, segment size, and
 // where the partial checksum lives.
 //
-// Receive (tenant -> jakirod): a GSO TCPv4 super-frame keeps its bytes as they are and gets
-// RTE_MBUF_F_TX_TCP_SEG with tso_segsz and l2/l3/l4 lengths, its TCP checksum field holding the
-// pseudo-header sum (CHECKSUM_PARTIAL); a frame that is not really more than one segment, and
-// any other frame with a partial checksum, gets its checksum completed here, so everything
-// downstream that is not a super-frame is an ordinary, complete frame.
+// Receive (tenant -> jakirod): a GSO TCPv4 or TCPv6 super-frame keeps its bytes as they are and
+// gets RTE_MBUF_F_TX_TCP_SEG (and RTE_MBUF_F_TX_IPV4 or _IPV6) with tso_segsz and l2/l3/l4 lengths,
+// its TCP checksum field holding the pseudo-header sum (CHECKSUM_PARTIAL); a frame that is not
+// really more than one segment, and any other frame with a partial checksum, gets its checksum
+// completed here, so everything downstream that is not a super-frame is an ordinary, complete
+// frame.
 //
-// Send (jakirod -> tenant): a frame still marked RTE_MBUF_F_TX_TCP_SEG leaves as GSO_TCPV4 with
+// Send (jakirod -> tenant): a frame still marked RTE_MBUF_F_TX_TCP_SEG leaves as GSO_TCPV4 (or
+// GSO_TCPV6 when marked RTE_MBUF_F_TX_IPV6) with
 // NEEDS_CSUM (the receiver's kernel trusts a partial checksum, as it does for a frame that
 // crossed a veth); anything else leaves with no flags and is checked by the tenant's kernel.
 // (jakirod -> fabric): one marked RTE_MBUF_F_TX_UDP_SEG leaves as GSO_UDP_L4 with NEEDS_CSUM
@@ -41,6 +43,7 @@ constexpr uint8_t VIRTIO_NET_HDR_F_NEEDS_CSUM = 1;
 constexpr uint8_t VIRTIO_NET_HDR_F_DATA_VALID = 2;
 constexpr uint8_t VIRTIO_NET_HDR_GSO_NONE = 0;
 constexpr uint8_t VIRTIO_NET_HDR_GSO_TCPV4 = 1;
+constexpr uint8_t VIRTIO_NET_HDR_GSO_TCPV6 = 4;
 constexpr uint8_t VIRTIO_NET_HDR_GSO_UDP_L4 = 5;  // the uplink's VXLAN super-datagrams only
 constexpr uint8_t VIRTIO_NET_HDR_GSO_ECN = 0x80;
 
@@ -50,10 +53,11 @@ constexpr uint32_t header_bytes = sizeof(virtio_net_hdr);  // 10: PACKET_VNET_HD
 enum class header_verdict : uint8_t {
     ok,
     bad_flags,         // flags other than NEEDS_CSUM / DATA_VALID
-    bad_gso_type,      // GSO other than TCPv4 (UDP, TCPv6, USO): never offered to tenants
+    bad_gso_type,      // GSO other than TCPv4 and TCPv6 (UDP, USO): never offered to tenants
     bad_gso_size,      // gso_size 0, or GSO without NEEDS_CSUM
     bad_csum_offsets,  // csum_start/offset outside the frame or not where TCP's checksum is
-    not_tcp_ipv4,      // GSO_TCPV4 on a frame whose headers are not Ethernet/IPv4/TCP
+    not_tcp_ipv4,      // GSO_TCPV4 (GSO_TCPV6) on a frame whose headers are not Ethernet/IPv4/TCP
+                       // (Ethernet/IPv6/TCP, TCP right after the fixed header, exact length)
     truncated,         // headers longer than the frame, or GSO with no payload
 };
 
@@ -67,6 +71,14 @@ virtio_net_hdr from_mbuf(const rte_mbuf* m);
 // segments for from_mbuf, with the pseudo-header sum its partial checksum needs. Used for
 // frames merged by GRO before they go to a tenant.
 void mark_tcp_superframe(rte_mbuf* m, uint16_t mss);
+// The same for Ethernet/IPv6/TCP (TCP right after the fixed header): GSO_TCPV6 for from_mbuf.
+void mark_tcp6_superframe(rte_mbuf* m, uint16_t mss);
+
+// The TCP GSO type of a frame marked RTE_MBUF_F_TX_TCP_SEG.
+inline uint8_t tcp_gso_type(const rte_mbuf* m) {
+    return (m->ol_flags & RTE_MBUF_F_TX_IPV6) != 0 ? VIRTIO_NET_HDR_GSO_TCPV6
+                                                   : VIRTIO_NET_HDR_GSO_TCPV4;
+}
 
 // Completes a partial checksum: the field at `start` + `offset` already holds the
 // pseudo-header sum (CHECKSUM_PARTIAL), so the sum from `start` to the end of the `len`-byte

@@ -258,3 +258,25 @@ def test_ucx_tag_ping_pong_over_the_ipv6_gid(tmp_path):
     assert cli.returncode == 0 and status == 0, out[-3000:] + log.read_text()[-2000:]
     assert re.search(r"^Final:\s+20000\s", out, re.M), out[-3000:]
     assert {IP6[T1], IP6[T2]} <= watcher.remotes, watcher.remotes
+
+
+def test_mpi_pingpong_over_the_ipv6_gid_verifies_every_byte(tmp_path):
+    """Open MPI (pml ucx) between t1 (h1) and t2 (h2) with UCX on GID 1: the ranks' rc_verbs QPs
+    connect by IPv6 (jakiroctl qps shows the peers' IPv6 addresses), and the ping-pong (1 B ..
+    4 MiB) compares every byte. The launcher reaches the ranks by their IPv4 addresses."""
+    import test_ucx_mpi as mpi
+
+    program = tmp_path / "pingpong.openmpi"
+    run("mpicc.openmpi", "-O2", "-o", str(program), str(mpi.PINGPONG_C), timeout=60)
+    agent = mpi.rsh_agent(tmp_path, (T1, T2))
+    cmd = mpi.MPI_LAUNCH["openmpi"]((IP[T1], IP[T2]), agent) + [
+        "-x", f"UCX_IB_GID_INDEX={GID_IPV6}", program]
+    watcher = RemoteWatcher()
+    with watcher:
+        r = subprocess.run(under_jakiro_run(T1, cmd), capture_output=True, text=True,
+                           timeout=mpi.TIMEOUT_S, env=rc.shim_env(), stdin=subprocess.DEVNULL)
+    out = r.stdout + r.stderr
+    print(f"\n{out[-600:]}\nQP peers seen: {watcher.remotes}")
+    assert r.returncode == 0, out[-3000:]
+    assert "mpi pingpong: 12 sizes, 0 bad bytes" in out, out[-3000:]
+    assert {IP6[T1], IP6[T2]} <= watcher.remotes, watcher.remotes

@@ -250,6 +250,51 @@ inline rte_mbuf* tcp_superframe_mbuf(rte_mempool* big_pool, const ipv4_frame_spe
     return m;
 }
 
+// The same for TCP over IPv6 (GSO TCPv6, the partial checksum over the IPv6 pseudo-header):
+// `bytes` of payload cut at `mss`, TCP flags `flags`, sequence number `seq`.
+inline rte_mbuf* tcp6_superframe_mbuf(rte_mempool* big_pool, const ipv6_frame_spec& addresses,
+                                      uint32_t bytes, uint16_t mss,
+                                      uint8_t flags = RTE_TCP_ACK_FLAG, uint32_t seq = 1000000) {
+    rte_mbuf* m = rte_pktmbuf_alloc(big_pool);
+    ipv6_frame_spec spec = addresses;
+    spec.next_header = IPPROTO_TCP;
+    spec.payload = static_cast<uint16_t>(20 + bytes);
+    auto* frame =
+        reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(74 + bytes)));
+    write_ipv6_frame(frame, spec);
+    for (uint32_t i = 0; i < bytes; ++i) {
+        frame[74 + i] = static_cast<uint8_t>(i * 13 + 5);
+    }
+    auto* iph = reinterpret_cast<rte_ipv6_hdr*>(frame + 14);
+    auto* tcp = reinterpret_cast<rte_tcp_hdr*>(iph + 1);
+    tcp->sent_seq = rte_cpu_to_be_32(seq);
+    tcp->data_off = 5 << 4;
+    tcp->tcp_flags = flags;
+    tcp->rx_win = rte_cpu_to_be_16(512);
+    tcp->cksum = rte_ipv6_phdr_cksum(iph, 0);
+    const vnet_face::virtio_net_hdr hdr{vnet_face::VIRTIO_NET_HDR_F_NEEDS_CSUM,
+                                        vnet_face::VIRTIO_NET_HDR_GSO_TCPV6,
+                                        74,
+                                        mss,
+                                        54,
+                                        16};
+    if (vnet_face::to_mbuf(hdr, m) != vnet_face::header_verdict::ok) {
+        rte_pktmbuf_free(m);
+        return nullptr;
+    }
+    return m;
+}
+
+// Whether the TCP or UDP checksum of IPv6 packet `iph` (transport right after it) verifies.
+// Summed with DPDK's rte_raw_cksum, not the dataplane's own sum.
+inline bool l4_checksum_ok(const rte_ipv6_hdr* iph) {
+    uint32_t sum =
+        rte_ipv6_phdr_cksum(iph, 0) + rte_raw_cksum(iph + 1, rte_be_to_cpu_16(iph->payload_len));
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    return sum == 0xffff;
+}
+
 // Wraps an inner frame (already in `m`) in VXLAN from `from` to `to`.
 inline void vxlan_wrap(rte_mbuf* m, const overlay::tunnel_endpoints& ends, uint32_t vni,
                        uint8_t outer_tos = 0) {

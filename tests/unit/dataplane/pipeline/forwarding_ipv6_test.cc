@@ -5,6 +5,8 @@
 #include <array>
 
 #include "dataplane/overlay/ipv6_packet.hh"
+#include "dataplane/overlay/superframe.hh"
+#include "dataplane/vnet_face/face_registry.hh"
 #include "tests/unit/dataplane/pipeline/pipeline_fixture.hh"
 
 namespace jakiro::test {
@@ -148,6 +150,129 @@ TEST_F(ForwardingIpv6, OnlyAReplyToAFlowTheVnicOpenedPassesFromANonMember) {
     from_uplink(reply);
     EXPECT_EQ(ctx->tx.queued(port_t1).size(), 1u);
     EXPECT_EQ(drops(drop_reason::sg_denied_ingress), 1u);
+}
+
+// TCPv6 super-frames take the road TCPv4 ones take (docs/superframes.md, "TCP over IPv6").
+struct ForwardingIpv6Superframes : ForwardingIpv6 {
+    static inline rte_mempool* big = nullptr;
+    static constexpr uint16_t face_t1 = vnet_face::first_face_port;
+
+    static void SetUpTestSuite() {
+        ForwardingIpv6::SetUpTestSuite();
+        if (big == nullptr) {
+            big = rte_pktmbuf_pool_create("fwd6_sf", 7, 0, 0, UINT16_MAX, SOCKET_ID_ANY);
+        }
+    }
+    void SetUp() override {
+        ForwardingIpv6::SetUp();
+        neighbors.learn(ip("198.18.0.2"), h2_mac);
+    }
+    void TearDown() override {
+        for (rte_mbuf* m : ctx->tx.queued(face_t1)) {
+            rte_pktmbuf_free(m);
+        }
+        ForwardingIpv6::TearDown();
+        EXPECT_EQ(rte_mempool_in_use_count(big), 0u) << "super-frames freed once cut and sent";
+    }
+    void use_face_for_t1() {
+        const auto loaded = load_host_config_text(config_yaml(), "h1.yaml");
+        port_assignment ports{uplink, h1_mac, {face_t1, port_t5, port_t3}};
+        std::string error;
+        tables = build_tables(loaded.config, ports, neighbors, 1, error);
+        ASSERT_TRUE(tables) << error;
+    }
+    rte_mbuf* superframe(const rte_ether_addr& src_mac, const char* src, const char* dst,
+                         uint32_t bytes, uint16_t mss) {
+        return tcp6_superframe_mbuf(big, {src_mac, gateway, ip6(src), ip6(dst)}, bytes, mss);
+    }
+    // t2's super-frame as h2 cuts it onto the fabric, received and merged on h1.
+    void receive_merged_from_t2(uint32_t bytes) {
+        rte_mbuf* m =
+            superframe(mac("02:00:c6:13:01:02"), "2001:2::1:2", "2001:2::1:1", bytes, 1378);
+        ASSERT_NE(m, nullptr);
+        ASSERT_TRUE(overlay::encapsulate(m, {h2_mac, h1_mac, ip("198.18.0.2"), ip("198.18.0.1")},
+                                         100, 0, 50000));
+        rte_mbuf* wire[overlay::max_segments];
+        const int n = overlay::segment_superframe(m, true, 1514, pool, wire, overlay::max_segments);
+        ASSERT_GT(n, 1);
+        rte_mbuf* burst[overlay::max_merged];
+        for (int i = 0; i < n; ++i) {
+            const std::vector<uint8_t> b = bytes_of(wire[i]);
+            burst[i] = mbuf_from(pool, b.data(), b.size());
+            rte_pktmbuf_free(wire[i]);
+        }
+        const uint16_t left = overlay::merge_burst(burst, static_cast<uint16_t>(n));
+        ASSERT_EQ(left, 1) << "one flow's frames of one burst merge into one";
+        process_uplink_burst(*ctx, *tables, burst, left);
+    }
+};
+
+TEST_F(ForwardingIpv6Superframes, ATcpv6SuperFrameToAnotherHostIsJudgedOnceAndLeavesAsMtuFrames) {
+    from_tenant(slot_t1, superframe(t1_mac, "2001:2::1:1", "2001:2::1:2", 60000, 1378));
+    const auto sent = ctx->tx.queued(uplink);
+    ASSERT_EQ(sent.size(), (60000u + 1377) / 1378);
+    uint32_t payload = 0;
+    for (rte_mbuf* frame : sent) {
+        const std::vector<uint8_t> bytes = bytes_of(frame);
+        EXPECT_LE(bytes.size(), 1514u);
+        EXPECT_TRUE(overlay::check_outer(bytes.data(), bytes.size(), ip("198.18.0.2")).ok);
+        const auto* inner = reinterpret_cast<const rte_ipv6_hdr*>(bytes.data() + 64);
+        EXPECT_TRUE(l4_checksum_ok(inner)) << "TCP checksum over the IPv6 pseudo-header";
+        payload += bytes.size() - 64 - 60;
+    }
+    EXPECT_EQ(payload, 60000u);
+    EXPECT_EQ(ctx->counters.vnics[slot_t1]
+                  .sg_allowed[static_cast<std::size_t>(secgroup::direction::egress)]
+                  .read(),
+              1u)
+        << "one security-group decision for the whole super-frame";
+    EXPECT_EQ(ctx->counters.encapsulated.read(), sent.size());
+}
+
+TEST_F(ForwardingIpv6Superframes, ATcpv6SuperFrameToAnAfPacketNeighbourIsCutToTheTenantMtu) {
+    from_tenant(slot_t1, superframe(t1_mac, "2001:2::1:1", "2001:2::1:3", 20000, 1378));
+    const auto sent = ctx->tx.queued(port_t5);
+    ASSERT_EQ(sent.size(), (20000u + 1377) / 1378);
+    for (rte_mbuf* frame : sent) {
+        const std::vector<uint8_t> bytes = bytes_of(frame);
+        EXPECT_LE(bytes.size(), 14u + 1450);
+        EXPECT_TRUE(l4_checksum_ok(reinterpret_cast<const rte_ipv6_hdr*>(bytes.data() + 14)));
+    }
+}
+
+TEST_F(ForwardingIpv6Superframes, ATcpv6SuperFrameWhoseSegmentsExceedTheMtuIsDropped) {
+    from_tenant(slot_t1, superframe(t1_mac, "2001:2::1:1", "2001:2::1:2", 20000, 1391));
+    EXPECT_EQ(drops(drop_reason::tenant_bad_superframe), 1u) << "1451-byte packets";
+    EXPECT_TRUE(ctx->tx.queued(uplink).empty());
+}
+
+TEST_F(ForwardingIpv6Superframes, MergedTcpv6FramesReachAVnetFaceAsOneGsoTcpv6SuperFrame) {
+    use_face_for_t1();
+    receive_merged_from_t2(30000);
+    const auto sent = ctx->tx.queued(face_t1);
+    ASSERT_EQ(sent.size(), 1u);
+    EXPECT_EQ(rte_pktmbuf_pkt_len(sent[0]), 74u + 30000) << "decapsulated, whole";
+    const auto hdr = vnet_face::from_mbuf(sent[0]);
+    EXPECT_EQ(hdr.gso_type, vnet_face::VIRTIO_NET_HDR_GSO_TCPV6);
+    EXPECT_EQ(hdr.gso_size, 1378);
+    EXPECT_EQ(hdr.flags, vnet_face::VIRTIO_NET_HDR_F_NEEDS_CSUM);
+    EXPECT_EQ(hdr.csum_start, 54);
+    const auto* eth = rte_pktmbuf_mtod(sent[0], const rte_ether_hdr*);
+    EXPECT_TRUE(rte_is_same_ether_addr(&eth->dst_addr, &t1_mac));
+}
+
+TEST_F(ForwardingIpv6Superframes, MergedTcpv6FramesReachAnAfPacketPortCutToTheTenantMtu) {
+    receive_merged_from_t2(30000);
+    const auto sent = ctx->tx.queued(port_t1);
+    ASSERT_EQ(sent.size(), (30000u + 1377) / 1378);
+    uint32_t payload = 0;
+    for (rte_mbuf* frame : sent) {
+        const std::vector<uint8_t> bytes = bytes_of(frame);
+        EXPECT_LE(bytes.size(), 14u + 1450);
+        EXPECT_TRUE(l4_checksum_ok(reinterpret_cast<const rte_ipv6_hdr*>(bytes.data() + 14)));
+        payload += bytes.size() - 74;
+    }
+    EXPECT_EQ(payload, 30000u);
 }
 
 }  // namespace

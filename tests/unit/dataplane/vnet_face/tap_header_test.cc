@@ -77,6 +77,32 @@ TEST(TapHeader, VxlanSuperFrameLeavesWithTunnelGsoOffsetsWhereItsHeadersAre) {
     rte_pktmbuf_free(m);
 }
 
+TEST(TapHeader, Tcpv6SuperFrameCrossesWholeAsTunnelGsoTcpv6AndIsTakenAsMerged) {
+    const test::ipv6_frame_spec spec{mac("02:00:c6:13:01:01"), mac("02:6a:6b:00:00:01"),
+                                     test::ip6("2001:2::1:1"), test::ip6("2001:2::1:2")};
+    rte_mbuf* m = test::tcp6_superframe_mbuf(big_pool(), spec, 20000, 1380);
+    ASSERT_NE(m, nullptr);
+    ASSERT_TRUE(overlay::encapsulate(m, h1_to_h2, 100, 0, 50001));
+    ASSERT_TRUE(overlay::mark_vxlan_superframe(m));
+    const tap_header h = tap_header_for(m);
+    EXPECT_EQ(h.base.gso_type, VIRTIO_NET_HDR_GSO_UDP_TUNNEL_IPV4 | VIRTIO_NET_HDR_GSO_TCPV6);
+    EXPECT_EQ(h.base.gso_size, 1380);
+    EXPECT_EQ(h.inner_nh_offset, 64) << "inner IPv6 after UDP, VXLAN and inner Ethernet";
+    EXPECT_EQ(h.base.csum_start, 104) << "the inner TCP header, after 40 bytes of IPv6";
+    EXPECT_EQ(h.base.csum_offset, tcp_csum_offset);
+    EXPECT_EQ(h.base.hdr_len, 124);
+    rte_mbuf* received = as_received(m);
+    ASSERT_FALSE(take_vxlan_superframe(h, received));
+    EXPECT_EQ(received->ol_flags, RTE_MBUF_F_RX_LRO);
+    EXPECT_EQ(received->tso_segsz, 1380);
+    // A header claiming TCPv4 over the IPv6 bytes describes something else.
+    tap_header lying = h;
+    lying.base.gso_type = VIRTIO_NET_HDR_GSO_UDP_TUNNEL_IPV4 | VIRTIO_NET_HDR_GSO_TCPV4;
+    EXPECT_EQ(take_vxlan_superframe(lying, as_received(m)), drop_reason::uplink_bad_superframe);
+    rte_pktmbuf_free(received);
+    rte_pktmbuf_free(m);
+}
+
 TEST(TapHeader, DatagramsAndOrdinaryFramesKeepThePlainHeaderAndNoOffsets) {
     rte_mbuf* m = rte_pktmbuf_alloc(small_pool());
     ASSERT_NE(rte_pktmbuf_append(m, 1000), nullptr);

@@ -108,9 +108,9 @@ TEST_F(VnetHeaderTest, RefusesGsoSizeZeroAndGsoWithoutNeedsCsum) {
     EXPECT_EQ(to_mbuf(no_csum, m), header_verdict::bad_gso_size);
 }
 
-TEST_F(VnetHeaderTest, RefusesGsoTypesOtherThanTcpv4) {
+TEST_F(VnetHeaderTest, RefusesGsoTypesOtherThanTcpv4AndTcpv6) {
     frame(IPPROTO_TCP, 5000);
-    for (const uint8_t type : {3, 4, 5, 0x80 | 4, 0x7f}) {
+    for (const uint8_t type : {3, 5, 0x80 | 3, 0x7f}) {
         auto hdr = tso(1448);
         hdr.gso_type = type;
         EXPECT_EQ(to_mbuf(hdr, m), header_verdict::bad_gso_type) << int(type);
@@ -231,6 +231,79 @@ TEST_F(VnetHeaderTest, RandomHeadersOnRandomFramesAreRefusedOrDescribeTheFrameSa
     }
     EXPECT_GT(refused, 1000u);
     EXPECT_GT(accepted_super, 10u) << "the generator must reach the accepting path too";
+}
+
+// A dual-stack tenant's TCPv6 super-frame, as its kernel hands it over: GSO TCPv6, the partial
+// checksum over the IPv6 pseudo-header with the whole length.
+rte_mbuf* tcp6_frame(uint32_t payload, uint16_t mss) {
+    const test::ipv6_frame_spec spec{mac("02:00:c6:13:01:01"), mac("02:6a:6b:00:00:01"),
+                                     test::ip6("2001:2::1:1"), test::ip6("2001:2::1:2")};
+    return test::tcp6_superframe_mbuf(big_pool(), spec, payload, mss);
+}
+
+TEST(VnetHeaderTcp6, GsoTcpv6SuperFrameBecomesATsoMbufMarkedIpv6) {
+    rte_mbuf* m = tcp6_frame(20000, 1428);
+    ASSERT_NE(m, nullptr);
+    EXPECT_TRUE(m->ol_flags & RTE_MBUF_F_TX_TCP_SEG);
+    EXPECT_TRUE(m->ol_flags & RTE_MBUF_F_TX_IPV6);
+    EXPECT_FALSE(m->ol_flags & RTE_MBUF_F_TX_IPV4);
+    EXPECT_EQ(m->tso_segsz, 1428);
+    EXPECT_EQ(m->l2_len, 14);
+    EXPECT_EQ(m->l3_len, 40);
+    EXPECT_EQ(m->l4_len, 20);
+    EXPECT_EQ(rte_pktmbuf_pkt_len(m), 14u + 60 + 20000) << "the bytes stay as they are";
+    const virtio_net_hdr out = from_mbuf(m);
+    EXPECT_EQ(out.flags, VIRTIO_NET_HDR_F_NEEDS_CSUM);
+    EXPECT_EQ(out.gso_type, VIRTIO_NET_HDR_GSO_TCPV6) << "leaves as it came";
+    EXPECT_EQ(out.gso_size, 1428);
+    EXPECT_EQ(out.hdr_len, 74);
+    EXPECT_EQ(out.csum_start, 54);
+    EXPECT_EQ(out.csum_offset, tcp_csum_offset);
+    rte_pktmbuf_free(m);
+}
+
+TEST(VnetHeaderTcp6, GsoTcpv6FrameOfOneSegmentGetsAChecksumThatVerifies) {
+    rte_mbuf* m = tcp6_frame(1000, 1428);
+    ASSERT_NE(m, nullptr);
+    EXPECT_EQ(m->ol_flags, 0u);
+    EXPECT_TRUE(test::l4_checksum_ok(rte_pktmbuf_mtod_offset(m, rte_ipv6_hdr*, 14)))
+        << "completed over the IPv6 pseudo-header";
+    rte_pktmbuf_free(m);
+}
+
+TEST(VnetHeaderTcp6, MarkedSuperFrameCarriesThePseudoHeaderSumAKernelCompletes) {
+    rte_mbuf* m = tcp6_frame(3000, 1428);
+    ASSERT_NE(m, nullptr);
+    auto* iph = rte_pktmbuf_mtod_offset(m, rte_ipv6_hdr*, 14);
+    reinterpret_cast<rte_tcp_hdr*>(iph + 1)->cksum = 0x1234;  // whatever the fabric left
+    m->ol_flags = 0;
+    mark_tcp6_superframe(m, 1000);
+    const virtio_net_hdr out = from_mbuf(m);
+    EXPECT_EQ(out.gso_type, VIRTIO_NET_HDR_GSO_TCPV6);
+    EXPECT_EQ(out.gso_size, 1000);
+    // What the tenant's kernel does with NEEDS_CSUM: sum from csum_start, fold, invert.
+    complete_partial_checksum(rte_pktmbuf_mtod(m, uint8_t*), rte_pktmbuf_pkt_len(m), out.csum_start,
+                              out.csum_offset);
+    EXPECT_TRUE(test::l4_checksum_ok(iph));
+    rte_pktmbuf_free(m);
+}
+
+TEST(VnetHeaderTcp6, RefusesGsoTcpv6OnFramesThatAreNotTcpRightAfterTheIpv6Header) {
+    rte_mbuf* m = tcp6_frame(5000, 1428);
+    ASSERT_NE(m, nullptr);
+    virtio_net_hdr hdr{VIRTIO_NET_HDR_F_NEEDS_CSUM, VIRTIO_NET_HDR_GSO_TCPV6, 74, 1428, 54, 16};
+    auto* iph = rte_pktmbuf_mtod_offset(m, rte_ipv6_hdr*, 14);
+    iph->proto = 0;  // a hop-by-hop header first
+    EXPECT_EQ(to_mbuf(hdr, m), header_verdict::not_tcp_ipv4);
+    iph->proto = IPPROTO_TCP;
+    iph->payload_len = rte_cpu_to_be_16(1000);  // a length that is not the frame's
+    EXPECT_EQ(to_mbuf(hdr, m), header_verdict::not_tcp_ipv4);
+    iph->payload_len = rte_cpu_to_be_16(5020);
+    EXPECT_EQ(to_mbuf(hdr, m), header_verdict::ok);
+    auto* eth = rte_pktmbuf_mtod(m, rte_ether_hdr*);
+    eth->ether_type = rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4);  // GSO_TCPV6 on an IPv4 frame
+    EXPECT_EQ(to_mbuf(hdr, m), header_verdict::not_tcp_ipv4);
+    rte_pktmbuf_free(m);
 }
 
 }  // namespace
