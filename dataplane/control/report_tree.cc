@@ -79,7 +79,7 @@ std::string report_number(double value) {
         return std::to_string(static_cast<uint64_t>(value));
     }
     char text[32];
-    std::snprintf(text, sizeof(text), "%.17g", value);
+    std::snprintf(text, sizeof(text), "%.15g", value);
     return text;
 }
 

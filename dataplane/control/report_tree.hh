@@ -64,7 +64,7 @@ class report_node {
 };
 
 // A number as a report writes it: integers without a fraction (counters are whole), others
-// with enough digits to survive a round trip.
+// with 15 significant digits (seconds to the nanosecond for a year of uptime).
 std::string report_number(double value);
 
 }  // namespace jakiro
