@@ -46,7 +46,7 @@ const char* qp_type_name(uint8_t type) {
 bool drop_note(std::string_view reason, double value, std::string& note) {
     for (std::size_t r = 0; r < drop_reason_count; ++r) {
         if (reason == drop_reason_names[r]) {
-            note = std::string("  (") + drop_reason_texts[r] + ")";
+            note = "  (" + std::string(drop_reason_texts[r]) + ")";
         }
     }
     return value != 0;

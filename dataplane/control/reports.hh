@@ -6,6 +6,7 @@
 #include <string>
 
 #include "dataplane/control/daemon_state.hh"
+#include "dataplane/control/stats_snapshot.hh"
 
 namespace jakiro {
 

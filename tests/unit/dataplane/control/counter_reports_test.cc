@@ -264,7 +264,7 @@ TEST(CounterReports, StatsJsonKeepsTheKeysToolsRead) {
 #undef JAKIRO_DATAPATH_COUNTER
     EXPECT_EQ(overlay, datapath);
     for (std::size_t r = 0; r < drop_reason_count; ++r) {
-        EXPECT_EQ(j["drops"][drop_reason_names[r]].as<uint64_t>(), s.drops[r]);
+        EXPECT_EQ(j["drops"][std::string(drop_reason_names[r])].as<uint64_t>(), s.drops[r]);
     }
     ASSERT_EQ(j["workers"].size(), 2u);
     EXPECT_EQ(j["workers"][0]["id"].as<unsigned>(), 0u);
