@@ -176,9 +176,10 @@ std::string render_stats(const stats_snapshot& snapshot, bool json) {
         }
         if (name == "rules") {
             text << "security-group rules                                   hits\n";
-            for (const auto& [id, r] : section->children()) {
-                auto at = [&](const char* key) {
-                    const report_node* leaf = r->find(key);
+            for (const auto& entry : section->children()) {
+                const report_node& rule = *entry.second;
+                auto at = [&rule](const char* key) {
+                    const report_node* leaf = rule.find(key);
                     return leaf != nullptr ? leaf_text(*leaf) : std::string("-");
                 };
                 const bool ingress = at("direction") == "ingress";
