@@ -12,6 +12,7 @@
 #include <rte_ethdev.h>
 
 #include "dataplane/config/config_loader.hh"
+#include "dataplane/control/counter_reports.hh"
 #include "dataplane/control/reports.hh"
 #include "dataplane/log.hh"
 #include "dataplane/ports.hh"
@@ -193,14 +194,11 @@ std::string control_server::handle(const std::string& command_line) {
     }
     const std::string command = args[0];
     bool json = false;
-    bool raw = false;
     std::string vnic;
     std::vector<std::string> rest;
     for (std::size_t i = 1; i < args.size(); ++i) {
         if (args[i] == "--json") {
             json = true;
-        } else if (args[i] == "--raw" && command == "qos") {
-            raw = true;
         } else if (args[i] == "--vnic" && i + 1 < args.size() &&
                    (command == "flows" || command == "qps")) {
             vnic = args[++i];
@@ -286,7 +284,7 @@ std::string control_server::handle(const std::string& command_line) {
         return "OK\n" + render_qps(snapshot(), vnic, json);
     }
     if (command == "qos") {
-        return "OK\n" + render_qos(snapshot(), json, raw);
+        return "OK\n" + render_qos(snapshot(), json);
     }
     if (command == "metrics") {
         return "OK\n" + metrics_text();

@@ -37,6 +37,12 @@ class json_writer {
         _out << number;
         return *this;
     }
+    // A number already written out (report_number()).
+    json_writer& raw(std::string_view key, std::string_view number) {
+        prefix(key);
+        _out << number;
+        return *this;
+    }
     json_writer& value(std::string_view key, bool flag) {
         prefix(key);
         _out << (flag ? "true" : "false");

@@ -1,11 +1,13 @@
 #include "tools/jakiroctl/top.hh"
 
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
 #include <cstdio>
 #include <iostream>
 #include <map>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "tools/jakiroctl/control_client.hh"
@@ -30,30 +32,49 @@ struct sample {
     std::map<std::string, vnic_sample> vnics;
 };
 
-// Lines: "time_ns N", then "VNIC rate BPS CLASS SHARE_BPS BYTES PACKETS IN_BYTES CLASS ...".
-bool parse(const std::string& body, sample& out) {
-    std::istringstream lines(body);
-    std::string line;
-    while (std::getline(lines, line)) {
-        std::istringstream words(line);
-        std::string first, second;
-        words >> first >> second;
-        if (first == "time_ns") {
-            out.time_ns = std::stoull(second);
-            continue;
+// `qos --json`: a list of shaped vNICs, each with the time its counters were read and a list of
+// classes (the keys are the metric table's places, dataplane/control/metric_table.cc). JSON is
+// YAML, so yaml-cpp, which jakiroctl reads host files with, reads it.
+bool parse(const std::string& body, sample& out, std::string& error) {
+    try {
+        const YAML::Node vnics = YAML::Load(body);
+        if (!vnics.IsSequence()) {
+            error = "qos --json is not a list";
+            return false;
         }
-        if (second != "rate") {
-            continue;
+        for (const auto& v : vnics) {
+            out.time_ns = v["time_ns"].as<uint64_t>();
+            vnic_sample row;
+            row.rate_bps = v["rate_bps"].as<uint64_t>(0);
+            for (const auto& c : v["classes"]) {
+                class_sample cls;
+                cls.name = c["class"].as<std::string>();
+                cls.share_bps = c["share_bps"].as<uint64_t>(0);
+                cls.bytes = c["sent_bytes"].as<uint64_t>(0);
+                cls.packets = c["sent_packets"].as<uint64_t>(0);
+                cls.in_bytes = c["received_bytes"].as<uint64_t>(0);
+                row.classes.push_back(cls);
+            }
+            out.vnics[v["vnic"].as<std::string>()] = row;
         }
-        vnic_sample v;
-        words >> v.rate_bps;
-        class_sample c;
-        while (words >> c.name >> c.share_bps >> c.bytes >> c.packets >> c.in_bytes) {
-            v.classes.push_back(c);
-        }
-        out.vnics[first] = v;
+    } catch (const YAML::Exception& e) {
+        error = std::string("cannot read qos --json: ") + e.what();
+        return false;
     }
-    return out.time_ns != 0;
+    return true;
+}
+
+// One sample of jakirod's counters; non-zero is an exit status.
+int read_sample(const std::string& path, sample& out) {
+    std::string body, error;
+    if (const int status = ask(path, "qos --json", body); status != 0) {
+        return status;
+    }
+    if (!parse(body, out, error)) {
+        std::cerr << "jakiroctl: top: " << error << "\n";
+        return 1;
+    }
+    return 0;
 }
 
 }  // namespace
@@ -86,12 +107,10 @@ int run_top(const std::string& path, const std::string& command) {
                   << "' (usage: top [--interval S] [--count N])\n";
         return 2;
     }
-    std::string body;
     sample previous;
-    if (const int status = ask(path, "qos --raw", body); status != 0) {
+    if (const int status = read_sample(path, previous); status != 0) {
         return status;
     }
-    parse(body, previous);
     if (previous.vnics.empty()) {
         std::cout << "no vNIC has a qos rate (vnics[].qos in the host YAML)\n";
         return 0;
@@ -99,10 +118,9 @@ int run_top(const std::string& path, const std::string& command) {
     for (long n = 0; count < 0 || n < count; ++n) {
         usleep(static_cast<useconds_t>(interval * 1e6));
         sample now;
-        if (const int status = ask(path, "qos --raw", body); status != 0) {
+        if (const int status = read_sample(path, now); status != 0) {
             return status;
         }
-        parse(body, now);
         const double seconds = static_cast<double>(now.time_ns - previous.time_ns) / 1e9;
         std::printf("%-8s %-5s %12s %12s %8s %12s %12s\n", "vnic", "class", "out Mbit/s",
                     "share Mbit/s", "of rate", "pkts/s", "in Mbit/s");

@@ -1,6 +1,6 @@
 #pragma once
 // `jakiroctl top`: live rates per shaped vNIC and class, from jakirod's cumulative counters
-// (`qos --raw`) sampled every interval, next to each class's configured share.
+// (`qos --json`) sampled every interval, next to each class's configured share.
 
 #include <string>
 
