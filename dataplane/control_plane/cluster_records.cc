@@ -569,7 +569,7 @@ std::shared_ptr<cluster_view> cluster_records::build_delta() {
         }
     }
     for (auto* record : now) {
-        if (record == nullptr) {
+        if (record == nullptr || !record->vnic) {
             continue;
         }
         const auto claims = claims_of(*record->vnic);
