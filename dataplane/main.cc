@@ -706,6 +706,7 @@ int main(int argc, char** argv) {
     if (follower) {
         follower->set_poster([&control](std::function<void()> fn) { control.post(std::move(fn)); });
         control.on_second([&follower] { follower->tick(); });
+        follower->set_whole_view_request([&etcd] { etcd->request_whole_view(); });
         // The local vNICs of the first view, before READY=1 (a port that cannot open waits).
         control.run_on_control_thread([&] { follower->apply_pending(); }, std::chrono::seconds(30));
         etcd->start(

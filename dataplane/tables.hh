@@ -1,7 +1,10 @@
 #pragma once
 // The immutable snapshot of forwarding state that workers read: vNICs, VPCs and the VLT.
-// Built by the control thread (control/table_builder.cc) and published by pointer swap
-// (tables_publisher.hh); never modified after publication.
+// Built by the control thread (control/table_builder.cc), or patched from the one in force
+// when only peers changed (control/table_patcher.cc), and published by pointer swap
+// (tables_publisher.hh); never modified while published. A patched snapshot shares what did
+// not change (the VNI map, the ACLs of vNICs whose groups name no changed peer's group) with
+// the one before: those parts are shared_ptrs, read-only to every holder.
 
 #include <rte_ethdev.h>
 #include <rte_ether.h>
@@ -79,13 +82,13 @@ struct datapath_tables {
     std::vector<uint16_t> active_slots;  // the slots in use, in config order
     std::array<uint16_t, vnet_face::port_id_space> vnic_of_port{};  // no_vnic: uplink/unused
     std::vector<uint32_t> vni_of_vpc;
-    std::unique_ptr<vni_map> vpcs;
-    std::unique_ptr<overlay::vlt> vlt;
+    std::shared_ptr<const vni_map> vpcs;
+    std::shared_ptr<overlay::vlt> vlt;
 
     // Security groups compiled per vNIC slot and direction (index: secgroup::direction).
     struct vnic_policy {
-        std::unique_ptr<secgroup::acl_table> acl[2];
-        std::unique_ptr<secgroup::ipv6_rules> acl6[2];  // the same groups, for IPv6 flows
+        std::shared_ptr<const secgroup::acl_table> acl[2];
+        std::shared_ptr<const secgroup::ipv6_rules> acl6[2];  // the same groups, for IPv6 flows
     };
     std::vector<vnic_policy> policies;  // indexed by vNIC slot
     // Every IPv6 address of the VPCs (this host's vNICs' and the peers') with the IPv4 address

@@ -93,7 +93,132 @@ std::unique_ptr<datapath_tables> host_manager::build(const host_config& config,
 
 void host_manager::publish(std::unique_ptr<datapath_tables> tables) {
     ++_generation;
+    // A full build: what the patcher and the peer index kept describes the snapshot before.
+    _patcher.reset();
+    _peers_indexed = false;
     _state.publisher->publish(std::move(tables));
+}
+
+std::vector<uint16_t> host_manager::slots_of(const host_config& config) const {
+    std::vector<uint16_t> slots;
+    for (const auto& vnic : config.vnics) {
+        slots.push_back(_vnics.at(vnic.name)->slot());
+    }
+    return slots;
+}
+
+void host_manager::index_peers() {
+    if (_peers_indexed) {
+        return;
+    }
+    const auto& config = _state.config;
+    _peer_index.clear();
+    _peer_index.reserve(config.peers.size());
+    for (std::size_t i = 0; i < config.peers.size(); ++i) {
+        const auto& peer = config.peers[i];
+        _peer_index[peer_key(vpc_index(config, peer.vpc), peer.ip)] = i;
+    }
+    _peers_indexed = true;
+}
+
+bool host_manager::swap_peer(const std::optional<peer_config>& before,
+                             const std::optional<peer_config>& after) {
+    auto& peers = _state.config.peers;
+    if (before) {
+        const auto found =
+            _peer_index.find(peer_key(vpc_index(_state.config, before->vpc), before->ip));
+        if (found == _peer_index.end()) {
+            return false;
+        }
+        const std::size_t at = found->second;
+        _peer_index.erase(found);
+        if (at + 1 != peers.size()) {
+            peers[at] = std::move(peers.back());
+            _peer_index[peer_key(vpc_index(_state.config, peers[at].vpc), peers[at].ip)] = at;
+        }
+        peers.pop_back();
+    }
+    if (after) {
+        const auto key = peer_key(vpc_index(_state.config, after->vpc), after->ip);
+        if (!_peer_index.emplace(key, peers.size()).second) {
+            return false;
+        }
+        peers.push_back(*after);
+    }
+    return true;
+}
+
+void host_manager::prepare_patches() {
+    std::string error;
+    index_peers();
+    _state.publisher->read_current([&](const datapath_tables& tables) {
+        if (!_patcher.prepare(tables, _state.config, error)) {
+            _patcher.reset();  // the next patch tries again
+        }
+        return 0;
+    });
+}
+
+bool host_manager::apply_peers(std::span<const peer_change> changes, std::string& error) {
+    index_peers();
+    // The configuration first (removals, then additions: a peer that changed is both), undone
+    // if a peer is not where it should be.
+    std::size_t done = 0;
+    bool consistent = true;
+    for (const auto& change : changes) {
+        if (change.before && !swap_peer(change.before, std::nullopt)) {
+            consistent = false;
+            break;
+        }
+        ++done;
+    }
+    std::size_t added = 0;
+    for (; consistent && added < changes.size(); ++added) {
+        if (changes[added].after && !swap_peer(std::nullopt, changes[added].after)) {
+            consistent = false;
+            break;
+        }
+    }
+    auto undo = [&] {
+        for (std::size_t i = 0; i < added; ++i) {
+            if (changes[i].after) {
+                swap_peer(changes[i].after, std::nullopt);
+            }
+        }
+        for (std::size_t i = 0; i < done; ++i) {
+            if (changes[i].before) {
+                swap_peer(std::nullopt, changes[i].before);
+            }
+        }
+    };
+    if (!consistent) {
+        undo();
+        error = "a changed peer is not in the configuration in force";
+        return false;
+    }
+    const auto* current = _state.publisher->current();  // only this thread publishes
+    const auto slots = slots_of(_state.config);
+    std::string why;
+    auto tables = _patcher.patch(*current, _state.config, changes, slots, *_state.neighbors,
+                                 _generation + 1, why);
+    if (tables) {
+        std::shared_ptr<overlay::vlt> previous = current->vlt;
+        ++_generation;
+        ++_patched;
+        _state.publisher->publish(std::move(tables));
+        // publish() waited for the workers to leave the previous snapshot: its VLT is free.
+        _patcher.retired(std::move(previous));
+        return true;
+    }
+    tables = build(_state.config, error);
+    if (!tables) {
+        undo();
+        return false;
+    }
+    const bool indexed = _peers_indexed;
+    publish(std::move(tables));
+    _peers_indexed = indexed;  // the index follows the configuration, which it still matches
+    return true;
 }
 
 bool host_manager::apply(host_config next, std::string& summary, std::string& error) {

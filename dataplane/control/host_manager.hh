@@ -12,10 +12,13 @@
 
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "dataplane/control/daemon_state.hh"
+#include "dataplane/control/table_patcher.hh"
 #include "dataplane/control/vnic.hh"
 
 namespace jakiro {
@@ -38,6 +41,16 @@ class host_manager {
     // `summary` says what changed.
     bool apply(host_config next, std::string& summary, std::string& error);
 
+    // Applies a change of peers only (the configuration's other parts stay): the peers are
+    // patched in the configuration in force, and the snapshot is patched from the one in force
+    // (table_patcher.hh), or built whole when it cannot be. False with `error` when a peer to
+    // remove is not in the configuration or the snapshot cannot be built; nothing changed then.
+    bool apply_peers(std::span<const peer_change> changes, std::string& error);
+    // After a full apply, so the next apply_peers costs only its change (see table_patcher).
+    void prepare_patches();
+    // How many snapshots were patched rather than built, since start.
+    uint64_t patched_publications() const { return _patched; }
+
     // Closes every vNIC (RDMA face, then port) and stops the uplink, after the worker has
     // stopped.
     void stop();
@@ -47,6 +60,15 @@ class host_manager {
     // worker has left the previous one).
     std::unique_ptr<datapath_tables> build(const host_config& config, std::string& error) const;
     void publish(std::unique_ptr<datapath_tables> tables);
+    // The vNICs' slots in config.vnics order.
+    std::vector<uint16_t> slots_of(const host_config& config) const;
+    // Where each peer of the configuration in force is in its `peers` (by VPC index and IPv4
+    // address, which the VPC makes unique), built when first needed after a full apply.
+    void index_peers();
+    static uint64_t peer_key(uint32_t vpc, uint32_t ip) { return uint64_t{vpc} << 32 | ip; }
+    // Takes `before` out of the configuration's peers and puts `after` in (either may be absent).
+    bool swap_peer(const std::optional<peer_config>& before,
+                   const std::optional<peer_config>& after);
     void refresh_port_records();
     // Gives slot `_next_slot` to the least loaded worker (control/worker_assignment.hh).
     void place_next_slot();
@@ -61,6 +83,10 @@ class host_manager {
     // The worker that owns each slot's vNIC, chosen when the slot is taken and kept for life.
     std::vector<uint8_t> _worker_of_slot;
     uint32_t _generation = 0;
+    table_patcher _patcher;
+    std::unordered_map<uint64_t, std::size_t> _peer_index;
+    bool _peers_indexed = false;
+    uint64_t _patched = 0;
 };
 
 }  // namespace jakiro

@@ -53,6 +53,63 @@ secgroup::membership6 group_members6(const host_config& config) {
     return members;
 }
 
+uint32_t vpc_index(const host_config& config, const std::string& name) {
+    for (uint32_t i = 0; i < config.vpcs.size(); ++i) {
+        if (config.vpcs[i].name == name) {
+            return i;
+        }
+    }
+    return no_vpc;
+}
+
+bool peer_vlt_entry(const peer_config& peer, overlay::underlay_neighbors& neighbors,
+                    overlay::vlt_entry& entry) {
+    entry = {};
+    entry.kind = overlay::vlt_kind::remote_host;
+    entry.host_ip = rte_cpu_to_be_32(peer.host);
+    entry.neighbor = neighbors.slot_for(entry.host_ip);
+    if (entry.neighbor == overlay::underlay_neighbors::none) {
+        return false;
+    }
+    entry.has_inner_mac = peer.mac.has_value();
+    if (peer.mac) {
+        entry.inner_mac = to_ether(*peer.mac);
+    }
+    return true;
+}
+
+bool compile_vnic_policy(const host_config& config, std::size_t index,
+                         const secgroup::membership& members, const secgroup::membership6& members6,
+                         const secgroup::rule_catalog& catalog,
+                         datapath_tables::vnic_policy& policy, std::string& error) {
+    std::vector<std::size_t> groups;
+    for (const auto& name : config.vnics[index].security_groups) {
+        groups.push_back(
+            static_cast<std::size_t>(config.group_index(config.vnics[index].vpc, name)));
+    }
+    for (auto dir : {secgroup::direction::ingress, secgroup::direction::egress}) {
+        auto flat = secgroup::expand_rules(config.security_groups, groups, dir, members, catalog);
+        if (groups.empty() && dir == secgroup::direction::egress) {
+            // docs/architecture.md §7 default for a vNIC without groups: egress allowed,
+            // ingress denied.
+            flat.push_back({implicit_egress_rule, true, 0, {0, 0}, {}});
+        }
+        auto flat6 =
+            secgroup::expand_rules6(config.security_groups, groups, dir, members6, catalog);
+        if (groups.empty() && dir == secgroup::direction::egress) {
+            flat6.push_back({implicit_egress_rule, true, 0, {}, {}});
+        }
+        policy.acl6[static_cast<int>(dir)] =
+            std::make_shared<const secgroup::ipv6_rules>(std::move(flat6));
+        policy.acl[static_cast<int>(dir)] = secgroup::acl_table::build(flat, error);
+        if (!policy.acl[static_cast<int>(dir)]) {
+            error = "vNIC " + config.vnics[index].name + ": " + error;
+            return false;
+        }
+    }
+    return true;
+}
+
 namespace {
 
 // Compiles each vNIC's groups, both directions, into tables->policies.
@@ -66,32 +123,9 @@ bool compile_policies(const host_config& config, const std::vector<uint16_t>& sl
     const auto members = group_members(config);
     const auto members6 = group_members6(config);
     for (std::size_t i = 0; i < config.vnics.size(); ++i) {
-        std::vector<std::size_t> groups;
-        for (const auto& name : config.vnics[i].security_groups) {
-            groups.push_back(
-                static_cast<std::size_t>(config.group_index(config.vnics[i].vpc, name)));
-        }
-        auto& policy = tables.policies[slots[i]];
-        for (auto dir : {secgroup::direction::ingress, secgroup::direction::egress}) {
-            auto flat =
-                secgroup::expand_rules(config.security_groups, groups, dir, members, catalog);
-            if (groups.empty() && dir == secgroup::direction::egress) {
-                // docs/architecture.md §7 default for a vNIC without groups: egress allowed,
-                // ingress denied.
-                flat.push_back({implicit_egress_rule, true, 0, {0, 0}, {}});
-            }
-            auto flat6 =
-                secgroup::expand_rules6(config.security_groups, groups, dir, members6, catalog);
-            if (groups.empty() && dir == secgroup::direction::egress) {
-                flat6.push_back({implicit_egress_rule, true, 0, {}, {}});
-            }
-            policy.acl6[static_cast<int>(dir)] =
-                std::make_unique<secgroup::ipv6_rules>(std::move(flat6));
-            policy.acl[static_cast<int>(dir)] = secgroup::acl_table::build(flat, error);
-            if (!policy.acl[static_cast<int>(dir)]) {
-                error = "vNIC " + config.vnics[i].name + ": " + error;
-                return false;
-            }
+        if (!compile_vnic_policy(config, i, members, members6, catalog, tables.policies[slots[i]],
+                                 error)) {
+            return false;
         }
     }
     return true;
@@ -135,7 +169,7 @@ std::unique_ptr<datapath_tables> build_tables(const host_config& config,
     tables->uplink_sealed = config.overlay.may_seal();
     tables->vnic_of_port.fill(no_vnic);
 
-    tables->vpcs = vni_map::create(static_cast<uint32_t>(config.vpcs.size()), error);
+    auto vpcs = vni_map::create(static_cast<uint32_t>(config.vpcs.size()), error);
     uint32_t ipv6_addresses = 0;
     for (const auto& vnic : config.vnics) {
         ipv6_addresses += vnic.ip6.has_value();
@@ -144,22 +178,16 @@ std::unique_ptr<datapath_tables> build_tables(const host_config& config,
         ipv6_addresses += peer.ip6.has_value();
     }
     tables->vlt = overlay::vlt::create(
-        static_cast<uint32_t>(config.vnics.size() + config.peers.size()), error, ipv6_addresses);
-    if (!tables->vpcs || !tables->vlt) {
+        vlt_room(static_cast<uint32_t>(config.vnics.size() + config.peers.size())), error,
+        vlt_room(ipv6_addresses));
+    if (!vpcs || !tables->vlt) {
         return nullptr;
     }
-    auto vpc_index = [&](const std::string& name) {
-        for (uint32_t i = 0; i < config.vpcs.size(); ++i) {
-            if (config.vpcs[i].name == name) {
-                return i;
-            }
-        }
-        return no_vpc;
-    };
     for (uint32_t i = 0; i < config.vpcs.size(); ++i) {
         tables->vni_of_vpc.push_back(config.vpcs[i].vni);
-        tables->vpcs->add(config.vpcs[i].vni, i);
+        vpcs->add(config.vpcs[i].vni, i);
     }
+    tables->vpcs = std::move(vpcs);
     auto worker_of = [&](std::size_t i) -> uint8_t {
         return ports.vnic_workers.empty() ? 0 : ports.vnic_workers[i];
     };
@@ -173,7 +201,7 @@ std::unique_ptr<datapath_tables> build_tables(const host_config& config,
         vnic_view view{};
         view.slot = slot;
         view.port_id = ports.vnic_ports[i];
-        view.vpc = vpc_index(vnic.vpc);
+        view.vpc = vpc_index(config, vnic.vpc);
         view.ip = rte_cpu_to_be_32(vnic.ip.address);
         view.mac = to_ether(vnic.mac);
         view.has_ip6 = vnic.ip6.has_value();
@@ -206,25 +234,18 @@ std::unique_ptr<datapath_tables> build_tables(const host_config& config,
     }
     for (const auto& peer : config.peers) {
         overlay::vlt_entry entry{};
-        entry.kind = overlay::vlt_kind::remote_host;
-        entry.host_ip = rte_cpu_to_be_32(peer.host);
-        entry.neighbor = neighbors.slot_for(entry.host_ip);
-        if (entry.neighbor == overlay::underlay_neighbors::none) {
+        if (!peer_vlt_entry(peer, neighbors, entry)) {
             error = "too many remote hosts";
             return nullptr;
         }
-        entry.has_inner_mac = peer.mac.has_value();
-        if (peer.mac) {
-            entry.inner_mac = to_ether(*peer.mac);
-        }
-        if (!tables->vlt->add(vpc_index(peer.vpc), rte_cpu_to_be_32(peer.ip), entry) ||
-            (peer.ip6 && !tables->vlt->add6(vpc_index(peer.vpc), peer.ip6->data(), entry))) {
+        const uint32_t vpc = vpc_index(config, peer.vpc);
+        if (!tables->vlt->add(vpc, rte_cpu_to_be_32(peer.ip), entry) ||
+            (peer.ip6 && !tables->vlt->add6(vpc, peer.ip6->data(), entry))) {
             error = "VLT rejected peer " + format_ipv4(peer.ip);
             return nullptr;
         }
         if (peer.ip6) {
-            tables->ipv6_twins.push_back(
-                {vpc_index(peer.vpc), *peer.ip6, rte_cpu_to_be_32(peer.ip)});
+            tables->ipv6_twins.push_back({vpc, *peer.ip6, rte_cpu_to_be_32(peer.ip)});
         }
     }
     std::sort(tables->ipv6_twins.begin(), tables->ipv6_twins.end());

@@ -16,6 +16,11 @@ bool same_identity(const vnic_config& a, const vnic_config& b) {
            a.vpc == b.vpc;
 }
 
+bool same_peer(const peer_config& a, const peer_config& b) {
+    return a.vpc == b.vpc && a.ip == b.ip && a.ip6 == b.ip6 && a.host == b.host && a.mac == b.mac &&
+           a.security_groups == b.security_groups;
+}
+
 const vnic_config* find_vnic(const host_config& config, const std::string& name) {
     for (const auto& vnic : config.vnics) {
         if (vnic.name == name) {
@@ -43,7 +48,7 @@ host_config cluster_follower::initial_config(const std::shared_ptr<const cluster
     auto composed = compose_host_config(_local, *view);
     composed.config.vnics.clear();
     composed.config.source_file = "etcd revision " + std::to_string(view->revision);
-    _pending = view;
+    _pending = {view};
     _pending_received = std::chrono::steady_clock::now();
     _scheduled = true;  // applied by the first post (see set_poster's caller in main)
     return composed.config;
@@ -54,12 +59,13 @@ void cluster_follower::offer(std::shared_ptr<const cluster_view> view,
     bool post = false;
     {
         std::lock_guard lock(_mutex);
-        if (_pending == nullptr || view->revision >= _pending->revision) {
-            if (_pending == nullptr) {
-                _pending_received = received;  // a burst counts from its first event
-            }
-            _pending = std::move(view);
+        if (!view->delta) {
+            _pending.clear();  // a whole view says everything the views before it said
         }
+        if (_pending.empty()) {
+            _pending_received = received;  // a burst counts from its first event
+        }
+        _pending.push_back(std::move(view));
         post = !_scheduled;
         _scheduled = true;
     }
@@ -84,25 +90,152 @@ void cluster_follower::offer_connection(const connection_event& event) {
 }
 
 void cluster_follower::apply_pending() {
-    std::shared_ptr<const cluster_view> view;
+    std::vector<std::shared_ptr<const cluster_view>> views;
     std::chrono::steady_clock::time_point received;
     {
         std::lock_guard lock(_mutex);
-        view = std::move(_pending);
+        views.swap(_pending);
         received = _pending_received;
-        _pending = nullptr;
         _scheduled = false;
     }
-    if (view) {
-        apply_view(*view, received);
-        _current = std::move(view);
+    if (views.empty()) {
+        return;
+    }
+    std::size_t first_delta = 0;
+    bool whole_applied = false;
+    if (!views.front()->delta) {
+        whole_applied = _in_step = apply_view(*views.front());
+        first_delta = 1;
+    }
+    if (first_delta < views.size()) {
+        apply_deltas(std::span(views).subspan(first_delta));
+    }
+    note_latency(received);
+    if (whole_applied) {
+        // Off the measured path: the next delta then costs only its change.
+        _host.prepare_patches();
     }
 }
 
 void cluster_follower::tick() {
-    if (!_waiting.empty() && _current) {
-        apply_view(*_current, {});
+    if (_waiting.empty()) {
+        return;
     }
+    std::string error;
+    for (auto it = _waiting.begin(); it != _waiting.end();) {
+        host_config one = _state.config;
+        one.vnics.push_back(it->second);
+        one.source_file = "etcd revision " + std::to_string(_status.revision_applied);
+        it = apply_config(std::move(one), error) ? _waiting.erase(it) : std::next(it);
+    }
+    _status.local_vnics = _state.config.vnics.size();
+    _status.waiting_vnics.clear();
+    for (const auto& [name, vnic] : _waiting) {
+        _status.waiting_vnics.push_back(name);
+    }
+}
+
+void cluster_follower::lost_track(const std::string& why) {
+    _in_step = false;
+    ++_status.apply_failures;
+    _status.last_error = "apply: " + why;
+    log::warning("apply_failed", why + "; reading the whole view again");
+    if (_request_whole) {
+        _request_whole();
+    }
+}
+
+void cluster_follower::apply_deltas(std::span<const std::shared_ptr<const cluster_view>> views) {
+    const auto& last = *views.back();
+    _status.revision_seen = std::max(_status.revision_seen, last.revision);
+    if (!_in_step) {
+        // The state in force is not the view the deltas follow: wait for a whole one.
+        if (_request_whole) {
+            _request_whole();
+        }
+        return;
+    }
+    // By key, the first view's before and the last one's after.
+    std::map<std::string, vnic_change> merged;
+    for (const auto& view : views) {
+        for (const auto& change : view->changes) {
+            const auto [at, fresh] = merged.try_emplace(change.key);
+            if (fresh) {
+                at->second.before = change.before;
+            }
+            at->second.after = change.after;
+        }
+    }
+    std::vector<peer_change> peers;
+    auto& unplaced = _status.unplaced_vnics;
+    for (const auto& [key, change] : merged) {
+        peer_change peer;
+        if (change.before) {
+            peer.before = peer_of(_local, *last.hosts, *change.before);
+            if (!peer.before) {
+                std::erase(unplaced, change.before->name);
+            }
+        }
+        if (change.after) {
+            peer.after = peer_of(_local, *last.hosts, *change.after);
+            if (!peer.after) {
+                unplaced.push_back(change.after->name);
+            }
+        }
+        if (peer.before && peer.after && same_peer(*peer.before, *peer.after)) {
+            continue;  // what changed (QoS, quotas) is the remote host's business
+        }
+        if (peer.before || peer.after) {
+            peers.push_back(std::move(peer));
+        }
+    }
+    if (!peers.empty()) {
+        std::string error;
+        if (!_host.apply_peers(peers, error)) {
+            lost_track(error);
+            return;
+        }
+        // Members this host knows of each group: the changed peers' groups only.
+        auto count = [&](const peer_config& peer, int step) {
+            for (const auto& name : peer.security_groups) {
+                const auto group = peer.vpc + "/" + name;
+                for (auto& [which, members] : _status.group_members) {
+                    if (which == group) {
+                        members = static_cast<std::size_t>(static_cast<long>(members) + step);
+                    }
+                }
+            }
+        };
+        for (const auto& peer : peers) {
+            if (peer.before) {
+                count(*peer.before, -1);
+            }
+            if (peer.after) {
+                count(*peer.after, 1);
+            }
+        }
+    }
+    ++_status.views_applied;
+    _status.revision_applied = last.revision;
+    _status.records = last.records;
+    _status.record_bytes = last.bytes;
+    _status.rejected = last.rejected;
+    _status.peers = _state.config.peers.size();
+    _status.patched_publications = _host.patched_publications();
+}
+
+void cluster_follower::note_latency(std::chrono::steady_clock::time_point received) {
+    if (received == std::chrono::steady_clock::time_point{}) {
+        return;
+    }
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
+                        std::chrono::steady_clock::now() - received)
+                        .count();
+    auto& samples = _status.publish_latency_us;
+    if (samples.size() == control_plane_status::max_latency_samples) {
+        samples.erase(samples.begin());
+    }
+    samples.push_back(static_cast<uint64_t>(us));
 }
 
 bool cluster_follower::apply_config(host_config next, std::string& error) {
@@ -115,8 +248,7 @@ bool cluster_follower::apply_config(host_config next, std::string& error) {
     return true;
 }
 
-void cluster_follower::apply_view(const cluster_view& view,
-                                  std::chrono::steady_clock::time_point received) {
+bool cluster_follower::apply_view(const cluster_view& view) {
     _status.revision_seen = std::max(_status.revision_seen, view.revision);
     _status.records = view.records;
     _status.record_bytes = view.bytes;
@@ -128,7 +260,7 @@ void cluster_follower::apply_view(const cluster_view& view,
                      "the records in etcd do not form a valid cluster; "
                      "keeping the state in force",
                      {{"revision", view.revision}});
-        return;
+        return false;
     }
     auto composed = compose_host_config(_local, view);
     auto& next = composed.config;
@@ -163,7 +295,7 @@ void cluster_follower::apply_view(const cluster_view& view,
             ++_status.apply_failures;
             _status.last_error = "apply: " + error;
             log::warning("apply_failed", error, {{"source", source}});
-            return;
+            return false;
         }
     } else if (!apply_config(next, error)) {
         // Most likely a new local vNIC whose port cannot open yet: apply everything else, then
@@ -181,14 +313,14 @@ void cluster_follower::apply_view(const cluster_view& view,
             ++_status.apply_failures;
             _status.last_error = "apply: " + error;
             log::warning("apply_failed", error, {{"source", next.source_file}});
-            return;
+            return false;
         }
         for (const auto& vnic : added) {
             host_config one = _state.config;
             one.vnics.push_back(vnic);
             one.source_file = next.source_file;
             if (!apply_config(one, error)) {
-                _waiting.insert(vnic.name);
+                _waiting.emplace(vnic.name, vnic);
                 log::warning("vnic_waiting", error, {{"vnic", vnic.name}});
             }
         }
@@ -210,17 +342,12 @@ void cluster_follower::apply_view(const cluster_view& view,
     }
     _status.stale_hosts = composed.stale_hosts;
     _status.unplaced_vnics = composed.unplaced;
-    _status.waiting_vnics.assign(_waiting.begin(), _waiting.end());
-    if (received != std::chrono::steady_clock::time_point{}) {
-        const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
-                            std::chrono::steady_clock::now() - received)
-                            .count();
-        auto& samples = _status.publish_latency_us;
-        if (samples.size() == control_plane_status::max_latency_samples) {
-            samples.erase(samples.begin());
-        }
-        samples.push_back(static_cast<uint64_t>(us));
+    _status.waiting_vnics.clear();
+    for (const auto& [name, vnic] : _waiting) {
+        _status.waiting_vnics.push_back(name);
     }
+    _status.patched_publications = _host.patched_publications();
+    return true;
 }
 
 }  // namespace jakiro::control_plane

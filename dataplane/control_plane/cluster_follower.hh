@@ -4,19 +4,26 @@
 // the same path as `jakiroctl apply` (ports opened/closed, snapshot rebuilt and published by
 // the RCU swap, flows that stay allowed untouched). It also keeps control_plane_status.
 //
+// A delta view (only other hosts' vNICs changed; cluster_records.hh) is applied as peer
+// changes through host_manager::apply_peers: the configuration in force and the snapshot are
+// patched, and the cost is the change's, not the interest's. A follower that could not apply a
+// view asks the agent for a whole one instead of applying deltas on a state they do not fit.
+//
 // When etcd is away nothing is applied: the state in force stays, and so does forwarding.
 // A local vNIC whose port cannot be opened yet (its veth not there) waits and is retried each
 // second, without holding back the rest of the change.
 //
 // Thread-safety: offer() and offer_connection() from any thread (they post to the control
-// thread and coalesce: only the newest view is applied); everything else on the control
-// thread.
+// thread and coalesce: a whole view supersedes every view before it, deltas after it are
+// merged into one change); everything else on the control thread.
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
-#include <set>
+#include <span>
+#include <vector>
 
 #include "dataplane/control/control_plane_report.hh"
 #include "dataplane/control/daemon_state.hh"
@@ -39,6 +46,10 @@ class cluster_follower final : public control_plane_report {
     host_config initial_config(const std::shared_ptr<const cluster_view>& view);
     // Called once the control thread runs: how offers reach it.
     void set_poster(poster post) { _post = std::move(post); }
+    // How to ask the agent for a whole view (etcd_agent::request_whole_view).
+    void set_whole_view_request(std::function<void()> request) {
+        _request_whole = std::move(request);
+    }
 
     void offer(std::shared_ptr<const cluster_view> view,
                std::chrono::steady_clock::time_point received);
@@ -54,8 +65,13 @@ class cluster_follower final : public control_plane_report {
     void write_json(json_writer& out) const override { write_control_plane_json(out, _status); }
 
   private:
-    void apply_view(const cluster_view& view, std::chrono::steady_clock::time_point received);
+    // A whole view; true when the state in force is the view's (deltas may follow).
+    bool apply_view(const cluster_view& view);
+    // Delta views, oldest first, merged into one change.
+    void apply_deltas(std::span<const std::shared_ptr<const cluster_view>> views);
     bool apply_config(host_config next, std::string& error);
+    void note_latency(std::chrono::steady_clock::time_point received);
+    void lost_track(const std::string& why);
 
     daemon_state& _state;
     host_manager& _host;
@@ -63,13 +79,17 @@ class cluster_follower final : public control_plane_report {
     poster _post;
     control_plane_status _status;
 
-    std::mutex _mutex;  // guards the two below
-    std::shared_ptr<const cluster_view> _pending;
+    std::function<void()> _request_whole;
+
+    std::mutex _mutex;  // guards the three below
+    // A whole view (or none) and the deltas after it.
+    std::vector<std::shared_ptr<const cluster_view>> _pending;
     std::chrono::steady_clock::time_point _pending_received{};
     bool _scheduled = false;
 
-    std::shared_ptr<const cluster_view> _current;  // the view in force (control thread)
-    std::set<std::string> _waiting;                // local vNICs whose port failed to open
+    // The state in force is the last view's: a delta may be applied on it (control thread).
+    bool _in_step = false;
+    std::map<std::string, vnic_config> _waiting;  // local vNICs whose port failed to open
 };
 
 }  // namespace jakiro::control_plane

@@ -17,9 +17,13 @@ void cluster_records::reset(int64_t revision) {
     _bytes = 0;
     _frame_dirty = true;
     _liveness_dirty = true;
+    _structural = true;
+    _touched.clear();
 }
 
 void cluster_records::note_change(record_kind kind) {
+    // Only a per-VPC vNIC record can be part of a delta view (touch_vnic says which).
+    _structural |= kind != record_kind::vnic;
     switch (kind) {
         case record_kind::host:
         case record_kind::vpc:
@@ -36,6 +40,13 @@ void cluster_records::note_change(record_kind kind) {
 
 std::map<std::string, stored_record>::iterator cluster_records::drop(
     std::map<std::string, stored_record>::iterator record) {
+    if (record->second.kind == record_kind::vnic) {
+        if (record->second.legacy) {
+            _structural = true;
+        } else {
+            touch_vnic(record->first, &record->second);
+        }
+    }
     _bytes -= record->first.size() + record->second.value.size();
     note_change(record->second.kind);
     return _records.erase(record);
@@ -49,6 +60,7 @@ void cluster_records::serve(const std::string& vpc, const std::string& tag) {
     auto& local = _served[vpc];
     if (local.insert(tag).second && local.size() == 1) {
         _pulled.insert(vpc);  // its first local vNIC: read the VPC
+        _structural = true;
     }
 }
 
@@ -60,7 +72,22 @@ void cluster_records::unserve(const std::string& vpc, const std::string& tag) {
         forget_vpc(vpc);
         _pulled.erase(vpc);
         _dropped.insert(vpc);
+        _structural = true;
     }
+}
+
+void cluster_records::touch_vnic(const std::string& key, stored_record* old) {
+    if (_touched.count(key)) {
+        return;  // what the last view had of it is noted already
+    }
+    if (old != nullptr && !old->accepted) {
+        _structural = true;  // the last view refused it (its refusal goes with a whole view)
+    }
+    std::optional<vnic_config> before;
+    if (old != nullptr && old->accepted) {
+        before = std::move(old->vnic);
+    }
+    _touched.emplace(key, std::move(before));
 }
 
 vnic_placement placement_of_vnic_value(const std::string& value) {
@@ -241,6 +268,13 @@ bool cluster_records::put(const std::string& key, std::string value, int64_t mod
     }
     note_change(record.kind);
     const auto [stored, added] = _records.try_emplace(key);
+    if (record.kind == record_kind::vnic) {
+        if (record.legacy) {
+            _structural = true;
+        } else {
+            touch_vnic(key, added ? nullptr : &stored->second);
+        }
+    }
     _bytes += (added ? key.size() : 0) + record.value.size() - stored->second.value.size();
     stored->second = std::move(record);
     return true;
@@ -440,7 +474,140 @@ void cluster_records::load_liveness() {
     _hosts = std::move(directory);
 }
 
-std::shared_ptr<const cluster_view> cluster_records::build_view() {
+void cluster_records::check_vnic(const std::string& key, stored_record& record,
+                                 std::size_t& checked) {
+    // A legacy value that names no VPC: checked again whenever any part of the frame
+    // changed.
+    uint64_t frame = _generations;
+    if (!record.vpc.empty()) {
+        const auto found = _vpc_frames.find(record.vpc);
+        frame = found == _vpc_frames.end() ? 0 : found->second.generation;
+    }
+    if (record.checked_frame == frame && frame != 0) {
+        return;
+    }
+    record.checked_frame = frame;
+    record.error.clear();
+    record.vnic = load_cluster_vnic_text(record.flow, _frame, record.error);
+    ++checked;
+    if (record.key_unchecked) {
+        // The key says what the record is: a value that claims another name or VPC is refused
+        // rather than guessed at.
+        if (record.vnic && record.vnic->name != key.substr(key.rfind('/') + 1)) {
+            record.vnic.reset();
+            record.error = "name does not match the key";
+        } else if (record.vnic && !record.legacy && record.vnic->vpc != record.vpc) {
+            record.vnic.reset();
+            record.error = "vpc does not match the key";
+        } else if (!record.vnic && record.error.rfind("yaml-cpp", 0) == 0) {
+            record.error = "not YAML: " + record.error;
+        }
+    }
+}
+
+std::optional<cluster_records::claim_keys> cluster_records::claims_of(
+    const vnic_config& vnic) const {
+    claim_keys out;
+    if (const auto number = _vpc_number.find(vnic.vpc); number != _vpc_number.end()) {
+        out.address = number->second << 32 | vnic.ip.address;
+        if (vnic.ip6) {
+            out.address6 = std::make_pair(number->second, vnic.ip6->address);
+        }
+    }
+    for (const auto byte : vnic.mac) {
+        out.mac = out.mac << 8 | byte;
+    }
+    return out;
+}
+
+std::shared_ptr<cluster_view> cluster_records::build_delta() {
+    auto view = std::make_shared<cluster_view>();
+    view->delta = true;
+    view->revision = _revision;
+    view->records = _records.size();
+    view->bytes = _bytes;
+    view->hosts = _hosts;
+    std::vector<stored_record*> now;
+    for (auto& [key, before] : _touched) {
+        const auto found = _records.find(key);
+        stored_record* record = found == _records.end() ? nullptr : &found->second;
+        if (record != nullptr) {
+            if (!record->problem.empty()) {
+                return nullptr;
+            }
+            check_vnic(key, *record, view->vnics_checked);
+            if (!record->vnic || record->vnic->host == _host) {
+                return nullptr;  // a refusal, or a local vNIC: the whole view says it
+            }
+        }
+        if (before && before->host == _host) {
+            return nullptr;
+        }
+        now.push_back(record);
+    }
+    // Each changed vNIC must have claimed its address and MAC alone, and claim its new ones
+    // alone: otherwise which of two claimants keeps them is the whole view's decision. A failure
+    // leaves the counts half done; the whole view counts them again.
+    auto release = [](auto& counts, const auto& key) {
+        const auto found = counts.find(key);
+        if (found == counts.end() || found->second != 1) {
+            return false;
+        }
+        counts.erase(found);
+        return true;
+    };
+    auto take = [](auto& counts, const auto& key) { return counts.emplace(key, 1).second; };
+    for (const auto& [key, before] : _touched) {
+        if (!before) {
+            continue;
+        }
+        const auto claims = claims_of(*before);
+        if (!claims || !claims->address || !release(_address_claims, *claims->address) ||
+            !release(_mac_claims, claims->mac) ||
+            (claims->address6 && !release(_address6_claims, *claims->address6))) {
+            return nullptr;
+        }
+    }
+    for (auto* record : now) {
+        if (record == nullptr || !record->vnic) {
+            continue;
+        }
+        const auto claims = claims_of(*record->vnic);
+        if (!claims || !claims->address || !take(_address_claims, *claims->address) ||
+            !take(_mac_claims, claims->mac) ||
+            (claims->address6 && !take(_address6_claims, *claims->address6))) {
+            return nullptr;
+        }
+    }
+    std::size_t k = 0;
+    for (auto& [key, before] : _touched) {
+        auto* record = now[k++];
+        vnic_change change;
+        change.key = key;
+        change.before = std::move(before);
+        if (record != nullptr) {
+            record->accepted = true;
+            change.after = record->vnic;
+        }
+        if (change.before || change.after) {
+            view->changes.push_back(std::move(change));
+        }
+    }
+    view->rejected = _view_rejected;
+    _touched.clear();
+    return view;
+}
+
+std::shared_ptr<const cluster_view> cluster_records::build_view(bool full) {
+    if (!full && !_structural && !_host.empty() && !_follow_legacy && _last_view_usable &&
+        !_frame_dirty && !_liveness_dirty) {
+        if (auto delta = build_delta()) {
+            return delta;
+        }
+    }
+    _touched.clear();
+    _structural = false;
+    _last_view_usable = false;
     auto view = std::make_shared<cluster_view>();
     view->revision = _revision;
     view->records = _records.size();
@@ -470,6 +637,7 @@ std::shared_ptr<const cluster_view> cluster_records::build_view() {
     std::vector<std::pair<const std::string*, stored_record*>> legacy_vnics;
     for (const auto* key : keys_of(record_kind::vnic)) {
         auto& record = _records.at(*key);
+        record.accepted = false;
         if (record.legacy) {
             // A host keeps every legacy key while they are in use; its VPCs' count.
             if (_host.empty() || serves(record.vpc)) {
@@ -507,6 +675,12 @@ std::shared_ptr<const cluster_view> cluster_records::build_view() {
     for (const auto& vpc : view->cluster.vpcs) {
         vpc_number.emplace(vpc.name, vpc_number.size());
     }
+    _vpc_number = vpc_number;
+    _address_claims.clear();
+    _mac_claims.clear();
+    _address6_claims.clear();
+    _address_claims.reserve(vnic_records.size());
+    _mac_claims.reserve(vnic_records.size());
     std::unordered_set<uint64_t> addresses, macs;
     std::set<std::pair<uint64_t, ipv6_address>> addresses6;
     addresses.reserve(vnic_records.size());
@@ -516,37 +690,23 @@ std::shared_ptr<const cluster_view> cluster_records::build_view() {
     for (std::size_t k = 0; k < keys.size(); ++k) {
         const auto& key = *keys[k];
         auto& record = *vnic_records[k];
-        // A legacy value that names no VPC: checked again whenever any part of the frame
-        // changed.
-        uint64_t frame = _generations;
-        if (!record.vpc.empty()) {
-            const auto found = _vpc_frames.find(record.vpc);
-            frame = found == _vpc_frames.end() ? 0 : found->second.generation;
-        }
-        if (record.checked_frame != frame || frame == 0) {
-            record.checked_frame = frame;
-            record.error.clear();
-            record.vnic = load_cluster_vnic_text(record.flow, view->cluster, record.error);
-            ++view->vnics_checked;
-            if (record.key_unchecked) {
-                // The key says what the record is: a value that claims another name or VPC
-                // is refused rather than guessed at.
-                if (record.vnic && record.vnic->name != key.substr(key.rfind('/') + 1)) {
-                    record.vnic.reset();
-                    record.error = "name does not match the key";
-                } else if (record.vnic && !record.legacy && record.vnic->vpc != record.vpc) {
-                    record.vnic.reset();
-                    record.error = "vpc does not match the key";
-                } else if (!record.vnic && record.error.rfind("yaml-cpp", 0) == 0) {
-                    record.error = "not YAML: " + record.error;
-                }
-            }
-        }
+        check_vnic(key, record, view->vnics_checked);
         if (!record.vnic) {
             view->rejected.push_back(key + ": " + record.error);
             continue;
         }
         const auto& vnic = *record.vnic;
+        // Every valid record's claims count, refused or not: a delta view may only change a
+        // vNIC that claimed alone (build_delta).
+        if (const auto claims = claims_of(vnic)) {
+            if (claims->address) {
+                ++_address_claims[*claims->address];
+            }
+            if (claims->address6) {
+                ++_address6_claims[*claims->address6];
+            }
+            ++_mac_claims[claims->mac];
+        }
         const auto number = vpc_number.find(vnic.vpc);
         if (number != vpc_number.end() &&
             !addresses.insert(number->second << 32 | vnic.ip.address).second) {
@@ -573,8 +733,11 @@ std::shared_ptr<const cluster_view> cluster_records::build_view() {
         if (number != vpc_number.end() && vnic.ip6) {
             addresses6.insert({number->second, vnic.ip6->address});
         }
+        record.accepted = true;
         view->cluster.vnics.push_back(vnic);
     }
+    _view_rejected = view->rejected;
+    _last_view_usable = true;
     return view;
 }
 

@@ -51,6 +51,7 @@ struct stored_record {
     uint64_t checked_frame = 0;  // 0: not checked yet
     std::optional<vnic_config> vnic;
     std::string error;
+    bool accepted = false;  // in the last view's vNICs
 };
 
 // The hosts of the cluster as the views share them (a vNIC's change reuses it whole).
@@ -60,9 +61,21 @@ struct host_directory {
     std::vector<std::string> stale;                      // hosts without one, by name
 };
 
+// One vNIC record of a delta view: as the view before had it and as it is now (absent: not
+// there, or not in that view's vNICs).
+struct vnic_change {
+    std::string key;
+    std::optional<vnic_config> before;
+    std::optional<vnic_config> after;
+};
+
 // What the records mean at one revision. `cluster` holds hosts, VPCs, groups and vNICs (each
 // with its host); records that do not parse or do not fit (unknown VPC, name not matching its
 // key, ...) are left out and listed in `rejected`, so one bad write cannot take the rest down.
+//
+// A delta view (`delta`) says only what changed since the view before it, which its reader must
+// have applied: vNICs of other hosts added, removed or changed, nothing else (no VPC, group,
+// host, lease, local vNIC, refusal). Its `cluster` is empty; `hosts` and `rejected` are whole.
 struct cluster_view {
     int64_t revision = 0;
     // False when the records could not be made into a valid document at all (then `cluster`
@@ -77,6 +90,8 @@ struct cluster_view {
     std::size_t vnics_checked = 0;      // vNIC records parsed and validated for this view
     bool frame_checked = false;         // hosts, VPCs and groups were gone over again for this view
     bool legacy_keys = false;           // a host's view: the legacy vNIC keys were followed too
+    bool delta = false;
+    std::vector<vnic_change> changes;  // a delta view's, in key order
 };
 
 class cluster_records {
@@ -116,7 +131,11 @@ class cluster_records {
     // Parses and validates every record (the same checks as a cluster YAML). vNIC records are
     // checked one by one and remembered: a change costs one record's parse, not the cluster's,
     // until the VPCs, groups or hosts change (then every vNIC is checked again).
-    std::shared_ptr<const cluster_view> build_view();
+    // A host's view is a delta (cluster_view) when all that changed since the last view is
+    // vNICs of other hosts that fit alone (each claims an address and MAC nobody else claims,
+    // and none was refused); then it costs the changed records only. `full` asks for a whole
+    // view (a reader that lost track).
+    std::shared_ptr<const cluster_view> build_view(bool full = false);
 
   private:
     // Local vNICs of a VPC, each by a tag: its name (homes/ entry) or "legacy/" + its name
@@ -137,6 +156,18 @@ class cluster_records {
         uint64_t generation = 0;
     };
     void forget_vpc(const std::string& vpc);
+    // A per-VPC vNIC record about to change or go: what the last view had of it.
+    void touch_vnic(const std::string& key, stored_record* old);
+    // The check of one vNIC record against the frame, when it or its VPC's frame changed.
+    void check_vnic(const std::string& key, stored_record& record, std::size_t& checked);
+    std::shared_ptr<cluster_view> build_delta();
+    // What a vNIC claims alone: its address in its VPC (both families) and its MAC.
+    struct claim_keys {
+        std::optional<uint64_t> address;
+        std::optional<std::pair<uint64_t, ipv6_address>> address6;
+        uint64_t mac = 0;
+    };
+    std::optional<claim_keys> claims_of(const vnic_config& vnic) const;
 
     std::map<std::string, stored_record> _records;  // by key
     int64_t _revision = 0;
@@ -158,6 +189,16 @@ class cluster_records {
     std::size_t _bytes = 0;  // keys and values kept
     std::map<std::string, vpc_frame> _vpc_frames;
     uint64_t _generations = 0;
+    // For delta views: the per-VPC vNIC keys put or erased since the last view, with what it had
+    // of each; whether anything else changed (then the next view is whole); and, from the last
+    // whole view on, how many valid vNIC records claim each address and MAC.
+    std::map<std::string, std::optional<vnic_config>> _touched;
+    bool _structural = true;
+    bool _last_view_usable = false;
+    std::vector<std::string> _view_rejected;
+    std::map<std::string, uint64_t> _vpc_number;
+    std::unordered_map<uint64_t, uint32_t> _address_claims, _mac_claims;
+    std::map<std::pair<uint64_t, ipv6_address>, uint32_t> _address6_claims;
 };
 
 // Where a vNIC value says it lives: its VPC and host (empty when it does not say, or is not a

@@ -155,6 +155,13 @@ bool etcd_agent::pull_vpcs(int64_t revision) {
     return true;
 }
 
+void etcd_agent::request_whole_view() {
+    queued_event event;
+    event.whole = true;
+    event.received = std::chrono::steady_clock::now();
+    enqueue(std::move(event));
+}
+
 void etcd_agent::start(view_handler on_view, connection_handler on_connection) {
     _on_view = std::move(on_view);
     _on_connection = std::move(on_connection);
@@ -331,7 +338,12 @@ void etcd_agent::build_loop() {
         const auto received = batch.front().received;
         bool changed = false;
         bool pulled = true;
+        bool whole = false;
         for (auto& event : batch) {
+            if (event.whole) {
+                whole = changed = true;
+                continue;
+            }
             if (event.reset) {
                 _records.reset(event.revision);
                 _records.follow_legacy(event.legacy);
@@ -370,7 +382,7 @@ void etcd_agent::build_loop() {
             continue;
         }
         if (changed) {
-            _on_view(_records.build_view(), received);
+            _on_view(_records.build_view(whole), received);
         }
     }
 }

@@ -19,7 +19,8 @@
 //    (parsing and validation: the expensive part), so a burst of events becomes one view;
 //  - the lease thread keeps the registration alive.
 // The callbacks run on the build and watch threads: they must only hand the data over
-// (cluster_follower::offer does, to the control thread).
+// (cluster_follower::offer does, to the control thread). A view is whole or, when only other
+// hosts' vNICs changed, a delta on the view before it (cluster_view).
 
 #include <atomic>
 #include <chrono>
@@ -62,11 +63,15 @@ class etcd_agent {
 
     void start(view_handler on_view, connection_handler on_connection);
     void stop();
+    // Any thread: the next view is a whole one (a reader of delta views that lost track of
+    // them asks for it; cluster_records::build_view).
+    void request_whole_view();
 
   private:
     struct queued_event {
         bool reset = false;   // a full read: the records below replace everything
         bool legacy = false;  // ... read with the legacy vNIC keys (no schema marker)
+        bool whole = false;   // no records: the next view is to be whole
         std::vector<key_value> puts;
         std::vector<std::string> deletes;
         int64_t revision = 0;

@@ -20,6 +20,25 @@ std::string vnic_port_of(const std::string& pattern, const std::string& name) {
     return out;
 }
 
+std::optional<peer_config> peer_of(const host_config& local, const host_directory& hosts,
+                                   const vnic_config& vnic) {
+    const auto host = hosts.underlay.find(vnic.host);
+    // A vNIC whose host has no address yet, or claims ours, cannot be reached through it.
+    if (host == hosts.underlay.end() || host->second == 0 || host->second == local.underlay.ip) {
+        return std::nullopt;
+    }
+    peer_config peer;
+    peer.vpc = vnic.vpc;
+    peer.ip = vnic.ip.address;
+    if (vnic.ip6) {
+        peer.ip6 = vnic.ip6->address;
+    }
+    peer.host = host->second;
+    peer.mac = vnic.mac;
+    peer.security_groups = vnic.security_groups;
+    return peer;
+}
+
 host_view compose_host_config(const host_config& local, const cluster_view& view) {
     host_view out;
     out.config = local;
@@ -33,7 +52,6 @@ host_view compose_host_config(const host_config& local, const cluster_view& view
     // pay for every host of the cluster. Their addresses go into the peers below, looked up in
     // the directory the views share.
     out.config.hosts.clear();
-    const auto& underlay = view.hosts->underlay;
     for (const auto& host : view.hosts->stale) {
         if (host != local.name) {
             out.stale_hosts.push_back(host);
@@ -47,22 +65,12 @@ host_view compose_host_config(const host_config& local, const cluster_view& view
             out.config.vnics.push_back(std::move(mine));
             continue;
         }
-        const auto host = underlay.find(vnic.host);
-        // A vNIC whose host has no address yet, or claims ours, cannot be reached through it.
-        if (host == underlay.end() || host->second == 0 || host->second == local.underlay.ip) {
+        auto peer = peer_of(local, *view.hosts, vnic);
+        if (!peer) {
             out.unplaced.push_back(vnic.name);
             continue;
         }
-        peer_config peer;
-        peer.vpc = vnic.vpc;
-        peer.ip = vnic.ip.address;
-        if (vnic.ip6) {
-            peer.ip6 = vnic.ip6->address;
-        }
-        peer.host = host->second;
-        peer.mac = vnic.mac;
-        peer.security_groups = vnic.security_groups;
-        out.config.peers.push_back(std::move(peer));
+        out.config.peers.push_back(std::move(*peer));
     }
     return out;
 }

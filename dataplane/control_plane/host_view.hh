@@ -7,6 +7,7 @@
 //  - every other vNIC as a peer at its host's underlay address.
 // Pure: no etcd, no DPDK.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,5 +27,10 @@ struct host_view {
 std::string vnic_port_of(const std::string& pattern, const std::string& name);
 
 host_view compose_host_config(const host_config& local, const cluster_view& view);
+
+// Another host's vNIC as this host's peer, at its host's underlay address; nullopt when it
+// cannot be placed (its host has no address yet, or claims ours).
+std::optional<peer_config> peer_of(const host_config& local, const host_directory& hosts,
+                                   const vnic_config& vnic);
 
 }  // namespace jakiro::control_plane

@@ -86,6 +86,7 @@ void write_control_plane_json(json_writer& out, const control_plane_status& s) {
         .value("peers", uint64_t{s.peers})
         .value("legacy_keys", s.legacy_keys)
         .value("views_applied", s.views_applied)
+        .value("patched_publications", s.patched_publications)
         .value("apply_failures", s.apply_failures);
     auto list = [&](const char* key, const std::vector<std::string>& names) {
         out.begin_array(key);

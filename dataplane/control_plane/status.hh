@@ -39,6 +39,8 @@ struct control_plane_status {
     std::vector<std::string> waiting_vnics;   // local, but their port cannot be opened yet
     std::vector<std::string> rejected;        // records refused: "KEY: reason"
     uint64_t views_applied = 0;
+    // Snapshots patched from the one before (only peers changed) rather than built whole.
+    uint64_t patched_publications = 0;
     uint64_t apply_failures = 0;
     // Watch response received -> new snapshot published, in microseconds, most recent last
     // (bounded; perf/control_plane reads them from `status --json`).

@@ -16,11 +16,33 @@ std::unique_ptr<vlt> vlt::create(uint32_t capacity, std::string& error, uint32_t
         rte_hash_free(hash);
         return nullptr;
     }
-    return std::unique_ptr<vlt>(new vlt(hash, hash6, capacity + ipv6_capacity));
+    return std::unique_ptr<vlt>(
+        new vlt(hash, hash6, capacity + ipv6_capacity, capacity, ipv6_capacity));
 }
 
-vlt::vlt(rte_hash* hash, rte_hash* hash6, uint32_t capacity) : _hash(hash), _hash6(hash6) {
+vlt::vlt(rte_hash* hash, rte_hash* hash6, uint32_t capacity, uint32_t capacity4, uint32_t capacity6)
+    : _hash(hash), _hash6(hash6), _capacity4(capacity4), _capacity6(capacity6) {
     _entries.reserve(capacity);
+}
+
+std::unique_ptr<vlt> vlt::clone(std::string& error) const {
+    auto copy = create(_capacity4, error, _capacity6);
+    if (!copy) {
+        return nullptr;
+    }
+    for (rte_hash* from : {_hash, _hash6}) {
+        rte_hash* to = from == _hash ? copy->_hash : copy->_hash6;
+        const void* key = nullptr;
+        void* data = nullptr;
+        uint32_t next = 0;
+        while (rte_hash_iterate(from, &key, &data, &next) >= 0) {
+            if (!copy->add_key(to, key, *static_cast<const vlt_entry*>(data))) {
+                error = "cannot copy the VLT";
+                return nullptr;
+            }
+        }
+    }
+    return copy;
 }
 
 vlt::~vlt() {
@@ -29,11 +51,20 @@ vlt::~vlt() {
 }
 
 bool vlt::add_key(rte_hash* hash, const void* key, const vlt_entry& entry) {
-    if (_entries.size() == _entries.capacity()) {
+    if (_free.empty() && _entries.size() == _entries.capacity()) {
         return false;
     }
     if (rte_hash_lookup(hash, key) >= 0) {
         return false;
+    }
+    if (!_free.empty()) {
+        const uint32_t index = _free.back();
+        if (rte_hash_add_key_data(hash, key, &_entries[index]) != 0) {
+            return false;
+        }
+        _entries[index] = entry;
+        _free.pop_back();
+        return true;
     }
     _entries.push_back(entry);
     if (rte_hash_add_key_data(hash, key, &_entries.back()) != 0) {
@@ -41,6 +72,26 @@ bool vlt::add_key(rte_hash* hash, const void* key, const vlt_entry& entry) {
         return false;
     }
     return true;
+}
+
+bool vlt::remove_key(rte_hash* hash, const void* key) {
+    void* data = nullptr;
+    if (rte_hash_lookup_data(hash, key, &data) < 0 || rte_hash_del_key(hash, key) < 0) {
+        return false;
+    }
+    _free.push_back(static_cast<uint32_t>(static_cast<vlt_entry*>(data) - _entries.data()));
+    return true;
+}
+
+bool vlt::remove(uint32_t vpc, rte_be32_t ip) {
+    const vlt_key key{vpc, ip};
+    return remove_key(_hash, &key);
+}
+
+bool vlt::remove6(uint32_t vpc, const uint8_t* ip) {
+    vlt6_key key{vpc, {}};
+    std::memcpy(key.ip, ip, sizeof(key.ip));
+    return remove_key(_hash6, &key);
 }
 
 bool vlt::add(uint32_t vpc, rte_be32_t ip, const vlt_entry& entry) {

@@ -54,6 +54,10 @@ constexpr uint64_t min_throttled_sleep_us = 10;
 // ARP for remote hosts: retry unresolved ones quickly, refresh resolved ones slowly.
 constexpr uint64_t arp_retry_ms = 250;
 constexpr uint64_t arp_refresh_ms = 30000;
+// Requests one retry sends at most, the next ones continuing where it stopped: a publication
+// waits for the worker's iteration to end (the RCU grace period), so the iteration must not
+// grow with the hosts the VLT points at. 1 024 every 250 ms asks 4 096 hosts a second.
+constexpr uint32_t arp_requests_per_retry = 1024;
 // Flow aging: every 10 ms look at 1 % of the flow table, so a full sweep takes a second.
 constexpr uint64_t aging_interval_ms = 10;
 constexpr uint32_t aging_sweeps_per_second = 100;
@@ -121,13 +125,29 @@ void others_faces(const datapath_tables& tables, unsigned self, std::vector<int>
     }
 }
 
-// Sends "who has" for every remote host (unresolved only, unless `all`).
-void request_neighbors(worker_context& ctx, const datapath_tables& tables, bool all) {
+// Where the ARP requests to remote hosts stand: the next slot to ask, and how many slots a
+// refresh (every host, resolved or not) still has to go.
+struct neighbor_requests {
+    uint16_t next = 0;
+    uint32_t refresh_left = 0;
+};
+
+// Sends "who has" to remote hosts, at most arp_requests_per_retry: the rest of a refresh first,
+// then unresolved ones, from where the last call stopped.
+void request_neighbors(worker_context& ctx, const datapath_tables& tables,
+                       neighbor_requests& state) {
     const uint16_t count = ctx.neighbors->size();
-    for (uint16_t slot = 0; slot < count; ++slot) {
-        if (!all && ctx.neighbors->mac(slot)) {
+    uint32_t sent = 0;
+    for (uint32_t looked = 0; looked < count && sent < arp_requests_per_retry; ++looked) {
+        const uint16_t slot = state.next < count ? state.next : 0;
+        state.next = static_cast<uint16_t>(slot + 1u < count ? slot + 1u : 0);
+        const bool refresh = state.refresh_left > 0;
+        if (refresh) {
+            --state.refresh_left;
+        } else if (ctx.neighbors->mac(slot)) {
             continue;
         }
+        ++sent;
         rte_mbuf* m = rte_pktmbuf_alloc(ctx.pool);
         if (m == nullptr) {
             return;
@@ -266,6 +286,7 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
     packet_wait waiting(hz);
     uint64_t last_packet_tsc = rte_get_tsc_cycles();
     uint64_t next_arp_retry = 0;
+    neighbor_requests arp;
     uint64_t next_arp_refresh = last_packet_tsc + hz * arp_refresh_ms / 1000;
     uint64_t sleep = first_sleep_us;
     uint64_t next_aging = 0;
@@ -589,8 +610,11 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
             if (refresh) {
                 next_arp_refresh = now + hz * arp_refresh_ms / 1000;
             }
-            if (refresh || any_unresolved(*ctx.neighbors)) {
-                request_neighbors(ctx, tables, refresh);
+            if (refresh) {
+                arp.refresh_left = ctx.neighbors->size();
+            }
+            if (arp.refresh_left > 0 || any_unresolved(*ctx.neighbors)) {
+                request_neighbors(ctx, tables, arp);
             }
         }
         if (now >= next_aging) {

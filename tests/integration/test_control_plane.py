@@ -66,6 +66,7 @@ def test_every_host_starts_with_the_cluster_from_etcd(testbed):
 
 
 def test_a_vnic_that_joins_on_h3_is_reachable_from_h1_and_h2_but_not_from_red(testbed):
+    patched = control_plane("h1")["patched_publications"]
     add_tenant("t19", 3, "blue", "198.19.1.19", "02:00:c6:13:01:19")
     t0 = time.monotonic()
     wait_until(lambda: reachable(T1, "198.19.1.19", wait_s=0.2), 10, "t19 reachable from h1")
@@ -75,6 +76,9 @@ def test_a_vnic_that_joins_on_h3_is_reachable_from_h1_and_h2_but_not_from_red(te
     assert reachable(T2, "198.19.1.19", count=2)
     assert not reachable(T4, "198.19.1.19", count=2)  # red, another VPC
     assert "t19" in ports("h3")
+    # Another host's vNIC: h1 patched its snapshot (the VLT entry, blue's group members and the
+    # ACLs of its vNICs whose rules name them) rather than building its tables again.
+    assert control_plane("h1")["patched_publications"] > patched
 
 
 def test_a_vnic_that_leaves_is_gone_from_its_host_and_unreachable(testbed, tmp_path):
@@ -94,6 +98,7 @@ def test_a_vnic_that_leaves_is_gone_from_its_host_and_unreachable(testbed, tmp_p
 
 def test_a_vnic_that_moves_from_h1_to_h3_is_reached_at_h3(testbed):
     # Same name, VPC, IP and MAC, another host: the record's host changes in etcd.
+    patched = control_plane("h2")["patched_publications"]
     add_tenant("t5", 3, "blue", "198.19.1.3", "02:00:c6:13:01:03")
     wait_until(lambda: "t5" in ports("h3") and "t5" not in ports("h1"), 5,
                "t5's port to move from h1 to h3")
@@ -103,6 +108,8 @@ def test_a_vnic_that_moves_from_h1_to_h3_is_reached_at_h3(testbed):
     assert reachable(T2, "198.19.1.3", count=3)
     after = int(ns("jk-h3-t5", "cat", "/sys/class/net/eth0/statistics/rx_packets").stdout)
     assert after - before >= 3
+    # For h2 a peer moved from h1 to h3: its VLT entry was patched to the new host.
+    assert control_plane("h2")["patched_publications"] > patched
     # h1 itself reaches it over the underlay now.
     assert reachable(T1, "198.19.1.3", count=2)
 

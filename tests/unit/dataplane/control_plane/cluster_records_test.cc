@@ -474,3 +474,106 @@ TEST(ClusterInterest, AVnicChangeGoesOverNoHostAndSharesTheHostDirectory) {
     EXPECT_EQ(fourth->hosts->underlay.at("h2"), 0xc6120102u);
     EXPECT_TRUE(fourth->hosts->alive.count("h2"));
 }
+
+namespace {
+
+const char* d1_value(const char* mac, const char* ip = "198.19.1.2/24") {
+    static std::string value;
+    value = std::string("{name: d1, vpc: blue, ip: ") + ip + ", mac: '" + mac +
+            "', host: h2, security_groups: [db]}";
+    return value.c_str();
+}
+
+}  // namespace
+
+TEST(ClusterDelta, AnotherHostsVnicChangingGivesADeltaOfThatVnicAlone) {
+    auto mine = h1_following(two_vpc_cluster());
+    ASSERT_FALSE(mine.build_view()->delta);  // the first view is whole
+    mine.put("/jakiro/v1/vnics/blue/d1", d1_value("02:00:00:00:00:22"), 50);
+    const auto view = mine.build_view();
+    ASSERT_TRUE(view->delta);
+    EXPECT_TRUE(view->cluster.vnics.empty()) << "a delta copies no vNIC that did not change";
+    EXPECT_EQ(view->vnics_checked, 1u);
+    ASSERT_EQ(view->changes.size(), 1u);
+    const auto& change = view->changes[0];
+    EXPECT_EQ(change.key, "/jakiro/v1/vnics/blue/d1");
+    ASSERT_TRUE(change.before && change.after);
+    EXPECT_EQ(format_mac(change.before->mac), "02:00:00:00:00:02");
+    EXPECT_EQ(format_mac(change.after->mac), "02:00:00:00:00:22");
+    EXPECT_EQ(change.after->security_groups, (std::vector<std::string>{"db"}));
+}
+
+TEST(ClusterDelta, AVnicAddedAndOneRemovedAreDeltasWithOneSideEach) {
+    auto mine = h1_following(two_vpc_cluster());
+    mine.build_view();
+    mine.put("/jakiro/v1/vnics/blue/d2",
+             "{name: d2, vpc: blue, ip: 198.19.1.3/24, mac: '02:00:00:00:00:05', host: h2}", 51);
+    mine.erase("/jakiro/v1/vnics/blue/d1");
+    const auto view = mine.build_view();
+    ASSERT_TRUE(view->delta);
+    ASSERT_EQ(view->changes.size(), 2u);
+    EXPECT_TRUE(view->changes[0].before && !view->changes[0].after);  // d1, in key order
+    EXPECT_EQ(view->changes[0].before->name, "d1");
+    EXPECT_TRUE(!view->changes[1].before && view->changes[1].after);
+    EXPECT_EQ(view->changes[1].after->name, "d2");
+    // d1's address is free again: another vNIC may take it in a delta of its own.
+    mine.put("/jakiro/v1/vnics/blue/d3",
+             "{name: d3, vpc: blue, ip: 198.19.1.2/24, mac: '02:00:00:00:00:06', host: h2}", 52);
+    const auto next = mine.build_view();
+    ASSERT_TRUE(next->delta);
+    ASSERT_EQ(next->changes.size(), 1u);
+}
+
+TEST(ClusterDelta, AChangeTheDeltaCannotDecideAloneGivesAWholeView) {
+    auto mine = h1_following(two_vpc_cluster());
+    mine.build_view();
+    // An address another vNIC holds: which one keeps it is the whole view's to say.
+    mine.put("/jakiro/v1/vnics/blue/d2",
+             "{name: d2, vpc: blue, ip: 198.19.1.2/24, mac: '02:00:00:00:00:07', host: h2}", 53);
+    auto view = mine.build_view();
+    EXPECT_FALSE(view->delta);
+    EXPECT_TRUE(mentions(view->rejected, "/jakiro/v1/vnics/blue/d2: vnics[*].ip"));
+    // The refused one goes: its refusal goes with it, in a whole view.
+    mine.erase("/jakiro/v1/vnics/blue/d2");
+    EXPECT_FALSE(mine.build_view()->delta);
+    // This host's own vNIC: its port is opened or closed by a whole view.
+    mine.put("/jakiro/v1/vnics/blue/t1",
+             "{name: t1, vpc: blue, ip: 198.19.1.1/24, mac: '02:00:00:00:00:11', host: h1, "
+             "security_groups: [default]}",
+             54);
+    EXPECT_FALSE(mine.build_view()->delta);
+    // A group, a host's lease.
+    mine.put("/jakiro/v1/groups/blue/db",
+             "{name: db, vpc: blue, ingress: [{proto: tcp, from: 198.19.0.0/16}]}", 55);
+    EXPECT_FALSE(mine.build_view()->delta);
+    mine.put("/jakiro/v1/alive/h2", "{name: h2}", 56);
+    EXPECT_FALSE(mine.build_view()->delta);
+    // Asked for: a reader that lost track.
+    mine.put("/jakiro/v1/vnics/blue/d1", d1_value("02:00:00:00:00:23"), 57);
+    view = mine.build_view(true);
+    EXPECT_FALSE(view->delta);
+    EXPECT_TRUE(view->rejected.empty()) << view->rejected[0];
+    // And after all that, deltas again.
+    mine.put("/jakiro/v1/vnics/blue/d1", d1_value("02:00:00:00:00:24"), 58);
+    view = mine.build_view();
+    ASSERT_TRUE(view->delta);
+    ASSERT_EQ(view->changes.size(), 1u);
+    EXPECT_EQ(format_mac(view->changes[0].before->mac), "02:00:00:00:00:23");
+}
+
+TEST(ClusterDelta, ARecordStoredAgainUnchangedIsAnEmptyDelta) {
+    auto mine = h1_following(two_vpc_cluster());
+    mine.build_view();
+    const auto value = mine.records().at("/jakiro/v1/vnics/blue/d1").value;
+    EXPECT_TRUE(mine.put("/jakiro/v1/vnics/blue/d1", value, 60));
+    const auto view = mine.build_view();
+    EXPECT_TRUE(view->delta);
+    EXPECT_TRUE(view->changes.empty());
+}
+
+TEST(ClusterDelta, JakiroctlAlwaysGetsWholeViews) {
+    auto all = two_vpc_cluster();
+    all.build_view();
+    all.put("/jakiro/v1/vnics/blue/d1", d1_value("02:00:00:00:00:25"), 61);
+    EXPECT_FALSE(all.build_view()->delta);
+}
