@@ -368,9 +368,11 @@ void process_tenant_burst(worker_context& ctx, const datapath_tables& tables, ui
             transmit(tables.uplink_port, m, rte_pktmbuf_pkt_len(m));  // outer frame: inner + 50
             continue;
         }
-        if (uplink_takes_vxlan_superframes(tables.uplink_port) && !tables.uplink_sealed &&
+        if ((tables.uplink_sealed || uplink_takes_vxlan_superframes(tables.uplink_port)) &&
             overlay::mark_vxlan_superframe(m)) {
-            // Whole: the kernel cuts it where a receiver needs frames (vnet_face/tap_header.hh).
+            // Whole: the kernel cuts it where a receiver needs frames (vnet_face/tap_header.hh),
+            // or, on a sealed overlay, the uplink's sealing cuts and seals it in one pass
+            // (overlay/sealing/sealed_superframe.hh).
             ctx.counters.encapsulated.add(overlay::frames_of(headers[i], m->tso_segsz));
             transmit(tables.uplink_port, m, overlay::charged_wire_bytes(headers[i], m->tso_segsz));
             continue;

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "tests/unit/frames.hh"
 
 namespace jakiro::overlay::sealing {
@@ -66,8 +68,14 @@ struct UplinkSealingTest : testing::Test {
         return m;
     }
 
+    // Seals `pkts` (no super-frame among them) into `pkts`.
     uint16_t seal(uplink_sealing& s, rte_mbuf** pkts, uint16_t n) {
-        return s.seal_burst(pkts, n, test_pool(), counters_a, now);
+        std::vector<rte_mbuf*> in(pkts, pkts + n);
+        uint16_t taken = 0;
+        const uint16_t made =
+            s.seal_burst(in.data(), n, pkts, n, taken, false, test_pool(), counters_a, now);
+        EXPECT_EQ(taken, n);
+        return made;
     }
     uint16_t open_at(uplink_sealing& s, const host& self, rte_mbuf** pkts, uint16_t n) {
         return s.open_burst(pkts, n, ip(self.ip_text), mac(self.mac_text), counters_b, now);
@@ -222,7 +230,7 @@ TEST_F(UplinkSealingTest, ARekeyLosesNoFrameSealedBeforeIt) {
     now += uplink_sealing::min_epoch_ns;
     auto later = make(a, {&b}, encryption_policy::required, 1002);
     rte_mbuf* third = vxlan_frame(a, b);
-    ASSERT_EQ(later->seal_burst(&third, 1, test_pool(), counters_a, now), 1);
+    ASSERT_EQ(seal(*later, &third, 1), 1);
     ASSERT_TRUE(opens(third));
     EXPECT_FALSE(opens(stale));
     EXPECT_EQ(drops(counters_b, drop_reason::replayed), copies.size() + 1);
