@@ -714,6 +714,9 @@ int main(int argc, char** argv) {
         control.on_second([&follower] { follower->tick(); });
         // The local vNICs of the first view, before READY=1 (a port that cannot open waits).
         control.run_on_control_thread([&] { follower->apply_pending(); }, std::chrono::seconds(30));
+        if (sealing) {
+            etcd->set_overlay_key(overlay::sealing::format_key(sealing->public_key()));
+        }
         etcd->start(
             [&follower](auto view, auto received) { follower->offer(std::move(view), received); },
             [&follower](const auto& event) { follower->offer_connection(event); });

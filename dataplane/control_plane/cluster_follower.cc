@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "dataplane/control/overlay_sealing_setup.hh"
 #include "dataplane/control/table_builder.hh"
 #include "dataplane/control_plane/host_view.hh"
 #include "dataplane/log.hh"
@@ -103,6 +104,25 @@ void cluster_follower::tick() {
     if (!_waiting.empty() && _current) {
         apply_view(*_current, {});
     }
+    if (_keys_waiting && _current && _current->hosts) {
+        offer_overlay_keys(*_current->hosts);
+    }
+}
+
+void cluster_follower::offer_overlay_keys(const host_directory& hosts) {
+    _keys_waiting = false;
+    for (const auto& [name, key] : hosts.overlay_keys) {
+        const auto host = hosts.underlay.find(name);
+        if (name == _local.name || host == hosts.underlay.end() || host->second == 0 ||
+            _keys_offered.count({host->second, key}) != 0) {
+            continue;
+        }
+        if (!offer_overlay_key(_state, host->second, key)) {
+            _keys_waiting = true;
+            return;
+        }
+        _keys_offered.insert({host->second, key});
+    }
 }
 
 bool cluster_follower::apply_config(host_config next, std::string& error) {
@@ -129,6 +149,9 @@ void cluster_follower::apply_view(const cluster_view& view,
                      "keeping the state in force",
                      {{"revision", view.revision}});
         return;
+    }
+    if (view.hosts) {
+        offer_overlay_keys(*view.hosts);  // before the peers they seal to are published
     }
     auto composed = compose_host_config(_local, view);
     auto& next = composed.config;

@@ -17,6 +17,8 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string>
+#include <utility>
 
 #include "dataplane/control/control_plane_report.hh"
 #include "dataplane/control/daemon_state.hh"
@@ -56,6 +58,9 @@ class cluster_follower final : public control_plane_report {
   private:
     void apply_view(const cluster_view& view, std::chrono::steady_clock::time_point received);
     bool apply_config(host_config next, std::string& error);
+    // Hands the uplink's sealing the overlay keys of the hosts' records it has not had yet
+    // (overlay_sealing_setup.hh); what its mailbox cannot take now goes at the next tick.
+    void offer_overlay_keys(const host_directory& hosts);
 
     daemon_state& _state;
     host_manager& _host;
@@ -70,6 +75,8 @@ class cluster_follower final : public control_plane_report {
 
     std::shared_ptr<const cluster_view> _current;  // the view in force (control thread)
     std::set<std::string> _waiting;                // local vNICs whose port failed to open
+    std::set<std::pair<uint32_t, std::string>> _keys_offered;  // (underlay address, key)
+    bool _keys_waiting = false;  // some key found the sealing's mailbox full
 };
 
 }  // namespace jakiro::control_plane

@@ -172,6 +172,9 @@ class tx_batch {
     }
 
     void send_sealed(uint16_t port) {
+        if (_sealed.count == 0) {
+            return;
+        }
         const uint16_t sent = port_tx_burst(port, _sealed.pkts, _sealed.count);
         if (sent > 0 && sent < _sealed.count) {
             std::copy(_sealed.pkts + sent, _sealed.pkts + _sealed.count, _sealed.pkts);

@@ -85,51 +85,107 @@ std::unique_ptr<uplink_sealing> uplink_sealing::create(const sealing_setup& setu
     }
     s->_policy = setup.policy;
     s->_public_key = setup.own.public_key;
+    s->_own = setup.own;
+    s->_underlay_ip = setup.underlay_ip;
+    s->_first_epoch = setup.first_epoch;
     s->_epoch_limit = setup.epoch_limit;
     s->_rekey_bytes = setup.rekey_bytes;
     s->_rekey_ns = setup.rekey_ns;
-    std::vector<peer_setting> settings = setup.peers;
-    std::sort(settings.begin(), settings.end(), [](const peer_setting& a, const peer_setting& b) {
-        return rte_cpu_to_be_32(a.underlay_ip) < rte_cpu_to_be_32(b.underlay_ip);
-    });
-    s->_peers = std::make_unique<peer_sa[]>(settings.size());
-    s->_peer_count = settings.size();
-    for (std::size_t i = 0; i < settings.size(); ++i) {
-        const peer_setting& in = settings[i];
+    const std::size_t count = setup.peers.size();
+    s->_peer_capacity = count + max_learned_peers;
+    s->_peers = std::make_unique<peer_sa[]>(s->_peer_capacity);
+    s->_index = std::make_unique<peer_slot[]>(s->_peer_capacity);
+    for (std::size_t i = 0; i < count; ++i) {
+        const peer_setting& in = setup.peers[i];
         peer_sa& p = s->_peers[i];
         p.ip_be = rte_cpu_to_be_32(in.underlay_ip);
         p.policy = in.policy;
         p.self = {setup.own.public_key, setup.underlay_ip};
-        if (!in.public_key) {
-            continue;
-        }
-        p.peer = {*in.public_key, in.underlay_ip};
-        const auto shared = shared_secret(setup.own.private_key, *in.public_key);
-        if (!shared) {
+        s->_index[i] = {p.ip_be, static_cast<uint32_t>(i)};
+        if (in.public_key && !s->key_peer(p, *in.public_key, in.underlay_ip)) {
             error = "overlay peer " + std::to_string(in.underlay_ip) +
                     ": its public key gives no shared secret (not an X25519 key)";
             return nullptr;
         }
-        p.shared = *shared;
-        const auto tx = derive_direction_key(p.shared, p.self, p.peer, setup.first_epoch);
-        if (!tx) {
-            error = "overlay encryption: key derivation failed";
-            return nullptr;
-        }
-        s->_gcm.expand(*tx, p.tx_key);
-        p.tx_epoch = setup.first_epoch;
-        p.shown_tx_epoch = p.tx_epoch;
-        p.keyed = true;
-        s->_seals_any = s->_seals_any || p.seals();
     }
+    std::sort(s->_index.get(), s->_index.get() + count,
+              [](const peer_slot& a, const peer_slot& b) { return a.ip_be < b.ip_be; });
+    s->_peer_count.store(count, std::memory_order_release);
     return s;
 }
 
+bool uplink_sealing::key_peer(peer_sa& p, const x25519_key& key, uint32_t underlay_ip) {
+    p.peer = {key, underlay_ip};
+    const auto shared = shared_secret(_own.private_key, key);
+    if (!shared) {
+        return false;
+    }
+    p.shared = *shared;
+    const auto tx = derive_direction_key(p.shared, p.self, p.peer, _first_epoch);
+    if (!tx) {
+        return false;
+    }
+    _gcm.expand(*tx, p.tx_key);
+    p.tx_epoch = _first_epoch;
+    __atomic_store_n(&p.shown_tx_epoch, p.tx_epoch, __ATOMIC_RELAXED);
+    __atomic_store_n(&p.keyed, true, __ATOMIC_RELAXED);
+    _seals_any = _seals_any || p.seals();
+    return true;
+}
+
+bool uplink_sealing::offer_key(uint32_t underlay_ip, const x25519_key& key) {
+    const uint32_t posted = _offers_posted.load(std::memory_order_relaxed);
+    if (posted - _offers_taken.load(std::memory_order_acquire) >= offer_slots) {
+        return false;
+    }
+    _offers[posted % offer_slots] = {underlay_ip, key};
+    _offers_posted.store(posted + 1, std::memory_order_release);
+    return true;
+}
+
+void uplink_sealing::apply_offers() {
+    const uint32_t posted = _offers_posted.load(std::memory_order_acquire);
+    for (; _offers_seen != posted; ++_offers_seen) {
+        const key_offer offer = _offers[_offers_seen % offer_slots];
+        if (offer.underlay_ip == _underlay_ip) {
+            continue;  // this host's own record
+        }
+        const uint32_t ip_be = rte_cpu_to_be_32(offer.underlay_ip);
+        peer_sa* p = find(ip_be);
+        if (p != nullptr) {
+            if (!p->keyed) {
+                key_peer(*p, offer.key, offer.underlay_ip);
+            }
+            continue;
+        }
+        const std::size_t count = _peer_count.load(std::memory_order_relaxed);
+        if (count == _peer_capacity) {
+            continue;  // beyond max_learned_peers: such a host is treated as unlisted
+        }
+        peer_sa& fresh = _peers[count];
+        fresh.ip_be = ip_be;
+        fresh.policy = _policy;
+        fresh.self = {_own.public_key, _underlay_ip};
+        if (!key_peer(fresh, offer.key, offer.underlay_ip)) {
+            continue;  // not an X25519 key: the slot stays free
+        }
+        // Into the worker's index, in order, then published to the control thread.
+        peer_slot* end = _index.get() + count;
+        peer_slot* at = std::lower_bound(
+            _index.get(), end, ip_be, [](const peer_slot& s, uint32_t ip) { return s.ip_be < ip; });
+        std::move_backward(at, end, end + 1);
+        *at = {ip_be, static_cast<uint32_t>(count)};
+        _peer_count.store(count + 1, std::memory_order_release);
+    }
+    _offers_taken.store(_offers_seen, std::memory_order_release);
+}
+
 peer_sa* uplink_sealing::find(uint32_t ip_be) {
-    peer_sa* end = _peers.get() + _peer_count;
-    peer_sa* it = std::lower_bound(_peers.get(), end, ip_be,
-                                   [](const peer_sa& p, uint32_t ip) { return p.ip_be < ip; });
-    return it != end && it->ip_be == ip_be ? it : nullptr;
+    const peer_slot* begin = _index.get();
+    const peer_slot* end = begin + _peer_count.load(std::memory_order_relaxed);
+    const peer_slot* it = std::lower_bound(
+        begin, end, ip_be, [](const peer_slot& s, uint32_t ip) { return s.ip_be < ip; });
+    return it != end && it->ip_be == ip_be ? &_peers[it->slot] : nullptr;
 }
 
 bool uplink_sealing::rekey_due(peer_sa& peer, uint64_t now_ns) const {
@@ -230,6 +286,7 @@ rte_mbuf* uplink_sealing::seal_out_of_place(rte_mbuf* m, peer_sa& peer, rte_memp
 uint16_t uplink_sealing::seal_burst(rte_mbuf* const* in, uint16_t n, rte_mbuf** out, uint16_t room,
                                     uint16_t& taken, bool whole_superframes, rte_mempool* pool,
                                     lcore_counters& counters, uint64_t now_ns) {
+    take_offers();
     seal_request requests[gcm_burst::max_burst];
     unsigned pending = 0;
     uint16_t made = 0;
@@ -393,6 +450,7 @@ bool uplink_sealing::accept_opened(peer_sa& peer, uint32_t epoch, uint64_t seq) 
 uint16_t uplink_sealing::open_burst(rte_mbuf** pkts, uint16_t n, rte_be32_t local_ip,
                                     const rte_ether_addr& local_mac, lcore_counters& counters,
                                     uint64_t now_ns) {
+    take_offers();
     open_request requests[gcm_burst::max_burst];
     open_result results[gcm_burst::max_burst];
     uint32_t epochs[gcm_burst::max_burst];
@@ -538,6 +596,7 @@ std::optional<uint16_t> uplink_sealing::open_datagram(const uint8_t* head, uint3
                                                       rte_mbuf** out, rte_be32_t local_ip,
                                                       const rte_ether_addr& local_mac,
                                                       lcore_counters& counters, uint64_t now_ns) {
+    take_offers();
     if (len <= clear_bytes || head_len < clear_bytes || head_len > len ||
         (head_len < len && tail == nullptr) || gso_size < gcm_burst::min_esp_len) {
         return std::nullopt;

@@ -14,6 +14,8 @@
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -92,7 +94,20 @@ class uplink_sealing {
     // port of ours sets it; every receive path clears an mbuf's flags).
     static constexpr uint64_t opened_mark = RTE_MBUF_F_RX_SEC_OFFLOAD;
 
-    std::span<const peer_sa> peers() const { return {_peers.get(), _peer_count}; }
+    // Control thread: `key` is the public key of the host at `underlay_ip` (host order),
+    // learned while jakirod runs (its etcd host record). The uplink's worker takes it at its
+    // next burst: a host without an SA gets one under `overlay.encryption`, one with an SA
+    // but no key is keyed; a host keyed already keeps its key (a new key takes a restart).
+    // False when the offers before it are not all taken yet: offer it again later.
+    bool offer_key(uint32_t underlay_ip, const x25519_key& key);
+    // Hosts learned while running that get an SA, beyond those of the YAML (each SA holds
+    // its keys and replay windows, about 8 KB).
+    static constexpr std::size_t max_learned_peers = 256;
+
+    // Any thread: the SAs, in no particular order (one learned while running is appended).
+    std::span<const peer_sa> peers() const {
+        return {_peers.get(), _peer_count.load(std::memory_order_acquire)};
+    }
     const x25519_key& public_key() const { return _public_key; }
     encryption_policy policy() const { return _policy; }
     const char* arch() const { return _gcm.arch(); }
@@ -108,6 +123,16 @@ class uplink_sealing {
   private:
     uplink_sealing() = default;
     peer_sa* find(uint32_t ip_be);
+    // The keys of `peer` with the host whose public key is `key`: the shared secret and the
+    // sending key of the run's first epoch. False when the key gives no shared secret.
+    bool key_peer(peer_sa& peer, const x25519_key& key, uint32_t underlay_ip);
+    // Worker: applies the keys offer_key posted (cheap when there are none).
+    void take_offers() {
+        if (_offers_posted.load(std::memory_order_acquire) != _offers_seen) {
+            apply_offers();
+        }
+    }
+    void apply_offers();
     encryption_policy policy_of(const peer_sa* peer) const {
         return peer != nullptr ? peer->policy : _policy;
     }
@@ -137,12 +162,33 @@ class uplink_sealing {
     x25519_key _public_key{};
     encryption_policy _policy = encryption_policy::off;
     bool _seals_any = false;
-    // Sorted by ip_be; an array, not a vector: the counters are atomics, which do not move.
+    // Slots [0, _peer_count) hold SAs, never moved (the counters are atomics the control
+    // thread reads): the YAML's first, the learned ones appended by the worker, which
+    // publishes the count after the SA is whole. _index is the worker's: (ip_be, slot) sorted.
+    struct peer_slot {
+        uint32_t ip_be;
+        uint32_t slot;
+    };
     std::unique_ptr<peer_sa[]> _peers;
-    std::size_t _peer_count = 0;
+    std::unique_ptr<peer_slot[]> _index;
+    std::size_t _peer_capacity = 0;
+    std::atomic<std::size_t> _peer_count{0};
+    host_key_pair _own{};
+    uint32_t _underlay_ip = 0;  // host order
+    uint32_t _first_epoch = 0;
     uint32_t _epoch_limit = UINT32_MAX;
     uint64_t _rekey_bytes = 0;
     uint64_t _rekey_ns = 0;
+    // Keys posted by offer_key (control thread) for the worker; a ring of offer_slots.
+    struct key_offer {
+        uint32_t underlay_ip;
+        x25519_key key;
+    };
+    static constexpr uint32_t offer_slots = 64;
+    std::array<key_offer, offer_slots> _offers{};
+    std::atomic<uint32_t> _offers_posted{0};  // written by the control thread
+    std::atomic<uint32_t> _offers_taken{0};   // written by the worker
+    uint32_t _offers_seen = 0;                // the worker's copy of _offers_taken
 };
 
 }  // namespace jakiro::overlay::sealing

@@ -103,6 +103,36 @@ TEST_F(UplinkSealingTest, AFrameCrossesSealedAndArrivesAsItWasSent) {
     free_all(&m, 1);
 }
 
+TEST_F(UplinkSealingTest, AHostsKeyLearnedWhileRunningMakesItsFramesSealed) {
+    auto at_a = make(a, {});  // required, and no host listed: b is unknown
+    auto at_b = make(b, {&a});
+    rte_mbuf* before = vxlan_frame(a, b);
+    EXPECT_EQ(seal(*at_a, &before, 1), 0);
+    EXPECT_EQ(drops(counters_a, drop_reason::unsealed_no_key), 1u);
+    ASSERT_TRUE(at_a->offer_key(rte_be_to_cpu_32(ip(b.ip_text)), b.keys.public_key));
+    // Its own key, as its etcd record carries it, is not a peer.
+    ASSERT_TRUE(at_a->offer_key(rte_be_to_cpu_32(ip(a.ip_text)), a.keys.public_key));
+    rte_mbuf* m = vxlan_frame(a, b, 500);
+    const std::vector<uint8_t> sent = test::bytes_of(m);
+    ASSERT_EQ(seal(*at_a, &m, 1), 1);
+    EXPECT_EQ(udp_dst(m), esp_udp_port);
+    ASSERT_EQ(at_a->peers().size(), 1u);
+    EXPECT_TRUE(at_a->peers()[0].seals());
+    ASSERT_EQ(open_at(*at_b, b, &m, 1), 1);
+    EXPECT_EQ(test::bytes_of(m), sent);
+    free_all(&m, 1);
+    // And what b seals for a opens at a: the learned SA holds the receiving keys too.
+    auto at_b_sender = make(b, {&a});
+    rte_mbuf* back = vxlan_frame(b, a);
+    std::vector<rte_mbuf*> in = {back};
+    uint16_t taken = 0;
+    ASSERT_EQ(
+        at_b_sender->seal_burst(in.data(), 1, &back, 1, taken, false, test_pool(), counters_b, now),
+        1);
+    ASSERT_EQ(at_a->open_burst(&back, 1, ip(a.ip_text), mac(a.mac_text), counters_a, now), 1);
+    free_all(&back, 1);
+}
+
 TEST_F(UplinkSealingTest, AReplayedFrameIsDroppedAsReplayed) {
     auto at_a = make(a, {&b});
     auto at_b = make(b, {&a});
