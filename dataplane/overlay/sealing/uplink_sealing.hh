@@ -8,7 +8,8 @@
 //
 // One per host, run by the uplink's worker alone (it receives every fabric frame and sends
 // every frame to the fabric). Worker side: bursts, no allocation, no lock; a system call or an
-// OpenSSL call only once per new epoch (bounded per peer in time).
+// OpenSSL call only once per new epoch (bounded per peer in time) and once per host whose key
+// is learned while running (offer_key).
 
 #include <rte_ether.h>
 #include <rte_mbuf.h>
