@@ -37,6 +37,7 @@
 #include "dataplane/jakiro_version.hh"
 #include "dataplane/log.hh"
 #include "dataplane/poll_loop/lcore_loop.hh"
+#include "dataplane/ports.hh"
 #include "dataplane/restart/daemon_image.hh"
 #include "dataplane/restart/fd_store_restart.hh"
 #include "dataplane/restart/handover_server.hh"
@@ -552,6 +553,11 @@ int main(int argc, char** argv) {
     if (sealing) {
         contexts[0]->sealing = sealing.get();
         contexts[0]->tx.seal_uplink(sealing.get(), host.uplink_port(), pool);
+        if (vnet_face::is_face_port(host.uplink_port())) {
+            vnet_face::face_of(host.uplink_port())
+                ->open_sealed_datagrams(sealing.get(), rte_cpu_to_be_32(config.underlay.ip),
+                                        port_mac(host.uplink_port()));
+        }
     }
     if (inherited) {
         std::vector<worker_context*> owners;
@@ -709,6 +715,9 @@ int main(int argc, char** argv) {
         follower->set_whole_view_request([&etcd] { etcd->request_whole_view(); });
         // The local vNICs of the first view, before READY=1 (a port that cannot open waits).
         control.run_on_control_thread([&] { follower->apply_pending(); }, std::chrono::seconds(30));
+        if (sealing) {
+            etcd->set_overlay_key(overlay::sealing::format_key(sealing->public_key()));
+        }
         etcd->start(
             [&follower](auto view, auto received) { follower->offer(std::move(view), received); },
             [&follower](const auto& event) { follower->offer_connection(event); });

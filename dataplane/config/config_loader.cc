@@ -354,12 +354,21 @@ void load_hosts(checker& check, const YAML::Node& root, host_config& config) {
     for (std::size_t i = 0; i < hosts.size(); ++i) {
         const auto field = checker::index("hosts", i);
         const auto node = hosts[i];
-        if (!check.only_keys(node, field, {"name", "underlay_ip"})) {
+        if (!check.only_keys(node, field, {"name", "underlay_ip", "overlay_key"})) {
             continue;
         }
         cluster_host host;
         host.name = check.string(node, "name", field).value_or("");
         host.underlay_ip = check.ipv4(node, "underlay_ip", field).value_or(0);
+        if (const auto key = check.string(node, "overlay_key", field, false)) {
+            if (!parse_overlay_key(*key)) {
+                check.error(node["overlay_key"], field + ".overlay_key",
+                            "is not a base64 X25519 key (44 characters, `jakiroctl overlay-key` "
+                            "prints one)");
+            } else {
+                host.overlay_key = *key;
+            }
+        }
         if (!host.name.empty() && !names.insert(host.name).second) {
             check.error(node["name"], field + ".name", "duplicate host '" + host.name + "'");
         }

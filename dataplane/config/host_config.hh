@@ -201,10 +201,12 @@ struct control_config {
     bool operator==(const control_config&) const = default;
 };
 
-// A host of the cluster (control plane only): its name and underlay address.
+// A host of the cluster (control plane only): its name, underlay address and, when its overlay
+// is sealed, its overlay public key (base64, as `overlay.hosts[].public_key`).
 struct cluster_host {
     std::string name;
     uint32_t underlay_ip = 0;
+    std::string overlay_key;
     bool operator==(const cluster_host&) const = default;
 };
 

@@ -9,6 +9,8 @@
 #include <ctime>
 #include <fstream>
 
+#include "dataplane/worker/worker_context.hh"
+
 namespace jakiro {
 
 namespace {
@@ -96,6 +98,15 @@ std::unique_ptr<overlay::sealing::uplink_sealing> sealing_from_config(const host
         setup.peers.push_back(p);
     }
     return overlay::sealing::uplink_sealing::create(setup, error);
+}
+
+bool offer_overlay_key(const daemon_state& state, uint32_t underlay_ip, const std::string& key) {
+    const worker_context* uplink_worker = state.workers.empty() ? nullptr : state.workers[0];
+    if (uplink_worker == nullptr || uplink_worker->sealing == nullptr) {
+        return true;
+    }
+    const auto parsed = overlay::sealing::parse_key(key);
+    return !parsed || uplink_worker->sealing->offer_key(underlay_ip, *parsed);
 }
 
 }  // namespace jakiro

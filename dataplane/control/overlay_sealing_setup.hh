@@ -9,6 +9,7 @@
 #include <string>
 
 #include "dataplane/config/host_config.hh"
+#include "dataplane/control/daemon_state.hh"
 #include "dataplane/overlay/sealing/uplink_sealing.hh"
 
 namespace jakiro {
@@ -27,5 +28,11 @@ bool reserve_epochs(const std::string& path, uint64_t now_s, uint32_t& first, ui
 // `error`: jakirod must not start (an unreadable key, an epoch file it cannot write).
 std::unique_ptr<overlay::sealing::uplink_sealing> sealing_from_config(const host_config& config,
                                                                       std::string& error);
+
+// A key learned while running (the etcd host record of the host at `underlay_ip`, host order):
+// handed to the uplink's sealing (uplink_sealing::offer_key). True when handed over or when
+// nothing here seals; false when the sealing's mailbox is full (offer it again later). A key
+// that is not one (the loader checked it) is dropped as handed over.
+bool offer_overlay_key(const daemon_state& state, uint32_t underlay_ip, const std::string& key);
 
 }  // namespace jakiro

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "dataplane/control/overlay_sealing_setup.hh"
 #include "dataplane/control/table_builder.hh"
 #include "dataplane/control_plane/host_view.hh"
 #include "dataplane/log.hh"
@@ -118,6 +119,9 @@ void cluster_follower::apply_pending() {
 }
 
 void cluster_follower::tick() {
+    if (_keys_waiting && _hosts) {
+        offer_overlay_keys(*_hosts);
+    }
     if (_waiting.empty()) {
         return;
     }
@@ -238,6 +242,22 @@ void cluster_follower::note_latency(std::chrono::steady_clock::time_point receiv
     samples.push_back(static_cast<uint64_t>(us));
 }
 
+void cluster_follower::offer_overlay_keys(const host_directory& hosts) {
+    _keys_waiting = false;
+    for (const auto& [name, key] : hosts.overlay_keys) {
+        const auto host = hosts.underlay.find(name);
+        if (name == _local.name || host == hosts.underlay.end() || host->second == 0 ||
+            _keys_offered.count({host->second, key}) != 0) {
+            continue;
+        }
+        if (!offer_overlay_key(_state, host->second, key)) {
+            _keys_waiting = true;
+            return;
+        }
+        _keys_offered.insert({host->second, key});
+    }
+}
+
 bool cluster_follower::apply_config(host_config next, std::string& error) {
     std::string summary;
     const std::string source = next.source_file;
@@ -261,6 +281,10 @@ bool cluster_follower::apply_view(const cluster_view& view) {
                      "keeping the state in force",
                      {{"revision", view.revision}});
         return false;
+    }
+    if (view.hosts) {
+        _hosts = view.hosts;
+        offer_overlay_keys(*view.hosts);  // before the peers they seal to are published
     }
     auto composed = compose_host_config(_local, view);
     auto& next = composed.config;

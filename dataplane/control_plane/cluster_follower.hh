@@ -22,7 +22,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "dataplane/control/control_plane_report.hh"
@@ -72,6 +75,9 @@ class cluster_follower final : public control_plane_report {
     bool apply_config(host_config next, std::string& error);
     void note_latency(std::chrono::steady_clock::time_point received);
     void lost_track(const std::string& why);
+    // Hands the uplink's sealing the overlay keys of the hosts' records it has not had yet
+    // (overlay_sealing_setup.hh); what its mailbox cannot take now goes at the next tick.
+    void offer_overlay_keys(const host_directory& hosts);
 
     daemon_state& _state;
     host_manager& _host;
@@ -89,7 +95,10 @@ class cluster_follower final : public control_plane_report {
 
     // The state in force is the last view's: a delta may be applied on it (control thread).
     bool _in_step = false;
-    std::map<std::string, vnic_config> _waiting;  // local vNICs whose port failed to open
+    std::map<std::string, vnic_config> _waiting;   // local vNICs whose port failed to open
+    std::shared_ptr<const host_directory> _hosts;  // of the last whole view (control thread)
+    std::set<std::pair<uint32_t, std::string>> _keys_offered;  // (underlay address, key)
+    bool _keys_waiting = false;  // some key found the sealing's mailbox full
 };
 
 }  // namespace jakiro::control_plane

@@ -428,6 +428,9 @@ void cluster_records::load_frame() {
     directory->underlay.reserve(loaded_config.hosts.size());
     for (const auto& host : loaded_config.hosts) {
         directory->underlay.emplace(host.name, host.underlay_ip);
+        if (!host.overlay_key.empty()) {
+            directory->overlay_keys.emplace(host.name, host.overlay_key);
+        }
     }
     _hosts = std::move(directory);
     loaded_config.hosts.clear();
@@ -461,6 +464,7 @@ void cluster_records::load_liveness() {
     auto directory = std::make_shared<host_directory>();
     if (_hosts) {
         directory->underlay = _hosts->underlay;
+        directory->overlay_keys = _hosts->overlay_keys;
     }
     for (const auto* key : keys_of(record_kind::alive)) {
         directory->alive.insert(key->substr(prefix_of(record_kind::alive).size()));
@@ -773,6 +777,31 @@ std::map<std::string, std::string> records_of_document(const YAML::Node& root) {
     return out;
 }
 
+namespace {
+
+// A host's record as its jakirod registered it carries the host's overlay key; a file that
+// names the host with the same address and no key leaves the record as it is (the key is the
+// host's to publish, not the file's).
+bool keeps_registered_key(const std::string& key, const std::string& desired,
+                          const std::string& stored) {
+    const auto parsed = parse_key(key);
+    if (!parsed || parsed->kind != record_kind::host) {
+        return false;
+    }
+    try {
+        const YAML::Node want = YAML::Load(desired);
+        const YAML::Node have = YAML::Load(stored);
+        return !want["overlay_key"] && have["overlay_key"] &&
+               want["name"].as<std::string>("") == have["name"].as<std::string>("") &&
+               want["underlay_ip"].as<std::string>("") == have["underlay_ip"].as<std::string>("") &&
+               want.size() + 1 == have.size();
+    } catch (const YAML::Exception&) {
+        return false;
+    }
+}
+
+}  // namespace
+
 record_diff diff_records(const std::map<std::string, std::string>& desired,
                          const std::map<std::string, stored_record>& current) {
     record_diff diff;
@@ -780,7 +809,8 @@ record_diff diff_records(const std::map<std::string, std::string>& desired,
         const auto found = current.find(key);
         if (found == current.end()) {
             diff.puts.push_back({key, value, 0});
-        } else if (found->second.value != value) {
+        } else if (found->second.value != value &&
+                   !keeps_registered_key(key, value, found->second.value)) {
             diff.puts.push_back({key, value, found->second.mod_revision});
         }
     }

@@ -57,8 +57,10 @@ struct stored_record {
 // The hosts of the cluster as the views share them (a vNIC's change reuses it whole).
 struct host_directory {
     std::unordered_map<std::string, uint32_t> underlay;  // by name: every valid host record
-    std::unordered_set<std::string> alive;               // hosts whose alive/ key exists
-    std::vector<std::string> stale;                      // hosts without one, by name
+    // By name: the overlay public key (base64) of every host whose record carries one.
+    std::unordered_map<std::string, std::string> overlay_keys;
+    std::unordered_set<std::string> alive;  // hosts whose alive/ key exists
+    std::vector<std::string> stale;         // hosts without one, by name
 };
 
 // One vNIC record of a delta view: as the view before had it and as it is now (absent: not

@@ -393,7 +393,8 @@ bool etcd_agent::register_host(int64_t lease, std::string& error) {
     // No compare: this host is the only writer of its two keys.
     auto* host = request.add_success()->mutable_request_put();
     host->set_key(key_of({record_kind::host, "", name}));
-    host->set_value("{name: " + name + ", underlay_ip: " + format_ipv4(_underlay_ip) + "}");
+    host->set_value("{name: " + name + ", underlay_ip: " + format_ipv4(_underlay_ip) +
+                    (_overlay_key.empty() ? "" : ", overlay_key: \"" + _overlay_key + "\"") + "}");
     auto* alive = request.add_success()->mutable_request_put();
     alive->set_key(key_of({record_kind::alive, "", name}));
     alive->set_value("{name: " + name + "}");

@@ -61,6 +61,10 @@ class etcd_agent {
     std::shared_ptr<const cluster_view> read_once(std::chrono::milliseconds timeout,
                                                   std::string& error);
 
+    // Before start(): this host's overlay public key (base64), registered in its host record
+    // so that the other hosts seal to it (empty: the overlay is not sealed here).
+    void set_overlay_key(std::string key) { _overlay_key = std::move(key); }
+
     void start(view_handler on_view, connection_handler on_connection);
     void stop();
     // Any thread: the next view is a whole one (a reader of delta views that lost track of
@@ -96,6 +100,7 @@ class etcd_agent {
     control_config _control;
     std::string _host_name;
     uint32_t _underlay_ip;
+    std::string _overlay_key;
     etcd_client _client;
     view_handler _on_view;
     connection_handler _on_connection;

@@ -8,6 +8,7 @@
 #include "dataplane/neighbor_discovery.hh"
 #include "dataplane/overlay/ipv6_packet.hh"
 #include "dataplane/overlay/superframe.hh"
+#include "dataplane/overlay/tcp6_superframe.hh"
 #include "dataplane/overlay/udp_gso.hh"
 #include "dataplane/overlay/vxlan.hh"
 #include "dataplane/pipeline/firewall.hh"
@@ -337,9 +338,15 @@ void process_tenant_burst(worker_context& ctx, const datapath_tables& tables, ui
             transmit(tables.uplink_port, m, rte_pktmbuf_pkt_len(m));  // outer frame: inner + 50
             return;
         }
-        if (uplink_takes_vxlan_superframes(tables.uplink_port) && !tables.uplink_sealed &&
-            overlay::mark_vxlan_superframe(m)) {
-            // Whole: the kernel cuts it where a receiver needs frames (vnet_face/tap_header.hh).
+        // The uplink's sealing cuts and seals a TCP/IPv4 super-frame in one pass
+        // (overlay/sealing/sealed_superframe.hh); a TCP/IPv6 one is cut here and sealed frame
+        // by frame.
+        const bool sealed_whole = tables.uplink_sealed && !overlay::is_ipv6_superframe(m);
+        const bool kernel_cuts =
+            !tables.uplink_sealed && uplink_takes_vxlan_superframes(tables.uplink_port);
+        if ((sealed_whole || kernel_cuts) && overlay::mark_vxlan_superframe(m)) {
+            // Whole: the kernel cuts it where a receiver needs frames (vnet_face/tap_header.hh),
+            // or the sealing does.
             ctx.counters.encapsulated.add(frames);
             transmit(tables.uplink_port, m, charged);
             return;

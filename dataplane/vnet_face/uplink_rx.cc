@@ -1,15 +1,34 @@
 // The uplink face's receive path (vnet_face.hh, uplink_state.hh).
 #include <sys/socket.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cstring>
 #include <utility>
 
+#include "dataplane/overlay/sealing/uplink_sealing.hh"
 #include "dataplane/vnet_face/uplink_frames.hh"
 #include "dataplane/vnet_face/uplink_state.hh"
 #include "dataplane/vnet_face/vnet_face.hh"
 
 namespace jakiro::vnet_face {
+
+namespace {
+
+// Monotonic nanoseconds, the clock the uplink's sealing keeps its times in (vDSO).
+uint64_t now_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// A header the kernel gives a UDP GSO super-datagram with (take_uplink_message's checks).
+bool sealed_datagram_header(const virtio_net_hdr& hdr) {
+    return hdr.gso_type == VIRTIO_NET_HDR_GSO_UDP_L4 && hdr.flags == VIRTIO_NET_HDR_F_NEEDS_CSUM &&
+           hdr.gso_size != 0;
+}
+
+}  // namespace
 
 bool face::refill_uplink_spares() {
     uplink_state& u = *_uplink;
@@ -119,8 +138,23 @@ uint16_t face::rx_uplink(rte_mbuf** pkts, uint16_t count, lcore_counters& counte
             } else {
                 const uint8_t* tail =
                     _tap ? rte_pktmbuf_mtod(u.bigs[i], const uint8_t*) : u.tails[i];
-                dropped = take_uplink_message(u.headers[i], u.heads[i], tail, u.lengths[i], _pool,
-                                              u.cut, frames);
+                std::optional<uint16_t> opened;
+                if (_sealing != nullptr && sealed_datagram_header(u.headers[i])) {
+                    // Sealed frames are opened where they lie instead of copied out first.
+                    rte_mbuf* head = u.heads[i];
+                    opened = _sealing->open_datagram(rte_pktmbuf_mtod(head, const uint8_t*),
+                                                     rte_pktmbuf_data_len(head), tail, u.lengths[i],
+                                                     u.headers[i].gso_size, _pool, u.cut,
+                                                     _sealing_ip, _sealing_mac, counters, now_ns());
+                    if (opened) {
+                        rte_pktmbuf_free(head);
+                        frames = *opened;
+                    }
+                }
+                if (!opened) {
+                    dropped = take_uplink_message(u.headers[i], u.heads[i], tail, u.lengths[i],
+                                                  _pool, u.cut, frames);
+                }
             }
             if (dropped) {
                 counters.drops[static_cast<std::size_t>(*dropped)].add(1);

@@ -49,6 +49,10 @@
 #include "dataplane/counters.hh"
 #include "dataplane/vnet_face/vnet_header.hh"
 
+namespace jakiro::overlay::sealing {
+class uplink_sealing;
+}
+
 namespace jakiro::vnet_face {
 
 struct face_stats {
@@ -118,6 +122,15 @@ class face {
     // `counters`' drops. At most one recvmmsg (a tap: readv until it is drained or a burst
     // is read).
     uint16_t rx_uplink(rte_mbuf** pkts, uint16_t count, lcore_counters& counters);
+    // The sealed overlay: super-datagrams of sealed frames addressed to `local_ip` and
+    // `local_mac` are opened as they are cut, each frame decrypted from where it lies in the
+    // message (overlay::sealing::uplink_sealing::open_datagram). Before the first rx_uplink.
+    void open_sealed_datagrams(overlay::sealing::uplink_sealing* sealing, rte_be32_t local_ip,
+                               const rte_ether_addr& local_mac) {
+        _sealing = sealing;
+        _sealing_ip = local_ip;
+        _sealing_mac = local_mac;
+    }
     // Whether rx_uplink has frames or messages read earlier still to give (then it must be
     // called whether or not the socket is readable).
     bool holds_uplink_frames() const;
@@ -174,6 +187,9 @@ class face {
     bool _vxlan_superframes = false;
     rte_mempool* _superframes = nullptr;  // a tap uplink's: the tails of VXLAN super-frames
     buffer_charges* _charges = nullptr;   // a tenant face's: its vNIC's charge for _pool's buffers
+    overlay::sealing::uplink_sealing* _sealing = nullptr;  // the uplink's, when it seals
+    rte_be32_t _sealing_ip = 0;
+    rte_ether_addr _sealing_mac{};
 
     struct counters {
         // One writer, the worker that polls the face.

@@ -19,6 +19,7 @@
 #include "dataplane/counters.hh"
 #include "dataplane/overlay/sealing/sealed_datagrams.hh"
 #include "dataplane/overlay/sealing/uplink_sealing.hh"
+#include "dataplane/overlay/superframe.hh"
 #include "dataplane/port_io.hh"
 #include "dataplane/worker/clock.hh"
 #include "dataplane/worker/handoff.hh"
@@ -38,9 +39,10 @@ class tx_batch {
     void set_owner(uint16_t port, uint8_t worker) { _owner[port] = worker; }
 
     // The sealed overlay: what this batch sends on `uplink` itself is sealed in bursts just
-    // before it leaves (frames copied out of chains come from `pool`) and, where the uplink
-    // takes them, joined into UDP GSO super-datagrams (sealed_datagrams.hh). Frames a port
-    // could not take stay queued sealed and are never sealed twice.
+    // before it leaves (super-frames cut and sealed frames written into mbufs of `pool`) and,
+    // where the uplink takes them, joined into UDP GSO super-datagrams (sealed_datagrams.hh).
+    // Sealed frames wait in a queue of their own until the port takes them: a frame is never
+    // sealed twice, and a super-frame is sealed only when all its frames have room there.
     void seal_uplink(overlay::sealing::uplink_sealing* sealing, uint16_t uplink,
                      rte_mempool* pool) {
         _sealing = sealing;
@@ -79,12 +81,17 @@ class tx_batch {
                     queue.count);
                 rte_pktmbuf_free_bulk(queue.pkts, queue.count);
                 queue.count = 0;
-                queue.sealed = 0;
                 queue.pending = false;
+                if (port == _sealed_port) {
+                    counters.drops[static_cast<std::size_t>(drop_reason::port_removed)].add(
+                        _sealed.count);
+                    rte_pktmbuf_free_bulk(_sealed.pkts, _sealed.count);
+                    _sealed.count = 0;
+                }
                 continue;
             }
             send(port, counters);
-            if (_queues[port].count > 0) {
+            if (_queues[port].count > 0 || (port == _sealed_port && _sealed.count > 0)) {
                 _pending_ports[still_pending++] = port;
             } else {
                 _queues[port].pending = false;
@@ -103,10 +110,11 @@ class tx_batch {
     void discard_all() {
         for (uint16_t i = 0; i < _pending_count; ++i) {
             _queues[_pending_ports[i]].count = 0;
-            _queues[_pending_ports[i]].sealed = 0;
             _queues[_pending_ports[i]].pending = false;
         }
         _pending_count = 0;
+        rte_pktmbuf_free_bulk(_sealed.pkts, _sealed.count);  // no caller could see them
+        _sealed.count = 0;
     }
 
   private:
@@ -117,18 +125,11 @@ class tx_batch {
             sent = _handoff->give_port(_owner[port], port, queue.pkts, queue.count);
             counters.handed_port.add(sent);
         } else {
-            if (_sealing != nullptr && port == _sealed_port && queue.sealed < queue.count) {
-                rte_mbuf** fresh = queue.pkts + queue.sealed;
-                uint16_t left = _sealing->seal_burst(fresh, queue.count - queue.sealed, _seal_pool,
-                                                     counters, now_ns());
-                if (uplink_takes_udp_gso(port)) {
-                    left = overlay::sealing::join_sealed_frames(fresh, left);
-                }
-                queue.count = static_cast<uint16_t>(queue.sealed + left);
-                queue.sealed = queue.count;
+            if (_sealing != nullptr && port == _sealed_port) {
+                sent = seal_and_send(port, queue, counters);
+            } else {
+                sent = port_tx_burst(port, queue.pkts, queue.count);
             }
-            sent = port_tx_burst(port, queue.pkts, queue.count);
-            queue.sealed = queue.sealed > sent ? static_cast<uint16_t>(queue.sealed - sent) : 0;
         }
         if (sent > 0 && sent < queue.count) {
             std::copy(queue.pkts + sent, queue.pkts + queue.count,
@@ -139,8 +140,50 @@ class tx_batch {
 
     struct queue {
         uint16_t count = 0;
-        uint16_t sealed = 0;  // the first `sealed` packets are sealed already
         bool pending = false;
+        rte_mbuf* pkts[capacity];
+    };
+
+    // Sends what the sealed queue holds, then seals `queue`'s frames into it and sends them,
+    // for as long as the port takes everything; returns how many of `queue` were consumed
+    // (sealed or dropped). A super-frame becomes up to overlay::max_segments frames before
+    // they are joined: sealing waits until the sealed queue has room for that many.
+    uint16_t seal_and_send(uint16_t port, const queue& queue, lcore_counters& counters) {
+        uint16_t consumed = 0;
+        send_sealed(port);
+        while (consumed < queue.count && _sealed.count + overlay::max_segments <= capacity) {
+            uint16_t taken = 0;
+            rte_mbuf** fresh = _sealed.pkts + _sealed.count;
+            uint16_t made = _sealing->seal_burst(
+                queue.pkts + consumed, static_cast<uint16_t>(queue.count - consumed), fresh,
+                static_cast<uint16_t>(capacity - _sealed.count), taken,
+                uplink_takes_vxlan_superframes(port), _seal_pool, counters, now_ns());
+            if (uplink_takes_udp_gso(port)) {
+                made = overlay::sealing::join_sealed_frames(fresh, made);
+            }
+            _sealed.count = static_cast<uint16_t>(_sealed.count + made);
+            consumed = static_cast<uint16_t>(consumed + taken);
+            send_sealed(port);
+            if (_sealed.count > 0) {
+                break;  // the port is full: the rest waits, unsealed
+            }
+        }
+        return consumed;
+    }
+
+    void send_sealed(uint16_t port) {
+        if (_sealed.count == 0) {
+            return;
+        }
+        const uint16_t sent = port_tx_burst(port, _sealed.pkts, _sealed.count);
+        if (sent > 0 && sent < _sealed.count) {
+            std::copy(_sealed.pkts + sent, _sealed.pkts + _sealed.count, _sealed.pkts);
+        }
+        _sealed.count = static_cast<uint16_t>(_sealed.count - sent);
+    }
+
+    struct sealed_queue {
+        uint16_t count = 0;
         rte_mbuf* pkts[capacity];
     };
     // Indexed by port id: ethdevs and vnet faces (port_io.hh).
@@ -152,6 +195,7 @@ class tx_batch {
     overlay::sealing::uplink_sealing* _sealing = nullptr;
     uint16_t _sealed_port = UINT16_MAX;
     rte_mempool* _seal_pool = nullptr;
+    sealed_queue _sealed;  // the uplink's frames sealed and not yet taken by the port
     std::array<uint8_t, vnet_face::port_id_space> _owner{};
 };
 

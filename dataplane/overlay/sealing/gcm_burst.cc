@@ -28,6 +28,24 @@ void write_aad(uint8_t* aad, const uint8_t* esp, uint32_t src_be, uint32_t dst_b
     std::memcpy(aad + esp_prefix_bytes + 4, &dst_be, 4);
 }
 
+void write_esp_header(uint8_t* esp, uint32_t spi, uint64_t seq) {
+    put_be32(esp, spi);
+    put_be32(esp + 4, static_cast<uint32_t>(seq));
+    put_be64(esp + 8, seq);
+}
+
+// Trailer (RFC 4303 §2.4) behind a plaintext of `len` bytes at `trailer`: padding bytes 1, 2,
+// 3..., pad length, next header. Returns its length without the ICV.
+uint32_t write_trailer(uint8_t* trailer, uint32_t len) {
+    const uint32_t pad = esp_trailer_bytes(len) - 2 - esp_icv_bytes;
+    for (uint32_t p = 0; p < pad; ++p) {
+        trailer[p] = static_cast<uint8_t>(p + 1);
+    }
+    trailer[pad] = static_cast<uint8_t>(pad);
+    trailer[pad + 1] = esp_next_header;
+    return pad + 2;
+}
+
 void fill_gcm(IMB_JOB* job, const gcm_key* key, uint8_t* text, uint32_t len, uint8_t* nonce,
               uint8_t* aad, uint8_t* tag) {
     job->cipher_mode = IMB_CIPHER_GCM;
@@ -110,19 +128,10 @@ void gcm_burst::seal(const seal_request* requests, unsigned n) {
         const seal_request& r = requests[i];
         scratch& s = _scratch[i];
         uint8_t* esp = r.esp;
-        put_be32(esp, r.spi);
-        put_be32(esp + 4, static_cast<uint32_t>(r.seq));
-        put_be64(esp + 8, r.seq);
+        write_esp_header(esp, r.spi, r.seq);
         uint8_t* text = esp + esp_prefix_bytes;
-        // Trailer (RFC 4303 §2.4): padding bytes 1, 2, 3..., pad length, next header.
-        const uint32_t pad = esp_trailer_bytes(r.plaintext_len) - 2 - esp_icv_bytes;
-        uint8_t* trailer = text + r.plaintext_len;
-        for (uint32_t p = 0; p < pad; ++p) {
-            trailer[p] = static_cast<uint8_t>(p + 1);
-        }
-        trailer[pad] = static_cast<uint8_t>(pad);
-        trailer[pad + 1] = esp_next_header;
-        const uint32_t len = r.plaintext_len + pad + 2;
+        const uint32_t len =
+            r.plaintext_len + write_trailer(text + r.plaintext_len, r.plaintext_len);
         std::memcpy(s.nonce, r.key->salt.data(), 4);
         std::memcpy(s.nonce + 4, esp + 8, 8);
         write_aad(s.aad, esp, r.outer_src_be, r.outer_dst_be);
@@ -138,6 +147,59 @@ void gcm_burst::seal(const seal_request* requests, unsigned n) {
         }
     }
     run(n);
+}
+
+void gcm_burst::seal_gathered(uint8_t* esp, uint32_t head_len,
+                              std::span<const plaintext_piece> pieces, const gcm_key& key,
+                              uint32_t spi, uint64_t seq, uint32_t outer_src_be,
+                              uint32_t outer_dst_be) {
+    write_esp_header(esp, spi, seq);
+    alignas(16) uint8_t nonce[16];
+    // Room to a whole number of blocks, as the burst's scratch has.
+    alignas(16) uint8_t aad[esp_aad_bytes + 12] = {};
+    std::memcpy(nonce, key.salt.data(), 4);
+    std::memcpy(nonce + 4, esp + 8, 8);
+    write_aad(aad, esp, outer_src_be, outer_dst_be);
+    gcm_context_data ctx;
+    IMB_AES256_GCM_INIT(_mgr, &key.data, &ctx, nonce, aad, esp_aad_bytes);
+    uint8_t* text = esp + esp_prefix_bytes;
+    IMB_AES256_GCM_ENC_UPDATE(_mgr, &key.data, &ctx, text, text, head_len);
+    uint8_t* out = text + head_len;
+    for (const plaintext_piece& p : pieces) {
+        IMB_AES256_GCM_ENC_UPDATE(_mgr, &key.data, &ctx, out, p.data, p.len);
+        out += p.len;
+    }
+    const auto plaintext_len = static_cast<uint32_t>(out - text);
+    const uint32_t trailer = write_trailer(out, plaintext_len);
+    IMB_AES256_GCM_ENC_UPDATE(_mgr, &key.data, &ctx, out, out, trailer);
+    IMB_AES256_GCM_ENC_FINALIZE(_mgr, &key.data, &ctx, out + trailer, esp_icv_bytes);
+}
+
+open_result gcm_burst::open_gathered(const uint8_t* esp_prefix,
+                                     std::span<const plaintext_piece> ciphertext,
+                                     const uint8_t* icv, uint8_t* plaintext, const gcm_key& key,
+                                     uint32_t outer_src_be, uint32_t outer_dst_be) {
+    alignas(16) uint8_t nonce[16];
+    alignas(16) uint8_t aad[esp_aad_bytes + 12] = {};
+    alignas(16) uint8_t tag[esp_icv_bytes];
+    std::memcpy(nonce, key.salt.data(), 4);
+    std::memcpy(nonce + 4, esp_prefix + 8, 8);
+    write_aad(aad, esp_prefix, outer_src_be, outer_dst_be);
+    gcm_context_data ctx;
+    IMB_AES256_GCM_INIT(_mgr, &key.data, &ctx, nonce, aad, esp_aad_bytes);
+    uint8_t* out = plaintext;
+    for (const plaintext_piece& p : ciphertext) {
+        IMB_AES256_GCM_DEC_UPDATE(_mgr, &key.data, &ctx, out, p.data, p.len);
+        out += p.len;
+    }
+    IMB_AES256_GCM_DEC_FINALIZE(_mgr, &key.data, &ctx, tag, esp_icv_bytes);
+    const auto len = static_cast<uint32_t>(out - plaintext);
+    // Constant time: how much of a forged tag matched must not show in the timing.
+    const bool authentic = len >= 2 && CRYPTO_memcmp(tag, icv, esp_icv_bytes) == 0;
+    const uint8_t pad = authentic ? plaintext[len - 2] : 0;
+    const bool trailer_ok = authentic && plaintext[len - 1] == esp_next_header && pad <= 3 &&
+                            len >= uint32_t{pad} + 2 + 8;
+    return {trailer_ok, trailer_ok ? len - pad - 2 : 0};
 }
 
 void gcm_burst::open(const open_request* requests, unsigned n, open_result* results) {

@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 
 #include "dataplane/overlay/sealing/esp_format.hh"
 #include "dataplane/overlay/sealing/pair_keys.hh"
@@ -44,6 +45,13 @@ struct open_request {
     uint32_t outer_dst_be;
 };
 
+// Plaintext bytes that lie elsewhere than the frame being sealed (a tenant super-frame's
+// payload, a segment of a chained frame): sealing copies them as it encrypts them.
+struct plaintext_piece {
+    const uint8_t* data;
+    uint32_t len;
+};
+
 struct open_result {
     bool ok;                 // authenticated, and the trailer is well formed
     uint32_t plaintext_len;  // VXLAN header + inner frame, at esp + esp_prefix_bytes
@@ -67,6 +75,23 @@ class gcm_burst {
     // Seals `n` (<= max_burst) frames in place: writes the ESP header and IV, the trailer,
     // encrypts and appends the ICV.
     void seal(const seal_request* requests, unsigned n);
+    // Seals one frame out of place, at once: writes the ESP header and IV at `esp`, encrypts
+    // the `head_len` bytes already at esp + esp_prefix_bytes where they are and `pieces` into
+    // the bytes right behind them (the plaintext is the head, then the pieces in order), then
+    // writes the trailer and the ICV. The buffer has room for esp_trailer_bytes(plaintext)
+    // behind the plaintext. One pass over the pieces: cutting and copying a frame is the
+    // encryption's own read and write.
+    void seal_gathered(uint8_t* esp, uint32_t head_len, std::span<const plaintext_piece> pieces,
+                       const gcm_key& key, uint32_t spi, uint64_t seq, uint32_t outer_src_be,
+                       uint32_t outer_dst_be);
+    // Opens one frame out of place, at once: `esp_prefix` is its ESP header and IV (16 bytes,
+    // read by the caller to find the SA), `ciphertext` the encrypted bytes behind them in
+    // order (trailer included), `icv` its 16-byte ICV. The plaintext is written at `plaintext`
+    // as it is decrypted: opening a frame where it lies is the only read of it.
+    open_result open_gathered(const uint8_t* esp_prefix,
+                              std::span<const plaintext_piece> ciphertext, const uint8_t* icv,
+                              uint8_t* plaintext, const gcm_key& key, uint32_t outer_src_be,
+                              uint32_t outer_dst_be);
     // Opens `n` (<= max_burst) frames in place. A frame whose ICV does not match is !ok and
     // its bytes must not be used (they are decrypted garbage).
     void open(const open_request* requests, unsigned n, open_result* results);

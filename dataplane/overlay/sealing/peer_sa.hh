@@ -44,7 +44,9 @@ struct rx_sa {
 struct peer_sa {
     uint32_t ip_be = 0;  // the peer's underlay address, network order
     encryption_policy policy = encryption_policy::off;
-    bool keyed = false;  // its public key is known (and this host has one)
+    // Its public key is known (and this host has one). Set by the worker (a key learned while
+    // running), read by the control thread too: relaxed atomic accesses.
+    bool keyed = false;
     x25519_key shared{};
     pair_end self;
     pair_end peer;
@@ -72,7 +74,9 @@ struct peer_sa {
     uint32_t shown_rx_epoch = 0;
     peer_counters counters;
 
-    bool seals() const { return keyed && policy != encryption_policy::off; }
+    bool seals() const {
+        return __atomic_load_n(&keyed, __ATOMIC_RELAXED) && policy != encryption_policy::off;
+    }
 };
 
 }  // namespace jakiro::overlay::sealing

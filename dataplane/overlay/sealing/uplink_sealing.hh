@@ -8,14 +8,18 @@
 //
 // One per host, run by the uplink's worker alone (it receives every fabric frame and sends
 // every frame to the fabric). Worker side: bursts, no allocation, no lock; a system call or an
-// OpenSSL call only once per new epoch (bounded per peer in time).
+// OpenSSL call only once per new epoch (bounded per peer in time) and once per host whose key
+// is learned while running (offer_key).
 
 #include <rte_ether.h>
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -51,13 +55,19 @@ class uplink_sealing {
     // nullptr and `error` when IPSec-MB cannot start or a peer's key is unusable.
     static std::unique_ptr<uplink_sealing> create(const sealing_setup& setup, std::string& error);
 
-    // Frames about to leave on the uplink, in place: those to a host that seals become ESP
-    // frames, the rest pass unchanged. What cannot leave (no key for a required host, no mbuf
-    // to make a frame writable) is dropped and counted in `counters`. Keeps the order; returns
-    // how many of `pkts` are left (at most `n`). A frame that is not one writable buffer is
-    // copied into one mbuf of `pool` first.
-    uint16_t seal_burst(rte_mbuf** pkts, uint16_t n, rte_mempool* pool, lcore_counters& counters,
-                        uint64_t now_ns);
+    // Frames about to leave on the uplink, the first `n` of `in`, into `out` (room for `room`
+    // frames; not `in`), in order: those to a host that seals become ESP frames, the rest pass
+    // unchanged. A VXLAN TCP super-frame (overlay::mark_vxlan_superframe) to a host that seals
+    // becomes its sealed frames, cut and sealed in one pass (sealed_superframe.hh); one to a
+    // host that does not stays whole where the uplink takes super-frames (`whole_superframes`)
+    // and is cut otherwise. A frame that is not one writable buffer is sealed out of place into
+    // an mbuf of `pool`. What cannot leave (no key for a required host, no mbuf) is dropped and
+    // counted in `counters`. Stops before a frame whose frames do not fit what is left of
+    // `room`: `taken` says how many of `in` were consumed (sent on or dropped). Returns how many
+    // frames are in `out`.
+    uint16_t seal_burst(rte_mbuf* const* in, uint16_t n, rte_mbuf** out, uint16_t room,
+                        uint16_t& taken, bool whole_superframes, rte_mempool* pool,
+                        lcore_counters& counters, uint64_t now_ns);
 
     // Frames from the fabric, in place: sealed ones are authenticated, checked against the
     // replay window and opened into the VXLAN frames they carried; plaintext VXLAN from a host
@@ -66,7 +76,39 @@ class uplink_sealing {
     uint16_t open_burst(rte_mbuf** pkts, uint16_t n, rte_be32_t local_ip,
                         const rte_ether_addr& local_mac, lcore_counters& counters, uint64_t now_ns);
 
-    std::span<const peer_sa> peers() const { return {_peers.get(), _peer_count}; }
+    // A UDP GSO super-datagram of sealed frames (sealed_datagrams.hh) as the uplink face read
+    // it, `len` bytes: the first `head_len` at `head` (the outer headers at least), the rest at
+    // `tail`, one ESP payload every `gso_size` bytes behind the outer headers. Each is opened
+    // where it lies, decrypted straight into its own mbuf of `pool` behind a copy of the outer
+    // headers (no copy of the ciphertext first), checked as open_burst checks a frame, and the
+    // VXLAN frames that authenticate go to `out` (room for overlay::max_gso_chunks) marked
+    // `opened_mark`, which open_burst passes on. Returns how many; what fails is counted and
+    // dropped. nullopt, and nothing touched, when the datagram is not one this opens (not
+    // ESP to this host, lengths that do not fit the pool's mbufs): the face cuts it as any
+    // other, and open_burst judges its frames.
+    std::optional<uint16_t> open_datagram(const uint8_t* head, uint32_t head_len,
+                                          const uint8_t* tail, uint32_t len, uint16_t gso_size,
+                                          rte_mempool* pool, rte_mbuf** out, rte_be32_t local_ip,
+                                          const rte_ether_addr& local_mac, lcore_counters& counters,
+                                          uint64_t now_ns);
+    // What marks a frame open_datagram opened: DPDK's "processed by a security offload" (no
+    // port of ours sets it; every receive path clears an mbuf's flags).
+    static constexpr uint64_t opened_mark = RTE_MBUF_F_RX_SEC_OFFLOAD;
+
+    // Control thread: `key` is the public key of the host at `underlay_ip` (host order),
+    // learned while jakirod runs (its etcd host record). The uplink's worker takes it at its
+    // next burst: a host without an SA gets one under `overlay.encryption`, one with an SA
+    // but no key is keyed; a host keyed already keeps its key (a new key takes a restart).
+    // False when the offers before it are not all taken yet: offer it again later.
+    bool offer_key(uint32_t underlay_ip, const x25519_key& key);
+    // Hosts learned while running that get an SA, beyond those of the YAML (each SA holds
+    // its keys and replay windows, about 8 KB).
+    static constexpr std::size_t max_learned_peers = 256;
+
+    // Any thread: the SAs, in no particular order (one learned while running is appended).
+    std::span<const peer_sa> peers() const {
+        return {_peers.get(), _peer_count.load(std::memory_order_acquire)};
+    }
     const x25519_key& public_key() const { return _public_key; }
     encryption_policy policy() const { return _policy; }
     const char* arch() const { return _gcm.arch(); }
@@ -82,6 +124,16 @@ class uplink_sealing {
   private:
     uplink_sealing() = default;
     peer_sa* find(uint32_t ip_be);
+    // The keys of `peer` with the host whose public key is `key`: the shared secret and the
+    // sending key of the run's first epoch. False when the key gives no shared secret.
+    bool key_peer(peer_sa& peer, const x25519_key& key, uint32_t underlay_ip);
+    // Worker: applies the keys offer_key posted (cheap when there are none).
+    void take_offers() {
+        if (_offers_posted.load(std::memory_order_acquire) != _offers_seen) {
+            apply_offers();
+        }
+    }
+    void apply_offers();
     encryption_policy policy_of(const peer_sa* peer) const {
         return peer != nullptr ? peer->policy : _policy;
     }
@@ -93,17 +145,51 @@ class uplink_sealing {
     // receiving epoch, the current one stays open for frames sealed before the peer's rekey,
     // the one before that is over, and the epoch after it is derived. Returns the new rx[0].
     rx_sa* adopt(peer_sa& peer, rx_sa& slot);
+    // Which receiving SA a sealed frame of `peer` under `epoch` is tried with (`sa`): one that
+    // holds the epoch (use), none yet but a newer epoch may be derived now (derive: the caller
+    // opens what it holds under the candidate first, then derive_candidate), none
+    // (auth_failed: derived too recently), or an epoch closed long ago (replayed).
+    enum class rx_choice : uint8_t { use, derive, auth_failed, replayed };
+    rx_choice choose_rx(peer_sa& peer, uint32_t epoch, uint64_t now_ns, rx_sa*& sa);
+    rx_sa* derive_candidate(peer_sa& peer, uint32_t epoch, uint64_t now_ns);
+    // A frame of `epoch` with number `seq` authenticated: moves its window (and adopts a newer
+    // epoch). False: it is a replay.
+    bool accept_opened(peer_sa& peer, uint32_t epoch, uint64_t seq);
+    // `m` (to `peer`, which seals) sealed into a fresh mbuf of `pool`, its bytes encrypted from
+    // where they lie; `m` is freed. nullptr (and `m` left) when no mbuf holds the sealed frame.
+    rte_mbuf* seal_out_of_place(rte_mbuf* m, peer_sa& peer, rte_mempool* pool);
 
     gcm_burst _gcm;
     x25519_key _public_key{};
     encryption_policy _policy = encryption_policy::off;
     bool _seals_any = false;
-    // Sorted by ip_be; an array, not a vector: the counters are atomics, which do not move.
+    // Slots [0, _peer_count) hold SAs, never moved (the counters are atomics the control
+    // thread reads): the YAML's first, the learned ones appended by the worker, which
+    // publishes the count after the SA is whole. _index is the worker's: (ip_be, slot) sorted.
+    struct peer_slot {
+        uint32_t ip_be;
+        uint32_t slot;
+    };
     std::unique_ptr<peer_sa[]> _peers;
-    std::size_t _peer_count = 0;
+    std::unique_ptr<peer_slot[]> _index;
+    std::size_t _peer_capacity = 0;
+    std::atomic<std::size_t> _peer_count{0};
+    host_key_pair _own{};
+    uint32_t _underlay_ip = 0;  // host order
+    uint32_t _first_epoch = 0;
     uint32_t _epoch_limit = UINT32_MAX;
     uint64_t _rekey_bytes = 0;
     uint64_t _rekey_ns = 0;
+    // Keys posted by offer_key (control thread) for the worker; a ring of offer_slots.
+    struct key_offer {
+        uint32_t underlay_ip;
+        x25519_key key;
+    };
+    static constexpr uint32_t offer_slots = 64;
+    std::array<key_offer, offer_slots> _offers{};
+    std::atomic<uint32_t> _offers_posted{0};  // written by the control thread
+    std::atomic<uint32_t> _offers_taken{0};   // written by the worker
+    uint32_t _offers_seen = 0;                // the worker's copy of _offers_taken
 };
 
 }  // namespace jakiro::overlay::sealing

@@ -167,6 +167,46 @@ TEST(RecordDiff, CreatesChangesAndDeletesWithTheRevisionsTheyExpect) {
     EXPECT_EQ(diff.deletes[0].expected_revision, 8);
 }
 
+constexpr const char* h2_key = "u9Sx0M7t1H5AdWJvVQ0uAbO4Q3XzX0eCq4wWS3yrO3g=";
+
+TEST(ClusterRecords, AHostRecordsOverlayKeyReachesTheHostDirectory) {
+    auto records = two_host_cluster();
+    records.put("/jakiro/v1/hosts/h2",
+                std::string("{name: h2, underlay_ip: 198.18.0.2, overlay_key: \"") + h2_key + "\"}",
+                11);
+    const auto view = records.build_view();
+    ASSERT_TRUE(view->usable);
+    EXPECT_TRUE(view->rejected.empty());
+    EXPECT_EQ(view->hosts->overlay_keys,
+              (std::unordered_map<std::string, std::string>{{"h2", h2_key}}));
+    // A lease coming keeps the keys (the directory is copied with the addresses).
+    records.put("/jakiro/v1/alive/h2", "{name: h2}", 12);
+    EXPECT_EQ(records.build_view()->hosts->overlay_keys.count("h2"), 1u);
+}
+
+TEST(ClusterRecords, AHostRecordWithAKeyThatIsNotOneIsRefused) {
+    auto records = two_host_cluster();
+    records.put("/jakiro/v1/hosts/h2", "{name: h2, underlay_ip: 198.18.0.2, overlay_key: abc}", 11);
+    const auto view = records.build_view();
+    EXPECT_TRUE(mentions(view->rejected, "overlay_key"));
+    EXPECT_EQ(view->hosts->overlay_keys.count("h2"), 0u);
+}
+
+TEST(RecordDiff, AFileWithoutAHostsKeyLeavesTheRegisteredKeyInPlace) {
+    const std::string registered =
+        std::string("{name: h2, underlay_ip: 198.18.0.2, overlay_key: \"") + h2_key + "\"}";
+    const std::map<std::string, stored_record> current{
+        {"/jakiro/v1/hosts/h2", {registered, 5, "", ""}}};
+    EXPECT_TRUE(
+        diff_records({{"/jakiro/v1/hosts/h2", "{name: h2, underlay_ip: 198.18.0.2}"}}, current)
+            .empty());
+    // A new address is written (and the host registers its key again when it restarts there).
+    EXPECT_EQ(
+        diff_records({{"/jakiro/v1/hosts/h2", "{name: h2, underlay_ip: 198.18.0.9}"}}, current)
+            .puts.size(),
+        1u);
+}
+
 TEST(RecordDiff, IdenticalStateNeedsNoTransaction) {
     const std::map<std::string, std::string> desired{{"/jakiro/v1/vpcs/blue", "{name: blue}"}};
     const std::map<std::string, stored_record> current{

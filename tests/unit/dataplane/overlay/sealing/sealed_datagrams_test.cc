@@ -71,11 +71,14 @@ struct SealedDatagramsTest : testing::Test {
 
     // Seals `frames` at `sender` and joins them; returns what would be written to the uplink.
     std::vector<rte_mbuf*> seal_and_join(uplink_sealing& sender, std::vector<rte_mbuf*> frames) {
-        auto n = sender.seal_burst(frames.data(), static_cast<uint16_t>(frames.size()), pool(),
+        std::vector<rte_mbuf*> out(frames.size());
+        uint16_t taken = 0;
+        auto n = sender.seal_burst(frames.data(), static_cast<uint16_t>(frames.size()), out.data(),
+                                   static_cast<uint16_t>(out.size()), taken, false, pool(),
                                    counters, 1'000'000'000);
-        n = join_sealed_frames(frames.data(), n);
-        frames.resize(n);
-        return frames;
+        n = join_sealed_frames(out.data(), n);
+        out.resize(n);
+        return out;
     }
 
     // What the receiving Jakiro host makes of `datagram`: the kernel hands it over whole, the
@@ -180,6 +183,92 @@ TEST_F(SealedDatagramsTest, ADatagramCarriesNoMoreFramesThanAReceiverCuts) {
         owned.push_back(m);
         EXPECT_LE((rte_pktmbuf_pkt_len(m) - 42) / m->tso_segsz, max_gso_chunks);
     }
+}
+
+// What the uplink face makes of `datagram` when it opens sealed datagrams itself: each frame
+// decrypted from where it lies in the message (uplink_sealing::open_datagram).
+std::vector<rte_mbuf*> open_where_they_lie(SealedDatagramsTest& t, uplink_sealing& receiver,
+                                           const host& self, rte_mbuf* datagram,
+                                           std::vector<uint8_t>* wire = nullptr) {
+    std::vector<uint8_t> bytes = wire != nullptr ? *wire : test::bytes_of(datagram);
+    std::vector<uint8_t> tail;
+    rte_mbuf* head = test::head_and_tail(pool(), bytes, tail);
+    std::vector<rte_mbuf*> out(max_gso_chunks);
+    const auto n = receiver.open_datagram(
+        rte_pktmbuf_mtod(head, const uint8_t*), rte_pktmbuf_data_len(head), tail.data(),
+        static_cast<uint32_t>(bytes.size()), datagram->tso_segsz, pool(), out.data(),
+        ip(self.ip_text), mac(self.mac_text), t.counters, 1'000'000'000);
+    rte_pktmbuf_free(head);
+    EXPECT_TRUE(n.has_value());
+    out.resize(n.value_or(0));
+    for (rte_mbuf* m : out) {
+        t.owned.push_back(m);
+    }
+    return out;
+}
+
+TEST_F(SealedDatagramsTest, ADatagramOpensWhereItLiesIntoTheFramesThatWereSealed) {
+    auto at_a = make(a, {&b});
+    auto at_b = make(b, {&a});
+    std::vector<rte_mbuf*> frames;
+    std::vector<std::vector<uint8_t>> sent;
+    for (int i = 0; i < 20; ++i) {
+        frames.push_back(vxlan_frame(a, b, i < 19 ? 1400 : 333));
+        sent.push_back(test::bytes_of(frames.back()));
+    }
+    const auto out = seal_and_join(*at_a, frames);
+    ASSERT_EQ(out.size(), 1u);
+    owned.push_back(out[0]);
+    const auto opened = open_where_they_lie(*this, *at_b, b, out[0]);
+    ASSERT_EQ(opened.size(), sent.size());
+    for (std::size_t i = 0; i < opened.size(); ++i) {
+        EXPECT_EQ(test::bytes_of(opened[i]), sent[i]) << "frame " << i;
+    }
+    // open_burst passes what was opened already, unchanged.
+    std::vector<rte_mbuf*> burst = opened;
+    EXPECT_EQ(at_b->open_burst(burst.data(), static_cast<uint16_t>(burst.size()), ip(b.ip_text),
+                               mac(b.mac_text), counters, 1'000'000'000),
+              opened.size());
+    EXPECT_EQ(at_b->peers()[0].counters.opened.read(), 20u);
+}
+
+TEST_F(SealedDatagramsTest, ATamperedFrameInADatagramIsDroppedAloneAndAReplayedOneEntirely) {
+    auto at_a = make(a, {&b});
+    auto at_b = make(b, {&a});
+    std::vector<rte_mbuf*> frames;
+    for (int i = 0; i < 5; ++i) {
+        frames.push_back(vxlan_frame(a, b, 1000));
+    }
+    const auto out = seal_and_join(*at_a, frames);
+    ASSERT_EQ(out.size(), 1u);
+    owned.push_back(out[0]);
+    std::vector<uint8_t> wire = test::bytes_of(out[0]);
+    std::vector<uint8_t> tampered = wire;
+    tampered[gso_outer_bytes + 2 * out[0]->tso_segsz + 100] ^= 0x20;  // the third frame
+    EXPECT_EQ(open_where_they_lie(*this, *at_b, b, out[0], &tampered).size(), 4u);
+    EXPECT_EQ(counters.drops[static_cast<std::size_t>(drop_reason::auth_failed)].read(), 1u);
+    // The genuine datagram again: the four that opened are replays, the third opens now.
+    EXPECT_EQ(open_where_they_lie(*this, *at_b, b, out[0], &wire).size(), 1u);
+    EXPECT_EQ(counters.drops[static_cast<std::size_t>(drop_reason::replayed)].read(), 4u);
+}
+
+TEST_F(SealedDatagramsTest, ADatagramForAnotherHostIsLeftForTheIngressChecks) {
+    auto at_a = make(a, {&b});
+    auto at_c = make(c, {&a});
+    std::vector<rte_mbuf*> frames = {vxlan_frame(a, b, 1000), vxlan_frame(a, b, 1000)};
+    const auto out = seal_and_join(*at_a, frames);
+    ASSERT_EQ(out.size(), 1u);
+    owned.push_back(out[0]);
+    std::vector<uint8_t> bytes = test::bytes_of(out[0]);
+    std::vector<uint8_t> tail;
+    rte_mbuf* head = test::head_and_tail(pool(), bytes, tail);
+    rte_mbuf* cut[max_gso_chunks];
+    EXPECT_FALSE(at_c->open_datagram(rte_pktmbuf_mtod(head, const uint8_t*),
+                                     rte_pktmbuf_data_len(head), tail.data(),
+                                     static_cast<uint32_t>(bytes.size()), out[0]->tso_segsz, pool(),
+                                     cut, ip(c.ip_text), mac(c.mac_text), counters, 1'000'000'000)
+                     .has_value());
+    rte_pktmbuf_free(head);
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "tests/unit/frames.hh"
 
 namespace jakiro::overlay::sealing {
@@ -66,8 +68,14 @@ struct UplinkSealingTest : testing::Test {
         return m;
     }
 
+    // Seals `pkts` (no super-frame among them) into `pkts`.
     uint16_t seal(uplink_sealing& s, rte_mbuf** pkts, uint16_t n) {
-        return s.seal_burst(pkts, n, test_pool(), counters_a, now);
+        std::vector<rte_mbuf*> in(pkts, pkts + n);
+        uint16_t taken = 0;
+        const uint16_t made =
+            s.seal_burst(in.data(), n, pkts, n, taken, false, test_pool(), counters_a, now);
+        EXPECT_EQ(taken, n);
+        return made;
     }
     uint16_t open_at(uplink_sealing& s, const host& self, rte_mbuf** pkts, uint16_t n) {
         return s.open_burst(pkts, n, ip(self.ip_text), mac(self.mac_text), counters_b, now);
@@ -93,6 +101,36 @@ TEST_F(UplinkSealingTest, AFrameCrossesSealedAndArrivesAsItWasSent) {
     EXPECT_EQ(test::bytes_of(m), sent);
     EXPECT_EQ(at_b->peers()[0].counters.opened.read(), 1u);
     free_all(&m, 1);
+}
+
+TEST_F(UplinkSealingTest, AHostsKeyLearnedWhileRunningMakesItsFramesSealed) {
+    auto at_a = make(a, {});  // required, and no host listed: b is unknown
+    auto at_b = make(b, {&a});
+    rte_mbuf* before = vxlan_frame(a, b);
+    EXPECT_EQ(seal(*at_a, &before, 1), 0);
+    EXPECT_EQ(drops(counters_a, drop_reason::unsealed_no_key), 1u);
+    ASSERT_TRUE(at_a->offer_key(rte_be_to_cpu_32(ip(b.ip_text)), b.keys.public_key));
+    // Its own key, as its etcd record carries it, is not a peer.
+    ASSERT_TRUE(at_a->offer_key(rte_be_to_cpu_32(ip(a.ip_text)), a.keys.public_key));
+    rte_mbuf* m = vxlan_frame(a, b, 500);
+    const std::vector<uint8_t> sent = test::bytes_of(m);
+    ASSERT_EQ(seal(*at_a, &m, 1), 1);
+    EXPECT_EQ(udp_dst(m), esp_udp_port);
+    ASSERT_EQ(at_a->peers().size(), 1u);
+    EXPECT_TRUE(at_a->peers()[0].seals());
+    ASSERT_EQ(open_at(*at_b, b, &m, 1), 1);
+    EXPECT_EQ(test::bytes_of(m), sent);
+    free_all(&m, 1);
+    // And what b seals for a opens at a: the learned SA holds the receiving keys too.
+    auto at_b_sender = make(b, {&a});
+    rte_mbuf* back = vxlan_frame(b, a);
+    std::vector<rte_mbuf*> in = {back};
+    uint16_t taken = 0;
+    ASSERT_EQ(
+        at_b_sender->seal_burst(in.data(), 1, &back, 1, taken, false, test_pool(), counters_b, now),
+        1);
+    ASSERT_EQ(at_a->open_burst(&back, 1, ip(a.ip_text), mac(a.mac_text), counters_a, now), 1);
+    free_all(&back, 1);
 }
 
 TEST_F(UplinkSealingTest, AReplayedFrameIsDroppedAsReplayed) {
@@ -222,7 +260,7 @@ TEST_F(UplinkSealingTest, ARekeyLosesNoFrameSealedBeforeIt) {
     now += uplink_sealing::min_epoch_ns;
     auto later = make(a, {&b}, encryption_policy::required, 1002);
     rte_mbuf* third = vxlan_frame(a, b);
-    ASSERT_EQ(later->seal_burst(&third, 1, test_pool(), counters_a, now), 1);
+    ASSERT_EQ(seal(*later, &third, 1), 1);
     ASSERT_TRUE(opens(third));
     EXPECT_FALSE(opens(stale));
     EXPECT_EQ(drops(counters_b, drop_reason::replayed), copies.size() + 1);
