@@ -61,14 +61,16 @@ inline bool meter_tcp_ingress(worker_context& ctx, rte_mbuf* m, rte_ipv4_hdr* ip
     return true;
 }
 
-// The same for an IPv6 packet `ip` (never a super-frame): ECN is in its traffic class.
+// The same for an IPv6 packet `ip` (never a super-frame): ECN is in its traffic class. Charged
+// from its own header, not from `m`, which still holds the tunnel when it came over the fabric.
 inline bool meter_tcp_ingress(worker_context& ctx, rte_mbuf* m, rte_ipv6_hdr* ip, uint16_t slot,
                               uint64_t now_ns) {
     qos::ingress_meter* meter = receiving_meter(ctx, slot);
     if (meter == nullptr) {
         return true;
     }
-    const uint32_t wire = rte_pktmbuf_pkt_len(m) + overlay::outer_header_bytes;
+    const uint32_t wire = sizeof(rte_ether_hdr) + sizeof(rte_ipv6_hdr) +
+                          rte_be_to_cpu_16(ip->payload_len) + overlay::outer_header_bytes;
     const auto verdict =
         meter->on_packet(now_ns, qos::traffic_class::tcp, wire,
                          static_cast<qos::ecn>(overlay::ipv6_traffic_class(ip) & 0x03), nullptr);
