@@ -655,11 +655,20 @@ MATRIX6 = [
 
 
 class TestMatrixIpv6:
+    hits_before = {}  # rule hits before the matrix: rule ids, and so counters, are reused
+
     @pytest.fixture(scope="class", autouse=True)
     def matrix_policy(self):
         apply_policy(MATRIX6_GROUPS, MATRIX6_MEMBERS)
+        TestMatrixIpv6.hits_before = {(host, group): rule_hits(host, group) for host, group in
+                                      (("h2", "web6"), ("h1", "client6"), ("h1", "narrow6"))}
         yield
         restore()
+
+    def hits(self, host, group):
+        """The hits of each rule of `group` on `host` since the matrix's policy was applied."""
+        before = TestMatrixIpv6.hits_before[(host, group)]
+        return {k: v - before.get(k, 0) for k, v in rule_hits(host, group).items()}
 
     @pytest.mark.parametrize("case", MATRIX6, ids=[case_id(c) for c in MATRIX6])
     def test_ipv6_connection_is_allowed_or_denied_by_the_groups(self, case, tmp_path):
@@ -677,12 +686,12 @@ class TestMatrixIpv6:
             assert drops(host)[f"sg_denied_{direction}"] > drops_before
 
     def test_ipv6_rules_count_their_hits_and_show_their_cidr(self):
-        web = rule_hits("h2", "web6")
-        print(f"\nhits: h2 web6 {web}, h1 client6 {rule_hits('h1', 'client6')}")
+        web = self.hits("h2", "web6")
+        print(f"\nhits: h2 web6 {web}, h1 client6 {self.hits('h1', 'client6')}")
         assert web[("ingress", 0)] > 0 and web[("ingress", 1)] > 0 and web[("ingress", 2)] > 0
         assert web[("ingress", 3)] == 0, "the IPv4 rule matched IPv6"
-        assert rule_hits("h1", "client6")[("ingress", 0)] > 0
-        assert rule_hits("h1", "narrow6")[("egress", 0)] > 0
+        assert self.hits("h1", "client6")[("ingress", 0)] > 0
+        assert self.hits("h1", "narrow6")[("egress", 0)] > 0
         remotes = {(r["direction"], r["index"]): r["remote"] for r in stats("h2")["rules"]
                    if r["vpc"] == "blue" and r["group"] == "web6"}
         assert remotes[("ingress", 0)] == "2001:2::/64", remotes
