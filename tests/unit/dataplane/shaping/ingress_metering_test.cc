@@ -50,8 +50,9 @@ TEST_F(IngressMeteringIpv6, TcpAndUdpOverIpv6AreTheTcpClassChargedAsOnTheWire) {
 }
 
 TEST_F(IngressMeteringIpv6, AboveTheShareEcnCapableIpv6IsMarkedCeInItsTrafficClass) {
-    // 300 KB at once: far beyond the burst and 5 ms of 100 Mbit/s.
-    from_t2(300, IPPROTO_TCP, 0x02);  // ECT(0)
+    // 200 KB at once (a transmit batch holds 256 frames): far beyond the burst and 5 ms of
+    // 100 Mbit/s.
+    from_t2(200, IPPROTO_TCP, 0x02);  // ECT(0)
     EXPECT_EQ(drops(drop_reason::qos_ingress_over_share), 0u);
     EXPECT_GT(ctx->counters.qos_ce_marked.read(), 0u);
     unsigned marked = 0;
@@ -64,11 +65,11 @@ TEST_F(IngressMeteringIpv6, AboveTheShareEcnCapableIpv6IsMarkedCeInItsTrafficCla
 }
 
 TEST_F(IngressMeteringIpv6, AboveTheShareNotEcnCapableIpv6IsDroppedAndCounted) {
-    from_t2(300, IPPROTO_UDP, 0);
+    from_t2(200, IPPROTO_UDP, 0);
     const auto delivered = ctx->tx.queued(port_t1).size();
     EXPECT_GT(delivered, 0u) << "a burst passes";
-    EXPECT_EQ(delivered + drops(drop_reason::qos_ingress_over_share), 300u);
-    EXPECT_EQ(of(qos::traffic_class::tcp).dropped, 300u - delivered);
+    EXPECT_EQ(delivered + drops(drop_reason::qos_ingress_over_share), 200u);
+    EXPECT_EQ(of(qos::traffic_class::tcp).dropped, 200u - delivered);
 }
 
 }  // namespace
