@@ -181,6 +181,7 @@ struct harness {
         support.local.mac = {0x02, 0x00, 0xc6, 0x13, 0x01, 0x01};
         support.local.ip_be = htonl(0xC6130101);
         support.local.ip6 = {0x20, 0x01, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1};  // 2001:2::1:1
+        support.limits.gid_table_len = 2;  // GID 1: the IPv6 address
         res->enable_qps(support);
         uint32_t pd = 0;
         res->alloc_pd(client, pd);
