@@ -50,6 +50,7 @@ struct alignas(RTE_CACHE_LINE_SIZE) lcore_counters {
     counter rdma_local_messages;  // RDMA messages moved memory to memory between local vNICs
     counter arp_replies_to_tenants;
     counter nd_replies_to_tenants;  // neighbour advertisements for the VPC's IPv6 addresses
+    counter nd_replies_in_overlay;  // the same to foreign VTEPs' solicitations in the tunnel
     counter arp_replies_on_underlay;
     counter arp_replies_in_overlay;
     counter arp_requests_sent;

@@ -11,11 +11,9 @@
 #include <rte_hash.h>
 
 #include <array>
-#include <compare>
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <tuple>
 #include <vector>
 
 #include "dataplane/overlay/vlt.hh"
@@ -91,19 +89,6 @@ struct datapath_tables {
         std::shared_ptr<const secgroup::ipv6_rules> acl6[2];  // the same groups, for IPv6 flows
     };
     std::vector<vnic_policy> policies;  // indexed by vNIC slot
-    // Every IPv6 address of the VPCs (this host's vNICs' and the peers') with the IPv4 address
-    // of the same endpoint, sorted: security groups match IPv4 only, so an IPv6 RDMA peer is
-    // admitted as its IPv4 address is (rnic_glue/rdma_admission.hh).
-    struct ipv6_twin {
-        uint32_t vpc;
-        std::array<uint8_t, 16> ip6;
-        rte_be32_t ip;
-        auto operator<=>(const ipv6_twin& o) const {
-            return std::tie(vpc, ip6) <=> std::tie(o.vpc, o.ip6);
-        }
-        bool operator==(const ipv6_twin& o) const { return vpc == o.vpc && ip6 == o.ip6; }
-    };
-    std::vector<ipv6_twin> ipv6_twins;
     // Bumped by every policy change; flows checked under an older one are checked again.
     uint32_t policy_generation = 1;
     // DHTB egress shaping (docs/architecture.md §6), by vNIC slot: none = not shaped. Workers apply

@@ -35,6 +35,9 @@ std::vector<flat_rule> expand_rules(const std::vector<group>& groups,
         const auto& rules = dir == direction::ingress ? groups[g].ingress : groups[g].egress;
         for (std::size_t i = 0; i < rules.size(); ++i) {
             const rule& r = rules[i];
+            if (r.remote6 && !r.remote) {
+                continue;  // an IPv6 CIDR: nothing of IPv4 (ipv6_rules.hh)
+            }
             flat_rule flat{};
             flat.rule_id = catalog.id(g, dir, i);
             switch (r.proto) {

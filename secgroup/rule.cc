@@ -29,6 +29,9 @@ bool rule_allows(const rule& r, const packet_view& p, const membership& members)
     if (r.remote) {
         return r.remote->contains(p.remote_ip);
     }
+    if (r.remote6) {
+        return false;  // an IPv6 CIDR says nothing of IPv4 packets
+    }
     const auto* ips = members.of(r.remote_group_index);
     return ips != nullptr && std::find(ips->begin(), ips->end(), p.remote_ip) != ips->end();
 }

@@ -595,13 +595,28 @@ void load_rules(checker& check, const YAML::Node& list, const std::string& field
             continue;
         }
         if (cidr_text) {
-            const auto prefix = parse_ipv4_prefix(*cidr_text);
-            if (!prefix || cidr_text->find('/') == std::string::npos) {
-                check.error(node[cidr_key], rule_field + "." + cidr_key,
-                            "'" + *cidr_text + "' is not an IPv4 CIDR (e.g. 198.19.0.0/16)");
-                continue;
+            // A CIDR of either family: a rule names IPv4 or IPv6 peers, never both (the implicit
+            // all-egress rule below is the one that has both).
+            const bool has_length = cidr_text->find('/') != std::string::npos;
+            if (cidr_text->find(':') != std::string::npos) {
+                const auto prefix6 = parse_ipv6_prefix(*cidr_text);
+                if (!prefix6 || !has_length) {
+                    check.error(node[cidr_key], rule_field + "." + cidr_key,
+                                "'" + *cidr_text + "' is not an IPv6 CIDR (e.g. 2001:2::/64)");
+                    continue;
+                }
+                rule.remote6 = secgroup::cidr6{prefix6->address, prefix6->length};
+            } else {
+                const auto prefix = parse_ipv4_prefix(*cidr_text);
+                if (!prefix || !has_length) {
+                    check.error(node[cidr_key], rule_field + "." + cidr_key,
+                                "'" + *cidr_text +
+                                    "' is not an IPv4 or IPv6 CIDR (e.g. 198.19.0.0/16 or "
+                                    "2001:2::/64)");
+                    continue;
+                }
+                rule.remote = secgroup::cidr{prefix->address, prefix->length};
             }
-            rule.remote = secgroup::cidr{prefix->address, prefix->length};
         } else {
             rule.remote_group = *group_name;
         }

@@ -569,6 +569,11 @@ std::vector<metric_def> build_table() {
          "VPC gateway)",
          host_total(&D::nd_replies_to_tenants),
          {{report::stats, "overlay/nd_replies_to_tenants"}}},
+        {"jakiro_nd_replies_in_overlay_total", counter, {},
+         "IPv6 neighbour advertisements jakirod sent inside the overlay to foreign VTEPs that "
+         "solicited a vNIC of this host",
+         host_total(&D::nd_replies_in_overlay),
+         {{report::stats, "overlay/nd_replies_in_overlay"}}},
 
         // The workers: how each spent its time, and (host.workers > 1) what crossed between
         // them (worker/handoff.hh).

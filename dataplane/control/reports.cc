@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 
 #include "dataplane/control/control_plane_report.hh"
@@ -138,17 +139,27 @@ std::string render_flows(const daemon_state& state, const std::string& vnic, boo
             if (!vnic.empty() && name != vnic) {
                 continue;
             }
-            const std::string proto = e.key.ip_proto == IPPROTO_TCP   ? "tcp"
-                                      : e.key.ip_proto == IPPROTO_UDP ? "udp"
-                                      : e.key.ip_proto == IPPROTO_ICMP
-                                          ? "icmp"
+            const std::string proto = e.key.ip_proto == IPPROTO_TCP    ? "tcp"
+                                      : e.key.ip_proto == IPPROTO_UDP  ? "udp"
+                                      : e.key.ip_proto == IPPROTO_ICMP ? "icmp"
+                                      : e.key.ip_proto == IPPROTO_ICMPV6
+                                          ? "icmpv6"
                                           : std::to_string(e.key.ip_proto);
-            auto endpoint = [](rte_be32_t ip, rte_be16_t port) {
-                return format_ipv4(rte_be_to_cpu_32(ip)) + ":" +
-                       std::to_string(rte_be_to_cpu_16(port));
+            // "198.19.1.2:8080", or for an IPv6 flow "[2001:2::1:2]:8080" (RFC 5952 §6).
+            auto endpoint = [&e](rte_be32_t ip, const uint8_t* ip6, rte_be16_t port) {
+                std::string address;
+                if (e.key.ipv6 != 0) {
+                    ipv6_address a;
+                    std::memcpy(a.data(), ip6, a.size());
+                    address = "[" + format_ipv6(a) + "]";
+                } else {
+                    address = format_ipv4(rte_be_to_cpu_32(ip));
+                }
+                return address + ":" + std::to_string(rte_be_to_cpu_16(port));
             };
-            const std::string local = endpoint(e.key.local_ip, e.key.local_port);
-            const std::string remote = endpoint(e.key.remote_ip, e.key.remote_port);
+            const std::string local = endpoint(e.key.local_ip, e.key.local_ip6, e.key.local_port);
+            const std::string remote =
+                endpoint(e.key.remote_ip, e.key.remote_ip6, e.key.remote_port);
             const char* opened = e.initiator == secgroup::direction::egress ? "egress" : "ingress";
             const double idle =
                 now > e.last_seen ? static_cast<double>(now - e.last_seen) / hz : 0.0;

@@ -141,6 +141,20 @@ std::vector<vnic_snapshot> vnics_of(const daemon_state& state,
     return out;
 }
 
+// The rule's remote side as written: a CIDR of either family (both for the implicit all-egress
+// rule), or a group.
+std::string remote_text(const secgroup::rule& rule) {
+    std::string text;
+    if (rule.remote) {
+        text = format_ipv4(rule.remote->address) + "/" + std::to_string(rule.remote->length);
+    }
+    if (rule.remote6) {
+        text += (text.empty() ? "" : " ") + format_ipv6(rule.remote6->address) + "/" +
+                std::to_string(rule.remote6->length);
+    }
+    return text.empty() ? "group " + rule.remote_group : text;
+}
+
 std::string ports_text(const secgroup::rule& rule) {
     const bool has_ports =
         rule.proto == secgroup::protocol::tcp || rule.proto == secgroup::protocol::udp;
@@ -173,9 +187,7 @@ std::vector<rule_snapshot> rules_of(const daemon_state& state) {
                 row.line = rule.line;
                 row.proto = secgroup::to_string(rule.proto);
                 row.ports = ports_text(rule);
-                row.remote = rule.remote ? format_ipv4(rule.remote->address) + "/" +
-                                               std::to_string(rule.remote->length)
-                                         : "group " + rule.remote_group;
+                row.remote = remote_text(rule);
                 if (const uint32_t id = catalog.id(g, dir, r); id < max_rules) {
                     for (const auto* worker : state.workers) {
                         row.hits += worker->counters.rule_hits[id].read();

@@ -228,9 +228,6 @@ std::unique_ptr<datapath_tables> build_tables(const host_config& config,
             error = "VLT rejected vNIC " + vnic.name;
             return nullptr;
         }
-        if (view.has_ip6) {
-            tables->ipv6_twins.push_back({view.vpc, view.ip6, view.ip});
-        }
     }
     for (const auto& peer : config.peers) {
         overlay::vlt_entry entry{};
@@ -244,11 +241,7 @@ std::unique_ptr<datapath_tables> build_tables(const host_config& config,
             error = "VLT rejected peer " + format_ipv4(peer.ip);
             return nullptr;
         }
-        if (peer.ip6) {
-            tables->ipv6_twins.push_back({vpc, *peer.ip6, rte_cpu_to_be_32(peer.ip)});
-        }
     }
-    std::sort(tables->ipv6_twins.begin(), tables->ipv6_twins.end());
     if (!compile_policies(config, slots, *tables, error)) {
         return nullptr;
     }

@@ -90,7 +90,6 @@ std::unique_ptr<datapath_tables> table_patcher::patch(
     }
     std::vector<vlt_op> ops;
     std::set<int> groups;  // the groups a changed peer is or was in
-    bool ipv6 = false;
     // Removals first: a peer whose MAC or host changed is removed and added again.
     for (const auto& change : changes) {
         if (!change.before) {
@@ -99,7 +98,6 @@ std::unique_ptr<datapath_tables> table_patcher::patch(
         const auto& peer = *change.before;
         ops.push_back(
             {false, vpc_index(config, peer.vpc), rte_cpu_to_be_32(peer.ip), peer.ip6, {}});
-        ipv6 |= peer.ip6.has_value();
         for (const auto& name : peer.security_groups) {
             groups.insert(config.group_index(peer.vpc, name));
         }
@@ -119,7 +117,6 @@ std::unique_ptr<datapath_tables> table_patcher::patch(
             return nullptr;
         }
         ops.push_back(op);
-        ipv6 |= peer.ip6.has_value();
         for (const auto& name : peer.security_groups) {
             groups.insert(config.group_index(peer.vpc, name));
         }
@@ -165,28 +162,6 @@ std::unique_ptr<datapath_tables> table_patcher::patch(
         }
         next->policies[slots[i]] = std::move(policy);
         ++_last.acl_vnics;
-    }
-
-    if (ipv6) {
-        std::vector<datapath_tables::ipv6_twin> gone;
-        for (const auto& op : ops) {
-            if (!op.add && op.ip6) {
-                gone.push_back({op.vpc, *op.ip6, op.ip});
-            }
-        }
-        std::sort(gone.begin(), gone.end());
-        auto& twins = next->ipv6_twins;
-        std::erase_if(twins, [&](const auto& twin) {
-            return std::binary_search(gone.begin(), gone.end(), twin);
-        });
-        const auto kept = static_cast<std::ptrdiff_t>(twins.size());
-        for (const auto& op : ops) {
-            if (op.add && op.ip6) {
-                twins.push_back({op.vpc, *op.ip6, op.ip});
-            }
-        }
-        std::sort(twins.begin() + kept, twins.end());
-        std::inplace_merge(twins.begin(), twins.begin() + kept, twins.end());
     }
 
     // The published table now has `ops`; the one being retired does not yet.

@@ -3,7 +3,10 @@
 #include <rte_ip.h>
 #include <rte_tcp.h>
 
+#include <algorithm>
+
 #include "dataplane/arp.hh"
+#include "dataplane/neighbor_discovery.hh"
 #include "dataplane/overlay/ipv6_packet.hh"
 #include "dataplane/overlay/superframe.hh"
 #include "dataplane/overlay/vxlan.hh"
@@ -68,6 +71,44 @@ void answer_overlay_arp(worker_context& ctx, const datapath_tables& tables, uint
     overlay::write_outer_headers(frame, back, tables.vni_of_vpc[vpc], arp_frame_bytes, 0,
                                  overlay::vxlan_udp_port);
     ctx.counters.arp_replies_in_overlay.add(1);
+    ctx.tx.enqueue(tables.uplink_port, m, ctx.counters);
+}
+
+// The same for IPv6: a foreign VTEP's tenant solicits the VPC's IPv6 addresses inside the tunnel.
+// Answered for our local vNICs, back to the VTEP that asked, with the gateway MAC, when the
+// solicitation comes from an address that lives on that VTEP (not from a link-local one: it
+// could be anyone's). Neighbor Discovery is never delivered to a tenant, so no security group
+// judges it (as in a cloud VPC, whose fabric answers it): tenants of either side resolve each
+// other whatever ICMPv6 their rules allow. Every other ND message in the tunnel is counted.
+void answer_overlay_nd(worker_context& ctx, const datapath_tables& tables, uint32_t vpc,
+                       const overlay::outer_view& outer, rte_mbuf* m) {
+    auto* frame = rte_pktmbuf_mtod(m, uint8_t*);
+    uint8_t* inner = frame + outer.inner_offset;
+    // Read within the first segment only (a chain is no solicitation a VTEP sent).
+    const auto ns = rte_pktmbuf_is_contiguous(m)
+                        ? parse_neighbor_solicitation(inner, outer.inner_len)
+                        : std::nullopt;
+    const overlay::vlt_entry* target = ns ? tables.vlt->lookup6(vpc, ns->target.data()) : nullptr;
+    const overlay::vlt_entry* sender = ns ? tables.vlt->lookup6(vpc, ns->source.data()) : nullptr;
+    const uint32_t answer_len = outer.inner_offset + neighbor_advertisement_bytes;
+    if (!ns || target == nullptr || target->kind != overlay::vlt_kind::local_vnic ||
+        sender == nullptr || sender->kind != overlay::vlt_kind::remote_host ||
+        sender->host_ip != outer.outer_src_ip ||
+        rte_pktmbuf_data_len(m) + rte_pktmbuf_tailroom(m) < answer_len) {
+        ctx.drop(m, drop_reason::inner_nd_ignored);
+        return;
+    }
+    make_neighbor_advertisement(inner, tables.gateway_mac, ns->target);
+    m->data_len = static_cast<uint16_t>(answer_len);
+    m->pkt_len = answer_len;
+    m->ol_flags = 0;
+    const auto* outer_eth = reinterpret_cast<const rte_ether_hdr*>(frame);
+    const overlay::tunnel_endpoints back{tables.underlay_mac, outer_eth->src_addr,
+                                         tables.underlay_ip, outer.outer_src_ip};
+    overlay::write_outer_headers(frame, back, tables.vni_of_vpc[vpc],
+                                 static_cast<uint16_t>(neighbor_advertisement_bytes), 0,
+                                 overlay::vxlan_udp_port);
+    ctx.counters.nd_replies_in_overlay.add(1);
     ctx.tx.enqueue(tables.uplink_port, m, ctx.counters);
 }
 
@@ -241,6 +282,14 @@ void process_uplink_burst(worker_context& ctx, const datapath_tables& tables, rt
             rte_pktmbuf_mtod(m, const uint8_t*) + check.view.inner_offset);
         if (inner_eth->ether_type == rte_cpu_to_be_16(RTE_ETHER_TYPE_ARP)) {
             answer_overlay_arp(ctx, tables, cached_vpc, check.view, m);
+            continue;
+        }
+        if (inner_eth->ether_type == rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV6) &&
+            is_neighbor_discovery(
+                reinterpret_cast<const uint8_t*>(inner_eth),
+                std::min<uint32_t>(check.view.inner_len,
+                                   rte_pktmbuf_data_len(m) - check.view.inner_offset))) {
+            answer_overlay_nd(ctx, tables, cached_vpc, check.view, m);
             continue;
         }
         // RoCE v2 over IPv6 goes to the engine on its own road (pipeline/roce_ipv6_ingress.hh).

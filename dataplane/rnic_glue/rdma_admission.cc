@@ -2,7 +2,6 @@
 
 #include <netinet/in.h>
 
-#include <algorithm>
 #include <cerrno>
 
 #include "secgroup/rule.hh"
@@ -25,12 +24,12 @@ bool rdma_rule_allows(const secgroup::acl_table* acl, uint32_t remote_ip_be) {
     return verdict != secgroup::acl_table::no_match;
 }
 
-// The IPv4 address of the endpoint whose IPv6 address is `remote` in `vpc`; 0 when none.
-rte_be32_t ipv4_twin(const datapath_tables& tables, uint32_t vpc,
-                     const std::array<uint8_t, 16>& remote) {
-    const datapath_tables::ipv6_twin key{vpc, remote, 0};
-    const auto it = std::lower_bound(tables.ipv6_twins.begin(), tables.ipv6_twins.end(), key);
-    return it != tables.ipv6_twins.end() && *it == key ? it->ip : 0;
+// The IPv6 side of the same rules (secgroup/ipv6_rules.hh): an `rdma` rule with an IPv6 CIDR,
+// or naming a group whose members' IPv6 addresses include `remote`.
+bool rdma_rule_allows6(const secgroup::ipv6_rules* rules, const std::array<uint8_t, 16>& remote) {
+    return rules != nullptr &&
+           rules->classify(IPPROTO_UDP, remote.data(), secgroup::rocev2_udp_port) !=
+               secgroup::acl_table::no_match;
 }
 
 }  // namespace
@@ -50,17 +49,20 @@ int admit_rdma_peer_ipv6(const datapath_tables& tables, uint16_t vnic_slot,
     if (tables.vlt->lookup6(vnic.vpc, remote.data()) == nullptr) {
         return ENETUNREACH;
     }
-    const rte_be32_t twin = ipv4_twin(tables, vnic.vpc, remote);
-    return twin != 0 ? admit_rdma_peer(tables, vnic_slot, twin) : EACCES;
+    for (const auto& rules : tables.policies[vnic_slot].acl6) {
+        if (!rdma_rule_allows6(rules.get(), remote)) {
+            return EACCES;
+        }
+    }
+    return 0;
 }
 
 bool admit_rdma_datagram_ipv6(const datapath_tables& tables, uint16_t vnic_slot,
                               const std::array<uint8_t, 16>& remote, secgroup::direction dir) {
-    if (vnic_slot >= tables.vnics.size() || tables.vnics[vnic_slot].vpc == no_vpc) {
+    if (vnic_slot >= tables.policies.size()) {
         return false;
     }
-    const rte_be32_t twin = ipv4_twin(tables, tables.vnics[vnic_slot].vpc, remote);
-    return twin != 0 && admit_rdma_datagram(tables, vnic_slot, twin, dir);
+    return rdma_rule_allows6(tables.policies[vnic_slot].acl6[static_cast<int>(dir)].get(), remote);
 }
 
 int admit_rdma_peer(const datapath_tables& tables, uint16_t vnic_slot, uint32_t remote_ip_be) {

@@ -17,8 +17,9 @@ namespace jakiro {
 int admit_rdma_peer(const datapath_tables& tables, uint16_t vnic_slot, uint32_t remote_ip_be);
 
 // The same for an IPv6 peer (RoCE v2 over IPv6): the peer must be an IPv6 address of the VPC,
-// and the security groups, which match IPv4 only, admit it as they admit the IPv4 address of
-// the same endpoint (every dual-stack vNIC and peer has both).
+// and the `rdma` rules are matched on that address (rules with an IPv6 CIDR, and groups by their
+// members' IPv6 addresses), on their own: what a rule says of the peer's IPv4 address does not
+// matter here, as an IPv6 rule says nothing of an IPv4 peer.
 int admit_rdma_peer_ipv6(const datapath_tables& tables, uint16_t vnic_slot,
                          const std::array<uint8_t, 16>& remote);
 bool admit_rdma_datagram_ipv6(const datapath_tables& tables, uint16_t vnic_slot,

@@ -61,7 +61,8 @@ inline bool meter_tcp_ingress(worker_context& ctx, rte_mbuf* m, rte_ipv4_hdr* ip
     return true;
 }
 
-// The same for an IPv6 packet `ip`: ECN is in its traffic class.
+// The same for an IPv6 packet `ip`: ECN is in its traffic class. Charged from its own header,
+// not from `m`, which still holds the tunnel when it came over the fabric.
 inline bool meter_tcp_ingress(worker_context& ctx, rte_mbuf* m, rte_ipv6_hdr* ip, uint16_t slot,
                               uint64_t now_ns) {
     qos::ingress_meter* meter = receiving_meter(ctx, slot);

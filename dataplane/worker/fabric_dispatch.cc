@@ -31,15 +31,24 @@ uint8_t fabric_frame_owner(const datapath_tables& tables, const rte_mbuf* m,
         return uplink_worker;
     }
     const auto* inner_eth = reinterpret_cast<const rte_ether_hdr*>(frame + inner);
-    if (inner_eth->ether_type != rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4)) {
+    const bool ipv6 = inner_eth->ether_type == rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV6);
+    if ((!ipv6 && inner_eth->ether_type != rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4)) ||
+        (ipv6 && first < inner + sizeof(rte_ether_hdr) + sizeof(rte_ipv6_hdr))) {
         return uplink_worker;
     }
-    const auto* ip = reinterpret_cast<const rte_ipv4_hdr*>(inner_eth + 1);
     const uint32_t vpc = tables.vpcs->find(check.view.vni);
     if (vpc == no_vpc) {
         return uplink_worker;
     }
-    const overlay::vlt_entry* dst = tables.vlt->lookup(vpc, ip->dst_addr);
+    // IPv6 goes to its vNIC's worker as IPv4 does: that worker's NFT holds the vNIC's flows (a
+    // reply must meet the entry its request made), its meter the vNIC's share, its engine the
+    // QPs RoCE v2 over IPv6 is for. A neighbour solicitation to a vNIC's address goes with it;
+    // a multicast one stays with the uplink's worker; either worker answers it.
+    const overlay::vlt_entry* dst =
+        ipv6 ? tables.vlt->lookup6(vpc,
+                                   reinterpret_cast<const rte_ipv6_hdr*>(inner_eth + 1)->dst_addr)
+             : tables.vlt->lookup(vpc,
+                                  reinterpret_cast<const rte_ipv4_hdr*>(inner_eth + 1)->dst_addr);
     if (dst == nullptr || dst->kind != overlay::vlt_kind::local_vnic ||
         dst->vnic >= tables.vnics.size()) {
         return uplink_worker;

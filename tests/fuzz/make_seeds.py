@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Writes the seed corpus of packet_fuzzer into DIR: valid frames of the fuzzer's h1 (tenant
-frames of t1/t5/t3, VXLAN from h2, ARP) in the input layout packet_fuzzer.cc describes.
+frames of t1/t5/t3, VXLAN from h2, ARP, IPv6 both ways with neighbour discovery, RoCE v2 over
+IPv4 and IPv6) in the input layout packet_fuzzer.cc describes.
 
   tests/fuzz/make_seeds.py DIR
 """
@@ -10,8 +11,8 @@ import sys
 from pathlib import Path
 
 from scapy.layers.inet import ICMP, TCP, UDP, IP
-from scapy.layers.inet6 import (ICMPv6EchoRequest, ICMPv6MLReport2, ICMPv6ND_NS, ICMPv6ND_RA,
-                                ICMPv6NDOptSrcLLAddr, IPv6, IPv6ExtHdrDestOpt,
+from scapy.layers.inet6 import (ICMPv6EchoRequest, ICMPv6MLReport2, ICMPv6ND_NA, ICMPv6ND_NS,
+                                ICMPv6ND_RA, ICMPv6NDOptSrcLLAddr, IPv6, IPv6ExtHdrDestOpt,
                                 IPv6ExtHdrFragment, IPv6ExtHdrHopByHop, IPv6ExtHdrRouting)
 from scapy.layers.l2 import ARP, Ether
 from scapy.layers.vxlan import VXLAN
@@ -49,6 +50,14 @@ def tenant(who, dst_ip, l4):
 
 def from_t2(l4, src=T2_IP, dst="198.19.1.1"):
     return Ether(src=T2_MAC, dst=GW) / IP(src=src, dst=dst) / l4
+
+
+T1_6, T2_6 = "2001:2::1:1", "2001:2::1:2"
+
+
+def from_t2_6(l4, src=T2_6, dst=T1_6):
+    """An IPv6 frame of t2's, as it arrives inside the tunnel (the harness wraps a copy)."""
+    return Ether(src=T2_MAC, dst=GW) / IPv6(src=src, dst=dst) / l4
 
 
 def vxlan_from_h2(inner, vni=100):
@@ -147,6 +156,37 @@ def seeds():
         from_t2(roce(0x64, 0, deth, b"datagram", ack_req=False)))
     yield "roce_ud_send_only_imm", AIM_QP | SLOT_T1, vxlan_from_h2(
         from_t2(roce(0x65, 0, deth + struct.pack(">I", 42), b"datagram", ack_req=False)))
+    # IPv6 from the fabric (t2 on h2 to t1): data through the inner IPv6 checks, the IPv6
+    # security groups and the flow table (as the wrapped copy, and whole as underlay frames);
+    # a neighbour solicitation inside the tunnel (answered) and an advertisement (not); RoCE v2
+    # over IPv6 to t1's QPs (RC over IPv6, UD) through pipeline/roce_ipv6_ingress.
+    yield "t2_ipv6_tcp_syn_inner", SLOT_T1, from_t2_6(TCP(sport=40000, dport=8080, flags="S"))
+    yield "t2_ipv6_udp_inner", SLOT_T1, from_t2_6(UDP(sport=5050, dport=5050) / (b"d" * 16))
+    yield "t2_ipv6_ping_inner", SLOT_T1, from_t2_6(ICMPv6EchoRequest(id=9))
+    yield "vxlan_t2_ipv6_tcp_to_t1", SLOT_T1, vxlan_from_h2(
+        from_t2_6(TCP(sport=1234, dport=8080, flags="S")))
+    yield "vxlan_red_ipv6_to_t3", VNI_RED, vxlan_from_h2(from_t2_6(UDP(sport=7, dport=7)),
+                                                         vni=200)
+    solicit = Ether(src=T2_MAC, dst="33:33:ff:01:00:01") / IPv6(
+        src=T2_6, dst="ff02::1:ff01:1", hlim=255) / ICMPv6ND_NS(tgt=T1_6) / \
+        ICMPv6NDOptSrcLLAddr(lladdr=T2_MAC)
+    yield "t2_nd_for_t1_inner", SLOT_T1, solicit
+    yield "vxlan_t2_nd_for_t1", SLOT_T1, vxlan_from_h2(solicit)
+    yield "t2_nd_advertisement_inner", SLOT_T1, Ether(src=T2_MAC, dst=GW) / IPv6(
+        src=T2_6, dst=T1_6, hlim=255) / ICMPv6ND_NA(tgt=T2_6, S=1)
+    yield "roce6_send_only", AIM_QP | SLOT_T1, from_t2_6(roce(0x04, 0, payload=b"hello rdma"))
+    yield "roce6_write_only", AIM_QP | SLOT_T1, from_t2_6(
+        roce(0x0A, 0, reth(0x10000, 0x100, 8), b"12345678"))
+    yield "roce6_read_request", AIM_QP | SLOT_T1, from_t2_6(
+        roce(0x0C, 0, reth(0x10000, 0x100, 3000), ack_req=False))
+    yield "roce6_send_three_packets", AIM_QP | BURST | SLOT_T1, burst([
+        from_t2_6(roce(0x00, 0, payload=b"a" * 1024, ack_req=False)),
+        from_t2_6(roce(0x01, 1, payload=b"b" * 1024, ack_req=False)),
+        from_t2_6(roce(0x02, 2, payload=b"c" * 100))])
+    yield "roce6_ud_send_only", AIM_QP | SLOT_T1, from_t2_6(
+        roce(0x64, 0, deth, b"datagram", ack_req=False))
+    yield "vxlan_roce6_write_only", SLOT_T1, vxlan_from_h2(from_t2_6(
+        roce(0x0A, 0, reth(0x10000, 0x100, 8), b"12345678")))
 
 
 def main():

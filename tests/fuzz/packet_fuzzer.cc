@@ -4,11 +4,12 @@
 // policy generations the input switches between (so known flows are re-checked and revoked).
 //
 // The RoCE engine is in the loop too: t1 has an RC and a UC QP in RTS connected to 198.19.1.2
-// (t2 on h2) and a UD QP in RTS (Q_Key 0x11111111), with receive buffers posted, so RoCEv2
-// frames inside the wrapped copy reach the responders and requesters. Bit 7 makes them get
-// that far: the BTH's destination QP becomes
-// t1's QP of the packet's transport (RC, UC or UD) and the ICRC is recomputed, so the fuzzer
-// explores the transports, not the CRC.
+// (t2 on h2), an RC QP connected to t2's IPv6 address 2001:2::1:2 (GID index 1: RoCE v2 over
+// IPv6) and a UD QP in RTS (Q_Key 0x11111111), with receive buffers posted, so RoCEv2 frames
+// inside the wrapped copy reach the responders and requesters, behind an IPv4 header or an IPv6
+// one (pipeline/roce_ipv6_ingress). Bit 7 makes them get that far: the BTH's destination QP
+// becomes t1's QP of the packet's transport (RC, UC or UD; RC over IPv6: the IPv6 one) and the
+// ICRC is recomputed, so the fuzzer explores the transports, not the CRC.
 //
 // Input layout:
 //   byte 0   control: bits 0-1 tenant vNIC slot (3 = 0), bit 2 start with policy B instead of
@@ -71,7 +72,7 @@ constexpr uint32_t nft_capacity = 64;
 constexpr uint32_t max_frame = RTE_MBUF_DEFAULT_DATAROOM - overlay::outer_header_bytes;
 
 // h1 of the test bed, dual-stack (so tenant IPv6 reaches neighbour discovery and every IPv6
-// check), with groups using every rule form: CIDR and remote group, port ranges,
+// check), with groups using every rule form: CIDR of either family and remote group, port ranges,
 // icmp, rdma, any; a group without egress rules (implicit allow-all) and one with none at all.
 constexpr const char* policy_a = R"(host:
   name: h1
@@ -85,10 +86,13 @@ security_groups:
       - {proto: udp, ports: 5000-5100, from_group: web}
       - {proto: rdma, from_group: web}
       - {proto: icmp, from: 198.19.1.0/24}
+      - {proto: tcp, ports: 8080, from: "2001:2::/64"}
+      - {proto: icmp, from: "2001:2::1:2/128"}
     egress:
       - {proto: tcp, to: 0.0.0.0/0}
       - {proto: udp, ports: 53, to: 198.19.1.2/32}
       - {proto: icmp, to: 198.19.1.0/24}
+      - {proto: udp, ports: 53, to: "2001:2::1:2/128"}
   - {name: default, vpc: blue, ingress: [{proto: any, from_group: default}]}
   - {name: closed, vpc: red, ingress: []}
 vnics:
@@ -113,8 +117,10 @@ security_groups:
     vpc: blue
     ingress:
       - {proto: udp, ports: 5050-5060, from_group: web}
+      - {proto: rdma, from: "2001:2::/64"}
     egress:
       - {proto: udp, ports: 53, to: 198.19.1.2/32}
+      - {proto: any, to: "::/0"}
   - {name: default, vpc: blue, ingress: [{proto: tcp, from_group: default}]}
   - {name: closed, vpc: red, ingress: [{proto: icmp, from: 0.0.0.0/0}]}
 vnics:
@@ -148,15 +154,16 @@ struct harness {
     rnic::engine engine{4, 16};
     std::unique_ptr<roce_port> rdma_port;
     std::unique_ptr<verbs::vnic_resources> res;
-    // t1's QPs, one per transport (RC, UC, UD): a fuzzed packet is aimed at the one of its
-    // BTH opcode's transport.
+    // t1's QPs, one per transport (RC, UC, UD) and an RC one over IPv6: a fuzzed packet is
+    // aimed at the one of its BTH opcode's transport and its IP version.
     struct fuzz_qp {
         uint8_t type = 0;  // verbs_proto::qp_type_wire
         uint32_t qpn = 0;
         verbs_proto::qp_ring_header* ring = nullptr;
         uint32_t recvs_posted = 0;
+        bool over_ipv6 = false;
     };
-    std::array<fuzz_qp, 3> qps{};
+    std::array<fuzz_qp, 4> qps{};
     uint32_t mr_key = 0;
     uint64_t now_ns = 1'000'000'000;
 
@@ -165,7 +172,7 @@ struct harness {
         namespace proto = verbs_proto;
         constexpr uint64_t client = 1;
         verbs::vnic_quota quota;
-        quota.max_qps = 4;
+        quota.max_qps = 8;
         res = std::make_unique<verbs::vnic_resources>(verbs::engine_limits(),
                                                       verbs::cq_error_sink{}, quota);
         verbs::qp_support support;
@@ -173,6 +180,8 @@ struct harness {
         support.local.vnic = 0;
         support.local.mac = {0x02, 0x00, 0xc6, 0x13, 0x01, 0x01};
         support.local.ip_be = htonl(0xC6130101);
+        support.local.ip6 = {0x20, 0x01, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1};  // 2001:2::1:1
+        support.limits.gid_table_len = 2;  // GID 1: the IPv6 address
         res->enable_qps(support);
         uint32_t pd = 0;
         res->alloc_pd(client, pd);
@@ -208,9 +217,10 @@ struct harness {
         q.recv_cq = rcq.handle;
         q.max_send_wr = q.max_recv_wr = 64;
         q.max_send_sge = q.max_recv_sge = 1;
-        const uint8_t types[] = {proto::qpt_rc, proto::qpt_uc, proto::qpt_ud};
+        const uint8_t types[] = {proto::qpt_rc, proto::qpt_uc, proto::qpt_ud, proto::qpt_rc};
         for (std::size_t i = 0; i < qps.size(); ++i) {
             q.qp_type = types[i];
+            qps[i].over_ipv6 = i == 3;
             verbs::qp_created made;
             if (res->create_qp(client, q, made) != 0) {
                 fail("create_qp");
@@ -235,7 +245,7 @@ struct harness {
             if (q.type == verbs_proto::qpt_ud) {
                 ready_ud(q.qpn);
             } else {
-                connect_qp(q.qpn, q.type == verbs_proto::qpt_rc);
+                connect_qp(q.qpn, q.type == verbs_proto::qpt_rc, q.over_ipv6);
             }
         }
     }
@@ -260,7 +270,7 @@ struct harness {
         }
     }
 
-    void connect_qp(uint32_t qpn, bool rc) {
+    void connect_qp(uint32_t qpn, bool rc, bool over_ipv6) {
         constexpr uint64_t client = 1;
         ibv_qp_attr a{};
         a.qp_state = IBV_QPS_RESET;
@@ -279,9 +289,16 @@ struct harness {
         a.min_rnr_timer = 1;
         a.ah_attr.is_global = 1;
         a.ah_attr.port_num = 1;
-        a.ah_attr.grh.dgid.raw[10] = a.ah_attr.grh.dgid.raw[11] = 0xff;
-        const uint32_t t2 = htonl(0xC6130102);
-        std::memcpy(a.ah_attr.grh.dgid.raw + 12, &t2, 4);
+        if (over_ipv6) {
+            // t2's IPv6 address, from t1's (GID index 1).
+            const uint8_t t2[16] = {0x20, 0x01, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 2};
+            std::memcpy(a.ah_attr.grh.dgid.raw, t2, sizeof(t2));
+            a.ah_attr.grh.sgid_index = 1;
+        } else {
+            a.ah_attr.grh.dgid.raw[10] = a.ah_attr.grh.dgid.raw[11] = 0xff;
+            const uint32_t t2 = htonl(0xC6130102);
+            std::memcpy(a.ah_attr.grh.dgid.raw + 12, &t2, 4);
+        }
         const int rc_rtr = rc ? IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER : 0;
         e |= res->modify_qp(
             client, qpn, verbs_proto::to_wire(a),
@@ -318,27 +335,38 @@ struct harness {
         }
     }
 
-    // Bit 7: a UDP/4791 inner packet for t1 is pointed at t1's QP of its transport and gets a
-    // valid ICRC.
+    // Bit 7: a UDP/4791 inner packet (behind IPv4 or IPv6) for t1 is pointed at t1's QP of its
+    // transport and gets a valid ICRC.
     void aim_at_qp(rte_mbuf* m) {
         const uint32_t len = rte_pktmbuf_data_len(m);
         auto* f = rte_pktmbuf_mtod(m, uint8_t*);
-        if (len < 14 + 20 + 8 + 12 + 4 || f[12] != 0x08 || f[13] != 0x00) {
+        const bool v6 = len >= 14 && f[12] == 0x86 && f[13] == 0xDD;
+        if (len < 14 + 20 + 8 + 12 + 4 || (!v6 && (f[12] != 0x08 || f[13] != 0x00))) {
             return;
         }
         uint8_t* ip = f + 14;
-        const uint32_t ihl = (ip[0] & 0x0F) * 4u;
-        const uint32_t ip_len = (uint32_t{ip[2]} << 8) | ip[3];
-        if (ihl < 20 || ip[9] != 17 || ip_len > len - 14 || ip_len < ihl + 8 + 12 + 4) {
+        uint32_t ihl = (ip[0] & 0x0F) * 4u;
+        uint32_t ip_len = (uint32_t{ip[2]} << 8) | ip[3];
+        uint8_t next = ip[9];
+        if (v6) {
+            ihl = 40;
+            ip_len = 40 + ((uint32_t{ip[4]} << 8) | ip[5]);
+            next = ip[6];
+        }
+        if (ihl < 20 || next != 17 || ip_len > len - 14 || ip_len < ihl + 8 + 12 + 4) {
             return;
         }
         uint8_t* bth = ip + ihl + 8;
         if (((uint32_t{ip[ihl + 2]} << 8) | ip[ihl + 3]) != 4791) {
             return;
         }
-        // The QP of the opcode's transport (IB spec 9.2.1: its top three bits).
+        // The QP of the opcode's transport (IB spec 9.2.1: its top three bits), over IPv6 the
+        // RC QP connected by IPv6 for RC.
         const uint8_t transport = bth[0] >> 5;
-        const uint32_t qpn = transport == 3 ? qps[2].qpn : transport == 1 ? qps[1].qpn : qps[0].qpn;
+        const uint32_t qpn = transport == 3   ? qps[2].qpn
+                             : transport == 1 ? qps[1].qpn
+                             : v6             ? qps[3].qpn
+                                              : qps[0].qpn;
         bth[5] = static_cast<uint8_t>(qpn >> 16);
         bth[6] = static_cast<uint8_t>(qpn >> 8);
         bth[7] = static_cast<uint8_t>(qpn);

@@ -3,7 +3,9 @@ address has it as GID 1 next to its IPv4-mapped GID 0, and unmodified programs u
 perftest's ib_write_bw -x 1 across hosts and on one host; the project's rdma_integrity
 (--gid-index 1) on a clean and on a lossy, reordering fabric; rdma_cm by IPv6 address (rping
 -a 2001:2::1:2, udaddy, ucmatose); a UCX ping-pong on GID 1; tshark and scapy on the fabric see
-RoCE v2 inside VXLAN behind an inner IPv6 header whose ICRC is right.
+RoCE v2 inside VXLAN behind an inner IPv6 header whose ICRC is right. The `rdma` rules judge an
+IPv6 peer by its IPv6 address alone: a rule for the peer's IPv6 address admits an IPv6
+connection that no IPv4 rule would, and a rule for its IPv4 address admits no IPv6 connection.
 
 The tenants' IPv6 addresses are the test bed's (docs/testbed.md): blue t1 2001:2::1:1,
 t2 2001:2::1:2, t5 2001:2::1:3.
@@ -24,6 +26,7 @@ from conftest import (IP, IP6, T1, T2, T5, ns_bg, run, stop, under_jakiro_run,
                       uplinks_cut_by_the_kernel, wait_until)
 import test_rdma_rc as rc
 import test_rdmacm as cm
+from test_secgroups import policy  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.usefixtures("testbed")
 
@@ -280,3 +283,49 @@ def test_mpi_pingpong_over_the_ipv6_gid_verifies_every_byte(tmp_path):
     assert r.returncode == 0, out[-3000:]
     assert "mpi pingpong: 12 sizes, 0 bad bytes" in out, out[-3000:]
     assert {IP6[T1], IP6[T2]} <= watcher.remotes, watcher.remotes
+
+
+# ---------------------------------------------------------------- rdma rules, per address family
+
+# ibv_rc_pingpong exchanges its QP numbers over TCP on IPv4, which every case allows; RDMA only as
+# the case's rule says. t1 and t2 carry the same group, so each end's ingress must admit the
+# other (and egress is the group's implicit all, both families).
+OOB = {"proto": "tcp", "ports": "1-65535", "from": "198.19.0.0/16"}
+RDMA_FROM = {"ipv6": "2001:2::/64", "ipv4": "198.19.1.0/24"}
+
+
+def rc_pingpong(gid_index, tmp_path):
+    """ibv_rc_pingpong t1 -> t2 over GID `gid_index` (0: IPv4, 1: IPv6): (connected, output)."""
+    port = next(rc._ports)
+    args = ["ibv_rc_pingpong", "-g", gid_index, "-n", 5, "-p", port]
+    with rc.server(T2, args, port, tmp_path) as srv:
+        cli = rc.client(T1, [*args, IP[T2]], timeout=30)
+        try:
+            srv.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        out = f"{cli.stdout}{cli.stderr}{srv.output()}"
+    return cli.returncode == 0 and srv.proc.returncode == 0, out
+
+
+@pytest.mark.parametrize("rule", ["ipv6", "ipv4"],
+                         ids=["ipv6_rule_admits_ipv6_only", "ipv4_rule_admits_ipv4_only"])
+def test_an_ipv6_rdma_peer_is_judged_by_its_ipv6_address(policy, rule, tmp_path):  # noqa: F811
+    name = f"rdma-{rule}"
+    policy([{"name": name, "vpc": "blue",
+             "ingress": [OOB, {"proto": "rdma", "from": RDMA_FROM[rule]}]}],
+           {"t1": [name], "t2": [name]})
+    over_ipv6, out6 = rc_pingpong(GID_IPV6, tmp_path)
+    over_ipv4, out4 = rc_pingpong(0, tmp_path)
+    print(f"\nrule rdma from {RDMA_FROM[rule]}: GID 1 (IPv6) "
+          f"{'connected' if over_ipv6 else 'refused'}, GID 0 (IPv4) "
+          f"{'connected' if over_ipv4 else 'refused'}")
+    refused = "Failed to modify QP to RTR"  # EACCES from the admission, not some other failure
+    if rule == "ipv6":
+        assert over_ipv6, f"the IPv6 rule did not admit the IPv6 peer: {out6[-2500:]}"
+        # The control: the peer's IPv4 address is not allowed, so nothing admitted it as such.
+        assert not over_ipv4 and refused in out4, f"IPv4 connected without a rule: {out4[-2500:]}"
+    else:
+        assert not over_ipv6 and refused in out6, \
+            f"the IPv4 rule admitted the IPv6 peer: {out6[-2500:]}"
+        assert over_ipv4, f"the IPv4 rule did not admit the IPv4 peer (control): {out4[-2500:]}"

@@ -1,7 +1,8 @@
 """Security groups with real tools: allowed and denied connections both ways, statefulness,
 remote groups that follow a vNIC added live, live rule changes without a restart, VPC
 isolation under permissive rules, counters, and hostile underlay input (spoofed inner source,
-fragments) dropped and counted.
+fragments) dropped and counted; and the same over IPv6 (IPv6 CIDRs, groups by their members'
+IPv6 addresses, replies, neighbour discovery without an ICMPv6 rule).
 
 Each test writes both hosts' YAML the way a cloud controller would (same groups everywhere, a
 tenant's groups on its own host and on every peer entry of it), applies them with
@@ -560,3 +561,168 @@ def test_tenant_fragments_are_judged_as_whole_datagrams(tmp_path):
         delivered = "yyyy" in out.read_text()
     assert delivered, "the reassembled datagram (allowed by the default group) should arrive"
     assert drops("h1")["fragment"] == before, "no fragment reached jakirod's tenant port"
+
+
+# ---------------------------------------------------------------- IPv6
+#
+# The same groups over IPv6 (the dual-stack tenants' addresses, docs/testbed.md): a rule with an
+# IPv6 CIDR allows, an IPv4 rule says nothing of IPv6, a remote group matches its members' IPv6
+# addresses, replies pass back, and neighbour discovery needs no ICMPv6 rule (jakirod answers it,
+# as a cloud's fabric does).
+
+IP6_OF = {"t1": "2001:2::1:1", "t2": "2001:2::1:2", "t5": "2001:2::1:3"}
+
+
+def nd_replies(host):
+    return stats(host)["overlay"]["nd_replies_to_tenants"]
+
+
+@contextlib.contextmanager
+def listener6(tenant, proto, port, directory):
+    """listener() on the tenant's IPv6 address."""
+    if proto == "tcp":
+        with http_server(netns(tenant), IP6_OF[tenant], port, directory):
+            yield None
+    elif proto == "udp":
+        out = directory / f"udp6-{tenant}-{port}.out"
+        with open(out, "wb") as f, ns_bg(netns(tenant), "nc", "-6", "-u", "-l", IP6_OF[tenant],
+                                         port, stdout=f):
+            wait_until(lambda: ns(netns(tenant), "ss", "-Hlun", f"sport = :{port}").stdout
+                       .strip(), 5, f"a UDP listener on {port} in {tenant}")
+            yield out
+    else:
+        yield None
+
+
+def curl6(client, server, port, timeout=DENY_WAIT_S):
+    """curl's exit code towards [server's IPv6 address]:port: 0 fetched, 28 timed out."""
+    return ns(netns(client), "curl", "-s", "-g", "-o", "/dev/null", "--connect-timeout",
+              timeout, "-m", timeout + 2, f"http://[{IP6_OF[server]}]:{port}/",
+              timeout=timeout + 10, check=False).returncode
+
+
+def ping6(client, server, count=2, timeout_s=1):
+    return ns(netns(client), "ping", "-6", "-c", count, "-i", "0.2", "-W", timeout_s,
+              IP6_OF[server], timeout=count * (timeout_s + 1) + 5, check=False).returncode == 0
+
+
+def reached6(client, server, proto, port, out=None):
+    """reached() over IPv6."""
+    if proto == "tcp":
+        rc = curl6(client, server, port)
+        assert rc in (0, 28), f"curl -6 {client} -> {server}:{port} exited {rc}"
+        return rc == 0
+    if proto == "udp":
+        token = f"hello6-{client}-{port}\n"
+        ns(netns(client), "nc", "-6", "-u", "-w", "1", IP6_OF[server], port, input=token,
+           timeout=10)
+        try:
+            wait_until(lambda: token in out.read_text(), DENY_WAIT_S - 1, "the datagram")
+            return True
+        except AssertionError:
+            return False
+    return ping6(client, server)
+
+
+MATRIX6_GROUPS = [
+    # t2: TCP 8080 from the VPC's /64, UDP 5353 and ping from t1 only; TCP 8081 by an IPv4
+    # rule only, which admits no IPv6.
+    {"name": "web6", "vpc": "blue", "ingress": [
+        {"proto": "tcp", "ports": 8080, "from": "2001:2::/64"},
+        {"proto": "udp", "ports": 5353, "from": "2001:2::1:1/128"},
+        {"proto": "icmp", "from": "2001:2::1:1/128"},
+        {"proto": "tcp", "ports": 8081, "from": "198.19.1.0/24"}]},
+    # t1: TCP 9000-9099 from members of web6 (t2, a peer on h2) only.
+    {"name": "client6", "vpc": "blue", "ingress": [
+        {"proto": "tcp", "ports": "9000-9099", "from_group": "web6"}]},
+    # t5: nothing in; out only TCP 8080 to t2.
+    {"name": "narrow6", "vpc": "blue", "ingress": [], "egress": [
+        {"proto": "tcp", "ports": 8080, "to": "2001:2::1:2/128"}]},
+]
+MATRIX6_MEMBERS = {"t1": ["client6"], "t2": ["web6"], "t5": ["narrow6"]}
+
+MATRIX6 = [
+    ("t1", "t2", "tcp", 8080, True, None),
+    ("t1", "t2", "tcp", 8081, False, ("h2", "t2", "ingress")),
+    ("t1", "t2", "udp", 5353, True, None),
+    ("t1", "t2", "icmp", None, True, None),
+    ("t2", "t1", "tcp", 9050, True, None),
+    ("t2", "t1", "tcp", 8080, False, ("h1", "t1", "ingress")),
+    ("t5", "t2", "tcp", 8080, True, None),
+    ("t5", "t2", "icmp", None, False, ("h1", "t5", "egress")),
+    ("t1", "t5", "tcp", 8080, False, ("h1", "t5", "ingress")),  # same host: t5's ingress
+]
+
+
+class TestMatrixIpv6:
+    hits_before = {}  # rule hits before the matrix: rule ids, and so counters, are reused
+
+    @pytest.fixture(scope="class", autouse=True)
+    def matrix_policy(self):
+        apply_policy(MATRIX6_GROUPS, MATRIX6_MEMBERS)
+        TestMatrixIpv6.hits_before = {(host, group): rule_hits(host, group) for host, group in
+                                      (("h2", "web6"), ("h1", "client6"), ("h1", "narrow6"))}
+        yield
+        restore()
+
+    def hits(self, host, group):
+        """The hits of each rule of `group` on `host` since the matrix's policy was applied."""
+        before = TestMatrixIpv6.hits_before[(host, group)]
+        return {k: v - before.get(k, 0) for k, v in rule_hits(host, group).items()}
+
+    @pytest.mark.parametrize("case", MATRIX6, ids=[case_id(c) for c in MATRIX6])
+    def test_ipv6_connection_is_allowed_or_denied_by_the_groups(self, case, tmp_path):
+        client, server, proto, port, allowed, refuser = case
+        if refuser:
+            host, vnic, direction = refuser
+            before = vnic_counter(host, vnic, f"sg_denied_{direction}")
+            drops_before = drops(host)[f"sg_denied_{direction}"]
+        with listener6(server, proto, port, tmp_path) as out:
+            got = reached6(client, server, proto, port, out)
+        assert got == allowed, f"{case_id(case)} over IPv6: {'refused' if allowed else 'REACHED'}"
+        if refuser:
+            assert vnic_counter(host, vnic, f"sg_denied_{direction}") > before, \
+                f"{host} {vnic} sg_denied_{direction} did not grow"
+            assert drops(host)[f"sg_denied_{direction}"] > drops_before
+
+    def test_ipv6_rules_count_their_hits_and_show_their_cidr(self):
+        web = self.hits("h2", "web6")
+        print(f"\nhits: h2 web6 {web}, h1 client6 {self.hits('h1', 'client6')}")
+        assert web[("ingress", 0)] > 0 and web[("ingress", 1)] > 0 and web[("ingress", 2)] > 0
+        assert web[("ingress", 3)] == 0, "the IPv4 rule matched IPv6"
+        assert self.hits("h1", "client6")[("ingress", 0)] > 0
+        assert self.hits("h1", "narrow6")[("egress", 0)] > 0
+        remotes = {(r["direction"], r["index"]): r["remote"] for r in stats("h2")["rules"]
+                   if r["vpc"] == "blue" and r["group"] == "web6"}
+        assert remotes[("ingress", 0)] == "2001:2::/64", remotes
+        assert remotes[("ingress", 3)] == "198.19.1.0/24", remotes
+
+
+def test_ipv6_replies_pass_and_neighbour_discovery_needs_no_icmpv6_rule(policy, tmp_path):
+    # t1 admits nothing; t2 admits TCP 8080 from t1's IPv6 address and no ICMPv6 at all. Both
+    # forget their neighbours first: the connection needs a solicitation answered on each side.
+    policy([{"name": "closed", "vpc": "blue", "ingress": []},
+            {"name": "server6", "vpc": "blue", "ingress": [
+                {"proto": "tcp", "ports": 8080, "from": "2001:2::1:1/128"}]}],
+           {"t1": ["closed"], "t2": ["server6"]})
+    for tenant in ("t1", "t2"):
+        ns(netns(tenant), "ip", "-6", "neigh", "flush", "dev", "eth0")
+    answered = {host: nd_replies(host) for host in HOSTS}
+    with http_server(netns("t2"), IP6_OF["t2"], 8080, tmp_path), \
+            http_server(netns("t1"), IP6_OF["t1"], 8080, tmp_path):
+        assert curl6("t1", "t2", 8080) == 0, "t1 cannot fetch from t2 over IPv6"
+        assert all(nd_replies(host) > answered[host] for host in HOSTS), \
+            "a tenant's solicitation was not answered"
+        denied = vnic_counter("h1", "t1", "sg_denied_ingress")
+        assert curl6("t2", "t1", 8080) == 28, "t2 reached t1 although t1 admits nothing"
+        assert vnic_counter("h1", "t1", "sg_denied_ingress") > denied
+    denied = vnic_counter("h2", "t2", "sg_denied_ingress")
+    assert not ping6("t1", "t2"), "t2 answered a ping -6 no rule allows"
+    assert vnic_counter("h2", "t2", "sg_denied_ingress") > denied
+
+    opened = [f for f in flows("h1", "t1")
+              if f["proto"] == "tcp" and f["remote"] == f"[{IP6_OF['t2']}]:8080"]
+    assert opened, f"no t1 -> [t2]:8080 flow listed: {flows('h1', 't1')}"
+    f = opened[0]
+    assert f["local"].startswith(f"[{IP6_OF['t1']}]:"), f
+    assert f["opened_by"] == "egress" and f["packets_in"] > 0 and f["packets_out"] > 0, f

@@ -399,6 +399,7 @@ class TestWithTestbed:
                    "arp_replies_in_overlay": ("jakiro_arp_replies_total", {"to": "overlay"}),
                    "arp_requests_sent": ("jakiro_arp_requests_sent_total", {}),
                    "nd_replies_to_tenants": ("jakiro_nd_replies_to_tenants_total", {}),
+                   "nd_replies_in_overlay": ("jakiro_nd_replies_in_overlay_total", {}),
                    "ce_marked_on_decap": ("jakiro_ecn_ce_marked_on_decap_total", {}),
                    "qos_ce_marked": ("jakiro_qos_ce_marked_total", {}),
                    "busy_polls": ("jakiro_worker_busy_polls_total", {"worker": "0"}),

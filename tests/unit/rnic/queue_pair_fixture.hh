@@ -108,6 +108,13 @@ class test_wire final : public packet_port {
                                                 : no_local_vnic;
     }
     void count_local(uint16_t, uint16_t, uint64_t bytes) override { local_bytes += bytes; }
+    // The rdma class's grants the engine asked for, per sending vNIC (always given).
+    bool admit(uint16_t vnic, uint32_t frame_len) override {
+        if (vnic < admitted_bytes.size()) {
+            admitted_bytes[vnic] += frame_len;
+        }
+        return true;
+    }
     qos::ingress_meter* receiving_meter(uint16_t vnic) override {
         return vnic < meters.size() ? meters[vnic] : nullptr;
     }
@@ -125,6 +132,8 @@ class test_wire final : public packet_port {
     uint64_t accept_until = UINT64_MAX;  // the port is full once `sent` reaches it
     bool same_host = false;              // local_vnic() finds the peer: the intra-host shortcut
     std::array<qos::ingress_meter*, 2> meters{};  // each vNIC's ingress meter, if shaped
+    bool meter_fabric = false;  // run() hands the receiver's meter with every frame it delivers
+    std::array<uint64_t, 2> admitted_bytes{};
     std::vector<std::pair<uint16_t, uint32_t>> refused;
     uint64_t connection_checks = 0;
 
@@ -400,7 +409,8 @@ class QueuePairTest : public ::testing::Test {
                 }
                 const uint16_t to = wire.receiver_of(f, htonl(ip_a));
                 const uint8_t* ip = f.bytes.data() + 14;
-                eng.receive(to, ip, static_cast<uint32_t>(f.bytes.size() - 14), wire, now);
+                eng.receive(to, ip, static_cast<uint32_t>(f.bytes.size() - 14), wire, now,
+                            wire.meter_fabric ? wire.receiving_meter(to) : nullptr);
             }
         }
     }

@@ -93,6 +93,37 @@ TEST_F(RoceOverIpv6Test, RcWritesReadsAndSendsTravelBehindIpv6HeadersWithTheAvsG
     }
 }
 
+// DHTB's classes (qos/rdma_class.hh): RoCE v2 over IPv6 is the rdma class both ways, charged
+// as its frames are on the wire, 40-byte IPv6 header included.
+TEST_F(RoceOverIpv6Test, RcOverIpv6IsTheRdmaClassChargedWithItsIpv6HeaderBothWays) {
+    connect_both_ipv6();
+    qos::vnic_qos roomy{};
+    roomy.rate_bps = 400'000'000'000;
+    qos::ingress_meter meter_b(roomy, now);
+    wire.meters[1] = &meter_b;
+    wire.meter_fabric = true;
+    fill(a, 0, 8192, 5);
+    a.post_send(wqe(1, IBV_WR_RDMA_WRITE, a.iova(0), 8192, a.mr, b.iova(0), b.mr));
+    uint64_t to_b_frames = 0, to_b_charged = 0, from_a_bytes = 0;
+    run(50, 10'000, [&](const test_wire::frame& f) {
+        if (f.from == 0) {
+            ++to_b_frames;
+            to_b_charged += qos::charged_bytes(static_cast<uint32_t>(f.bytes.size()));
+            from_a_bytes += f.bytes.size();
+            EXPECT_EQ(f.bytes[14] >> 4, 6) << "an IPv6 frame";
+        }
+        return true;
+    });
+    expect_sends_complete(a, {1});
+    ASSERT_GT(to_b_frames, 0u);
+    const auto rdma = meter_b.counters(qos::traffic_class::rdma);
+    EXPECT_EQ(rdma.packets, to_b_frames) << "every packet b received met its rdma class";
+    EXPECT_EQ(rdma.bytes, to_b_charged);
+    EXPECT_EQ(meter_b.counters(qos::traffic_class::tcp).packets, 0u);
+    EXPECT_EQ(wire.admitted_bytes[0], from_a_bytes)
+        << "a asked its rdma grant for each frame it sent, IPv6 header included";
+}
+
 TEST_F(RoceOverIpv6Test, RcOverIpv6RecoversFromLossAndReordering) {
     connect_both_ipv6();
     reorder = true;

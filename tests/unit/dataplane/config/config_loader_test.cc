@@ -255,7 +255,34 @@ TEST(SecurityGroupConfig, ValidGroupsLoadWithImplicitEgressAndResolvedRemoteGrou
 
 TEST(SecurityGroupConfig, BadCidrNamesTheRule) {
     expect_sg_error(sg_with("from: 198.19.0.0/16", "from: 198.19.0.0/40"), 9,
-                    "security_groups[0].ingress[0].from", "not an IPv4 CIDR");
+                    "security_groups[0].ingress[0].from", "not an IPv4 or IPv6 CIDR");
+}
+
+TEST(SecurityGroupConfig, AnIpv6CidrIsARuleForIpv6PeersOnly) {
+    std::string text = sg_with("from: 198.19.0.0/16", "from: \"2001:2::/64\"");
+    const std::string red = "  - {name: default, vpc: red";
+    text.insert(text.find(red),
+                "  - {name: out6, vpc: blue, ingress: [], egress: [{proto: rdma, "
+                "to: \"2001:2::1:2/128\"}]}\n");
+    const auto result = load_host_config_text(text, "sg.yaml");
+    ASSERT_TRUE(result.ok()) << result.errors[0].to_string();
+    const auto& rule = result.config.security_groups[0].ingress[0];
+    ASSERT_TRUE(rule.remote6);
+    EXPECT_FALSE(rule.remote) << "an IPv6 CIDR names no IPv4 peer";
+    EXPECT_EQ(format_ipv6(rule.remote6->address), "2001:2::");
+    EXPECT_EQ(rule.remote6->length, 64);
+    const auto& out = result.config.security_groups.at(1).egress.at(0);
+    ASSERT_TRUE(out.remote6);
+    EXPECT_EQ(format_ipv6(out.remote6->address), "2001:2::1:2");
+    EXPECT_EQ(out.remote6->length, 128);
+}
+
+TEST(SecurityGroupConfig, ABadIpv6CidrNamesTheRuleAndAnExample) {
+    for (const char* bad : {"\"2001:2::/129\"", "\"2001:2::1:1\"", "\"2001:2:::/64\""}) {
+        expect_sg_error(sg_with("from: 198.19.0.0/16", std::string("from: ") + bad), 9,
+                        "security_groups[0].ingress[0].from",
+                        "is not an IPv6 CIDR (e.g. 2001:2::/64)");
+    }
 }
 
 TEST(SecurityGroupConfig, PortOutOfRangeIsRejected) {

@@ -143,6 +143,28 @@ TEST(ClusterRecords, RecordsOfDocumentGiveOneKeyPerEntry) {
     EXPECT_EQ(YAML::Load(records.at("/jakiro/v1/vpcs/blue"))["vni"].as<int>(), 100);
 }
 
+TEST(ClusterRecords, AGroupWithIpv6CidrsKeepsThemFromTheDocumentThroughItsRecord) {
+    // As jakiroctl apply writes the entry and a host reads it back.
+    const auto root = YAML::Load(
+        "security_groups: [{name: v6, vpc: blue, ingress: [{proto: tcp, ports: 8080, from: "
+        "2001:2::/64}], egress: [{proto: any, to: '::/0'}]}]\n");
+    const auto written = records_of_document(root);
+    auto records = two_host_cluster();
+    records.put("/jakiro/v1/groups/blue/v6", written.at("/jakiro/v1/groups/blue/v6"), 9);
+    const auto view = records.build_view();
+    ASSERT_TRUE(view->rejected.empty()) << view->rejected[0];
+    const auto& groups = view->cluster.security_groups;
+    const auto v6 = std::find_if(groups.begin(), groups.end(),
+                                 [](const secgroup::group& g) { return g.name == "v6"; });
+    ASSERT_NE(v6, groups.end());
+    ASSERT_TRUE(v6->ingress.at(0).remote6);
+    EXPECT_EQ(format_ipv6(v6->ingress[0].remote6->address), "2001:2::");
+    EXPECT_EQ(v6->ingress[0].remote6->length, 64);
+    ASSERT_TRUE(v6->egress.at(0).remote6);
+    EXPECT_EQ(v6->egress[0].remote6->length, 0);
+    EXPECT_FALSE(v6->egress[0].remote) << "::/0 names no IPv4 peer";
+}
+
 TEST(RecordDiff, CreatesChangesAndDeletesWithTheRevisionsTheyExpect) {
     const std::map<std::string, std::string> desired{
         {"/jakiro/v1/vpcs/blue", "{name: blue, vni: 100}"},      // unchanged

@@ -295,5 +295,118 @@ TEST_F(FlowAllowance, AFloodOfNewFlowsTakesNoEntryFromAnotherVnic) {
     EXPECT_EQ(drops(drop_reason::sg_denied_ingress), 0u);
 }
 
+// The IPv6 side of the groups: t1 carries "web6" (TCP 8080 from the VPC's /64, ICMPv6 from t2
+// only, UDP 8081 by an IPv4 CIDR only; egress TCP 443 to t2 only and anything to the IPv4
+// subnet); t5 carries "rdma6" (RDMA from t2's IPv6 address), red t3 "red-any6" (anything from
+// ::/0).
+const char* firewall_ipv6_yaml = R"(host:
+  name: h1
+  underlay: {port: "net_null0", ip: 198.18.0.1}
+vpcs: [{name: blue, vni: 100}, {name: red, vni: 200}]
+security_groups:
+  - name: web6
+    vpc: blue
+    ingress:
+      - {proto: tcp, ports: 8080, from: "2001:2::/64"}
+      - {proto: icmp, from: "2001:2::1:2/128"}
+      - {proto: udp, ports: 8081, from: 198.19.0.0/16}
+    egress:
+      - {proto: tcp, ports: 443, to: "2001:2::1:2/128"}
+      - {proto: any, to: 198.19.1.0/24}
+  - {name: rdma6, vpc: blue, ingress: [{proto: rdma, from: "2001:2::1:2/128"}]}
+  - {name: red-any6, vpc: red, ingress: [{proto: any, from: "::/0"}]}
+vnics:
+  - {name: t1, vpc: blue, mac: "02:00:c6:13:01:01", ip: 198.19.1.1/24, ip6: 2001:2::1:1/64, port: "net_null1", security_groups: [web6]}
+  - {name: t5, vpc: blue, mac: "02:00:c6:13:01:03", ip: 198.19.1.3/24, ip6: 2001:2::1:3/64, port: "net_null2", security_groups: [rdma6]}
+  - {name: t3, vpc: red, mac: "02:00:c6:13:02:01", ip: 198.19.1.1/24, ip6: 2001:2::1:1/64, port: "net_null3", security_groups: [red-any6]}
+peers:
+  - {vpc: blue, ip: 198.19.1.2, ip6: 2001:2::1:2, host: 198.18.0.2}
+  - {vpc: blue, ip: 198.19.1.4, ip6: 2001:2::1:4, host: 198.18.0.2}
+  - {vpc: red, ip: 198.19.1.2, ip6: 2001:2::1:2, host: 198.18.0.2}
+)";
+
+struct FirewallIpv6 : PipelineTest {
+    const char* config_yaml() const override { return firewall_ipv6_yaml; }
+
+    void SetUp() override {
+        PipelineTest::SetUp();
+        neighbors.learn(ip("198.18.0.2"), h2_mac);
+    }
+
+    // `src` -> `dst` with protocol `proto` and destination port `dport` (from port 1000).
+    rte_mbuf* frame6(const rte_ether_addr& src_mac, const char* src, const char* dst, uint8_t proto,
+                     uint16_t dport) {
+        rte_mbuf* m = ipv6_mbuf(pool, {src_mac, gateway, ip6(src), ip6(dst), proto});
+        auto* l4 = rte_pktmbuf_mtod_offset(m, uint8_t*, sizeof(rte_ether_hdr) + 40);
+        l4[2] = static_cast<uint8_t>(dport >> 8);
+        l4[3] = static_cast<uint8_t>(dport);
+        return m;
+    }
+    // The same from t2 (or another host's address) on h2, in VNI `vni`.
+    rte_mbuf* from_h2(const char* src, const char* dst, uint8_t proto, uint16_t dport,
+                      uint32_t vni = 100) {
+        rte_mbuf* m = frame6(mac("02:00:c6:13:01:02"), src, dst, proto, dport);
+        vxlan_wrap(m, {h2_mac, h1_mac, ip("198.18.0.2"), ip("198.18.0.1")}, vni);
+        return m;
+    }
+};
+
+TEST_F(FirewallIpv6, AnIpv6CidrRuleAdmitsAndAPortItDoesNotNameIsACountedDrop) {
+    from_uplink(from_h2("2001:2::1:2", "2001:2::1:1", IPPROTO_TCP, 8080));
+    EXPECT_EQ(ctx->tx.queued(port_t1).size(), 1u);
+    from_uplink(from_h2("2001:2::1:4", "2001:2::1:1", IPPROTO_TCP, 8080));
+    EXPECT_EQ(ctx->tx.queued(port_t1).size(), 2u) << "2001:2::1:4 is in 2001:2::/64 too";
+    from_uplink(from_h2("2001:2::1:2", "2001:2::1:1", IPPROTO_TCP, 8081));
+    EXPECT_EQ(ctx->tx.queued(port_t1).size(), 2u);
+    EXPECT_EQ(drops(drop_reason::sg_denied_ingress), 1u);
+    EXPECT_EQ(ctx->counters.vnics[slot_t1].sg_denied[0].read(), 1u);
+    const secgroup::rule_catalog catalog(
+        load_host_config_text(firewall_ipv6_yaml, "h1.yaml").config.security_groups);
+    EXPECT_EQ(ctx->counters.rule_hits[catalog.id(0, secgroup::direction::ingress, 0)].read(), 2u);
+}
+
+TEST_F(FirewallIpv6, AnIpv4CidrRuleAdmitsNoIpv6AndAnIcmpRuleMeansIcmpv6) {
+    from_uplink(from_h2("2001:2::1:2", "2001:2::1:1", IPPROTO_UDP, 8081));
+    EXPECT_EQ(drops(drop_reason::sg_denied_ingress), 1u) << "udp 8081 is allowed from IPv4 only";
+    from_uplink(from_h2("2001:2::1:2", "2001:2::1:1", IPPROTO_ICMPV6, 0));
+    EXPECT_EQ(ctx->tx.queued(port_t1).size(), 1u) << "icmp from t2's IPv6 address";
+    from_uplink(from_h2("2001:2::1:4", "2001:2::1:1", IPPROTO_ICMPV6, 0));
+    EXPECT_EQ(drops(drop_reason::sg_denied_ingress), 2u) << "icmp from another address";
+    EXPECT_EQ(ctx->tx.queued(port_t1).size(), 1u);
+}
+
+TEST_F(FirewallIpv6, EgressIsLimitedToTheIpv6CidrsItsRulesName) {
+    from_tenant(slot_t1, frame6(t1_mac, "2001:2::1:1", "2001:2::1:2", IPPROTO_TCP, 443));
+    EXPECT_EQ(ctx->tx.queued(uplink).size(), 1u);
+    from_tenant(slot_t1, frame6(t1_mac, "2001:2::1:1", "2001:2::1:4", IPPROTO_TCP, 443));
+    from_tenant(slot_t1, frame6(t1_mac, "2001:2::1:1", "2001:2::1:2", IPPROTO_UDP, 53));
+    EXPECT_EQ(ctx->tx.queued(uplink).size(), 1u) << "'any to 198.19.1.0/24' says nothing of IPv6";
+    EXPECT_EQ(drops(drop_reason::sg_denied_egress), 2u);
+    EXPECT_EQ(ctx->counters.vnics[slot_t1].sg_denied[1].read(), 2u);
+}
+
+TEST_F(FirewallIpv6, TheReplyOfAnAllowedIpv6FlowPassesBackUnsolicitedIngressDoesNot) {
+    // t1 -> t2:443 is allowed egress; t2's answer (from 443 to 1000) matches no ingress rule.
+    from_tenant(slot_t1, frame6(t1_mac, "2001:2::1:1", "2001:2::1:2", IPPROTO_TCP, 443));
+    ASSERT_EQ(ctx->tx.queued(uplink).size(), 1u);
+    rte_mbuf* reply =
+        frame6(mac("02:00:c6:13:01:02"), "2001:2::1:2", "2001:2::1:1", IPPROTO_TCP, 1000);
+    auto* l4 = rte_pktmbuf_mtod_offset(reply, uint8_t*, sizeof(rte_ether_hdr) + 40);
+    l4[0] = 443 >> 8;
+    l4[1] = 443 & 0xff;
+    vxlan_wrap(reply, {h2_mac, h1_mac, ip("198.18.0.2"), ip("198.18.0.1")}, 100);
+    from_uplink(reply);
+    EXPECT_EQ(ctx->tx.queued(port_t1).size(), 1u) << "the reply of t1's own flow";
+    from_uplink(from_h2("2001:2::1:2", "2001:2::1:1", IPPROTO_TCP, 1001));
+    EXPECT_EQ(ctx->tx.queued(port_t1).size(), 1u);
+    EXPECT_EQ(drops(drop_reason::sg_denied_ingress), 1u) << "a new flow from t2 to another port";
+}
+
+TEST_F(FirewallIpv6, AnAllIpv6CidrAdmitsEveryIpv6PeerOfTheVpcOnly) {
+    from_uplink(from_h2("2001:2::1:2", "2001:2::1:1", IPPROTO_UDP, 7, 200));
+    EXPECT_EQ(ctx->tx.queued(port_t3).size(), 1u) << "red t3 takes anything from ::/0";
+    EXPECT_EQ(ctx->tx.queued(port_t1).size(), 0u) << "and blue t1 nothing of red's";
+}
+
 }  // namespace
 }  // namespace jakiro::test

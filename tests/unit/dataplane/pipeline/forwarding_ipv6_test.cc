@@ -1,9 +1,12 @@
 // IPv6 data between dual-stack vNICs of one VPC: switched to a vNIC of this host, tunnelled to
 // another host (the outer header IPv4, DSCP and ECN from the traffic class), received from the
-// fabric after the checks IPv4 gets, and judged by the security groups' IPv6 side.
+// fabric after the checks IPv4 gets, and judged by the security groups' IPv6 side; neighbour
+// solicitations inside the tunnel (a foreign VTEP's) answered back through it.
 
 #include <array>
+#include <cstring>
 
+#include "dataplane/neighbor_discovery.hh"
 #include "dataplane/overlay/ipv6_packet.hh"
 #include "dataplane/overlay/superframe.hh"
 #include "dataplane/vnet_face/face_registry.hh"
@@ -273,6 +276,67 @@ TEST_F(ForwardingIpv6Superframes, MergedTcpv6FramesReachAnAfPacketPortCutToTheTe
         payload += bytes.size() - 74;
     }
     EXPECT_EQ(payload, 30000u);
+}
+
+// A solicitation from `src` for `target` inside VNI `vni`, sent by host `from_host`.
+rte_mbuf* tunnelled_solicitation(const char* from_host, uint32_t vni, const char* src,
+                                 const char* target, bool multicast = true) {
+    rte_mbuf* m = neighbor_solicitation_mbuf(
+        PipelineTest::pool, {mac("02:00:c6:13:01:09"), ip6(src), ip6(target), multicast});
+    vxlan_wrap(
+        m, {mac("02:00:00:00:00:09"), mac("02:00:00:00:00:01"), ip(from_host), ip("198.18.0.1")},
+        vni);
+    return m;
+}
+
+TEST_F(ForwardingIpv6, ASolicitationInsideTheTunnelIsAnsweredBackThroughItWithTheGatewayMac) {
+    from_uplink(tunnelled_solicitation("198.18.0.2", 100, "2001:2::1:2", "2001:2::1:1"));
+    EXPECT_TRUE(ctx->tx.queued(port_t1).empty()) << "never delivered to the tenant";
+    const auto sent = ctx->tx.queued(uplink);
+    ASSERT_EQ(sent.size(), 1u);
+    const auto* frame = rte_pktmbuf_mtod(sent[0], const uint8_t*);
+    ASSERT_EQ(rte_pktmbuf_data_len(sent[0]),
+              overlay::outer_header_bytes + neighbor_advertisement_bytes);
+    const auto outer = overlay::check_outer(frame, rte_pktmbuf_data_len(sent[0]), ip("198.18.0.2"));
+    ASSERT_TRUE(outer.ok) << name_of(outer.reason);
+    EXPECT_EQ(outer.view.vni, 100u);
+    const auto* eth = reinterpret_cast<const rte_ether_hdr*>(frame);
+    const rte_ether_addr vtep_mac = mac("02:00:00:00:00:09");
+    const rte_ether_addr asker_mac = mac("02:00:c6:13:01:09");
+    EXPECT_TRUE(rte_is_same_ether_addr(&eth->dst_addr, &vtep_mac)) << "back to the VTEP";
+    const auto* inner_eth = reinterpret_cast<const rte_ether_hdr*>(frame + outer.view.inner_offset);
+    const auto* na = reinterpret_cast<const rte_ipv6_hdr*>(inner_eth + 1);
+    const auto* icmp = reinterpret_cast<const uint8_t*>(na + 1);
+    EXPECT_TRUE(rte_is_same_ether_addr(&inner_eth->dst_addr, &asker_mac));
+    EXPECT_EQ(icmp[0], icmp6_neighbor_advertisement);
+    EXPECT_TRUE(icmpv6_checksum_ok(na, icmp));
+    EXPECT_EQ(std::to_array(na->src_addr), ip6("2001:2::1:1"));
+    EXPECT_EQ(std::to_array(na->dst_addr), ip6("2001:2::1:2"));
+    EXPECT_EQ(std::memcmp(icmp + 26, gateway.addr_bytes, 6), 0) << "the target is the gateway";
+    EXPECT_EQ(ctx->counters.nd_replies_in_overlay.read(), 1u);
+}
+
+TEST_F(ForwardingIpv6, NeighbourDiscoveryInTheTunnelNeedsNoIcmpv6Rule) {
+    // Red t3's group admits IPv4 only; its IPv6 neighbours still resolve it (unicast too).
+    from_uplink(tunnelled_solicitation("198.18.0.2", 200, "2001:2::1:2", "2001:2::1:1", false));
+    EXPECT_EQ(ctx->tx.queued(uplink).size(), 1u);
+    EXPECT_EQ(drops(drop_reason::sg_denied_ingress), 0u);
+    EXPECT_EQ(ctx->counters.nd_replies_in_overlay.read(), 1u);
+}
+
+TEST_F(ForwardingIpv6, NeighbourDiscoveryInTheTunnelThatIsNotAnsweredIsCounted) {
+    // From an address that lives on another host, from a link-local one, for an address that is
+    // no vNIC of this host, and an advertisement.
+    from_uplink(tunnelled_solicitation("198.18.0.7", 100, "2001:2::1:2", "2001:2::1:1"));
+    from_uplink(tunnelled_solicitation("198.18.0.2", 100, "fe80::1", "2001:2::1:1"));
+    from_uplink(tunnelled_solicitation("198.18.0.2", 100, "2001:2::1:2", "2001:2::1:4"));
+    rte_mbuf* na = tunnelled_solicitation("198.18.0.2", 100, "2001:2::1:2", "2001:2::1:1");
+    rte_pktmbuf_mtod_offset(na, uint8_t*, overlay::outer_header_bytes + 14 + 40)[0] =
+        icmp6_neighbor_advertisement;
+    from_uplink(na);
+    EXPECT_EQ(drops(drop_reason::inner_nd_ignored), 4u);
+    EXPECT_TRUE(ctx->tx.queued(uplink).empty());
+    EXPECT_TRUE(ctx->tx.queued(port_t1).empty());
 }
 
 }  // namespace

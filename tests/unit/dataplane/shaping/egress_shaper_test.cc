@@ -70,6 +70,24 @@ TEST_F(ShaperTest, AShapedVnicsFramesLeaveAtItsRate) {
     EXPECT_TRUE(shaper->has_queued());
 }
 
+TEST_F(ShaperTest, TcpAndUdpOverIpv6FromAShapedVnicAreItsTcpClassAndLeaveAtItsRate) {
+    // The same 10 ms as above, of IPv6 frames: half TCP, half UDP.
+    for (int i = 0; i < 400; ++i) {
+        from_tenant(slot_t1, big_t1_frame6(i % 2 == 0 ? IPPROTO_TCP : IPPROTO_UDP));
+    }
+    EXPECT_TRUE(ctx->tx.queued(port_t5).empty()) << "queued in the tcp class, not sent";
+    uint64_t sent = 0;
+    for (int step = 0; step < 100; ++step) {
+        now += 100'000;
+        shaper->run(*ctx, rdma_queues::of(nullptr), now);
+        sent += drain_t5();
+    }
+    EXPECT_GT(sent, 125'000u * 9 / 10);
+    EXPECT_LT(sent, 125'000u + 16384 + 2 * 1200);
+    EXPECT_GT(shaper->counters(slot_t1).tcp_busy_grants.read(), 0u);
+    EXPECT_TRUE(shaper->has_queued());
+}
+
 TEST_F(ShaperTest, AFullTcpQueueTailDropsAndCounts) {
     for (uint32_t i = 0; i < 512 + 5; ++i) {
         from_tenant(slot_t1, t1_packet("198.19.1.3"));

@@ -51,6 +51,44 @@ TEST_F(FabricDispatch, RoceGoesToTheWorkerWhoseEngineRunsTheVnicsQps) {
     EXPECT_EQ(owner(to_t1), 0) << "t1's";
 }
 
+// Dual-stack: IPv6 from the fabric goes to its vNIC's worker too (whose NFT holds the flow its
+// reply belongs to, whose engine runs the QPs RoCE v2 over IPv6 is for).
+struct FabricDispatchIpv6 : FabricDispatch {
+    const char* config_yaml() const override {
+        return R"(host:
+  name: h1
+  underlay: {port: "net_null0", ip: 198.18.0.1}
+vpcs: [{name: blue, vni: 100}, {name: red, vni: 200}]
+vnics:
+  - {name: t1, vpc: blue, mac: "02:00:c6:13:01:01", ip: 198.19.1.1/24, ip6: 2001:2::1:1/64, port: "net_null1"}
+  - {name: t5, vpc: blue, mac: "02:00:c6:13:01:03", ip: 198.19.1.3/24, ip6: 2001:2::1:3/64, port: "net_null2"}
+  - {name: t3, vpc: red, mac: "02:00:c6:13:02:01", ip: 198.19.1.1/24, ip6: 2001:2::1:3/64, port: "net_null3"}
+peers:
+  - {vpc: blue, ip: 198.19.1.2, ip6: 2001:2::1:2, host: 198.18.0.2}
+)";
+    }
+    rte_mbuf* tunnelled6(uint32_t vni, const char* dst, uint16_t dst_port = 2000) {
+        rte_mbuf* m = ipv6_mbuf(
+            pool, {mac("02:00:c6:13:01:02"), gateway, ip6("2001:2::1:2"), ip6(dst), IPPROTO_UDP});
+        auto* udp = rte_pktmbuf_mtod_offset(m, uint8_t*, sizeof(rte_ether_hdr) + 40);
+        udp[2] = static_cast<uint8_t>(dst_port >> 8);
+        udp[3] = static_cast<uint8_t>(dst_port);
+        vxlan_wrap(m, {h2_mac, h1_mac, ip("198.18.0.2"), ip("198.18.0.1")}, vni, 0);
+        return m;
+    }
+};
+
+TEST_F(FabricDispatchIpv6, Ipv6AndRoceOverIpv6GoToTheWorkerOfTheirDestinationVnic) {
+    EXPECT_EQ(owner(tunnelled6(100, "2001:2::1:3")), 1) << "t5";
+    EXPECT_EQ(owner(tunnelled6(100, "2001:2::1:3", 4791)), 1) << "t5's QPs";
+    EXPECT_EQ(owner(tunnelled6(100, "2001:2::1:1")), 0) << "t1";
+    EXPECT_EQ(owner(tunnelled6(200, "2001:2::1:3")), 0) << "red t3: the VNI decides";
+    EXPECT_EQ(owner(tunnelled6(100, "ff02::1:ff01:3")), 0) << "multicast: the uplink's worker";
+    rte_mbuf* cut = tunnelled6(100, "2001:2::1:3");
+    rte_pktmbuf_trim(cut, rte_pktmbuf_pkt_len(cut) - (overlay::outer_header_bytes + 14 + 39));
+    EXPECT_EQ(owner(cut), 0) << "an IPv6 header cut short";
+}
+
 // The dispatcher reads every frame off the wire before any check of the ingress pipeline:
 // mangled frames (seeded, reproducible) must neither crash it (the sanitized build reads past
 // no header) nor reach worker 1 unless they really are for t5, blue's 198.19.1.3.
