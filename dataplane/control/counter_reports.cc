@@ -135,27 +135,11 @@ report_node qps_report(const stats_snapshot& snapshot, std::string_view vnic) {
     }
     report_node& endpoints = root.at("endpoints");
     if (snapshot.rdma) {
-        // The channel server's own totals (no family of the table: they outlive the vNICs).
-        const verbs::channel_stats& v = snapshot.rdma->stats;
-        endpoints.set("disconnected", num(v.faces.disconnected))
-            .set("vnics_removed", num(v.vnics_removed));
-        endpoints.at("rdma_cm")
-            .set("commands", num(v.cm_commands))
-            .set("bad_commands", num(v.cm_bad_commands))
-            .set("mads_sent", num(v.cm_mads_sent))
-            .set("mads_received", num(v.cm_mads_received))
-            .set("mads_dropped", num(v.cm_mads_dropped))
-            .set("retransmissions", num(v.cm_retransmissions))
-            .set("timeouts", num(v.cm_timeouts))
-            .set("rejected_by_policy", num(v.cm_rejected_by_policy))
-            .set("rejected_no_listener", num(v.cm_rejected_no_listener))
-            .set("mads_forged", num(v.cm_mads_forged));
         endpoints.at("vnics");
         report_node& reserve = root.at("rdma_reserve");
         for (const auto res : {verbs::host_resource::mappings, verbs::host_resource::descriptors}) {
             const auto& r = *snapshot.rdma;
             reserve.at(res == verbs::host_resource::mappings ? "mappings" : "descriptors")
-                .set("held", num(r.held[res]))
                 .set_flag("overcommitted", r.demand[res] > r.capacity[res]);
         }
     }

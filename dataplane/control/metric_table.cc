@@ -925,6 +925,45 @@ std::vector<metric_def> build_table() {
          "Mappings and descriptors the vNICs' rdma quotas allow them together",
          host_resource(&verbs_snapshot::demand),
          {{report::qps, "rdma_reserve/{resource}/demand"}}},
+        {"jakiro_rdma_host_reserve_held", gauge, {"resource"},
+         "Mappings and descriptors every vNIC's RDMA objects together hold in jakirod now",
+         host_resource(&verbs_snapshot::held),
+         {{report::qps, "rdma_reserve/{resource}/held"}}},
+
+        // RDMA: the channel server's own totals, which outlive the vNICs whose faces the
+        // per-vNIC families count (a removed vNIC's work stays in them).
+        {"jakiro_rdma_faces_disconnected_total", counter, {},
+         "Verbs connections to any vNIC's face that ended (the program exited or was cut off)",
+         with_rdma([](S, const verbs_snapshot& r, samples& out) {
+             out.push_back({{}, num(r.stats.faces.disconnected)});
+         }),
+         {{report::qps, "endpoints/disconnected"}}},
+        {"jakiro_rdma_vnics_removed_total", counter, {},
+         "vNICs whose RDMA face was removed (apply, or the vNIC's record gone from etcd)",
+         with_rdma([](S, const verbs_snapshot& r, samples& out) {
+             out.push_back({{}, num(r.stats.vnics_removed)});
+         }),
+         {{report::qps, "endpoints/vnics_removed"}}},
+        {"jakiro_rdma_cm_host_total", counter, {"event"},
+         "rdma_cm work of every vNIC's agent, removed vNICs' included: commands, bad_commands, "
+         "mads_sent, mads_received, mads_dropped, retransmissions, timeouts, "
+         "rejected_by_policy, rejected_no_listener, mads_forged",
+         with_rdma([](S, const verbs_snapshot& r, samples& out) {
+             const verbs::channel_stats& v = r.stats;
+             for (const auto& [event, value] :
+                  {std::pair{"commands", v.cm_commands}, std::pair{"bad_commands", v.cm_bad_commands},
+                   std::pair{"mads_sent", v.cm_mads_sent},
+                   std::pair{"mads_received", v.cm_mads_received},
+                   std::pair{"mads_dropped", v.cm_mads_dropped},
+                   std::pair{"retransmissions", v.cm_retransmissions},
+                   std::pair{"timeouts", v.cm_timeouts},
+                   std::pair{"rejected_by_policy", v.cm_rejected_by_policy},
+                   std::pair{"rejected_no_listener", v.cm_rejected_no_listener},
+                   std::pair{"mads_forged", v.cm_mads_forged}}) {
+                 out.push_back({{event}, num(value)});
+             }
+         }),
+         {{report::qps, "endpoints/rdma_cm/{event}"}}},
 
         // RDMA: each vNIC's face (rnic/verbs/vnic_endpoint.hh), what its tenant holds of the
         // control side and what each of its bounds refused.

@@ -107,9 +107,8 @@ void numbers(const report_node& node, std::vector<std::string>& path,
 }
 
 // What a report says about a row that is no counter: where a rule stands, which worker a row
-// is, when the QoS counters were read, the QP listing (one row per QP, as flows are), the
-// channel server's own totals (they outlive the vNICs whose faces the table counts), what the
-// host reserve holds now.
+// is, when the QoS counters were read, the QP listing (one row per QP, as flows are), how many
+// engines the QP listing reads.
 bool describes_its_row(report r, const std::vector<std::string>& keys) {
     const std::string& first = keys.front();
     const std::string& last = keys.back();
@@ -120,11 +119,7 @@ bool describes_its_row(report r, const std::vector<std::string>& keys) {
         case report::qos:
             return last == "time_ns";
         case report::qps:
-            return first == "qps" || joined(keys) == "engine/engines" ||
-                   joined(keys) == "endpoints/disconnected" ||
-                   joined(keys) == "endpoints/vnics_removed" ||
-                   (first == "endpoints" && keys.size() == 3 && keys[1] == "rdma_cm") ||
-                   (first == "rdma_reserve" && last == "held");
+            return first == "qps" || joined(keys) == "engine/engines";
     }
     return false;
 }
