@@ -1,5 +1,6 @@
 #include "dataplane/config/config_loader.hh"
 
+#include "dataplane/config/flow_mapping.hh"
 #include "dataplane/config/qos_units.hh"
 #include "dataplane/overlay_key_text.hh"
 
@@ -1016,7 +1017,14 @@ std::optional<vnic_config> load_cluster_vnic_text(const std::string& flow_text,
                                                   host_config& context, std::string& error) {
     checker check("vnic");
     try {
-        const auto root = YAML::Load("vnics:\n- " + flow_text + "\n");
+        YAML::Node root;
+        if (auto entry = parse_flow_mapping(flow_text)) {
+            YAML::Node list(YAML::NodeType::Sequence);
+            list.push_back(*entry);
+            root["vnics"] = list;
+        } else {
+            root = YAML::Load("vnics:\n- " + flow_text + "\n");
+        }
         vpc_claims claimed;
         const auto before = context.vnics.size();
         load_vnics(check, root, context, claimed, true);
