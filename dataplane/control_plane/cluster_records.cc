@@ -2,7 +2,11 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <sched.h>
+
 #include <algorithm>
+#include <functional>
+#include <thread>
 #include <unordered_set>
 
 namespace jakiro::control_plane {
@@ -480,19 +484,65 @@ void cluster_records::load_liveness() {
 
 void cluster_records::check_vnic(const std::string& key, stored_record& record,
                                  std::size_t& checked) {
-    // A legacy value that names no VPC: checked again whenever any part of the frame
-    // changed.
-    uint64_t frame = _generations;
-    if (!record.vpc.empty()) {
-        const auto found = _vpc_frames.find(record.vpc);
-        frame = found == _vpc_frames.end() ? 0 : found->second.generation;
-    }
-    if (record.checked_frame == frame && frame != 0) {
+    check_vnic_against(_frame, key, record, checked);
+}
+
+void cluster_records::check_vnics(const std::vector<const std::string*>& keys,
+                                  const std::vector<stored_record*>& records,
+                                  std::size_t& checked) {
+    // Below this many records a thread costs more than it saves.
+    constexpr std::size_t records_per_thread = 2048;
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    const auto cpus = sched_getaffinity(0, sizeof(allowed), &allowed) == 0
+                          ? static_cast<std::size_t>(CPU_COUNT(&allowed))
+                          : std::size_t{1};
+    const auto threads =
+        std::max<std::size_t>(1, std::min(cpus, records.size() / records_per_thread));
+    if (threads == 1) {
+        for (std::size_t k = 0; k < records.size(); ++k) {
+            check_vnic(*keys[k], *records[k], checked);
+        }
         return;
     }
-    record.checked_frame = frame;
+    // Interleaved, not in blocks: records of one VPC sit together in key order, and a VPC
+    // whose records all need a check should not fall to one thread.
+    std::vector<std::size_t> counts(threads, 0);
+    std::vector<host_config> frames(threads - 1, _frame);
+    auto share = [&](std::size_t t, host_config& frame) {
+        for (std::size_t k = t; k < records.size(); k += threads) {
+            check_vnic_against(frame, *keys[k], *records[k], counts[t]);
+        }
+    };
+    std::vector<std::thread> helpers;
+    helpers.reserve(threads - 1);
+    for (std::size_t t = 1; t < threads; ++t) {
+        helpers.emplace_back(share, t, std::ref(frames[t - 1]));
+    }
+    share(0, _frame);
+    for (auto& helper : helpers) {
+        helper.join();
+    }
+    for (const auto count : counts) {
+        checked += count;
+    }
+}
+
+void cluster_records::check_vnic_against(host_config& frame, const std::string& key,
+                                         stored_record& record, std::size_t& checked) const {
+    // A legacy value that names no VPC: checked again whenever any part of the frame
+    // changed.
+    uint64_t generation = _generations;
+    if (!record.vpc.empty()) {
+        const auto found = _vpc_frames.find(record.vpc);
+        generation = found == _vpc_frames.end() ? 0 : found->second.generation;
+    }
+    if (record.checked_frame == generation && generation != 0) {
+        return;
+    }
+    record.checked_frame = generation;
     record.error.clear();
-    record.vnic = load_cluster_vnic_text(record.flow, _frame, record.error);
+    record.vnic = load_cluster_vnic_text(record.flow, frame, record.error);
     ++checked;
     if (record.key_unchecked) {
         // The key says what the record is: a value that claims another name or VPC is refused
@@ -690,11 +740,11 @@ std::shared_ptr<const cluster_view> cluster_records::build_view(bool full) {
     addresses.reserve(vnic_records.size());
     macs.reserve(vnic_records.size());
     view->cluster.vnics.reserve(vnic_records.size());
+    check_vnics(vnic_keys, vnic_records, view->vnics_checked);
     const auto& keys = vnic_keys;
     for (std::size_t k = 0; k < keys.size(); ++k) {
         const auto& key = *keys[k];
         auto& record = *vnic_records[k];
-        check_vnic(key, record, view->vnics_checked);
         if (!record.vnic) {
             view->rejected.push_back(key + ": " + record.error);
             continue;

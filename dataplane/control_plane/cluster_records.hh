@@ -162,6 +162,15 @@ class cluster_records {
     void touch_vnic(const std::string& key, stored_record* old);
     // The check of one vNIC record against the frame, when it or its VPC's frame changed.
     void check_vnic(const std::string& key, stored_record& record, std::size_t& checked);
+    // The same against `frame`, a copy of _frame that only this call's thread uses (the
+    // loader adds the vNIC to its context and takes it back out).
+    void check_vnic_against(host_config& frame, const std::string& key, stored_record& record,
+                            std::size_t& checked) const;
+    // check_vnic for many records at once: at a full sync or a frame change every vNIC of the
+    // interest is checked again (tens of thousands, ~15 µs each), so the records are shared
+    // out between threads, one per CPU jakirod may run on; each record is checked by one.
+    void check_vnics(const std::vector<const std::string*>& keys,
+                     const std::vector<stored_record*>& records, std::size_t& checked);
     std::shared_ptr<cluster_view> build_delta();
     // What a vNIC claims alone: its address in its VPC (both families) and its MAC.
     struct claim_keys {

@@ -4,6 +4,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cstdio>
 
 using namespace jakiro;
 using namespace jakiro::control_plane;
@@ -638,4 +639,50 @@ TEST(ClusterDelta, JakiroctlAlwaysGetsWholeViews) {
     all.build_view();
     all.put("/jakiro/v1/vnics/blue/d1", d1_value("02:00:00:00:00:25"), 61);
     EXPECT_FALSE(all.build_view()->delta);
+}
+
+TEST(ClusterRecords, ThousandsOfVnicsCheckedAtOnceGiveTheViewOfOneByOne) {
+    // Enough records that a whole view shares their checks out between threads: every record
+    // is checked exactly once, refusals keep their reasons, and the first claimant of an
+    // address (in key order) keeps it, as when they are checked one by one.
+    auto records = two_host_cluster();
+    constexpr int count = 10000;
+    for (int i = 0; i < count; ++i) {
+        char name[16];
+        std::snprintf(name, sizeof(name), "s%05d", i);
+        // Every 1000th record claims the address of the record before it: refused.
+        const int j = i % 1000 == 500 ? i - 1 : i;
+        const int octet3 = 2 + j / 250, octet4 = 1 + j % 250;
+        const bool unknown_group = i % 1000 == 7;  // refused
+        char value[256];
+        std::snprintf(value, sizeof(value),
+                      R"({"name": "%s", "vpc": "blue", "ip": "198.19.%d.%d/16", )"
+                      R"("mac": "02:01:00:%02x:%02x:01", "host": "h2", "security_groups": )"
+                      R"(["%s"]})",
+                      name, octet3, octet4, i >> 8, i & 255,
+                      unknown_group ? "nosuchgroup" : "default");
+        records.put("/jakiro/v1/vnics/blue/" + std::string(name), value, 100 + i);
+    }
+    const auto view = records.build_view();
+    ASSERT_TRUE(view->usable);
+    EXPECT_EQ(view->vnics_checked, count + 2u);
+    EXPECT_EQ(view->cluster.vnics.size(), count + 2u - 10 - 10);
+    EXPECT_EQ(view->rejected.size(), 20u);
+    EXPECT_TRUE(mentions(view->rejected,
+                         "/jakiro/v1/vnics/blue/s00007: vnics[*].security_groups[0]: unknown "
+                         "security group 'nosuchgroup'"));
+    EXPECT_TRUE(mentions(view->rejected,
+                         "/jakiro/v1/vnics/blue/s00500: vnics[*].ip: address "
+                         "198.19.3.250 already used in VPC 'blue'"));
+    // Accepted in key order, each as its record says.
+    for (std::size_t k = 1; k < view->cluster.vnics.size(); ++k) {
+        ASSERT_LT(view->cluster.vnics[k - 1].name, view->cluster.vnics[k].name);
+    }
+    const auto s09999 = std::find_if(view->cluster.vnics.begin(), view->cluster.vnics.end(),
+                                     [](const vnic_config& v) { return v.name == "s09999"; });
+    ASSERT_NE(s09999, view->cluster.vnics.end());
+    EXPECT_EQ(s09999->mac, (mac_address{0x02, 0x01, 0x00, 0x27, 0x0f, 0x01}));
+    EXPECT_EQ(s09999->ip.address, 0xc61329fau);  // 198.19.41.250
+    // Checked once: a second whole view with nothing changed checks nothing again.
+    EXPECT_EQ(records.build_view(true)->vnics_checked, 0u);
 }
