@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -297,17 +298,18 @@ int main(int argc, char** argv) {
     // control: etcd. The cluster's part of the configuration (VPCs, groups, vNICs) comes from
     // etcd: one read now, bounded, so the ports and tables start with it; the watch follows
     // once the control thread runs. Without an answer jakirod starts with the host alone and
-    // converges when etcd answers.
+    // converges when etcd answers. The read and the check of its records (seconds for a large
+    // interest) run while the EAL comes up, which needs neither.
     std::unique_ptr<control_plane::etcd_agent> etcd;
     std::shared_ptr<const control_plane::cluster_view> first_view;
+    std::string etcd_error;
+    std::future<std::shared_ptr<const control_plane::cluster_view>> first_read;
     if (state.config.control) {
         etcd = std::make_unique<control_plane::etcd_agent>(*state.config.control, state.config.name,
                                                            state.config.underlay.ip);
-        std::string etcd_error;
-        first_view = etcd->read_once(std::chrono::seconds(3), etcd_error);
-        if (!first_view) {
-            log::warning("etcd_unreachable", etcd_error + "; starting with the host YAML alone");
-        }
+        first_read = std::async(std::launch::async, [&etcd, &etcd_error] {
+            return etcd->read_once(std::chrono::seconds(3), etcd_error);
+        });
     }
     state.busy_poll = opts.busy_poll;
     const auto& config = state.config;
@@ -445,6 +447,10 @@ int main(int argc, char** argv) {
     host_manager host(state, pool);
     std::unique_ptr<control_plane::cluster_follower> follower;
     if (etcd) {
+        first_view = first_read.get();
+        if (!first_view) {
+            log::warning("etcd_unreachable", etcd_error + "; starting with the host YAML alone");
+        }
         follower = std::make_unique<control_plane::cluster_follower>(state, host, state.config);
         state.config = follower->initial_config(first_view);
         state.control_plane = follower.get();
