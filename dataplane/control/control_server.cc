@@ -100,7 +100,7 @@ std::string control_server::status_line() const {
         up += port_link_up(port.port_id);
     }
     unsigned resolved = 0;
-    for (uint16_t slot = 0; slot < _state.neighbors->size(); ++slot) {
+    for (uint32_t slot = 0; slot < _state.neighbors->size(); ++slot) {
         resolved += _state.neighbors->mac(slot).has_value();
     }
     std::ostringstream out;

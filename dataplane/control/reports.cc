@@ -25,7 +25,7 @@ bool link_up(uint16_t port) {
 
 uint16_t resolved_neighbors(const daemon_state& state) {
     uint16_t resolved = 0;
-    for (uint16_t slot = 0; slot < state.neighbors->size(); ++slot) {
+    for (uint32_t slot = 0; slot < state.neighbors->size(); ++slot) {
         resolved += state.neighbors->mac(slot).has_value();
     }
     return resolved;
@@ -79,7 +79,7 @@ std::string render_status(const daemon_state& state, bool json) {
                 .end_object();
         }
         out.end_array().begin_array("underlay_neighbors");
-        for (uint16_t slot = 0; slot < state.neighbors->size(); ++slot) {
+        for (uint32_t slot = 0; slot < state.neighbors->size(); ++slot) {
             const auto mac = state.neighbors->mac(slot);
             char text[RTE_ETHER_ADDR_FMT_SIZE] = "";
             if (mac) {

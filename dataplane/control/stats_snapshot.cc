@@ -52,7 +52,7 @@ namespace {
 
 uint64_t resolved_neighbors(const daemon_state& state) {
     uint64_t resolved = 0;
-    for (uint16_t slot = 0; slot < state.neighbors->size(); ++slot) {
+    for (uint32_t slot = 0; slot < state.neighbors->size(); ++slot) {
         resolved += state.neighbors->mac(slot).has_value();
     }
     return resolved;

@@ -8,11 +8,11 @@ underlay_neighbors::~underlay_neighbors() {
     }
 }
 
-uint16_t underlay_neighbors::slot_for(rte_be32_t host_ip) {
+uint32_t underlay_neighbors::slot_for(rte_be32_t host_ip) {
     if (const auto found = _index.find(host_ip); found != _index.end()) {
         return found->second;
     }
-    const uint16_t count = size();
+    const uint32_t count = size();
     if (count == capacity) {
         return none;
     }
@@ -31,13 +31,13 @@ std::size_t underlay_neighbors::memory_bytes() const {
     for (const auto& c : _chunks) {
         chunks += c.load(std::memory_order_relaxed) != nullptr;
     }
-    return chunks * sizeof(chunk) + _index.size() * (sizeof(rte_be32_t) + sizeof(uint16_t) + 16);
+    return chunks * sizeof(chunk) + _index.size() * (sizeof(rte_be32_t) + sizeof(uint32_t) + 16);
 }
 
 void underlay_neighbors::learn(rte_be32_t ip, const rte_ether_addr& mac) {
-    const uint16_t count = size();
+    const uint32_t count = size();
     // ARP traffic is rare (requests once a second per unresolved host), so a scan is fine.
-    for (uint16_t i = 0; i < count; ++i) {
+    for (uint32_t i = 0; i < count; ++i) {
         auto& s = at(i);
         if (s.ip == ip) {
             uint64_t word = resolved_bit;

@@ -24,7 +24,7 @@ enum class vlt_kind : uint8_t { local_vnic, remote_host };
 struct vlt_entry {
     vlt_kind kind;
     uint16_t vnic;       // local_vnic: vNIC slot on this host
-    uint16_t neighbor;   // remote_host: slot in underlay_neighbors
+    uint32_t neighbor;   // remote_host: slot in underlay_neighbors
     rte_be32_t host_ip;  // remote_host: the host's underlay address
     bool has_inner_mac;
     rte_ether_addr inner_mac;  // remote_host: inner destination MAC when configured

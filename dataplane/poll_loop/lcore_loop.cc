@@ -128,7 +128,7 @@ void others_faces(const datapath_tables& tables, unsigned self, std::vector<int>
 // Where the ARP requests to remote hosts stand: the next slot to ask, and how many slots a
 // refresh (every host, resolved or not) still has to go.
 struct neighbor_requests {
-    uint16_t next = 0;
+    uint32_t next = 0;
     uint32_t refresh_left = 0;
 };
 
@@ -136,11 +136,11 @@ struct neighbor_requests {
 // then unresolved ones, from where the last call stopped.
 void request_neighbors(worker_context& ctx, const datapath_tables& tables,
                        neighbor_requests& state) {
-    const uint16_t count = ctx.neighbors->size();
+    const uint32_t count = ctx.neighbors->size();
     uint32_t sent = 0;
     for (uint32_t looked = 0; looked < count && sent < arp_requests_per_retry; ++looked) {
-        const uint16_t slot = state.next < count ? state.next : 0;
-        state.next = static_cast<uint16_t>(slot + 1u < count ? slot + 1u : 0);
+        const uint32_t slot = state.next < count ? state.next : 0;
+        state.next = slot + 1u < count ? slot + 1u : 0;
         const bool refresh = state.refresh_left > 0;
         if (refresh) {
             --state.refresh_left;
@@ -267,7 +267,7 @@ void count_dropped(worker_context& ctx, uint16_t slot, const vnet_face::over_all
 }
 
 bool any_unresolved(const overlay::underlay_neighbors& neighbors) {
-    for (uint16_t slot = 0; slot < neighbors.size(); ++slot) {
+    for (uint32_t slot = 0; slot < neighbors.size(); ++slot) {
         if (!neighbors.mac(slot)) {
             return true;
         }

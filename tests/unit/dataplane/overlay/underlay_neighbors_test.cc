@@ -7,7 +7,7 @@ using jakiro::overlay::underlay_neighbors;
 
 namespace {
 rte_be32_t host_ip(uint32_t i) {
-    return rte_cpu_to_be_32((198u << 24) | (18u << 16) | i);
+    return rte_cpu_to_be_32((198u << 24) + (18u << 16) + i);  // numbers only: no network
 }
 }  // namespace
 
@@ -44,7 +44,7 @@ TEST(UnderlayNeighbors, LearnsTheMacOfAHostInALaterChunk) {
     EXPECT_EQ(neighbors.size(), 3000);
 }
 
-TEST(UnderlayNeighbors, RefusesPastTheSixteenBitIndex) {
+TEST(UnderlayNeighbors, HoldsAMillionHostsAndRefusesTheNext) {
     underlay_neighbors neighbors;
     for (uint32_t i = 0; i < underlay_neighbors::capacity; ++i) {
         ASSERT_NE(neighbors.slot_for(host_ip(i)), underlay_neighbors::none);

@@ -67,7 +67,7 @@ TEST_F(Ingress, UnderlayArpForOurAddressIsAnsweredAndTheAskerLearnt) {
     ASSERT_TRUE(arp);
     EXPECT_EQ(arp->opcode, RTE_ARP_OP_REPLY);
     EXPECT_TRUE(rte_is_same_ether_addr(&arp->sender_mac, &h1_mac));
-    const uint16_t slot = neighbors.slot_for(ip("198.18.0.2"));
+    const uint32_t slot = neighbors.slot_for(ip("198.18.0.2"));
     const auto learnt = neighbors.mac(slot);
     ASSERT_TRUE(learnt);
     EXPECT_TRUE(rte_is_same_ether_addr(&*learnt, &h2_mac));
