@@ -34,7 +34,7 @@ std::size_t underlay_neighbors::memory_bytes() const {
     return chunks * sizeof(chunk) + _index.size() * (sizeof(rte_be32_t) + sizeof(uint32_t) + 16);
 }
 
-void underlay_neighbors::learn(rte_be32_t ip, const rte_ether_addr& mac) {
+bool underlay_neighbors::learn(rte_be32_t ip, const rte_ether_addr& mac) {
     const uint32_t count = size();
     // ARP traffic is rare (requests once a second per unresolved host), so a scan is fine.
     for (uint32_t i = 0; i < count; ++i) {
@@ -45,9 +45,10 @@ void underlay_neighbors::learn(rte_be32_t ip, const rte_ether_addr& mac) {
                 word |= uint64_t{mac.addr_bytes[b]} << (8 * b);
             }
             s.mac_word.store(word, std::memory_order_relaxed);
-            return;
+            return true;
         }
     }
+    return false;
 }
 
 }  // namespace jakiro::overlay

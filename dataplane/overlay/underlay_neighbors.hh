@@ -54,8 +54,9 @@ class underlay_neighbors {
         return mac;
     }
 
-    // Worker: records what an ARP message from `ip` said; ignores hosts we do not tunnel to.
-    void learn(rte_be32_t ip, const rte_ether_addr& mac);
+    // Worker: records what an ARP message from `ip` said; ignores hosts we do not tunnel to
+    // (false).
+    bool learn(rte_be32_t ip, const rte_ether_addr& mac);
 
   private:
     static constexpr uint64_t resolved_bit = uint64_t{1} << 63;

@@ -60,7 +60,7 @@ void write_image(handover::image_writer& w, const daemon_state& state, const ima
 
     w.begin(section_kind::neighbours);
     std::vector<std::pair<uint32_t, rte_ether_addr>> resolved;
-    for (uint16_t slot = 0; slot < state.neighbors->size(); ++slot) {
+    for (uint32_t slot = 0; slot < state.neighbors->size(); ++slot) {
         if (const auto mac = state.neighbors->mac(slot)) {
             resolved.emplace_back(state.neighbors->ip(slot), *mac);
         }
@@ -181,13 +181,7 @@ bool read_image_late(handover::image_reader& r, daemon_state& state,
             const uint32_t ip = n.u32();
             const auto mac = n.pod<rte_ether_addr>();
             // Only hosts this configuration tunnels to (their slots exist after start).
-            for (uint16_t slot = 0; slot < state.neighbors->size(); ++slot) {
-                if (state.neighbors->ip(slot) == ip) {
-                    state.neighbors->learn(ip, mac);
-                    ++learnt;
-                    break;
-                }
-            }
+            learnt += state.neighbors->learn(ip, mac) ? 1 : 0;
         }
         state.restarts.carried["neighbours"] = learnt;
     }
