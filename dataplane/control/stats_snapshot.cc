@@ -94,6 +94,7 @@ vnic_bounds bounds_of(const daemon_state& state, uint16_t slot) {
             b.local_work_over_allowance += worker->engine->vnic_over_allowance(slot);
             b.rdma_qp_visits += worker->engine->vnic_visits(slot);
             b.rdma_poller_wakes += worker->engine->vnic_poller_wakes(slot);
+            b.rdma_sleep_asks += worker->engine->vnic_sleep_asks(slot);
         }
     }
     // The snapshot is the truth of what the datapath enforces (publish() runs on this thread).
