@@ -79,7 +79,8 @@ void answer_overlay_arp(worker_context& ctx, const datapath_tables& tables, uint
 // solicitation comes from an address that lives on that VTEP (not from a link-local one: it
 // could be anyone's). Neighbor Discovery is never delivered to a tenant, so no security group
 // judges it (as in a cloud VPC, whose fabric answers it): tenants of either side resolve each
-// other whatever ICMPv6 their rules allow. Every other ND message in the tunnel is counted.
+// other whatever ICMPv6 their rules allow. Every other ND message in the tunnel is counted, and
+// so is a solicitation beyond its sending host's allowance of replies.
 void answer_overlay_nd(worker_context& ctx, const datapath_tables& tables, uint32_t vpc,
                        const overlay::outer_view& outer, rte_mbuf* m) {
     auto* frame = rte_pktmbuf_mtod(m, uint8_t*);
@@ -96,6 +97,12 @@ void answer_overlay_nd(worker_context& ctx, const datapath_tables& tables, uint3
         sender->host_ip != outer.outer_src_ip ||
         rte_pktmbuf_data_len(m) + rte_pktmbuf_tailroom(m) < answer_len) {
         ctx.drop(m, drop_reason::inner_nd_ignored);
+        return;
+    }
+    // One reply per solicitation, within the sending host's allowance
+    // (worker/overlay_reply_buckets.hh).
+    if (!ctx.nd_replies.take(sender->neighbor, now_ns())) {
+        ctx.drop(m, drop_reason::inner_nd_rate_limited);
         return;
     }
     make_neighbor_advertisement(inner, tables.gateway_mac, ns->target);
