@@ -9,6 +9,7 @@
 #include "dataplane/neighbor_discovery.hh"
 #include "dataplane/overlay/ipv6_packet.hh"
 #include "dataplane/overlay/superframe.hh"
+#include "dataplane/overlay/vnic_mark.hh"
 #include "dataplane/overlay/vxlan.hh"
 #include "dataplane/pipeline/cut_to_tenant_mtu.hh"
 #include "dataplane/pipeline/firewall.hh"
@@ -71,6 +72,7 @@ void answer_overlay_arp(worker_context& ctx, const datapath_tables& tables, uint
     overlay::write_outer_headers(frame, back, tables.vni_of_vpc[vpc], arp_frame_bytes, 0,
                                  overlay::vxlan_udp_port);
     ctx.counters.arp_replies_in_overlay.add(1);
+    overlay::clear_vnic_mark(m);  // jakirod's own, whatever the mbuf carried before
     ctx.tx.enqueue(tables.uplink_port, m, ctx.counters);
 }
 
@@ -116,6 +118,7 @@ void answer_overlay_nd(worker_context& ctx, const datapath_tables& tables, uint3
                                  static_cast<uint16_t>(neighbor_advertisement_bytes), 0,
                                  overlay::vxlan_udp_port);
     ctx.counters.nd_replies_in_overlay.add(1);
+    overlay::clear_vnic_mark(m);  // jakirod's own, whatever the mbuf carried before
     ctx.tx.enqueue(tables.uplink_port, m, ctx.counters);
 }
 

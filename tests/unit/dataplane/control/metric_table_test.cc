@@ -152,6 +152,9 @@ TEST(MetricTable, ReadsEachSampleFromItsOwnCounter) {
               s.vnics[0].qps[qp_totals::silent_wrs]);
     EXPECT_EQ(value_of("jakiro_vnic_rdma_sleep_asks_total", {"t1"}, s),
               s.vnics[0].bounds.rdma_sleep_asks);
+    // Its share of the sealed overlay's work.
+    EXPECT_EQ(value_of("jakiro_vnic_sealed_frames_total", {"t1"}, s), s.vnics[0].sealed_frames);
+    EXPECT_EQ(value_of("jakiro_vnic_sealed_bytes_total", {"t1"}, s), s.vnics[0].sealed_bytes);
 }
 
 TEST(MetricTable, TheLastRestartSaysHowItsStateCameAcross) {
