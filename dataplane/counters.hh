@@ -39,6 +39,10 @@ struct vnic_counters {
     counter conntrack_allowance_exceeded;
     counter buffer_allowance_exceeded;
     counter packet_rate_exceeded;  // times it ran out of its packet-rate allowance, frames waiting
+    // The sealed overlay: frames the uplink's worker sealed for it, and their plaintext bytes
+    // (VXLAN header and inner frame), each an AES-GCM pass (overlay/sealing/uplink_sealing.hh).
+    counter sealed_frames;
+    counter sealed_bytes;
 };
 
 struct alignas(RTE_CACHE_LINE_SIZE) lcore_counters {

@@ -34,6 +34,7 @@ engine::engine(uint16_t vnic_slots, uint32_t /*max_qps_per_vnic*/)
       _over_allowance(vnic_slots),
       _vnic_visits(vnic_slots),
       _vnic_poller_wakes(vnic_slots),
+      _vnic_sleep_asks(vnic_slots),
       _vnic_held(vnic_slots),
       _asked_to_ring(vnic_slots),
       _own_doorbell(doorbell_memory::create()),
@@ -860,6 +861,9 @@ bool engine::prepare_sleep() {
             turns.at(i)->ring().set_doorbell_wanted(true);
         }
         _counters.sleep_asks.add(turns.size);
+        if (turns.size > 0) {
+            _vnic_sleep_asks[vnic].add(turns.size);
+        }
     }
     verbs_proto::fence_after_wanting_doorbell();
     for (std::size_t vnic = 0; vnic < _turns.size(); ++vnic) {
@@ -946,7 +950,8 @@ void engine::forget_vnic(uint16_t vnic) {
     _doorbells.set(vnic, nullptr);
     // What the slot counted and owed was the old vNIC's: a vNIC given the slot later starts at
     // zero, with a full local-work allowance (its rate comes with the next snapshot).
-    for (auto* counters : {&_vnic_visits, &_vnic_poller_wakes, &_over_allowance}) {
+    for (auto* counters :
+         {&_vnic_visits, &_vnic_poller_wakes, &_vnic_sleep_asks, &_over_allowance}) {
         if (vnic < counters->size()) {
             (*counters)[vnic].reset();
         }

@@ -166,8 +166,8 @@ class engine {
         _doorbells.set(vnic, page);
     }
     // vNIC `vnic` is going away, its QPs already removed: its doorbell goes, and so do its
-    // counters (visits, poller wakes, polls over its allowance, and those its QPs left in
-    // report()'s `retired`) and its allowance's debt, so that a vNIC given the slot later starts
+    // counters (visits, poller wakes, sleep asks, polls over its allowance, and those its QPs left
+    // in report()'s `retired`) and its allowance's debt, so that a vNIC given the slot later starts
     // at zero. A vNIC that stays (a restored one whose page is replaced) keeps them: only
     // set_vnic_doorbell for it.
     void forget_vnic(uint16_t vnic);
@@ -193,6 +193,9 @@ class engine {
     // Futex wakes the worker made for programs of vNIC `vnic` napping on an empty CQ (any
     // thread); each is charged to the vNIC as a unit of work and of its local-work allowance.
     uint64_t vnic_poller_wakes(uint16_t vnic) const { return load_of(_vnic_poller_wakes, vnic); }
+    // Queued QPs of vNIC `vnic` whose shim prepare_sleep() asked to ring (a store each to a line
+    // the shim reads; any thread): what the worker's way to sleep cost for that vNIC.
+    uint64_t vnic_sleep_asks(uint16_t vnic) const { return load_of(_vnic_sleep_asks, vnic); }
     // `qp` may have work: it goes into its vNIC's queue of QPs to visit, if not there yet (engine
     // thread; queue_pair calls it on modify and on entering ERR, the engine on a packet or a ring).
     void queue_visit(queue_pair& qp);
@@ -387,6 +390,7 @@ class engine {
     std::vector<stats::counter> _over_allowance;
     std::vector<stats::counter> _vnic_visits;        // [vnic]
     std::vector<stats::counter> _vnic_poller_wakes;  // [vnic]
+    std::vector<stats::counter> _vnic_sleep_asks;    // [vnic]
     std::size_t _first_vnic = 0;      // which vNIC goes first; moves on every poll; engine
     std::vector<uint8_t> _vnic_held;  // [vnic] vnic_held_back(); engine
     // [vnic] prepare_sleep asked its queued QPs to ring; after_sleep takes back only those.

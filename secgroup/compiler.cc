@@ -27,6 +27,45 @@ rule_catalog::location rule_catalog::locate(uint32_t rule_id) const {
     return {0, direction::ingress, 0};
 }
 
+namespace {
+
+// The remote group is compared by name: its index moves with groups added before it.
+bool same_rule(const rule& a, const rule& b) {
+    return a.proto == b.proto && a.ports == b.ports && a.remote == b.remote &&
+           a.remote6 == b.remote6 && a.remote_group == b.remote_group && a.line == b.line;
+}
+
+const std::vector<rule>& rules_of(const group& g, direction dir) {
+    return dir == direction::ingress ? g.ingress : g.egress;
+}
+
+}  // namespace
+
+std::vector<bool> rule_ids_kept(const std::vector<group>& before, const std::vector<group>& after) {
+    const rule_catalog was(before);
+    const rule_catalog now(after);
+    std::vector<bool> kept(now.size(), false);
+    for (std::size_t g = 0; g < after.size(); ++g) {
+        for (const auto dir : {direction::ingress, direction::egress}) {
+            const auto& rules = rules_of(after[g], dir);
+            for (std::size_t r = 0; r < rules.size(); ++r) {
+                const uint32_t id = now.id(g, dir, r);
+                if (id >= was.size()) {
+                    continue;
+                }
+                const auto at = was.locate(id);
+                const group& old_group = before[at.group_index];
+                const auto& old_rules = rules_of(old_group, at.dir);
+                kept[id] = at.dir == dir && at.rule_index == r &&
+                           at.rule_index < old_rules.size() && old_group.name == after[g].name &&
+                           old_group.vpc == after[g].vpc &&
+                           same_rule(old_rules[at.rule_index], rules[r]);
+            }
+        }
+    }
+    return kept;
+}
+
 std::vector<flat_rule> expand_rules(const std::vector<group>& groups,
                                     std::span<const std::size_t> vnic_groups, direction dir,
                                     const membership& members, const rule_catalog& catalog) {

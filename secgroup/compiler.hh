@@ -49,6 +49,12 @@ class rule_catalog {
     uint32_t _size = 0;
 };
 
+// For each rule id of `after`'s catalog: whether `before`'s catalog gave that id to the same
+// rule (the same place in a group of the same name and VPC, the same match, the same line). An
+// id given to another rule (rules added, removed or changed before it, or at it) is not kept:
+// what was counted under it belongs to the rule that had it, and the new one starts at zero.
+std::vector<bool> rule_ids_kept(const std::vector<group>& before, const std::vector<group>& after);
+
 std::vector<flat_rule> expand_rules(const std::vector<group>& groups,
                                     std::span<const std::size_t> vnic_groups, direction dir,
                                     const membership& members, const rule_catalog& catalog);

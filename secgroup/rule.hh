@@ -23,6 +23,7 @@ struct port_range {
     uint16_t low = 0;
     uint16_t high = 65535;
     bool contains(uint16_t port) const { return port >= low && port <= high; }
+    bool operator==(const port_range&) const = default;
 };
 
 struct cidr {
@@ -32,6 +33,7 @@ struct cidr {
         const uint32_t mask = length == 0 ? 0 : ~uint32_t{0} << (32 - length);
         return (ip & mask) == (address & mask);
     }
+    bool operator==(const cidr&) const = default;
 };
 
 using ipv6_bytes = std::array<uint8_t, 16>;  // network order
@@ -49,6 +51,7 @@ struct cidr6 {
         }
         return true;
     }
+    bool operator==(const cidr6&) const = default;
 };
 
 struct rule {

@@ -13,6 +13,7 @@
 
 #include "dataplane/config/host_config.hh"
 #include "dataplane/control/restart_record.hh"
+#include "dataplane/control/rule_hit_counts.hh"
 #include "dataplane/overlay/underlay_neighbors.hh"
 #include "dataplane/tables_publisher.hh"
 #include "dataplane/worker/worker_context.hh"
@@ -57,6 +58,8 @@ struct daemon_state {
     // Counter values a predecessor exported, added to ours so /metrics never goes down across
     // a take-over: "name{label=\"value\",...}" (labels sorted) to the predecessor's value.
     std::map<std::string, double> counter_bases;
+    // Each rule's hits from when it took its id (apply renumbers them).
+    rule_hit_counts rule_hits;
     // A take-over is in progress: commands that change the daemon are refused until it ends.
     std::atomic<bool> handing_over{false};
 

@@ -315,6 +315,15 @@ bool host_manager::apply(host_config next, std::string& summary, std::string& er
         _vnics.at(name)->close_rdma_face();
     }
     publish(std::move(tables));
+    // No worker counts under the old rule ids any more: ids that name other rules now start at
+    // zero.
+    _state.rule_hits.renumber(current.security_groups, next.security_groups, [&](uint32_t id) {
+        uint64_t counted = 0;
+        for (const auto* worker : _state.workers) {
+            counted += id < max_rules ? worker->counters.rule_hits[id].read() : 0;
+        }
+        return counted;
+    });
     // publish() waited for the worker to leave the old snapshot: the removed ports are idle.
     for (const auto& name : removed) {
         _vnics.erase(name);  // closes its port

@@ -411,6 +411,14 @@ std::vector<metric_def> build_table() {
          "Bytes of the vNIC's RoCEv2 frames (ingress, egress)",
          per_vnic_ingress_egress(&vnic_snapshot::rdma_rx_bytes, &vnic_snapshot::rdma_tx_bytes),
          {{report::stats, "vnics/{vnic}/rdma_{direction:ingress=rx,egress=tx}_bytes"}}},
+        {"jakiro_vnic_sealed_frames_total", counter, {"vnic"},
+         "Frames of the vNIC's the sealed overlay sealed (AES-GCM) on their way to another host",
+         per_vnic(&vnic_snapshot::sealed_frames),
+         {{report::stats, "vnics/{vnic}/sealed_frames"}}},
+        {"jakiro_vnic_sealed_bytes_total", counter, {"vnic"},
+         "Plaintext bytes (VXLAN header and inner frame) the sealed overlay sealed for the vNIC",
+         per_vnic(&vnic_snapshot::sealed_bytes),
+         {{report::stats, "vnics/{vnic}/sealed_bytes"}}},
         {"jakiro_vnic_drops_total", counter, {"vnic"},
          "Frames of the vNIC dropped (any reason)",
          per_vnic(&vnic_snapshot::drops),
@@ -488,6 +496,11 @@ std::vector<metric_def> build_table() {
          "charged as a unit of its work and of its local-work allowance",
          per_vnic_bound(&vnic_bounds::rdma_poller_wakes),
          {{report::stats, "vnics/{vnic}/rdma_poller_wakes"}}},
+        {"jakiro_vnic_rdma_sleep_asks_total", counter, {"vnic"},
+         "The vNIC's queued QPs whose programs the worker asked to ring its doorbell before it "
+         "slept (one store each; a vNIC over its local-work allowance is not asked)",
+         per_vnic_bound(&vnic_bounds::rdma_sleep_asks),
+         {{report::stats, "vnics/{vnic}/rdma_sleep_asks"}}},
 
         // Security-group rules and the flow tables.
         {"jakiro_sg_rule_hits_total", counter, {"direction", "group", "line", "rule", "vpc"},
@@ -770,6 +783,11 @@ std::vector<metric_def> build_table() {
          "QP visits that ended with the vNIC's units for the pass spent and work left",
          per_vnic_qps(qp_totals::out_of_units),
          {{report::stats, "vnics/{vnic}/qps/out_of_units"}}},
+        {"jakiro_rdma_silent_wrs_total", counter, {"vnic"},
+         "WRs the vNIC's QPs did without a packet (window binds and invalidations, WRs failed "
+         "locally, flushed WRs), which its local-work allowance bounds",
+         per_vnic_qps(qp_totals::silent_wrs),
+         {{report::stats, "vnics/{vnic}/qps/silent_wrs"}}},
         {"jakiro_rdma_naks_total", counter, {"direction", "vnic"},
          "Sequence NAKs of the vNIC's QPs: sent (tx), received (rx)",
          per_vnic_qps_tx_rx(qp_totals::naks_sent, qp_totals::naks_received),

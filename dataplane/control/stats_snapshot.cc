@@ -94,6 +94,7 @@ vnic_bounds bounds_of(const daemon_state& state, uint16_t slot) {
             b.local_work_over_allowance += worker->engine->vnic_over_allowance(slot);
             b.rdma_qp_visits += worker->engine->vnic_visits(slot);
             b.rdma_poller_wakes += worker->engine->vnic_poller_wakes(slot);
+            b.rdma_sleep_asks += worker->engine->vnic_sleep_asks(slot);
         }
     }
     // The snapshot is the truth of what the datapath enforces (publish() runs on this thread).
@@ -170,6 +171,14 @@ std::string ports_text(const secgroup::rule& rule) {
     return std::to_string(rule.ports.low) + "-" + std::to_string(rule.ports.high);
 }
 
+uint64_t rule_hits_counted(const daemon_state& state, uint32_t id) {
+    uint64_t counted = 0;
+    for (const auto* worker : state.workers) {
+        counted += worker->counters.rule_hits[id].read();
+    }
+    return counted;
+}
+
 std::vector<rule_snapshot> rules_of(const daemon_state& state) {
     std::vector<rule_snapshot> out;
     const secgroup::rule_catalog catalog(state.config.security_groups);
@@ -189,9 +198,7 @@ std::vector<rule_snapshot> rules_of(const daemon_state& state) {
                 row.ports = ports_text(rule);
                 row.remote = remote_text(rule);
                 if (const uint32_t id = catalog.id(g, dir, r); id < max_rules) {
-                    for (const auto* worker : state.workers) {
-                        row.hits += worker->counters.rule_hits[id].read();
-                    }
+                    row.hits = state.rule_hits.hits(id, rule_hits_counted(state, id));
                 }
                 out.push_back(std::move(row));
             }

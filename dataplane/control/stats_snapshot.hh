@@ -92,6 +92,8 @@ struct vnic_bounds {
     // its programs napping on an empty CQ cost the worker (each charged as a unit of work).
     uint64_t rdma_qp_visits = 0;
     uint64_t rdma_poller_wakes = 0;
+    // Its queued QPs whose shim the worker asked to ring before it slept (a store each).
+    uint64_t rdma_sleep_asks = 0;
 };
 
 // One live vNIC (a counter slot with a name), its counters summed over the workers.

@@ -10,6 +10,7 @@
 #include "dataplane/overlay/superframe.hh"
 #include "dataplane/overlay/tcp6_superframe.hh"
 #include "dataplane/overlay/udp_gso.hh"
+#include "dataplane/overlay/vnic_mark.hh"
 #include "dataplane/overlay/vxlan.hh"
 #include "dataplane/pipeline/firewall.hh"
 #include "dataplane/pipeline/ipv4_check.hh"
@@ -372,6 +373,7 @@ void process_tenant_burst(worker_context& ctx, const datapath_tables& tables, ui
             return;
         }
         for (int f = 0; f < n; ++f) {
+            overlay::mark_vnic(cut[f], vnic.slot);  // each is sealed on its own: the vNIC's work
             transmit(tables.uplink_port, cut[f], rte_pktmbuf_pkt_len(cut[f]));
         }
     };

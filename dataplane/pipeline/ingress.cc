@@ -9,6 +9,7 @@
 #include "dataplane/neighbor_discovery.hh"
 #include "dataplane/overlay/ipv6_packet.hh"
 #include "dataplane/overlay/superframe.hh"
+#include "dataplane/overlay/vnic_mark.hh"
 #include "dataplane/overlay/vxlan.hh"
 #include "dataplane/pipeline/cut_to_tenant_mtu.hh"
 #include "dataplane/pipeline/firewall.hh"
@@ -71,6 +72,7 @@ void answer_overlay_arp(worker_context& ctx, const datapath_tables& tables, uint
     overlay::write_outer_headers(frame, back, tables.vni_of_vpc[vpc], arp_frame_bytes, 0,
                                  overlay::vxlan_udp_port);
     ctx.counters.arp_replies_in_overlay.add(1);
+    overlay::clear_vnic_mark(m);  // jakirod's own, whatever the mbuf carried before
     ctx.tx.enqueue(tables.uplink_port, m, ctx.counters);
 }
 
@@ -79,7 +81,8 @@ void answer_overlay_arp(worker_context& ctx, const datapath_tables& tables, uint
 // solicitation comes from an address that lives on that VTEP (not from a link-local one: it
 // could be anyone's). Neighbor Discovery is never delivered to a tenant, so no security group
 // judges it (as in a cloud VPC, whose fabric answers it): tenants of either side resolve each
-// other whatever ICMPv6 their rules allow. Every other ND message in the tunnel is counted.
+// other whatever ICMPv6 their rules allow. Every other ND message in the tunnel is counted, and
+// so is a solicitation beyond its sending host's allowance of replies.
 void answer_overlay_nd(worker_context& ctx, const datapath_tables& tables, uint32_t vpc,
                        const overlay::outer_view& outer, rte_mbuf* m) {
     auto* frame = rte_pktmbuf_mtod(m, uint8_t*);
@@ -98,6 +101,12 @@ void answer_overlay_nd(worker_context& ctx, const datapath_tables& tables, uint3
         ctx.drop(m, drop_reason::inner_nd_ignored);
         return;
     }
+    // One reply per solicitation, within the sending host's allowance
+    // (worker/overlay_reply_buckets.hh).
+    if (!ctx.nd_replies.take(sender->neighbor, now_ns())) {
+        ctx.drop(m, drop_reason::inner_nd_rate_limited);
+        return;
+    }
     make_neighbor_advertisement(inner, tables.gateway_mac, ns->target);
     m->data_len = static_cast<uint16_t>(answer_len);
     m->pkt_len = answer_len;
@@ -109,6 +118,7 @@ void answer_overlay_nd(worker_context& ctx, const datapath_tables& tables, uint3
                                  static_cast<uint16_t>(neighbor_advertisement_bytes), 0,
                                  overlay::vxlan_udp_port);
     ctx.counters.nd_replies_in_overlay.add(1);
+    overlay::clear_vnic_mark(m);  // jakirod's own, whatever the mbuf carried before
     ctx.tx.enqueue(tables.uplink_port, m, ctx.counters);
 }
 

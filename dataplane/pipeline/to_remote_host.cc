@@ -1,6 +1,7 @@
 #include "dataplane/pipeline/to_remote_host.hh"
 
 #include "dataplane/overlay/ipv6_packet.hh"
+#include "dataplane/overlay/vnic_mark.hh"
 #include "dataplane/overlay/vxlan.hh"
 
 namespace jakiro {
@@ -28,6 +29,7 @@ bool encapsulate_inner(worker_context& ctx, const datapath_tables& tables, uint1
     if ((m->ol_flags & RTE_MBUF_F_TX_TCP_SEG) == 0) {
         ctx.counters.encapsulated.add(1);
     }
+    overlay::mark_vnic(m, vnic_slot);  // sealing it is the vNIC's work too
     return true;
 }
 

@@ -9,6 +9,7 @@
 
 #include "dataplane/counters.hh"
 #include "dataplane/overlay/underlay_neighbors.hh"
+#include "dataplane/worker/overlay_reply_buckets.hh"
 #include "dataplane/worker/packet_rate_buckets.hh"
 #include "dataplane/worker/tx_batch.hh"
 #include "secgroup/flow_table.hh"
@@ -46,6 +47,7 @@ struct alignas(RTE_CACHE_LINE_SIZE) worker_context {
     egress_shaper* shaper = nullptr;     // DHTB egress; null: nothing is shaped
     ingress_policer* policer = nullptr;  // DHTB ingress; null: nothing is metered
     packet_rate_buckets packet_rates;    // its vNICs' frames-per-second allowances
+    overlay_reply_buckets nd_replies;    // advertisements into the tunnel, per remote host
     // The sealed overlay (overlay/sealing/uplink_sealing.hh): set on the uplink's worker when
     // the YAML seals anything; it opens what the fabric sends and its tx batch seals what goes
     // to the uplink. Null: plain VXLAN, no cost.

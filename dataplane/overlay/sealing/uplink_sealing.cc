@@ -9,6 +9,7 @@
 #include "dataplane/overlay/sealing/sealed_superframe.hh"
 #include "dataplane/overlay/superframe.hh"
 #include "dataplane/overlay/udp_gso.hh"
+#include "dataplane/overlay/vnic_mark.hh"
 #include "dataplane/overlay/vxlan.hh"
 
 namespace jakiro::overlay::sealing {
@@ -17,6 +18,15 @@ namespace {
 
 // Outer Ethernet + IPv4 without options + UDP: the part of a frame that stays in the clear.
 constexpr uint32_t clear_bytes = sizeof(rte_ether_hdr) + sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr);
+
+// Sealing `frames` frames of `bytes` plaintext bytes for the vNIC whose slot the frame was
+// marked with (overlay/vnic_mark.hh) is that vNIC's work; a frame of no vNIC's is jakirod's own.
+void charge_sealing(lcore_counters& counters, uint16_t owner, uint64_t frames, uint64_t bytes) {
+    if (owner < max_vnics) {
+        counters.vnics[owner].sealed_frames.add(frames);
+        counters.vnics[owner].sealed_bytes.add(bytes);
+    }
+}
 
 void count_drop(lcore_counters& counters, rte_mbuf* m, drop_reason reason) {
     counters.drops[static_cast<std::size_t>(reason)].add(1);
@@ -343,6 +353,8 @@ uint16_t uplink_sealing::seal_burst(rte_mbuf* const* in, uint16_t n, rte_mbuf** 
             out[made++] = m;
             continue;
         }
+        const uint16_t owner = marked_vnic(m);
+        const uint64_t sealed_before = peer->counters.sealed_bytes.read();
         if (superframe) {
             const uint16_t count = superframe_cut_count(m, pool);
             if (count == 0) {
@@ -358,6 +370,8 @@ uint16_t uplink_sealing::seal_burst(rte_mbuf* const* in, uint16_t n, rte_mbuf** 
                 continue;
             }
             made = static_cast<uint16_t>(made + count);
+            charge_sealing(counters, owner, count,
+                           peer->counters.sealed_bytes.read() - sealed_before);
             continue;
         }
         if ((m->ol_flags & (RTE_MBUF_F_TX_TCP_SEG | RTE_MBUF_F_TX_UDP_SEG)) != 0) {
@@ -372,6 +386,7 @@ uint16_t uplink_sealing::seal_burst(rte_mbuf* const* in, uint16_t n, rte_mbuf** 
                 continue;
             }
             out[made++] = sealed;
+            charge_sealing(counters, owner, 1, peer->counters.sealed_bytes.read() - sealed_before);
             continue;
         }
         const uint32_t plaintext_len = rte_pktmbuf_pkt_len(m) - clear_bytes;
@@ -389,6 +404,7 @@ uint16_t uplink_sealing::seal_burst(rte_mbuf* const* in, uint16_t n, rte_mbuf** 
         peer->tx_epoch_bytes += plaintext_len;
         peer->counters.sealed.add(1);
         peer->counters.sealed_bytes.add(plaintext_len);
+        charge_sealing(counters, owner, 1, plaintext_len);
         out[made++] = m;
         if (pending == gcm_burst::max_burst) {
             _gcm.seal(requests, pending);

@@ -567,5 +567,55 @@ TEST_F(NoisyNeighbourTest, QpsFlushingFullRingsWriteTheirVnicsUnitsOfCompletions
     EXPECT_GT(loaded, 0u);
 }
 
+// What a vNIC's QPs cost the worker shows per vNIC, and only grows: the WRs they did without a
+// packet (the QPs' own counts, live and destroyed), their visits, and the QPs the worker asked
+// to ring before it slept. Destroying a QP takes nothing back from any of them.
+TEST_F(NoisyNeighbourTest, AVnicsLocalWorkAndSleepAsksStayCountedWhenItsQpsAreDestroyed) {
+    auto silent_wrs_of = [this](uint16_t vnic) {
+        std::vector<qp_report> retired;
+        std::vector<qp_report> live = eng.report(&retired);
+        uint64_t sum = 0;
+        for (const auto* rows : {&live, &retired}) {
+            for (const qp_report& r : *rows) {
+                sum += r.vnic == vnic ? r.silent_wrs : 0;
+            }
+        }
+        return sum;
+    };
+    eng.set_vnic_local_work_rate(0, 1'000'000'000);  // never waits: its QPs are asked to ring
+    fill_with_silent_work();
+    run(4);
+    if (eng.prepare_sleep()) {
+        eng.after_sleep();
+    }
+    fill_with_silent_work();
+    if (eng.prepare_sleep()) {
+        eng.after_sleep();
+    }
+    const uint64_t silent = silent_wrs_of(0);
+    const uint64_t visits = eng.vnic_visits(0);
+    const uint64_t asks = eng.vnic_sleep_asks(0);
+    EXPECT_GE(silent, hogs_retired()) << "every bind and invalidation the hogs retired";
+    EXPECT_GT(visits, 0u);
+    EXPECT_GE(asks, hogs / 2) << "the hogs' queued QPs were asked to ring";
+    uint64_t asks_of_all = 0;
+    for (uint16_t vnic = 0; vnic < 8; ++vnic) {
+        asks_of_all += eng.vnic_sleep_asks(vnic);
+    }
+    EXPECT_EQ(asks_of_all, eng.counters().sleep_asks.read()) << "each ask is some vNIC's";
+    EXPECT_EQ(silent_wrs_of(2), 0u) << "the victim did no work without packets";
+
+    for (auto& h : hog) {
+        ASSERT_EQ(h.qp->res->destroy_qp(h.qp->client, h.qp->qp), 0);
+    }
+    EXPECT_GE(silent_wrs_of(0), silent);
+    EXPECT_GE(eng.vnic_visits(0), visits);
+    EXPECT_GE(eng.vnic_sleep_asks(0), asks);
+    // The vNIC itself going away is what starts its slot at zero.
+    eng.forget_vnic(0);
+    EXPECT_EQ(eng.vnic_sleep_asks(0), 0u);
+    EXPECT_EQ(silent_wrs_of(0), 0u);
+}
+
 }  // namespace
 }  // namespace jakiro::rnic::test

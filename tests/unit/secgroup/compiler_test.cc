@@ -110,6 +110,37 @@ TEST(SecgroupCompiler, CatalogLocatesEveryRule) {
     }
 }
 
+// An id names the same rule after a new policy only where nothing before it moved and the rule
+// itself is the one written there before.
+TEST(SecgroupCompiler, ARuleIdIsKeptOnlyWhileItNamesTheSameRule) {
+    rule web;
+    web.proto = protocol::tcp;
+    web.ports = {80, 80};
+    web.line = 5;
+    rule dns = web;
+    dns.ports = {53, 53};
+    dns.line = 6;
+    const std::vector<group> before = {{"a", "blue", {web}, {dns}}};
+    EXPECT_EQ(rule_ids_kept(before, before), (std::vector<bool>{true, true}));
+    // A rule added in front moves both.
+    rule ssh = web;
+    ssh.ports = {22, 22};
+    EXPECT_EQ(rule_ids_kept(before, {{"a", "blue", {ssh, web}, {dns}}}),
+              (std::vector<bool>{false, false, false}));
+    // Another port, another line, another group or VPC: another rule.
+    rule moved = web;
+    moved.line = 7;
+    EXPECT_EQ(rule_ids_kept(before, {{"a", "blue", {moved}, {dns}}}),
+              (std::vector<bool>{false, true}));
+    EXPECT_EQ(rule_ids_kept(before, {{"b", "blue", {web}, {dns}}}),
+              (std::vector<bool>{false, false}));
+    EXPECT_EQ(rule_ids_kept(before, {{"a", "red", {web}, {dns}}}),
+              (std::vector<bool>{false, false}));
+    // An ingress rule removed: the egress rule takes its id, and is not the rule it named.
+    EXPECT_EQ(rule_ids_kept(before, {{"a", "blue", {}, {dns}}}), (std::vector<bool>{false}));
+    EXPECT_TRUE(rule_ids_kept({}, before) == (std::vector<bool>{false, false}));
+}
+
 // Property: for random groups, memberships and packets, the compiled ACL allows exactly what
 // the reference semantics (rule_allows over every rule of the vNIC's groups) allows, and
 // credits the first such rule.

@@ -213,7 +213,8 @@ TEST(CounterReports, StatsJsonKeepsTheKeysToolsRead) {
         {"rdma_max_local_work_rate", b.max_local_work_rate},
         {"rdma_local_work_over_allowance", b.local_work_over_allowance},
         {"rdma_qp_visits", b.rdma_qp_visits},
-        {"rdma_poller_wakes", b.rdma_poller_wakes}};
+        {"rdma_poller_wakes", b.rdma_poller_wakes},
+        {"rdma_sleep_asks", b.rdma_sleep_asks}};
     for (const auto& [key, value] : bounds) {
         EXPECT_EQ(t1[key].as<uint64_t>(), value) << key;
     }

@@ -30,7 +30,7 @@ inline stats_snapshot full_snapshot() {
 #define JAKIRO_VNIC_COUNTER(name, field) v.name = ++n;
 #include "dataplane/control/vnic_counters.def"
 #undef JAKIRO_VNIC_COUNTER
-    v.bounds = {++n, ++n, ++n, ++n, ++n, ++n, ++n, ++n, ++n, ++n, ++n, ++n, ++n, ++n};
+    v.bounds = {++n, ++n, ++n, ++n, ++n, ++n, ++n, ++n, ++n, ++n, ++n, ++n, ++n, ++n, ++n};
     for (auto& q : v.qps) {
         q = ++n;
     }

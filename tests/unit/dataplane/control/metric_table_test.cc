@@ -147,6 +147,14 @@ TEST(MetricTable, ReadsEachSampleFromItsOwnCounter) {
     EXPECT_EQ(value_of("jakiro_restarts_total", {"restart"}, s), 2);
     EXPECT_EQ(value_of("jakiro_restarts_total", {"upgrade"}, s), 1);
     EXPECT_EQ(value_of("jakiro_last_restart_carried", {"flows"}, s), 7);
+    // What a vNIC's QPs cost the worker, per vNIC.
+    EXPECT_EQ(value_of("jakiro_rdma_silent_wrs_total", {"t1"}, s),
+              s.vnics[0].qps[qp_totals::silent_wrs]);
+    EXPECT_EQ(value_of("jakiro_vnic_rdma_sleep_asks_total", {"t1"}, s),
+              s.vnics[0].bounds.rdma_sleep_asks);
+    // Its share of the sealed overlay's work.
+    EXPECT_EQ(value_of("jakiro_vnic_sealed_frames_total", {"t1"}, s), s.vnics[0].sealed_frames);
+    EXPECT_EQ(value_of("jakiro_vnic_sealed_bytes_total", {"t1"}, s), s.vnics[0].sealed_bytes);
 }
 
 TEST(MetricTable, TheLastRestartSaysHowItsStateCameAcross) {

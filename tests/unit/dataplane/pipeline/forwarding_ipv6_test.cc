@@ -10,6 +10,8 @@
 #include "dataplane/overlay/ipv6_packet.hh"
 #include "dataplane/overlay/superframe.hh"
 #include "dataplane/vnet_face/face_registry.hh"
+#include "dataplane/worker/clock.hh"
+#include "dataplane/worker/overlay_reply_buckets.hh"
 #include "tests/unit/dataplane/pipeline/pipeline_fixture.hh"
 
 namespace jakiro::test {
@@ -34,6 +36,7 @@ peers:
   - {vpc: blue, ip: 198.19.1.2, ip6: 2001:2::1:2, host: 198.18.0.2, security_groups: [members]}
   - {vpc: red, ip: 198.19.1.2, ip6: 2001:2::1:2, host: 198.18.0.2}
   - {vpc: blue, ip: 198.19.1.4, ip6: 2001:2::1:4, host: 198.18.0.2}
+  - {vpc: blue, ip: 198.19.1.6, ip6: 2001:2::1:6, host: 198.18.0.6}
 )";
     }
 
@@ -337,6 +340,28 @@ TEST_F(ForwardingIpv6, NeighbourDiscoveryInTheTunnelThatIsNotAnsweredIsCounted) 
     EXPECT_EQ(drops(drop_reason::inner_nd_ignored), 4u);
     EXPECT_TRUE(ctx->tx.queued(uplink).empty());
     EXPECT_TRUE(ctx->tx.queued(port_t1).empty());
+}
+
+// A host that floods solicitations into the tunnel gets one reply each up to its allowance, the
+// rest are counted drops; another host is answered as before.
+TEST_F(ForwardingIpv6, SolicitationsBeyondAHostsAllowanceAreCountedDropsForThatHostOnly) {
+    constexpr unsigned flood = overlay_reply_buckets::burst + 100;
+    const uint64_t began = now_ns();
+    for (unsigned i = 0; i < flood; ++i) {
+        from_uplink(tunnelled_solicitation("198.18.0.2", 100, "2001:2::1:2", "2001:2::1:1"));
+    }
+    const uint64_t took = now_ns() - began;
+    const uint64_t answered = ctx->tx.queued(uplink).size();
+    // The burst, and what the rate refilled while the flood went on.
+    EXPECT_GE(answered, overlay_reply_buckets::burst);
+    EXPECT_LE(answered, overlay_reply_buckets::burst +
+                            took * overlay_reply_buckets::per_s / 1'000'000'000 + 1);
+    EXPECT_EQ(ctx->counters.nd_replies_in_overlay.read(), answered);
+    EXPECT_EQ(drops(drop_reason::inner_nd_rate_limited), flood - answered);
+    // The control: another host's solicitation is answered.
+    from_uplink(tunnelled_solicitation("198.18.0.6", 100, "2001:2::1:6", "2001:2::1:1"));
+    EXPECT_EQ(ctx->tx.queued(uplink).size(), answered + 1);
+    EXPECT_EQ(drops(drop_reason::inner_nd_ignored), 0u);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "dataplane/overlay/sealing/uplink_sealing.hh"
 #include "dataplane/overlay/superframe.hh"
 #include "dataplane/overlay/udp_gso.hh"
+#include "dataplane/overlay/vnic_mark.hh"
 #include "dataplane/overlay/vxlan.hh"
 #include "tests/unit/frames.hh"
 
@@ -138,6 +139,26 @@ struct SealedSuperframeTest : testing::Test {
         return frames;
     }
 };
+
+// Cutting and sealing a vNIC's super-frame is that vNIC's work: each frame sealed, and its
+// plaintext bytes, are charged to it (and to no other vNIC).
+TEST_F(SealedSuperframeTest, EveryFrameSealedFromAVnicsSuperFrameIsChargedToIt) {
+    auto at_a = make(a, b);
+    rte_mbuf* m = superframe(20000, 1398);
+    mark_vnic(m, 4);  // as the egress pipeline leaves it
+    const auto wire = seal(*at_a, {m}, 64);
+    owned.insert(owned.end(), wire.begin(), wire.end());
+    const auto& peer = at_a->peers()[0].counters;
+    ASSERT_EQ(wire.size(), 15u);
+    EXPECT_EQ(counters.vnics[4].sealed_frames.read(), 15u);
+    EXPECT_EQ(counters.vnics[4].sealed_bytes.read(), peer.sealed_bytes.read());
+    EXPECT_GT(counters.vnics[4].sealed_bytes.read(), 20000u);
+    for (uint16_t slot = 0; slot < max_vnics; ++slot) {
+        if (slot != 4) {
+            EXPECT_EQ(counters.vnics[slot].sealed_frames.read(), 0u) << slot;
+        }
+    }
+}
 
 TEST_F(SealedSuperframeTest, ASealedSuperFrameOpensIntoTheFramesTheSoftwareCutMakes) {
     auto at_a = make(a, b);

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "dataplane/overlay/vnic_mark.hh"
 #include "tests/unit/frames.hh"
 
 namespace jakiro::overlay::sealing {
@@ -100,6 +101,37 @@ TEST_F(UplinkSealingTest, AFrameCrossesSealedAndArrivesAsItWasSent) {
     ASSERT_EQ(open_at(*at_b, b, &m, 1), 1);
     EXPECT_EQ(test::bytes_of(m), sent);
     EXPECT_EQ(at_b->peers()[0].counters.opened.read(), 1u);
+    free_all(&m, 1);
+}
+
+// Sealing is the work of the vNIC whose frame it is: each vNIC is charged its own frames and
+// their plaintext bytes, jakirod's own frames no vNIC, and a frame that leaves in plaintext
+// nothing.
+TEST_F(UplinkSealingTest, EachVnicIsChargedTheFramesSealedForIt) {
+    auto at_a = make(a, {&b});
+    rte_mbuf* pkts[4] = {vxlan_frame(a, b, 1000), vxlan_frame(a, b, 200), vxlan_frame(a, b, 500),
+                         vxlan_frame(a, b, 300)};
+    mark_vnic(pkts[0], 3);
+    mark_vnic(pkts[2], 5);
+    mark_vnic(pkts[3], 3);
+    // The plaintext a frame seals: all but its outer Ethernet, IPv4 and UDP headers.
+    auto plaintext = [](const rte_mbuf* m) { return rte_pktmbuf_pkt_len(m) - 42u; };
+    const uint64_t of_3 = plaintext(pkts[0]) + plaintext(pkts[3]);
+    const uint64_t of_5 = plaintext(pkts[2]);
+    ASSERT_EQ(seal(*at_a, pkts, 4), 4);
+    EXPECT_EQ(counters_a.vnics[3].sealed_frames.read(), 2u);
+    EXPECT_EQ(counters_a.vnics[3].sealed_bytes.read(), of_3);
+    EXPECT_EQ(counters_a.vnics[5].sealed_frames.read(), 1u);
+    EXPECT_EQ(counters_a.vnics[5].sealed_bytes.read(), of_5);
+    EXPECT_EQ(at_a->peers()[0].counters.sealed.read(), 4u) << "the unmarked one is sealed too";
+    free_all(pkts, 4);
+
+    // The control: the same vNIC's frame to a host it does not seal for costs it nothing.
+    auto plain = make(a, {&b}, encryption_policy::off);
+    rte_mbuf* m = vxlan_frame(a, b, 1000);
+    mark_vnic(m, 3);
+    ASSERT_EQ(seal(*plain, &m, 1), 1);
+    EXPECT_EQ(counters_a.vnics[3].sealed_frames.read(), 2u);
     free_all(&m, 1);
 }
 
