@@ -31,7 +31,7 @@ class overlay_reply_buckets {
 
     // True, and a reply taken from its bucket, if the host in neighbour slot `host` may have a
     // reply at `now_ns` (monotonic).
-    bool take(uint16_t host, uint64_t now_ns) {
+    bool take(uint32_t host, uint64_t now_ns) {
         bucket& b = _buckets[host % buckets];
         if (b.tokens < burst) {
             // Whole tokens earned since the last refill; the rest of the time stays earned.
