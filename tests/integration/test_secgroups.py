@@ -655,7 +655,9 @@ MATRIX6 = [
 
 
 class TestMatrixIpv6:
-    hits_before = {}  # rule hits before the matrix: rule ids, and so counters, are reused
+    # Rule hits when the matrix starts: a rule an earlier policy had (same id, same rule) keeps
+    # counting across policies.
+    hits_before = {}
 
     @pytest.fixture(scope="class", autouse=True)
     def matrix_policy(self):
