@@ -37,6 +37,7 @@
 #include "dataplane/jakiro_version.hh"
 #include "dataplane/log.hh"
 #include "dataplane/poll_loop/lcore_loop.hh"
+#include "dataplane/port_io.hh"
 #include "dataplane/ports.hh"
 #include "dataplane/restart/daemon_image.hh"
 #include "dataplane/restart/fd_store_restart.hh"
@@ -553,6 +554,9 @@ int main(int argc, char** argv) {
     if (sealing) {
         contexts[0]->sealing = sealing.get();
         contexts[0]->tx.seal_uplink(sealing.get(), host.uplink_port(), pool);
+        if (uplink_takes_udp_gso(host.uplink_port()) && contexts[0]->superframes != nullptr) {
+            sealing->seal_into_datagrams(contexts[0]->superframes);
+        }
         if (vnet_face::is_face_port(host.uplink_port())) {
             vnet_face::face_of(host.uplink_port())
                 ->open_sealed_datagrams(sealing.get(), rte_cpu_to_be_32(config.underlay.ip),
