@@ -72,6 +72,8 @@ class uplink_sealing {
     // straight into super-datagrams in mbufs of `pool` (64 KB data rooms), one contiguous
     // buffer each (sealed_superframe.hh), instead of one mbuf per frame joined afterwards.
     void seal_into_datagrams(rte_mempool* pool) { _datagram_pool = pool; }
+    // That pool, for the super-frames open_datagram opens (nullptr when not set).
+    rte_mempool* datagram_pool() const { return _datagram_pool; }
 
     // Frames from the fabric, in place: sealed ones are authenticated, checked against the
     // replay window and opened into the VXLAN frames they carried; plaintext VXLAN from a host
