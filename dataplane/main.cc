@@ -38,6 +38,7 @@
 #include "dataplane/jakiro_version.hh"
 #include "dataplane/log.hh"
 #include "dataplane/poll_loop/lcore_loop.hh"
+#include "dataplane/port_io.hh"
 #include "dataplane/ports.hh"
 #include "dataplane/restart/daemon_image.hh"
 #include "dataplane/restart/fd_store_restart.hh"
@@ -365,6 +366,9 @@ int main(int argc, char** argv) {
     const uint16_t data_room =
         config.underlay.mtu > 1500 ? 10240 + RTE_PKTMBUF_HEADROOM : RTE_MBUF_DEFAULT_BUF_SIZE;
     const unsigned mbufs = config.underlay.mtu > 1500 ? 8191 : 16383;
+    // 64 KB buffers for the sealed overlay's super-datagrams (8 MB): a few bursts of them in
+    // flight at once, and each worker's cache of 16.
+    constexpr unsigned sealed_datagram_buffers = 127;
     rte_mempool* pool = rte_pktmbuf_pool_create("jakiro_mbufs", mbufs, 256, 0, data_room,
                                                 static_cast<int>(rte_socket_id()));
     if (pool == nullptr) {
@@ -559,6 +563,16 @@ int main(int argc, char** argv) {
     if (sealing) {
         contexts[0]->sealing = sealing.get();
         contexts[0]->tx.seal_uplink(sealing.get(), host.uplink_port(), pool);
+        if (uplink_takes_udp_gso(host.uplink_port()) && contexts[0]->superframes != nullptr) {
+            // Sealed super-datagrams and the super-frames opened from them have a pool of their
+            // own with a per-lcore cache: the next buffer sealed into is one just written out,
+            // still in the CPU's cache, not the least recently freed of the pool the vNICs
+            // share (which has no cache: its buffers are charged to vNICs).
+            rte_mempool* sealed =
+                rte_pktmbuf_pool_create("jakiro_sealed", sealed_datagram_buffers, 16, 0, UINT16_MAX,
+                                        static_cast<int>(rte_socket_id()));
+            sealing->seal_into_datagrams(sealed != nullptr ? sealed : contexts[0]->superframes);
+        }
         if (vnet_face::is_face_port(host.uplink_port())) {
             vnet_face::face_of(host.uplink_port())
                 ->open_sealed_datagrams(sealing.get(), rte_cpu_to_be_32(config.underlay.ip),

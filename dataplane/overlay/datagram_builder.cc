@@ -66,7 +66,8 @@ uint8_t* datagram_builder::reserve(uint32_t inner_len) {
     }
     // A padded chunk takes the whole stride; a shorter one only itself, and ends the datagram.
     const bool full = stride - bytes <= max_padding_bytes;
-    const uint32_t used = std::size_t{_count} * stride + (full ? stride : bytes);
+    const uint32_t used = std::size_t{_count} * stride + (full ? stride : bytes) +
+                          (std::size_t{_count} + 1) * _chunk_growth;
     if (used > max_gso_chunk_bytes ||
         gso_outer_bytes + used > rte_pktmbuf_tailroom(_m) + rte_pktmbuf_data_len(_m)) {
         return nullptr;

@@ -35,6 +35,10 @@ class datagram_builder {
     // caller's). The stride starts as `first`'s chunk. False (and nothing started) if `m` cannot
     // hold it; `m` is then still the caller's.
     bool start(rte_mbuf* m, const rte_mbuf* first);
+    // Bytes each chunk will grow by after the datagram is finished (a sealed overlay's ESP
+    // header, trailer and ICV, uplink_sealing::seal_burst): the datagram takes only as many
+    // chunks as an IPv4 length and a 64 KB buffer hold once each has grown. Set before start().
+    void grow_each_chunk_by(uint32_t bytes) { _chunk_growth = bytes; }
     bool open() const { return _m != nullptr; }
     uint16_t frames() const { return _count; }
 
@@ -79,6 +83,7 @@ class datagram_builder {
     uint8_t* _reserved = nullptr;
     uint32_t _reserved_len = 0;
     uint32_t _grow_to = 0;  // the stride the reserved frame needs, when larger
+    uint32_t _chunk_growth = 0;
 };
 
 }  // namespace jakiro::overlay

@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "dataplane/overlay/sealing/esp_format.hh"
 #include "dataplane/overlay/vxlan.hh"
 #include "dataplane/pipeline/to_remote_host.hh"
 #include "dataplane/port_io.hh"
@@ -155,12 +156,16 @@ void roce_port::end_frame(uint16_t vnic_slot, uint32_t dst_ip_be, uint32_t len) 
         return;
     }
     // Through an uplink that takes UDP GSO, this frame opens a super-datagram the QP's next
-    // packets are written into (when there is a 64 KB buffer for it). Not on a sealed
-    // overlay: each frame is sealed on its own.
-    rte_mbuf* big = uplink_takes_udp_gso(_tables->uplink_port) && !_tables->uplink_sealed &&
-                            _ctx.superframes != nullptr
+    // packets are written into (when there is a 64 KB buffer for it). On a sealed overlay the
+    // uplink's sealing seals its chunks one by one into a datagram of ESP frames, each then
+    // longer by its ESP header, trailer and ICV.
+    rte_mbuf* big = uplink_takes_udp_gso(_tables->uplink_port) && _ctx.superframes != nullptr
                         ? rte_pktmbuf_alloc(_ctx.superframes)
                         : nullptr;
+    _to_uplink.grow_each_chunk_by(_tables->uplink_sealed
+                                      ? overlay::sealing::esp_prefix_bytes +
+                                            overlay::sealing::esp_max_trailer_bytes
+                                      : 0);
     if (big != nullptr && _to_uplink.start(big, m)) {
         rte_pktmbuf_free(m);
         _uplink_port = _tables->uplink_port;

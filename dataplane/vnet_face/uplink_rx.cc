@@ -142,10 +142,12 @@ uint16_t face::rx_uplink(rte_mbuf** pkts, uint16_t count, lcore_counters& counte
                 if (_sealing != nullptr && sealed_datagram_header(u.headers[i])) {
                     // Sealed frames are opened where they lie instead of copied out first.
                     rte_mbuf* head = u.heads[i];
-                    opened = _sealing->open_datagram(rte_pktmbuf_mtod(head, const uint8_t*),
-                                                     rte_pktmbuf_data_len(head), tail, u.lengths[i],
-                                                     u.headers[i].gso_size, _pool, u.cut,
-                                                     _sealing_ip, _sealing_mac, counters, now_ns());
+                    opened = _sealing->open_datagram(
+                        rte_pktmbuf_mtod(head, const uint8_t*), rte_pktmbuf_data_len(head), tail,
+                        u.lengths[i], u.headers[i].gso_size, _pool,
+                        _sealing->datagram_pool() != nullptr ? _sealing->datagram_pool()
+                                                             : _superframes,
+                        u.cut, _sealing_ip, _sealing_mac, counters, now_ns());
                     if (opened) {
                         rte_pktmbuf_free(head);
                         frames = *opened;

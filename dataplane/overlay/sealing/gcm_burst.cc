@@ -175,27 +175,37 @@ void gcm_burst::seal_gathered(uint8_t* esp, uint32_t head_len,
     IMB_AES256_GCM_ENC_FINALIZE(_mgr, &key.data, &ctx, out + trailer, esp_icv_bytes);
 }
 
+void gcm_burst::open_begin(open_stream& s, const uint8_t* esp_prefix, const gcm_key& key,
+                           uint32_t outer_src_be, uint32_t outer_dst_be) {
+    alignas(16) uint8_t nonce[16];
+    alignas(16) uint8_t aad[esp_aad_bytes + 12] = {};
+    std::memcpy(nonce, key.salt.data(), 4);
+    std::memcpy(nonce + 4, esp_prefix + 8, 8);
+    write_aad(aad, esp_prefix, outer_src_be, outer_dst_be);
+    s.key = &key;
+    IMB_AES256_GCM_INIT(_mgr, &key.data, &s.ctx, nonce, aad, esp_aad_bytes);
+}
+
+bool gcm_burst::open_end(open_stream& s, const uint8_t* icv) {
+    alignas(16) uint8_t tag[esp_icv_bytes];
+    IMB_AES256_GCM_DEC_FINALIZE(_mgr, &s.key->data, &s.ctx, tag, esp_icv_bytes);
+    // Constant time: how much of a forged tag matched must not show in the timing.
+    return CRYPTO_memcmp(tag, icv, esp_icv_bytes) == 0;
+}
+
 open_result gcm_burst::open_gathered(const uint8_t* esp_prefix,
                                      std::span<const plaintext_piece> ciphertext,
                                      const uint8_t* icv, uint8_t* plaintext, const gcm_key& key,
                                      uint32_t outer_src_be, uint32_t outer_dst_be) {
-    alignas(16) uint8_t nonce[16];
-    alignas(16) uint8_t aad[esp_aad_bytes + 12] = {};
-    alignas(16) uint8_t tag[esp_icv_bytes];
-    std::memcpy(nonce, key.salt.data(), 4);
-    std::memcpy(nonce + 4, esp_prefix + 8, 8);
-    write_aad(aad, esp_prefix, outer_src_be, outer_dst_be);
-    gcm_context_data ctx;
-    IMB_AES256_GCM_INIT(_mgr, &key.data, &ctx, nonce, aad, esp_aad_bytes);
+    open_stream s;
+    open_begin(s, esp_prefix, key, outer_src_be, outer_dst_be);
     uint8_t* out = plaintext;
     for (const plaintext_piece& p : ciphertext) {
-        IMB_AES256_GCM_DEC_UPDATE(_mgr, &key.data, &ctx, out, p.data, p.len);
+        open_update(s, out, p.data, p.len);
         out += p.len;
     }
-    IMB_AES256_GCM_DEC_FINALIZE(_mgr, &key.data, &ctx, tag, esp_icv_bytes);
     const auto len = static_cast<uint32_t>(out - plaintext);
-    // Constant time: how much of a forged tag matched must not show in the timing.
-    const bool authentic = len >= 2 && CRYPTO_memcmp(tag, icv, esp_icv_bytes) == 0;
+    const bool authentic = open_end(s, icv) && len >= 2;
     const uint8_t pad = authentic ? plaintext[len - 2] : 0;
     const bool trailer_ok = authentic && plaintext[len - 1] == esp_next_header && pad <= 3 &&
                             len >= uint32_t{pad} + 2 + 8;

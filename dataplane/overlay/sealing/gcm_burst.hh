@@ -92,6 +92,21 @@ class gcm_burst {
                               std::span<const plaintext_piece> ciphertext, const uint8_t* icv,
                               uint8_t* plaintext, const gcm_key& key, uint32_t outer_src_be,
                               uint32_t outer_dst_be);
+    // Opens one frame out of place in steps, for a caller that reads its first bytes before it
+    // knows where the rest belongs: open_begin with its ESP header and IV, open_update for its
+    // ciphertext in order (any lengths, each to its own destination), open_end with its ICV:
+    // true when it authenticated. Bytes written before open_end says so must not be used.
+    struct open_stream {
+        gcm_context_data ctx;
+        const gcm_key* key;
+    };
+    void open_begin(open_stream& s, const uint8_t* esp_prefix, const gcm_key& key,
+                    uint32_t outer_src_be, uint32_t outer_dst_be);
+    void open_update(open_stream& s, uint8_t* out, const uint8_t* in, uint32_t len) {
+        IMB_AES256_GCM_DEC_UPDATE(_mgr, &s.key->data, &s.ctx, out, in, len);
+    }
+    bool open_end(open_stream& s, const uint8_t* icv);
+
     // Opens `n` (<= max_burst) frames in place. A frame whose ICV does not match is !ok and
     // its bytes must not be used (they are decrypted garbage).
     void open(const open_request* requests, unsigned n, open_result* results);

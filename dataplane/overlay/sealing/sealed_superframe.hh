@@ -41,4 +41,14 @@ constexpr uint16_t max_chain = 8;
 bool seal_superframe(rte_mbuf* m, uint16_t count, peer_sa& peer, gcm_burst& gcm, rte_mempool* pool,
                      rte_mbuf** out);
 
+// The same frames written straight into UDP GSO super-datagrams (sealed_datagrams.hh) for an
+// uplink that takes them: the outer headers once, then each frame's ESP payload, in as many
+// mbufs of `pool` (64 KB) as superframe_datagram_count says (0: they do not fit one). One
+// contiguous buffer per datagram, so its write into the kernel is one piece, not a piece per
+// frame, and no mbuf per frame. A datagram of one frame is an ordinary frame. False when `pool`
+// has not `datagrams` mbufs: then nothing was sealed and `m` is the caller's still.
+uint16_t superframe_datagram_count(const rte_mbuf* m, uint16_t count, rte_mempool* pool);
+bool seal_superframe_datagrams(rte_mbuf* m, uint16_t count, uint16_t datagrams, peer_sa& peer,
+                               gcm_burst& gcm, rte_mempool* pool, rte_mbuf** out);
+
 }  // namespace jakiro::overlay::sealing

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "dataplane/overlay/sealing/opened_superframe.hh"
+#include "dataplane/overlay/sealing/sealed_datagrams.hh"
 #include "dataplane/overlay/sealing/sealed_superframe.hh"
 #include "dataplane/overlay/superframe.hh"
 #include "dataplane/overlay/udp_gso.hh"
@@ -361,11 +363,40 @@ uint16_t uplink_sealing::seal_burst(rte_mbuf* const* in, uint16_t n, rte_mbuf** 
                 count_drop(counters, m, drop_reason::seal_superframe);
                 continue;
             }
+            const uint16_t datagrams = _datagram_pool != nullptr && count > 1
+                                           ? superframe_datagram_count(m, count, _datagram_pool)
+                                           : 0;
+            if (made + (datagrams != 0 ? datagrams : count) > room) {
+                break;
+            }
+            rekey_if_due(*peer);
+            if (datagrams != 0 && seal_superframe_datagrams(m, count, datagrams, *peer, _gcm,
+                                                            _datagram_pool, out + made)) {
+                made = static_cast<uint16_t>(made + datagrams);
+                continue;
+            }
+            if (made + count > room) {
+                break;  // no 64 KB buffer free: frame by frame, when there is room for them
+            }
+            if (!seal_superframe(m, count, *peer, _gcm, pool, out + made)) {
+                count_drop(counters, m, drop_reason::seal_no_mbufs);
+                continue;
+            }
+            made = static_cast<uint16_t>(made + count);
+            continue;
+        }
+        if ((m->ol_flags & RTE_MBUF_F_TX_UDP_SEG) != 0 && _datagram_pool != nullptr) {
+            // One QP's RoCE packets written into one buffer (overlay/datagram_builder.hh).
+            const uint16_t count = sealed_datagram_count(m, _datagram_pool);
+            if (count == 0) {
+                count_drop(counters, m, drop_reason::seal_superframe);
+                continue;
+            }
             if (made + count > room) {
                 break;
             }
             rekey_if_due(*peer);
-            if (!seal_superframe(m, count, *peer, _gcm, pool, out + made)) {
+            if (!seal_datagram(m, count, *peer, _gcm, _datagram_pool, out + made)) {
                 count_drop(counters, m, drop_reason::seal_no_mbufs);
                 continue;
             }
@@ -606,12 +637,10 @@ uint16_t uplink_sealing::open_burst(rte_mbuf** pkts, uint16_t n, rte_be32_t loca
     return out;
 }
 
-std::optional<uint16_t> uplink_sealing::open_datagram(const uint8_t* head, uint32_t head_len,
-                                                      const uint8_t* tail, uint32_t len,
-                                                      uint16_t gso_size, rte_mempool* pool,
-                                                      rte_mbuf** out, rte_be32_t local_ip,
-                                                      const rte_ether_addr& local_mac,
-                                                      lcore_counters& counters, uint64_t now_ns) {
+std::optional<uint16_t> uplink_sealing::open_datagram(
+    const uint8_t* head, uint32_t head_len, const uint8_t* tail, uint32_t len, uint16_t gso_size,
+    rte_mempool* pool, rte_mempool* superframes, rte_mbuf** out, rte_be32_t local_ip,
+    const rte_ether_addr& local_mac, lcore_counters& counters, uint64_t now_ns) {
     take_offers();
     if (len <= clear_bytes || head_len < clear_bytes || head_len > len ||
         (head_len < len && tail == nullptr) || gso_size < gcm_burst::min_esp_len) {
@@ -655,6 +684,13 @@ std::optional<uint16_t> uplink_sealing::open_datagram(const uint8_t* head, uint3
     };
     peer_sa* peer = find(ip->src_addr);
     uint16_t opened = 0;
+    // The TCP segments of one flow become one super-frame (opened_superframe.hh).
+    opened_run run;
+    auto end_run = [&] {
+        if (run.open()) {
+            out[opened++] = run.finish(peer->ip_be, opened_mark);
+        }
+    };
     for (uint32_t k = 0; k < chunks; ++k) {
         const uint32_t offset = clear_bytes + k * gso_size;
         const uint32_t esp_len = std::min<uint32_t>(gso_size, len - offset);
@@ -682,24 +718,92 @@ std::optional<uint16_t> uplink_sealing::open_datagram(const uint8_t* head, uint3
         if (choice == rx_choice::replayed || (sa != nullptr && !sa->window.check(seq))) {
             why = drop_reason::replayed;
         } else if (sa != nullptr) {
-            m = rte_pktmbuf_alloc(pool);
-            if (m == nullptr) {
-                why = drop_reason::uplink_gso_no_mbufs;
+            plaintext_piece ciphertext[2];
+            const uint32_t text_len = esp_len - esp_prefix_bytes - esp_icv_bytes;
+            pieces_of(offset + esp_prefix_bytes, text_len, ciphertext);
+            uint8_t icv[esp_icv_bytes];
+            gather(offset + esp_len - esp_icv_bytes, esp_icv_bytes, icv);
+            gcm_burst::open_stream stream;
+            _gcm.open_begin(stream, prefix, sa->key, ip->src_addr, ip->dst_addr);
+            // The ciphertext in order, each part decrypted to where it belongs.
+            unsigned piece = 0;
+            uint32_t at = 0;
+            uint32_t done = 0;
+            auto decrypt = [&](uint8_t* to, uint32_t n) {
+                done += n;
+                while (n > 0) {
+                    const uint32_t take = std::min(n, ciphertext[piece].len - at);
+                    _gcm.open_update(stream, to, ciphertext[piece].data + at, take);
+                    to += take;
+                    n -= take;
+                    at += take;
+                    if (at == ciphertext[piece].len) {
+                        ++piece;
+                        at = 0;
+                    }
+                }
+            };
+            // Its first bytes say whether it is a TCP segment that may join a run.
+            alignas(8) uint8_t probe[max_segment_headers];
+            decrypt(probe, std::min(text_len, probe_bytes));
+            const segment_shape shape =
+                superframes != nullptr ? shape_of(probe, text_len) : segment_shape{};
+            if (shape.headers > probe_bytes) {
+                decrypt(probe + probe_bytes, shape.headers - probe_bytes);
+            }
+            bool joins = shape.headers != 0 && run.continues(probe, shape);
+            if (!joins) {
+                end_run();  // what came before leaves first
+                // A run starts at a segment another may follow: not at the datagram's last
+                // chunk, nor at one that ends a run itself.
+                if (shape.headers != 0 && !shape.pushed && k + 1 < chunks) {
+                    rte_mbuf* first = rte_pktmbuf_alloc(pool);
+                    rte_mbuf* big = first != nullptr ? rte_pktmbuf_alloc(superframes) : nullptr;
+                    if (big != nullptr) {
+                        run.start(first, big, head, clear_bytes, probe, shape);
+                        joins = true;
+                    } else {
+                        rte_pktmbuf_free(first);  // null-safe: opened on its own instead
+                    }
+                }
+            }
+            if (joins) {
+                decrypt(run.payload_at(), shape.payload);
+                uint8_t trailer[2 + 3];
+                const uint32_t trailer_len = text_len - done;
+                decrypt(trailer, trailer_len);
+                const uint8_t pad = trailer[trailer_len - 2];
+                const bool authentic = _gcm.open_end(stream, icv) &&
+                                       trailer[trailer_len - 1] == esp_next_header && pad <= 3 &&
+                                       pad + 2u <= trailer_len;
+                if (authentic && accept_opened(*peer, epoch, seq)) {
+                    run.commit(shape);
+                    peer->counters.opened.add(1);
+                    continue;
+                }
+                if (run.segments() == 0) {
+                    run.abandon();
+                }
+                why = authentic ? drop_reason::replayed : drop_reason::auth_failed;
             } else {
-                plaintext_piece ciphertext[2];
-                const uint32_t text_len = esp_len - esp_prefix_bytes - esp_icv_bytes;
-                const unsigned count = pieces_of(offset + esp_prefix_bytes, text_len, ciphertext);
-                uint8_t icv[esp_icv_bytes];
-                gather(offset + esp_len - esp_icv_bytes, esp_icv_bytes, icv);
-                uint8_t* frame = rte_pktmbuf_mtod(m, uint8_t*);
-                const open_result r =
-                    _gcm.open_gathered(prefix, {ciphertext, count}, icv, frame + clear_bytes,
-                                       sa->key, ip->src_addr, ip->dst_addr);
-                if (r.ok && accept_opened(*peer, epoch, seq)) {
-                    ok = true;
-                    plaintext_len = r.plaintext_len;
+                m = rte_pktmbuf_alloc(pool);
+                if (m == nullptr) {
+                    why = drop_reason::uplink_gso_no_mbufs;
                 } else {
-                    why = r.ok ? drop_reason::replayed : drop_reason::auth_failed;
+                    uint8_t* text = rte_pktmbuf_mtod(m, uint8_t*) + clear_bytes;
+                    const uint32_t probed = done;
+                    std::memcpy(text, probe, probed);
+                    decrypt(text + probed, text_len - probed);
+                    const bool authentic = _gcm.open_end(stream, icv);
+                    const uint8_t pad = text[text_len - 2];
+                    const bool trailer_ok = authentic && text[text_len - 1] == esp_next_header &&
+                                            pad <= 3 && text_len >= uint32_t{pad} + 2 + 8;
+                    if (trailer_ok && accept_opened(*peer, epoch, seq)) {
+                        ok = true;
+                        plaintext_len = text_len - pad - 2;
+                    } else {
+                        why = trailer_ok ? drop_reason::replayed : drop_reason::auth_failed;
+                    }
                 }
             }
         }
@@ -726,6 +830,7 @@ std::optional<uint16_t> uplink_sealing::open_datagram(const uint8_t* head, uint3
         peer->counters.opened.add(1);
         out[opened++] = m;
     }
+    end_run();
     return opened;
 }
 

@@ -68,6 +68,12 @@ class uplink_sealing {
     uint16_t seal_burst(rte_mbuf* const* in, uint16_t n, rte_mbuf** out, uint16_t room,
                         uint16_t& taken, bool whole_superframes, rte_mempool* pool,
                         lcore_counters& counters, uint64_t now_ns);
+    // For an uplink that takes UDP GSO: seal_burst writes a super-frame's sealed frames
+    // straight into super-datagrams in mbufs of `pool` (64 KB data rooms), one contiguous
+    // buffer each (sealed_superframe.hh), instead of one mbuf per frame joined afterwards.
+    void seal_into_datagrams(rte_mempool* pool) { _datagram_pool = pool; }
+    // That pool, for the super-frames open_datagram opens (nullptr when not set).
+    rte_mempool* datagram_pool() const { return _datagram_pool; }
 
     // Frames from the fabric, in place: sealed ones are authenticated, checked against the
     // replay window and opened into the VXLAN frames they carried; plaintext VXLAN from a host
@@ -79,16 +85,19 @@ class uplink_sealing {
     // A UDP GSO super-datagram of sealed frames (sealed_datagrams.hh) as the uplink face read
     // it, `len` bytes: the first `head_len` at `head` (the outer headers at least), the rest at
     // `tail`, one ESP payload every `gso_size` bytes behind the outer headers. Each is opened
-    // where it lies, decrypted straight into its own mbuf of `pool` behind a copy of the outer
-    // headers (no copy of the ciphertext first), checked as open_burst checks a frame, and the
-    // VXLAN frames that authenticate go to `out` (room for overlay::max_gso_chunks) marked
-    // `opened_mark`, which open_burst passes on. Returns how many; what fails is counted and
-    // dropped. nullopt, and nothing touched, when the datagram is not one this opens (not
-    // ESP to this host, lengths that do not fit the pool's mbufs): the face cuts it as any
-    // other, and open_burst judges its frames.
+    // where it lies, checked as open_burst checks a frame, and decrypted straight to where it
+    // goes, behind a copy of the outer headers: consecutive TCP segments of one flow into one
+    // super-frame (opened_superframe.hh; its payload in an mbuf of `superframes`, none when
+    // that is nullptr), any other frame into its own mbuf of `pool` (no copy of the
+    // ciphertext first). The VXLAN frames that authenticate go to `out` (room for
+    // overlay::max_gso_chunks) marked `opened_mark`, which open_burst passes on. Returns how
+    // many; what fails is counted and dropped. nullopt, and nothing touched, when the datagram
+    // is not one this opens (not ESP to this host, lengths that do not fit the pool's mbufs):
+    // the face cuts it as any other, and open_burst judges its frames.
     std::optional<uint16_t> open_datagram(const uint8_t* head, uint32_t head_len,
                                           const uint8_t* tail, uint32_t len, uint16_t gso_size,
-                                          rte_mempool* pool, rte_mbuf** out, rte_be32_t local_ip,
+                                          rte_mempool* pool, rte_mempool* superframes,
+                                          rte_mbuf** out, rte_be32_t local_ip,
                                           const rte_ether_addr& local_mac, lcore_counters& counters,
                                           uint64_t now_ns);
     // What marks a frame open_datagram opened: DPDK's "processed by a security offload" (no
@@ -160,6 +169,7 @@ class uplink_sealing {
     rte_mbuf* seal_out_of_place(rte_mbuf* m, peer_sa& peer, rte_mempool* pool);
 
     gcm_burst _gcm;
+    rte_mempool* _datagram_pool = nullptr;
     x25519_key _public_key{};
     encryption_policy _policy = encryption_policy::off;
     bool _seals_any = false;

@@ -214,6 +214,23 @@ TEST_F(DatagramBuilderTest, ADatagramHoldsWhatAnIPv4LengthAllows) {
     expect_every_frame_in_order(0);
 }
 
+TEST_F(DatagramBuilderTest, ForASealedUplinkEachChunkKeepsRoomForItsEspBytes) {
+    // 1450-byte chunks that each grow by an ESP header, trailer and ICV (37 bytes at most) when
+    // sealed: 43 of 1487 bytes fit a 64 KB buffer behind the outer headers, not 45.
+    builder.grow_each_chunk_by(37);
+    for (int i = 0; i < 100; ++i) {
+        send(flow_frame(50001, 1400, static_cast<uint8_t>(i)));
+    }
+    finish();
+    ASSERT_EQ(datagrams.size(), 3u) << "43 + 43 + 14";
+    for (rte_mbuf* m : datagrams) {
+        const uint32_t chunks = (rte_pktmbuf_pkt_len(m) - gso_outer_bytes) / 1450;
+        EXPECT_LE(gso_outer_bytes + chunks * (1450 + 37),
+                  rte_pktmbuf_data_room_size(big_pool()) - RTE_PKTMBUF_HEADROOM);
+    }
+    expect_every_frame_in_order(0);
+}
+
 TEST_F(DatagramBuilderTest, OneFrameStaysAnOrdinaryFrameWithUdpChecksumZero) {
     start_with(flow_frame(50001, 300, 1));
     finish();

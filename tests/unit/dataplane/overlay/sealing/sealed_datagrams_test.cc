@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <rte_udp.h>
 
+#include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "dataplane/overlay/sealing/uplink_sealing.hh"
@@ -18,6 +20,12 @@ using test::mac;
 rte_mempool* pool() {
     static rte_mempool* p = rte_pktmbuf_pool_create("sealed_dgram_test", 1023, 0, 0,
                                                     RTE_MBUF_DEFAULT_BUF_SIZE, rte_socket_id());
+    return p;
+}
+
+rte_mempool* big_pool() {
+    static rte_mempool* p =
+        rte_pktmbuf_pool_create("sealed_dgram_big", 15, 0, 0, UINT16_MAX, rte_socket_id());
     return p;
 }
 
@@ -196,7 +204,7 @@ std::vector<rte_mbuf*> open_where_they_lie(SealedDatagramsTest& t, uplink_sealin
     std::vector<rte_mbuf*> out(max_gso_chunks);
     const auto n = receiver.open_datagram(
         rte_pktmbuf_mtod(head, const uint8_t*), rte_pktmbuf_data_len(head), tail.data(),
-        static_cast<uint32_t>(bytes.size()), datagram->tso_segsz, pool(), out.data(),
+        static_cast<uint32_t>(bytes.size()), datagram->tso_segsz, pool(), nullptr, out.data(),
         ip(self.ip_text), mac(self.mac_text), t.counters, 1'000'000'000);
     rte_pktmbuf_free(head);
     EXPECT_TRUE(n.has_value());
@@ -266,9 +274,58 @@ TEST_F(SealedDatagramsTest, ADatagramForAnotherHostIsLeftForTheIngressChecks) {
     EXPECT_FALSE(at_c->open_datagram(rte_pktmbuf_mtod(head, const uint8_t*),
                                      rte_pktmbuf_data_len(head), tail.data(),
                                      static_cast<uint32_t>(bytes.size()), out[0]->tso_segsz, pool(),
-                                     cut, ip(c.ip_text), mac(c.mac_text), counters, 1'000'000'000)
+                                     nullptr, cut, ip(c.ip_text), mac(c.mac_text), counters,
+                                     1'000'000'000)
                      .has_value());
     rte_pktmbuf_free(head);
+}
+
+TEST_F(SealedDatagramsTest, APlaintextDatagramIsSealedChunkByChunkIntoDatagramsOfEspFrames) {
+    auto at_a = make(a, {&b});
+    auto at_b = make(b, {&a});
+    at_a->seal_into_datagrams(big_pool());
+    // One QP's packets as the RoCE port writes them: one buffer, the outer headers once.
+    constexpr uint32_t frames = 64;  // chunks of 1 020 bytes, the last shorter
+    std::vector<std::vector<uint8_t>> sent;
+    rte_mbuf* datagram = rte_pktmbuf_alloc(big_pool());
+    for (uint32_t i = 0; i < frames; ++i) {
+        rte_mbuf* f = vxlan_frame(a, b, i + 1 < frames ? 970 : 700);
+        sent.push_back(test::bytes_of(f));
+        const uint32_t from = i == 0 ? 0 : gso_outer_bytes;
+        std::memcpy(rte_pktmbuf_append(datagram, static_cast<uint16_t>(sent.back().size() - from)),
+                    sent.back().data() + from, sent.back().size() - from);
+        rte_pktmbuf_free(f);
+    }
+    const uint32_t chunk = static_cast<uint32_t>(sent[0].size()) - gso_outer_bytes;
+    set_outer_lengths(rte_pktmbuf_mtod(datagram, uint8_t*), rte_pktmbuf_pkt_len(datagram), true);
+    mark_udp_gso(datagram, chunk);
+    std::vector<rte_mbuf*> out(4);
+    uint16_t taken = 0;
+    const uint16_t n = at_a->seal_burst(&datagram, 1, out.data(), 4, taken, false, pool(), counters,
+                                        1'000'000'000);
+    EXPECT_EQ(taken, 1);
+    ASSERT_EQ(n, 2u) << "64 sealed chunks of 1 056 bytes: a 64 KB buffer holds 61";
+    std::vector<rte_mbuf*> opened;
+    for (uint16_t i = 0; i < n; ++i) {
+        owned.push_back(out[i]);
+        EXPECT_EQ(out[i]->nb_segs, 1);
+        ASSERT_TRUE(is_super_datagram(out[i]));
+        EXPECT_EQ(rte_be_to_cpu_16(rte_pktmbuf_mtod_offset(out[i], rte_udp_hdr*, 34)->dst_port),
+                  esp_udp_port);
+        const auto some = open_where_they_lie(*this, *at_b, b, out[i]);
+        opened.insert(opened.end(), some.begin(), some.end());
+    }
+    ASSERT_EQ(opened.size(), sent.size());
+    // Each datagram's outer IPv4 id is its first frame's number (the kernel counts up from it).
+    auto but_outer_id = [](std::vector<uint8_t> bytes) {
+        std::fill(bytes.begin() + 18, bytes.begin() + 20, 0);  // identification
+        std::fill(bytes.begin() + 24, bytes.begin() + 26, 0);  // header checksum
+        return bytes;
+    };
+    for (std::size_t i = 0; i < opened.size(); ++i) {
+        EXPECT_EQ(but_outer_id(test::bytes_of(opened[i])), but_outer_id(sent[i])) << "frame " << i;
+    }
+    EXPECT_EQ(at_a->peers()[0].counters.sealed.read(), frames);
 }
 
 }  // namespace

@@ -234,6 +234,27 @@ TEST_F(SealedSuperframeTest, ASealedSuperFrameLeavesAsDatagramsThatOpenIntoItsFr
     }
 }
 
+TEST_F(SealedSuperframeTest, SealedStraightIntoDatagramsTheWireIsThatOfTheJoinedFrames) {
+    // Two senders with the same keys and sequence numbers: one joins frame mbufs into
+    // datagrams, the other writes the datagrams straight into 64 KB buffers.
+    auto joining = make(a, b);
+    auto writing = make(a, b);
+    writing->seal_into_datagrams(big_pool());
+    const auto joined = seal(*joining, {superframe(64000, 1398)}, 64, true);
+    const auto written = seal(*writing, {superframe(64000, 1398)}, 64);
+    ASSERT_EQ(written.size(), 2u) << "46 frames of ~1.5 KB: two super-datagrams";
+    ASSERT_EQ(joined.size(), written.size());
+    for (std::size_t i = 0; i < written.size(); ++i) {
+        owned.push_back(joined[i]);
+        owned.push_back(written[i]);
+        EXPECT_EQ(written[i]->nb_segs, 1) << "one buffer, one piece for the kernel";
+        EXPECT_EQ(written[i]->ol_flags, joined[i]->ol_flags);
+        EXPECT_EQ(written[i]->tso_segsz, joined[i]->tso_segsz);
+        EXPECT_EQ(test::bytes_of(written[i]), test::bytes_of(joined[i])) << "datagram " << i;
+    }
+    EXPECT_EQ(writing->peers()[0].counters.sealed.read(), 46u);
+}
+
 TEST_F(SealedSuperframeTest, ASuperFrameWaitsUntilAllItsFramesHaveRoom) {
     auto at_a = make(a, b);
     rte_mbuf* m = superframe(20000, 1398);  // 15 frames
