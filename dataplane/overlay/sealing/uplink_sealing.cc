@@ -357,6 +357,12 @@ uint16_t uplink_sealing::seal_burst(rte_mbuf* const* in, uint16_t n, rte_mbuf** 
         }
         const uint16_t owner = marked_vnic(m);
         const uint64_t sealed_before = peer->counters.sealed_bytes.read();
+        const uint64_t frames_before = peer->counters.sealed.read();
+        // What sealing `m` cost, in frames and plaintext bytes, is its vNIC's.
+        auto charge_owner = [&] {
+            charge_sealing(counters, owner, peer->counters.sealed.read() - frames_before,
+                           peer->counters.sealed_bytes.read() - sealed_before);
+        };
         if (superframe) {
             const uint16_t count = superframe_cut_count(m, pool);
             if (count == 0) {
@@ -373,6 +379,7 @@ uint16_t uplink_sealing::seal_burst(rte_mbuf* const* in, uint16_t n, rte_mbuf** 
             if (datagrams != 0 && seal_superframe_datagrams(m, count, datagrams, *peer, _gcm,
                                                             _datagram_pool, out + made)) {
                 made = static_cast<uint16_t>(made + datagrams);
+                charge_owner();
                 continue;
             }
             if (made + count > room) {
@@ -383,6 +390,7 @@ uint16_t uplink_sealing::seal_burst(rte_mbuf* const* in, uint16_t n, rte_mbuf** 
                 continue;
             }
             made = static_cast<uint16_t>(made + count);
+            charge_owner();
             continue;
         }
         if ((m->ol_flags & RTE_MBUF_F_TX_UDP_SEG) != 0 && _datagram_pool != nullptr) {
@@ -401,8 +409,7 @@ uint16_t uplink_sealing::seal_burst(rte_mbuf* const* in, uint16_t n, rte_mbuf** 
                 continue;
             }
             made = static_cast<uint16_t>(made + count);
-            charge_sealing(counters, owner, count,
-                           peer->counters.sealed_bytes.read() - sealed_before);
+            charge_owner();
             continue;
         }
         if ((m->ol_flags & (RTE_MBUF_F_TX_TCP_SEG | RTE_MBUF_F_TX_UDP_SEG)) != 0) {
@@ -417,7 +424,7 @@ uint16_t uplink_sealing::seal_burst(rte_mbuf* const* in, uint16_t n, rte_mbuf** 
                 continue;
             }
             out[made++] = sealed;
-            charge_sealing(counters, owner, 1, peer->counters.sealed_bytes.read() - sealed_before);
+            charge_owner();
             continue;
         }
         const uint32_t plaintext_len = rte_pktmbuf_pkt_len(m) - clear_bytes;
