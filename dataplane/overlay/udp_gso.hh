@@ -29,6 +29,19 @@ constexpr uint32_t max_gso_chunk_bytes = UINT16_MAX - 20 - 8;
 // overlay::max_segments; the kernel's UDP_MAX_SEGMENTS is larger).
 constexpr uint16_t max_gso_chunks = 64;
 
+// How many chunks of `chunk` bytes one super-datagram holds in an mbuf of `pool`: IPv4's
+// length, max_gso_chunks and the mbuf's room bound it (0: not even one fits).
+inline uint32_t chunks_per_datagram(uint32_t chunk, rte_mempool* pool) {
+    const uint32_t room = rte_pktmbuf_data_room_size(pool) - RTE_PKTMBUF_HEADROOM;
+    if (chunk == 0 || room < gso_outer_bytes + chunk) {
+        return 0;
+    }
+    const uint32_t by_length = max_gso_chunk_bytes / chunk;
+    const uint32_t by_room = (room - gso_outer_bytes) / chunk;
+    const uint32_t fit = by_length < by_room ? by_length : by_room;
+    return fit < max_gso_chunks ? fit : max_gso_chunks;
+}
+
 // Joins `frames` (`n` VXLAN frames cut from one super-frame by segment_superframe(tunnelled),
 // equal sizes but the last) into as few UDP GSO super-datagrams as IPv4's length allows and
 // writes them to `out` (room for `n`): each is an mbuf chain marked RTE_MBUF_F_TX_UDP_SEG with

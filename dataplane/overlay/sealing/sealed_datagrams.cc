@@ -60,13 +60,7 @@ uint32_t sealed_chunk(uint32_t plain) {
 // How many sealed chunks of a datagram whose chunks are `stride` bytes one super-datagram in
 // an mbuf of `pool` holds: IPv4's length and the mbuf bound it.
 uint32_t sealed_chunks_per_datagram(uint32_t stride, rte_mempool* pool) {
-    const uint32_t chunk = sealed_chunk(stride);
-    const uint32_t room = rte_pktmbuf_data_room_size(pool) - RTE_PKTMBUF_HEADROOM;
-    if (room < gso_outer_bytes + chunk) {
-        return 0;
-    }
-    return std::min(
-        {uint32_t{max_gso_chunks}, max_gso_chunk_bytes / chunk, (room - gso_outer_bytes) / chunk});
+    return chunks_per_datagram(sealed_chunk(stride), pool);
 }
 
 }  // namespace

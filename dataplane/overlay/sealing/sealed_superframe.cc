@@ -141,13 +141,7 @@ void count_sealed(peer_sa& peer, uint16_t count, uint64_t bytes) {
 // the chunk bytes an IPv4 length and the mbuf hold, at most overlay::max_gso_chunks.
 uint32_t frames_per_datagram(const cut& c, rte_mempool* pool) {
     const uint32_t plain = c.plain_head + std::min(c.mss, c.payload);
-    const uint32_t chunk = esp_prefix_bytes + plain + esp_trailer_bytes(plain);
-    const uint32_t room = rte_pktmbuf_data_room_size(pool) - RTE_PKTMBUF_HEADROOM;
-    if (room < gso_outer_bytes + chunk) {
-        return 0;
-    }
-    return std::min(
-        {uint32_t{max_gso_chunks}, max_gso_chunk_bytes / chunk, (room - gso_outer_bytes) / chunk});
+    return chunks_per_datagram(esp_prefix_bytes + plain + esp_trailer_bytes(plain), pool);
 }
 
 }  // namespace
