@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "dataplane/overlay/superframe.hh"
+#include "dataplane/overlay/udp_gso.hh"
 #include "dataplane/overlay/vxlan.hh"
 
 namespace jakiro::overlay::sealing {
@@ -146,13 +147,8 @@ rte_mbuf* opened_run::finish(uint32_t outer_src_be, uint64_t extra_flags) {
     auto* outer = reinterpret_cast<rte_ipv4_hdr*>(frame + sizeof(rte_ether_hdr));
     auto* udp = reinterpret_cast<rte_udp_hdr*>(outer + 1);
     outer->src_addr = outer_src_be;
-    outer->total_length = rte_cpu_to_be_16(static_cast<uint16_t>(len - sizeof(rte_ether_hdr)));
-    outer->hdr_checksum = 0;
-    outer->hdr_checksum = rte_ipv4_cksum(outer);
-    udp->dgram_len =
-        rte_cpu_to_be_16(static_cast<uint16_t>(len - sizeof(rte_ether_hdr) - sizeof(rte_ipv4_hdr)));
     udp->dst_port = rte_cpu_to_be_16(vxlan_udp_port);
-    udp->dgram_cksum = 0;
+    set_outer_lengths(frame, len, false);
     _head = _payload = nullptr;
     return m;
 }

@@ -75,15 +75,10 @@ uint64_t seq_of(const uint8_t* esp) {
     return v;
 }
 
-void set_lengths(rte_mbuf* m, rte_ipv4_hdr* ip, rte_udp_hdr* udp, uint16_t udp_port) {
-    const uint32_t len = rte_pktmbuf_pkt_len(m);
-    ip->total_length = rte_cpu_to_be_16(static_cast<uint16_t>(len - sizeof(rte_ether_hdr)));
-    ip->hdr_checksum = 0;
-    ip->hdr_checksum = rte_ipv4_cksum(ip);
-    udp->dgram_len =
-        rte_cpu_to_be_16(static_cast<uint16_t>(len - sizeof(rte_ether_hdr) - sizeof(rte_ipv4_hdr)));
+// `udp` is the outer UDP header of `m`, behind its outer Ethernet and IPv4 (no options).
+void set_lengths(rte_mbuf* m, rte_udp_hdr* udp, uint16_t udp_port) {
     udp->dst_port = rte_cpu_to_be_16(udp_port);
-    udp->dgram_cksum = 0;
+    set_outer_lengths(rte_pktmbuf_mtod(m, uint8_t*), rte_pktmbuf_pkt_len(m), false);
 }
 
 }  // namespace
@@ -285,7 +280,7 @@ rte_mbuf* uplink_sealing::seal_out_of_place(rte_mbuf* m, peer_sa& peer, rte_memp
     f->port = m->port;
     auto* ip = reinterpret_cast<rte_ipv4_hdr*>(frame + sizeof(rte_ether_hdr));
     auto* udp = reinterpret_cast<rte_udp_hdr*>(ip + 1);
-    set_lengths(f, ip, udp, esp_udp_port);
+    set_lengths(f, udp, esp_udp_port);
     _gcm.seal_gathered(frame + clear_bytes, 0, {pieces, count}, peer.tx_key, peer.tx_epoch,
                        ++peer.tx_seq, ip->src_addr, ip->dst_addr);
     peer.tx_epoch_bytes += plaintext_len;
@@ -433,7 +428,7 @@ uint16_t uplink_sealing::seal_burst(rte_mbuf* const* in, uint16_t n, rte_mbuf** 
         rte_pktmbuf_append(m, static_cast<uint16_t>(esp_trailer_bytes(plaintext_len)));
         auto* ip = reinterpret_cast<rte_ipv4_hdr*>(front + sizeof(rte_ether_hdr));
         auto* udp = reinterpret_cast<rte_udp_hdr*>(ip + 1);
-        set_lengths(m, ip, udp, esp_udp_port);
+        set_lengths(m, udp, esp_udp_port);
         // Nothing downstream may touch a sealed frame's bytes (a checksum offload would
         // write into the ciphertext).
         m->ol_flags &= ~RTE_MBUF_F_TX_OFFLOAD_MASK;
@@ -542,7 +537,7 @@ uint16_t uplink_sealing::open_burst(rte_mbuf** pkts, uint16_t n, rte_be32_t loca
             auto* ip = reinterpret_cast<rte_ipv4_hdr*>(frame + sizeof(rte_ether_hdr));
             auto* udp = reinterpret_cast<rte_udp_hdr*>(ip + 1);
             ip->src_addr = peer.ip_be;  // the authenticated sender (it was in the AAD)
-            set_lengths(m, ip, udp, vxlan_udp_port);
+            set_lengths(m, udp, vxlan_udp_port);
             peer.counters.opened.add(1);
         }
     };
@@ -832,7 +827,7 @@ std::optional<uint16_t> uplink_sealing::open_datagram(
         auto* fip = reinterpret_cast<rte_ipv4_hdr*>(frame + sizeof(rte_ether_hdr));
         auto* fudp = reinterpret_cast<rte_udp_hdr*>(fip + 1);
         fip->src_addr = peer->ip_be;
-        set_lengths(m, fip, fudp, vxlan_udp_port);
+        set_lengths(m, fudp, vxlan_udp_port);
         m->ol_flags = opened_mark;
         peer->counters.opened.add(1);
         out[opened++] = m;
