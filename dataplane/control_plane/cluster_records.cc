@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <system_error>
 #include <thread>
 #include <unordered_set>
 
@@ -517,9 +518,16 @@ void cluster_records::check_vnics(const std::vector<const std::string*>& keys,
     std::vector<std::thread> helpers;
     helpers.reserve(threads - 1);
     for (std::size_t t = 1; t < threads; ++t) {
-        helpers.emplace_back(share, t, std::ref(frames[t - 1]));
+        try {
+            helpers.emplace_back(share, t, std::ref(frames[t - 1]));
+        } catch (const std::system_error&) {
+            break;  // no thread to be had: this one does the rest
+        }
     }
     share(0, _frame);
+    for (std::size_t t = helpers.size() + 1; t < threads; ++t) {
+        share(t, frames[t - 1]);
+    }
     for (auto& helper : helpers) {
         helper.join();
     }
