@@ -27,14 +27,17 @@ constexpr unsigned recheck_looks = 4096;
 }  // namespace
 
 // The QP count per vNIC is verbs::qp_verbs' quota to enforce; the slot tables grow as QPs come.
+// The per-vNIC counters cannot grow (a counter is not movable) and are read by the control
+// thread: they are sized for every slot a vNIC may have, so that a vNIC added after the
+// engine was made (by `apply`, from etcd, by the CNI plugin) is counted as one there at start.
 engine::engine(uint16_t vnic_slots, uint32_t /*max_qps_per_vnic*/)
     : _by_slot(vnic_slots),
       _turns(vnic_slots),
       _local_work(vnic_slots),
-      _over_allowance(vnic_slots),
-      _vnic_visits(vnic_slots),
-      _vnic_poller_wakes(vnic_slots),
-      _vnic_sleep_asks(vnic_slots),
+      _over_allowance(std::max<std::size_t>(vnic_slots, doorbell_set::max_vnics)),
+      _vnic_visits(std::max<std::size_t>(vnic_slots, doorbell_set::max_vnics)),
+      _vnic_poller_wakes(std::max<std::size_t>(vnic_slots, doorbell_set::max_vnics)),
+      _vnic_sleep_asks(std::max<std::size_t>(vnic_slots, doorbell_set::max_vnics)),
       _vnic_held(vnic_slots),
       _asked_to_ring(vnic_slots),
       _own_doorbell(doorbell_memory::create()),
@@ -861,7 +864,8 @@ bool engine::prepare_sleep() {
             turns.at(i)->ring().set_doorbell_wanted(true);
         }
         _counters.sleep_asks.add(turns.size);
-        if (turns.size > 0) {
+        // Engines made with no slots grow their turns with the QPs; their counters do not.
+        if (turns.size > 0 && vnic < _vnic_sleep_asks.size()) {
             _vnic_sleep_asks[vnic].add(turns.size);
         }
     }
