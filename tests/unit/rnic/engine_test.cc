@@ -617,5 +617,32 @@ TEST_F(NoisyNeighbourTest, AVnicsLocalWorkAndSleepAsksStayCountedWhenItsQpsAreDe
     EXPECT_EQ(silent_wrs_of(0), 0u);
 }
 
+// A vNIC attached after the engine was made (by apply, from etcd, by the CNI plugin) gets a
+// slot beyond those it was made with: its work is counted as any other vNIC's, and its QPs
+// asked to ring before a sleep like the others'.
+TEST_F(NoisyNeighbourTest, AVnicAddedAfterTheEngineWasMadeIsCountedLikeTheOthers) {
+    constexpr uint16_t late_slot = 5;  // the engine was made with slots 0-2
+    constexpr uint32_t ip_late = 0xC6130105;
+    side late, late_peer;
+    make_side(late, late_slot, ip_late, 950);
+    make_side(late_peer, 1, ip_b, 951);
+    connect(late, late_peer, ip_b);
+    connect(late_peer, late, ip_late);
+    late.post_send(wqe(1, IBV_WR_RDMA_WRITE, late.iova(0), 64 * 1024, late.mr, late_peer.iova(0),
+                       late_peer.mr));
+    eng.poll(wire, now += 10'000);
+    EXPECT_GT(eng.vnic_visits(late_slot), 0u);
+    late.post_send(wqe(2, IBV_WR_RDMA_WRITE, late.iova(0), 64 * 1024, late.mr, late_peer.iova(0),
+                       late_peer.mr));
+    if (eng.prepare_sleep()) {
+        eng.after_sleep();
+    }
+    uint64_t asks_of_all = 0;
+    for (uint16_t vnic = 0; vnic <= late_slot; ++vnic) {
+        asks_of_all += eng.vnic_sleep_asks(vnic);
+    }
+    EXPECT_EQ(asks_of_all, eng.counters().sleep_asks.read()) << "each ask is some vNIC's";
+}
+
 }  // namespace
 }  // namespace jakiro::rnic::test
