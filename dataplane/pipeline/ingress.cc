@@ -49,7 +49,8 @@ void handle_underlay_arp(worker_context& ctx, const datapath_tables& tables, rte
 }
 
 // A foreign VTEP (e.g. a Linux vxlan device) floods ARP into the tunnel. Answer for our local
-// vNICs inside the tunnel, back to the VTEP that asked, with the gateway MAC.
+// vNICs inside the tunnel, back to the VTEP that asked, with the gateway MAC, within the sending
+// host's allowance of replies.
 void answer_overlay_arp(worker_context& ctx, const datapath_tables& tables, uint32_t vpc,
                         const overlay::outer_view& outer, rte_mbuf* m) {
     auto* frame = rte_pktmbuf_mtod(m, uint8_t*);
@@ -61,6 +62,12 @@ void answer_overlay_arp(worker_context& ctx, const datapath_tables& tables, uint
         target->kind != overlay::vlt_kind::local_vnic || sender == nullptr ||
         sender->kind != overlay::vlt_kind::remote_host || sender->host_ip != outer.outer_src_ip) {
         ctx.drop(m, drop_reason::inner_dst_not_local);
+        return;
+    }
+    // One reply per request, within the sending host's allowance
+    // (worker/overlay_reply_buckets.hh).
+    if (!ctx.arp_replies.take(sender->neighbor, now_ns())) {
+        ctx.drop(m, drop_reason::inner_arp_rate_limited);
         return;
     }
     make_arp_reply(inner, tables.gateway_mac, arp->target_ip);

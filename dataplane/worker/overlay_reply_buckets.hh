@@ -1,12 +1,14 @@
 #pragma once
-// How many neighbour advertisements a worker sends back into the tunnel to each remote host: a
-// token bucket per host. jakirod answers a foreign VTEP's neighbour solicitations itself
-// (pipeline/ingress.cc), one reply per solicitation; without a bound, a host on the fabric (or
-// anyone forging its outer source on an unauthenticated underlay) would make the worker build
-// and send a reply for every frame it sends, and turn this host into a reflector towards the
-// host it names. A real VTEP resolves each address once per neighbour-cache lifetime (seconds),
-// so the allowance is far above what it asks; beyond it the solicitation is a counted drop
-// (`inner_nd_rate_limited`) and the VTEP asks again, as after a lost one.
+// How many answers a worker sends back into the tunnel to each remote host: a token bucket per
+// host, one set for neighbour advertisements and one for ARP replies. jakirod answers a foreign
+// VTEP's neighbour solicitations and ARP requests itself (pipeline/ingress.cc), one reply per
+// question; without a bound, a host on the fabric (or anyone forging its outer source on an
+// unauthenticated underlay) would make the worker build and send a reply for every frame it
+// sends, time no vNIC of this host is charged for, and turn this host into a reflector towards
+// the host it names. A real VTEP resolves each address once per neighbour-cache lifetime
+// (seconds), so the allowance is far above what it asks; beyond it the question is a counted
+// drop (`inner_nd_rate_limited`, `inner_arp_rate_limited`) and the VTEP asks again, as after a
+// lost one.
 //
 // Buckets are indexed by the host's underlay-neighbour slot (the VLT entry of the address that
 // solicits), modulo `buckets`: up to that many hosts each have their own, beyond it hosts whose

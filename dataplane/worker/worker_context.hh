@@ -48,6 +48,7 @@ struct alignas(RTE_CACHE_LINE_SIZE) worker_context {
     ingress_policer* policer = nullptr;  // DHTB ingress; null: nothing is metered
     packet_rate_buckets packet_rates;    // its vNICs' frames-per-second allowances
     overlay_reply_buckets nd_replies;    // advertisements into the tunnel, per remote host
+    overlay_reply_buckets arp_replies;   // ARP replies into the tunnel, per remote host
     // The sealed overlay (overlay/sealing/uplink_sealing.hh): set on the uplink's worker when
     // the YAML seals anything; it opens what the fabric sends and its tx batch seals what goes
     // to the uplink. Null: plain VXLAN, no cost.

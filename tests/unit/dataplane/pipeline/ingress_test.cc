@@ -1,5 +1,6 @@
 #include "dataplane/overlay/superframe.hh"
 #include "dataplane/rnic_glue/roce_port.hh"
+#include "dataplane/worker/overlay_reply_buckets.hh"
 #include "rnic/engine.hh"
 #include "tests/unit/dataplane/pipeline/pipeline_fixture.hh"
 
@@ -94,6 +95,34 @@ TEST_F(Ingress, ArpInsideTheTunnelIsAnsweredBackThroughIt) {
     ASSERT_TRUE(arp);
     EXPECT_EQ(arp->opcode, RTE_ARP_OP_REPLY);
     EXPECT_EQ(arp->sender_ip, ip("198.19.1.1"));
+}
+
+// A host that floods ARP requests into the tunnel gets one reply each up to its allowance, the
+// rest are counted drops; another host is answered as before.
+TEST_F(Ingress, ArpRequestsBeyondAHostsAllowanceAreCountedDropsForThatHostOnly) {
+    const auto request = [&](const char* tenant_mac, const char* tenant_ip, const char* host_mac,
+                             const char* host_ip) {
+        rte_mbuf* m = arp_request_mbuf(pool, mac(tenant_mac), ip(tenant_ip), ip("198.19.1.1"));
+        vxlan_wrap(m, {mac(host_mac), h1_mac, ip(host_ip), ip("198.18.0.1")}, 100);
+        return m;
+    };
+    constexpr unsigned flood = overlay_reply_buckets::burst + 100;
+    const uint64_t began = now_ns();
+    for (unsigned i = 0; i < flood; ++i) {
+        from_uplink(request("02:00:c6:13:01:09", "198.19.1.9", "02:00:00:00:00:09", "198.18.0.9"));
+    }
+    const uint64_t took = now_ns() - began;
+    const uint64_t answered = ctx->tx.queued(uplink).size();
+    // The burst, and what the rate refilled while the flood went on.
+    EXPECT_GE(answered, overlay_reply_buckets::burst);
+    EXPECT_LE(answered, overlay_reply_buckets::burst +
+                            took * overlay_reply_buckets::per_s / 1'000'000'000 + 1);
+    EXPECT_EQ(ctx->counters.arp_replies_in_overlay.read(), answered);
+    EXPECT_EQ(drops(drop_reason::inner_arp_rate_limited), flood - answered);
+    // The control: another host's request is answered.
+    from_uplink(request("02:00:c6:13:01:02", "198.19.1.2", "02:00:00:00:00:02", "198.18.0.2"));
+    EXPECT_EQ(ctx->tx.queued(uplink).size(), answered + 1);
+    EXPECT_EQ(drops(drop_reason::inner_dst_not_local), 0u);
 }
 
 TEST_F(Ingress, BurstOfMixedPacketsIsSortedOutPacketByPacket) {
