@@ -15,6 +15,7 @@
 #include "verbs_shim/context.hh"
 #include "verbs_shim/debug.hh"
 #include "verbs_shim/device_death.hh"
+#include "verbs_shim/idle_backoff.hh"
 
 namespace jakiro::verbs_shim {
 
@@ -238,6 +239,7 @@ int destroy_cq(ibv_cq* cq) {
         --channel->refcnt;
         pthread_mutex_unlock(&cq->context->mutex);
     }
+    idle_backoff::retire_cq_rings();  // no thread naps on the rings any more
     munmap(q->ring, q->ring_bytes);
     if (q->retired_ring != nullptr) {
         munmap(q->retired_ring, q->retired_ring_bytes);
@@ -297,6 +299,7 @@ int resize_cq(ibv_cq* cq, int cqe) {
     // req_notify_cq takes no lock, so a thread may still hold the old pointer: the old ring
     // stays mapped until the next resize (or destroy), one retired ring at most.
     if (q->retired_ring != nullptr) {
+        idle_backoff::retire_cq_rings();  // no thread naps on it any more
         munmap(q->retired_ring, q->retired_ring_bytes);
     }
     q->retired_ring = old;
@@ -373,14 +376,8 @@ void ack_cq_events(ibv_cq* cq, unsigned int nevents) {
 
 namespace {
 
-// What an empty poll saw: the ring and its producer index, for the nap that follows.
-struct empty_poll {
-    proto::cq_ring_header* ring = nullptr;
-    uint32_t producer = 0;
-};
-
-// poll_cq under the CQ's poll lock; `nap.ring` says whether the caller should nap once it is out.
-int poll_under_lock(shim_cq* q, int num_entries, ibv_wc* wc, empty_poll& nap) {
+// poll_cq under the CQ's poll lock; `nap` says whether the caller should nap once it is out.
+int poll_under_lock(shim_cq* q, int num_entries, ibv_wc* wc, bool& nap) {
     const std::lock_guard lock(q->poll_lock);
     const uint32_t consumer = proto::load_own_consumer(*q->ring);
     const uint32_t producer = proto::load_producer_acquire(*q->ring);
@@ -393,12 +390,12 @@ int poll_under_lock(shim_cq* q, int num_entries, ibv_wc* wc, empty_poll& nap) {
     }
     if (n != 0) {
         proto::release_slots(*q->ring, consumer + n);
-        q->empty_polls.on_progress();
+        idle_backoff::on_progress();
     } else if (q->context->death->check()) {
         // jakirod is gone and what it published is read: flush what it never completed.
         return q->context->death->flush_completions(*q, num_entries, wc);
-    } else if (q->empty_polls.nap_after_empty_poll()) {
-        nap = {q->ring, producer};
+    } else {
+        nap = idle_backoff::after_empty_poll(*q->ring, producer);
     }
     return static_cast<int>(n);
 }
@@ -413,12 +410,12 @@ int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
     if (num_entries <= 0) {
         return 0;
     }
-    empty_poll nap;
+    bool nap = false;
     const int n = poll_under_lock(q, num_entries, wc, nap);
-    if (nap.ring != nullptr) {
-        // After the lock: another thread may poll the CQ meanwhile. A resize meanwhile keeps
-        // the old ring mapped (retired_ring), and a nap on it just runs to its end.
-        nap_on_idle_cq(*nap.ring, nap.producer);
+    if (nap) {
+        // After the lock: another thread may poll the CQ meanwhile. A resize or destroy
+        // meanwhile waits for the nap (idle_backoff::retire_cq_rings).
+        idle_backoff::nap();
     }
     return n;
 }

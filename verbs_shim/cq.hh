@@ -19,7 +19,6 @@
 #include <mutex>
 
 #include "verbs_abi/rings.hh"
-#include "verbs_shim/idle_backoff.hh"
 
 namespace jakiro::verbs_shim {
 
@@ -49,7 +48,6 @@ struct shim_cq {
     verbs_proto::cq_ring_header* retired_ring;
     std::size_t retired_ring_bytes;
     std::mutex poll_lock;
-    idle_backoff empty_polls;  // under poll_lock
     // ibv_start_poll .. ibv_end_poll (cq_ex.cc), under poll_lock: the completion being read
     // and the consumer index the session will hand back.
     const verbs_proto::cqe* ex_current;

@@ -8,6 +8,7 @@
 #include "verbs_shim/cq.hh"
 #include "verbs_shim/debug.hh"
 #include "verbs_shim/device_death.hh"
+#include "verbs_shim/idle_backoff.hh"
 #include "verbs_shim/parent_domain.hh"
 #include "verbs_shim/pd.hh"
 
@@ -94,16 +95,16 @@ int start_poll(ibv_cq_ex* cq, ibv_poll_cq_attr* attr) {
         error = look_at_flushed(*q);
     }
     if (error != 0) {
-        const bool nap = error == ENOENT && q->empty_polls.nap_after_empty_poll();
-        proto::cq_ring_header* const ring = q->ring;
-        const uint32_t seen = q->ex_consumer;  // empty: the producer stood here
-        q->poll_lock.unlock();                 // ENOENT: the caller must not call ibv_end_poll
+        // Empty: the producer stood at the consumer.
+        const bool nap =
+            error == ENOENT && idle_backoff::after_empty_poll(*q->ring, q->ex_consumer);
+        q->poll_lock.unlock();  // ENOENT: the caller must not call ibv_end_poll
         if (nap) {
-            nap_on_idle_cq(*ring, seen);
+            idle_backoff::nap();
         }
         return error;
     }
-    q->empty_polls.on_progress();
+    idle_backoff::on_progress();
     return 0;
 }
 

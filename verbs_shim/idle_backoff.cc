@@ -1,9 +1,18 @@
 #include "verbs_shim/idle_backoff.hh"
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
+#include <mutex>
+#include <shared_mutex>
 
-namespace jakiro::verbs_shim {
+namespace jakiro::verbs_shim::idle_backoff {
 
 namespace {
 
@@ -15,13 +24,174 @@ bool naps_enabled() {
     return on;
 }
 
-}  // namespace
+// Linux 5.16's futex_waitv (glibc 2.36 has no wrapper): one wait on several futex words.
+#ifndef SYS_futex_waitv
+constexpr long sys_futex_waitv = 449;  // x86_64 and the generic table alike
+#else
+constexpr long sys_futex_waitv = SYS_futex_waitv;
+#endif
+struct waitv_entry {  // struct futex_waitv
+    uint64_t val;
+    uint64_t uaddr;
+    uint32_t flags;
+    uint32_t reserved;
+};
+constexpr uint32_t futex_size_32 = 0x02;  // FUTEX2_SIZE_U32; shared (not private): jakirod wakes
+std::atomic<bool> waitv_missing{false};
 
-void nap_on_idle_cq(verbs_proto::cq_ring_header& ring, uint32_t seen) {
-    if (naps_enabled()) {
-        const timespec nap{0, idle_backoff::nap_ns};
-        verbs_proto::nap_until_completion(ring, seen, nap);
+// destroy_cq and resize_cq take it alone before they unmap a ring; a nap holds it shared while
+// it touches the rings it remembers. `generation` moves with each retirement: a thread whose
+// remembered CQs are of an older one forgets them before it touches any.
+std::shared_mutex rings_lock;
+std::atomic<uint64_t> generation{0};
+
+struct remembered {
+    verbs_proto::cq_ring_header* ring;
+    uint32_t seen;       // its producer at the thread's last empty poll of it
+    uint32_t polled_at;  // the thread's empty-poll count then
+};
+
+// A CQ the thread found empty within this many of its last empty polls is one it still polls
+// (a loop over its CQs comes back to each within max_cqs polls); one it stopped polling, whose
+// producer another thread may have moved, must not keep it from napping.
+constexpr uint32_t recent_polls = 2 * max_cqs;
+
+struct thread_state {
+    uint32_t empty = 0;  // empty polls since the last completion, up to `spins`
+    uint32_t polls = 0;  // empty polls ever (wraps)
+    unsigned count = 0;
+    uint64_t generation = 0;
+    remembered cqs[max_cqs];
+};
+thread_local thread_state self;
+
+void forget_if_retired() {
+    const uint64_t now = generation.load(std::memory_order_acquire);
+    if (self.generation != now) {
+        self.count = 0;
+        self.generation = now;
     }
 }
 
-}  // namespace jakiro::verbs_shim
+timespec monotonic_after(long ns) {
+    timespec t{};
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    t.tv_nsec += ns;
+    if (t.tv_nsec >= 1'000'000'000) {
+        t.tv_nsec -= 1'000'000'000;
+        ++t.tv_sec;
+    }
+    return t;
+}
+
+// One wait on the napping words of `n` rings until any producer moves from its `seen` or the
+// nap's length passes; false if the kernel has no futex_waitv.
+bool nap_on_all(verbs_proto::cq_ring_header* const* rings, const uint32_t* seen, unsigned n) {
+    waitv_entry waits[max_cqs];
+    for (unsigned i = 0; i < n; ++i) {
+        verbs_proto::shared_index(rings[i]->poller_napping).store(1, std::memory_order_relaxed);
+        waits[i] = {1, reinterpret_cast<uint64_t>(&rings[i]->poller_napping), futex_size_32, 0};
+    }
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with wake_napping_poller's
+    bool moved = false;
+    for (unsigned i = 0; i < n && !moved; ++i) {
+        moved = verbs_proto::load_producer_acquire(*rings[i]) != seen[i];
+    }
+    bool supported = true;
+    if (!moved) {
+        const timespec until = monotonic_after(nap_ns);
+        supported = !(syscall(sys_futex_waitv, waits, n, 0, &until, CLOCK_MONOTONIC) < 0 &&
+                      errno == ENOSYS);
+    }
+    for (unsigned i = 0; i < n; ++i) {  // no wake for a nap that is over
+        verbs_proto::shared_index(rings[i]->poller_napping).store(0, std::memory_order_relaxed);
+    }
+    return supported;
+}
+
+}  // namespace
+
+void on_progress() {
+    self.empty = 0;
+    self.count = 0;
+}
+
+bool after_empty_poll(verbs_proto::cq_ring_header& ring, uint32_t seen) {
+    forget_if_retired();
+    const uint32_t at = ++self.polls;
+    unsigned i = 0;
+    while (i < self.count && self.cqs[i].ring != &ring) {
+        ++i;
+    }
+    if (i == self.count) {
+        if (self.count < max_cqs) {
+            ++self.count;
+        } else {  // forget the one found empty longest ago
+            i = 0;
+            for (unsigned j = 1; j < self.count; ++j) {
+                if (at - self.cqs[j].polled_at > at - self.cqs[i].polled_at) {
+                    i = j;
+                }
+            }
+        }
+    }
+    self.cqs[i] = {&ring, seen, at};
+    if (self.empty < spins) {
+        ++self.empty;
+        return false;
+    }
+    return true;
+}
+
+void nap() {
+    if (!naps_enabled()) {
+        return;
+    }
+    const std::shared_lock lock(rings_lock);
+    forget_if_retired();
+    verbs_proto::cq_ring_header* rings[max_cqs];
+    uint32_t seen[max_cqs];
+    unsigned n = 0;
+    unsigned last = 0;  // the CQ polled last, among them
+    for (unsigned i = 0; i < self.count; ++i) {
+        if (self.polls - self.cqs[i].polled_at < recent_polls) {
+            if (self.cqs[i].polled_at == self.polls) {
+                last = n;
+            }
+            rings[n] = self.cqs[i].ring;
+            seen[n++] = self.cqs[i].seen;
+        }
+    }
+    if (n == 0) {
+        return;  // what it remembered was retired meanwhile: it polls again
+    }
+    if (n > 1 && !waitv_missing.load(std::memory_order_relaxed)) {
+        if (nap_on_all(rings, seen, n)) {
+            return;
+        }
+        waitv_missing.store(true, std::memory_order_relaxed);
+    }
+    verbs_proto::nap_until_completion(*rings[last], seen[last], timespec{0, nap_ns});
+}
+
+void retire_cq_rings() {
+    const std::unique_lock lock(rings_lock);
+    generation.fetch_add(1, std::memory_order_acq_rel);
+}
+
+unsigned remembered_cqs() {
+    forget_if_retired();
+    return self.count;
+}
+
+bool remembers(const verbs_proto::cq_ring_header& ring) {
+    forget_if_retired();
+    for (unsigned i = 0; i < self.count; ++i) {
+        if (self.cqs[i].ring == &ring) {
+            return true;
+        }
+    }
+    return false;
+}
+
+}  // namespace jakiro::verbs_shim::idle_backoff

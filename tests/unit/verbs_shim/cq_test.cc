@@ -103,5 +103,45 @@ TEST_F(ShimCq, AnEmptyPollNapsOnTheRingAndTheCompletionWrittenMeanwhileIsReturne
     EXPECT_EQ(got.wr_id, 77u);
 }
 
+// A program that polls two CQs in turn (UCX: its receive and its send CQ) naps on both at once,
+// so that a completion in either ends the nap, not only one in the CQ it polled last.
+TEST_F(ShimCq, AThreadPollingTwoCqsInTurnNapsOnBothAndACompletionInEitherIsReturned) {
+    using clock = std::chrono::steady_clock;
+    ibv_cq* other = create_cq(ctx, 4, nullptr, nullptr, 0);
+    ASSERT_NE(other, nullptr) << std::strerror(errno);
+    proto::cq_ring_header& first = *to_cq(cq)->ring;
+    proto::cq_ring_header& second = *to_cq(other)->ring;
+    std::atomic<bool> done{false};
+    ibv_wc got{};
+    std::thread program([&] {
+        const auto deadline = clock::now() + std::chrono::seconds(10);
+        while (poll_cq(cq, 1, &got) == 0 && poll_cq(other, 1, &got) == 0 &&
+               clock::now() < deadline) {
+        }
+        done = true;
+    });
+    const auto napping = [](proto::cq_ring_header& r) {
+        return proto::shared_index(r.poller_napping).load() != 0;
+    };
+    const auto deadline = clock::now() + std::chrono::seconds(5);
+    bool on_both = false;
+    while (!on_both && clock::now() < deadline) {
+        on_both = napping(first) && napping(second);
+    }
+    // What the engine does for a completion (rnic/queues/cq_ring.cc): write, publish, wake.
+    const uint32_t producer = proto::load_producer_acquire(first);
+    proto::cqe e{};
+    e.wr_id = 78;
+    e.opcode = IBV_WC_SEND;
+    proto::cq_slots(&first)[producer & (first.capacity - 1)] = e;
+    proto::publish_producer(first, producer + 1);
+    proto::wake_napping_poller(first);
+    program.join();
+    EXPECT_TRUE(on_both) << "the empty polls never napped on both CQs at once";
+    EXPECT_TRUE(done);
+    EXPECT_EQ(got.wr_id, 78u);
+    EXPECT_EQ(destroy_cq(other), 0);
+}
+
 }  // namespace
 }  // namespace jakiro::verbs_shim::testing

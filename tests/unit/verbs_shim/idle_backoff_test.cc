@@ -1,32 +1,97 @@
-// An empty CQ poll spins a few times, then naps; a completion starts the spins over.
+// An empty CQ poll spins a few times, then naps; a completion starts the spins over. The spins
+// and the CQs a nap waits on are the polling thread's.
 
 #include "verbs_shim/idle_backoff.hh"
 
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <thread>
+
 namespace jakiro::verbs_shim {
 namespace {
 
+// Ring headers only: the backoff reads nothing but their addresses until a nap.
+std::unique_ptr<verbs_proto::cq_ring_header[]> rings(unsigned n) {
+    return std::make_unique<verbs_proto::cq_ring_header[]>(n);
+}
+
 TEST(IdleBackoff, TheFirstEmptyPollsReturnAtOnceAndLaterOnesNap) {
-    idle_backoff b;
+    idle_backoff::on_progress();
+    auto cq = rings(1);
     for (uint32_t i = 0; i < idle_backoff::spins; ++i) {
-        EXPECT_FALSE(b.nap_after_empty_poll()) << "poll " << i;
+        EXPECT_FALSE(idle_backoff::after_empty_poll(cq[0], 0)) << "poll " << i;
     }
-    EXPECT_TRUE(b.nap_after_empty_poll());
-    EXPECT_TRUE(b.nap_after_empty_poll());
+    EXPECT_TRUE(idle_backoff::after_empty_poll(cq[0], 0));
+    EXPECT_TRUE(idle_backoff::after_empty_poll(cq[0], 0));
 }
 
 TEST(IdleBackoff, ACompletionStartsTheSpinsOver) {
-    idle_backoff b;
+    idle_backoff::on_progress();
+    auto cq = rings(1);
     for (uint32_t i = 0; i <= idle_backoff::spins; ++i) {
-        b.nap_after_empty_poll();
+        idle_backoff::after_empty_poll(cq[0], 0);
     }
-    ASSERT_TRUE(b.nap_after_empty_poll());
-    b.on_progress();
+    ASSERT_TRUE(idle_backoff::after_empty_poll(cq[0], 0));
+    idle_backoff::on_progress();
+    EXPECT_EQ(idle_backoff::remembered_cqs(), 0u);
     for (uint32_t i = 0; i < idle_backoff::spins; ++i) {
-        EXPECT_FALSE(b.nap_after_empty_poll()) << "poll " << i << " after the completion";
+        EXPECT_FALSE(idle_backoff::after_empty_poll(cq[0], 0)) << "poll " << i << " after it";
     }
-    EXPECT_TRUE(b.nap_after_empty_poll());
+    EXPECT_TRUE(idle_backoff::after_empty_poll(cq[0], 0));
+}
+
+// A program polling its receive and its send CQ in turn spins on the two together: a
+// completion in either starts the spins over, and the empty polls of both count.
+TEST(IdleBackoff, EmptyPollsOfSeveralCqsCountTogetherAndEachIsRemembered) {
+    idle_backoff::on_progress();
+    auto cq = rings(2);
+    for (uint32_t i = 0; i < idle_backoff::spins; ++i) {
+        EXPECT_FALSE(idle_backoff::after_empty_poll(cq[i % 2], 0)) << "poll " << i;
+    }
+    EXPECT_TRUE(idle_backoff::after_empty_poll(cq[0], 0));
+    EXPECT_EQ(idle_backoff::remembered_cqs(), 2u);
+    EXPECT_TRUE(idle_backoff::remembers(cq[0]));
+    EXPECT_TRUE(idle_backoff::remembers(cq[1]));
+}
+
+TEST(IdleBackoff, ThreadsSpinAndRememberApart) {
+    idle_backoff::on_progress();
+    auto cq = rings(2);
+    for (uint32_t i = 0; i <= idle_backoff::spins; ++i) {
+        idle_backoff::after_empty_poll(cq[0], 0);
+    }
+    bool other_naps_at_once = true;
+    bool other_remembers_ours = true;
+    std::thread([&] {
+        other_naps_at_once = idle_backoff::after_empty_poll(cq[1], 0);
+        other_remembers_ours = idle_backoff::remembers(cq[0]);
+    }).join();
+    EXPECT_FALSE(other_naps_at_once);
+    EXPECT_FALSE(other_remembers_ours);
+    EXPECT_FALSE(idle_backoff::remembers(cq[1]));
+}
+
+TEST(IdleBackoff, ThereAreAtMostMaxCqsAndTheOneFoundEmptyLongestAgoIsForgotten) {
+    idle_backoff::on_progress();
+    auto cq = rings(idle_backoff::max_cqs + 1);
+    for (unsigned i = 0; i <= idle_backoff::max_cqs; ++i) {
+        idle_backoff::after_empty_poll(cq[i], 0);
+    }
+    EXPECT_EQ(idle_backoff::remembered_cqs(), idle_backoff::max_cqs);
+    EXPECT_FALSE(idle_backoff::remembers(cq[0]));
+    EXPECT_TRUE(idle_backoff::remembers(cq[idle_backoff::max_cqs]));
+}
+
+// destroy_cq and resize_cq retire rings before they unmap them: no thread remembers any.
+TEST(IdleBackoff, RetiredRingsAreForgottenByEveryThread) {
+    idle_backoff::on_progress();
+    auto cq = rings(1);
+    idle_backoff::after_empty_poll(cq[0], 0);
+    ASSERT_TRUE(idle_backoff::remembers(cq[0]));
+    std::thread([] { idle_backoff::retire_cq_rings(); }).join();
+    EXPECT_FALSE(idle_backoff::remembers(cq[0]));
+    EXPECT_EQ(idle_backoff::remembered_cqs(), 0u);
 }
 
 }  // namespace
