@@ -1,6 +1,7 @@
 #include "verbs_shim/idle_backoff.hh"
 
 #include <linux/futex.h>
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -9,8 +10,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <mutex>
-#include <shared_mutex>
 
 namespace jakiro::verbs_shim::idle_backoff {
 
@@ -40,9 +39,12 @@ constexpr uint32_t futex_size_32 = 0x02;  // FUTEX2_SIZE_U32; shared (not privat
 std::atomic<bool> waitv_missing{false};
 
 // destroy_cq and resize_cq take it alone before they unmap a ring; a nap holds it shared while
-// it touches the rings it remembers. `generation` moves with each retirement: a thread whose
-// remembered CQs are of an older one forgets them before it touches any.
-std::shared_mutex rings_lock;
+// it touches the rings it remembers. A waiting writer goes first (naps follow one another
+// without a gap in a program with several polling threads: a lock that let readers through
+// would keep destroy_cq waiting for good); it waits for the naps in progress, 50 µs at most.
+// `generation` moves with each retirement: a thread whose remembered CQs are of an older one
+// forgets them before it touches any.
+pthread_rwlock_t rings_lock = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
 std::atomic<uint64_t> generation{0};
 
 struct remembered {
@@ -109,6 +111,34 @@ bool nap_on_all(verbs_proto::cq_ring_header* const* rings, const uint32_t* seen,
     return supported;
 }
 
+// The nap, under rings_lock (shared).
+void nap_holding_lock() {
+    forget_if_retired();
+    verbs_proto::cq_ring_header* rings[max_cqs];
+    uint32_t seen[max_cqs];
+    unsigned n = 0;
+    unsigned last = 0;  // the CQ polled last, among them
+    for (unsigned i = 0; i < self.count; ++i) {
+        if (self.polls - self.cqs[i].polled_at < recent_polls) {
+            if (self.cqs[i].polled_at == self.polls) {
+                last = n;
+            }
+            rings[n] = self.cqs[i].ring;
+            seen[n++] = self.cqs[i].seen;
+        }
+    }
+    if (n == 0) {
+        return;  // what it remembered was retired meanwhile: it polls again
+    }
+    if (n > 1 && !waitv_missing.load(std::memory_order_relaxed)) {
+        if (nap_on_all(rings, seen, n)) {
+            return;
+        }
+        waitv_missing.store(true, std::memory_order_relaxed);
+    }
+    verbs_proto::nap_until_completion(*rings[last], seen[last], timespec{0, nap_ns});
+}
+
 }  // namespace
 
 void on_progress() {
@@ -147,36 +177,15 @@ void nap() {
     if (!naps_enabled()) {
         return;
     }
-    const std::shared_lock lock(rings_lock);
-    forget_if_retired();
-    verbs_proto::cq_ring_header* rings[max_cqs];
-    uint32_t seen[max_cqs];
-    unsigned n = 0;
-    unsigned last = 0;  // the CQ polled last, among them
-    for (unsigned i = 0; i < self.count; ++i) {
-        if (self.polls - self.cqs[i].polled_at < recent_polls) {
-            if (self.cqs[i].polled_at == self.polls) {
-                last = n;
-            }
-            rings[n] = self.cqs[i].ring;
-            seen[n++] = self.cqs[i].seen;
-        }
-    }
-    if (n == 0) {
-        return;  // what it remembered was retired meanwhile: it polls again
-    }
-    if (n > 1 && !waitv_missing.load(std::memory_order_relaxed)) {
-        if (nap_on_all(rings, seen, n)) {
-            return;
-        }
-        waitv_missing.store(true, std::memory_order_relaxed);
-    }
-    verbs_proto::nap_until_completion(*rings[last], seen[last], timespec{0, nap_ns});
+    pthread_rwlock_rdlock(&rings_lock);
+    nap_holding_lock();
+    pthread_rwlock_unlock(&rings_lock);
 }
 
 void retire_cq_rings() {
-    const std::unique_lock lock(rings_lock);
+    pthread_rwlock_wrlock(&rings_lock);
     generation.fetch_add(1, std::memory_order_acq_rel);
+    pthread_rwlock_unlock(&rings_lock);
 }
 
 unsigned remembered_cqs() {

@@ -5,8 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <thread>
+#include <vector>
 
 namespace jakiro::verbs_shim {
 namespace {
@@ -92,6 +95,51 @@ TEST(IdleBackoff, RetiredRingsAreForgottenByEveryThread) {
     std::thread([] { idle_backoff::retire_cq_rings(); }).join();
     EXPECT_FALSE(idle_backoff::remembers(cq[0]));
     EXPECT_EQ(idle_backoff::remembered_cqs(), 0u);
+}
+
+// Naps of several polling threads overlap without a gap; a destroy_cq must still get its turn
+// (it waits for the naps in progress, not for the polling to stop).
+TEST(IdleBackoff, ThreadsNappingWithoutPauseDoNotKeepARetirementWaiting) {
+    constexpr unsigned pollers = 4;
+    auto cq = rings(pollers);
+    std::atomic<bool> stop{false};
+    std::atomic<unsigned> napping{0};
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < pollers; ++t) {
+        threads.emplace_back([&, t] {
+            idle_backoff::on_progress();
+            bool counted = false;
+            while (!stop.load()) {
+                if (idle_backoff::after_empty_poll(cq[t], 0)) {
+                    if (!counted) {
+                        counted = true;
+                        ++napping;
+                    }
+                    idle_backoff::nap();
+                }
+            }
+        });
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (napping.load() < pollers && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::yield();
+    }
+    std::atomic<bool> retired{false};
+    std::thread retire([&] {
+        idle_backoff::retire_cq_rings();
+        retired = true;
+    });
+    while (!retired.load() && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    const bool in_time = retired.load();
+    stop = true;
+    retire.join();
+    for (auto& t : threads) {
+        t.join();
+    }
+    EXPECT_EQ(napping.load(), pollers) << "not every poller napped";
+    EXPECT_TRUE(in_time) << "the retirement waited for the polling to stop";
 }
 
 }  // namespace
