@@ -71,6 +71,17 @@ TEST_F(ShimCq, ResizeRefusesNonsenseBeforeAskingJakirod) {
     EXPECT_EQ(fake->count(proto::opcode::resize_cq), before);
 }
 
+// What the engine does for a completion (rnic/queues/cq_ring.cc): write, publish, wake.
+void complete(proto::cq_ring_header& ring, uint64_t wr_id, ibv_wc_opcode opcode) {
+    const uint32_t producer = proto::load_producer_acquire(ring);
+    proto::cqe e{};
+    e.wr_id = wr_id;
+    e.opcode = opcode;
+    proto::cq_slots(&ring)[producer & (ring.capacity - 1)] = e;
+    proto::publish_producer(ring, producer + 1);
+    proto::wake_napping_poller(ring);
+}
+
 // A program spinning on an empty CQ naps between polls (idle_backoff.hh) on the CQ ring's
 // futex word, so that jakirod's next completion ends the nap instead of the nap's timer.
 TEST_F(ShimCq, AnEmptyPollNapsOnTheRingAndTheCompletionWrittenMeanwhileIsReturned) {
@@ -89,14 +100,7 @@ TEST_F(ShimCq, AnEmptyPollNapsOnTheRingAndTheCompletionWrittenMeanwhileIsReturne
         std::this_thread::yield();
     }
     const bool napped_on_ring = proto::shared_index(ring.poller_napping).load() != 0;
-    // What the engine does for a completion (rnic/queues/cq_ring.cc): write, publish, wake.
-    const uint32_t producer = proto::load_producer_acquire(ring);
-    proto::cqe e{};
-    e.wr_id = 77;
-    e.opcode = IBV_WC_RECV;
-    proto::cq_slots(&ring)[producer & (ring.capacity - 1)] = e;
-    proto::publish_producer(ring, producer + 1);
-    proto::wake_napping_poller(ring);
+    complete(ring, 77, IBV_WC_RECV);
     program.join();
     EXPECT_TRUE(napped_on_ring) << "the empty polls never napped on the CQ ring";
     EXPECT_TRUE(done);
@@ -128,14 +132,7 @@ TEST_F(ShimCq, AThreadPollingTwoCqsInTurnNapsOnBothAndACompletionInEitherIsRetur
     while (!on_both && clock::now() < deadline) {
         on_both = napping(first) && napping(second);
     }
-    // What the engine does for a completion (rnic/queues/cq_ring.cc): write, publish, wake.
-    const uint32_t producer = proto::load_producer_acquire(first);
-    proto::cqe e{};
-    e.wr_id = 78;
-    e.opcode = IBV_WC_SEND;
-    proto::cq_slots(&first)[producer & (first.capacity - 1)] = e;
-    proto::publish_producer(first, producer + 1);
-    proto::wake_napping_poller(first);
+    complete(first, 78, IBV_WC_SEND);
     program.join();
     EXPECT_TRUE(on_both) << "the empty polls never napped on both CQs at once";
     EXPECT_TRUE(done);

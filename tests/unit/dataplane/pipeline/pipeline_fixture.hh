@@ -12,6 +12,7 @@
 #include "dataplane/control/table_builder.hh"
 #include "dataplane/pipeline/egress.hh"
 #include "dataplane/pipeline/ingress.hh"
+#include "dataplane/worker/overlay_reply_buckets.hh"
 #include "tests/unit/frames.hh"
 
 namespace jakiro::test {
@@ -94,6 +95,25 @@ peers:
         process_tenant_burst(*ctx, *tables, slot, &m, 1);
     }
     void from_uplink(rte_mbuf* m) { process_uplink_burst(*ctx, *tables, &m, 1); }
+
+    // `flood` questions from one host that jakirod answers into the tunnel (ARP requests,
+    // neighbour solicitations), each made by `question()` and sent from the uplink. Returns how
+    // many were answered, having checked that they are the per-host allowance's burst and what
+    // its rate refilled while the flood went on (worker/overlay_reply_buckets.hh).
+    template <typename Question>
+    uint64_t answered_of_a_flood(unsigned flood, Question question) {
+        const uint64_t before = ctx->tx.queued(uplink).size();
+        const uint64_t began = now_ns();
+        for (unsigned i = 0; i < flood; ++i) {
+            from_uplink(question());
+        }
+        const uint64_t took = now_ns() - began;
+        const uint64_t answered = ctx->tx.queued(uplink).size() - before;
+        EXPECT_GE(answered, overlay_reply_buckets::burst);
+        EXPECT_LE(answered, overlay_reply_buckets::burst +
+                                took * overlay_reply_buckets::per_s / 1'000'000'000 + 1);
+        return answered;
+    }
 
     // A frame from tenant t1 (blue) to `dst`.
     rte_mbuf* t1_packet(const char* dst, uint8_t tos = 0) {
