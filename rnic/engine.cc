@@ -24,6 +24,14 @@ constexpr unsigned recheck_budget = 128;
 // QPs the policy recheck looks at per poll, checked or not (a look at a current one is a compare).
 constexpr unsigned recheck_looks = 4096;
 
+// A QP the worker stops looking at asks its shim to ring: for every post in ERR, whose receives
+// a visit flushes; otherwise for sends only, since a receive waits for its message anyway
+// (verbs_abi/rings.hh "Receives": an ibv_post_recv per message then costs no wake-up).
+void want_doorbell(queue_pair& qp) {
+    qp.ring().set_doorbell_wanted(qp.receives_need_visits() ? verbs_proto::doorbell_for_every_post
+                                                            : verbs_proto::doorbell_for_sends);
+}
+
 }  // namespace
 
 // The QP count per vNIC is verbs::qp_verbs' quota to enforce; the slot tables grow as QPs come.
@@ -259,15 +267,15 @@ void engine::queue_visit(queue_pair& qp) {
     turn.idle_since_ns = 0;
     // Queued, its producers are looked at every visit: the shim need not ring for it (until the
     // worker sleeps: prepare_sleep asks again).
-    qp.ring().set_doorbell_wanted(false);
+    qp.ring().set_doorbell_wanted(verbs_proto::doorbell_not_wanted);
     _turns[qp.vnic()].push(&qp);
 }
 
 bool engine::park(queue_pair& qp) {
-    qp.ring().set_doorbell_wanted(true);
+    want_doorbell(qp);
     verbs_proto::fence_after_wanting_doorbell();
     if (qp.wants_visits()) {  // a post that came before the shim could see the flag
-        qp.ring().set_doorbell_wanted(false);
+        qp.ring().set_doorbell_wanted(verbs_proto::doorbell_not_wanted);
         return false;
     }
     _counters.parked.add();
@@ -275,10 +283,10 @@ bool engine::park(queue_pair& qp) {
 }
 
 bool engine::wait_for_timer(queue_pair& qp, uint64_t due_ns) {
-    qp.ring().set_doorbell_wanted(true);
+    want_doorbell(qp);
     verbs_proto::fence_after_wanting_doorbell();
     if (qp.has_work()) {  // a post that came before the shim could see the flag
-        qp.ring().set_doorbell_wanted(false);
+        qp.ring().set_doorbell_wanted(verbs_proto::doorbell_not_wanted);
         return false;
     }
     if (due_ns != UINT64_MAX) {  // else no timer runs: only a packet, a ring or a call
@@ -861,7 +869,7 @@ bool engine::prepare_sleep() {
         }
         const vnic_turns& turns = _turns[vnic];
         for (std::size_t i = 0; i < turns.size; ++i) {
-            turns.at(i)->ring().set_doorbell_wanted(true);
+            want_doorbell(*turns.at(i));
         }
         _counters.sleep_asks.add(turns.size);
         // Engines made with no slots grow their turns with the QPs; their counters do not.
@@ -903,7 +911,7 @@ bool engine::after_sleep() {
         _asked_to_ring[vnic] = 0;
         const vnic_turns& turns = _turns[vnic];
         for (std::size_t i = 0; i < turns.size; ++i) {
-            turns.at(i)->ring().set_doorbell_wanted(false);
+            turns.at(i)->ring().set_doorbell_wanted(verbs_proto::doorbell_not_wanted);
         }
     }
     bool own_rang = false;

@@ -175,6 +175,9 @@ class queue_pair {
     // False when something else may need a visit (wants_visits), or in a state whose visits do
     // not run the timers.
     bool waits_for_timer(uint64_t& due_ns) const;
+    // Does a receive posted now need a visit? Only in ERR, which flushes it; in any other state
+    // the QP takes it when a message comes, and not before (verbs_abi/rings.hh "Receives").
+    bool receives_need_visits() const { return _machine.state() == IBV_QPS_ERR; }
     // The engine's bookkeeping of the QP's turns (engine.cc): whether it is in its vNIC's queue
     // of QPs to visit, since when its visits found nothing to do, and its place in the engine's
     // timer_queue while it waits there instead.

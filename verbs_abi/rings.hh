@@ -246,7 +246,8 @@ inline uint32_t drop_completions_of(cq_ring_header& h, uint32_t capacity, uint32
 //  offset  128  line 2: RQ producer                      written by the shim only
 //  offset  192  line 3: RQ consumer                      written by jakirod only: slots consumed
 //  offset  256  line 4: doorbell_wanted (jakirod sets it while it does not look at this QP's
-//               producers unless rung; the shim reads it)
+//               producers unless rung, saying whether receives need the ring too; the shim
+//               reads it)
 //  offset  320  line 5: magic "JKQP", version, capacities, slot size, offsets
 //  offset  512  SQ slots[sq_capacity] (send_wqe, 512 bytes), then RQ slots (recv_wqe, 512)
 //
@@ -272,6 +273,17 @@ inline uint32_t drop_completions_of(cq_ring_header& h, uint32_t capacity, uint32
 // jakirod's read of it block; a futex wait always ends at its timeout. All a tenant can do to
 // its own page is set bits (queueing its own QPs for a visit each, charged to its vNIC), clear
 // them (its posts wait, up to the worker's next nap's end) or wake jakirod early.
+//
+// Receives. A QP in any state but ERR (the shim posts none in RESET) does nothing with a posted
+// receive until a message comes: the responder takes the next RQ WQE when one arrives (a sender
+// that finds none gets an RNR NAK and tries again after its timer, a sender on the same host
+// again at its next visit; an unreliable message is lost), as from an SRQ. So jakirod asks such
+// a QP with `doorbell_for_sends`, and a receive posted to it while it is parked or the worker
+// sleeps costs neither side anything: no bit, no wake-up. Only a QP in ERR must be visited for
+// a receive (its flush, IBV_WC_WR_FLUSH_ERR): jakirod asks it with `doorbell_for_every_post`.
+// The state changes only on the engine's thread, and each change queues the QP (which clears
+// the word) before jakirod asks again from the new state: a QP in ERR is never asked for sends
+// only.
 
 // A vNIC's doorbell: one page (a sealed memfd) that jakirod and the clients with a QP on that
 // vNIC map; no two vNICs share one (rnic/doorbell_set.hh).
@@ -362,7 +374,19 @@ inline void wait_doorbell(doorbell_page& p, uint32_t seen, const timespec& timeo
 
 constexpr uint32_t qp_ring_magic = 0x5051'4b4a;  // "JKQP"
 // 2: doorbell_wanted per QP, doorbell bits. 3: UD destinations over IPv6 (ud_remote_ip6).
+// `doorbell_for_sends` came without a bump: the layout is the same, and either end reads the
+// other's values right, which matters when a jakirod of another build takes over rings its
+// predecessor's shims have mapped (docs/restart.md). A shim that rings on any nonzero value
+// rings for receives too, which is never wrong, only slower; a jakirod that writes only 0 and 1
+// asks for every post; and a successor queues every QP it takes over (which clears the word).
 constexpr uint32_t qp_ring_version = 3;
+
+// What `doorbell_wanted` holds (see "Doorbell" and "Receives" above).
+enum doorbell_want : uint32_t {
+    doorbell_not_wanted = 0,      // queued: jakirod looks at the producers anyway
+    doorbell_for_every_post = 1,  // ring after publishing sends or receives (a QP in ERR)
+    doorbell_for_sends = 2,       // ring after publishing sends; a receive waits for its message
+};
 constexpr std::size_t wqe_size = 512;
 constexpr uint32_t wqe_max_sge = 16;
 constexpr std::size_t send_wqe_header_bytes = 96;
@@ -465,12 +489,19 @@ inline void publish_wqes(uint32_t& producer_index, uint32_t producer) {
 inline uint32_t load_retired_acquire(const uint32_t& consumer_index) {
     return shared_index(consumer_index).load(std::memory_order_acquire);
 }
-// After publishing: must the shim ring (the QP is parked, or the worker sleeps)? The fence pairs
-// with fence_after_wanting_doorbell, so either jakirod sees the new producer or the shim sees
-// `doorbell_wanted` and rings the doorbell.
+// After publishing sends: must the shim ring (the QP is parked, or the worker sleeps)? The fence
+// pairs with fence_after_wanting_doorbell, so either jakirod sees the new producer or the shim
+// sees `doorbell_wanted` and rings the doorbell.
 inline bool doorbell_wanted_after_publish(const qp_ring_header& h) {
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    return shared_index(h.doorbell_wanted).load(std::memory_order_relaxed) != 0;
+    return shared_index(h.doorbell_wanted).load(std::memory_order_relaxed) != doorbell_not_wanted;
+}
+// The same after publishing receives, which need the ring only when jakirod says so ("Receives"
+// above); any value but the two that say otherwise rings, as a shim of ring version 2 rings.
+inline bool doorbell_wanted_after_publishing_receives(const qp_ring_header& h) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    const uint32_t wanted = shared_index(h.doorbell_wanted).load(std::memory_order_relaxed);
+    return wanted != doorbell_not_wanted && wanted != doorbell_for_sends;
 }
 
 // ---- jakirod side (consumer of WQEs)
@@ -481,8 +512,8 @@ inline uint32_t load_posted_acquire(const uint32_t& producer_index) {
 inline void retire_slots(uint32_t& consumer_index, uint32_t consumer) {
     shared_index(consumer_index).store(consumer, std::memory_order_release);
 }
-inline void set_doorbell_wanted(qp_ring_header& h, bool wanted) {
-    shared_index(h.doorbell_wanted).store(wanted ? 1 : 0, std::memory_order_relaxed);
+inline void set_doorbell_wanted(qp_ring_header& h, doorbell_want wanted) {
+    shared_index(h.doorbell_wanted).store(wanted, std::memory_order_relaxed);
 }
 // Between setting `doorbell_wanted` (or a page's `worker_sleeping`) and the last look at the
 // producers (and the pages' `posted`) before parking a QP or sleeping.

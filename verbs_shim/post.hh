@@ -3,7 +3,7 @@
 // ibv_post_recv. Each call checks its work requests as a provider does (opcode, SGE count,
 // inline size, room, QP state), writes a WQE per request into the QP's ring and publishes
 // them with one release store; then, only if jakirod asks for it (the QP is parked or its worker
-// sleeps), it rings the doorbell.
+// sleeps, and for receives only while the QP is in ERR), it rings the doorbell.
 // The first request that fails stops the call: those before it are posted, *bad_wr names it.
 //
 // Thread-safety: one lock per queue (qp.hh).

@@ -77,7 +77,9 @@ class qp_ring {
     void discard_send();
     void discard_recv();
 
-    void set_doorbell_wanted(bool wanted) { verbs_proto::set_doorbell_wanted(*_header, wanted); }
+    void set_doorbell_wanted(verbs_proto::doorbell_want wanted) {
+        verbs_proto::set_doorbell_wanted(*_header, wanted);
+    }
     // Does its shim ring the doorbell for a parked QP (ring version 2 on)? A ring a predecessor
     // made for a shim of an older release (a live upgrade) does not: its QP is never parked.
     // Read once, at create or attach: the tenant writes the header afterwards.

@@ -393,5 +393,101 @@ TEST_F(IdleQpsTest, AVnicGivenARemovedOnesSlotStartsAtZeroAndOwesNoneOfItsDebt) 
     EXPECT_EQ(eng.vnic_poller_wakes(1), 0u);
 }
 
+// A receive posted to a QP in RTS needs no visit (the responder takes it when a message comes):
+// posted while the QP is parked, or while the worker sleeps, it sets no bit in the doorbell page
+// and wakes nobody, and the next SEND lands in it, with no RNR NAK. The control: a SEND posted
+// the same way wakes the sleeping worker.
+TEST_F(IdleQpsTest, AReceivePostedToAConnectedQpRingsNothingAndTheNextSendLandsInIt) {
+    connect_both();
+    let_idle_qps_park();
+    EXPECT_EQ(b.ring->doorbell_wanted, proto::doorbell_for_sends);
+    const uint64_t visits = eng.counters().visits.read();
+
+    b.post_recv(1, 0, 4096);  // parked, the worker awake
+    EXPECT_FALSE(proto::anything_posted(*b.doorbell)) << "no bit for a receive";
+    run(3);
+    EXPECT_EQ(eng.counters().visits.read(), visits) << "nobody was visited for it";
+
+    ASSERT_TRUE(eng.prepare_sleep());
+    const uint32_t rung = eng.doorbell_count();
+    b.post_recv(2, 4096, 4096);  // and while the worker sleeps
+    EXPECT_EQ(eng.doorbell_count(), rung) << "no wake-up for a receive";
+    EXPECT_FALSE(proto::anything_posted(*b.doorbell));
+    EXPECT_FALSE(eng.after_sleep());
+    ASSERT_TRUE(eng.prepare_sleep()) << "a posted receive is no work: the worker sleeps on";
+
+    fill(a, 0, 200, 7);
+    a.post_send(wqe(10, IBV_WR_SEND, a.iova(0), 100, a.mr));
+    EXPECT_NE(eng.doorbell_count(), rung) << "a send wakes the sleeping worker";
+    EXPECT_TRUE(eng.after_sleep());
+    a.post_send(wqe(11, IBV_WR_SEND, a.iova(100), 100, a.mr));
+    run(5);
+    proto::cqe c{};
+    for (uint64_t id : {1u, 2u}) {
+        ASSERT_TRUE(b.poll_recv(c)) << id;
+        EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+        EXPECT_EQ(c.wr_id, id);
+        EXPECT_EQ(c.byte_len, 100u);
+    }
+    EXPECT_TRUE(same(a, 0, b, 0, 100));
+    EXPECT_TRUE(same(a, 100, b, 4096, 100));
+    for (uint64_t id : {10u, 11u}) {
+        ASSERT_TRUE(a.poll_send(c)) << id;
+        EXPECT_EQ(c.status, IBV_WC_SUCCESS);
+    }
+    for (const qp_report& r : eng.report()) {
+        EXPECT_EQ(r.rnr_naks_sent, 0u) << "the receives were there when the SENDs came";
+    }
+}
+
+// Receives posted to a QP in ERR must be flushed, and only a visit does that: the QP asks for
+// them to be rung, and a receive posted while the worker sleeps wakes it and completes with
+// IBV_WC_WR_FLUSH_ERR. Whoever moved the QP to ERR: the program (ibv_modify_qp) or the engine
+// (a SEND longer than the receive it landed in). Back in RTS, receives ring nothing again.
+TEST_F(IdleQpsTest, AReceivePostedToAQpInErrWakesTheWorkerAndIsFlushed) {
+    auto flushed_after_sleep = [&](uint64_t wr_id) {
+        let_idle_qps_park();
+        EXPECT_EQ(b.ring->doorbell_wanted, proto::doorbell_for_every_post);
+        EXPECT_TRUE(eng.prepare_sleep());
+        EXPECT_EQ(b.ring->doorbell_wanted, proto::doorbell_for_every_post);
+        const uint32_t rung = eng.doorbell_count();
+        b.post_recv(wr_id, 0, 64);
+        EXPECT_NE(eng.doorbell_count(), rung) << "the receive woke the worker";
+        EXPECT_TRUE(eng.after_sleep());
+        run(2);
+        proto::cqe c{};
+        ASSERT_TRUE(b.poll_recv(c));
+        EXPECT_EQ(c.wr_id, wr_id);
+        EXPECT_EQ(c.status, IBV_WC_WR_FLUSH_ERR);
+        EXPECT_FALSE(b.poll_recv(c));
+    };
+
+    connect_both();
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_ERR;
+    ASSERT_EQ(modify(b, attr, IBV_QP_STATE), 0);
+    flushed_after_sleep(1);
+
+    attr.qp_state = IBV_QPS_RESET;
+    ASSERT_EQ(modify(b, attr, IBV_QP_STATE), 0);
+    connect(b, a, ip_a);
+    let_idle_qps_park();
+    EXPECT_EQ(b.ring->doorbell_wanted, proto::doorbell_for_sends) << "RTS again";
+
+    // The engine's own move: a 100-byte SEND into a 16-byte receive fails b (LOC_LEN_ERR).
+    ASSERT_TRUE(eng.prepare_sleep());
+    const uint32_t rung = eng.doorbell_count();
+    b.post_recv(2, 0, 16);
+    EXPECT_EQ(eng.doorbell_count(), rung);
+    eng.after_sleep();
+    a.post_send(wqe(20, IBV_WR_SEND, a.iova(0), 100, a.mr));
+    run(5);
+    proto::cqe c{};
+    ASSERT_TRUE(b.poll_recv(c));
+    EXPECT_EQ(c.wr_id, 2u);
+    EXPECT_EQ(c.status, IBV_WC_LOC_LEN_ERR);
+    flushed_after_sleep(3);
+}
+
 }  // namespace
 }  // namespace jakiro::rnic::test

@@ -181,9 +181,15 @@ struct side {
         proto::publish_wqes(ring->sq_producer, ++sq_posted);
         ring_if_wanted();
     }
-    // What the shim does after publishing (verbs_shim/post.cc).
+    // What the shim does after publishing sends (verbs_shim/post.cc).
     void ring_if_wanted() {
         if (proto::doorbell_wanted_after_publish(*ring)) {
+            proto::ring_doorbell(*doorbell, qp);
+        }
+    }
+    // ... and after publishing receives.
+    void ring_if_receives_wanted() {
+        if (proto::doorbell_wanted_after_publishing_receives(*ring)) {
             proto::ring_doorbell(*doorbell, qp);
         }
     }
@@ -194,7 +200,7 @@ struct side {
         w.sg[0] = {iova(offset), length, mr};
         proto::rq_slots(ring, ring->sq_capacity)[rq_posted & (ring->rq_capacity - 1)] = w;
         proto::publish_wqes(ring->rq_producer, ++rq_posted);
-        ring_if_wanted();
+        ring_if_receives_wanted();
     }
     bool poll(proto::cq_ring_header* cq, uint32_t& consumed, proto::cqe& out) {
         if (proto::load_producer_acquire(*cq) == consumed) {

@@ -1,5 +1,6 @@
 // The CQ ring's consumer-side clean-up when a QP goes to RESET: that QP's unread completions
-// go, the others stay in order, and only slots the consumer owns are touched.
+// go, the others stay in order, and only slots the consumer owns are touched. And what a QP
+// ring's `doorbell_wanted` asks of the shim after it publishes sends or receives.
 
 #include "verbs_abi/rings.hh"
 
@@ -95,6 +96,30 @@ TEST(CqRingDrop, AProducerThatClaimsMoreThanTheRingHoldsIsReadAsOneRingsWorth) {
     const uint32_t dropped = drop_completions_of(*r.base, capacity, 7);
     EXPECT_LE(dropped, capacity);
     EXPECT_EQ(load_own_consumer(*r.base), dropped);
+}
+
+// Sends ring whenever jakirod asks; receives only when it asks for every post (a QP in ERR).
+// A jakirod that writes only 0 and 1 gets every post rung; whatever else a tenant writes into
+// its own ring reads as "ring".
+TEST(QpDoorbell, ReceivesRingOnlyWhenJakirodAsksForEveryPost) {
+    qp_ring_header h{};
+    struct asked {
+        uint32_t value;
+        bool sends;
+        bool receives;
+    };
+    for (const asked& a :
+         {asked{doorbell_not_wanted, false, false}, asked{doorbell_for_sends, true, false},
+          asked{doorbell_for_every_post, true, true}, asked{7, true, true},
+          asked{UINT32_MAX, true, true}}) {
+        shared_index(h.doorbell_wanted).store(a.value);
+        EXPECT_EQ(doorbell_wanted_after_publish(h), a.sends) << a.value;
+        EXPECT_EQ(doorbell_wanted_after_publishing_receives(h), a.receives) << a.value;
+    }
+    set_doorbell_wanted(h, doorbell_for_sends);
+    EXPECT_FALSE(doorbell_wanted_after_publishing_receives(h));
+    set_doorbell_wanted(h, doorbell_for_every_post);
+    EXPECT_EQ(h.doorbell_wanted, 1u) << "the value a shim of ring version 2 knows";
 }
 
 }  // namespace

@@ -527,8 +527,8 @@ TEST_F(ShimPost, AParkedQpRingsItsBitAndWakesOnlyASleepingEngine) {
     EXPECT_EQ(doorbell(), 0u);
     EXPECT_TRUE(rung_qps().empty());
 
-    // Parked while the worker is awake: the QP's bit, no system call.
-    proto::set_doorbell_wanted(ring(), true);
+    // Parked (in ERR: receives ring too) while the worker is awake: the QP's bit, no system call.
+    proto::set_doorbell_wanted(ring(), proto::doorbell_for_every_post);
     ASSERT_EQ(ibv_post_send(qp, &w, &bad), 0);
     EXPECT_EQ(doorbell(), 0u) << "the worker is awake: no system call";
     EXPECT_EQ(rung_qps(), this_qp);
@@ -557,11 +557,52 @@ TEST_F(ShimPost, AParkedQpRingsItsBitAndWakesOnlyASleepingEngine) {
     EXPECT_TRUE(rung_qps().empty());
 
     proto::set_worker_sleeping(page, false);
-    proto::set_doorbell_wanted(ring(), false);
+    proto::set_doorbell_wanted(ring(), proto::doorbell_not_wanted);
     w.opcode = IBV_WR_SEND;
     ASSERT_EQ(ibv_post_send(qp, &w, &bad), 0);
     EXPECT_EQ(doorbell(), 0u);
     EXPECT_TRUE(rung_qps().empty());
+}
+
+// A QP that takes receives as messages come (jakirod asks for sends only): ibv_post_recv
+// publishes the WQE and rings nothing, neither the QP's bit nor a wake of the sleeping worker;
+// ibv_post_send on the same QP still does both.
+TEST_F(ShimPost, AReceiveRingsNothingWhenJakirodAsksForSendsOnly) {
+    proto::doorbell_page& page = *rec->doorbell;
+    auto rung = [&] {
+        bool any = false;
+        proto::take_posted(page, proto::doorbell_qp_slots, [&](uint32_t) { any = true; });
+        return any;
+    };
+    proto::set_doorbell_wanted(ring(), proto::doorbell_for_sends);
+    proto::set_worker_sleeping(page, true);
+    ibv_sge s = sge(0x1000, 64, 0x11);
+    ibv_recv_wr r[2] = {};
+    r[0].wr_id = 41;
+    r[0].sg_list = &s;
+    r[0].num_sge = 1;
+    r[0].next = &r[1];
+    r[1].wr_id = 42;
+    ibv_recv_wr* bad_r = nullptr;
+    ASSERT_EQ(ibv_post_recv(qp, r, &bad_r), 0);
+    EXPECT_EQ(rq_producer(), 2u) << "posted all the same";
+    EXPECT_EQ(posted(1).wr_id, 42u);
+    EXPECT_EQ(doorbell(), 0u) << "no wake-up";
+    EXPECT_FALSE(rung()) << "no bit";
+
+    ibv_send_wr w{};
+    w.opcode = IBV_WR_SEND;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(qp, &w, &bad), 0);
+    EXPECT_EQ(doorbell(), 1u);
+    EXPECT_TRUE(rung());
+
+    // In ERR the receive must reach the engine (its flush): jakirod asks for every post.
+    proto::set_doorbell_wanted(ring(), proto::doorbell_for_every_post);
+    ASSERT_EQ(ibv_post_recv(qp, &r[1], &bad_r), 0);
+    EXPECT_EQ(doorbell(), 1u);
+    EXPECT_TRUE(rung());
+    proto::set_worker_sleeping(page, false);
 }
 
 TEST_F(ShimPost, ConcurrentPostersLoseNothingAndEachKeepsItsOrder) {
