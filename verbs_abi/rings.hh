@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -203,6 +204,32 @@ inline void nap_until_completion(cq_ring_header& h, uint32_t seen, const timespe
         syscall(SYS_futex, &h.poller_napping, FUTEX_WAIT, 1, &timeout, nullptr, 0);
     }
     napping.store(0, std::memory_order_relaxed);  // no wake for a nap that is over
+}
+
+// The same nap on several CQs at once (a thread that polls them in turn): one futex_waitv
+// (Linux 5.16) on their napping words, over when any producer moves from its `seen` or at
+// `deadline` (CLOCK_MONOTONIC, absolute, as futex_waitv takes it); returns at once if one
+// already has. False, having waited for nothing, if the kernel has no futex_waitv.
+inline bool nap_until_any_completion(cq_ring_header* const* rings, const uint32_t* seen, unsigned n,
+                                     const timespec& deadline) {
+    futex_waitv waits[FUTEX_WAITV_MAX];
+    n = n < FUTEX_WAITV_MAX ? n : FUTEX_WAITV_MAX;
+    for (unsigned i = 0; i < n; ++i) {
+        shared_index(rings[i]->poller_napping).store(1, std::memory_order_relaxed);
+        waits[i] = {1, reinterpret_cast<uintptr_t>(&rings[i]->poller_napping), FUTEX_32, 0};
+    }
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with wake_napping_poller's
+    bool moved = false;
+    for (unsigned i = 0; i < n && !moved; ++i) {
+        moved = load_producer_acquire(*rings[i]) != seen[i];
+    }
+    const bool supported = moved ||
+                           syscall(SYS_futex_waitv, waits, n, 0, &deadline, CLOCK_MONOTONIC) == 0 ||
+                           errno != ENOSYS;
+    for (unsigned i = 0; i < n; ++i) {  // no wake for a nap that is over
+        shared_index(rings[i]->poller_napping).store(0, std::memory_order_relaxed);
+    }
+    return supported;
 }
 
 inline bool overflowed(const cq_ring_header& h) {

@@ -1,12 +1,8 @@
 #include "verbs_shim/idle_backoff.hh"
 
-#include <linux/futex.h>
 #include <pthread.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -23,19 +19,6 @@ bool naps_enabled() {
     return on;
 }
 
-// Linux 5.16's futex_waitv (glibc 2.36 has no wrapper): one wait on several futex words.
-#ifndef SYS_futex_waitv
-constexpr long sys_futex_waitv = 449;  // x86_64 and the generic table alike
-#else
-constexpr long sys_futex_waitv = SYS_futex_waitv;
-#endif
-struct waitv_entry {  // struct futex_waitv
-    uint64_t val;
-    uint64_t uaddr;
-    uint32_t flags;
-    uint32_t reserved;
-};
-constexpr uint32_t futex_size_32 = 0x02;  // FUTEX2_SIZE_U32; shared (not private): jakirod wakes
 std::atomic<bool> waitv_missing{false};
 
 // destroy_cq and resize_cq take it alone before they unmap a ring; a nap holds it shared while
@@ -86,31 +69,6 @@ timespec monotonic_after(long ns) {
     return t;
 }
 
-// One wait on the napping words of `n` rings until any producer moves from its `seen` or the
-// nap's length passes; false if the kernel has no futex_waitv.
-bool nap_on_all(verbs_proto::cq_ring_header* const* rings, const uint32_t* seen, unsigned n) {
-    waitv_entry waits[max_cqs];
-    for (unsigned i = 0; i < n; ++i) {
-        verbs_proto::shared_index(rings[i]->poller_napping).store(1, std::memory_order_relaxed);
-        waits[i] = {1, reinterpret_cast<uint64_t>(&rings[i]->poller_napping), futex_size_32, 0};
-    }
-    std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with wake_napping_poller's
-    bool moved = false;
-    for (unsigned i = 0; i < n && !moved; ++i) {
-        moved = verbs_proto::load_producer_acquire(*rings[i]) != seen[i];
-    }
-    bool supported = true;
-    if (!moved) {
-        const timespec until = monotonic_after(nap_ns);
-        supported = !(syscall(sys_futex_waitv, waits, n, 0, &until, CLOCK_MONOTONIC) < 0 &&
-                      errno == ENOSYS);
-    }
-    for (unsigned i = 0; i < n; ++i) {  // no wake for a nap that is over
-        verbs_proto::shared_index(rings[i]->poller_napping).store(0, std::memory_order_relaxed);
-    }
-    return supported;
-}
-
 // The nap, under rings_lock (shared).
 void nap_holding_lock() {
     forget_if_retired();
@@ -131,7 +89,7 @@ void nap_holding_lock() {
         return;  // what it remembered was retired meanwhile: it polls again
     }
     if (n > 1 && !waitv_missing.load(std::memory_order_relaxed)) {
-        if (nap_on_all(rings, seen, n)) {
+        if (verbs_proto::nap_until_any_completion(rings, seen, n, monotonic_after(nap_ns))) {
             return;
         }
         waitv_missing.store(true, std::memory_order_relaxed);
