@@ -404,7 +404,7 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
         return true;
     };
 
-    // Faces of vNICs over their packet rate, unread until it refills (a burst's worth): out of
+    // Faces of vNICs over their packet rate, unread until it refills (release_frames): out of
     // the faces' epoll set and every worker's watch of the frame sources meanwhile, so that neither
     // a poll nor a sleep hears of their frames.
     struct held_face {
@@ -428,8 +428,9 @@ void run_lcore_loop(tables_publisher& publisher, unsigned worker_id, worker_cont
             // Gone (a live change removed the vNIC or gave it another port): a new face is
             // heard from the start, and this one's descriptor may be another's by now.
             const bool gone = tables.vnic_of_port[h.port] != h.slot;
-            if (!gone && (ctx.packet_rates.available(h.slot, tables.vnics[h.slot].max_packet_rate,
-                                                     ns) < rx_burst_size ||
+            const uint32_t rate = tables.vnics[h.slot].max_packet_rate;
+            if (!gone && (ctx.packet_rates.available(h.slot, rate, ns) <
+                              packet_rate_buckets::release_frames(rate) ||
                           (ctx.shaper != nullptr && !ctx.shaper->tcp_queue_drained(h.slot)))) {
                 ++i;
                 continue;

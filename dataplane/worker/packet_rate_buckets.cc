@@ -6,14 +6,21 @@ namespace jakiro {
 
 namespace {
 
+uint64_t burst_frames_of(uint32_t per_s) {
+    return std::max<uint64_t>(packet_rate_buckets::min_burst,
+                              uint64_t{per_s} * packet_rate_buckets::burst_ns / 1'000'000'000);
+}
+
 int64_t burst_units_of(uint32_t per_s, int64_t units_per_frame) {
-    const uint64_t burst =
-        std::max<uint64_t>(packet_rate_buckets::min_burst,
-                           uint64_t{per_s} * packet_rate_buckets::burst_ns / 1'000'000'000);
-    return static_cast<int64_t>(burst) * units_per_frame;
+    return static_cast<int64_t>(burst_frames_of(per_s)) * units_per_frame;
 }
 
 }  // namespace
+
+uint32_t packet_rate_buckets::release_frames(uint32_t per_s) {
+    const uint64_t frames = uint64_t{per_s} * release_ns / 1'000'000'000;
+    return static_cast<uint32_t>(std::clamp<uint64_t>(frames, min_burst, burst_frames_of(per_s)));
+}
 
 uint32_t packet_rate_buckets::available(uint16_t slot, uint32_t per_s, uint64_t now_ns) {
     bucket& b = _buckets[slot];
