@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <mutex>
 
 namespace jakiro::verbs_shim::idle_backoff {
 
@@ -29,6 +30,19 @@ std::atomic<bool> waitv_missing{false};
 // forgets them before it touches any.
 pthread_rwlock_t rings_lock = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
 std::atomic<uint64_t> generation{0};
+
+// A child forked while another thread napped inherits the lock held by a reader that does not
+// exist in it: its first destroy_cq would wait for good. Only the forking thread lives on in
+// the child, and it was not napping (fork is not called from a nap), so the child starts with
+// the lock free.
+void free_lock_in_child() {
+    pthread_rwlockattr_t attr;
+    pthread_rwlockattr_init(&attr);
+    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&rings_lock, &attr);
+    pthread_rwlockattr_destroy(&attr);
+}
+std::once_flag fork_handler;
 
 struct remembered {
     verbs_proto::cq_ring_header* ring;
@@ -135,6 +149,8 @@ void nap() {
     if (!naps_enabled()) {
         return;
     }
+    // Registered before the first nap: until then no thread can hold the lock at a fork.
+    std::call_once(fork_handler, [] { pthread_atfork(nullptr, nullptr, free_lock_in_child); });
     pthread_rwlock_rdlock(&rings_lock);
     nap_holding_lock();
     pthread_rwlock_unlock(&rings_lock);

@@ -4,6 +4,9 @@
 #include "verbs_shim/idle_backoff.hh"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -140,6 +143,58 @@ TEST(IdleBackoff, ThreadsNappingWithoutPauseDoNotKeepARetirementWaiting) {
     }
     EXPECT_EQ(napping.load(), pollers) << "not every poller napped";
     EXPECT_TRUE(in_time) << "the retirement waited for the polling to stop";
+}
+
+// A program that forks while one of its threads naps (an MPI launcher, a shell-out): the child
+// has only the forking thread, and its destroy_cq must not wait for the parent's napper.
+TEST(IdleBackoff, AChildForkedDuringAnotherThreadsNapCanRetireRings) {
+    auto cq = rings(1);
+    std::atomic<bool> stop{false};
+    std::atomic<bool> napping{false};
+    std::thread napper([&] {
+        idle_backoff::on_progress();
+        while (!stop.load()) {
+            if (idle_backoff::after_empty_poll(cq[0], 0)) {
+                napping = true;
+                idle_backoff::nap();
+            }
+        }
+    });
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!napping.load() && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::yield();
+    }
+    ASSERT_TRUE(napping.load());
+    // The napper holds the lock nearly all the time: most forks catch it held.
+    constexpr int forks = 40;
+    int stuck = 0;
+    int failed = 0;
+    for (int i = 0; i < forks; ++i) {
+        const pid_t child = fork();
+        if (child == 0) {
+            idle_backoff::retire_cq_rings();
+            _exit(0);
+        }
+        ASSERT_GT(child, 0);
+        int status = 0;
+        pid_t done = 0;
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+        while ((done = waitpid(child, &status, WNOHANG)) == 0 &&
+               std::chrono::steady_clock::now() < until) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        if (done == 0) {
+            ++stuck;
+            kill(child, SIGKILL);
+            waitpid(child, &status, 0);
+        } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            ++failed;
+        }
+    }
+    stop = true;
+    napper.join();
+    EXPECT_EQ(stuck, 0) << "children whose retirement waited for a napper they do not have";
+    EXPECT_EQ(failed, 0);
 }
 
 }  // namespace
