@@ -878,22 +878,26 @@ bool engine::prepare_sleep() {
         }
     }
     verbs_proto::fence_after_wanting_doorbell();
-    for (std::size_t vnic = 0; vnic < _turns.size(); ++vnic) {
+    bool work = false;
+    for (std::size_t vnic = 0; vnic < _turns.size() && !work; ++vnic) {
         if (waits_for_allowance(vnic)) {
             continue;
         }
         const auto* page = _doorbells.page_of(static_cast<uint16_t>(vnic));
-        bool work = page != nullptr && verbs_proto::anything_posted(*page);
+        work = page != nullptr && verbs_proto::anything_posted(*page);
         const vnic_turns& turns = _turns[vnic];
         for (std::size_t i = 0; i < turns.size && !work; ++i) {
             work = turns.at(i)->has_work();
         }
-        if (work) {
-            after_sleep();
-            return false;
-        }
     }
-    return !_calls_pending.load(std::memory_order_acquire);
+    // A call queued meanwhile is work too. Either way the worker stays up, so nothing it just
+    // asked of the shims may stay asked: pages saying it sleeps and QPs wanting the doorbell
+    // would have every post ring one (a system call) until its next sleep.
+    if (work || _calls_pending.load(std::memory_order_acquire)) {
+        after_sleep();
+        return false;
+    }
+    return true;
 }
 
 void engine::sleep(uint64_t us) {
