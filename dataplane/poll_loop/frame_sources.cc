@@ -70,6 +70,11 @@ bool is_ignored(int fd) {
     return std::find(ignored_fds.begin(), ignored_fds.end(), fd) != ignored_fds.end();
 }
 
+void copy_ignored(std::vector<int>& fds) {
+    const std::lock_guard lock(ignored_mutex);
+    fds.assign(ignored_fds.begin(), ignored_fds.end());
+}
+
 uint64_t ignored_generation() {
     return ignored_changes.load(std::memory_order_acquire);
 }
@@ -99,7 +104,7 @@ void frame_source_set::refresh(uint64_t publication, const std::vector<int>& oth
 
 void frame_source_set::scan(const std::vector<int>& others) {
     _scanned = std::chrono::steady_clock::now();
-    std::unordered_map<int, std::string> found;
+    std::unordered_map<int, source> found;
     DIR* dir = opendir("/proc/self/fd");
     if (dir == nullptr) {
         return;
@@ -114,12 +119,12 @@ void frame_source_set::scan(const std::vector<int>& others) {
         }
         std::string link = link_of(fd);
         const auto known = _watched.find(fd);
-        if (known != _watched.end() && known->second == link) {
-            found.emplace(fd, std::move(link));  // the same file: asked about once
+        if (known != _watched.end() && known->second.link == link) {
+            found.emplace(fd, known->second);  // the same file: asked about once
             continue;
         }
-        const bool source = link.starts_with("socket:") ? is_packet_socket(fd) : is_tun(link);
-        if (!source) {
+        const bool frames = link.starts_with("socket:") ? is_packet_socket(fd) : is_tun(link);
+        if (!frames) {
             continue;
         }
         epoll_event ev{};
@@ -128,11 +133,11 @@ void frame_source_set::scan(const std::vector<int>& others) {
         // A reused number: the closed file left the set by itself, the new one joins it.
         if (epoll_ctl(_epoll_fd, EPOLL_CTL_ADD, fd, &ev) == 0 ||
             (errno == EEXIST && epoll_ctl(_epoll_fd, EPOLL_CTL_MOD, fd, &ev) == 0)) {
-            found.emplace(fd, std::move(link));
+            found.emplace(fd, source{std::move(link), false});
         }
     }
     closedir(dir);
-    for (const auto& [fd, link] : _watched) {
+    for (const auto& [fd, watched] : _watched) {
         if (!found.contains(fd)) {
             epoll_ctl(_epoll_fd, EPOLL_CTL_DEL, fd, nullptr);  // ENOENT/EBADF if it was closed
         }
@@ -142,12 +147,21 @@ void frame_source_set::scan(const std::vector<int>& others) {
 }
 
 void frame_source_set::apply_ignored() {
+    // The generation first: a change after the copy moves it again and is applied next time.
     _ignored_generation = frame_sources::ignored_generation();
-    for (const auto& [fd, link] : _watched) {
+    frame_sources::copy_ignored(_ignored);
+    for (auto& [fd, watched] : _watched) {
+        const bool ignored = std::find(_ignored.begin(), _ignored.end(), fd) != _ignored.end();
+        if (ignored == watched.ignored) {
+            continue;
+        }
         epoll_event ev{};
-        ev.events = frame_sources::is_ignored(fd) ? 0u : static_cast<uint32_t>(EPOLLIN);
+        ev.events = ignored ? 0u : static_cast<uint32_t>(EPOLLIN);
         ev.data.fd = fd;
-        epoll_ctl(_epoll_fd, EPOLL_CTL_MOD, fd, &ev);
+        if (epoll_ctl(_epoll_fd, EPOLL_CTL_MOD, fd, &ev) == 0) {
+            watched.ignored = ignored;
+            ++_ignore_changes;
+        }
     }
 }
 

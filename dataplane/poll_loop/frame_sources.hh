@@ -26,6 +26,8 @@ namespace frame_sources {
 bool is_frame_source(int fd);
 void ignore(int fd, bool ignored);
 bool is_ignored(int fd);
+// The ignored sockets now, into `fds` (its capacity kept: no allocation once it has grown).
+void copy_ignored(std::vector<int>& fds);
 // Moves on every change of the ignored set.
 uint64_t ignored_generation();
 }  // namespace frame_sources
@@ -50,15 +52,25 @@ class frame_source_set {
     bool stale(uint64_t publication) const { return publication != _publication; }
     // How many sources are watched (tests, logs).
     std::size_t size() const { return _watched.size(); }
+    // Sources taken out of the set or put back (one epoll_ctl each), ever (tests).
+    uint64_t ignore_changes() const { return _ignore_changes; }
 
   private:
+    struct source {
+        std::string link;  // what /proc/self/fd says it is ("socket:[inode]")
+        bool ignored = false;
+    };
+
     void scan(const std::vector<int>& others);
+    // Only the sources whose state changed: one vNIC held and released hundreds of times a
+    // second must not cost each sleeping worker a system call per socket of the host each time.
     void apply_ignored();
 
     int _epoll_fd = -1;
-    // fd -> what /proc/self/fd says it is ("socket:[inode]"): an fd closed and reused for
-    // another socket reads differently and is added again.
-    std::unordered_map<int, std::string> _watched;
+    // By fd: an fd closed and reused for another socket reads differently and is added again.
+    std::unordered_map<int, source> _watched;
+    std::vector<int> _ignored;  // apply_ignored's copy of the ignored set
+    uint64_t _ignore_changes = 0;
     uint64_t _publication = UINT64_MAX;
     uint64_t _ignored_generation = 0;
     std::chrono::steady_clock::time_point _scanned{};
