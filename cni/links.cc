@@ -21,29 +21,30 @@ namespace {
 
 constexpr int ip_timeout_ms = 10000;
 
-const char* ip_binary() {
-    for (const char* path : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
-        if (access(path, X_OK) == 0) {
+// `name` where Debian installs it, or else as PATH finds it.
+std::string binary(const std::string& name) {
+    for (const char* dir : {"/usr/sbin/", "/sbin/", "/usr/bin/", "/bin/"}) {
+        std::string path = dir + name;
+        if (access(path.c_str(), X_OK) == 0) {
             return path;
         }
     }
-    return "ip";
+    return name;
 }
 
 std::string prefix_text(uint32_t ip, uint8_t length) {
     return format_ipv4(ip) + "/" + std::to_string(int{length});
 }
 
-}  // namespace
-
-bool run_ip(const std::string& netns, const std::vector<std::string>& args, std::string& output,
-            std::string& error) {
+// Runs `name ARGS...` in `netns` (run_ip's contract, for any of iproute2's and ethtool's tools).
+bool run_tool(const std::string& name, const std::string& netns,
+              const std::vector<std::string>& args, std::string& output, std::string& error) {
     int out[2];
     if (pipe2(out, O_CLOEXEC) != 0) {
         error = std::string("pipe: ") + std::strerror(errno);
         return false;
     }
-    std::vector<std::string> argv_text{ip_binary()};
+    std::vector<std::string> argv_text{binary(name)};
     argv_text.insert(argv_text.end(), args.begin(), args.end());
     std::vector<char*> argv;
     argv.reserve(argv_text.size() + 1);
@@ -70,7 +71,7 @@ bool run_ip(const std::string& netns, const std::vector<std::string>& args, std:
             }
         }
         execv(argv[0], argv.data());
-        execvp("ip", argv.data());
+        execvp(name.c_str(), argv.data());
         _exit(127);
     }
     close(out[1]);
@@ -100,14 +101,15 @@ bool run_ip(const std::string& netns, const std::vector<std::string>& args, std:
     waitpid(pid, &status, 0);
     output = text;
     if (timed_out) {
-        error = "ip " + (args.empty() ? std::string() : args[0]) + " did not finish within 10 s";
+        error =
+            name + " " + (args.empty() ? std::string() : args[0]) + " did not finish within 10 s";
         return false;
     }
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         while (!text.empty() && text.back() == '\n') {
             text.pop_back();
         }
-        std::string cmd = "ip";
+        std::string cmd = name;
         for (const auto& a : args) {
             cmd += " " + a;
         }
@@ -115,6 +117,13 @@ bool run_ip(const std::string& netns, const std::vector<std::string>& args, std:
         return false;
     }
     return true;
+}
+
+}  // namespace
+
+bool run_ip(const std::string& netns, const std::vector<std::string>& args, std::string& output,
+            std::string& error) {
+    return run_tool("ip", netns, args, output, error);
 }
 
 bool netns_usable(const std::string& netns, std::string& error) {
@@ -165,8 +174,25 @@ bool create_face(const container_face& face, std::string& error) {
     if (!run_ip("", {"link", "set", temp, "netns", face.netns}, output, error)) {
         return undo(error);
     }
+    if (!run_ip(face.netns, {"link", "set", temp, "name", face.ifname, "address", face.mac}, output,
+                error)) {
+        return undo(error);
+    }
+    // The container's kernel cuts its own super-frames of every kind but TCP's (UDP GSO sends,
+    // as QUIC stacks make them, tunnels, SCTP, frag lists), as behind a NIC that offloads only
+    // TCP segmentation: a vnet face takes TCP super-frames and no others
+    // (vnet_face/vnet_header.hh), and a veth offers them all by default.
+    std::vector<std::string> offloads_off{"-K", face.ifname};
+    for (const char* feature :
+         {"tx-udp-segmentation", "tx-udp_tnl-segmentation", "tx-udp_tnl-csum-segmentation",
+          "tx-gre-segmentation", "tx-gre-csum-segmentation", "tx-ipxip4-segmentation",
+          "tx-ipxip6-segmentation", "tx-sctp-segmentation", "tx-gso-list"}) {
+        offloads_off.insert(offloads_off.end(), {feature, "off"});
+    }
+    if (!run_tool("ethtool", face.netns, offloads_off, output, error)) {
+        return undo(error);
+    }
     std::vector<std::vector<std::string>> inside = {
-        {"link", "set", temp, "name", face.ifname, "address", face.mac},
         {"addr", "add", prefix_text(face.ip, face.length), "dev", face.ifname},
         {"link", "set", face.ifname, "up"},
     };

@@ -1,7 +1,8 @@
 #pragma once
 // The container's interface: a veth whose host end is the vNIC's port (named as the vNIC) and
-// whose other end is CNI_IFNAME in the container's namespace. Made with iproute2's `ip`, run in
-// either namespace (setns before exec), each call bounded in time.
+// whose other end is CNI_IFNAME in the container's namespace. Made with iproute2's `ip` (and
+// `ethtool` for its offloads), run in either namespace (setns before exec), each call bounded in
+// time.
 
 #include <cstdint>
 #include <optional>
@@ -31,7 +32,9 @@ bool run_ip(const std::string& netns, const std::vector<std::string>& args, std:
 // Whether `netns` is a network namespace this process can enter.
 bool netns_usable(const std::string& netns, std::string& error);
 
-// Creates the veth, moves and names its end, sets MAC, MTU, address, routes, brings both up.
+// Creates the veth, moves and names its end, sets MAC, MTU, address, routes, turns its
+// segmentation offloads other than TCP's off (the container's kernel cuts UDP GSO sends and
+// the like itself), brings both up.
 // On failure nothing is left (the host end is deleted, which deletes both).
 bool create_face(const container_face& face, std::string& error);
 

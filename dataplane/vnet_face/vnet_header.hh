@@ -53,7 +53,7 @@ constexpr uint32_t header_bytes = sizeof(virtio_net_hdr);  // 10: PACKET_VNET_HD
 enum class header_verdict : uint8_t {
     ok,
     bad_flags,         // flags other than NEEDS_CSUM / DATA_VALID
-    bad_gso_type,      // GSO other than TCPv4 and TCPv6 (UDP, USO): never offered to tenants
+    bad_gso_type,      // GSO other than TCPv4 and TCPv6: off on tenants' interfaces (cni/links.cc)
     bad_gso_size,      // gso_size 0, or GSO without NEEDS_CSUM
     bad_csum_offsets,  // csum_start/offset outside the frame or not where TCP's checksum is
     not_tcp_ipv4,      // GSO_TCPV4 (GSO_TCPV6) on a frame whose headers are not Ethernet/IPv4/TCP
