@@ -150,8 +150,8 @@ def test_rdma_between_hosts_travels_in_super_datagrams_and_arrives_intact():
     assert sent["h1"] > 2 * 1514, "h1 should send several RoCE frames per message"
 
 
-# Receives UDP on port 5320 until --expect datagrams came or 10 s passed; prints how many and
-# how many distinct payloads of each size.
+# Receives UDP on port 5320 until the given number of datagrams came or 10 s passed; prints
+# how many, how many distinct, and how many of each size.
 _UDP_SINK = ("import collections, socket, sys\n"
              "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
              "s.bind((sys.argv[1], 5320)); s.settimeout(10); print('ready', flush=True)\n"
@@ -163,8 +163,8 @@ _UDP_SINK = ("import collections, socket, sys\n"
              "    pass\n"
              "sizes = collections.Counter(len(d) for d in got)\n"
              "print(len(got), len(set(got)), dict(sizes), flush=True)\n")
-# Sends --sends datagrams of 3 segments of 1000 bytes each with UDP_SEGMENT (what QUIC stacks
-# do), every segment's bytes its own.
+# Makes the given number of UDP_SEGMENT sends (as QUIC stacks do) of 3 segments of 1000 bytes
+# each, every segment's bytes its own.
 _UDP_GSO_SOURCE = ("import socket, sys, time\n"
                    "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
                    "s.setsockopt(socket.SOL_UDP, 103, 1000)  # UDP_SEGMENT\n"
@@ -178,8 +178,8 @@ _UDP_GSO_SOURCE = ("import socket, sys, time\n"
 def test_a_tenants_udp_gso_sends_arrive_as_every_datagram_they_stand_for(where):
     """A tenant's UDP_SEGMENT send stands for gso_size datagrams. Its interface offers no UDP
     segmentation (a vnet face takes TCP super-frames only), so its own kernel cuts them, as
-    behind a NIC without USO, and every one arrives; before, each whole send was refused at the
-    face as a bad vnet header and nothing arrived."""
+    behind a NIC without USO, and every one arrives. With the veth's default the face would get
+    each send whole and refuse it as a bad vnet header: none would arrive."""
     src, dst, _, _ = PAIRS[where]
     features = ns(src, "ethtool", "-k", "eth0").stdout
     for off in ("tx-udp-segmentation", "tx-udp_tnl-segmentation", "tx-sctp-segmentation",
