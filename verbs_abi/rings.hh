@@ -516,18 +516,21 @@ inline void publish_wqes(uint32_t& producer_index, uint32_t producer) {
 inline uint32_t load_retired_acquire(const uint32_t& consumer_index) {
     return shared_index(consumer_index).load(std::memory_order_acquire);
 }
-// After publishing sends: must the shim ring (the QP is parked, or the worker sleeps)? The fence
-// pairs with fence_after_wanting_doorbell, so either jakirod sees the new producer or the shim
-// sees `doorbell_wanted` and rings the doorbell.
-inline bool doorbell_wanted_after_publish(const qp_ring_header& h) {
+// `doorbell_wanted` as the shim reads it after publishing. The fence pairs with
+// fence_after_wanting_doorbell, so either jakirod sees the new producer or the shim sees
+// `doorbell_wanted` and rings the doorbell.
+inline uint32_t doorbell_wanted_word_after_publish(const qp_ring_header& h) {
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    return shared_index(h.doorbell_wanted).load(std::memory_order_relaxed) != doorbell_not_wanted;
+    return shared_index(h.doorbell_wanted).load(std::memory_order_relaxed);
+}
+// After publishing sends: must the shim ring (the QP is parked, or the worker sleeps)?
+inline bool doorbell_wanted_after_publish(const qp_ring_header& h) {
+    return doorbell_wanted_word_after_publish(h) != doorbell_not_wanted;
 }
 // The same after publishing receives, which need the ring only when jakirod says so ("Receives"
 // above); any value but the two that say otherwise rings, as a shim of ring version 2 rings.
 inline bool doorbell_wanted_after_publishing_receives(const qp_ring_header& h) {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    const uint32_t wanted = shared_index(h.doorbell_wanted).load(std::memory_order_relaxed);
+    const uint32_t wanted = doorbell_wanted_word_after_publish(h);
     return wanted != doorbell_not_wanted && wanted != doorbell_for_sends;
 }
 

@@ -236,19 +236,6 @@ void ring_doorbell_if_wanted(const shim_qp& q) {
     }
 }
 
-namespace {
-
-// After publishing receives: as above, but only if jakirod wants receives rung too (a QP in
-// ERR flushes them); any other QP takes a receive when its message comes, so the post costs
-// neither a write to the page nor a wake-up (verbs_abi/rings.hh "Receives").
-void ring_doorbell_if_receives_wanted(const shim_qp& q) {
-    if (proto::doorbell_wanted_after_publishing_receives(*q.ring)) {
-        proto::ring_doorbell(*q.doorbell, q.qp.qp_num);
-    }
-}
-
-}  // namespace
-
 // States in which each queue accepts work (IB spec 10.8.2 via the rdma-core providers): the
 // send queue from RTS on (SQD and ERR too: the engine holds or flushes), the receive queue
 // from INIT on.
@@ -350,7 +337,12 @@ int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
             if (head != q->rq_head) {
                 q->rq_head = head;
                 proto::publish_wqes(q->ring->rq_producer, head);
-                ring_doorbell_if_receives_wanted(*q);
+                // Rung only if jakirod wants receives rung too (a QP in ERR flushes them); any
+                // other QP takes a receive when its message comes, so the post costs neither a
+                // write to the page nor a wake-up (verbs_abi/rings.hh "Receives").
+                if (proto::doorbell_wanted_after_publishing_receives(*q->ring)) {
+                    proto::ring_doorbell(*q->doorbell, q->qp.qp_num);
+                }
             }
         }
     }

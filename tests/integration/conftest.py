@@ -133,6 +133,42 @@ def ping(name, dst, count=3, timeout_s=2):
 # ---------------------------------------------------------------- the test bed's YAML
 
 
+# Receives UDP on port 5320 until the given number of datagrams came or 10 s passed; prints
+# how many, how many distinct, and how many of each size.
+_UDP_SINK = ("import collections, socket, sys\n"
+             "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+             "s.bind((sys.argv[1], 5320)); s.settimeout(10); print('ready', flush=True)\n"
+             "got = []\n"
+             "try:\n"
+             "    while len(got) < int(sys.argv[2]):\n"
+             "        got.append(s.recv(65535))\n"
+             "except socket.timeout:\n"
+             "    pass\n"
+             "sizes = collections.Counter(len(d) for d in got)\n"
+             "print(len(got), len(set(got)), dict(sizes), flush=True)\n")
+# Makes the given number of UDP_SEGMENT sends (as QUIC stacks do) of 3 segments of 1000 bytes
+# each, every segment's bytes its own.
+_UDP_GSO_SOURCE = ("import socket, sys, time\n"
+                   "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                   "s.setsockopt(socket.SOL_UDP, 103, 1000)  # UDP_SEGMENT\n"
+                   "for i in range(int(sys.argv[2])):\n"
+                   "    s.sendto(b''.join(b'%06d%06d' % (i, k) * 83 + b'....' for k in range(3)),\n"
+                   "             (sys.argv[1], 5320))\n"
+                   "    time.sleep(0.002)\n")
+
+
+def udp_gso_datagrams_received(src, dst, dst_ip, sends):
+    """`sends` UDP_SEGMENT sends of 3 x 1000 bytes from namespace `src` to `dst_ip` in `dst`:
+    (datagrams received, distinct payloads among them, {size: count})."""
+    with ns_bg(dst, PYTHON, "-c", _UDP_SINK, dst_ip, 3 * sends, stdout=subprocess.PIPE,
+               text=True) as sink:
+        assert sink.stdout.readline().strip() == "ready"
+        ns(src, PYTHON, "-c", _UDP_GSO_SOURCE, dst_ip, sends)
+        out, _ = sink.communicate(timeout=30)
+    received, distinct, sizes = out.split(maxsplit=2)
+    return int(received), int(distinct), sizes.strip()
+
+
 def host_config_with(tmp_path, vnic, extra, host="h1"):
     """`host`'s test-bed YAML, written under `tmp_path`, with the line of `vnic` changed:
     `extra` (flow-map entries, e.g. "netns: jk-h1-t1") added to it, or, with `extra` None,

@@ -8,14 +8,14 @@ and a loop of ADD/DEL leaves nothing (JAKIRO_CNI_LOOP containers; CI runs 50).
 
 import json
 import os
-import subprocess
 import time
 
 import pytest
 
 from cni_runtime import (DATA_DIR, add, address, cni, container_links, container_ns, leases,
                          network, vnic_links)
-from conftest import JAKIROCTL, PYTHON, http_server, jakiroctl, ns, ns_bg, ping, run
+from conftest import (JAKIROCTL, http_server, jakiroctl, ns, ping, run,
+                      udp_gso_datagrams_received)
 
 TESTBED_ARGS = ["--control", "etcd"]
 ETCD_URL = "http://198.18.0.250:2379"
@@ -87,25 +87,8 @@ def test_a_containers_udp_gso_sends_reach_a_container_on_another_host(containers
     features = ns("jk-cni-b1", "ethtool", "-k", "eth0").stdout
     assert "tx-udp-segmentation: off" in features and "tx-gso-list: off" in features
     assert "tx-tcp-segmentation: on" in features
-    sink = ("import socket, sys\n"
-            "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((sys.argv[1], 5320))\n"
-            "s.settimeout(10); print('ready', flush=True); got = set()\n"
-            "try:\n"
-            "    while len(got) < 30: got.add(s.recv(65535))\n"
-            "except socket.timeout: pass\n"
-            "print(len(got), sorted({len(d) for d in got}), flush=True)\n")
-    source = ("import socket, sys, time\n"
-              "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-              "s.setsockopt(socket.SOL_UDP, 103, 1000)  # UDP_SEGMENT\n"
-              "for i in range(10):\n"
-              "    s.sendto(b''.join(b'%04d%04d' % (i, k) * 125 for k in range(3)),\n"
-              "             (sys.argv[1], 5320)); time.sleep(0.002)\n")
-    with ns_bg("jk-cni-b2", PYTHON, "-c", sink, address(b2), stdout=subprocess.PIPE,
-               text=True) as receiver:
-        assert receiver.stdout.readline().strip() == "ready"
-        ns("jk-cni-b1", PYTHON, "-c", source, address(b2))
-        out, _ = receiver.communicate(timeout=30)
-    assert out.split() == ["30", "[1000]"]
+    assert udp_gso_datagrams_received("jk-cni-b1", "jk-cni-b2", address(b2), 10) == (
+        30, 30, "{1000: 30}")
 
 
 def test_security_groups_and_qos_come_from_the_config_and_the_containers_args(containers):

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conftest import (IP, T1, T2, T5, PYTHON, integrity_pair, iperf3_server, ns, ns_bg, stats,
-                      uplinks_cut_by_the_kernel, wait_listening)
+                      udp_gso_datagrams_received, uplinks_cut_by_the_kernel, wait_listening)
 
 pytestmark = pytest.mark.usefixtures("testbed")
 TESTBED_ARGS = ["--tenant-face", "vnet", "--uplink-face", "vnet"]
@@ -150,30 +150,6 @@ def test_rdma_between_hosts_travels_in_super_datagrams_and_arrives_intact():
     assert sent["h1"] > 2 * 1514, "h1 should send several RoCE frames per message"
 
 
-# Receives UDP on port 5320 until the given number of datagrams came or 10 s passed; prints
-# how many, how many distinct, and how many of each size.
-_UDP_SINK = ("import collections, socket, sys\n"
-             "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-             "s.bind((sys.argv[1], 5320)); s.settimeout(10); print('ready', flush=True)\n"
-             "got = []\n"
-             "try:\n"
-             "    while len(got) < int(sys.argv[2]):\n"
-             "        got.append(s.recv(65535))\n"
-             "except socket.timeout:\n"
-             "    pass\n"
-             "sizes = collections.Counter(len(d) for d in got)\n"
-             "print(len(got), len(set(got)), dict(sizes), flush=True)\n")
-# Makes the given number of UDP_SEGMENT sends (as QUIC stacks do) of 3 segments of 1000 bytes
-# each, every segment's bytes its own.
-_UDP_GSO_SOURCE = ("import socket, sys, time\n"
-                   "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-                   "s.setsockopt(socket.SOL_UDP, 103, 1000)  # UDP_SEGMENT\n"
-                   "for i in range(int(sys.argv[2])):\n"
-                   "    s.sendto(b''.join(b'%06d%06d' % (i, k) * 83 + b'....' for k in range(3)),\n"
-                   "             (sys.argv[1], 5320))\n"
-                   "    time.sleep(0.002)\n")
-
-
 @pytest.mark.parametrize("where", PAIRS)
 def test_a_tenants_udp_gso_sends_arrive_as_every_datagram_they_stand_for(where):
     """A tenant's UDP_SEGMENT send stands for gso_size datagrams. Its interface offers no UDP
@@ -187,11 +163,5 @@ def test_a_tenants_udp_gso_sends_arrive_as_every_datagram_they_stand_for(where):
         assert f"{off}: off" in features
     assert "tx-tcp-segmentation: on" in features, "TCP super-frames still come whole"
     sends = 20
-    with ns_bg(dst, PYTHON, "-c", _UDP_SINK, IP[dst], 3 * sends, stdout=subprocess.PIPE,
-               text=True) as sink:
-        assert sink.stdout.readline().strip() == "ready"
-        ns(src, PYTHON, "-c", _UDP_GSO_SOURCE, IP[dst], sends)
-        out, _ = sink.communicate(timeout=30)
-    received, distinct, sizes = out.split(maxsplit=2)
-    assert (int(received), int(distinct), sizes.strip()) == (3 * sends, 3 * sends,
-                                                             f"{{1000: {3 * sends}}}")
+    assert udp_gso_datagrams_received(src, dst, IP[dst], sends) == (3 * sends, 3 * sends,
+                                                                    f"{{1000: {3 * sends}}}")
