@@ -553,6 +553,8 @@ int main(int argc, char** argv) {
         }
         state.workers.push_back(ctx.get());
     }
+    // The uplink's worker sends every fabric frame (other workers hand theirs to it).
+    contexts[0]->tx.join_on_uplink(host.uplink_port());
     // The sealed overlay, on the uplink's worker (it receives and sends every fabric frame).
     std::string sealing_error;
     const std::unique_ptr<overlay::sealing::uplink_sealing> sealing =

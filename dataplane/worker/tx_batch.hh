@@ -20,6 +20,7 @@
 #include "dataplane/overlay/sealing/sealed_datagrams.hh"
 #include "dataplane/overlay/sealing/uplink_sealing.hh"
 #include "dataplane/overlay/superframe.hh"
+#include "dataplane/overlay/vxlan_datagrams.hh"
 #include "dataplane/port_io.hh"
 #include "dataplane/worker/clock.hh"
 #include "dataplane/worker/handoff.hh"
@@ -37,6 +38,10 @@ class tx_batch {
         _self = self;
     }
     void set_owner(uint16_t port, uint8_t worker) { _owner[port] = worker; }
+
+    // The uplink: what this batch sends there in plaintext is joined into UDP GSO
+    // super-datagrams where the uplink takes them (overlay/vxlan_datagrams.hh).
+    void join_on_uplink(uint16_t uplink) { _uplink = uplink; }
 
     // The sealed overlay: what this batch sends on `uplink` itself is sealed in bursts just
     // before it leaves (super-frames cut and sealed frames written into mbufs of `pool`) and,
@@ -128,6 +133,11 @@ class tx_batch {
             if (_sealing != nullptr && port == _sealed_port) {
                 sent = seal_and_send(port, queue, counters);
             } else {
+                if (port == _uplink && uplink_takes_udp_gso(port)) {
+                    // Datagrams already joined and left over from the last round stay as
+                    // they are: join_vxlan_datagrams passes them by.
+                    queue.count = overlay::join_vxlan_datagrams(queue.pkts, queue.count);
+                }
                 sent = port_tx_burst(port, queue.pkts, queue.count);
             }
         }
@@ -192,6 +202,7 @@ class tx_batch {
     uint16_t _pending_count = 0;
     worker_handoff* _handoff = nullptr;
     uint8_t _self = 0;
+    uint16_t _uplink = UINT16_MAX;
     overlay::sealing::uplink_sealing* _sealing = nullptr;
     uint16_t _sealed_port = UINT16_MAX;
     rte_mempool* _seal_pool = nullptr;

@@ -88,11 +88,12 @@ def capture_fabric(pcap, *extra):
 
 
 def capture_cut_transfer(pcap):
-    """A 2 s TCP stream t1 -> t2 with h1's ul0 offloads off (the kernel cuts what jakirod sends
-    as a NIC without offloads would), the fabric captured into `pcap` meanwhile: at most 3000
-    frames, whole, decoded afterwards (tshark decoding a line-rate transfer live could not keep
-    up on a loaded 2-core box; it ran past 90 s)."""
-    with uplinks_cut_by_the_kernel("jk-h1"):
+    """A 2 s TCP stream t1 -> t2 with both hosts' ul0 offloads off (the kernel cuts what each
+    jakirod sends as a NIC without offloads would: t1's data and t2's ACKs, which leave h2 as
+    UDP GSO datagrams too), the fabric captured into `pcap` meanwhile: at most 3000 frames,
+    whole, decoded afterwards (tshark decoding a line-rate transfer live could not keep up on a
+    loaded 2-core box; it ran past 90 s)."""
+    with uplinks_cut_by_the_kernel():
         capture = capture_fabric(pcap, "-c", "3000")
         time.sleep(1.5)  # tshark needs a moment before it captures
         with iperf3_server(T2):
