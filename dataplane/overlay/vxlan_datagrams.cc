@@ -42,6 +42,20 @@ bool plain_vxlan_frame(const rte_mbuf* m, outer& o) {
            rte_be_to_cpu_16(o.ip->total_length) + sizeof(rte_ether_hdr) == rte_pktmbuf_pkt_len(m);
 }
 
+// The outer headers of any IPv4/UDP frame, `m`'s first segment permitting: what a frame that
+// cannot join (a super-datagram already made, a chain, a frame with offloads) shares with the
+// datagram its flow is being gathered in.
+bool udp_outer(const rte_mbuf* m, outer& o) {
+    if (rte_pktmbuf_data_len(m) < gso_outer_bytes) {
+        return false;
+    }
+    o.eth = rte_pktmbuf_mtod(m, const rte_ether_hdr*);
+    o.ip = reinterpret_cast<const rte_ipv4_hdr*>(o.eth + 1);
+    o.udp = reinterpret_cast<const rte_udp_hdr*>(o.ip + 1);
+    return o.eth->ether_type == rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4) &&
+           o.ip->version_ihl == RTE_IPV4_VHL_DEF && o.ip->next_proto_id == IPPROTO_UDP;
+}
+
 // Whether the kernel, copying `head`'s outer headers onto every segment, makes `o`'s frame of
 // them: the same Ethernet header, addresses, TTL, TOS, DF and source port. The IPv4 id,
 // lengths and checksums it writes itself.
@@ -91,6 +105,17 @@ uint16_t join_vxlan_datagrams(rte_mbuf** pkts, uint16_t n) {
     for (uint16_t i = 0; i < n; ++i) {
         outer o;
         if (!plain_vxlan_frame(pkts[i], o)) {
+            // It leaves where it is: a datagram of its flow gathered so far must leave before
+            // it, and the flow's later frames behind it.
+            if (udp_outer(pkts[i], o)) {
+                for (unsigned g = 0; g < open_count; ++g) {
+                    if (same_outer(open[g].head_outer, o)) {
+                        finish(open[g]);
+                        open[g] = open[--open_count];
+                        break;
+                    }
+                }
+            }
             continue;
         }
         const uint32_t chunk = rte_pktmbuf_pkt_len(pkts[i]) - gso_outer_bytes;

@@ -10,8 +10,9 @@
 // The frames of a burst interleave their flows (a tenant sending from several sockets, ACKs
 // between data), so frames are gathered per outer flow, not only in consecutive runs. A flow's
 // frames keep their order: a datagram goes where its first frame was, and a flow's frame that
-// cannot join (another size, or a datagram full) ends that datagram, so its later frames go
-// behind it. Frames of different flows may pass one another, as on any multi-queue NIC.
+// cannot join (another size, a datagram full, or one that stays as it is: a RoCE datagram the
+// RNIC built, a tunnel super-frame) ends that datagram, so its later frames go behind it.
+// Frames of different flows may pass one another, as on any multi-queue NIC.
 //
 // Pure mbuf logic: in place, no allocation.
 

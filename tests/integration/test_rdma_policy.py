@@ -25,7 +25,7 @@ from scapy.layers.vxlan import VXLAN
 from scapy.utils import rdpcap
 
 from conftest import (IP, PYTHON, T1, T2, T5, drops, jakiroctl, neighbor_mac, ns, ping,
-                      send_frames, stop, wait_listening, wait_until)
+                      send_frames, stop, uplinks_cut_by_the_kernel, wait_listening, wait_until)
 from test_qos import finish
 from test_rdma_rc import JAKIRO_RUN, shim_env
 from test_secgroups import policy  # noqa: F401 (a fixture)
@@ -139,32 +139,35 @@ def test_crafted_rocev2_on_the_ethernet_face_goes_nowhere(tmp_path):
     src_mac = json.loads(ns(T1, "ip", "-j", "link", "show", "eth0").stdout)[0]["address"]
     before = drops("h1").get("tenant_roce", 0)
     pcap = tmp_path / "br0.pcap"
-    capture = subprocess.Popen(["ip", "netns", "exec", "jk-fabric", "tcpdump", "-i", "br0",
-                                "-U", "-w", str(pcap), "udp", "port", "4789"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    listeners = {}
-    try:
-        for tenant in (T2, T5):
-            listeners[tenant] = subprocess.Popen(
-                ["ip", "netns", "exec", tenant, PYTHON, "-c", _LISTEN, "6"],
-                stdout=subprocess.PIPE, text=True)
-            assert listeners[tenant].stdout.readline().strip() == "ready"
-        time.sleep(0.5)  # tcpdump up
-        frames = []
-        for dst in (T2, T5):
-            frames += [rocev2_write(IP[dst], 50000, 4791, gw[dst], src_mac)] * 5  # RoCE
-            frames += [rocev2_write(IP[dst], 4791, 4791, gw[dst], src_mac)] * 2   # "responses"
-            frames += [rocev2_write(IP[dst], 50000, 4792, gw[dst], src_mac)] * 3  # control
-        send_frames(T1, "eth0", frames)
-        got = {}
-        for tenant, p in listeners.items():
-            out, _ = p.communicate(timeout=20)
-            got[tenant] = [line.split()[0] for line in out.splitlines() if line.strip()]
-    finally:
-        for p in listeners.values():
-            stop(p)
-        time.sleep(0.5)
-        stop(capture)
+    # The kernel cuts what the uplinks send (as a NIC without offloads would): the capture
+    # sees every frame on its own, as a wire carries them, not UDP GSO datagrams of several.
+    with uplinks_cut_by_the_kernel():
+        capture = subprocess.Popen(["ip", "netns", "exec", "jk-fabric", "tcpdump", "-i", "br0",
+                                    "-U", "-w", str(pcap), "udp", "port", "4789"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        listeners = {}
+        try:
+            for tenant in (T2, T5):
+                listeners[tenant] = subprocess.Popen(
+                    ["ip", "netns", "exec", tenant, PYTHON, "-c", _LISTEN, "6"],
+                    stdout=subprocess.PIPE, text=True)
+                assert listeners[tenant].stdout.readline().strip() == "ready"
+            time.sleep(0.5)  # tcpdump up
+            frames = []
+            for dst in (T2, T5):
+                frames += [rocev2_write(IP[dst], 50000, 4791, gw[dst], src_mac)] * 5  # RoCE
+                frames += [rocev2_write(IP[dst], 4791, 4791, gw[dst], src_mac)] * 2   # "responses"
+                frames += [rocev2_write(IP[dst], 50000, 4792, gw[dst], src_mac)] * 3  # control
+            send_frames(T1, "eth0", frames)
+            got = {}
+            for tenant, p in listeners.items():
+                out, _ = p.communicate(timeout=20)
+                got[tenant] = [line.split()[0] for line in out.splitlines() if line.strip()]
+        finally:
+            for p in listeners.values():
+                stop(p)
+            time.sleep(0.5)
+            stop(capture)
     dropped = drops("h1").get("tenant_roce", 0) - before
     print(f"\nreceived: {got}; tenant_roce drops on h1: {dropped}")
     for tenant in (T2, T5):

@@ -168,6 +168,32 @@ TEST_F(VxlanDatagramsTest, FramesThatCannotCrossAsADatagramStayAsTheyAre) {
     }
 }
 
+TEST_F(VxlanDatagramsTest, AFrameThatStaysAsItIsKeepsItsFlowsFramesOnEitherSide) {
+    // A RoCE QP's single packets around a datagram the RNIC built for the same QP (offloads
+    // asked for: it stays as it is); another flow's frames around them all.
+    std::vector<rte_mbuf*> burst;
+    std::vector<std::vector<uint8_t>> sent;
+    auto add = [&](rte_mbuf* m) {
+        burst.push_back(m);
+        sent.push_back(bytes_of(m));
+    };
+    add(vxlan_frame(50000, 18, 1000));
+    add(vxlan_frame(50001, 18, 1001));
+    add(vxlan_frame(50000, 18, 1000));
+    rte_mbuf* built = vxlan_frame(50000, 18, 1000);
+    mark_udp_gso(built, rte_pktmbuf_pkt_len(built) - gso_outer_bytes);
+    add(built);
+    add(vxlan_frame(50001, 18, 1001));
+    add(vxlan_frame(50000, 18, 1000));
+    add(vxlan_frame(50000, 18, 1000));
+    const uint16_t n = join_vxlan_datagrams(burst.data(), static_cast<uint16_t>(burst.size()));
+    ASSERT_EQ(n, 4) << "flow 50000: two frames, the built one, two frames; flow 50001 in one";
+    EXPECT_EQ(burst[0]->nb_segs, 2);
+    EXPECT_EQ(burst[2], built);
+    EXPECT_EQ(burst[3]->nb_segs, 2);
+    expect_each_flow_in_order(sent, wire_frames(burst.data(), n));
+}
+
 TEST_F(VxlanDatagramsTest, ADatagramLeftOverFromAnEarlierRoundIsNotJoinedAgain) {
     std::vector<rte_mbuf*> burst;
     std::vector<std::vector<uint8_t>> sent;
