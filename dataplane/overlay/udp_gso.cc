@@ -33,6 +33,35 @@ void copy_from(uint8_t* to, const uint8_t* head, uint32_t head_len, const uint8_
 
 }  // namespace
 
+bool parse_outer_headers(const rte_mbuf* m, outer_headers& o) {
+    if (rte_pktmbuf_data_len(m) < gso_outer_bytes) {
+        return false;
+    }
+    o.eth = rte_pktmbuf_mtod(m, const rte_ether_hdr*);
+    o.ip = reinterpret_cast<const rte_ipv4_hdr*>(o.eth + 1);
+    o.udp = reinterpret_cast<const rte_udp_hdr*>(o.ip + 1);
+    return o.eth->ether_type == rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4) &&
+           o.ip->version_ihl == RTE_IPV4_VHL_DEF && o.ip->next_proto_id == IPPROTO_UDP;
+}
+
+bool joinable_frame(const rte_mbuf* m, uint16_t udp_port, uint32_t min_len, outer_headers& o) {
+    return m->nb_segs == 1 && (m->ol_flags & RTE_MBUF_F_TX_OFFLOAD_MASK) == 0 &&
+           rte_pktmbuf_data_len(m) >= min_len && parse_outer_headers(m, o) &&
+           (rte_be_to_cpu_16(o.ip->fragment_offset) &
+            (RTE_IPV4_HDR_OFFSET_MASK | RTE_IPV4_HDR_MF_FLAG)) == 0 &&
+           o.udp->dst_port == rte_cpu_to_be_16(udp_port) &&
+           rte_be_to_cpu_16(o.ip->total_length) + sizeof(rte_ether_hdr) == rte_pktmbuf_pkt_len(m);
+}
+
+bool same_outer_headers(const outer_headers& head, const outer_headers& o) {
+    return std::memcmp(head.eth, o.eth, sizeof(rte_ether_hdr)) == 0 &&
+           head.ip->src_addr == o.ip->src_addr && head.ip->dst_addr == o.ip->dst_addr &&
+           head.ip->type_of_service == o.ip->type_of_service &&
+           head.ip->time_to_live == o.ip->time_to_live &&
+           head.ip->fragment_offset == o.ip->fragment_offset &&
+           head.udp->src_port == o.udp->src_port;
+}
+
 void set_outer_lengths(uint8_t* frame, uint32_t len, bool super_datagram) {
     auto* ip = reinterpret_cast<rte_ipv4_hdr*>(frame + ip_offset);
     auto* udp = reinterpret_cast<rte_udp_hdr*>(frame + udp_offset);

@@ -14,8 +14,11 @@
 //
 // Pure mbuf logic: no socket, no EAL state beyond the pool handed in.
 
+#include <rte_ether.h>
+#include <rte_ip.h>
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
+#include <rte_udp.h>
 
 #include <cstdint>
 
@@ -28,6 +31,27 @@ constexpr uint32_t max_gso_chunk_bytes = UINT16_MAX - 20 - 8;
 // A received super-datagram of more chunks than this is refused (what we send has at most
 // overlay::max_segments; the kernel's UDP_MAX_SEGMENTS is larger).
 constexpr uint16_t max_gso_chunks = 64;
+
+// The outer Ethernet/IPv4/UDP headers of a frame in its first segment: what a super-datagram
+// carries once for all its chunks.
+struct outer_headers {
+    const rte_ether_hdr* eth;
+    const rte_ipv4_hdr* ip;
+    const rte_udp_hdr* udp;
+};
+
+// `m`'s outer headers when its first segment starts with Ethernet/IPv4 (no options)/UDP.
+bool parse_outer_headers(const rte_mbuf* m, outer_headers& o);
+
+// Whether `m` may be a chunk of a super-datagram, and its outer headers if so: one buffer of
+// at least `min_len` bytes, no offload asked for, Ethernet/IPv4 without options or fragments/
+// UDP to `udp_port`, and an IPv4 length that says where it ends.
+bool joinable_frame(const rte_mbuf* m, uint16_t udp_port, uint32_t min_len, outer_headers& o);
+
+// Whether the kernel, copying `head`'s outer headers onto every segment, makes `o`'s frame of
+// them: the same Ethernet header, addresses, TTL, TOS, DF and source port. The IPv4 id,
+// lengths and checksums it writes itself.
+bool same_outer_headers(const outer_headers& head, const outer_headers& o);
 
 // How many chunks of `chunk` bytes one super-datagram holds in an mbuf of `pool`: IPv4's
 // length, max_gso_chunks and the mbuf's room bound it (0: not even one fits).

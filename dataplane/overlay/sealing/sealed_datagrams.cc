@@ -15,41 +15,9 @@ namespace jakiro::overlay::sealing {
 
 namespace {
 
-struct outer {
-    const rte_ether_hdr* eth;
-    const rte_ipv4_hdr* ip;
-    const rte_udp_hdr* udp;
-};
-
-// The outer headers of `m` when it is a sealed frame a datagram may carry: one buffer, no
-// offload asked for, Ethernet/IPv4 without options or fragments/UDP to the ESP port, and an
-// IPv4 length that says where it ends.
-bool sealed_frame(const rte_mbuf* m, outer& o) {
-    if (m->nb_segs != 1 || (m->ol_flags & RTE_MBUF_F_TX_OFFLOAD_MASK) != 0 ||
-        rte_pktmbuf_data_len(m) < gso_outer_bytes + gcm_burst::min_esp_len) {
-        return false;
-    }
-    o.eth = rte_pktmbuf_mtod(m, const rte_ether_hdr*);
-    o.ip = reinterpret_cast<const rte_ipv4_hdr*>(o.eth + 1);
-    o.udp = reinterpret_cast<const rte_udp_hdr*>(o.ip + 1);
-    return o.eth->ether_type == rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4) &&
-           o.ip->version_ihl == RTE_IPV4_VHL_DEF && o.ip->next_proto_id == IPPROTO_UDP &&
-           (rte_be_to_cpu_16(o.ip->fragment_offset) &
-            (RTE_IPV4_HDR_OFFSET_MASK | RTE_IPV4_HDR_MF_FLAG)) == 0 &&
-           o.udp->dst_port == rte_cpu_to_be_16(esp_udp_port) &&
-           rte_be_to_cpu_16(o.ip->total_length) + sizeof(rte_ether_hdr) == rte_pktmbuf_pkt_len(m);
-}
-
-// Whether the kernel, copying `head`'s outer headers onto every segment, makes `o`'s frame of
-// them: the same Ethernet header, addresses, TTL, TOS, DF and ports. The IPv4 id, lengths and
-// checksums it writes itself.
-bool same_outer(const outer& head, const outer& o) {
-    return std::memcmp(head.eth, o.eth, sizeof(rte_ether_hdr)) == 0 &&
-           head.ip->src_addr == o.ip->src_addr && head.ip->dst_addr == o.ip->dst_addr &&
-           head.ip->type_of_service == o.ip->type_of_service &&
-           head.ip->time_to_live == o.ip->time_to_live &&
-           head.ip->fragment_offset == o.ip->fragment_offset &&
-           head.udp->src_port == o.udp->src_port;
+// A sealed frame a datagram may carry: to the ESP port, at least one ESP payload long.
+bool sealed_frame(const rte_mbuf* m, outer_headers& o) {
+    return joinable_frame(m, esp_udp_port, gso_outer_bytes + gcm_burst::min_esp_len, o);
 }
 
 // A chunk of `plain` bytes (VXLAN header and inner frame) as an ESP frame.
@@ -128,7 +96,7 @@ uint16_t join_sealed_frames(rte_mbuf** pkts, uint16_t n) {
     uint16_t out = 0;
     uint16_t i = 0;
     while (i < n) {
-        outer head;
+        outer_headers head;
         if (!sealed_frame(pkts[i], head)) {
             pkts[out++] = pkts[i++];
             continue;
@@ -139,8 +107,8 @@ uint16_t join_sealed_frames(rte_mbuf** pkts, uint16_t n) {
         // Equal chunks, then at most one shorter one that ends the run: the kernel cuts at
         // every `chunk` bytes.
         while (i < n && i - start < max_gso_chunks) {
-            outer o;
-            if (!sealed_frame(pkts[i], o) || !same_outer(head, o)) {
+            outer_headers o;
+            if (!sealed_frame(pkts[i], o) || !same_outer_headers(head, o)) {
                 break;
             }
             const uint32_t next = rte_pktmbuf_pkt_len(pkts[i]) - gso_outer_bytes;

@@ -33,6 +33,17 @@ inline rte_mempool* small_pool() {
     return pool;
 }
 
+// A test that frees, at its end, the mbufs it put in `owned`.
+struct owning_mbufs : testing::Test {
+    std::vector<rte_mbuf*> owned;
+    void TearDown() override {
+        for (rte_mbuf* m : owned) {
+            rte_pktmbuf_free(m);
+        }
+        owned.clear();
+    }
+};
+
 // What the kernel makes of a super-datagram where it must segment it (__udp_gso_segment):
 // the outer headers in front of every chunk, lengths per segment.
 inline std::vector<std::vector<uint8_t>> kernel_segments(const std::vector<uint8_t>& datagram,

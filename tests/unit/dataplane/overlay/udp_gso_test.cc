@@ -21,14 +21,7 @@ using test::ip;
 using test::mac;
 using namespace gso_test;
 
-struct UdpGsoTest : testing::Test {
-    std::vector<rte_mbuf*> owned;
-    void TearDown() override {
-        for (rte_mbuf* m : owned) {
-            rte_pktmbuf_free(m);
-        }
-    }
-
+struct UdpGsoTest : owning_mbufs {
     // The VXLAN frames rte_gso cuts from a tenant super-frame of `bytes` at `mss`, as the
     // egress pipeline has them before it joins them (1514-byte underlay frames).
     std::vector<rte_mbuf*> wire_frames(uint32_t bytes, uint16_t mss) {

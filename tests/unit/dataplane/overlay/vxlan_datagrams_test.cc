@@ -20,14 +20,7 @@ using test::ip;
 using test::mac;
 using namespace gso_test;
 
-struct VxlanDatagramsTest : testing::Test {
-    std::vector<rte_mbuf*> owned;
-    void TearDown() override {
-        for (rte_mbuf* m : owned) {
-            rte_pktmbuf_free(m);
-        }
-    }
-
+struct VxlanDatagramsTest : owning_mbufs {
     // A tenant's UDP datagram of `payload` bytes in a VXLAN frame to h2 whose outer source
     // port (its flow's hash) is `outer_port`.
     static rte_mbuf* vxlan_frame(uint16_t outer_port, uint16_t payload, uint16_t inner_port) {
@@ -229,7 +222,6 @@ TEST_F(VxlanDatagramsTest, AnyMixOfFlowsAndSizesLeavesEveryFlowInOrder) {
         const uint16_t n = join_vxlan_datagrams(burst.data(), static_cast<uint16_t>(burst.size()));
         expect_each_flow_in_order(sent, wire_frames(burst.data(), n));
         TearDown();  // the pool holds a few trials' frames, not all of them
-        owned.clear();
         if (HasFailure()) {
             FAIL() << "trial " << trial;
         }
