@@ -54,6 +54,19 @@ void append(gathering& g, rte_mbuf* tail, uint32_t chunk) {
 uint16_t join_vxlan_datagrams(rte_mbuf** pkts, uint16_t n) {
     std::array<gathering, max_open_datagrams> open;
     unsigned open_count = 0;
+    // The flow's datagram leaves as gathered so far; its slot takes another flow.
+    const auto close = [&](unsigned g) {
+        finish(open[g]);
+        open[g] = open[--open_count];
+    };
+    // The slot gathering `o`'s flow, or open_count.
+    const auto gathering_of = [&](const outer_headers& o) {
+        unsigned g = 0;
+        while (g < open_count && !same_outer_headers(open[g].head_outer, o)) {
+            ++g;
+        }
+        return g;
+    };
     bool joined_any = false;
     for (uint16_t i = 0; i < n; ++i) {
         outer_headers o;
@@ -61,22 +74,14 @@ uint16_t join_vxlan_datagrams(rte_mbuf** pkts, uint16_t n) {
             // It leaves where it is: a datagram of its flow gathered so far must leave before
             // it, and the flow's later frames behind it.
             if (parse_outer_headers(pkts[i], o)) {
-                for (unsigned g = 0; g < open_count; ++g) {
-                    if (same_outer_headers(open[g].head_outer, o)) {
-                        finish(open[g]);
-                        open[g] = open[--open_count];
-                        break;
-                    }
+                if (const unsigned g = gathering_of(o); g < open_count) {
+                    close(g);
                 }
             }
             continue;
         }
         const uint32_t chunk = rte_pktmbuf_pkt_len(pkts[i]) - gso_outer_bytes;
-        unsigned g = 0;
-        while (g < open_count && !same_outer_headers(open[g].head_outer, o)) {
-            ++g;
-        }
-        if (g < open_count) {
+        if (const unsigned g = gathering_of(o); g < open_count) {
             gathering& d = open[g];
             // Equal chunks, then at most one shorter one that ends the datagram: the kernel
             // cuts at every `chunk` bytes.
@@ -86,15 +91,13 @@ uint16_t join_vxlan_datagrams(rte_mbuf** pkts, uint16_t n) {
                 pkts[i] = nullptr;
                 joined_any = true;
                 if (chunk < d.chunk) {
-                    finish(d);
-                    open[g] = open[--open_count];
+                    close(g);
                 }
                 continue;
             }
             // This frame cannot join: the datagram ends, and the flow's later frames go in one
             // that starts here, behind it.
-            finish(d);
-            open[g] = open[--open_count];
+            close(g);
         }
         if (open_count < max_open_datagrams) {
             open[open_count++] = {o, pkts[i], pkts[i], chunk, chunk, 1};
